@@ -1,0 +1,44 @@
+"""kernforge: record the kernels of a real run, search faster variants on isolated replays,
+deploy the winners, and prove every speedup it reports.
+
+The public API is re-exported here lazily, so ``import kernforge`` stays cheap and importing a
+low layer never drags in a higher one.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ._version import __version__
+
+_EXPORTS = {
+    "Kernel": "kernforge.backends.kernel",
+    "get_backend": "kernforge.backends.base",
+    "record": "kernforge.record.capture",
+    "load_recording": "kernforge.record.format",
+    "find_recordings": "kernforge.record.format",
+    "replay": "kernforge.replay.engine",
+    "compare": "kernforge.replay.engine",
+    "Status": "kernforge.core",
+    "KernelSource": "kernforge.core",
+    "LaunchConfig": "kernforge.core",
+    "CompileOptions": "kernforge.core",
+    "Variant": "kernforge.core",
+    "Recording": "kernforge.core",
+    "Measurement": "kernforge.core",
+    "Tolerance": "kernforge.core",
+    "KernforgeError": "kernforge.core",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'kernforge' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

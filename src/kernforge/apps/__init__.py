@@ -1,0 +1,1 @@
+"""kernforge.apps (see docs/architecture.md)."""

@@ -1,0 +1,238 @@
+"""The one small Backend ABC every backend implements, plus the shared work around it.
+
+A backend knows how to compile a :class:`Variant`, move arrays to and from its memory, launch a
+compiled kernel and time one launch. Everything shared -- option validation against the
+backend's knobs, signature parsing, the in-process compile cache, argument checking and
+scalar conversion -- lives here, not in each plugin.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from ..core import (ArgumentError, CompileOptions, ConfigError, KernelSource, LaunchConfig,
+                    Param, Registry, Variant)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One compiler/launch knob a backend exposes (the tuner builds search spaces from these).
+
+    ``kind`` is ``"choice"`` (one of ``choices``), ``"bool"`` or ``"int"`` (``low..high``).
+    ``needs_tolerance``: the knob may change results bit-for-bit (fast-math), so it is only
+    allowed when every written buffer declares a tolerance.
+    """
+
+    name: str
+    kind: str
+    default: Any
+    choices: tuple[Any, ...] = ()
+    low: int = 0
+    high: int = 0
+    doc: str = ""
+    needs_tolerance: bool = False
+
+    def check(self, value: Any) -> None:
+        ok = (
+            (self.kind == "choice" and value in self.choices)
+            or (self.kind == "bool" and isinstance(value, bool))
+            or (self.kind == "int" and isinstance(value, int) and not isinstance(value, bool)
+                and self.low <= value <= self.high)
+        )
+        if not ok:
+            allowed = (", ".join(map(repr, self.choices)) if self.kind == "choice"
+                       else "true/false" if self.kind == "bool" else f"{self.low}..{self.high}")
+            raise ConfigError(f"invalid value {value!r} for option {self.name!r}",
+                              hint=f"allowed: {allowed} ({self.doc})")
+
+
+@dataclass
+class Compiled:
+    """A compiled variant: the backend's handle plus what it took to build."""
+
+    variant: Variant
+    signature: tuple[Param, ...]
+    handle: Any
+    compile_s: float = 0.0
+    log: str = ""
+    cached: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Backend(ABC):
+    """Compile, allocate/restore, launch, synchronize, time, read back."""
+
+    name: ClassVar[str]
+    language: ClassVar[str]
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Compiled] = {}
+        self._lock = threading.Lock()
+
+    # ---- what a plugin implements ------------------------------------------------------
+    @abstractmethod
+    def knobs(self) -> tuple[Knob, ...]:
+        """The compile knobs this backend understands."""
+
+    @abstractmethod
+    def identity(self) -> dict[str, Any]:
+        """Device and compiler identity, stored in recordings and deployment specs."""
+
+    @abstractmethod
+    def _compile(self, variant: Variant, signature: tuple[Param, ...]) -> tuple[Any, str]:
+        """Build the variant; return (handle, compiler log). Raise CompileError on failure."""
+
+    @abstractmethod
+    def _launch(self, handle: Any, args: Sequence[Any], launch: LaunchConfig) -> None:
+        """Launch (arguments already converted by :meth:`convert_args`)."""
+
+    @abstractmethod
+    def to_device(self, array: np.ndarray) -> Any:
+        """A new buffer in the backend's memory holding a copy of ``array``."""
+
+    @abstractmethod
+    def restore(self, buffer: Any, array: np.ndarray) -> None:
+        """Overwrite ``buffer`` in place with the contents of ``array``."""
+
+    @abstractmethod
+    def to_host(self, buffer: Any) -> np.ndarray:
+        """A host copy of ``buffer`` (or of an application's array argument)."""
+
+    @abstractmethod
+    def parse_signature(self, source: KernelSource) -> tuple[Param, ...]:
+        """The parameters of ``source.entry`` (raise SignatureError if not found)."""
+
+    def is_buffer(self, value: Any) -> bool:
+        """True when ``value`` is an array argument this backend can pass to a kernel."""
+        return isinstance(value, np.ndarray)
+
+    def synchronize(self) -> None:
+        """Wait for all launched work (no-op for synchronous backends)."""
+
+    def time_launch(self, compiled: Compiled, args: Sequence[Any], launch: LaunchConfig) -> float:
+        """Seconds taken by one launch, synchronized on both sides; nothing else is timed."""
+        conv = self.convert_args(compiled, args)
+        self.synchronize()
+        t0 = time.perf_counter()
+        self._launch(compiled.handle, conv, launch)
+        self.synchronize()
+        return time.perf_counter() - t0
+
+    def flush_cache(self) -> None:
+        """Evict the device's last-level cache (default: nothing)."""
+
+    def check_launch(self, launch: LaunchConfig) -> None:
+        """Raise ConfigError when ``launch`` is impossible on this device (default: accept)."""
+
+    # ---- shared work --------------------------------------------------------------------
+    def default_options(self) -> CompileOptions:
+        return CompileOptions.of({k.name: k.default for k in self.knobs()})
+
+    def resolve_options(self, options: CompileOptions, *, tolerant: bool = False) -> CompileOptions:
+        """Defaults filled in, unknown names and bad values refused, tolerance rules applied."""
+        knobs = {k.name: k for k in self.knobs()}
+        for name, value in options.values:
+            if name not in knobs:
+                raise ConfigError(f"backend {self.name!r} has no option {name!r}",
+                                  hint=f"options are: {', '.join(sorted(knobs))}")
+            knobs[name].check(value)
+            if knobs[name].needs_tolerance and value not in (False, knobs[name].default) \
+                    and not tolerant:
+                raise ConfigError(
+                    f"option {name}={value!r} can change results bit-for-bit, and the outputs "
+                    f"are verified bitwise",
+                    hint="declare a tolerance for every written buffer (e.g. --tolerance "
+                         "rel:1e-6) to allow it")
+        return self.default_options().merged(options)
+
+    def compile(self, variant: Variant, *, tolerant: bool = False) -> Compiled:
+        """Compile (or fetch from the in-process cache) a variant."""
+        options = self.resolve_options(variant.options, tolerant=tolerant)
+        variant = Variant(variant.source, options, variant.launch, variant.defines)
+        key = self.cache_key(variant)
+        with self._lock:
+            hit = self._cache.get(key)
+        if hit is not None:
+            return Compiled(hit.variant if hit.variant == variant else variant, hit.signature,
+                            hit.handle, 0.0, hit.log, True, hit.info)
+        signature = variant.source.signature or self.parse_signature(variant.source)
+        t0 = time.perf_counter()
+        handle, log = self._compile(variant, signature)
+        compiled = Compiled(variant, signature, handle, time.perf_counter() - t0, log)
+        with self._lock:
+            self._cache[key] = compiled
+        return compiled
+
+    def cache_key(self, variant: Variant) -> str:
+        """In-process cache key; the launch is not part of it unless a backend says so."""
+        return Variant(variant.source, variant.options, LaunchConfig(), variant.defines).key()
+
+    def convert_args(self, compiled: Compiled, args: Sequence[Any]) -> list[Any]:
+        """Check ``args`` against the signature; scalars become numpy scalars of their width."""
+        sig = compiled.signature
+        if len(args) != len(sig):
+            raise ArgumentError(
+                f"{compiled.variant.source.entry} takes {len(sig)} arguments, got {len(args)}",
+                hint="parameters are: " + ", ".join(f"{p.ctype} {p.name}" for p in sig))
+        out: list[Any] = []
+        for p, a in zip(sig, args):
+            if p.pointer:
+                if not self.is_buffer(a):
+                    raise ArgumentError(f"argument {p.name!r} ({p.ctype}) needs an array, "
+                                        f"got {type(a).__name__}",
+                                        hint="pass a C-contiguous array of the pointee type")
+                dt = str(getattr(a, "dtype", ""))
+                if p.dtype != "void" and dt != p.dtype:
+                    raise ArgumentError(f"argument {p.name!r} ({p.ctype}) needs dtype "
+                                        f"{p.dtype}, got {dt}",
+                                        hint=f"convert with .astype({p.dtype!r})")
+                if not _contiguous(a):
+                    raise ArgumentError(f"argument {p.name!r} is not C-contiguous",
+                                        hint="pass np.ascontiguousarray(...) of it")
+                out.append(a)
+            else:
+                if self.is_buffer(a):
+                    raise ArgumentError(f"argument {p.name!r} ({p.ctype}) is a scalar, got an array")
+                out.append(np.dtype(p.dtype).type(a))
+        return out
+
+    def launch(self, compiled: Compiled, args: Sequence[Any],
+               launch: LaunchConfig | None = None) -> None:
+        """Launch a compiled kernel (asynchronous on backends that are)."""
+        launch = launch or compiled.variant.launch
+        self.check_launch(launch)
+        self._launch(compiled.handle, self.convert_args(compiled, args), launch)
+
+
+def _contiguous(a: Any) -> bool:
+    return bool(getattr(getattr(a, "flags", None), "c_contiguous", True))
+
+
+BACKENDS: Registry[type[Backend]] = Registry("backend")
+BACKENDS.register("cpu", "kernforge.backends.cpu:CpuBackend")
+BACKENDS.register("null", "kernforge.backends.null:NullBackend")
+
+_instances: dict[str, Backend] = {}
+_instances_lock = threading.Lock()
+
+
+def get_backend(name: str | Backend) -> Backend:
+    """The process-wide instance of backend ``name`` (so compile caches are shared)."""
+    if isinstance(name, Backend):
+        return name
+    with _instances_lock:
+        if name not in _instances:
+            _instances[name] = BACKENDS.get(name)()
+        return _instances[name]
+
+
+def options_from(mapping: Mapping[str, Any] | CompileOptions | None) -> CompileOptions:
+    if mapping is None:
+        return CompileOptions()
+    return mapping if isinstance(mapping, CompileOptions) else CompileOptions.of(mapping)

@@ -1,0 +1,1 @@
+"""kernforge.cli (see docs/architecture.md)."""

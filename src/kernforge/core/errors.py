@@ -1,0 +1,89 @@
+"""The kernforge error hierarchy.
+
+Every error says what was wrong *and* what to do about it: the ``hint`` is printed by the CLI
+below the message. Errors that correspond to an evaluation outcome carry a :class:`Status`, so
+the replay engine can turn them into typed data instead of letting them escape.
+"""
+
+from __future__ import annotations
+
+from .status import Status
+
+
+class KernforgeError(Exception):
+    """Base class of every error kernforge raises on purpose."""
+
+    exit_code: int = 1
+    status: Status | None = None
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message}\n  hint: {self.hint}" if self.hint else self.message
+
+
+class ConfigError(KernforgeError):
+    """Bad user input: an unknown option, a malformed value, a missing file."""
+
+    exit_code = 2
+    status = Status.INVALID_CONFIG
+
+
+class PluginNotFoundError(ConfigError):
+    """A backend, sampler or proposer name that no plugin registered."""
+
+
+class BackendUnavailableError(KernforgeError):
+    """The backend exists but cannot run here (no compiler, no GPU, missing package)."""
+
+    exit_code = 3
+
+
+class SignatureError(ConfigError):
+    """The kernel's entry point could not be found or its parameters not understood."""
+
+
+class ArgumentError(ConfigError):
+    """A kernel was called with arguments that do not match its signature."""
+
+
+class CompileError(KernforgeError):
+    """The compiler rejected a variant; ``log`` holds the compiler's own message."""
+
+    status = Status.COMPILE_FAILED
+
+    def __init__(self, message: str, *, log: str = "", hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.log = log
+
+
+class LaunchError(KernforgeError):
+    """A compiled kernel could not be launched with the requested configuration."""
+
+    status = Status.LAUNCH_FAILED
+
+
+class KernelRuntimeError(KernforgeError):
+    """A kernel crashed while running."""
+
+    status = Status.RUNTIME_FAILED
+
+
+class RecordingError(KernforgeError):
+    """A recording could not be written, or a recording on disk is unusable."""
+
+    exit_code = 4
+
+
+class RecordingFormatError(RecordingError):
+    """A recording on disk is corrupt, truncated, edited, or of an unknown version."""
+
+
+class WrongResultError(KernforgeError):
+    """A variant produced outputs that fail verification against the recording."""
+
+    exit_code = 5
+    status = Status.WRONG_RESULT

@@ -1,0 +1,76 @@
+"""What one evaluation produced: a Status, per-buffer verification, and raw time samples."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from .status import Status
+
+
+@dataclass(frozen=True)
+class BufferCheck:
+    """The measured error of one output buffer against its expected contents."""
+
+    name: str
+    passed: bool
+    mode: str
+    size: int
+    mismatches: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    norm_ratio: float = 0.0
+    nan_mismatches: int = 0
+    first_bad: tuple[int, ...] | None = None
+    detail: str = ""
+
+    def describe(self) -> str:
+        if self.detail:
+            return f"{self.name}: {self.detail}"
+        where = f" first at index {self.first_bad}" if self.first_bad is not None else ""
+        return (f"{self.name}: {self.mismatches}/{self.size} elements differ "
+                f"(max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g}, "
+                f"norm ratio {self.norm_ratio:.3g}, NaN mismatches {self.nan_mismatches}){where}")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The result of evaluating one variant. Only ``Status.OK`` has meaningful times."""
+
+    status: Status
+    message: str = ""
+    samples: tuple[float, ...] = ()  # seconds, one per timed run
+    checks: tuple[BufferCheck, ...] = ()
+    stages: tuple[tuple[str, float], ...] = ()  # (stage, seconds): compile, restore, run, verify
+    extra: tuple[tuple[str, Any], ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples) if self.samples else float("inf")
+
+    @property
+    def min(self) -> float:
+        return min(self.samples) if self.samples else float("inf")
+
+    @property
+    def max(self) -> float:
+        return max(self.samples) if self.samples else float("inf")
+
+    @property
+    def failed_checks(self) -> tuple[BufferCheck, ...]:
+        return tuple(c for c in self.checks if not c.passed)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status.value, "message": self.message,
+            "samples": list(self.samples),
+            "median": self.median if self.samples else None,
+            "checks": [c.__dict__ | {"first_bad": list(c.first_bad) if c.first_bad else None}
+                       for c in self.checks],
+            "stages": dict(self.stages), "extra": dict(self.extra),
+        }

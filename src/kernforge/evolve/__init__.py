@@ -1,0 +1,1 @@
+"""kernforge.evolve (see docs/architecture.md)."""

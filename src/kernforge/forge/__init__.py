@@ -1,0 +1,1 @@
+"""kernforge.forge (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""kernforge.harness (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""kernforge.llm (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""kernforge.pipeline (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""kernforge.record (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""kernforge.replay (see docs/architecture.md)."""

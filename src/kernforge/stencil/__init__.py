@@ -1,0 +1,1 @@
+"""kernforge.stencil (see docs/architecture.md)."""

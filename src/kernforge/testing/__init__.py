@@ -1,0 +1,1 @@
+"""kernforge.testing (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""kernforge.tune (see docs/architecture.md)."""
