@@ -1,0 +1,53 @@
+"""The ``kernforge`` command: one module per command group, errors mapped to exit codes.
+
+Exit codes: 0 success; 1 other kernforge error; 2 bad input or configuration; 3 backend
+unavailable; 4 unusable recording; 5 a replayed variant produced wrong results; 6 a replayed
+variant failed otherwise (compile, launch, runtime, timeout); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from .._version import __version__
+from ..core import KernforgeError
+from . import demo_cmd, inspect_cmd, record_cmd, replay_cmd
+from .output import err_console
+
+COMMANDS = (demo_cmd, record_cmd, inspect_cmd, replay_cmd)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kernforge",
+        description="Record the kernels of a real run, replay them in isolation, verify and "
+                    "time every variant.")
+    parser.add_argument("--version", action="version", version=f"kernforge {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in COMMANDS:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KernforgeError as exc:
+        err_console.print(f"[bold red]error:[/] {exc.message}", markup=True, soft_wrap=True)
+        if exc.hint:
+            err_console.print(f"  [yellow]hint:[/] {exc.hint}", markup=True, soft_wrap=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

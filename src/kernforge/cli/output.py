@@ -1,0 +1,52 @@
+"""Shared console helpers of the CLI: one rich console, number formatting, option parsing."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+from rich.console import Console
+
+from ..core import ConfigError, Measurement
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+def fmt_time(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3f} {unit}"
+    return f"{seconds * 1e9:.1f} ns"
+
+
+def fmt_error(m: Measurement) -> str:
+    if not m.checks:
+        return "-"
+    worst = max(m.checks, key=lambda c: (not c.passed, c.max_abs))
+    return f"{worst.max_abs:.2e} ({worst.name})"
+
+
+def parse_value(text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "yes", "on"):
+        return True
+    if low in ("false", "no", "off"):
+        return False
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def parse_pairs(items: Iterable[str] | None, what: str, *, typed: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{what} {item!r} is not KEY=VALUE",
+                              hint=f"write e.g. --{what} NAME=VALUE")
+        out[key] = parse_value(value) if typed else value
+    return out

@@ -1,0 +1,101 @@
+"""``kernforge replay PATH [--define K=V] [--opt K=V] [--repeat K]``: replay, verify, time."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.table import Table
+
+from ..core import LaunchConfig, Measurement, Status, Tolerance
+from ..record import find_recordings, load_recording
+from ..replay import replay
+from .output import console, err_console, fmt_error, fmt_time, parse_pairs
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("replay", help="replay recorded kernels: verify and time a variant",
+                       description="Replay every unit under PATH in isolation: restore the "
+                                   "recorded memory, compile the (modified) variant, run, verify "
+                                   "against the recorded outputs and time it. Exits non-zero "
+                                   "when a variant fails, naming the buffer and the error.")
+    p.add_argument("path", help="a recordings directory or one recorded unit")
+    p.add_argument("--define", action="append", metavar="NAME=VALUE",
+                   help="override a #define (repeatable)")
+    p.add_argument("--opt", action="append", metavar="NAME=VALUE",
+                   help="override a compile option, e.g. opt_level=O3 (repeatable)")
+    p.add_argument("--threads", type=int, default=None, help="CPU: OpenMP threads")
+    p.add_argument("--tolerance", action="append", metavar="[BUF=]SPEC",
+                   help="verification policy: bitwise, abs:1e-6, rel:1e-5[,atol] or "
+                        "norm:1e-4; BUF=SPEC for one buffer (repeatable)")
+    p.add_argument("--repeat", type=int, default=10, help="timed runs (default 10)")
+    p.add_argument("--warmup", type=int, default=3, help="warm-up runs (default 3)")
+    p.add_argument("--no-flush", action="store_true", help="do not flush the cache between runs")
+    p.add_argument("--kernels", default=None, metavar="PATTERN",
+                   help="replay only units whose kernel name matches this glob")
+    p.add_argument("--json", metavar="FILE", help="also write the measurements as JSON")
+    p.set_defaults(func=run)
+
+
+def tolerance_overrides(items: list[str] | None) -> Tolerance | dict[str, Tolerance] | None:
+    if not items:
+        return None
+    per_buffer: dict[str, Tolerance] = {}
+    for item in items:
+        buf, sep, spec = item.partition("=")
+        if sep and ":" not in buf:
+            per_buffer[buf] = Tolerance.parse(spec)
+        else:
+            return Tolerance.parse(item)
+    return per_buffer
+
+
+def run(args: argparse.Namespace) -> int:
+    import fnmatch
+
+    defines = parse_pairs(args.define, "define", typed=False)
+    options = parse_pairs(args.opt, "opt", typed=True)
+    tolerance = tolerance_overrides(args.tolerance)
+    results: list[tuple[str, str, Measurement]] = []
+    for path in find_recordings(args.path):
+        rec = load_recording(path)
+        if args.kernels and not fnmatch.fnmatch(rec.source.entry, args.kernels):
+            continue
+        launch = (LaunchConfig(rec.launch.grid, rec.launch.block, rec.launch.shared_mem,
+                               args.threads) if args.threads else None)
+        m = replay(rec, options=options, defines=defines, launch=launch, tolerance=tolerance,
+                   warmup=args.warmup, repeat=args.repeat, flush=not args.no_flush)
+        results.append((rec.name, rec.source.entry, m))
+    _print_table(args.path, results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            [{"unit": u, "kernel": k, **m.to_json()} for u, k, m in results], indent=2))
+    return _exit_code(results)
+
+
+def _print_table(path: str, results: list[tuple[str, str, Measurement]]) -> None:
+    table = Table(title=f"replay of {path}")
+    for col in ("unit", "kernel", "status", "median", "min", "max", "runs", "max error"):
+        table.add_column(col, justify="right" if col in ("median", "min", "max", "runs") else "left")
+    for unit, kernel, m in results:
+        style = "green" if m.ok else "bold red"
+        table.add_row(unit, kernel, f"[{style}]{m.status.value}[/]", fmt_time(m.median if m.ok else None),
+                      fmt_time(m.min if m.ok else None), fmt_time(m.max if m.ok else None),
+                      str(len(m.samples)), fmt_error(m))
+    console.print(table)
+
+
+def _exit_code(results: list[tuple[str, str, Measurement]]) -> int:
+    code = 0
+    for unit, _kernel, m in results:
+        if m.ok:
+            continue
+        err_console.print(f"[bold red]{unit}: {m.status.value}[/] {m.message}")
+        for c in m.failed_checks:
+            err_console.print(f"  buffer {c.describe()}")
+        code = max(code, 5 if m.status is Status.WRONG_RESULT else 6)
+    if not results:
+        err_console.print("no recorded units matched")
+        return 2
+    return code
