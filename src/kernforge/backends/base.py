@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
@@ -97,8 +97,9 @@ class Backend(ABC):
         """A new buffer in the backend's memory holding a copy of ``array``."""
 
     @abstractmethod
-    def restore(self, buffer: Any, array: np.ndarray) -> None:
-        """Overwrite ``buffer`` in place with the contents of ``array``."""
+    def restore(self, buffer: Any, array: Any) -> None:
+        """Overwrite ``buffer`` in place with ``array``: a host array, or a buffer of this
+        backend of the same size (GPU backends then copy device-to-device)."""
 
     @abstractmethod
     def to_host(self, buffer: Any) -> np.ndarray:
@@ -154,7 +155,7 @@ class Backend(ABC):
     def compile(self, variant: Variant, *, tolerant: bool = False) -> Compiled:
         """Compile (or fetch from the in-process cache) a variant."""
         options = self.resolve_options(variant.options, tolerant=tolerant)
-        variant = Variant(variant.source, options, variant.launch, variant.defines)
+        variant = replace(variant, options=options)
         key = self.cache_key(variant)
         with self._lock:
             hit = self._cache.get(key)
@@ -171,7 +172,7 @@ class Backend(ABC):
 
     def cache_key(self, variant: Variant) -> str:
         """In-process cache key; the launch is not part of it unless a backend says so."""
-        return Variant(variant.source, variant.options, LaunchConfig(), variant.defines).key()
+        return replace(variant, launch=LaunchConfig()).key()
 
     def convert_args(self, compiled: Compiled, args: Sequence[Any]) -> list[Any]:
         """Check ``args`` against the signature; scalars become numpy scalars of their width."""
@@ -199,7 +200,7 @@ class Backend(ABC):
             else:
                 if self.is_buffer(a):
                     raise ArgumentError(f"argument {p.name!r} ({p.ctype}) is a scalar, got an array")
-                out.append(np.dtype(p.dtype).type(a))
+                out.append(_scalar(p, a))
         return out
 
     def launch(self, compiled: Compiled, args: Sequence[Any],
@@ -207,7 +208,39 @@ class Backend(ABC):
         """Launch a compiled kernel (asynchronous on backends that are)."""
         launch = launch or compiled.variant.launch
         self.check_launch(launch)
-        self._launch(compiled.handle, self.convert_args(compiled, args), launch)
+        conv = self.convert_args(compiled, args)
+        self.check_constants(compiled, conv)
+        self._launch(compiled.handle, conv, launch)
+
+    def check_constants(self, compiled: Compiled, args: Sequence[Any]) -> None:
+        """Refuse a launch whose runtime scalars differ from the compiled-in constants."""
+        if not compiled.variant.constants:
+            return
+        by_name = {p.name: a for p, a in zip(compiled.signature, args)}
+        for name, value in compiled.variant.constants:
+            if name not in by_name:
+                raise ConfigError(f"constant specialization names {name!r}, which is not a "
+                                  f"parameter of {compiled.variant.source.entry}",
+                                  hint="specialize scalar parameters by their declared names")
+            if by_name[name] != value:
+                raise ConfigError(
+                    f"{compiled.variant.source.entry} was compiled with {name}={value!r} as a "
+                    f"constant, but launched with {name}={by_name[name]!r}",
+                    hint="recompile without this constant, or with the launch's value")
+
+
+def _scalar(p: Param, a: Any) -> Any:
+    """``a`` as a numpy scalar of the declared width; lossy integer conversions are refused."""
+    try:
+        if isinstance(a, (str, bytes)):
+            raise TypeError(f"a {type(a).__name__} is not a number")
+        value = np.dtype(p.dtype).type(a)
+        if value.dtype.kind in "iu" and value != a:
+            raise ValueError(f"it does not fit in {p.dtype} exactly")
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ArgumentError(f"argument {p.name!r} ({p.ctype}) cannot take {a!r}: {exc}",
+                            hint=f"pass a number that {p.dtype} represents exactly") from None
+    return value
 
 
 def _contiguous(a: Any) -> bool:
@@ -217,6 +250,7 @@ def _contiguous(a: Any) -> bool:
 BACKENDS: Registry[type[Backend]] = Registry("backend")
 BACKENDS.register("cpu", "kernforge.backends.cpu:CpuBackend")
 BACKENDS.register("null", "kernforge.backends.null:NullBackend")
+BACKENDS.register("cuda", "kernforge.backends.cuda:CudaBackend")
 
 _instances: dict[str, Backend] = {}
 _instances_lock = threading.Lock()

@@ -126,12 +126,17 @@ class CompileOptions:
 
 @dataclass(frozen=True)
 class Variant:
-    """One realization of a kernel: source + compile options + launch + tunable #defines."""
+    """One realization of a kernel: source + compile options + launch + tunable #defines.
+
+    ``constants`` are scalar parameters compiled in as compile-time constants (constant
+    specialization); a launch whose runtime value differs is refused.
+    """
 
     source: KernelSource
     options: CompileOptions = field(default_factory=CompileOptions)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     defines: tuple[tuple[str, str], ...] = ()
+    constants: tuple[tuple[str, Scalar], ...] = ()
 
     def __post_init__(self) -> None:
         defs = _sorted_items(self.defines)
@@ -140,22 +145,26 @@ class Variant:
                 raise ConfigError(f"#define name {k!r} is not an identifier",
                                   hint="use NAME=VALUE with a C identifier as NAME")
         object.__setattr__(self, "defines", tuple((k, str(v)) for k, v in defs))
+        object.__setattr__(self, "constants", _sorted_items(self.constants))
 
     def with_(self, *, options: Mapping[str, Scalar] | None = None,
               defines: Mapping[str, Any] | None = None,
               launch: LaunchConfig | None = None,
-              source: KernelSource | None = None) -> "Variant":
-        """A copy with some options/defines overridden (merged) or launch/source replaced."""
+              source: KernelSource | None = None,
+              constants: Mapping[str, Scalar] | None = None) -> "Variant":
+        """A copy with options/defines/constants overridden (merged) or launch/source replaced."""
         return Variant(
             source=source or self.source,
             options=self.options.merged(options or {}),
             launch=launch or self.launch,
             defines=tuple({**dict(self.defines), **{k: str(v) for k, v in (defines or {}).items()}}.items()),
+            constants=tuple({**dict(self.constants), **dict(constants or {})}.items()),
         )
 
     def key(self) -> str:
         """A stable hash of everything that makes this variant what it is."""
         blob = json.dumps({"src": self.source.digest, "opt": self.options.values,
-                           "launch": self.launch.to_json(), "def": self.defines},
+                           "launch": self.launch.to_json(), "def": self.defines,
+                           "const": self.constants},
                           sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

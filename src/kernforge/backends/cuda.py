@@ -1,0 +1,250 @@
+"""The ``cuda`` backend: CUDA C++ compiled at run time with NVRTC through CuPy.
+
+Knobs map to NVRTC/ptxas options; ``__launch_bounds__``, constant specialization of scalar
+arguments and of the block dimensions are source rewrites done on the syntax tree
+(:mod:`.rewrite`). Modules are cached in process by variant and on disk by CuPy (keyed by
+source, options, architecture and NVRTC version). Device memory holds the buffers; a restore
+from a device-resident copy is a device-to-device memcpy; launches are timed with CUDA events;
+the L2 is flushed by writing a buffer of twice its size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..core import (BackendUnavailableError, CompileError, ConfigError, KernelRuntimeError,
+                    KernelSource, LaunchConfig, LaunchError, Param, Variant)
+from .base import Backend, Compiled, Knob
+from .rewrite import rewrite
+from .signature import parse_signature
+
+CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
+CU_FUNC_ATTRIBUTE_NUM_REGS = 4
+CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES = 3
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+REGS = (0, 32, 40, 48, 56, 64, 72, 80, 96, 128, 168, 255)
+
+
+def _cupy() -> Any:
+    try:
+        import cupy
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # ImportError, or CUDARuntimeError without a GPU
+        raise BackendUnavailableError(f"the cuda backend needs CuPy and an NVIDIA GPU ({exc})",
+                                      hint="install cupy-cuda13x on a machine with a GPU, or "
+                                           "use backend='cpu'") from exc
+    return cupy
+
+
+@dataclass
+class CudaHandle:
+    function: Any
+    module: Any
+    block: tuple[int, int, int] | None  # compiled-in block dimensions, if specialized
+    max_threads: int
+    num_regs: int
+    local_bytes: int
+    dyn_smem_set: int = 0
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    language = "cuda"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cp = _cupy()
+        dev = self.cp.cuda.Device()
+        self.props = self.cp.cuda.runtime.getDeviceProperties(dev.id)
+        self.arch = dev.compute_capability
+        self._flush: Any = None
+        self._events = (self.cp.cuda.Event(), self.cp.cuda.Event())
+        self.xp = self.cp  # array module for on-device verification
+
+    def knobs(self) -> tuple[Knob, ...]:
+        return (
+            Knob("maxrregcount", "choice", 0, REGS, doc="--maxrregcount (0 = compiler's choice)"),
+            Knob("ftz", "bool", False, doc="--ftz: flush denormals to zero"),
+            Knob("prec_div", "bool", True, doc="--prec-div: IEEE division"),
+            Knob("prec_sqrt", "bool", True, doc="--prec-sqrt: IEEE square root"),
+            Knob("fmad", "bool", True, doc="--fmad: contract multiply-add into FMA"),
+            Knob("use_fast_math", "bool", False, needs_tolerance=True,
+                 doc="--use_fast_math (tolerance mode only)"),
+            Knob("extra_device_vectorization", "bool", False,
+                 doc="--extra-device-vectorization"),
+            Knob("dopt", "choice", "default", ("default", "on", "off"), doc="-dopt"),
+            Knob("ptxas_opt", "choice", 3, (0, 1, 2, 3), doc="ptxas -O level"),
+            Knob("ptxas_dlcm", "choice", "default", ("default", "ca", "cg"),
+                 doc="ptxas default load cache modifier"),
+            Knob("ptxas_dscm", "choice", "default", ("default", "wb", "cg", "cs", "wt"),
+                 doc="ptxas default store cache modifier"),
+            Knob("launch_bounds_max", "int", 0, low=0, high=1024,
+                 doc="__launch_bounds__ max threads per block (0 = none)"),
+            Knob("launch_bounds_min_blocks", "int", 0, low=0, high=32,
+                 doc="__launch_bounds__ min blocks per SM (0 = none)"),
+            Knob("specialize_block", "bool", False,
+                 doc="compile blockDim.x/y/z as constants of the launch's block"),
+        )
+
+    def identity(self) -> dict[str, Any]:
+        rt = self.cp.cuda.runtime
+        name = self.props["name"]
+        return {"device": name.decode() if isinstance(name, bytes) else str(name),
+                "arch": f"sm_{self.arch}", "sms": self.props.get("multiProcessorCount"),
+                "l2_bytes": self.props.get("l2CacheSize"),
+                "driver": rt.driverGetVersion(), "runtime": rt.runtimeGetVersion(),
+                "nvrtc": ".".join(map(str, self.cp.cuda.nvrtc.getVersion())),
+                "cupy": self.cp.__version__, "compiler": "nvrtc"}
+
+    def parse_signature(self, source: KernelSource) -> tuple[Param, ...]:
+        return parse_signature(source)
+
+    def is_buffer(self, value: Any) -> bool:
+        return isinstance(value, self.cp.ndarray)
+
+    # ---- compile --------------------------------------------------------------------------
+    def nvrtc_options(self, variant: Variant) -> tuple[str, ...]:
+        o = variant.options.as_dict()
+        opts = [f"-D{k}={v}" for k, v in variant.defines]
+        if o["maxrregcount"]:
+            opts.append(f"--maxrregcount={o['maxrregcount']}")
+        for knob, flag in (("ftz", "--ftz"), ("prec_div", "--prec-div"),
+                           ("prec_sqrt", "--prec-sqrt"), ("fmad", "--fmad")):
+            opts.append(f"{flag}={'true' if o[knob] else 'false'}")
+        if o["use_fast_math"]:
+            opts.append("--use_fast_math")
+        if o["extra_device_vectorization"]:
+            opts.append("--extra-device-vectorization")
+        if o["dopt"] != "default":
+            opts.append(f"-dopt={o['dopt']}")
+        ptxas = []
+        if o["ptxas_opt"] != 3:
+            ptxas.append(f"-O{o['ptxas_opt']}")
+        if o["ptxas_dlcm"] != "default":
+            ptxas.append(f"-dlcm={o['ptxas_dlcm']}")
+        if o["ptxas_dscm"] != "default":
+            ptxas.append(f"-dscm={o['ptxas_dscm']}")
+        if ptxas:
+            opts.append("--ptxas-options=" + ",".join(ptxas))
+        return tuple(opts)
+
+    def final_source(self, variant: Variant, signature: Sequence[Param]) -> str:
+        o = variant.options.as_dict()
+        bounds = ((o["launch_bounds_max"], o["launch_bounds_min_blocks"])
+                  if o["launch_bounds_max"] else None)
+        if o["launch_bounds_min_blocks"] and not bounds:
+            raise ConfigError("launch_bounds_min_blocks needs launch_bounds_max",
+                              hint="set launch_bounds_max too, or leave both at 0")
+        block = variant.launch.block if o["specialize_block"] else None
+        return rewrite(variant.source, signature, launch_bounds=bounds,
+                       constants=dict(variant.constants) or None, block=block)
+
+    def cache_key(self, variant: Variant) -> str:
+        if variant.options.get("specialize_block"):
+            return replace(variant, launch=LaunchConfig(block=variant.launch.block)).key()
+        return super().cache_key(variant)
+
+    def _compile(self, variant: Variant, signature: tuple[Param, ...]) -> tuple[Any, str]:
+        code = self.final_source(variant, signature)
+        options = self.nvrtc_options(variant)
+        entry = variant.source.entry
+        try:
+            module = self.cp.RawModule(code=code, options=options, name_expressions=[entry]
+                                       if "extern \"C\"" not in code else None)
+            fn = module.get_function(entry)
+        except self.cp.cuda.compiler.CompileException as exc:
+            log = str(exc)
+            first = "\n".join(log.strip().splitlines()[:8])
+            raise CompileError(f"NVRTC could not compile {entry}:\n{first}", log=log) from exc
+        except Exception as exc:  # invalid option, module load failure
+            raise CompileError(f"could not build {entry}: {type(exc).__name__}: {exc}",
+                               log=str(exc)) from exc
+        drv = self.cp.cuda.driver
+        handle = CudaHandle(
+            function=fn, module=module,
+            block=variant.launch.block if variant.options.get("specialize_block") else None,
+            max_threads=drv.funcGetAttribute(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn.ptr),
+            num_regs=drv.funcGetAttribute(CU_FUNC_ATTRIBUTE_NUM_REGS, fn.ptr),
+            local_bytes=drv.funcGetAttribute(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn.ptr))
+        return handle, " ".join(options)
+
+    def compile(self, variant: Variant, *, tolerant: bool = False) -> Compiled:
+        compiled = super().compile(variant, tolerant=tolerant)
+        h = compiled.handle
+        compiled.info.update(num_regs=h.num_regs, max_threads=h.max_threads,
+                             local_bytes=h.local_bytes)
+        return compiled
+
+    # ---- launch ---------------------------------------------------------------------------
+    def check_launch(self, launch: LaunchConfig) -> None:
+        limit = int(self.props.get("maxThreadsPerBlock", 1024))
+        if launch.threads_per_block > limit:
+            raise ConfigError(f"block {launch.block} has {launch.threads_per_block} threads; "
+                              f"the device allows {limit}", hint="choose a smaller block")
+        smem = int(self.props.get("sharedMemPerBlockOptin", 0) or 0)
+        if smem and launch.shared_mem > smem:
+            raise ConfigError(f"{launch.shared_mem} bytes of dynamic shared memory exceed the "
+                              f"device limit of {smem}", hint="request less shared memory")
+
+    def _launch(self, handle: CudaHandle, args: Sequence[Any], launch: LaunchConfig) -> None:
+        if handle.block is not None and tuple(launch.block) != handle.block:
+            raise ConfigError(f"kernel compiled for block {handle.block}, launched with "
+                              f"{launch.block}", hint="recompile with specialize_block for "
+                                                      "this block, or turn it off")
+        if launch.threads_per_block > handle.max_threads:
+            raise LaunchError(f"block of {launch.threads_per_block} threads exceeds this "
+                              f"kernel's limit of {handle.max_threads} (registers or "
+                              f"launch bounds)", hint="use a smaller block")
+        if launch.shared_mem > 48 * 1024 and handle.dyn_smem_set < launch.shared_mem:
+            self.cp.cuda.driver.funcSetAttribute(
+                handle.function.ptr, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                launch.shared_mem)
+            handle.dyn_smem_set = launch.shared_mem
+        try:
+            handle.function(launch.grid, launch.block, tuple(args), shared_mem=launch.shared_mem)
+        except self.cp.cuda.driver.CUDADriverError as exc:
+            raise LaunchError(f"launch failed: {exc}") from exc
+
+    def synchronize(self) -> None:
+        try:
+            self.cp.cuda.get_current_stream().synchronize()
+        except (self.cp.cuda.driver.CUDADriverError,
+                self.cp.cuda.runtime.CUDARuntimeError) as exc:
+            raise KernelRuntimeError(f"kernel failed on the device: {exc}",
+                                     hint="the CUDA context is unusable after this; restart "
+                                          "the process") from exc
+
+    def time_launch(self, compiled: Compiled, args: Sequence[Any], launch: LaunchConfig) -> float:
+        conv = self.convert_args(compiled, args)
+        start, end = self._events
+        start.record()
+        self._launch(compiled.handle, conv, launch)
+        end.record()
+        try:
+            end.synchronize()
+        except Exception as exc:
+            raise KernelRuntimeError(f"kernel failed on the device: {exc}") from exc
+        return float(self.cp.cuda.get_elapsed_time(start, end)) * 1e-3
+
+    def flush_cache(self) -> None:
+        if self._flush is None:
+            l2 = int(self.props.get("l2CacheSize", 64 << 20) or (64 << 20))
+            self._flush = self.cp.empty(2 * l2 // 4, dtype=self.cp.int32)
+        self._flush.fill(0)
+
+    # ---- memory ---------------------------------------------------------------------------
+    def to_device(self, array: np.ndarray) -> Any:
+        return self.cp.array(array, copy=True, order="C")
+
+    def restore(self, buffer: Any, source: Any) -> None:
+        if isinstance(source, self.cp.ndarray):
+            buffer.data.copy_from_device_async(source.data, source.nbytes)
+        else:
+            buffer.set(np.ascontiguousarray(source))
+
+    def to_host(self, buffer: Any) -> np.ndarray:
+        return self.cp.asnumpy(buffer) if isinstance(buffer, self.cp.ndarray) \
+            else np.array(buffer, copy=True)
