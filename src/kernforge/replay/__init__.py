@@ -1,1 +1,6 @@
-"""kernforge.replay (see docs/architecture.md)."""
+"""Replay engine: evaluate variants of a recorded launch in isolation (verify, then time)."""
+
+from .engine import compare, replay
+from .prepare import Prepared, bind_args, prepare, resolve_policies
+
+__all__ = ["Prepared", "bind_args", "compare", "prepare", "replay", "resolve_policies"]

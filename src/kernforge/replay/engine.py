@@ -1,0 +1,191 @@
+"""The replay engine: restore ▸ compile ▸ run ▸ verify ▸ time one recorded launch.
+
+``replay`` evaluates one variant of a recording and returns a :class:`Measurement`. A failing
+*candidate* never raises: compile errors, invalid options or launch geometry, a changed
+signature, crashes and wrong results all come back as a Status plus a message. What does raise
+is trouble that is not the candidate's: bad arguments to ``replay`` itself (negative
+``repeat``, a tolerance for a buffer the recording does not have), a backend that is unknown or
+cannot run here, and a recording whose data cannot be read (RecordingError).
+
+``compare`` measures two variants interleaved. A comparison with a failing side means nothing,
+so there every failure raises its typed error (CompileError, ConfigError, ...;
+WrongResultError naming the buffers and their errors when a side verifies wrong).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+from ..backends import Backend, get_backend
+from ..core import (
+    BufferCheck,
+    CompileError,
+    ConfigError,
+    KernelSource,
+    KernforgeError,
+    LaunchConfig,
+    Measurement,
+    Recording,
+    RecordingError,
+    Status,
+    Variant,
+    WrongResultError,
+)
+from ..harness import ABResult, Protocol, interleave
+from .prepare import Prepared, TolerancePolicy, prepare, resolve_policies
+
+_OVERRIDE_KEYS = ("options", "defines", "launch", "source")
+
+
+def _failure(exc: BaseException, stages: list[tuple[str, float]]) -> Measurement:
+    """A candidate failure as data: the error's Status (RUNTIME_FAILED when it has none)."""
+    if isinstance(exc, KernforgeError):
+        status = exc.status or Status.RUNTIME_FAILED
+        message = exc.message
+        if isinstance(exc, CompileError) and exc.log and exc.log not in message:
+            message = f"{message}\n{exc.log}"
+        if exc.hint:  # say what to do, as every kernforge error does
+            message = f"{message}\n  hint: {exc.hint}"
+        extra: tuple[tuple[str, Any], ...] = (("error", type(exc).__name__),)
+        if exc.hint:
+            extra += (("hint", exc.hint),)
+    else:  # a backend let a foreign exception through: still the candidate's failure
+        status = Status.RUNTIME_FAILED
+        message = f"unexpected {type(exc).__name__}: {exc}"
+        extra = (("error", type(exc).__name__),
+                 ("traceback", "".join(traceback.format_exception(exc))))
+    return Measurement(status, message=message, stages=tuple(stages), extra=extra)
+
+
+def _wrong(checks: tuple[BufferCheck, ...], what: str) -> str:
+    bad = "; ".join(c.describe() for c in checks if not c.passed)
+    return f"{what} fails verification: {bad}"
+
+
+def _timed_run(prepared: Prepared, stages: list[tuple[str, float]]) -> None:
+    t0 = time.perf_counter()
+    prepared.restore()
+    t1 = time.perf_counter()
+    prepared.run_once()
+    t2 = time.perf_counter()
+    stages += [("restore", t1 - t0), ("run", t2 - t1)]
+
+
+def _evaluate(recording: Recording, backend: Backend, variant: Variant,
+              tolerance: TolerancePolicy, protocol: Protocol, verify_only: bool,
+              stages: list[tuple[str, float]]) -> Measurement:
+    prepared = prepare(recording, backend=backend, variant=variant, tolerance=tolerance)
+    stages.append(("compile", prepared.compile_s))
+    _timed_run(prepared, stages)
+    t0 = time.perf_counter()
+    checks = prepared.verify()
+    stages.append(("verify", time.perf_counter() - t0))
+    if any(not c.passed for c in checks):
+        return Measurement(Status.WRONG_RESULT, message=_wrong(checks, recording.name),
+                           checks=checks, stages=tuple(stages))
+    if verify_only:
+        return Measurement(Status.OK, checks=checks, stages=tuple(stages))
+    t0 = time.perf_counter()
+    samples = prepared.measure(warmup=protocol.warmup, repeat=protocol.repeat,
+                               flush=protocol.flush)
+    stages.append(("measure", time.perf_counter() - t0))
+    return Measurement(Status.OK, samples=tuple(samples), checks=checks, stages=tuple(stages))
+
+
+def replay(recording: Recording, *, backend: Backend | str | None = None,
+           options: Mapping[str, Any] | None = None, defines: Mapping[str, Any] | None = None,
+           launch: LaunchConfig | None = None, source: KernelSource | None = None,
+           tolerance: TolerancePolicy = None, warmup: int = 3, repeat: int = 10,
+           flush: bool = True, verify_only: bool = False) -> Measurement:
+    """Replay ``recording`` with the recorded variant, or one with overrides, and measure it.
+
+    The variant is the recorded one with ``options``/``defines`` merged in and ``launch``/
+    ``source`` replaced. It is compiled once; the prologue is restored, the kernel launched
+    once, and *every* array argument verified (written ones against the epilogue, the others
+    must still equal the prologue), each under its policy (``tolerance`` overrides the
+    recording's, see :func:`resolve_policies`). Then that same compiled module is timed with
+    the protocol (``warmup``, ``repeat``, ``flush``), unless ``verify_only``: then an OK
+    measurement has checks but no samples.
+
+    Returns ``Status.OK`` with samples and checks, or a failure Status with a message:
+    COMPILE_FAILED (with the compiler's message), INVALID_CONFIG (unknown option, bad define
+    name, impossible launch, a signature that no longer matches the recording), LAUNCH_FAILED,
+    RUNTIME_FAILED, WRONG_RESULT (naming each failing buffer and its measured error). Stages
+    (seconds): compile, restore, run, verify and, when timed, measure.
+    """
+    protocol = Protocol(warmup=warmup, repeat=repeat, flush=flush)
+    be = get_backend(backend if backend is not None else recording.backend)
+    resolve_policies(recording, tolerance)  # a misnamed buffer is the caller's error: raise
+    stages: list[tuple[str, float]] = []
+    try:
+        variant = recording.variant.with_(options=options, defines=defines, launch=launch,
+                                          source=source)
+        return _evaluate(recording, be, variant, tolerance, protocol, verify_only, stages)
+    except RecordingError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every candidate failure becomes data
+        return _failure(exc, stages)
+
+
+def _variant(recording: Recording, spec: Variant | Mapping[str, Any]) -> Variant:
+    """A Variant as given, or the recorded one with overrides
+    (``{"options": {...}, "defines": {...}, "launch": LaunchConfig | dict, "source":
+    KernelSource | str}``; a string source replaces the recorded code)."""
+    if isinstance(spec, Variant):
+        return spec
+    unknown = sorted(set(spec) - set(_OVERRIDE_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown variant override(s): {', '.join(unknown)}",
+                          hint=f"use any of: {', '.join(_OVERRIDE_KEYS)}")
+    launch = spec.get("launch")
+    if isinstance(launch, Mapping):
+        launch = LaunchConfig.from_json(launch)
+    source = spec.get("source")
+    if isinstance(source, str):
+        source = recording.source.with_code(source)
+    return recording.variant.with_(options=spec.get("options"), defines=spec.get("defines"),
+                                   launch=launch, source=source)
+
+
+def _checked(recording: Recording, backend: Backend, spec: Variant | Mapping[str, Any],
+             tolerance: TolerancePolicy, label: str) -> Prepared:
+    prepared = prepare(recording, backend=backend, variant=_variant(recording, spec),
+                       tolerance=tolerance)
+    prepared.restore()
+    prepared.run_once()
+    checks = prepared.verify()
+    if any(not c.passed for c in checks):
+        raise WrongResultError(
+            _wrong(checks, f"variant {label} of {recording.name}"),
+            hint=f"replay variant {label} to see every buffer's error; declare a tolerance "
+                 f"if the difference is expected")
+    return prepared
+
+
+def compare(recording: Recording, a: Variant | Mapping[str, Any],
+            b: Variant | Mapping[str, Any], *, backend: Backend | str | None = None,
+            tolerance: TolerancePolicy = None, passes: int = 7, per_pass: int = 3,
+            warmup: int = 3, flush: bool = True, seed: int = 0) -> ABResult:
+    """Interleaved A/B timing of two variants of one recording; ``speedup`` is B over A.
+
+    Both are compiled, run and verified first; a side that fails raises its typed error
+    (WrongResultError names the failing buffers). Then each is warmed up and the two are
+    timed alternately (:func:`kernforge.harness.interleave`), restoring before every run.
+    """
+    Protocol(warmup=warmup, passes=passes, flush=flush)
+    be = get_backend(backend if backend is not None else recording.backend)
+    pa = _checked(recording, be, a, tolerance, "a")
+    pb = _checked(recording, be, b, tolerance, "b")
+    for p in (pa, pb):
+        p.measure(warmup=warmup, repeat=0)
+
+    def run_a() -> float:
+        return pa.measure(warmup=0, repeat=1, flush=flush)[0]
+
+    def run_b() -> float:
+        return pb.measure(warmup=0, repeat=1, flush=flush)[0]
+
+    return interleave(run_a, run_b, passes=passes, per_pass=per_pass, seed=seed)

@@ -1,0 +1,56 @@
+"""Interleaved A/B: order alternates between passes; a 2x slower B gives ratio ~0.5."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from kernforge.core import ConfigError
+from kernforge.harness import interleave
+
+
+def test_order_alternates_between_passes():
+    calls: list[str] = []
+
+    def run(label: str, t: float):
+        def f() -> float:
+            calls.append(label)
+            return t
+        return f
+
+    r = interleave(run("a", 2.0), run("b", 1.0), passes=4, per_pass=3)
+    assert calls == list("ababab" "bababa" "ababab" "bababa")
+    assert r.first == ("a", "b", "a", "b")
+    assert r.ratios == (2.0,) * 4 and r.speedup == 2.0 and r.passes == 4
+    assert r.samples_a == ((2.0,) * 3,) * 4 and r.ci_low == r.ci_high == 2.0
+    doc = r.to_json()
+    json.dumps(doc)
+    assert doc["speedup"] == 2.0 and doc["median_b"] == 1.0
+
+
+def test_ratio_is_median_of_per_pass_ratios():
+    a_times = iter([1.0, 3.0, 2.0] + [10.0, 10.0, 10.0] + [1.0, 1.0, 1.0])
+    r = interleave(lambda: next(a_times), lambda: 1.0, passes=3, per_pass=3)
+    assert r.ratios == (2.0, 10.0, 1.0) and r.speedup == 2.0
+
+
+def _sleeper(seconds: float):
+    def run() -> float:
+        t0 = time.perf_counter()
+        time.sleep(seconds)
+        return time.perf_counter() - t0
+    return run
+
+
+def test_two_times_slower_b_gives_half():
+    r = interleave(_sleeper(0.002), _sleeper(0.004), passes=7, per_pass=3)
+    assert 0.4 < r.speedup < 0.6
+    assert r.ci_low <= r.speedup <= r.ci_high
+    assert len(r.ratios) == 7
+
+
+def test_bad_counts():
+    with pytest.raises(ConfigError):
+        interleave(lambda: 1.0, lambda: 1.0, passes=0)
