@@ -1,0 +1,95 @@
+"""Recording format v1: names, the manifest checksum, and finding units on disk.
+
+See docs/recording-format.md. :mod:`kernforge.record.format` re-exports everything public here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..core import RecordingError
+
+FORMAT = "kernforge-recording"
+SCHEMA_VERSION = 1
+READABLE_VERSIONS = (1,)
+MANIFEST = "manifest.json"
+BLOBS = "blobs"
+TMP_PREFIX = ".tmp-"
+
+PathLike = str | os.PathLike
+
+
+def canonical_json(obj: Any) -> bytes:
+    """The bytes the checksum is computed over: sorted keys, no whitespace, ASCII."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False).encode("ascii")
+
+
+def manifest_checksum(manifest: Mapping[str, Any]) -> str:
+    body = {k: v for k, v in manifest.items() if k != "checksum"}
+    return hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+def fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unit_key(p: Path) -> tuple[Any, ...]:
+    entry, _, n = p.name.rpartition("-")
+    return (str(p.parent), entry, int(n)) if n.isdigit() else (str(p.parent), p.name, -1)
+
+
+def _walk_dirs(root: Path) -> list[Path]:
+    """Every directory under ``root`` (not descending into units or .tmp-* directories)."""
+    out, stack = [], [root]
+    while stack:
+        d = stack.pop()
+        for c in d.iterdir():
+            if c.is_dir() and not c.is_symlink():
+                out.append(c)
+                if not c.name.startswith(TMP_PREFIX) and not (c / MANIFEST).is_file():
+                    stack.append(c)
+    return out
+
+
+def find_recordings(path: PathLike) -> list[Path]:
+    """``path`` itself if it is a unit, else every unit under it (sorted; .tmp-* ignored)."""
+    p = Path(path)
+    if not p.is_dir():
+        raise RecordingError(f"{p}: no such recordings directory",
+                             hint="give a directory written by kernforge record, or one unit")
+    if (p / MANIFEST).is_file() and not p.name.startswith(TMP_PREFIX):
+        return [p]
+    units = [d for d in _walk_dirs(p)
+             if not d.name.startswith(TMP_PREFIX) and (d / MANIFEST).is_file()]
+    return sorted(units, key=_unit_key)
+
+
+def clean_partial(root: PathLike, *, older_than_s: float = 0.0) -> list[Path]:
+    """Remove ``.tmp-*`` directories left by interrupted writers; return what was removed.
+
+    Do not run it while a recorder writes into ``root`` unless ``older_than_s`` is set.
+    """
+    p = Path(root)
+    if not p.is_dir():
+        return []
+    now, removed = time.time(), []
+    for d in _walk_dirs(p):
+        if d.name.startswith(TMP_PREFIX) and now - d.stat().st_mtime >= older_than_s:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return sorted(removed)
