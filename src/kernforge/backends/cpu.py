@@ -1,0 +1,347 @@
+"""The ``cpu`` backend: C kernels with OpenMP, built by the host C compiler, called by ctypes.
+
+A variant becomes a shared library (``-shared -fPIC -fopenmp``). The source the compiler sees is
+the kernel's code with scalar ``Variant.constants`` compiled in (:mod:`.rewrite`), a
+``schedule(...)`` clause added to every ``omp for`` pragma that has none (the ``omp_schedule``
+and ``omp_chunk`` knobs), and a tiny exported helper appended that sets the OpenMP thread count
+before each launch (through the same libgomp the kernel uses). Libraries are cached on disk,
+keyed by that final source, the exact compiler flags and the compiler's identity, so a second
+process loads instead of compiling::
+
+    $KERNFORGE_CACHE_DIR/cpu/<sha256>.so      (default ~/.cache/kernforge/cpu/)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..core import (
+    BackendUnavailableError,
+    CompileError,
+    KernelSource,
+    LaunchConfig,
+    Param,
+    SignatureError,
+    Variant,
+)
+from .base import Backend, Compiled, Knob
+from .rewrite import rewrite
+from .signature import parse_signature
+
+COMPILE_TIMEOUT_S = 120.0
+FALLBACK_LLC_BYTES = 32 << 20
+SET_THREADS = "kf__set_threads"
+HELPER = f"""
+/* appended by kernforge: OpenMP threads for the next launch (0 = every processor) */
+#include <omp.h>
+void {SET_THREADS}(int n) {{ omp_set_num_threads(n > 0 ? n : omp_get_num_procs()); }}
+"""
+_CTYPES: dict[str, Any] = {
+    "int8": ctypes.c_int8, "uint8": ctypes.c_uint8, "int16": ctypes.c_int16,
+    "uint16": ctypes.c_uint16, "int32": ctypes.c_int32, "uint32": ctypes.c_uint32,
+    "int64": ctypes.c_int64, "uint64": ctypes.c_uint64, "float32": ctypes.c_float,
+    "float64": ctypes.c_double, "bool": ctypes.c_bool,
+}
+_OMP_FOR = re.compile(r"^\s*#\s*pragma\s+omp\s+(?:parallel\s+)?for(?:\s+simd)?\b")
+_SCHEDULE = re.compile(r"\bschedule\s*\(")
+
+
+# ---- pure helpers (tested directly) -------------------------------------------------------
+def apply_schedule(code: str, kind: str, chunk: int = 0) -> str:
+    """Add ``schedule(kind[, chunk])`` to each ``omp [parallel] for`` pragma that has none.
+
+    ``kind == "default"`` leaves the code unchanged; pragmas that already name a schedule (on
+    any of their continuation lines) are left alone.
+    """
+    if kind == "default":
+        return code
+    clause = f" schedule({kind}, {chunk})" if chunk else f" schedule({kind})"
+    lines = code.split("\n")
+    for i, line in enumerate(lines):
+        m = _OMP_FOR.match(line)
+        if m is None:
+            continue
+        j = i
+        while lines[j].rstrip().endswith("\\") and j + 1 < len(lines):
+            j += 1
+        if not _SCHEDULE.search(" ".join(lines[i:j + 1])):
+            lines[i] = line[: m.end()] + clause + line[m.end():]
+    return "\n".join(lines)
+
+
+def compiler_flags(options: Mapping[str, Any],
+                   defines: Sequence[tuple[str, str]] = ()) -> list[str]:
+    """The compiler flags for resolved knob values and tunable ``#define``s."""
+    flags = [f"-{options['opt_level']}", "-shared", "-fPIC", "-fopenmp"]
+    if options["march"] == "native":
+        flags.append("-march=native")
+    if options["unroll"]:
+        flags.append("-funroll-loops")
+    flags += {"on": ["-ftree-vectorize"], "off": ["-fno-tree-vectorize"]}.get(
+        options["vectorize"], [])
+    if options["fast_math"]:
+        flags.append("-ffast-math")
+    flags += [f"-D{name}={value}" for name, value in defines]
+    return flags
+
+
+def find_compiler() -> list[str]:
+    """``$CC`` (split like a shell would), else the first of cc/gcc/clang on PATH."""
+    words = shlex.split(os.environ.get("CC", ""))
+    for name in words[:1] or ["cc", "gcc", "clang"]:
+        path = shutil.which(name)
+        if path:
+            return [path, *words[1:]]
+    what = f"CC={os.environ['CC']!r} is not an executable" if words else \
+        "no C compiler (cc, gcc, clang) on PATH"
+    raise BackendUnavailableError(f"the cpu backend needs a C compiler: {what}",
+                                  hint="install gcc or clang (with OpenMP), or set CC to one")
+
+
+def cache_dir() -> Path:
+    """Where compiled libraries live: ``$KERNFORGE_CACHE_DIR/cpu`` or ``~/.cache/kernforge/cpu``."""
+    root = os.environ.get("KERNFORGE_CACHE_DIR")
+    if root:
+        return Path(root) / "cpu"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "kernforge" / "cpu"
+
+
+def llc_bytes() -> int:
+    """Size of the last-level cache of cpu0 (sysfs), else a generous fallback."""
+    best: tuple[int, int] = (0, 0)
+    for d in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level = int((d / "level").read_text())
+            text = (d / "size").read_text().strip().upper()
+        except (OSError, ValueError):
+            continue
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            best = max(best, (level, int(digits) * mult))
+    return best[1] or FALLBACK_LLC_BYTES
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith(("model name", "hardware", "cpu model")):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown cpu"
+
+
+def _marshal(signature: Sequence[Param], entry: str) -> tuple[list[Any], tuple[bool, ...]]:
+    """ctypes argtypes and, per parameter, whether it is passed as a data pointer."""
+    argtypes: list[Any] = []
+    for p in signature:
+        if p.pointer:
+            argtypes.append(ctypes.c_void_p)
+        elif p.dtype in _CTYPES:
+            argtypes.append(_CTYPES[p.dtype])
+        else:
+            raise SignatureError(
+                f"parameter {p.name!r} of {entry} is a {p.ctype!r} scalar, which the cpu backend "
+                f"cannot pass by value",
+                hint="pass it as float (or double), or through a pointer")
+    return argtypes, tuple(p.pointer for p in signature)
+
+
+# ---- the compiled handle ------------------------------------------------------------------
+@dataclass
+class CpuKernel:
+    """A loaded library: the prepared entry point plus how it was built."""
+
+    fn: Any  # ctypes function, argtypes/restype set
+    set_threads: Any  # ctypes function kf__set_threads(int)
+    pointers: tuple[bool, ...]
+    path: Path
+    lib: Any = field(repr=False, default=None)  # keeps the CDLL alive
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, args: Sequence[Any], threads: int | None) -> None:
+        self.set_threads(threads or 0)
+        self.fn(*[a.ctypes.data if p else a for p, a in zip(self.pointers, args)])
+
+
+class CpuBackend(Backend):
+    """C + OpenMP through the host compiler; "device memory" is host memory."""
+
+    name = "cpu"
+    language = "c"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._cc = find_compiler()
+        self._compiler_id = self._identify(self._cc)
+        self._openmp: str | None = None
+        self._flush: np.ndarray | None = None
+
+    @staticmethod
+    def _identify(cc: list[str]) -> str:
+        try:
+            proc = subprocess.run([*cc, "--version"], check=False, capture_output=True,
+                                  text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise BackendUnavailableError(f"C compiler {cc[0]} does not run: {exc}",
+                                          hint="set CC to a working gcc or clang") from exc
+        first = (proc.stdout or proc.stderr).strip().splitlines()[:1]
+        if proc.returncode != 0 or not first:
+            raise BackendUnavailableError(f"{shlex.join(cc)} --version failed "
+                                          f"(exit {proc.returncode})",
+                                          hint="set CC to a working gcc or clang")
+        return " ".join([os.path.realpath(cc[0]), *cc[1:], first[0].strip()])
+
+    # ---- Backend interface ------------------------------------------------------------------
+    def knobs(self) -> tuple[Knob, ...]:
+        return (
+            Knob("opt_level", "choice", "O2", ("O0", "O1", "O2", "O3", "Os"),
+                 doc="optimization level -O<n>"),
+            Knob("march", "choice", "default", ("default", "native"),
+                 doc="native: -march=native (instructions of this CPU)"),
+            Knob("unroll", "bool", False, doc="-funroll-loops"),
+            Knob("vectorize", "choice", "default", ("default", "on", "off"),
+                 doc="on: -ftree-vectorize, off: -fno-tree-vectorize"),
+            Knob("fast_math", "bool", False, doc="-ffast-math (results may differ)",
+                 needs_tolerance=True),
+            Knob("omp_schedule", "choice", "default", ("default", "static", "dynamic", "guided"),
+                 doc="schedule(...) added to omp for pragmas that have none"),
+            Knob("omp_chunk", "int", 0, low=0, high=65536,
+                 doc="chunk size of omp_schedule (0 = none; ignored with default)"),
+        )
+
+    def identity(self) -> dict[str, Any]:
+        return {"device": _cpu_model(), "cores": os.cpu_count(), "compiler": self._compiler_id,
+                "openmp": self.openmp_version()}
+
+    def openmp_version(self) -> str:
+        """The compiler's ``_OPENMP`` date (e.g. ``201511``), or ``"unavailable"``."""
+        if self._openmp is None:
+            try:
+                proc = subprocess.run([*self._cc, "-fopenmp", "-dM", "-E", "-x", "c", os.devnull],
+                                      check=False, capture_output=True, text=True, timeout=30)
+                m = re.search(r"#define _OPENMP (\d+)", proc.stdout)
+                self._openmp = m.group(1) if m else "unavailable"
+            except (OSError, subprocess.SubprocessError):
+                self._openmp = "unavailable"
+        return self._openmp
+
+    def parse_signature(self, source: KernelSource) -> tuple[Param, ...]:
+        return parse_signature(source)
+
+    def compile(self, variant: Variant, *, tolerant: bool = False) -> Compiled:
+        compiled = super().compile(variant, tolerant=tolerant)
+        if not compiled.info:  # first build in this process: publish how it was built
+            compiled.info.update(compiled.handle.info)
+        return compiled
+
+    def _compile(self, variant: Variant, signature: tuple[Param, ...]) -> tuple[Any, str]:
+        entry = variant.source.entry
+        argtypes, pointers = _marshal(signature, entry)
+        opts = variant.options.as_dict()
+        code = rewrite(variant.source, signature, constants=dict(variant.constants) or None)
+        code = apply_schedule(code, str(opts["omp_schedule"]), int(opts["omp_chunk"]))
+        code += "\n" + HELPER
+        flags = [*self._cc[1:], *compiler_flags(opts, variant.defines)]
+        key = hashlib.sha256("\0".join([code, shlex.join(flags), self._compiler_id])
+                             .encode()).hexdigest()
+        path = cache_dir() / f"{key}.so"
+        hit = path.is_file()
+        log = "" if hit else self._build(code, flags, path, entry)
+        lib = _load(path, entry)
+        fn = lib[entry]
+        fn.argtypes, fn.restype = argtypes, None
+        set_threads = lib[SET_THREADS]
+        set_threads.argtypes, set_threads.restype = [ctypes.c_int], None
+        command = shlex.join([self._cc[0], *flags, f"{entry}.c", "-o", str(path), "-lm"])
+        info = {"disk_cache": hit, "library": str(path), "flags": flags, "command": command,
+                "compiler": self._compiler_id}
+        return CpuKernel(fn, set_threads, pointers, path, lib, info), log
+
+    def _build(self, code: str, flags: list[str], out: Path, entry: str) -> str:
+        """Compile ``code`` into ``out`` atomically; return the compiler's stderr."""
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, part = tempfile.mkstemp(dir=out.parent, prefix=out.stem[:16] + "-", suffix=".part")
+        os.close(fd)
+        try:
+            with tempfile.TemporaryDirectory(prefix="kernforge-cpu-") as tmp:
+                src = Path(tmp) / f"{entry}.c"
+                src.write_text(code)
+                cmd = [self._cc[0], *flags, str(src), "-o", part, "-lm"]
+                proc = _run_compiler(cmd, entry)
+            if proc.returncode != 0:
+                head = "\n".join(proc.stderr.strip().splitlines()[:12])
+                hint = ("the compiler lacks OpenMP: install libgomp/libomp or set CC to gcc"
+                        if "omp.h" in proc.stderr else "fix the source, or the flags: "
+                        + shlex.join(flags))
+                raise CompileError(f"{entry}: the C compiler rejected the variant "
+                                   f"(exit {proc.returncode}):\n{head}", log=proc.stderr,
+                                   hint=hint)
+            os.replace(part, out)
+        finally:
+            if os.path.exists(part):
+                os.unlink(part)
+        return proc.stderr
+
+    def _launch(self, handle: Any, args: Sequence[Any], launch: LaunchConfig) -> None:
+        handle(args, launch.threads)
+
+    def to_device(self, array: np.ndarray) -> np.ndarray:
+        return np.array(array, copy=True, order="C")
+
+    def restore(self, buffer: np.ndarray, array: Any) -> None:
+        np.copyto(buffer, array)
+
+    def to_host(self, buffer: np.ndarray) -> np.ndarray:
+        return np.array(buffer, copy=True)
+
+    def flush_cache(self) -> None:
+        """Read and write a buffer twice the last-level cache (allocated once, reused)."""
+        if self._flush is None:
+            self._flush = np.zeros(2 * llc_bytes() // 8, dtype=np.uint64)
+        self._flush += np.uint64(1)
+
+
+def _run_compiler(cmd: list[str], entry: str) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(cmd, check=False, capture_output=True, text=True,
+                              timeout=COMPILE_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        raise CompileError(f"{entry}: the C compiler timed out after {COMPILE_TIMEOUT_S:g} s",
+                           log=str(exc.stderr or ""),
+                           hint="simplify the variant (smaller unroll/defines), or raise "
+                                "kernforge.backends.cpu.COMPILE_TIMEOUT_S") from None
+    except OSError as exc:
+        raise CompileError(f"{entry}: the C compiler could not run: {exc}", log=str(exc),
+                           hint="check that CC points to a working compiler") from None
+
+
+def _load(path: Path, entry: str) -> Any:
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as exc:
+        raise CompileError(f"{entry}: the compiled library does not load: {exc}", log=str(exc),
+                           hint="an undefined function? link what the kernel calls, or "
+                                "define it in the source") from None
+    try:
+        lib[entry]
+    except AttributeError:
+        raise CompileError(f"{entry}: the compiled library exports no symbol {entry!r}",
+                           hint="give the entry point external linkage (not static)") from None
+    return lib
