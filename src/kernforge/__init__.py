@@ -15,10 +15,8 @@ from ._version import __version__
 _EXPORTS = {
     "Kernel": "kernforge.backends.kernel",
     "get_backend": "kernforge.backends.base",
-    "record": "kernforge.record.capture",
     "load_recording": "kernforge.record.format",
     "find_recordings": "kernforge.record.format",
-    "replay": "kernforge.replay.engine",
     "compare": "kernforge.replay.engine",
     "Status": "kernforge.core",
     "KernelSource": "kernforge.core",
@@ -31,7 +29,13 @@ _EXPORTS = {
     "KernforgeError": "kernforge.core",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = ["__version__", "record", "replay", *_EXPORTS]
+
+# ``record`` and ``replay`` are both subpackages and the functions users call. Importing a
+# subpackage binds its name on this package, which would shadow a lazy export, so these two are
+# bound eagerly, after their subpackages are imported.
+from .record.capture import record  # noqa: E402
+from .replay.engine import replay  # noqa: E402
 
 
 def __getattr__(name: str) -> Any:

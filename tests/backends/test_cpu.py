@@ -107,7 +107,8 @@ def test_march_native_uses_this_cpu(backend: CpuBackend) -> None:
 def test_compiler_flags_table() -> None:
     base = {"opt_level": "O2", "march": "default", "unroll": False, "vectorize": "default",
             "fast_math": False}
-    assert compiler_flags(base) == ["-O2", "-shared", "-fPIC", "-fopenmp"]
+    assert compiler_flags(base) == ["-O2", "-shared", "-fPIC", "-fopenmp", "-ffp-contract=off"]
+    assert "-ffp-contract=fast" in compiler_flags({**base, "fp_contract": "fast"})
     flags = compiler_flags({**base, "opt_level": "O3", "march": "native", "unroll": True,
                             "vectorize": "on", "fast_math": True}, [("BS", "64")])
     assert flags[0] == "-O3"

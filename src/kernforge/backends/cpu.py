@@ -93,6 +93,9 @@ def compiler_flags(options: Mapping[str, Any],
         flags.append("-funroll-loops")
     flags += {"on": ["-ftree-vectorize"], "off": ["-fno-tree-vectorize"]}.get(
         options["vectorize"], [])
+    # Contraction into FMA changes results bit-for-bit and depends on -march, so it is off
+    # unless asked for (under a tolerance); fast-math implies it.
+    flags.append(f"-ffp-contract={options.get('fp_contract', 'off')}")
     if options["fast_math"]:
         flags.append("-ffast-math")
     flags += [f"-D{name}={value}" for name, value in defines]
@@ -220,6 +223,9 @@ class CpuBackend(Backend):
                  doc="on: -ftree-vectorize, off: -fno-tree-vectorize"),
             Knob("fast_math", "bool", False, doc="-ffast-math (results may differ)",
                  needs_tolerance=True),
+            Knob("fp_contract", "choice", "off", ("off", "fast"), needs_tolerance=True,
+                 doc="-ffp-contract: fast lets the compiler fuse multiply-adds (results "
+                     "may differ)"),
             Knob("omp_schedule", "choice", "default", ("default", "static", "dynamic", "guided"),
                  doc="schedule(...) added to omp for pragmas that have none"),
             Knob("omp_chunk", "int", 0, low=0, high=65536,

@@ -21,10 +21,6 @@ from .base import Backend, Compiled, Knob
 from .rewrite import rewrite
 from .signature import parse_signature
 
-CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
-CU_FUNC_ATTRIBUTE_NUM_REGS = 4
-CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES = 3
-CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 REGS = (0, 32, 40, 48, 56, 64, 72, 80, 96, 128, 168, 255)
 
 
@@ -75,7 +71,8 @@ class CudaBackend(Backend):
                  doc="--use_fast_math (tolerance mode only)"),
             Knob("extra_device_vectorization", "bool", False,
                  doc="--extra-device-vectorization"),
-            Knob("dopt", "choice", "default", ("default", "on", "off"), doc="-dopt"),
+            Knob("dopt", "choice", "default", ("default", "on"),
+                 doc="-dopt=on (NVRTC accepts no 'off')"),
             Knob("ptxas_opt", "choice", 3, (0, 1, 2, 3), doc="ptxas -O level"),
             Knob("ptxas_dlcm", "choice", "default", ("default", "ca", "cg"),
                  doc="ptxas default load cache modifier"),
@@ -133,7 +130,7 @@ class CudaBackend(Backend):
 
     def final_source(self, variant: Variant, signature: Sequence[Param]) -> str:
         o = variant.options.as_dict()
-        bounds = ((o["launch_bounds_max"], o["launch_bounds_min_blocks"])
+        bounds = ((int(o["launch_bounds_max"]), int(o["launch_bounds_min_blocks"]))
                   if o["launch_bounds_max"] else None)
         if o["launch_bounds_min_blocks"] and not bounds:
             raise ConfigError("launch_bounds_min_blocks needs launch_bounds_max",
@@ -152,8 +149,7 @@ class CudaBackend(Backend):
         options = self.nvrtc_options(variant)
         entry = variant.source.entry
         try:
-            module = self.cp.RawModule(code=code, options=options, name_expressions=[entry]
-                                       if "extern \"C\"" not in code else None)
+            module = self.cp.RawModule(code=code, options=options, name_expressions=[entry])
             fn = module.get_function(entry)
         except self.cp.cuda.compiler.CompileException as exc:
             log = str(exc)
@@ -162,13 +158,11 @@ class CudaBackend(Backend):
         except Exception as exc:  # invalid option, module load failure
             raise CompileError(f"could not build {entry}: {type(exc).__name__}: {exc}",
                                log=str(exc)) from exc
-        drv = self.cp.cuda.driver
-        handle = CudaHandle(
+        handle = CudaHandle(  # CuPy's RawKernel exposes the function attributes we need
             function=fn, module=module,
             block=variant.launch.block if variant.options.get("specialize_block") else None,
-            max_threads=drv.funcGetAttribute(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn.ptr),
-            num_regs=drv.funcGetAttribute(CU_FUNC_ATTRIBUTE_NUM_REGS, fn.ptr),
-            local_bytes=drv.funcGetAttribute(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn.ptr))
+            max_threads=int(fn.max_threads_per_block), num_regs=int(fn.num_regs),
+            local_bytes=int(fn.local_size_bytes))
         return handle, " ".join(options)
 
     def compile(self, variant: Variant, *, tolerant: bool = False) -> Compiled:
@@ -199,9 +193,7 @@ class CudaBackend(Backend):
                               f"kernel's limit of {handle.max_threads} (registers or "
                               f"launch bounds)", hint="use a smaller block")
         if launch.shared_mem > 48 * 1024 and handle.dyn_smem_set < launch.shared_mem:
-            self.cp.cuda.driver.funcSetAttribute(
-                handle.function.ptr, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                launch.shared_mem)
+            handle.function.max_dynamic_shared_size_bytes = launch.shared_mem
             handle.dyn_smem_set = launch.shared_mem
         try:
             handle.function(launch.grid, launch.block, tuple(args), shared_mem=launch.shared_mem)

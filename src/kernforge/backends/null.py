@@ -55,8 +55,9 @@ class NullBackend(Backend):
     def parse_signature(self, source: KernelSource) -> tuple[Param, ...]:
         try:
             tree = ast.parse(source.code)
-        except SyntaxError as exc:
-            raise SignatureError(f"python kernel source does not parse: {exc}") from exc
+        except SyntaxError as exc:  # for this backend, parsing is compiling
+            raise CompileError(f"python kernel source does not parse: {exc}",
+                               log=str(exc)) from exc
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef) and node.name == source.entry:
                 return tuple(_param(a, source.entry) for a in node.args.args)

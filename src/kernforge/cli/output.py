@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, Iterable
 
 from rich.console import Console
 
 from ..core import ConfigError, Measurement
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+# Not a terminal (CI logs, pipes): wide enough that tables are not cut.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
+err_console = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
 
 
 def fmt_time(seconds: float | None) -> str:

@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
 def _print_table(path: str, results: list[tuple[str, str, Measurement]]) -> None:
     table = Table(title=f"replay of {path}")
     for col in ("unit", "kernel", "status", "median", "min", "max", "runs", "max error"):
-        table.add_column(col, justify="right" if col in ("median", "min", "max", "runs") else "left")
+        table.add_column(col, justify="right" if col in ("median", "min", "max", "runs") else "left",
+                         no_wrap=col in ("unit", "status", "median"))
     for unit, kernel, m in results:
         style = "green" if m.ok else "bold red"
         table.add_row(unit, kernel, f"[{style}]{m.status.value}[/]", fmt_time(m.median if m.ok else None),

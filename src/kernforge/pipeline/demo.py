@@ -28,7 +28,7 @@ CANDIDATES: tuple[tuple[str, dict[str, Any], dict[str, str]], ...] = (
     ("O3 native unroll", {"opt_level": "O3", "march": "native", "unroll": True}, {}),
     ("O3 native TILE_J=64", {"opt_level": "O3", "march": "native"}, {"TILE_J": "64"}),
 )
-WRONG = ("CENTER_WEIGHT=5.0 (wrong on purpose)", {}, {"CENTER_WEIGHT": "5.0"})
+WRONG: tuple[str, dict[str, Any], dict[str, str]] = ("CENTER_WEIGHT=5.0 (wrong on purpose)", {}, {"CENTER_WEIGHT": "5.0"})
 
 
 @dataclass

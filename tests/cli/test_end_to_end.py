@@ -1,0 +1,92 @@
+"""End to end on the CPU backend, through the real `kernforge` command in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = ROOT / "examples" / "heat3d_cpu.py"
+APP_ARGS = ["--n", "24", "--steps", "6", "--diag-every", "3"]
+
+
+def kf(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kernforge", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("e2e")
+    r = kf("record", "-o", str(tmp / "rec"), "--", "python", str(APP), *APP_ARGS, cwd=tmp)
+    assert r.returncode == 0, r.stderr
+    return tmp / "rec"
+
+
+def test_app_output_identical_recorded_or_not(recorded: Path, tmp_path: Path) -> None:
+    plain = subprocess.run([sys.executable, str(APP), *APP_ARGS], capture_output=True, text=True,
+                           timeout=300, check=True).stdout
+    under = kf("record", "-o", str(tmp_path / "r2"), "--", "python", str(APP), *APP_ARGS,
+               cwd=tmp_path)
+    assert under.returncode == 0, under.stderr
+    checksum = [ln for ln in plain.splitlines() if "checksum" in ln]
+    assert checksum and checksum[0] in under.stdout
+
+
+def test_every_kernel_recorded_and_inspectable(recorded: Path) -> None:
+    r = kf("inspect", str(recorded), "--json", cwd=recorded.parent)
+    assert r.returncode == 0, r.stderr
+    units = json.loads(r.stdout)
+    names = {u["kernel"] for u in units}
+    assert names == {"heat_step", "apply_boundary", "max_change"}
+    per_kernel = {n: sum(u["kernel"] == n for u in units) for n in names}
+    assert per_kernel["heat_step"] == 4 and per_kernel["apply_boundary"] == 4  # default cap
+    assert per_kernel["max_change"] == 2  # only two diagnostics in 6 steps
+
+
+def test_replay_prints_ok_with_median(recorded: Path, tmp_path: Path) -> None:
+    out = tmp_path / "m.json"
+    r = kf("replay", str(recorded), "--repeat", "3", "--json", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "OK" in r.stdout and "WRONG" not in r.stdout
+    data = json.loads(out.read_text())
+    assert len(data) == 10 and all(d["status"] == "OK" and d["median"] > 0 for d in data)
+    assert all(len(d["samples"]) == 3 for d in data)
+
+
+def test_wrong_variant_exits_nonzero_naming_buffer(recorded: Path, tmp_path: Path) -> None:
+    r = kf("replay", str(recorded), "--kernels", "heat_step", "--define", "CENTER_WEIGHT=5.0",
+           "--repeat", "1", cwd=tmp_path)
+    assert r.returncode == 5, r.stdout + r.stderr
+    assert "WRONG_RESULT" in r.stdout
+    assert "buffer v:" in r.stderr and "max abs" in r.stderr
+
+
+def test_behaviour_preserving_define_and_options_verify(recorded: Path, tmp_path: Path) -> None:
+    r = kf("replay", str(recorded), "--kernels", "heat_step", "--define", "TILE_J=4",
+           "--opt", "opt_level=O3", "--opt", "unroll=true", "--repeat", "2", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_bad_input_gets_typed_errors(recorded: Path, tmp_path: Path) -> None:
+    r = kf("replay", str(tmp_path / "nowhere"), cwd=tmp_path)
+    assert r.returncode == 4 and "hint:" in r.stderr
+    r = kf("replay", str(recorded), "--opt", "opt_level=O9", "--repeat", "1", cwd=tmp_path)
+    assert r.returncode == 6 and "INVALID_CONFIG" in r.stdout + r.stderr
+    r = kf("replay", str(recorded), "--define", "broken", cwd=tmp_path)
+    assert r.returncode == 2 and "KEY=VALUE" in r.stderr
+    r = kf("record", "--", "python", str(tmp_path / "missing.py"), cwd=tmp_path)
+    assert r.returncode == 2 and "not found" in r.stderr
+
+
+def test_fast_math_needs_tolerance(recorded: Path, tmp_path: Path) -> None:
+    r = kf("replay", str(recorded), "--kernels", "heat_step", "--opt", "fast_math=true",
+           "--repeat", "1", cwd=tmp_path)
+    assert r.returncode == 6 and "tolerance" in (r.stdout + r.stderr)
+    r = kf("replay", str(recorded), "--kernels", "heat_step", "--opt", "fast_math=true",
+           "--tolerance", "norm:1e-9", "--repeat", "1", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
