@@ -128,6 +128,11 @@ class Backend(ABC):
     def flush_cache(self) -> None:
         """Evict the device's last-level cache (default: nothing)."""
 
+    def fingerprint(self, buffer: Any) -> tuple[int, int] | None:
+        """A content fingerprint computed where ``buffer`` lives (see :mod:`.fingerprint`), or
+        None when this backend verifies on the host (the default)."""
+        return None
+
     def check_launch(self, launch: LaunchConfig) -> None:
         """Raise ConfigError when ``launch`` is impossible on this device (default: accept)."""
 

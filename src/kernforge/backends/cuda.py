@@ -18,6 +18,8 @@ import numpy as np
 from ..core import (BackendUnavailableError, CompileError, ConfigError, KernelRuntimeError,
                     KernelSource, LaunchConfig, LaunchError, Param, Variant)
 from .base import Backend, Compiled, Knob
+from .fingerprint import CUDA_SOURCE as FINGERPRINT_SOURCE
+from .fingerprint import word_size
 from .rewrite import rewrite
 from .signature import parse_signature
 
@@ -57,6 +59,8 @@ class CudaBackend(Backend):
         self.props = self.cp.cuda.runtime.getDeviceProperties(dev.id)
         self.arch = dev.compute_capability
         self._flush: Any = None
+        self._fp: dict[int, Any] = {}
+        self._fp_out: Any = None
         self._events = (self.cp.cuda.Event(), self.cp.cuda.Event())
         self.xp = self.cp  # array module for on-device verification
 
@@ -226,6 +230,23 @@ class CudaBackend(Backend):
             l2 = int(self.props.get("l2CacheSize", 64 << 20) or (64 << 20))
             self._flush = self.cp.empty(2 * l2 // 4, dtype=self.cp.int32)
         self._flush.fill(0)
+
+    def fingerprint(self, buffer: Any) -> tuple[int, int]:
+        """The content fingerprint, computed on the device; only 8 bytes come back."""
+        cp = self.cp
+        if not self._fp:
+            mod = cp.RawModule(code=FINGERPRINT_SOURCE)
+            self._fp = {w: mod.get_function(f"kf_fp{w}") for w in (4, 2, 1)}
+            self._fp_out = cp.zeros(1, dtype=cp.uint64)
+        raw = cp.ascontiguousarray(buffer).reshape(-1).view(cp.uint8)
+        w = word_size(raw.size)
+        words = raw.view({4: cp.uint32, 2: cp.uint16, 1: cp.uint8}[w])
+        self._fp_out.fill(0)
+        n = int(words.size)
+        blocks = max(1, min(int(self.props.get("multiProcessorCount", 132)) * 8,
+                            (n + 255) // 256))
+        self._fp[w]((blocks,), (256,), (words, np.uint64(n), self._fp_out))
+        return int(self._fp_out.get()[0]), int(raw.size)
 
     # ---- memory ---------------------------------------------------------------------------
     def to_device(self, array: np.ndarray) -> Any:

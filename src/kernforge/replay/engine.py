@@ -37,7 +37,7 @@ from ..core import (
 from ..harness import ABResult, Protocol, interleave
 from .prepare import Prepared, TolerancePolicy, prepare, resolve_policies
 
-_OVERRIDE_KEYS = ("options", "defines", "launch", "source")
+_OVERRIDE_KEYS = ("options", "defines", "launch", "source", "constants")
 
 
 def _failure(exc: BaseException, stages: list[tuple[str, float]]) -> Measurement:
@@ -98,12 +98,14 @@ def _evaluate(recording: Recording, backend: Backend, variant: Variant,
 def replay(recording: Recording, *, backend: Backend | str | None = None,
            options: Mapping[str, Any] | None = None, defines: Mapping[str, Any] | None = None,
            launch: LaunchConfig | None = None, source: KernelSource | None = None,
+           constants: Mapping[str, Any] | None = None,
            tolerance: TolerancePolicy = None, warmup: int = 3, repeat: int = 10,
            flush: bool = True, verify_only: bool = False) -> Measurement:
     """Replay ``recording`` with the recorded variant, or one with overrides, and measure it.
 
-    The variant is the recorded one with ``options``/``defines`` merged in and ``launch``/
-    ``source`` replaced. It is compiled once; the prologue is restored, the kernel launched
+    The variant is the recorded one with ``options``/``defines``/``constants`` (scalar
+    parameters compiled in as constants) merged in and ``launch``/``source`` replaced. It is
+    compiled once; the prologue is restored, the kernel launched
     once, and *every* array argument verified (written ones against the epilogue, the others
     must still equal the prologue), each under its policy (``tolerance`` overrides the
     recording's, see :func:`resolve_policies`). Then that same compiled module is timed with
@@ -122,7 +124,7 @@ def replay(recording: Recording, *, backend: Backend | str | None = None,
     stages: list[tuple[str, float]] = []
     try:
         variant = recording.variant.with_(options=options, defines=defines, launch=launch,
-                                          source=source)
+                                          source=source, constants=constants)
         return _evaluate(recording, be, variant, tolerance, protocol, verify_only, stages)
     except RecordingError:
         raise
@@ -147,7 +149,8 @@ def _variant(recording: Recording, spec: Variant | Mapping[str, Any]) -> Variant
     if isinstance(source, str):
         source = recording.source.with_code(source)
     return recording.variant.with_(options=spec.get("options"), defines=spec.get("defines"),
-                                   launch=launch, source=source)
+                                   launch=launch, source=source,
+                                   constants=spec.get("constants"))
 
 
 def _checked(recording: Recording, backend: Backend, spec: Variant | Mapping[str, Any],

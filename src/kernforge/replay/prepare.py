@@ -1,8 +1,15 @@
 """A recording made ready to run: backend resolved, variant compiled, prologue on the device.
 
 :class:`Prepared` holds one compiled module and the device buffers it runs on; the replay engine
-verifies and times that same module. The expected outputs stay on the host side and are only
-read after the kernel finished (the candidate never sees them).
+verifies and times that same module. The expected outputs never sit in memory the candidate can
+address: on backends that fingerprint buffers where they live (the GPU), only a 64-bit
+fingerprint of each expected buffer is kept, the output's fingerprint is computed on the device
+after the run, and a buffer whose fingerprint differs is read back and checked in full on the
+host (measuring its error). Elsewhere every buffer is read back and checked on the host.
+
+Restores copy from *pristine* buffers (device-resident copies of the prologue), so on the GPU a
+restore is a device-to-device copy. The first run restores every array; timed runs restore the
+buffers the recorded launch wrote (a variant that verified did not change its inputs).
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from ..core import (
     Tolerance,
     Variant,
 )
-from ..harness import measure, verify
+from ..harness import check_buffer, measure, verify
 
 TolerancePolicy = Tolerance | Mapping[str, Tolerance | str] | None
 
@@ -91,17 +98,22 @@ class Prepared:
     buffers: dict[str, Any]
     args: list[Any]
     compile_s: float
-    prologue: dict[str, np.ndarray] = field(repr=False)
+    pristine: dict[str, Any] = field(repr=False)
+    written: tuple[str, ...] = ()
+    expected_fp: dict[str, tuple[int, int]] | None = None
     _expected: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     @property
     def launch(self) -> LaunchConfig:
         return self.compiled.variant.launch
 
-    def restore(self) -> None:
-        """Copy the recorded prologue back into every array buffer."""
-        for name, buf in self.buffers.items():
-            self.backend.restore(buf, self.prologue[name])
+    def restore(self, *, all_buffers: bool = True) -> None:
+        """Copy the recorded prologue back (every array, or only the written ones)."""
+        for name in (self.buffers if all_buffers else self.written):
+            self.backend.restore(self.buffers[name], self.pristine[name])
+
+    def restore_written(self) -> None:
+        self.restore(all_buffers=False)
 
     def run_once(self) -> None:
         """Launch once and wait for it (the caller restores first)."""
@@ -119,12 +131,22 @@ class Prepared:
 
     def verify(self) -> tuple[BufferCheck, ...]:
         """Check every array buffer now on the device against the recording."""
-        return verify(self.read_back(), self.expected(), self.policies)
+        if self.expected_fp is None:
+            return verify(self.read_back(), self.expected(), self.policies)
+        checks = []
+        for name, buf in self.buffers.items():
+            policy = self.policies[name]
+            if self.backend.fingerprint(buf) == self.expected_fp[name]:  # bit-identical
+                checks.append(BufferCheck(name, True, policy.mode, int(buf.size)))
+            else:
+                checks.append(check_buffer(name, self.backend.to_host(buf),
+                                           self.recording.expected(name), policy))
+        return tuple(checks)
 
     def measure(self, *, warmup: int = 3, repeat: int = 10, flush: bool = True) -> list[float]:
         """The timing protocol on this compiled module, restoring before every run."""
-        return measure(self.backend, self.compiled, self.args, self.launch, self.restore,
-                       warmup=warmup, repeat=repeat, flush=flush)
+        return measure(self.backend, self.compiled, self.args, self.launch,
+                       self.restore_written, warmup=warmup, repeat=repeat, flush=flush)
 
 
 def prepare(recording: Recording, *, backend: Backend | str | None = None,
@@ -141,8 +163,31 @@ def prepare(recording: Recording, *, backend: Backend | str | None = None,
     compiled = be.compile(variant or recording.variant,
                           tolerant=is_tolerant(recording, policies))
     compile_s = time.perf_counter() - t0
-    prologue = {a.name: np.ascontiguousarray(recording.prologue(a.name))
-                for a in recording.args if a.is_array}
-    buffers = {name: be.to_device(arr) for name, arr in prologue.items()}
+    arrays = [a for a in recording.args if a.is_array]
+    pristine = {a.name: be.to_device(np.ascontiguousarray(recording.prologue(a.name)))
+                for a in arrays}
+    buffers = {name: be.to_device(recording.prologue(name)) for name in pristine}
     args = bind_args(recording, compiled, buffers)
-    return Prepared(recording, be, compiled, policies, buffers, args, compile_s, prologue)
+    written = tuple(a.name for a in arrays if a.written)
+    return Prepared(recording, be, compiled, policies, buffers, args, compile_s, pristine,
+                    written, _expected_fingerprints(be, recording, pristine))
+
+
+def _expected_fingerprints(be: Backend, recording: Recording, pristine: Mapping[str, Any]
+                           ) -> dict[str, tuple[int, int]] | None:
+    """Fingerprints of the expected contents, where the backend computes them on the device.
+    An expected buffer is uploaded only for this and freed: the candidate never sees it."""
+    out: dict[str, tuple[int, int]] = {}
+    for a in recording.args:
+        if not a.is_array:
+            continue
+        if a.written:
+            tmp = be.to_device(np.ascontiguousarray(recording.expected(a.name)))
+            fp = be.fingerprint(tmp)
+            del tmp
+        else:
+            fp = be.fingerprint(pristine[a.name])
+        if fp is None:
+            return None
+        out[a.name] = fp
+    return out
