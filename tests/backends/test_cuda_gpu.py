@@ -6,8 +6,16 @@ import numpy as np
 import pytest
 
 from kernforge.backends import get_backend
-from kernforge.core import (CompileError, CompileOptions, ConfigError, KernelSource, LaunchConfig,
-                            LaunchError, Variant)
+from kernforge.core import (
+    BackendUnavailableError,
+    CompileError,
+    CompileOptions,
+    ConfigError,
+    KernelSource,
+    LaunchConfig,
+    LaunchError,
+    Variant,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -35,7 +43,7 @@ __global__ void plain_cpp(float* y, int n) { int i = threadIdx.x; if (i < n) y[i
 def cuda():
     try:
         return get_backend("cuda")
-    except Exception as exc:  # pragma: no cover - only without a GPU
+    except BackendUnavailableError as exc:  # pragma: no cover - only without a GPU
         pytest.skip(f"no cuda backend here: {exc}")
 
 
