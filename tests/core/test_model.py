@@ -125,3 +125,13 @@ def test_errors_carry_hint_status_and_log() -> None:
     assert err.status is Status.COMPILE_FAILED and err.log == "error: x"
     assert isinstance(err, KernforgeError) and str(KernforgeError("plain")) == "plain"
     assert ConfigError("x").exit_code == 2 and Status.OK.ok and not Status.TIMEOUT.ok
+
+
+def test_reblocked_keeps_the_work_decomposition() -> None:
+    launch = LaunchConfig(grid=(16, 128, 510), block=(32, 4, 1), shared_mem=64)
+    new = launch.reblocked((128, 2, 1))
+    assert new.block == (128, 2, 1) and new.grid == (4, 256, 510) and new.shared_mem == 64
+    odd = launch.reblocked((100, 3, 1))  # rounds up: at least as many threads per dimension
+    assert odd.grid == (6, 171, 510)
+    assert all(g * b >= og * ob for g, b, og, ob in zip(odd.grid, odd.block, launch.grid,
+                                                         launch.block))

@@ -88,6 +88,14 @@ class LaunchConfig:
     def threads_per_block(self) -> int:
         return self.block[0] * self.block[1] * self.block[2]
 
+    def reblocked(self, block: int | Iterable[int]) -> "LaunchConfig":
+        """The same work decomposition with another block: per dimension, the grid covers at
+        least the recorded number of threads (for kernels that bounds-check their index)."""
+        new = _dims(block, "block")
+        grid = tuple(-(-g * b // nb) for g, b, nb in zip(self.grid, self.block, new))
+        return LaunchConfig(grid=grid, block=new, shared_mem=self.shared_mem,
+                            threads=self.threads)
+
     def to_json(self) -> dict[str, Any]:
         return {"grid": list(self.grid), "block": list(self.block),
                 "shared_mem": self.shared_mem, "threads": self.threads}
