@@ -167,3 +167,13 @@ def test_verify_all_buffers():
     assert by_name["x"].passed
     assert not by_name["y"].passed and "no output" in by_name["y"].detail
     assert not by_name["z"].passed and "no expected" in by_name["z"].detail
+
+
+def test_infinities_never_pass_a_tolerance_unless_identical() -> None:
+    ref = np.array([np.inf, 1.0, 2.0])
+    assert not check_buffer("y", np.array([-np.inf, 1.0, 2.0]), ref, Tolerance("rel", rtol=0.5)).passed
+    assert not check_buffer("y", np.array([5.0, 1.0, 2.0]), ref, Tolerance("rel", rtol=0.5)).passed
+    assert check_buffer("y", np.array([np.inf, 1.0, 2.0 + 1e-9]), ref, Tolerance("rel", rtol=1e-6)).passed
+    # a matching infinity must not make the norm infinite and excuse errors elsewhere
+    bad = check_buffer("y", np.array([np.inf, 100.0, -5.0]), ref, Tolerance("norm", tol=1e-3))
+    assert not bad.passed and np.isfinite(bad.norm_ratio) and bad.norm_ratio > 1

@@ -61,10 +61,13 @@ class KernelSource:
 
     @property
     def digest(self) -> str:
-        return hashlib.sha256(f"{self.language}\0{self.entry}\0{self.code}".encode()).hexdigest()
+        sig = repr(self.signature) if self.signature is not None else ""
+        return hashlib.sha256(
+            f"{self.language}\0{self.entry}\0{self.code}\0{sig}".encode()).hexdigest()
 
     def with_code(self, code: str) -> "KernelSource":
-        return replace(self, code=code)
+        """The same kernel with new code; its signature is parsed again from that code."""
+        return replace(self, code=code, signature=None)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ Rules, per element, under a :class:`~kernforge.core.Tolerance`:
 - ``abs``: ``|out - ref| <= atol``; ``rel``: ``|out - ref| <= atol + rtol * |ref|``;
 - ``norm``: ``||out - ref||_2 / ||ref||_2 <= tol`` over the elements where neither is NaN
   (``||ref|| = 0`` passes only when ``out`` equals ``ref`` there too);
+- infinities pass only bit-identical, in every mode; norms are over finite elements;
 - NaN, for the tolerance modes: with ``nan="fail"`` a NaN on either side that is not
   bit-identical fails; with ``nan="match"`` a NaN passes where the expected value is NaN too.
 
@@ -124,11 +125,14 @@ def _numeric_check(name: str, o: np.ndarray, r: np.ndarray, same: np.ndarray, re
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(diff == 0.0, 0.0, diff / mag)
     rel[comparable & np.isnan(rel)] = np.inf
-    norm_ratio = _ratio(_norm(diff[comparable]), _norm(r[comparable]))
+    # Infinities are never "close": they pass only bit-identical, and norms are over finite
+    # elements (an infinite reference norm would excuse any error elsewhere).
+    finite = np.isfinite(o) & np.isfinite(r)
+    norm_ratio = _ratio(_norm(diff[finite]), _norm(r[finite]))
 
     ok = same.copy()
     if policy.mode != "bitwise":
-        num = comparable & differ
+        num = finite & differ
         if policy.mode == "abs":
             ok[num] = diff[num] <= policy.atol
         elif policy.mode == "rel":
