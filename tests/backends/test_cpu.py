@@ -267,3 +267,29 @@ def test_flush_buffer_is_twice_the_llc_and_reused(backend: CpuBackend) -> None:
     assert buf is not None and buf.nbytes >= 2 * cpu.llc_bytes()
     backend.flush_cache()
     assert backend._flush is buf and int(buf[0]) == 2
+
+
+def test_threads_default_follows_omp_num_threads(monkeypatch) -> None:
+    from kernforge.backends.cpu import default_threads
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1,2")
+    assert default_threads() == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "bogus")
+    assert default_threads() >= 1
+
+
+def test_no_thread_count_means_the_applications_openmp_default(tmp_path) -> None:
+    """OMP_NUM_THREADS=1 is honoured when the launch names no thread count."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import numpy as np, kernforge\n"
+        f"k = kernforge.Kernel({THREADS!r}, 'nthreads', backend='cpu')\n"
+        "out = np.zeros(2, np.int32); k(out); print(out[0])\n")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "KERNFORGE_CACHE_DIR": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "1"

@@ -224,3 +224,26 @@ def test_compare_raises_on_a_wrong_variant(scale_rec):
     assert "variant b" in str(err.value) and "y:" in str(err.value)
     with pytest.raises(ConfigError):
         compare(scale_rec, {}, {"flags": 1})
+
+
+STATEFUL = '''
+def bump(x: "double *", n: "int") -> None:
+    global CALLS
+    CALLS = globals().get("CALLS", 0) + 1
+    x[:n] += 1.0 if CALLS == 1 else 2.0
+'''
+
+
+def test_a_candidate_whose_later_runs_differ_is_caught(tmp_path):
+    """It verifies on its first run and goes wrong afterwards: the re-check after timing."""
+    import kernforge
+    from kernforge.record import find_recordings, load_recording
+
+    k = kernforge.Kernel(STATEFUL.replace("2.0", "1.0"), "bump", backend="null")
+    x = np.zeros(8)
+    with kernforge.record(tmp_path):
+        k(x, 8)
+    rec = load_recording(find_recordings(tmp_path)[0])
+    assert replay(rec, repeat=3).ok
+    m = replay(rec, source=rec.source.with_code(STATEFUL), repeat=3)
+    assert m.status is Status.WRONG_RESULT and "last timed run" in m.message

@@ -140,6 +140,18 @@ def llc_bytes() -> int:
     return best[1] or FALLBACK_LLC_BYTES
 
 
+def default_threads() -> int:
+    """What OpenMP would use when the launch names no thread count: the first value of
+    ``OMP_NUM_THREADS`` when set, else the processors this process may run on."""
+    first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if first.isdigit() and int(first) > 0:
+        return int(first)
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -195,6 +207,7 @@ class CpuBackend(Backend):
         self._compiler_id = self._identify(self._cc)
         self._openmp: str | None = None
         self._flush: np.ndarray | None = None
+        self.default_threads = default_threads()
 
     @staticmethod
     def _identify(cc: list[str]) -> str:
@@ -265,7 +278,8 @@ class CpuBackend(Backend):
         code = apply_schedule(code, str(opts["omp_schedule"]), int(opts["omp_chunk"]))
         code += "\n" + HELPER
         flags = [*self._cc[1:], *compiler_flags(opts, variant.defines)]
-        key = hashlib.sha256("\0".join([code, shlex.join(flags), self._compiler_id])
+        host = _cpu_model() if opts["march"] == "native" else ""  # -march=native is per-CPU
+        key = hashlib.sha256("\0".join([code, shlex.join(flags), self._compiler_id, host])
                              .encode()).hexdigest()
         path = cache_dir() / f"{key}.so"
         hit = path.is_file()
@@ -306,7 +320,7 @@ class CpuBackend(Backend):
         return proc.stderr
 
     def _launch(self, handle: Any, args: Sequence[Any], launch: LaunchConfig) -> None:
-        handle(args, launch.threads)
+        handle(args, launch.threads or self.default_threads)
 
     def to_device(self, array: np.ndarray) -> np.ndarray:
         return np.array(array, copy=True, order="C")

@@ -48,8 +48,9 @@ def run(args: argparse.Namespace) -> int:
     console.print("3. a variant that changes the arithmetic: "
                   f"[bold]{wrong.status.value}[/]")
     for c in wrong.failed_checks:
-        console.print(f"   buffer {c.describe()}")
-    console.print(f"\nrun directory: {result.run_dir}  (summary.json, {result.chart.name if result.chart else ''})")
+        console.print(f"   buffer {c.describe()}", markup=False)
+    chart = result.chart.name if result.chart else ""
+    console.print(f"\nrun directory: {result.run_dir}  (summary.json, {chart})", markup=False)
     ok = all(m.ok for _, m in result.baseline) and wrong.status is Status.WRONG_RESULT
     if not ok:
         console.print("[bold red]demo failed: a recorded kernel did not replay, or the wrong "

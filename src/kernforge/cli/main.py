@@ -14,6 +14,8 @@ from typing import Sequence
 from .._version import __version__
 from ..core import KernforgeError
 from . import demo_cmd, inspect_cmd, record_cmd, replay_cmd
+from rich.markup import escape
+
 from .output import err_console
 
 COMMANDS = (demo_cmd, record_cmd, inspect_cmd, replay_cmd)
@@ -40,9 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except KernforgeError as exc:
-        err_console.print(f"[bold red]error:[/] {exc.message}", markup=True, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(exc.message)}", soft_wrap=True)
         if exc.hint:
-            err_console.print(f"  [yellow]hint:[/] {exc.hint}", markup=True, soft_wrap=True)
+            err_console.print(f"  [yellow]hint:[/] {escape(exc.hint)}", soft_wrap=True)
         return exc.exit_code
     except KeyboardInterrupt:
         err_console.print("interrupted")

@@ -31,7 +31,8 @@ def run(args: argparse.Namespace) -> int:
     status, paths = record_application(command, args.out, kernels=args.kernels,
                                        max_instances=args.max_instances, skip=args.skip)
     console.print(f"recorded {len(paths)} kernel launch(es) into {args.out}"
-                  + ("" if status == 0 else f" (the application exited with status {status})"))
+                  + ("" if status == 0 else f" (the application exited with status {status})"),
+                  markup=False)
     for p in paths:
-        console.print(f"  {p}")
+        console.print(f"  {p}", markup=False)
     return status

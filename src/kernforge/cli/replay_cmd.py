@@ -6,9 +6,10 @@ import argparse
 import json
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
-from ..core import LaunchConfig, Measurement, Status, Tolerance
+from ..core import ConfigError, LaunchConfig, Measurement, Status, Tolerance
 from ..record import find_recordings, load_recording
 from ..replay import replay
 from .output import console, err_console, fmt_error, fmt_time, parse_pairs
@@ -42,17 +43,22 @@ def tolerance_overrides(items: list[str] | None) -> Tolerance | dict[str, Tolera
     if not items:
         return None
     per_buffer: dict[str, Tolerance] = {}
+    whole: list[Tolerance] = []
     for item in items:
         buf, sep, spec = item.partition("=")
         if sep and ":" not in buf:
             per_buffer[buf] = Tolerance.parse(spec)
         else:
-            return Tolerance.parse(item)
-    return per_buffer
+            whole.append(Tolerance.parse(item))
+    if whole and (per_buffer or len(whole) > 1):
+        raise ConfigError("give either one --tolerance SPEC for every written buffer, or "
+                          "--tolerance BUF=SPEC per buffer, not both",
+                          hint="name each buffer: --tolerance v=rel:1e-6 --tolerance w=abs:1e-9")
+    return whole[0] if whole else per_buffer
 
 
 def run(args: argparse.Namespace) -> int:
-    import fnmatch
+    from fnmatch import fnmatchcase
 
     defines = parse_pairs(args.define, "define", typed=False)
     options = parse_pairs(args.opt, "opt", typed=True)
@@ -60,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     results: list[tuple[str, str, Measurement]] = []
     for path in find_recordings(args.path):
         rec = load_recording(path)
-        if args.kernels and not fnmatch.fnmatch(rec.source.entry, args.kernels):
+        if args.kernels and not fnmatchcase(rec.source.entry, args.kernels):
             continue
         launch = (LaunchConfig(rec.launch.grid, rec.launch.block, rec.launch.shared_mem,
                                args.threads) if args.threads else None)
@@ -81,9 +87,10 @@ def _print_table(path: str, results: list[tuple[str, str, Measurement]]) -> None
                          no_wrap=col in ("unit", "status", "median"))
     for unit, kernel, m in results:
         style = "green" if m.ok else "bold red"
-        table.add_row(unit, kernel, f"[{style}]{m.status.value}[/]", fmt_time(m.median if m.ok else None),
+        table.add_row(escape(unit), escape(kernel), f"[{style}]{m.status.value}[/]",
+                      fmt_time(m.median if m.ok else None),
                       fmt_time(m.min if m.ok else None), fmt_time(m.max if m.ok else None),
-                      str(len(m.samples)), fmt_error(m))
+                      str(len(m.samples)), escape(fmt_error(m)))
     console.print(table)
 
 
@@ -92,9 +99,9 @@ def _exit_code(results: list[tuple[str, str, Measurement]]) -> int:
     for unit, _kernel, m in results:
         if m.ok:
             continue
-        err_console.print(f"[bold red]{unit}: {m.status.value}[/] {m.message}")
+        err_console.print(f"[bold red]{escape(unit)}: {m.status.value}[/] {escape(m.message)}")
         for c in m.failed_checks:
-            err_console.print(f"  buffer {c.describe()}")
+            err_console.print(f"  buffer {escape(c.describe())}")
         code = max(code, 5 if m.status is Status.WRONG_RESULT else 6)
     if not results:
         err_console.print("no recorded units matched")

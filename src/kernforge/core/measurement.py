@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
 from .status import Status
+
+
+def _finite(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    return v
 
 
 @dataclass(frozen=True)
@@ -66,11 +73,13 @@ class Measurement:
         return tuple(c for c in self.checks if not c.passed)
 
     def to_json(self) -> dict[str, Any]:
+        """Strict JSON: non-finite errors become the strings "inf" / "nan"."""
         return {
             "status": self.status.value, "message": self.message,
             "samples": list(self.samples),
             "median": self.median if self.samples else None,
-            "checks": [c.__dict__ | {"first_bad": list(c.first_bad) if c.first_bad else None}
+            "checks": [{k: _finite(v) for k, v in c.__dict__.items()}
+                       | {"first_bad": list(c.first_bad) if c.first_bad else None}
                        for c in self.checks],
             "stages": dict(self.stages), "extra": dict(self.extra),
         }

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..backends import Backend, get_backend
 from ..core import (
+    BackendUnavailableError,
     BufferCheck,
     CompileError,
     ConfigError,
@@ -92,6 +93,13 @@ def _evaluate(recording: Recording, backend: Backend, variant: Variant,
     samples = prepared.measure(warmup=protocol.warmup, repeat=protocol.repeat,
                                flush=protocol.flush)
     stages.append(("measure", time.perf_counter() - t0))
+    # The buffers now hold the last timed run's results: a candidate whose results depend on
+    # how often it ran, or that races, must not pass on the strength of its first run alone.
+    after = prepared.verify()
+    if any(not c.passed for c in after):
+        return Measurement(Status.WRONG_RESULT, message=_wrong(
+            after, f"{recording.name} (the last timed run; the first run verified)"),
+            checks=after, samples=tuple(samples), stages=tuple(stages))
     return Measurement(Status.OK, samples=tuple(samples), checks=checks, stages=tuple(stages))
 
 
@@ -126,8 +134,8 @@ def replay(recording: Recording, *, backend: Backend | str | None = None,
         variant = recording.variant.with_(options=options, defines=defines, launch=launch,
                                           source=source, constants=constants)
         return _evaluate(recording, be, variant, tolerance, protocol, verify_only, stages)
-    except RecordingError:
-        raise
+    except (RecordingError, BackendUnavailableError):
+        raise  # not the candidate's failure
     except Exception as exc:  # noqa: BLE001 - every candidate failure becomes data
         return _failure(exc, stages)
 
@@ -191,4 +199,11 @@ def compare(recording: Recording, a: Variant | Mapping[str, Any],
     def run_b() -> float:
         return pb.measure(warmup=0, repeat=1, flush=flush)[0]
 
-    return interleave(run_a, run_b, passes=passes, per_pass=per_pass, seed=seed)
+    result = interleave(run_a, run_b, passes=passes, per_pass=per_pass, seed=seed)
+    for label, p in (("a", pa), ("b", pb)):  # the last timed run of each must still verify
+        checks = p.verify()
+        if any(not c.passed for c in checks):
+            raise WrongResultError(
+                _wrong(checks, f"variant {label} of {recording.name} after timing"),
+                hint="its results change from run to run (state-dependent or racy)")
+    return result
