@@ -40,6 +40,7 @@ from ..core import (
 )
 from .base import Backend, Compiled, Knob
 from .rewrite import rewrite
+from .host import HostMemory
 from .signature import parse_signature
 
 COMPILE_TIMEOUT_S = 120.0
@@ -195,7 +196,7 @@ class CpuKernel:
         self.fn(*[a.ctypes.data if p else a for p, a in zip(self.pointers, args)])
 
 
-class CpuBackend(Backend):
+class CpuBackend(HostMemory, Backend):
     """C + OpenMP through the host compiler; "device memory" is host memory."""
 
     name = "cpu"
@@ -322,14 +323,6 @@ class CpuBackend(Backend):
     def _launch(self, handle: Any, args: Sequence[Any], launch: LaunchConfig) -> None:
         handle(args, launch.threads or self.default_threads)
 
-    def to_device(self, array: np.ndarray) -> np.ndarray:
-        return np.array(array, copy=True, order="C")
-
-    def restore(self, buffer: np.ndarray, array: Any) -> None:
-        np.copyto(buffer, array)
-
-    def to_host(self, buffer: np.ndarray) -> np.ndarray:
-        return np.array(buffer, copy=True)
 
     def flush_cache(self) -> None:
         """Read and write a buffer twice the last-level cache (allocated once, reused)."""

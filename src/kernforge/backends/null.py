@@ -22,6 +22,7 @@ import numpy as np
 from ..core import (CompileError, KernelRuntimeError, KernelSource, LaunchConfig, Param,
                     SignatureError, Variant)
 from .base import Backend, Knob
+from .host import HostMemory
 from .signature import C_TYPES, QUALIFIERS
 
 
@@ -40,7 +41,7 @@ def _param(arg: ast.arg, entry: str) -> Param:
                  pointer == 1 and "const" in text.split("*")[0].split())
 
 
-class NullBackend(Backend):
+class NullBackend(HostMemory, Backend):
     name = "null"
     language = "python"
 
@@ -85,11 +86,3 @@ class NullBackend(Backend):
         except Exception as exc:
             raise KernelRuntimeError(f"python kernel raised {type(exc).__name__}: {exc}") from exc
 
-    def to_device(self, array: np.ndarray) -> np.ndarray:
-        return np.array(array, copy=True, order="C")
-
-    def restore(self, buffer: np.ndarray, array: np.ndarray) -> None:
-        np.copyto(buffer, array)
-
-    def to_host(self, buffer: np.ndarray) -> np.ndarray:
-        return np.array(buffer, copy=True)
