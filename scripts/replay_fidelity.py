@@ -39,9 +39,9 @@ class LaunchTimer:
     def __init__(self) -> None:
         self.times: dict[str, list[float]] = defaultdict(list)
 
-    def before(self, kernel, compiled, args, launch):
-        kernel.backend.synchronize()
-        return kernel.name, time.perf_counter()
+    def before(self, event):
+        event.backend.synchronize()
+        return event.name, time.perf_counter()
 
     def after(self, token, error):
         name, t0 = token

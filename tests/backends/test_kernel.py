@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from kernforge.backends import Compiled, Kernel, add_observer, remove_observer
+from kernforge.backends import Kernel, LaunchEvent, add_observer, remove_observer
 from kernforge.core import (
     ArgumentError,
     BackendUnavailableError,
@@ -40,10 +40,12 @@ class Spy:
     def __init__(self) -> None:
         self.events: list[tuple[str, Any]] = []
 
-    def before(self, kernel: Kernel, compiled: Compiled, args: Sequence[Any],
-               launch: LaunchConfig) -> Any:
-        copies = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
-        self.events.append(("before", (kernel.name, len(args), launch.threads, copies)))
+    def before(self, event: LaunchEvent) -> Any:
+        copies = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a
+                  for a in event.args]
+        self.events.append(("before", (event.name, len(event.args), event.launch.threads,
+                                       copies)))
+        self.last = event
         return len(self.events)
 
     def after(self, token: Any, error: BaseException | None) -> None:
@@ -76,6 +78,12 @@ def test_observers_see_before_and_after(name: str, spy: Spy) -> None:
     assert (kind0, entry, nargs, threads, kind1, token, error) == (
         "before", "axpy", 4, 1, "after", 1, None)
     assert before[1].tolist() == [0.0, 0.0, 0.0] and y.tolist() == [0.0, 1.0, 2.0]
+    ev = spy.last
+    assert ev.backend is k.backend and ev.signature == k.compiled().signature
+    assert ev.variant.source == k.source and ev.variant.launch.threads == 1
+    assert ev.variant.options == k.compiled().variant.options  # resolved
+    assert ev.capture == {"origin": "kernforge.Kernel"}
+    assert [p.name for p, _ in ev.pairs] == ["x", "y", "a", "n"]
 
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))

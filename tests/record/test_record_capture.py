@@ -10,7 +10,7 @@ import pytest
 from record_helpers import AXPY
 
 from kernforge.backends import Kernel
-from kernforge.backends import kernel as kernel_mod
+from kernforge.backends import events as events_mod
 from kernforge.core import KernelRuntimeError, LaunchConfig, Tolerance
 from kernforge.record import find_recordings, load_recording, record
 
@@ -142,11 +142,11 @@ def test_prologue_is_a_copy_not_a_view(tmp_path: Path, axpy: Kernel) -> None:
 
 
 def test_observer_removed_after_exception(tmp_path: Path, axpy: Kernel) -> None:
-    before = list(kernel_mod._observers)
+    before = list(events_mod._observers)
     with pytest.raises(RuntimeError, match="app failed"), record(tmp_path) as rec:
-        assert rec in kernel_mod._observers
+        assert rec in events_mod._observers
         raise RuntimeError("app failed")
-    assert kernel_mod._observers == before
+    assert events_mod._observers == before
     axpy(np.ones(4), np.ones(4), 1.0, 4)
     assert find_recordings(tmp_path) == []
 

@@ -1,7 +1,8 @@
 """Backends: one small ABC (``base.Backend``) and one file per backend."""
 
 from .base import BACKENDS, Backend, Compiled, Knob, get_backend
-from .kernel import Kernel, LaunchObserver, add_observer, remove_observer
+from .events import LaunchEvent, LaunchObserver, add_observer, notify_launch, remove_observer
+from .kernel import Kernel
 
-__all__ = ["BACKENDS", "Backend", "Compiled", "Kernel", "Knob", "LaunchObserver",
-           "add_observer", "get_backend", "remove_observer"]
+__all__ = ["BACKENDS", "Backend", "Compiled", "Kernel", "Knob", "LaunchEvent", "LaunchObserver",
+           "add_observer", "get_backend", "notify_launch", "remove_observer"]

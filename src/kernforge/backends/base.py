@@ -11,20 +11,30 @@ from __future__ import annotations
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
-from ..core import (ArgumentError, CompileOptions, ConfigError, KernelSource, LaunchConfig,
-                    Param, Registry, Variant)
+from ..core import (
+    ArgumentError,
+    CompileOptions,
+    ConfigError,
+    KernelSource,
+    LaunchConfig,
+    Param,
+    Registry,
+    Variant,
+)
 
 
 @dataclass(frozen=True)
 class Knob:
     """One compiler/launch knob a backend exposes (the tuner builds search spaces from these).
 
-    ``kind`` is ``"choice"`` (one of ``choices``), ``"bool"`` or ``"int"`` (``low..high``).
+    ``kind`` is ``"choice"`` (one of ``choices``), ``"bool"``, ``"int"`` (``low..high``) or
+    ``"str"`` (any string; free-form, e.g. verbatim compiler options: not a tuning dimension).
     ``needs_tolerance``: the knob may change results bit-for-bit (fast-math), so it is only
     allowed when every written buffer declares a tolerance.
     """
@@ -44,10 +54,12 @@ class Knob:
             or (self.kind == "bool" and isinstance(value, bool))
             or (self.kind == "int" and isinstance(value, int) and not isinstance(value, bool)
                 and self.low <= value <= self.high)
+            or (self.kind == "str" and isinstance(value, str))
         )
         if not ok:
             allowed = (", ".join(map(repr, self.choices)) if self.kind == "choice"
-                       else "true/false" if self.kind == "bool" else f"{self.low}..{self.high}")
+                       else "true/false" if self.kind == "bool"
+                       else "a string" if self.kind == "str" else f"{self.low}..{self.high}")
             raise ConfigError(f"invalid value {value!r} for option {self.name!r}",
                               hint=f"allowed: {allowed} ({self.doc})")
 
@@ -167,13 +179,18 @@ class Backend(ABC):
         if hit is not None:
             return Compiled(hit.variant if hit.variant == variant else variant, hit.signature,
                             hit.handle, 0.0, hit.log, True, hit.info)
-        signature = variant.source.signature or self.parse_signature(variant.source)
+        signature = self.signature_for(variant)
         t0 = time.perf_counter()
         handle, log = self._compile(variant, signature)
         compiled = Compiled(variant, signature, handle, time.perf_counter() - t0, log)
         with self._lock:
             self._cache[key] = compiled
         return compiled
+
+    def signature_for(self, variant: Variant) -> tuple[Param, ...]:
+        """The entry's parameters: the source's own, else parsed (a backend may use the
+        variant's options, e.g. to resolve a template instantiation)."""
+        return variant.source.signature or self.parse_signature(variant.source)
 
     def cache_key(self, variant: Variant) -> str:
         """In-process cache key; the launch is not part of it unless a backend says so."""

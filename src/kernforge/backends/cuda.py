@@ -10,20 +10,63 @@ the L2 is flushed by writing a buffer of twice its size.
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from ..core import (BackendUnavailableError, CompileError, ConfigError, KernelRuntimeError,
-                    KernelSource, LaunchConfig, LaunchError, Param, Variant)
+from ..core import (
+    BackendUnavailableError,
+    CompileError,
+    ConfigError,
+    KernelRuntimeError,
+    KernelSource,
+    LaunchConfig,
+    LaunchError,
+    Param,
+    Variant,
+)
 from .base import Backend, Compiled, Knob
+from .cupy_hooks import original_class
+from .cxx_names import instantiated_signature, parse_name_expression
 from .fingerprint import CUDA_SOURCE as FINGERPRINT_SOURCE
 from .fingerprint import word_size
 from .rewrite import rewrite
 from .signature import parse_signature
 
 REGS = (0, 32, 40, 48, 56, 64, 72, 80, 96, 128, 168, 255)
+KNOBS: tuple[Knob, ...] = (
+    Knob("maxrregcount", "choice", 0, REGS, doc="--maxrregcount (0 = compiler's choice)"),
+    Knob("ftz", "bool", False, doc="--ftz: flush denormals to zero"),
+    Knob("prec_div", "bool", True, doc="--prec-div: IEEE division"),
+    Knob("prec_sqrt", "bool", True, doc="--prec-sqrt: IEEE square root"),
+    Knob("fmad", "bool", True, doc="--fmad: contract multiply-add into FMA"),
+    Knob("use_fast_math", "bool", False, needs_tolerance=True,
+         doc="--use_fast_math (tolerance mode only)"),
+    Knob("extra_device_vectorization", "bool", False,
+         doc="--extra-device-vectorization"),
+    Knob("dopt", "choice", "default", ("default", "on"),
+         doc="-dopt=on (NVRTC accepts no 'off')"),
+    Knob("ptxas_opt", "choice", 3, (0, 1, 2, 3), doc="ptxas -O level"),
+    Knob("ptxas_dlcm", "choice", "default", ("default", "ca", "cg"),
+         doc="ptxas default load cache modifier"),
+    Knob("ptxas_dscm", "choice", "default", ("default", "wb", "cg", "cs", "wt"),
+         doc="ptxas default store cache modifier"),
+    Knob("launch_bounds_max", "int", 0, low=0, high=1024,
+         doc="__launch_bounds__ max threads per block (0 = none)"),
+    Knob("launch_bounds_min_blocks", "int", 0, low=0, high=32,
+         doc="__launch_bounds__ min blocks per SM (0 = none)"),
+    Knob("specialize_block", "bool", False,
+         doc="compile blockDim.x/y/z as constants of the launch's block"),
+    Knob("extra_options", "str", "",
+         doc="further NVRTC options, verbatim (shell-quoted, space-separated), "
+             "appended after the knobs' options"),
+    Knob("name_expression", "str", "",
+         doc="C++ name expression of the entry, e.g. scale<float> for a template "
+             "instantiation ('' = the entry name)"),
+)
 
 
 def _cupy() -> Any:
@@ -65,30 +108,7 @@ class CudaBackend(Backend):
         self.xp = self.cp  # array module for on-device verification
 
     def knobs(self) -> tuple[Knob, ...]:
-        return (
-            Knob("maxrregcount", "choice", 0, REGS, doc="--maxrregcount (0 = compiler's choice)"),
-            Knob("ftz", "bool", False, doc="--ftz: flush denormals to zero"),
-            Knob("prec_div", "bool", True, doc="--prec-div: IEEE division"),
-            Knob("prec_sqrt", "bool", True, doc="--prec-sqrt: IEEE square root"),
-            Knob("fmad", "bool", True, doc="--fmad: contract multiply-add into FMA"),
-            Knob("use_fast_math", "bool", False, needs_tolerance=True,
-                 doc="--use_fast_math (tolerance mode only)"),
-            Knob("extra_device_vectorization", "bool", False,
-                 doc="--extra-device-vectorization"),
-            Knob("dopt", "choice", "default", ("default", "on"),
-                 doc="-dopt=on (NVRTC accepts no 'off')"),
-            Knob("ptxas_opt", "choice", 3, (0, 1, 2, 3), doc="ptxas -O level"),
-            Knob("ptxas_dlcm", "choice", "default", ("default", "ca", "cg"),
-                 doc="ptxas default load cache modifier"),
-            Knob("ptxas_dscm", "choice", "default", ("default", "wb", "cg", "cs", "wt"),
-                 doc="ptxas default store cache modifier"),
-            Knob("launch_bounds_max", "int", 0, low=0, high=1024,
-                 doc="__launch_bounds__ max threads per block (0 = none)"),
-            Knob("launch_bounds_min_blocks", "int", 0, low=0, high=32,
-                 doc="__launch_bounds__ min blocks per SM (0 = none)"),
-            Knob("specialize_block", "bool", False,
-                 doc="compile blockDim.x/y/z as constants of the launch's block"),
-        )
+        return KNOBS
 
     def identity(self) -> dict[str, Any]:
         rt = self.cp.cuda.runtime
@@ -103,6 +123,22 @@ class CudaBackend(Backend):
     def parse_signature(self, source: KernelSource) -> tuple[Param, ...]:
         return parse_signature(source)
 
+    def signature_for(self, variant: Variant) -> tuple[Param, ...]:
+        expr = variant.options.get("name_expression")
+        if variant.source.signature or not expr:
+            return super().signature_for(variant)
+        return instantiated_signature(variant.source, expr)
+
+    def name_expression(self, variant: Variant) -> str:
+        """What NVRTC is asked to instantiate and look up: the knob, else the entry name."""
+        expr = variant.options.get("name_expression") or variant.source.entry
+        if parse_name_expression(expr).entry != variant.source.entry:
+            raise ConfigError(f"name_expression {expr!r} does not name the entry "
+                              f"{variant.source.entry!r}",
+                              hint="the entry is the base name, e.g. entry scale with "
+                                   "name_expression scale<float>")
+        return expr
+
     def is_buffer(self, value: Any) -> bool:
         return isinstance(value, self.cp.ndarray)
 
@@ -112,9 +148,10 @@ class CudaBackend(Backend):
         opts = [f"-D{k}={v}" for k, v in variant.defines]
         if o["maxrregcount"]:
             opts.append(f"--maxrregcount={o['maxrregcount']}")
-        for knob, flag in (("ftz", "--ftz"), ("prec_div", "--prec-div"),
-                           ("prec_sqrt", "--prec-sqrt"), ("fmad", "--fmad")):
-            opts.append(f"{flag}={'true' if o[knob] else 'false'}")
+        for knob, flag, default in (("ftz", "--ftz", False), ("prec_div", "--prec-div", True),
+                                    ("prec_sqrt", "--prec-sqrt", True), ("fmad", "--fmad", True)):
+            if o[knob] != default:  # NVRTC's default: no flag (so --use_fast_math implies them)
+                opts.append(f"{flag}={'true' if o[knob] else 'false'}")
         if o["use_fast_math"]:
             opts.append("--use_fast_math")
         if o["extra_device_vectorization"]:
@@ -130,6 +167,7 @@ class CudaBackend(Backend):
             ptxas.append(f"-dscm={o['ptxas_dscm']}")
         if ptxas:
             opts.append("--ptxas-options=" + ",".join(ptxas))
+        opts.extend(shlex.split(str(o["extra_options"])))
         return tuple(opts)
 
     def final_source(self, variant: Variant, signature: Sequence[Param]) -> str:
@@ -152,9 +190,11 @@ class CudaBackend(Backend):
         code = self.final_source(variant, signature)
         options = self.nvrtc_options(variant)
         entry = variant.source.entry
+        expr = self.name_expression(variant)
         try:
-            module = self.cp.RawModule(code=code, options=options, name_expressions=[entry])
-            fn = module.get_function(entry)
+            raw_module = original_class(self.cp, "RawModule")  # never the recording hooks
+            module = raw_module(code=code, options=options, name_expressions=[expr])
+            fn = module.get_function(expr)
         except self.cp.cuda.compiler.CompileException as exc:
             log = str(exc)
             first = "\n".join(log.strip().splitlines()[:8])
@@ -235,7 +275,7 @@ class CudaBackend(Backend):
         """The content fingerprint, computed on the device; only 8 bytes come back."""
         cp = self.cp
         if not self._fp:
-            mod = cp.RawModule(code=FINGERPRINT_SOURCE)
+            mod = original_class(cp, "RawModule")(code=FINGERPRINT_SOURCE)
             self._fp = {w: mod.get_function(f"kf_fp{w}") for w in (4, 2, 1)}
             self._fp_out = cp.zeros(1, dtype=cp.uint64)
         raw = cp.ascontiguousarray(buffer).reshape(-1).view(cp.uint8)

@@ -1,39 +1,28 @@
 """``kernforge.Kernel``: a kernel an application calls like a function.
 
-Launch observers (the recorder, deployment logging, in-application timing) see every call:
-``before`` runs before the launch with the arguments, ``after`` once the launch finished (with
-the exception if it failed).
+Launch observers (the recorder, deployment logging, in-application timing) see every call as a
+:class:`~kernforge.backends.events.LaunchEvent`: ``before(event)`` runs before the launch,
+``after(token, error)`` once the launch finished (with the exception if it failed).
 """
 
 from __future__ import annotations
 
-import threading
-from typing import Any, Mapping, Protocol, Sequence
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
 
 from ..core import ConfigError, KernelSource, LaunchConfig, Tolerance, Variant
 from .base import Backend, Compiled, get_backend, options_from
+from .events import (
+    LaunchEvent,
+    LaunchObserver,
+    add_observer,
+    has_observers,
+    notify_launch,
+    remove_observer,
+)
 
-
-class LaunchObserver(Protocol):
-    def before(self, kernel: "Kernel", compiled: Compiled, args: Sequence[Any],
-               launch: LaunchConfig) -> Any: ...
-
-    def after(self, token: Any, error: BaseException | None) -> None: ...
-
-
-_observers: list[LaunchObserver] = []
-_observers_lock = threading.Lock()
-
-
-def add_observer(observer: LaunchObserver) -> None:
-    with _observers_lock:
-        _observers.append(observer)
-
-
-def remove_observer(observer: LaunchObserver) -> None:
-    with _observers_lock:
-        if observer in _observers:
-            _observers.remove(observer)
+__all__ = ["Kernel", "LaunchEvent", "LaunchObserver", "add_observer", "remove_observer"]
 
 
 class Kernel:
@@ -91,20 +80,14 @@ class Kernel:
         compiled = self.compiled()
         cfg = self.launch_config(launch, grid=grid, block=block, shared_mem=shared_mem,
                                  threads=threads)
-        with _observers_lock:
-            observers = list(_observers)
-        tokens = [(o, o.before(self, compiled, args, cfg)) for o in observers]
-        error: BaseException | None = None
-        try:
+        if not has_observers():
             self.backend.launch(compiled, args, cfg)
-            if tokens:
-                self.backend.synchronize()
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            for o, tok in reversed(tokens):
-                o.after(tok, error)
+            return
+        event = LaunchEvent(backend=self.backend, variant=replace(compiled.variant, launch=cfg),
+                            signature=compiled.signature, args=tuple(args),
+                            tolerance=tuple(self.tolerance.items()),
+                            capture={"origin": "kernforge.Kernel"})
+        notify_launch(event, lambda: self.backend.launch(compiled, args, cfg))
 
     def __repr__(self) -> str:
         return f"Kernel({self.name!r}, backend={self.backend.name!r})"

@@ -8,6 +8,7 @@ pass the signature explicitly.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 from ..core import KernelSource, Param, SignatureError
@@ -28,7 +29,7 @@ QUALIFIERS = {"const", "volatile", "restrict", "__restrict__", "__restrict", "st
               "__global__", "__device__", "inline", "__inline__", "__forceinline__"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _parser(language: str) -> Any:
     try:
         import tree_sitter as ts
@@ -44,7 +45,7 @@ def _text(node: Any) -> str:
     return node.text.decode("utf8", "replace")
 
 
-def _walk(node: Any):  # noqa: ANN202 - generator of tree-sitter nodes
+def _walk(node: Any):
     stack = [node]
     while stack:
         n = stack.pop()
@@ -104,23 +105,35 @@ def _param(node: Any, aliases: dict[str, str], entry: str) -> Param:
     return Param(name=name, ctype=ctype, dtype=dtype, pointer=bool(pointer), const=const)
 
 
-def parse_signature(source: KernelSource) -> tuple[Param, ...]:
-    """The parameters of ``source.entry``, in order."""
-    root = _parser(source.language).parse(source.code.encode()).root_node
-    aliases = _aliases(root)
+def entry_declarator(root: Any, entry: str) -> Any | None:
+    """The first ``function_declarator`` of ``entry`` that has a parameter list, or None."""
     for n in _walk(root):
         if n.type != "function_declarator":
             continue
         ident = n.child_by_field_name("declarator")
-        if ident is None or _text(ident) != source.entry:
-            continue
-        params = n.child_by_field_name("parameters")
-        if params is None:
-            continue
-        nodes = [c for c in params.named_children if c.type == "parameter_declaration"]
-        if len(nodes) == 1 and _text(nodes[0]).strip() == "void":
-            return ()
-        return tuple(_param(c, aliases, source.entry) for c in nodes)
-    raise SignatureError(f"entry point {source.entry!r} not found in the {source.language} source",
-                         hint="check the spelling of the entry name, and that the function is "
-                              "defined in this source")
+        if ident is not None and _text(ident) == entry \
+                and n.child_by_field_name("parameters") is not None:
+            return n
+    return None
+
+
+def parse_signature(source: KernelSource, *,
+                    substitutions: Mapping[str, str] | None = None) -> tuple[Param, ...]:
+    """The parameters of ``source.entry``, in order.
+
+    ``substitutions`` maps type names to C types before resolution (template type parameters,
+    e.g. ``{"T": "float"}``); they take precedence over typedefs and ``#define``s.
+    """
+    root = _parser(source.language).parse(source.code.encode()).root_node
+    aliases = {**_aliases(root), **(substitutions or {})}
+    decl = entry_declarator(root, source.entry)
+    if decl is None:
+        raise SignatureError(
+            f"entry point {source.entry!r} not found in the {source.language} source",
+            hint="check the spelling of the entry name, and that the function is defined in "
+                 "this source")
+    params = decl.child_by_field_name("parameters")
+    nodes = [c for c in params.named_children if c.type == "parameter_declaration"]
+    if len(nodes) == 1 and _text(nodes[0]).strip() == "void":
+        return ()
+    return tuple(_param(c, aliases, source.entry) for c in nodes)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import runpy
 import sys
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 from ..core import ConfigError
-from ..record import record
+from ..record import install_cupy_hooks, record, uninstall_cupy_hooks
 
 
 def split_command(command: Sequence[str]) -> tuple[str, str, list[str]]:
@@ -59,9 +61,30 @@ def run_application(command: Sequence[str]) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def cupy_hooks_if_available() -> Iterator[bool]:
+    """Install the CuPy hooks for the block when CuPy is importable (before the application
+    is imported, so that kernels it creates at import time are captured); yields whether
+    they were installed here."""
+    hooked = False
+    if importlib.util.find_spec("cupy") is not None:
+        try:
+            hooked = install_cupy_hooks()
+        except Exception as exc:  # noqa: BLE001 - a broken CuPy must not stop the run
+            warnings.warn(f"kernforge: CuPy kernels will not be recorded: cannot hook CuPy "
+                          f"({type(exc).__name__}: {exc})", RuntimeWarning, stacklevel=3)
+    try:
+        yield hooked
+    finally:
+        if hooked:
+            uninstall_cupy_hooks()
+
+
 def record_application(command: Sequence[str], out: str | Path, *, kernels: str | None = None,
                        max_instances: int = 4, skip: int = 0) -> tuple[int, list[Path]]:
-    """Run the application with the recorder installed before it is imported."""
-    with record(out, kernels=kernels, max_instances=max_instances, skip=skip) as rec:
+    """Run the application with the recorder (and the CuPy hooks) installed before it is
+    imported."""
+    with cupy_hooks_if_available(), \
+            record(out, kernels=kernels, max_instances=max_instances, skip=skip) as rec:
         status = run_application(command)
     return status, list(rec.paths)

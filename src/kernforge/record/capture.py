@@ -1,18 +1,22 @@
-"""Capture: record the launches of :class:`kernforge.Kernel` objects while an application runs.
+"""Capture: record kernel launches while an application runs.
 
 >>> with record("recordings", kernels="heat_*", max_instances=2) as rec:
 ...     run_application()
 >>> rec.paths
 [PosixPath('recordings/heat_step-0'), PosixPath('recordings/heat_step-1')]
 
-A launch observer snapshots every array argument before the launch (the prologue) and after it
-(the epilogue) through the backend's ``to_host``, then writes one replay unit per launch with
+The :class:`Recorder` is a launch observer: it receives one
+:class:`~kernforge.backends.events.LaunchEvent` per launch from any capture source
+(:class:`kernforge.Kernel`, the CuPy hooks, later a driver interposer), snapshots every array
+argument before the launch (the prologue) and after it (the epilogue) through the event's
+backend (``to_host``), then writes one replay unit per launch with
 :func:`kernforge.record.format.write_recording`. The application's arrays are only read.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -22,18 +26,27 @@ from typing import Any
 
 import numpy as np
 
-from ..backends import Compiled, Kernel, add_observer, remove_observer
-from ..core import ConfigError, LaunchConfig, Param, Tolerance, Variant
+from ..backends import Backend, LaunchEvent, add_observer, cupy_hooks, remove_observer
+from ..core import ConfigError, Param
 from .format import PathLike, write_recording
 
 
 @dataclass
 class _Token:
-    kernel: Kernel
-    compiled: Compiled
-    args: tuple[tuple[Param, Any], ...]
-    launch: LaunchConfig
+    event: LaunchEvent
     prologue: dict[str, np.ndarray]
+
+
+def install_cupy_hooks() -> bool:
+    """Hook ``cupy.RawKernel``/``cupy.RawModule`` now (imports CuPy), so that kernels an
+    application creates at import time, before ``with record(...)``, are captured too.
+    Returns False when they were already installed. Undo with :func:`uninstall_cupy_hooks`."""
+    return cupy_hooks.install()
+
+
+def uninstall_cupy_hooks() -> bool:
+    """Restore CuPy's own classes; False when the hooks were not installed."""
+    return cupy_hooks.uninstall()
 
 
 class Recorder:
@@ -80,57 +93,53 @@ class Recorder:
             self._reserved[name] -= 1
 
     @staticmethod
-    def _snapshot(kernel: Kernel, pairs: Sequence[tuple[Param, Any]]) -> dict[str, np.ndarray]:
+    def _snapshot(backend: Backend, pairs: Sequence[tuple[Param, Any]]) -> dict[str, np.ndarray]:
         """Host copies of every array argument; never a view of the application's memory."""
         out: dict[str, np.ndarray] = {}
         for p, a in pairs:
             if p.pointer:
-                h = np.asarray(kernel.backend.to_host(a))
+                h = np.asarray(backend.to_host(a))
                 if isinstance(a, np.ndarray) and np.may_share_memory(h, a):
                     h = h.copy()
                 out[p.name] = h
         return out
 
-    def before(self, kernel: Kernel, compiled: Compiled, args: Sequence[Any],
-               launch: LaunchConfig) -> _Token | None:
-        if not self.matches(kernel.name):
+    def before(self, event: LaunchEvent) -> _Token | None:
+        if not self.matches(event.name):
             return None
-        sig = compiled.signature
-        if len(args) != len(sig) or any(p.pointer and not kernel.backend.is_buffer(a)
+        sig, args = event.signature, event.args
+        if len(args) != len(sig) or any(p.pointer and not event.backend.is_buffer(a)
                                         for p, a in zip(sig, args)):
             return None  # the launch itself will raise ArgumentError
-        if not self._reserve(kernel.name):
+        if not self._reserve(event.name):
             return None
-        pairs = tuple(zip(sig, args))
         try:
-            prologue = self._snapshot(kernel, pairs)
+            prologue = self._snapshot(event.backend, event.pairs)
         except BaseException:
-            self._release(kernel.name)
+            self._release(event.name)
             raise
-        return _Token(kernel, compiled, pairs, launch, prologue)
+        return _Token(event, prologue)
 
     def after(self, token: _Token | None, error: BaseException | None) -> None:
         if token is None:
             return
-        name = token.kernel.name
+        event = token.event
         if error is not None:
-            self._release(name)  # a failed launch does not use up an instance
+            self._release(event.name)  # a failed launch does not use up an instance
             return
         try:
-            epilogue = self._snapshot(token.kernel, token.args)
-            v = token.compiled.variant
+            epilogue = self._snapshot(event.backend, event.pairs)
             path = write_recording(
-                self.root, backend=token.kernel.backend,
-                variant=Variant(v.source, v.options, token.launch, v.defines),
-                args=token.args, prologue=token.prologue, epilogue=epilogue,
-                policies={p.name: token.kernel.tolerance.get(p.name, Tolerance())
-                          for p, _ in token.args if p.pointer})
+                self.root, backend=event.backend, variant=event.variant, args=event.pairs,
+                prologue=token.prologue, epilogue=epilogue,
+                policies={p.name: event.policy(p.name) for p in event.signature if p.pointer},
+                capture=event.capture)
         except BaseException:
-            self._release(name)
+            self._release(event.name)
             raise
         with self._lock:
             self.paths.append(path)
-            self.recorded[name] = self.recorded.get(name, 0) + 1
+            self.recorded[event.name] = self.recorded.get(event.name, 0) + 1
 
     @property
     def count(self) -> int:
@@ -142,14 +151,21 @@ class Recorder:
 @contextlib.contextmanager
 def record(root: PathLike, *, kernels: str | None = None, max_instances: int | None = 4,
            skip: int = 0) -> Iterator[Recorder]:
-    """Record the launches of every :class:`Kernel` called inside the ``with`` block.
+    """Record the kernel launches made inside the ``with`` block.
 
-    ``kernels``: an fnmatch pattern on the entry name (None = all). Per kernel name, the first
-    ``skip`` calls are passed over, then at most ``max_instances`` are recorded (None = all).
+    Captured: every :class:`kernforge.Kernel` call, and, when CuPy is already imported, the
+    kernels of ``cupy.RawKernel``/``cupy.RawModule`` created while the hooks are installed
+    (they are installed on entry and removed on exit unless they already were; see
+    :func:`install_cupy_hooks`). ``kernels``: an fnmatch pattern on the entry name (None =
+    all). Per kernel name, the first ``skip`` calls are passed over, then at most
+    ``max_instances`` are recorded (None = all).
     """
     recorder = Recorder(root, kernels=kernels, max_instances=max_instances, skip=skip)
+    hooked = "cupy" in sys.modules and install_cupy_hooks()
     add_observer(recorder)
     try:
         yield recorder
     finally:
         remove_observer(recorder)
+        if hooked:
+            uninstall_cupy_hooks()

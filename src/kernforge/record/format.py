@@ -188,14 +188,18 @@ def write_recording(root: PathLike, *, backend: Backend, variant: Variant,
                     args: Sequence[tuple[Param, Any]], prologue: Mapping[str, np.ndarray],
                     epilogue: Mapping[str, np.ndarray],
                     policies: Mapping[str, Tolerance] | None = None,
-                    instance: int | None = None) -> Path:
+                    instance: int | None = None,
+                    capture: Mapping[str, Any] | None = None) -> Path:
     """Write one replay unit atomically under ``root``; return its directory.
 
     ``args`` pairs every parameter of the entry point with the value passed (scalars are stored
     by value; arrays are taken from ``prologue``/``epilogue``, the host copies before and after
     the launch). An epilogue equal bit-for-bit to its prologue is stored as ``null``.
     ``variant`` should hold the resolved compile options. ``instance`` defaults to the next
-    free number for this entry; a taken number moves on to the next free one.
+    free number for this entry; a taken number moves on to the next free one. ``capture``
+    (optional, JSON-serializable) is stored as the manifest's optional ``capture`` object:
+    where the launch was captured (``origin``) and e.g. the mangled symbol, name expression
+    and original compiler options of a CuPy kernel.
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -219,6 +223,8 @@ def write_recording(root: PathLike, *, backend: Backend, variant: Variant,
             "launch": variant.launch.to_json(), "instance": 0, "args": arg_entries,
             "blobs": store.index,
         }
+        if capture:
+            manifest["capture"] = dict(capture)
         manifest = json.loads(json.dumps(manifest, default=str))  # plain JSON types only
         n = instance if instance is not None else _next_instance(root, src.entry)
         return _publish(tmp, root, manifest, n)

@@ -155,6 +155,8 @@ def bad_values(knob: Knob) -> list[Any]:
         return ["no-such-value", None]
     if knob.kind == "bool":
         return ["yes", 1, None]
+    if knob.kind == "str":
+        return [None, 1, b"bytes"]
     return [knob.low - 1, knob.high + 1, 1.5, True, "3"]
 
 
@@ -164,6 +166,8 @@ def good_values(knob: Knob) -> list[Any]:
         return list(knob.choices)
     if knob.kind == "bool":
         return [False, True]
+    if knob.kind == "str":
+        return [knob.default]  # free-form: no value but the default is known to be valid
     return sorted({knob.low, knob.default, knob.high})
 
 
@@ -204,7 +208,7 @@ class BackendConformance:
         assert len(names) == len(set(names)), f"duplicate knob names: {names}"
         for k in knobs:
             assert k.name.isidentifier() and k.doc, f"knob {k.name!r} needs a name and a doc"
-            assert k.kind in ("choice", "bool", "int"), f"knob {k.name!r}: kind {k.kind!r}"
+            assert k.kind in ("choice", "bool", "int", "str"), f"knob {k.name!r}: kind {k.kind!r}"
             k.check(k.default)
             if k.kind == "choice":
                 assert len(k.choices) >= 2, f"choice knob {k.name!r} has < 2 choices"

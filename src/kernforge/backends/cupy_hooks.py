@@ -1,0 +1,221 @@
+"""Capture the launches of unmodified CuPy applications: ``cupy.RawKernel`` and ``cupy.RawModule``.
+
+:func:`install` replaces the two names on the ``cupy`` module with subclasses: the RawKernel
+subclass intercepts ``__call__``; the RawModule subclass's ``get_function`` returns a thin
+:class:`KernelProxy` around CuPy's own RawKernel that intercepts ``__call__`` and forwards every
+other attribute (reads and writes). :func:`uninstall` puts the original classes back.
+
+With no launch observer registered a call goes straight to CuPy (one attribute check). With
+observers, each launch becomes a :class:`~kernforge.backends.events.LaunchEvent` (see
+:mod:`.cupy_translate` for how kernels, options and arguments are translated), run through
+:func:`~kernforge.backends.events.notify_launch` with the whole device synchronized before the
+observers' ``before`` and after the launch. CuPy always receives the application's own
+arguments. A kernel or launch that cannot be recorded faithfully runs unrecorded, with one
+:class:`~kernforge.backends.cupy_translate.CaptureWarning` per kernel and reason.
+
+Not captured: kernels made before :func:`install` (create them after it, or install early with
+``kernforge.record.install_cupy_hooks()``), ``ElementwiseKernel``/``ReductionKernel`` and the
+kernels CuPy and cupyx build internally (a driver-level interposer is a later capture source).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from ..core import KernforgeError
+from .base import get_backend
+from .cupy_translate import (
+    UNSUPPORTED_FLAGS,
+    CaptureWarning,
+    KernelInfo,
+    Unrecordable,
+    convert_args,
+    describe_kernel,
+    launch_config,
+)
+from .events import LaunchEvent, has_observers, notify_launch
+
+__all__ = ["KernelProxy", "install", "installed", "original_class", "uninstall"]
+
+HOOKED = ("RawKernel", "RawModule")
+_lock = threading.Lock()
+_originals: dict[str, type] = {}
+_classes: dict[tuple[type, type], tuple[type, type]] = {}
+_infos: dict[tuple[Any, ...], KernelInfo | str] = {}
+_warned: set[tuple[str, str]] = set()
+
+
+def installed() -> bool:
+    return bool(_originals)
+
+
+def original_class(cupy_module: Any, name: str) -> type:
+    """CuPy's own ``RawKernel``/``RawModule``, also while the hooks are installed."""
+    return _originals.get(name) or getattr(cupy_module, name)
+
+
+def install() -> bool:
+    """Replace ``cupy.RawKernel``/``cupy.RawModule``; False when already installed."""
+    import cupy
+
+    with _lock:
+        if _originals:
+            return False
+        originals = (cupy.RawKernel, cupy.RawModule)
+        if originals not in _classes:
+            _classes[originals] = _make_classes(*originals)
+        _originals.update(zip(HOOKED, originals))
+        cupy.RawKernel, cupy.RawModule = _classes[originals]
+        return True
+
+
+def uninstall() -> bool:
+    """Put CuPy's classes back; False when the hooks were not installed."""
+    with _lock:
+        if not _originals:
+            return False
+        cupy = sys.modules["cupy"]
+        for name in HOOKED:
+            setattr(cupy, name, _originals.pop(name))
+        return True
+
+
+# ---- the classes ----------------------------------------------------------------------------
+class _Transparent(type):
+    """``isinstance(x, cupy.RawKernel)`` stays true for CuPy's own instances while hooked."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, cls.__bases__[0])
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, cls.__bases__[0])
+
+
+def _flags(kwargs: dict[str, Any]) -> dict[str, bool]:
+    return {f: bool(kwargs.get(f, False)) for f in UNSUPPORTED_FLAGS}
+
+
+def _make_classes(raw_kernel: type, raw_module: type) -> tuple[type, type]:
+    class RawKernel(raw_kernel, metaclass=_Transparent):  # type: ignore[misc,valid-type]
+        __doc__ = raw_kernel.__doc__
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._kf_flags = _flags(kwargs)
+
+        def __call__(self, grid: Any, block: Any, args: Any, **kwargs: Any) -> Any:
+            if not has_observers():
+                return raw_kernel.__call__(self, grid, block, args, **kwargs)
+            return _observed(self, None, self._kf_flags, "cupy.RawKernel", grid, block, args,
+                             kwargs, lambda: raw_kernel.__call__(self, grid, block, args,
+                                                                 **kwargs))
+
+        def __reduce_ex__(self, protocol: Any) -> Any:  # pickles as CuPy's own class
+            return raw_kernel.__new__, (raw_kernel,), self.__getstate__()
+
+    class RawModule(raw_module, metaclass=_Transparent):  # type: ignore[misc,valid-type]
+        __doc__ = raw_module.__doc__
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._kf_flags = _flags(kwargs)
+
+        def get_function(self, name: str) -> Any:
+            kernel = raw_module.get_function(self, name)  # type: ignore[attr-defined]
+            expr = name if name in (self.name_expressions or ()) else None
+            return KernelProxy(kernel, expr, self._kf_flags)
+
+    for cls, orig in ((RawKernel, raw_kernel), (RawModule, raw_module)):
+        cls.__module__, cls.__qualname__ = __name__, f"hooked_{orig.__name__}"
+    return RawKernel, RawModule
+
+
+class KernelProxy:
+    """CuPy's RawKernel from ``RawModule.get_function``, with ``__call__`` observed."""
+
+    __slots__ = ("_kf_expr", "_kf_flags", "_kf_kernel")
+
+    def __init__(self, kernel: Any, name_expression: str | None,
+                 flags: dict[str, bool]) -> None:
+        object.__setattr__(self, "_kf_kernel", kernel)
+        object.__setattr__(self, "_kf_expr", name_expression)
+        object.__setattr__(self, "_kf_flags", flags)
+
+    def __call__(self, grid: Any, block: Any, args: Any, **kwargs: Any) -> Any:
+        kernel = self._kf_kernel
+        if not has_observers():
+            return kernel(grid, block, args, **kwargs)
+        return _observed(kernel, self._kf_expr, self._kf_flags, "cupy.RawModule", grid, block,
+                         args, kwargs, lambda: kernel(grid, block, args, **kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._kf_kernel, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._kf_kernel, name, value)
+
+    def __dir__(self) -> list[str]:
+        return dir(self._kf_kernel)
+
+    def __repr__(self) -> str:
+        return repr(self._kf_kernel)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return self._kf_kernel.__reduce_ex__(protocol)
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # isinstance(proxy, cupy.RawKernel) holds
+        return type(self._kf_kernel)
+
+
+# ---- one observed launch --------------------------------------------------------------------
+def _warn_once(name: str, reason: str) -> None:
+    if (name, reason) not in _warned:
+        _warned.add((name, reason))
+        warnings.warn(f"kernforge: not recording CuPy kernel {name}: {reason}", CaptureWarning,
+                      stacklevel=4)
+
+
+def _info(kernel: Any, expr: str | None, flags: dict[str, bool], origin: str) -> KernelInfo | None:
+    flags = {**flags, "enable_cooperative_groups": bool(
+        getattr(kernel, "enable_cooperative_groups", False))}
+    key = (kernel.code, kernel.name, expr, tuple(kernel.options), kernel.backend,
+           tuple(sorted(flags.items())), origin)
+    info = _infos.get(key)
+    if info is None:
+        try:
+            info = describe_kernel(kernel.code, kernel.name, kernel.options,
+                                   get_backend("cuda").knobs(), name_expression=expr,
+                                   compiler=kernel.backend, flags=flags, origin=origin)
+        except (Unrecordable, KernforgeError) as exc:
+            info = str(exc)
+        _infos[key] = info
+    if isinstance(info, str):
+        _warn_once(expr or kernel.name, info)
+        return None
+    return info
+
+
+def _observed(kernel: Any, expr: str | None, flags: dict[str, bool], origin: str, grid: Any,
+              block: Any, args: Any, kwargs: dict[str, Any], call: Callable[[], Any]) -> Any:
+    info = _info(kernel, expr, flags, origin)
+    if info is None:
+        return call()
+    runtime = sys.modules["cupy"].cuda.runtime
+    runtime.deviceSynchronize()  # every earlier write, on any stream, is in the prologue
+    backend = get_backend("cuda")
+    try:
+        if kwargs.get("enable_cooperative_groups"):
+            raise Unrecordable("a cooperative launch is not replayed by kernforge")
+        launch = launch_config(grid, block, kwargs.get("shared_mem", 0))
+        values = convert_args(info.signature, tuple(args), backend.is_buffer)
+    except Unrecordable as exc:
+        _warn_once(info.source.entry, str(exc))
+        return call()
+    event = LaunchEvent(backend=backend, variant=info.variant(launch),
+                        signature=info.signature, args=values, capture=info.capture)
+    return notify_launch(event, call, synchronize=runtime.deviceSynchronize)

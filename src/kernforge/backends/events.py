@@ -1,0 +1,132 @@
+"""The capture interface: one :class:`LaunchEvent` per kernel launch, seen by launch observers.
+
+Every capture source builds the same event and runs the observers the same way, through
+:func:`notify_launch`: :class:`kernforge.Kernel` (``kernel.py``), the CuPy hooks
+(``cupy_hooks.py``), and later a driver-level interposer. Consumers (the recorder, in-application
+timing, deployment logging) depend on this module only, never on where a launch came from.
+
+An observer has two methods: ``before(event) -> token`` runs before the launch (the arguments
+hold their contents before the kernel ran), ``after(token, error)`` once the launch finished and
+the device was synchronized (``error`` is the exception when it failed, else None).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from ..core import LaunchConfig, Param, Tolerance, Variant
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from .base import Backend
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class LaunchEvent:
+    """One kernel launch, as a recorder needs it.
+
+    - ``backend``: the backend instance that can compile, hold and read back this kernel's
+      memory (``to_host`` snapshots the array arguments);
+    - ``variant``: what was actually launched: source, *resolved* compile options, the launch
+      configuration of this call, ``#define``s and compiled-in constants;
+    - ``signature``: the entry's parameters; ``args``: one value per parameter, in signature
+      order (arrays as the backend's buffers, scalars convertible to the declared dtype);
+    - ``tolerance``: per-buffer correctness policies declared by the application (name,
+      policy) pairs; an array without one is verified bitwise;
+    - ``capture``: free-form, JSON-serializable provenance (``origin``: which capture source,
+      and e.g. the mangled symbol or the original option strings); recorders store it as is.
+    """
+
+    backend: Backend
+    variant: Variant
+    signature: tuple[Param, ...]
+    args: tuple[Any, ...]
+    tolerance: tuple[tuple[str, Tolerance], ...] = ()
+    capture: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The entry-point name (what recorders filter on and name units after)."""
+        return self.variant.source.entry
+
+    @property
+    def launch(self) -> LaunchConfig:
+        return self.variant.launch
+
+    @property
+    def pairs(self) -> tuple[tuple[Param, Any], ...]:
+        """(parameter, value) in signature order (shorter if the call had too few args)."""
+        return tuple(zip(self.signature, self.args))
+
+    def policy(self, name: str) -> Tolerance:
+        """The declared tolerance of buffer ``name`` (bitwise when none was declared)."""
+        return dict(self.tolerance).get(name, Tolerance())
+
+
+class LaunchObserver(Protocol):
+    def before(self, event: LaunchEvent) -> Any: ...
+
+    def after(self, token: Any, error: BaseException | None) -> None: ...
+
+
+_observers: list[LaunchObserver] = []
+_observers_lock = threading.Lock()
+
+
+def add_observer(observer: LaunchObserver) -> None:
+    with _observers_lock:
+        _observers.append(observer)
+
+
+def remove_observer(observer: LaunchObserver) -> None:
+    with _observers_lock:
+        if observer in _observers:
+            _observers.remove(observer)
+
+
+def observers() -> tuple[LaunchObserver, ...]:
+    """A snapshot of the registered observers, in registration order."""
+    with _observers_lock:
+        return tuple(_observers)
+
+
+def has_observers() -> bool:
+    """Cheap check for the launch fast path: no lock, no allocation."""
+    return bool(_observers)
+
+
+def notify_launch(event: LaunchEvent | Callable[[], LaunchEvent | None],
+                  launch: Callable[[], T], *,
+                  synchronize: Callable[[], None] | None = None) -> T:
+    """Run ``launch()`` with every observer around it; return what ``launch`` returned.
+
+    ``event`` may be a factory, called only when observers exist (it may return None: the
+    launch then runs unobserved). With observers: each ``before(event)`` in registration order,
+    the launch, ``synchronize()`` (default: ``event.backend.synchronize``) so that ``after``
+    sees the finished results and any device error, then each ``after(token, error)`` in
+    reverse order, also when the launch (or a ``before``) raised; the error propagates.
+    """
+    current = observers()
+    if not current:
+        return launch()
+    ev = event() if callable(event) else event
+    if ev is None:
+        return launch()
+    tokens: list[tuple[LaunchObserver, Any]] = []
+    error: BaseException | None = None
+    try:
+        for o in current:
+            tokens.append((o, o.before(ev)))
+        result = launch()
+        (synchronize or ev.backend.synchronize)()
+        return result
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        for o, tok in reversed(tokens):
+            o.after(tok, error)
