@@ -39,6 +39,7 @@ class LaunchEvent:
       policy) pairs; an array without one is verified bitwise;
     - ``capture``: free-form, JSON-serializable provenance (``origin``: which capture source,
       and e.g. the mangled symbol or the original option strings); recorders store it as is.
+      Empty for :class:`kernforge.Kernel` launches (the event says everything).
     """
 
     backend: Backend

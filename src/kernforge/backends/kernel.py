@@ -85,8 +85,7 @@ class Kernel:
             return
         event = LaunchEvent(backend=self.backend, variant=replace(compiled.variant, launch=cfg),
                             signature=compiled.signature, args=tuple(args),
-                            tolerance=tuple(self.tolerance.items()),
-                            capture={"origin": "kernforge.Kernel"})
+                            tolerance=tuple(self.tolerance.items()))
         notify_launch(event, lambda: self.backend.launch(compiled, args, cfg))
 
     def __repr__(self) -> str:

@@ -11,8 +11,10 @@ from .output import console
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("record", help="run an application and record its kernel launches",
                        description="Run an unchanged Python application with the recorder "
-                                   "installed before it is imported; every kernforge.Kernel "
-                                   "launch that matches the filters becomes a replay unit.")
+                                   "(and, when CuPy is importable, the CuPy hooks) installed "
+                                   "before it is imported; every launch of a kernforge.Kernel, "
+                                   "cupy.RawKernel or cupy.RawModule kernel that matches the "
+                                   "filters becomes a replay unit.")
     p.add_argument("-o", "--out", default="recordings", help="recordings directory "
                                                             "(default: recordings)")
     p.add_argument("--kernels", default=None, metavar="PATTERN",
