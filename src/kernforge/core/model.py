@@ -95,7 +95,7 @@ class LaunchConfig:
         """The same work decomposition with another block: per dimension, the grid covers at
         least the recorded number of threads (for kernels that bounds-check their index)."""
         new = _dims(block, "block")
-        grid = tuple(-(-g * b // nb) for g, b, nb in zip(self.grid, self.block, new))
+        grid = _dims([-(-g * b // nb) for g, b, nb in zip(self.grid, self.block, new)], "grid")
         return LaunchConfig(grid=grid, block=new, shared_mem=self.shared_mem,
                             threads=self.threads)
 
