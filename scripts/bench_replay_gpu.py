@@ -34,7 +34,7 @@ from rich.table import Table
 import kernforge
 from kernforge.backends import add_observer, remove_observer
 from kernforge.core import Recording
-from kernforge.pipeline.run_app import record_application, run_application
+from kernforge.pipeline.run_app import cupy_hooks_if_available, record_application, run_application
 from kernforge.record import find_recordings, load_recording
 from kernforge.replay import prepare, replay
 
@@ -50,15 +50,16 @@ class EventTimer:
         self.pending: list[tuple[str, Any, Any]] = []
 
     def before(self, event: Any) -> Any:
-        start = self.cp.cuda.Event()
+        start, end = self.cp.cuda.Event(), self.cp.cuda.Event()
         start.record()
-        return event.name, start
+        return event.name, start, end
+
+    def launched(self, token: Any) -> None:
+        token[2].record()  # right behind the kernel on the stream, before any host sync
 
     def after(self, token: Any, error: BaseException | None) -> None:
         if error is None:
-            end = self.cp.cuda.Event()
-            end.record()
-            self.pending.append((token[0], token[1], end))
+            self.pending.append(token)
 
     def medians(self) -> dict[str, float]:
         self.cp.cuda.get_current_stream().synchronize()
@@ -77,7 +78,8 @@ def fidelity(cp: Any, command: list[str], recs: list[Recording], rounds: int,
         timer = EventTimer(cp)
         add_observer(timer)
         try:
-            run_application(command)
+            with cupy_hooks_if_available():
+                run_application(command)
         finally:
             remove_observer(timer)
         in_app = timer.medians()

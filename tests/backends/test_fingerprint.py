@@ -39,4 +39,4 @@ def test_chunking_does_not_change_it() -> None:
 
 
 def test_word_size() -> None:
-    assert (word_size(8), word_size(6), word_size(5)) == (4, 2, 1)
+    assert (word_size(16), word_size(12), word_size(6), word_size(5)) == (8, 4, 2, 1)

@@ -140,8 +140,8 @@ class Backend(ABC):
     def flush_cache(self) -> None:
         """Evict the device's last-level cache (default: nothing)."""
 
-    def fingerprint(self, buffer: Any) -> tuple[int, int] | None:
-        """A content fingerprint computed where ``buffer`` lives (see :mod:`.fingerprint`), or
+    def fingerprints(self, buffers: Sequence[Any]) -> list[tuple[int, int]] | None:
+        """Content fingerprints computed where the buffers live (see :mod:`.fingerprint`), or
         None when this backend verifies on the host (the default)."""
         return None
 

@@ -32,7 +32,7 @@ from .base import Backend, Compiled, Knob
 from .cupy_hooks import original_class
 from .cxx_names import instantiated_signature, parse_name_expression
 from .fingerprint import CUDA_SOURCE as FINGERPRINT_SOURCE
-from .fingerprint import word_size
+from .fingerprint import WORD_DTYPES, word_size
 from .rewrite import rewrite
 from .signature import parse_signature
 
@@ -103,7 +103,6 @@ class CudaBackend(Backend):
         self.arch = dev.compute_capability
         self._flush: Any = None
         self._fp: dict[int, Any] = {}
-        self._fp_out: Any = None
         self._events = (self.cp.cuda.Event(), self.cp.cuda.Event())
         self.xp = self.cp  # array module for on-device verification
 
@@ -271,22 +270,29 @@ class CudaBackend(Backend):
             self._flush = self.cp.empty(2 * l2 // 4, dtype=self.cp.int32)
         self._flush.fill(0)
 
-    def fingerprint(self, buffer: Any) -> tuple[int, int]:
-        """The content fingerprint, computed on the device; only 8 bytes come back."""
+    def fingerprints(self, buffers: Sequence[Any]) -> list[tuple[int, int]]:
+        """Content fingerprints computed on the device, one kernel per buffer and a single
+        8-bytes-per-buffer copy back."""
         cp = self.cp
         if not self._fp:
             mod = original_class(cp, "RawModule")(code=FINGERPRINT_SOURCE)
-            self._fp = {w: mod.get_function(f"kf_fp{w}") for w in (4, 2, 1)}
-            self._fp_out = cp.zeros(1, dtype=cp.uint64)
-        raw = cp.ascontiguousarray(buffer).reshape(-1).view(cp.uint8)
-        w = word_size(raw.size)
-        words = raw.view({4: cp.uint32, 2: cp.uint16, 1: cp.uint8}[w])
-        self._fp_out.fill(0)
-        n = int(words.size)
-        blocks = max(1, min(int(self.props.get("multiProcessorCount", 132)) * 8,
-                            (n + 255) // 256))
-        self._fp[w]((blocks,), (256,), (words, np.uint64(n), self._fp_out))
-        return int(self._fp_out.get()[0]), int(raw.size)
+            self._fp = {w: mod.get_function(f"kf_fp{w}") for w in (8, 4, 2, 1)}
+        out = cp.zeros(max(1, len(buffers)), dtype=cp.uint64)
+        sizes = []
+        sms = int(self.props.get("multiProcessorCount", 132))
+        for slot, buffer in enumerate(buffers):
+            raw = cp.ascontiguousarray(buffer).reshape(-1).view(cp.uint8)
+            w = word_size(raw.size)
+            words = raw.view(WORD_DTYPES[w])
+            n = int(words.size)
+            if n:
+                blocks = max(1, min(sms * 8, (n + 255) // 256))
+                self._fp[w]((blocks,), (256,), (words, np.uint64(n), out[slot:slot + 1]))
+            sizes.append(int(raw.size))
+        return [(int(v), size) for v, size in zip(out.get().tolist(), sizes)]
+
+    def fingerprint(self, buffer: Any) -> tuple[int, int]:
+        return self.fingerprints([buffer])[0]
 
     # ---- memory ---------------------------------------------------------------------------
     def to_device(self, array: np.ndarray) -> Any:

@@ -69,6 +69,10 @@ class LaunchEvent:
 
 
 class LaunchObserver(Protocol):
+    """``before`` and ``after`` are required. An observer may also define ``launched(token)``:
+    called right after the launch call returns, before synchronizing (e.g. to record a CUDA
+    event that closes a timed region exactly at the kernel's end on the stream)."""
+
     def before(self, event: LaunchEvent) -> Any: ...
 
     def after(self, token: Any, error: BaseException | None) -> None: ...
@@ -123,6 +127,10 @@ def notify_launch(event: LaunchEvent | Callable[[], LaunchEvent | None],
         for o in current:
             tokens.append((o, o.before(ev)))
         result = launch()
+        for o, tok in tokens:
+            launched = getattr(o, "launched", None)
+            if launched is not None:
+                launched(tok)
         (synchronize or ev.backend.synchronize)()
         return result
     except BaseException as exc:
