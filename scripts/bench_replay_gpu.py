@@ -3,8 +3,9 @@
 
 Records an unchanged CuPy application (default examples/heat3d_cupy.py at 512^3 float32), then
 1. fidelity: R interleaved rounds of (the application with CUDA events around every launch,
-   every recorded unit replayed with the harness); per kernel, the median over rounds of
-   replayed median / in-application median (goal: within 5%);
+   every recorded unit replayed with the harness); each unit is compared with the very launch
+   it recorded; per kernel, the median over units and rounds of replayed median / in-app time
+   (goal: within 5%);
 2. overhead: a warm evaluation (restore written buffers, launch, verify on the device) broken
    into stages, the kernel's own time (events) subtracted (goal: under 1 ms), plus compile with
    a cold and a warm cache;
@@ -39,18 +40,21 @@ from kernforge.record import find_recordings, load_recording
 from kernforge.replay import prepare, replay
 
 ROOT = Path(__file__).resolve().parents[1]
+SKIP = 1  # launches of each kernel skipped before recording (the first one compiles)
 console = Console(width=140)
 
 
 class EventTimer:
-    """A launch observer: CUDA events around every launch inside the application."""
+    """A launch observer: CUDA events around every launch inside the application, the stream
+    held (as the replay timer does) so that the events time the kernel, not the host."""
 
-    def __init__(self, cp: Any) -> None:
-        self.cp = cp
+    def __init__(self, be: Any) -> None:
+        self.be, self.cp = be, be.cp
         self.pending: list[tuple[str, Any, Any]] = []
 
     def before(self, event: Any) -> Any:
         start, end = self.cp.cuda.Event(), self.cp.cuda.Event()
+        self.be.hold_stream()
         start.record()
         return event.name, start, end
 
@@ -61,42 +65,42 @@ class EventTimer:
         if error is None:
             self.pending.append(token)
 
-    def medians(self) -> dict[str, float]:
+    def by_call(self) -> dict[str, list[float]]:
+        """Per kernel, the time of each launch in call order."""
         self.cp.cuda.get_current_stream().synchronize()
         times: dict[str, list[float]] = defaultdict(list)
         for name, s, e in self.pending:
             times[name].append(self.cp.cuda.get_elapsed_time(s, e) * 1e-3)
-        return {k: statistics.median(v[1:] if len(v) > 2 else v) for k, v in times.items()}
+        return times
 
 
-def fidelity(cp: Any, command: list[str], recs: list[Recording], rounds: int,
-             repeat: int) -> list[dict[str, Any]]:
+def fidelity(be: Any, command: list[str], recs: list[Recording], rounds: int, repeat: int,
+             skip: int) -> list[dict[str, Any]]:
+    """Each recorded unit against the very launch it recorded (call ``skip + instance`` of its
+    kernel), in every round; per kernel, the median over units and rounds."""
     ratios: dict[str, list[float]] = defaultdict(list)
     app_t: dict[str, list[float]] = defaultdict(list)
     rep_t: dict[str, list[float]] = defaultdict(list)
     for _ in range(rounds):
-        timer = EventTimer(cp)
+        timer = EventTimer(be)
         add_observer(timer)
         try:
             with cupy_hooks_if_available():
                 run_application(command)
         finally:
             remove_observer(timer)
-        in_app = timer.medians()
-        per_kernel: dict[str, list[float]] = defaultdict(list)
+        in_app = timer.by_call()
         for rec in recs:
             m = replay(rec, repeat=repeat)
             if not m.ok:
                 raise SystemExit(f"{rec.name}: {m.status.value}: {m.message}")
-            per_kernel[rec.source.entry].extend(m.samples)
-        for name, samples in per_kernel.items():
-            r = statistics.median(samples)
-            ratios[name].append(r / in_app[name])
-            app_t[name].append(in_app[name])
-            rep_t[name].append(r)
+            t_app = in_app[rec.source.entry][skip + rec.instance]
+            ratios[rec.source.entry].append(m.median / t_app)
+            app_t[rec.source.entry].append(t_app)
+            rep_t[rec.source.entry].append(m.median)
     return [{"kernel": k, "in_app_ms": statistics.median(app_t[k]) * 1e3,
              "replay_ms": statistics.median(rep_t[k]) * 1e3,
-             "ratio": statistics.median(v), "rounds": len(v)} for k, v in sorted(ratios.items())]
+             "ratio": statistics.median(v), "samples": len(v)} for k, v in sorted(ratios.items())]
 
 
 def overhead(cp: Any, rec: Recording, evals: int) -> dict[str, Any]:
@@ -188,11 +192,11 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     command = ["python", args.app, "--n", str(args.n), "--steps", str(args.steps)]
     with tempfile.TemporaryDirectory() as tmp:
-        status, _ = record_application(command, tmp, max_instances=2, skip=1)
+        status, _ = record_application(command, tmp, max_instances=2, skip=SKIP)
         if status:
             raise SystemExit(f"the application exited with status {status}")
         recs = [load_recording(p) for p in find_recordings(tmp)]
-        fid = fidelity(cp, command, recs, args.rounds, args.repeat)
+        fid = fidelity(be, command, recs, args.rounds, args.repeat, SKIP)
         hot = max(recs, key=lambda r: replay(r, repeat=3).median)
         ovh = overhead(cp, hot, args.evals)
         knobs = knob_rows(hot, args.repeat)
@@ -207,11 +211,11 @@ def main() -> int:
 def report(r: dict[str, Any]) -> None:
     dev = r["device"]["device"]
     t = Table(title=f"1. replay fidelity on {dev}, {r['date']} (goal: within 5%)")
-    for c in ("kernel", "in app", "replayed", "ratio - 1", "rounds"):
+    for c in ("kernel", "in app", "replayed", "ratio - 1", "units x rounds"):
         t.add_column(c, justify="right")
     for f in r["fidelity"]:
         t.add_row(f["kernel"], f"{f['in_app_ms']:.4f} ms", f"{f['replay_ms']:.4f} ms",
-                  f"{f['ratio'] - 1:+.2%}", str(f["rounds"]))
+                  f"{f['ratio'] - 1:+.2%}", str(f["samples"]))
     console.print(t)
     o = r["overhead"]
     t = Table(title=f"2. warm evaluation of {o['unit']} ({o['bytes'] / 2**20:.0f} MiB of "

@@ -161,3 +161,12 @@ def test_restore_from_device_and_events(cuda) -> None:
     cuda.flush_cache()
     t = cuda.time_launch(compiled, [pristine, buf, 1.0, 1000], LaunchConfig(grid=(4,), block=(256,)))
     assert 0 < t < 0.1
+
+
+def test_time_launch_times_the_kernel_not_the_host(cuda) -> None:
+    """With the stream held while the host enqueues, an empty kernel times in microseconds."""
+    empty = KernelSource('extern "C" __global__ void nothing(int n) { }', "nothing", "cuda")
+    compiled = cuda.compile(Variant(empty))
+    times = sorted(cuda.time_launch(compiled, [1], LaunchConfig(grid=(1,), block=(32,)))
+                   for _ in range(20))
+    assert times[10] < 10e-6, times
