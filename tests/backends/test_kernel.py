@@ -125,3 +125,59 @@ def test_tolerance_unlocks_fast_math() -> None:
     y = np.ones(2)
     loose(np.ones(2), y, 1.0, 2)
     assert loose.tolerant and y.tolist() == [2.0, 2.0]
+
+
+TWO_OUTPUTS = """
+void two(const double *x, double *y, double *z, int n) {
+    for (int i = 0; i < n; i++) { y[i] = x[i] * 0.1; z[i] = x[i] / 3.0; }
+}
+"""
+
+
+def test_fast_math_needs_a_tolerance_on_every_written_buffer() -> None:
+    from kernforge.core import ConfigError
+
+    only_y = Kernel(TWO_OUTPUTS, "two", backend="cpu", options={"fast_math": True},
+                    tolerance={"y": "rel:1e-12"})
+    with pytest.raises(ConfigError, match="bit-for-bit"):
+        only_y.compiled()
+    both = Kernel(TWO_OUTPUTS, "two", backend="cpu", options={"fast_math": True},
+                  tolerance={"y": "rel:1e-12", "z": "rel:1e-12"})
+    assert both.tolerant
+    typo = Kernel(TWO_OUTPUTS, "two", backend="cpu", tolerance={"w": "rel:1e-12"})
+    with pytest.raises(ConfigError, match="not an array parameter"):
+        typo.compiled()
+
+
+REAL_KERNEL = """
+#ifndef REAL
+#define REAL double
+#endif
+void half(const REAL *x, REAL *y, int n) { for (int i = 0; i < n; i++) y[i] = x[i] * 0.5; }
+"""
+
+
+def test_defines_decide_parameter_types() -> None:
+    from kernforge.core import ArgumentError
+
+    k = Kernel(REAL_KERNEL, "half", backend="cpu", defines={"REAL": "float"})
+    with pytest.raises(ArgumentError, match="float32"):
+        k(np.ones(4), np.zeros(4), 4)
+    x, y = np.ones(4, np.float32), np.zeros(4, np.float32)
+    k(x, y, 4)
+    assert y.tolist() == [0.5] * 4
+
+
+def test_scalars_that_do_not_fit_and_read_only_outputs_are_refused() -> None:
+    from kernforge.core import ArgumentError
+
+    k = Kernel(REAL_KERNEL, "half", backend="cpu", defines={"REAL": "float"})
+    x, y = np.ones(4, np.float32), np.zeros(4, np.float32)
+    with pytest.raises(ArgumentError, match="int32"):
+        k(x, y, 2**40)
+    y.flags.writeable = False
+    with pytest.raises(ArgumentError, match="read-only"):
+        k(x, y, 4)
+    flt = Kernel("void f(float a, float *y) { y[0] = a; }", "f", backend="cpu")
+    with pytest.raises(ArgumentError, match="overflow"):
+        flt(1e300, np.zeros(1, np.float32))

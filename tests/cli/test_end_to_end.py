@@ -90,3 +90,17 @@ def test_fast_math_needs_tolerance(recorded: Path, tmp_path: Path) -> None:
     r = kf("replay", str(recorded), "--kernels", "heat_step", "--opt", "fast_math=true",
            "--tolerance", "norm:1e-9", "--repeat", "1", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_crashing_application_still_lists_what_was_recorded(tmp_path: Path) -> None:
+    app = tmp_path / "python_sim.py"  # a script whose name starts with "python"
+    app.write_text(
+        "import numpy as np, kernforge\n"
+        "k = kernforge.Kernel('void z(double *y, int n) { for (int i = 0; i < n; i++) y[i] = 0; }',"
+        " 'z', backend='cpu')\n"
+        "k(np.ones(8), 8)\n"
+        "raise RuntimeError('the application fails here')\n")
+    r = kf("record", "-o", str(tmp_path / "rec"), "--", str(app), cwd=tmp_path)
+    assert r.returncode == 1
+    assert "RuntimeError: the application fails here" in r.stderr
+    assert "recorded 1 kernel launch" in r.stdout and "z-0" in r.stdout

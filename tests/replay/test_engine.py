@@ -247,3 +247,21 @@ def test_a_candidate_whose_later_runs_differ_is_caught(tmp_path):
     assert replay(rec, repeat=3).ok
     m = replay(rec, source=rec.source.with_code(STATEFUL), repeat=3)
     assert m.status is Status.WRONG_RESULT and "last timed run" in m.message
+
+
+def test_a_recording_made_with_fast_math_replays_bitwise_as_recorded(tmp_path):
+    """The recorded options are the reference: keeping them needs no tolerance."""
+    import kernforge
+    from kernforge.core import Tolerance
+    from kernforge.record import find_recordings, load_recording
+
+    src = "void q(const double *x, double *y, int n) { for (int i = 0; i < n; i++) y[i] = x[i] / 3.0; }"
+    k = kernforge.Kernel(src, "q", backend="cpu", options={"fast_math": True},
+                         tolerance={"y": "rel:1e-12"})
+    x, y = np.linspace(1, 2, 64), np.zeros(64)
+    with kernforge.record(tmp_path):
+        k(x, y, 64)
+    rec = load_recording(find_recordings(tmp_path)[0])
+    m = replay(rec, tolerance={"y": Tolerance()}, repeat=2)
+    assert m.ok, m.message
+    assert all(c.mode == "bitwise" and c.passed for c in m.checks)

@@ -118,7 +118,8 @@ class Backend(ABC):
         """A host copy of ``buffer`` (or of an application's array argument)."""
 
     @abstractmethod
-    def parse_signature(self, source: KernelSource) -> tuple[Param, ...]:
+    def parse_signature(self, source: KernelSource,
+                        defines: Mapping[str, str] | None = None) -> tuple[Param, ...]:
         """The parameters of ``source.entry`` (raise SignatureError if not found)."""
 
     def is_buffer(self, value: Any) -> bool:
@@ -152,16 +153,21 @@ class Backend(ABC):
     def default_options(self) -> CompileOptions:
         return CompileOptions.of({k.name: k.default for k in self.knobs()})
 
-    def resolve_options(self, options: CompileOptions, *, tolerant: bool = False) -> CompileOptions:
-        """Defaults filled in, unknown names and bad values refused, tolerance rules applied."""
+    def resolve_options(self, options: CompileOptions, *, tolerant: bool = False,
+                        recorded: CompileOptions | None = None) -> CompileOptions:
+        """Defaults filled in, unknown names and bad values refused, tolerance rules applied.
+
+        A knob that may change results bit-for-bit needs ``tolerant`` -- unless its value is
+        the ``recorded`` one: the recording was made with it, so bitwise comparison holds."""
         knobs = {k.name: k for k in self.knobs()}
+        was = recorded.as_dict() if recorded is not None else {}
         for name, value in options.values:
             if name not in knobs:
                 raise ConfigError(f"backend {self.name!r} has no option {name!r}",
                                   hint=f"options are: {', '.join(sorted(knobs))}")
             knobs[name].check(value)
             if knobs[name].needs_tolerance and value not in (False, knobs[name].default) \
-                    and not tolerant:
+                    and not tolerant and was.get(name) != value:
                 raise ConfigError(
                     f"option {name}={value!r} can change results bit-for-bit, and the outputs "
                     f"are verified bitwise",
@@ -169,9 +175,10 @@ class Backend(ABC):
                          "rel:1e-6) to allow it")
         return self.default_options().merged(options)
 
-    def compile(self, variant: Variant, *, tolerant: bool = False) -> Compiled:
-        """Compile (or fetch from the in-process cache) a variant."""
-        options = self.resolve_options(variant.options, tolerant=tolerant)
+    def compile(self, variant: Variant, *, tolerant: bool = False,
+                recorded: CompileOptions | None = None) -> Compiled:
+        """Compile (or fetch from the in-process cache) a variant (see resolve_options)."""
+        options = self.resolve_options(variant.options, tolerant=tolerant, recorded=recorded)
         variant = replace(variant, options=options)
         key = self.cache_key(variant)
         with self._lock:
@@ -188,9 +195,11 @@ class Backend(ABC):
         return compiled
 
     def signature_for(self, variant: Variant) -> tuple[Param, ...]:
-        """The entry's parameters: the source's own, else parsed (a backend may use the
-        variant's options, e.g. to resolve a template instantiation)."""
-        return variant.source.signature or self.parse_signature(variant.source)
+        """The entry's parameters: the source's own, else parsed with the variant's
+        ``#define``s (``-DREAL=float`` changes the type of a ``REAL *``); a backend may also use
+        the variant's options, e.g. to resolve a template instantiation."""
+        return variant.source.signature or self.parse_signature(variant.source,
+                                                                dict(variant.defines))
 
     def cache_key(self, variant: Variant) -> str:
         """In-process cache key; the launch is not part of it unless a backend says so."""
@@ -218,6 +227,11 @@ class Backend(ABC):
                 if not _contiguous(a):
                     raise ArgumentError(f"argument {p.name!r} is not C-contiguous",
                                         hint="pass np.ascontiguousarray(...) of it")
+                if not p.const and not _writeable(a):
+                    raise ArgumentError(f"argument {p.name!r} ({p.ctype}) may be written by the "
+                                        f"kernel, but the array is read-only",
+                                        hint="pass a writeable copy, or declare the parameter "
+                                             "const")
                 out.append(a)
             else:
                 if self.is_buffer(a):
@@ -256,13 +270,22 @@ def _scalar(p: Param, a: Any) -> Any:
     try:
         if isinstance(a, (str, bytes)):
             raise TypeError(f"a {type(a).__name__} is not a number")
-        value = np.dtype(p.dtype).type(a)
+        if p.dtype == "bool" and a not in (0, 1):  # True/False compare equal to 1/0
+            raise ValueError("a bool parameter takes 0/1 or False/True")
+        with np.errstate(over="raise"):
+            value = np.dtype(p.dtype).type(a)
         if value.dtype.kind in "iu" and value != a:
             raise ValueError(f"it does not fit in {p.dtype} exactly")
-    except (TypeError, ValueError, OverflowError) as exc:
+        if value.dtype.kind == "f" and not np.isfinite(value) and np.isfinite(a):
+            raise ValueError(f"it overflows {p.dtype}")
+    except (TypeError, ValueError, OverflowError, FloatingPointError) as exc:
         raise ArgumentError(f"argument {p.name!r} ({p.ctype}) cannot take {a!r}: {exc}",
                             hint=f"pass a number that {p.dtype} represents exactly") from None
     return value
+
+
+def _writeable(a: Any) -> bool:
+    return bool(getattr(getattr(a, "flags", None), "writeable", True))
 
 
 def _contiguous(a: Any) -> bool:

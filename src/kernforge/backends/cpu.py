@@ -262,11 +262,12 @@ class CpuBackend(HostMemory, Backend):
                 self._openmp = "unavailable"
         return self._openmp
 
-    def parse_signature(self, source: KernelSource) -> tuple[Param, ...]:
-        return parse_signature(source)
+    def parse_signature(self, source: KernelSource,
+                        defines: Mapping[str, str] | None = None) -> tuple[Param, ...]:
+        return parse_signature(source, substitutions=defines)
 
-    def compile(self, variant: Variant, *, tolerant: bool = False) -> Compiled:
-        compiled = super().compile(variant, tolerant=tolerant)
+    def compile(self, variant: Variant, **kw: Any) -> Compiled:
+        compiled = super().compile(variant, **kw)
         if not compiled.info:  # first build in this process: publish how it was built
             compiled.info.update(compiled.handle.info)
         return compiled

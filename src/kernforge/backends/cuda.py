@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -132,8 +132,9 @@ class CudaBackend(Backend):
                 "nvrtc": ".".join(map(str, self.cp.cuda.nvrtc.getVersion())),
                 "cupy": self.cp.__version__, "compiler": "nvrtc"}
 
-    def parse_signature(self, source: KernelSource) -> tuple[Param, ...]:
-        return parse_signature(source)
+    def parse_signature(self, source: KernelSource,
+                        defines: Mapping[str, str] | None = None) -> tuple[Param, ...]:
+        return parse_signature(source, substitutions=defines)
 
     def signature_for(self, variant: Variant) -> tuple[Param, ...]:
         expr = variant.options.get("name_expression")
@@ -221,8 +222,8 @@ class CudaBackend(Backend):
             local_bytes=int(fn.local_size_bytes))
         return handle, " ".join(options)
 
-    def compile(self, variant: Variant, *, tolerant: bool = False) -> Compiled:
-        compiled = super().compile(variant, tolerant=tolerant)
+    def compile(self, variant: Variant, **kw: Any) -> Compiled:
+        compiled = super().compile(variant, **kw)
         h = compiled.handle
         compiled.info.update(num_regs=h.num_regs, max_threads=h.max_threads,
                              local_bytes=h.local_bytes)

@@ -58,7 +58,18 @@ class Kernel:
 
     @property
     def tolerant(self) -> bool:
-        return bool(self.tolerance) and all(not t.exact for t in self.tolerance.values())
+        """True when every buffer the kernel may write (non-const pointer) declares a
+        tolerance; a tolerance naming no pointer parameter is refused."""
+        sig = self.backend.signature_for(self.variant)
+        pointers = {p.name for p in sig if p.pointer}
+        unknown = sorted(set(self.tolerance) - pointers)
+        if unknown:
+            raise ConfigError(f"tolerance given for {', '.join(map(repr, unknown))}, not an array "
+                              f"parameter of {self.name}",
+                              hint=f"array parameters are: {', '.join(sorted(pointers))}")
+        outputs = [p.name for p in sig if p.pointer and not p.const]
+        return bool(outputs) and all(n in self.tolerance and not self.tolerance[n].exact
+                                     for n in outputs)
 
     def compiled(self) -> Compiled:
         if self._compiled is None:

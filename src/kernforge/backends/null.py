@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -53,7 +53,8 @@ class NullBackend(HostMemory, Backend):
         return {"device": "host (null backend)", "compiler": "python exec",
                 "numpy": np.__version__}
 
-    def parse_signature(self, source: KernelSource) -> tuple[Param, ...]:
+    def parse_signature(self, source: KernelSource,
+                        defines: Mapping[str, str] | None = None) -> tuple[Param, ...]:
         try:
             tree = ast.parse(source.code)
         except SyntaxError as exc:  # for this backend, parsing is compiling

@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 import runpy
 import sys
+import traceback
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -18,7 +20,7 @@ from ..record import install_cupy_hooks, record, uninstall_cupy_hooks
 def split_command(command: Sequence[str]) -> tuple[str, str, list[str]]:
     """``python app.py a b`` / ``app.py a b`` / ``python -m pkg a`` -> (kind, target, argv)."""
     cmd = list(command)
-    if cmd and Path(cmd[0]).name.startswith("python"):
+    if cmd and re.fullmatch(r"python[\d.]*", Path(cmd[0]).name):
         cmd = cmd[1:]
     if not cmd:
         raise ConfigError("no application command given",
@@ -58,6 +60,9 @@ def run_application(command: Sequence[str]) -> int:
         except SystemExit as exc:
             code = exc.code
             return code if isinstance(code, int) else (0 if code is None else 1)
+        except Exception:  # the application's own failure: show it, as Python would
+            traceback.print_exc()
+            return 1
     return 0
 
 

@@ -162,7 +162,7 @@ def prepare(recording: Recording, *, backend: Backend | str | None = None,
     policies = resolve_policies(recording, tolerance)
     t0 = time.perf_counter()
     compiled = be.compile(variant or recording.variant,
-                          tolerant=is_tolerant(recording, policies))
+                          tolerant=is_tolerant(recording, policies), recorded=recording.options)
     compile_s = time.perf_counter() - t0
     arrays = [a for a in recording.args if a.is_array]
     pristine = {a.name: be.to_device(np.ascontiguousarray(recording.prologue(a.name)))
