@@ -104,3 +104,17 @@ def test_a_crashing_application_still_lists_what_was_recorded(tmp_path: Path) ->
     assert r.returncode == 1
     assert "RuntimeError: the application fails here" in r.stderr
     assert "recorded 1 kernel launch" in r.stdout and "z-0" in r.stdout
+
+
+def test_tune_finds_a_verified_configuration_and_resumes(recorded: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    r = kf("tune", str(recorded), "--kernels", "heat_step", "--preset", "quick", "--trials", "5",
+           "--repeat", "3", "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    results = sorted(out.glob("*/result.json"))
+    assert len(results) == 4  # four recorded heat_step launches
+    data = json.loads(results[0].read_text())
+    assert data["evaluations"] == 5 and data["speedup"] > 0
+    r = kf("tune", str(recorded), "--kernels", "heat_step", "--preset", "quick", "--trials", "5",
+           "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 2 and "--resume" in r.stderr

@@ -96,6 +96,14 @@ class Backend(ABC):
     def identity(self) -> dict[str, Any]:
         """Device and compiler identity, stored in recordings and deployment specs."""
 
+    #: the keys of identity() that decide whether a deployed (tuned) variant is valid here
+    deploy_keys: ClassVar[tuple[str, ...]] = ("device",)
+
+    def deploy_identity(self) -> dict[str, Any]:
+        """identity() restricted to :attr:`deploy_keys` (what a deployment spec must match)."""
+        ident = self.identity()
+        return {k: ident.get(k) for k in self.deploy_keys}
+
     @abstractmethod
     def _compile(self, variant: Variant, signature: tuple[Param, ...]) -> tuple[Any, str]:
         """Build the variant; return (handle, compiler log). Raise CompileError on failure."""
@@ -150,6 +158,53 @@ class Backend(ABC):
         """Raise ConfigError when ``launch`` is impossible on this device (default: accept)."""
 
     # ---- shared work --------------------------------------------------------------------
+    # ---- tuning: what to search around a recorded variant, and how a point becomes a variant
+    PRESETS: ClassVar[tuple[str, ...]] = ("quick", "standard", "full")
+
+    def tuning_dimensions(self, variant: Variant, preset: str) -> dict[str, tuple[Any, ...]]:
+        """Dimension name -> values to search around ``variant`` (its own value first).
+        Names: ``opt.<knob>``, ``launch.<field>``, ``const.scalars``. The default searches every
+        choice/bool knob for "full" and nothing for the smaller presets; backends say more."""
+        if preset not in self.PRESETS:
+            raise ConfigError(f"unknown tuning preset {preset!r}",
+                              hint=f"choose one of: {', '.join(self.PRESETS)}")
+        dims: dict[str, tuple[Any, ...]] = {}
+        if preset == "full":
+            for k in self.knobs():
+                if k.kind in ("choice", "bool"):
+                    dims[f"opt.{k.name}"] = k.choices if k.kind == "choice" else (False, True)
+        return self._recorded_first(variant, dims)
+
+    def _recorded_first(self, variant: Variant, dims: dict[str, tuple[Any, ...]]
+                        ) -> dict[str, tuple[Any, ...]]:
+        """Each dimension's values with the recorded variant's value first (the baseline)."""
+        opts = self.resolve_options(variant.options, tolerant=True).as_dict()
+        recorded: dict[str, Any] = {f"opt.{k}": v for k, v in opts.items()}
+        recorded.update({"launch.block": variant.launch.block,
+                         "launch.threads": variant.launch.threads,
+                         "const.scalars": bool(variant.constants)})
+        out = {}
+        for name, values in dims.items():
+            first = recorded.get(name, values[0])
+            out[name] = (first, *[v for v in values if v != first])
+        return out
+
+    def realize(self, variant: Variant, config: Mapping[str, Any],
+                scalars: Mapping[str, Any] | None = None) -> Variant:
+        """The variant for one point of the search space: ``opt.*`` options, ``def.*``
+        defines, ``launch.*`` geometry (the grid derived from the recorded decomposition),
+        ``const.scalars`` (every scalar argument compiled in with its ``scalars`` value)."""
+        options = {k[4:]: v for k, v in config.items() if k.startswith("opt.")}
+        defines = {k[4:]: v for k, v in config.items() if k.startswith("def.")}
+        launch = variant.launch
+        if "launch.block" in config and tuple(config["launch.block"]) != launch.block:
+            launch = launch.reblocked(config["launch.block"])
+        if "launch.threads" in config:
+            launch = replace(launch, threads=config["launch.threads"])
+        constants = dict(scalars or {}) if config.get("const.scalars") else None
+        return variant.with_(options=options, defines=defines, launch=launch,
+                             constants=constants)
+
     def default_options(self) -> CompileOptions:
         return CompileOptions.of({k.name: k.default for k in self.knobs()})
 

@@ -226,6 +226,23 @@ class CpuBackend(HostMemory, Backend):
         return " ".join([os.path.realpath(cc[0]), *cc[1:], first[0].strip()])
 
     # ---- Backend interface ------------------------------------------------------------------
+    def tuning_dimensions(self, variant: Variant, preset: str) -> dict[str, tuple[Any, ...]]:
+        """quick: -O level, -march, unrolling; standard: + vectorization, OpenMP schedule and
+        chunk, thread count, constant scalars; full: every knob."""
+        dims = super().tuning_dimensions(variant, preset)
+        dims.update({"opt.opt_level": ("O2", "O3"), "opt.march": ("default", "native"),
+                     "opt.unroll": (False, True)})
+        if preset in ("standard", "full"):
+            n = self.default_threads
+            threads = sorted({t for t in (1, 2, 4, 8, 16, 32, 64) if t < n} | {n})
+            dims.update({"opt.vectorize": ("default", "on", "off"),
+                         "opt.omp_schedule": ("default", "static", "dynamic", "guided"),
+                         "opt.omp_chunk": (0, 1, 8, 64), "launch.threads": tuple(threads),
+                         "const.scalars": (False, True)})
+        if preset == "full":
+            dims["opt.omp_chunk"] = (0, 1, 4, 16, 64, 256)
+        return self._recorded_first(variant, dims)
+
     def knobs(self) -> tuple[Knob, ...]:
         return (
             Knob("opt_level", "choice", "O2", ("O0", "O1", "O2", "O3", "Os"),

@@ -92,6 +92,18 @@ def _cupy() -> Any:
     return cupy
 
 
+def block_shapes(recorded: tuple[int, int, int], preset: str) -> tuple[tuple[int, int, int], ...]:
+    """Candidate blocks with the recorded block's dimensionality (1D, 2D or 3D), at most 1024
+    threads and at least one warp, the recorded block first."""
+    xs = (32, 64, 128, 256, 512, 1024) if preset == "full" else (32, 64, 128, 256)
+    ys = (1,) if recorded[1] == 1 and recorded[2] == 1 else (1, 2, 4, 8, 16)
+    zs = (1,) if recorded[2] == 1 else (1, 2, 4, 8)
+    shapes = [(x, y, z) for x in xs for y in ys for z in zs if 32 <= x * y * z <= 1024]
+    if recorded[1] == 1 and recorded[2] == 1:
+        shapes = [(x, 1, 1) for x in (32, 64, 128, 256, 512, 1024)]
+    return (recorded, *[b for b in shapes if b != recorded])
+
+
 @dataclass
 class CudaHandle:
     function: Any
@@ -106,6 +118,7 @@ class CudaHandle:
 class CudaBackend(Backend):
     name = "cuda"
     language = "cuda"
+    deploy_keys = ("device", "arch")
 
     def __init__(self) -> None:
         super().__init__()
@@ -118,6 +131,39 @@ class CudaBackend(Backend):
         self._spin: Any = None
         self._events = (self.cp.cuda.Event(), self.cp.cuda.Event())
         self.xp = self.cp  # array module for on-device verification
+
+    def tuning_dimensions(self, variant: Variant, preset: str) -> dict[str, tuple[Any, ...]]:
+        """quick: block shape, maxrregcount, launch bounds; standard: + constant scalars,
+        block specialization, load cache modifier, extra vectorization; full: every knob.
+        Block shapes keep the recorded block's dimensionality; the grid is derived."""
+        dims = super().tuning_dimensions(variant, preset)
+        dims.update({"launch.block": block_shapes(variant.launch.block, preset),
+                     "opt.maxrregcount": (0, 32, 64, 128),
+                     "opt.launch_bounds": (False, True),
+                     "opt.launch_bounds_min_blocks": (0, 1, 2, 4)})
+        if preset in ("standard", "full"):
+            dims.update({"const.scalars": (False, True), "opt.specialize_block": (False, True),
+                         "opt.ptxas_dlcm": ("default", "ca", "cg"),
+                         "opt.extra_device_vectorization": (False, True)})
+        if preset == "full":
+            dims.update({"opt.maxrregcount": REGS, "opt.ptxas_opt": (3, 2, 1, 0)})
+        for name in ("opt.name_expression", "opt.extra_options", "opt.launch_bounds_max"):
+            dims.pop(name, None)  # facts of the recording, or derived (below), not searched
+        return self._recorded_first(variant, dims)
+
+    def realize(self, variant: Variant, config: Mapping[str, Any],
+                scalars: Mapping[str, Any] | None = None) -> Variant:
+        """``opt.launch_bounds`` (a bool) becomes __launch_bounds__ of the chosen block."""
+        config = dict(config)
+        bounded = config.pop("opt.launch_bounds", None)
+        v = super().realize(variant, config, scalars)
+        if bounded is None:
+            return v
+        tpb = v.launch.threads_per_block if bounded else 0
+        return v.with_(options={"launch_bounds_max": tpb,
+                                "launch_bounds_min_blocks":
+                                    v.options.get("launch_bounds_min_blocks", 0) if bounded
+                                    else 0})
 
     def knobs(self) -> tuple[Knob, ...]:
         return KNOBS

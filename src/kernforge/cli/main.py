@@ -11,14 +11,15 @@ import argparse
 import sys
 from typing import Sequence
 
+from rich.markup import escape
+
 from .._version import __version__
 from ..core import KernforgeError
-from . import demo_cmd, inspect_cmd, record_cmd, replay_cmd
-from rich.markup import escape
+from . import demo_cmd, inspect_cmd, record_cmd, replay_cmd, tune_cmd
 
 from .output import err_console
 
-COMMANDS = (demo_cmd, record_cmd, inspect_cmd, replay_cmd)
+COMMANDS = (demo_cmd, record_cmd, inspect_cmd, replay_cmd, tune_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -126,13 +126,25 @@ def replay(recording: Recording, *, backend: Backend | str | None = None,
     RUNTIME_FAILED, WRONG_RESULT (naming each failing buffer and its measured error). Stages
     (seconds): compile, restore, run, verify and, when timed, measure.
     """
+    try:
+        variant = recording.variant.with_(options=options, defines=defines, launch=launch,
+                                          source=source, constants=constants)
+    except KernforgeError as exc:  # e.g. a bad define name: the candidate is invalid
+        return _failure(exc, [])
+    return evaluate_variant(recording, variant, backend=backend, tolerance=tolerance,
+                            warmup=warmup, repeat=repeat, flush=flush, verify_only=verify_only)
+
+
+def evaluate_variant(recording: Recording, variant: Variant, *,
+                     backend: Backend | str | None = None, tolerance: TolerancePolicy = None,
+                     warmup: int = 3, repeat: int = 10, flush: bool = True,
+                     verify_only: bool = False) -> Measurement:
+    """:func:`replay` for a complete :class:`Variant` (the tuner's evaluation)."""
     protocol = Protocol(warmup=warmup, repeat=repeat, flush=flush)
     be = get_backend(backend if backend is not None else recording.backend)
     resolve_policies(recording, tolerance)  # a misnamed buffer is the caller's error: raise
     stages: list[tuple[str, float]] = []
     try:
-        variant = recording.variant.with_(options=options, defines=defines, launch=launch,
-                                          source=source, constants=constants)
         return _evaluate(recording, be, variant, tolerance, protocol, verify_only, stages)
     except (RecordingError, BackendUnavailableError):
         raise  # not the candidate's failure

@@ -1,0 +1,119 @@
+"""``kernforge tune PATH``: Bayesian optimization of compile options and launch parameters."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..core import ConfigError
+from ..record import find_recordings, load_recording
+from ..replay.tuning import TuningOutcome, tune_recording
+from ..tune import Budget
+from .output import console, fmt_time
+from .replay_cmd import tolerance_overrides
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tune", help="tune compile options and launch parameters of recordings",
+                       description="For every recorded unit under PATH: search compile options "
+                                   "and launch parameters (TPE by default), each trial compiled, "
+                                   "verified against the recording and timed; the best is "
+                                   "re-measured interleaved against the recorded "
+                                   "configuration. Results go to a run directory.")
+    p.add_argument("path", help="a recordings directory or one recorded unit")
+    p.add_argument("--out", type=Path, default=None,
+                   help="run directory (default runs/tune-<date>-<time>)")
+    p.add_argument("--resume", action="store_true", help="continue the studies in --out")
+    p.add_argument("--preset", default="standard", choices=("quick", "standard", "full"))
+    p.add_argument("--sampler", default="tpe", help="tpe (default), random or exhaustive")
+    p.add_argument("--trials", type=int, default=30, help="evaluations per unit (default 30)")
+    p.add_argument("--seconds", type=float, default=None, help="wall-time budget per unit")
+    p.add_argument("--patience", type=int, default=None,
+                   help="stop after N evaluations without improvement")
+    p.add_argument("--space", type=Path, default=None,
+                   help="extra dimensions (YAML, TOML or JSON), e.g. tunable #defines")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kernels", default=None, metavar="PATTERN", help="only these kernels")
+    p.add_argument("--tolerance", action="append", metavar="[BUF=]SPEC",
+                   help="verification policy (allows fast-math-like knobs)")
+    p.add_argument("--repeat", type=int, default=7, help="timed runs per trial (default 7)")
+    p.set_defaults(func=run)
+
+
+def load_space_file(path: Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    if not path.is_file():
+        raise ConfigError(f"space file {path} not found", hint="give the path of a YAML, TOML "
+                                                               "or JSON file")
+    text = path.read_text()
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+            return dict(yaml.safe_load(text) or {})
+        if path.suffix == ".toml":
+            import tomllib
+            return tomllib.loads(text)
+        return dict(json.loads(text))
+    except Exception as exc:  # noqa: BLE001 - any parser's error is the user's input
+        raise ConfigError(f"cannot parse space file {path}: {exc}",
+                          hint="check its syntax (YAML, TOML or JSON by extension)") from exc
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.resume and args.out is None:
+        raise ConfigError("--resume needs --out naming the run directory to continue")
+    out = args.out or Path("runs") / time.strftime("tune-%Y%m%d-%H%M%S")
+    user = load_space_file(args.space)
+    budget = Budget(trials=args.trials, seconds=args.seconds, patience=args.patience)
+    tolerance = tolerance_overrides(args.tolerance)
+    recs = [load_recording(p) for p in find_recordings(args.path)]
+    recs = [r for r in recs if not args.kernels or fnmatchcase(r.source.entry, args.kernels)]
+    if not recs:
+        raise ConfigError(f"no recorded units to tune under {args.path}",
+                          hint="check the path and --kernels")
+    outcomes: list[TuningOutcome] = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console) as progress:
+        for rec in recs:
+            task = progress.add_task(rec.name, total=args.trials)
+            best = [float("inf")]
+
+            def on_trial(t: Any, task: Any = task, name: str = rec.name,
+                         best: list[float] = best) -> None:
+                if t.ok and t.median is not None:
+                    best[0] = min(best[0], t.median)
+                progress.update(task, completed=min(args.trials, t.number + 1),
+                                description=f"{name}  best {fmt_time(best[0])}")
+
+            outcomes.append(tune_recording(
+                rec, out, preset=args.preset, sampler=args.sampler, budget=budget,
+                seed=args.seed, user_space=user, tolerance=tolerance, repeat=args.repeat,
+                resume=args.resume, on_trial=on_trial))
+            progress.update(task, completed=args.trials)
+    _summary(out, outcomes)
+    return 0
+
+
+def _summary(out: Path, outcomes: list[TuningOutcome]) -> None:
+    t = Table(title=f"tuning results in {out} (speedup: best vs recorded, interleaved)")
+    for col in ("unit", "evaluations", "recorded", "best", "speedup [95% CI]", "best configuration"):
+        t.add_column(col)
+    for o in outcomes:
+        ci = f" [{o.ab.ci_low:.3f}, {o.ab.ci_high:.3f}]" if o.ab else ""
+        best = o.study.best_trial
+        changed = {k: v for k, v in (best.config.items() if best else ())
+                   if o.study.baseline is None or o.study.baseline.config.get(k) != v}
+        t.add_row(o.recording.name, str(o.study.evaluations), fmt_time(o.baseline_s),
+                  fmt_time(o.best_s), f"{o.speedup:.3f}x{ci}",
+                  escape(", ".join(f"{k}={v}" for k, v in changed.items()) or "(recorded)"))
+    console.print(t)
+    console.print(f"per unit: result.json, history.png, study.db under {out}", markup=False)

@@ -1,0 +1,201 @@
+"""Tune one recorded launch: a search space from the backend, every trial a verified replay,
+the winner re-measured interleaved against the recorded configuration, results on disk.
+
+A run directory holds one folder per tuned unit::
+
+    <run>/<unit>/study.db            the Optuna study (resumable)
+    <run>/<unit>/<unit>.space.json   the search space
+    <run>/<unit>/result.json         best configuration and variant, interleaved speedup
+    <run>/<unit>/history.png         time per trial and best so far
+
+``result.json`` (format ``kernforge-tune-result``, schema 1) is what ``kernforge export``
+turns into a deployment spec.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .._version import __version__
+from ..backends import Backend, get_backend
+from ..core import ConfigError, KernforgeError, Measurement, Recording, Status, Variant
+from ..harness import ABResult
+from ..tune import Budget, Dimension, ProductAtMost, SearchSpace, TrialRecord, TuneResult, tune
+from .engine import compare, evaluate_variant
+from .prepare import TolerancePolicy, is_tolerant, resolve_policies
+
+RESULT_FORMAT = "kernforge-tune-result"
+RESULT_VERSION = 1
+
+
+@dataclass
+class TuningOutcome:
+    recording: Recording
+    directory: Path
+    study: TuneResult
+    best_variant: Variant
+    baseline_s: float | None
+    best_s: float | None
+    ab: ABResult | None  # interleaved best vs recorded; None when the baseline stayed best
+
+    @property
+    def speedup(self) -> float:
+        return self.ab.speedup if self.ab else 1.0
+
+
+def _dimension(name: str, values: tuple[Any, ...]) -> Dimension:
+    if all(isinstance(v, bool) for v in values):
+        return Dimension.boolean(name, default=values[0])
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return Dimension.ordinal(name, sorted(values), default=values[0])
+    return Dimension.categorical(name, values, default=values[0])
+
+
+def build_space(recording: Recording, backend: Backend, *, preset: str = "standard",
+                user: Mapping[str, Any] | None = None, tolerant: bool = False) -> SearchSpace:
+    """The backend's dimensions around the recorded variant (its values are the baseline),
+    plus the user's own (``user``: a parsed space file; same names override)."""
+    dims = backend.tuning_dimensions(recording.variant, preset)
+    risky = {f"opt.{k.name}" for k in backend.knobs() if k.needs_tolerance}
+    if not tolerant:
+        dims = {n: v for n, v in dims.items() if n not in risky}
+    if not any(not a.is_array for a in recording.args):
+        dims.pop("const.scalars", None)
+    dimensions = {n: _dimension(n, v) for n, v in dims.items() if len(v) > 1}
+    constraints: list[Any] = []
+    baseline = {n: v[0] for n, v in dims.items() if n in dimensions}
+    if user:
+        own = SearchSpace.from_mapping(user)
+        dimensions.update({d.name: d for d in own.dimensions})
+        constraints.extend(own.constraints)
+        baseline.update({d.name: own.baseline[d.name] for d in own.dimensions})
+    if "launch.block" in dimensions:
+        constraints.append(ProductAtMost(("launch.block",), 1024))
+    if not dimensions:
+        raise ConfigError(f"nothing to tune for {recording.name} with preset {preset!r}",
+                          hint="use a larger preset, or declare dimensions with --space")
+    return SearchSpace(list(dimensions.values()), constraints, baseline)
+
+
+def make_evaluator(recording: Recording, backend: Backend, *, tolerance: TolerancePolicy = None,
+                   warmup: int = 2, repeat: int = 7, flush: bool = True
+                   ) -> Callable[[dict[str, Any]], Measurement]:
+    """config -> the realized variant, replayed: verified against the recording, then timed."""
+    scalars = {a.name: a.value for a in recording.args if not a.is_array}
+
+    def evaluate(config: dict[str, Any]) -> Measurement:
+        try:
+            variant = backend.realize(recording.variant, config, scalars)
+        except KernforgeError as exc:
+            return Measurement(exc.status or Status.INVALID_CONFIG, message=str(exc))
+        return evaluate_variant(recording, variant, backend=backend, tolerance=tolerance,
+                                warmup=warmup, repeat=repeat, flush=flush)
+
+    return evaluate
+
+
+def tune_recording(recording: Recording, run_dir: Path, *, preset: str = "standard",
+                   sampler: str = "tpe", budget: Budget | None = None, seed: int | None = 0,
+                   user_space: Mapping[str, Any] | None = None,
+                   tolerance: TolerancePolicy = None, repeat: int = 7, warmup: int = 2,
+                   resume: bool = False, passes: int = 7,
+                   on_trial: Callable[[TrialRecord], None] | None = None) -> TuningOutcome:
+    """Tune ``recording`` into ``run_dir/<unit>/`` and write its result.json and history.png."""
+    be = get_backend(recording.backend)
+    directory = Path(run_dir) / recording.name
+    if (directory / "study.db").exists() and not resume:
+        raise ConfigError(f"{directory} already holds a study",
+                          hint="pass --resume to continue it, or choose another --out")
+    directory.mkdir(parents=True, exist_ok=True)
+    tolerant = is_tolerant(recording, resolve_policies(recording, tolerance))
+    space = build_space(recording, be, preset=preset, user=user_space, tolerant=tolerant)
+    evaluate = make_evaluator(recording, be, tolerance=tolerance, warmup=warmup, repeat=repeat)
+    study = tune(space, evaluate, sampler=sampler, budget=budget, storage=directory,
+                 study_name=recording.name, seed=seed, on_trial=on_trial)
+    scalars = {a.name: a.value for a in recording.args if not a.is_array}
+    best = study.best_trial
+    best_variant = be.realize(recording.variant, best.config, scalars) if best \
+        else recording.variant
+    baseline_s = study.baseline.median if study.baseline else None
+    ab = None
+    if best is not None and best.config != (study.baseline.config if study.baseline else None):
+        ab = compare(recording, recording.variant, best_variant, backend=be,
+                     tolerance=tolerance, passes=passes)
+    outcome = TuningOutcome(recording, directory, study, best_variant, baseline_s,
+                            best.median if best else None, ab)
+    write_result(outcome, sampler=sampler, preset=preset)
+    plot_history(outcome, directory / "history.png", sampler=sampler)
+    return outcome
+
+
+def variant_json(variant: Variant, original: Variant) -> dict[str, Any]:
+    return {"code": variant.source.code if variant.source.code != original.source.code else None,
+            "options": variant.options.as_dict(), "defines": dict(variant.defines),
+            "constants": dict(variant.constants), "launch": variant.launch.to_json()}
+
+
+def write_result(o: TuningOutcome, *, sampler: str, preset: str) -> Path:
+    best = o.study.best_trial
+    data = {
+        "format": RESULT_FORMAT, "schema_version": RESULT_VERSION,
+        "kernforge_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "unit": o.recording.name, "recording": str(Path(o.recording.path).resolve()),
+        "backend": o.recording.backend, "sampler": sampler, "preset": preset,
+        "evaluations": o.study.evaluations, "trials": len(o.study.trials),
+        "stop_reason": o.study.stop_reason,
+        "status": "OK" if best is not None else "NO_VALID_TRIAL",
+        "best": {"config": best.config if best else None,
+                 "variant": variant_json(o.best_variant, o.recording.variant)},
+        "baseline_median_s": o.baseline_s, "best_median_s": o.best_s,
+        "speedup": o.speedup,
+        "speedup_ci": [o.ab.ci_low, o.ab.ci_high] if o.ab else None,
+        "interleaved": o.ab.to_json() if o.ab else None,
+    }
+    path = o.directory / "result.json"
+    tmp = path.with_suffix(".json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+    return path
+
+
+def plot_history(o: TuningOutcome, path: Path, *, sampler: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    trials = [t for t in o.study.trials if t.evaluated or t.cached]
+    ok = [(t.number, t.median * 1e3) for t in trials if t.ok and t.median is not None]
+    bad = [t.number for t in trials if not t.ok]
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    if ok:
+        xs, ys = zip(*ok)
+        ax.scatter(xs, ys, s=14, color="#4c72b0", label="verified trial")
+        best, run = [], float("inf")
+        for x, y in ok:
+            run = min(run, y)
+            best.append((x, run))
+        ax.step(*zip(*best), where="post", color="#dd8452", label="best so far")
+        if bad:
+            ax.scatter(bad, [max(ys)] * len(bad), marker="x", color="#c44e52",
+                       label="failed (compile, launch or wrong result)")
+    if o.baseline_s:
+        ax.axhline(o.baseline_s * 1e3, ls="--", color="#888", label="recorded configuration")
+    ax.set_xlabel("trial")
+    ax.set_ylabel("median replay time (ms)")
+    ax.set_title(f"{o.recording.name}: {sampler}, speedup {o.speedup:.3f}x (interleaved) on "
+                 f"{o.recording.identity.get('device', '?')}", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

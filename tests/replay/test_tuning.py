@@ -1,0 +1,76 @@
+"""Tuning a real CPU recording: space, verified trials, interleaved result, resume, files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kernforge
+from kernforge.core import ConfigError
+from kernforge.record import find_recordings, load_recording
+from kernforge.replay.tuning import build_space, tune_recording
+from kernforge.tune import Budget
+
+SRC = r"""
+#ifndef BLK
+#define BLK 8
+#endif
+void smooth(const double *restrict x, double *restrict y, long n) {
+    #pragma omp parallel for
+    for (long b = 0; b < n; b += BLK)
+        for (long i = b; i < b + BLK && i < n; i++)
+            y[i] = 0.25 * (i > 0 ? x[i - 1] : 0.0) + 0.5 * x[i] + 0.25 * (i + 1 < n ? x[i + 1] : 0.0);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def rec(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("tune-rec")
+    k = kernforge.Kernel(SRC, "smooth", backend="cpu")
+    x, y = np.random.default_rng(0).random(1 << 16), np.zeros(1 << 16)
+    with kernforge.record(root):
+        k(x, y, x.size)
+    return load_recording(find_recordings(root)[0])
+
+
+def test_space_has_the_recorded_configuration_as_baseline(rec) -> None:
+    be = kernforge.get_backend("cpu")
+    space = build_space(rec, be, preset="standard")
+    assert space.baseline["opt.opt_level"] == "O2" and space.baseline["const.scalars"] is False
+    assert "opt.fast_math" not in space.names  # needs a tolerance: not searched bitwise
+    assert "opt.fast_math" in build_space(rec, be, preset="full", tolerant=True).names
+    user = build_space(rec, be, preset="quick", user={"def.BLK": {"ordinal": [8, 64, 512]}})
+    assert user.baseline["def.BLK"] == 8 and space.size() > 100
+
+
+def test_tune_writes_result_history_and_resumes(rec, tmp_path: Path) -> None:
+    seen: list[int] = []
+    o = tune_recording(rec, tmp_path, preset="quick", budget=Budget(trials=6), repeat=3,
+                       user_space={"def.BLK": {"ordinal": [8, 64, 512]}},
+                       on_trial=lambda t: seen.append(t.number))
+    d = tmp_path / rec.name
+    data = json.loads((d / "result.json").read_text())
+    assert data["format"] == "kernforge-tune-result" and data["status"] == "OK"
+    assert data["recording"] == str(Path(rec.path).resolve())
+    assert data["best"]["variant"]["launch"]["grid"] == [1, 1, 1]
+    assert (d / "history.png").stat().st_size > 1000
+    assert o.study.evaluations == 6 and all(t.ok for t in o.study.trials if t.evaluated)
+    if o.ab is not None:  # the winner was re-measured interleaved against the recording
+        assert data["speedup"] == pytest.approx(o.ab.speedup) and len(o.ab.ratios) == 7
+    with pytest.raises(ConfigError, match="--resume"):
+        tune_recording(rec, tmp_path, preset="quick", budget=Budget(trials=6))
+    again = tune_recording(rec, tmp_path, preset="quick", budget=Budget(trials=9), repeat=3,
+                           user_space={"def.BLK": {"ordinal": [8, 64, 512]}}, resume=True)
+    assert again.study.evaluations == 9  # three more; the first six came from the study
+
+
+def test_a_wrong_define_is_a_failed_trial_not_a_crash(rec, tmp_path: Path) -> None:
+    o = tune_recording(rec, tmp_path, preset="quick", budget=Budget(trials=4), repeat=2,
+                       user_space={"def.BLK": {"categorical": [8, "0 + garbage("]}},
+                       sampler="exhaustive")
+    statuses = {t.status.value for t in o.study.trials if t.evaluated}
+    assert "COMPILE_FAILED" in statuses or "INVALID_CONFIG" in statuses
