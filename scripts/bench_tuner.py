@@ -3,8 +3,9 @@
 
 Two steps, so the expensive one runs once on the GPU and the samplers are compared on it:
 
-  measure   record an application (default examples/heat3d_cupy.py --n 256), build each
-            unit's search space (the backend's "quick" preset plus constant scalars), and
+  measure   record applications (default examples/heat3d_cupy.py --n 256 and
+            examples/jacobi2d_cupy.py --n 4096), build each unit's search space (the
+            backend's "quick" preset plus constant scalars), and
             evaluate EVERY valid point with the real evaluator (compile, verify, time);
             writes the table (config -> status, median) as JSON.
   simulate  replay the samplers against that table (Kernel Tuner's simulation mode): TPE and
@@ -42,20 +43,22 @@ def measure(args: argparse.Namespace) -> int:
     import kernforge
     from kernforge.pipeline.run_app import record_application
     from kernforge.record import find_recordings, load_recording
-    from kernforge.replay.tuning import build_space, make_evaluator
+    from kernforge.replay.tuning import make_evaluator, space_from_dimensions
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    command = ["python", args.app, "--n", str(args.n), "--steps", "4"]
+    commands = [["python", *app.split()] for app in args.app]
     tables: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        status, _ = record_application(command, tmp, max_instances=1, skip=1)
-        if status:
-            raise SystemExit(f"the application exited with status {status}")
+        for i, command in enumerate(commands):
+            status, _ = record_application(command, Path(tmp) / f"app{i}", max_instances=1,
+                                           skip=1)
+            if status:
+                raise SystemExit(f"{command} exited with status {status}")
         for path in find_recordings(tmp):
             rec = load_recording(path)
             be = kernforge.get_backend(rec.backend)
-            space = build_space(rec, be, preset=args.preset)
+            space = bench_space(rec, be, space_from_dimensions)
             evaluate = make_evaluator(rec, be, repeat=args.repeat, warmup=1)
             points = list(space.valid_points())
             t0 = time.perf_counter()
@@ -75,10 +78,23 @@ def measure(args: argparse.Namespace) -> int:
                            "complete": len(rows) == len(points)})
     device = kernforge.get_backend(tables and rec.backend or "cpu").identity()
     result = {"device": device, "date": time.strftime("%Y-%m-%d"),
-              "command": " ".join(sys.argv), "app": command, "preset": args.preset,
+              "command": " ".join(sys.argv), "app": commands,
+              "space": "quick preset + const.scalars (min_blocks dropped above 800 points)",
               "repeat": args.repeat, "tables": tables}
     (out / "tuner_table.json").write_text(json.dumps(result, indent=1, default=str))
     return 0
+
+
+def bench_space(rec: Any, be: Any, space_from_dimensions: Any) -> SearchSpace:
+    """The backend's quick preset plus constant scalars; launch_bounds_min_blocks dropped when
+    that leaves over 800 points (so every space can be measured exhaustively)."""
+    dims = dict(be.tuning_dimensions(rec.variant, "quick"))
+    dims["const.scalars"] = (False, True)
+    space = space_from_dimensions(rec, dims)
+    if space.size() > 800:
+        dims.pop("opt.launch_bounds_min_blocks", None)
+        space = space_from_dimensions(rec, dims)
+    return space
 
 
 def _table_evaluator(rows: list[dict[str, Any]], space: SearchSpace) -> Any:
@@ -179,9 +195,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="step", required=True)
     m = sub.add_parser("measure")
-    m.add_argument("--app", default=str(ROOT / "examples" / "heat3d_cupy.py"))
-    m.add_argument("--n", type=int, default=256)
-    m.add_argument("--preset", default="quick")
+    m.add_argument("--app", action="append", default=None,
+                   help="an application and its arguments (repeatable)")
     m.add_argument("--repeat", type=int, default=5)
     m.add_argument("--max-seconds", type=float, default=150.0, help="per kernel")
     m.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
@@ -191,6 +206,9 @@ def main() -> int:
     s.add_argument("--seeds", type=int, default=5)
     s.add_argument("--png", default=None)
     args = ap.parse_args()
+    if args.step == "measure" and not args.app:
+        args.app = [f"{ROOT / 'examples' / 'heat3d_cupy.py'} --n 256 --steps 4",
+                    f"{ROOT / 'examples' / 'jacobi2d_cupy.py'} --n 4096 --steps 4"]
     return measure(args) if args.step == "measure" else simulate(args)
 
 

@@ -216,3 +216,13 @@ def test_launch_config() -> None:
     assert launch_config(4, (32, np.int64(2)), 128) == LaunchConfig((4,), (32, 2), 128)
     with pytest.raises(Unrecordable):
         launch_config((0,), 32)
+
+
+def test_block_is_tunable_only_without_static_shared_arrays() -> None:
+    from kernforge.backends.cuda import block_is_tunable
+
+    assert not block_is_tunable("__global__ void r(double* p) { __shared__ double s[BLOCK]; }")
+    assert not block_is_tunable("__shared__ float tile[32][33];")
+    assert block_is_tunable("__global__ void k(float* a) { extern __shared__ float s[]; }")
+    assert block_is_tunable("__global__ void k(float* a) { a[threadIdx.x] = 0; }")
+    assert not block_is_tunable("extern __shared__ float s[]; __shared__ int c[4];")

@@ -10,6 +10,7 @@ the L2 is flushed by writing a buffer of twice its size.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -92,6 +93,16 @@ def _cupy() -> Any:
     return cupy
 
 
+_STATIC_SHARED = re.compile(r"(extern\s+)?__shared__\s[^;]*?\[\s*[^\]\s]")
+
+
+def block_is_tunable(code: str) -> bool:
+    """False when the source declares a statically sized ``__shared__`` array: such kernels
+    usually assume their block size (a reduction over ``s[BLOCK]``), and another block writes
+    out of bounds -- a crash, not a wrong result. ``extern __shared__ T s[]`` is fine."""
+    return all(m.group(1) for m in _STATIC_SHARED.finditer(code))
+
+
 def block_shapes(recorded: tuple[int, int, int], preset: str) -> tuple[tuple[int, int, int], ...]:
     """Candidate blocks with the recorded block's dimensionality (1D, 2D or 3D), at most 1024
     threads and at least one warp, the recorded block first."""
@@ -137,7 +148,9 @@ class CudaBackend(Backend):
         block specialization, load cache modifier, extra vectorization; full: every knob.
         Block shapes keep the recorded block's dimensionality; the grid is derived."""
         dims = super().tuning_dimensions(variant, preset)
-        dims.update({"launch.block": block_shapes(variant.launch.block, preset),
+        blocks = (block_shapes(variant.launch.block, preset)
+                  if block_is_tunable(variant.source.code) else (variant.launch.block,))
+        dims.update({"launch.block": blocks,
                      "opt.maxrregcount": (0, 32, 64, 128),
                      "opt.launch_bounds": (False, True),
                      "opt.launch_bounds_min_blocks": (0, 1, 2, 4)})

@@ -65,8 +65,15 @@ def build_space(recording: Recording, backend: Backend, *, preset: str = "standa
     risky = {f"opt.{k.name}" for k in backend.knobs() if k.needs_tolerance}
     if not tolerant:
         dims = {n: v for n, v in dims.items() if n not in risky}
+    return space_from_dimensions(recording, dims, user=user, preset=preset)
+
+
+def space_from_dimensions(recording: Recording, dims: Mapping[str, tuple[Any, ...]], *,
+                          user: Mapping[str, Any] | None = None,
+                          preset: str = "custom") -> SearchSpace:
+    """A search space from name -> values (the first value is the recorded one)."""
     if not any(not a.is_array for a in recording.args):
-        dims.pop("const.scalars", None)
+        dims = {n: v for n, v in dims.items() if n != "const.scalars"}
     dimensions = {n: _dimension(n, v) for n, v in dims.items() if len(v) > 1}
     constraints: list[Any] = []
     baseline = {n: v[0] for n, v in dims.items() if n in dimensions}
