@@ -226,3 +226,17 @@ def test_block_is_tunable_only_without_static_shared_arrays() -> None:
     assert block_is_tunable("__global__ void k(float* a) { extern __shared__ float s[]; }")
     assert block_is_tunable("__global__ void k(float* a) { a[threadIdx.x] = 0; }")
     assert not block_is_tunable("extern __shared__ float s[]; __shared__ int c[4];")
+
+
+def test_block_tunability_is_judged_per_entry() -> None:
+    from kernforge.backends.cuda import block_is_tunable
+
+    module = """
+    template <int B> __device__ double tree(double* s) { return s[0]; }
+    __device__ double reduce_helper(double x) { __shared__ double s[256]; s[0] = x; return s[0]; }
+    extern "C" __global__ void boundary(float* u, int n) { u[threadIdx.x] = 0; }
+    extern "C" __global__ void partial(double* p) { p[0] = reduce_helper(1.0); }
+    """
+    assert block_is_tunable(module, "boundary")
+    assert not block_is_tunable(module, "partial")  # through the helper it calls
+    assert not block_is_tunable(module)  # whole source

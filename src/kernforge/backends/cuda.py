@@ -10,11 +10,10 @@ the L2 is flushed by writing a buffer of twice its size.
 
 from __future__ import annotations
 
-import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +29,7 @@ from ..core import (
     Variant,
 )
 from .base import Backend, Compiled, Knob
+from .cuda_tuning import block_is_tunable, block_shapes
 from .cupy_hooks import original_class
 from .cxx_names import instantiated_signature, parse_name_expression
 from .fingerprint import CUDA_SOURCE as FINGERPRINT_SOURCE
@@ -93,28 +93,6 @@ def _cupy() -> Any:
     return cupy
 
 
-_STATIC_SHARED = re.compile(r"(extern\s+)?__shared__\s[^;]*?\[\s*[^\]\s]")
-
-
-def block_is_tunable(code: str) -> bool:
-    """False when the source declares a statically sized ``__shared__`` array: such kernels
-    usually assume their block size (a reduction over ``s[BLOCK]``), and another block writes
-    out of bounds -- a crash, not a wrong result. ``extern __shared__ T s[]`` is fine."""
-    return all(m.group(1) for m in _STATIC_SHARED.finditer(code))
-
-
-def block_shapes(recorded: tuple[int, int, int], preset: str) -> tuple[tuple[int, int, int], ...]:
-    """Candidate blocks with the recorded block's dimensionality (1D, 2D or 3D), at most 1024
-    threads and at least one warp, the recorded block first."""
-    xs = (32, 64, 128, 256, 512, 1024) if preset == "full" else (32, 64, 128, 256)
-    ys = (1,) if recorded[1] == 1 and recorded[2] == 1 else (1, 2, 4, 8, 16)
-    zs = (1,) if recorded[2] == 1 else (1, 2, 4, 8)
-    shapes = [(x, y, z) for x in xs for y in ys for z in zs if 32 <= x * y * z <= 1024]
-    if recorded[1] == 1 and recorded[2] == 1:
-        shapes = [(x, 1, 1) for x in (32, 64, 128, 256, 512, 1024)]
-    return (recorded, *[b for b in shapes if b != recorded])
-
-
 @dataclass
 class CudaHandle:
     function: Any
@@ -149,7 +127,8 @@ class CudaBackend(Backend):
         Block shapes keep the recorded block's dimensionality; the grid is derived."""
         dims = super().tuning_dimensions(variant, preset)
         blocks = (block_shapes(variant.launch.block, preset)
-                  if block_is_tunable(variant.source.code) else (variant.launch.block,))
+                  if block_is_tunable(variant.source.code, variant.source.entry)
+                  else (variant.launch.block,))
         dims.update({"launch.block": blocks,
                      "opt.maxrregcount": (0, 32, 64, 128),
                      "opt.launch_bounds": (False, True),
