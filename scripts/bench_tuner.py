@@ -26,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,8 @@ def measure(args: argparse.Namespace) -> int:
                 raise SystemExit(f"{command} exited with status {status}")
         for path in find_recordings(tmp):
             rec = load_recording(path)
+            if args.kernels and not fnmatchcase(rec.source.entry, args.kernels):
+                continue
             be = kernforge.get_backend(rec.backend)
             space = bench_space(rec, be, space_from_dimensions)
             evaluate = make_evaluator(rec, be, repeat=args.repeat, warmup=1)
@@ -127,7 +130,10 @@ def _curve(space: SearchSpace, rows: list[dict[str, Any]], sampler: str, seed: i
 
 
 def simulate(args: argparse.Namespace) -> int:
-    data = json.loads(Path(args.table).read_text())
+    data = json.loads(Path(args.table[0]).read_text())
+    for more in args.table[1:]:  # tables measured separately, merged by unit (later wins)
+        extra = {t["unit"]: t for t in json.loads(Path(more).read_text())["tables"]}
+        data["tables"] = [extra.pop(t["unit"], t) for t in data["tables"]] + list(extra.values())
     summary, curves = [], {}
     for tab in data["tables"]:
         space = SearchSpace.from_json(tab["space"])
@@ -198,10 +204,11 @@ def main() -> int:
     m.add_argument("--app", action="append", default=None,
                    help="an application and its arguments (repeatable)")
     m.add_argument("--repeat", type=int, default=5)
+    m.add_argument("--kernels", default=None, help="only kernels matching this glob")
     m.add_argument("--max-seconds", type=float, default=150.0, help="per kernel")
     m.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
     s = sub.add_parser("simulate")
-    s.add_argument("table")
+    s.add_argument("table", nargs="+", help="table JSON file(s); later ones replace units")
     s.add_argument("--trials", type=int, default=30)
     s.add_argument("--seeds", type=int, default=5)
     s.add_argument("--png", default=None)
