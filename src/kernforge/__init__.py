@@ -8,6 +8,7 @@ low layer never drags in a higher one.
 from __future__ import annotations
 
 import importlib
+import os as _os
 from typing import Any
 
 from ._version import __version__
@@ -29,7 +30,7 @@ _EXPORTS = {
     "KernforgeError": "kernforge.core",
 }
 
-__all__ = ["__version__", "record", "replay", *_EXPORTS]
+__all__ = ["__version__", "deploy", "record", "replay", *_EXPORTS]
 
 # ``record`` and ``replay`` are both subpackages and the functions users call. Importing a
 # subpackage binds its name on this package, which would shadow a lazy export, so these two are
@@ -39,6 +40,8 @@ from .replay.engine import replay  # noqa: E402
 
 
 def __getattr__(name: str) -> Any:
+    if name == "deploy":  # the subpackage (kernforge.deploy.use, ...), imported on first use
+        return importlib.import_module("kernforge.deploy")
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'kernforge' has no attribute {name!r}")
@@ -46,3 +49,11 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(__all__)
+
+
+# A deployment spec named by the environment is activated when kernforge is imported
+# (docs/deploy.md); without the variable nothing of kernforge.deploy is imported.
+if _os.environ.get("KERNFORGE_DEPLOY"):
+    from .deploy.runtime import use_from_environment as _use_from_environment
+
+    _use_from_environment()

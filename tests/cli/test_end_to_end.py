@@ -118,3 +118,14 @@ def test_tune_finds_a_verified_configuration_and_resumes(recorded: Path, tmp_pat
     r = kf("tune", str(recorded), "--kernels", "heat_step", "--preset", "quick", "--trials", "5",
            "--out", str(out), cwd=tmp_path)
     assert r.returncode == 2 and "--resume" in r.stderr
+
+
+def test_demo_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
+    r = kf("demo", "--backend", "cpu", "--n", "24", "--steps", "6", "--trials", "4",
+           "--repeat", "2", "--out", str(tmp_path / "demo"), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
+    assert summary["backend"] == "cpu" and all(b["status"] == "OK" for b in summary["baseline"])
+    assert summary["wrong"]["status"] == "WRONG_RESULT"
+    assert summary["tuned"]["speedup_interleaved"] > 0
+    assert (Path(summary["tuned"]["result"]).parent / "history.png").is_file()

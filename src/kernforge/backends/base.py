@@ -274,8 +274,8 @@ class Backend(ABC):
                     raise ArgumentError(f"argument {p.name!r} ({p.ctype}) needs an array, "
                                         f"got {type(a).__name__}",
                                         hint="pass a C-contiguous array of the pointee type")
-                dt = str(getattr(a, "dtype", ""))
-                if p.dtype != "void" and dt != p.dtype:
+                dt = getattr(a, "dtype", None)
+                if p.dtype != "void" and (dt is None or dt != np.dtype(p.dtype)):
                     raise ArgumentError(f"argument {p.name!r} ({p.ctype}) needs dtype "
                                         f"{p.dtype}, got {dt}",
                                         hint=f"convert with .astype({p.dtype!r})")
@@ -323,6 +323,8 @@ class Backend(ABC):
 def _scalar(p: Param, a: Any) -> Any:
     """``a`` as a numpy scalar of the declared width; lossy integer conversions are refused."""
     try:
+        if type(a) is np.dtype(p.dtype).type:  # already a numpy scalar of the declared type
+            return a
         if isinstance(a, (str, bytes)):
             raise TypeError(f"a {type(a).__name__} is not a number")
         if p.dtype == "bool" and a not in (0, 1):  # True/False compare equal to 1/0

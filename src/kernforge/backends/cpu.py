@@ -267,6 +267,10 @@ class CpuBackend(HostMemory, Backend):
         return {"device": _cpu_model(), "cores": os.cpu_count(), "compiler": self._compiler_id,
                 "openmp": self.openmp_version()}
 
+    def deploy_identity(self) -> dict[str, Any]:
+        """identity()'s deployment key (the CPU model), without running the compiler."""
+        return {"device": _cpu_model()}
+
     def openmp_version(self) -> str:
         """The compiler's ``_OPENMP`` date (e.g. ``201511``), or ``"unavailable"``."""
         if self._openmp is None:

@@ -5,13 +5,17 @@ subclass intercepts ``__call__``; the RawModule subclass's ``get_function`` retu
 :class:`KernelProxy` around CuPy's own RawKernel that intercepts ``__call__`` and forwards every
 other attribute (reads and writes). :func:`uninstall` puts the original classes back.
 
-With no launch observer registered a call goes straight to CuPy (one attribute check). With
-observers, each launch becomes a :class:`~kernforge.backends.events.LaunchEvent` (see
-:mod:`.cupy_translate` for how kernels, options and arguments are translated), run through
+With no launch observer and no launch substituter registered a call goes straight to CuPy
+(one check). With observers, each launch becomes a
+:class:`~kernforge.backends.events.LaunchEvent` (see :mod:`.cupy_translate` for how kernels,
+options and arguments are translated), run through
 :func:`~kernforge.backends.events.notify_launch` with the whole device synchronized before the
 observers' ``before`` and after the launch. CuPy always receives the application's own
 arguments. A kernel or launch that cannot be recorded faithfully runs unrecorded, with one
-:class:`~kernforge.backends.cupy_translate.CaptureWarning` per kernel and reason.
+:class:`~kernforge.backends.cupy_translate.CaptureWarning` per kernel and reason. With only a
+substituter (a deployment, :mod:`kernforge.deploy`), the event is built without synchronizing
+and the substituter may launch a tuned kernel instead; what it cannot describe runs unchanged,
+without a warning.
 
 Not captured: kernels made before :func:`install` (create them after it, or install early with
 ``kernforge.record.install_cupy_hooks()``), ``ElementwiseKernel``/``ReductionKernel`` and the
@@ -37,7 +41,7 @@ from .cupy_translate import (
     describe_kernel,
     launch_config,
 )
-from .events import LaunchEvent, has_observers, notify_launch
+from .events import LaunchEvent, active, has_observers, notify_launch, wants_event
 
 __all__ = ["KernelProxy", "install", "installed", "original_class", "uninstall"]
 
@@ -108,7 +112,7 @@ def _make_classes(raw_kernel: type, raw_module: type) -> tuple[type, type]:
             self._kf_flags = _flags(kwargs)
 
         def __call__(self, grid: Any, block: Any, args: Any, **kwargs: Any) -> Any:
-            if not has_observers():
+            if not active():
                 return raw_kernel.__call__(self, grid, block, args, **kwargs)
             return _observed(self, None, self._kf_flags, "cupy.RawKernel", grid, block, args,
                              kwargs, lambda: raw_kernel.__call__(self, grid, block, args,
@@ -147,7 +151,7 @@ class KernelProxy:
 
     def __call__(self, grid: Any, block: Any, args: Any, **kwargs: Any) -> Any:
         kernel = self._kf_kernel
-        if not has_observers():
+        if not active():
             return kernel(grid, block, args, **kwargs)
         return _observed(kernel, self._kf_expr, self._kf_flags, "cupy.RawModule", grid, block,
                          args, kwargs, lambda: kernel(grid, block, args, **kwargs))
@@ -180,7 +184,8 @@ def _warn_once(name: str, reason: str) -> None:
                       stacklevel=4)
 
 
-def _info(kernel: Any, expr: str | None, flags: dict[str, bool], origin: str) -> KernelInfo | None:
+def _info(kernel: Any, expr: str | None, flags: dict[str, bool], origin: str,
+          warn: bool) -> KernelInfo | None:
     flags = {**flags, "enable_cooperative_groups": bool(
         getattr(kernel, "enable_cooperative_groups", False))}
     key = (kernel.code, kernel.name, expr, tuple(kernel.options), kernel.backend,
@@ -195,26 +200,34 @@ def _info(kernel: Any, expr: str | None, flags: dict[str, bool], origin: str) ->
             info = str(exc)
         _infos[key] = info
     if isinstance(info, str):
-        _warn_once(expr or kernel.name, info)
+        if warn:
+            _warn_once(expr or kernel.name, info)
         return None
     return info
 
 
 def _observed(kernel: Any, expr: str | None, flags: dict[str, bool], origin: str, grid: Any,
               block: Any, args: Any, kwargs: dict[str, Any], call: Callable[[], Any]) -> Any:
-    info = _info(kernel, expr, flags, origin)
+    """One launch seen by the observers and/or the substituter (see the module docstring)."""
+    observing = has_observers()
+    info = _info(kernel, expr, flags, origin, observing)
     if info is None:
         return call()
-    runtime = sys.modules["cupy"].cuda.runtime
-    runtime.deviceSynchronize()  # every earlier write, on any stream, is in the prologue
     backend = get_backend("cuda")
+    if not observing and not wants_event(backend, info.source, info.options, info.defines):
+        return call()  # a deployment that replaces no launch of this kernel
+    runtime = sys.modules["cupy"].cuda.runtime
+    if observing:
+        runtime.deviceSynchronize()  # every earlier write, on any stream, is in the prologue
     try:
         if kwargs.get("enable_cooperative_groups"):
             raise Unrecordable("a cooperative launch is not replayed by kernforge")
         launch = launch_config(grid, block, kwargs.get("shared_mem", 0))
-        values = convert_args(info.signature, tuple(args), backend.is_buffer)
+        values = convert_args(info.signature, tuple(args), backend.is_buffer,
+                              overlaps=observing)
     except Unrecordable as exc:
-        _warn_once(info.source.entry, str(exc))
+        if observing:
+            _warn_once(info.source.entry, str(exc))
         return call()
     event = LaunchEvent(backend=backend, variant=info.variant(launch),
                         signature=info.signature, args=values, capture=info.capture)

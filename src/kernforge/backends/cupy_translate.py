@@ -217,11 +217,13 @@ def passed_scalar(value: Any) -> np.ndarray:
 
 def widen_scalar(param: Param, value: Any) -> np.generic:
     """The value the kernel reads for scalar ``param``: the low bytes of what CuPy passed."""
+    dt = np.dtype(param.dtype)
+    if type(value) is dt.type:  # a numpy scalar of the declared type: read as it is
+        return value
     try:
         src = passed_scalar(value)
     except OverflowError:
         raise Unrecordable(f"{param.name}={value!r} does not fit in an int64") from None
-    dt = np.dtype(param.dtype)
     if src.dtype == dt:
         return dt.type(src[()])
     if src.dtype.itemsize < dt.itemsize:
@@ -249,9 +251,11 @@ def prepare_buffer(param: Param, value: Any, is_buffer: Callable[[Any], bool]) -
                            f"{type(value).__name__}, not a device array")
     if not value.flags.c_contiguous:
         raise Unrecordable(f"argument {param.name!r} is not C-contiguous")
-    if param.dtype in ("void", str(value.dtype)):
+    if param.dtype == "void":
         return value
     dt = np.dtype(param.dtype)
+    if value.dtype == dt:
+        return value
     if value.nbytes % dt.itemsize:
         raise Unrecordable(f"argument {param.name!r} is {value.dtype} of {value.nbytes} bytes, "
                            f"not a whole number of {param.dtype}")
@@ -269,19 +273,23 @@ def check_overlaps(pairs: Sequence[tuple[Param, Any]]) -> None:
 
 
 def convert_args(signature: Sequence[Param], args: Sequence[Any],
-                 is_buffer: Callable[[Any], bool]) -> tuple[Any, ...]:
-    """Arguments in signature order, converted as the kernel reads them."""
+                 is_buffer: Callable[[Any], bool], *, overlaps: bool = True) -> tuple[Any, ...]:
+    """Arguments in signature order, converted as the kernel reads them; ``overlaps``: refuse
+    overlapping buffers (a recording stores each buffer separately; a deployment does not)."""
     if len(args) != len(signature):
         raise Unrecordable(f"{len(args)} arguments passed, the signature has {len(signature)}")
     out = tuple(prepare_buffer(p, a, is_buffer) if p.pointer else widen_scalar(p, a)
                 for p, a in zip(signature, args))
-    check_overlaps(list(zip(signature, out)))
+    if overlaps:
+        check_overlaps(list(zip(signature, out)))
     return out
 
 
 def launch_config(grid: Any, block: Any, shared_mem: Any = 0) -> LaunchConfig:
     """A CuPy launch's geometry (ints or tuples, numpy integers allowed)."""
     def dims(v: Any) -> Any:  # LaunchConfig normalizes 1 to 3 ints
+        if type(v) is tuple and all(type(x) is int for x in v):
+            return v  # the common case, without numpy
         return (int(v),) if np.ndim(v) == 0 else tuple(int(x) for x in v)
     try:
         return LaunchConfig(grid=dims(grid), block=dims(block), shared_mem=int(shared_mem))

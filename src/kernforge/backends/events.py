@@ -3,11 +3,17 @@
 Every capture source builds the same event and runs the observers the same way, through
 :func:`notify_launch`: :class:`kernforge.Kernel` (``kernel.py``), the CuPy hooks
 (``cupy_hooks.py``), and later a driver-level interposer. Consumers (the recorder, in-application
-timing, deployment logging) depend on this module only, never on where a launch came from.
+timing, deployment) depend on this module only, never on where a launch came from.
 
 An observer has two methods: ``before(event) -> token`` runs before the launch (the arguments
 hold their contents before the kernel ran), ``after(token, error)`` once the launch finished and
 the device was synchronized (``error`` is the exception when it failed, else None).
+
+At most one *launch substituter* (:func:`set_substituter`; the deployment of a tuned spec,
+:mod:`kernforge.deploy`) may replace a launch: ``substitute(event, launch)`` returns None (run
+the launch as the application made it) or ``(event, launch)`` of what runs instead; observers
+then see the substituted event. Capture sources check :func:`active` once per launch: with no
+observer and no substituter, a launch goes straight through.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..core import LaunchConfig, Param, Tolerance, Variant
+from ..core import CompileOptions, KernelSource, LaunchConfig, Param, Tolerance, Variant
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from .base import Backend
@@ -78,19 +84,71 @@ class LaunchObserver(Protocol):
     def after(self, token: Any, error: BaseException | None) -> None: ...
 
 
+class LaunchSubstituter(Protocol):
+    """Replaces launches: ``substitute(event, launch)`` returns None to let ``launch`` run
+    unchanged, or the event and the callable of what runs instead. ``covers(backend, source,
+    options, defines)`` is the cheap question a capture source may ask before building an
+    event (see :func:`wants_event`): False means no launch of this kernel, built this way, is
+    replaced (the substituter accounts for that launch itself). Neither may raise."""
+
+    def covers(self, backend: Backend, source: KernelSource, options: CompileOptions,
+               defines: tuple[tuple[str, str], ...]) -> bool: ...
+
+    def substitute(self, event: LaunchEvent, launch: Callable[[], Any]
+                   ) -> tuple[LaunchEvent, Callable[[], Any]] | None: ...
+
+
 _observers: list[LaunchObserver] = []
 _observers_lock = threading.Lock()
+_substituter: LaunchSubstituter | None = None
+_active = False  # observers or a substituter: the one check on every launch's fast path
+
+
+def _update_active() -> None:
+    global _active
+    _active = bool(_observers) or _substituter is not None
 
 
 def add_observer(observer: LaunchObserver) -> None:
     with _observers_lock:
         _observers.append(observer)
+        _update_active()
 
 
 def remove_observer(observer: LaunchObserver) -> None:
     with _observers_lock:
         if observer in _observers:
             _observers.remove(observer)
+        _update_active()
+
+
+def set_substituter(substituter: LaunchSubstituter | None) -> LaunchSubstituter | None:
+    """Install (or, with None, remove) the launch substituter; returns the previous one."""
+    global _substituter
+    with _observers_lock:
+        previous, _substituter = _substituter, substituter
+        _update_active()
+    return previous
+
+
+def substituter() -> LaunchSubstituter | None:
+    return _substituter
+
+
+def active() -> bool:
+    """Cheap check for the launch fast path: True when observers or a substituter exist."""
+    return _active
+
+
+def wants_event(backend: Backend, source: KernelSource, options: CompileOptions,
+                defines: tuple[tuple[str, str], ...]) -> bool:
+    """For capture sources whose events are costly to build (the CuPy hooks): True when a
+    launch of this kernel must become an event -- observers exist, or the substituter covers
+    the kernel; else the launch may go straight through (one call per launch)."""
+    if _observers:
+        return True
+    sub = _substituter
+    return sub is not None and sub.covers(backend, source, options, defines)
 
 
 def observers() -> tuple[LaunchObserver, ...]:
@@ -109,17 +167,25 @@ def notify_launch(event: LaunchEvent | Callable[[], LaunchEvent | None],
                   synchronize: Callable[[], None] | None = None) -> T:
     """Run ``launch()`` with every observer around it; return what ``launch`` returned.
 
-    ``event`` may be a factory, called only when observers exist (it may return None: the
-    launch then runs unobserved). With observers: each ``before(event)`` in registration order,
+    ``event`` may be a factory, called only when observers or a substituter exist (it may
+    return None: the launch then runs unobserved and unsubstituted). A substituter may first
+    replace the event and the launch. With observers: each ``before(event)`` in registration order,
     the launch, ``synchronize()`` (default: ``event.backend.synchronize``) so that ``after``
     sees the finished results and any device error, then each ``after(token, error)`` in
     reverse order, also when the launch (or a ``before``) raised; the error propagates.
     """
     current = observers()
-    if not current:
+    sub = _substituter
+    if not current and sub is None:
         return launch()
     ev = event() if callable(event) else event
     if ev is None:
+        return launch()
+    if sub is not None:
+        replaced = sub.substitute(ev, launch)
+        if replaced is not None:
+            ev, launch = replaced
+    if not current:
         return launch()
     tokens: list[tuple[LaunchObserver, Any]] = []
     error: BaseException | None = None

@@ -1,8 +1,9 @@
 """``kernforge.Kernel``: a kernel an application calls like a function.
 
-Launch observers (the recorder, deployment logging, in-application timing) see every call as a
+Launch observers (the recorder, in-application timing) see every call as a
 :class:`~kernforge.backends.events.LaunchEvent`: ``before(event)`` runs before the launch,
-``after(token, error)`` once the launch finished (with the exception if it failed).
+``after(token, error)`` once the launch finished (with the exception if it failed). A launch
+substituter (an active deployment) may run a tuned variant instead.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from .base import Backend, Compiled, get_backend, options_from
 from .events import (
     LaunchEvent,
     LaunchObserver,
+    active,
     add_observer,
-    has_observers,
     notify_launch,
     remove_observer,
 )
@@ -91,7 +92,7 @@ class Kernel:
         compiled = self.compiled()
         cfg = self.launch_config(launch, grid=grid, block=block, shared_mem=shared_mem,
                                  threads=threads)
-        if not has_observers():
+        if not active():  # no observer, no deployment: straight through
             self.backend.launch(compiled, args, cfg)
             return
         event = LaunchEvent(backend=self.backend, variant=replace(compiled.variant, launch=cfg),

@@ -1,0 +1,133 @@
+"""Does an application's launch match a deployment entry? Each check returns None or a reason.
+
+A launch matches an entry when, in this order: the kernel is the same (backend, language,
+entry, sha256 of the code, name expression: the lookup key), the device is the same (the
+backend's ``deploy_identity()``), the kernel was built the same way (compile options, with
+unset knobs at their defaults, and ``#define``s), the launch geometry is the recorded one
+(grid, block, dynamic shared memory) and the arguments are the same problem (names, dtypes,
+array shapes, values of integer scalars and of scalars the tuned variant compiles in).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..backends import Backend, LaunchEvent
+from ..core import CompileOptions, KernelSource, LaunchConfig, Variant
+from .spec import DeployEntry, ProblemArg
+
+# Fallback categories, from the least to the most specific (the report names the furthest).
+NOT_IN_SPEC = "not in the spec"
+DEVICE = "device mismatch"
+BUILD = "build mismatch"
+PROBLEM = "problem mismatch"
+COMPILE = "compile failure"
+LAUNCH = "launch failure"
+INTERNAL = "internal error"
+_RANK = {NOT_IN_SPEC: 0, DEVICE: 1, BUILD: 2, PROBLEM: 3}
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a launch runs the original: a category (counted) and a detail (logged)."""
+
+    category: str
+    detail: str
+
+    @property
+    def rank(self) -> int:
+        return _RANK.get(self.category, len(_RANK))
+
+
+def device_reason(entry: DeployEntry, device: Mapping[str, Any]) -> Reason | None:
+    if dict(entry.device) == dict(device):
+        return None
+    return Reason(DEVICE, f"this device is {dict(device)}, the spec's {dict(entry.device)}")
+
+
+def build_reason(entry: DeployEntry, backend: Backend, options: CompileOptions,
+                 defines: tuple[tuple[str, str], ...]) -> Reason | None:
+    here = dict(options.values)
+    knobs = {k.name: k.default for k in backend.knobs()}
+    spec = {**knobs, **entry.kernel.options}
+    for name in sorted(set(spec) | set(here)):
+        if name not in knobs:
+            return Reason(BUILD, f"option {name!r} is not an option of backend {backend.name!r}")
+        if here.get(name, knobs[name]) != spec[name]:
+            return Reason(BUILD, f"compiled with {name}={here.get(name, knobs[name])!r}, "
+                          f"the spec's kernel with {name}={spec[name]!r}")
+    if dict(defines) != dict(entry.kernel.defines):
+        return Reason(BUILD, f"compiled with #defines {dict(defines)}, the spec's kernel with "
+                      f"{dict(entry.kernel.defines)}")
+    return None
+
+
+def _same_value(dtype: str, got: Any, want: Any) -> bool:
+    try:
+        dt = np.dtype(dtype)
+        return bool(dt.type(got) == dt.type(want))
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def _arg_reason(spec: ProblemArg, param_dtype: str, pointer: bool, value: Any,
+                is_buffer: bool) -> str | None:
+    if spec.kind == "array":
+        if not pointer or not is_buffer:
+            return f"{spec.name} is not an array here"
+        shape, dtype = tuple(getattr(value, "shape", ())), getattr(value, "dtype", None)
+        if dtype is None or dtype != np.dtype(spec.dtype) or shape != spec.shape:
+            return f"{spec.name} is {dtype}{list(shape)}, the spec's {spec.dtype}" \
+                   f"{list(spec.shape or ())}"
+        return None
+    if pointer or param_dtype != spec.dtype:
+        return f"{spec.name} is declared {param_dtype}, the spec's {spec.dtype}"
+    if spec.value is not None and not _same_value(spec.dtype, value, spec.value):
+        return f"{spec.name}={value!r}, the spec's {spec.value!r}"
+    return None
+
+
+def problem_reason(entry: DeployEntry, event: LaunchEvent) -> Reason | None:
+    want, got = entry.problem.launch, event.launch
+    if (got.grid, got.block, got.shared_mem) != (want.grid, want.block, want.shared_mem):
+        return Reason(PROBLEM, f"launched with grid {got.grid} block {got.block} shared_mem "
+                      f"{got.shared_mem}, the spec's grid {want.grid} block {want.block} "
+                      f"shared_mem {want.shared_mem}")
+    args = entry.problem.args
+    if [p.name for p in event.signature] != [a.name for a in args] \
+            or len(event.args) != len(args):
+        return Reason(PROBLEM, f"parameters ({', '.join(p.name for p in event.signature)}) "
+                      f"differ from the spec's ({', '.join(a.name for a in args)})")
+    for spec, p, value in zip(args, event.signature, event.args):
+        detail = _arg_reason(spec, p.dtype, p.pointer, value,
+                             p.pointer and event.backend.is_buffer(value))
+        if detail is not None:
+            return Reason(PROBLEM, detail)
+    return None
+
+
+def tuned_variant(entry: DeployEntry, original: KernelSource) -> Variant:
+    """The variant to compile: the entry's code (or the application's original source, which
+    carries its resolved signature) with the entry's options, defines and constants."""
+    v = entry.variant
+    source = original if v.code is None else original.with_code(v.code)
+    return Variant(source, options=CompileOptions.of(v.options), launch=v.launch,
+                   defines=tuple(v.defines.items()), constants=tuple(v.constants.items()))
+
+
+def tuned_launch(entry: DeployEntry, event: LaunchEvent) -> LaunchConfig:
+    """The entry's launch geometry; a null thread count keeps the application's."""
+    launch = entry.variant.launch
+    if launch.threads is None and event.launch.threads is not None:
+        return LaunchConfig(launch.grid, launch.block, launch.shared_mem, event.launch.threads)
+    return launch
+
+
+def lookup_key(backend: Backend, source: KernelSource, options: Mapping[str, Any],
+               sha: str) -> tuple[str, str, str, str, str | None]:
+    expr = str(options.get("name_expression") or "") or None
+    return (backend.name, source.language, source.entry, sha, expr)

@@ -1,0 +1,275 @@
+"""Deployment spec format v1: tuned kernels keyed by kernel, device and problem (docs/deploy.md).
+
+A spec is one JSON file: ``format`` ``"kernforge-deploy"``, ``schema_version`` 1, and one entry
+per tuned kernel launch. Each entry says which kernel it is for (backend, language, entry point,
+sha256 of the original code, name expression, and how the application built it), on which
+device it is valid, for which problem (argument dtypes and shapes, integer scalars, the
+launch geometry), what runs instead (the tuned variant) and the evidence (the interleaved
+measurement that justified it). Written atomically (temporary file, fsync, rename) with a
+checksum over its canonical JSON, so an edited or truncated spec is refused by the reader.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._version import __version__
+from ..core import ConfigError, LaunchConfig
+from ._json import canonical_checksum, fsync_dir
+
+FORMAT = "kernforge-deploy"
+SCHEMA_VERSION = 1
+READABLE_VERSIONS = (1,)
+ENTRY_KEYS = ("kernel", "device", "problem", "variant", "evidence")
+_REEXPORT = "export the spec again (kernforge export RUN_DIR -o SPEC)"
+
+PathLike = str | os.PathLike
+
+
+class DeploySpecError(ConfigError):
+    """A deployment spec on disk is missing, truncated, edited, or of an unknown version."""
+
+
+# ---- the data model ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KernelKey:
+    """Which kernel an entry replaces: it must be this code, built this way."""
+
+    backend: str
+    language: str
+    entry: str
+    code_sha256: str
+    name_expression: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict, compare=False)  # original, resolved
+    defines: Mapping[str, str] = field(default_factory=dict, compare=False)  # original
+
+    @property
+    def label(self) -> str:
+        return self.name_expression or self.entry
+
+    def lookup(self) -> tuple[str, str, str, str, str | None]:
+        """The part an application's launch is looked up by."""
+        return (self.backend, self.language, self.entry, self.code_sha256, self.name_expression)
+
+
+@dataclass(frozen=True)
+class ProblemArg:
+    """One argument of the problem: arrays by dtype and shape, scalars by dtype and, when
+    ``value`` is not None (integers, bools, compiled-in constants), by value."""
+
+    name: str
+    kind: str  # "array" | "scalar"
+    dtype: str
+    shape: tuple[int, ...] | None = None
+    value: Any = None
+
+
+@dataclass(frozen=True)
+class Problem:
+    args: tuple[ProblemArg, ...]
+    launch: LaunchConfig  # grid, block, shared_mem of the original launch (threads: unused)
+
+
+@dataclass(frozen=True)
+class TunedVariant:
+    """What runs instead: ``code`` None = the original code; the options are complete."""
+
+    code: str | None
+    options: Mapping[str, Any]
+    defines: Mapping[str, str]
+    constants: Mapping[str, Any]
+    launch: LaunchConfig  # threads None = the application's own thread count
+
+
+@dataclass(frozen=True)
+class Evidence:
+    baseline_s: float
+    tuned_s: float
+    speedup: float
+    speedup_ci: tuple[float, float] | None
+    recording: str
+    identity: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class DeployEntry:
+    kernel: KernelKey
+    device: Mapping[str, Any]
+    problem: Problem
+    variant: TunedVariant
+    evidence: Evidence
+
+    def match_key(self) -> str:
+        """Entries with equal keys replace the same launches (one of them is redundant)."""
+        body = {k: v for k, v in entry_to_json(self).items() if k in ("kernel", "device",
+                                                                     "problem")}
+        return canonical_checksum(body)
+
+
+@dataclass(frozen=True)
+class DeploySpec:
+    entries: tuple[DeployEntry, ...]
+    path: Path | None = None
+    kernforge_version: str = __version__
+    created: str = ""
+
+
+# ---- JSON -------------------------------------------------------------------------------------
+def json_scalar(value: Any) -> Any:
+    """A scalar as strict JSON: numpy scalars unwrapped, non-finite floats as strings."""
+    v = value.item() if isinstance(value, np.generic) else value
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    return v
+
+
+def _plain(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    return {str(k): json_scalar(v) for k, v in mapping.items()}
+
+
+def _launch_json(launch: LaunchConfig, threads: bool = True) -> dict[str, Any]:
+    out = launch.to_json()
+    if not threads:
+        out.pop("threads")
+    return out
+
+
+def entry_to_json(e: DeployEntry) -> dict[str, Any]:
+    k, v, ev = e.kernel, e.variant, e.evidence
+    return {
+        "kernel": {"backend": k.backend, "language": k.language, "entry": k.entry,
+                   "code_sha256": k.code_sha256, "name_expression": k.name_expression,
+                   "options": _plain(k.options), "defines": _plain(k.defines)},
+        "device": _plain(e.device),
+        "problem": {"args": [{"name": a.name, "kind": a.kind, "dtype": a.dtype,
+                              "shape": list(a.shape) if a.shape is not None else None,
+                              "value": json_scalar(a.value)} for a in e.problem.args],
+                    "launch": _launch_json(e.problem.launch, threads=False)},
+        "variant": {"code": v.code, "options": _plain(v.options), "defines": _plain(v.defines),
+                    "constants": _plain(v.constants), "launch": _launch_json(v.launch)},
+        "evidence": {"baseline_s": ev.baseline_s, "tuned_s": ev.tuned_s, "speedup": ev.speedup,
+                     "speedup_ci": list(ev.speedup_ci) if ev.speedup_ci else None,
+                     "recording": ev.recording, "identity": dict(ev.identity)},
+    }
+
+
+def _float(value: Any) -> Any:
+    return float(value) if value in ("nan", "inf", "-inf") else value
+
+
+def entry_from_json(d: Mapping[str, Any]) -> DeployEntry:
+    """An entry from its JSON object (KeyError/TypeError/ValueError on malformed input)."""
+    k, p, v, ev = d["kernel"], d["problem"], d["variant"], d["evidence"]
+    args = tuple(ProblemArg(a["name"], a["kind"], a["dtype"],
+                            tuple(a["shape"]) if a["shape"] is not None else None,
+                            _float(a["value"])) for a in p["args"])
+    if any(a.kind not in ("array", "scalar") for a in args):
+        raise ValueError("problem argument kinds are 'array' or 'scalar'")
+    ci = ev["speedup_ci"]
+    return DeployEntry(
+        kernel=KernelKey(str(k["backend"]), str(k["language"]), str(k["entry"]),
+                         str(k["code_sha256"]), k["name_expression"] or None,
+                         dict(k["options"]), {str(n): str(x) for n, x in k["defines"].items()}),
+        device=dict(d["device"]),
+        problem=Problem(args, LaunchConfig.from_json(p["launch"])),
+        variant=TunedVariant(v["code"], dict(v["options"]),
+                             {str(n): str(x) for n, x in v["defines"].items()},
+                             {str(n): _float(x) for n, x in v["constants"].items()},
+                             LaunchConfig.from_json(v["launch"])),
+        evidence=Evidence(float(ev["baseline_s"]), float(ev["tuned_s"]), float(ev["speedup"]),
+                          (float(ci[0]), float(ci[1])) if ci else None, str(ev["recording"]),
+                          dict(ev["identity"])))
+
+
+# ---- writing and reading ----------------------------------------------------------------------
+def spec_to_json(entries: Sequence[DeployEntry]) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "format": FORMAT, "schema_version": SCHEMA_VERSION, "kernforge_version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="microseconds"),
+        "entries": [entry_to_json(e) for e in entries]}
+    doc["checksum"] = canonical_checksum(doc)
+    return doc
+
+
+def write_spec(path: PathLike, entries: Sequence[DeployEntry]) -> Path:
+    """Write a spec atomically (temporary file in the same directory, fsync, rename)."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(spec_to_json(entries), indent=2, allow_nan=False).encode() + b"\n"
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+        fsync_dir(out.parent)
+    except OSError as exc:
+        raise DeploySpecError(f"cannot write deployment spec {out}: {exc}",
+                              hint="check free disk space and write permission") from exc
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+def _bad(path: Path, problem: str, hint: str = _REEXPORT) -> DeploySpecError:
+    return DeploySpecError(f"{path}: {problem}", hint=hint)
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise _bad(path, "no such deployment spec",
+                   "give the file written by kernforge export (e.g. RUN_DIR/deploy.json)")
+    text = path.read_text("utf-8", errors="replace")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _bad(path, f"not valid JSON (truncated or damaged): {exc.msg} at line "
+                   f"{exc.lineno} column {exc.colno} (char {exc.pos} of {len(text)})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise _bad(path, f"not a kernforge deployment spec (format is {found!r}, expected "
+                   f"{FORMAT!r})", "give the file written by kernforge export")
+    return doc
+
+
+def read_spec(path: PathLike) -> DeploySpec:
+    """Read and validate a spec; raise :class:`DeploySpecError` naming the file and the
+    problem (missing, not JSON or truncated, another format, an unknown schema_version, a
+    checksum that does not match -- the file was edited -- or malformed entries)."""
+    p = Path(path)
+    doc = _load_json(p)
+    if doc.get("schema_version") not in READABLE_VERSIONS:
+        raise _bad(p, f"unknown schema_version {doc.get('schema_version')!r}; this kernforge "
+                   f"({__version__}) reads versions {', '.join(map(str, READABLE_VERSIONS))}",
+                   "upgrade kernforge (pip install -U kernforge) to read this spec")
+    if "checksum" not in doc:
+        raise _bad(p, "has no checksum field")
+    if doc["checksum"] != canonical_checksum({k: v for k, v in doc.items() if k != "checksum"}):
+        raise _bad(p, "checksum mismatch: the spec was modified after it was exported",
+                   f"do not edit a spec by hand; {_REEXPORT}")
+    raw = doc.get("entries")
+    if not isinstance(raw, list):
+        raise _bad(p, "has no entries list")
+    entries = []
+    for i, e in enumerate(raw):
+        missing = [k for k in ENTRY_KEYS if not isinstance(e, dict) or k not in e]
+        if missing:
+            raise _bad(p, f"entries[{i}] lacks required key(s) {', '.join(missing)}")
+        try:
+            entries.append(entry_from_json(e))
+        except (KeyError, TypeError, ValueError, AttributeError, ConfigError) as exc:
+            raise _bad(p, f"entries[{i}] is malformed: {type(exc).__name__}: {exc}") from None
+    return DeploySpec(tuple(entries), p, str(doc.get("kernforge_version", "")),
+                      str(doc.get("created", "")))

@@ -1,0 +1,53 @@
+"""Shared helpers of the deployment tests: a recorded null-backend kernel, result.json files."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kernforge.backends import Kernel
+from kernforge.core import Recording
+from kernforge.deploy import DeployEntry, entry_from_recording
+from kernforge.record import load_recording, record
+
+AXPY = '''
+def axpy(x: "const double *", y: "double *", a: "double", n: "int") -> None:
+    y[:n] = a * x[:n] + y[:n] + BIAS
+'''
+
+
+def axpy_kernel(bias: int = 0) -> Kernel:
+    return Kernel(AXPY, "axpy", backend="null", defines={"BIAS": bias})
+
+
+def record_axpy(root: Path, n: int = 4) -> Recording:
+    with record(root) as rec:
+        axpy_kernel()(np.arange(float(n)), np.ones(n), 2.0, n)
+    return load_recording(rec.paths[0])
+
+
+def axpy_entry(rec: Recording, **overrides: Any) -> DeployEntry:
+    """The recorded axpy with BIAS=100 (or ``overrides`` for Variant.with_)."""
+    variant = rec.variant.with_(**(overrides or {"defines": {"BIAS": 100}}))
+    return entry_from_recording(rec, variant, baseline_s=2e-3, tuned_s=1e-3, speedup=2.0,
+                                speedup_ci=(1.9, 2.1))
+
+
+def write_result(directory: Path, rec: Recording, variant: Mapping[str, Any], *,
+                 speedup: float = 1.5, status: str = "OK") -> Path:
+    """A tuning result file as the tuner glue writes it (kernforge-tune-result v1)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    full = {"code": None, "options": {}, "defines": {}, "constants": {},
+            "launch": rec.launch.to_json(), **variant}
+    doc = {"format": "kernforge-tune-result", "schema_version": 1, "unit": rec.name,
+           "recording": str(rec.path.resolve()), "backend": rec.backend, "sampler": "tpe",
+           "evaluations": 3, "status": status, "best": {"config": {}, "variant": full},
+           "baseline_median_s": 2e-3, "best_median_s": 2e-3 / speedup, "speedup": speedup,
+           "speedup_ci": [speedup * 0.95, speedup * 1.05]}
+    path = directory / "result.json"
+    path.write_text(json.dumps(doc, indent=2))
+    return path

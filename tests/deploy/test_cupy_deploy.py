@@ -1,0 +1,183 @@
+"""Deployment of CuPy RawKernel / RawModule kernels, on a fake ``cupy`` module (no GPU).
+
+The fake has CuPy's Python surface (as in tests/backends/test_cupy_hooks.py) and runs kernels
+with numpy; the ``cuda`` backend instance is a host fake with the cuda knobs whose compiled
+"kernels" add the tuned ``#define SHIFT`` to the output, so the output shows which ran. The
+real thing is tests/deploy/test_deploy_gpu.py.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+from kernforge import deploy
+from kernforge.backends import base, cupy_hooks
+from kernforge.backends.cuda import KNOBS
+from kernforge.backends.null import NullBackend
+from kernforge.backends.signature import parse_signature
+from kernforge.core import KernelSource, LaunchConfig, Param, Variant
+from kernforge.deploy import DeploySpec, entry_from_recording
+from kernforge.record import load_recording, record
+
+SRC = r"""
+extern "C" __global__ void scale(const float* x, float* y, float a, int n) { }
+template <typename T>
+__global__ void axpy(const T* x, T* y, T a, long long n) { }
+"""
+LOWERED = {"axpy<float>": "_Z4axpyIfEvPKT_PS0_S0_x"}
+
+
+def _scale(args: tuple[Any, ...], shift: float = 0.0) -> None:
+    x, y, a, n = args
+    y[:n] = np.float32(a) * x[:n] + np.float32(shift)
+
+
+class FakeRawKernel:
+    def __init__(self, code: str, name: str, options: tuple = (), backend: str = "nvrtc",
+                 **kw: Any) -> None:
+        self.code, self.name, self.options, self.backend = code, name, options, backend
+
+    def __call__(self, grid: Any, block: Any, args: tuple, **kwargs: Any) -> None:
+        if self.name == "scale":
+            _scale(args)
+        else:
+            x, y, a, n = args
+            y[:n] += a * x[:n]
+
+
+class FakeRawModule:
+    def __init__(self, *, code: str, options: tuple = (), name_expressions: Any = None) -> None:
+        self.code, self.options = code, options
+        self.name_expressions = tuple(name_expressions) if name_expressions else None
+
+    def get_function(self, name: str) -> FakeRawKernel:
+        return FakeRawKernel(self.code, LOWERED.get(name, name), self.options)
+
+
+class FakeCuda(NullBackend):
+    """Host memory, the cuda knobs; a compiled kernel adds the #define SHIFT to its output."""
+
+    name = "cuda"
+    language = "cuda"
+    deploy_keys = ("device", "arch")
+    launches: ClassVar[list[tuple[str, LaunchConfig]]] = []
+
+    def knobs(self):  # type: ignore[no-untyped-def]
+        return KNOBS
+
+    def identity(self) -> dict[str, Any]:
+        return {"device": "fake gpu", "arch": "sm_00", "driver": 1}
+
+    def parse_signature(self, source: KernelSource, defines: Any = None) -> tuple[Param, ...]:
+        return parse_signature(source, substitutions=defines)
+
+    def _compile(self, variant: Variant, signature: tuple[Param, ...]) -> tuple[Any, str]:
+        shift = float(dict(variant.defines).get("SHIFT", 0))
+        entry = variant.source.entry
+
+        def run(args: tuple[Any, ...], launch: LaunchConfig) -> None:
+            FakeCuda.launches.append((entry, launch))
+            if entry == "scale":
+                _scale(args, shift)
+            else:
+                x, y, a, n = args
+                y[:n] += a * x[:n] + shift
+        return run, ""
+
+    def _launch(self, handle: Any, args: Any, launch: LaunchConfig) -> None:
+        handle(tuple(args), launch)
+
+
+@pytest.fixture
+def cp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    fake = types.ModuleType("cupy")
+    fake.RawKernel, fake.RawModule, fake.ndarray = FakeRawKernel, FakeRawModule, np.ndarray
+    fake.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(
+        deviceSynchronize=lambda: None))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setitem(base._instances, "cuda", FakeCuda())
+    FakeCuda.launches.clear()
+    cupy_hooks.install()
+    yield fake
+    deploy.stop()
+    cupy_hooks.uninstall()
+
+
+def _scale_app(cp: Any, n: int = 8, block: int = 4) -> np.ndarray:
+    k = cp.RawKernel(SRC, "scale", options=("-std=c++17",))
+    y = np.zeros(n, np.float32)
+    k(((n + block - 1) // block,), (block,), (np.arange(n, dtype=np.float32), y,
+                                              np.float32(2), n))
+    return y
+
+
+def _tuned_spec(tmp_path: Path, cp: Any, **overrides: Any) -> DeploySpec:
+    with record(tmp_path / "rec") as rec:
+        _scale_app(cp)
+    r = load_recording(rec.paths[0])
+    variant = r.variant.with_(**overrides)
+    return DeploySpec((entry_from_recording(r, variant, baseline_s=2.0, tuned_s=1.0,
+                                            speedup=2.0, speedup_ci=None),))
+
+
+def test_raw_kernel_is_replaced_with_the_entry_geometry(cp: Any, tmp_path: Path) -> None:
+    plain = _scale_app(cp)
+    spec = _tuned_spec(tmp_path, cp, defines={"SHIFT": "100"},
+                       launch=LaunchConfig((1, 1, 1), (8, 1, 1)))
+    with deploy.use(spec, cupy=False):
+        tuned = _scale_app(cp)
+        other = _scale_app(cp, n=16)  # another problem: the original
+    np.testing.assert_array_equal(tuned, plain + 100)
+    np.testing.assert_array_equal(other, 2 * np.arange(16, dtype=np.float32))
+    assert FakeCuda.launches == [("scale", LaunchConfig((1, 1, 1), (8, 1, 1)))]
+    counts = deploy.report().kernels["scale"]
+    assert (counts.replaced, counts.fallback) == (1, 1)
+
+
+def test_other_launch_geometry_runs_the_original(cp: Any, tmp_path: Path) -> None:
+    spec = _tuned_spec(tmp_path, cp, defines={"SHIFT": "100"})
+    with deploy.use(spec, cupy=False):
+        y = _scale_app(cp, block=8)
+    np.testing.assert_array_equal(y, 2 * np.arange(8, dtype=np.float32))
+    assert deploy.report().kernels["scale"].reasons == {"problem mismatch": 1}
+
+
+def test_module_template_is_replaced(cp: Any, tmp_path: Path) -> None:
+    def app() -> np.ndarray:
+        mod = cp.RawModule(code=SRC, name_expressions=["axpy<float>"])
+        f = mod.get_function("axpy<float>")
+        y = np.ones(4, np.float32)
+        f((1,), (4,), (np.arange(4, dtype=np.float32), y, np.float32(3), 4))
+        return y
+
+    with record(tmp_path / "rec") as rec:
+        plain = app()
+    r = load_recording(rec.paths[0])
+    assert r.options.get("name_expression") == "axpy<float>"
+    entry = entry_from_recording(r, r.variant.with_(defines={"SHIFT": "10"}), baseline_s=2.0,
+                                 tuned_s=1.0, speedup=2.0, speedup_ci=None)
+    assert entry.kernel.name_expression == "axpy<float>"
+    with deploy.use(DeploySpec((entry,)), cupy=False):
+        tuned = app()
+    np.testing.assert_array_equal(tuned, plain + 10)
+    assert deploy.report().kernels["axpy<float>"].replaced == 1
+
+
+def test_device_mismatch_and_hooks_are_untouched(cp: Any, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = _tuned_spec(tmp_path, cp, defines={"SHIFT": "100"})
+    monkeypatch.setattr(FakeCuda, "identity", lambda self: {"device": "fake gpu",
+                                                            "arch": "sm_99"})
+    base._instances["cuda"] = FakeCuda()
+    with deploy.use(spec):  # the hooks were installed by the fixture: not removed here
+        y = _scale_app(cp)
+    assert cupy_hooks.installed()
+    np.testing.assert_array_equal(y, 2 * np.arange(8, dtype=np.float32))
+    assert deploy.report().kernels["scale"].reasons == {"device mismatch": 1}

@@ -1,0 +1,154 @@
+"""GPU: record examples/heat3d_cupy.py, tune two kernels by hand (a RawKernel re-blocked, a
+RawModule template with a register limit), export, and run the unchanged application with the
+spec: identical checksum, and the report shows the replacements.
+
+Run on the GPU machine: ``pytest -m gpu tests/deploy``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from deploy_helpers import write_result
+
+from kernforge.core import BackendUnavailableError
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = ROOT / "examples" / "heat3d_cupy.py"
+APP_ARGS = ["--n", "64", "--steps", "4"]
+SQ = "sq_diff_partial<float, 256>"
+
+
+def kf(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kernforge", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def checksum(stdout: str) -> str:
+    lines = [ln.split("checksum=")[1] for ln in stdout.splitlines() if "checksum=" in ln]
+    assert len(lines) == 1, stdout
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from kernforge.backends import get_backend
+    from kernforge.core import LaunchConfig
+    from kernforge.record import load_recording
+    from kernforge.replay import compare
+
+    try:
+        get_backend("cuda")
+    except BackendUnavailableError as exc:
+        pytest.skip(str(exc))
+    tmp = tmp_path_factory.mktemp("deploy-gpu")
+    r = kf("record", "-o", str(tmp / "rec"), "--max-instances", "1", "--", "python",
+           str(APP), *APP_ARGS, cwd=tmp)
+    assert r.returncode == 0, r.stdout + r.stderr
+    stencil = load_recording(tmp / "rec" / "heat_stencil-0")
+    sq = load_recording(tmp / "rec" / "sq_diff_partial-0")
+    assert sq.options.get("name_expression") == SQ
+    reblocked = stencil.launch.reblocked((64, 4, 1))
+    tuned = {stencil.name: (stencil, {"launch": reblocked.to_json()}),
+             sq.name: (sq, {"options": {"maxrregcount": 64}})}
+    for unit, (rec, variant) in tuned.items():
+        launch = variant.get("launch")
+        overrides = {**variant, "launch": LaunchConfig.from_json(launch)} if launch else variant
+        ab = compare(rec, {}, overrides, passes=3, per_pass=3)
+        path = write_result(tmp / "run" / unit, rec, variant, speedup=ab.speedup)
+        doc = json.loads(path.read_text())
+        doc.update(baseline_median_s=ab.median_a, best_median_s=ab.median_b)
+        path.write_text(json.dumps(doc))
+    out = tmp / "deploy.json"
+    r = kf("export", str(tmp / "run"), "-o", str(out), "--min-speedup", "0", cwd=tmp)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2 tuned kernel launch(es) exported" in r.stdout
+    return out
+
+
+def test_app_with_spec_identical_and_replaced(spec: Path, tmp_path: Path) -> None:
+    plain = subprocess.run([sys.executable, str(APP), *APP_ARGS], capture_output=True,
+                           text=True, timeout=600, check=False)
+    assert plain.returncode == 0, plain.stderr
+    report = tmp_path / "report.json"
+    r = kf("run", "--deploy", str(spec), "--report", str(report), "--", "python", str(APP),
+           *APP_ARGS, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert checksum(r.stdout) == checksum(plain.stdout)
+    kernels = json.loads(report.read_text())["kernels"]
+    assert kernels["heat_stencil"] == {"replaced": 4, "fallback": 0, "reasons": {}}
+    assert kernels[SQ] == {"replaced": 4, "fallback": 0, "reasons": {}}
+    assert kernels["apply_boundary"]["replaced"] == 0
+    assert kernels["apply_boundary"]["reasons"] == {"not in the spec": 12}
+    assert "'block': [64, 4, 1]" in r.stderr  # the tuned geometry, logged once
+    print(r.stderr)
+
+
+SCALE = r"""
+extern "C" __global__ void scale(const float* x, float* y, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i];
+}
+"""
+
+
+def test_overhead_per_launch(tmp_path: Path) -> None:
+    """Host time per launch of a tiny RawKernel: hooks without a deployment, a deployment that
+    does not list the kernel, and one that replaces it (printed; run with -s to see)."""
+    import time
+
+    import numpy as np
+
+    from kernforge import deploy
+    from kernforge.backends import cupy_hooks, get_backend
+    from kernforge.deploy import DeploySpec, entry_from_recording
+    from kernforge.record import load_recording, record
+
+    cp = pytest.importorskip("cupy")
+    try:
+        get_backend("cuda")
+    except BackendUnavailableError as exc:
+        pytest.skip(str(exc))
+    installed = cupy_hooks.install()
+    try:
+        k = cp.RawKernel(SCALE, "scale")
+        x = cp.arange(256, dtype=cp.float32)
+        y = cp.zeros_like(x)
+        args = (x, y, np.float32(2), 256)
+        with record(tmp_path) as rec:
+            k((1,), (256,), args)
+        r = load_recording(rec.paths[0])
+        entry = entry_from_recording(r, r.variant.with_(options={"maxrregcount": 32}),
+                                     baseline_s=1.0, tuned_s=1.0, speedup=1.0,
+                                     speedup_ci=None)
+
+        def per_call(n: int = 3000) -> float:
+            cp.cuda.runtime.deviceSynchronize()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                k((1,), (256,), args)
+            cp.cuda.runtime.deviceSynchronize()
+            return (time.perf_counter() - t0) / n
+
+        per_call(200)
+        plain = min(per_call() for _ in range(3))
+        with deploy.use(DeploySpec(()), cupy=False):
+            per_call(200)
+            missing = min(per_call() for _ in range(3))
+        with deploy.use(DeploySpec((entry,)), cupy=False):
+            per_call(200)
+            replaced = min(per_call() for _ in range(3))
+        counts = deploy.report().kernels["scale"]
+        assert counts.replaced > 0 and counts.fallback == 0
+        np.testing.assert_array_equal(cp.asnumpy(y), 2 * np.arange(256, dtype=np.float32))
+        print(f"\nper launch: no deployment {plain * 1e6:.2f} us, kernel not in the spec "
+              f"{missing * 1e6:.2f} us, replaced {replaced * 1e6:.2f} us")
+    finally:
+        if installed:
+            cupy_hooks.uninstall()
