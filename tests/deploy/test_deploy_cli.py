@@ -35,10 +35,11 @@ def checksum(stdout: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float]:
     """Recordings of the app and a tuning run directory of result.json files: heat_step-0
     with O3 and the numbers compare() measured, heat_step-1 the same problem but slower,
-    apply_boundary-0 below the threshold, max_change-0 without a valid trial."""
+    apply_boundary-0 below the threshold, max_change-0 without a valid trial. Returns the run
+    directory and the threshold (below the measured speedup, whatever the machine's load)."""
     tmp = tmp_path_factory.mktemp("deploy-e2e")
     r = kf("record", "-o", str(tmp / "rec"), "--", "python", str(APP), *APP_ARGS, cwd=tmp)
     assert r.returncode == 0, r.stderr
@@ -51,17 +52,34 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
                speedup_ci=[ab.ci_low, ab.ci_high])
     path.write_text(json.dumps(doc))
     write_result(run / "heat_step-1", recs["heat_step-1"], TUNED, speedup=ab.speedup * 0.9)
-    write_result(run / "apply_boundary-0", recs["apply_boundary-0"], TUNED, speedup=0.2)
+    floor = min(ab.speedup, 1.0) / 2
+    write_result(run / "apply_boundary-0", recs["apply_boundary-0"], TUNED, speedup=floor / 2)
     write_result(run / "max_change-0", recs["max_change-0"], TUNED, status="NO_VALID_TRIAL")
-    return run
+    return run, floor
 
 
-def test_export_writes_the_spec(run_dir: Path) -> None:
-    out = run_dir / "spec.json"
-    r = kf("export", str(run_dir), "-o", str(out), "--min-speedup", "0.3", cwd=run_dir)
+@pytest.fixture(scope="module")
+def run_dir(tuned: tuple[Path, float]) -> Path:
+    return tuned[0]
+
+
+@pytest.fixture(scope="module")
+def spec(tuned: tuple[Path, float]) -> Path:
+    run, floor = tuned
+    out = run / "spec.json"
+    if not out.exists():
+        r = kf("export", str(run), "-o", str(out), "--min-speedup", str(floor), cwd=run)
+        assert r.returncode == 0, r.stdout + r.stderr
+    return out
+
+
+def test_export_writes_the_spec(tuned: tuple[Path, float], tmp_path: Path) -> None:
+    run_dir, floor = tuned
+    out = tmp_path / "spec.json"
+    r = kf("export", str(run_dir), "-o", str(out), "--min-speedup", str(floor), cwd=run_dir)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "1 tuned kernel launch(es) exported" in r.stdout and "opt_level=O3" in r.stdout
-    assert "apply_boundary-0/result.json: speedup 0.2 is not above 0.3" in r.stderr
+    assert f"apply_boundary-0/result.json: speedup {floor / 2} is not above" in r.stderr
     assert "status NO_VALID_TRIAL" in r.stderr and "same kernel and problem" in r.stderr
     (entry,) = read_spec(out).entries
     assert entry.kernel.entry == "heat_step" and entry.variant.options["opt_level"] == "O3"
@@ -77,11 +95,7 @@ def test_export_with_nothing_above_the_threshold(run_dir: Path, tmp_path: Path) 
     assert r.returncode == 2 and "no tuning results" in r.stderr
 
 
-def test_run_deploy_identical_output(run_dir: Path, tmp_path: Path) -> None:
-    spec = run_dir / "spec.json"
-    if not spec.exists():
-        assert kf("export", str(run_dir), "-o", str(spec), "--min-speedup", "0.3",
-                  cwd=run_dir).returncode == 0
+def test_run_deploy_identical_output(spec: Path, tmp_path: Path) -> None:
     plain = subprocess.run([sys.executable, str(APP), *APP_ARGS], capture_output=True,
                            text=True, timeout=300, check=True).stdout
     report = tmp_path / "report.json"
@@ -109,11 +123,7 @@ SHOW = ("import json, runpy, sys; sys.argv = sys.argv[1:]; "
         "print('REPORT', json.dumps(kernforge.deploy.report().to_json()))")
 
 
-def test_environment_variable(run_dir: Path, tmp_path: Path) -> None:
-    spec = run_dir / "spec.json"
-    if not spec.exists():
-        assert kf("export", str(run_dir), "-o", str(spec), "--min-speedup", "0.3",
-                  cwd=run_dir).returncode == 0
+def test_environment_variable(spec: Path, tmp_path: Path) -> None:
     plain = subprocess.run([sys.executable, str(APP), *APP_ARGS], capture_output=True,
                            text=True, timeout=300, check=True).stdout
     env = {**os.environ, "KERNFORGE_DEPLOY": str(spec)}
