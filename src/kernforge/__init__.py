@@ -30,13 +30,13 @@ _EXPORTS = {
     "KernforgeError": "kernforge.core",
 }
 
-__all__ = ["__version__", "deploy", "record", "replay", *_EXPORTS]
+__all__ = ["__version__", "deploy", "record", "replay", *_EXPORTS.keys()]  # noqa: PLE0604
 
 # ``record`` and ``replay`` are both subpackages and the functions users call. Importing a
 # subpackage binds its name on this package, which would shadow a lazy export, so these two are
 # bound eagerly, after their subpackages are imported.
-from .record.capture import record  # noqa: E402
-from .replay.engine import replay  # noqa: E402
+from .record.capture import record
+from .replay.engine import replay
 
 
 def __getattr__(name: str) -> Any:

@@ -26,14 +26,14 @@ class Ordered:
     def __init__(self, log: list[str]) -> None:
         self.log = log
 
-    def before(self, event):  # noqa: ANN001, ANN201
+    def before(self, event):
         self.log.append("before")
         return "tok"
 
-    def launched(self, token):  # noqa: ANN001, ANN201
+    def launched(self, token):
         self.log.append(f"launched:{token}")
 
-    def after(self, token, error):  # noqa: ANN001, ANN201
+    def after(self, token, error):
         self.log.append(f"after:{token}:{error is None}")
 
 

@@ -39,8 +39,8 @@ from ..core import (
     Variant,
 )
 from .base import Backend, Compiled, Knob
-from .rewrite import rewrite
 from .host import HostMemory
+from .rewrite import rewrite
 from .signature import parse_signature
 
 COMPILE_TIMEOUT_S = 120.0

@@ -15,12 +15,20 @@ from __future__ import annotations
 
 import ast
 import hashlib
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from ..core import (CompileError, KernelRuntimeError, KernelSource, LaunchConfig, Param,
-                    SignatureError, Variant)
+from ..core import (
+    CompileError,
+    KernelRuntimeError,
+    KernelSource,
+    LaunchConfig,
+    Param,
+    SignatureError,
+    Variant,
+)
 from .base import Backend, Knob
 from .host import HostMemory
 from .signature import C_TYPES, QUALIFIERS

@@ -11,7 +11,8 @@ hexadecimal literals so specialization never changes a value.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from rich.markup import escape
 
 from .._version import __version__
 from ..core import KernforgeError
 from . import demo_cmd, export_cmd, inspect_cmd, record_cmd, replay_cmd, run_cmd, tune_cmd
-
 from .output import err_console
 
 COMMANDS = (demo_cmd, record_cmd, inspect_cmd, replay_cmd, tune_cmd, export_cmd, run_cmd)

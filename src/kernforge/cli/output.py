@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from rich.console import Console
 

@@ -63,7 +63,7 @@ def load_space_file(path: Path | None) -> dict[str, Any] | None:
             import tomllib
             return tomllib.loads(text)
         return dict(json.loads(text))
-    except Exception as exc:  # noqa: BLE001 - any parser's error is the user's input
+    except Exception as exc:
         raise ConfigError(f"cannot parse space file {path}: {exc}",
                           hint="check its syntax (YAML, TOML or JSON by extension)") from exc
 

@@ -1,8 +1,19 @@
 """The frozen core: data model, statuses, errors and the plugin registry (stdlib + numpy)."""
 
-from .errors import (ArgumentError, BackendUnavailableError, CompileError, ConfigError,
-                     KernelRuntimeError, KernforgeError, LaunchError, PluginNotFoundError,
-                     RecordingError, RecordingFormatError, SignatureError, WrongResultError)
+from .errors import (
+                     ArgumentError,
+                     BackendUnavailableError,
+                     CompileError,
+                     ConfigError,
+                     KernelRuntimeError,
+                     KernforgeError,
+                     LaunchError,
+                     PluginNotFoundError,
+                     RecordingError,
+                     RecordingFormatError,
+                     SignatureError,
+                     WrongResultError,
+)
 from .measurement import BufferCheck, Measurement
 from .model import CompileOptions, KernelSource, LaunchConfig, Param, Variant
 from .recording import RecordedArg, Recording, Tolerance

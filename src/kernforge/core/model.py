@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .errors import ConfigError
 
@@ -65,7 +66,7 @@ class KernelSource:
         return hashlib.sha256(
             f"{self.language}\0{self.entry}\0{self.code}\0{sig}".encode()).hexdigest()
 
-    def with_code(self, code: str) -> "KernelSource":
+    def with_code(self, code: str) -> KernelSource:
         """The same kernel with new code; its signature is parsed again from that code."""
         return replace(self, code=code, signature=None)
 
@@ -91,7 +92,7 @@ class LaunchConfig:
     def threads_per_block(self) -> int:
         return self.block[0] * self.block[1] * self.block[2]
 
-    def reblocked(self, block: int | Iterable[int]) -> "LaunchConfig":
+    def reblocked(self, block: int | Iterable[int]) -> LaunchConfig:
         """The same work decomposition with another block: per dimension, the grid covers at
         least the recorded number of threads (for kernels that bounds-check their index)."""
         new = _dims(block, "block")
@@ -104,7 +105,7 @@ class LaunchConfig:
                 "shared_mem": self.shared_mem, "threads": self.threads}
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "LaunchConfig":
+    def from_json(cls, d: Mapping[str, Any]) -> LaunchConfig:
         return cls(grid=tuple(d.get("grid", (1, 1, 1))), block=tuple(d.get("block", (1, 1, 1))),
                    shared_mem=int(d.get("shared_mem", 0)), threads=d.get("threads"))
 
@@ -119,7 +120,7 @@ class CompileOptions:
         object.__setattr__(self, "values", _sorted_items(self.values))
 
     @classmethod
-    def of(cls, mapping: Mapping[str, Scalar] | None = None, **kw: Scalar) -> "CompileOptions":
+    def of(cls, mapping: Mapping[str, Scalar] | None = None, **kw: Scalar) -> CompileOptions:
         merged = dict(mapping or {})
         merged.update(kw)
         return cls(tuple(merged.items()))
@@ -130,7 +131,7 @@ class CompileOptions:
     def as_dict(self) -> dict[str, Scalar]:
         return dict(self.values)
 
-    def merged(self, other: "CompileOptions | Mapping[str, Scalar]") -> "CompileOptions":
+    def merged(self, other: CompileOptions | Mapping[str, Scalar]) -> CompileOptions:
         extra = other.as_dict() if isinstance(other, CompileOptions) else dict(other)
         return CompileOptions.of(self.as_dict(), **extra)
 
@@ -162,7 +163,7 @@ class Variant:
               defines: Mapping[str, Any] | None = None,
               launch: LaunchConfig | None = None,
               source: KernelSource | None = None,
-              constants: Mapping[str, Scalar] | None = None) -> "Variant":
+              constants: Mapping[str, Scalar] | None = None) -> Variant:
         """A copy with options/defines/constants overridden (merged) or launch/source replaced."""
         return Variant(
             source=source or self.source,

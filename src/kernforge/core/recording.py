@@ -8,9 +8,10 @@ recording *is*: the variant that ran, its arguments, and where to find the memor
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -57,7 +58,7 @@ class Tolerance:
         return self.mode == "bitwise"
 
     @classmethod
-    def parse(cls, text: str) -> "Tolerance":
+    def parse(cls, text: str) -> Tolerance:
         """Parse ``bitwise``, ``abs:1e-6``, ``rel:1e-5[,atol]`` or ``norm:1e-4`` (CLI form)."""
         mode, _, rest = text.strip().partition(":")
         nan = "fail"
@@ -84,7 +85,7 @@ class Tolerance:
                 "nan": self.nan}
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "Tolerance":
+    def from_json(cls, d: Mapping[str, Any]) -> Tolerance:
         return cls(mode=d.get("mode", "bitwise"), atol=float(d.get("atol", 0.0)),
                    rtol=float(d.get("rtol", 0.0)), tol=float(d.get("tol", 0.0)),
                    nan=d.get("nan", "fail"))

@@ -60,7 +60,7 @@ def run_application(command: Sequence[str]) -> int:
         except SystemExit as exc:
             code = exc.code
             return code if isinstance(code, int) else (0 if code is None else 1)
-        except Exception:  # the application's own failure: show it, as Python would
+        except Exception:  # noqa: BLE001 - the application's own failure: show it, as Python would
             traceback.print_exc()
             return 1
     return 0
