@@ -47,6 +47,8 @@ class ProposalRequest:
     parent: Program
     inspirations: tuple[Program, ...]
     contract: str  # the kernel contract text: signature, launch, what must stay true
+    iteration: int = 0  # the controller's iteration number (stable across resume)
+    seed: int = 0  # a per-iteration seed: a proposer that draws random numbers uses this
 
 
 @dataclass(frozen=True)
