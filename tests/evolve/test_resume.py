@@ -1,0 +1,78 @@
+"""kill -9 in the middle of a run, then resume: same final population, nothing re-evaluated."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from kernforge.evolve.config import EvolveConfig
+from kernforge.evolve.controller import run
+from kernforge.evolve.store import Store
+
+from .evolve_fakes import SEED_CODE, HashEvaluator, OfflineEditProposer
+
+ROOT = Path(__file__).resolve().parents[2]
+ITERS = 30
+
+
+def _config() -> EvolveConfig:
+    return EvolveConfig.from_dict({"seed": 7, "max_iterations": ITERS, "eval_slots": 2,
+                                   "llm_slots": 2, "mapelites": {"migration_interval": 5}})
+
+
+def _finished(path: Path) -> int:
+    try:
+        con = sqlite3.connect(str(path), timeout=1)
+        n = con.execute("SELECT COUNT(*) FROM events WHERE kind='evaluation_finished'"
+                        ).fetchone()[0]
+        con.close()
+        return int(n)
+    except sqlite3.Error:
+        return 0
+
+
+def _snapshot(path: Path) -> tuple[list, dict, list]:
+    with Store(path) as s:
+        progs = [(p.id, p.code, p.parent_id, p.island, p.generation, p.fitness, p.status,
+                  p.features) for p in s.programs()]
+        outcomes = [(it["iteration"], it["outcome"], it["parent_id"]) for it in s.iterations()]
+        return progs, s.cells(), outcomes
+
+
+def test_kill9_then_resume_matches_uninterrupted(tmp_path):
+    ref = tmp_path / "ref.db"
+    run(_config(), OfflineEditProposer(), HashEvaluator(), ref, initial_code=SEED_CODE)
+
+    db = tmp_path / "killed.db"
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    child = subprocess.Popen([sys.executable, "-m", "tests.evolve._resume_child", str(db),
+                              str(ITERS), "0.05"], cwd=ROOT, env=env)
+    deadline = time.monotonic() + 30
+    while _finished(db) < 8 and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert child.poll() is None, "the child finished before it could be killed"
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+
+    with Store(db) as s:
+        applied_before = s.get_state("next_apply")
+        started = {e["program_id"] for e in s.events("evaluation_started")}
+        finished = {e["program_id"] for e in s.events("evaluation_finished")}
+    assert 0 < applied_before < ITERS
+    assert started - finished, "no evaluation was in flight at the kill"
+
+    ev = HashEvaluator()
+    r = run(_config(), OfflineEditProposer(), ev, db, initial_code=SEED_CODE)
+    assert r.iterations == ITERS
+    assert _snapshot(db) == _snapshot(ref)
+    with Store(db) as s:
+        per_program = Counter(e["program_id"] for e in s.events("evaluation_finished"))
+        assert max(per_program.values()) == 1  # nothing evaluated twice
+        assert started - finished <= set(per_program)  # in-flight work was re-queued
+    assert len(ev.calls) == len(per_program) - len(finished)
