@@ -118,6 +118,10 @@ def test_patience_and_time_stop(tmp_path):
     r = run(cfg, OfflineEditProposer(), HashEvaluator(0.01), tmp_path / "t.db",
             initial_code=SEED_CODE)
     assert r.stop_reason == "max_seconds" and r.iterations < 10_000
+    cfg = EvolveConfig(seed=1, max_iterations=r.iterations + 5)  # resume tops the window up
+    r2 = run(cfg, OfflineEditProposer(), HashEvaluator(), tmp_path / "t.db",
+             initial_code=SEED_CODE)
+    assert r2.iterations == r.iterations + 5 and r2.stop_reason == "max_iterations"
 
 
 def test_resume_rejects_changed_identity(tmp_path):

@@ -224,6 +224,7 @@ class Controller:
             self._pools = (llm, ev)
             for plan in self.store.iterations(unfinished_only=True):
                 self._dispatch(plan)
+            self._top_up()
             while True:
                 self._apply_ready()
                 if not stop and self.config.max_seconds is not None \
@@ -237,6 +238,16 @@ class Controller:
                 self._stop_planning = self._stop_planning or bool(stop)
             self._pools = ()
         return self._result(stop or self._stop_reason())
+
+    def _top_up(self) -> None:
+        """Refill the window after a time-limited session or a raised max_iterations."""
+        with self.store.tx():
+            while self.next_plan < self.next_apply + self.config.window:
+                plan = self._plan_next()
+                if plan is None:
+                    break
+                self._dispatch(plan)
+            self._save_state()
 
     def _stop_reason(self) -> str:
         if self.next_plan >= self.config.max_iterations:
