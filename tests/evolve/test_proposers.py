@@ -1,0 +1,95 @@
+"""The LLM proposer over the loopback server (real HTTP) and the command proposer."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+from kernforge.core import Status
+from kernforge.evolve.proposers import PROPOSERS, make_proposer
+from kernforge.evolve.proposers.llm import LLMProposer
+from kernforge.evolve.types import Program, ProposalRequest
+from kernforge.llm import LLMConfig, Load, Scheduler
+from kernforge.llm.fake_server import Fail, FakeLLMServer
+
+CODE = "__global__ void k(float* a, int n)\n{\n    int i = threadIdx.x;\n    a[i] = 1.0f;\n}\n"
+GOOD = "<<<<<<< SEARCH\n    a[i] = 1.0f;\n=======\n    a[i] = 2.0f;\n>>>>>>> REPLACE"
+BAD = "<<<<<<< SEARCH\n    b[i] = 1.0f;\n=======\n    b[i] = 2.0f;\n>>>>>>> REPLACE"
+
+
+def request(island: int = 1) -> ProposalRequest:
+    parent = Program(id="p", code=CODE, parent_id=None, island=island, generation=0,
+                     fitness=1e-3, status=Status.OK)
+    other = Program(id="q", code=CODE.replace("1.0f", "3.0f"), parent_id=None, island=island,
+                    generation=0, fitness=2e-3, status=Status.OK)
+    return ProposalRequest(island=island, parent=parent, inspirations=(other,), contract="k(a, n)")
+
+
+def config(url: str) -> LLMConfig:
+    return LLMConfig.from_mapping({
+        "base_url": url, "backoff_s": 0.01, "max_retries": 1,
+        "models": [{"name": "fast", "weight": 0.6, "price": {"prompt": 1, "completion": 1}},
+                   {"name": "medium", "weight": 0.3, "price": {"prompt": 2}},
+                   {"name": "slow", "weight": 0.1, "price": {"prompt": 5}}]})
+
+
+def test_registry_names() -> None:
+    assert PROPOSERS.names() == ["command", "llm", "offline"]
+
+
+def test_llm_proposer_end_to_end_with_retry_on_unusable_reply() -> None:
+    with FakeLLMServer([BAD, GOOD]) as srv:
+        proposer = make_proposer("llm", config=config(srv.base_url))
+        p = proposer.propose(request())
+    assert p.error is None and p.code is not None and "2.0f" in p.code
+    assert p.prompt_tokens > 0 and p.completion_tokens > 0 and p.cost > 0
+    assert p.cached_tokens > 0  # the retry repeats the prompt: its prefix is cached
+    retry = srv.requests[1]["messages"]
+    assert "could not be applied" in retry[-1]["content"] and "search_not_found" in retry[-1][
+        "content"]
+    assert srv.requests[0]["prompt_cache_key"].endswith("island-1")
+
+
+def test_llm_proposer_reports_failures() -> None:
+    with FakeLLMServer([Fail(500)]) as srv:
+        p = LLMProposer(config(srv.base_url), retries=0).propose(request())
+    assert p.code is None and "failed" in (p.error or "")
+    with FakeLLMServer(["I would not change anything."]) as srv:
+        p = LLMProposer(config(srv.base_url), retries=0).propose(request())
+    assert p.code is None and (p.error or "").startswith("no_blocks")
+
+
+def test_llm_proposer_backfills_with_the_fast_model() -> None:
+    sched = Scheduler({"fast": 0.6, "medium": 0.3, "slow": 0.1},
+                      latency_s={"fast": 1, "medium": 4, "slow": 12})
+    sched.begin("slow")  # a slow reply is pending
+    with FakeLLMServer([GOOD]) as srv:
+        proposer = LLMProposer(config(srv.base_url), scheduler=sched,
+                               load=lambda: Load(evaluators=4, queued=0, eval_time_s=2.0))
+        for _ in range(5):
+            assert proposer.propose(request()).model == "fast"
+    assert sched.backfills == 5
+
+
+def test_command_proposer_with_a_real_script(tmp_path: Path) -> None:
+    script = tmp_path / "agent.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        prompt = sys.stdin.read()
+        assert "# Current program" in prompt
+        print("Doubling the constant.")
+        print({GOOD!r})
+    """))
+    p = make_proposer("command", command=[sys.executable, str(script)],
+                      timeout_s=30).propose(request())
+    assert p.error is None and "2.0f" in (p.code or "") and p.model.startswith("command:")
+
+
+def test_command_proposer_timeout_and_exit_code(tmp_path: Path) -> None:
+    slow = make_proposer("command", command=[sys.executable, "-c", "import time; time.sleep(5)"],
+                         timeout_s=0.5).propose(request())
+    assert slow.code is None and "within 0.5 s" in (slow.error or "")
+    bad = make_proposer("command", command=[sys.executable, "-c", "import sys; sys.exit(3)"],
+                        timeout_s=10).propose(request())
+    assert bad.code is None and "exited with 3" in (bad.error or "")
