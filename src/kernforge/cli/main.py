@@ -15,10 +15,20 @@ from rich.markup import escape
 
 from .._version import __version__
 from ..core import KernforgeError
-from . import demo_cmd, export_cmd, inspect_cmd, record_cmd, replay_cmd, run_cmd, tune_cmd
+from . import (
+    demo_cmd,
+    export_cmd,
+    inspect_cmd,
+    record_cmd,
+    replay_cmd,
+    run_cmd,
+    serve_cmd,
+    tune_cmd,
+)
 from .output import err_console
 
-COMMANDS = (demo_cmd, record_cmd, inspect_cmd, replay_cmd, tune_cmd, export_cmd, run_cmd)
+COMMANDS = (demo_cmd, record_cmd, inspect_cmd, replay_cmd, tune_cmd, export_cmd, run_cmd,
+            serve_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

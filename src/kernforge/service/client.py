@@ -1,0 +1,291 @@
+"""The replay service's client: submit evaluate / validate / tune requests, read metrics.
+
+``Client()`` starts a local cluster owned by the client (closed with it); ``Client(address)``
+connects to a running scheduler (``kernforge serve start``, ``dask scheduler`` + ``dask worker
+--nthreads 1 --resources replay=1``, or any cluster whose workers offer ``replay=1``);
+``Client.from_state()`` to the one ``kernforge serve`` started. The code that uses it is the
+same in every case.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import distributed
+from distributed.scheduler import KilledWorker
+
+from ..core import (
+    BackendUnavailableError,
+    ConfigError,
+    KernforgeError,
+    Measurement,
+    Recording,
+    RecordingError,
+    Status,
+    Variant,
+)
+from ..core import errors as _errors
+from .cluster import start_cluster
+from .config import RESOURCE, ServiceConfig
+from .monitor import KEY_PREFIX, classify, death_of, ensure_monitor, snapshot
+from .tasks import Limits, Raised, Request, evaluate_task
+from .worker import PRELOAD_KEY, ReplayPlugin, preload, worker_summary
+
+RecordingRef = str | os.PathLike[str] | Recording
+
+
+class ServiceError(KernforgeError):
+    """The service itself failed (no workers, scheduler gone, request cancelled)."""
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """What ``kernforge serve status`` shows (counters since the monitor was installed)."""
+
+    workers: int
+    evaluations: int
+    evaluations_per_s: float  # over the last minute (or the uptime, if shorter)
+    queued: int  # requests waiting for a worker
+    running: int
+    worker_restarts: int
+    deaths: int  # requests whose worker died while running them (crash or watchdog)
+    by_status: Mapping[str, int]
+    stage_mean_s: Mapping[str, float]  # compile, restore, run, verify, measure
+    uptime_s: float
+
+    @classmethod
+    def from_snapshot(cls, d: Mapping[str, Any]) -> Metrics:
+        return cls(int(d.get("workers", 0)), int(d.get("evaluations", 0)),
+                   float(d.get("evaluations_per_s", 0.0)), int(d.get("queued", 0)),
+                   int(d.get("running", 0)), int(d.get("worker_restarts", 0)),
+                   int(d.get("deaths", 0)), dict(d.get("by_status", {})),
+                   dict(d.get("stage_mean_s", {})), float(d.get("uptime_s", 0.0)))
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _path(recording: RecordingRef) -> str:
+    raw = recording.path if isinstance(recording, Recording) else recording
+    return os.path.abspath(os.fspath(raw))
+
+
+def reraise(value: Raised) -> None:
+    cls = getattr(_errors, value.kind, None)
+    if not (isinstance(cls, type) and issubclass(cls, KernforgeError)):
+        cls = ServiceError
+    try:
+        err = cls(value.message, hint=value.hint)
+    except TypeError:
+        err = ServiceError(value.message, hint=value.hint)
+    raise err
+
+
+class Pending:
+    """One request in flight; :meth:`result` waits for its Measurement."""
+
+    def __init__(self, client: Client, future: Any, request: Request) -> None:
+        self.client, self.future, self.request = client, future, request
+
+    @property
+    def key(self) -> str:
+        return str(self.future.key)
+
+    def done(self) -> bool:
+        return bool(self.future.done())
+
+    def result(self, timeout: float | None = None) -> Measurement:
+        try:
+            value = self.future.result(timeout=timeout)
+        except KilledWorker:
+            return self.client.death(self.key)
+        except distributed.client.FutureCancelledError as exc:
+            raise ServiceError(f"request {self.key} was cancelled: {exc}",
+                               hint="the scheduler or the client was shut down") from exc
+        finally:
+            if self.future.done():
+                self.future.release()
+        if isinstance(value, Raised):
+            reraise(value)
+        assert isinstance(value, Measurement)
+        return value
+
+
+class Client:
+    """A connection to a replay service (see the module docstring)."""
+
+    def __init__(self, address: str | None = None, *, config: ServiceConfig | None = None,
+                 limits: Limits | None = None, connect_timeout: float = 60.0,
+                 cause_wait_s: float = 30.0) -> None:
+        self.config = config or ServiceConfig()
+        self.limits = limits or Limits(self.config.min_timeout_s, self.config.timeout_factor,
+                                       self.config.compile_timeout_s)
+        self.cause_wait_s = cause_wait_s
+        self.cluster: Any = None
+        target: Any = address
+        if address is None:
+            self.cluster = start_cluster(self.config)
+            target = self.cluster
+        try:
+            self.dask = distributed.Client(target, timeout=connect_timeout,
+                                           set_as_default=False)
+        except OSError as exc:
+            self._close_cluster()
+            raise ServiceError(f"cannot reach the scheduler at {address}: {exc}",
+                               hint="start one with `kernforge serve start`, or check the "
+                                    "address") from exc
+        self.dask.run_on_scheduler(ensure_monitor)
+        self.dask.register_plugin(ReplayPlugin(), name=ReplayPlugin.name)
+        self._check_workers()
+
+    @classmethod
+    def from_state(cls, state: Path | None = None, **kw: Any) -> Client:
+        """Connect to the service ``kernforge serve start`` left in ``state``."""
+        from .daemon import read_state
+        return cls(read_state(state)["address"], **kw)
+
+    @property
+    def address(self) -> str:
+        return str(self.dask.scheduler.address)
+
+    def _check_workers(self) -> None:
+        workers = self.dask.scheduler_info(n_workers=-1).get("workers", {})
+        if workers and not any(RESOURCE in w.get("resources", {}) for w in workers.values()):
+            raise ConfigError(
+                f"no worker of {self.address} offers the resource {RESOURCE!r}",
+                hint=f"start workers with `dask worker ADDRESS --nthreads 1 --resources "
+                     f"{RESOURCE}=1` (one per GPU or core group)")
+
+    # ---- requests ---------------------------------------------------------------------------
+    def submit(self, recording: RecordingRef, variant: Variant | None = None, *,
+               config: Mapping[str, Any] | None = None, tolerance: Any = None,
+               warmup: int = 3, repeat: int = 10, flush: bool = True,
+               verify_only: bool = False, timeout_s: float | None = None) -> Pending:
+        """Queue one evaluation of ``variant`` (default: the recorded one) or of the tuning
+        point ``config`` on ``recording``; ``timeout_s`` fixes the run watchdog (default:
+        derived from the recorded variant's time)."""
+        if variant is not None and config is not None:
+            raise ConfigError("give a variant or a tuning config, not both")
+        req = Request(_path(recording), variant, dict(config) if config else None, tolerance,
+                      warmup, repeat, flush, verify_only, timeout_s, self.limits)
+        future = self.dask.submit(evaluate_task, req, key=f"{KEY_PREFIX}eval-{uuid.uuid4().hex}",
+                                  pure=False, resources={RESOURCE: 1}, retries=0)
+        return Pending(self, future, req)
+
+    def evaluate(self, recording: RecordingRef, variant: Variant | None = None,
+                 **kw: Any) -> Measurement:
+        """Evaluate one variant (see :meth:`submit`) and wait for its Measurement."""
+        return self.submit(recording, variant, **kw).result()
+
+    def evaluate_many(self, recording: RecordingRef, variants: Iterable[Variant | None],
+                      **kw: Any) -> list[Measurement]:
+        """Evaluate many variants of one recording in parallel, results in order."""
+        pending = [self.submit(recording, v, **kw) for v in variants]
+        return [p.result() for p in pending]
+
+    def validate(self, recordings: RecordingRef | Sequence[RecordingRef],
+                 variant: Variant | None = None, *, config: Mapping[str, Any] | None = None,
+                 tolerance: Any = None) -> list[Measurement]:
+        """Verify (no timing) one variant or tuning point on each recording."""
+        recs = [recordings] if isinstance(recordings, (str, os.PathLike, Recording)) \
+            else list(recordings)
+        pending = [self.submit(r, variant, config=config, tolerance=tolerance,
+                               verify_only=True, warmup=0, repeat=0) for r in recs]
+        return [p.result() for p in pending]
+
+    def tune(self, recording: RecordingRef, **kw: Any) -> Any:
+        """Parallel TPE over the workers (see :func:`kernforge.service.tuning.tune_remote`)."""
+        from .tuning import tune_remote
+        return tune_remote(self, recording, **kw)
+
+    def call(self, fn: Any, *args: Any, key: str = "task", **kw: Any) -> Any:
+        """Run ``fn(*args)`` on a replay worker and return its value (re-raising Raised)."""
+        future = self.dask.submit(fn, *args, key=f"{KEY_PREFIX}{key}-{uuid.uuid4().hex}",
+                                  pure=False, resources={RESOURCE: 1}, retries=0, **kw)
+        try:
+            value = future.result()
+        finally:
+            future.release()
+        if isinstance(value, Raised):
+            reraise(value)
+        return value
+
+    def death(self, key: str) -> Measurement:
+        """The Measurement of a request whose worker died while running it."""
+        deadline = time.monotonic() + self.cause_wait_s
+        record = self.dask.run_on_scheduler(death_of, key)
+        while record is not None and record.get("text") is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+            record = self.dask.run_on_scheduler(death_of, key)
+        if record is None:
+            return Measurement(Status.RUNTIME_FAILED, message=(
+                "the workers holding this request died before it finished (KilledWorker); "
+                "it was not seen running a candidate"), extra=(("key", key),))
+        return classify(record)
+
+    # ---- the service ------------------------------------------------------------------------
+    def load(self, recordings: Iterable[RecordingRef]) -> None:
+        """Load recordings on every worker now, and on every worker that starts later."""
+        paths = [_path(r) for r in recordings]
+        for p in paths:
+            if not Path(p).is_dir():
+                raise RecordingError(f"no recording at {p}", hint="give recorded unit "
+                                                                  "directories")
+        known = list(self.dask.get_metadata(PRELOAD_KEY, default=[]) or [])
+        self.dask.set_metadata(PRELOAD_KEY, known + [p for p in paths if p not in known])
+        self.dask.run(preload, paths)
+
+    def metrics(self) -> Metrics:
+        return Metrics.from_snapshot(self.dask.run_on_scheduler(snapshot))
+
+    def workers(self) -> list[dict[str, Any]]:
+        """Every worker: name, address, resources, and what its replay state holds."""
+        info = self.dask.scheduler_info(n_workers=-1).get("workers", {})
+        try:
+            states = self.dask.run(worker_summary, on_error="return")
+        except TypeError:  # older distributed
+            states = self.dask.run(worker_summary)
+        out = []
+        for address, w in sorted(info.items(), key=lambda kv: str(kv[1].get("name"))):
+            st = states.get(address)
+            out.append({"name": w.get("name"), "address": address, "nanny": w.get("nanny"),
+                        "resources": w.get("resources", {}),
+                        **(st if isinstance(st, dict) else {"error": repr(st)})})
+        return out
+
+    def wait_for_workers(self, n: int = 1, timeout: float = 120.0) -> None:
+        try:
+            self.dask.wait_for_workers(n, timeout=timeout)
+        except TimeoutError as exc:
+            raise BackendUnavailableError(f"fewer than {n} workers joined {self.address} "
+                                          f"within {timeout:g} s",
+                                          hint="check the workers' logs") from exc
+
+    def shutdown(self) -> None:
+        """Stop the scheduler and its workers (the whole service), then close."""
+        self.dask.shutdown()
+        self._close_cluster()
+
+    def _close_cluster(self) -> None:
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
+
+    def close(self) -> None:
+        self.dask.close()
+        self._close_cluster()
+
+    def __enter__(self) -> Client:  # noqa: PYI034
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

@@ -1,0 +1,208 @@
+"""The functions a worker runs for a request (submitted as Dask tasks by the client).
+
+An evaluation: the recording comes from the worker's state (loaded once); the variant is the
+request's, or a tuning point realized by the backend (as ``replay.tuning.make_evaluator``
+does). The variant is compiled first under the compile watchdog (the backend caches the module
+in process), then :func:`kernforge.replay.engine.evaluate_variant` restores, runs, verifies and
+times it under the run watchdog -- its compile is then a cache hit; the Measurement's compile
+stage is the one measured here. Candidate failures come back as Measurements; trouble that is
+not the candidate's (an unreadable recording, a backend missing here) as :class:`Raised`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from distributed import get_worker
+
+from ..core import KernforgeError, Measurement, Status, Variant
+from ..replay.engine import compare, evaluate_variant
+from ..replay.prepare import TolerancePolicy, is_tolerant, resolve_policies
+from ..replay.tuning import build_space
+from ..tune import SearchSpace
+from .guard import Guard
+from .worker import Loaded, state
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The watchdog's settings, sent with every request."""
+
+    min_timeout_s: float = 1.0
+    timeout_factor: float = 50.0
+    compile_timeout_s: float = 300.0
+
+    def run_timeout(self, baseline_s: float) -> float:
+        return max(self.min_timeout_s, self.timeout_factor * baseline_s)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One evaluation: a recording (path as the workers see it) and a variant or a tuning
+    point (``config``), the protocol, and optionally a fixed run-stage timeout."""
+
+    recording: str
+    variant: Variant | None = None
+    config: Mapping[str, Any] | None = None
+    tolerance: TolerancePolicy = None
+    warmup: int = 3
+    repeat: int = 10
+    flush: bool = True
+    verify_only: bool = False
+    timeout_s: float | None = None
+    limits: Limits = Limits()
+
+    @property
+    def protocol(self) -> tuple[Any, ...]:
+        return (repr(self.tolerance), self.warmup, self.repeat, self.flush, self.verify_only)
+
+
+@dataclass(frozen=True)
+class Raised:
+    """An error that is not the candidate's, to be raised again on the client."""
+
+    kind: str
+    message: str
+    hint: str | None
+
+
+def _raised(exc: KernforgeError) -> Raised:
+    return Raised(type(exc).__name__, exc.message, exc.hint)
+
+
+def _evaluate(loaded: Loaded, variant: Variant, req: Request) -> Measurement:
+    return evaluate_variant(loaded.recording, variant, backend=loaded.backend,
+                            tolerance=req.tolerance, warmup=req.warmup, repeat=req.repeat,
+                            flush=req.flush, verify_only=req.verify_only)
+
+
+def _baseline_s(loaded: Loaded, req: Request, guard: Guard) -> float:
+    """Seconds the recorded variant takes with this protocol, compile excluded (measured
+    once per worker and protocol; the run watchdog is a multiple of it)."""
+    if req.protocol not in loaded.baselines:
+        guard.stage("baseline", req.limits.compile_timeout_s)
+        _evaluate(loaded, loaded.recording.variant, req)  # compiles; buffers, caches warm
+        t0 = time.perf_counter()
+        _evaluate(loaded, loaded.recording.variant, req)
+        loaded.baselines[req.protocol] = time.perf_counter() - t0
+    return loaded.baselines[req.protocol]
+
+
+def _precompile(loaded: Loaded, variant: Variant, req: Request) -> float | None:
+    """Compile into the backend's cache; the seconds it took, or None if it failed (the
+    evaluation then reports the failure, under the compile watchdog)."""
+    rec = loaded.recording
+    t0 = time.perf_counter()
+    try:
+        loaded.backend.compile(variant, tolerant=is_tolerant(rec, resolve_policies(
+            rec, req.tolerance)), recorded=rec.options)
+    except KernforgeError:
+        return None
+    return time.perf_counter() - t0
+
+
+def _with_compile(m: Measurement, compile_s: float | None, extra: dict[str, Any]
+                  ) -> Measurement:
+    stages = tuple((k, compile_s if k == "compile" and compile_s is not None else v)
+                   for k, v in m.stages)
+    return replace(m, stages=stages, extra=m.extra + tuple(extra.items()))
+
+
+def _device_healthy(loaded: Loaded) -> bool:
+    """False when the device context is unusable after a failure (a CUDA sticky error)."""
+    cp = getattr(loaded.backend, "cp", None)
+    if cp is None:
+        return True
+    try:
+        cp.cuda.runtime.deviceSynchronize()
+        return bool(cp.zeros(1).sum().item() == 0)
+    except Exception:  # noqa: BLE001 - any error here means the context is gone
+        return False
+
+
+def _variant(loaded: Loaded, req: Request) -> Variant:
+    if req.variant is not None:
+        return req.variant
+    base = loaded.recording.variant
+    return loaded.backend.realize(base, dict(req.config), loaded.scalars) if req.config \
+        else base
+
+
+def evaluate_task(req: Request) -> Measurement | Raised:
+    """Evaluate one request on this worker (the Dask task behind Client.submit)."""
+    worker = get_worker()
+    st = state()
+    try:
+        loaded = st.load(req.recording)
+    except KernforgeError as exc:
+        return _raised(exc)
+    with Guard(worker, str(worker.get_current_task()), "evaluate") as guard:
+        try:
+            variant = _variant(loaded, req)
+        except KernforgeError as exc:  # an unrealizable tuning point: the candidate's
+            m = Measurement(exc.status or Status.INVALID_CONFIG, message=str(exc))
+            guard.end(m)
+            return m
+        try:
+            timeout = req.timeout_s or req.limits.run_timeout(_baseline_s(loaded, req, guard))
+            guard.stage("compile", req.limits.compile_timeout_s)
+            compile_s = _precompile(loaded, variant, req)
+            guard.stage("run", timeout if compile_s is not None
+                        else req.limits.compile_timeout_s)
+            m = _evaluate(loaded, variant, req)
+        except KernforgeError as exc:  # RecordingError, BackendUnavailableError
+            guard.end(Measurement(Status.RUNTIME_FAILED))
+            return _raised(exc)
+        m = _with_compile(m, compile_s, {"worker": worker.address, "timeout_s": timeout})
+        st.evaluations += 1
+        loaded.evaluations += 1
+        if not m.ok and not _device_healthy(loaded):
+            guard.deposit_and_exit(replace(m, message=m.message + "\n(the device context was "
+                                           "unusable afterwards: the worker was restarted)"))
+        guard.end(m)
+        return m
+
+
+def space_task(path: str, preset: str, user: Mapping[str, Any] | None,
+               tolerance: TolerancePolicy) -> SearchSpace | Raised:
+    """The tuning space of a recording, built where its backend lives."""
+    try:
+        loaded = state().load(path)
+        tolerant = is_tolerant(loaded.recording, resolve_policies(loaded.recording, tolerance))
+        return build_space(loaded.recording, loaded.backend, preset=preset, user=user,
+                           tolerant=tolerant)
+    except KernforgeError as exc:
+        return _raised(exc)
+
+
+def realize_task(path: str, config: Mapping[str, Any]) -> Variant | Raised:
+    try:
+        loaded = state().load(path)
+        return loaded.backend.realize(loaded.recording.variant, dict(config), loaded.scalars)
+    except KernforgeError as exc:
+        return _raised(exc)
+
+
+def compare_task(path: str, a: Variant | None, b: Variant, tolerance: TolerancePolicy,
+                 passes: int, limits: Limits) -> Any:
+    """Interleaved A/B of two variants (``a`` None: the recorded one), the tuner's final
+    re-measure, watched as a whole."""
+    worker = get_worker()
+    try:
+        loaded = state().load(path)
+    except KernforgeError as exc:
+        return _raised(exc)
+    with Guard(worker, str(worker.get_current_task()), "compare") as guard:
+        guard.stage("compare", limits.compile_timeout_s)
+        try:
+            result = compare(loaded.recording, a or loaded.recording.variant, b,
+                             backend=loaded.backend,
+                             tolerance=tolerance, passes=passes)
+        except KernforgeError as exc:
+            guard.end(Measurement(exc.status or Status.RUNTIME_FAILED), count=False)
+            return _raised(exc)
+        guard.end(Measurement(Status.OK), count=False)
+        return result

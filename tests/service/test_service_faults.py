@@ -1,0 +1,46 @@
+"""Fault isolation: candidates that crash or hang their worker, in a stream of requests."""
+
+from __future__ import annotations
+
+import random
+
+from kernforge.core import Status
+from kernforge.service import Client
+from kernforge.service.samples import fault, good_variants
+
+PROTOCOL = {"warmup": 1, "repeat": 3}
+
+
+def test_a_stream_of_100_with_a_segfault_and_a_hang(client: Client, rec) -> None:
+    """98 correct results; the segfault RUNTIME_FAILED, the hang TIMEOUT; nobody intervenes."""
+    restarts = client.metrics().worker_restarts
+    variants = good_variants(rec, 98)
+    where = random.Random(5).sample(range(100), 2)
+    for index, name in sorted(zip(where, ("segfault", "hang"))):
+        variants.insert(index, fault(rec, name))
+    pending = [client.submit(rec, v, **PROTOCOL) for v in variants]
+    results = [p.result() for p in pending]
+    segv, hang = results[where[0]], results[where[1]]
+    assert segv.status is Status.RUNTIME_FAILED and "SIGSEGV" in segv.message
+    assert dict(segv.extra)["stage"] == "run"
+    assert hang.status is Status.TIMEOUT and "watchdog" in hang.message
+    others = [m for i, m in enumerate(results) if i not in where]
+    assert len(others) == 98 and all(m.ok for m in others), \
+        [m.message for m in others if not m.ok]
+    m = client.metrics()
+    assert m.worker_restarts >= restarts + 2 and m.by_status.get("TIMEOUT", 0) >= 1
+    assert len(client.workers()) == 2  # both back, and they serve again:
+    assert all(r.ok for r in client.evaluate_many(rec, [None, None], **PROTOCOL))
+
+
+def test_abort_is_classified_and_does_not_poison_a_retry(client: Client, rec) -> None:
+    first = client.evaluate(rec, fault(rec, "abort"), **PROTOCOL)
+    assert first.status is Status.RUNTIME_FAILED and "SIGABRT" in first.message
+    again = client.evaluate(rec, fault(rec, "abort"), **PROTOCOL)  # a new request: same answer
+    assert again.status is Status.RUNTIME_FAILED
+    assert client.evaluate(rec, **PROTOCOL).ok
+
+
+def test_a_fixed_timeout_overrides_the_derived_one(client: Client, rec) -> None:
+    m = client.evaluate(rec, fault(rec, "hang"), timeout_s=0.5, **PROTOCOL)
+    assert m.status is Status.TIMEOUT and dict(m.extra)["timeout_s"] == 0.5

@@ -1,0 +1,104 @@
+"""Configuration, cluster specs and the classification of worker deaths (no cluster)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernforge.core import BackendUnavailableError, ConfigError, Measurement, Status
+from kernforge.service import ServiceConfig
+from kernforge.service.cluster import jobqueue_cluster, jobqueue_options, worker_specs
+from kernforge.service.config import cpu_groups
+from kernforge.service.monitor import classify, measurement_from_json
+
+
+def test_config_rejects_unknown_keys_and_bad_values(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="worker_count"):
+        ServiceConfig.from_mapping({"worker_count": 2})
+    with pytest.raises(ConfigError, match="cluster"):
+        ServiceConfig(cluster="kubernetes")
+    with pytest.raises(ConfigError, match="jobqueue"):
+        ServiceConfig(jobqueue={"cores": 4})
+    f = tmp_path / "svc.toml"
+    f.write_text('[service]\ncluster = "slurm"\njobs = 3\n[service.jobqueue]\ncores = 8\n')
+    cfg = ServiceConfig.from_file(f)
+    assert cfg.jobs == 3 and cfg.jobqueue == {"cores": 8}
+    assert ServiceConfig(min_timeout_s=1, timeout_factor=50).run_timeout(0.1) == 5.0
+    assert ServiceConfig().run_timeout(0.001) == 1.0
+
+
+def test_cpu_workers_get_disjoint_core_groups() -> None:
+    groups = cpu_groups(None, None)
+    flat = [c for g in groups for c in g]
+    assert len(flat) == len(set(flat)) and 1 <= len(groups) <= 2
+    with pytest.raises(ConfigError, match="cores"):
+        cpu_groups(64, 64)
+    specs = worker_specs(ServiceConfig(workers=1, cores_per_worker=1))
+    (spec,) = specs.values()
+    assert spec["env"]["OMP_NUM_THREADS"] == "1" and spec["resources"] == {"replay": 1}
+
+
+def test_cuda_workers_are_pinned_one_per_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    specs = worker_specs(ServiceConfig(backend="cuda"))
+    assert [s["env"]["CUDA_VISIBLE_DEVICES"] for s in specs.values()] == ["3", "5"]
+    assert all(s["resources"] == {"replay": 1, "GPU": 1} for s in specs.values())
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(BackendUnavailableError, match="GPU"):
+        worker_specs(ServiceConfig(backend="cuda"))
+
+
+def test_jobqueue_options_and_a_clear_error_without_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = ServiceConfig(cluster="slurm", backend="cuda", jobqueue={"cores": 4, "queue": "gpu"})
+    opts = jobqueue_options(cfg)
+    assert opts["processes"] == 1 and opts["queue"] == "gpu"
+    assert opts["worker_extra_args"] == ["--resources", "replay=1,GPU=1"]
+    with pytest.raises(ConfigError, match="processes"):
+        jobqueue_options(ServiceConfig(cluster="pbs", jobqueue={"processes": 4}))
+    monkeypatch.setitem(sys.modules, "dask_jobqueue", None)
+    with pytest.raises(BackendUnavailableError, match="dask-jobqueue"):
+        jobqueue_cluster(cfg)
+
+
+def test_a_slurm_job_script_starts_one_replay_worker() -> None:
+    jq = pytest.importorskip("dask_jobqueue")
+    cluster = jq.SLURMCluster(**jobqueue_options(ServiceConfig(
+        cluster="slurm", jobqueue={"cores": 2, "memory": "8GB", "queue": "gpu"})))
+    try:
+        script = cluster.job_script()
+    finally:
+        cluster.close()
+    assert "--resources replay=1" in script and "#SBATCH -p gpu" in script
+
+
+@pytest.mark.parametrize("text, status, words", [
+    ("kernforge-stage: run 1.5\nFatal Python error: Segmentation fault\n\nThread 0x1",
+     Status.RUNTIME_FAILED, ("SIGSEGV", "run stage")),
+    ("kernforge-stage: compile 300.0\nFatal Python error: Aborted\n", Status.RUNTIME_FAILED,
+     ("SIGABRT", "compile stage")),
+    ("kernforge-stage: run 2.0\nTimeout (0:00:02)!\nThread 0x1", Status.TIMEOUT,
+     ("2 s", "run stage")),
+    ("kernforge-stage: run 2.0\n", Status.RUNTIME_FAILED, ("SIGKILL",)),
+])
+def test_deaths_are_classified_from_the_crash_log(text: str, status: Status,
+                                                  words: tuple[str, ...]) -> None:
+    m = classify({"key": "k", "worker": "tcp://w", "text": text, "t_stage": 0, "t_death": 0.1})
+    assert m.status is status and all(w in m.message for w in words), m.message
+
+
+def test_without_a_crash_log_the_time_of_death_decides() -> None:
+    late = classify({"text": "", "stage": "run", "timeout_s": 1.0, "t_stage": 0.0,
+                     "t_death": 1.2})
+    early = classify({"text": "", "stage": "run", "timeout_s": 1.0, "t_stage": 0.0,
+                      "t_death": 0.1})
+    assert late.status is Status.TIMEOUT and early.status is Status.RUNTIME_FAILED
+
+
+def test_a_deposited_measurement_is_returned_as_it_was() -> None:
+    m = Measurement(Status.RUNTIME_FAILED, message="cudaErrorIllegalAddress",
+                    stages=(("compile", 0.5),), extra=(("worker", "w"),))
+    back = classify({"deposit": m.to_json()})
+    assert back == measurement_from_json(m.to_json()) and back.message == m.message
+    assert back.stages == m.stages and back.status is m.status
