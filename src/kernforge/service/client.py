@@ -93,6 +93,7 @@ class Pending:
 
     def __init__(self, client: Client, future: Any, request: Request) -> None:
         self.client, self.future, self.request = client, future, request
+        self._value: Measurement | None = None
 
     @property
     def key(self) -> str:
@@ -102,6 +103,11 @@ class Pending:
         return bool(self.future.done())
 
     def result(self, timeout: float | None = None) -> Measurement:
+        if self._value is None:
+            self._value = self._fetch(timeout)
+        return self._value
+
+    def _fetch(self, timeout: float | None) -> Measurement:
         try:
             value = self.future.result(timeout=timeout)
         except KilledWorker:

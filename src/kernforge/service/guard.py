@@ -36,7 +36,8 @@ _log: TextIO | None = None
 
 def crash_dir() -> Path:
     root = os.environ.get("KERNFORGE_CRASH_DIR")
-    path = Path(root) if root else Path(tempfile.gettempdir()) / "kernforge-service"
+    user = os.getuid() if hasattr(os, "getuid") else 0
+    path = Path(root) if root else Path(tempfile.gettempdir()) / f"kernforge-service-{user}"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -61,6 +62,18 @@ def install_crash_log(worker: Any) -> str:
     if left.strip() and worker.nanny:
         worker.log_event(DEATH, {"nanny": worker.nanny, "text": left[:20_000]})
     return left
+
+
+def remove_crash_log() -> None:
+    """A worker closing normally leaves no crash log behind."""
+    global _log
+    with _log_lock:
+        if _log is None:
+            return
+        faulthandler.disable()
+        _log.close()
+        Path(_log.name).unlink(missing_ok=True)
+        _log = None
 
 
 def _crash_file() -> TextIO:

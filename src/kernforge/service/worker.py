@@ -19,7 +19,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from ..backends import Backend, get_backend
 from ..core import Recording
 from ..record import load_recording
-from .guard import install_crash_log
+from .guard import install_crash_log, remove_crash_log
 
 log = logging.getLogger("kernforge.service")
 PLUGIN = "kernforge-replay"
@@ -132,6 +132,9 @@ class ReplayPlugin(WorkerPlugin):
         except Exception:  # noqa: BLE001 - preloading is an optimization only
             paths = []
         await worker.loop.run_in_executor(None, preload, list(paths or []))
+
+    def teardown(self, worker: Any) -> None:
+        remove_crash_log()
 
 
 def preload(paths: list[str]) -> list[str]:
