@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One device call: install the wheels the GPU machine lacks, run the GPU tests, run the GPU
-# benchmarks, print a short table last. Full logs and JSON land in $OUT (default ./gpu-out).
-#   device run, carry [".whl"]:  bash scripts/gpu-check.sh
-# (.whl is made here with: ../shared/device/wheels.sh tree-sitter tree-sitter-c tree-sitter-cuda)
+# benchmarks, print a short summary last. The log ($OUT/all.log), tables and JSON land in $OUT
+# (at most 8 files come back from the device machine).
+#   device run, carry [".whl"]:  bash scripts/gpu-check.sh [bench_replay_gpu.py args]
+# (.whl is made here with: ../shared/device/wheels.sh tree-sitter tree-sitter-c
+#  tree-sitter-cuda optuna openai dask distributed)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"; export OUT
@@ -13,9 +15,22 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
-python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest-gpu.log" | tail -15
-tests_rc=${PIPESTATUS[0]}
-python3 scripts/bench_replay_gpu.py "$@" 2>&1 | tee "$OUT/bench.log"
-bench_rc=${PIPESTATUS[0]}
-echo "gpu tests rc=$tests_rc  bench rc=$bench_rc"
-exit $(( tests_rc || bench_rc ))
+declare -A rc
+step() {  # step NAME SECONDS COMMAND...: run with a time limit; one log, $OUT/all.log
+  local name=$1 limit=$2; shift 2
+  echo "===== $name: $*" >> "$OUT/all.log"
+  timeout "$limit" "$@" > "/tmp/$name.log" 2>&1; rc[$name]=$?
+  cat "/tmp/$name.log" >> "$OUT/all.log"
+  tail -n 30 "/tmp/$name.log"
+}
+step pytest-gpu 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests
+step bench-replay 200 python3 scripts/bench_replay_gpu.py "$@"
+[ -f scripts/redteam.py ] && step redteam 120 python3 scripts/redteam.py --backend cuda \
+  --out "$OUT/redteam-cuda.md" --json "$OUT/redteam-cuda.json"
+[ -f scripts/self_compare.py ] && step self-compare 120 python3 scripts/self_compare.py \
+  --backend cuda --json "$OUT/self-compare-cuda.json"
+[ -f scripts/bench_service.py ] && step bench-service 150 python3 scripts/bench_service.py \
+  --backend cuda --out "$OUT/service-cuda.md"
+status=0
+for k in "${!rc[@]}"; do echo "$k rc=${rc[$k]}"; [ "${rc[$k]}" = 0 ] || status=1; done
+exit $status
