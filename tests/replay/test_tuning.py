@@ -54,13 +54,20 @@ def test_tune_writes_result_history_and_resumes(rec, tmp_path: Path) -> None:
                        on_trial=lambda t: seen.append(t.number))
     d = tmp_path / rec.name
     data = json.loads((d / "result.json").read_text())
-    assert data["format"] == "kernforge-tune-result" and data["status"] == "OK"
+    assert data["format"] == "kernforge-tune-result" and data["status"] in ("OK", "REJECTED")
     assert data["recording"] == str(Path(rec.path).resolve())
     assert data["best"]["variant"]["launch"]["grid"] == [1, 1, 1]
     assert (d / "history.png").stat().st_size > 1000
     assert o.study.evaluations == 6 and all(t.ok for t in o.study.trials if t.evaluated)
-    if o.ab is not None:  # the winner was re-measured interleaved against the recording
-        assert data["speedup"] == pytest.approx(o.ab.speedup) and len(o.ab.ratios) == 7
+    if o.validation is not None:  # the winner went through every integrity gate
+        assert data["validation"]["verdict"] == o.validation.verdict
+        assert data["provenance"]["kernforge_version"] and (d / "ledger.jsonl").exists()
+        if o.validation.accepted:  # re-measured interleaved against the recording
+            assert data["status"] == "OK" and len(o.ab.ratios) == 7
+            assert data["speedup"] == pytest.approx(o.ab.speedup)
+        else:  # a correct winner is refused only for not being faster (noise on CI)
+            assert data["status"] == "REJECTED" and data["speedup"] == 1.0
+            assert data["validation"]["reason"] == "regression:prior-best"
     with pytest.raises(ConfigError, match="--resume"):
         tune_recording(rec, tmp_path, preset="quick", budget=Budget(trials=6))
     again = tune_recording(rec, tmp_path, preset="quick", budget=Budget(trials=9), repeat=3,

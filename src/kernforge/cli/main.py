@@ -19,6 +19,7 @@ from . import (
     demo_cmd,
     export_cmd,
     inspect_cmd,
+    integrity_cmd,
     record_cmd,
     replay_cmd,
     run_cmd,
@@ -28,7 +29,7 @@ from . import (
 from .output import err_console
 
 COMMANDS = (demo_cmd, record_cmd, inspect_cmd, replay_cmd, tune_cmd, export_cmd, run_cmd,
-            serve_cmd)
+            serve_cmd, integrity_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,6 +7,12 @@ is trouble that is not the candidate's: bad arguments to ``replay`` itself (nega
 ``repeat``, a tolerance for a buffer the recording does not have), a backend that is unknown or
 cannot run here, and a recording whose data cannot be read (RecordingError).
 
+``integrity``: the cheap default (None / "basic") verifies one run before and the last run after
+timing. ``"strict"`` (or an :class:`~kernforge.replay.checks.Integrity`) adds the integrity
+gates: static checks on the source, repeated verification, poisoned outputs, fresh random
+inputs (both against the recorded kernel) and the roofline bound (docs/integrity.md). Every
+failure carries a reason code in ``Measurement.extra["reason"]``.
+
 ``compare`` measures two variants interleaved. A comparison with a failing side means nothing,
 so there every failure raises its typed error (CompileError, ConfigError, ...;
 WrongResultError naming the buffers and their errors when a side verifies wrong).
@@ -35,10 +41,25 @@ from ..core import (
     Variant,
     WrongResultError,
 )
-from ..harness import ABResult, Protocol, interleave
+from ..harness import ABResult, Protocol, interleave, median
+from ..harness.integrity import IntegrityError, reason_for_status
+from .checks import Integrity, roofline_gate, run_checks
 from .prepare import Prepared, TolerancePolicy, prepare, resolve_policies
 
 _OVERRIDE_KEYS = ("options", "defines", "launch", "source", "constants")
+IntegrityLevel = Integrity | str | None
+
+
+def integrity_of(level: IntegrityLevel) -> Integrity | None:
+    """None for the cheap default ("basic"), the gates to run otherwise ("strict")."""
+    if level is None or level == "basic":
+        return None
+    if isinstance(level, Integrity):
+        return level
+    if level == "strict":
+        return Integrity()
+    raise ConfigError(f"unknown integrity level {level!r}",
+                      hint="use 'basic', 'strict' or an Integrity(...)")
 
 
 def _failure(exc: BaseException, stages: list[tuple[str, float]]) -> Measurement:
@@ -58,7 +79,10 @@ def _failure(exc: BaseException, stages: list[tuple[str, float]]) -> Measurement
         message = f"unexpected {type(exc).__name__}: {exc}"
         extra = (("error", type(exc).__name__),
                  ("traceback", "".join(traceback.format_exception(exc))))
-    return Measurement(status, message=message, stages=tuple(stages), extra=extra)
+    reason = exc.reason if isinstance(exc, IntegrityError) else reason_for_status(status)
+    checks = exc.checks if isinstance(exc, IntegrityError) else ()
+    return Measurement(status, message=message, stages=tuple(stages), checks=checks,
+                       extra=extra + (("reason", reason),))
 
 
 def _wrong(checks: tuple[BufferCheck, ...], what: str) -> str:
@@ -86,7 +110,8 @@ def _evaluate(recording: Recording, backend: Backend, variant: Variant,
     stages.append(("verify", time.perf_counter() - t0))
     if any(not c.passed for c in checks):
         return Measurement(Status.WRONG_RESULT, message=_wrong(checks, recording.name),
-                           checks=checks, stages=tuple(stages))
+                           checks=checks, stages=tuple(stages),
+                           extra=(("reason", "verify:recorded"),))
     if verify_only:
         return Measurement(Status.OK, checks=checks, stages=tuple(stages))
     t0 = time.perf_counter()
@@ -99,8 +124,36 @@ def _evaluate(recording: Recording, backend: Backend, variant: Variant,
     if any(not c.passed for c in after):
         return Measurement(Status.WRONG_RESULT, message=_wrong(
             after, f"{recording.name} (the last timed run; the first run verified)"),
-            checks=after, samples=tuple(samples), stages=tuple(stages))
+            checks=after, samples=tuple(samples), stages=tuple(stages),
+            extra=(("reason", "verify:after-timing"),))
     return Measurement(Status.OK, samples=tuple(samples), checks=checks, stages=tuple(stages))
+
+
+def _evaluate_strict(recording: Recording, backend: Backend, variant: Variant,
+                     tolerance: TolerancePolicy, protocol: Protocol, verify_only: bool,
+                     stages: list[tuple[str, float]], integrity: Integrity) -> Measurement:
+    """The integrity gates (:func:`.checks.run_checks`), then the protocol, then the roofline."""
+    t0 = time.perf_counter()
+    report = run_checks(recording, backend, variant, tolerance, integrity)
+    stages += [("compile", report.prepared.compile_s),
+               ("checks", time.perf_counter() - t0 - report.prepared.compile_s)]
+    extra: tuple[tuple[str, Any], ...] = (("integrity", report.notes), ("reason", ""))
+    if verify_only:
+        return Measurement(Status.OK, checks=report.checks, stages=tuple(stages), extra=extra)
+    t0 = time.perf_counter()
+    report.prepared.restore()
+    samples = report.prepared.measure(warmup=protocol.warmup, repeat=protocol.repeat,
+                                      flush=protocol.flush)
+    stages.append(("measure", time.perf_counter() - t0))
+    after = report.prepared.verify()
+    if any(not c.passed for c in after):
+        raise IntegrityError(_wrong(after, f"{recording.name} (the last timed run)"),
+                             reason="verify:after-timing", checks=after)
+    if integrity.roofline and samples:
+        check = roofline_gate(recording, backend, median(samples), None, integrity.slack)
+        report.notes["roofline"] = check.to_json()
+    return Measurement(Status.OK, samples=tuple(samples), checks=report.checks,
+                       stages=tuple(stages), extra=extra)
 
 
 def replay(recording: Recording, *, backend: Backend | str | None = None,
@@ -108,7 +161,8 @@ def replay(recording: Recording, *, backend: Backend | str | None = None,
            launch: LaunchConfig | None = None, source: KernelSource | None = None,
            constants: Mapping[str, Any] | None = None,
            tolerance: TolerancePolicy = None, warmup: int = 3, repeat: int = 10,
-           flush: bool = True, verify_only: bool = False) -> Measurement:
+           flush: bool = True, verify_only: bool = False,
+           integrity: IntegrityLevel = None) -> Measurement:
     """Replay ``recording`` with the recorded variant, or one with overrides, and measure it.
 
     The variant is the recorded one with ``options``/``defines``/``constants`` (scalar
@@ -124,7 +178,8 @@ def replay(recording: Recording, *, backend: Backend | str | None = None,
     COMPILE_FAILED (with the compiler's message), INVALID_CONFIG (unknown option, bad define
     name, impossible launch, a signature that no longer matches the recording), LAUNCH_FAILED,
     RUNTIME_FAILED, WRONG_RESULT (naming each failing buffer and its measured error). Stages
-    (seconds): compile, restore, run, verify and, when timed, measure.
+    (seconds): compile, restore, run, verify and, when timed, measure. ``integrity="strict"``
+    runs the integrity gates as well (see the module docstring).
     """
     try:
         variant = recording.variant.with_(options=options, defines=defines, launch=launch,
@@ -132,19 +187,25 @@ def replay(recording: Recording, *, backend: Backend | str | None = None,
     except KernforgeError as exc:  # e.g. a bad define name: the candidate is invalid
         return _failure(exc, [])
     return evaluate_variant(recording, variant, backend=backend, tolerance=tolerance,
-                            warmup=warmup, repeat=repeat, flush=flush, verify_only=verify_only)
+                            warmup=warmup, repeat=repeat, flush=flush, verify_only=verify_only,
+                            integrity=integrity)
 
 
 def evaluate_variant(recording: Recording, variant: Variant, *,
                      backend: Backend | str | None = None, tolerance: TolerancePolicy = None,
                      warmup: int = 3, repeat: int = 10, flush: bool = True,
-                     verify_only: bool = False) -> Measurement:
+                     verify_only: bool = False, integrity: IntegrityLevel = None
+                     ) -> Measurement:
     """:func:`replay` for a complete :class:`Variant` (the tuner's evaluation)."""
     protocol = Protocol(warmup=warmup, repeat=repeat, flush=flush)
+    gates = integrity_of(integrity)
     be = get_backend(backend if backend is not None else recording.backend)
     resolve_policies(recording, tolerance)  # a misnamed buffer is the caller's error: raise
     stages: list[tuple[str, float]] = []
     try:
+        if gates is not None:
+            return _evaluate_strict(recording, be, variant, tolerance, protocol, verify_only,
+                                    stages, gates)
         return _evaluate(recording, be, variant, tolerance, protocol, verify_only, stages)
     except (RecordingError, BackendUnavailableError):
         raise  # not the candidate's failure

@@ -10,6 +10,10 @@ host (measuring its error). Elsewhere every buffer is read back and checked on t
 Restores copy from *pristine* buffers (device-resident copies of the prologue), so on the GPU a
 restore is a device-to-device copy. The first run restores every array; timed runs restore the
 buffers the recorded launch wrote (a variant that verified did not change its inputs).
+
+The integrity checks (:mod:`.checks`) also load other states (poisoned outputs, fresh random
+inputs) with :meth:`Prepared.load`, and scrub buffers that held a reference kernel's results
+(:meth:`Prepared.scrub`) so that no result is left in memory a candidate could later reach.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..backends import Backend, Compiled, get_backend
+from ..backends.fingerprint import host_fingerprint
 from ..core import (
     ArgumentError,
     BufferCheck,
@@ -32,6 +37,7 @@ from ..core import (
     Variant,
 )
 from ..harness import check_buffer, measure, verify
+from ..harness.poison import poison_array, poison_like
 
 TolerancePolicy = Tolerance | Mapping[str, Tolerance | str] | None
 
@@ -123,6 +129,25 @@ class Prepared:
     def read_back(self) -> dict[str, np.ndarray]:
         return {name: self.backend.to_host(buf) for name, buf in self.buffers.items()}
 
+    def load(self, state: Mapping[str, np.ndarray]) -> None:
+        """Overwrite the named buffers with host arrays (another state than the prologue)."""
+        for name, array in state.items():
+            self.backend.restore(self.buffers[name], np.ascontiguousarray(array))
+
+    def scrub(self) -> None:
+        """Fill every buffer with poison, so no result stays where a later kernel could read
+        it (run on a reference kernel's buffers before they are dropped)."""
+        for buf in self.buffers.values():
+            self.backend.restore(buf, poison_array(tuple(buf.shape), buf.dtype))
+        self.backend.synchronize()
+
+    def fingerprint(self) -> tuple[tuple[int, int], ...]:
+        """Content fingerprints of every buffer (computed where the buffers live)."""
+        got = self.backend.fingerprints(list(self.buffers.values()))
+        if got is None:
+            got = [host_fingerprint(a) for a in self.read_back().values()]
+        return tuple(got)
+
     def expected(self) -> dict[str, np.ndarray]:
         """Every array's contents after the recorded launch (loaded once)."""
         if not self._expected:
@@ -185,8 +210,11 @@ def _expected_fingerprints(be: Backend, recording: Recording, pristine: Mapping[
         if not a.is_array:
             continue
         if a.written:
-            tmp = be.to_device(np.ascontiguousarray(recording.expected(a.name)))
+            expected = np.ascontiguousarray(recording.expected(a.name))
+            tmp = be.to_device(expected)
             (out[a.name],) = be.fingerprints([tmp]) or []
+            be.restore(tmp, poison_like(expected))  # freed memory must not hold the answer
+            be.synchronize()
             del tmp
         else:
             (out[a.name],) = be.fingerprints([pristine[a.name]]) or []

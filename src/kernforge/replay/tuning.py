@@ -27,8 +27,9 @@ from ..backends import Backend, get_backend
 from ..core import ConfigError, KernforgeError, Measurement, Recording, Status, Variant
 from ..harness import ABResult
 from ..tune import Budget, Dimension, ProductAtMost, SearchSpace, TrialRecord, TuneResult, tune
-from .engine import compare, evaluate_variant
+from .engine import evaluate_variant
 from .prepare import TolerancePolicy, is_tolerant, resolve_policies
+from .validate import Validation, validate
 
 RESULT_FORMAT = "kernforge-tune-result"
 RESULT_VERSION = 1
@@ -43,10 +44,12 @@ class TuningOutcome:
     baseline_s: float | None
     best_s: float | None
     ab: ABResult | None  # interleaved best vs recorded; None when the baseline stayed best
+    validation: Validation | None = None  # every integrity gate, run on the winner
 
     @property
     def speedup(self) -> float:
-        return self.ab.speedup if self.ab else 1.0
+        rejected = self.validation is not None and not self.validation.accepted
+        return self.ab.speedup if self.ab and not rejected else 1.0
 
 
 def _dimension(name: str, values: tuple[Any, ...]) -> Dimension:
@@ -130,12 +133,17 @@ def tune_recording(recording: Recording, run_dir: Path, *, preset: str = "standa
     best_variant = be.realize(recording.variant, best.config, scalars) if best \
         else recording.variant
     baseline_s = study.baseline.median if study.baseline else None
-    ab = None
+    ab, validation = None, None
     if best is not None and best.config != (study.baseline.config if study.baseline else None):
-        ab = compare(recording, recording.variant, best_variant, backend=be,
-                     tolerance=tolerance, passes=passes)
+        # the winner passes every integrity gate before a speedup is written (its canonical
+        # re-measurement is the interleaved comparison reported)
+        claimed = baseline_s / best.median if baseline_s and best.median else None
+        validation = validate(recording, best_variant, backend=be, tolerance=tolerance,
+                              passes=passes, claimed=claimed,
+                              ledger=directory / "ledger.jsonl")
+        ab = validation.ab
     outcome = TuningOutcome(recording, directory, study, best_variant, baseline_s,
-                            best.median if best else None, ab)
+                            best.median if best else None, ab, validation)
     write_result(outcome, sampler=sampler, preset=preset)
     plot_history(outcome, directory / "history.png", sampler=sampler)
     return outcome
@@ -156,13 +164,16 @@ def write_result(o: TuningOutcome, *, sampler: str, preset: str) -> Path:
         "backend": o.recording.backend, "sampler": sampler, "preset": preset,
         "evaluations": o.study.evaluations, "trials": len(o.study.trials),
         "stop_reason": o.study.stop_reason,
-        "status": "OK" if best is not None else "NO_VALID_TRIAL",
+        "status": ("NO_VALID_TRIAL" if best is None else "REJECTED"
+                   if o.validation is not None and not o.validation.accepted else "OK"),
         "best": {"config": best.config if best else None,
                  "variant": variant_json(o.best_variant, o.recording.variant)},
         "baseline_median_s": o.baseline_s, "best_median_s": o.best_s,
         "speedup": o.speedup,
-        "speedup_ci": [o.ab.ci_low, o.ab.ci_high] if o.ab else None,
+        "speedup_ci": [o.ab.ci_low, o.ab.ci_high] if o.ab and o.speedup != 1.0 else None,
         "interleaved": o.ab.to_json() if o.ab else None,
+        "validation": o.validation.to_json() if o.validation else None,
+        "provenance": o.validation.provenance if o.validation else None,
     }
     path = o.directory / "result.json"
     tmp = path.with_suffix(".json.tmp")

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""The red-team table: every cheating candidate, the Status and reason it is rejected with.
+
+Records the catalog's small applications on the backend, validates each cheat with every gate
+(kernforge.replay.validate), and prints a Markdown table (case, Status, reason, verdict,
+caught). ``--dynamic`` adds a column with the static checks switched off (what the dynamic
+gates alone do); cheats that are unsafe to run in-process (a detached thread) run in a child
+process there. ``--out FILE.md`` writes the table with its date, device and command;
+``--json FILE`` writes the rows as a figure file with provenance. Exits 1 if a cheat was not
+rejected with the right reason.
+
+    python scripts/redteam.py [--backend cpu|cuda] [--dynamic] [--out docs/benchmarks/redteam-cpu.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from kernforge.backends import get_backend
+from kernforge.core import Status
+from kernforge.harness.provenance import provenance, write_figure
+from kernforge.testing.redteam import Outcome, record_bases, run_cheat, run_suite, table
+
+
+def _catalog(backend: str):  # type: ignore[no-untyped-def]
+    if backend == "cuda":
+        from kernforge.testing import redteam_cuda as catalog
+    else:
+        from kernforge.testing import redteam_c as catalog
+    return catalog
+
+
+def _header(prov: dict, backend: str, seconds: float) -> str:
+    git = prov["git"]
+    rev = f"{(git['revision'] or 'unknown')[:12]}{' (local changes)' if git['dirty'] else ''}"
+    return "\n".join([
+        f"# Red-team suite on the {backend} backend",
+        "",
+        ("Every cheating candidate of `kernforge.testing.redteam_"
+        f"{'cuda' if backend == 'cuda' else 'c'}` validated with every integrity gate "
+        "(`kernforge.replay.validate`); see docs/integrity.md for the gates and reason codes."),
+        "",
+        (f"- Device: {prov['device']} ({prov['identity'].get('cores', '?')} cores); "
+        f"compiler: {prov['compiler']}; driver: {prov['driver'] or '-'}"),
+        f"- Date: {prov['date']}; kernforge {prov['kernforge_version']}, git {rev}",
+        f"- Command: `{' '.join(prov['command'])}` ({seconds:.0f} s)",
+        "",
+    ])
+
+
+def _child(backend: str, name: str, seed: int) -> int:
+    """Run one cheat with the static checks off and print ``STATUS REASON`` (child mode)."""
+    catalog = _catalog(backend)
+    cheat = next(c for c in catalog.CHEATS if c.name == name)
+    with tempfile.TemporaryDirectory(prefix="kernforge-redteam-") as tmp:
+        recs = record_bases(Path(tmp), [b for b in catalog.BASES if b.name == cheat.base],
+                            backend)
+        row = run_cheat(cheat, recs, static=False, seed=seed)
+    print(f"RESULT {row.status.value} {row.reason or '-'}", flush=True)
+    return 0
+
+
+def _dynamic_in_child(row: Outcome, backend: str, seed: int) -> None:
+    """The static-checks-off outcome of an unsafe cheat, from a child process."""
+    proc = subprocess.run([sys.executable, __file__, "--backend", backend, "--seed", str(seed),
+                           "--child", row.cheat.name], capture_output=True, text=True,
+                          timeout=600, check=False)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if line is not None:
+        _, status, reason = line.split()
+        row.dynamic = (Status(status), reason)
+    elif proc.returncode < 0:
+        row.dynamic = (Status.RUNTIME_FAILED,
+                       f"child process killed by {signal.Signals(-proc.returncode).name}")
+    else:
+        row.dynamic = (Status.RUNTIME_FAILED, f"child process exit {proc.returncode}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--dynamic", action="store_true",
+                    help="also validate with the static checks off")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the fresh inputs")
+    ap.add_argument("--only", nargs="*", default=(), help="run only these cheats")
+    ap.add_argument("--out", type=Path, help="write the Markdown table here")
+    ap.add_argument("--json", type=Path, help="write the rows as a figure file here")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return _child(args.backend, args.child, args.seed)
+    catalog = _catalog(args.backend)
+    t0 = time.perf_counter()
+    rows = run_suite(catalog.CHEATS, catalog.BASES, args.backend, dynamic=args.dynamic,
+                     seed=args.seed, only=args.only)
+    for row in rows:
+        if args.dynamic and row.dynamic is None:
+            _dynamic_in_child(row, args.backend, args.seed)
+    seconds = time.perf_counter() - t0
+    prov = provenance(get_backend(args.backend), command=["python", *sys.argv])
+    text = table(rows, dynamic=args.dynamic)
+    notes = [f"- {r.cheat.name}: {r.cheat.note}" for r in rows if r.cheat.note]
+    caught = sum(r.caught for r in rows)
+    summary = f"**{caught} of {len(rows)} cheats rejected with the expected Status and reason.**"
+    print(text)
+    print(summary)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        body = [_header(prov, args.backend, seconds), text, "", summary]
+        if notes:
+            body += ["", "Notes:", *notes]
+        args.out.write_text("\n".join(body) + "\n")
+    if args.json:
+        write_figure(args.json, {"kind": "redteam", "caught": caught, "cases": len(rows)},
+                     {"rows": [{"case": r.cheat.name, "base": r.cheat.base,
+                                "status": r.status.value, "reason": r.reason,
+                                "verdict": r.verdict, "caught": r.caught,
+                                "expected": [r.cheat.status.value, *r.cheat.reasons],
+                                "dynamic": list(r.dynamic) if r.dynamic else None,
+                                "message": r.message} for r in rows]}, prov)
+    return 0 if caught == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""``kernforge integrity {validate,lint,regen,ledger}``: the integrity gates from the shell.
+
+- ``validate UNIT [--source FILE] [--opt K=V] ...``: every gate on a candidate of one recorded
+  unit (docs/integrity.md); exit 0 when accepted, 5 when rejected by a correctness or
+  integrity gate, 6 when rejected otherwise (compile, launch, regression, busy device);
+- ``lint FILE --language c|cuda``: the static checks alone;
+- ``regen FIGURE``: re-run the command recorded in a figure file;
+- ``ledger FILE``: print a ledger.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from rich.markup import escape
+from rich.table import Table
+
+from ..core import ConfigError, LaunchConfig, Status
+from ..harness.ledger import Ledger
+from ..harness.provenance import read_figure, regenerate
+from ..harness.static_checks import check_source
+from ..record import load_recording
+from ..replay.checks import Integrity
+from ..replay.validate import Validation, validate
+from .output import console, err_console, fmt_time, parse_pairs
+from .replay_cmd import tolerance_overrides
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("integrity", help="validate candidates, lint sources, regenerate figures",
+                       description="The measurement-integrity gates (docs/integrity.md).")
+    cmds = p.add_subparsers(dest="integrity_command", metavar="SUBCOMMAND")
+    v = cmds.add_parser("validate", help="run every integrity gate on a candidate variant")
+    v.add_argument("unit", help="one recorded unit (directory)")
+    v.add_argument("--source", metavar="FILE", help="candidate source (default: recorded)")
+    v.add_argument("--define", action="append", metavar="NAME=VALUE")
+    v.add_argument("--opt", action="append", metavar="NAME=VALUE")
+    v.add_argument("--threads", type=int, default=None, help="CPU: OpenMP threads")
+    v.add_argument("--tolerance", action="append", metavar="[BUF=]SPEC")
+    v.add_argument("--passes", type=int, default=7, help="interleaved passes (default 7)")
+    v.add_argument("--band", type=float, default=0.02, help="regression band (default 0.02)")
+    v.add_argument("--claimed", type=float, default=None, help="speedup to confirm")
+    v.add_argument("--baseline", metavar="FILE", help="prior-best store (JSON)")
+    v.add_argument("--ledger", metavar="FILE", help="append the verdict to this JSONL ledger")
+    v.add_argument("--figure", metavar="FILE", help="write the figure with provenance here")
+    v.add_argument("--seed", type=int, default=None, help="seed of the fresh inputs")
+    v.add_argument("--no-static", action="store_true", help="skip the static checks")
+    v.add_argument("--require-idle", action="store_true", help="reject on a busy device")
+    v.set_defaults(func=run_validate)
+    lint = cmds.add_parser("lint", help="static checks of a kernel source")
+    lint.add_argument("file")
+    lint.add_argument("--language", choices=("c", "cuda"), default=None,
+                      help="default: from the extension (.cu/.cuh: cuda)")
+    lint.add_argument("--tolerant", action="store_true",
+                      help="outputs are verified under a tolerance: fast-math is allowed")
+    lint.set_defaults(func=run_lint)
+    regen = cmds.add_parser("regen", help="re-run the command that produced a figure file")
+    regen.add_argument("figure")
+    regen.set_defaults(func=run_regen)
+    led = cmds.add_parser("ledger", help="print a ledger of validated candidates")
+    led.add_argument("file")
+    led.set_defaults(func=run_ledger)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    rec = load_recording(args.unit)
+    source = None
+    if args.source:
+        try:
+            source = rec.source.with_code(Path(args.source).read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read {args.source}: {exc}",
+                              hint="give the path of the candidate's source file") from exc
+    launch = (LaunchConfig(rec.launch.grid, rec.launch.block, rec.launch.shared_mem,
+                           args.threads) if args.threads else None)
+    variant = rec.variant.with_(options=parse_pairs(args.opt, "opt", typed=True),
+                                defines=parse_pairs(args.define, "define", typed=False),
+                                launch=launch, source=source)
+    v = validate(rec, variant, tolerance=tolerance_overrides(args.tolerance),
+                 integrity=Integrity(static=not args.no_static, seed=args.seed),
+                 passes=args.passes, band=args.band, claimed=args.claimed,
+                 baseline=args.baseline, ledger=args.ledger, figure=args.figure,
+                 require_idle=args.require_idle, command=_command(args))
+    _print_validation(v)
+    if v.accepted:
+        return 0
+    return 5 if v.status is Status.WRONG_RESULT or v.reason.startswith("static:") else 6
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    """The command line that reproduces this validation (paths made absolute)."""
+    cmd = ["kernforge", "integrity", "validate", str(Path(args.unit).resolve())]
+    for flag, value in (("--source", args.source), ("--ledger", args.ledger),
+                        ("--figure", args.figure), ("--baseline", args.baseline)):
+        if value:
+            cmd += [flag, str(Path(value).resolve())]
+    for flag, items in (("--define", args.define), ("--opt", args.opt),
+                        ("--tolerance", args.tolerance)):
+        for item in items or ():
+            cmd += [flag, item]
+    for flag, value in (("--threads", args.threads), ("--passes", args.passes),
+                        ("--band", args.band), ("--claimed", args.claimed),
+                        ("--seed", args.seed)):
+        if value is not None:
+            cmd += [flag, str(value)]
+    cmd += [f for f, on in (("--no-static", args.no_static),
+                            ("--require-idle", args.require_idle)) if on]
+    return cmd
+
+
+def _print_validation(v: Validation) -> None:
+    style = "green" if v.accepted else "bold red"
+    console.print(f"[{style}]{v.verdict}[/] {escape(v.case)}: {v.status.value}"
+                  + (f" [bold]{escape(v.reason)}[/]" if v.reason else ""))
+    if v.message:
+        console.print(escape(v.message), soft_wrap=True)
+    if v.ab is not None:
+        console.print(f"speedup {v.ab.speedup:.4f}x (95% CI {v.ab.ci_low:.4f}-"
+                      f"{v.ab.ci_high:.4f}, {v.ab.passes} interleaved passes): recorded "
+                      f"{fmt_time(v.ab.median_a)}, candidate {fmt_time(v.ab.median_b)}")
+    for gate, note in v.notes.items():
+        if gate not in ("integrity", "seconds"):
+            console.print(f"  {gate}: {escape(str(note))}", soft_wrap=True)
+    if v.roofline is not None:
+        console.print(f"  roofline: {v.roofline.verdict} {escape(v.roofline.note)}")
+    if v.idle is not None:
+        console.print(f"  idle: {v.idle.idle} ({escape(v.idle.method)}) {escape(v.idle.note)}")
+
+
+def run_lint(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    try:
+        code = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}", hint="give a source file") from exc
+    language = args.language or ("cuda" if path.suffix in (".cu", ".cuh") else "c")
+    found = check_source(code, language, bitwise=not args.tolerant)
+    for f in found:
+        console.print(f"{escape(str(path))}:{f.line}: [bold red]{f.reason}[/] "
+                      f"{escape(f.message)}", soft_wrap=True)
+    if not found:
+        console.print(f"{escape(str(path))}: no findings")
+    return 5 if found else 0
+
+
+def run_regen(args: argparse.Namespace) -> int:
+    before = read_figure(args.figure)
+    proc = regenerate(args.figure)
+    sys.stdout.write(proc.stdout)
+    sys.stderr.write(proc.stderr)
+    if proc.returncode not in (0, 5, 6):
+        err_console.print(f"[bold red]the command failed (exit {proc.returncode})[/]: "
+                          f"{escape(shlex.join(before['provenance']['command']))}")
+        return 6
+    after = read_figure(args.figure)
+    old, new = before.get("figure", {}), after.get("figure", {})
+    console.print(f"before: {old.get('verdict')} {old.get('speedup')} "
+                  f"({before['provenance'].get('date')})")
+    console.print(f"after:  {new.get('verdict')} {new.get('speedup')} "
+                  f"({after['provenance'].get('date')})")
+    return 0
+
+
+def run_ledger(args: argparse.Namespace) -> int:
+    entries = Ledger(args.file).entries()
+    table = Table(title=f"ledger {args.file}")
+    for col in ("time", "case", "verdict", "status", "reason", "speedup", "message"):
+        table.add_column(col)
+    for e in entries:
+        sp = e.get("speedup")
+        table.add_row(escape(str(e.get("time", ""))), escape(str(e.get("case", ""))),
+                      escape(str(e.get("verdict", ""))), escape(str(e.get("status", ""))),
+                      escape(str(e.get("reason", ""))), f"{sp:.4f}" if sp else "-",
+                      escape(str(e.get("message", ""))[:80]))
+    console.print(table)
+    return 0

@@ -1,0 +1,194 @@
+"""Full validation of a candidate variant: every gate a reported speedup must pass.
+
+``validate(recording, variant)`` runs, in order (docs/integrity.md):
+
+1. static checks on the candidate's source and options              -> ``static:*``
+2. compile, then repeated verification against the recorded epilogue  -> ``verify:*``
+3. poisoned outputs, differential against the recorded kernel        -> ``poison:*``
+4. fresh random inputs, differential against the recorded kernel     -> ``fresh:mismatch``
+5. idle-device check, then the canonical re-measurement: the recorded kernel (A) against the
+   candidate (B), interleaved, 7 passes, cache flushed, both verified after timing
+6. the roofline bound on the candidate's time                         -> ``roofline:exceeded``
+7. zero regression against the prior best of the case (2% band)      -> ``regression:*``
+8. a claimed speedup the re-measurement does not confirm is downgraded -> ``remeasure:lower``
+
+The outcome (:class:`Validation`) is appended to the ledger when one is given, and written as a
+figure file with provenance when ``figure`` is given. Validation never raises for a candidate's
+failure; bad arguments and unusable recordings raise as in :func:`replay`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..backends import Backend, get_backend
+from ..core import (
+    BackendUnavailableError,
+    BufferCheck,
+    KernforgeError,
+    Recording,
+    RecordingError,
+    Status,
+    Variant,
+    WrongResultError,
+)
+from ..harness import ABResult
+from ..harness.integrity import IntegrityError, reason_for_status
+from ..harness.ledger import DEFAULT_BAND, BaselineStore, Ledger, RegressionCheck, gate_regression
+from ..harness.provenance import IdleCheck, idle_check, provenance, write_figure
+from ..harness.roofline import RooflineCheck
+from .checks import Integrity, roofline_gate, run_checks
+from .engine import compare
+from .prepare import TolerancePolicy, resolve_policies
+
+PathLike = str | os.PathLike[str]
+
+
+@dataclass
+class Validation:
+    """The verdict on one candidate for one case: ``accepted``, ``downgraded`` (accepted, the
+    figure is the re-measured one) or ``rejected`` (``status``/``reason`` say by what)."""
+
+    case: str
+    variant: str
+    verdict: str
+    status: Status
+    reason: str
+    message: str = ""
+    speedup: float | None = None
+    ab: ABResult | None = None
+    checks: tuple[BufferCheck, ...] = ()
+    notes: dict[str, Any] = field(default_factory=dict)
+    roofline: RooflineCheck | None = None
+    regression: RegressionCheck | None = None
+    idle: IdleCheck | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def accepted(self) -> bool:
+        return self.verdict in ("accepted", "downgraded")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "case": self.case, "variant": self.variant, "verdict": self.verdict,
+            "status": self.status.value, "reason": self.reason, "message": self.message,
+            "speedup": self.speedup, "ab": self.ab.to_json() if self.ab else None,
+            "failed_checks": [c.describe() for c in self.checks if not c.passed],
+            "notes": self.notes,
+            "roofline": self.roofline.to_json() if self.roofline else None,
+            "regression": self.regression.to_json() if self.regression else None,
+            "idle": self.idle.to_json() if self.idle else None,
+        }
+
+
+def _rejected(case: str, key: str, exc: BaseException, notes: dict[str, Any]) -> Validation:
+    if isinstance(exc, KernforgeError):
+        status = exc.status or Status.RUNTIME_FAILED
+        message = str(exc)
+    else:
+        status, message = Status.RUNTIME_FAILED, f"unexpected {type(exc).__name__}: {exc}"
+    reason = exc.reason if isinstance(exc, IntegrityError) else reason_for_status(status)
+    checks = exc.checks if isinstance(exc, IntegrityError) else ()
+    return Validation(case, key, "rejected", status, reason, message, checks=checks,
+                      notes=notes)
+
+
+def _measure(recording: Recording, be: Backend, variant: Variant, tolerance: TolerancePolicy,
+             integrity: Integrity, passes: int, per_pass: int,
+             warmup: int) -> tuple[ABResult, RooflineCheck | None]:
+    try:
+        ab = compare(recording, recording.variant, variant, backend=be, tolerance=tolerance,
+                     passes=passes, per_pass=per_pass, warmup=warmup, flush=True)
+    except WrongResultError as exc:
+        raise IntegrityError(exc.message, reason="verify:after-timing") from exc
+    roof = None
+    if integrity.roofline:
+        roof = roofline_gate(recording, be, ab.median_b, ab.median_a, integrity.slack)
+    return ab, roof
+
+
+def _regression(store: BaselineStore | None, case: str, be: Backend, speedup: float,
+                band: float, record: dict[str, Any]) -> RegressionCheck:
+    if store is None:
+        return gate_regression(speedup, band=band)
+    device = str(be.identity().get("device"))
+    return store.check(case, device, speedup, band=band, record=record)
+
+
+def _judge(v: Validation, regression: RegressionCheck, claimed: float | None,
+           band: float) -> Validation:
+    v.regression = regression
+    if not regression.passed:
+        v.verdict, v.reason = "rejected", "regression:prior-best"
+        v.message = (f"speedup {regression.speedup:.4f} is below the prior best "
+                     f"{regression.prior:.4f} ({regression.prior_source}) by more than "
+                     f"{band:.0%}")
+    elif claimed is not None and v.speedup is not None and v.speedup < claimed * (1 - band):
+        v.verdict, v.reason = "downgraded", "remeasure:lower"
+        v.message = (f"claimed {claimed:.4f}x, re-measured {v.speedup:.4f}x: the "
+                     f"re-measured figure is reported")
+    return v
+
+
+def validate(recording: Recording, variant: Variant | None = None, *,
+             backend: Backend | str | None = None, tolerance: TolerancePolicy = None,
+             integrity: Integrity | None = None, passes: int = 7, per_pass: int = 3,
+             warmup: int = 3, band: float = DEFAULT_BAND, claimed: float | None = None,
+             baseline: BaselineStore | PathLike | None = None,
+             ledger: Ledger | PathLike | None = None, figure: PathLike | None = None,
+             require_idle: bool = False, command: Sequence[str] | None = None,
+             case: str | None = None) -> Validation:
+    """Run every gate on ``variant`` (default: the recorded one) of ``recording``; see the
+    module docstring. ``claimed``: the speedup a search reported, to be confirmed."""
+    gates = integrity or Integrity()
+    be = get_backend(backend if backend is not None else recording.backend)
+    variant = variant or recording.variant
+    case = case or recording.name
+    key = variant.key()
+    store = baseline if isinstance(baseline, BaselineStore) or baseline is None \
+        else BaselineStore(baseline)
+    resolve_policies(recording, tolerance)  # a misnamed buffer is the caller's error: raise
+    notes: dict[str, Any] = {"integrity": gates.to_json()}
+    t0 = time.perf_counter()
+    try:
+        report = run_checks(recording, be, variant, tolerance, gates)
+        notes.update(report.notes)
+        checks = report.checks
+        del report  # free its buffers (the reference's are scrubbed) before re-measuring
+        idle = idle_check(be)
+        if require_idle and idle.idle is False:
+            raise IntegrityError(f"device busy ({idle.utilisation:.0%} by {idle.method})",
+                                 reason="idle:busy", status=Status.RUNTIME_FAILED)
+        ab, roof = _measure(recording, be, variant, tolerance, gates, passes, per_pass, warmup)
+        v = Validation(case, key, "accepted", Status.OK, "", speedup=ab.speedup, ab=ab,
+                       checks=checks, notes=notes, roofline=roof, idle=idle)
+        record = {"variant": key, "median_s": ab.median_b, "baseline_s": ab.median_a}
+        _judge(v, _regression(store, case, be, ab.speedup, band, record), claimed, band)
+    except (RecordingError, BackendUnavailableError):
+        raise  # not the candidate's failure
+    except Exception as exc:  # noqa: BLE001 - every candidate failure is a verdict
+        v = _rejected(case, key, exc, notes)
+    v.notes["seconds"] = time.perf_counter() - t0
+    v.provenance = provenance(be, command=command)
+    _publish(v, ledger, figure)
+    return v
+
+
+def _publish(v: Validation, ledger: Ledger | PathLike | None, figure: PathLike | None) -> None:
+    if ledger is not None:
+        book = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
+        prov = {k: v.provenance.get(k) for k in ("command", "kernforge_version", "git",
+                                                  "device", "date")}
+        book.append({"case": v.case, "variant": v.variant, "verdict": v.verdict,
+                     "status": v.status.value, "reason": v.reason, "message": v.message,
+                     "speedup": v.speedup, "figure": str(figure) if figure else None,
+                     "provenance": prov})
+    if figure is not None:
+        raw = {"samples_a": [list(p) for p in v.ab.samples_a] if v.ab else [],
+               "samples_b": [list(p) for p in v.ab.samples_b] if v.ab else []}
+        write_figure(Path(figure), {"kind": "validation", **v.to_json()}, raw, v.provenance)

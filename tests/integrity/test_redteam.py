@@ -1,0 +1,40 @@
+"""The red-team suite on the CPU backend: every cheat rejected with the right reason.
+
+With static checks on (the default) each cheat must get exactly its (Status, reason); with them
+off, the dynamic gates must still catch every cheat that is safe to run in-process.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kernforge.testing.redteam import record_bases, run_cheat, table
+from kernforge.testing.redteam_c import BASES, CHEATS
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory: pytest.TempPathFactory):
+    return record_bases(tmp_path_factory.mktemp("redteam"), BASES, "cpu")
+
+
+def test_the_suite_has_at_least_twelve_distinct_cheats() -> None:
+    assert len({c.name for c in CHEATS}) == len(CHEATS) >= 12
+    assert {c.base for c in CHEATS} <= {b.name for b in BASES}
+
+
+@pytest.mark.parametrize("cheat", CHEATS, ids=[c.name for c in CHEATS])
+def test_cheat_is_rejected_with_the_right_reason(cheat, recordings) -> None:
+    row = run_cheat(cheat, recordings)
+    assert row.verdict == "rejected", row.message
+    assert (row.status, row.reason) in {(cheat.status, r) for r in cheat.reasons}, row.message
+    assert row.caught and table([row]).count("| yes |") == 1
+
+
+DYNAMIC = [c for c in CHEATS if c.dynamic is not None]
+
+
+@pytest.mark.parametrize("cheat", DYNAMIC, ids=[c.name for c in DYNAMIC])
+def test_without_static_checks_the_dynamic_gates_catch_it(cheat, recordings) -> None:
+    row = run_cheat(cheat, recordings, static=False)
+    assert row.verdict == "rejected", row.message
+    assert row.reason in (cheat.dynamic, *cheat.dynamic_also), row.message
