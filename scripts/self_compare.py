@@ -18,6 +18,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ import kernforge
 from kernforge.backends import get_backend
 from kernforge.core import Recording
 from kernforge.harness import ABResult
-from kernforge.harness.provenance import idle_check, provenance, write_figure
+from kernforge.harness.provenance import IdleCheck, idle_check, provenance, write_figure
 from kernforge.record import find_recordings, load_recording
 from kernforge.replay import compare
 
@@ -64,6 +65,16 @@ def record_kernel(root: Path, backend: str, n: int) -> Recording:
     return load_recording(find_recordings(root)[0])
 
 
+def wait_idle(be: Any, seconds: float) -> IdleCheck:
+    """The idle check, repeated every second for up to ``seconds`` until the device is idle."""
+    deadline = time.monotonic() + seconds
+    idle = idle_check(be)
+    while idle.idle is False and time.monotonic() < deadline:
+        time.sleep(1.0)
+        idle = idle_check(be)
+    return idle
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
@@ -74,6 +85,8 @@ def main() -> int:
     ap.add_argument("--passes", type=int, default=7)
     ap.add_argument("--per-pass", type=int, default=3)
     ap.add_argument("--band", type=float, default=0.01)
+    ap.add_argument("--wait-idle", type=float, default=0.0, metavar="S",
+                    help="wait up to S seconds for the device to be idle before measuring")
     ap.add_argument("--json", type=Path, help="write the figure file here")
     ap.add_argument("--out", type=Path, help="write a Markdown summary here")
     args = ap.parse_args()
@@ -82,7 +95,7 @@ def main() -> int:
         rec = (load_recording(args.unit) if args.unit
                else record_kernel(Path(tmp), args.backend, n))
         be = get_backend(rec.backend)
-        idle = idle_check(be)
+        idle = wait_idle(be, args.wait_idle)
         runs: list[ABResult] = [
             compare(rec, rec.variant, rec.variant, backend=be, passes=args.passes,
                     per_pass=args.per_pass, seed=i) for i in range(args.repetitions)]
