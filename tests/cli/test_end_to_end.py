@@ -122,10 +122,18 @@ def test_tune_finds_a_verified_configuration_and_resumes(recorded: Path, tmp_pat
 
 def test_demo_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     r = kf("demo", "--backend", "cpu", "--n", "24", "--steps", "6", "--trials", "4",
-           "--repeat", "2", "--out", str(tmp_path / "demo"), cwd=tmp_path)
+           "--repeat", "2", "--iterations", "3", "--inner-trials", "2", "--rounds", "1",
+           "--out", str(tmp_path / "demo"), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
     assert summary["backend"] == "cpu" and all(b["status"] == "OK" for b in summary["baseline"])
     assert summary["wrong"]["status"] == "WRONG_RESULT"
     assert summary["tuned"]["speedup_interleaved"] > 0
     assert (Path(summary["tuned"]["result"]).parent / "history.png").is_file()
+    evolved = summary["evolve"]  # the hottest kernel, evolved
+    assert evolved["kernel"] in ("heat_step", "apply_boundary")
+    assert Path(evolved["report"]).is_file()
+    e2e = summary["end_to_end"]
+    if e2e is not None:  # a verified winner was deployed: same output, launches replaced
+        assert e2e["outputs_identical"] and e2e["launches_replaced"] > 0
+        assert "end-to-end speedup" in r.stdout

@@ -1,4 +1,5 @@
-"""``kernforge demo``: record an example application, replay, verify, tune, catch a wrong one."""
+"""``kernforge demo``: record an example application, replay, verify, tune, evolve, deploy and
+measure the end-to-end speedup; catch a wrong variant."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..core import Status
-from ..pipeline.demo import run_demo
+from ..pipeline.demo import DemoResult, run_demo
 from .output import console, fmt_error, fmt_time
 
 
@@ -17,8 +18,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="the main job end to end on an example application",
                        description="Record examples/heat3d_cupy.py (with a GPU) or "
                                    "examples/heat3d_cpu.py, replay and verify every recorded "
-                                   "kernel, tune the hottest one, and show that a variant "
-                                   "which changes the arithmetic is caught.")
+                                   "kernel, tune the hottest one, evolve its source (offline "
+                                   "rewrites, or an LLM when KERNFORGE_LLM_BASE_URL is set), "
+                                   "export the verified winner as a deployment spec, run the "
+                                   "application with it and print the end-to-end speedup; show "
+                                   "that a variant which changes the arithmetic is caught.")
     p.add_argument("--out", type=Path, default=None, help="run directory (default runs/demo-*)")
     p.add_argument("--backend", choices=("cpu", "cuda"), default=None,
                    help="default: cuda when a GPU is usable, else cpu")
@@ -26,14 +30,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=20, help="time steps (default 20)")
     p.add_argument("--trials", type=int, default=12, help="tuning trials (default 12)")
     p.add_argument("--repeat", type=int, default=7, help="timed runs per replay (default 7)")
+    p.add_argument("--iterations", type=int, default=12,
+                   help="evolution iterations (default 12)")
+    p.add_argument("--inner-trials", type=int, default=4,
+                   help="tuning trials per evolved candidate (default 4)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="interleaved end-to-end rounds, plain vs with the spec (default 3)")
+    p.add_argument("--llm-url", default=None, metavar="URL",
+                   help="an OpenAI-compatible endpoint for the LLM proposer "
+                        "(default $KERNFORGE_LLM_BASE_URL; none: offline rewrites only)")
+    p.add_argument("--llm-model", default=None,
+                   help="model name at --llm-url (default $KERNFORGE_LLM_MODEL or 'default')")
+    p.add_argument("--evolve-config", type=Path, default=None, metavar="FILE",
+                   help="a kernforge evolve config (YAML/TOML) instead of the demo's own")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     with console.status("starting") as status:
         result = run_demo(args.out, backend=args.backend, n=args.n, steps=args.steps,
-                          trials=args.trials, repeat=args.repeat,
-                          progress=lambda s: status.update(escape(s)))
+                          trials=args.trials, repeat=args.repeat, iterations=args.iterations,
+                          inner_trials=args.inner_trials, rounds=args.rounds,
+                          llm_url=args.llm_url, llm_model=args.llm_model,
+                          evolve_config=args.evolve_config, progress=lambda s: status.update(escape(s)))
     t = Table(title=f"1. every recorded kernel of {result.app.script}, replayed and verified "
                     f"({result.app.backend} backend)")
     for col in ("unit", "status", "median", "min", "max", "max error"):
@@ -62,9 +81,33 @@ def run(args: argparse.Namespace) -> int:
                   f"({result.app.wrong_label}): {wrong.status.value}", markup=False)
     for c in wrong.failed_checks:
         console.print(f"   buffer {c.describe()}", markup=False)
+    _print_evolve_and_deploy(result)
     console.print(f"\nrun directory: {result.run_dir} (summary.json)", markup=False)
-    ok = all(m.ok for _, m in result.baseline) and wrong.status is Status.WRONG_RESULT
+    ok = all(m.ok for _, m in result.baseline) and wrong.status is Status.WRONG_RESULT \
+        and (result.e2e is None or result.e2e.identical)
     if not ok:
         console.print("[bold red]demo failed: a recorded kernel did not replay, or the wrong "
                       "variant was not caught[/]")
     return 0 if ok else 1
+
+
+def _print_evolve_and_deploy(result: DemoResult) -> None:
+    ev = result.evolved
+    if ev is not None:
+        r, f = ev.report, ev.final
+        best = f.best.id if f.best else "-"
+        console.print(f"4. evolved {ev.kernel}: {r.programs} programs, {r.evaluations} "
+                      f"evaluations ({r.evaluations_failed} rejected); best {best} "
+                      f"{f.status}, interleaved speedup {f.speedup:.3f}x",
+                      markup=False)
+        console.print(f"   report: {r.files.get('report')}", markup=False)
+    e = result.e2e
+    if e is None:
+        console.print("5. no verified speedup above 1 to deploy", markup=False)
+        return
+    verdict = "outputs identical" if e.identical else "OUTPUTS DIFFER"
+    console.print(f"5. deployed the {e.winner.source} winner ({e.spec}): application "
+                  f"{fmt_time(min(e.plain_s))} plain -> {fmt_time(min(e.deployed_s))} with the "
+                  f"spec; end-to-end speedup {e.speedup:.3f}x (median of {len(e.ratios)} "
+                  f"interleaved rounds), {e.substituted} launches replaced, {verdict}",
+                  markup=False)

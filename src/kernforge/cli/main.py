@@ -17,6 +17,7 @@ from .._version import __version__
 from ..core import KernforgeError
 from . import (
     demo_cmd,
+    evolve_cmd,
     export_cmd,
     inspect_cmd,
     integrity_cmd,
@@ -28,7 +29,7 @@ from . import (
 )
 from .output import err_console
 
-COMMANDS = (demo_cmd, record_cmd, inspect_cmd, replay_cmd, tune_cmd, export_cmd, run_cmd,
+COMMANDS = (demo_cmd, evolve_cmd, record_cmd, inspect_cmd, replay_cmd, tune_cmd, export_cmd, run_cmd,
             serve_cmd, integrity_cmd)
 
 

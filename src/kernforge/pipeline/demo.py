@@ -4,13 +4,18 @@ On a machine with an NVIDIA GPU (the cuda backend available) the CuPy example
 ``examples/heat3d_cupy.py`` is used, otherwise the CPU example ``examples/heat3d_cpu.py``.
 The demo records the application, replays and verifies every recorded kernel, tunes the
 hottest one (TPE over compile options and launch parameters, every trial verified; the winner
-re-measured interleaved against the recorded configuration), and shows that a variant which
-changes the arithmetic is caught. Everything lands in a run directory.
+re-measured interleaved against the recorded configuration), evolves its source (offline
+rewrites, or an LLM when ``KERNFORGE_LLM_BASE_URL`` is set; every candidate verified on every
+recording and tuned; the winner validated), exports the better of the two as a deployment spec,
+runs the application again with it and measures the end-to-end speedup (interleaved rounds,
+outputs compared), and shows that a variant which changes the arithmetic is caught.
+Everything lands in a run directory.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +28,12 @@ from ..record import find_recordings, load_recording
 from ..replay import replay
 from ..replay.tuning import TuningOutcome, tune_recording
 from ..tune import Budget
+from .demo_deploy import EndToEnd, Winner, end_to_end, export_spec
+from .evolve import EvolveOutcome, evolve_kernel
+from .evolve_config import RunConfig, config_from_dict, load_config
 from .run_app import record_application
+
+LLM_URL_ENV, LLM_MODEL_ENV = "KERNFORGE_LLM_BASE_URL", "KERNFORGE_LLM_MODEL"
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
@@ -56,6 +66,9 @@ class DemoResult:
     tuned: TuningOutcome | None = None
     wrong: Measurement | None = None
     wrong_unit: str = ""
+    evolved: EvolveOutcome | None = None
+    winner: Winner | None = None
+    e2e: EndToEnd | None = None
 
 
 def pick_app(backend: str | None) -> DemoApp:
@@ -72,8 +85,40 @@ def pick_app(backend: str | None) -> DemoApp:
         return APPS["cpu"]
 
 
+def demo_evolve_config(iterations: int, inner_trials: int, repeat: int,
+                       llm_url: str | None = None, llm_model: str | None = None,
+                       config: Path | None = None) -> RunConfig:
+    """The demo's evolution: offline rewrites, plus an LLM endpoint when one is given."""
+    if config is not None:
+        return load_config(config)
+    proposers: list[dict[str, Any]] = [{"kind": "offline", "weight": 1}]
+    if llm_url:
+        proposers.append({"kind": "llm", "weight": 3, "base_url": llm_url,
+                          "models": [{"name": llm_model or "default", "timeout_s": 120}]})
+    return config_from_dict({
+        "evolve": {"seed": 1, "max_iterations": iterations, "eval_slots": 1, "llm_slots": 2,
+                   "mapelites": {"islands": 2, "migration_interval": 6}},
+        "proposers": proposers,
+        "tuner": {"trials": inner_trials, "repeat": repeat}}, "demo")
+
+
+def pick_winner(result: DemoResult) -> Winner | None:
+    """The faster verified result of tuning and evolution (interleaved speedup above 1)."""
+    cands: list[Winner] = []
+    t = result.tuned
+    if t is not None and t.ab is not None and t.speedup > 1.0:
+        cands.append(Winner("tune", t.recording, t.best_variant, t.ab))
+    ev = result.evolved
+    if ev is not None and ev.final.ab is not None and ev.final.variant is not None \
+            and ev.final.speedup > 1.0:
+        cands.append(Winner("evolve", ev.target.primary, ev.final.variant, ev.final.ab))
+    return max(cands, key=lambda w: w.ab.speedup, default=None)
+
+
 def run_demo(out: Path | None = None, *, backend: str | None = None, n: int | None = None,
-             steps: int = 20, trials: int = 12, repeat: int = 7,
+             steps: int = 20, trials: int = 12, repeat: int = 7, iterations: int = 12,
+             inner_trials: int = 4, rounds: int = 3, llm_url: str | None = None,
+             llm_model: str | None = None, evolve_config: Path | None = None,
              progress: Callable[[str], None] = lambda s: None) -> DemoResult:
     app = pick_app(backend)
     script = EXAMPLES / app.script
@@ -84,8 +129,8 @@ def run_demo(out: Path | None = None, *, backend: str | None = None, n: int | No
     rec_dir = run_dir / "recordings"
     size = n or app.default_n
     progress(f"recording {app.script} (n={size}, {steps} steps) into {rec_dir}")
-    status, _ = record_application(["python", str(script), "--n", str(size), "--steps",
-                                    str(steps)], rec_dir, max_instances=2, skip=1)
+    command = ["python", str(script), "--n", str(size), "--steps", str(steps)]
+    status, _ = record_application(command, rec_dir, max_instances=2, skip=1)
     result = DemoResult(run_dir, app, status)
     for path in find_recordings(rec_dir):
         rec = load_recording(path)
@@ -105,6 +150,22 @@ def run_demo(out: Path | None = None, *, backend: str | None = None, n: int | No
     progress(f"variant {app.wrong_label} of {target.name}")
     result.wrong = replay(target, repeat=1, warmup=0, **app.wrong)
     result.wrong_unit = target.name
+    group = [hot] + [r for r, _ in result.baseline
+                     if r.source.entry == hot.source.entry and r is not hot]
+    cfg = demo_evolve_config(iterations, inner_trials, repeat,
+                             llm_url or os.environ.get(LLM_URL_ENV),
+                             llm_model or os.environ.get(LLM_MODEL_ENV), evolve_config)
+    progress(f"evolving {hot.source.entry} ({iterations} iterations, "
+             f"{', '.join(p.kind for p in cfg.proposers)} proposer)")
+    result.evolved = evolve_kernel(group, cfg, run_dir / "evolve" / hot.source.entry,
+                                   on_progress=lambda p, c: progress(
+                                       f"evolving {hot.source.entry}: iteration {p.applied}/"
+                                       f"{iterations}, {c.evaluations} evaluations"))
+    result.winner = pick_winner(result)
+    if result.winner is not None:
+        spec = export_spec(result.winner, run_dir / "deploy.json")
+        progress(f"running {app.script} plain and with {spec}")
+        result.e2e = end_to_end(command, result.winner, spec, rounds=rounds, progress=progress)
     _write_summary(run_dir / "summary.json", result)
     return result
 
@@ -121,6 +182,16 @@ def _write_summary(path: Path, r: DemoResult) -> None:
             "speedup_interleaved": t.speedup,
             "speedup_ci": [t.ab.ci_low, t.ab.ci_high] if t.ab else None},
         "wrong": {"label": r.app.wrong_label, **r.wrong.to_json()} if r.wrong else None,
+        "evolve": None if r.evolved is None else {
+            "kernel": r.evolved.kernel, "status": r.evolved.final.status,
+            "speedup_interleaved": r.evolved.final.speedup,
+            "best": r.evolved.final.best.id if r.evolved.final.best else None,
+            "report": r.evolved.report.files.get("report"),
+            "result": str(r.evolved.final.result_json)},
+        "end_to_end": None if r.e2e is None else {
+            "spec": str(r.e2e.spec), "from": r.e2e.winner.source, "speedup": r.e2e.speedup,
+            "plain_s": r.e2e.plain_s, "deployed_s": r.e2e.deployed_s,
+            "outputs_identical": r.e2e.identical, "launches_replaced": r.e2e.substituted},
     }
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str))

@@ -1,0 +1,101 @@
+"""The last steps of the demo: export the verified winner as a deployment spec, run the
+application again with it, and measure the end-to-end speedup (plain vs with the spec,
+interleaved rounds in this process, outputs compared)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..core import KernforgeError, Recording, Variant
+from ..deploy import entry_from_recording, stop, use, write_spec
+from ..harness import ABResult
+from .run_app import cupy_hooks_if_available, run_application
+
+_CHECKSUM = re.compile(r"checksum\s+(\S+)")
+
+
+@dataclass(frozen=True)
+class Winner:
+    """A verified variant of a recording and the interleaved comparison that proved it."""
+
+    source: str  # "tune" | "evolve"
+    recording: Recording
+    variant: Variant
+    ab: ABResult
+
+
+@dataclass
+class EndToEnd:
+    spec: Path
+    winner: Winner
+    plain_s: list[float] = field(default_factory=list)
+    deployed_s: list[float] = field(default_factory=list)
+    ratios: list[float] = field(default_factory=list)
+    plain_output: str = ""
+    deployed_output: str = ""
+    substituted: int = 0
+
+    @property
+    def speedup(self) -> float:
+        return statistics.median(self.ratios) if self.ratios else 1.0
+
+    @property
+    def identical(self) -> bool:
+        a, b = _CHECKSUM.findall(self.plain_output), _CHECKSUM.findall(self.deployed_output)
+        return bool(a) and a == b
+
+
+def export_spec(winner: Winner, path: Path) -> Path:
+    ab = winner.ab
+    entry = entry_from_recording(winner.recording, winner.variant, baseline_s=ab.median_a,
+                                 tuned_s=ab.median_b, speedup=ab.speedup,
+                                 speedup_ci=(ab.ci_low, ab.ci_high))
+    return write_spec(path, [entry])
+
+
+def _run_once(command: Sequence[str], spec: Path | None) -> tuple[float, str, int]:
+    buf = io.StringIO()
+    substituted = 0
+    with cupy_hooks_if_available(), contextlib.redirect_stdout(buf):
+        dep = use(spec) if spec is not None else None
+        t0 = time.perf_counter()
+        try:
+            status = run_application(command)
+        finally:
+            elapsed = time.perf_counter() - t0
+            if dep is not None:
+                report = stop()
+                substituted = report.replaced if report is not None else 0
+    if status != 0:
+        raise KernforgeError(f"the application exited with {status} "
+                             f"({'with' if spec else 'without'} the spec)")
+    return elapsed, buf.getvalue(), substituted
+
+
+def end_to_end(command: Sequence[str], winner: Winner, spec: Path, *, rounds: int = 3,
+               progress: Callable[[str], None] = lambda s: None) -> EndToEnd:
+    """One untimed warm-up of each, then ``rounds`` interleaved rounds (order alternating);
+    the speedup is the median of the per-round ratios plain / with spec."""
+    e = EndToEnd(spec, winner)
+    _, e.plain_output, _ = _run_once(command, None)
+    _, e.deployed_output, _ = _run_once(command, spec)
+    for i in range(rounds):
+        progress(f"end to end: round {i + 1}/{rounds}")
+        if i % 2 == 0:
+            p, _, _ = _run_once(command, None)
+            d, out, n = _run_once(command, spec)
+        else:
+            d, out, n = _run_once(command, spec)
+            p, _, _ = _run_once(command, None)
+        e.plain_s.append(p)
+        e.deployed_s.append(d)
+        e.ratios.append(p / d)
+        e.deployed_output, e.substituted = out, n
+    return e

@@ -1,0 +1,186 @@
+"""``kernforge evolve``: evolve the source of recorded kernels, then prove the winner.
+
+For each selected kernel (all its recordings): the controller (:mod:`kernforge.evolve`) runs
+proposers against the evaluator of :mod:`.evolve_eval`, everything recorded in
+``<out>/<kernel>/evolve.db`` (resumable after ``kill -9``). The best program's best
+configuration is then validated on the primary recording (every integrity gate when
+:mod:`kernforge.replay.validate` is present, else the interleaved comparison against the
+recorded variant), exported as a tuning-style ``result.json`` (``kernforge export`` picks it
+up) and reported (:mod:`.evolve_report`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core import ConfigError, Recording, Status
+from ..evolve.controller import Progress, RunResult, run
+from ..evolve.prompts import PromptStatic
+from ..evolve.proposers import make_proposer
+from ..evolve.store import Store
+from ..evolve.types import EvalResult, Proposal, ProposalRequest, Proposer
+from ..record import find_recordings, load_recording
+from .evolve_config import RunConfig
+from .evolve_eval import Evaluate, EvolveTarget, make_evolve_evaluator
+from .evolve_final import Final, finalize
+from .evolve_report import Report, write_report
+
+PROGRESS_EVERY = 1
+
+
+@dataclass
+class Counters:
+    """Live counts for the progress display (updated from worker threads)."""
+
+    proposals: int = 0
+    proposal_errors: int = 0
+    evaluations: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+
+class CountingProposer(Proposer):
+    def __init__(self, inner: Proposer, counters: Counters) -> None:
+        self.inner, self.counters = inner, counters
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        p = self.inner.propose(request)
+        with self.counters.lock:
+            self.counters.proposals += 1
+            self.counters.proposal_errors += p.error is not None
+        return p
+
+
+@dataclass
+class EvolveOutcome:
+    kernel: str
+    run_dir: Path
+    target: EvolveTarget
+    result: RunResult
+    final: Final
+    report: Report
+
+
+def group_by_kernel(recordings: Sequence[Recording], pattern: str | None = None
+                    ) -> dict[str, list[Recording]]:
+    """Kernel entry -> its recordings (sorted by name); ``pattern``: fnmatch on the entry."""
+    groups: dict[str, list[Recording]] = {}
+    for r in sorted(recordings, key=lambda r: r.name):
+        if pattern is None or fnmatch.fnmatch(r.source.entry, pattern):
+            groups.setdefault(r.source.entry, []).append(r)
+    if not groups:
+        names = sorted({r.source.entry for r in recordings})
+        raise ConfigError(f"no recorded kernel matches {pattern!r}",
+                          hint=f"recorded kernels: {', '.join(names) or 'none'}")
+    return groups
+
+
+def default_contract(rec: Recording) -> str:
+    params = ", ".join(f"{a.dtype}{'[]' if a.is_array else ''} {a.name}" for a in rec.args)
+    return (f"Entry point `{rec.source.entry}({params})` on the {rec.backend} backend, "
+            f"launched as recorded ({rec.launch.to_json()}). Every output buffer must match "
+            "the original kernel bitwise unless a tolerance is declared; inputs must not be "
+            "modified. Tunable #defines may be used; the inner tuner varies compiler options "
+            "and launch parameters.")
+
+
+def build_proposers(cfg: RunConfig, target: EvolveTarget, counters: Counters,
+                    seed: int = 0) -> list[Proposer]:
+    rec = target.primary
+    language = "cuda" if rec.backend == "cuda" else "c"
+    static = PromptStatic(
+        task=cfg.prompt.task or PromptStatic.task, language=language,
+        hardware=cfg.prompt.hardware or str(rec.identity.get("device", "")),
+        reference=target.original_code)
+    out: list[Proposer] = []
+    for spec in cfg.proposers:
+        s = dict(spec.settings)
+        if spec.kind == "llm":
+            p = make_proposer("llm", config=spec.llm_config(), static=static,
+                              retries=int(s.get("retries", 1)), seed=seed)
+        elif spec.kind == "command":
+            p = make_proposer("command", command=s["command"],
+                              timeout_s=float(s.get("timeout_s", 600.0)), static=static)
+        else:
+            p = make_proposer(spec.kind, language=language, **s)
+        out.append(CountingProposer(p, counters))
+    return out
+
+
+def counting_evaluator(evaluate: Evaluate, counters: Counters) -> Evaluate:
+    def run_one(code: str) -> EvalResult:
+        r = evaluate(code)
+        with counters.lock:
+            counters.evaluations += 1
+        return r
+
+    return run_one
+
+
+def evolve_kernel(recordings: Sequence[Recording], cfg: RunConfig, run_dir: Path, *,
+                  resume: bool = False, evaluate: Evaluate | None = None,
+                  on_progress: Callable[[Progress, Counters], None] | None = None,
+                  validate_winner: bool = True) -> EvolveOutcome:
+    """Evolve one kernel into ``run_dir`` (its store, result.json and report)."""
+    target = EvolveTarget.of(recordings, preset=cfg.tuner.preset)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    db = run_dir / "evolve.db"
+    if db.exists() and not resume:
+        raise ConfigError(f"{run_dir} already holds an evolution run",
+                          hint="pass --resume to continue it, or choose another --out")
+    counters = Counters()
+    econf = cfg.evolve_config(default_contract(target.primary))
+    proposers = build_proposers(cfg, target, counters, econf.seed)
+    inner = evaluate or make_evolve_evaluator(target, inner_trials=cfg.tuner.trials,
+                                              repeat=cfg.tuner.repeat, seed=cfg.tuner.seed)
+    _write_json(run_dir / "config.json", {"source": cfg.source, "kernel": target.primary.source.entry,
+                                          "recordings": [r.name for r in target.recordings]})
+    result = run(econf, proposers, counting_evaluator(inner, counters), db,
+                 initial_code=target.original_code, resume=True,
+                 on_progress=(lambda p: on_progress(p, counters)) if on_progress else None)
+    with Store(db) as store:
+        final = finalize(target, result, store, run_dir, validate_winner=validate_winner,
+                         repeat=cfg.tuner.repeat)
+        report = write_report(store, run_dir, target.primary.source.entry, final)
+    return EvolveOutcome(target.primary.source.entry, run_dir, target, result, final, report)
+
+
+def evolve_path(path: str | Path, cfg: RunConfig, out: Path, *, kernels: str | None = None,
+                resume: bool = False,
+                on_progress: Callable[[Progress, Counters], None] | None = None,
+                on_kernel: Callable[[str, int], None] | None = None) -> list[EvolveOutcome]:
+    """Evolve every kernel under ``path`` matching ``kernels`` (default: the hottest one, by
+    its recorded launch's replay time) into ``out/<kernel>/``."""
+    recs = [load_recording(p) for p in find_recordings(path)]
+    groups = group_by_kernel(recs, kernels)
+    if kernels is None and len(groups) > 1:
+        hottest = _hottest(groups)
+        groups = {hottest: groups[hottest]}
+    outcomes = []
+    for name, group in groups.items():
+        if on_kernel:
+            on_kernel(name, len(group))
+        outcomes.append(evolve_kernel(group, cfg, out / name, resume=resume,
+                                      on_progress=on_progress))
+    return outcomes
+
+
+def _hottest(groups: dict[str, list[Recording]]) -> str:
+    from ..replay import replay
+
+    def time_of(recs: list[Recording]) -> float:
+        m = replay(recs[0], repeat=3, warmup=1)
+        return m.median if m.status is Status.OK and m.samples else 0.0
+
+    return max(groups, key=lambda k: time_of(groups[k]))
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.replace(path)

@@ -1,0 +1,157 @@
+"""The report of an evolution run, read back from its store: lineage of the best kernel with
+unified diffs, time split (LLM, compile, evaluation), evaluations per hour, and a PNG of the
+best-so-far fitness over time. Written as ``report.md``, ``report.json`` and
+``best_so_far.png`` in the run directory."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..evolve.store import Store
+from ..evolve.types import Program
+
+if TYPE_CHECKING:
+    from .evolve_final import Final
+
+
+@dataclass
+class Report:
+    kernel: str
+    speedup: float
+    status: str
+    programs: int
+    evaluations: int
+    evaluations_failed: int
+    llm_calls: int
+    llm_errors: int
+    wall_s: float
+    llm_s: float
+    compile_s: float
+    evaluation_s: float
+    evaluations_per_hour: float
+    lineage: list[dict[str, Any]] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
+
+
+def lineage(programs: dict[str, Program], best_id: str | None) -> list[dict[str, Any]]:
+    """Seed first, best last; each step with its unified diff from its parent."""
+    chain: list[Program] = []
+    pid = best_id
+    while pid is not None and pid in programs and len(chain) < 10_000:
+        chain.append(programs[pid])
+        pid = programs[pid].parent_id
+    chain.reverse()
+    out = []
+    for parent, child in zip([None, *chain[:-1]], chain):
+        diff = "" if parent is None else "".join(difflib.unified_diff(
+            parent.code.splitlines(True), child.code.splitlines(True),
+            f"{parent.id}", f"{child.id}"))
+        out.append({"id": child.id, "parent": parent.id if parent else None,
+                    "fitness": child.fitness, "generation": child.generation, "diff": diff})
+    return out
+
+
+def _timings(store: Store) -> tuple[int, int, float, float, list[tuple[float, float | None]]]:
+    """(evaluations, failed, compile seconds, evaluation seconds, [(finished, fitness)])."""
+    rows = store.conn.execute("SELECT started, finished, extra, fitness, passed_all "
+                              "FROM evaluations ORDER BY finished").fetchall()
+    compile_s = eval_s = 0.0
+    points: list[tuple[float, float | None]] = []
+    failed = 0
+    for started, finished, extra, fitness, passed in rows:
+        e = json.loads(extra)
+        compile_s += float(e.get("compile_s", 0.0))
+        eval_s += float(e.get("eval_s", (finished - started) if started else 0.0))
+        failed += not passed
+        points.append((finished, fitness if passed else None))
+    return len(rows), failed, compile_s, eval_s, points
+
+
+def plot_best_so_far(points: list[tuple[float, float | None]], t0: float, path: Path,
+                     title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    ok = [(t - t0, f * 1e6) for t, f in points if f is not None]
+    if ok:
+        xs, ys = zip(*ok)
+        ax.scatter(xs, ys, s=12, color="#4c72b0", label="verified candidate (tuned)")
+        best, run = [], float("inf")
+        for x, y in ok:
+            run = min(run, y)
+            best.append((x, run))
+        ax.step(*zip(*best), where="post", color="#dd8452", label="best so far")
+    bad = [t - t0 for t, f in points if f is None]
+    if bad and ok:
+        ax.scatter(bad, [max(y for _, y in ok)] * len(bad), marker="x", color="#c44e52",
+                   label="rejected (compile, wrong result, ...)")
+    ax.set_xlabel("seconds since the run started")
+    ax.set_ylabel("best verified time (us)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def build_report(store: Store, kernel: str, final: Final) -> tuple[Report, list[Any]]:
+    programs = {p.id: p for p in store.programs()}
+    calls = store.llm_calls()
+    n, failed, compile_s, eval_s, points = _timings(store)
+    events = store.events()
+    t0 = events[0]["ts"] if events else 0.0
+    wall = (events[-1]["ts"] - t0) if events else 0.0
+    best_id = final.best.id if final.best else None
+    rep = Report(kernel=kernel, speedup=final.speedup, status=final.status,
+                 programs=len(programs), evaluations=n, evaluations_failed=failed,
+                 llm_calls=len(calls), llm_errors=sum(c["error"] is not None for c in calls),
+                 wall_s=wall, llm_s=sum(c["latency_s"] for c in calls), compile_s=compile_s,
+                 evaluation_s=eval_s,
+                 evaluations_per_hour=n / wall * 3600 if wall > 0 else 0.0,
+                 lineage=lineage(programs, best_id))
+    return rep, [points, t0]
+
+
+def _markdown(r: Report, final: Final) -> str:
+    lines = [f"# Evolution of `{r.kernel}`", "",
+             f"- verdict: {r.status}; best speedup over the recorded kernel "
+             f"(interleaved): **{r.speedup:.3f}x**" + (f" ({final.message})"
+                                                       if final.message else ""),
+             (f"- programs: {r.programs}; evaluations: {r.evaluations} "
+             f"({r.evaluations_failed} rejected); proposer calls: {r.llm_calls} "
+             f"({r.llm_errors} without usable code)"),
+             f"- wall time {r.wall_s:.1f} s; {r.evaluations_per_hour:.0f} evaluations/hour",
+             (f"- time: LLM/proposers {r.llm_s:.1f} s, compile {r.compile_s:.1f} s, "
+             f"evaluation (verify + tune + time, incl. compile) {r.evaluation_s:.1f} s"),
+             f"- best configuration: {json.dumps(final.config)}", "",
+             "## Lineage of the best kernel", ""]
+    for step in r.lineage:
+        fit = f"{step['fitness'] * 1e6:.2f} us" if step["fitness"] else "invalid"
+        lines.append(f"### {step['id']} (generation {step['generation']}, {fit})")
+        if step["diff"]:
+            lines += ["```diff", step["diff"].rstrip(), "```"]
+        lines.append("")
+    lines.append("![best so far](best_so_far.png)")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(store: Store, run_dir: Path, kernel: str, final: Final) -> Report:
+    rep, (points, t0) = build_report(store, kernel, final)
+    png = plot_best_so_far(points, t0, run_dir / "best_so_far.png",
+                           f"{kernel}: best verified time, speedup {rep.speedup:.3f}x")
+    rep.files = {"report": str(run_dir / "report.md"), "png": str(png),
+                 "store": str(run_dir / "evolve.db"),
+                 "result": str(final.result_json) if final.result_json else ""}
+    (run_dir / "report.md").write_text(_markdown(rep, final))
+    tmp = run_dir / "report.json.tmp"
+    tmp.write_text(json.dumps(asdict(rep), indent=2, default=str))
+    tmp.replace(run_dir / "report.json")
+    return rep

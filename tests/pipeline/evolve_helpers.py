@@ -1,0 +1,68 @@
+"""Shared pieces of the evolve pipeline tests: small CPU recordings and scripted LLM replies."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+from kernforge.pipeline.evolve_config import RunConfig, config_from_dict
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = ROOT / "examples" / "heat3d_cpu.py"
+APP_ARGS = ["--n", "16", "--steps", "4", "--diag-every", "2"]
+
+_FENCE = re.compile(r"# Current program[^\n]*\n```[a-z]*\n(.*?)\n```", re.DOTALL)
+LOOP = "for (int i = 1; i < nx - 1; i++) {"
+
+
+def _sr(search: str, replace: str) -> str:
+    return f"I change one thing.\n<<<<<<< SEARCH\n{search}\n=======\n{replace}\n>>>>>>> REPLACE\n"
+
+
+def _edits(code: str) -> list[str]:
+    """Replies for ``code``: valid small changes first, then broken ones."""
+    out = []
+    m = re.search(r"#define TILE_J (\d+)", code)
+    if m:
+        for v in ("2", "4", "8", "12", "24", "32", "48", "64"):
+            if v != m.group(1):
+                out.append(_sr(m.group(0), f"#define TILE_J {v}"))
+    if "#pragma GCC unroll" not in code and LOOP in code:
+        line = next(ln for ln in code.splitlines() if LOOP in ln)
+        indent = line[: len(line) - len(line.lstrip())]
+        out += [_sr(line, f"{indent}#pragma GCC unroll {k}\n{line}") for k in (2, 4, 8)]
+    if "schedule(static)" not in code:
+        out.append(_sr("#pragma omp parallel for collapse(2)",
+                       "#pragma omp parallel for collapse(2) schedule(static)"))
+    out.append(_sr("this line is not in the kernel", "nor is this one"))  # unusable reply
+    out.append(_sr("alpha * lap;", "alpha * lapx;"))  # does not compile
+    out.append(_sr("CENTER_WEIGHT * u[c]", "5.0 * u[c]"))  # wrong results
+    return out
+
+
+def scripted_reply(body: dict[str, Any]) -> str:
+    """A deterministic reply from the request: a function of the current program and the set of
+    programs shown (not their order), so a resumed run gets the same replies."""
+    messages = body.get("messages", [])
+    user = messages[1]["content"] if len(messages) > 1 else ""
+    m = _FENCE.search(user)
+    if m is None:
+        return "no program found"
+    blocks = sorted(re.findall(r"```[a-z]*\n(.*?)\n```", user, re.DOTALL))
+    key = "\0".join([str(body.get("prompt_cache_key", "")), *blocks])
+    h = int(hashlib.sha256(key.encode()).hexdigest(), 16)
+    edits = _edits(m.group(1))
+    return edits[(h + len(messages)) % len(edits)]
+
+
+def llm_config(base_url: str, iterations: int = 12, seed: int = 3) -> RunConfig:
+    return config_from_dict({
+        "evolve": {"seed": seed, "max_iterations": iterations, "eval_slots": 1, "llm_slots": 2,
+                   "mapelites": {"islands": 3, "migration_interval": 5}},
+        "proposers": [{"kind": "llm", "base_url": base_url, "api_key_env": "KF_TEST_NO_KEY",
+                       "max_retries": 0, "models": [{"name": "fast", "timeout_s": 30}],
+                       "retries": 1}],
+        "tuner": {"trials": 2, "repeat": 3},
+    }, "test")

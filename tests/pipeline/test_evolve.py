@@ -1,0 +1,174 @@
+"""kernforge evolve on the CPU heat example: LLM proposer against the loopback server, kill -9
+and resume, strict configuration, report files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from kernforge.core import ConfigError
+from kernforge.evolve.store import Store
+from kernforge.llm.fake_server import FakeLLMServer
+from kernforge.pipeline.evolve import evolve_kernel
+from kernforge.pipeline.evolve_config import config_from_dict, load_config
+from kernforge.pipeline.evolve_eval import make_evolve_evaluator, memoized
+from kernforge.record import find_recordings, load_recording
+
+from .evolve_helpers import ROOT, llm_config, scripted_reply
+
+ITERS = 16
+
+
+def _recs(path: Path) -> list:
+    return [load_recording(p) for p in find_recordings(path)]
+
+
+def _finished(db: Path) -> int:
+    try:
+        con = sqlite3.connect(str(db), timeout=1)
+        n = con.execute("SELECT COUNT(*) FROM events WHERE kind='evaluation_finished'"
+                        ).fetchone()[0]
+        con.close()
+        return int(n)
+    except sqlite3.Error:
+        return 0
+
+
+def _population(db: Path) -> tuple[list, dict, list]:
+    with Store(db) as s:
+        progs = [(p.id, p.code, p.parent_id, p.island, p.generation, p.fitness, p.status)
+                 for p in s.programs()]
+        its = [(i["iteration"], i["outcome"], i["parent_id"], i["code_hash"])
+               for i in s.iterations()]
+        return progs, s.cells(), its
+
+
+def test_llm_evolution_completes_with_report(heat_recordings: Path, tmp_path: Path) -> None:
+    recs = _recs(heat_recordings)
+    with FakeLLMServer(scripted_reply, latency=0.01) as srv:
+        out = evolve_kernel(recs, llm_config(srv.base_url, 10), tmp_path / "run")
+        assert len(srv.requests) >= 10
+    assert out.result.iterations == 10
+    with Store(tmp_path / "run" / "evolve.db") as s:
+        statuses = Counter(e["data"]["status"] for e in s.events("evaluation_finished"))
+        outcomes = Counter(i["outcome"] for i in s.iterations())
+        calls = s.llm_calls()
+    assert statuses["OK"] >= 2, statuses  # the seed and at least one valid change
+    assert len(calls) == 10 and all(c["model"] == "fast" for c in calls if not c["error"])
+    assert sum(c["prompt_tokens"] for c in calls) > 0
+    assert outcomes["evaluated"] >= 2
+    assert out.final.best is not None and out.final.status in ("OK", "REJECTED", "UNCHANGED")
+    run = tmp_path / "run"
+    for name in ("report.md", "report.json", "best_so_far.png", "evolve.db", "best.src"):
+        assert (run / name).is_file(), name
+    report = json.loads((run / "report.json").read_text())
+    assert report["evaluations"] == sum(statuses.values())
+    assert report["lineage"][0]["id"] == "seed" and report["evaluations_per_hour"] > 0
+    result = json.loads(out.final.result_json.read_text())  # type: ignore[union-attr]
+    assert result["format"] == "kernforge-tune-result" and result["sampler"] == "evolve"
+    if out.final.best.id != "seed":
+        assert result["best"]["variant"]["code"] == out.final.best.code
+    assert "```diff" in (run / "report.md").read_text() or out.final.best.id == "seed"
+
+
+def test_kill9_mid_run_resumes_to_the_same_population(heat_recordings: Path,
+                                                      tmp_path: Path) -> None:
+    recs = _recs(heat_recordings)
+    memo = tmp_path / "memo"
+    with FakeLLMServer(scripted_reply, latency=0.05) as srv:
+        ref = evolve_kernel(recs, llm_config(srv.base_url, ITERS), tmp_path / "ref",
+                            evaluate=memoized(make_evolve_evaluator(recs, inner_trials=2,
+                                                                    repeat=3), memo),
+                            validate_winner=False)
+        assert ref.result.iterations == ITERS
+        run_dir = tmp_path / "killed"
+        db = run_dir / "evolve.db"
+        env = {**os.environ,
+               "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        child = subprocess.Popen(
+            [sys.executable, "-m", "tests.pipeline._evolve_child", str(heat_recordings),
+             str(run_dir), str(memo), srv.base_url, str(ITERS), "0.3"], cwd=ROOT, env=env)
+        deadline = time.monotonic() + 120
+        while _finished(db) < 4 and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert child.poll() is None, "the child finished before it could be killed"
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        with Store(db) as s:
+            applied = s.get_state("next_apply")
+            finished_before = {e["program_id"] for e in s.events("evaluation_finished")}
+        assert 0 < applied < ITERS
+        resumed = evolve_kernel(recs, llm_config(srv.base_url, ITERS), run_dir, resume=True,
+                                evaluate=memoized(make_evolve_evaluator(recs, inner_trials=2,
+                                                                        repeat=3), memo),
+                                validate_winner=False)
+    assert resumed.result.iterations == ITERS
+    assert _population(db) == _population(tmp_path / "ref" / "evolve.db")
+    with Store(db) as s:
+        per_program = Counter(e["program_id"] for e in s.events("evaluation_finished"))
+    assert max(per_program.values()) == 1, per_program  # no evaluation repeated
+    assert finished_before <= set(per_program)
+    assert resumed.result.evaluations == len(per_program) - len(finished_before)
+
+
+def test_cli_rejects_an_unknown_key_naming_it(heat_recordings: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("evolve:\n  seed: 1\n  max_iteratons: 3\nproposers: [{kind: offline}]\n")
+    r = subprocess.run([sys.executable, "-m", "kernforge", "evolve", str(heat_recordings),
+                        "--config", str(cfg), "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "max_iteratons" in r.stderr and "bad.yaml" in r.stderr
+    toml = tmp_path / "bad.toml"
+    toml.write_text('[tuner]\ntrials = 2\npreset = "quick"\nwarmup = 1\n')
+    with pytest.raises(ConfigError, match="'warmup' in tuner"):
+        load_config(toml)
+
+
+@pytest.mark.parametrize("data, words", [
+    ({"evolv": {}}, "'evolv'"),
+    ({"proposers": [{"kind": "llm", "models": [{"name": "m", "wieght": 1}]}]}, "wieght"),
+    ({"proposers": [{"kind": "offline", "command": "x"}]}, "'command' in proposers[0]"),
+    ({"proposers": [{"kind": "magic"}]}, "magic"),
+    ({"evolve": {"mapelites": {"islandz": 2}}}, "islandz"),
+    ({"tuner": {"trials": -1}}, "tuner.trials"),
+])
+def test_config_errors_name_the_key(data: dict, words: str) -> None:
+    with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        config_from_dict(data, "cfg.yaml")
+
+
+def test_example_configs_load() -> None:
+    for name in ("evolve-cpu.yaml", "evolve-cuda.toml"):
+        cfg = load_config(ROOT / "examples" / name)
+        assert cfg.proposers and cfg.evolve.max_iterations > 0
+
+
+def test_cli_runs_offline_and_export_picks_up_the_result(heat_recordings: Path,
+                                                         tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[evolve]\nseed = 1\nmax_iterations = 4\neval_slots = 1\nllm_slots = 1\n'
+                   '[[proposers]]\nkind = "offline"\n[tuner]\ntrials = 2\nrepeat = 3\n')
+    out = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "kernforge", "evolve", str(heat_recordings),
+                        "--config", str(cfg), "--out", str(out)],
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "speedup over the recorded kernel" in r.stdout
+    assert list(out.glob("heat_step/*/result.json"))
+    e = subprocess.run([sys.executable, "-m", "kernforge", "export", str(out), "--min-speedup",
+                        "0"], capture_output=True, text=True, timeout=120, check=False)
+    assert e.returncode in (0, 1), e.stdout + e.stderr  # 1: nothing faster than recorded
+    r2 = subprocess.run([sys.executable, "-m", "kernforge", "evolve", str(heat_recordings),
+                         "--config", str(cfg), "--out", str(out)],
+                        capture_output=True, text=True, timeout=120, check=False)
+    assert r2.returncode == 2 and "--resume" in r2.stderr
