@@ -130,9 +130,9 @@ def test_demo_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     assert summary["wrong"]["status"] == "WRONG_RESULT"
     assert summary["tuned"]["speedup_interleaved"] > 0
     assert (Path(summary["tuned"]["result"]).parent / "history.png").is_file()
-    evolved = summary["evolve"]  # the hottest kernel, evolved
-    assert evolved["kernel"] in ("heat_step", "apply_boundary")
-    assert Path(evolved["report"]).is_file()
+    evolved = summary["evolve"]  # every recorded kernel, evolved
+    assert {"heat_step", "apply_boundary"} <= {e["kernel"] for e in evolved}
+    assert all(Path(e["report"]).is_file() for e in evolved)
     e2e = summary["end_to_end"]
     if e2e is not None:  # a verified winner was deployed: same output, launches replaced
         assert e2e["outputs_identical"] and e2e["launches_replaced"] > 0

@@ -92,8 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_evolve_and_deploy(result: DemoResult) -> None:
-    ev = result.evolved
-    if ev is not None:
+    for ev in result.evolved:
         r, f = ev.report, ev.final
         best = f.best.id if f.best else "-"
         console.print(f"4. evolved {ev.kernel}: {r.programs} programs, {r.evaluations} "
@@ -106,7 +105,9 @@ def _print_evolve_and_deploy(result: DemoResult) -> None:
         console.print("5. no verified speedup above 1 to deploy", markup=False)
         return
     verdict = "outputs identical" if e.identical else "OUTPUTS DIFFER"
-    console.print(f"5. deployed the {e.winner.source} winner ({e.spec}): application "
+    won = ", ".join(f"{w.recording.source.entry} ({w.source}, {w.ab.speedup:.2f}x)"
+                    for w in e.winners)
+    console.print(f"5. deployed {won} ({e.spec}): application "
                   f"{fmt_time(min(e.plain_s))} plain -> {fmt_time(min(e.deployed_s))} with the "
                   f"spec; end-to-end speedup {e.speedup:.3f}x (median of {len(e.ratios)} "
                   f"interleaved rounds), {e.substituted} launches replaced, {verdict}",

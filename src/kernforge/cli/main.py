@@ -29,8 +29,8 @@ from . import (
 )
 from .output import err_console
 
-COMMANDS = (demo_cmd, evolve_cmd, record_cmd, inspect_cmd, replay_cmd, tune_cmd, export_cmd, run_cmd,
-            serve_cmd, integrity_cmd)
+COMMANDS = (demo_cmd, evolve_cmd, record_cmd, inspect_cmd, replay_cmd, tune_cmd, export_cmd,
+            run_cmd, serve_cmd, integrity_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,12 +24,13 @@ from typing import Any
 
 from ..backends import get_backend
 from ..core import BackendUnavailableError, ConfigError, Measurement, Recording
+from ..evolve.controller import Progress
 from ..record import find_recordings, load_recording
 from ..replay import replay
 from ..replay.tuning import TuningOutcome, tune_recording
 from ..tune import Budget
 from .demo_deploy import EndToEnd, Winner, end_to_end, export_spec
-from .evolve import EvolveOutcome, evolve_kernel
+from .evolve import Counters, EvolveOutcome, evolve_kernel
 from .evolve_config import RunConfig, config_from_dict, load_config
 from .run_app import record_application
 
@@ -66,8 +67,8 @@ class DemoResult:
     tuned: TuningOutcome | None = None
     wrong: Measurement | None = None
     wrong_unit: str = ""
-    evolved: EvolveOutcome | None = None
-    winner: Winner | None = None
+    evolved: list[EvolveOutcome] = field(default_factory=list)
+    winners: list[Winner] = field(default_factory=list)
     e2e: EndToEnd | None = None
 
 
@@ -102,17 +103,21 @@ def demo_evolve_config(iterations: int, inner_trials: int, repeat: int,
         "tuner": {"trials": inner_trials, "repeat": repeat}}, "demo")
 
 
-def pick_winner(result: DemoResult) -> Winner | None:
-    """The faster verified result of tuning and evolution (interleaved speedup above 1)."""
+def pick_winners(result: DemoResult) -> list[Winner]:
+    """Per kernel, the faster verified result of tuning and evolution (speedup above 1)."""
+    best: dict[str, Winner] = {}
     cands: list[Winner] = []
     t = result.tuned
     if t is not None and t.ab is not None and t.speedup > 1.0:
         cands.append(Winner("tune", t.recording, t.best_variant, t.ab))
-    ev = result.evolved
-    if ev is not None and ev.final.ab is not None and ev.final.variant is not None \
-            and ev.final.speedup > 1.0:
-        cands.append(Winner("evolve", ev.target.primary, ev.final.variant, ev.final.ab))
-    return max(cands, key=lambda w: w.ab.speedup, default=None)
+    for ev in result.evolved:
+        if ev.final.ab is not None and ev.final.variant is not None and ev.final.speedup > 1.0:
+            cands.append(Winner("evolve", ev.target.primary, ev.final.variant, ev.final.ab))
+    for w in cands:
+        k = w.recording.source.entry
+        if k not in best or w.ab.speedup > best[k].ab.speedup:
+            best[k] = w
+    return list(best.values())
 
 
 def run_demo(out: Path | None = None, *, backend: str | None = None, n: int | None = None,
@@ -150,24 +155,43 @@ def run_demo(out: Path | None = None, *, backend: str | None = None, n: int | No
     progress(f"variant {app.wrong_label} of {target.name}")
     result.wrong = replay(target, repeat=1, warmup=0, **app.wrong)
     result.wrong_unit = target.name
-    group = [hot] + [r for r, _ in result.baseline
-                     if r.source.entry == hot.source.entry and r is not hot]
     cfg = demo_evolve_config(iterations, inner_trials, repeat,
                              llm_url or os.environ.get(LLM_URL_ENV),
                              llm_model or os.environ.get(LLM_MODEL_ENV), evolve_config)
-    progress(f"evolving {hot.source.entry} ({iterations} iterations, "
-             f"{', '.join(p.kind for p in cfg.proposers)} proposer)")
-    result.evolved = evolve_kernel(group, cfg, run_dir / "evolve" / hot.source.entry,
-                                   on_progress=lambda p, c: progress(
-                                       f"evolving {hot.source.entry}: iteration {p.applied}/"
-                                       f"{iterations}, {c.evaluations} evaluations"))
-    result.winner = pick_winner(result)
-    if result.winner is not None:
-        spec = export_spec(result.winner, run_dir / "deploy.json")
+    result.evolved = _evolve_all(result, cfg, iterations, progress)
+    result.winners = pick_winners(result)
+    if result.winners:
+        spec = export_spec(result.winners, run_dir / "deploy.json")
         progress(f"running {app.script} plain and with {spec}")
-        result.e2e = end_to_end(command, result.winner, spec, rounds=rounds, progress=progress)
+        result.e2e = end_to_end(command, result.winners, spec, rounds=rounds,
+                                progress=progress)
     _write_summary(run_dir / "summary.json", result)
     return result
+
+
+def _evolve_all(result: DemoResult, cfg: RunConfig, iterations: int,
+                progress: Callable[[str], None]) -> list[EvolveOutcome]:
+    """Evolve every recorded kernel (its recordings, the hottest first)."""
+    groups: dict[str, list[tuple[Recording, Measurement]]] = {}
+    for rec, m in result.baseline:
+        groups.setdefault(rec.source.entry, []).append((rec, m))
+    out = []
+    for name, rms in groups.items():
+        recs = [r for r, _ in sorted(rms, key=lambda rm: -(rm[1].median if rm[1].ok else 0))]
+        progress(f"evolving {name} ({iterations} iterations, "
+                 f"{', '.join(p.kind for p in cfg.proposers)} proposer)")
+        out.append(evolve_kernel(recs, cfg, result.run_dir / "evolve" / name,
+                                 on_progress=_reporter(name, iterations, progress)))
+    return out
+
+
+def _reporter(name: str, iterations: int, progress: Callable[[str], None]
+              ) -> Callable[[Progress, Counters], None]:
+    def report(p: Progress, c: Counters) -> None:
+        progress(f"evolving {name}: iteration {p.applied}/{iterations}, "
+                 f"{c.evaluations} evaluations")
+
+    return report
 
 
 def _write_summary(path: Path, r: DemoResult) -> None:
@@ -182,14 +206,16 @@ def _write_summary(path: Path, r: DemoResult) -> None:
             "speedup_interleaved": t.speedup,
             "speedup_ci": [t.ab.ci_low, t.ab.ci_high] if t.ab else None},
         "wrong": {"label": r.app.wrong_label, **r.wrong.to_json()} if r.wrong else None,
-        "evolve": None if r.evolved is None else {
-            "kernel": r.evolved.kernel, "status": r.evolved.final.status,
-            "speedup_interleaved": r.evolved.final.speedup,
-            "best": r.evolved.final.best.id if r.evolved.final.best else None,
-            "report": r.evolved.report.files.get("report"),
-            "result": str(r.evolved.final.result_json)},
+        "evolve": [{
+            "kernel": ev.kernel, "status": ev.final.status,
+            "speedup_interleaved": ev.final.speedup, "programs": ev.report.programs,
+            "best": ev.final.best.id if ev.final.best else None,
+            "report": ev.report.files.get("report"),
+            "result": str(ev.final.result_json)} for ev in r.evolved],
         "end_to_end": None if r.e2e is None else {
-            "spec": str(r.e2e.spec), "from": r.e2e.winner.source, "speedup": r.e2e.speedup,
+            "spec": str(r.e2e.spec), "speedup": r.e2e.speedup,
+            "winners": [{"kernel": w.recording.source.entry, "from": w.source,
+                         "speedup": w.ab.speedup} for w in r.e2e.winners],
             "plain_s": r.e2e.plain_s, "deployed_s": r.e2e.deployed_s,
             "outputs_identical": r.e2e.identical, "launches_replaced": r.e2e.substituted},
     }

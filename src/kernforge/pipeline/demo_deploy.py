@@ -34,7 +34,7 @@ class Winner:
 @dataclass
 class EndToEnd:
     spec: Path
-    winner: Winner
+    winners: list[Winner]
     plain_s: list[float] = field(default_factory=list)
     deployed_s: list[float] = field(default_factory=list)
     ratios: list[float] = field(default_factory=list)
@@ -52,12 +52,12 @@ class EndToEnd:
         return bool(a) and a == b
 
 
-def export_spec(winner: Winner, path: Path) -> Path:
-    ab = winner.ab
-    entry = entry_from_recording(winner.recording, winner.variant, baseline_s=ab.median_a,
-                                 tuned_s=ab.median_b, speedup=ab.speedup,
-                                 speedup_ci=(ab.ci_low, ab.ci_high))
-    return write_spec(path, [entry])
+def export_spec(winners: Sequence[Winner], path: Path) -> Path:
+    """One entry per winner (each a different kernel) in one deployment spec."""
+    entries = [entry_from_recording(w.recording, w.variant, baseline_s=w.ab.median_a,
+                                    tuned_s=w.ab.median_b, speedup=w.ab.speedup,
+                                    speedup_ci=(w.ab.ci_low, w.ab.ci_high)) for w in winners]
+    return write_spec(path, entries)
 
 
 def _run_once(command: Sequence[str], spec: Path | None) -> tuple[float, str, int]:
@@ -79,11 +79,11 @@ def _run_once(command: Sequence[str], spec: Path | None) -> tuple[float, str, in
     return elapsed, buf.getvalue(), substituted
 
 
-def end_to_end(command: Sequence[str], winner: Winner, spec: Path, *, rounds: int = 3,
+def end_to_end(command: Sequence[str], winners: list[Winner], spec: Path, *, rounds: int = 3,
                progress: Callable[[str], None] = lambda s: None) -> EndToEnd:
     """One untimed warm-up of each, then ``rounds`` interleaved rounds (order alternating);
     the speedup is the median of the per-round ratios plain / with spec."""
-    e = EndToEnd(spec, winner)
+    e = EndToEnd(spec, winners)
     _, e.plain_output, _ = _run_once(command, None)
     _, e.deployed_output, _ = _run_once(command, spec)
     for i in range(rounds):
