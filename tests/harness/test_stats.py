@@ -45,3 +45,15 @@ def test_summarize():
     assert s["min"] <= s["ci_low"] <= s["median"] <= s["ci_high"] <= s["max"]
     with pytest.raises(ConfigError):
         summarize([])
+
+
+def test_results_are_split_by_precision_never_pooled() -> None:
+    from kernforge.harness import by_precision, precision_of
+
+    assert precision_of(["float32"]) == "fp32" and precision_of(["float64", "float64"]) == "fp64"
+    assert precision_of(["float16"]) == "fp16" and precision_of(["int32"]) == "int"
+    assert precision_of(["float32", "float64"]) == "mixed"
+    split = by_precision([("fp32", 2.0), ("fp32", 8.0), ("fp64", 1.5)])
+    assert set(split) == {"fp32", "fp64"}
+    assert split["fp32"]["geomean"] == pytest.approx(4.0) and split["fp32"]["n"] == 2
+    assert split["fp64"]["geomean"] == pytest.approx(1.5)

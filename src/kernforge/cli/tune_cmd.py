@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..core import ConfigError
+from ..harness import by_precision, precision_of
 from ..record import find_recordings, load_recording
 from ..replay.tuning import TuningOutcome, tune_recording
 from ..tune import Budget
@@ -116,4 +117,9 @@ def _summary(out: Path, outcomes: list[TuningOutcome]) -> None:
                   fmt_time(o.best_s), f"{o.speedup:.3f}x{ci}",
                   escape(", ".join(f"{k}={v}" for k, v in changed.items()) or "(recorded)"))
     console.print(t)
+    split = by_precision([(precision_of([a.dtype for a in o.recording.args if a.written]),
+                           o.speedup) for o in outcomes])
+    for label, s in split.items():
+        console.print(f"{label}: geometric mean speedup {s['geomean']:.3f}x over {s['n']} "
+                      f"unit(s) (median {s['median']:.3f}x)", markup=False)
     console.print(f"per unit: result.json, history.png, study.db under {out}", markup=False)

@@ -4,9 +4,9 @@ Every number kernforge prints comes through here. It imports only ``core`` and `
 """
 
 from .compare import ABResult, interleave
-from .stats import bootstrap_ci, geomean, median, summarize
+from .stats import bootstrap_ci, by_precision, geomean, median, precision_of, summarize
 from .timing import Protocol, measure
 from .verify import check_buffer, verify
 
-__all__ = ["ABResult", "Protocol", "bootstrap_ci", "check_buffer", "geomean", "interleave",
-           "measure", "median", "summarize", "verify"]
+__all__ = ["ABResult", "Protocol", "bootstrap_ci", "by_precision", "check_buffer", "geomean",
+           "interleave", "measure", "median", "precision_of", "summarize", "verify"]

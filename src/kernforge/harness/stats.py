@@ -57,3 +57,35 @@ def summarize(samples: Sequence[float], *, n: int = 2000, seed: int = 0) -> dict
     lo, hi = bootstrap_ci(a.tolist(), n=n, seed=seed)
     return {"median": float(np.median(a)), "min": float(a.min()), "max": float(a.max()),
             "n": int(a.size), "ci_low": lo, "ci_high": hi}
+
+
+def precision_of(dtypes: Sequence[str]) -> str:
+    """The precision label of a result from the dtypes of its written buffers: ``fp16``,
+    ``fp32``, ``fp64`` (``bf16``, ``int``, ``other``), or ``mixed`` when they disagree."""
+    labels = set()
+    for d in dtypes:
+        dt = np.dtype(d) if d != "bfloat16" else None
+        if dt is None:
+            labels.add("bf16")
+        elif dt.kind == "f":
+            labels.add(f"fp{dt.itemsize * 8}")
+        elif dt.kind in "iub":
+            labels.add("int")
+        else:
+            labels.add("other")
+    return labels.pop() if len(labels) == 1 else ("mixed" if labels else "other")
+
+
+def by_precision(results: Sequence[tuple[str, float]], *, n: int = 2000,
+                 seed: int = 0) -> dict[str, dict[str, float]]:
+    """Speedups split by precision: per label, ``n``, ``geomean``, ``median``, ``min``, ``max``
+    and the bootstrap CI of the median. Results of different precisions are never pooled."""
+    groups: dict[str, list[float]] = {}
+    for label, value in results:
+        groups.setdefault(label, []).append(value)
+    out = {}
+    for label in sorted(groups):
+        values = groups[label]
+        summary = summarize(values, n=n, seed=seed)
+        out[label] = {**summary, "geomean": geomean(values)}
+    return out
