@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
-from ..core import KernforgeError, Variant
+from ..core import Variant
 from ..evolve.controller import RunResult
 from ..evolve.store import Store
 from ..evolve.types import Program
 from ..harness import ABResult
-from ..replay import compare
 from ..replay.tuning import RESULT_FORMAT, RESULT_VERSION, variant_json
+from ..replay.validate import validate
 from .evolve_eval import EvolveTarget
 
 
@@ -43,23 +43,12 @@ def iteration_of(store: Store, program_id: str) -> int:
 
 def _validate(target: EvolveTarget, variant: Variant, run_dir: Path, passes: int,
               claimed: float | None) -> tuple[ABResult | None, dict[str, Any] | None, str]:
-    """Every integrity gate (replay.validate) when available, else the interleaved compare."""
+    """Every integrity gate (replay.validate); there is no weaker fallback."""
     rec = target.primary
-    try:
-        from ..replay.validate import validate
-    except ImportError:
-        validate = None  # type: ignore[assignment]
-    if validate is not None:
-        v = validate(rec, variant, backend=target.backend, tolerance=target.tolerance,
-                     passes=passes, claimed=claimed, ledger=run_dir / "ledger.jsonl")
-        return (v.ab if v.accepted else None), v.to_json(), \
-            ("" if v.accepted else f"{v.reason}: {v.message}")
-    try:
-        ab = compare(rec, rec.variant, variant, backend=target.backend,
-                     tolerance=target.tolerance, passes=passes)
-    except KernforgeError as exc:
-        return None, None, exc.message
-    return ab, None, ""
+    v = validate(rec, variant, backend=target.backend, tolerance=target.tolerance,
+                 passes=passes, claimed=claimed, ledger=run_dir / "ledger.jsonl")
+    return (v.ab if v.accepted else None), v.to_json(), \
+        ("" if v.accepted else f"{v.reason}: {v.message}")
 
 
 def finalize(target: EvolveTarget, result: RunResult, store: Store, run_dir: Path, *,
