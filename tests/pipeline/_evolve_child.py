@@ -5,9 +5,9 @@ import time
 from pathlib import Path
 
 from kernforge.pipeline.evolve import evolve_kernel
-from kernforge.pipeline.evolve_eval import make_evolve_evaluator, memoized
+from kernforge.pipeline.evolve_eval import make_evolve_evaluator
 from kernforge.record import find_recordings, load_recording
-from tests.pipeline.evolve_helpers import llm_config
+from tests.pipeline.evolve_helpers import llm_config, memoized
 
 if __name__ == "__main__":
     rec_dir, run_dir, memo, base_url, iters, delay = sys.argv[1:7]

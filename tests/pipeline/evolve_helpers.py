@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
+from kernforge.core import Status
+from kernforge.evolve.types import EvalResult, RecordingResult
 from kernforge.pipeline.evolve_config import RunConfig, config_from_dict
+from kernforge.pipeline.evolve_eval import Evaluate
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "examples" / "heat3d_cpu.py"
@@ -66,3 +71,40 @@ def llm_config(base_url: str, iterations: int = 12, seed: int = 3) -> RunConfig:
                        "retries": 1}],
         "tuner": {"trials": 2, "repeat": 3},
     }, "test")
+
+
+def result_to_json(r: EvalResult) -> dict[str, Any]:
+    return {"status": r.status.value, "fitness": r.fitness, "error": r.error,
+            "config": r.config, "message": r.message, "extra": r.extra,
+            "recordings": [{"name": x.name, "status": x.status.value, "median_s": x.median_s,
+                            "error": x.error, "message": x.message} for x in r.recordings]}
+
+
+def result_from_json(d: dict[str, Any]) -> EvalResult:
+    recs = tuple(RecordingResult(x["name"], Status(x["status"]), x["median_s"], x["error"],
+                                 x["message"]) for x in d["recordings"])
+    return EvalResult(status=Status(d["status"]), fitness=d["fitness"], error=d["error"],
+                      config=d["config"], recordings=recs, message=d["message"],
+                      extra=d["extra"])
+
+
+def memoized(evaluate: Evaluate, directory: str | Path) -> Evaluate:
+    """``evaluate`` with its results kept in ``directory`` (one JSON file per code hash): a
+    second run over the same recordings reuses them, so it is reproducible to the bit.
+
+    Test-only: the key is the code alone (not the recordings, backend, device, tolerance,
+    preset, trials or repeat), so one ``directory`` must serve one evaluator only."""
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def run_one(code: str) -> EvalResult:
+        path = folder / f"{hashlib.sha256(code.encode()).hexdigest()[:32]}.json"
+        if path.is_file():
+            return result_from_json(json.loads(path.read_text()))
+        r = evaluate(code)
+        tmp = path.with_suffix(f".{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(result_to_json(r), default=str))
+        tmp.replace(path)
+        return r
+
+    return run_one

@@ -20,10 +20,10 @@ from kernforge.evolve.store import Store
 from kernforge.llm.fake_server import FakeLLMServer
 from kernforge.pipeline.evolve import evolve_kernel
 from kernforge.pipeline.evolve_config import config_from_dict, load_config
-from kernforge.pipeline.evolve_eval import make_evolve_evaluator, memoized
+from kernforge.pipeline.evolve_eval import make_evolve_evaluator
 from kernforge.record import find_recordings, load_recording
 
-from .evolve_helpers import ROOT, llm_config, scripted_reply
+from .evolve_helpers import ROOT, llm_config, memoized, scripted_reply
 
 ITERS = 16
 
