@@ -14,7 +14,6 @@ Everything lands in a run directory.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from typing import Any
 
 from ..backends import get_backend
 from ..core import BackendUnavailableError, ConfigError, Measurement, Recording
+from ..core.jsonio import write_json_atomic
 from ..evolve.controller import Progress
 from ..record import find_recordings, load_recording
 from ..replay import replay
@@ -219,6 +219,4 @@ def _write_summary(path: Path, r: DemoResult) -> None:
             "plain_s": r.e2e.plain_s, "deployed_s": r.e2e.deployed_s,
             "outputs_identical": r.e2e.identical, "launches_replaced": r.e2e.substituted},
     }
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    tmp.replace(path)
+    write_json_atomic(path, data)

@@ -5,8 +5,6 @@ See docs/recording-format.md. :mod:`kernforge.record.format` re-exports everythi
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
 import time
@@ -15,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import RecordingError
+from ..core.jsonio import canonical_checksum, canonical_json, fsync_dir  # noqa: F401 (re-exported)
 
 FORMAT = "kernforge-recording"
 SCHEMA_VERSION = 1
@@ -26,26 +25,9 @@ TMP_PREFIX = ".tmp-"
 PathLike = str | os.PathLike
 
 
-def canonical_json(obj: Any) -> bytes:
-    """The bytes the checksum is computed over: sorted keys, no whitespace, ASCII."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                      allow_nan=False).encode("ascii")
-
-
 def manifest_checksum(manifest: Mapping[str, Any]) -> str:
-    body = {k: v for k, v in manifest.items() if k != "checksum"}
-    return hashlib.sha256(canonical_json(body)).hexdigest()
-
-
-def fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """The checksum over the canonical form of the manifest without its checksum field."""
+    return canonical_checksum({k: v for k, v in manifest.items() if k != "checksum"})
 
 
 def _unit_key(p: Path) -> tuple[Any, ...]:

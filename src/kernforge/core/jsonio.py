@@ -1,0 +1,64 @@
+"""JSON on disk, written so that a crash never leaves a half-written file.
+
+One implementation for every record kernforge keeps (recordings' manifests, tuning results,
+deployment specs, run summaries, ledgers' side files): a temporary sibling with a unique name,
+``fsync``, ``os.replace``, then ``fsync`` of the directory. The canonical form (sorted keys, no
+whitespace, ASCII, no NaN/Infinity) is what checksums are computed over.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def canonical_json(obj: Any) -> bytes:
+    """Sorted keys, no whitespace, ASCII, strict (no NaN/Infinity literals)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False).encode("ascii")
+
+
+def canonical_checksum(obj: Any) -> str:
+    """sha256 (hex) of :func:`canonical_json`."""
+    return hashlib.sha256(canonical_json(obj)).hexdigest()
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename in ``path`` durable (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> Path:
+    """Write ``data`` into ``path`` atomically: readers see the old file or the new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+    return path
+
+
+def write_json_atomic(path: Path, data: Any, *, indent: int | None = 2) -> Path:
+    """``data`` as (human-readable) JSON, written atomically."""
+    text = json.dumps(data, indent=indent, default=str)
+    return write_bytes_atomic(Path(path), (text + "\n").encode())

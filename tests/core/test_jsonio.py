@@ -1,0 +1,42 @@
+"""Atomic JSON writes: the old file or the new one, never a torn one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kernforge.core.jsonio import canonical_checksum, canonical_json, write_json_atomic
+
+
+def test_canonical_form_is_stable() -> None:
+    assert canonical_json({"b": 1, "a": [1.5, "x"]}) == b'{"a":[1.5,"x"],"b":1}'
+    assert canonical_checksum({"a": 1, "b": 2}) == canonical_checksum({"b": 2, "a": 1})
+
+
+def test_write_replaces_and_leaves_no_temporary(tmp_path: Path) -> None:
+    p = tmp_path / "deep" / "r.json"
+    write_json_atomic(p, {"v": 1})
+    write_json_atomic(p, {"v": 2})
+    assert json.loads(p.read_text()) == {"v": 2}
+    assert [f.name for f in p.parent.iterdir()] == ["r.json"]
+
+
+def test_a_writer_killed_mid_loop_never_leaves_a_torn_file(tmp_path: Path) -> None:
+    p = tmp_path / "r.json"
+    code = ("import sys; from pathlib import Path; from kernforge.core.jsonio import "
+            "write_json_atomic\nfor i in range(10**6): write_json_atomic(Path(sys.argv[1]), "
+            "{'i': i, 'pad': 'x' * 200000})")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(p)])
+    deadline = time.time() + 20
+    while not p.exists() and time.time() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    data = json.loads(p.read_text())  # complete: one of the versions written
+    assert data["i"] >= 0 and len(data["pad"]) == 200000
