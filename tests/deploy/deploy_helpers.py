@@ -38,8 +38,10 @@ def axpy_entry(rec: Recording, **overrides: Any) -> DeployEntry:
 
 
 def write_result(directory: Path, rec: Recording, variant: Mapping[str, Any], *,
-                 speedup: float = 1.5, status: str = "OK") -> Path:
-    """A tuning result file as the tuner glue writes it (kernforge-tune-result v1)."""
+                 speedup: float = 1.5, status: str = "OK",
+                 verdict: str | None = "accepted") -> Path:
+    """A tuning result file as the tuner glue writes it (kernforge-tune-result v1); ``verdict``
+    None: without a validation (as the service wrote before it validated)."""
     directory.mkdir(parents=True, exist_ok=True)
     full = {"code": None, "options": {}, "defines": {}, "constants": {},
             "launch": rec.launch.to_json(), **variant}
@@ -47,7 +49,9 @@ def write_result(directory: Path, rec: Recording, variant: Mapping[str, Any], *,
            "recording": str(rec.path.resolve()), "backend": rec.backend, "sampler": "tpe",
            "evaluations": 3, "status": status, "best": {"config": {}, "variant": full},
            "baseline_median_s": 2e-3, "best_median_s": 2e-3 / speedup, "speedup": speedup,
-           "speedup_ci": [speedup * 0.95, speedup * 1.05]}
+           "speedup_ci": [speedup * 0.95, speedup * 1.05],
+           "validation": {"verdict": verdict, "status": "OK", "speedup": speedup}
+           if verdict is not None else None}
     path = directory / "result.json"
     path.write_text(json.dumps(doc, indent=2))
     return path

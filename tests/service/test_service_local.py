@@ -10,6 +10,7 @@ import pytest
 from kernforge.core import RecordingError, Status
 from kernforge.service import Client
 from kernforge.service.samples import fault, good_variants
+from kernforge.service.tasks import validate_task
 from kernforge.tune import Budget
 
 PROTOCOL = {"warmup": 1, "repeat": 3}
@@ -78,4 +79,25 @@ def test_tune_runs_parallel_tpe_on_the_workers(client: Client, rec, tmp_path: Pa
     assert result.best_variant is not None
     data = json.loads((tmp_path / rec.name / "result.json").read_text())
     assert data["format"] == "kernforge-tune-result" and data["evaluations"] == 6
+    # a winner other than the recorded configuration is validated before "OK" is written
+    if result.ab is not None:
+        assert result.validation is not None
+        assert data["validation"]["verdict"] == result.validation.verdict
+        assert data["status"] == ("OK" if result.validation.accepted else "REJECTED")
+        assert (tmp_path / rec.name / "ledger.jsonl").exists()
+    else:
+        assert data["validation"] is None and data["speedup"] == 1.0
     assert (tmp_path / rec.name / "history.png").exists()
+
+
+def test_validate_task_runs_every_gate_on_a_worker(client: Client, rec_path: Path, rec) -> None:
+    o3 = good_variants(rec, 2)[1]
+    ok = client.call(validate_task, str(rec_path), o3, None, 3, None, client.limits,
+                     key="validate")
+    # a correct variant reaches the re-measurement (then accepted, or rejected only when it
+    # is slower than the recorded one on this machine)
+    assert ok.ab is not None and ok.ab.passes == 3
+    assert ok.accepted or ok.reason.startswith("regression"), ok.reason
+    wrong = client.call(validate_task, str(rec_path), fault(rec, "wrong"), None, 3, None,
+                        client.limits, key="validate")
+    assert wrong.verdict == "rejected" and wrong.status is Status.WRONG_RESULT

@@ -20,12 +20,13 @@ from .output import console, err_console, fmt_time
 RESULT_NAME = "result.json"
 RESULT_FORMAT = "kernforge-tune-result"
 RESULT_VERSIONS = (1,)
+ACCEPTED_VERDICTS = ("accepted", "downgraded")  # replay.validate: the winner passed every gate
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="write a deployment spec from a tuning run",
                        description="Collect every tuning result (RUN_DIR/**/result.json) with "
-                                   "status OK whose interleaved speedup is above "
+                                   "status OK, validated (every integrity gate passed), whose interleaved speedup is above "
                                    "--min-speedup, and write a deployment spec: per kernel, "
                                    "device and problem, the tuned variant and its evidence. "
                                    "Run an application with it: kernforge run --deploy SPEC "
@@ -94,8 +95,13 @@ def collect(run_dir: Path, min_speedup: float) -> tuple[list[Exported], list[str
     for path in paths:
         doc = _load_result(path)
         speedup = doc.get("speedup")
+        validation = doc.get("validation")
+        verdict = validation.get("verdict") if isinstance(validation, dict) else None
         if doc.get("status") != "OK":
             skipped.append(f"{path}: status {doc.get('status')}")
+        elif verdict not in ACCEPTED_VERDICTS:
+            skipped.append(f"{path}: not validated (validation verdict {verdict}); "
+                           f"re-run the tuning with this kernforge")
         elif not isinstance(speedup, (int, float)) or not speedup > min_speedup:
             skipped.append(f"{path}: speedup {speedup} is not above {min_speedup:g}")
         else:

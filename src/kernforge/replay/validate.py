@@ -175,11 +175,12 @@ def validate(recording: Recording, variant: Variant | None = None, *,
         v = _rejected(case, key, exc, notes)
     v.notes["seconds"] = time.perf_counter() - t0
     v.provenance = provenance(be, command=command)
-    _publish(v, ledger, figure)
+    publish(v, ledger, figure)
     return v
 
 
-def _publish(v: Validation, ledger: Ledger | PathLike | None, figure: PathLike | None) -> None:
+def publish(v: Validation, ledger: Ledger | PathLike | None, figure: PathLike | None) -> None:
+    """Append ``v`` to ``ledger`` and write it as ``figure`` (each when given)."""
     if ledger is not None:
         book = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
         prov = {k: v.provenance.get(k) for k in ("command", "kernforge_version", "git",

@@ -22,6 +22,7 @@ from ..core import KernforgeError, Measurement, Status, Variant
 from ..replay.engine import compare, evaluate_variant
 from ..replay.prepare import TolerancePolicy, is_tolerant, resolve_policies
 from ..replay.tuning import build_space
+from ..replay.validate import Validation, validate
 from ..tune import SearchSpace
 from .guard import Guard
 from .worker import Loaded, state
@@ -205,4 +206,26 @@ def compare_task(path: str, a: Variant | None, b: Variant, tolerance: ToleranceP
             guard.end(Measurement(exc.status or Status.RUNTIME_FAILED), count=False)
             return _raised(exc)
         guard.end(Measurement(Status.OK), count=False)
+        return result
+
+
+def validate_task(path: str, variant: Variant, tolerance: TolerancePolicy, passes: int,
+                  claimed: float | None, limits: Limits) -> Validation | Raised:
+    """Every integrity gate on a tuned winner (:func:`kernforge.replay.validate.validate`),
+    its canonical interleaved re-measurement included, watched as a whole. The ledger is
+    written by the client."""
+    worker = get_worker()
+    try:
+        loaded = state().load(path)
+    except KernforgeError as exc:
+        return _raised(exc)
+    with Guard(worker, str(worker.get_current_task()), "validate") as guard:
+        guard.stage("validate", limits.compile_timeout_s)
+        try:
+            result = validate(loaded.recording, variant, backend=loaded.backend,
+                              tolerance=tolerance, passes=passes, claimed=claimed)
+        except KernforgeError as exc:  # not the candidate's failure (RecordingError, ...)
+            guard.end(Measurement(exc.status or Status.RUNTIME_FAILED), count=False)
+            return _raised(exc)
+        guard.end(Measurement(result.status), count=False)
         return result

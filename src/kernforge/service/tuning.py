@@ -4,7 +4,8 @@ The search space is built on a worker (:func:`kernforge.replay.tuning.build_spac
 backend's dimensions around the recorded variant, where that backend exists); every trial is a
 request carrying the configuration, realized and evaluated on whichever worker is free
 (:func:`kernforge.tune.tune` keeps one request in flight per evaluator). The winner is
-re-measured interleaved against the recorded variant on a worker; with ``run_dir`` the result
+validated on a worker (:func:`kernforge.replay.validate.validate`: every integrity gate,
+then the interleaved re-measurement against the recorded variant); with ``run_dir`` the result
 is written as ``kernforge tune`` writes it (``result.json``, ``history.png``, ``study.db``).
 """
 
@@ -19,8 +20,9 @@ from ..core import ConfigError, Measurement, Variant
 from ..harness import ABResult
 from ..record import load_recording
 from ..replay.tuning import TuningOutcome, plot_history, write_result
+from ..replay.validate import Validation, publish
 from ..tune import Budget, SearchSpace, TrialRecord, TuneResult, tune
-from .tasks import compare_task, realize_task, space_task
+from .tasks import realize_task, space_task, validate_task
 
 if TYPE_CHECKING:
     from .client import Client
@@ -36,10 +38,12 @@ class ServiceTuning:
     best_variant: Variant | None
     ab: ABResult | None  # best vs recorded; None when the recorded configuration stayed best
     directory: Path | None = None
+    validation: Validation | None = None  # every integrity gate, run on the winner
 
     @property
     def speedup(self) -> float:
-        return self.ab.speedup if self.ab else 1.0
+        rejected = self.validation is not None and not self.validation.accepted
+        return self.ab.speedup if self.ab and not rejected else 1.0
 
 
 def _evaluator(client: Client, path: str, kw: Mapping[str, Any]
@@ -78,12 +82,19 @@ def tune_remote(client: Client, recording: Any, *, preset: str = "standard",
                  budget=budget, storage=storage, study_name=unit, seed=seed, on_trial=on_trial)
     best = study.best_trial
     best_variant = client.call(realize_task, path, best.config, key="realize") if best else None
-    ab = None
+    ab, validation = None, None
     base = study.baseline.config if study.baseline else None
     if best is not None and best_variant is not None and best.config != base:
-        ab = client.call(compare_task, path, None, best_variant, tolerance, passes,
-                         client.limits, key="compare")
-    result = ServiceTuning(path, space, study, best_variant, ab, directory)
+        # the winner passes every integrity gate on a worker (as kernforge tune does
+        # locally); its canonical re-measurement is the interleaved comparison reported
+        baseline_s = study.baseline.median if study.baseline else None
+        claimed = baseline_s / best.median if baseline_s and best.median else None
+        validation = client.call(validate_task, path, best_variant, tolerance, passes,
+                                 claimed, client.limits, key="validate")
+        ab = validation.ab
+        if directory is not None:
+            publish(validation, directory / "ledger.jsonl", None)
+    result = ServiceTuning(path, space, study, best_variant, ab, directory, validation)
     if directory is not None:
         _write(result, directory, sampler=sampler, preset=preset)
     return result
@@ -95,6 +106,7 @@ def _write(result: ServiceTuning, directory: Path, *, sampler: str, preset: str)
     study = result.study
     outcome = TuningOutcome(rec, directory, study, result.best_variant or rec.variant,
                             study.baseline.median if study.baseline else None,
-                            study.best_trial.median if study.best_trial else None, result.ab)
+                            study.best_trial.median if study.best_trial else None, result.ab,
+                            result.validation)
     write_result(outcome, sampler=sampler, preset=preset)
     plot_history(outcome, directory / "history.png", sampler=sampler)
