@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from kernforge.core import KernelSource
-from kernforge.harness.static_checks import check_options, check_source, new_findings
+from kernforge.harness.static_checks import (
+    check_defines,
+    check_options,
+    check_source,
+    new_findings,
+)
 
 
 def rules(code: str, language: str = "c", **kw: bool) -> set[tuple[str, str]]:
@@ -106,3 +111,54 @@ def test_fast_math_smuggled_through_extra_options() -> None:
     assert check_options({"extra_options": "--use_fast_math"}, {}, bitwise=False) == []
     assert check_options({"extra_options": "--use_fast_math"},
                          {"extra_options": "--use_fast_math"}) == []
+
+
+def test_unparsable_extra_options_are_a_finding() -> None:
+    (f,) = check_options({"extra_options": '-ffast-math "'}, {})
+    assert f.reason == "static:fastmath" and "cannot be parsed" in f.message
+    # the recorded options themselves are excused, and nothing counts without bitwise checks
+    assert check_options({"extra_options": '-O3 "'}, {"extra_options": '-O3 "'}) == []
+    assert check_options({"extra_options": '-ffast-math "'}, {}, bitwise=False) == []
+
+
+@pytest.mark.parametrize("flag", [
+    "-ffp-contract=fast", "-ffp-contract=on", "-funsafe-math-optimizations",
+    "-freciprocal-math", "-ffinite-math-only", "-fno-signed-zeros", "-fassociative-math",
+    "-Ofast", "-fno-honor-nans", "-fapprox-func", "-fcx-limited-range", "-ffp-model=fast",
+    "-mrecip", "-mdaz-ftz", "-fdenormal-fp-math=preserve-sign",
+    "--use_fast_math", "-use_fast_math", "--ftz=true", "-ftz=true", "--prec-div=false",
+    "-prec-sqrt=false", "--ftz true", "--prec-div false", "-Xcompiler -ffast-math",
+    "-Xcompiler=-O3,-ffast-math", "--compiler-options=-ffast-math",
+    "-DT=_Pragma(\"GCC optimize(\\\"fast-math\\\")\")", "-DF=__expf",
+])
+def test_every_fast_math_spelling_in_extra_options_is_found(flag: str) -> None:
+    found = check_options({"extra_options": f"-lineinfo {flag} -O3"}, {})
+    assert [f.reason for f in found] == ["static:fastmath"], (flag, found)
+    assert check_options({"extra_options": f"-lineinfo {flag} -O3"}, {}, bitwise=False) == []
+
+
+@pytest.mark.parametrize("flag", ["-ffp-contract=off", "-fno-fast-math", "--ftz=false",
+                                  "--prec-div=true", "--fmad=true", "-O3", "-lineinfo",
+                                  "--std=c++17", "-DTILE=16", "-Xcompiler -O2"])
+def test_harmless_extra_options_are_not_found(flag: str) -> None:
+    assert check_options({"extra_options": flag}, {}) == []
+
+
+def test_response_files_and_hidden_calls_in_option_defines_are_found() -> None:
+    assert [f.symbol for f in check_options({"extra_options": "@more.txt"}, {})] == ["@more.txt"]
+    (f,) = check_options({"extra_options": "-D X=clock()"}, {}, bitwise=False)
+    assert f.reason == "static:timer"
+
+
+def test_fast_math_hidden_in_define_values() -> None:
+    pragma = '_Pragma("GCC optimize(\\"fast-math\\")") 4'
+    found = check_defines({"UNROLL": pragma, "TILE": "16", "EXP": "__expf", "T": "clock()"})
+    assert sorted((f.reason, f.symbol) for f in found) == sorted([
+        ("static:fastmath", "__expf"), ("static:fastmath", pragma),
+        ("static:timer", "clock")])
+    assert [f.reason for f in check_defines({"P": "_Pragma(\"STDC FP_CONTRACT ON\")"})] == \
+        ["static:fastmath"]
+    assert [f.reason for f in check_defines({"EXP": "__expf", "T": "clock()"},
+                                            bitwise=False)] == ["static:timer"]
+    assert check_defines({"EXP": "__expf"}, {"EXP": "__expf"}) == []  # the recorded one
+    assert check_defines((("TILE", "16"),), ()) == []

@@ -108,3 +108,10 @@ def test_cli_validate_lint_ledger_and_regen(rec, tmp_path: Path, capsys) -> None
     assert "--seed" in json.loads(fig.read_text())["provenance"]["command"]
     assert main(["integrity", "regen", str(fig)]) == 0
     assert "before: rejected" in capsys.readouterr().out
+
+
+def test_fast_math_in_a_define_value_or_unparsable_options_is_refused(rec) -> None:
+    pragma = '_Pragma("GCC optimize(\\"fast-math\\")")'
+    v = validate(rec, rec.variant.with_(defines={"FAST": pragma}), **_quick())
+    assert (v.status, v.reason) == (Status.INVALID_CONFIG, "static:fastmath"), v.message
+    assert "#define FAST" in v.message

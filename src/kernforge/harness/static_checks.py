@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,10 +52,31 @@ _FASTMATH = {"__expf", "__exp10f", "__logf", "__log2f", "__log10f", "__sinf", "_
              "__sincosf", "__tanf", "__powf", "__fdividef", "__fdivide", "__saturatef"}
 _FASTMATH_TEXT = re.compile(r"fast-?math|Ofast|unsafe-math|associative-math|reciprocal-math|"
                             r"finite-math|no-signed-zeros|fp-contract\s*=\s*(fast|on)|"
-                            r"\bfp\s+reassociate|float_control|FP_CONTRACT\s+ON|"
-                            r"fp_contract\s*\(\s*(fast|on)", re.IGNORECASE)
-_FASTMATH_OPTIONS = re.compile(r"^-?-use_fast_math$|^-?-ftz=true$|^-?-prec-div=false$|"
-                               r"^-?-prec-sqrt=false$|^-ffast-math$|^-Ofast$")
+                            r"\bfp\s+reassociate|\bfp\s+contract\s*\(\s*(fast|on)|"
+                            r"float_control|FP_CONTRACT\s+ON|"
+                            r"fp_contract\s*\(\s*(fast|on)|fp-?model\s*[=\s]\s*(fast|aggressive)|"
+                            r"approx-func|no-honor-(nans|infinities)|limited-range|"
+                            r"denormal-fp-math|use_fast_math|ftz\s*=\s*true|"
+                            r"prec-(div|sqrt)\s*=\s*false", re.IGNORECASE)
+# one compiler option (C compilers and nvcc/NVRTC) that lets results differ bit-for-bit
+_FASTMATH_OPTIONS = re.compile(
+    r"^--?(use_fast_math|use-fast-math)(=true)?$|^--?ftz=true$|"
+    r"^--?(prec-div|prec-sqrt|prec_div|prec_sqrt)=false$|"
+    r"^-O(fast)$|^-ffast-math$|^-ffp-contract=(fast|on)$|^-funsafe-math-optimizations$|"
+    r"^-freciprocal-math$|^-ffinite-math-only$|^-fno-signed-zeros$|^-fassociative-math$|"
+    r"^-fno-honor-(nans|infinities)$|^-fapprox-func$|^-fcx-limited-range$|"
+    r"^-fcx-fortran-rules$|^-f?fp-model[=:]?(fast|aggressive)(=\d)?$|^-mrecip(=(?!none$).*)?$|"
+    r"^-mdaz-ftz$|^-fdenormal-fp-math(-f32)?=(?!ieee$).*$|^-fexcess-precision=fast$",
+    re.IGNORECASE)
+# two-word spellings: nvcc ``--ftz true``, ``--prec-div false``, icx ``-fp-model fast``
+_FASTMATH_PAIRS = {("--ftz", "true"), ("-ftz", "true"),
+                   ("--prec-div", "false"), ("-prec-div", "false"),
+                   ("--prec-sqrt", "false"), ("-prec-sqrt", "false"),
+                   ("-fp-model", "fast"), ("-fp-model", "aggressive"),
+                   ("--fp-model", "fast"), ("-ffp-model", "fast"), ("-ffp-model", "aggressive")}
+# options whose value is itself a list of options (``-Xcompiler=-ffast-math,-O3``)
+_NESTED = re.compile(r"^(--?Xcompiler|--?compiler-options|--?Xptxas|--?ptxas-options|"
+                     r"-Wp|-Wc|-Xclang|-mllvm)(?:[=,](.*))?$")
 _ASM_TIMER = re.compile(r"rdtscp?|rdpmc|globaltimer|%clock|cntvct|cntpct|nanosleep",
                         re.IGNORECASE)
 _PRAGMA_ASYNC = re.compile(r"\bomp\b.*(\btarget\b.*\bnowait\b|\bnowait\b.*\btarget\b|"
@@ -272,17 +293,93 @@ def new_findings(candidate: KernelSource, recorded: KernelSource | None = None, 
     return [f for f in found if (f.rule, f.symbol) not in excused]
 
 
+def _option_findings(flags: list[str]) -> Iterator[tuple[str, str, str]]:
+    """(rule, flag, why) for every fast-math spelling and every option the check cannot see
+    through (a response file, a ``-D`` whose value hides fast-math or a forbidden call)."""
+    fast = _MESSAGES["fastmath"]
+    i = 0
+    while i < len(flags):
+        f = flags[i]
+        nxt = flags[i + 1] if i + 1 < len(flags) else None
+        nested = _NESTED.match(f)
+        if _FASTMATH_OPTIONS.match(f):
+            yield "fastmath", f, fast
+        elif nxt is not None and (f.lower(), nxt.lower()) in _FASTMATH_PAIRS:
+            yield "fastmath", f"{f} {nxt}", fast
+            i += 1
+        elif f.startswith("@"):
+            yield "fastmath", f, "options read from a file cannot be checked"
+        elif f in ("-D", "--define-macro") and nxt is not None:
+            yield from ((r, f"{f} {nxt}", _MESSAGES[r]) for r, _ in _define_findings(nxt))
+            i += 1
+        elif f.startswith(("-D", "--define-macro=")):
+            value = f.split("=", 1)[1] if f.startswith("--") else f[2:]
+            yield from ((r, f, _MESSAGES[r]) for r, _ in _define_findings(value))
+        elif nested:
+            inner, symbol = nested.group(2), f
+            if inner is None and nxt is not None:
+                inner, symbol, i = nxt, f"{f} {nxt}", i + 1
+            parts = [p for p in re.split(r"[,\s]+", inner or "") if p]
+            yield from ((r, symbol, w) for r, _, w in _option_findings(parts))
+        elif not f.startswith("-fno-") and _FASTMATH_TEXT.search(f):
+            yield "fastmath", f, fast
+        i += 1
+
+
+def _define_findings(text: str) -> Iterator[tuple[str, str]]:
+    """(rule, symbol) for a ``#define`` value (or ``-DNAME=VALUE``) that carries fast-math text
+    (a ``_Pragma("GCC optimize(...)")``), a fast-math intrinsic or a name a candidate may not
+    use (a macro can hide a call)."""
+    if _FASTMATH_TEXT.search(text):
+        yield "fastmath", text[:60]
+    for m in _IDENT.finditer(text):
+        called = text[m.end():].lstrip().startswith("(")
+        rule = _name_rule(m.group(), called, True)
+        if rule:
+            yield rule, m.group()
+
+
 def check_options(options: Mapping[str, Any], recorded: Mapping[str, Any] | None = None, *,
                   bitwise: bool = True) -> list[Finding]:
     """Fast-math flags smuggled in through free-form ``extra_options`` (the fast-math knobs
-    themselves are refused by the backend unless a tolerance is declared)."""
-    if not bitwise:
-        return []
+    themselves are refused by the backend unless a tolerance is declared), and ``-D`` values
+    that hide a forbidden call. Options that cannot be parsed are a finding too (what the
+    compiler would make of them is unknown), unless they are exactly the recorded ones.
+    Fast-math counts only when ``bitwise``."""
     extra = str(options.get("extra_options", "") or "")
     was = str((recorded or {}).get("extra_options", "") or "")
-    try:
-        flags, old = shlex.split(extra), set(shlex.split(was))
-    except ValueError:
+    if extra == was:
         return []
-    return [Finding("fastmath", 0, f, f"option {f}: fast-math (outputs are verified bitwise)")
-            for f in flags if _FASTMATH_OPTIONS.match(f) and f not in old]
+    try:
+        flags = shlex.split(extra)
+    except ValueError as exc:
+        return [Finding("fastmath", 0, "extra_options",
+                        f"extra_options {extra!r} cannot be parsed ({exc}): fast-math flags "
+                        "cannot be ruled out")] if bitwise else []
+    try:
+        old = {f for _, f, _ in _option_findings(shlex.split(was))}
+    except ValueError:
+        old = set()
+    return [Finding(rule, 0, f, f"option {f}: {why}")
+            for rule, f, why in _option_findings(flags)
+            if f not in old and (bitwise or rule != "fastmath")]
+
+
+def check_defines(defines: Mapping[str, Any] | Sequence[tuple[str, Any]],
+                  recorded: Mapping[str, Any] | Sequence[tuple[str, Any]] = (), *,
+                  bitwise: bool = True) -> list[Finding]:
+    """Findings in the values of a variant's ``#define``s (compiled as ``-DNAME=VALUE``): a
+    value can carry a fast-math pragma (``_Pragma(...)``), a fast-math intrinsic or a forbidden
+    call that the source scan never sees. A define the recorded variant has with the same value
+    is excused. Fast-math counts only when ``bitwise``."""
+    items = dict(defines.items() if isinstance(defines, Mapping) else defines)
+    old = dict(recorded.items() if isinstance(recorded, Mapping) else recorded)
+    found = []
+    for name, value in sorted(items.items()):
+        if name in old and str(old[name]) == str(value):
+            continue
+        for rule, symbol in _define_findings(str(value)):
+            if rule != "fastmath" or bitwise:
+                found.append(Finding(rule, 0, symbol,
+                                     f"#define {name} {value!s:.60}: {_MESSAGES[rule]}"))
+    return found

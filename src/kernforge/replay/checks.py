@@ -29,7 +29,7 @@ from ..harness.roofline import (
     must_move_bytes,
     roofline_check,
 )
-from ..harness.static_checks import RULES, Finding, check_options, new_findings
+from ..harness.static_checks import RULES, Finding, check_defines, check_options, new_findings
 from .prepare import Prepared, is_tolerant, prepare, resolve_policies
 
 
@@ -74,6 +74,7 @@ def static_gate(recording: Recording, variant: Variant, bitwise: bool) -> list[F
     found = new_findings(source, recording.source, bitwise=bitwise)
     found += check_options(variant.options.as_dict(), recording.options.as_dict(),
                            bitwise=bitwise)
+    found += check_defines(variant.defines, recording.defines, bitwise=bitwise)
     if found:
         first = min(found, key=lambda f: (RULES.index(f.rule), f.line))
         listing = "; ".join(f.describe() for f in found[:6])
