@@ -3,8 +3,10 @@ evidence's times are the interleaved measurement's."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 from deploy_helpers import record_axpy, write_result
 
 from kernforge.cli.export_cmd import collect
@@ -25,3 +27,18 @@ def test_results_without_an_accepted_validation_are_skipped(tmp_path: Path) -> N
     write_result(run / "c-downgraded", rec, TUNED, speedup=2.0, verdict="downgraded")
     exported, _ = collect(run, 1.0)
     assert [ex.result.parent.name for ex in exported] == ["c-downgraded"]
+
+
+def test_evidence_times_are_the_interleaved_medians(tmp_path: Path) -> None:
+    """baseline_s / tuned_s of an exported entry agree with its (interleaved) speedup, also for
+    a result whose median fields hold a search's biased best time."""
+    rec = record_axpy(tmp_path / "rec")
+    path = write_result(tmp_path / "run" / "u", rec, TUNED, speedup=2.0)
+    doc = json.loads(path.read_text())
+    doc.update(baseline_median_s=3e-3, best_median_s=1e-3,  # the search's: 3x, biased
+               interleaved={"speedup": 2.0, "median_a": 4e-3, "median_b": 2e-3})
+    path.write_text(json.dumps(doc))
+    (ex,), _ = collect(tmp_path / "run", 1.0)
+    ev = ex.entry.evidence
+    assert (ev.baseline_s, ev.tuned_s) == (4e-3, 2e-3)
+    assert ev.baseline_s / ev.tuned_s == pytest.approx(ev.speedup)

@@ -68,6 +68,10 @@ def test_tune_writes_result_history_and_resumes(rec, tmp_path: Path) -> None:
         else:  # a correct winner is refused only for not being faster (noise on CI)
             assert data["status"] == "REJECTED" and data["speedup"] == 1.0
             assert data["validation"]["reason"] == "regression:prior-best"
+        # the stored times are the interleaved ones, the search's under their own names
+        assert data["baseline_median_s"] == o.ab.median_a
+        assert data["best_median_s"] == o.ab.median_b
+        assert data["search_best_median_s"] == o.study.best_trial.median
     with pytest.raises(ConfigError, match="--resume"):
         tune_recording(rec, tmp_path, preset="quick", budget=Budget(trials=6))
     again = tune_recording(rec, tmp_path, preset="quick", budget=Budget(trials=9), repeat=3,
@@ -81,3 +85,25 @@ def test_a_wrong_define_is_a_failed_trial_not_a_crash(rec, tmp_path: Path) -> No
                        sampler="exhaustive")
     statuses = {t.status.value for t in o.study.trials if t.evaluated}
     assert "COMPILE_FAILED" in statuses or "INVALID_CONFIG" in statuses
+
+
+def test_result_times_are_the_interleaved_medians(rec, tmp_path: Path) -> None:
+    """A search's best time (best of many, separate runs) is biased low: result.json stores the
+    interleaved medians next to the interleaved speedup, the search's figures apart."""
+    from types import SimpleNamespace
+
+    from kernforge.core import Status
+    from kernforge.harness import ABResult
+    from kernforge.replay.tuning import TuningOutcome, write_result
+    from kernforge.replay.validate import Validation
+
+    ab = ABResult((2.0, 2.0, 2.0), ((4e-3,),) * 3, ((2e-3,),) * 3, ("a", "b", "a"), 1.9, 2.1)
+    best = SimpleNamespace(config={"def.BLK": 64}, median=1e-3)
+    study = SimpleNamespace(best_trial=best, evaluations=3, trials=(best,), stop_reason="trials")
+    v = Validation(rec.name, "k", "accepted", Status.OK, "", speedup=2.0, ab=ab)
+    (tmp_path / rec.name).mkdir()
+    o = TuningOutcome(rec, tmp_path / rec.name, study, rec.variant, 3e-3, 1e-3, ab, v)
+    data = json.loads(write_result(o, sampler="tpe", preset="quick").read_text())
+    assert data["baseline_median_s"] == 4e-3 and data["best_median_s"] == 2e-3
+    assert data["baseline_median_s"] / data["best_median_s"] == pytest.approx(data["speedup"])
+    assert data["search_baseline_median_s"] == 3e-3 and data["search_best_median_s"] == 1e-3

@@ -72,13 +72,23 @@ def variant_of(recording: Recording, spec: Mapping[str, Any]) -> Variant:
                                    constants=spec.get("constants"))
 
 
+def interleaved_times(doc: Mapping[str, Any]) -> tuple[float, float]:
+    """Baseline and tuned seconds of the interleaved measurement the speedup comes from (its
+    medians, so baseline/tuned agrees with the speedup), else the result's median fields."""
+    ab = doc.get("interleaved")
+    if isinstance(ab, Mapping) and ab.get("median_a") and ab.get("median_b"):
+        return float(ab["median_a"]), float(ab["median_b"])
+    return float(doc["baseline_median_s"]), float(doc["best_median_s"])
+
+
 def _entry(path: Path, doc: Mapping[str, Any]) -> Exported:
     rec_path = Path(doc["recording"])
     recording = load_recording(rec_path if rec_path.is_absolute() else path.parent / rec_path)
     ci = doc.get("speedup_ci")
+    baseline_s, tuned_s = interleaved_times(doc)
     entry = entry_from_recording(
         recording, variant_of(recording, doc["best"]["variant"]),
-        baseline_s=float(doc["baseline_median_s"]), tuned_s=float(doc["best_median_s"]),
+        baseline_s=baseline_s, tuned_s=tuned_s,
         speedup=float(doc["speedup"]), speedup_ci=(float(ci[0]), float(ci[1])) if ci else None)
     return Exported(path, recording, entry)
 
