@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from kernforge.backends import Knob
+from kernforge.backends.fingerprint import host_fingerprint
 from kernforge.backends.null import NullBackend
 from kernforge.core import (
     CompileOptions,
@@ -265,3 +266,53 @@ def test_a_recording_made_with_fast_math_replays_bitwise_as_recorded(tmp_path):
     m = replay(rec, tolerance={"y": Tolerance()}, repeat=2)
     assert m.ok, m.message
     assert all(c.mode == "bitwise" and c.passed for c in m.checks)
+
+
+class ShortFingerprints(NullBackend):
+    """Null backend that fingerprints on the "device", but for several buffers at once returns
+    ``[]`` or a list one short (a buggy backend)."""
+
+    name = "null"
+
+    def __init__(self, mode: str) -> None:
+        super().__init__()
+        self.mode = mode
+
+    def fingerprints(self, buffers: Sequence[Any]) -> list[tuple[int, int]] | None:
+        full = [host_fingerprint(np.asarray(b)) for b in buffers]
+        if len(buffers) <= 1:
+            return full
+        return [] if self.mode == "empty" else full[:-1]
+
+
+@pytest.mark.parametrize("mode", ["empty", "short"])
+def test_missing_fingerprints_fall_back_to_host_verification(scale_rec, mode: str) -> None:
+    be = ShortFingerprints(mode)
+    wrong = scale_rec.variant.with_(defines={"A": "3"})
+    p = prepare(scale_rec, backend=be, variant=wrong)
+    assert p.expected_fp is not None  # single-buffer fingerprints worked
+    p.restore()
+    p.run_once()
+    checks = p.verify()
+    assert [c.name for c in checks] == ["x", "y"]  # never fewer checks than buffers
+    assert [c.passed for c in checks] == [True, False]
+    assert len(p.fingerprint()) == 2
+    m = replay(scale_rec, backend=be, defines={"A": "3"})
+    assert m.status is Status.WRONG_RESULT, m.message
+    good = prepare(scale_rec, backend=be)
+    good.restore()
+    good.run_once()
+    assert [c.passed for c in good.verify()] == [True, True]
+
+
+def test_a_backend_without_one_fingerprint_per_buffer_verifies_on_the_host(scale_rec) -> None:
+    class NoneEver(ShortFingerprints):
+        def fingerprints(self, buffers: Sequence[Any]) -> list[tuple[int, int]] | None:
+            return []
+
+    p = prepare(scale_rec, backend=NoneEver("empty"),
+                variant=scale_rec.variant.with_(defines={"A": "3"}))
+    assert p.expected_fp is None
+    p.restore()
+    p.run_once()
+    assert [c.passed for c in p.verify()] == [True, False]

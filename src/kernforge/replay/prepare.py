@@ -143,10 +143,18 @@ class Prepared:
 
     def fingerprint(self) -> tuple[tuple[int, int], ...]:
         """Content fingerprints of every buffer (computed where the buffers live)."""
-        got = self.backend.fingerprints(list(self.buffers.values()))
+        got = self._device_fingerprints()
         if got is None:
             got = [host_fingerprint(a) for a in self.read_back().values()]
         return tuple(got)
+
+    def _device_fingerprints(self) -> list[tuple[int, int]] | None:
+        """One fingerprint per buffer from the backend, or None (verify on the host) when it
+        computes none or not exactly one per buffer: never fewer checks than buffers."""
+        got = self.backend.fingerprints(list(self.buffers.values()))
+        if got is None or len(got) != len(self.buffers):
+            return None
+        return list(got)
 
     def expected(self) -> dict[str, np.ndarray]:
         """Every array's contents after the recorded launch (loaded once)."""
@@ -156,11 +164,11 @@ class Prepared:
 
     def verify(self) -> tuple[BufferCheck, ...]:
         """Check every array buffer now on the device against the recording."""
-        if self.expected_fp is None:
+        got = self._device_fingerprints() if self.expected_fp is not None else None
+        if self.expected_fp is None or got is None:
             return verify(self.read_back(), self.expected(), self.policies)
         checks = []
-        got = self.backend.fingerprints(list(self.buffers.values())) or []
-        for (name, buf), fp in zip(self.buffers.items(), got):
+        for (name, buf), fp in zip(self.buffers.items(), got, strict=True):
             policy = self.policies[name]
             if fp == self.expected_fp[name]:  # bit-identical
                 checks.append(BufferCheck(name, True, policy.mode, int(buf.size)))
@@ -212,10 +220,13 @@ def _expected_fingerprints(be: Backend, recording: Recording, pristine: Mapping[
         if a.written:
             expected = np.ascontiguousarray(recording.expected(a.name))
             tmp = be.to_device(expected)
-            (out[a.name],) = be.fingerprints([tmp]) or []
+            got = be.fingerprints([tmp])
             be.restore(tmp, poison_like(expected))  # freed memory must not hold the answer
             be.synchronize()
             del tmp
         else:
-            (out[a.name],) = be.fingerprints([pristine[a.name]]) or []
+            got = be.fingerprints([pristine[a.name]])
+        if got is None or len(got) != 1:
+            return None  # not one fingerprint per buffer: verify every buffer on the host
+        out[a.name] = got[0]
     return out
