@@ -169,3 +169,54 @@ def test_cpu_heat_step_identical_output(tmp_path: Path) -> None:
     assert np.array_equal(plain, tuned)
     counts = deploy.report().kernels
     assert counts["heat_step"].replaced == 4 and counts["apply_boundary"].replaced == 0
+
+
+SHIFT = r"""
+#ifndef BIAS
+#define BIAS 0
+#endif
+void shift(const double *restrict x, double *restrict y, long n) {
+    for (long i = 1; i < n; i++) y[i] = x[i - 1] + BIAS;
+}
+"""
+
+
+def test_aliased_arguments_run_the_original(tmp_path: Path) -> None:
+    """A variant tuned (and verified) on the recording's distinct buffers is not applied to an
+    in-place call k(a, a): restrict-qualified code would compute something else."""
+    from kernforge.record import load_recording, record
+
+    k = Kernel(SHIFT, "shift", backend="cpu")
+    with record(tmp_path / "rec") as rec:
+        k(np.arange(8.0), np.zeros(8), 8)
+    r = load_recording(rec.paths[0])
+    entry = deploy.entry_from_recording(r, r.variant.with_(defines={"BIAS": 100}),
+                                        baseline_s=2.0, tuned_s=1.0, speedup=2.0,
+                                        speedup_ci=None)
+    assert entry.problem.aliases == ()
+    spec = write_spec(tmp_path / "d.json", [entry])
+    assert deploy.read_spec(spec).entries[0].problem.aliases == ()
+    a = np.arange(8.0)
+    expected = a.copy()
+    k(expected, expected, 8)  # the original, in place
+    with deploy.use(spec):
+        k(a, a, 8)
+        x, y = np.arange(8.0), np.zeros(8)
+        k(x, y, 8)  # distinct buffers: the tuned variant
+        b = np.arange(16.0)
+        k(b[:8], b[4:12], 8)  # overlapping views of one buffer: the original
+    np.testing.assert_array_equal(a, expected)
+    np.testing.assert_array_equal(y[1:], np.arange(7.0) + 100)
+    counts = deploy.report().kernels["shift"]
+    assert (counts.replaced, counts.fallback) == (1, 2)
+    assert counts.reasons == {"aliasing": 2}
+
+
+def test_overlap_of_strided_and_disjoint_views() -> None:
+    from kernforge.deploy.match import overlapping
+
+    a = np.arange(16.0)
+    assert overlapping([("x", a[:8]), ("y", a[8:])]) == ()
+    assert overlapping([("x", a[:9]), ("y", a[8:])]) == (("x", "y"),)
+    assert overlapping([("x", a[::-1]), ("y", a[3:4]), ("z", np.zeros(2))]) == (("x", "y"),)
+    assert overlapping([("x", a[:0]), ("y", a)]) == ()

@@ -42,7 +42,7 @@ def _problem(recording: Recording, constants: Mapping[str, Any]) -> Problem:
                                json_scalar(a.value) if by_value else None))
     launch = LaunchConfig(recording.launch.grid, recording.launch.block,
                           recording.launch.shared_mem)
-    return Problem(tuple(args), launch)
+    return Problem(tuple(args), launch, aliases=())  # a recording's buffers are distinct
 
 
 def entry_from_recording(recording: Recording, variant: Variant, *, baseline_s: float,

@@ -5,7 +5,10 @@ entry, sha256 of the code, name expression: the lookup key), the device is the s
 backend's ``deploy_identity()``), the kernel was built the same way (compile options, with
 unset knobs at their defaults, and ``#define``s), the launch geometry is the recorded one
 (grid, block, dynamic shared memory) and the arguments are the same problem (names, dtypes,
-array shapes, values of integer scalars and of scalars the tuned variant compiles in).
+array shapes, values of integer scalars and of scalars the tuned variant compiles in, and
+which array arguments overlap in memory: a tuned variant, e.g. one with ``__restrict__``, was
+verified on the recording's distinct buffers only, so an in-place call ``k(a, a)`` runs the
+original).
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ NOT_IN_SPEC = "not in the spec"
 DEVICE = "device mismatch"
 BUILD = "build mismatch"
 PROBLEM = "problem mismatch"
+ALIASING = "aliasing"  # a problem mismatch: array arguments share memory, the spec's do not
 COMPILE = "compile failure"
 LAUNCH = "launch failure"
 INTERNAL = "internal error"
-_RANK = {NOT_IN_SPEC: 0, DEVICE: 1, BUILD: 2, PROBLEM: 3}
+_RANK = {NOT_IN_SPEC: 0, DEVICE: 1, BUILD: 2, PROBLEM: 3, ALIASING: 3}
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,65 @@ def _arg_reason(spec: ProblemArg, param_dtype: str, pointer: bool, value: Any,
     return None
 
 
+def _byte_range(value: Any) -> tuple[int, int] | None:
+    """[lo, hi) of the bytes an array (NumPy, or anything with ``__cuda_array_interface__``)
+    can touch; None when unknown (then treated as overlapping anything)."""
+    try:
+        iface = getattr(value, "__cuda_array_interface__", None)
+        if iface is None:
+            iface = value.__array_interface__
+        ptr = int(iface["data"][0])
+        shape = tuple(int(n) for n in iface["shape"])
+        itemsize = np.dtype(iface["typestr"]).itemsize
+        strides = iface.get("strides")
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+    if any(n == 0 for n in shape):
+        return (ptr, ptr)
+    if strides is None:  # C-contiguous
+        strides, step = [], itemsize
+        for n in reversed(shape):
+            strides.insert(0, step)
+            step *= n
+    lo = ptr + sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+    hi = ptr + sum((n - 1) * s for n, s in zip(shape, strides) if s > 0) + itemsize
+    return (lo, hi)
+
+
+def overlapping(named: list[tuple[str, Any]]) -> tuple[tuple[str, ...], ...]:
+    """Groups (in argument order) of the named arrays whose memory overlaps."""
+    ranges = [(name, _byte_range(v)) for name, v in named]
+    parent = {name: name for name, _ in ranges}
+
+    def root(n: str) -> str:
+        while parent[n] != n:
+            n = parent[n]
+        return n
+
+    for i, (a, ra) in enumerate(ranges):
+        for b, rb in ranges[i + 1:]:
+            empty = (ra is not None and ra[0] == ra[1]) or (rb is not None and rb[0] == rb[1])
+            if not empty and (ra is None or rb is None or (ra[0] < rb[1] and rb[0] < ra[1])):
+                parent[root(b)] = root(a)
+    groups: dict[str, list[str]] = {}
+    for name, _ in ranges:
+        groups.setdefault(root(name), []).append(name)
+    return tuple(tuple(g) for g in groups.values() if len(g) > 1)
+
+
+def aliasing_reason(entry: DeployEntry, event: LaunchEvent) -> Reason | None:
+    arrays = [(a.name, v) for a, v in zip(entry.problem.args, event.args) if a.kind == "array"]
+    if len(arrays) < 2:
+        return None
+    got = overlapping(arrays)
+    want = tuple(tuple(g) for g in entry.problem.aliases)
+    if sorted(got) == sorted(want):
+        return None
+    shared = "; ".join(" and ".join(g) for g in got) or "none"
+    return Reason(ALIASING, f"arguments sharing memory here: {shared}; in the spec's "
+                  f"problem: {'; '.join(' and '.join(g) for g in want) or 'none'}")
+
+
 def problem_reason(entry: DeployEntry, event: LaunchEvent) -> Reason | None:
     want, got = entry.problem.launch, event.launch
     if (got.grid, got.block, got.shared_mem) != (want.grid, want.block, want.shared_mem):
@@ -107,7 +170,7 @@ def problem_reason(entry: DeployEntry, event: LaunchEvent) -> Reason | None:
                              p.pointer and event.backend.is_buffer(value))
         if detail is not None:
             return Reason(PROBLEM, detail)
-    return None
+    return aliasing_reason(entry, event)
 
 
 def tuned_variant(entry: DeployEntry, original: KernelSource) -> Variant:

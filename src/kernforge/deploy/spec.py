@@ -78,6 +78,9 @@ class ProblemArg:
 class Problem:
     args: tuple[ProblemArg, ...]
     launch: LaunchConfig  # grid, block, shared_mem of the original launch (threads: unused)
+    # groups of array arguments that share memory; () = all distinct (a recording's buffers
+    # are distinct, so a tuned variant was only verified without aliasing)
+    aliases: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,8 @@ def entry_to_json(e: DeployEntry) -> dict[str, Any]:
         "problem": {"args": [{"name": a.name, "kind": a.kind, "dtype": a.dtype,
                               "shape": list(a.shape) if a.shape is not None else None,
                               "value": json_scalar(a.value)} for a in e.problem.args],
-                    "launch": _launch_json(e.problem.launch, threads=False)},
+                    "launch": _launch_json(e.problem.launch, threads=False),
+                    "aliases": [list(g) for g in e.problem.aliases]},
         "variant": {"code": v.code, "options": _plain(v.options), "defines": _plain(v.defines),
                     "constants": _plain(v.constants), "launch": _launch_json(v.launch)},
         "evidence": {"baseline_s": ev.baseline_s, "tuned_s": ev.tuned_s, "speedup": ev.speedup,
@@ -181,7 +185,8 @@ def entry_from_json(d: Mapping[str, Any]) -> DeployEntry:
                          str(k["code_sha256"]), k["name_expression"] or None,
                          dict(k["options"]), {str(n): str(x) for n, x in k["defines"].items()}),
         device=dict(d["device"]),
-        problem=Problem(args, LaunchConfig.from_json(p["launch"])),
+        problem=Problem(args, LaunchConfig.from_json(p["launch"]),
+                        tuple(tuple(str(n) for n in g) for g in p.get("aliases") or ())),
         variant=TunedVariant(v["code"], dict(v["options"]),
                              {str(n): str(x) for n, x in v["defines"].items()},
                              {str(n): _float(x) for n, x in v["constants"].items()},
