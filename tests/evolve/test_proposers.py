@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from kernforge.core import Status
 from kernforge.evolve.proposers import PROPOSERS, make_proposer
 from kernforge.evolve.proposers.llm import LLMProposer
 from kernforge.evolve.types import Program, ProposalRequest
 from kernforge.llm import LLMConfig, Load, Scheduler
+from kernforge.llm.base import Completion, LLMClient, LLMError, Message
 from kernforge.llm.fake_server import Fail, FakeLLMServer
+from kernforge.llm.openai_client import OpenAICompatClient
 
 CODE = "__global__ void k(float* a, int n)\n{\n    int i = threadIdx.x;\n    a[i] = 1.0f;\n}\n"
 GOOD = "<<<<<<< SEARCH\n    a[i] = 1.0f;\n=======\n    a[i] = 2.0f;\n>>>>>>> REPLACE"
@@ -93,3 +99,42 @@ def test_command_proposer_timeout_and_exit_code(tmp_path: Path) -> None:
     bad = make_proposer("command", command=[sys.executable, "-c", "import sys; sys.exit(3)"],
                         timeout_s=10).propose(request())
     assert bad.code is None and "exited with 3" in (bad.error or "")
+
+
+class MalformedServer(FakeLLMServer):
+    """Answers 200 with a body that is not a chat completion (a choice without a message)."""
+
+    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        self._next(body)  # record the request
+        return 200, {"id": "x", "object": "chat.completion", "created": 0, "model": "fast",
+                     "choices": [{"index": 0, "finish_reason": "stop"}]}
+
+
+def test_a_malformed_response_is_an_llm_error_and_ends_the_ticket() -> None:
+    sched = Scheduler({"fast": 0.6, "medium": 0.3, "slow": 0.1})
+    with MalformedServer() as srv:
+        client = OpenAICompatClient(config(srv.base_url))
+        with pytest.raises(LLMError, match="malformed response"):
+            client.complete([Message(role="user", content="hi")], model="fast")
+        p = LLMProposer(config(srv.base_url), scheduler=sched, retries=1).propose(request())
+    assert p.code is None and "malformed response" in (p.error or "")
+    assert sched._pending == {}  # no ticket left pending
+    assert client.ledger.per_model["fast"].failures == 1
+
+
+class ExplodingClient(LLMClient):
+    """A client that fails with something other than LLMError."""
+
+    def complete(self, messages: Sequence[Message], *, model: str, max_tokens: int = 4096,
+                 temperature: float = 0.7, cache_key: str | None = None,
+                 timeout: float = 120.0) -> Completion:
+        raise RuntimeError("boom")
+
+
+def test_any_client_failure_ends_the_scheduler_ticket() -> None:
+    sched = Scheduler({"fast": 0.6, "medium": 0.3, "slow": 0.1})
+    proposer = LLMProposer(config("http://127.0.0.1:9"), client=ExplodingClient(),
+                           scheduler=sched, retries=0)
+    with pytest.raises(RuntimeError, match="boom"):
+        proposer.propose(request())
+    assert sched._pending == {}

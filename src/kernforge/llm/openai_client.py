@@ -99,11 +99,20 @@ class OpenAICompatClient(LLMClient):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _completion(self, resp: Any, model: str, latency: float) -> Completion:
-        text = (resp.choices[0].message.content or "") if resp.choices else ""
-        usage = resp.usage
-        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
-        completion = int(getattr(usage, "completion_tokens", 0) or 0)
-        cached = _cached_tokens(usage)
+        try:
+            text = (resp.choices[0].message.content or "") if resp.choices else ""
+            if not isinstance(text, str):
+                raise TypeError(f"message content is {type(text).__name__}, not text")
+            usage = resp.usage
+            prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
+            completion = int(getattr(usage, "completion_tokens", 0) or 0)
+            cached = _cached_tokens(usage)
+        except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+            self.ledger.record(model, latency_s=latency, failed=True)
+            raise LLMError(f"model {model!r} sent a malformed response: "
+                           f"{type(exc).__name__}: {exc}",
+                           hint=f"check that {self.config.base_url} speaks the OpenAI chat "
+                                "completions API") from exc
         cost = self._price(model).cost(prompt, completion, cached)
         self.ledger.record(model, latency_s=latency, prompt_tokens=prompt,
                            completion_tokens=completion, cached_tokens=cached, cost=cost)

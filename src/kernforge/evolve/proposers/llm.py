@@ -57,14 +57,13 @@ class LLMProposer(Proposer):
     def _ask(self, messages: list[Message], cache_key: str) -> Completion:
         decision = self.scheduler.choose(self.load() if self.load else None)
         mc = self.config.model(decision.model)
-        try:
+        reply: Completion | None = None
+        try:  # whatever the client raises, the ticket is never left pending
             reply = self.client.complete(messages, model=mc.name, max_tokens=mc.max_tokens,
                                          temperature=mc.temperature, cache_key=cache_key,
                                          timeout=mc.timeout_s)
-        except LLMError:
-            self.scheduler.end(decision.ticket)
-            raise
-        self.scheduler.end(decision.ticket, reply.latency_s)
+        finally:
+            self.scheduler.end(decision.ticket, reply.latency_s if reply else None)
         return reply
 
     def propose(self, request: ProposalRequest) -> Proposal:
