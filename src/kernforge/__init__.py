@@ -53,7 +53,14 @@ def __dir__() -> list[str]:
 
 # A deployment spec named by the environment is activated when kernforge is imported
 # (docs/deploy.md); without the variable nothing of kernforge.deploy is imported.
+# Whatever goes wrong there is warned about and the application runs unchanged.
 if _os.environ.get("KERNFORGE_DEPLOY"):
-    from .deploy.runtime import use_from_environment as _use_from_environment
+    try:
+        from .deploy.runtime import use_from_environment as _use_from_environment
 
-    _use_from_environment()
+        _use_from_environment()
+    except Exception as _exc:  # noqa: BLE001 - a deployment never breaks the application
+        import warnings as _warnings
+
+        _warnings.warn(f"kernforge: KERNFORGE_DEPLOY={_os.environ['KERNFORGE_DEPLOY']} not "
+                       f"deployed: {type(_exc).__name__}: {_exc}", RuntimeWarning, stacklevel=2)

@@ -220,3 +220,66 @@ def test_overlap_of_strided_and_disjoint_views() -> None:
     assert overlapping([("x", a[:9]), ("y", a[8:])]) == (("x", "y"),)
     assert overlapping([("x", a[::-1]), ("y", a[3:4]), ("z", np.zeros(2))]) == (("x", "y"),)
     assert overlapping([("x", a[:0]), ("y", a)]) == ()
+
+
+def test_tuned_launch_raising_any_exception_falls_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A tuned launch that raises something kernforge did not wrap (a driver binding's own
+    error, a bug) never reaches the application: the original runs, the report says so."""
+    from kernforge.backends.null import NullBackend
+
+    real = NullBackend.launch
+
+    def launch(self, compiled, args, launch=None):  # type: ignore[no-untyped-def]
+        if dict(compiled.variant.defines).get("BIAS") == "100":
+            raise RuntimeError("driver exploded")
+        return real(self, compiled, args, launch)
+
+    monkeypatch.setattr(NullBackend, "launch", launch)
+    rec = record_axpy(tmp_path / "rec")
+    with deploy.use(DeploySpec((axpy_entry(rec),))):
+        for _ in range(2):
+            np.testing.assert_array_equal(run_axpy(axpy_kernel()), 2.0 * X + 1)
+    counts = deploy.report().kernels["axpy"]
+    assert (counts.replaced, counts.fallback) == (0, 2)
+    assert counts.reasons == {"launch failure": 2}
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "RuntimeError: driver exploded" in warned[0]
+
+
+def test_failure_preparing_the_tuned_launch_falls_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernforge.deploy import runtime
+
+    def broken(*_: object) -> None:
+        raise ValueError("bug")
+
+    monkeypatch.setattr(runtime, "tuned_launch", broken)
+    rec = record_axpy(tmp_path / "rec")
+    with deploy.use(DeploySpec((axpy_entry(rec),))):
+        np.testing.assert_array_equal(run_axpy(axpy_kernel()), 2.0 * X + 1)
+    assert deploy.report().kernels["axpy"].reasons == {"internal error": 1}
+
+
+def test_environment_activation_never_breaks_the_import(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    from kernforge.deploy import runtime
+
+    def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("unexpected")
+
+    monkeypatch.setenv(runtime.ENV_VAR, str(tmp_path / "d.json"))
+    monkeypatch.setattr(runtime, "use", broken)
+    with pytest.warns(RuntimeWarning, match="not deployed: RuntimeError: unexpected"):
+        assert runtime.use_from_environment() is None
+    # a deploy package that cannot even be imported: kernforge still imports, with a warning
+    code = ("import sys, types; sys.modules['kernforge.deploy.runtime'] = "
+            "types.ModuleType('kernforge.deploy.runtime'); import kernforge; print('ran')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, check=False)
+    assert r.returncode == 0 and r.stdout.strip() == "ran", r.stderr
+    assert "not deployed" in r.stderr

@@ -287,10 +287,10 @@ class CudaBackend(Backend):
             raise LaunchError(f"block of {launch.threads_per_block} threads exceeds this "
                               f"kernel's limit of {handle.max_threads} (registers or "
                               f"launch bounds)", hint="use a smaller block")
-        if launch.shared_mem > 48 * 1024 and handle.dyn_smem_set < launch.shared_mem:
-            handle.function.max_dynamic_shared_size_bytes = launch.shared_mem
-            handle.dyn_smem_set = launch.shared_mem
         try:
+            if launch.shared_mem > 48 * 1024 and handle.dyn_smem_set < launch.shared_mem:
+                handle.function.max_dynamic_shared_size_bytes = launch.shared_mem
+                handle.dyn_smem_set = launch.shared_mem
             handle.function(launch.grid, launch.block, tuple(args), shared_mem=launch.shared_mem)
         except self.cp.cuda.driver.CUDADriverError as exc:
             raise LaunchError(f"launch failed: {exc}") from exc

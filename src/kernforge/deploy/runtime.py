@@ -100,18 +100,24 @@ class Deployment:
             self._fallback(label, found)
             return None
         index, compiled = found
-        cfg = tuned_launch(self.spec.entries[index], event)
-        variant = self._variants.get((index, cfg))
-        if variant is None:
-            variant = self._variants[index, cfg] = replace(compiled.variant, launch=cfg)
-        tuned_event = LaunchEvent(event.backend, variant, compiled.signature, event.args,
-                                  event.tolerance, event.capture)
+        try:
+            cfg = tuned_launch(self.spec.entries[index], event)
+            variant = self._variants.get((index, cfg))
+            if variant is None:
+                variant = self._variants[index, cfg] = replace(compiled.variant, launch=cfg)
+            tuned_event = LaunchEvent(event.backend, variant, compiled.signature, event.args,
+                                      event.tolerance, event.capture)
+        except Exception as exc:  # noqa: BLE001 - a deployment never breaks the application
+            self._fallback(label, Reason(INTERNAL, f"{type(exc).__name__}: {exc}"))
+            return None
 
         def run_tuned() -> Any:
             try:
                 event.backend.launch(compiled, event.args, cfg)
-            except KernforgeError as exc:
-                reason = Reason(LAUNCH, _first_line(exc.message))
+            except Exception as exc:  # noqa: BLE001 - the original runs instead
+                detail = _first_line(exc.message) if isinstance(exc, KernforgeError) \
+                    else f"{type(exc).__name__}: {_first_line(str(exc))}"
+                reason = Reason(LAUNCH, detail)
                 with self._lock:
                     self._compiled[index] = reason  # do not try this entry again
                 self._fallback(label, reason)
@@ -331,9 +337,11 @@ def use_from_environment() -> Deployment | None:
         return None
     try:
         dep = use(path)
-    except KernforgeError as exc:
+    except Exception as exc:  # noqa: BLE001 - the application then runs unchanged
         import warnings
 
+        if not isinstance(exc, KernforgeError):
+            exc = KernforgeError(f"{type(exc).__name__}: {exc}")
         log.error("%s=%s not deployed: %s", ENV_VAR, path, exc)
         warnings.warn(f"kernforge: {ENV_VAR}={path} not deployed: {exc}", RuntimeWarning,
                       stacklevel=2)
