@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -138,3 +140,33 @@ def test_any_client_failure_ends_the_scheduler_ticket() -> None:
     with pytest.raises(RuntimeError, match="boom"):
         proposer.propose(request())
     assert sched._pending == {}
+
+
+def test_command_proposer_timeout_kills_the_grandchildren(tmp_path: Path) -> None:
+    pid_file = tmp_path / "grandchild.pid"
+    script = (
+        "import subprocess, sys, time\n"
+        "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(g.pid))\n"
+        "time.sleep(60)\n")
+    t0 = time.monotonic()
+    p = make_proposer("command", command=[sys.executable, "-c", script],
+                      timeout_s=2).propose(request())
+    assert p.code is None and "within 2 s" in (p.error or "")
+    assert time.monotonic() - t0 < 15
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid), "the grandchild outlived the timeout"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (exited, not yet reaped by init) counts as gone
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"
+    except OSError:
+        return False

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -28,22 +30,45 @@ class CommandProposer(Proposer):
     def propose(self, request: ProposalRequest) -> Proposal:
         prompt = self.builder.build(request)
         t0 = time.monotonic()
-        try:
-            proc = subprocess.run(self.argv, input=prompt.text, capture_output=True, text=True,
-                                  timeout=self.timeout_s, env=self.env, check=False)
-        except subprocess.TimeoutExpired:
-            return Proposal(code=None, model=self.name, latency_s=time.monotonic() - t0,
-                            error=f"{self.argv[0]} did not answer within {self.timeout_s:g} s")
+        try:  # its own session: on a timeout the whole process group goes, grandchildren too
+            proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, env=self.env,
+                                    start_new_session=True)
         except OSError as exc:
             return Proposal(code=None, model=self.name,
                             error=f"could not run {self.argv[0]}: {exc}")
+        try:
+            stdout, stderr = proc.communicate(prompt.text, timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return Proposal(code=None, model=self.name, latency_s=time.monotonic() - t0,
+                            error=f"{self.argv[0]} did not answer within {self.timeout_s:g} s")
+        except BaseException:
+            _kill_group(proc)
+            raise
         latency = time.monotonic() - t0
         if proc.returncode != 0:
-            tail = proc.stderr.strip()[-500:]
-            return Proposal(code=None, diff_text=proc.stdout, model=self.name, latency_s=latency,
+            tail = stderr.strip()[-500:]
+            return Proposal(code=None, diff_text=stdout, model=self.name, latency_s=latency,
                             error=f"{self.argv[0]} exited with {proc.returncode}: {tail}")
-        result = apply_reply(request.parent.code, proc.stdout)
-        return Proposal(code=result.code, diff_text=proc.stdout, model=self.name,
+        result = apply_reply(request.parent.code, stdout)
+        return Proposal(code=result.code, diff_text=stdout, model=self.name,
                         latency_s=latency,
                         error=None if result.ok else f"{result.kind.value if result.kind else ''}: "
                               f"{result.message}")
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL the process group ``proc`` leads (started with ``start_new_session``), then
+    reap ``proc`` and close its pipes."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    try:
+        proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:  # a pipe still held open: stop waiting for it
+        for pipe in (proc.stdout, proc.stderr, proc.stdin):
+            if pipe is not None:
+                pipe.close()
+        proc.wait()
