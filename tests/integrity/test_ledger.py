@@ -49,3 +49,20 @@ def test_ledger_appends_and_survives_a_torn_line(tmp_path: Path) -> None:
     entries = book.entries()
     assert [e["case"] for e in entries] == ["a", "b"] and "time" in entries[0]
     assert Ledger(tmp_path / "none.jsonl").entries() == []
+
+
+def test_an_append_after_a_torn_line_stays_intact(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.jsonl"
+    book = Ledger(path)
+    book.append({"case": "a", "verdict": "accepted"})
+    book.append({"case": "b", "verdict": "rejected"})
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 10])  # truncated mid-line: a crash while writing b
+    book.append({"case": "c", "verdict": "accepted"})
+    book.append({"case": "d", "verdict": "rejected"})
+    assert [e["case"] for e in book.entries()] == ["a", "c", "d"]  # the torn b is skipped
+    lines = path.read_text().splitlines()
+    assert len(lines) == 4 and json.loads(lines[2])["case"] == "c"
+    path.write_bytes(b"")  # an empty file needs no separator
+    book.append({"case": "e"})
+    assert path.read_text().count("\n") == 1 and book.entries()[0]["case"] == "e"

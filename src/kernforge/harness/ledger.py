@@ -134,9 +134,14 @@ class Ledger:
     def append(self, entry: dict[str, Any]) -> None:
         line = json.dumps({"time": now(), **entry}, sort_keys=True, default=str) + "\n"
         with _locked(self.path):
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                os.write(fd, line.encode())
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    line = "\n" + line  # end a torn last line: it stays torn, this one intact
+                data = line.encode()
+                while data:
+                    data = data[os.write(fd, data):]
                 os.fsync(fd)
             finally:
                 os.close(fd)
