@@ -102,3 +102,90 @@ def test_a_deposited_measurement_is_returned_as_it_was() -> None:
     back = classify({"deposit": m.to_json()})
     assert back == measurement_from_json(m.to_json()) and back.message == m.message
     assert back.stages == m.stages and back.status is m.status
+
+
+def test_a_worker_reloads_a_recording_recorded_again(tmp_path: Path) -> None:
+    """A worker caches a loaded recording by path, but notices when the unit at that path was
+    recorded again (its manifest changed) and loads the new one."""
+    import shutil
+
+    from kernforge.service.samples import record_sample
+    from kernforge.service.worker import WorkerState
+
+    first = record_sample(tmp_path / "a", n=64)
+    again = record_sample(tmp_path / "b", n=128)
+    unit = tmp_path / "unit"
+    shutil.copytree(first, unit)
+    st = WorkerState()
+    old = st.load(str(unit))
+    old.baselines["p"] = 1.0
+    assert st.load(str(unit)) is old  # cached
+    shutil.rmtree(unit)
+    shutil.copytree(again, unit)
+    new = st.load(str(unit))
+    assert new is not old and new.baselines == {}
+    assert next(a.shape for a in new.recording.args if a.is_array) == (128,)
+    assert st.load(str(unit)) is new and list(st.recordings) == [str(unit.resolve())]
+
+
+def test_stop_kills_the_whole_service_process_group(tmp_path: Path) -> None:
+    """A service that ignores SIGTERM is killed with its process group (its workers too),
+    and a state file already removed is no error."""
+    import os
+    import subprocess
+    import time
+
+    from kernforge.service.daemon import pid_alive, stop_service, write_state
+
+    pidfile = tmp_path / "child.pid"
+    code = ("import os, signal, subprocess, sys, time; signal.signal(signal.SIGTERM, "
+            "signal.SIG_IGN); c = subprocess.Popen([sys.executable, '-c', 'import signal, "
+            "time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)']); "
+            f"open({str(pidfile)!r}, 'w').write(str(c.pid)); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(pidfile.read_text())
+    state = tmp_path / "serve.json"
+    write_state(state, {"address": "tcp://127.0.0.1:1", "pid": proc.pid})
+    try:
+        stop_service(state, timeout=0.5)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while pid_alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not pid_alive(child) and not state.exists()
+    finally:
+        for pid in (proc.pid, child):
+            if pid_alive(pid):
+                os.kill(pid, 9)
+
+
+def test_a_client_that_fails_to_set_up_closes_what_it_opened(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import distributed
+
+    from kernforge.service import client as client_mod
+
+    closed: list[str] = []
+
+    class Cluster:
+        def close(self) -> None:
+            closed.append("cluster")
+
+    class Dask:
+        def __init__(self, *_: object, **__: object) -> None:
+            pass
+
+        def run_on_scheduler(self, *_: object) -> None:
+            raise OSError("scheduler went away")
+
+        def close(self) -> None:
+            closed.append("dask")
+
+    monkeypatch.setattr(client_mod, "start_cluster", lambda _cfg: Cluster())
+    monkeypatch.setattr(distributed, "Client", Dask)
+    with pytest.raises(OSError, match="scheduler went away"):
+        client_mod.Client()
+    assert closed == ["dask", "cluster"]

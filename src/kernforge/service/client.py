@@ -147,9 +147,13 @@ class Client:
             raise ServiceError(f"cannot reach the scheduler at {address}: {exc}",
                                hint="start one with `kernforge serve start`, or check the "
                                     "address") from exc
-        self.dask.run_on_scheduler(ensure_monitor)
-        self.dask.register_plugin(ReplayPlugin(), name=ReplayPlugin.name)
-        self._check_workers()
+        try:
+            self.dask.run_on_scheduler(ensure_monitor)
+            self.dask.register_plugin(ReplayPlugin(), name=ReplayPlugin.name)
+            self._check_workers()
+        except BaseException:  # no Client to close comes back: close what was opened here
+            self.close()
+            raise
 
     @classmethod
     def from_state(cls, state: Path | None = None, **kw: Any) -> Client:

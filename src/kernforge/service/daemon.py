@@ -152,14 +152,17 @@ def stop_service(state: Path | None = None, timeout: float = 60.0) -> dict[str, 
         deadline = time.monotonic() + timeout
         while pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
+        if pid_alive(pid):  # the service runs in its own session: kill its workers too
+            try:
+                leader = os.getpgid(pid) == pid
+                os.killpg(pid, signal.SIGKILL) if leader else os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     else:
         from .client import Client
         with contextlib.suppress(Exception):  # the scheduler is gone too: only the file is left
             Client(data["address"], connect_timeout=5).shutdown()
-    if path.exists():
-        path.unlink()
+    path.unlink(missing_ok=True)  # the service may remove it itself meanwhile
     return data
 
 

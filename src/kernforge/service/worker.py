@@ -19,6 +19,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from ..backends import Backend, get_backend
 from ..core import Recording
 from ..record import load_recording
+from ..record.format import MANIFEST
 from .guard import install_crash_log, remove_crash_log
 
 log = logging.getLogger("kernforge.service")
@@ -54,6 +55,17 @@ class Loaded:
     scalars: dict[str, Any]
     baselines: dict[tuple[Any, ...], float] = field(default_factory=dict)
     evaluations: int = 0
+    stamp: tuple[int, ...] | None = None  # of the manifest when loaded (see _stamp)
+
+
+def _stamp(directory: str) -> tuple[int, ...] | None:
+    """What changes when a unit is recorded again at the same path (the manifest is written
+    anew: another inode, mtime or size); None when there is no manifest to read."""
+    try:
+        st = os.stat(Path(directory) / MANIFEST)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size, st.st_dev)
 
 
 class WorkerState:
@@ -66,8 +78,14 @@ class WorkerState:
         self.evaluations = 0
 
     def load(self, path: str) -> Loaded:
+        """The recording at ``path``, loaded once -- and again when it was re-recorded since
+        (its manifest changed; the old one's blobs and baselines are dropped)."""
         key = str(Path(path).resolve())
+        stamp = _stamp(key)
         with self.lock:
+            held = self.recordings.get(key)
+            if held is not None and (stamp is None or held.stamp != stamp):
+                del self.recordings[key]
             if key not in self.recordings:
                 rec = _resident(load_recording(key))
                 for a in rec.args:  # read every blob now, not during the first request
@@ -76,7 +94,7 @@ class WorkerState:
                             rec.blob(blob)
                 self.recordings[key] = Loaded(
                     rec, get_backend(rec.backend),
-                    {a.name: a.value for a in rec.args if not a.is_array})
+                    {a.name: a.value for a in rec.args if not a.is_array}, stamp=stamp)
             return self.recordings[key]
 
     def summary(self) -> dict[str, Any]:
