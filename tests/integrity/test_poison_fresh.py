@@ -69,3 +69,17 @@ def test_fresh_state_is_reproducible_by_seed() -> None:
     pro = {"x": np.linspace(0, 1, 50), "n": np.arange(3)}
     a, b, c = fresh_state(pro, 7), fresh_state(pro, 7), fresh_state(pro, 8)
     assert np.array_equal(a["x"], b["x"]) and not np.array_equal(a["x"], c["x"])
+
+
+@pytest.mark.parametrize("values", [[1e30, 2e30], [2.0**53, 2.0**53 + 2], [-9.3e18, 9.3e18],
+                                    [2.0**63, 2.0**63 + 4096], [-1.7e308, 1.7e308]])
+def test_fresh_integral_floats_beyond_int64_do_not_raise(values: list[float]) -> None:
+    rng = np.random.default_rng(1)
+    for dtype in ("float64", "float32")[: 1 if max(map(abs, values)) > 3e38 else 2]:
+        a = np.array(values * 8, dtype=dtype)
+        fresh = fresh_array(a, rng)
+        assert fresh.dtype == a.dtype and fresh.shape == a.shape
+        assert np.all(np.isfinite(fresh))
+        lo, hi = float(a.min()), float(a.max())
+        width = max(hi - lo, 2.0) if np.isfinite(hi - lo) else np.inf
+        assert np.all(fresh >= lo - width) and np.all(fresh <= hi + width)

@@ -71,14 +71,22 @@ def _range(values: np.ndarray) -> tuple[float, float]:
     return lo, hi
 
 
+_INT_BOUND = 2.0 ** 62  # integral values drawn as integers only well inside int64
+
+
 def _draw(values: np.ndarray, rng: np.random.Generator, dtype: np.dtype) -> np.ndarray:
     lo, hi = _range(values)
     finite = values[np.isfinite(values)]
-    if finite.size and bool(np.all(finite == np.round(finite))):
+    if finite.size and -_INT_BOUND <= lo and hi < _INT_BOUND \
+            and bool(np.all(finite == np.round(finite))):
         drawn = rng.integers(int(np.floor(lo)), int(np.floor(hi)) + 1, size=values.shape)
         return drawn.astype(dtype)
-    with np.errstate(over="ignore"):
-        return rng.uniform(lo, hi, size=values.shape).astype(dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(hi - lo):
+            return rng.uniform(lo, hi, size=values.shape).astype(dtype)
+        # a range wider than the largest double: draw around the midpoint in halves
+        mid, half = lo / 2 + hi / 2, hi / 2 - lo / 2
+        return (mid + half * rng.uniform(-1.0, 1.0, size=values.shape)).astype(dtype)
 
 
 def fresh_array(prologue: np.ndarray, rng: np.random.Generator) -> np.ndarray:
