@@ -83,12 +83,19 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"   buffer {c.describe()}", markup=False)
     _print_evolve_and_deploy(result)
     console.print(f"\nrun directory: {result.run_dir} (summary.json)", markup=False)
-    ok = all(m.ok for _, m in result.baseline) and wrong.status is Status.WRONG_RESULT \
-        and (result.e2e is None or result.e2e.identical)
-    if not ok:
-        console.print("[bold red]demo failed: a recorded kernel did not replay, or the wrong "
-                      "variant was not caught[/]")
-    return 0 if ok else 1
+    why = []
+    if not all(m.ok for _, m in result.baseline):
+        why.append("a recorded kernel did not replay")
+    if wrong.status is not Status.WRONG_RESULT:
+        why.append("the wrong variant was not caught")
+    if result.e2e is not None and not result.e2e.identical:
+        why.append("the application's outputs differ with the spec")
+    if result.e2e is not None and result.e2e.substituted < 1:
+        why.append("the deployment replaced no launch (the spec matched none of the "
+                   "application's launches), so there is no end-to-end speedup")
+    if why:
+        console.print(f"[bold red]demo failed:[/] {escape('; '.join(why))}")
+    return 1 if why else 0
 
 
 def _print_evolve_and_deploy(result: DemoResult) -> None:
@@ -105,6 +112,10 @@ def _print_evolve_and_deploy(result: DemoResult) -> None:
         console.print("5. no verified speedup above 1 to deploy", markup=False)
         return
     verdict = "outputs identical" if e.identical else "OUTPUTS DIFFER"
+    if e.substituted < 1:
+        console.print(f"5. deployed {e.spec}, but no launch of the application was replaced: "
+                      f"no end-to-end speedup to report ({verdict})", markup=False)
+        return
     won = ", ".join(f"{w.recording.source.entry} ({w.source}, {w.ab.speedup:.2f}x)"
                     for w in e.winners)
     console.print(f"5. deployed {won} ({e.spec}): application "
