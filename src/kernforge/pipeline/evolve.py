@@ -155,12 +155,19 @@ def evolve_path(path: str | Path, cfg: RunConfig, out: Path, *, kernels: str | N
                 on_progress: Callable[[Progress, Counters], None] | None = None,
                 on_kernel: Callable[[str, int], None] | None = None) -> list[EvolveOutcome]:
     """Evolve every kernel under ``path`` matching ``kernels`` (default: the hottest one, by
-    its recorded launch's replay time) into ``out/<kernel>/``."""
+    its recorded launch's replay time) into ``out/<kernel>/``. ``resume`` without ``kernels``
+    continues the kernel(s) whose ``out/<kernel>/evolve.db`` exists (timings can change
+    between runs, so the hottest is not picked again)."""
     recs = [load_recording(p) for p in find_recordings(path)]
     groups = group_by_kernel(recs, kernels)
     if kernels is None and len(groups) > 1:
-        hottest = _hottest(groups)
-        groups = {hottest: groups[hottest]}
+        started = {k: g for k, g in groups.items() if (out / k / "evolve.db").exists()} \
+            if resume else {}
+        if started:
+            groups = started
+        else:
+            hottest = _hottest(groups)
+            groups = {hottest: groups[hottest]}
     outcomes = []
     for name, group in groups.items():
         if on_kernel:

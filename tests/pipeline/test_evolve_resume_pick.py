@@ -1,0 +1,43 @@
+"""--resume without --kernels continues the kernel already under way, not a newly timed one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernforge.pipeline import evolve as evolve_mod
+
+
+@pytest.fixture()
+def fake(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    ran: list[str] = []
+    monkeypatch.setattr(evolve_mod, "find_recordings", lambda path: ["a1", "b1"])
+    monkeypatch.setattr(evolve_mod, "load_recording", lambda p: p)
+    monkeypatch.setattr(evolve_mod, "group_by_kernel",
+                        lambda recs, kernels: {"a": ["a1"], "b": ["b1"]})
+    monkeypatch.setattr(evolve_mod, "_hottest", lambda groups: "a")
+
+    def evolve_kernel(group: Any, cfg: Any, run_dir: Path, **kw: Any) -> str:
+        ran.append(run_dir.name)
+        return run_dir.name
+
+    monkeypatch.setattr(evolve_mod, "evolve_kernel", evolve_kernel)
+    return ran
+
+
+def test_resume_continues_the_started_kernel(fake: list[str], tmp_path: Path) -> None:
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "evolve.db").write_bytes(b"")
+    evolve_mod.evolve_path("rec", None, tmp_path, resume=True)  # type: ignore[arg-type]
+    assert fake == ["b"]  # not "a", the hottest now
+
+
+def test_fresh_run_and_resume_without_a_started_kernel_pick_the_hottest(
+        fake: list[str], tmp_path: Path) -> None:
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "evolve.db").write_bytes(b"")
+    evolve_mod.evolve_path("rec", None, tmp_path)  # type: ignore[arg-type]
+    evolve_mod.evolve_path("rec", None, tmp_path / "other", resume=True)  # type: ignore[arg-type]
+    assert fake == ["a", "a"]
