@@ -12,9 +12,11 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from kernforge.cli.export_cmd import ACCEPTED_VERDICTS
 from kernforge.core import ConfigError
 from kernforge.evolve.store import Store
 from kernforge.llm.fake_server import FakeLLMServer
@@ -52,6 +54,26 @@ def _population(db: Path) -> tuple[list, dict, list]:
         return progs, s.cells(), its
 
 
+def _assert_final_consistent(final: Any, recorded_key: Any) -> None:
+    """What each end-of-run status means, spelled out (no status is success by itself)."""
+    assert final.best is not None and final.result_json is not None
+    doc = json.loads(final.result_json.read_text())
+    if final.status == "OK":  # validated: every gate passed, the speedup is measured
+        assert final.ab is not None and final.speedup == final.ab.speedup > 0
+        assert final.validation["verdict"] in ACCEPTED_VERDICTS and final.message == ""
+        assert doc["status"] == "OK" and doc["speedup_ci"] is not None
+    elif final.status == "REJECTED":  # a gate refused the winner: recorded, never exported
+        assert final.ab is None and final.speedup == 1.0
+        reason = final.validation["reason"]
+        assert final.validation["verdict"] == "rejected" and reason
+        assert final.message.startswith(f"{reason}: ")
+        assert doc["status"] == "REJECTED"
+    else:
+        assert final.status == "UNCHANGED", final.status
+        assert final.variant.key() == recorded_key and final.validation is None
+        assert doc["status"] == "OK" and doc["speedup"] == 1.0
+
+
 def test_llm_evolution_completes_with_report(heat_recordings: Path, tmp_path: Path) -> None:
     recs = _recs(heat_recordings)
     with FakeLLMServer(scripted_reply, latency=0.01) as srv:
@@ -66,7 +88,7 @@ def test_llm_evolution_completes_with_report(heat_recordings: Path, tmp_path: Pa
     assert len(calls) == 10 and all(c["model"] == "fast" for c in calls if not c["error"])
     assert sum(c["prompt_tokens"] for c in calls) > 0
     assert outcomes["evaluated"] >= 2
-    assert out.final.best is not None and out.final.status in ("OK", "REJECTED", "UNCHANGED")
+    _assert_final_consistent(out.final, out.target.primary.variant.key())
     run = tmp_path / "run"
     for name in ("report.md", "report.json", "best_so_far.png", "evolve.db", "best.src"):
         assert (run / name).is_file(), name
@@ -165,9 +187,25 @@ def test_cli_runs_offline_and_export_picks_up_the_result(heat_recordings: Path,
     assert r.returncode == 0, r.stdout + r.stderr
     assert "speedup over the recorded kernel" in r.stdout
     assert list(out.glob("heat_step/*/result.json"))
+    (result,) = out.glob("heat_step/*/result.json")
+    doc = json.loads(result.read_text())
+    verdict = (doc.get("validation") or {}).get("verdict")
     e = subprocess.run([sys.executable, "-m", "kernforge", "export", str(out), "--min-speedup",
                         "0"], capture_output=True, text=True, timeout=120, check=False)
-    assert e.returncode in (0, 1), e.stdout + e.stderr  # 1: nothing faster than recorded
+    said = e.stdout + e.stderr
+    if doc["status"] == "OK" and verdict in ACCEPTED_VERDICTS:  # exportable: picked up
+        assert e.returncode == 0, said
+        spec = json.loads((out / "deploy.json").read_text())
+        assert len(spec["entries"]) == 1, spec["entries"]
+        assert "skipped" not in e.stderr, said
+    elif doc["status"] == "REJECTED":  # the winner failed a gate (timing noise in this fast
+        assert verdict == "rejected" and doc["validation"]["reason"], doc  # run): skipped
+        assert e.returncode == 1 and not (out / "deploy.json").exists(), said
+        assert "status REJECTED" in " ".join(e.stderr.split()), said
+    else:  # UNCHANGED: the recorded kernel stayed the best, nothing was validated
+        assert doc["status"] == "OK" and doc["validation"] is None, doc
+        assert doc["message"] == "the recorded kernel stayed the best", doc
+        assert e.returncode == 1 and "not validated" in " ".join(e.stderr.split()), said
     r2 = subprocess.run([sys.executable, "-m", "kernforge", "evolve", str(heat_recordings),
                          "--config", str(cfg), "--out", str(out)],
                         capture_output=True, text=True, timeout=120, check=False)
