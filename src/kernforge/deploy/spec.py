@@ -25,7 +25,7 @@ import numpy as np
 
 from .._version import __version__
 from ..core import ConfigError, LaunchConfig
-from ._json import canonical_checksum, fsync_dir
+from ..core.jsonio import canonical_checksum, fsync_dir
 
 FORMAT = "kernforge-deploy"
 SCHEMA_VERSION = 1
