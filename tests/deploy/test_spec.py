@@ -72,7 +72,7 @@ def test_truncated_spec_is_refused(spec_path: Path) -> None:
 
 
 def _rewrite(path: Path, **changes: object) -> None:
-    from kernforge.deploy._json import canonical_checksum
+    from kernforge.core.jsonio import canonical_checksum
 
     doc = json.loads(path.read_text())
     doc.update(changes)
