@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -25,7 +24,7 @@ import numpy as np
 
 from .._version import __version__
 from ..core import ConfigError, LaunchConfig
-from ..core.jsonio import canonical_checksum, fsync_dir
+from ..core.jsonio import canonical_checksum, write_bytes_atomic
 
 FORMAT = "kernforge-deploy"
 SCHEMA_VERSION = 1
@@ -209,23 +208,12 @@ def spec_to_json(entries: Sequence[DeployEntry]) -> dict[str, Any]:
 def write_spec(path: PathLike, entries: Sequence[DeployEntry]) -> Path:
     """Write a spec atomically (temporary file in the same directory, fsync, rename)."""
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps(spec_to_json(entries), indent=2, allow_nan=False).encode() + b"\n"
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
-        fsync_dir(out.parent)
+        return write_bytes_atomic(out, data)
     except OSError as exc:
         raise DeploySpecError(f"cannot write deployment spec {out}: {exc}",
                               hint="check free disk space and write permission") from exc
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return out
 
 
 def _bad(path: Path, problem: str, hint: str = _REEXPORT) -> DeploySpecError:

@@ -15,8 +15,6 @@ turns into a deployment spec.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -26,6 +24,7 @@ from typing import Any
 from .._version import __version__
 from ..backends import Backend, get_backend
 from ..core import ConfigError, KernforgeError, Measurement, Recording, Status, Variant
+from ..core.jsonio import write_json_atomic
 from ..harness import ABResult
 from ..tune import Budget, Dimension, ProductAtMost, SearchSpace, TrialRecord, TuneResult, tune
 from .engine import evaluate_variant
@@ -181,12 +180,7 @@ def write_result(o: TuningOutcome, *, sampler: str, preset: str) -> Path:
         "provenance": o.validation.provenance if o.validation else None,
     }
     path = o.directory / "result.json"
-    tmp = path.with_suffix(".json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
+    write_json_atomic(path, data)
     return path
 
 
