@@ -22,6 +22,7 @@ from kernforge.core import ConfigError, KernforgeError, Status
 
 from .config import EvolveConfig
 from .features import code_hash, default_features, normalize_code
+from .load import LoadTracker
 from .mapelites import Archive
 from .store import Store
 from .types import EvalResult, Program, Proposal, ProposalRequest, Proposer
@@ -89,7 +90,8 @@ class Controller:
 
     def __init__(self, config: EvolveConfig, proposers: Sequence[Proposer], evaluate: Evaluator,
                  store: Store, initial_code: str,
-                 on_progress: Callable[[Progress], None] | None = None) -> None:
+                 on_progress: Callable[[Progress], None] | None = None,
+                 load: LoadTracker | None = None) -> None:
         if not proposers:
             raise ConfigError("no proposer given", hint="pass at least one Proposer")
         w = config.proposer_weights
@@ -111,6 +113,9 @@ class Controller:
         self._stop_planning = False
         self._pools: tuple[ThreadPoolExecutor, ...] = ()
         self._futures: dict[Future[Any], tuple[str, int, float]] = {}
+        self.load = load or LoadTracker(config.eval_slots)  # read by runtime-aware proposers
+        for p in self.proposers:
+            p.attach_load(self.load)
 
     # -- start / resume ----------------------------------------------------------------------
     def start(self) -> None:
@@ -142,6 +147,7 @@ class Controller:
             self.store.evaluation_started(-1, SEED_ID)
             t0 = time.time()
             result = _call_evaluate(self.evaluate, self.initial_code)
+            self.load.observe_eval(time.time() - t0)
             self.evaluations += 1
             self.store.record_evaluation(-1, SEED_ID, h, result, t0)
         return self._program(SEED_ID, self.initial_code, None, 0, 0, result)
@@ -260,6 +266,7 @@ class Controller:
         if plan["state"] == "planned":
             req = self._request(plan)
             self.store.event("proposal_started", i, plan["program_id"])
+            self.load.proposal_started()
             fut = self._pools[0].submit(_call_propose, self.proposers[plan["proposer"]], req)
             self._futures[fut] = ("propose", i, time.time())
             return
@@ -295,12 +302,14 @@ class Controller:
         self.candidate_hashes[i] = code_hash(code)
         pid = self.plans[i]["program_id"]
         self.store.evaluation_started(i, pid)
-        fut = self._pools[1].submit(_call_evaluate, self.evaluate, code)
+        self.load.eval_queued(i)
+        fut = self._pools[1].submit(_call_evaluate, self.load.timed(i, self.evaluate), code)
         self._futures[fut] = ("evaluate", i, time.time())
 
     def _complete(self, fut: Future[Any]) -> None:
         kind, i, started = self._futures.pop(fut)
         if kind == "propose":
+            self.load.proposal_finished()
             prop: Proposal = fut.result()
             h = code_hash(prop.code) if prop.code is not None else None
             self.store.record_proposal(i, prop, h)
@@ -383,12 +392,13 @@ class Controller:
 
 def run(config: EvolveConfig, proposers: Proposer | Sequence[Proposer], evaluate: Evaluator,
         store_path: str | Path, *, initial_code: str, resume: bool = True,
-        on_progress: Callable[[Progress], None] | None = None) -> RunResult:
+        on_progress: Callable[[Progress], None] | None = None,
+        load: LoadTracker | None = None) -> RunResult:
     """Evolve ``initial_code``; everything is recorded in the SQLite database at ``store_path``.
 
     With ``resume=True`` an existing database continues where it stopped (in-flight work is
     re-queued, nothing finished is evaluated again); with ``resume=False`` an existing run is
-    an error.
+    an error. ``load``: the tracker handed to the proposers (default: a new one).
     """
     props = [proposers] if isinstance(proposers, Proposer) else list(proposers)
     path = Path(store_path)
@@ -396,4 +406,5 @@ def run(config: EvolveConfig, proposers: Proposer | Sequence[Proposer], evaluate
         if not resume and store.get_state("initialized"):
             raise ConfigError(f"{path} already holds an evolution run",
                               hint="pass resume=True to continue it, or use a new path")
-        return Controller(config, props, evaluate, store, initial_code, on_progress).run()
+        return Controller(config, props, evaluate, store, initial_code, on_progress,
+                          load).run()

@@ -51,7 +51,8 @@ CREATE TABLE IF NOT EXISTS migrations (
 CREATE TABLE IF NOT EXISTS llm_calls (
   id INTEGER PRIMARY KEY AUTOINCREMENT, iteration INTEGER NOT NULL, model TEXT NOT NULL,
   latency_s REAL NOT NULL, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
-  cached_tokens INTEGER NOT NULL, cost REAL NOT NULL, error TEXT);
+  cached_tokens INTEGER NOT NULL, cost REAL NOT NULL, error TEXT,
+  backfill INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS events (
   id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, kind TEXT NOT NULL,
   iteration INTEGER, program_id TEXT, data TEXT NOT NULL);
@@ -78,6 +79,9 @@ class Store:
             for stmt in SCHEMA.split(";"):
                 if stmt.strip():
                     c.execute(stmt)
+            cols = {r[1] for r in c.execute("PRAGMA table_info(llm_calls)")}
+            if "backfill" not in cols:  # a store written before the column existed
+                c.execute("ALTER TABLE llm_calls ADD COLUMN backfill INTEGER NOT NULL DEFAULT 0")
             if self.get_state("schema_version") is None:
                 self.set_state("schema_version", SCHEMA_VERSION)
 
@@ -181,9 +185,11 @@ class Store:
             c.execute("UPDATE iterations SET state='proposed', code=?, code_hash=?, diff_text=? "
                       "WHERE iteration=?", (prop.code, code_hash, prop.diff_text, iteration))
             c.execute("INSERT INTO llm_calls(iteration, model, latency_s, prompt_tokens, "
-                      "completion_tokens, cached_tokens, cost, error) VALUES (?,?,?,?,?,?,?,?)",
+                      "completion_tokens, cached_tokens, cost, error, backfill) "
+                      "VALUES (?,?,?,?,?,?,?,?,?)",
                       (iteration, prop.model, prop.latency_s, prop.prompt_tokens,
-                       prop.completion_tokens, prop.cached_tokens, prop.cost, prop.error))
+                       prop.completion_tokens, prop.cached_tokens, prop.cost, prop.error,
+                       int(prop.backfill)))
             self.event("proposal_finished", iteration, model=prop.model, error=prop.error,
                        latency_s=prop.latency_s)
 
@@ -270,7 +276,8 @@ class Store:
 
     def llm_calls(self) -> list[dict[str, Any]]:
         cur = self.conn.execute("SELECT iteration, model, latency_s, prompt_tokens, "
-                                "completion_tokens, cached_tokens, cost, error FROM llm_calls "
+                                "completion_tokens, cached_tokens, cost, error, backfill "
+                                "FROM llm_calls "
                                 "ORDER BY id")
         names = [d[0] for d in cur.description]
         return [dict(zip(names, r)) for r in cur]

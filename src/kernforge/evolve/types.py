@@ -65,6 +65,7 @@ class Proposal:
     cached_tokens: int = 0
     cost: float = 0.0
     error: str | None = None
+    backfill: bool = False  # the (last) model was chosen by runtime-aware backfill
 
 
 class Proposer(ABC):
@@ -74,6 +75,10 @@ class Proposer(ABC):
     @abstractmethod
     def propose(self, request: ProposalRequest) -> Proposal:
         """Return a proposal; report failures in ``Proposal.error`` rather than raising."""
+
+    def attach_load(self, load: Any) -> None:
+        """The controller hands every proposer its run's load tracker
+        (:class:`kernforge.evolve.load.LoadTracker`); proposers that ignore load ignore it."""
 
 
 @dataclass(frozen=True)

@@ -113,9 +113,14 @@ class Scheduler:
         arriving = sum(1 for _, r in remaining if r <= horizon)
         return load.queued + arriving < demand(load, horizon)
 
-    def draw(self) -> str:
-        with self._lock:
-            r = self._rng.random()
+    def draw(self, u: float | None = None) -> str:
+        """A model by weight; ``u`` in [0, 1) is the caller's uniform draw (for a choice that
+        depends on the caller's seed, not on the order of concurrent calls)."""
+        if u is not None:
+            r = u
+        else:
+            with self._lock:
+                r = self._rng.random()
         acc = 0.0
         for m, w in self.weights.items():
             acc += w
@@ -123,10 +128,10 @@ class Scheduler:
                 return m
         return next(reversed(self.weights))
 
-    def choose(self, load: Load | None = None) -> Decision:
-        """Pick a model for the next request and mark it pending."""
+    def choose(self, load: Load | None = None, *, u: float | None = None) -> Decision:
+        """Pick a model for the next request and mark it pending (``u``: see :meth:`draw`)."""
         backfill = bool(self.runtime_aware and load is not None and self.would_idle(load))
-        model = self.fastest if backfill else self.draw()
+        model = self.fastest if backfill else self.draw(u)
         if backfill:
             self.backfills += 1
         return Decision(model=model, backfill=backfill, ticket=self.begin(model))

@@ -48,6 +48,9 @@ class CountingProposer(Proposer):
     def __init__(self, inner: Proposer, counters: Counters) -> None:
         self.inner, self.counters = inner, counters
 
+    def attach_load(self, load: Any) -> None:
+        self.inner.attach_load(load)
+
     def propose(self, request: ProposalRequest) -> Proposal:
         p = self.inner.propose(request)
         with self.counters.lock:
@@ -102,7 +105,8 @@ def build_proposers(cfg: RunConfig, target: EvolveTarget, counters: Counters,
         s = dict(spec.settings)
         if spec.kind == "llm":
             p = make_proposer("llm", config=spec.llm_config(), static=static,
-                              retries=int(s.get("retries", 1)), seed=seed)
+                              retries=int(s.get("retries", 1)), seed=seed,
+                              runtime_aware=bool(s.get("runtime_aware", False)))
         elif spec.kind == "command":
             p = make_proposer("command", command=s["command"],
                               timeout_s=float(s.get("timeout_s", 600.0)), static=static)

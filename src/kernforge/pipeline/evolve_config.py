@@ -39,7 +39,7 @@ TOP_KEYS = ("evolve", "proposers", "tuner", "contract", "prompt")
 PROPOSER_KEYS: dict[str, tuple[str, ...]] = {
     "offline": ("rules",),
     "command": ("command", "timeout_s"),
-    "llm": ("retries",) + tuple(f.name for f in dataclasses.fields(LLMConfig)),
+    "llm": ("retries", "runtime_aware") + tuple(f.name for f in dataclasses.fields(LLMConfig)),
 }
 
 
@@ -77,7 +77,7 @@ class ProposerSpec:
 
     def llm_config(self) -> LLMConfig:
         return LLMConfig.from_mapping({k: v for k, v in self.settings.items()
-                                       if k != "retries"})
+                                       if k not in ("retries", "runtime_aware")})
 
 
 @dataclass(frozen=True)
