@@ -91,6 +91,10 @@ def test_runtime_aware_off_draws_by_weight_from_the_iteration_seed(tmp_path: Any
     for c in calls:
         u = random.Random(seeds[c["iteration"]]).random()
         assert c["model"] == ("fast" if u < WEIGHTS["fast"] else "slow")
-    again, _, _ = _run(tmp_path, "weighted2.db", runtime_aware=False)
-    assert [(c["iteration"], c["model"]) for c in sorted(calls, key=lambda c: c["iteration"])] \
-        == [(c["iteration"], c["model"]) for c in sorted(again, key=lambda c: c["iteration"])]
+    # A second run makes the same per-iteration choice from each iteration's seed. (Whole runs
+    # are not compared: the scripted server numbers its replies in arrival order, so programs,
+    # and with them later seeds, may differ between runs.)
+    again, _, seeds2 = _run(tmp_path, "weighted2.db", runtime_aware=False)
+    for c in again:
+        u = random.Random(seeds2[c["iteration"]]).random()
+        assert c["model"] == ("fast" if u < WEIGHTS["fast"] else "slow")
