@@ -1,8 +1,9 @@
 """kernforge: record the kernels of a real run, search faster variants on isolated replays,
 deploy the winners, and prove every speedup it reports.
 
-The public API is re-exported here lazily, so ``import kernforge`` stays cheap and importing a
-low layer never drags in a higher one.
+The public API is re-exported here: ``record`` and ``replay`` eagerly (see below), everything
+else lazily on first use, so ``import kernforge`` loads no optional heavy dependency (CuPy,
+Optuna, Dask, the LLM client).
 """
 
 from __future__ import annotations
