@@ -19,7 +19,7 @@ from typing import Any
 from distributed import get_worker
 
 from ..core import KernforgeError, Measurement, Status, Variant
-from ..replay.engine import compare, evaluate_variant
+from ..replay.engine import evaluate_variant
 from ..replay.prepare import TolerancePolicy, is_tolerant, resolve_policies
 from ..replay.tuning import build_space
 from ..replay.validate import Validation, validate
@@ -185,28 +185,6 @@ def realize_task(path: str, config: Mapping[str, Any]) -> Variant | Raised:
         return loaded.backend.realize(loaded.recording.variant, dict(config), loaded.scalars)
     except KernforgeError as exc:
         return _raised(exc)
-
-
-def compare_task(path: str, a: Variant | None, b: Variant, tolerance: TolerancePolicy,
-                 passes: int, limits: Limits) -> Any:
-    """Interleaved A/B of two variants (``a`` None: the recorded one), the tuner's final
-    re-measure, watched as a whole."""
-    worker = get_worker()
-    try:
-        loaded = state().load(path)
-    except KernforgeError as exc:
-        return _raised(exc)
-    with Guard(worker, str(worker.get_current_task()), "compare") as guard:
-        guard.stage("compare", limits.compile_timeout_s)
-        try:
-            result = compare(loaded.recording, a or loaded.recording.variant, b,
-                             backend=loaded.backend,
-                             tolerance=tolerance, passes=passes)
-        except KernforgeError as exc:
-            guard.end(Measurement(exc.status or Status.RUNTIME_FAILED), count=False)
-            return _raised(exc)
-        guard.end(Measurement(Status.OK), count=False)
-        return result
 
 
 def validate_task(path: str, variant: Variant, tolerance: TolerancePolicy, passes: int,
