@@ -1,0 +1,1 @@
+"""CUDA source generators for stencil operators: one module per design (structure)."""

@@ -1,0 +1,57 @@
+"""Shared pieces of generated CUDA source: types, literals, loads/stores, the weighted sum."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..spec import Cell, Precision
+
+
+def header(cell: Cell) -> str:
+    lines = [f"// kernforge stencil operator for {cell.id} (generated; do not edit)"]
+    if cell.precision is Precision.FP16:
+        lines.append("#include <cuda_fp16.h>")
+    return "\n".join(lines) + "\n"
+
+
+def literal(value: float, precision: Precision) -> str:
+    """``value`` as a literal of the accumulation type (exact for fp64, rounded for fp32)."""
+    if precision is Precision.FP64:
+        return repr(float(value))
+    return f"{float(np.float32(value))!r}f"
+
+
+def load(precision: Precision, expr: str) -> str:
+    """Read an element (a pointer expression's target) as the accumulation type."""
+    if precision is Precision.FP16:
+        return f"__half2float({expr})"
+    return expr
+
+
+def store(precision: Precision, value: str) -> str:
+    """Convert an accumulation-type value to the storage type."""
+    if precision is Precision.FP16:
+        return f"__float2half_rn({value})"
+    return value
+
+
+def weight_names(cell: Cell) -> list[str]:
+    """Names of the per-offset weights, aligned with ``cell.stencil.offsets``."""
+    return [f"W{i}" for i in range(cell.stencil.points)]
+
+
+def weight_defs(cell: Cell) -> str:
+    """``constexpr`` definitions of the weights in the accumulation type."""
+    acc = cell.precision.acc_ctype
+    return "".join(f"constexpr {acc} {name} = {literal(w, cell.precision)};\n"
+                   for name, w in zip(weight_names(cell), cell.stencil.weights, strict=True))
+
+
+def extents(cell: Cell) -> str:
+    s = cell.shape
+    return (f"constexpr long NX = {s.nx}, NY = {s.ny}, NZ = {s.nz};\n"
+            f"constexpr int R = {cell.radius};\n")
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
