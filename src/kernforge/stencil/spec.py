@@ -237,7 +237,7 @@ def matrix(stencils: list[str] | None = None, shapes: list[str] | None = None,
     sts = [stencil_by_name(s) for s in stencils] if stencils else list(STENCILS.values())
     shs = [Shape.parse(s) for s in shapes] if shapes else list(SHAPES)
     prs = [precision_by_name(p) for p in precisions] if precisions else list(PRECISIONS)
-    cells = []
+    cells: list[Cell] = []
     for st in sts:
         for sh in shs:
             if min(sh.nx, sh.ny, sh.nz) <= 2 * st.radius:
