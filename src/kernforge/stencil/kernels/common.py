@@ -55,3 +55,18 @@ def extents(cell: Cell) -> str:
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def ping_pong(steps: int) -> list[tuple[str, str]]:
+    """(source, destination) roles of ``steps`` single-step sweeps ending in ``out``.
+
+    One step reads ``in`` and writes ``out``; more alternate between ``out`` and ``tmp`` so the
+    last one lands in ``out`` (``tmp``'s boundary is preset like ``out``'s).
+    """
+    roles = []
+    cur = "in"
+    for s in range(steps):
+        nxt = "out" if (steps - s) % 2 == 1 else "tmp"
+        roles.append((cur, nxt))
+        cur = nxt
+    return roles

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..operator import Launch, Operator
 from ..spec import Cell
-from .common import cdiv, extents, header, load, store, weight_defs, weight_names
+from .common import cdiv, extents, header, load, ping_pong, store, weight_defs, weight_names
 
 
 def _sum(cell: Cell, src: str) -> str:
@@ -48,14 +48,5 @@ def generate(cell: Cell, block: tuple[int, int, int] = (32, 8, 1)) -> Operator:
     grid = (cdiv(nx, block[0]), cdiv(ny, block[1]), cdiv(nz, block[2]))
     coef = ("coef",) if cell.stencil.kind == "varcoeff" else ()
     source = header(cell) + extents(cell) + weight_defs(cell) + _kernel(cell, "naive", "src", "dst")
-    steps = cell.stencil.steps
-    # Ping-pong so the last step lands in ``out``: odd step counts start in -> out.
-    roles = []
-    cur = "in"
-    for s in range(steps):
-        remaining = steps - s
-        nxt = "out" if remaining % 2 == 1 else "tmp"
-        roles.append((cur, nxt))
-        cur = nxt
-    launches = tuple(Launch("naive", grid, block, (a,) + coef + (b,)) for a, b in roles)
+    launches = tuple(Launch("naive", grid, block, (a,) + coef + (b,)) for a, b in ping_pong(cell.stencil.steps))
     return Operator(cell.id, "naive", {"block": block}, source, launches)

@@ -1,0 +1,228 @@
+"""The forge loop for the stencil matrix: one change per round, gate, accept or revert, logs.
+
+Rounds are matrix-wide. Round 1 changes the *design* (structure) of every cell's incumbent;
+each later round changes one parameter of the incumbent's design (vector width, z-chunk, block
+shape, register blocking, ...). Per cell and round:
+
+1. build and compile the candidates (the incumbent with that one change), all cells of the round
+   at once, in parallel (nvcc), before anything runs;
+2. screen: time the incumbent and every candidate (median of a few runs);
+3. gate the fastest candidate: the float64 oracle on fresh random inputs, then an interleaved
+   A/B comparison against the incumbent; accept only when the median speedup clears the band
+   and the bootstrap interval of the speedup lies above 1;
+4. accept (the dispatch table is rewritten atomically at once, so a killed run loses nothing) or
+   revert (the incumbent stays); either way one line goes to the performance log.
+
+Operators are specialized per cell, so a change to one cell cannot regress another; the zero-
+regression gate across accepted cells is the final pass (:func:`regressions`): every accepted
+cell is measured again and compared with its persisted prior best.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..core.jsonio import write_json_atomic
+from ..stencil import matrix as mx
+from ..stencil.operator import Operator
+from ..stencil.spec import Cell
+from .compile import Built
+
+IDEAS = {
+    "design": "restructure: z-marching with a register queue (star), shared-memory plane sweep "
+              "with register-blocked accumulators (box), 2.5D temporal blocking (multi-step)",
+    "vx": "vector width: more x points per thread, wider aligned loads and stores",
+    "lz": "z-chunk length: more blocks in flight vs. halo planes re-read per chunk",
+    "ty": "block height: occupancy and y-halo reuse",
+    "tx": "block width: row length per warp and x-halo share",
+    "ry": "register blocking along y: fewer shared-memory reads per output",
+    "block": "thread-block shape of the one-thread-per-point kernel",
+}
+
+
+class Session(Protocol):
+    """Measurement of one cell on one device (arrays allocated once per cell and round)."""
+
+    def screen(self, built: Built) -> float: ...  # median seconds of a few runs
+    def compare(self, a: Built, b: Built) -> tuple[float, float, float, float, float]: ...
+    # -> (speedup of b over a, ci_low, ci_high, median seconds a, median seconds b)
+    def check(self, built: Built) -> tuple[bool, float, str]: ...  # (ok, error, detail)
+
+
+SessionFactory = Callable[[Cell], Any]  # a context manager yielding a Session
+Compiler = Callable[[Sequence[Operator]], list[Built]]
+
+
+@dataclass
+class Incumbent:
+    design: str
+    params: dict[str, Any]
+    seconds: float | None = None
+    history: list[str] = field(default_factory=list)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _candidates(cell: Cell, inc: Incumbent, change: str) -> list[Operator]:
+    ops: list[Operator] = []
+    if change == "design":
+        for design in mx.applicable(cell):
+            if design != inc.design:
+                op = mx.build(design, cell, mx.defaults(design, cell))
+                if op is not None:
+                    ops.append(op)
+        return ops
+    values = mx.space(inc.design, cell).get(change, ())
+    for value in values:
+        if inc.params.get(change) == value:
+            continue
+        op = mx.build(inc.design, cell, {**inc.params, change: value})
+        if op is not None:
+            ops.append(op)
+    return ops
+
+
+def round_plan(rounds: int) -> list[str]:
+    """The changes of rounds 1..N: the design first, then parameters in a fixed order."""
+    order = ["design", "vx", "ry", "lz", "ty", "tx", "block", "lz", "vx"]
+    return order[:rounds]
+
+
+@dataclass
+class Forge:
+    """State and logs of one forge run over some cells."""
+
+    cells: list[Cell]
+    table_path: Path
+    log_path: Path  # performance log (JSON lines, appended)
+    compiler: Compiler
+    sessions: SessionFactory
+    band: float = 0.02
+    device: str = ""
+    say: Callable[[str], None] = print
+    table: dict[str, dict[str, Any]] = field(default_factory=dict)
+    incumbents: dict[str, Incumbent] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.table = mx.load_table(self.table_path)
+        for cell in self.cells:
+            entry = self.table.get(cell.id)
+            if entry and mx.build(entry["design"], cell, entry["params"]) is not None:
+                self.incumbents[cell.id] = Incumbent(entry["design"], dict(entry["params"]),
+                                                     entry.get("seconds"))
+            else:
+                self.incumbents[cell.id] = Incumbent("naive", mx.defaults("naive", cell))
+
+    def _op(self, cell: Cell) -> Operator:
+        inc = self.incumbents[cell.id]
+        op = mx.build(inc.design, cell, inc.params)
+        assert op is not None
+        return op
+
+    def _log(self, record: dict[str, Any]) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "a") as fh:
+            fh.write(json.dumps(record, sort_keys=True) + "\n")
+            fh.flush()
+
+    def _save(self, cell: Cell, op: Operator, seconds: float, error: float, rnd: int) -> None:
+        inc = self.incumbents[cell.id]
+        self.table[cell.id] = {"design": op.design, "params": op.params, "seconds": seconds,
+                               "error": error, "source_sha": mx.source_sha(op),
+                               "round": rnd, "device": self.device, "date": _now(),
+                               "history": inc.history}
+        write_json_atomic(self.table_path, {"version": mx.TABLE_VERSION, "cells": self.table})
+
+    def run_round(self, rnd: int, change: str) -> dict[str, int]:
+        """One matrix-wide round; returns counts of accepted / rejected / unchanged cells."""
+        plans = {c.id: _candidates(c, self.incumbents[c.id], change) for c in self.cells}
+        todo = [op for ops in plans.values() for op in ops]
+        todo += [self._op(c) for c in self.cells if plans[c.id]]
+        self.say(f"round {rnd} ({change}): compiling {len(todo)} operators")
+        built = {(b.op.cell_id, b.op.key): b for b in self.compiler(todo)}
+        counts = {"accepted": 0, "rejected": 0, "unchanged": 0}
+        for cell in self.cells:
+            ops = plans[cell.id]
+            if not ops:
+                counts["unchanged"] += 1
+                continue
+            inc_op = self._op(cell)
+            verdict = self._gate(cell, rnd, change, built[(cell.id, inc_op.key)],
+                                 [built[(cell.id, o.key)] for o in ops])
+            counts[verdict] += 1
+        return counts
+
+    def _gate(self, cell: Cell, rnd: int, change: str, inc: Built, cands: list[Built]) -> str:
+        base = {"round": rnd, "change": change, "idea": IDEAS.get(change, change),
+                "cell": cell.id, "from": inc.op.key, "date": _now(), "device": self.device}
+        for bad in (c for c in cands if not c.ok):
+            self._log({**base, "to": bad.op.key, "verdict": "rejected",
+                       "reason": "compile error", "log": bad.log[-500:]})
+        ok = [c for c in cands if c.ok]
+        if not ok:
+            return "rejected"
+        with self.sessions(cell) as session:
+            t_inc = session.screen(inc)
+            if self.incumbents[cell.id].seconds is None:
+                good, err, detail = session.check(inc)
+                if not good:
+                    self._log({**base, "verdict": "incumbent wrong", "error": err,
+                               "reason": detail})
+                    return "rejected"
+                self._save(cell, inc.op, t_inc, err, 0)
+                self.incumbents[cell.id].seconds = t_inc
+            timed = sorted((session.screen(c), i, c) for i, c in enumerate(ok))
+            for t_c, _, cand in timed[:2]:  # the fastest; the runner-up if the fastest is wrong
+                if t_c >= t_inc * (1.0 - self.band / 2):
+                    break
+                good, err, detail = session.check(cand)
+                if not good:
+                    self._log({**base, "to": cand.op.key, "verdict": "rejected",
+                               "reason": f"oracle: {detail}", "error": err})
+                    continue
+                speedup, lo, hi, t_a, t_b = session.compare(inc, cand)
+                rec = {**base, "to": cand.op.key, "speedup": speedup, "ci": [lo, hi],
+                       "seconds_from": t_a, "seconds_to": t_b, "error": err}
+                if speedup >= 1.0 + self.band and lo > 1.0:
+                    inc_state = self.incumbents[cell.id]
+                    inc_state.history.append(f"r{rnd} {change}: {inc.op.key} -> "
+                                             f"{cand.op.key} ({speedup:.3f}x)")
+                    inc_state.design, inc_state.params = cand.op.design, dict(cand.op.params)
+                    inc_state.seconds = t_b
+                    self._save(cell, cand.op, t_b, err, rnd)
+                    self._log({**rec, "verdict": "accepted"})
+                    self.say(f"  {cell.id}: {cand.op.key} accepted, {speedup:.3f}x")
+                    return "accepted"
+                self._log({**rec, "verdict": "rejected", "reason": "not faster (gate band)"})
+                return "rejected"
+            self._log({**base, "verdict": "rejected", "reason": "no candidate faster in screening",
+                       "seconds_from": t_inc, "screened": [[c.op.key, t] for t, _, c in timed]})
+        return "rejected"
+
+
+def regressions(forge: Forge) -> list[dict[str, Any]]:
+    """The zero-regression pass: every accepted cell measured again vs its prior best."""
+    out = []
+    ops = [forge._op(c) for c in forge.cells]
+    built = {b.op.cell_id: b for b in forge.compiler(ops)}
+    for cell in forge.cells:
+        prior = forge.table.get(cell.id, {}).get("seconds")
+        if prior is None:
+            continue
+        with forge.sessions(cell) as session:
+            now = session.screen(built[cell.id])
+            good, err, detail = session.check(built[cell.id])
+        rec = {"cell": cell.id, "prior_s": prior, "now_s": now, "ratio": now / prior,
+               "oracle_ok": good, "error": err, "detail": detail,
+               "source_changed": mx.source_sha(built[cell.id].op)
+               != forge.table[cell.id].get("source_sha")}
+        rec["regressed"] = (not good) or now > prior * (1.0 + forge.band)
+        out.append(rec)
+    return out

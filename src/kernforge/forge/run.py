@@ -1,0 +1,60 @@
+"""Run the forge over (part of) the matrix: rounds, the final zero-regression pass, the logs.
+
+Outputs (paths given by the caller; the repository keeps them under src/kernforge/stencil/data
+and docs/stencil):
+
+- the dispatch table (accepted design + parameters + prior best per cell), rewritten
+  atomically after every acceptance;
+- the performance log, one JSON line per gated candidate (accepted or rejected, with reason);
+- the idea log, a markdown section per run: each round's idea and its outcome over the cells.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..stencil.spec import Cell
+from .compile import compile_all
+from .loop import IDEAS, Compiler, Forge, SessionFactory, regressions, round_plan
+
+
+def default_compiler(cache: Path) -> Compiler:
+    return lambda ops: compile_all(ops, cache)
+
+
+def forge_matrix(cells: list[Cell], *, sessions: SessionFactory, compiler: Compiler,
+                 table_path: Path, perf_log: Path, idea_log: Path, rounds: int = 6,
+                 band: float = 0.02, device: str = "",
+                 say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Forge ``rounds`` rounds over ``cells``; returns a summary (also appended to the idea log)."""
+    forge = Forge(cells, table_path, perf_log, compiler, sessions, band=band, device=device,
+                  say=say)
+    outcome: list[tuple[int, str, dict[str, int]]] = []
+    for rnd, change in enumerate(round_plan(rounds), start=1):
+        counts = forge.run_round(rnd, change)
+        outcome.append((rnd, change, counts))
+        say(f"round {rnd} ({change}): {counts}")
+    final = regressions(forge)
+    bad = [r for r in final if r["regressed"]]
+    _append_ideas(idea_log, outcome, final, device, len(cells))
+    return {"rounds": [{"round": r, "change": c, **k} for r, c, k in outcome],
+            "final": final, "regressed": [r["cell"] for r in bad]}
+
+
+def _append_ideas(path: Path, outcome: list[tuple[int, str, dict[str, int]]],
+                  final: list[dict[str, Any]], device: str, ncells: int) -> None:
+    stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="minutes")
+    lines = [f"\n## Forge run {stamp} on {device or 'unknown device'} ({ncells} cells)\n",
+             "| round | idea | accepted | rejected | unchanged |", "|---:|---|---:|---:|---:|"]
+    for rnd, change, k in outcome:
+        lines.append(f"| {rnd} | {change}: {IDEAS.get(change, change)} | {k['accepted']} | "
+                     f"{k['rejected']} | {k['unchanged']} |")
+    regressed = [r["cell"] for r in final if r["regressed"]]
+    lines.append(f"\nZero-regression pass: {len(final)} accepted cells re-measured, "
+                 f"{len(regressed)} regressed{': ' + ', '.join(regressed) if regressed else ''}.\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fh.write("\n".join(lines))

@@ -1,0 +1,150 @@
+"""The plane-sweep design for box stencils: shared-memory planes, register-blocked outputs.
+
+A block owns a tile of ``tx*vx`` x ``ty*ry`` columns and sweeps a chunk of ``lz`` output planes.
+Each input plane (tile plus an ``R`` halo) is staged once in shared memory (double-buffered; the
+next plane's loads are issued into registers before the current plane is consumed, so their
+latency hides behind the arithmetic). A thread owns ``ry`` rows x ``vx`` lanes of outputs and
+keeps ``2R+1`` accumulators per output: when input plane ``k`` arrives, each staged value is read
+from shared memory once and added, weighted, into every output plane ``k-R .. k+R`` it touches.
+After plane ``k``, output plane ``k-R`` is complete and stored. The arithmetic is the minimum
+(one FMA per point and offset); shared-memory reads per output and plane are
+``(ry+2R)(vx+2R)/(ry*vx)``.
+"""
+
+from __future__ import annotations
+
+from ..operator import Launch, Operator
+from ..spec import Cell
+from .common import cdiv, extents, header, load, store, weight_names
+
+
+def _weight_table(cell: Cell) -> dict[tuple[int, int, int], str]:
+    return dict(zip(cell.stencil.offsets, weight_names(cell), strict=True))
+
+
+def _accumulate(cell: Cell, vx: int, ry: int, buf: str) -> list[str]:
+    """Straight-line FMAs of one staged plane into the accumulators a[m][j][l]."""
+    r = cell.radius
+    w = _weight_table(cell)
+    lines = []
+    for j in range(ry + 2 * r):  # staged rows this thread touches
+        for i in range(vx + 2 * r):  # staged columns
+            lines.append(f"{{ const ACC v = {buf}[(ty * {ry} + {j}) * SW + tx * {vx} + {i}];")
+            for jr in range(ry):
+                dy = j - jr - r
+                if abs(dy) > r:
+                    continue
+                for lane in range(vx):
+                    dx = i - lane - r
+                    if abs(dx) > r:
+                        continue
+                    for m in range(2 * r + 1):
+                        name = w.get((r - m, dy, dx))
+                        if name:
+                            lines.append(f"  a[{m}][{jr}][{lane}] += {name} * v;")
+            lines.append("}")
+    return lines
+
+
+def _source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int) -> str:
+    p = cell.precision
+    t = p.ctype
+    r = cell.radius
+    bx, by = tx * vx, ty * ry
+    sw, sh = bx + 2 * r, by + 2 * r
+    per = cdiv(sw * sh, tx * ty)
+    weights = "".join(f"constexpr ACC {n} = {lit};\n" for n, lit in _literals(cell))
+    acc_body = "\n      ".join(_accumulate(cell, vx, ry, "cur"))
+    stores = []
+    for jr in range(ry):
+        for lane in range(vx):
+            stores.append(
+                f"if (gy0 + {jr} >= R && gy0 + {jr} < NY - R && gx0 + {lane} >= R && "
+                f"gx0 + {lane} < NX - R) dst[(zo * NY + gy0 + {jr}) * NX + gx0 + {lane}] = "
+                f"{store(p, f'a[0][{jr}][{lane}]')};")
+    store_body = "\n          ".join(stores)
+    return f"""{header(cell)}{extents(cell)}typedef {p.acc_ctype} ACC;
+{weights}constexpr int SW = {sw}, SH = {sh}, PER = {per}, NT = {tx * ty};
+extern "C" __global__ void __launch_bounds__({tx * ty})
+planesweep(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
+  __shared__ ACC tile[2][SH * SW];
+  const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * {tx} + tx;
+  const long ox = (long)blockIdx.x * {bx} - R, oy = (long)blockIdx.y * {by} - R;
+  const long gx0 = ox + R + tx * {vx}, gy0 = oy + R + ty * {ry};
+  const long zb = R + (long)blockIdx.z * {lz};
+  const long ze = zb + {lz} < NZ - R ? zb + {lz} : NZ - R;
+  ACC a[{2 * r + 1}][{ry}][{vx}];
+  #pragma unroll
+  for (int m = 0; m < {2 * r + 1}; ++m)
+    #pragma unroll
+    for (int j = 0; j < {ry}; ++j)
+      #pragma unroll
+      for (int l = 0; l < {vx}; ++l) a[m][j][l] = 0;
+  ACC pre[PER];
+  auto fetch = [&](long k) {{
+    #pragma unroll
+    for (int e = 0; e < PER; ++e) {{
+      const int idx = tid + e * NT;
+      const long gy = oy + idx / SW, gx = ox + idx % SW;
+      pre[e] = (idx < SH * SW && gx >= 0 && gx < NX && gy >= 0 && gy < NY)
+               ? {load(p, "src[(k * NY + gy) * NX + gx]")} : (ACC)0;
+    }}
+  }};
+  fetch(zb - R);
+  for (long k = zb - R; k < ze + R; ++k) {{
+    ACC* cur = tile[k & 1];
+    #pragma unroll
+    for (int e = 0; e < PER; ++e) {{
+      const int idx = tid + e * NT;
+      if (idx < SH * SW) cur[idx] = pre[e];
+    }}
+    __syncthreads();
+    if (k + 1 < ze + R) fetch(k + 1);
+    {{
+      {acc_body}
+    }}
+    const long zo = k - R;
+    if (zo >= zb) {{
+          {store_body}
+    }}
+    #pragma unroll
+    for (int m = 0; m < {2 * r}; ++m)
+      #pragma unroll
+      for (int j = 0; j < {ry}; ++j)
+        #pragma unroll
+        for (int l = 0; l < {vx}; ++l) a[m][j][l] = a[m + 1][j][l];
+    #pragma unroll
+    for (int j = 0; j < {ry}; ++j)
+      #pragma unroll
+      for (int l = 0; l < {vx}; ++l) a[{2 * r}][j][l] = 0;
+  }}
+}}
+"""
+
+
+def _literals(cell: Cell) -> list[tuple[str, str]]:
+    from .common import literal
+    return [(n, literal(w, cell.precision))
+            for n, w in zip(weight_names(cell), cell.stencil.weights, strict=True)]
+
+
+def shared_bytes(cell: Cell, tx: int, ty: int, vx: int, ry: int) -> int:
+    r = cell.radius
+    item = 8 if cell.precision.acc_ctype == "double" else 4
+    return 2 * (tx * vx + 2 * r) * (ty * ry + 2 * r) * item
+
+
+def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
+             lz: int = 0) -> Operator:
+    if cell.stencil.temporal or cell.stencil.kind == "varcoeff":
+        raise ValueError(f"planesweep handles single-step constant-coefficient stencils, "
+                         f"not {cell.stencil.name}")
+    if shared_bytes(cell, tx, ty, vx, ry) > 48 * 1024:
+        raise ValueError("the staged planes exceed 48 KiB of static shared memory")
+    nz_int = cell.shape.nz - 2 * cell.radius
+    lz = nz_int if lz <= 0 else min(lz, nz_int)
+    source = _source(cell, tx, ty, vx, ry, lz)
+    grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty * ry), cdiv(nz_int, lz))
+    launch = Launch("planesweep", grid, (tx, ty, 1), ("in", "out"))
+    return Operator(cell.id, "planesweep", {"tx": tx, "ty": ty, "vx": vx, "ry": ry, "lz": lz},
+                    source, (launch,))

@@ -1,0 +1,109 @@
+"""The temporal-blocking design for multi-step star_1 (2.5D blocking, all steps in one launch).
+
+A block owns an extended ``tx x ty`` tile (the output tile plus a ``T``-wide halo, recomputed
+redundantly) and marches up z. Stage ``s`` (1..T) computes step ``s`` of plane ``k - 2s`` at
+iteration ``k`` from step ``s-1``'s planes ``p-1, p, p+1``: those come from a three-deep register
+queue per stage (z neighbours) and, for the centre plane, from a shared-memory copy (x and y
+neighbours). The lag of two planes per stage lets every stage run in the same iteration with a
+single barrier: each iteration writes all centre planes to shared memory (double-buffered by
+iteration parity), synchronizes once, then runs the stages from the last to the first so each
+reads its input queue before the previous stage pushes into it. The grid is read once (plus the
+halo overlap) and the interior written once for all ``T`` steps. Boundary points keep their
+input value at every step; points outside the grid read as zero and never reach the output.
+
+Parameters: ``tx, ty`` (extended tile = block), ``lz`` (output planes per block, 0 = all).
+"""
+
+from __future__ import annotations
+
+from ..operator import Launch, Operator
+from ..spec import Cell
+from .common import cdiv, extents, header, literal, load, store, weight_names
+
+
+def _stage(cell: Cell, s: int, steps: int) -> str:
+    w = dict(zip(cell.stencil.offsets, weight_names(cell), strict=True))
+    prev = s - 1
+    sm = f"sm[par][{prev}]"
+    expr = (f"{w[(0, 0, 0)]} * b{prev} + {w[(-1, 0, 0)]} * a{prev} + {w[(1, 0, 0)]} * c{prev}"
+            f" + {w[(0, -1, 0)]} * {sm}[ym][tx] + {w[(0, 1, 0)]} * {sm}[yp][tx]"
+            f" + {w[(0, 0, -1)]} * {sm}[ty][xm] + {w[(0, 0, 1)]} * {sm}[ty][xp]")
+    if s < steps:
+        done = f"a{s} = b{s}; b{s} = c{s}; c{s} = v;"
+    else:
+        done = ("if (owner && p >= z0 && p < z1) "
+                f"dst[(p * NY + gy) * NX + gx] = {store(cell.precision, 'v')};")
+    return f"""    {{  // stage {s}: step {s} of plane k - {2 * s}
+      const long p = k - {2 * s};
+      if (p >= lo{s} && p < hi{s}) {{
+        const ACC v = (inner && p >= 1 && p < NZ - 1) ? ({expr}) : b{prev};
+        {done}
+      }}
+    }}
+"""
+
+
+def _source(cell: Cell, tx: int, ty: int, lz: int) -> str:
+    p = cell.precision
+    steps = cell.stencil.steps
+    bx, by = tx - 2 * steps, ty - 2 * steps
+    weights = "".join(f"constexpr ACC {n} = {literal(w, p)};\n"
+                      for n, w in zip(weight_names(cell), cell.stencil.weights, strict=True))
+    queues = " ".join(f"ACC a{s} = 0, b{s} = 0, c{s} = 0;" for s in range(steps))
+    bounds = "\n".join(
+        f"  const long lo{s} = z0 - {steps - s} > 0 ? z0 - {steps - s} : 0;\n"
+        f"  const long hi{s} = z1 + {steps - s} < NZ ? z1 + {steps - s} : NZ;"
+        for s in range(steps + 1))
+    centres = "\n".join(f"    sm[par][{s}][ty][tx] = b{s};" for s in range(steps))
+    stages = "".join(_stage(cell, s, steps) for s in range(steps, 0, -1))
+    return f"""{header(cell)}{extents(cell)}typedef {p.acc_ctype} ACC;
+{weights}constexpr int T = {steps};
+extern "C" __global__ void __launch_bounds__({tx * ty})
+temporal(const {p.ctype}* __restrict__ src, {p.ctype}* __restrict__ dst) {{
+  __shared__ ACC sm[2][T][{ty}][{tx}];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int xm = tx > 0 ? tx - 1 : 0, xp = tx < {tx - 1} ? tx + 1 : {tx - 1};
+  const int ym = ty > 0 ? ty - 1 : 0, yp = ty < {ty - 1} ? ty + 1 : {ty - 1};
+  const long gx = 1 + (long)blockIdx.x * {bx} - T + tx;
+  const long gy = 1 + (long)blockIdx.y * {by} - T + ty;
+  const bool in_grid = gx >= 0 && gx < NX && gy >= 0 && gy < NY;
+  const bool inner = gx >= 1 && gx < NX - 1 && gy >= 1 && gy < NY - 1;
+  const bool owner = inner && tx >= T && tx < T + {bx} && ty >= T && ty < T + {by};
+  const long z0 = 1 + (long)blockIdx.z * {lz};
+  const long z1 = z0 + {lz} < NZ - 1 ? z0 + {lz} : NZ - 1;
+{bounds}
+  {queues}
+  ACC nxt = in_grid ? {load(p, "src[(lo0 * NY + gy) * NX + gx]")} : (ACC)0;
+  for (long k = lo0 + 1; k < hi{steps} + {2 * steps}; ++k) {{
+    const int par = k & 1;
+    if (k - 1 < hi0) {{  // push input plane k-1, prefetch plane k
+      a0 = b0; b0 = c0; c0 = nxt;
+      if (k < hi0 && in_grid) nxt = {load(p, "src[(k * NY + gy) * NX + gx]")};
+    }}
+{centres}
+    __syncthreads();
+{stages}  }}
+}}
+"""
+
+
+def shared_bytes(cell: Cell, tx: int, ty: int) -> int:
+    item = 8 if cell.precision.acc_ctype == "double" else 4
+    return 2 * cell.stencil.steps * tx * ty * item
+
+
+def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0) -> Operator:
+    st = cell.stencil
+    if not st.temporal or st.kind != "star" or st.radius != 1:
+        raise ValueError(f"temporal handles multi-step star_1 stencils, not {st.name}")
+    if min(tx, ty) <= 2 * st.steps:
+        raise ValueError(f"the tile {tx}x{ty} must exceed twice the {st.steps} fused steps")
+    if tx * ty > 1024 or shared_bytes(cell, tx, ty) > 48 * 1024:
+        raise ValueError(f"a {tx}x{ty} tile needs too many threads or too much shared memory")
+    nz_int = cell.shape.nz - 2
+    lz = nz_int if lz <= 0 else min(lz, nz_int)
+    bx, by = tx - 2 * st.steps, ty - 2 * st.steps
+    grid = (cdiv(cell.shape.nx - 2, bx), cdiv(cell.shape.ny - 2, by), cdiv(nz_int, lz))
+    launch = Launch("temporal", grid, (tx, ty, 1), ("in", "out"))
+    return Operator(cell.id, "temporal", {"tx": tx, "ty": ty, "lz": lz, "steps": st.steps},
+                    _source(cell, tx, ty, lz), (launch,))

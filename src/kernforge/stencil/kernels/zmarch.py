@@ -1,0 +1,144 @@
+"""The z-marching design for star stencils (any radius) and the variable-coefficient star.
+
+Each thread owns ``VX`` consecutive x points of one (x, y) column and marches up a chunk of
+``LZ`` planes in z. The ``2R+1`` values of its column along z live in a register queue, so every
+input element is read from DRAM once by its owner; x and y neighbours come from the L1/L2
+caches (aligned vector loads for the owner's lanes, scalar loads for the x halo). Threads are
+laid out over the whole grid (absolute coordinates) so vector loads stay aligned; lanes outside
+the interior load but never store.
+
+Parameters: ``tx, ty`` (block), ``vx`` (lanes per thread: 1, 2, 4 or 8), ``lz`` (planes per
+block; 0 = the whole interior).
+"""
+
+from __future__ import annotations
+
+from ..operator import Launch, Operator
+from ..spec import Cell
+from .common import cdiv, extents, header, load, ping_pong, store, weight_defs, weight_names
+
+
+def _vec_struct(cell: Cell, vx: int) -> str:
+    t = cell.precision.ctype
+    align = cell.precision.itemsize * vx
+    return f"struct __align__({align}) Vec {{ {t} v[{vx}]; }};\n"
+
+
+def _weights_by_offset(cell: Cell) -> dict[tuple[int, int, int], str]:
+    return dict(zip(cell.stencil.offsets, weight_names(cell), strict=True))
+
+
+def _body(cell: Cell, vx: int) -> str:
+    """Statements computing ``res[l]`` for every lane from the queue and cached loads."""
+    p = cell.precision
+    acc = p.acc_ctype
+    r = cell.radius
+    w = _weights_by_offset(cell)
+    out = []
+    # y neighbours: aligned vector loads of rows y +- d in the current plane
+    for d in range(1, r + 1):
+        for sgn, tag in ((-1, "m"), (1, "p")):
+            out.append(f"const Vec y{tag}{d} = *reinterpret_cast<const Vec*>"
+                       f"(src + base + ({sgn * d}L) * NX);")
+    # x halo: scalar loads left of lane 0 and right of lane vx-1
+    for d in range(1, r + 1):
+        out.append(f"const {acc} xl{d} = {load(p, f'src[base - {d}]')};")
+        out.append(f"const {acc} xr{d} = {load(p, f'src[base + {vx - 1 + d}]')};")
+    if cell.stencil.kind == "varcoeff":
+        out.append("const Vec cf = *reinterpret_cast<const Vec*>(coef + base);")
+    for lane in range(vx):
+        terms = []
+        for (dz, dy, dx), name in w.items():
+            if (dz, dy, dx) == (0, 0, 0):
+                continue
+            if dz:
+                val = f"q[{r + dz}][{lane}]"
+            elif dy:
+                val = load(p, f"y{'m' if dy < 0 else 'p'}{abs(dy)}.v[{lane}]")
+            else:
+                k = lane + dx
+                if 0 <= k < vx:
+                    val = f"q[{r}][{k}]"
+                elif k < 0:
+                    val = f"xl{-k}"
+                else:
+                    val = f"xr{k - vx + 1}"
+            terms.append(f"{name} * {val}")
+        nsum = " + ".join(terms)
+        center = f"{w[(0, 0, 0)]} * q[{r}][{lane}]"
+        if cell.stencil.kind == "varcoeff":
+            out.append(f"res[{lane}] = {center} + {load(p, f'cf.v[{lane}]')} * ({nsum});")
+        else:
+            out.append(f"res[{lane}] = {center} + {nsum};")
+    return "\n      ".join(out)
+
+
+def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int) -> str:
+    p = cell.precision
+    t, acc = p.ctype, p.acc_ctype
+    r = cell.radius
+    coef = f"const {t}* __restrict__ coef, " if cell.stencil.kind == "varcoeff" else ""
+    qn = 2 * r + 1
+    loadq = "\n".join(
+        f"    q[{{j}}][{lane}] = {load(p, f'c.v[{lane}]')};" for lane in range(vx))
+    shift = "\n".join(f"      #pragma unroll\n      for (int j = 0; j < {qn - 1}; ++j) "
+                      f"q[j][{lane}] = q[j + 1][{lane}];" for lane in range(vx))
+    lanes = "\n".join(
+        f"        if (x0 + {lane} >= R && x0 + {lane} < NX - R) "
+        f"dst[base + {lane}] = {store(p, f'res[{lane}]')};" for lane in range(vx))
+    whole = "".join(f" o.v[{lane}] = {store(p, f'res[{lane}]')};" for lane in range(vx))
+    stores = (f"      if (x0 >= R && x0 + {vx} <= NX - R) {{\n        Vec o;{whole}\n"
+              f"        *reinterpret_cast<Vec*>(dst + base) = o;\n      }} else {{\n"
+              f"{lanes}\n      }}")
+    return f"""
+extern "C" __global__ void __launch_bounds__({tx * ty})
+zmarch(const {t}* __restrict__ src, {coef}{t}* __restrict__ dst) {{
+  const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * {vx};
+  const long y = (long)blockIdx.y * {ty} + threadIdx.y;
+  if (y < R || y >= NY - R || x0 >= NX - R || x0 + {vx} <= R) return;
+  const long zb = R + (long)blockIdx.z * {lz};
+  const long ze = zb + {lz} < NZ - R ? zb + {lz} : NZ - R;
+  {acc} q[{qn}][{vx}];
+  #pragma unroll
+  for (int j = 0; j < {qn - 1}; ++j) {{
+    const Vec c = *reinterpret_cast<const Vec*>(src + ((zb - R + j) * NY + y) * NX + x0);
+{loadq.replace('{j}', 'j')}
+  }}
+  Vec nxt = *reinterpret_cast<const Vec*>(src + ((zb + R) * NY + y) * NX + x0);
+  for (long z = zb; z < ze; ++z) {{
+    {{
+      const Vec c = nxt;  // prefetched one plane ahead: its latency hides behind this plane
+{loadq.replace('{j}', str(qn - 1)).replace('    q', '      q')}
+    }}
+    if (z + 1 < ze) nxt = *reinterpret_cast<const Vec*>(src + ((z + 1 + R) * NY + y) * NX + x0);
+    const long base = (z * NY + y) * NX + x0;
+    {{
+      {acc} res[{vx}];
+      {_body(cell, vx)}
+{stores}
+    }}
+    {{
+{shift}
+    }}
+  }}
+}}
+"""
+
+
+def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0) -> Operator:
+    if cell.stencil.kind not in ("star", "varcoeff"):
+        raise ValueError(f"zmarch handles star stencils, not {cell.stencil.name}")
+    if cell.shape.nx % vx:
+        raise ValueError(f"vx={vx} must divide NX={cell.shape.nx} (aligned vector loads)")
+    if vx < cell.radius:
+        raise ValueError(f"vx={vx} must be >= the radius {cell.radius} (x halo loads)")
+    nz_int = cell.shape.nz - 2 * cell.radius
+    lz = nz_int if lz <= 0 else min(lz, nz_int)
+    source = (header(cell) + extents(cell) + weight_defs(cell) + _vec_struct(cell, vx)
+              + _kernel(cell, tx, ty, vx, lz))
+    grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty), cdiv(nz_int, lz))
+    coef = ("coef",) if cell.stencil.kind == "varcoeff" else ()
+    launches = tuple(Launch("zmarch", grid, (tx, ty, 1), (a,) + coef + (b,))
+                     for a, b in ping_pong(cell.stencil.steps))  # a temporal cell: one per step
+    return Operator(cell.id, "zmarch", {"tx": tx, "ty": ty, "vx": vx, "lz": lz}, source,
+                    launches)

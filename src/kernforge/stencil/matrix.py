@@ -1,0 +1,116 @@
+"""The operator matrix: designs, their parameter spaces, and dispatch from a cell to an operator.
+
+The dispatch table (``data/matrix.json``, written by the forge loop, see kernforge.forge) holds,
+per cell, the accepted design and parameters with the prior-best measurement that the zero-
+regression gate compares against. A cell without an entry gets its design's defaults.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..core import ConfigError
+from .kernels import naive, planesweep, temporal, zmarch
+from .operator import Operator
+from .spec import Cell, Precision
+
+TABLE_PATH = Path(__file__).parent / "data" / "matrix.json"
+TABLE_VERSION = 1
+
+DESIGNS: dict[str, Callable[..., Operator]] = {
+    "naive": naive.generate,
+    "zmarch": zmarch.generate,
+    "planesweep": planesweep.generate,
+    "temporal": temporal.generate,
+}
+
+
+def applicable(cell: Cell) -> list[str]:
+    """Designs that can build this cell, the preferred one first (naive last)."""
+    st = cell.stencil
+    if st.temporal:
+        return ["temporal", "zmarch", "naive"]
+    if st.kind == "box":
+        return ["planesweep", "naive"]
+    if st.kind == "varcoeff":
+        return ["zmarch", "naive"]
+    return ["zmarch", "planesweep", "naive"]
+
+
+def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
+    """Each parameter's values, the default first."""
+    if design == "naive":
+        return {"block": ((32, 8, 1), (32, 4, 2), (64, 4, 1), (128, 2, 1))}
+    if design == "zmarch":
+        vx = {Precision.FP16: (8, 4), Precision.FP32: (4, 2), Precision.FP64: (2, 4)}
+        return {"vx": vx[cell.precision], "lz": (64, 32, 128, 16), "ty": (8, 4, 16),
+                "tx": (32, 64, 16)}
+    if design == "planesweep":
+        return {"ry": (4, 2, 8), "lz": (64, 32, 128), "ty": (4, 8, 2), "vx": (1, 2),
+                "tx": (32, 64)}
+    if design == "temporal":
+        ty = (16, 32) if cell.precision is Precision.FP64 else (32, 16)
+        return {"lz": (64, 128, 32, 0), "ty": ty, "tx": (32, 64)}
+    raise ConfigError(f"unknown stencil design {design!r}", hint=f"one of {', '.join(DESIGNS)}")
+
+
+def defaults(design: str, cell: Cell) -> dict[str, Any]:
+    return {k: v[0] for k, v in space(design, cell).items()}
+
+
+def build(design: str, cell: Cell, params: dict[str, Any]) -> Operator | None:
+    """The operator, or None when these parameters do not fit the cell (too much shared
+    memory, a vector width that does not divide the row, ...)."""
+    if design not in DESIGNS:
+        raise ConfigError(f"unknown stencil design {design!r}",
+                          hint=f"one of {', '.join(DESIGNS)}")
+    clean = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()
+             if k != "steps"}
+    try:
+        op = DESIGNS[design](cell, **clean)
+    except ValueError:
+        return None
+    if any(b[0] * b[1] * b[2] > 1024 for b in (launch.block for launch in op.launches)):
+        return None
+    return op
+
+
+def source_sha(op: Operator) -> str:
+    return hashlib.sha256(op.source.encode()).hexdigest()[:16]
+
+
+def load_table(path: Path | None = None) -> dict[str, dict[str, Any]]:
+    """The persisted dispatch table (cell id -> entry); empty when there is none yet."""
+    p = path or TABLE_PATH
+    if not p.exists():
+        return {}
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{p} is not valid JSON ({exc})",
+                          hint="restore it from git or delete it to start from defaults") from None
+    if data.get("version") != TABLE_VERSION:
+        raise ConfigError(f"{p} has version {data.get('version')!r}, expected {TABLE_VERSION}",
+                          hint="regenerate it with the forge loop")
+    cells: dict[str, dict[str, Any]] = data.get("cells", {})
+    return cells
+
+
+def operator_for(cell: Cell, table: dict[str, dict[str, Any]] | None = None) -> Operator:
+    """Dispatch: the table's accepted operator for the cell, else the preferred design's
+    defaults (falling back to naive)."""
+    entries = load_table() if table is None else table
+    entry = entries.get(cell.id)
+    if entry is not None:
+        op = build(entry["design"], cell, entry["params"])
+        if op is not None:
+            return op
+    for design in applicable(cell):
+        op = build(design, cell, defaults(design, cell))
+        if op is not None:
+            return op
+    raise ConfigError(f"no design builds {cell.id}", hint="check the cell's shape")
