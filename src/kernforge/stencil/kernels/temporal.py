@@ -28,8 +28,12 @@ def _stage(cell: Cell, s: int, steps: int) -> str:
     expr = (f"{w[(0, 0, 0)]} * b{prev} + {w[(-1, 0, 0)]} * a{prev} + {w[(1, 0, 0)]} * c{prev}"
             f" + {w[(0, -1, 0)]} * {sm}[ym][tx] + {w[(0, 1, 0)]} * {sm}[yp][tx]"
             f" + {w[(0, 0, -1)]} * {sm}[ty][xm] + {w[(0, 0, 1)]} * {sm}[ty][xp]")
+    tail = ""
     if s < steps:
         done = f"a{s} = b{s}; b{s} = c{s}; c{s} = v;"
+        # one more shift past the last plane: when the range ends at the grid's top, the next
+        # stage's last plane (the boundary NZ-1) must see it as its centre
+        tail = f" else if (p == hi{s}) {{ a{s} = b{s}; b{s} = c{s}; }}"
     else:
         done = ("if (owner && p >= z0 && p < z1) "
                 f"dst[(p * NY + gy) * NX + gx] = {store(cell.precision, 'v')};")
@@ -38,7 +42,7 @@ def _stage(cell: Cell, s: int, steps: int) -> str:
       if (p >= lo{s} && p < hi{s}) {{
         const ACC v = (inner && p >= 1 && p < NZ - 1) ? ({expr}) : b{prev};
         {done}
-      }}
+      }}{tail}
     }}
 """
 
@@ -76,7 +80,7 @@ temporal(const {p.ctype}* __restrict__ src, {p.ctype}* __restrict__ dst) {{
   ACC nxt = in_grid ? {load(p, "src[(lo0 * NY + gy) * NX + gx]")} : (ACC)0;
   for (long k = lo0 + 1; k < hi{steps} + {2 * steps}; ++k) {{
     const int par = k & 1;
-    if (k - 1 < hi0) {{  // push input plane k-1, prefetch plane k
+    if (k - 1 <= hi0) {{  // push input plane k-1 (one stale push past the top), prefetch k
       a0 = b0; b0 = c0; c0 = nxt;
       if (k < hi0 && in_grid) nxt = {load(p, "src[(k * NY + gy) * NX + gx]")};
     }}
