@@ -25,6 +25,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit; one log, $OUT/a
 }
 step pytest-gpu 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests
 step bench-replay 200 python3 scripts/bench_replay_gpu.py "$@"
+step demo 240 python3 -m kernforge demo --backend cuda --out "$(mktemp -d)/demo"
 [ -f scripts/redteam.py ] && step redteam 120 python3 scripts/redteam.py --backend cuda \
   --out "$OUT/redteam-cuda.md" --json "$OUT/redteam-cuda.json"
 [ -f scripts/self_compare.py ] && step self-compare 120 python3 scripts/self_compare.py \

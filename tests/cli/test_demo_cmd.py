@@ -15,7 +15,8 @@ from kernforge.core import Status
 
 def _result(substituted: int) -> Any:
     e2e = SimpleNamespace(spec=Path("deploy.json"), identical=True, winners=[], plain_s=[2.0],
-                          deployed_s=[1.0], speedup=2.0, ratios=[2.0], substituted=substituted)
+                          deployed_s=[1.0], speedup=2.0, ratios=[2.0], substituted=substituted,
+                          direction="faster with the spec in every round")
     return SimpleNamespace(
         app=SimpleNamespace(script="heat3d_cpu.py", backend="cpu", wrong_label="x"),
         baseline=[], tuned=None, wrong=SimpleNamespace(status=Status.WRONG_RESULT,
@@ -41,3 +42,45 @@ def test_demo_fails_when_no_launch_was_replaced(
     else:
         assert rc == 1 and "replaced no launch" in out
         assert "end-to-end speedup 2.000x" not in out
+
+
+def test_demo_picks_the_cupy_example_when_the_cuda_backend_loads(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernforge.core import BackendUnavailableError
+    from kernforge.pipeline import demo
+
+    monkeypatch.setattr(demo, "get_backend", lambda name: object())
+    assert demo.pick_app(None).script == "heat3d_cupy.py"
+
+    def no_gpu(name: str) -> Any:
+        raise BackendUnavailableError("the cuda backend needs CuPy and an NVIDIA GPU")
+
+    monkeypatch.setattr(demo, "get_backend", no_gpu)
+    assert demo.pick_app(None).script == "heat3d_cpu.py"
+    assert demo.pick_app("cuda").script == "heat3d_cupy.py"
+
+
+@pytest.mark.parametrize("fmt", ["final mean 0.5  checksum {}",  # examples/heat3d_cpu.py
+                                 "heat3d_cupy n=64 change=1e-3 mean=0.25 checksum={}"])
+def test_end_to_end_outputs_compared_by_the_printed_checksum(fmt: str) -> None:
+    from kernforge.pipeline.demo_deploy import EndToEnd
+
+    e = EndToEnd(Path("deploy.json"), [])
+    e.plain_output, e.deployed_output = fmt.format("c22bcd92"), fmt.format("c22bcd92")
+    assert e.identical
+    e.deployed_output = fmt.format("0badf00d")
+    assert not e.identical
+    e.plain_output = e.deployed_output = "no checksum printed"
+    assert not e.identical
+
+
+def test_end_to_end_says_whether_the_rounds_agree() -> None:
+    from kernforge.pipeline.demo_deploy import EndToEnd
+
+    e = EndToEnd(Path("deploy.json"), [])
+    e.ratios = [1.2, 1.1, 1.3]
+    assert e.direction == "faster with the spec in every round"
+    e.ratios = [0.94, 0.93, 0.95]
+    assert e.direction == "slower with the spec in every round"
+    e.ratios = [1.01, 0.99, 1.0]
+    assert e.direction == "faster in some rounds, slower in others"

@@ -83,6 +83,15 @@ def test_ldg_only_on_const_restrict_builtin_reads() -> None:
     assert ldg(new, "cuda") is None
 
 
+def test_ldg_sees_through_a_typedef_of_a_builtin_type() -> None:
+    # the CuPy example compiles "typedef float real_t;" + its kernel, and that is what is recorded
+    stencil = sources("heat3d_cupy.py")["STENCIL"]
+    new = ldg("typedef float real_t;\n" + stencil, "cuda")
+    assert new is not None and "__ldg(&u[c - 1])" in new and "__ldg(&un" not in new
+    assert ldg(stencil, "cuda") is None  # real_t unknown: not assumed to be a builtin
+    assert ldg("typedef struct S real_t;\n" + stencil, "cuda") is None
+
+
 def test_unroll_skips_collapse_nests_and_pragmas() -> None:
     code = ("void f(double *a, int n) {\n  #pragma omp parallel for collapse(2)\n"
             "  for (int i = 0; i < n; i++) {\n    for (int j = 0; j < n; j++) a[i*n+j] = 0;\n  }\n}")

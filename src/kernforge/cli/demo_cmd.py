@@ -121,5 +121,6 @@ def _print_evolve_and_deploy(result: DemoResult) -> None:
     console.print(f"5. deployed {won} ({e.spec}): application "
                   f"{fmt_time(min(e.plain_s))} plain -> {fmt_time(min(e.deployed_s))} with the "
                   f"spec; end-to-end speedup {e.speedup:.3f}x (median of {len(e.ratios)} "
-                  f"interleaved rounds), {e.substituted} launches replaced, {verdict}",
+                  f"interleaved rounds; {e.direction}), {e.substituted} launches replaced, "
+                  f"{verdict}",
                   markup=False)

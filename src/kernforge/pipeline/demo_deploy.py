@@ -18,7 +18,8 @@ from ..deploy import entry_from_recording, stop, use, write_spec
 from ..harness import ABResult
 from .run_app import cupy_hooks_if_available, run_application
 
-_CHECKSUM = re.compile(r"checksum\s+(\S+)")
+# "checksum c22b..." (examples/heat3d_cpu.py) and "checksum=c22b..." (examples/heat3d_cupy.py)
+_CHECKSUM = re.compile(r"checksum(?:\s*[=:]\s*|\s+)([0-9a-fA-F]{8,})\b")
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,15 @@ class EndToEnd:
     @property
     def speedup(self) -> float:
         return statistics.median(self.ratios) if self.ratios else 1.0
+
+    @property
+    def direction(self) -> str:
+        """How the rounds agree: all faster with the spec, all slower, or mixed."""
+        if self.ratios and min(self.ratios) > 1.0:
+            return "faster with the spec in every round"
+        if self.ratios and max(self.ratios) < 1.0:
+            return "slower with the spec in every round"
+        return "faster in some rounds, slower in others"
 
     @property
     def identical(self) -> bool:

@@ -5,8 +5,9 @@ returns a half-edited source. The rules keep results bitwise identical:
 
 - ``restrict_const``: ``const`` on pointer parameters the function never writes through, and
   ``__restrict__`` (CUDA) / ``restrict`` (C) on every pointer parameter;
-- ``ldg`` (CUDA): reads through ``const T* __restrict__`` parameters of builtin scalar types go
-  through ``__ldg`` (the read-only data cache);
+- ``ldg`` (CUDA): reads through ``const T* __restrict__`` parameters of builtin scalar types
+  (directly or through a ``typedef`` in the source, e.g. ``typedef float real_t;``) go through
+  ``__ldg`` (the read-only data cache);
 - ``unroll``: ``#pragma unroll 4`` (CUDA) / ``#pragma GCC unroll 4`` (C) on innermost ``for``
   loops (in C only those nested in another loop and not part of an OpenMP ``collapse`` nest);
 - ``grid_stride`` (CUDA): ``i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) S;`` becomes
@@ -26,6 +27,7 @@ LDG_TYPES = {"float", "double", "int", "unsigned", "unsigned int", "long long", 
              "short", "unsigned char", "unsigned short", "unsigned long long", "float2",
              "float4", "double2", "int2", "int4"}
 _WRITE_OPS = {"assignment_expression", "update_expression"}
+_TYPEDEF = re.compile(r"\btypedef\s+([\w ]+?)\s+(\w+)\s*;")
 
 
 def language_of(code: str) -> str:
@@ -131,6 +133,7 @@ def ldg(code: str, language: str) -> str | None:
     if language != "cuda":
         return None
     data, root = _parse(code, language)
+    aliases = {m.group(2): " ".join(m.group(1).split()) for m in _TYPEDEF.finditer(code)}
     edits: list[tuple[int, int, str]] = []
     for fn in _functions(root):
         body = fn.child_by_field_name("body")
@@ -139,6 +142,7 @@ def ldg(code: str, language: str) -> str | None:
         for p, name in _pointer_params(fn):
             t = " ".join(re.findall(r"[\w]+", _text(p).split("*")[0]))
             base = " ".join(w for w in t.split() if w not in ("const", "__restrict__"))
+            base = aliases.get(base, base)
             if ("const" in t and "__restrict__" in _text(p) and name not in written
                     and base in LDG_TYPES):
                 names.add(name)
