@@ -1,4 +1,7 @@
-"""Run the evolve pipeline in a subprocess (killed with SIGKILL by test_evolve_resume)."""
+"""Run the evolve pipeline in a subprocess (killed with SIGKILL by the resume tests).
+
+Arguments: recordings, run directory, memo directory (``-``: real evaluations, no memo),
+LLM base URL, iterations, seconds of delay before each evaluation."""
 
 import sys
 import time
@@ -13,7 +16,8 @@ if __name__ == "__main__":
     rec_dir, run_dir, memo, base_url, iters, delay = sys.argv[1:7]
     recs = [load_recording(p) for p in find_recordings(rec_dir)]
     cfg = llm_config(base_url, int(iters))
-    inner = memoized(make_evolve_evaluator(recs, inner_trials=2, repeat=3), memo)
+    real = make_evolve_evaluator(recs, inner_trials=2, repeat=3)
+    inner = real if memo == "-" else memoized(real, memo)
 
     def slow(code: str):  # keeps an evaluation in flight long enough to be killed in it
         time.sleep(float(delay))

@@ -108,3 +108,27 @@ def memoized(evaluate: Evaluate, directory: str | Path) -> Evaluate:
         return r
 
     return run_one
+
+
+def stored_results(db: str | Path) -> dict[str, EvalResult]:
+    """Code -> the evaluation a run's store kept for it (every program, the seed included)."""
+    from kernforge.evolve.store import Store
+
+    with Store(db) as s:
+        its = {row[0]: row[1] for row in s.conn.execute("SELECT id, iteration FROM programs")}
+        out = {}
+        for p in s.programs():
+            r = s.evaluation(its[p.id])
+            assert r is not None, f"program {p.id} has no stored evaluation"
+            out[p.code] = r
+        return out
+
+
+def replaying(results: dict[str, EvalResult]) -> Evaluate:
+    """An evaluator that answers from ``results`` (see :func:`stored_results`); a code it does
+    not hold means the run went where the recorded one did not."""
+    def run_one(code: str) -> EvalResult:
+        assert code in results, "the run evaluated a program the recorded run never did"
+        return results[code]
+
+    return run_one
