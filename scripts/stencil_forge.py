@@ -1,0 +1,68 @@
+"""Forge the stencil operator matrix on the GPU (one device call) and write the table and logs.
+
+    python scripts/stencil_forge.py --rounds 6 --out $OUT [--stencils star_1 ...] [--shapes ...]
+
+Starts from the committed dispatch table (src/kernforge/stencil/data/matrix.json) when
+--table is left at its default, so a later run continues from the prior best. Writes
+matrix.json, perf-log.jsonl and ideas.md (this run's section) into --out; copy them back into
+the repository (src/kernforge/stencil/data/, docs/stencil/) after reviewing them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from kernforge.forge.compile import compile_all
+from kernforge.forge.measure import GpuDevice
+from kernforge.forge.run import forge_matrix
+from kernforge.forge.sessions import gpu_sessions
+from kernforge.stencil.matrix import TABLE_PATH
+from kernforge.stencil.spec import matrix
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--stencils", nargs="*")
+    ap.add_argument("--shapes", nargs="*")
+    ap.add_argument("--precisions", nargs="*")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--band", type=float, default=0.02)
+    ap.add_argument("--table", type=Path, default=TABLE_PATH, help="the starting table")
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "forge-out")))
+    ap.add_argument("--cache", type=Path, default=Path("/tmp/kf-cubins"))
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    table = args.out / "matrix.json"
+    if args.table.exists() and args.table.resolve() != table.resolve():
+        shutil.copy(args.table, table)
+    cells = matrix(args.stencils, args.shapes, args.precisions)
+    device = GpuDevice()
+    ident = device.identity()
+    name = str(ident.get("device", ident.get("name", "cuda")))
+    t0 = time.time()
+    summary = forge_matrix(
+        cells, sessions=functools.partial(gpu_sessions, device),
+        compiler=lambda ops: compile_all(ops, args.cache), table_path=table,
+        perf_log=args.out / "perf-log.jsonl", idea_log=args.out / "ideas.md",
+        rounds=args.rounds, band=args.band, device=name,
+        say=lambda m: print(f"[{time.time() - t0:7.1f}s] {m}", flush=True))
+    (args.out / "forge-summary.json").write_text(json.dumps(summary, indent=1))
+    print(f"forge: {len(cells)} cells, {args.rounds} rounds, {time.time() - t0:.0f} s; "
+          f"regressed: {summary['regressed'] or 'none'}")
+    for rec in summary["final"]:
+        print(f"  {rec['cell']:<34} {rec['now_s'] * 1e3:9.3f} ms  ratio {rec['ratio']:.3f}  "
+              f"err {rec['error']:.1e}{'  REGRESSED' if rec['regressed'] else ''}")
+    return 1 if summary["regressed"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,129 @@
+"""Measurement sessions for the forge loop: on the GPU (CUDA events, the harness protocol) and
+on the host emulator (CI: the whole loop runs, the timings mean nothing).
+
+A session holds one cell's fields for one round; operators come precompiled (cubins for the
+GPU, host builds for the emulator) and are cached per session by their key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ..harness.compare import interleave
+from ..harness.stats import median
+from ..stencil import emulate, oracle
+from ..stencil.spec import Cell
+from .compile import Built
+from .measure import DeviceCell, GpuDevice, LoadedOperator, OperatorRunner, cupy_module
+
+_SEEDS = itertools.count(1)  # fresh inputs at every check, never the same seed twice in a run
+
+
+def load_cubin(built: Built) -> LoadedOperator:
+    cp = cupy_module()
+    module = cp.RawModule(path=str(built.cubin))
+    fns = {entry: module.get_function(entry) for entry in built.op.entries()}
+    info = {e: {"num_regs": int(f.num_regs)} for e, f in fns.items()}
+    return LoadedOperator(built.op, fns, info)
+
+
+class GpuSession:
+    def __init__(self, device: GpuDevice, cell: Cell, *, screen_repeat: int = 5,
+                 passes: int = 5) -> None:
+        self.device = device
+        self.dcell = DeviceCell.allocate(cell, next(_SEEDS), xp=device.cp)
+        self.screen_repeat = screen_repeat
+        self.passes = passes
+        self._runners: dict[str, OperatorRunner] = {}
+
+    def _runner(self, built: Built) -> OperatorRunner:
+        if built.op.key not in self._runners:
+            self._runners[built.op.key] = OperatorRunner(load_cubin(built), self.dcell,
+                                                         built.op.key)
+        return self._runners[built.op.key]
+
+    def screen(self, built: Built) -> float:
+        return median(self.device.measure(self._runner(built), warmup=2,
+                                          repeat=self.screen_repeat))
+
+    def compare(self, a: Built, b: Built) -> tuple[float, float, float, float, float]:
+        r = self.device.compare(self._runner(a), self._runner(b), passes=self.passes)
+        return r.speedup, r.ci_low, r.ci_high, r.median_a, r.median_b
+
+    def check(self, built: Built) -> tuple[bool, float, str]:
+        runner = self._runner(built)
+        self.dcell.refresh(next(_SEEDS))
+        runner.run()
+        self.device.synchronize()
+        res = self.dcell.check(runner.output())
+        return bool(res.ok), float(res.error), str(res.detail)
+
+
+@contextlib.contextmanager
+def gpu_sessions(device: GpuDevice, cell: Cell, **kw: Any) -> Iterator[GpuSession]:
+    session = GpuSession(device, cell, **kw)
+    try:
+        yield session
+    finally:
+        session._runners.clear()
+        session.dcell.fields.clear()
+        device.release()
+
+
+class EmulatedSession:
+    """The loop's plumbing on a machine without a GPU: real kernels (emulated), real oracle,
+    wall-clock timings of the emulator (meaningless as performance)."""
+
+    def __init__(self, cell: Cell) -> None:
+        import numpy as np
+
+        self.cell = cell
+        self.np = np
+        self.dcell = DeviceCell.allocate(cell, next(_SEEDS), xp=np, tmp=True)
+
+    def _apply(self, built: Built) -> float:
+        arrays = {role: a for role, a in self.dcell.fields.items()}
+        t0 = time.perf_counter()
+        emulate.emulate(built.op, arrays)
+        return time.perf_counter() - t0
+
+    def screen(self, built: Built) -> float:
+        return median([self._apply(built) for _ in range(2)])
+
+    def compare(self, a: Built, b: Built) -> tuple[float, float, float, float, float]:
+        r = interleave(lambda: self._apply(a), lambda: self._apply(b), passes=2, per_pass=1)
+        return r.speedup, r.ci_low, r.ci_high, r.median_a, r.median_b
+
+    def check(self, built: Built) -> tuple[bool, float, str]:
+        self.dcell.refresh(next(_SEEDS))
+        self._apply(built)
+        res = oracle.check(self.cell, self.dcell.fields, self.dcell.fields["out"],
+                           seed=self.dcell.seed)
+        return bool(res.ok), float(res.error), str(res.detail)
+
+
+@contextlib.contextmanager
+def emulated_sessions(cell: Cell) -> Iterator[EmulatedSession]:
+    yield EmulatedSession(cell)
+
+
+def emulated_compiler(ops: Any) -> list[Built]:
+    """The host emulator's builds in place of cubins (compile errors become failed builds)."""
+    from ..core import CompileError
+
+    out = []
+    for op in ops:
+        t0 = time.perf_counter()
+        try:
+            emulate.compile_operator(op)
+            out.append(Built(op, _HOST, "", time.perf_counter() - t0))
+        except CompileError as exc:
+            out.append(Built(op, None, exc.log or str(exc), time.perf_counter() - t0))
+    return out
+
+
+_HOST = __import__("pathlib").Path("host-emulator")

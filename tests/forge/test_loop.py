@@ -1,0 +1,51 @@
+"""The forge loop end to end on the host emulator: rounds, gate, table, logs, resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kernforge.forge.run import forge_matrix
+from kernforge.forge.sessions import emulated_compiler, emulated_sessions
+from kernforge.stencil import matrix as mx
+from kernforge.stencil.spec import STENCILS, Cell, Precision, Shape
+
+CELLS = [Cell(STENCILS["star_1"], Shape(32, 12, 10), Precision.FP32),
+         Cell(STENCILS["box_1"], Shape(24, 10, 9), Precision.FP64)]
+
+
+def _forge(tmp_path: Path, rounds: int) -> dict:
+    return forge_matrix(CELLS, sessions=emulated_sessions, compiler=emulated_compiler,
+                        table_path=tmp_path / "matrix.json", perf_log=tmp_path / "perf.jsonl",
+                        idea_log=tmp_path / "ideas.md", rounds=rounds, device="host-emulator",
+                        say=lambda m: None)
+
+
+def test_forge_rounds_write_table_and_logs(tmp_path: Path) -> None:
+    summary = _forge(tmp_path, rounds=2)
+    table = mx.load_table(tmp_path / "matrix.json")
+    assert set(table) == {c.id for c in CELLS}  # every incumbent passed the oracle and is kept
+    for cell in CELLS:
+        entry = table[cell.id]
+        assert entry["seconds"] > 0 and entry["error"] <= cell.precision.tolerance
+        assert mx.build(entry["design"], cell, entry["params"]) is not None
+    lines = [json.loads(x) for x in (tmp_path / "perf.jsonl").read_text().splitlines()]
+    assert lines and all(x["verdict"] in ("accepted", "rejected") for x in lines)
+    assert {x["round"] for x in lines} <= {1, 2}
+    accepted = [x for x in lines if x["verdict"] == "accepted"]
+    for x in accepted:  # the gate's rule, as logged
+        assert x["speedup"] >= 1.02 and x["ci"][0] > 1.0
+    assert [r["change"] for r in summary["rounds"]] == ["design", "vx"]
+    assert len(summary["final"]) == len(CELLS)
+    ideas = (tmp_path / "ideas.md").read_text()
+    assert "| 1 | design:" in ideas and "Zero-regression pass" in ideas
+
+
+def test_forge_resumes_from_the_table(tmp_path: Path) -> None:
+    _forge(tmp_path, rounds=1)
+    before = mx.load_table(tmp_path / "matrix.json")
+    _forge(tmp_path, rounds=1)  # starts from the accepted incumbents, not from naive
+    after = mx.load_table(tmp_path / "matrix.json")
+    for cid, entry in before.items():
+        if entry["design"] != "naive":
+            assert after[cid]["design"] == entry["design"]
