@@ -1,20 +1,35 @@
 #!/usr/bin/env python3
-"""Multi-GPU scaling of the replay service (issue 9): evaluations per minute with 1..N GPUs.
+"""Scaling of the replay service (issue 9): evaluations per minute with 1..N workers.
 
-Records the CuPy examples (several kernels), then, for each worker count W (one worker per GPU,
-pinned with CUDA_VISIBLE_DEVICES), submits the same tuning workload to the service: for every
-recorded unit, the first K valid points of its "quick" tuning space (compile, verify, time
-each), all units interleaved. Prints evaluations per minute, the scaling efficiency per added
-GPU (rate(W) / (W * rate(1))) and each worker's GPU.
+Records example applications (several kernels each): on ``cuda`` ``examples/heat3d_cupy.py``
+and ``examples/jacobi2d_cupy.py``, one worker per GPU (pinned with CUDA_VISIBLE_DEVICES); on
+``cpu`` ``examples/heat3d_cpu.py``, one worker per core group (the same cores per worker in
+every row). For each worker count W it submits the same tuning workload at once to a fresh
+local service: for every recorded unit the first ``--points`` valid points of its "quick"
+tuning space (compile, verify bitwise, time), units interleaved, the whole list repeated
+``--passes`` times (or as often as fills about ``--duration`` seconds with one worker; later
+passes hit the workers' compile caches). It reports evaluations per minute, the efficiency
+per added worker (rate(W) / (W * rate(first row))), each worker's pinning, evaluations and
+device states (built / reused), and writes a markdown table and the raw JSON.
 
-    python scripts/bench_scaling.py [--gpus 1 2] [--points 24] [--out DIR]
+A first pass with one worker (not counted) fills the on-disk kernel caches (CuPy's, the CPU
+backend's), so that no measured row pays compiles the others do not; it is timed twice (first
+pass, then a second on the warm worker), and the second time is what ``--duration`` divides.
+
+    python scripts/bench_scaling.py --backend cuda --workers 1 2 --points 16 --duration 60 \\
+        --json $OUT/scaling.json --markdown $OUT/scaling.md
+    python scripts/bench_scaling.py --backend cpu --workers 1 2 --passes 2
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import platform
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -22,9 +37,30 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+Job = tuple[str, dict[str, Any]]
+APPS = {
+    "cuda": [["python", str(ROOT / "examples" / "heat3d_cupy.py"), "--n", "256", "--steps", "4"],
+             ["python", str(ROOT / "examples" / "jacobi2d_cupy.py"), "--n", "4096",
+              "--steps", "4"]],
+    "cpu": [["python", str(ROOT / "examples" / "heat3d_cpu.py"), "--n", "64", "--steps", "4",
+             "--diag-every", "2"]],
+}
 
 
-def workload(recs: list[Any], points: int) -> list[tuple[str, dict[str, Any]]]:
+def record_units(backend: str, root: str) -> list[Any]:
+    """Record one launch of every kernel of the example applications (the second one of
+    each: the first may run on a cold cache)."""
+    from kernforge.pipeline.run_app import record_application
+    from kernforge.record import find_recordings, load_recording
+
+    for i, cmd in enumerate(APPS[backend]):
+        status, _ = record_application(cmd, Path(root) / f"app{i}", max_instances=1, skip=1)
+        if status:
+            raise SystemExit(f"{cmd} exited with {status}")
+    return [load_recording(p) for p in find_recordings(root)]
+
+
+def workload(recs: list[Any], points: int) -> list[Job]:
     import kernforge
     from kernforge.replay.tuning import build_space
 
@@ -37,78 +73,178 @@ def workload(recs: list[Any], points: int) -> list[tuple[str, dict[str, Any]]]:
             if len(configs) == points:
                 break
         per_unit.append([(str(rec.path), c) for c in configs])
-    jobs = []  # interleave units so every worker sees every kernel
+    jobs: list[Job] = []  # interleave units so every worker sees every kernel
     for i in range(max(len(u) for u in per_unit)):
         jobs.extend(u[i] for u in per_unit if i < len(u))
     return jobs
 
 
-def run_with(workers: int, recs: list[Any], jobs: list[tuple[str, dict[str, Any]]],
-             repeat: int) -> dict[str, Any]:
-    from kernforge.service import Client, ServiceConfig
+def service_config(args: argparse.Namespace, workers: int) -> Any:
+    from kernforge.service import ServiceConfig
 
-    with Client(config=ServiceConfig(backend="cuda", workers=workers)) as client:
+    cores = args.cores_per_worker if args.backend == "cpu" else None
+    return ServiceConfig(backend=args.backend, workers=workers, cores_per_worker=cores,
+                         state_cache_mb=args.state_cache_mb)
+
+
+def run_pass(client: Any, jobs: list[Job], repeat: int, passes: int) -> tuple[float, list[Any]]:
+    """Submit ``passes`` copies of the job list at once; wall seconds and Measurements."""
+    t0 = time.perf_counter()
+    pending = [client.submit(path, config=cfg, warmup=1, repeat=repeat)
+               for _ in range(passes) for path, cfg in jobs]
+    results = [p.result() for p in pending]
+    return time.perf_counter() - t0, results
+
+
+def worker_report(info: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for w in info:
+        states = w.get("device_states") or {}
+        out.append({"name": w.get("name"), "pid": w.get("pid"), "resources": w.get("resources"),
+                    "cuda_visible_devices": w.get("cuda_visible_devices"),
+                    "cores": w.get("cores"), "omp_num_threads": w.get("omp_num_threads"),
+                    "evaluations": w.get("evaluations"),
+                    "states_prepared": states.get("prepares"),
+                    "states_reused": states.get("reuses"),
+                    "state_bytes": states.get("bytes")})
+    return out
+
+
+def run_with(args: argparse.Namespace, workers: int, recs: list[Any], jobs: list[Job],
+             passes: int) -> dict[str, Any]:
+    from kernforge.service import Client
+
+    with Client(config=service_config(args, workers)) as client:
         client.wait_for_workers(workers)
         client.load([str(r.path) for r in recs])
-        t0 = time.perf_counter()
-        pending = [client.submit(path, config=cfg, warmup=1, repeat=repeat)
-                   for path, cfg in jobs]
-        results = [p.result() for p in pending]
-        seconds = time.perf_counter() - t0
+        seconds, results = run_pass(client, jobs, args.repeat, passes)
         info = client.workers()
+        metrics = client.metrics()
     by_status: dict[str, int] = {}
     for m in results:
         by_status[m.status.value] = by_status.get(m.status.value, 0) + 1
-    return {"workers": workers, "evaluations": len(results), "seconds": seconds,
-            "per_minute": len(results) / seconds * 60, "by_status": by_status,
-            "worker_info": [{k: w.get(k) for k in ("name", "resources", "cuda_visible_devices",
-                                                    "pid", "evaluations")}
-                            for w in info]}
+    return {"workers": workers, "passes": passes, "evaluations": len(results),
+            "seconds": seconds, "per_minute": len(results) / seconds * 60,
+            "by_status": by_status, "stage_mean_s": dict(metrics.stage_mean_s),
+            "worker_info": worker_report(info)}
+
+
+def warm_up(args: argparse.Namespace, recs: list[Any], jobs: list[Job]) -> dict[str, Any]:
+    """One worker, two passes one after the other: caches filled, steady pass time."""
+    from kernforge.service import Client
+
+    with Client(config=service_config(args, 1)) as client:
+        client.wait_for_workers(1)
+        client.load([str(r.path) for r in recs])
+        first, _ = run_pass(client, jobs, args.repeat, 1)
+        steady, _ = run_pass(client, jobs, args.repeat, 1)
+    return {"first_s": first, "steady_s": steady}
+
+
+def device(backend: str) -> str:
+    if backend == "cuda" and shutil.which("nvidia-smi"):
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, check=False).stdout.split("\n")
+        names = [n.strip() for n in out if n.strip()]
+        return f"{len(names)} x {names[0]}" if names else "cuda (no name)"
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    unit = "GPUs" if report["backend"] == "cuda" else "workers"
+    warm = report["warm"]
+    lines = [f"- Command: `{report['command']}`",
+             f"- Date: {report['date']}; device: {report['device']}",
+             f"- Workload: {report['workload']}",
+             (f"- Warm-up (one worker, not counted): first pass {warm['first_s']:.1f} s, second "
+             f"pass {warm['steady_s']:.1f} s"),
+             "",
+             (f"| {unit} | passes | evaluations | seconds | evaluations / min | efficiency "
+             f"| statuses | states built / reused |"),
+             "|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for r in report["rows"]:
+        built = sum(w["states_prepared"] or 0 for w in r["worker_info"])
+        reused = sum(w["states_reused"] or 0 for w in r["worker_info"])
+        statuses = ", ".join(f"{k} {v}" for k, v in sorted(r["by_status"].items()))
+        lines.append(f"| {r['workers']} | {r['passes']} | {r['evaluations']} | "
+                     f"{r['seconds']:.1f} | {r['per_minute']:.0f} | {r['efficiency']:.1%} | "
+                     f"{statuses} | {built} / {reused} |")
+    lines += ["", "Pinning and work per worker:", ""]
+    for r in report["rows"]:
+        for w in r["worker_info"]:
+            where = (f"CUDA_VISIBLE_DEVICES={w['cuda_visible_devices']}"
+                     if report["backend"] == "cuda" else f"cores {w['cores']}")
+            lines.append(f"- {r['workers']} {unit}: `{w['name']}` {where}, "
+                         f"{w['evaluations']} evaluations, states built {w['states_prepared']}"
+                         f", reused {w['states_reused']}")
+    return "\n".join(lines) + "\n"
+
+
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--backend", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--workers", "--gpus", dest="workers", type=int, nargs="+", default=[1, 2],
+                    help="worker counts, one row each (cuda: one worker per GPU)")
+    ap.add_argument("--cores-per-worker", type=int, default=None,
+                    help="cpu: cores of each worker, the same in every row (default: cores "
+                         "// the largest worker count)")
+    ap.add_argument("--points", type=int, default=16, help="tuning points per unit")
+    ap.add_argument("--repeat", type=int, default=5, help="timed runs per evaluation")
+    ap.add_argument("--passes", type=int, default=1, help="times the job list is submitted")
+    ap.add_argument("--duration", type=float, default=None,
+                    help="instead of --passes: about this many seconds with one worker")
+    ap.add_argument("--state-cache-mb", type=int, default=None,
+                    help="each worker's device-state bound (0: off; default: the service's)")
+    ap.add_argument("--json", type=Path, default=None, help="write the raw results here")
+    ap.add_argument("--markdown", type=Path, default=None, help="write the table here")
+    args = ap.parse_args()
+    if args.backend == "cpu" and args.cores_per_worker is None:
+        args.cores_per_worker = max(1, len(os.sched_getaffinity(0)) // max(args.workers))
+    if args.state_cache_mb is None:
+        from kernforge.service.config import DEFAULT_STATE_CACHE_MB
+        args.state_cache_mb = DEFAULT_STATE_CACHE_MB
+    return args
+
+
+def write(args: argparse.Namespace, report: dict[str, Any]) -> str:
+    """The markdown of ``report`` (rows so far), written with the JSON where asked."""
+    rows = report["rows"]
+    base = rows[0]["per_minute"] / rows[0]["workers"] if rows else 0.0
+    for r in rows:
+        r["efficiency"] = r["per_minute"] / (r["workers"] * base)
+    text = markdown(report)
+    for path, content in ((args.json, json.dumps(report, indent=1, default=str) + "\n"),
+                          (args.markdown, text)):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content)
+    return text
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gpus", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--points", type=int, default=24, help="tuning points per unit")
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
-    args = ap.parse_args()
-    from kernforge.pipeline.run_app import record_application
-    from kernforge.record import find_recordings, load_recording
-
-    apps = [["python", str(ROOT / "examples" / "heat3d_cupy.py"), "--n", "256", "--steps", "4"],
-            ["python", str(ROOT / "examples" / "jacobi2d_cupy.py"), "--n", "4096", "--steps", "4"]]
+    args = parse_args()
     tmp = tempfile.mkdtemp(prefix="kf-scaling-")
-    for i, cmd in enumerate(apps):
-        status, _ = record_application(cmd, Path(tmp) / f"app{i}", max_instances=1, skip=1)
-        if status:
-            raise SystemExit(f"{cmd} exited with {status}")
-    recs = [load_recording(p) for p in find_recordings(tmp)]
+    recs = record_units(args.backend, tmp)
     jobs = workload(recs, args.points)
-    # A first pass fills CuPy's on-disk kernel cache, so that no measured pass pays NVRTC
-    # compiles the others don't (every fresh worker still loads each module once).
-    warm = run_with(1, recs, jobs, args.repeat)
-    print(f"warm-up pass (not counted): {warm['seconds']:.1f} s")
-    rows = [run_with(w, recs, jobs, args.repeat) for w in args.gpus]
-    base = rows[0]["per_minute"] / rows[0]["workers"]
-    print(f"workload: {len(jobs)} tuning evaluations over {len(recs)} recorded kernels "
-          f"({', '.join(r.name for r in recs)}), repeat {args.repeat}")
-    print(f"{'GPUs':>4} {'evaluations':>11} {'seconds':>8} {'eval/min':>9} {'efficiency':>10}  "
-          f"statuses")
-    for r in rows:
-        r["efficiency"] = r["per_minute"] / (r["workers"] * base)
-        print(f"{r['workers']:>4} {r['evaluations']:>11} {r['seconds']:>8.1f} "
-              f"{r['per_minute']:>9.0f} {r['efficiency']:>10.1%}  {r['by_status']}")
-    for r in rows:
-        for w in r["worker_info"]:
-            print(f"  {r['workers']} GPU(s): worker {w}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "scaling.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"),
-                                                  "command": " ".join(sys.argv),
-                                                  "rows": rows}, indent=1, default=str))
+    warm = warm_up(args, recs, jobs)
+    passes = args.passes if args.duration is None \
+        else max(1, math.ceil(args.duration / warm["steady_s"]))
+    print(f"warm-up (not counted): first pass {warm['first_s']:.1f} s, second "
+          f"{warm['steady_s']:.1f} s; measuring {passes} pass(es)", flush=True)
+    report: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv),
+        "backend": args.backend, "device": device(args.backend),
+        "workload": f"{len(jobs)} tuning evaluations per pass over {len(recs)} recorded "
+                    f"kernels ({', '.join(r.name for r in recs)}), warm-up 1, repeat "
+                    f"{args.repeat}, state cache {args.state_cache_mb} MiB per worker",
+        "state_cache_mb": args.state_cache_mb, "warm": warm, "rows": []}
+    for w in args.workers:  # outputs rewritten after every row: a cut-short run keeps them
+        report["rows"].append(run_with(args, w, recs, jobs, passes))
+        text = write(args, report)
+        print(f"{w} worker(s): {report['rows'][-1]['per_minute']:.0f} evaluations/min",
+              flush=True)
+    print(text)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -46,3 +46,27 @@ def test_gpu_stream_with_illegal_address_and_hang(cuda_rec: Path) -> None:
         assert trap.status is Status.RUNTIME_FAILED
         assert client.evaluate(rec, **PROTOCOL).ok
         assert client.metrics().worker_restarts >= 3
+
+
+LAZY_CUDA = r"""
+extern "C" __global__ void smooth(const double *x, double *y, long n) {
+    if (n < 0) y[0] = x[0];
+}
+"""
+
+
+def test_gpu_device_state_is_prepared_once_and_results_stay_verified(cuda_rec: Path) -> None:
+    rec = load_recording(cuda_rec)
+    lazy = rec.variant.with_(source=rec.source.with_code(LAZY_CUDA))
+    sequence = [(None, Status.OK), (lazy, Status.WRONG_RESULT),
+                (good_variants(rec, 2)[1], Status.OK), (lazy, Status.WRONG_RESULT),
+                (None, Status.OK)]
+    with Client(config=ServiceConfig(backend="cuda", workers=1)) as client:
+        client.load([cuda_rec])
+        for variant, want in sequence:
+            m = client.evaluate(rec, variant, **PROTOCOL)
+            assert m.status is want, m.message
+        (worker,) = client.workers()
+        unit = worker["device_states"]["units"][str(cuda_rec.resolve())]
+        assert unit == {"prepares": 1, "reuses": len(sequence) - 1}
+        assert worker["device_states"]["discarded"] == 0

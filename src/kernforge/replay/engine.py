@@ -44,7 +44,7 @@ from ..core import (
 from ..harness import ABResult, Protocol, interleave, median
 from ..harness.integrity import IntegrityError, reason_for_status
 from .checks import Integrity, roofline_gate, run_checks
-from .prepare import Prepared, TolerancePolicy, prepare, resolve_policies
+from .prepare import Prepared, TolerancePolicy, check_reusable, prepare, resolve_policies
 
 _OVERRIDE_KEYS = ("options", "defines", "launch", "source", "constants")
 IntegrityLevel = Integrity | str | None
@@ -101,8 +101,9 @@ def _timed_run(prepared: Prepared, stages: list[tuple[str, float]]) -> None:
 
 def _evaluate(recording: Recording, backend: Backend, variant: Variant,
               tolerance: TolerancePolicy, protocol: Protocol, verify_only: bool,
-              stages: list[tuple[str, float]]) -> Measurement:
-    prepared = prepare(recording, backend=backend, variant=variant, tolerance=tolerance)
+              stages: list[tuple[str, float]], state: Prepared | None = None) -> Measurement:
+    prepared = prepare(recording, backend=backend, variant=variant, tolerance=tolerance,
+                       reuse=state)
     stages.append(("compile", prepared.compile_s))
     _timed_run(prepared, stages)
     t0 = time.perf_counter()
@@ -194,19 +195,28 @@ def replay(recording: Recording, *, backend: Backend | str | None = None,
 def evaluate_variant(recording: Recording, variant: Variant, *,
                      backend: Backend | str | None = None, tolerance: TolerancePolicy = None,
                      warmup: int = 3, repeat: int = 10, flush: bool = True,
-                     verify_only: bool = False, integrity: IntegrityLevel = None
-                     ) -> Measurement:
-    """:func:`replay` for a complete :class:`Variant` (the tuner's evaluation)."""
+                     verify_only: bool = False, integrity: IntegrityLevel = None,
+                     state: Prepared | None = None) -> Measurement:
+    """:func:`replay` for a complete :class:`Variant` (the tuner's evaluation).
+
+    ``state``: a :class:`Prepared` of this recording on this backend whose device state
+    (buffers, pristine copies, expected fingerprints) is reused instead of uploading the
+    prologue again; the restores and every verification run as without it. The integrity
+    gates (``integrity="strict"``) prepare their own states and ignore it.
+    """
     protocol = Protocol(warmup=warmup, repeat=repeat, flush=flush)
     gates = integrity_of(integrity)
     be = get_backend(backend if backend is not None else recording.backend)
     resolve_policies(recording, tolerance)  # a misnamed buffer is the caller's error: raise
+    if state is not None:
+        check_reusable(state, recording, be)  # likewise
     stages: list[tuple[str, float]] = []
     try:
         if gates is not None:
             return _evaluate_strict(recording, be, variant, tolerance, protocol, verify_only,
                                     stages, gates)
-        return _evaluate(recording, be, variant, tolerance, protocol, verify_only, stages)
+        return _evaluate(recording, be, variant, tolerance, protocol, verify_only, stages,
+                         state)
     except (RecordingError, BackendUnavailableError):
         raise  # not the candidate's failure
     except Exception as exc:  # noqa: BLE001 - every candidate failure becomes data

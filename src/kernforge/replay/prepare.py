@@ -14,13 +14,19 @@ buffers the recorded launch wrote (a variant that verified did not change its in
 The integrity checks (:mod:`.checks`) also load other states (poisoned outputs, fresh random
 inputs) with :meth:`Prepared.load`, and scrub buffers that held a reference kernel's results
 (:meth:`Prepared.scrub`) so that no result is left in memory a candidate could later reach.
+
+A long-lived caller (a replay service worker) may keep one :class:`Prepared` per recording and
+bind each new compiled variant to its device state (:meth:`Prepared.with_compiled`, or
+``prepare(..., reuse=state)``): buffers, pristine copies and expected fingerprints are shared,
+not rebuilt. That is sound because every evaluation restores from the pristine copies before
+each run and verifies every output afterwards.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -113,6 +119,24 @@ class Prepared:
     def launch(self) -> LaunchConfig:
         return self.compiled.variant.launch
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held in the backend's memory: the buffers and their pristine copies."""
+        return sum(int(b.nbytes) for b in (*self.buffers.values(), *self.pristine.values()))
+
+    def with_compiled(self, compiled: Compiled, *, policies: Mapping[str, Tolerance] | None
+                      = None, compile_s: float = 0.0) -> Prepared:
+        """The same device state bound to another compiled variant of this recording.
+
+        Buffers, pristine copies and expected fingerprints are shared, not copied; the
+        arguments are bound again (ArgumentError when the candidate changed the signature) and
+        ``policies`` (default: these) apply to the new one. The caller restores before the first
+        run, as the engine always does; two Prepared sharing a state must not run concurrently.
+        """
+        return replace(self, compiled=compiled, compile_s=compile_s,
+                       policies=dict(self.policies if policies is None else policies),
+                       args=bind_args(self.recording, compiled, self.buffers))
+
     def restore(self, *, all_buffers: bool = True) -> None:
         """Copy the recorded prologue back (every array, or only the written ones)."""
         for name in (self.buffers if all_buffers else self.written):
@@ -183,20 +207,38 @@ class Prepared:
                        self.restore_written, warmup=warmup, repeat=repeat, flush=flush)
 
 
+def check_reusable(reuse: Prepared, recording: Recording, backend: Backend) -> None:
+    """Raise ConfigError unless ``reuse`` holds ``recording`` on ``backend`` (a caller's
+    mistake, never a candidate's)."""
+    if reuse.backend is not backend or (reuse.recording is not recording
+                                        and reuse.recording != recording):
+        raise ConfigError(
+            f"the prepared state given for reuse holds {reuse.recording.name} on "
+            f"{reuse.backend.name}, not {recording.name} on {backend.name}",
+            hint="reuse a state prepared from the same recording and backend object")
+
+
 def prepare(recording: Recording, *, backend: Backend | str | None = None,
-            variant: Variant | None = None, tolerance: TolerancePolicy = None) -> Prepared:
+            variant: Variant | None = None, tolerance: TolerancePolicy = None,
+            reuse: Prepared | None = None) -> Prepared:
     """Compile ``variant`` (default: the recorded one) and put the prologue on the device.
 
     The backend is ``recording.backend`` unless given. Options that may change results
     bit-for-bit are allowed only when every written buffer's policy is a tolerance. Raises the
-    backend's typed errors (CompileError, ConfigError, ...) unchanged.
+    backend's typed errors (CompileError, ConfigError, ...) unchanged. With ``reuse`` (a state
+    prepared earlier from this recording on this backend) nothing is uploaded: the compiled
+    variant is bound to that state (:meth:`Prepared.with_compiled`).
     """
     be = get_backend(backend if backend is not None else recording.backend)
     policies = resolve_policies(recording, tolerance)
+    if reuse is not None:
+        check_reusable(reuse, recording, be)
     t0 = time.perf_counter()
     compiled = be.compile(variant or recording.variant,
                           tolerant=is_tolerant(recording, policies), recorded=recording.options)
     compile_s = time.perf_counter() - t0
+    if reuse is not None:
+        return reuse.with_compiled(compiled, policies=policies, compile_s=compile_s)
     arrays = [a for a in recording.args if a.is_array]
     pristine = {a.name: be.to_device(np.ascontiguousarray(recording.prologue(a.name)))
                 for a in arrays}

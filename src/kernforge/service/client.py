@@ -132,7 +132,8 @@ class Client:
                  cause_wait_s: float = 30.0) -> None:
         self.config = config or ServiceConfig()
         self.limits = limits or Limits(self.config.min_timeout_s, self.config.timeout_factor,
-                                       self.config.compile_timeout_s)
+                                       self.config.compile_timeout_s,
+                                       self.config.state_cache_mb << 20)
         self.cause_wait_s = cause_wait_s
         self.cluster: Any = None
         target: Any = address

@@ -11,6 +11,7 @@ unknown keys are errors that name the key)::
     timeout_factor: 50.0      # watchdog: factor x the recorded variant's evaluation time
     compile_timeout_s: 300.0  # watchdog of the compile stage (and of the baseline run)
     allowed_failures: 10      # scheduler: deaths a *queued* request survives (see service.md)
+    state_cache_mb: 8192      # per worker: prepared device states kept (LRU by bytes; 0 = off)
     jobs: 2                   # jobqueue clusters: batch jobs (one worker each)
     jobqueue: {cores: 4, memory: 16GB, queue: gpu, walltime: "02:00:00"}
 """
@@ -30,6 +31,8 @@ CLUSTERS = ("local", "slurm", "pbs", "lsf")
 BACKENDS = ("cpu", "cuda", "null")
 #: the Dask resource every replay worker offers once (one evaluation at a time per worker)
 RESOURCE = "replay"
+#: default bound of each worker's device-state cache, MiB (buffers + pristine copies)
+DEFAULT_STATE_CACHE_MB = 8192
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ class ServiceConfig:
     timeout_factor: float = 50.0
     compile_timeout_s: float = 300.0
     allowed_failures: int = 10
+    state_cache_mb: int = DEFAULT_STATE_CACHE_MB
     host: str = "127.0.0.1"
     port: int = 0
     jobs: int = 1
@@ -63,6 +67,10 @@ class ServiceConfig:
                 raise ConfigError(f"service {name}={getattr(self, name)!r} must be > 0")
         if self.allowed_failures < 0:
             raise ConfigError("allowed_failures must be >= 0")
+        if isinstance(self.state_cache_mb, bool) or not isinstance(self.state_cache_mb, int) \
+                or self.state_cache_mb < 0:
+            raise ConfigError(f"service state_cache_mb={self.state_cache_mb!r} must be an "
+                              f"integer >= 0", hint="0 turns the device-state cache off")
         if self.jobqueue and self.cluster == "local":
             raise ConfigError("jobqueue options given for a local cluster",
                               hint="set cluster: slurm, pbs or lsf, or drop jobqueue:")

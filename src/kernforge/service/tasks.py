@@ -1,12 +1,15 @@
 """The functions a worker runs for a request (submitted as Dask tasks by the client).
 
-An evaluation: the recording comes from the worker's state (loaded once); the variant is the
-request's, or a tuning point realized by the backend (as ``replay.tuning.make_evaluator``
-does). The variant is compiled first under the compile watchdog (the backend caches the module
-in process), then :func:`kernforge.replay.engine.evaluate_variant` restores, runs, verifies and
-times it under the run watchdog -- its compile is then a cache hit; the Measurement's compile
-stage is the one measured here. Candidate failures come back as Measurements; trouble that is
-not the candidate's (an unreadable recording, a backend missing here) as :class:`Raised`.
+An evaluation: the recording comes from the worker's state (loaded once), and so does its
+prepared device state (:mod:`.devstate`: built once per unit and worker, checked out for the
+request and given back after it); the variant is the request's, or a tuning point realized by
+the backend (as ``replay.tuning.make_evaluator`` does). The variant is compiled first under the
+compile watchdog (the backend caches the module in process), then
+:func:`kernforge.replay.engine.evaluate_variant` restores, runs, verifies and times it on that
+device state under the run watchdog -- its compile is then a cache hit; the Measurement's
+compile stage is the one measured here. Candidate failures come back as Measurements; trouble
+that is not the candidate's (an unreadable recording, a backend missing here) as
+:class:`Raised`.
 """
 
 from __future__ import annotations
@@ -20,21 +23,25 @@ from distributed import get_worker
 
 from ..core import KernforgeError, Measurement, Status, Variant
 from ..replay.engine import evaluate_variant
-from ..replay.prepare import TolerancePolicy, is_tolerant, resolve_policies
+from ..replay.prepare import Prepared, TolerancePolicy, is_tolerant, prepare, resolve_policies
 from ..replay.tuning import build_space
 from ..replay.validate import Validation, validate
 from ..tune import SearchSpace
+from .config import DEFAULT_STATE_CACHE_MB
+from .devstate import Held
 from .guard import Guard
-from .worker import Loaded, state
+from .worker import Loaded, WorkerState, state
 
 
 @dataclass(frozen=True)
 class Limits:
-    """The watchdog's settings, sent with every request."""
+    """The worker's settings, sent with every request: the watchdog's, and the bound of the
+    worker's device-state cache (bytes; 0 keeps no state between requests)."""
 
     min_timeout_s: float = 1.0
     timeout_factor: float = 50.0
     compile_timeout_s: float = 300.0
+    state_cache_bytes: int = DEFAULT_STATE_CACHE_MB << 20
 
     def run_timeout(self, baseline_s: float) -> float:
         return max(self.min_timeout_s, self.timeout_factor * baseline_s)
@@ -74,20 +81,48 @@ def _raised(exc: KernforgeError) -> Raised:
     return Raised(type(exc).__name__, exc.message, exc.hint)
 
 
-def _evaluate(loaded: Loaded, variant: Variant, req: Request) -> Measurement:
+def _evaluate(loaded: Loaded, variant: Variant, req: Request,
+              held: Held | None) -> Measurement:
     return evaluate_variant(loaded.recording, variant, backend=loaded.backend,
                             tolerance=req.tolerance, warmup=req.warmup, repeat=req.repeat,
-                            flush=req.flush, verify_only=req.verify_only)
+                            flush=req.flush, verify_only=req.verify_only,
+                            state=held.prepared if held is not None else None)
 
 
-def _baseline_s(loaded: Loaded, req: Request, guard: Guard) -> float:
+def _checkout(st: WorkerState, loaded: Loaded, req: Request, guard: Guard) -> Held | None:
+    """This unit's device state (built under the compile watchdog when the worker has none),
+    or None when it cannot be built (the evaluation then prepares its own and reports why)."""
+    st.states.limit_bytes = req.limits.state_cache_bytes
+
+    def build() -> Prepared:
+        guard.stage("prepare", req.limits.compile_timeout_s)
+        return prepare(loaded.recording, backend=loaded.backend)
+
+    try:
+        return st.states.checkout(loaded.key, build, 2 * loaded.recording.nbytes)
+    except Exception:  # noqa: BLE001 - e.g. out of device memory: evaluate without reuse
+        return None
+
+
+def _checkin(st: WorkerState, held: Held | None, m: Measurement) -> Measurement:
+    """Give the state back; an evaluation that changed its pristine copies fails."""
+    if held is None or st.states.checkin(held):
+        return m
+    return replace(m, status=Status.RUNTIME_FAILED, samples=(), message=(
+        "the candidate wrote outside its arguments: the pristine copies of the prologue "
+        "changed during its evaluation (the worker dropped that device state)"
+        + (f"\n{m.message}" if m.message else "")),
+        extra=m.extra + (("reason", "runtime:failed"),))
+
+
+def _baseline_s(loaded: Loaded, req: Request, guard: Guard, held: Held | None) -> float:
     """Seconds the recorded variant takes with this protocol, compile excluded (measured
     once per worker and protocol; the run watchdog is a multiple of it)."""
     if req.protocol not in loaded.baselines:
         guard.stage("baseline", req.limits.compile_timeout_s)
-        _evaluate(loaded, loaded.recording.variant, req)  # compiles; buffers, caches warm
+        _evaluate(loaded, loaded.recording.variant, req, held)  # compiles; caches warm
         t0 = time.perf_counter()
-        _evaluate(loaded, loaded.recording.variant, req)
+        _evaluate(loaded, loaded.recording.variant, req, held)
         loaded.baselines[req.protocol] = time.perf_counter() - t0
     return loaded.baselines[req.protocol]
 
@@ -148,21 +183,26 @@ def evaluate_task(req: Request) -> Measurement | Raised:
             guard.end(m)
             return m
         try:
-            timeout = req.timeout_s or req.limits.run_timeout(_baseline_s(loaded, req, guard))
+            held = _checkout(st, loaded, req, guard)
+            timeout = req.timeout_s or req.limits.run_timeout(
+                _baseline_s(loaded, req, guard, held))
             guard.stage("compile", req.limits.compile_timeout_s)
             compile_s = _precompile(loaded, variant, req)
             guard.stage("run", timeout if compile_s is not None
                         else req.limits.compile_timeout_s)
-            m = _evaluate(loaded, variant, req)
+            reused = held is not None and held.reused
+            m = _evaluate(loaded, variant, req, held)
         except KernforgeError as exc:  # RecordingError, BackendUnavailableError
             guard.end(Measurement(Status.RUNTIME_FAILED))
             return _raised(exc)
-        m = _with_compile(m, compile_s, {"worker": worker.address, "timeout_s": timeout})
+        m = _with_compile(m, compile_s, {"worker": worker.address, "timeout_s": timeout,
+                                         "device_state": "reused" if reused else "prepared"})
         st.evaluations += 1
         loaded.evaluations += 1
         if not m.ok and not _device_healthy(loaded):
             guard.deposit_and_exit(replace(m, message=m.message + "\n(the device context was "
                                            "unusable afterwards: the worker was restarted)"))
+        m = _checkin(st, held, m)
         guard.end(m)
         return m
 

@@ -1,6 +1,7 @@
 """What lives in each worker process: recordings loaded once (their blobs resident in memory),
-the backend with its compiled-module cache, the recorded variant's evaluation time per protocol
-(the watchdog's base), and the Dask WorkerPlugin that sets this up (again after a restart).
+the backend with its compiled-module cache, one prepared device state per unit
+(:mod:`.devstate`), the recorded variant's evaluation time per protocol (the watchdog's base),
+and the Dask WorkerPlugin that sets this up (again after a restart) and releases it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ..backends import Backend, get_backend
 from ..core import Recording
 from ..record import load_recording
 from ..record.format import MANIFEST
+from .devstate import DeviceStates, StateKey, state_key
 from .guard import install_crash_log, remove_crash_log
 
 log = logging.getLogger("kernforge.service")
@@ -56,6 +58,7 @@ class Loaded:
     baselines: dict[tuple[Any, ...], float] = field(default_factory=dict)
     evaluations: int = 0
     stamp: tuple[int, ...] | None = None  # of the manifest when loaded (see _stamp)
+    key: StateKey = ("", "", "")  # of its device state (see devstate.state_key)
 
 
 def _stamp(directory: str) -> tuple[int, ...] | None:
@@ -73,6 +76,7 @@ class WorkerState:
 
     def __init__(self) -> None:
         self.recordings: dict[str, Loaded] = {}
+        self.states = DeviceStates()
         self.lock = threading.Lock()
         self.started = time.time()
         self.evaluations = 0
@@ -86,20 +90,35 @@ class WorkerState:
             held = self.recordings.get(key)
             if held is not None and (stamp is None or held.stamp != stamp):
                 del self.recordings[key]
+                self.states.drop_unit(key)
             if key not in self.recordings:
                 rec = _resident(load_recording(key))
                 for a in rec.args:  # read every blob now, not during the first request
                     for blob in (a.prologue, a.epilogue):
                         if blob is not None:
                             rec.blob(blob)
+                be = get_backend(rec.backend)
                 self.recordings[key] = Loaded(
-                    rec, get_backend(rec.backend),
-                    {a.name: a.value for a in rec.args if not a.is_array}, stamp=stamp)
+                    rec, be, {a.name: a.value for a in rec.args if not a.is_array},
+                    stamp=stamp, key=state_key(key, rec, be.name))
             return self.recordings[key]
+
+    def release(self) -> None:
+        """Drop every device state (worker teardown) and hand CuPy's pooled memory back."""
+        self.states.clear()
+        for loaded in list(self.recordings.values()):
+            cp = getattr(loaded.backend, "cp", None)
+            if cp is not None:
+                try:
+                    cp.get_default_memory_pool().free_all_blocks()
+                except Exception as exc:  # noqa: BLE001 - best effort at teardown
+                    log.debug("could not free the CuPy memory pool: %s", exc)
+                break
 
     def summary(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "recordings": sorted(self.recordings),
                 "evaluations": self.evaluations, "uptime_s": time.time() - self.started,
+                "device_states": self.states.summary(),
                 "cores": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                 else None,
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
@@ -152,6 +171,8 @@ class ReplayPlugin(WorkerPlugin):
         await worker.loop.run_in_executor(None, preload, list(paths or []))
 
     def teardown(self, worker: Any) -> None:
+        if _state is not None:
+            _state.release()
         remove_crash_log()
 
 
