@@ -25,12 +25,13 @@ from . import (
     replay_cmd,
     run_cmd,
     serve_cmd,
+    stencil_cmd,
     tune_cmd,
 )
 from .output import err_console
 
 COMMANDS = (demo_cmd, evolve_cmd, record_cmd, inspect_cmd, replay_cmd, tune_cmd, export_cmd,
-            run_cmd, serve_cmd, integrity_cmd)
+            run_cmd, serve_cmd, integrity_cmd, stencil_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,177 @@
+"""``kernforge stencil {list,check,bench}``: the stencil operator matrix (docs/stencil.md).
+
+- ``list``: the cells (stencil x shape x precision) with their sizes;
+- ``check --compile-only``: compile every cell's operator and the naive baseline with the host
+  ``nvcc`` (no GPU needed; exit 6 on a failure); without ``--compile-only``: the oracle gate on
+  the GPU (exit 5 when an operator fails it);
+- ``bench``: check and time our operators and the baselines on the GPU, print the matrix, write
+  JSON / PNG / Markdown (exit 5 when one of our operators fails the oracle, 6 on other
+  failures of ours).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..core import ConfigError
+from ..core.jsonio import write_bytes_atomic, write_json_atomic
+from ..forge import report
+from ..forge.bench import BASELINES, BenchConfig, bench, check_cells, operator_for
+from ..forge.compile_check import compile_only
+from ..stencil.spec import Cell, matrix
+from .output import console, err_console
+
+
+def _filters(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--stencils", default=None, help="comma-separated (default: all)")
+    p.add_argument("--shapes", default=None, help="comma-separated NXxNYxNZ (default: all)")
+    p.add_argument("--precisions", default=None, help="comma-separated fp16,fp32,fp64")
+
+
+def _split(text: str | None) -> list[str] | None:
+    items = [t.strip() for t in (text or "").split(",") if t.strip()]
+    return items or None
+
+
+def _cells(args: argparse.Namespace) -> list[Cell]:
+    return matrix(_split(args.stencils), _split(args.shapes), _split(args.precisions))
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("stencil", help="the stencil operator matrix: list, check, bench",
+                       description="Specialized stencil operators per (stencil, shape, "
+                                   "precision), checked against a float64 oracle and timed "
+                                   "against baselines (docs/stencil.md).")
+    cmds = p.add_subparsers(dest="stencil_command", metavar="SUBCOMMAND")
+    ls = cmds.add_parser("list", help="print the cells of the matrix")
+    _filters(ls)
+    ls.set_defaults(func=run_list)
+    ck = cmds.add_parser("check", help="compile-only (nvcc) or oracle checks of every cell")
+    _filters(ck)
+    ck.add_argument("--compile-only", action="store_true",
+                    help="compile with the host nvcc only (no GPU)")
+    ck.add_argument("--arch", default="sm_90", help="nvcc -arch (default sm_90)")
+    ck.add_argument("--nvcc", default=None, help="the nvcc to use (default: $NVCC or nvcc)")
+    ck.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: 2 x cores, >= 4)")
+    ck.add_argument("--no-naive", action="store_true", help="skip the naive baseline")
+    ck.add_argument("--points", type=int, default=4096, help="random points per sampled check")
+    ck.add_argument("--seed", type=int, default=0)
+    ck.add_argument("--json", type=Path, default=None, help="write the results here")
+    ck.set_defaults(func=run_check)
+    b = cmds.add_parser("bench", help="check and time operators and baselines on the GPU")
+    _filters(b)
+    b.add_argument("--baselines", default=",".join(BASELINES),
+                   help=f"comma-separated, '' for none (default {','.join(BASELINES)})")
+    b.add_argument("--json", type=Path, default=None, help="write the results here")
+    b.add_argument("--png", type=Path, default=None, help="write the chart here")
+    b.add_argument("--md", type=Path, default=None, help="write the tables as Markdown here")
+    b.add_argument("--warmup", type=int, default=3)
+    b.add_argument("--repeat", type=int, default=10, help="timed runs per runner (median)")
+    b.add_argument("--passes", type=int, default=5, help="interleaved passes vs best baseline")
+    b.add_argument("--points", type=int, default=4096, help="random points per sampled check")
+    b.add_argument("--seed", type=int, default=0)
+    b.set_defaults(func=run_bench)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def run_list(args: argparse.Namespace) -> int:
+    cells = _cells(args)
+    table = Table(title=f"{len(cells)} cells")
+    for col in ("cell", "points", "offsets", "steps", "fields", "compulsory MB", "tolerance"):
+        table.add_column(col, justify="left" if col == "cell" else "right")
+    for c in cells:
+        table.add_row(c.id, str(c.shape.points), str(c.stencil.points), str(c.stencil.steps),
+                      str(c.stencil.inputs), f"{c.compulsory_bytes / 1e6:.1f}",
+                      f"{c.precision.tolerance:g}")
+    console.print(table)
+    return 0
+
+
+@contextmanager
+def _progress(total: int, what: str) -> Iterator[Any]:
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=True) as progress:
+        task = progress.add_task(what, total=total)
+
+        def update(message: str, done: int, _total: int) -> None:
+            progress.update(task, completed=done, description=f"{what} {message}")
+        yield update
+
+
+def run_check(args: argparse.Namespace) -> int:
+    cells = _cells(args)
+    if args.compile_only:
+        return _compile_only(args, cells)
+    with _progress(len(cells), "check") as update:
+        results = check_cells(cells, points=args.points, seed=args.seed,
+                              include_naive=not args.no_naive, progress=update)
+    table = Table(title="oracle checks")
+    for col in ("cell", "runner", "status", "error", "tolerance", "points", "seed"):
+        table.add_column(col)
+    for r in results:
+        c = r.get("check") or {}
+        err = c.get("error")
+        table.add_row(r["cell"], r["name"], escape(r.get("status", "-") + (
+            f": {r['reason']}" if r.get("reason") else "")),
+            "-" if not c else ("inf" if err is None else f"{err:.2e}"),
+            f"{c.get('tolerance', 0):g}", str(c.get("checked_points", "-")), str(c.get("seed")))
+    console.print(table)
+    if args.json:
+        write_json_atomic(args.json, {"checks": results})
+    return 0 if all(r.get("status") == "ok" for r in results) else 5
+
+
+def _compile_only(args: argparse.Namespace, cells: list[Cell]) -> int:
+    with _progress(len(cells) * (1 if args.no_naive else 2), "nvcc") as update:
+        done = [0]
+
+        def on_done(res: Any) -> None:
+            done[0] += 1
+            update(res.cell_id, done[0], 0)
+        results = compile_only(cells, operator_for, arch=args.arch, nvcc=args.nvcc,
+                               jobs=args.jobs, include_naive=not args.no_naive, on_done=on_done)
+    failed = [r for r in results if not r.ok]
+    for r in failed:
+        err_console.print(f"[bold red]FAILED[/] {escape(r.cell_id)} {r.runner} "
+                          f"{escape(r.key)}:\n{escape(r.log[:2000])}", soft_wrap=True)
+    console.print(f"nvcc -arch={args.arch}: {len(results) - len(failed)}/{len(results)} "
+                  f"compiled ({len(cells)} cells)")
+    if args.json:
+        write_json_atomic(args.json, {"compile_only": [r.to_json() for r in results]})
+    return 6 if failed else 0
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    cells = _cells(args)
+    baselines = tuple(_split(args.baselines) or ())
+    unknown = [b for b in baselines if b not in BASELINES]
+    if unknown:
+        raise ConfigError(f"unknown baselines {unknown}", hint=f"choose from {BASELINES}")
+    config = BenchConfig(baselines=baselines, warmup=args.warmup, repeat=args.repeat,
+                         passes=args.passes, points=args.points, seed=args.seed)
+    with _progress(len(cells), "bench") as update:
+        results = bench(cells, config, progress=update,
+                        log=lambda msg: err_console.print(escape(msg), soft_wrap=True))
+    for table in report.rich_tables(results):
+        console.print(table)
+    if args.json:
+        write_json_atomic(args.json, results)
+    if args.md:
+        write_bytes_atomic(args.md, report.markdown(results).encode())
+    if args.png:
+        report.chart(results, args.png)
+    for p in (args.json, args.md, args.png):
+        if p:
+            console.print(f"wrote {escape(str(p))}")
+    ours = [r for row in results["cells"] for r in row["runners"] if r["name"] == "ours"]
+    if any(r.get("status") == "failed-oracle" for r in ours):
+        return 5
+    return 0 if all(r.get("status") == "ok" for r in ours) else 6

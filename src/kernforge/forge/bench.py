@@ -1,0 +1,276 @@
+"""``kernforge stencil bench``: every cell's operator and baselines, checked and timed together.
+
+Per cell, in one process and on one device: the copy bandwidth of a grid-sized copy; then each
+runner (our operator first, then the baselines) gets fresh random inputs (its own seed), runs
+once and is checked by the oracle; a runner that passes is timed (warm-up, then ``repeat``
+timed runs, median); a baseline that fails the gate is reported and not counted; a baseline
+that cannot be built (library missing, unsupported case) is skipped with its reason. Our
+operator is then compared with the fastest passing baseline in interleaved passes: the speedup
+is the median of the per-pass ratios. Results are plain JSON (:func:`bench` returns it;
+:mod:`.report` prints and charts it).
+
+Baselines: ``naive`` is the one-thread-per-point kernel (:mod:`kernforge.stencil.kernels.naive`);
+every other name is asked of ``kernforge.stencil.baselines.make_runner(name, cell, fields)``
+when the package defines it, else of the factory in :data:`FACTORIES` (``torch``:
+``torch_conv.TorchConvRunner``, ``halide``: ``halide_hand.build``, ``halide_auto``:
+``halide_auto.build``), called as ``factory(cell, fields)``; ``fields`` are the cell's arrays by
+role (``in``, ``coef``, ``out``; refreshed in place between checks). A factory returns a
+:class:`~kernforge.forge.measure.Runner` or raises (then the baseline is skipped, the reason
+logged).
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..core import KernforgeError
+from ..harness.stats import by_precision, geomean, median
+from ..stencil.kernels import naive
+from ..stencil.operator import Operator
+from ..stencil.spec import Cell
+from .measure import Device, DeviceCell, Runner
+
+SCHEMA = "kernforge.stencil.bench/1"
+BASELINES = ("naive", "torch", "halide", "halide_auto")
+Log = Callable[[str], None]
+Progress = Callable[[str, int, int], None]  # message, cells done, cells in all
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    baselines: tuple[str, ...] = BASELINES
+    warmup: int = 3
+    repeat: int = 10
+    passes: int = 5  # interleaved A/B passes against the best baseline
+    per_pass: int = 3
+    points: int = 4096  # random points per sampled check
+    seed: int = 0
+
+
+def operator_for(cell: Cell) -> Operator:
+    """Our operator: ``kernforge.stencil.matrix.operator_for`` when it exists, else naive."""
+    try:
+        matrix = importlib.import_module("kernforge.stencil.matrix")
+    except ModuleNotFoundError as exc:
+        if exc.name != "kernforge.stencil.matrix":
+            raise
+        return naive.generate(cell)
+    op: Operator = matrix.operator_for(cell)
+    return op
+
+
+# name -> (module under kernforge.stencil.baselines, factory(cell, fields) -> Runner), used
+# when the package has no make_runner of its own
+FACTORIES = {"torch": ("torch_conv", "TorchConvRunner"), "halide": ("halide_hand", "build"),
+             "halide_auto": ("halide_auto", "build")}
+
+
+def baseline_runner(name: str, cell: Cell, dcell: DeviceCell, device: Device) -> Runner:
+    """A baseline's runner on ``dcell``'s fields; raises when it cannot be built here."""
+    if name == "naive":
+        return device.operator_runner(naive.generate(cell), dcell, "naive")
+    package = "kernforge.stencil.baselines"
+    try:
+        make = getattr(importlib.import_module(package), "make_runner", None)
+    except ModuleNotFoundError:
+        make = None
+    if make is not None:
+        made: Runner = make(name, cell, dcell.fields)
+        return made
+    if name not in FACTORIES:
+        raise KernforgeError(f"unknown baseline {name!r}")
+    module, factory = FACTORIES[name]
+    runner: Runner = getattr(importlib.import_module(f"{package}.{module}"), factory)(
+        cell, dcell.fields)
+    return runner
+
+
+def _seed(config: BenchConfig, cell_index: int, runner_index: int) -> int:
+    return config.seed * 1_000_003 + cell_index * 101 + runner_index
+
+
+def _rates(cell: Cell, seconds: float, copy_bps: float) -> dict[str, float]:
+    return {"time_s": seconds, "gcells_per_s": cell.updates / seconds / 1e9,
+            "gb_per_s": cell.compulsory_bytes / seconds / 1e9,
+            "pct_copy": 100.0 * cell.compulsory_bytes / seconds / copy_bps}
+
+
+def _run_one(device: Device, cell: Cell, dcell: DeviceCell, runner: Runner, seed: int,
+             config: BenchConfig, copy_bps: float) -> dict[str, Any]:
+    """Check (fresh inputs) then time one runner; failures become data."""
+    entry: dict[str, Any] = {"name": runner.name}
+    try:
+        dcell.refresh(seed)
+        runner.run()
+        device.synchronize()
+        res = dcell.check(runner.output(), points=config.points)
+        entry["check"] = res.to_json()
+        if not res.ok:
+            entry.update(status="failed-oracle",
+                         reason=f"error {res.error:.3g} > {res.tolerance:g}" if res.error
+                         > res.tolerance else "boundary touched")
+            return entry
+        samples = device.measure(runner, warmup=config.warmup, repeat=config.repeat)
+    except KernforgeError as exc:
+        entry.update(status="error", reason=f"{type(exc).__name__}: {exc.message}")
+        return entry
+    except Exception as exc:  # noqa: BLE001 - a baseline library's own failure is data
+        entry.update(status="error", reason=f"{type(exc).__name__}: {exc}")
+        return entry
+    entry.update(status="ok", samples=samples, **_rates(cell, median(samples), copy_bps))
+    return entry
+
+
+def _ours(device: Device, cell: Cell, dcell: DeviceCell) -> tuple[Runner | None, dict[str, Any]]:
+    try:
+        op = operator_for(cell)
+        info = {"design": op.design, "key": op.key, "launches": len(op.launches)}
+        return device.operator_runner(op, dcell, "ours"), info
+    except Exception as exc:  # noqa: BLE001 - a generator or compile failure is data
+        return None, {"status": "error", "reason": f"{type(exc).__name__}: {exc}"}
+
+
+def bench_cell(device: Device, cell: Cell, index: int, config: BenchConfig,
+               log: Log) -> dict[str, Any]:
+    copy = device.copy_bandwidth(cell.shape.points * cell.precision.itemsize)
+    dcell = device.allocate(cell, _seed(config, index, 0))
+    ours, info = _ours(device, cell, dcell)
+    runners: list[tuple[str, Runner | None, dict[str, Any]]] = [("ours", ours, info)]
+    for name in config.baselines:
+        try:
+            runners.append((name, baseline_runner(name, cell, dcell, device), {}))
+        except Exception as exc:  # noqa: BLE001 - missing library, unsupported case: skipped
+            reason = f"{type(exc).__name__}: {getattr(exc, 'message', exc)}"
+            log(f"{cell.id}: baseline {name} skipped: {reason}")
+            runners.append((name, None, {"status": "skipped", "reason": reason}))
+    results: list[dict[str, Any]] = []
+    for i, (name, runner, extra) in enumerate(runners):
+        entry = {"name": name, **extra, "kind": "ours" if name == "ours" else "baseline"}
+        if runner is not None:
+            entry.update(_run_one(device, cell, dcell, runner, _seed(config, index, i),
+                                  config, copy.bytes_per_s), name=name)
+        if entry.get("status") not in ("ok", "skipped"):
+            log(f"{cell.id}: {name}: {entry.get('status')}: {entry.get('reason')}")
+        results.append(entry)
+    row = {"cell": cell.id, "stencil": cell.stencil.name, "shape": cell.shape.name,
+           "precision": cell.precision.value, "steps": cell.stencil.steps,
+           "temporal": cell.stencil.temporal, "updates": cell.updates,
+           "compulsory_bytes": cell.compulsory_bytes, "copy": copy.to_json(),
+           "runners": results}
+    row.update(_speedup(device, runners, results, config, index))
+    del runners, ours, dcell
+    device.release()
+    return row
+
+
+def _speedup(device: Device, runners: Sequence[tuple[str, Runner | None, dict[str, Any]]],
+             results: list[dict[str, Any]], config: BenchConfig,
+             index: int) -> dict[str, Any]:
+    """Ours against the fastest passing baseline, interleaved."""
+    ok = {r["name"]: r for r in results if r.get("status") == "ok"}
+    passing = [n for n in ok if n != "ours"]
+    if not passing:
+        return {"best_baseline": None, "speedup": None, "ab": None}
+    best = min(passing, key=lambda n: ok[n]["time_s"])
+    if "ours" not in ok:
+        return {"best_baseline": best, "speedup": None, "ab": None}
+    by_name = {n: r for n, r, _ in runners if r is not None}
+    try:
+        ab = device.compare(by_name[best], by_name["ours"], passes=config.passes,
+                            per_pass=config.per_pass, seed=config.seed + index)
+    except KernforgeError as exc:
+        return {"best_baseline": best, "speedup": None, "ab": None, "ab_error": exc.message}
+    return {"best_baseline": best, "speedup": ab.speedup,
+            "ab": {k: v for k, v in ab.to_json().items() if not k.startswith("samples")}}
+
+
+def summary(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Geometric means of the speedup over the best passing baseline, split by precision
+    (single-sweep and temporal cells apart), and how many cells passed."""
+    out: dict[str, Any] = {"cells": len(cells)}
+    for label, temporal in (("single_sweep", False), ("temporal", True)):
+        group = [c for c in cells if c["temporal"] == temporal]
+        pairs = [(c["precision"], float(c["speedup"])) for c in group if c.get("speedup")]
+        ours_ok = sum(1 for c in group if _ours_entry(c).get("status") == "ok")
+        pct = [_ours_entry(c)["pct_copy"] for c in group
+               if _ours_entry(c).get("status") == "ok"]
+        out[label] = {"cells": len(group), "ours_passing": ours_ok,
+                      "speedup_by_precision": by_precision(pairs) if pairs else {},
+                      "geomean_speedup": geomean([v for _, v in pairs]) if pairs else None,
+                      "median_pct_copy": median(pct) if pct else None}
+    return out
+
+
+def _ours_entry(cell_row: dict[str, Any]) -> dict[str, Any]:
+    return next((r for r in cell_row["runners"] if r["name"] == "ours"), {})
+
+
+def bench(cells: Sequence[Cell], config: BenchConfig | None = None, *,
+          device: Device | None = None, log: Log | None = None,
+          progress: Progress | None = None) -> dict[str, Any]:
+    """Run the bench over ``cells`` (see the module docstring); returns the results JSON."""
+    config = config or BenchConfig()
+    if device is None:
+        from .measure import GpuDevice
+        device = GpuDevice()
+    log = log or (lambda _msg: None)
+    started = time.time()
+    rows = []
+    for i, cell in enumerate(cells):
+        if progress:
+            progress(cell.id, i, len(cells))
+        rows.append(bench_cell(device, cell, i, config, log))
+    if progress:
+        progress("done", len(cells), len(cells))
+    return {"schema": SCHEMA, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+            "seconds": time.time() - started, "device": device.identity(),
+            "config": asdict(config), "cells": rows, "summary": summary(rows)}
+
+
+def check_cells(cells: Sequence[Cell], *, device: Device | None = None, points: int = 4096,
+                seed: int = 0, include_naive: bool = True,
+                progress: Progress | None = None) -> list[dict[str, Any]]:
+    """The oracle gate alone on the device: each cell's operator (and naive), fresh inputs."""
+    if device is None:
+        from .measure import GpuDevice
+        device = GpuDevice()
+    config = BenchConfig(points=points, seed=seed, baselines=("naive",) if include_naive else (),
+                         repeat=1, warmup=0)
+    out = []
+    for i, cell in enumerate(cells):
+        if progress:
+            progress(cell.id, i, len(cells))
+        dcell = device.allocate(cell, _seed(config, i, 0))
+        ours, info = _ours(device, cell, dcell)
+        named: list[tuple[str, Runner | None, dict[str, Any]]] = [("ours", ours, info)]
+        if include_naive:
+            try:
+                named.append(("naive", baseline_runner("naive", cell, dcell, device), {}))
+            except KernforgeError as exc:
+                named.append(("naive", None, {"status": "error", "reason": exc.message}))
+        for j, (name, runner, extra) in enumerate(named):
+            entry = {"cell": cell.id, "name": name, **extra}
+            if runner is not None:
+                entry.update(_check_one(device, dcell, runner, _seed(config, i, j), points))
+            out.append(entry)
+        del named, ours, dcell
+        device.release()
+    if progress:
+        progress("done", len(cells), len(cells))
+    return out
+
+
+def _check_one(device: Device, dcell: DeviceCell, runner: Runner, seed: int,
+               points: int) -> dict[str, Any]:
+    try:
+        dcell.refresh(seed)
+        runner.run()
+        device.synchronize()
+        res = dcell.check(runner.output(), points=points)
+    except KernforgeError as exc:
+        return {"status": "error", "reason": f"{type(exc).__name__}: {exc.message}"}
+    return {"status": "ok" if res.ok else "failed-oracle", "check": res.to_json()}

@@ -1,0 +1,224 @@
+"""The bench loop, report and CLI on a numpy stand-in for the device (no GPU needed)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kernforge.cli.main import main
+from kernforge.core import BackendUnavailableError
+from kernforge.forge import bench as bench_mod
+from kernforge.forge import measure as measure_mod
+from kernforge.forge import report
+from kernforge.forge.bench import BenchConfig, bench, check_cells
+from kernforge.forge.measure import DeviceCell
+from kernforge.harness.compare import ABResult, interleave
+from kernforge.stencil.operator import Operator
+from kernforge.stencil.oracle import reference
+from kernforge.stencil.spec import Cell, matrix
+
+
+class OracleRunner:
+    """Writes the oracle's result (rounded to storage) into ``out``: a correct operator."""
+
+    def __init__(self, name: str, dcell: DeviceCell, seconds: float, *, wrong: bool = False,
+                 interior: bool = False) -> None:
+        self.name, self.dcell, self.seconds = name, dcell, seconds
+        self.wrong, self.interior = wrong, interior
+        self.runs = 0
+
+    def run(self) -> None:
+        self.runs += 1
+        f = self.dcell.fields
+        res = reference(self.dcell.cell, f["in"], f.get("coef")).astype(f["out"].dtype)
+        r = self.dcell.cell.radius
+        if self.wrong:
+            res[r, r, r:-r] += 1  # a wrong row on the first interior plane
+        f["out"][r:-r, r:-r, r:-r] = res[r:-r, r:-r, r:-r]
+
+    def output(self) -> Any:
+        out = self.dcell.fields["out"]
+        r = self.dcell.cell.radius
+        return out[r:-r, r:-r, r:-r] if self.interior else out
+
+
+class HostDevice:
+    """The bench's Device protocol over numpy; runs take fixed, fake seconds."""
+
+    xp = np
+
+    def __init__(self, times: dict[str, float] | None = None, wrong: tuple[str, ...] = ()):
+        self.times = times or {"ours": 1e-3, "naive": 2e-3}
+        self.wrong = wrong
+        self.released = 0
+
+    def identity(self) -> dict[str, Any]:
+        return {"device": "numpy stand-in"}
+
+    def allocate(self, cell: Cell, seed: int) -> DeviceCell:
+        return DeviceCell.allocate(cell, seed, xp=np)
+
+    def operator_runner(self, op: Operator, dcell: DeviceCell, name: str = "") -> Any:
+        assert isinstance(op, Operator) and op.cell_id == dcell.cell.id
+        return OracleRunner(name, dcell, self.times[name], wrong=name in self.wrong,
+                            interior=name == "naive")
+
+    def synchronize(self) -> None:
+        pass
+
+    def measure(self, runner: Any, *, warmup: int = 3, repeat: int = 10) -> list[float]:
+        return [runner.seconds] * repeat
+
+    def compare(self, a: Any, b: Any, *, passes: int = 7, per_pass: int = 3,
+                seed: int = 0) -> ABResult:
+        return interleave(lambda: a.seconds, lambda: b.seconds, passes=passes,
+                          per_pass=per_pass, seed=seed)
+
+    def copy_bandwidth(self, nbytes: int, *, repeat: int = 10) -> measure_mod.CopyBandwidth:
+        return measure_mod.CopyBandwidth(1e12, nbytes, 2 * nbytes / 1e12, "memcpy",
+                                     {"memcpy": 1e12})
+
+    def release(self) -> None:
+        self.released += 1
+
+
+CELLS = ["star_1/16x12x10/fp32", "star_1_t4/16x12x10/fp64", "varcoeff_star_1/16x12x10/fp16"]
+
+
+def test_device_cell_on_numpy():
+    cell = Cell.parse("varcoeff_star_1/16x12x10/fp32")
+    dc = DeviceCell.allocate(cell, seed=3, xp=np)
+    assert sorted(dc.fields) == ["coef", "in", "out"] and dc.seed == 3
+    inp, out = dc.fields["in"], dc.fields["out"]
+    assert np.isnan(out[1:-1, 1:-1, 1:-1]).all()  # interior poisoned
+    edge = np.ones(out.shape, bool)
+    edge[1:-1, 1:-1, 1:-1] = False
+    assert (out[edge] == inp[edge]).all()  # boundary preset to the input's
+    dc.refresh(4)
+    assert dc.fields["in"] is inp and dc.seed == 4  # refreshed in place
+    assert not np.array_equal(inp, DeviceCell.allocate(cell, seed=3, xp=np).fields["in"])
+    tmp = dc.field("tmp")
+    assert tmp.shape == inp.shape and np.isnan(tmp[5, 5, 5]) and tmp[0, 0, 0] == inp[0, 0, 0]
+    res = dc.check(out)
+    assert not res.ok and res.seed == 4  # nothing written yet: NaN interior
+    with pytest.raises(Exception, match="no 'nope' field"):
+        dc.field("nope")
+
+
+def test_load_needs_cupy():
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("cupy is installed: the GPU tests cover load()")
+    op = bench_mod.operator_for(Cell.parse("star_1/16x16x16/fp32"))
+    with pytest.raises(BackendUnavailableError):
+        measure_mod.load(op)
+
+
+def test_bench_on_host_device():
+    dev = HostDevice()
+    logs: list[str] = []
+    seen: list[tuple[str, int, int]] = []
+    cells = [Cell.parse(c) for c in CELLS]
+    res = bench(cells, BenchConfig(baselines=("naive", "torch"), repeat=3, passes=3),
+                device=dev, log=logs.append, progress=lambda *a: seen.append(a))
+    assert res["schema"] == bench_mod.SCHEMA and len(res["cells"]) == 3
+    assert seen[0] == (CELLS[0], 0, 3) and seen[-1] == ("done", 3, 3)
+    assert dev.released == 3
+    for row in res["cells"]:
+        names = [r["name"] for r in row["runners"]]
+        assert names == ["ours", "naive", "torch"]
+        ours, naive = row["runners"][0], row["runners"][1]
+        assert ours["status"] == "ok" and naive["status"] == "ok", row
+        assert naive["check"]["detail"]["output"] == "interior"
+        assert ours["check"]["seed"] != naive["check"]["seed"]  # fresh inputs per check
+        assert row["best_baseline"] == "naive" and row["speedup"] == pytest.approx(2.0)
+        cell = Cell.parse(row["cell"])
+        assert ours["gcells_per_s"] == pytest.approx(cell.updates / 1e-3 / 1e9)
+        assert ours["pct_copy"] == pytest.approx(100 * cell.compulsory_bytes / 1e-3 / 1e12)
+    torch = res["cells"][0]["runners"][2]
+    if torch["status"] == "skipped":
+        assert any("baseline torch skipped" in m for m in logs)
+    s = res["summary"]
+    assert s["single_sweep"]["cells"] == 2 and s["temporal"]["cells"] == 1
+    by = s["single_sweep"]["speedup_by_precision"]
+    assert sorted(by) == ["fp16", "fp32"] and by["fp32"]["geomean"] == pytest.approx(2.0)
+    assert s["temporal"]["geomean_speedup"] == pytest.approx(2.0)
+    json.dumps(res, allow_nan=False)  # strict JSON
+
+
+def test_failing_baseline_is_reported_not_counted():
+    dev = HostDevice(wrong=("naive",))
+    res = bench([Cell.parse(CELLS[0])], BenchConfig(baselines=("naive",), repeat=2),
+                device=dev)
+    row = res["cells"][0]
+    naive = row["runners"][1]
+    assert naive["status"] == "failed-oracle" and "time_s" not in naive
+    assert naive["check"]["error"] > 1e-4
+    assert row["best_baseline"] is None and row["speedup"] is None
+    assert res["summary"]["single_sweep"]["geomean_speedup"] is None
+
+
+def test_failing_operator_is_reported():
+    dev = HostDevice(wrong=("ours",))
+    res = bench([Cell.parse(CELLS[0])], BenchConfig(baselines=("naive",), repeat=2),
+                device=dev)
+    row = res["cells"][0]
+    assert row["runners"][0]["status"] == "failed-oracle"
+    assert row["best_baseline"] == "naive" and row["speedup"] is None
+    checks = check_cells([Cell.parse(CELLS[0])], device=dev, points=10)
+    assert [(c["name"], c["status"]) for c in checks] == [("ours", "failed-oracle"),
+                                                          ("naive", "ok")]
+
+
+def test_report_tables_markdown_and_chart(tmp_path):
+    res = bench([Cell.parse(c) for c in CELLS], BenchConfig(baselines=("naive",), repeat=2),
+                device=HostDevice())
+    headers, rows = report.matrix_rows(res)
+    assert "% copy" in headers and len(rows) == 2 and rows[0][8] == "2.00x"
+    t_headers, t_rows = report.temporal_rows(res)
+    assert "eff. GUpdates/s" in t_headers and t_rows[0][1] == "4"
+    assert len(report.summary_rows(res)[1]) == 3  # fp16, fp32 single sweep; fp64 temporal
+    assert len(report.runner_rows(res)[1]) == 6
+    assert len(report.rich_tables(res)) == 4
+    md = report.markdown(res)
+    assert "| cell | design | time |" in md and "temporal blocking" in md
+    png = report.chart(res, tmp_path / "chart.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_list_and_bench_on_host_device(tmp_path, monkeypatch, capsys):
+    assert main(["stencil", "list", "--stencils", "star_1,box_2", "--shapes",
+                 "64x64x64", "--precisions", "fp32"]) == 0
+    out = capsys.readouterr().out
+    assert "star_1/64x64x64/fp32" in out and "box_2/64x64x64/fp32" in out
+    monkeypatch.setattr(measure_mod, "GpuDevice", HostDevice)
+    j, png, md = tmp_path / "b.json", tmp_path / "b.png", tmp_path / "b.md"
+    rc = main(["stencil", "bench", "--stencils", "star_1,star_1_t4", "--shapes", "16x12x10",
+               "--precisions", "fp32", "--baselines", "naive", "--repeat", "2", "--json",
+               str(j), "--png", str(png), "--md", str(md)])
+    assert rc == 0
+    data = json.loads(j.read_text())
+    assert [c["cell"] for c in data["cells"]] == ["star_1/16x12x10/fp32",
+                                                  "star_1_t4/16x12x10/fp32"]
+    assert png.stat().st_size > 1000 and "operator matrix" in md.read_text()
+    assert main(["stencil", "bench", "--baselines", "nope"]) == 2
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the host nvcc")
+def test_cli_compile_only_one_shape(tmp_path, capsys):
+    """Every stencil x precision at one shape, ours and naive, with nvcc -arch=sm_90 -cubin."""
+    j = tmp_path / "cc.json"
+    assert main(["stencil", "check", "--compile-only", "--shapes", "64x64x64",
+                 "--json", str(j)]) == 0
+    results = json.loads(j.read_text())["compile_only"]
+    cells = {c.id for c in matrix(shapes=["64x64x64"])}
+    assert {r["cell"] for r in results} == cells and len(results) == 2 * len(cells)
+    assert all(r["ok"] for r in results)
+    assert "36/36 compiled" in capsys.readouterr().out

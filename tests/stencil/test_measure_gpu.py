@@ -1,0 +1,94 @@
+"""Stencil measurement on a real GPU: load, check (full and sampled, on the device), time, bench.
+
+Run on the device machine with ``pytest -m gpu tests/stencil``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from kernforge.cli.main import main
+from kernforge.core import CompileError
+from kernforge.forge.measure import DeviceCell, GpuDevice, OperatorRunner, load
+from kernforge.stencil.kernels import naive
+from kernforge.stencil.operator import Launch, Operator
+from kernforge.stencil.spec import Cell
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def device():
+    pytest.importorskip("cupy")
+    return GpuDevice()
+
+
+def test_naive_star_1_fp32_checked_and_timed(device):
+    cell = Cell.parse("star_1/64x64x64/fp32")
+    dc = device.allocate(cell, seed=1)
+    runner = OperatorRunner(load(naive.generate(cell)), dc, "naive")
+    runner.run()
+    device.synchronize()
+    res = dc.check(runner.output())
+    assert res.ok and res.detail["mode"] == "full" and res.error < 1e-6, res
+    assert res.detail["boundary_touched"] == 0 and res.seed == 1
+    sampled = dc.check(runner.output(), points=500)
+    assert sampled.ok
+    times = device.measure(runner, warmup=2, repeat=5)
+    assert len(times) == 5 and all(0 < t < 0.1 for t in times)
+    ab = device.compare(runner, runner, passes=3, per_pass=2)
+    assert 0.5 < ab.speedup < 2.0
+    copy = device.copy_bandwidth(cell.shape.points * 4)
+    assert copy.bytes_per_s > 1e11 and set(copy.by_method) == {"memcpy", "kernel"}
+
+
+def test_sampled_check_on_the_device_catches_planted_errors(device):
+    cell = Cell.parse("star_1_t4/192x96x80/fp32")  # above the full-check limit: sampled
+    dc = device.allocate(cell, seed=2)
+    runner = OperatorRunner(load(naive.generate(cell)), dc)
+    assert "tmp" in dc.fields  # allocated before any timed run
+    runner.run()
+    device.synchronize()
+    out = dc.fields["out"]
+    good = dc.check(out, points=2000)
+    assert good.ok and good.detail["mode"] == "sampled", good
+    out[1, 40, 50] += 1  # first interior z-plane
+    assert not dc.check(out, points=0).ok
+    out[1, 40, 50] -= 1
+    saved = float(out[0, 3, 3])
+    out[0, 3, 3] = np.float32(saved + 1)  # the boundary
+    bad = dc.check(out, points=10)
+    assert not bad.ok and bad.detail["boundary_touched"] == 1
+
+
+def test_compile_error_is_mapped(device):
+    cell = Cell.parse("star_1/64x64x64/fp32")
+    op = Operator(cell.id, "broken", {}, 'extern "C" __global__ void k(float* o) { o[0] = ; }',
+                  (Launch("k", (1, 1, 1), (1, 1, 1), ("out",)),))
+    with pytest.raises(CompileError):
+        load(op)
+
+
+def test_device_cell_is_on_the_device(device):
+    dc = DeviceCell.allocate(Cell.parse("varcoeff_star_1/64x64x64/fp16"), seed=3)
+    assert type(dc.fields["in"]).__module__.startswith("cupy")
+    assert sorted(dc.fields) == ["coef", "in", "out"]
+
+
+def test_stencil_bench_two_small_cells(device, tmp_path):
+    j, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    rc = main(["stencil", "bench", "--stencils", "star_1,varcoeff_star_1", "--shapes",
+               "128x64x64", "--precisions", "fp32", "--baselines", "naive,torch,halide",
+               "--repeat", "5", "--passes", "3", "--json", str(j), "--png", str(png)])
+    assert rc == 0
+    data = json.loads(j.read_text())
+    assert len(data["cells"]) == 2
+    for row in data["cells"]:
+        ours = row["runners"][0]
+        assert ours["name"] == "ours" and ours["status"] == "ok", ours
+        assert ours["time_s"] > 0 and ours["pct_copy"] > 0
+        assert row["best_baseline"] is not None and row["speedup"] > 0
+    assert png.stat().st_size > 1000
