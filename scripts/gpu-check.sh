@@ -2,7 +2,9 @@
 # One device call: install the wheels the GPU machine lacks, run the GPU tests, run the GPU
 # benchmarks, print a short summary last. The log ($OUT/all.log), tables and JSON land in $OUT
 # (at most 8 files come back from the device machine).
-#   device run, carry [".whl"]:  bash scripts/gpu-check.sh [bench_replay_gpu.py args]
+#   device run, carry [".whl", ".carry"]:  bash scripts/gpu-check.sh [bench_replay_gpu.py args]
+#   GPU_STEPS="pytest-gpu stencil-forge" runs only those steps; FORGE_ROUNDS, FORGE_LIMIT and
+#   BENCH_LIMIT tune the stencil steps (.carry/halide.tar.xz: ../shared/device/halide.sh)
 # (.whl is made here with: ../shared/device/wheels.sh tree-sitter tree-sitter-c
 #  tree-sitter-cuda optuna openai dask distributed)
 set -uo pipefail
@@ -13,11 +15,16 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
+if [ -f .carry/halide.tar.xz ]; then  # made by ../shared/device/halide.sh; carry [".carry"]
+  mkdir -p /tmp/hl && tar xJf .carry/halide.tar.xz -C /tmp/hl && export PYTHONPATH=/tmp/hl:${PYTHONPATH:-}
+fi
 export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 declare -A rc
 step() {  # step NAME SECONDS COMMAND...: run with a time limit; one log, $OUT/all.log
   local name=$1 limit=$2; shift 2
+  # GPU_STEPS="pytest-gpu demo ..." runs only the named steps (one device call has 10 minutes)
+  if [ -n "${GPU_STEPS:-}" ] && [[ " $GPU_STEPS " != *" $name "* ]]; then return 0; fi
   echo "===== $name: $*" >> "$OUT/all.log"
   timeout "$limit" "$@" > "/tmp/$name.log" 2>&1; rc[$name]=$?
   cat "/tmp/$name.log" >> "$OUT/all.log"
@@ -32,6 +39,10 @@ step demo 240 python3 -m kernforge demo --backend cuda --out "$(mktemp -d)/demo"
   --backend cuda --json "$OUT/self-compare-cuda.json"
 [ -f scripts/bench_service.py ] && step bench-service 150 python3 scripts/bench_service.py \
   --backend cuda --out "$OUT/service-cuda.md"
+step stencil-forge "${FORGE_LIMIT:-420}" python3 scripts/stencil_forge.py --rounds "${FORGE_ROUNDS:-6}" \
+  --out "$OUT/forge"
+step stencil-bench "${BENCH_LIMIT:-420}" python3 -m kernforge stencil bench --json "$OUT/stencil-bench.json" \
+  --md "$OUT/stencil-bench.md" --png "$OUT/stencil-bench.png"
 status=0
 for k in "${!rc[@]}"; do echo "$k rc=${rc[$k]}"; [ "${rc[$k]}" = 0 ] || status=1; done
 exit $status
