@@ -41,8 +41,11 @@ step demo 240 python3 -m kernforge demo --backend cuda --out "$(mktemp -d)/demo"
   --backend cuda --out "$OUT/service-cuda.md"
 step stencil-forge "${FORGE_LIMIT:-420}" python3 scripts/stencil_forge.py --rounds "${FORGE_ROUNDS:-6}" \
   --out "$OUT/forge"
+# the bench dispatches through the table this run just forged (the device's copy of the tree)
+[ -s "$OUT/forge/matrix.json" ] && cp "$OUT/forge/matrix.json" src/kernforge/stencil/data/matrix.json
 step stencil-bench "${BENCH_LIMIT:-420}" python3 -m kernforge stencil bench --json "$OUT/stencil-bench.json" \
-  --md "$OUT/stencil-bench.md" --png "$OUT/stencil-bench.png"
+  --md "$OUT/stencil-bench.md" --png "$OUT/stencil-bench.png" \
+  --baselines "${BENCH_BASELINES:-naive,torch,halide,halide_auto}"
 status=0
 for k in "${!rc[@]}"; do echo "$k rc=${rc[$k]}"; [ "${rc[$k]}" = 0 ] || status=1; done
 exit $status
