@@ -11,6 +11,10 @@ the candidate's index, and its measured wall time is the evaluation's duration i
 simulation (for example a replay of a recorded kernel).
 
     python scripts/bench_scheduler.py [--hours 4] [--fast 10] [--eval-time 20]
+
+The same comparison in real evolution runs (the controller, the LLM proposer against the
+loopback server, real replay evaluations on the CPU backend, wall-clock time):
+``scripts/bench_scheduler_replay.py``.
 """
 
 from __future__ import annotations
