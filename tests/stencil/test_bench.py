@@ -153,6 +153,18 @@ def test_bench_on_host_device():
     json.dumps(res, allow_nan=False)  # strict JSON
 
 
+def test_seeds_random_by_default_recorded_and_reproducible():
+    cells = [Cell.parse(CELLS[0])]
+    cfg = BenchConfig(baselines=(), repeat=1)
+    a = bench(cells, cfg, device=HostDevice())
+    b = bench(cells, cfg, device=HostDevice())
+    assert isinstance(a["config"]["seed"], int) and a["config"]["seed"] != b["config"]["seed"]
+    seeded = BenchConfig(baselines=(), repeat=1, seed=a["config"]["seed"])
+    again = bench(cells, seeded, device=HostDevice())
+    check = a["cells"][0]["runners"][0]["check"]
+    assert again["cells"][0]["runners"][0]["check"] == check  # same inputs, same verdict
+
+
 def test_failing_baseline_is_reported_not_counted():
     dev = HostDevice(wrong=("naive",))
     res = bench([Cell.parse(CELLS[0])], BenchConfig(baselines=("naive",), repeat=2),

@@ -63,7 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     ck.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: 2 x cores, >= 4)")
     ck.add_argument("--no-naive", action="store_true", help="skip the naive baseline")
     ck.add_argument("--points", type=int, default=4096, help="random points per sampled check")
-    ck.add_argument("--seed", type=int, default=0)
+    ck.add_argument("--seed", type=int, default=None,
+                    help="seed of the inputs (default: random, printed per check)")
     ck.add_argument("--json", type=Path, default=None, help="write the results here")
     ck.set_defaults(func=run_check)
     b = cmds.add_parser("bench", help="check and time operators and baselines on the GPU")
@@ -77,7 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--repeat", type=int, default=10, help="timed runs per runner (median)")
     b.add_argument("--passes", type=int, default=5, help="interleaved passes vs best baseline")
     b.add_argument("--points", type=int, default=4096, help="random points per sampled check")
-    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--seed", type=int, default=None,
+                   help="seed of the inputs (default: random, recorded in the JSON)")
     b.set_defaults(func=run_bench)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 

@@ -22,9 +22,10 @@ logged).
 from __future__ import annotations
 
 import importlib
+import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..core import KernforgeError
@@ -48,7 +49,7 @@ class BenchConfig:
     passes: int = 5  # interleaved A/B passes against the best baseline
     per_pass: int = 3
     points: int = 4096  # random points per sampled check
-    seed: int = 0
+    seed: int | None = None  # None: drawn at random when the run starts (then recorded)
 
 
 def operator_for(cell: Cell) -> Operator:
@@ -90,7 +91,14 @@ def baseline_runner(name: str, cell: Cell, dcell: DeviceCell, device: Device) ->
 
 
 def _seed(config: BenchConfig, cell_index: int, runner_index: int) -> int:
-    return config.seed * 1_000_003 + cell_index * 101 + runner_index
+    """Every check its own seed: the run's seed, the cell and the runner."""
+    return int(config.seed or 0) * 1_000_003 + cell_index * 101 + runner_index
+
+
+def _resolved(config: BenchConfig) -> BenchConfig:
+    """The config with a fresh random seed when none was given (recorded in the results)."""
+    return config if config.seed is not None else replace(config,
+                                                          seed=secrets.randbelow(1 << 31))
 
 
 def _rates(cell: Cell, seconds: float, copy_bps: float) -> dict[str, float]:
@@ -181,7 +189,7 @@ def _speedup(device: Device, runners: Sequence[tuple[str, Runner | None, dict[st
     by_name = {n: r for n, r, _ in runners if r is not None}
     try:
         ab = device.compare(by_name[best], by_name["ours"], passes=config.passes,
-                            per_pass=config.per_pass, seed=config.seed + index)
+                            per_pass=config.per_pass, seed=int(config.seed or 0) + index)
     except KernforgeError as exc:
         return {"best_baseline": best, "speedup": None, "ab": None, "ab_error": exc.message}
     return {"best_baseline": best, "speedup": ab.speedup,
@@ -213,7 +221,7 @@ def bench(cells: Sequence[Cell], config: BenchConfig | None = None, *,
           device: Device | None = None, log: Log | None = None,
           progress: Progress | None = None) -> dict[str, Any]:
     """Run the bench over ``cells`` (see the module docstring); returns the results JSON."""
-    config = config or BenchConfig()
+    config = _resolved(config or BenchConfig())
     if device is None:
         from .measure import GpuDevice
         device = GpuDevice()
@@ -232,14 +240,14 @@ def bench(cells: Sequence[Cell], config: BenchConfig | None = None, *,
 
 
 def check_cells(cells: Sequence[Cell], *, device: Device | None = None, points: int = 4096,
-                seed: int = 0, include_naive: bool = True,
+                seed: int | None = None, include_naive: bool = True,
                 progress: Progress | None = None) -> list[dict[str, Any]]:
     """The oracle gate alone on the device: each cell's operator (and naive), fresh inputs."""
     if device is None:
         from .measure import GpuDevice
         device = GpuDevice()
-    config = BenchConfig(points=points, seed=seed, baselines=("naive",) if include_naive else (),
-                         repeat=1, warmup=0)
+    config = _resolved(BenchConfig(points=points, seed=seed, repeat=1, warmup=0,
+                                   baselines=("naive",) if include_naive else ()))
     out = []
     for i, cell in enumerate(cells):
         if progress:
