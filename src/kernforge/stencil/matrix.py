@@ -47,19 +47,41 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
         return {"block": ((32, 8, 1), (32, 4, 2), (64, 4, 1), (128, 2, 1))}
     if design == "zmarch":
         vx = {Precision.FP16: (8, 4), Precision.FP32: (4, 2), Precision.FP64: (2, 4)}
-        return {"vx": vx[cell.precision], "lz": (64, 32, 128, 16), "ty": (8, 4, 16),
+        return {"vx": vx[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
                 "tx": (32, 64, 16)}
     if design == "planesweep":
-        return {"ry": (4, 2, 8), "lz": (64, 32, 128), "ty": (4, 8, 2), "vx": (1, 2),
+        return {"ry": (4, 2, 8), "lz": (64, 32, 128, 16), "ty": (4, 8, 2), "vx": (1, 2),
                 "tx": (32, 64)}
     if design == "temporal":
         ty = (16, 32) if cell.precision is Precision.FP64 else (32, 16)
-        return {"lz": (64, 128, 32, 0), "ty": ty, "tx": (32, 64)}
+        return {"lz": (64, 128, 32, 16, 0), "ty": ty, "tx": (32, 64)}
     raise ConfigError(f"unknown stencil design {design!r}", hint=f"one of {', '.join(DESIGNS)}")
 
 
+TARGET_THREADS = 1 << 18  # about one full wave of the H200 (132 SMs x 2048 threads)
+
+
 def defaults(design: str, cell: Cell) -> dict[str, Any]:
-    return {k: v[0] for k, v in space(design, cell).items()}
+    """The first value of every parameter, except the z-chunk: the first value, or the longest
+    shorter chunk that launches :data:`TARGET_THREADS` threads, so thin and small
+    grids get enough parallelism (the first forge run on the H200 lost every 2048x64x64 cell
+    to the naive kernel for want of blocks)."""
+    params = {k: v[0] for k, v in space(design, cell).items()}
+    if "lz" not in params:
+        return params
+    best = None
+    first = params["lz"]
+    for lz in sorted((v for v in space(design, cell)["lz"] if 0 < v <= first), reverse=True):
+        op = build(design, cell, {**params, "lz": lz})
+        if op is None:
+            continue
+        (gx, gy, gz), (bx, by, bz) = op.launches[0].grid, op.launches[0].block
+        best = lz
+        if gx * gy * gz * bx * by * bz >= TARGET_THREADS:
+            break
+    if best is not None:
+        params["lz"] = best
+    return params
 
 
 def build(design: str, cell: Cell, params: dict[str, Any]) -> Operator | None:
