@@ -2,15 +2,14 @@
 
 The forge compiles a whole round's candidates at once (one nvcc process per source, as many in
 parallel as there are cores) before it measures any of them, so device time goes to running
-kernels, not to compiling them. The same path is the CPU check in CI: every cell's operator
-must compile for sm_90 on a machine without a GPU.
+kernels, not to compiling them. Options, the nvcc lookup and the time limit are
+those of :mod:`kernforge.forge.compile_check` (the CPU check CI runs).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterable
@@ -18,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core import BackendUnavailableError
 from ..stencil.operator import Operator
+from .compile_check import TIMEOUT_S, default_jobs, find_nvcc, nvcc_options
 
 ARCH = "sm_90"
 
@@ -36,15 +35,6 @@ class Built:
     @property
     def ok(self) -> bool:
         return self.cubin is not None
-
-
-def nvcc() -> str:
-    path = shutil.which("nvcc") or (
-        "/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
-    if path is None:
-        raise BackendUnavailableError("nvcc was not found",
-                                      hint="install the CUDA toolkit or put nvcc on PATH")
-    return path
 
 
 def _key(op: Operator, arch: str) -> str:
@@ -64,10 +54,14 @@ def _compile_one(op: Operator, cache: Path, arch: str, compiler: str) -> Built:
         src = Path(tmp) / "op.cu"
         src.write_text(op.source)
         out = Path(tmp) / "op.cubin"
-        options = [o for o in op.options if o.startswith(("--std", "-std"))]
-        cmd = [compiler, f"-arch={arch}", "-cubin", "-lineinfo", *options, "-o", str(out),
+        cmd = [compiler, "-cubin", "-lineinfo", *nvcc_options(op, arch), "-o", str(out),
                str(src)]
-        proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+        try:
+            proc = subprocess.run(cmd, check=False, capture_output=True, text=True,
+                                  timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return Built(op, None, f"nvcc timed out after {TIMEOUT_S} s",
+                         time.perf_counter() - t0)
         if proc.returncode != 0:
             return Built(op, None, proc.stderr[-4000:], time.perf_counter() - t0)
         os.replace(out, cubin)  # atomic: a killed compile never leaves a half cubin
@@ -78,12 +72,12 @@ def compile_all(ops: Iterable[Operator], cache: Path, *, arch: str = ARCH,
                 jobs: int | None = None) -> list[Built]:
     """Compile every operator (deduplicated by source), results in input order."""
     cache.mkdir(parents=True, exist_ok=True)
-    compiler = nvcc()
+    compiler = find_nvcc()
     ops = list(ops)
     unique: dict[str, Operator] = {}
     for op in ops:
         unique.setdefault(_key(op, arch), op)
-    workers = jobs or max(1, os.cpu_count() or 1)
+    workers = jobs or default_jobs()
     with ThreadPoolExecutor(max_workers=workers) as pool:
         done = dict(zip(unique, pool.map(lambda o: _compile_one(o, cache, arch, compiler),
                                          unique.values()), strict=True))
