@@ -70,6 +70,9 @@ class HostDevice:
     def synchronize(self) -> None:
         pass
 
+    def once(self, runner: Any) -> float:
+        return float(runner.seconds)
+
     def measure(self, runner: Any, *, warmup: int = 3, repeat: int = 10) -> list[float]:
         return [runner.seconds] * repeat
 
@@ -234,3 +237,15 @@ def test_cli_compile_only_one_shape(tmp_path, capsys):
     assert {r["cell"] for r in results} == cells and len(results) == 2 * len(cells)
     assert all(r["ok"] for r in results)
     assert "36/36 compiled" in capsys.readouterr().out
+
+
+def test_a_slow_runner_is_timed_three_times() -> None:
+    """A baseline slower than bench.SLOW_S per application gets 3 timed runs, not `repeat`."""
+    cell = Cell.parse("star_1/16x12x10/fp32")
+    device = HostDevice({"ours": 1e-3, "naive": 0.2})
+    row = bench_mod.bench_cell(device, cell, 0, bench_mod.BenchConfig(baselines=("naive",),
+                                                                        repeat=10, seed=1),
+                               lambda _m: None)
+    by = {r["name"]: r for r in row["runners"]}
+    assert len(by["naive"]["samples"]) == 3 and by["naive"]["reduced_repeat"]
+    assert len(by["ours"]["samples"]) == 10 and "reduced_repeat" not in by["ours"]
