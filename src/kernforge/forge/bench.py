@@ -172,15 +172,33 @@ def bench_cell(device: Device, cell: Cell, index: int, config: BenchConfig,
         if entry.get("status") not in ("ok", "skipped"):
             log(f"{cell.id}: {name}: {entry.get('status')}: {entry.get('reason')}")
         results.append(entry)
-    row = {"cell": cell.id, "stencil": cell.stencil.name, "shape": cell.shape.name,
+    row: dict[str, Any] = {"cell": cell.id, "stencil": cell.stencil.name, "shape": cell.shape.name,
            "precision": cell.precision.value, "steps": cell.stencil.steps,
            "temporal": cell.stencil.temporal, "updates": cell.updates,
            "compulsory_bytes": cell.compulsory_bytes, "copy": copy.to_json(),
            "runners": results}
+    roof = _roofline(device, cell, copy.bytes_per_s)
+    row["roofline"] = roof
+    if roof:
+        for r in results:
+            if r.get("status") == "ok":
+                r["pct_peak_flops"] = 100.0 * cell.flops / r["time_s"] / roof["peak"]
     row.update(_speedup(device, runners, results, config, index))
     del runners, ours, dcell
     device.release()
     return row
+
+
+def _roofline(device: Device, cell: Cell, copy_bps: float) -> dict[str, Any] | None:
+    """The cell's roofline bound from the FMA peak measured on this device (GPU only)."""
+    from .measure import GpuDevice
+
+    if not isinstance(device, GpuDevice) or not hasattr(device, "backend"):
+        return None  # a stand-in device (tests) has no arithmetic to measure
+    from .peak import peak_flops, roofline
+
+    peak = peak_flops(device, cell.precision).flops_per_s
+    return {"peak": peak, **roofline(cell, peak, copy_bps)}
 
 
 def _speedup(device: Device, runners: Sequence[tuple[str, Runner | None, dict[str, Any]]],
@@ -213,11 +231,13 @@ def summary(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
         pairs = [(c["precision"], float(c["speedup"])) for c in group if c.get("speedup")]
         ours_ok = sum(1 for c in group if _ours_entry(c).get("status") == "ok")
         pct = [_ours_entry(c)["pct_copy"] for c in group
-               if _ours_entry(c).get("status") == "ok"]
+               if _ours_entry(c).get("status") == "ok"
+               and (c.get("roofline") or {}).get("bound", "memory") == "memory"]
         out[label] = {"cells": len(group), "ours_passing": ours_ok,
                       "speedup_by_precision": by_precision(pairs) if pairs else {},
                       "geomean_speedup": geomean([v for _, v in pairs]) if pairs else None,
-                      "median_pct_copy": median(pct) if pct else None}
+                      "median_pct_copy": median(pct) if pct else None,  # memory-bound cells
+                      "memory_bound_cells": len(pct)}
     return out
 
 

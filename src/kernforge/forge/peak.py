@@ -1,0 +1,94 @@
+"""The device's arithmetic peak, measured in the same run (FMA throughput per precision), and
+the roofline classification of a cell: memory-bound when its arithmetic intensity (minimal
+FLOPs per compulsory byte) is below the ridge point ``peak FLOP/s / copy bandwidth``.
+
+The issue's bandwidth goal applies to memory-bound cells; compute-bound cells are reported as a
+share of the measured FMA peak instead. fp16 cells accumulate in fp32, so they use the fp32 peak.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..backends.cupy_hooks import original_class
+from ..harness.stats import median
+from ..stencil.spec import Cell, Precision
+from .measure import GpuDevice
+
+_SOURCE = r"""
+template <typename T> __device__ __forceinline__ T kf_fma(T a, T b, T c) { return a * b + c; }
+template <typename T>
+__global__ void kf_fma_peak(T* out, T a, T b, int iters) {
+  T x0 = threadIdx.x, x1 = x0 + 1, x2 = x0 + 2, x3 = x0 + 3, x4 = x0 + 4, x5 = x0 + 5,
+    x6 = x0 + 6, x7 = x0 + 7;
+  for (int i = 0; i < iters; ++i) {  // eight independent chains hide the FMA latency
+    x0 = kf_fma(x0, a, b); x1 = kf_fma(x1, a, b); x2 = kf_fma(x2, a, b);
+    x3 = kf_fma(x3, a, b); x4 = kf_fma(x4, a, b); x5 = kf_fma(x5, a, b);
+    x6 = kf_fma(x6, a, b); x7 = kf_fma(x7, a, b);
+  }
+  const T s = x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7;
+  if (s == (T)-1.2345) out[0] = s;  // never true: keeps the chains alive
+}
+"""
+ITERS = 4096
+THREADS = 256
+CHAINS = 8
+
+
+class _FmaRunner:
+    def __init__(self, cp: Any, ctype: str, blocks: int) -> None:
+        self.name = f"fma-peak-{ctype}"
+        self.blocks = blocks
+        self.dtype = np.float64 if ctype == "double" else np.float32
+        mod = original_class(cp, "RawModule")(
+            code=_SOURCE, options=("--std=c++17", "--fmad=true"),
+            name_expressions=(f"kf_fma_peak<{ctype}>",))
+        self.fn = mod.get_function(f"kf_fma_peak<{ctype}>")
+        self.out = cp.zeros(1, dtype=self.dtype)
+
+    def run(self) -> None:
+        a, b = self.dtype(0.999), self.dtype(0.001)
+        self.fn((self.blocks,), (THREADS,), (self.out, a, b, np.int32(ITERS)))
+
+    def output(self) -> Any:
+        return self.out
+
+    @property
+    def flops(self) -> int:
+        return 2 * CHAINS * ITERS * THREADS * self.blocks
+
+
+@dataclass(frozen=True)
+class Peak:
+    flops_per_s: float
+    ctype: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"flops_per_s": self.flops_per_s, "ctype": self.ctype}
+
+
+_CACHE: dict[tuple[int, str], Peak] = {}
+
+
+def peak_flops(device: GpuDevice, precision: Precision) -> Peak:
+    """FMA throughput (FLOP/s, an FMA counted as 2) in the precision's accumulation type,
+    the median of 5 timed runs; measured once per device object and type."""
+    ctype = precision.acc_ctype
+    key = (id(device), ctype)
+    if key not in _CACHE:
+        sms = int(device.backend.identity().get("sms", 132) or 132)
+        runner = _FmaRunner(device.cp, ctype, blocks=sms * 16)
+        seconds = median(device.measure(runner, warmup=2, repeat=5))
+        _CACHE[key] = Peak(runner.flops / seconds, ctype)
+    return _CACHE[key]
+
+
+def roofline(cell: Cell, peak: float, copy_bps: float) -> dict[str, Any]:
+    """Intensity, ridge point and the bound that applies to ``cell``."""
+    intensity = cell.flops / cell.compulsory_bytes
+    ridge = peak / copy_bps
+    return {"intensity": intensity, "ridge": ridge,
+            "bound": "memory" if intensity < ridge else "compute"}
