@@ -249,3 +249,45 @@ def test_a_slow_runner_is_timed_three_times() -> None:
     by = {r["name"]: r for r in row["runners"]}
     assert len(by["naive"]["samples"]) == 3 and by["naive"]["reduced_repeat"]
     assert len(by["ours"]["samples"]) == 10 and "reduced_repeat" not in by["ours"]
+
+
+class SnapshotRunner(OracleRunner):
+    """Computes from a copy of the inputs taken at construction (like Halide's runners)."""
+
+    reload_inputs = True
+
+    def __init__(self, name: str, dcell: DeviceCell, seconds: float) -> None:
+        super().__init__(name, dcell, seconds, interior=True)
+        self.snapshot = {k: v.copy() for k, v in dcell.fields.items()}
+        self.reloads = 0
+
+    def reload(self) -> None:
+        self.reloads += 1
+        self.snapshot = {k: v.copy() for k, v in self.dcell.fields.items()}
+
+    def run(self) -> None:
+        self.runs += 1
+        s = self.snapshot
+        res = reference(self.dcell.cell, s["in"], s.get("coef")).astype(s["out"].dtype)
+        r = self.dcell.cell.radius
+        self._out = res[r:-r, r:-r, r:-r]
+
+    def output(self) -> Any:
+        return self._out
+
+
+def test_a_snapshot_runner_is_reloaded_after_fresh_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fresh inputs are drawn before each runner's check; a runner computing from its own copy
+    (reload_inputs) must be given them, else it would fail the oracle on stale inputs."""
+    made: list[SnapshotRunner] = []
+
+    def factory(name: str, cell: Cell, dcell: DeviceCell, device: Any) -> SnapshotRunner:
+        made.append(SnapshotRunner(name, dcell, 2e-3))
+        return made[-1]
+
+    monkeypatch.setattr(bench_mod, "baseline_runner", factory)
+    cell = Cell.parse("star_1/16x12x10/fp32")
+    row = bench_mod.bench_cell(HostDevice(), cell, 0,
+                               BenchConfig(baselines=("halide",), seed=3), lambda _m: None)
+    by = {r["name"]: r for r in row["runners"]}
+    assert by["halide"]["status"] == "ok" and made[0].reloads == 1

@@ -116,6 +116,8 @@ def _run_one(device: Device, cell: Cell, dcell: DeviceCell, runner: Runner, seed
     entry: dict[str, Any] = {"name": runner.name}
     try:
         dcell.refresh(seed)
+        if getattr(runner, "reload_inputs", False):  # a runner on its own copy (Halide)
+            runner.reload()  # type: ignore[attr-defined]
         runner.run()
         device.synchronize()
         res = dcell.check(runner.output(), points=config.points)
@@ -304,6 +306,8 @@ def _check_one(device: Device, dcell: DeviceCell, runner: Runner, seed: int,
                points: int) -> dict[str, Any]:
     try:
         dcell.refresh(seed)
+        if getattr(runner, "reload_inputs", False):  # a runner on its own copy (Halide)
+            runner.reload()  # type: ignore[attr-defined]
         runner.run()
         device.synchronize()
         res = dcell.check(runner.output(), points=points)
