@@ -10,8 +10,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..core import Status
+from ..core.fmt import fmt_time
 from ..pipeline.demo import DemoResult, run_demo
-from .output import console, fmt_error, fmt_time
+from .output import console, fmt_error
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -10,10 +10,11 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from ..core.fmt import fmt_time
 from ..evolve.controller import Progress
 from ..pipeline.evolve import Counters, EvolveOutcome, evolve_path
 from ..pipeline.evolve_config import load_config
-from .output import console, fmt_time
+from .output import console
 
 
 def register(sub: argparse._SubParsersAction) -> None:

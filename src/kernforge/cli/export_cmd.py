@@ -13,9 +13,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..core import ConfigError, LaunchConfig, Recording, Variant
+from ..core.fmt import fmt_time
 from ..deploy import DeployEntry, entry_from_recording, write_spec
 from ..record import load_recording
-from .output import console, err_console, fmt_time
+from .output import console, err_console
 
 RESULT_NAME = "result.json"
 RESULT_FORMAT = "kernforge-tune-result"

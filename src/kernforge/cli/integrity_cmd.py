@@ -19,13 +19,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..core import ConfigError, LaunchConfig, Status
+from ..core.fmt import fmt_time
 from ..harness.ledger import Ledger
 from ..harness.provenance import read_figure, regenerate
 from ..harness.static_checks import check_source
 from ..record import load_recording
 from ..replay.checks import Integrity
 from ..replay.validate import Validation, validate
-from .output import console, err_console, fmt_time, parse_pairs
+from .output import console, err_console, parse_pairs
 from .replay_cmd import tolerance_overrides
 
 

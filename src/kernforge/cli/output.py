@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -14,15 +13,6 @@ from ..core import ConfigError, Measurement
 # Not a terminal (CI logs, pipes): wide enough that tables are not cut.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
-
-
-def fmt_time(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "-"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3f} {unit}"
-    return f"{seconds * 1e9:.1f} ns"
 
 
 def fmt_error(m: Measurement) -> str:

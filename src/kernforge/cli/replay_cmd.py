@@ -10,9 +10,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..core import ConfigError, LaunchConfig, Measurement, Status, Tolerance
+from ..core.fmt import fmt_time
 from ..record import find_recordings, load_recording
 from ..replay import replay
-from .output import console, err_console, fmt_error, fmt_time, parse_pairs
+from .output import console, err_console, fmt_error, parse_pairs
 
 
 def register(sub: argparse._SubParsersAction) -> None:

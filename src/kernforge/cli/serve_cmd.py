@@ -10,10 +10,11 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from ..core.fmt import fmt_time
 from ..record import find_recordings
 from ..service import Client, ServiceConfig
 from ..service.daemon import default_state, read_state, start_background, stop_service
-from .output import console, fmt_time
+from .output import console
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -14,11 +14,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..core import ConfigError
+from ..core.fmt import fmt_time
 from ..harness import by_precision, precision_of
 from ..record import find_recordings, load_recording
 from ..replay.tuning import TuningOutcome, tune_recording
 from ..tune import Budget
-from .output import console, fmt_time
+from .output import console
 from .replay_cmd import tolerance_overrides
 
 

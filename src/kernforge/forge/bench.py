@@ -110,17 +110,23 @@ def _rates(cell: Cell, seconds: float, copy_bps: float) -> dict[str, float]:
             "pct_copy": 100.0 * cell.compulsory_bytes / seconds / copy_bps}
 
 
+def checked_run(device: Device, dcell: DeviceCell, runner: Runner, seed: int,
+                points: int) -> Any:
+    """Fresh inputs from ``seed``, one application, the oracle's verdict (a CheckResult)."""
+    dcell.refresh(seed)
+    if getattr(runner, "reload_inputs", False):  # a runner on its own copy (Halide)
+        runner.reload()  # type: ignore[attr-defined]
+    runner.run()
+    device.synchronize()
+    return dcell.check(runner.output(), points=points)
+
+
 def _run_one(device: Device, cell: Cell, dcell: DeviceCell, runner: Runner, seed: int,
              config: BenchConfig, copy_bps: float) -> dict[str, Any]:
     """Check (fresh inputs) then time one runner; failures become data."""
     entry: dict[str, Any] = {"name": runner.name}
     try:
-        dcell.refresh(seed)
-        if getattr(runner, "reload_inputs", False):  # a runner on its own copy (Halide)
-            runner.reload()  # type: ignore[attr-defined]
-        runner.run()
-        device.synchronize()
-        res = dcell.check(runner.output(), points=config.points)
+        res = checked_run(device, dcell, runner, seed, config.points)
         entry["check"] = res.to_json()
         if not res.ok:
             entry.update(status="failed-oracle",
@@ -305,12 +311,7 @@ def check_cells(cells: Sequence[Cell], *, device: Device | None = None, points: 
 def _check_one(device: Device, dcell: DeviceCell, runner: Runner, seed: int,
                points: int) -> dict[str, Any]:
     try:
-        dcell.refresh(seed)
-        if getattr(runner, "reload_inputs", False):  # a runner on its own copy (Halide)
-            runner.reload()  # type: ignore[attr-defined]
-        runner.run()
-        device.synchronize()
-        res = dcell.check(runner.output(), points=points)
+        res = checked_run(device, dcell, runner, seed, points)
     except KernforgeError as exc:
         return {"status": "error", "reason": f"{type(exc).__name__}: {exc.message}"}
     return {"status": "ok" if res.ok else "failed-oracle", "check": res.to_json()}

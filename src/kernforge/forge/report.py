@@ -17,18 +17,10 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from ..core.fmt import fmt_time
 from ..core.jsonio import write_bytes_atomic
 
 Rows = tuple[list[str], list[list[str]]]
-
-
-def fmt_time(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "-"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3f} {unit}"
-    return f"{seconds * 1e9:.1f} ns"
 
 
 def _num(value: float | None, spec: str = ".1f", suffix: str = "") -> str:
