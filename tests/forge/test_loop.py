@@ -49,3 +49,21 @@ def test_forge_resumes_from_the_table(tmp_path: Path) -> None:
     for cid, entry in before.items():
         if entry["design"] != "naive":
             assert after[cid]["design"] == entry["design"]
+
+
+def test_a_parameter_round_never_offers_the_incumbent_again() -> None:
+    """Parameters added after a design keep their first value implicit (its operators keep
+    their keys), so an incumbent from the table lacks them: the round must not re-offer it."""
+    from kernforge.forge.loop import Incumbent, _candidates, round_plan
+
+    cell = Cell(STENCILS["star_1"], Shape(64, 32, 16), Precision.FP32)
+    inc = Incumbent("zmarch", {"tx": 32, "ty": 8, "vx": 2, "lz": 14})
+    own = mx.build(inc.design, cell, inc.params)
+    assert own is not None
+    for change in ("pf", "smem"):
+        keys = [op.key for op in _candidates(cell, inc, change)]
+        assert keys and own.key not in keys and len(set(keys)) == len(keys)
+    t4 = Cell(STENCILS["star_1_t4"], Shape(64, 32, 16), Precision.FP32)
+    keys = [op.key for op in _candidates(t4, Incumbent("temporal", {"tx": 32, "ty": 32}), "pipe")]
+    assert keys == ["temporal[lz=14,pipe=1,steps=4,tx=32,ty=32]"]
+    assert round_plan(16)[:9] == ["design", "vx", "ry", "lz", "ty", "tx", "block", "lz", "vx"]

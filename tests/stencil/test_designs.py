@@ -29,6 +29,22 @@ CASES = [
     ("star_1_t4", "temporal", {"tx": 32, "ty": 12, "lz": 0}, "fp64"),
     ("star_1_t4", "zmarch", {"tx": 8, "ty": 4, "vx": 4, "lz": 6}, "fp16"),
     ("star_1_t4", "naive", {"block": (16, 4, 2)}, "fp32"),
+    # later parameters: prefetch ring, staged plane (zmarch); pipelined stages, register
+    # blocking, launch bounds, split fusion (temporal); both x-aligned and partial vectors
+    ("star_1", "zmarch", {"tx": 8, "ty": 4, "vx": 4, "lz": 4, "pf": 2}, "fp32"),
+    ("star_1", "zmarch", {"tx": 8, "ty": 2, "vx": 8, "lz": 5, "smem": 1}, "fp16"),
+    ("star_2", "zmarch", {"tx": 8, "ty": 4, "vx": 2, "lz": 3, "pf": 3, "smem": 1}, "fp64"),
+    ("varcoeff_star_1", "zmarch", {"tx": 8, "ty": 4, "vx": 2, "lz": 4, "pf": 4}, "fp16"),
+    ("varcoeff_star_1", "zmarch", {"tx": 8, "ty": 4, "vx": 4, "lz": 6, "pf": 2, "smem": 1},
+     "fp32"),
+    ("star_1_t4", "zmarch", {"tx": 8, "ty": 4, "vx": 4, "lz": 6, "smem": 1}, "fp16"),
+    ("star_1_t4", "temporal", {"tx": 16, "ty": 16, "lz": 7, "pipe": 1, "pf": 2}, "fp32"),
+    ("star_1_t4", "temporal", {"tx": 4, "ty": 16, "lz": 0, "pipe": 1, "cx": 4, "pf": 3}, "fp64"),
+    ("star_1_t4", "temporal", {"tx": 8, "ty": 8, "lz": 5, "pipe": 1, "cx": 2, "cy": 2, "pf": 4,
+                               "minb": 2}, "fp16"),
+    ("star_1_t4", "temporal", {"tx": 16, "ty": 8, "lz": 6, "pipe": 1, "cy": 2, "fs": 2},
+     "fp32"),
+    ("star_1_t4", "temporal", {"tx": 16, "ty": 12, "lz": 4, "fs": 2, "minb": 2}, "fp16"),
 ]
 SHAPE = Shape(48, 22, 17)
 
@@ -88,3 +104,26 @@ def test_every_cell_has_an_operator_and_bad_params_are_refused() -> None:
     assert mx.build("planesweep", cell, {"tx": 64, "ty": 8, "vx": 2, "ry": 8, "lz": 64}) is None
     assert mx.build("zmarch", cell, mx.defaults("zmarch", Cell(STENCILS["star_1"], cell.shape,
                                                                   cell.precision))) is None
+
+
+def test_later_parameters_default_to_the_first_kernels() -> None:
+    """A parameter's first value rebuilds the operator it was added to: same key, same source
+    (the dispatch table's operators and their source hashes do not move)."""
+    for stencil, design, extra in (("star_1", "zmarch", {"pf": 1, "smem": 0}),
+                                   ("star_1_t4", "temporal", {"pipe": 0, "fs": 0, "minb": 1,
+                                                              "pf": 1, "cx": 1, "cy": 1})):
+        cell = Cell(STENCILS[stencil], Shape(512, 512, 512), Precision.FP32)
+        base = mx.defaults(design, cell)
+        assert extra.items() <= base.items()
+        first = mx.build(design, cell, {k: v for k, v in base.items() if k not in extra})
+        again = mx.build(design, cell, base)
+        assert first is not None and again is not None
+        assert (first.key, first.source) == (again.key, again.source)
+        assert not set(extra) & set(first.params)
+    cell = Cell(STENCILS["star_1_t4"], Shape(512, 512, 512), Precision.FP32)
+    # pf/cx/cy need the pipelined kernel; fs must divide the steps; 2 blocks of 1024 at most
+    assert mx.build("temporal", cell, {"pf": 2}) is None
+    assert mx.build("temporal", cell, {"pipe": 1, "fs": 3}) is None
+    assert mx.build("temporal", cell, {"pipe": 1, "minb": 3}) is None
+    split = mx.build("temporal", cell, {"pipe": 1, "fs": 2})
+    assert split is not None and split.needs_tmp and len(split.launches) == 2

@@ -42,6 +42,13 @@ IDEAS = {
     "tx": "block width: row length per warp and x-halo share",
     "ry": "register blocking along y: fewer shared-memory reads per output",
     "block": "thread-block shape of the one-thread-per-point kernel",
+    "pipe": "temporal: uniform stages statically unrolled (no range predicates, no moves)",
+    "pf": "planes in flight per thread (a register ring): more bytes in flight per SM",
+    "smem": "z-marching: stage each plane's tile in shared memory (2.5D) for x/y neighbours",
+    "cx": "temporal: x points per thread (register blocking, wider loads, smaller halo share)",
+    "cy": "temporal: y points per thread (register blocking, fewer shared-memory reads)",
+    "minb": "temporal: minimum resident blocks per SM (__launch_bounds__ register cap)",
+    "fs": "temporal: steps fused per launch (smaller halo, more DRAM traffic)",
 }
 
 
@@ -80,18 +87,22 @@ def _candidates(cell: Cell, inc: Incumbent, change: str) -> list[Operator]:
                     ops.append(op)
         return ops
     values = mx.space(inc.design, cell).get(change, ())
+    current = mx.build(inc.design, cell, inc.params)
+    keys = {current.key} if current is not None else set()
     for value in values:
         if inc.params.get(change) == value:
             continue
         op = mx.build(inc.design, cell, {**inc.params, change: value})
-        if op is not None:
+        if op is not None and op.key not in keys:  # a parameter's first value may be implicit
+            keys.add(op.key)
             ops.append(op)
     return ops
 
 
 def round_plan(rounds: int) -> list[str]:
     """The changes of rounds 1..N: the design first, then parameters in a fixed order."""
-    order = ["design", "vx", "ry", "lz", "ty", "tx", "block", "lz", "vx"]
+    order = ["design", "vx", "ry", "lz", "ty", "tx", "block", "lz", "vx",
+             "pipe", "pf", "smem", "cx", "cy", "minb", "fs"]
     return order[:rounds]
 
 

@@ -48,13 +48,15 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
     if design == "zmarch":
         vx = {Precision.FP16: (8, 4), Precision.FP32: (4, 2), Precision.FP64: (2, 4)}
         return {"vx": vx[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
-                "tx": (32, 64, 16)}
+                "tx": (32, 64, 16), "pf": (1, 2, 4), "smem": (0, 1)}
     if design == "planesweep":
         return {"ry": (4, 2, 8), "lz": (64, 32, 128, 16), "ty": (4, 8, 2), "vx": (1, 2),
                 "tx": (32, 64)}
     if design == "temporal":
         ty = (16, 32) if cell.precision is Precision.FP64 else (32, 16)
-        return {"lz": (64, 128, 32, 16, 0), "ty": ty, "tx": (32, 64)}
+        return {"lz": (64, 128, 32, 16, 0), "ty": ty, "tx": (32, 64), "pipe": (0, 1),
+                "pf": (1, 2, 3, 4), "cx": (1, 2, 4), "cy": (1, 2), "minb": (1, 2, 3, 4),
+                "fs": (0, 2)}
     raise ConfigError(f"unknown stencil design {design!r}", hint=f"one of {', '.join(DESIGNS)}")
 
 

@@ -11,14 +11,22 @@ reads its input queue before the previous stage pushes into it. The grid is read
 halo overlap) and the interior written once for all ``T`` steps. Boundary points keep their
 input value at every step; points outside the grid read as zero and never reach the output.
 
-Parameters: ``tx, ty`` (extended tile = block), ``lz`` (output planes per block, 0 = all).
+Parameters: ``tx, ty`` (extended tile = block), ``lz`` (output planes per block, 0 = all),
+``fs`` (steps fused per launch: ``fs < T`` applies the cell in ``T/fs`` launches that ping-pong
+through ``tmp`` like :func:`.common.ping_pong`; a smaller halo, more DRAM traffic), ``minb``
+(``__launch_bounds__`` minimum blocks per SM), ``pipe`` (0: this module's kernel; 1: the
+pipelined kernel of :mod:`.temporal_pipe`, which adds ``pf`` planes in flight and ``cx`` x ``cy``
+points per thread). ``pipe=0, fs=T, minb=1`` is the first design, byte for byte.
 """
 
 from __future__ import annotations
 
 from ..operator import Launch, Operator
 from ..spec import Cell
-from .common import cdiv, extents, header, literal, load, store, weight_names
+from . import temporal_pipe
+from .common import cdiv, extents, header, literal, load, ping_pong, store, weight_names
+
+FIRST = {"pipe": 0, "fs": 0, "minb": 1, "pf": 1, "cx": 1, "cy": 1}  # the first design's values
 
 
 def _stage(cell: Cell, s: int, steps: int) -> str:
@@ -47,9 +55,8 @@ def _stage(cell: Cell, s: int, steps: int) -> str:
 """
 
 
-def _source(cell: Cell, tx: int, ty: int, lz: int) -> str:
+def _source(cell: Cell, tx: int, ty: int, lz: int, steps: int, minb: int) -> str:
     p = cell.precision
-    steps = cell.stencil.steps
     bx, by = tx - 2 * steps, ty - 2 * steps
     weights = "".join(f"constexpr ACC {n} = {literal(w, p)};\n"
                       for n, w in zip(weight_names(cell), cell.stencil.weights, strict=True))
@@ -62,7 +69,7 @@ def _source(cell: Cell, tx: int, ty: int, lz: int) -> str:
     stages = "".join(_stage(cell, s, steps) for s in range(steps, 0, -1))
     return f"""{header(cell)}{extents(cell)}typedef {p.acc_ctype} ACC;
 {weights}constexpr int T = {steps};
-extern "C" __global__ void __launch_bounds__({tx * ty})
+extern "C" __global__ void __launch_bounds__({tx * ty}{f", {minb}" if minb > 1 else ""})
 temporal(const {p.ctype}* __restrict__ src, {p.ctype}* __restrict__ dst) {{
   __shared__ ACC sm[2][T][{ty}][{tx}];
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -91,23 +98,45 @@ temporal(const {p.ctype}* __restrict__ src, {p.ctype}* __restrict__ dst) {{
 """
 
 
-def shared_bytes(cell: Cell, tx: int, ty: int) -> int:
+def shared_bytes(cell: Cell, tx: int, ty: int, steps: int | None = None) -> int:
     item = 8 if cell.precision.acc_ctype == "double" else 4
-    return 2 * cell.stencil.steps * tx * ty * item
+    return 2 * (steps or cell.stencil.steps) * tx * ty * item
 
 
-def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0) -> Operator:
+def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0, fs: int = 0,
+             minb: int = 1, pf: int = 1, cx: int = 1, cy: int = 1) -> Operator:
     st = cell.stencil
     if not st.temporal or st.kind != "star" or st.radius != 1:
         raise ValueError(f"temporal handles multi-step star_1 stencils, not {st.name}")
-    if min(tx, ty) <= 2 * st.steps:
-        raise ValueError(f"the tile {tx}x{ty} must exceed twice the {st.steps} fused steps")
-    if tx * ty > 1024 or shared_bytes(cell, tx, ty) > 48 * 1024:
-        raise ValueError(f"a {tx}x{ty} tile needs too many threads or too much shared memory")
+    fs = fs or st.steps
+    if fs < 1 or st.steps % fs or minb not in (1, 2, 3, 4) or pipe not in (0, 1):
+        raise ValueError(f"fs={fs} must divide the {st.steps} steps; minb in 1..4; pipe 0 or 1")
+    if tx * ty > 1024 or tx * ty * minb > 2048:
+        raise ValueError(f"a {tx}x{ty} block has too many threads (for {minb} per SM)")
     nz_int = cell.shape.nz - 2
     lz = nz_int if lz <= 0 else min(lz, nz_int)
-    bx, by = tx - 2 * st.steps, ty - 2 * st.steps
-    grid = (cdiv(cell.shape.nx - 2, bx), cdiv(cell.shape.ny - 2, by), cdiv(nz_int, lz))
-    launch = Launch("temporal", grid, (tx, ty, 1), ("in", "out"))
-    return Operator(cell.id, "temporal", {"tx": tx, "ty": ty, "lz": lz, "steps": st.steps},
-                    _source(cell, tx, ty, lz), (launch,))
+    params = {"tx": tx, "ty": ty, "lz": lz, "steps": st.steps}
+    # the parameters added after the first design appear only with a value of their own, so
+    # its operators keep their keys
+    extra = {"pipe": pipe, "fs": 0 if fs == st.steps else fs, "minb": minb, "pf": pf, "cx": cx,
+             "cy": cy}
+    params.update({k: v for k, v in extra.items() if v != FIRST[k]})
+    if pipe:
+        temporal_pipe.check(cell, fs, tx, ty, cx, cy, pf, minb)
+        source = temporal_pipe.source(cell, fs, tx, ty, cx, cy, lz, pf, minb)
+        grid = temporal_pipe.grid(cell, fs, tx, ty, cx, cy, lz)
+        smem = temporal_pipe.shared_bytes(cell, fs, tx, ty, cx, cy)
+    else:
+        if (pf, cx, cy) != (1, 1, 1):
+            raise ValueError("pf, cx and cy need the pipelined kernel (pipe=1)")
+        if min(tx, ty) <= 2 * fs:
+            raise ValueError(f"the tile {tx}x{ty} must exceed twice the {fs} fused steps")
+        if shared_bytes(cell, tx, ty, fs) > 48 * 1024:
+            raise ValueError(f"a {tx}x{ty} tile needs too much static shared memory")
+        bx, by = tx - 2 * fs, ty - 2 * fs
+        source = _source(cell, tx, ty, lz, fs, minb)
+        grid = (cdiv(cell.shape.nx - 2, bx), cdiv(cell.shape.ny - 2, by), cdiv(nz_int, lz))
+        smem = 0
+    launches = tuple(Launch("temporal", grid, (tx, ty, 1), (a, b), smem)
+                     for a, b in ping_pong(st.steps // fs))
+    return Operator(cell.id, "temporal", params, source, launches)

@@ -1,0 +1,213 @@
+"""The pipelined variant of the temporal design (``pipe=1``): the same 2.5D blocking, leaner.
+
+The first temporal design (:mod:`.temporal`, ``pipe=0``) ran about 300 instructions per thread
+and plane on the H200 (64-bit range predicates per stage, branches, smem addresses recomputed),
+at one 1024-thread block per SM with one load in flight per thread: slower than four chained
+z-marching sweeps. This variant keeps its structure (stage ``s`` computes step ``s`` of plane
+``k - 2s`` at iteration ``k`` from a three-deep register queue of step ``s-1`` and a shared-memory
+copy of its centre plane, one barrier per iteration, stages run last to first) and changes how
+the iterations run:
+
+- *uniform stages*: every stage computes and pushes at every iteration, whatever its plane.
+  A plane outside a stage's range is garbage that only the redundant halo (x, y) or a boundary
+  plane (which keeps its value: ``v = b``) ever reads, so no valid output depends on it; the
+  queues then stay aligned by construction (after iteration ``k`` queue ``s >= 1`` holds planes
+  ``k-2s-2 .. k-2s`` of step ``s``), and the range predicates and the top-of-grid queue fix of
+  the first design are not needed. Loads outside the chunk's input range read zero; stores are
+  guarded by the chunk's output range.
+- *static unrolling*: the loop body is emitted ``U = lcm(2, 3, pf)`` times, so the buffer
+  parity, the queues' rotation and the prefetch ring are register names, not moves (a move out
+  of a register with a load in flight would wait for it). The trip count is rounded up to ``U``
+  (the extra iterations load and store nothing).
+- ``pf``: input planes in flight per thread (a ring of ``pf`` registers per row).
+- ``cx`` x ``cy``: points per thread (register blocking): x and y neighbours inside the thread
+  come from registers, loads and shared-memory stores are ``cx`` wide, and the ``tx*cx`` x
+  ``ty*cy`` tile wastes less on the redundant halo. The tile's first column is aligned to ``cx``
+  (vector loads), which may cost its output tile up to ``cx-1`` columns.
+- ``minb``: ``__launch_bounds__(threads, minb)`` (2 blocks of 1024 threads: 32 registers).
+- 32-bit plane arithmetic, shared-memory offsets computed once, dynamic shared memory (the tile
+  of ``T`` planes, double-buffered, may exceed 48 KiB).
+"""
+
+from __future__ import annotations
+
+from math import lcm
+
+from ..spec import Cell
+from .common import cdiv, extents, header, literal, load, store, weight_names
+
+MAX_SHARED = 227 * 1024
+
+
+def geometry(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int
+             ) -> tuple[int, int, int, int, int]:
+    """(tile width, tile height, left margin ``m``, output width, output height)."""
+    w, h = tx * cx, ty * cy
+    m = (1 - steps) % cx  # extra left columns so the tile starts on a multiple of cx
+    bw = (w - 2 * steps - m) // cx * cx
+    return w, h, m, bw, h - 2 * steps
+
+
+def shared_bytes(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int) -> int:
+    item = 8 if cell.precision.acc_ctype == "double" else 4
+    return 2 * steps * tx * cx * ty * cy * item
+
+
+QUEUE_MARGIN = 20  # registers beside the queues (ptxas, sm_90: 12 queue registers fit in 32)
+
+
+def check(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, pf: int,
+          minb: int = 1) -> None:
+    """Raise ValueError when these parameters cannot build the cell, or would spill: the
+    queues (``3*T*cx*cy`` values) plus :data:`QUEUE_MARGIN`, twice that in fp64, must fit the
+    register cap of ``minb`` blocks (measured with ptxas on the 512^3 cells: every combination
+    this refuses spilled, every one it keeps did not, ``pf=4`` in fp64 aside)."""
+    _, _, _, bw, bh = geometry(cell, steps, tx, ty, cx, cy)
+    if bw <= 0 or bh <= 0:
+        raise ValueError(f"a {tx * cx}x{ty * cy} tile leaves no output for {steps} fused steps")
+    if cell.shape.nx % cx:
+        raise ValueError(f"cx={cx} must divide NX={cell.shape.nx} (aligned vector loads)")
+    if cx * cy > 4 or pf not in (1, 2, 3, 4):
+        raise ValueError("at most 4 points per thread and 1..4 planes in flight")
+    if shared_bytes(cell, steps, tx, ty, cx, cy) > MAX_SHARED:
+        raise ValueError("the staged planes exceed the shared memory of a block")
+    words = 2 if cell.precision.acc_ctype == "double" else 1
+    cap = min(255, 65536 // (tx * ty * minb) // 8 * 8)
+    if (3 * steps * cx * cy + QUEUE_MARGIN) * words > cap:
+        raise ValueError(f"{3 * steps * cx * cy} queued values per thread would spill at "
+                         f"{cap} registers")
+
+
+def _pts(cx: int, cy: int) -> list[tuple[int, int]]:
+    return [(i, lane) for i in range(cy) for lane in range(cx)]
+
+
+def _sub(cell: Cell, j: int, steps: int, cx: int, cy: int, pf: int) -> str:
+    """One iteration (``kk = k + j``) of the unrolled loop."""
+    p = cell.precision
+    w = dict(zip(cell.stencil.offsets, weight_names(cell), strict=True))
+    buf = j % 2
+    lines = [f"    {{  // iteration k + {j}", f"      const int kk = k + {j};"]
+    # the input plane kk-1 (loaded pf iterations ago) enters queue 0; plane kk-1+pf is fetched
+    for i, lane in _pts(cx, cy):
+        lines.append(f"      q0_{j % 3}_{i}{lane} = {load(p, f'f{j % pf}_{i}.v[{lane}]')};")
+    for i in range(cy):
+        lines.append(f"      f{j % pf}_{i} = V{{}}; if (kk + {pf - 1} < hi0 && ing{i}) "
+                     f"f{j % pf}_{i} = *reinterpret_cast<const V*>(src + (o{i} + (IDX)(kk + {pf - 1})"
+                     f" * PLANE));")
+    # the centre planes of steps 0..T-1 go to shared memory
+    for s in range(steps):
+        b = (j - 1) % 3 if s == 0 else (j - 2) % 3
+        for i in range(cy):
+            vals = ", ".join(f"q{s}_{b}_{i}{lane}" for lane in range(cx))
+            lines.append(f"      *reinterpret_cast<SV*>(sm + {(buf * steps + s)} * PL + orow{i})"
+                         f" = SV{{{{{vals}}}}};")
+    lines.append("      __syncthreads();")
+    for s in range(steps, 0, -1):
+        q = s - 1
+        off = 0 if q == 0 else 1
+        cs, bs, as_ = (j - off) % 3, (j - 1 - off) % 3, (j - 2 - off) % 3
+        base = f"sm + {(buf * steps + q)} * PL"
+        lines.append(f"      {{  // stage {s}: step {s} of plane kk - {2 * s}")
+        lines.append(f"        const int p = kk - {2 * s};")
+        lines.append("        const bool zin = (unsigned)(p - 1) < (unsigned)(NZ - 2);")
+        lines.append(f"        const SV ym = *reinterpret_cast<const SV*>({base} + oym);")
+        lines.append(f"        const SV yp = *reinterpret_cast<const SV*>({base} + oyp);")
+        for i in range(cy):
+            lines.append(f"        const ACC xl{i} = ({base})[oxl{i}], xr{i} = ({base})[oxr{i}];")
+        for i, lane in _pts(cx, cy):
+            def reg(ii: int, ll: int, slot: int = bs, q: int = q) -> str:
+                return f"q{q}_{slot}_{ii}{ll}"
+            ymv = f"ym.v[{lane}]" if i == 0 else reg(i - 1, lane)
+            ypv = f"yp.v[{lane}]" if i == cy - 1 else reg(i + 1, lane)
+            xmv = f"xl{i}" if lane == 0 else reg(i, lane - 1)
+            xpv = f"xr{i}" if lane == cx - 1 else reg(i, lane + 1)
+            expr = (f"{w[(0, 0, 0)]} * {reg(i, lane)} + {w[(-1, 0, 0)]} * {reg(i, lane, as_)}"
+                    f" + {w[(1, 0, 0)]} * {reg(i, lane, cs)} + {w[(0, -1, 0)]} * {ymv}"
+                    f" + {w[(0, 1, 0)]} * {ypv} + {w[(0, 0, -1)]} * {xmv}"
+                    f" + {w[(0, 0, 1)]} * {xpv}")
+            dst = f"q{s}_{j % 3}_{i}{lane}" if s < steps else f"const ACC v{i}{lane}"
+            lines.append(f"        {dst} = (zin && inner{i}{lane}) ? ({expr}) : {reg(i, lane)};")
+        if s == steps:
+            lines.append("        if ((unsigned)(p - z0) < (unsigned)(z1 - z0)) {")
+            for i in range(cy):
+                whole = ", ".join(store(p, f"v{i}{lane}") for lane in range(cx))
+                lines.append(f"          {p.ctype}* const d{i} = dst + (o{i} + (IDX)p * PLANE);")
+                lanes = " ".join(f"if (own{i}{lane}) d{i}[{lane}] = {store(p, f'v{i}{lane}')};"
+                                 for lane in range(cx))
+                lines.append(f"          if (own{i}) *reinterpret_cast<V*>(d{i}) = V{{{{{whole}}}}};"
+                             + (f"\n          else {{ {lanes} }}" if cx > 1 else ""))
+            lines.append("        }")
+        lines.append("      }")
+    lines.append("    }")
+    return "\n".join(lines) + "\n"
+
+
+def source(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, lz: int, pf: int,
+           minb: int) -> str:
+    p = cell.precision
+    t, acc = p.ctype, p.acc_ctype
+    w, h, m, bw, bh = geometry(cell, steps, tx, ty, cx, cy)
+    u = lcm(2, 3, pf)
+    idx = "int" if cell.shape.points < 2**31 else "long"
+    weights = "".join(f"constexpr ACC {n} = {literal(wt, p)};\n"
+                      for n, wt in zip(weight_names(cell), cell.stencil.weights, strict=True))
+    bounds = f"{tx * ty}, {minb}" if minb > 1 else f"{tx * ty}"
+    pts = _pts(cx, cy)
+    decl = []
+    for i in range(cy):
+        decl += [f"  const int gy{i} = oy + ty * {cy} + {i}, orow{i} = (ty * {cy} + {i}) * {w} + c0;",
+                 (f"  const int oxl{i} = orow{i} - (c0 > 0 ? 1 : 0), "
+                  f"oxr{i} = orow{i} + (c0 + {cx} < {w} ? {cx} : {cx - 1});"),
+                 f"  const bool ing{i} = gy{i} >= 0 && gy{i} < NY && gx0 >= 0 && gx0 < NX;",
+                 f"  const IDX o{i} = (IDX)gy{i} * NX + gx0;  // row offset (plane 0)",
+                 (f"  const bool rown{i} = ty * {cy} + {i} >= {steps} && "
+                  f"ty * {cy} + {i} < {steps + bh} && gy{i} >= 1 && gy{i} < NY - 1;")]
+    for i, lane in pts:
+        decl.append(f"  const bool inner{i}{lane} = gx0 + {lane} >= 1 && gx0 + {lane} < NX - 1 && "
+                    f"gy{i} >= 1 && gy{i} < NY - 1;")
+        decl.append(f"  const bool own{i}{lane} = rown{i} && c0 + {lane} >= {steps + m} && "
+                    f"c0 + {lane} < {steps + m + bw} && inner{i}{lane};")
+    for i in range(cy):
+        decl.append(f"  const bool own{i} = " + " && ".join(f"own{i}{lane}" for lane in range(cx))
+                    + ";")
+    queues = [f"  ACC {', '.join(f'q{s}_{k}_{i}{lane} = 0' for k in range(3) for i, lane in pts)};"
+              for s in range(steps)]
+    ring = [f"  V {', '.join(f'f{k}_{i}' for i in range(cy))};" for k in range(pf)]
+    ring += [f"  f{k}_{i} = V{{}}; if (lo0 + {k} < hi0 && ing{i}) f{k}_{i} = "
+             f"*reinterpret_cast<const V*>(src + (o{i} + (IDX)(lo0 + {k}) * PLANE));"
+             for k in range(pf) for i in range(cy)]
+    body = "".join(_sub(cell, j, steps, cx, cy, pf) for j in range(u))
+    nl = "\n"
+    return f"""{header(cell)}{extents(cell)}typedef {acc} ACC;
+{weights}constexpr int T = {steps};
+typedef {idx} IDX;  // element offsets ({idx}: the grid has {'fewer' if idx == 'int' else 'more'} than 2^31 points)
+constexpr IDX PLANE = NX * NY;
+constexpr int PL = {w * h};  // one staged plane ({w}x{h})
+struct __align__({p.itemsize * cx}) V {{ {t} v[{cx}]; }};
+struct __align__({(8 if acc == 'double' else 4) * cx}) SV {{ ACC v[{cx}]; }};
+extern "C" __global__ void __launch_bounds__({bounds})
+temporal(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
+  extern __shared__ __align__(16) ACC sm[];  // [2][T][{h}][{w}]
+  const int tx = threadIdx.x, ty = threadIdx.y, c0 = tx * {cx};
+  const int gx0 = {1 - steps - m} + (int)blockIdx.x * {bw} + c0;
+  const int oy = {1 - steps} + (int)blockIdx.y * {bh};
+  const int oym = (ty > 0 ? ty * {cy} - 1 : 0) * {w} + c0;
+  const int oyp = (ty < {ty - 1} ? ty * {cy} + {cy} : {h - 1}) * {w} + c0;
+{nl.join(decl)}
+  const int z0 = 1 + (int)blockIdx.z * {lz};
+  const int z1 = z0 + {lz} < NZ - 1 ? z0 + {lz} : NZ - 1;
+  const int lo0 = z0 - T > 0 ? z0 - T : 0;
+  const int hi0 = z1 + T < NZ ? z1 + T : NZ;
+{nl.join(queues)}
+{nl.join(ring)}
+  for (int k = lo0 + 1; k < z1 + 2 * T; k += {u}) {{
+{body}  }}
+}}
+"""
+
+
+def grid(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, lz: int
+         ) -> tuple[int, int, int]:
+    _, _, _, bw, bh = geometry(cell, steps, tx, ty, cx, cy)
+    return (cdiv(cell.shape.nx - 2, bw), cdiv(cell.shape.ny - 2, bh), cdiv(cell.shape.nz - 2, lz))

@@ -1,0 +1,200 @@
+"""The z-marching kernel with more loads in flight (``pf``) and/or a staged plane (``smem``).
+
+Same thread layout and register queue as :mod:`.zmarch` (whose kernel is kept, byte for byte,
+for ``pf=1, smem=0``). What changes:
+
+- ``pf``: the column's planes ``z+R+1 .. z+R+pf`` are in flight while plane ``z`` is computed
+  (a ring of ``pf`` vector registers; the loop body is emitted ``pf`` times so every ring slot
+  is a fixed register: a move out of a register with a load in flight would wait for it). The
+  first run on the H200 had one vector load in flight per thread, 8-16 bytes: at 1.5-2k
+  threads per SM that is about half of what the copy bandwidth times the DRAM latency needs
+  (Little's law), which fits fp16's lower share of the copy bandwidth. ``varcoeff``'s
+  coefficient plane is prefetched through a ring of its own (it was loaded on use).
+- ``smem=1``: 2.5D blocking: each plane's tile (the block's columns, whose values are already
+  in the queues, plus an x and y halo of one vector / ``R`` rows loaded by the edge threads,
+  prefetched like the column) is staged in shared memory in the accumulation type (double-
+  buffered, one barrier per plane), and x/y neighbours come from it instead of from L1: no
+  scalar 2-byte halo loads and no fp16 conversions of neighbours. Threads on boundary rows load
+  their columns too (they are the halo of the interior rows) and every thread stays in the loop
+  (barriers).
+"""
+
+from __future__ import annotations
+
+from ..spec import Cell
+from .common import load, store, weight_names
+
+MAX_SHARED = 227 * 1024
+
+
+def _weights(cell: Cell) -> dict[tuple[int, int, int], str]:
+    return dict(zip(cell.stencil.offsets, weight_names(cell), strict=True))
+
+
+def shared_bytes(cell: Cell, tx: int, ty: int, vx: int) -> int:
+    item = 8 if cell.precision.acc_ctype == "double" else 4
+    return 2 * (ty + 2 * cell.radius) * (tx * vx + 2 * vx) * item
+
+
+def _compute(cell: Cell, vx: int, smem: bool, u: int) -> list[str]:
+    """``res[l]`` for every lane; neighbours from shared memory (``smem``) or global memory."""
+    p = cell.precision
+    r = cell.radius
+    out = []
+    for d in range(1, r + 1):
+        for sgn, tag in ((-1, "m"), (1, "p")):
+            if smem:
+                out.append(f"const SVec y{tag}{d} = *reinterpret_cast<const SVec*>"
+                           f"(S + cur + so + ({sgn * d}) * SW);")
+            else:
+                out.append(f"const Vec y{tag}{d} = *reinterpret_cast<const Vec*>"
+                           f"(src + base + ({sgn * d}L) * NX);")
+    for d in range(1, r + 1):
+        if smem:
+            out.append(f"const ACC xl{d} = S[cur + so - {d}], xr{d} = S[cur + so + {vx - 1 + d}];")
+        else:
+            out.append(f"const ACC xl{d} = {load(p, f'src[base - {d}]')};")
+            out.append(f"const ACC xr{d} = {load(p, f'src[base + {vx - 1 + d}]')};")
+    w = _weights(cell)
+    for lane in range(vx):
+        terms = []
+        for (dz, dy, dx), name in w.items():
+            if (dz, dy, dx) == (0, 0, 0):
+                continue
+            if dz:
+                val = f"q[{r + dz}][{lane}]"
+            elif dy:
+                val = f"y{'m' if dy < 0 else 'p'}{abs(dy)}.v[{lane}]"
+                val = val if smem else load(p, val)
+            else:
+                k = lane + dx
+                val = (f"q[{r}][{k}]" if 0 <= k < vx else f"xl{-k}" if k < 0
+                       else f"xr{k - vx + 1}")
+            terms.append(f"{name} * {val}")
+        nsum = " + ".join(terms)
+        center = f"{w[(0, 0, 0)]} * q[{r}][{lane}]"
+        if cell.stencil.kind == "varcoeff":
+            out.append(f"res[{lane}] = {center} + {load(p, f'g{u}.v[{lane}]')} * ({nsum});")
+        else:
+            out.append(f"res[{lane}] = {center} + {nsum};")
+    return out
+
+
+def _sub(cell: Cell, u: int, vx: int, pf: int, smem: bool, stores: str) -> str:
+    """The loop body for plane ``zz = z + u`` (ring slot ``u``)."""
+    p = cell.precision
+    r = cell.radius
+    qn = 2 * r + 1
+    var = cell.stencil.kind == "varcoeff"
+    lines = [f"    {{  // plane z + {u}", f"      const long zz = z + {u};"]
+    lines += [f"      q[{qn - 1}][{lane}] = {load(p, f'f{u}.v[{lane}]')};" for lane in range(vx)]
+    if smem:
+        cvt = ", ".join(load(p, f"{{h}}.v[{lane}]") for lane in range(vx))
+        centre = ", ".join(f"q[{r}][{lane}]" for lane in range(vx))
+        lines += ["      const int cur = (int)(zz & 1) * SPL;",
+                  f"      *reinterpret_cast<SVec*>(S + cur + so) = SVec{{{{{centre}}}}};",
+                  (f"      if (hyr) *reinterpret_cast<SVec*>(S + cur + hyo) = "
+                   f"SVec{{{{{cvt.replace('{h}', f'hy{u}')}}}}};"),
+                  (f"      if (hxr) *reinterpret_cast<SVec*>(S + cur + hxo) = "
+                   f"SVec{{{{{cvt.replace('{h}', f'hx{u}')}}}}};")]
+    guard = f"zz + {pf} < ze"
+    lines.append(f"      if ({guard}{' && col' if smem else ''}) f{u} = *reinterpret_cast<const "
+                 f"Vec*>(src + ((zz + {pf + r}) * NY + y) * NX + x0);")
+    if smem:
+        lines += [(f"      if ({guard} && hyok) hy{u} = *reinterpret_cast<const Vec*>"
+                   f"(src + ((zz + {pf}) * NY + hyg) * NX + x0);"),
+                  (f"      if ({guard} && hxok) hx{u} = *reinterpret_cast<const Vec*>"
+                   f"(src + ((zz + {pf}) * NY + y) * NX + hxg);"),
+                  "      __syncthreads();"]
+    lines.append("      const long base = (zz * NY + y) * NX + x0;")
+    lines.append(f"      if ({'act' if smem else 'true'}) {{")
+    lines.append(f"        ACC res[{vx}];")
+    lines += [f"        {s}" for s in _compute(cell, vx, smem, u)]
+    lines.append(stores.replace("{u}", str(u)))
+    lines.append("      }")
+    if var:  # the coefficient of plane zz was used above; fetch plane zz + pf into its slot
+        lines.append(f"      if ({guard} && act) g{u} = *reinterpret_cast<const Vec*>"
+                     f"(coef + base + {pf} * NY * NX);")
+    lines += [f"      #pragma unroll\n      for (int j = 0; j < {qn - 1}; ++j) "
+              f"q[j][{lane}] = q[j + 1][{lane}];" for lane in range(vx)]
+    lines.append("    }")
+    return "\n".join(lines)
+
+
+def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, smem: int) -> str:
+    """The ``zmarch`` entry (see the module docstring); source after the common header."""
+    p = cell.precision
+    t, acc = p.ctype, p.acc_ctype
+    r = cell.radius
+    qn = 2 * r + 1
+    var = cell.stencil.kind == "varcoeff"
+    coef = f"const {t}* __restrict__ coef, " if var else ""
+    lanes = " ".join(f"if (x0 + {lane} >= R && x0 + {lane} < NX - R) dst[base + {lane}] = "
+                     f"{store(p, f'res[{lane}]')};" for lane in range(vx))
+    whole = " ".join(f"o.v[{lane}] = {store(p, f'res[{lane}]')};" for lane in range(vx))
+    stores = (f"        if (x0 >= R && x0 + {vx} <= NX - R) {{ Vec o; {whole} "
+              f"*reinterpret_cast<Vec*>(dst + base) = o; }}\n        else {{ {lanes} }}")
+    act = "y >= R && y < NY - R && x0 < NX - R && x0 + VX > R"
+    sw = tx * vx + 2 * vx
+    head = [f"constexpr int VX = {vx}, PF = {pf};",
+            f"struct __align__({min(16, vx * (8 if acc == 'double' else 4))}) SVec "
+            f"{{ ACC v[{vx}]; }};" if smem else "",
+            f"constexpr int SW = {sw}, SPL = {(ty + 2 * r) * sw};  // staged plane: "
+            f"{ty + 2 * r} rows x {sw}" if smem else ""]
+    pre = []
+    if smem:
+        pre += ["  extern __shared__ __align__(16) ACC S[];",
+                f"  const bool col = y < NY && x0 < NX, act = {act};",
+                f"  const int so = (threadIdx.y + R) * SW + {vx} + threadIdx.x * VX;",
+                "  // edge threads load the halo: R rows below/above the tile, a vector left/right",
+                f"  const bool hyr = threadIdx.y < R || threadIdx.y >= {ty} - R;",
+                "  const long hyg = threadIdx.y < R ? y - R : y + R;",
+                "  const int hyo = so + (threadIdx.y < R ? -R : R) * SW;",
+                "  const bool hyok = hyr && hyg >= 0 && hyg < NY && x0 < NX;",
+                f"  const bool hxr = threadIdx.x == 0 || threadIdx.x == {tx - 1};",
+                "  const long hxg = threadIdx.x == 0 ? x0 - VX : x0 + VX;",
+                "  const int hxo = so + (threadIdx.x == 0 ? -VX : VX);",
+                "  const bool hxok = hxr && y < NY && hxg >= 0 && hxg < NX;"]
+    else:
+        pre.append(f"  if (!({act})) return;")
+        pre.append("  const bool act = true;" if var else "")
+    prime = "col" if smem else "true"
+    pre.append(f"  {acc} q[{qn}][{vx}] = {{}};")
+    pre.append(f"  #pragma unroll\n  for (int j = 0; j < {qn - 1}; ++j) if ({prime}) {{")
+    pre.append("    const Vec c = *reinterpret_cast<const Vec*>(src + ((zb - R + j) * NY + y) "
+               "* NX + x0);")
+    pre += [f"    q[j][{lane}] = {load(p, f'c.v[{lane}]')};" for lane in range(vx)]
+    pre.append("  }")
+    for u in range(pf):
+        g = f"zb + {u} < ze"
+        pre.append(f"  Vec f{u} = {{}}; if ({g} && {prime}) f{u} = *reinterpret_cast<const Vec*>"
+                   f"(src + ((zb + {u + r}) * NY + y) * NX + x0);")
+        if smem:
+            pre.append(f"  Vec hy{u} = {{}}, hx{u} = {{}};")
+            pre.append(f"  if ({g} && hyok) hy{u} = *reinterpret_cast<const Vec*>"
+                       f"(src + ((zb + {u}) * NY + hyg) * NX + x0);")
+            pre.append(f"  if ({g} && hxok) hx{u} = *reinterpret_cast<const Vec*>"
+                       f"(src + ((zb + {u}) * NY + y) * NX + hxg);")
+        if var:
+            pre.append(f"  Vec g{u} = {{}}; if ({g} && act) g{u} = *reinterpret_cast<const Vec*>"
+                       f"(coef + ((zb + {u}) * NY + y) * NX + x0);")
+    subs = []
+    for u in range(pf):
+        if u:
+            subs.append(f"    if (z + {u} >= ze) break;")
+        subs.append(_sub(cell, u, vx, pf, bool(smem), stores))
+    nl = "\n"
+    return f"""typedef {acc} ACC;
+{nl.join(h for h in head if h)}
+extern "C" __global__ void __launch_bounds__({tx * ty})
+zmarch(const {t}* __restrict__ src, {coef}{t}* __restrict__ dst) {{
+  const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * VX;
+  const long y = (long)blockIdx.y * {ty} + threadIdx.y;
+  const long zb = R + (long)blockIdx.z * {lz};
+  const long ze = zb + {lz} < NZ - R ? zb + {lz} : NZ - R;
+{nl.join(x for x in pre if x)}
+  for (long z = zb; z < ze; z += PF) {{
+{nl.join(subs)}
+  }}
+}}
+"""
