@@ -39,7 +39,7 @@ step demo 240 python3 -m kernforge demo --backend cuda --out "$(mktemp -d)/demo"
   --backend cuda --json "$OUT/self-compare-cuda.json"
 [ -f scripts/bench_service.py ] && step bench-service 150 python3 scripts/bench_service.py \
   --backend cuda --out "$OUT/service-cuda.md"
-step stencil-forge "${FORGE_LIMIT:-420}" python3 scripts/stencil_forge.py --rounds "${FORGE_ROUNDS:-6}" \
+step stencil-forge "${FORGE_LIMIT:-540}" python3 scripts/stencil_forge.py --rounds "${FORGE_ROUNDS:-8}" \
   --out "$OUT/forge"
 # the bench dispatches through the table this run just forged (the device's copy of the tree)
 [ -s "$OUT/forge/matrix.json" ] && cp "$OUT/forge/matrix.json" src/kernforge/stencil/data/matrix.json

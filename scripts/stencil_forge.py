@@ -1,6 +1,6 @@
 """Forge the stencil operator matrix on the GPU (one device call) and write the table and logs.
 
-    python scripts/stencil_forge.py --rounds 6 --out $OUT [--stencils star_1 ...] [--shapes ...]
+    python scripts/stencil_forge.py --rounds 8 --out $OUT [--stencils star_1 ...] [--shapes ...]
 
 Starts from the committed dispatch table (src/kernforge/stencil/data/matrix.json) when
 --table is left at its default, so a later run continues from the prior best. Writes
@@ -34,7 +34,7 @@ def main() -> int:
     ap.add_argument("--stencils", nargs="*")
     ap.add_argument("--shapes", nargs="*")
     ap.add_argument("--precisions", nargs="*")
-    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--band", type=float, default=0.02)
     ap.add_argument("--table", type=Path, default=TABLE_PATH, help="the starting table")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "forge-out")))

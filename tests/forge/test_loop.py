@@ -35,7 +35,7 @@ def test_forge_rounds_write_table_and_logs(tmp_path: Path) -> None:
     accepted = [x for x in lines if x["verdict"] == "accepted"]
     for x in accepted:  # the gate's rule, as logged
         assert x["speedup"] >= 1.02 and x["ci"][0] > 1.0
-    assert [r["change"] for r in summary["rounds"]] == ["design", "vx"]
+    assert [r["change"] for r in summary["rounds"]] == ["design", "pf"]
     assert len(summary["final"]) == len(CELLS)
     ideas = (tmp_path / "ideas.md").read_text()
     assert "| 1 | design:" in ideas and "Zero-regression pass" in ideas
@@ -66,4 +66,6 @@ def test_a_parameter_round_never_offers_the_incumbent_again() -> None:
     t4 = Cell(STENCILS["star_1_t4"], Shape(64, 32, 16), Precision.FP32)
     keys = [op.key for op in _candidates(t4, Incumbent("temporal", {"tx": 32, "ty": 32}), "pipe")]
     assert keys == ["temporal[lz=14,pipe=1,steps=4,tx=32,ty=32]"]
-    assert round_plan(16)[:9] == ["design", "vx", "ry", "lz", "ty", "tx", "block", "lz", "vx"]
+    plan = round_plan(16)
+    assert plan[0] == "design" and {"vx", "ry", "lz", "ty", "tx", "block", "pipe", "pf", "smem",
+                                     "cx", "cy", "minb", "fs"} <= set(plan)

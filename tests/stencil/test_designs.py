@@ -107,14 +107,15 @@ def test_every_cell_has_an_operator_and_bad_params_are_refused() -> None:
 
 
 def test_later_parameters_default_to_the_first_kernels() -> None:
-    """A parameter's first value rebuilds the operator it was added to: same key, same source
-    (the dispatch table's operators and their source hashes do not move)."""
+    """A parameter's old value rebuilds the operator it was added to: same key, same source
+    (the dispatch table's operators and their source hashes do not move). The temporal design
+    defaults to the pipelined rewrite (no table entry used the first kernel: it lost every cell
+    on the H200), so its old kernel is asked for with pipe=0."""
     for stencil, design, extra in (("star_1", "zmarch", {"pf": 1, "smem": 0}),
                                    ("star_1_t4", "temporal", {"pipe": 0, "fs": 0, "minb": 1,
                                                               "pf": 1, "cx": 1, "cy": 1})):
         cell = Cell(STENCILS[stencil], Shape(512, 512, 512), Precision.FP32)
-        base = mx.defaults(design, cell)
-        assert extra.items() <= base.items()
+        base = {**mx.defaults(design, cell), **extra}
         first = mx.build(design, cell, {k: v for k, v in base.items() if k not in extra})
         again = mx.build(design, cell, base)
         assert first is not None and again is not None

@@ -101,8 +101,9 @@ def _candidates(cell: Cell, inc: Incumbent, change: str) -> list[Operator]:
 
 def round_plan(rounds: int) -> list[str]:
     """The changes of rounds 1..N: the design first, then parameters in a fixed order."""
-    order = ["design", "vx", "ry", "lz", "ty", "tx", "block", "lz", "vx",
-             "pipe", "pf", "smem", "cx", "cy", "minb", "fs"]
+    # the likeliest wins first (the H200's first run: parallelism and bytes in flight)
+    order = ["design", "pf", "lz", "vx", "ry", "cx", "ty", "tx", "cy", "fs", "smem", "minb",
+             "pipe", "block", "lz", "pf"]
     return order[:rounds]
 
 
