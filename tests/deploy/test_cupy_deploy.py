@@ -181,3 +181,23 @@ def test_device_mismatch_and_hooks_are_untouched(cp: Any, tmp_path: Path,
     assert cupy_hooks.installed()
     np.testing.assert_array_equal(y, 2 * np.arange(8, dtype=np.float32))
     assert deploy.report().kernels["scale"].reasons == {"device mismatch": 1}
+
+
+def test_one_raw_kernel_launched_repeatedly_with_several_problems(cp: Any,
+                                                                  tmp_path: Path) -> None:
+    """The hooked kernel keeps its description and the deployment its decisions: the same
+    kernel object alternating between the tuned problem and others is matched every time."""
+    spec = _tuned_spec(tmp_path, cp, defines={"SHIFT": "100"})
+    k = cp.RawKernel(SRC, "scale", options=("-std=c++17",))
+    with deploy.use(spec, cupy=False):
+        for n in (8, 16, 8, 8, 16, 8):
+            y = np.zeros(n, np.float32)
+            k(((n + 3) // 4,), (4,), (np.arange(n, dtype=np.float32), y, np.float32(2), n))
+            shift = 100 if n == 8 else 0
+            np.testing.assert_array_equal(y, 2 * np.arange(n, dtype=np.float32) + shift)
+        y = np.zeros(8, np.float32)
+        k((2,), (4,), (np.arange(8, dtype=np.float32), y, np.float32(2), 7))  # another n
+        np.testing.assert_array_equal(y[:7], 2 * np.arange(7, dtype=np.float32))
+    counts = deploy.report().kernels["scale"]
+    assert (counts.replaced, counts.fallback) == (4, 3)
+    assert counts.reasons == {"problem mismatch": 3}

@@ -275,14 +275,15 @@ class Backend(ABC):
                                         f"got {type(a).__name__}",
                                         hint="pass a C-contiguous array of the pointee type")
                 dt = getattr(a, "dtype", None)
-                if p.dtype != "void" and (dt is None or dt != np.dtype(p.dtype)):
+                if p.dtype != "void" and (dt is None or dt != cached_dtype(p.dtype)):
                     raise ArgumentError(f"argument {p.name!r} ({p.ctype}) needs dtype "
                                         f"{p.dtype}, got {dt}",
                                         hint=f"convert with .astype({p.dtype!r})")
-                if not _contiguous(a):
+                flags = getattr(a, "flags", None)  # CuPy makes a new object per access
+                if not _contiguous(flags):
                     raise ArgumentError(f"argument {p.name!r} is not C-contiguous",
                                         hint="pass np.ascontiguousarray(...) of it")
-                if not p.const and not _writeable(a):
+                if not p.const and not _writeable(flags):
                     raise ArgumentError(f"argument {p.name!r} ({p.ctype}) may be written by the "
                                         f"kernel, but the array is read-only",
                                         hint="pass a writeable copy, or declare the parameter "
@@ -320,10 +321,21 @@ class Backend(ABC):
                     hint="recompile without this constant, or with the launch's value")
 
 
+_DTYPES: dict[str, np.dtype[Any]] = {}
+
+
+def cached_dtype(name: str) -> np.dtype[Any]:
+    """``np.dtype(name)``, remembered (it is asked for on every launch)."""
+    dt = _DTYPES.get(name)
+    if dt is None:
+        dt = _DTYPES[name] = np.dtype(name)
+    return dt
+
+
 def _scalar(p: Param, a: Any) -> Any:
     """``a`` as a numpy scalar of the declared width; lossy integer conversions are refused."""
     try:
-        if type(a) is np.dtype(p.dtype).type:  # already a numpy scalar of the declared type
+        if type(a) is cached_dtype(p.dtype).type:  # already a numpy scalar of the declared type
             return a
         if isinstance(a, (str, bytes)):
             raise TypeError(f"a {type(a).__name__} is not a number")
@@ -341,12 +353,12 @@ def _scalar(p: Param, a: Any) -> Any:
     return value
 
 
-def _writeable(a: Any) -> bool:
-    return bool(getattr(getattr(a, "flags", None), "writeable", True))
+def _writeable(flags: Any) -> bool:
+    return bool(getattr(flags, "writeable", True))
 
 
-def _contiguous(a: Any) -> bool:
-    return bool(getattr(getattr(a, "flags", None), "c_contiguous", True))
+def _contiguous(flags: Any) -> bool:
+    return bool(getattr(flags, "c_contiguous", True))
 
 
 BACKENDS: Registry[type[Backend]] = Registry("backend")

@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ..core import KernforgeError
+from ..core import KernforgeError, LaunchConfig
 from .base import get_backend
 from .cupy_translate import (
     UNSUPPORTED_FLAGS,
@@ -50,6 +50,8 @@ _lock = threading.Lock()
 _originals: dict[str, type] = {}
 _classes: dict[tuple[type, type], tuple[type, type]] = {}
 _infos: dict[tuple[Any, ...], KernelInfo | str] = {}
+_launches: dict[tuple[Any, ...], LaunchConfig] = {}
+_MAX_LAUNCHES = 1024
 _warned: set[tuple[str, str]] = set()
 
 
@@ -110,13 +112,15 @@ def _make_classes(raw_kernel: type, raw_module: type) -> tuple[type, type]:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._kf_flags = _flags(kwargs)
+            self._kf_info: KernelInfo | tuple[str, str] | None = None
 
         def __call__(self, grid: Any, block: Any, args: Any, **kwargs: Any) -> Any:
             if not active():
                 return raw_kernel.__call__(self, grid, block, args, **kwargs)
-            return _observed(self, None, self._kf_flags, "cupy.RawKernel", grid, block, args,
-                             kwargs, lambda: raw_kernel.__call__(self, grid, block, args,
-                                                                 **kwargs))
+            if self._kf_info is None:
+                self._kf_info = _info(self, None, self._kf_flags, "cupy.RawKernel")
+            return _observed(self._kf_info, grid, block, args, kwargs,
+                             lambda: raw_kernel.__call__(self, grid, block, args, **kwargs))
 
         def __reduce_ex__(self, protocol: Any) -> Any:  # pickles as CuPy's own class
             return raw_kernel.__new__, (raw_kernel,), self.__getstate__()
@@ -141,20 +145,25 @@ def _make_classes(raw_kernel: type, raw_module: type) -> tuple[type, type]:
 class KernelProxy:
     """CuPy's RawKernel from ``RawModule.get_function``, with ``__call__`` observed."""
 
-    __slots__ = ("_kf_expr", "_kf_flags", "_kf_kernel")
+    __slots__ = ("_kf_expr", "_kf_flags", "_kf_info", "_kf_kernel")
 
     def __init__(self, kernel: Any, name_expression: str | None,
                  flags: dict[str, bool]) -> None:
         object.__setattr__(self, "_kf_kernel", kernel)
         object.__setattr__(self, "_kf_expr", name_expression)
         object.__setattr__(self, "_kf_flags", flags)
+        object.__setattr__(self, "_kf_info", None)
 
     def __call__(self, grid: Any, block: Any, args: Any, **kwargs: Any) -> Any:
         kernel = self._kf_kernel
         if not active():
             return kernel(grid, block, args, **kwargs)
-        return _observed(kernel, self._kf_expr, self._kf_flags, "cupy.RawModule", grid, block,
-                         args, kwargs, lambda: kernel(grid, block, args, **kwargs))
+        info = self._kf_info
+        if info is None:
+            info = _info(kernel, self._kf_expr, self._kf_flags, "cupy.RawModule")
+            object.__setattr__(self, "_kf_info", info)
+        return _observed(info, grid, block, args, kwargs,
+                         lambda: kernel(grid, block, args, **kwargs))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._kf_kernel, name)
@@ -184,8 +193,11 @@ def _warn_once(name: str, reason: str) -> None:
                       stacklevel=4)
 
 
-def _info(kernel: Any, expr: str | None, flags: dict[str, bool], origin: str,
-          warn: bool) -> KernelInfo | None:
+def _info(kernel: Any, expr: str | None, flags: dict[str, bool], origin: str
+          ) -> KernelInfo | tuple[str, str]:
+    """The kernel in kernforge terms, else (its name, why it cannot be captured). Each hooked
+    kernel asks once and keeps the answer: a CuPy kernel's code, symbol, options and flags
+    do not change."""
     flags = {**flags, "enable_cooperative_groups": bool(
         getattr(kernel, "enable_cooperative_groups", False))}
     key = (kernel.code, kernel.name, expr, tuple(kernel.options), kernel.backend,
@@ -199,19 +211,35 @@ def _info(kernel: Any, expr: str | None, flags: dict[str, bool], origin: str,
         except (Unrecordable, KernforgeError) as exc:
             info = str(exc)
         _infos[key] = info
-    if isinstance(info, str):
-        if warn:
-            _warn_once(expr or kernel.name, info)
-        return None
-    return info
+    return (expr or kernel.name, info) if isinstance(info, str) else info
 
 
-def _observed(kernel: Any, expr: str | None, flags: dict[str, bool], origin: str, grid: Any,
-              block: Any, args: Any, kwargs: dict[str, Any], call: Callable[[], Any]) -> Any:
+def _launch(grid: Any, block: Any, shared_mem: Any) -> LaunchConfig:
+    """:func:`launch_config`, remembered for the geometries a time loop repeats."""
+    key = (grid, block, shared_mem)
+    exact = all(_exact(v) for v in key)
+    hit = _launches.get(key) if exact else None
+    if hit is None:
+        hit = launch_config(grid, block, shared_mem)
+        if exact:
+            if len(_launches) >= _MAX_LAUNCHES:
+                _launches.clear()
+            _launches[key] = hit
+    return hit
+
+
+def _exact(value: Any) -> bool:
+    """An int or a tuple of ints: equal values of these mean equal geometries."""
+    return type(value) is int or (type(value) is tuple and all(type(v) is int for v in value))
+
+
+def _observed(info: KernelInfo | tuple[str, str], grid: Any, block: Any, args: Any,
+              kwargs: dict[str, Any], call: Callable[[], Any]) -> Any:
     """One launch seen by the observers and/or the substituter (see the module docstring)."""
     observing = has_observers()
-    info = _info(kernel, expr, flags, origin, observing)
-    if info is None:
+    if isinstance(info, tuple):  # not capturable
+        if observing:
+            _warn_once(*info)
         return call()
     backend = get_backend("cuda")
     if not observing and not wants_event(backend, info.source, info.options, info.defines):
@@ -222,7 +250,7 @@ def _observed(kernel: Any, expr: str | None, flags: dict[str, bool], origin: str
     try:
         if kwargs.get("enable_cooperative_groups"):
             raise Unrecordable("a cooperative launch is not replayed by kernforge")
-        launch = launch_config(grid, block, kwargs.get("shared_mem", 0))
+        launch = _launch(grid, block, kwargs.get("shared_mem", 0))
         values = convert_args(info.signature, tuple(args), backend.is_buffer,
                               overlaps=observing)
     except Unrecordable as exc:

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..core import CompileOptions, KernelSource, KernforgeError, LaunchConfig, Param, Variant
 from ..core.model import Scalar
-from .base import Knob
+from .base import Knob, cached_dtype
 from .cxx_names import demangle_simple, instantiated_signature, parse_name_expression
 
 FAST_MATH_FLAGS = {"ftz": "ftz", "prec-div": "prec_div", "prec-sqrt": "prec_sqrt",
@@ -144,6 +144,8 @@ class KernelInfo:
     options: CompileOptions  # resolved: every knob present
     defines: tuple[tuple[str, str], ...]
     capture: Mapping[str, Any]
+    _variants: dict[LaunchConfig, Variant] = field(default_factory=dict, compare=False,
+                                                   repr=False)
 
     @property
     def signature(self) -> tuple[Param, ...]:
@@ -151,7 +153,14 @@ class KernelInfo:
         return self.source.signature
 
     def variant(self, launch: LaunchConfig) -> Variant:
-        return Variant(self.source, self.options, launch, self.defines)
+        """The kernel launched with ``launch`` (remembered: a time loop repeats geometries)."""
+        hit = self._variants.get(launch)
+        if hit is None:
+            if len(self._variants) >= 256:
+                self._variants.clear()
+            hit = self._variants[launch] = Variant(self.source, self.options, launch,
+                                                   self.defines)
+        return hit
 
 
 def _entry_and_expression(symbol: str, name_expression: str | None) -> tuple[str, str]:
@@ -217,9 +226,18 @@ def passed_scalar(value: Any) -> np.ndarray:
 
 def widen_scalar(param: Param, value: Any) -> np.generic:
     """The value the kernel reads for scalar ``param``: the low bytes of what CuPy passed."""
-    dt = np.dtype(param.dtype)
+    dt = cached_dtype(param.dtype)
     if type(value) is dt.type:  # a numpy scalar of the declared type: read as it is
         return value
+    if type(value) is int and dt.kind in "iu" and sys.byteorder == "little":
+        # CuPy passes an int as an int64: the low bytes of its two's complement
+        if not -(1 << 63) <= value < 1 << 63:
+            raise Unrecordable(f"{param.name}={value!r} does not fit in an int64")
+        bits = 8 * dt.itemsize
+        low = value & ((1 << bits) - 1)
+        if dt.kind == "i" and low >> (bits - 1):
+            low -= 1 << bits
+        return dt.type(low)  # type: ignore[no-any-return]
     try:
         src = passed_scalar(value)
     except OverflowError:
@@ -253,7 +271,7 @@ def prepare_buffer(param: Param, value: Any, is_buffer: Callable[[Any], bool]) -
         raise Unrecordable(f"argument {param.name!r} is not C-contiguous")
     if param.dtype == "void":
         return value
-    dt = np.dtype(param.dtype)
+    dt = cached_dtype(param.dtype)
     if value.dtype == dt:
         return value
     if value.nbytes % dt.itemsize:

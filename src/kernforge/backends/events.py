@@ -86,7 +86,8 @@ class LaunchObserver(Protocol):
 
 class LaunchSubstituter(Protocol):
     """Replaces launches: ``substitute(event, launch)`` returns None to let ``launch`` run
-    unchanged, or the event and the callable of what runs instead. ``covers(backend, source,
+    unchanged, or the event (or a callable making it, called only when observers need it)
+    and the callable of what runs instead. ``covers(backend, source,
     options, defines)`` is the cheap question a capture source may ask before building an
     event (see :func:`wants_event`): False means no launch of this kernel, built this way, is
     replaced (the substituter accounts for that launch itself). Neither may raise."""
@@ -95,7 +96,8 @@ class LaunchSubstituter(Protocol):
                defines: tuple[tuple[str, str], ...]) -> bool: ...
 
     def substitute(self, event: LaunchEvent, launch: Callable[[], Any]
-                   ) -> tuple[LaunchEvent, Callable[[], Any]] | None: ...
+                   ) -> tuple[LaunchEvent | Callable[[], LaunchEvent], Callable[[], Any]] | None:
+        ...
 
 
 _observers: list[LaunchObserver] = []
@@ -174,7 +176,7 @@ def notify_launch(event: LaunchEvent | Callable[[], LaunchEvent | None],
     sees the finished results and any device error, then each ``after(token, error)`` in
     reverse order, also when the launch (or a ``before``) raised; the error propagates.
     """
-    current = observers()
+    current = observers() if _observers else ()
     sub = _substituter
     if not current and sub is None:
         return launch()
@@ -184,7 +186,10 @@ def notify_launch(event: LaunchEvent | Callable[[], LaunchEvent | None],
     if sub is not None:
         replaced = sub.substitute(ev, launch)
         if replaced is not None:
-            ev, launch = replaced
+            made, launch = replaced
+            if not current:
+                return launch()
+            ev = made if isinstance(made, LaunchEvent) else made()
     if not current:
         return launch()
     tokens: list[tuple[LaunchObserver, Any]] = []

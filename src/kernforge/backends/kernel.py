@@ -21,9 +21,18 @@ from .events import (
     add_observer,
     notify_launch,
     remove_observer,
+    wants_event,
 )
 
 __all__ = ["Kernel", "LaunchEvent", "LaunchObserver", "add_observer", "remove_observer"]
+
+_CALLS = 64  # launch configurations remembered per kernel
+
+
+def _exact(value: Any) -> bool:
+    """None, an int or a tuple of ints: equal values of these mean equal launches."""
+    return value is None or type(value) is int or (
+        type(value) is tuple and all(type(v) is int for v in value))
 
 
 class Kernel:
@@ -52,6 +61,7 @@ class Kernel:
         self.tolerance = {k: v if isinstance(v, Tolerance) else Tolerance.parse(v)
                           for k, v in (tolerance or {}).items()}
         self._compiled: Compiled | None = None
+        self._calls: dict[tuple[Any, ...], tuple[LaunchConfig, Variant]] = {}
 
     @property
     def name(self) -> str:
@@ -86,16 +96,36 @@ class Kernel:
                             shared_mem=shared_mem if shared_mem is not None else base.shared_mem,
                             threads=threads if threads is not None else base.threads)
 
+    def _configured(self, compiled: Compiled, launch: LaunchConfig | None, grid: Any,
+                    block: Any, shared_mem: int | None, threads: int | None
+                    ) -> tuple[LaunchConfig, Variant]:
+        """The launch configuration of a call and the variant launched with it, remembered
+        per call arguments (a time loop makes the same call over and over)."""
+        key = (launch, grid, block, shared_mem, threads)
+        exact = all(_exact(v) for v in (grid, block, shared_mem, threads))
+        hit = self._calls.get(key) if exact else None  # else: e.g. a list, or a float
+        if hit is None:
+            cfg = self.launch_config(launch, grid=grid, block=block, shared_mem=shared_mem,
+                                     threads=threads)
+            hit = (cfg, replace(compiled.variant, launch=cfg))
+            if exact:
+                if len(self._calls) >= _CALLS:
+                    self._calls.clear()
+                self._calls[key] = hit
+        return hit
+
     def __call__(self, *args: Any, launch: LaunchConfig | None = None, grid: Any = None,
                  block: Any = None, shared_mem: int | None = None,
                  threads: int | None = None) -> None:
         compiled = self.compiled()
-        cfg = self.launch_config(launch, grid=grid, block=block, shared_mem=shared_mem,
-                                 threads=threads)
-        if not active():  # no observer, no deployment: straight through
+        cfg, variant = self._configured(compiled, launch, grid, block, shared_mem, threads)
+        # no observer, no deployment, or a deployment that replaces no launch of this kernel
+        # (it counts the launch itself): straight through
+        if not active() or not wants_event(self.backend, variant.source, variant.options,
+                                           variant.defines):
             self.backend.launch(compiled, args, cfg)
             return
-        event = LaunchEvent(backend=self.backend, variant=replace(compiled.variant, launch=cfg),
+        event = LaunchEvent(backend=self.backend, variant=variant,
                             signature=compiled.signature, args=tuple(args),
                             tolerance=tuple(self.tolerance.items()))
         notify_launch(event, lambda: self.backend.launch(compiled, args, cfg))

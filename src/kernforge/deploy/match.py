@@ -70,6 +70,21 @@ def build_reason(entry: DeployEntry, backend: Backend, options: CompileOptions,
     return None
 
 
+def static_candidates(entries: list[tuple[int, DeployEntry]], device: Mapping[str, Any],
+                      backend: Backend, options: CompileOptions,
+                      defines: tuple[tuple[str, str], ...]) -> list[int] | Reason:
+    """The indices of the entries (of this kernel) for this device and build, else the most
+    specific reason why none is."""
+    ok, best = [], None
+    for i, entry in entries:
+        reason = device_reason(entry, device) or build_reason(entry, backend, options, defines)
+        if reason is None:
+            ok.append(i)
+        elif best is None or reason.rank > best.rank:
+            best = reason
+    return ok or best or Reason(NOT_IN_SPEC, "no entry")
+
+
 def _same_value(dtype: str, got: Any, want: Any) -> bool:
     try:
         dt = np.dtype(dtype)
@@ -96,16 +111,22 @@ def _arg_reason(spec: ProblemArg, param_dtype: str, pointer: bool, value: Any,
 
 
 def _byte_range(value: Any) -> tuple[int, int] | None:
-    """[lo, hi) of the bytes an array (NumPy, or anything with ``__cuda_array_interface__``)
-    can touch; None when unknown (then treated as overlapping anything)."""
+    """[lo, hi) of the bytes an array (NumPy, CuPy, or anything with
+    ``__cuda_array_interface__``) can touch; None when unknown (then treated as overlapping
+    anything)."""
     try:
-        iface = getattr(value, "__cuda_array_interface__", None)
-        if iface is None:
-            iface = value.__array_interface__
-        ptr = int(iface["data"][0])
-        shape = tuple(int(n) for n in iface["shape"])
-        itemsize = np.dtype(iface["typestr"]).itemsize
-        strides = iface.get("strides")
+        ptr = getattr(getattr(value, "data", None), "ptr", None)  # CuPy: no interface dict
+        if isinstance(ptr, int):
+            shape = tuple(value.shape)
+            strides, itemsize = tuple(value.strides), int(value.itemsize)
+        else:
+            iface = getattr(value, "__cuda_array_interface__", None)
+            if iface is None:
+                iface = value.__array_interface__
+            ptr = int(iface["data"][0])
+            shape = tuple(int(n) for n in iface["shape"])
+            itemsize = np.dtype(iface["typestr"]).itemsize
+            strides = iface.get("strides")
     except (AttributeError, KeyError, TypeError, ValueError):
         return None
     if any(n == 0 for n in shape):
@@ -120,24 +141,42 @@ def _byte_range(value: Any) -> tuple[int, int] | None:
     return (lo, hi)
 
 
+def _overlap(a: Any, b: Any, ra: tuple[int, int] | None, rb: tuple[int, int] | None) -> bool:
+    if type(a) is np.ndarray and type(b) is np.ndarray:
+        return bool(np.may_share_memory(a, b))  # the same bounds test, in C
+    empty = (ra is not None and ra[0] == ra[1]) or (rb is not None and rb[0] == rb[1])
+    return not empty and (ra is None or rb is None or (ra[0] < rb[1] and rb[0] < ra[1]))
+
+
+def overlap_bits(values: list[Any]) -> list[bool]:
+    """For each pair (i < j) of the arrays, in order: whether their memory overlaps (bounds of
+    the bytes each can touch; an empty array overlaps nothing)."""
+    if len(values) == 2 and type(values[0]) is np.ndarray and type(values[1]) is np.ndarray:
+        return [bool(np.may_share_memory(values[0], values[1]))]  # the common case, in C
+    numpy = all(type(v) is np.ndarray for v in values)
+    ranges = [None if numpy else _byte_range(v) for v in values]
+    return [_overlap(a, values[j], ranges[i], ranges[j])
+            for i, a in enumerate(values) for j in range(i + 1, len(values))]
+
+
 def overlapping(named: list[tuple[str, Any]]) -> tuple[tuple[str, ...], ...]:
-    """Groups (in argument order) of the named arrays whose memory overlaps."""
-    ranges = [(name, _byte_range(v)) for name, v in named]
-    parent = {name: name for name, _ in ranges}
+    """Groups (in argument order) of the named arrays whose memory overlaps (see
+    :func:`overlap_bits`)."""
+    bits = iter(overlap_bits([v for _, v in named]))
+    parent = list(range(len(named)))
 
-    def root(n: str) -> str:
-        while parent[n] != n:
-            n = parent[n]
-        return n
+    def root(i: int) -> int:
+        while parent[i] != i:
+            i = parent[i]
+        return i
 
-    for i, (a, ra) in enumerate(ranges):
-        for b, rb in ranges[i + 1:]:
-            empty = (ra is not None and ra[0] == ra[1]) or (rb is not None and rb[0] == rb[1])
-            if not empty and (ra is None or rb is None or (ra[0] < rb[1] and rb[0] < ra[1])):
-                parent[root(b)] = root(a)
-    groups: dict[str, list[str]] = {}
-    for name, _ in ranges:
-        groups.setdefault(root(name), []).append(name)
+    for i in range(len(named)):
+        for j in range(i + 1, len(named)):
+            if next(bits):
+                parent[root(j)] = root(i)
+    groups: dict[int, list[str]] = {}
+    for i, (name, _) in enumerate(named):
+        groups.setdefault(root(i), []).append(name)
     return tuple(tuple(g) for g in groups.values() if len(g) > 1)
 
 

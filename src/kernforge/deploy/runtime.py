@@ -30,18 +30,18 @@ from typing import Any
 
 from ..backends import Backend, Compiled, LaunchEvent, cupy_hooks
 from ..backends.events import set_substituter
-from ..core import CompileOptions, KernelSource, KernforgeError, LaunchConfig, Variant
+from ..core import CompileOptions, KernelSource, KernforgeError, LaunchConfig, Param, Variant
 from .entries import code_sha256
+from .fastpath import Decision, Plan, Plans, Tuned
 from .match import (
     COMPILE,
     INTERNAL,
     LAUNCH,
     NOT_IN_SPEC,
     Reason,
-    build_reason,
-    device_reason,
     lookup_key,
     problem_reason,
+    static_candidates,
     tuned_launch,
     tuned_variant,
 )
@@ -58,8 +58,12 @@ _current: Deployment | None = None
 _last: Deployment | None = None
 
 
+def _label_of(source: KernelSource, options: CompileOptions) -> str:
+    return str(options.get("name_expression") or "") or source.entry
+
+
 def _label(event: LaunchEvent) -> str:
-    return str(event.variant.options.get("name_expression") or "") or event.name
+    return _label_of(event.variant.source, event.variant.options)
 
 
 def _first_line(text: str) -> str:
@@ -67,22 +71,37 @@ def _first_line(text: str) -> str:
 
 
 class Deployment:
-    """An active (or stopped) deployment of one spec; a context manager that stops it."""
+    """An active (or stopped) deployment of one spec; a context manager that stops it.
 
-    def __init__(self, spec: DeploySpec) -> None:
-        self.spec = spec
-        self._index: dict[tuple[Any, ...], list[int]] = {}
-        for i, e in enumerate(spec.entries):
-            self._index.setdefault(e.kernel.lookup(), []).append(i)
-        self._static: dict[tuple[Any, ...], list[int] | Reason] = {}
-        self._by_id: dict[tuple[Any, ...], tuple[Any, Any, Any, list[int] | Reason]] = {}
-        self._variants: dict[tuple[int, LaunchConfig], Variant] = {}
-        self._devices: dict[str, dict[str, Any]] = {}
-        self._compiled: dict[int, Compiled | Reason] = {}
+    ``cache``: decide repeated launches from the cache of :mod:`.fastpath` (False: match
+    every launch from scratch, as the cache's tests compare)."""
+
+    def __init__(self, spec: DeploySpec, *, cache: bool = True) -> None:
+        self.cache = cache
         self._counts: dict[str, KernelCounts] = {}
         self._logged: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._hooked = False
+        self.spec = spec
+
+    @property
+    def spec(self) -> DeploySpec:
+        return self._spec
+
+    @spec.setter
+    def spec(self, spec: DeploySpec) -> None:
+        """Another spec: every cached lookup, compilation and decision is dropped."""
+        index: dict[tuple[Any, ...], list[int]] = {}
+        for i, e in enumerate(spec.entries):
+            index.setdefault(e.kernel.lookup(), []).append(i)
+        with self._lock:
+            self._spec, self._index = spec, index
+            self._static: dict[tuple[Any, ...], list[int] | Reason] = {}
+            self._by_id: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+            self._plans = Plans()
+            self._variants: dict[tuple[int, LaunchConfig], Variant] = {}
+            self._devices: dict[str, dict[str, Any]] = {}
+            self._compiled: dict[int, Compiled | Reason] = {}
 
     @property
     def name(self) -> str:
@@ -90,39 +109,34 @@ class Deployment:
 
     # ---- the launch substituter -------------------------------------------------------------
     def substitute(self, event: LaunchEvent, launch: Callable[[], Any]
-                   ) -> tuple[LaunchEvent, Callable[[], Any]] | None:
-        label = _label(event)
+                   ) -> tuple[Callable[[], LaunchEvent], Callable[[], Any]] | None:
         try:
-            found = self._find(event)
+            decision, label = self._decide(event)
+            if isinstance(decision, Reason):
+                self._fallback(label, decision)
+                return None
         except Exception as exc:  # noqa: BLE001 - a deployment never breaks the application
-            found = Reason(INTERNAL, f"{type(exc).__name__}: {exc}")
-        if isinstance(found, Reason):
-            self._fallback(label, found)
+            self._fallback(_label(event), Reason(INTERNAL, f"{type(exc).__name__}: {exc}"))
             return None
-        index, compiled = found
-        try:
-            cfg = tuned_launch(self.spec.entries[index], event)
-            variant = self._variants.get((index, cfg))
-            if variant is None:
-                variant = self._variants[index, cfg] = replace(compiled.variant, launch=cfg)
-            tuned_event = LaunchEvent(event.backend, variant, compiled.signature, event.args,
-                                      event.tolerance, event.capture)
-        except Exception as exc:  # noqa: BLE001 - a deployment never breaks the application
-            self._fallback(label, Reason(INTERNAL, f"{type(exc).__name__}: {exc}"))
-            return None
+        backend, args = event.backend, event.args
+
+        def tuned_event() -> LaunchEvent:  # what observers see, made only for them
+            return LaunchEvent(backend, decision.variant, decision.compiled.signature, args,
+                               event.tolerance, event.capture)
 
         def run_tuned() -> Any:
             try:
-                event.backend.launch(compiled, event.args, cfg)
+                backend.launch(decision.compiled, args, decision.launch)
             except Exception as exc:  # noqa: BLE001 - the original runs instead
                 detail = _first_line(exc.message) if isinstance(exc, KernforgeError) \
                     else f"{type(exc).__name__}: {_first_line(str(exc))}"
                 reason = Reason(LAUNCH, detail)
                 with self._lock:
-                    self._compiled[index] = reason  # do not try this entry again
+                    self._compiled[decision.index] = reason  # do not try this entry again
+                    self._plans.clear()  # nor decide by a cached decision to try it
                 self._fallback(label, reason)
                 return launch()
-            self._replaced(label, index)
+            self._replaced(label, decision.index)
             return None
 
         return tuned_event, run_tuned
@@ -130,20 +144,60 @@ class Deployment:
     def covers(self, backend: Backend, source: KernelSource, options: CompileOptions,
                defines: tuple[tuple[str, str], ...]) -> bool:
         """False (and the launch counted as a fallback) when no entry is for this kernel,
-        device and build: the CuPy hooks then launch without building an event."""
+        device and build: the capture sources then launch without building an event."""
         try:
-            found = self._candidates(backend, source, options, defines)
+            found, label = self._candidates(backend, source, options, defines)
         except Exception as exc:  # noqa: BLE001 - a deployment never breaks the application
             found = Reason(INTERNAL, f"{type(exc).__name__}: {exc}")
+            label = _label_of(source, options)
         if isinstance(found, Reason):
-            label = str(options.get("name_expression") or "") or source.entry
             self._fallback(label, found)
             return False
         return True
 
+    def _decide(self, event: LaunchEvent) -> tuple[Decision, str]:
+        """The decision for this launch and the kernel's label: from the plan's cache when
+        this launch was seen before (see :mod:`.fastpath`), else matched from scratch."""
+        if not self.cache:
+            return self._decide_uncached(event), _label(event)
+        v = event.variant
+        plan = self._plans.get(event.backend, v.source, v.options, v.defines, event.signature)
+        if plan is None:
+            plan = self._plan(event.backend, v.source, v.options, v.defines, event.signature)
+        if isinstance(plan.candidates, Reason):
+            return plan.candidates, plan.label
+        try:
+            key = plan.key(event)
+            hit = plan.decisions.get(key)
+        except TypeError:  # an argument that cannot be hashed: decided without the cache
+            return self._decide_uncached(event), plan.label
+        if hit is None:
+            hit = self._decide_uncached(event)
+            plan.remember(key, hit)
+        return hit, plan.label
+
+    def _plan(self, backend: Backend, source: KernelSource, options: CompileOptions,
+              defines: tuple[tuple[str, str], ...], signature: tuple[Param, ...]) -> Plan:
+        candidates, label = self._candidates(backend, source, options, defines)
+        plan = Plan(source, options, defines, signature, label, candidates, self.spec.entries)
+        return self._plans.add(backend, plan)
+
+    def _decide_uncached(self, event: LaunchEvent) -> Decision:
+        """The matching rules applied to this launch (:mod:`.match`), and the tuned launch
+        prepared when an entry matches."""
+        found = self._find(event)
+        if isinstance(found, Reason):
+            return found
+        index, compiled = found
+        cfg = tuned_launch(self.spec.entries[index], event)
+        variant = self._variants.get((index, cfg))
+        if variant is None:
+            variant = self._variants[index, cfg] = replace(compiled.variant, launch=cfg)
+        return Tuned(index, compiled, cfg, variant)
+
     def _find(self, event: LaunchEvent) -> tuple[int, Compiled] | Reason:
         v = event.variant
-        candidates = self._candidates(event.backend, v.source, v.options, v.defines)
+        candidates, _ = self._candidates(event.backend, v.source, v.options, v.defines)
         if isinstance(candidates, Reason):
             return candidates
         best: Reason | None = None
@@ -157,21 +211,23 @@ class Deployment:
         return best
 
     def _candidates(self, backend: Backend, source: KernelSource, options: CompileOptions,
-                    defines: tuple[tuple[str, str], ...]) -> list[int] | Reason:
-        """Entries for this kernel, device and build; cached by value, and by identity for
-        the objects a kernel passes on every launch (hashing a source costs more)."""
+                    defines: tuple[tuple[str, str], ...]) -> tuple[list[int] | Reason, str]:
+        """Entries for this kernel, device and build, and the kernel's label; cached by value,
+        and by identity for the objects a kernel passes on every launch (hashing a source
+        costs more)."""
         fast = (backend.name, id(source), id(options))
         hit = self._by_id.get(fast)
         if hit is not None and hit[0] is source and hit[1] is options and hit[2] == defines:
-            return hit[3]
+            return hit[3], hit[4]
         key = (backend.name, source, options, defines)
         found = self._static.get(key)
         if found is None:
             found = self._static[key] = self._check_static(backend, source, options, defines)
         if len(self._by_id) >= _ID_CACHE:
             self._by_id.clear()
-        self._by_id[fast] = (source, options, defines, found)
-        return found
+        label = _label_of(source, options)
+        self._by_id[fast] = (source, options, defines, found, label)
+        return found, label
 
     def _check_static(self, backend: Backend, source: KernelSource, options: CompileOptions,
                       defines: tuple[tuple[str, str], ...]) -> list[int] | Reason:
@@ -181,17 +237,8 @@ class Deployment:
             return Reason(NOT_IN_SPEC, f"no entry for this kernel in {self.name}")
         if backend.name not in self._devices:
             self._devices[backend.name] = backend.deploy_identity()
-        device = self._devices[backend.name]
-        ok, best = [], None
-        for i in indices:
-            entry = self.spec.entries[i]
-            reason = device_reason(entry, device) or build_reason(entry, backend, options,
-                                                                  defines)
-            if reason is None:
-                ok.append(i)
-            elif best is None or reason.rank > best.rank:
-                best = reason
-        return ok or best or Reason(NOT_IN_SPEC, "no entry")
+        return static_candidates([(i, self.spec.entries[i]) for i in indices],
+                                 self._devices[backend.name], backend, options, defines)
 
     def _compile(self, index: int, event: LaunchEvent) -> Compiled | Reason:
         with self._lock:
@@ -210,28 +257,30 @@ class Deployment:
             return self._compiled.setdefault(index, result)
 
     # ---- counting and logging ---------------------------------------------------------------
-    def _count(self, label: str, outcome: str) -> tuple[KernelCounts, bool]:
+    def _count(self, label: str, outcome: str, replaced: bool) -> bool:
+        """Count one launch (one lock); True the first time this kernel has this outcome."""
         with self._lock:
-            counts = self._counts.setdefault(label, KernelCounts())
-            first = (label, outcome) not in self._logged
+            counts = self._counts.get(label)
+            if counts is None:
+                counts = self._counts[label] = KernelCounts()
+            if replaced:
+                counts.replaced += 1
+            else:
+                counts.fallback += 1
+                counts.reasons[outcome] = counts.reasons.get(outcome, 0) + 1
+            if (label, outcome) in self._logged:
+                return False
             self._logged.add((label, outcome))
-        return counts, first
+            return True
 
     def _fallback(self, label: str, reason: Reason) -> None:
-        counts, first = self._count(label, reason.category)
-        with self._lock:
-            counts.fallback += 1
-            counts.reasons[reason.category] = counts.reasons.get(reason.category, 0) + 1
-        if first:
+        if self._count(label, reason.category, False):
             level = logging.WARNING if reason.category in _WARN else logging.INFO
             log.log(level, "%s: runs the original (%s: %s)", label, reason.category,
                     reason.detail)
 
     def _replaced(self, label: str, index: int) -> None:
-        counts, first = self._count(label, "replaced")
-        with self._lock:
-            counts.replaced += 1
-        if first:
+        if self._count(label, "replaced", True):
             e = self.spec.entries[index]
             log.info("%s: runs the tuned variant (launch %s; speedup %.3gx measured on %s)",
                      label, e.variant.launch.to_json(), e.evidence.speedup,

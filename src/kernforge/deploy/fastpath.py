@@ -1,0 +1,124 @@
+"""The per-launch fast path of a deployment: decisions cached by everything that decides them.
+
+Whether a launch runs a tuned variant (the rules of :mod:`.match`) depends only on:
+
+- the kernel as the application built it: backend, source, compile options, ``#define``s
+  (capture sources pass the same objects on every launch, so they are looked up by identity,
+  the ``#define``s by value), and the entry's signature (by identity);
+- the launch geometry (grid, block, dynamic shared memory, and the thread count, which the
+  tuned geometry may keep) and the number of arguments;
+- per array parameter: the argument's type (``Backend.is_buffer`` is a type test), dtype and
+  shape;
+- per scalar parameter that some candidate entry matches by value: the argument's type and
+  value (other scalars, e.g. a time step, never decide anything);
+- which array arguments overlap in memory (only read when some candidate has two arrays).
+
+A :class:`Plan` per kernel (the entries left after the kernel, device and build checks) knows
+which of those to read; :meth:`Plan.key` reads them, and the decision -- a fallback
+:class:`~.match.Reason`, or the :class:`Tuned` launch (entry, compiled variant, geometry) -- is
+cached under that key. A repeated launch then costs the key, one dictionary lookup and the
+launch itself. Nothing else is read by the matching rules, so a cached decision is the one the
+uncached path takes (tests/deploy/test_fastpath.py compares them on varied launches). A key
+that cannot be hashed (e.g. a 0-d array passed as a scalar) is decided without the cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..backends import Backend, Compiled, LaunchEvent
+from ..core import CompileOptions, KernelSource, LaunchConfig, Param, Variant
+from .match import Reason, overlap_bits
+from .spec import DeployEntry
+
+MAX_DECISIONS = 1024  # per plan; emptied when full (an application with ever-new buffers)
+MAX_PLANS = 4096
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """The decision to run entry ``index``'s tuned variant, ready to launch."""
+
+    index: int
+    compiled: Compiled
+    launch: LaunchConfig  # the tuned geometry
+    variant: Variant  # compiled.variant with that geometry (what observers see)
+
+
+Decision = Tuned | Reason
+
+
+class Plan:
+    """One kernel as built (backend, source, options, defines, signature): its label, the
+    candidate entries (or why there are none) and the cache of launch decisions."""
+
+    __slots__ = ("aliasing", "candidates", "decisions", "defines", "label", "options",
+                 "pointers", "signature", "source", "values")
+
+    def __init__(self, source: KernelSource, options: CompileOptions,
+                 defines: tuple[tuple[str, str], ...], signature: tuple[Param, ...],
+                 label: str, candidates: list[int] | Reason,
+                 entries: Sequence[DeployEntry]) -> None:
+        self.source, self.options, self.defines = source, options, defines
+        self.signature, self.label, self.candidates = signature, label, candidates
+        self.decisions: dict[tuple[Any, ...], Decision] = {}
+        problems = [] if isinstance(candidates, Reason) else \
+            [entries[i].problem for i in candidates]
+        self.pointers = tuple(j for j, p in enumerate(signature) if p.pointer)
+        self.values = tuple(sorted({
+            j for pr in problems for j, a in enumerate(pr.args)
+            if a.kind == "scalar" and a.value is not None and j < len(signature)
+            and not signature[j].pointer}))
+        self.aliasing = any(sum(a.kind == "array" for a in pr.args) >= 2 for pr in problems)
+
+    def same(self, source: KernelSource, options: CompileOptions,
+             defines: tuple[tuple[str, str], ...], signature: tuple[Param, ...]) -> bool:
+        return (self.source is source and self.options is options
+                and self.signature is signature and self.defines == defines)
+
+    def key(self, event: LaunchEvent) -> tuple[Any, ...]:
+        """Everything of this launch that the matching rules read (see the module doc);
+        overlaps as one bit per pair of array arguments (the groups follow from them)."""
+        args = event.args
+        n = len(args)
+        parts: list[Any] = [event.launch, n]
+        arrays = [args[j] for j in self.pointers if j < n]
+        for v in arrays:
+            parts += (type(v), getattr(v, "dtype", None), getattr(v, "shape", None))
+        for j in self.values:
+            if j < n:
+                v = args[j]
+                parts += (type(v), v)
+        if self.aliasing and len(arrays) > 1:
+            parts += overlap_bits(arrays)
+        return tuple(parts)
+
+    def remember(self, key: tuple[Any, ...], decision: Decision) -> None:
+        if len(self.decisions) >= MAX_DECISIONS:
+            self.decisions.clear()
+        self.decisions[key] = decision
+
+
+class Plans:
+    """Plans by kernel identity: ``(backend, id(source), id(options), id(signature))``, each
+    checked against the objects it holds (which also keeps those ids from being reused)."""
+
+    def __init__(self) -> None:
+        self._plans: dict[tuple[Any, ...], Plan] = {}
+
+    def get(self, backend: Backend, source: KernelSource, options: CompileOptions,
+            defines: tuple[tuple[str, str], ...], signature: tuple[Param, ...]) -> Plan | None:
+        plan = self._plans.get((backend, id(source), id(options), id(signature)))
+        return plan if plan is not None and plan.same(source, options, defines,
+                                                      signature) else None
+
+    def add(self, backend: Backend, plan: Plan) -> Plan:
+        if len(self._plans) >= MAX_PLANS:
+            self._plans.clear()
+        self._plans[backend, id(plan.source), id(plan.options), id(plan.signature)] = plan
+        return plan
+
+    def clear(self) -> None:
+        self._plans.clear()
