@@ -49,6 +49,8 @@ def test_forge_resumes_from_the_table(tmp_path: Path) -> None:
     for cid, entry in before.items():
         if entry["design"] != "naive":
             assert after[cid]["design"] == entry["design"]
+        # the lineage of accepted changes carries over from run to run
+        assert after[cid]["history"][:len(entry["history"])] == entry["history"]
 
 
 def test_a_parameter_round_never_offers_the_incumbent_again() -> None:

@@ -128,7 +128,8 @@ class Forge:
             entry = self.table.get(cell.id)
             if entry and mx.build(entry["design"], cell, entry["params"]) is not None:
                 self.incumbents[cell.id] = Incumbent(entry["design"], dict(entry["params"]),
-                                                     entry.get("seconds"))
+                                                     entry.get("seconds"),
+                                                     list(entry.get("history", [])))
             else:
                 self.incumbents[cell.id] = Incumbent("naive", mx.defaults("naive", cell))
 
