@@ -291,3 +291,23 @@ def test_a_snapshot_runner_is_reloaded_after_fresh_inputs(monkeypatch: pytest.Mo
                                BenchConfig(baselines=("halide",), seed=3), lambda _m: None)
     by = {r["name"]: r for r in row["runners"]}
     assert by["halide"]["status"] == "ok" and made[0].reloads == 1
+
+
+def test_a_multi_step_cell_reports_temporal_blocking_beside_chained_sweeps(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """When chained sweeps won the forge, the fused temporal design is still measured and
+    reported (steps per launch), and never counted as a baseline."""
+    from kernforge.stencil import matrix as mx
+
+    cell = Cell.parse("star_1_t4/16x12x10/fp32")
+    monkeypatch.setattr(bench_mod, "operator_for",
+                        lambda c: mx.build("zmarch", c, mx.defaults("zmarch", c)))
+    device = HostDevice({"ours": 1e-3, "naive": 2e-3, "fused": 0.5e-3})
+    row = bench_mod.bench_cell(device, cell, 0, BenchConfig(baselines=("naive",), seed=5),
+                               lambda _m: None)
+    by = {r["name"]: r for r in row["runners"]}
+    assert by["ours"]["design"] == "zmarch" and by["fused"]["design"] == "temporal"
+    assert by["fused"]["kind"] == "ours-fused" and by["fused"]["fused_steps"] == 4
+    assert row["best_baseline"] == "naive"  # the faster fused runner is not a baseline
+    headers, rows = report.temporal_rows({"cells": [row]})
+    assert rows[0][headers.index("fused (steps/launch)")].endswith("(4)")

@@ -71,17 +71,22 @@ def matrix_rows(results: dict[str, Any]) -> Rows:
 
 def temporal_rows(results: dict[str, Any]) -> Rows:
     headers = ["cell", "steps", "design", "time", "eff. GUpdates/s", "GB/s", "% copy",
-               "best baseline", "speedup", "error", "status"]
+               "best baseline", "speedup", "error", "status", "fused (steps/launch)",
+               "fused eff. GUpdates/s"]
     rows = []
     for row in results["cells"]:
         if not row["temporal"]:
             continue
         ours = _runner(row, "ours")
+        fused = _runner(row, "fused") or (ours if ours.get("design") == "temporal" else {})
+        steps = fused.get("fused_steps", row["steps"] if fused else None)
         rows.append([row["cell"], str(row["steps"]), str(ours.get("design", "-")),
                      fmt_time(ours.get("time_s")), _num(ours.get("gcells_per_s"), ".2f"),
                      _num(ours.get("gb_per_s"), ".0f"), _num(ours.get("pct_copy"), ".1f", "%"),
                      _best(row), _num(row.get("speedup"), ".2f", "x"), _error(ours),
-                     _status(ours)])
+                     _status(ours),
+                     f"{fmt_time(fused.get('time_s'))} ({steps})" if fused else "-",
+                     _num(fused.get("gcells_per_s"), ".2f")])
     return headers, rows
 
 
