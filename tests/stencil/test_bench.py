@@ -239,6 +239,17 @@ def test_cli_compile_only_one_shape(tmp_path, capsys):
     assert "36/36 compiled" in capsys.readouterr().out
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the host nvcc")
+def test_every_cell_of_the_matrix_compiles(tmp_path, capsys):
+    """The CPU path of the issue: every cell's dispatched operator (through the committed
+    table) and its naive baseline compile for sm_90 (about 40 s on 2 cores)."""
+    j = tmp_path / "all.json"
+    assert main(["stencil", "check", "--compile-only", "--json", str(j)]) == 0
+    results = json.loads(j.read_text())["compile_only"]
+    assert {r["cell"] for r in results} == {c.id for c in matrix()}
+    assert len(results) == 180 and all(r["ok"] for r in results)
+
+
 def test_a_slow_runner_is_timed_three_times() -> None:
     """A baseline slower than bench.SLOW_S per application gets 3 timed runs, not `repeat`."""
     cell = Cell.parse("star_1/16x12x10/fp32")
