@@ -4,7 +4,8 @@
 # (at most 8 files come back from the device machine).
 #   device run, carry [".whl", ".carry"]:  bash scripts/gpu-check.sh [bench_replay_gpu.py args]
 #   GPU_STEPS="pytest-gpu stencil-forge" runs only those steps; FORGE_ROUNDS, FORGE_LIMIT and
-#   BENCH_LIMIT tune the stencil steps (.carry/halide.tar.xz: ../shared/device/halide.sh)
+#   BENCH_LIMIT tune the stencil steps (.carry/halide.tar.xz: ../shared/device/halide.sh);
+#   GPU_STEPS="scaling" (nvidia-h200-x2/x4) measures the service over 1..N GPUs
 # (.whl is made here with: ../shared/device/wheels.sh tree-sitter tree-sitter-c
 #  tree-sitter-cuda optuna openai dask distributed)
 set -uo pipefail
@@ -46,6 +47,13 @@ step stencil-forge "${FORGE_LIMIT:-540}" python3 scripts/stencil_forge.py --roun
 step stencil-bench "${BENCH_LIMIT:-420}" python3 -m kernforge stencil bench --json "$OUT/stencil-bench.json" \
   --md "$OUT/stencil-bench.md" --png "$OUT/stencil-bench.png" \
   --baselines "${BENCH_BASELINES:-naive,torch,halide,halide_auto}"
+# multi-GPU scaling (issue 9): only when asked for by name, on nvidia-h200-x2 (or x4)
+if [[ " ${GPU_STEPS:-} " == *" scaling "* ]]; then
+  gpus=$(nvidia-smi -L | wc -l); counts=$(seq -s ' ' 1 "$gpus")
+  step scaling "${SCALING_LIMIT:-480}" python3 scripts/bench_scaling.py --backend cuda \
+    --workers $counts --points 16 --duration 60 --json "$OUT/scaling.json" \
+    --markdown "$OUT/scaling.md"
+fi
 status=0
 for k in "${!rc[@]}"; do echo "$k rc=${rc[$k]}"; [ "${rc[$k]}" = 0 ] || status=1; done
 exit $status
