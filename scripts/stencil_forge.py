@@ -11,20 +11,14 @@ the repository (src/kernforge/stencil/data/, docs/stencil/) after reviewing them
 from __future__ import annotations
 
 import argparse
-import functools
-import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from kernforge.forge.compile import compile_all
-from kernforge.forge.measure import GpuDevice
-from kernforge.forge.run import forge_matrix
-from kernforge.forge.sessions import gpu_sessions
+from kernforge.forge.run import forge_run
 from kernforge.stencil.matrix import TABLE_PATH
 from kernforge.stencil.spec import matrix
 
@@ -39,23 +33,13 @@ def main() -> int:
     ap.add_argument("--table", type=Path, default=TABLE_PATH, help="the starting table")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "forge-out")))
     ap.add_argument("--cache", type=Path, default=Path("/tmp/kf-cubins"))
+    ap.add_argument("--emulate", action="store_true", help="host emulator (small grids)")
     args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    table = args.out / "matrix.json"
-    if args.table.exists() and args.table.resolve() != table.resolve():
-        shutil.copy(args.table, table)
     cells = matrix(args.stencils, args.shapes, args.precisions)
-    device = GpuDevice()
-    ident = device.identity()
-    name = str(ident.get("device", ident.get("name", "cuda")))
     t0 = time.time()
-    summary = forge_matrix(
-        cells, sessions=functools.partial(gpu_sessions, device),
-        compiler=lambda ops: compile_all(ops, args.cache), table_path=table,
-        perf_log=args.out / "perf-log.jsonl", idea_log=args.out / "ideas.md",
-        rounds=args.rounds, band=args.band, device=name,
-        say=lambda m: print(f"[{time.time() - t0:7.1f}s] {m}", flush=True))
-    (args.out / "forge-summary.json").write_text(json.dumps(summary, indent=1))
+    summary = forge_run(cells, args.out, start_table=args.table, rounds=args.rounds,
+                        band=args.band, emulate=args.emulate, cache=args.cache,
+                        say=lambda m: print(f"[{time.time() - t0:7.1f}s] {m}", flush=True))
     print(f"forge: {len(cells)} cells, {args.rounds} rounds, {time.time() - t0:.0f} s; "
           f"regressed: {summary['regressed'] or 'none'}")
     for rec in summary["final"]:

@@ -1,9 +1,10 @@
-"""``kernforge stencil {list,check,bench}``: the stencil operator matrix (docs/stencil.md).
+"""``kernforge stencil {list,check,forge,bench}``: the stencil operator matrix (docs/stencil.md).
 
 - ``list``: the cells (stencil x shape x precision) with their sizes;
 - ``check --compile-only``: compile every cell's operator and the naive baseline with the host
   ``nvcc`` (no GPU needed; exit 6 on a failure); without ``--compile-only``: the oracle gate on
   the GPU (exit 5 when an operator fails it);
+- ``forge``: the forge loop (:mod:`.stencil_forge_cmd`);
 - ``bench``: check and time our operators and the baselines on the GPU, print the matrix, write
   JSON / PNG / Markdown (exit 5 when one of our operators fails the oracle, 6 on other
   failures of ours).
@@ -27,6 +28,7 @@ from ..forge import report
 from ..forge.bench import BASELINES, BenchConfig, bench, check_cells, operator_for
 from ..forge.compile_check import compile_only
 from ..stencil.spec import Cell, matrix
+from . import stencil_forge_cmd
 from .output import console, err_console
 
 
@@ -46,7 +48,7 @@ def _cells(args: argparse.Namespace) -> list[Cell]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("stencil", help="the stencil operator matrix: list, check, bench",
+    p = sub.add_parser("stencil", help="the stencil operator matrix: list, check, forge, bench",
                        description="Specialized stencil operators per (stencil, shape, "
                                    "precision), checked against a float64 oracle and timed "
                                    "against baselines (docs/stencil.md).")
@@ -67,6 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="seed of the inputs (default: random, printed per check)")
     ck.add_argument("--json", type=Path, default=None, help="write the results here")
     ck.set_defaults(func=run_check)
+    stencil_forge_cmd.add_parser(cmds, _filters, _cells)
     b = cmds.add_parser("bench", help="check and time operators and baselines on the GPU")
     _filters(b)
     b.add_argument("--baselines", default=",".join(BASELINES),

@@ -20,9 +20,54 @@ from ..stencil.spec import Cell
 from .compile import compile_all
 from .loop import IDEAS, Compiler, Forge, SessionFactory, regressions, round_plan
 
+EMULATE_MAX_POINTS = 1 << 16  # the emulator runs a host thread per CUDA thread
+
 
 def default_compiler(cache: Path) -> Compiler:
     return lambda ops: compile_all(ops, cache)
+
+
+def forge_run(cells: list[Cell], out: Path, *, start_table: Path | None, rounds: int,
+              band: float = 0.02, emulate: bool = False, cache: Path | None = None,
+              say: Callable[[str], None] = print) -> dict[str, Any]:
+    """A whole forge run into ``out`` (matrix.json, perf-log.jsonl, ideas.md,
+    forge-summary.json), starting from ``start_table`` (the prior best) when it exists: on the
+    GPU, or with ``emulate`` on the host emulator (small grids; timings meaningless)."""
+    import functools
+    import shutil
+
+    from ..core import ConfigError
+    from ..core.jsonio import write_json_atomic
+
+    if emulate and any(c.shape.points > EMULATE_MAX_POINTS for c in cells):
+        raise ConfigError("the host emulator runs one thread per CUDA thread: grids of up to "
+                          f"{EMULATE_MAX_POINTS} points only",
+                          hint="pass small --shapes with --emulate, e.g. 40x20x16")
+    out.mkdir(parents=True, exist_ok=True)
+    table = out / "matrix.json"
+    if start_table is not None and start_table.exists() \
+            and start_table.resolve() != table.resolve():
+        shutil.copy(start_table, table)
+    if emulate:
+        from .sessions import emulated_compiler, emulated_sessions
+
+        sessions: SessionFactory = emulated_sessions
+        compiler: Compiler = emulated_compiler
+        device = "host emulator"
+    else:
+        from .measure import GpuDevice
+        from .sessions import gpu_sessions
+
+        gpu = GpuDevice()
+        ident = gpu.identity()
+        device = str(ident.get("device", ident.get("name", "cuda")))
+        sessions = functools.partial(gpu_sessions, gpu)
+        compiler = default_compiler(cache or out / "cubins")
+    summary = forge_matrix(cells, sessions=sessions, compiler=compiler, table_path=table,
+                           perf_log=out / "perf-log.jsonl", idea_log=out / "ideas.md",
+                           rounds=rounds, band=band, device=device, say=say)
+    write_json_atomic(out / "forge-summary.json", summary)
+    return summary
 
 
 def forge_matrix(cells: list[Cell], *, sessions: SessionFactory, compiler: Compiler,

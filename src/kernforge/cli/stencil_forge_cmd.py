@@ -1,0 +1,69 @@
+"""``kernforge stencil forge``: the forge loop over (part of) the stencil matrix.
+
+On a GPU it measures; with ``--emulate`` it runs the same loop on the host emulator (small grids
+only, timings meaningless: a dry run of the plumbing, the kernels and the oracle). Outputs go to
+``--out``: the dispatch table the run ends with, the performance log, the idea-log section and a
+summary; review them, then copy the table into ``src/kernforge/stencil/data/`` (docs/stencil.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from ..forge.loop import round_plan
+from ..forge.run import forge_run
+from ..stencil.matrix import TABLE_PATH
+from .output import console
+
+
+def add_parser(cmds: argparse._SubParsersAction, filters: Any, cells: Any) -> None:
+    f = cmds.add_parser("forge", help="forge operators: one change per round, gated",
+                        description="Rounds of one change each over the matrix (design, then "
+                                    "one parameter per round); a candidate is kept only when "
+                                    "it passes the float64 oracle and an interleaved A/B "
+                                    "against the incumbent.")
+    filters(f)
+    f.add_argument("--rounds", type=int, default=8,
+                   help=f"rounds (default 8; order: {', '.join(round_plan(16))})")
+    f.add_argument("--band", type=float, default=0.02,
+                   help="minimum speedup to accept, as a fraction (default 0.02)")
+    f.add_argument("--out", type=Path, default=Path("runs/forge"), help="output directory")
+    f.add_argument("--table", type=Path, default=TABLE_PATH,
+                   help="the table to start from (default: the committed one)")
+    f.add_argument("--emulate", action="store_true",
+                   help="run on the host emulator instead of a GPU (small --shapes only)")
+    f.set_defaults(func=run_forge, cells=cells)
+
+
+def run_forge(args: argparse.Namespace) -> int:
+    from ..core import ConfigError
+
+    if args.rounds < 1:
+        raise ConfigError(f"--rounds {args.rounds} must be >= 1", hint="e.g. --rounds 8")
+    cells = args.cells(args)
+    t0 = time.time()
+    summary = forge_run(cells, args.out, start_table=args.table, rounds=args.rounds,
+                        band=args.band, emulate=args.emulate,
+                        say=lambda m: console.print(f"[dim]{time.time() - t0:7.1f}s[/] "
+                                                    f"{escape(m)}"))
+    table = Table(title=f"forge: {len(cells)} cells, {args.rounds} rounds "
+                        f"({time.time() - t0:.0f} s)")
+    for h in ("round", "change", "accepted", "rejected", "unchanged"):
+        table.add_column(h)
+    for r in summary["rounds"]:
+        table.add_row(str(r["round"]), r["change"], str(r["accepted"]), str(r["rejected"]),
+                      str(r["unchanged"]))
+    console.print(table)
+    bad = summary["regressed"]
+    console.print(f"zero-regression pass: {len(summary['final'])} cells re-measured, "
+                  f"{len(bad)} regressed{': ' + ', '.join(bad) if bad else ''}")
+    console.print(f"wrote {escape(str(args.out))}/matrix.json, perf-log.jsonl, ideas.md")
+    if args.emulate:  # emulator timings carry no performance meaning: no regression verdict
+        return 0
+    return 1 if bad else 0
