@@ -38,6 +38,7 @@ from ..core import (
     SignatureError,
     Variant,
 )
+from ..core.paths import cache_path
 from .base import Backend, Compiled, Knob
 from .host import HostMemory
 from .rewrite import rewrite
@@ -118,11 +119,7 @@ def find_compiler() -> list[str]:
 
 def cache_dir() -> Path:
     """Where compiled libraries live: ``$KERNFORGE_CACHE_DIR/cpu`` or ``~/.cache/kernforge/cpu``."""
-    root = os.environ.get("KERNFORGE_CACHE_DIR")
-    if root:
-        return Path(root) / "cpu"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "kernforge" / "cpu"
+    return cache_path("cpu")
 
 
 def llc_bytes() -> int:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..core.paths import cache_path
 from ..stencil.spec import Cell
 from .compile import compile_all
 from .loop import IDEAS, Compiler, Forge, SessionFactory, regressions, round_plan
@@ -62,7 +63,7 @@ def forge_run(cells: list[Cell], out: Path, *, start_table: Path | None, rounds:
         ident = gpu.identity()
         device = str(ident.get("device", ident.get("name", "cuda")))
         sessions = functools.partial(gpu_sessions, gpu)
-        compiler = default_compiler(cache or out / "cubins")
+        compiler = default_compiler(cache or cache_path("cubins"))
     summary = forge_matrix(cells, sessions=sessions, compiler=compiler, table_path=table,
                            perf_log=out / "perf-log.jsonl", idea_log=out / "ideas.md",
                            rounds=rounds, band=band, device=device, say=say)

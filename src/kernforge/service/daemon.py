@@ -24,17 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from ..core import ConfigError
+from ..core.paths import cache_path
 from .config import ServiceConfig
 
 STATE_FORMAT = "kernforge-serve-state"
 
 
 def default_state() -> Path:
-    root = os.environ.get("KERNFORGE_CACHE_DIR")
-    if root:
-        return Path(root) / "serve.json"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "kernforge" / "serve.json"
+    return cache_path("serve.json")
 
 
 def read_state(path: Path | None = None) -> dict[str, Any]:

@@ -53,6 +53,7 @@ from ..core import (
     KernelRuntimeError,
     LaunchError,
 )
+from ..core.paths import cache_path
 from .emulate_cxx import module_source
 from .emulate_runtime import RUNTIME
 from .operator import Launch, Operator
@@ -86,11 +87,7 @@ def find_compiler() -> list[str]:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("KERNFORGE_CACHE_DIR")
-    if root:
-        return Path(root) / "emulate"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "kernforge" / "emulate"
+    return cache_path("emulate")
 
 
 _ids: dict[str, str] = {}
