@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..operator import Launch, Operator
 from ..spec import Cell
 from . import zmarch_staged
-from .common import cdiv, extents, header, load, ping_pong, store, weight_defs, weight_names
+from .common import cdiv, extents, header, load, ping_pong, store, weight_defs
 
 
 def _vec_struct(cell: Cell, vx: int) -> str:
@@ -27,16 +27,11 @@ def _vec_struct(cell: Cell, vx: int) -> str:
     return f"struct __align__({align}) Vec {{ {t} v[{vx}]; }};\n"
 
 
-def _weights_by_offset(cell: Cell) -> dict[tuple[int, int, int], str]:
-    return dict(zip(cell.stencil.offsets, weight_names(cell), strict=True))
-
-
 def _body(cell: Cell, vx: int) -> str:
     """Statements computing ``res[l]`` for every lane from the queue and cached loads."""
     p = cell.precision
     acc = p.acc_ctype
     r = cell.radius
-    w = _weights_by_offset(cell)
     out = []
     # y neighbours: aligned vector loads of rows y +- d in the current plane
     for d in range(1, r + 1):
@@ -49,30 +44,7 @@ def _body(cell: Cell, vx: int) -> str:
         out.append(f"const {acc} xr{d} = {load(p, f'src[base + {vx - 1 + d}]')};")
     if cell.stencil.kind == "varcoeff":
         out.append("const Vec cf = *reinterpret_cast<const Vec*>(coef + base);")
-    for lane in range(vx):
-        terms = []
-        for (dz, dy, dx), name in w.items():
-            if (dz, dy, dx) == (0, 0, 0):
-                continue
-            if dz:
-                val = f"q[{r + dz}][{lane}]"
-            elif dy:
-                val = load(p, f"y{'m' if dy < 0 else 'p'}{abs(dy)}.v[{lane}]")
-            else:
-                k = lane + dx
-                if 0 <= k < vx:
-                    val = f"q[{r}][{k}]"
-                elif k < 0:
-                    val = f"xl{-k}"
-                else:
-                    val = f"xr{k - vx + 1}"
-            terms.append(f"{name} * {val}")
-        nsum = " + ".join(terms)
-        center = f"{w[(0, 0, 0)]} * q[{r}][{lane}]"
-        if cell.stencil.kind == "varcoeff":
-            out.append(f"res[{lane}] = {center} + {load(p, f'cf.v[{lane}]')} * ({nsum});")
-        else:
-            out.append(f"res[{lane}] = {center} + {nsum};")
+    out += zmarch_staged.lane_sums(cell, vx, lambda v: load(p, v), "cf")
     return "\n      ".join(out)
 
 

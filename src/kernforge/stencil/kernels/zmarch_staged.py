@@ -21,6 +21,8 @@ for ``pf=1, smem=0``). What changes:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..spec import Cell
 from .common import load, store, weight_names
 
@@ -55,7 +57,19 @@ def _compute(cell: Cell, vx: int, smem: bool, u: int) -> list[str]:
         else:
             out.append(f"const ACC xl{d} = {load(p, f'src[base - {d}]')};")
             out.append(f"const ACC xr{d} = {load(p, f'src[base + {vx - 1 + d}]')};")
+    out += lane_sums(cell, vx, (lambda v: v) if smem else (lambda v: load(p, v)), f"g{u}")
+    return out
+
+
+def lane_sums(cell: Cell, vx: int, y_value: Callable[[str], str], coef: str) -> list[str]:
+    """``res[l] = ...`` for every lane: z neighbours from the register queue ``q``, x neighbours
+    from the lanes or the halo scalars ``xl*``/``xr*``, y neighbours from the row vectors
+    ``ym*``/``yp*`` (read through ``y_value``); varcoeff multiplies the neighbour sum by the
+    lane of the coefficient vector ``coef``."""
+    p = cell.precision
+    r = cell.radius
     w = _weights(cell)
+    out = []
     for lane in range(vx):
         terms = []
         for (dz, dy, dx), name in w.items():
@@ -64,8 +78,7 @@ def _compute(cell: Cell, vx: int, smem: bool, u: int) -> list[str]:
             if dz:
                 val = f"q[{r + dz}][{lane}]"
             elif dy:
-                val = f"y{'m' if dy < 0 else 'p'}{abs(dy)}.v[{lane}]"
-                val = val if smem else load(p, val)
+                val = y_value(f"y{'m' if dy < 0 else 'p'}{abs(dy)}.v[{lane}]")
             else:
                 k = lane + dx
                 val = (f"q[{r}][{k}]" if 0 <= k < vx else f"xl{-k}" if k < 0
@@ -74,7 +87,7 @@ def _compute(cell: Cell, vx: int, smem: bool, u: int) -> list[str]:
         nsum = " + ".join(terms)
         center = f"{w[(0, 0, 0)]} * q[{r}][{lane}]"
         if cell.stencil.kind == "varcoeff":
-            out.append(f"res[{lane}] = {center} + {load(p, f'g{u}.v[{lane}]')} * ({nsum});")
+            out.append(f"res[{lane}] = {center} + {load(p, f'{coef}.v[{lane}]')} * ({nsum});")
         else:
             out.append(f"res[{lane}] = {center} + {nsum};")
     return out
