@@ -42,10 +42,10 @@ step demo 240 python3 -m kernforge demo --backend cuda --out "$(mktemp -d)/demo"
   --backend cuda --out "$OUT/service-cuda.md"
 step stencil-forge "${FORGE_LIMIT:-540}" python3 scripts/stencil_forge.py --rounds "${FORGE_ROUNDS:-8}" \
   --out "$OUT/forge"
-# the bench dispatches through the table this run just forged (the device's copy of the tree)
-[ -s "$OUT/forge/matrix.json" ] && cp "$OUT/forge/matrix.json" src/kernforge/stencil/data/matrix.json
+# the bench dispatches through the table this run just forged, when there is one
+table=(); [ -s "$OUT/forge/matrix.json" ] && table=(--table "$OUT/forge/matrix.json")
 step stencil-bench "${BENCH_LIMIT:-420}" python3 -m kernforge stencil bench --json "$OUT/stencil-bench.json" \
-  --md "$OUT/stencil-bench.md" --png "$OUT/stencil-bench.png" \
+  --md "$OUT/stencil-bench.md" --png "$OUT/stencil-bench.png" "${table[@]}" \
   --baselines "${BENCH_BASELINES:-naive,torch,halide,halide_auto}"
 # multi-GPU scaling (issue 9): only when asked for by name, on nvidia-h200-x2 (or x4)
 if [[ " ${GPU_STEPS:-} " == *" scaling "* ]]; then

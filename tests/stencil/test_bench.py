@@ -226,6 +226,28 @@ def test_cli_list_and_bench_on_host_device(tmp_path, monkeypatch, capsys):
     assert main(["stencil", "bench", "--baselines", "nope"]) == 2
 
 
+def test_cli_bench_dispatches_through_a_given_table(tmp_path, monkeypatch):
+    """--table: the operator a forge run accepted (here: naive with a chosen block) is benched,
+    not the committed table's; a missing or malformed table is bad input."""
+    from kernforge.core.jsonio import write_json_atomic
+    from kernforge.stencil import matrix as mx
+
+    monkeypatch.setattr(measure_mod, "GpuDevice", HostDevice)
+    table = tmp_path / "matrix.json"
+    write_json_atomic(table, {"version": mx.TABLE_VERSION, "cells": {
+        "star_1/16x12x10/fp32": {"design": "naive", "params": {"block": [8, 4, 2]},
+                                 "seconds": 1e-3}}})
+    j = tmp_path / "b.json"
+    assert main(["stencil", "bench", "--stencils", "star_1", "--shapes", "16x12x10",
+                 "--precisions", "fp32", "--baselines", "", "--table", str(table),
+                 "--json", str(j)]) == 0
+    ours = json.loads(j.read_text())["cells"][0]["runners"][0]
+    assert ours["design"] == "naive" and "block=(8, 4, 2)" in ours["key"]
+    assert main(["stencil", "bench", "--table", str(tmp_path / "none.json")]) == 2
+    (tmp_path / "bad.json").write_text("{")
+    assert main(["stencil", "bench", "--table", str(tmp_path / "bad.json")]) == 2
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the host nvcc")
 def test_cli_compile_only_one_shape(tmp_path, capsys):
     """Every stencil x precision at one shape, ours and naive, with nvcc -arch=sm_90 -cubin."""

@@ -47,6 +47,20 @@ def _cells(args: argparse.Namespace) -> list[Cell]:
     return matrix(_split(args.stencils), _split(args.shapes), _split(args.precisions))
 
 
+def _table(args: argparse.Namespace) -> str | None:
+    """``--table``, checked: a dispatch table other than the committed one."""
+    path = getattr(args, "table", None)
+    if path is None:
+        return None
+    if not Path(path).is_file():
+        raise ConfigError(f"no dispatch table at {path}",
+                          hint="give the matrix.json a forge run wrote, or leave --table out")
+    from ..stencil.matrix import load_table
+
+    load_table(Path(path))  # a malformed table is reported now, not per cell
+    return str(path)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("stencil", help="the stencil operator matrix: list, check, forge, bench",
                        description="Specialized stencil operators per (stencil, shape, "
@@ -75,6 +89,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--baselines", default=",".join(BASELINES),
                    help=f"comma-separated, '' for none (default {','.join(BASELINES)})")
     b.add_argument("--json", type=Path, default=None, help="write the results here")
+    b.add_argument("--table", type=Path, default=None,
+                   help="dispatch through this matrix.json (default: the committed table)")
     b.add_argument("--png", type=Path, default=None, help="write the chart here")
     b.add_argument("--md", type=Path, default=None, help="write the tables as Markdown here")
     b.add_argument("--warmup", type=int, default=3)
@@ -161,7 +177,8 @@ def run_bench(args: argparse.Namespace) -> int:
     if unknown:
         raise ConfigError(f"unknown baselines {unknown}", hint=f"choose from {BASELINES}")
     config = BenchConfig(baselines=baselines, warmup=args.warmup, repeat=args.repeat,
-                         passes=args.passes, points=args.points, seed=args.seed)
+                         passes=args.passes, points=args.points, seed=args.seed,
+                         table=_table(args))
     with _progress(len(cells), "bench") as update:
         results = bench(cells, config, progress=update,
                         log=lambda msg: err_console.print(escape(msg), soft_wrap=True))

@@ -26,6 +26,7 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from ..core import KernforgeError
@@ -50,18 +51,14 @@ class BenchConfig:
     per_pass: int = 3
     points: int = 4096  # random points per sampled check
     seed: int | None = None  # None: drawn at random when the run starts (then recorded)
+    table: str | None = None  # a dispatch table (matrix.json) other than the committed one
 
 
-def operator_for(cell: Cell) -> Operator:
-    """Our operator: ``kernforge.stencil.matrix.operator_for`` when it exists, else naive."""
-    try:
-        matrix = importlib.import_module("kernforge.stencil.matrix")
-    except ModuleNotFoundError as exc:
-        if exc.name != "kernforge.stencil.matrix":
-            raise
-        return naive.generate(cell)
-    op: Operator = matrix.operator_for(cell)
-    return op
+def operator_for(cell: Cell, table: str | None = None) -> Operator:
+    """Our operator: the dispatch of the committed table, or of the table at ``table``."""
+    from ..stencil import matrix as mx
+
+    return mx.operator_for(cell, mx.load_table(Path(table)) if table else None)
 
 
 # name -> (module under kernforge.stencil.baselines, factory(cell, fields) -> Runner), used
@@ -150,9 +147,10 @@ def _run_one(device: Device, cell: Cell, dcell: DeviceCell, runner: Runner, seed
     return entry
 
 
-def _ours(device: Device, cell: Cell, dcell: DeviceCell) -> tuple[Runner | None, dict[str, Any]]:
+def _ours(device: Device, cell: Cell, dcell: DeviceCell,
+          table: str | None = None) -> tuple[Runner | None, dict[str, Any]]:
     try:
-        op = operator_for(cell)
+        op = operator_for(cell) if table is None else operator_for(cell, table)
         info = {"design": op.design, "key": op.key, "launches": len(op.launches)}
         return device.operator_runner(op, dcell, "ours"), info
     except Exception as exc:  # noqa: BLE001 - a generator or compile failure is data
@@ -186,7 +184,7 @@ def bench_cell(device: Device, cell: Cell, index: int, config: BenchConfig,
                log: Log) -> dict[str, Any]:
     copy = device.copy_bandwidth(cell.shape.points * cell.precision.itemsize)
     dcell = device.allocate(cell, _seed(config, index, 0))
-    ours, info = _ours(device, cell, dcell)
+    ours, info = _ours(device, cell, dcell, config.table)
     runners: list[tuple[str, Runner | None, dict[str, Any]]] = [("ours", ours, info)]
     if cell.stencil.temporal and info.get("design") != "temporal":
         runners.append(_fused(device, cell, dcell))  # temporal blocking, reported beside
@@ -303,7 +301,8 @@ def bench(cells: Sequence[Cell], config: BenchConfig | None = None, *,
 
 def check_cells(cells: Sequence[Cell], *, device: Device | None = None, points: int = 4096,
                 seed: int | None = None, include_naive: bool = True,
-                progress: Progress | None = None) -> list[dict[str, Any]]:
+                progress: Progress | None = None,
+                table: str | None = None) -> list[dict[str, Any]]:
     """The oracle gate alone on the device: each cell's operator (and naive), fresh inputs."""
     if device is None:
         from .measure import GpuDevice
@@ -315,7 +314,7 @@ def check_cells(cells: Sequence[Cell], *, device: Device | None = None, points: 
         if progress:
             progress(cell.id, i, len(cells))
         dcell = device.allocate(cell, _seed(config, i, 0))
-        ours, info = _ours(device, cell, dcell)
+        ours, info = _ours(device, cell, dcell, table)
         named: list[tuple[str, Runner | None, dict[str, Any]]] = [("ours", ours, info)]
         if include_naive:
             try:
