@@ -40,3 +40,13 @@ def test_a_writer_killed_mid_loop_never_leaves_a_torn_file(tmp_path: Path) -> No
     proc.wait()
     data = json.loads(p.read_text())  # complete: one of the versions written
     assert data["i"] >= 0 and len(data["pad"]) == 200000
+
+
+def test_parse_json_says_where_a_damaged_document_broke() -> None:
+    import pytest
+
+    from kernforge.core.jsonio import DamagedJSON, parse_json
+
+    assert parse_json('{"a": [1, 2]}') == {"a": [1, 2]}
+    with pytest.raises(DamagedJSON, match=r"truncated or damaged.*line 2 column 7 \(char 12 of 12\)"):
+        parse_json('{"a":\n [1, 2')

@@ -62,3 +62,18 @@ def write_json_atomic(path: Path, data: Any, *, indent: int | None = 2) -> Path:
     """``data`` as (human-readable) JSON, written atomically."""
     text = json.dumps(data, indent=indent, default=str)
     return write_bytes_atomic(Path(path), (text + "\n").encode())
+
+
+class DamagedJSON(ValueError):
+    """A document that does not parse; the message says where it broke."""
+
+
+def parse_json(text: str) -> Any:
+    """``json.loads(text)``; a truncated or damaged document raises :class:`DamagedJSON` with
+    the line, column and offset where parsing stopped (callers add the path and a hint)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DamagedJSON(f"not valid JSON (truncated or damaged): {exc.msg} at line "
+                          f"{exc.lineno} column {exc.colno} (char {exc.pos} of {len(text)})"
+                          ) from None

@@ -24,7 +24,7 @@ import numpy as np
 
 from .._version import __version__
 from ..core import ConfigError, LaunchConfig
-from ..core.jsonio import canonical_checksum, write_bytes_atomic
+from ..core.jsonio import DamagedJSON, canonical_checksum, parse_json, write_bytes_atomic
 
 FORMAT = "kernforge-deploy"
 SCHEMA_VERSION = 1
@@ -226,10 +226,9 @@ def _load_json(path: Path) -> dict[str, Any]:
                    "give the file written by kernforge export (e.g. RUN_DIR/deploy.json)")
     text = path.read_text("utf-8", errors="replace")
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _bad(path, f"not valid JSON (truncated or damaged): {exc.msg} at line "
-                   f"{exc.lineno} column {exc.colno} (char {exc.pos} of {len(text)})") from None
+        doc = parse_json(text)
+    except DamagedJSON as exc:
+        raise _bad(path, str(exc)) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
         raise _bad(path, f"not a kernforge deployment spec (format is {found!r}, expected "

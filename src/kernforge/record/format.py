@@ -38,6 +38,7 @@ from ..core import (
     Tolerance,
     Variant,
 )
+from ..core.jsonio import DamagedJSON, parse_json
 from ._layout import (
     BLOBS,
     FORMAT,
@@ -248,10 +249,9 @@ def _read_manifest(unit: Path) -> dict[str, Any]:
                    "point at a unit directory (it holds manifest.json) or at a recordings root")
     text = path.read_text("utf-8", errors="replace")
     try:
-        m = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _bad(path, f"not valid JSON (truncated or damaged): {exc.msg} at line "
-                   f"{exc.lineno} column {exc.colno} (char {exc.pos} of {len(text)})") from None
+        m = parse_json(text)
+    except DamagedJSON as exc:
+        raise _bad(path, str(exc)) from None
     if not isinstance(m, dict):
         raise _bad(path, "not a kernforge manifest (the top level is not a JSON object)")
     if m.get("format") != FORMAT:

@@ -8,12 +8,12 @@ regression gate compares against. A cell without an entry gets its design's defa
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..core import ConfigError
+from ..core.jsonio import DamagedJSON, parse_json
 from .kernels import naive, planesweep, temporal, zmarch
 from .operator import Operator
 from .spec import Cell, Precision
@@ -113,12 +113,13 @@ def load_table(path: Path | None = None) -> dict[str, dict[str, Any]]:
     if not p.exists():
         return {}
     try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{p} is not valid JSON ({exc})",
+        data = parse_json(p.read_text("utf-8", errors="replace"))
+    except DamagedJSON as exc:
+        raise ConfigError(f"{p}: {exc}",
                           hint="restore it from git or delete it to start from defaults") from None
-    if data.get("version") != TABLE_VERSION:
-        raise ConfigError(f"{p} has version {data.get('version')!r}, expected {TABLE_VERSION}",
+    version = data.get("version") if isinstance(data, dict) else None
+    if version != TABLE_VERSION:
+        raise ConfigError(f"{p} has version {version!r}, expected {TABLE_VERSION}",
                           hint="regenerate it with the forge loop")
     cells: dict[str, dict[str, Any]] = data.get("cells", {})
     return cells
