@@ -21,6 +21,7 @@ logged).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import secrets
 import time
@@ -58,7 +59,17 @@ def operator_for(cell: Cell, table: str | None = None) -> Operator:
     """Our operator: the dispatch of the committed table, or of the table at ``table``."""
     from ..stencil import matrix as mx
 
-    return mx.operator_for(cell, mx.load_table(Path(table)) if table else None)
+    path = Path(table) if table else mx.TABLE_PATH
+    mtime = path.stat().st_mtime_ns if path.exists() else 0
+    return mx.operator_for(cell, _table(str(path), mtime))
+
+
+@functools.lru_cache(maxsize=4)
+def _table(path: str, mtime: int) -> dict[str, dict[str, Any]]:
+    """A dispatch table, read once per bench run (keyed by its modification time)."""
+    from ..stencil import matrix as mx
+
+    return mx.load_table(Path(path))
 
 
 # name -> (module under kernforge.stencil.baselines, factory(cell, fields) -> Runner), used
