@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import signal
+import sqlite3
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +138,33 @@ def replaying(results: dict[str, EvalResult]) -> Evaluate:
         return results[code]
 
     return run_one
+
+
+def finished_count(db: Path) -> int:
+    """Evaluations finished so far in a run's store (0 while it does not exist yet)."""
+    try:
+        con = sqlite3.connect(str(db), timeout=1)
+        n = con.execute("SELECT COUNT(*) FROM events WHERE kind='evaluation_finished'"
+                        ).fetchone()[0]
+        con.close()
+        return int(n)
+    except sqlite3.Error:
+        return 0
+
+
+def kill_child_mid_run(heat_recordings: Path, run_dir: Path, memo: str, base_url: str,
+                       iterations: int, eval_delay: str, *, after: int = 4) -> None:
+    """Run tests.pipeline._evolve_child (memo directory or "-" for real evaluations) and
+    SIGKILL it once ``after`` evaluations have finished; the child must still be running."""
+    env = {**os.environ,
+           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.pipeline._evolve_child", str(heat_recordings),
+         str(run_dir), memo, base_url, str(iterations), eval_delay], cwd=ROOT, env=env)
+    db = run_dir / "evolve.db"
+    deadline = time.monotonic() + 120
+    while finished_count(db) < after and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert child.poll() is None, "the child finished before it could be killed"
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()

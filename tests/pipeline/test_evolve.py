@@ -4,12 +4,8 @@ and resume, strict configuration, report files."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import sqlite3
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -25,24 +21,13 @@ from kernforge.pipeline.evolve_config import config_from_dict, load_config
 from kernforge.pipeline.evolve_eval import make_evolve_evaluator
 from kernforge.record import find_recordings, load_recording
 
-from .evolve_helpers import ROOT, llm_config, memoized, scripted_reply
+from .evolve_helpers import ROOT, kill_child_mid_run, llm_config, memoized, scripted_reply
 
 ITERS = 16
 
 
 def _recs(path: Path) -> list:
     return [load_recording(p) for p in find_recordings(path)]
-
-
-def _finished(db: Path) -> int:
-    try:
-        con = sqlite3.connect(str(db), timeout=1)
-        n = con.execute("SELECT COUNT(*) FROM events WHERE kind='evaluation_finished'"
-                        ).fetchone()[0]
-        con.close()
-        return int(n)
-    except sqlite3.Error:
-        return 0
 
 
 def _population(db: Path) -> tuple[list, dict, list]:
@@ -114,17 +99,7 @@ def test_kill9_mid_run_resumes_to_the_same_population(heat_recordings: Path,
         assert ref.result.iterations == ITERS
         run_dir = tmp_path / "killed"
         db = run_dir / "evolve.db"
-        env = {**os.environ,
-               "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        child = subprocess.Popen(
-            [sys.executable, "-m", "tests.pipeline._evolve_child", str(heat_recordings),
-             str(run_dir), str(memo), srv.base_url, str(ITERS), "0.3"], cwd=ROOT, env=env)
-        deadline = time.monotonic() + 120
-        while _finished(db) < 4 and child.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert child.poll() is None, "the child finished before it could be killed"
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
+        kill_child_mid_run(heat_recordings, run_dir, str(memo), srv.base_url, ITERS, "0.3")
         with Store(db) as s:
             applied = s.get_state("next_apply")
             finished_before = {e["program_id"] for e in s.events("evaluation_finished")}

@@ -9,11 +9,6 @@ variant, where both runs see identical results from the start.)"""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -23,8 +18,14 @@ from kernforge.pipeline.evolve import evolve_kernel
 from kernforge.pipeline.evolve_eval import make_evolve_evaluator
 from kernforge.record import find_recordings, load_recording
 
-from .evolve_helpers import ROOT, llm_config, replaying, scripted_reply, stored_results
-from .test_evolve import _finished, _population
+from .evolve_helpers import (
+    kill_child_mid_run,
+    llm_config,
+    replaying,
+    scripted_reply,
+    stored_results,
+)
+from .test_evolve import _population
 
 ITERS = 12
 
@@ -41,18 +42,8 @@ def test_kill9_with_real_evaluations_resumes_without_repeating_any(
     recs = [load_recording(p) for p in find_recordings(heat_recordings)]
     run_dir = tmp_path / "killed"
     db = run_dir / "evolve.db"
-    env = {**os.environ,
-           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     with FakeLLMServer(scripted_reply, latency=0.05) as srv:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "tests.pipeline._evolve_child", str(heat_recordings),
-             str(run_dir), "-", srv.base_url, str(ITERS), "0.1"], cwd=ROOT, env=env)
-        deadline = time.monotonic() + 120
-        while _finished(db) < 4 and child.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert child.poll() is None, "the child finished before it could be killed"
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
+        kill_child_mid_run(heat_recordings, run_dir, "-", srv.base_url, ITERS, "0.1")
         with Store(db) as s:
             applied = s.get_state("next_apply")
         before = _evaluations(db)
