@@ -82,15 +82,20 @@ KNOBS: tuple[Knob, ...] = (
 )
 
 
-def _cupy() -> Any:
+def require_cupy(who: str, hint: str) -> Any:
+    """CuPy with a visible GPU, else BackendUnavailableError naming ``who`` needs it."""
     try:
         import cupy
         cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:  # ImportError, or CUDARuntimeError without a GPU
-        raise BackendUnavailableError(f"the cuda backend needs CuPy and an NVIDIA GPU ({exc})",
-                                      hint="install cupy-cuda13x on a machine with a GPU, or "
-                                           "use backend='cpu'") from exc
+        raise BackendUnavailableError(f"{who} needs CuPy and an NVIDIA GPU ({exc})",
+                                      hint=hint) from exc
     return cupy
+
+
+def _cupy() -> Any:
+    return require_cupy("the cuda backend", "install cupy-cuda13x on a machine with a GPU, or "
+                                            "use backend='cpu'")
 
 
 @dataclass

@@ -26,7 +26,6 @@ import numpy as np
 
 from ..backends.cupy_hooks import original_class
 from ..core import (
-    BackendUnavailableError,
     CompileError,
     ConfigError,
     KernelRuntimeError,
@@ -87,15 +86,10 @@ class Runner(Protocol):
 
 
 def cupy_module() -> Any:
-    try:
-        import cupy
-        cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # ImportError, or CUDARuntimeError without a GPU
-        raise BackendUnavailableError(f"stencil measurements need CuPy and an NVIDIA GPU ({exc})",
-                                      hint="run on a machine with a GPU and cupy-cuda13x; "
-                                           "`kernforge stencil check --compile-only` needs "
-                                           "only nvcc") from exc
-    return cupy
+    from ..backends.cuda import require_cupy
+
+    return require_cupy("stencil measurements", "run on a machine with a GPU and cupy-cuda13x; "
+                        "`kernforge stencil check --compile-only` needs only nvcc")
 
 
 @dataclass
