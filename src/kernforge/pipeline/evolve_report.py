@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..evolve.store import Store
 from ..evolve.types import Program
+from ..harness.plots import best_so_far_png
 
 if TYPE_CHECKING:
     from .evolve_final import Final
@@ -73,33 +74,11 @@ def _timings(store: Store) -> tuple[int, int, float, float, list[tuple[float, fl
 
 def plot_best_so_far(points: list[tuple[float, float | None]], t0: float, path: Path,
                      title: str) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 3.4))
-    ok = [(t - t0, f * 1e6) for t, f in points if f is not None]
-    if ok:
-        xs, ys = zip(*ok)
-        ax.scatter(xs, ys, s=12, color="#4c72b0", label="verified candidate (tuned)")
-        best, run = [], float("inf")
-        for x, y in ok:
-            run = min(run, y)
-            best.append((x, run))
-        ax.step(*zip(*best), where="post", color="#dd8452", label="best so far")
-    bad = [t - t0 for t, f in points if f is None]
-    if bad and ok:
-        ax.scatter(bad, [max(y for _, y in ok)] * len(bad), marker="x", color="#c44e52",
-                   label="rejected (compile, wrong result, ...)")
-    ax.set_xlabel("seconds since the run started")
-    ax.set_ylabel("best verified time (us)")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return best_so_far_png(
+        path, [(t - t0, f * 1e6) for t, f in points if f is not None],
+        [t - t0 for t, f in points if f is None], ok_label="verified candidate (tuned)",
+        bad_label="rejected (compile, wrong result, ...)",
+        xlabel="seconds since the run started", ylabel="best verified time (us)", title=title)
 
 
 def build_report(store: Store, kernel: str, final: Final) -> tuple[Report, list[Any]]:

@@ -26,6 +26,7 @@ from ..backends import Backend, get_backend
 from ..core import ConfigError, KernforgeError, Measurement, Recording, Status, Variant
 from ..core.jsonio import write_json_atomic
 from ..harness import ABResult
+from ..harness.plots import best_so_far_png
 from ..tune import Budget, Dimension, ProductAtMost, SearchSpace, TrialRecord, TuneResult, tune
 from .engine import evaluate_variant
 from .prepare import TolerancePolicy, is_tolerant, resolve_policies
@@ -185,34 +186,16 @@ def write_result(o: TuningOutcome, *, sampler: str, preset: str) -> Path:
 
 
 def plot_history(o: TuningOutcome, path: Path, *, sampler: str) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     trials = [t for t in o.study.trials if t.evaluated or t.cached]
-    ok = [(t.number, t.median * 1e3) for t in trials if t.ok and t.median is not None]
-    bad = [t.number for t in trials if not t.ok]
-    fig, ax = plt.subplots(figsize=(7, 3.4))
-    if ok:
-        xs, ys = zip(*ok)
-        ax.scatter(xs, ys, s=14, color="#4c72b0", label="verified trial")
-        best, run = [], float("inf")
-        for x, y in ok:
-            run = min(run, y)
-            best.append((x, run))
-        ax.step(*zip(*best), where="post", color="#dd8452", label="best so far")
-        if bad:
-            ax.scatter(bad, [max(ys)] * len(bad), marker="x", color="#c44e52",
-                       label="failed (compile, launch or wrong result)")
-    if o.baseline_s:
-        ax.axhline(o.baseline_s * 1e3, ls="--", color="#888", label="recorded configuration")
-    ax.set_xlabel("trial")
-    ax.set_ylabel("median replay time (ms)")
-    ax.set_title(f"{o.recording.name}: {sampler}, speedup {o.speedup:.3f}x (interleaved) on "
-                 f"{o.recording.identity.get('device', '?')}", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+
+    def baseline(ax: Any) -> None:
+        if o.baseline_s:
+            ax.axhline(o.baseline_s * 1e3, ls="--", color="#888", label="recorded configuration")
+
+    return best_so_far_png(
+        path, [(t.number, t.median * 1e3) for t in trials if t.ok and t.median is not None],
+        [t.number for t in trials if not t.ok], ok_label="verified trial",
+        bad_label="failed (compile, launch or wrong result)", xlabel="trial",
+        ylabel="median replay time (ms)",
+        title=f"{o.recording.name}: {sampler}, speedup {o.speedup:.3f}x (interleaved) on "
+              f"{o.recording.identity.get('device', '?')}", extra=baseline)
