@@ -4,7 +4,7 @@
 # (at most 8 files come back from the device machine).
 #   device run, carry [".whl", ".carry"]:  bash scripts/gpu-check.sh [bench_replay_gpu.py args]
 #   GPU_STEPS="pytest-gpu stencil-forge" runs only those steps; FORGE_ROUNDS, FORGE_LIMIT and
-#   BENCH_LIMIT tune the stencil steps (.carry/halide.tar.xz: ../shared/device/halide.sh);
+#   BENCH_LIMIT tune the stencil steps (FORGE_GPUS: forge processes, default one per GPU) (.carry/halide.tar.xz: ../shared/device/halide.sh);
 #   GPU_STEPS="scaling" (nvidia-h200-x2/x4) measures the service over 1..N GPUs
 # (.whl is made here with: ../shared/device/wheels.sh tree-sitter tree-sitter-c
 #  tree-sitter-cuda optuna openai dask distributed)
@@ -40,10 +40,16 @@ step demo 240 python3 -m kernforge demo --backend cuda --out "$(mktemp -d)/demo"
   --backend cuda --json "$OUT/self-compare-cuda.json"
 [ -f scripts/bench_service.py ] && step bench-service 150 python3 scripts/bench_service.py \
   --backend cuda --out "$OUT/service-cuda.md"
-step stencil-forge "${FORGE_LIMIT:-540}" python3 scripts/stencil_forge.py --rounds "${FORGE_ROUNDS:-8}" \
-  --out "$OUT/forge"
+# one forge process per visible GPU (FORGE_GPUS), each over a balanced share of the cells; the
+# rounds stop in time for the final zero-regression pass (budget = the step's limit - 45 s)
+forge_limit=${FORGE_LIMIT:-540}
+step stencil-forge "$forge_limit" python3 scripts/stencil_forge.py --rounds "${FORGE_ROUNDS:-8}" \
+  --gpus "${FORGE_GPUS:-$(nvidia-smi -L | wc -l)}" --budget $((forge_limit - 45)) --out "$OUT/forge"
+# kept on the machine for a later call's bench (BENCH_TABLE=/tmp/kf-forge/matrix.json)
+[ -s "$OUT/forge/matrix.json" ] && mkdir -p /tmp/kf-forge && cp "$OUT/forge/matrix.json" /tmp/kf-forge/
 # the bench dispatches through the table this run just forged, when there is one
 table=(); [ -s "$OUT/forge/matrix.json" ] && table=(--table "$OUT/forge/matrix.json")
+[ -n "${BENCH_TABLE:-}" ] && table=(--table "$BENCH_TABLE")
 step stencil-bench "${BENCH_LIMIT:-420}" python3 -m kernforge stencil bench --json "$OUT/stencil-bench.json" \
   --md "$OUT/stencil-bench.md" --png "$OUT/stencil-bench.png" "${table[@]}" \
   --baselines "${BENCH_BASELINES:-naive,torch,halide,halide_auto}"

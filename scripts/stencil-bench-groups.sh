@@ -1,23 +1,44 @@
 #!/usr/bin/env bash
 # The stencil bench in time-boxed groups (one process per stencil), merged into one JSON, so a
 # device call with little time left still returns every group that finished.
-#   device run, carry [".whl"]:  bash scripts/stencil-bench-groups.sh SECONDS_PER_GROUP [bench args]
+#   device run, carry [".whl", ".carry"]:
+#     bash scripts/stencil-bench-groups.sh SECONDS_PER_GROUP [bench args]
+#   BENCH_GPUS="0 1" runs one queue worker per GPU (each pulls the next group; a group's cells
+#   run on one GPU, each row carries the copy bandwidth measured on its GPU); "1@FILE" makes
+#   GPU 1's worker start only once FILE exists (e.g. after tests on that GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-bench-out}; mkdir -p "$OUT/groups"
+OUT=${OUT:-bench-out}; mkdir -p "$OUT"
 limit=${1:-60}; shift || true
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
+if [ -f .carry/halide.tar.xz ] && [ ! -d /tmp/hl/halide ]; then
+  mkdir -p /tmp/hl && tar xJf .carry/halide.tar.xz -C /tmp/hl
+fi
+[ -d /tmp/hl ] && export PYTHONPATH=/tmp/hl:${PYTHONPATH:-}
 export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1
-for st in star_1 star_2 box_1 box_2 varcoeff_star_1 star_1_t4; do
-  echo "===== $st" >> "$OUT/bench.log"
-  timeout "$limit" python3 -m kernforge stencil bench --stencils "$st" \
-    --json "/tmp/bench-$st.json" "$@" >> "$OUT/bench.log" 2>&1
-  echo "$st rc=$?" | tee -a "$OUT/bench.log"
+claims=$(mktemp -d); rm -f /tmp/bench-*.json
+worker() {  # worker DEVICE [WAIT_FILE] -- bench args: pull groups until none is left
+  local dev=$1 wait_for=$2; shift 2
+  if [ -n "$wait_for" ]; then while [ ! -e "$wait_for" ]; do sleep 2; done; fi
+  # the heaviest groups first (125-tap torch and Halide compiles), so the queue ends evenly
+  for st in box_2 star_1_t4 box_1 star_2 star_1 varcoeff_star_1; do
+    mkdir "$claims/$st" 2>/dev/null || continue
+    echo "===== $st on GPU $dev" >> "$OUT/bench.log"
+    CUDA_VISIBLE_DEVICES=$dev timeout "$limit" python3 -m kernforge stencil bench \
+      --stencils "$st" --json "/tmp/bench-$st.json" "$@" > "/tmp/bench-$st.log" 2>&1
+    echo "$st rc=$? (GPU $dev)" | tee -a "/tmp/bench-$st.log"
+    cat "/tmp/bench-$st.log" >> "$OUT/bench.log"
+  done
+}
+for spec in ${BENCH_GPUS:-0}; do
+  dev=${spec%%@*}; wait_for=""; [[ $spec == *@* ]] && wait_for=${spec#*@}
+  worker "$dev" "$wait_for" "$@" &
 done
+wait
 python3 - "$OUT/stencil-bench.json" <<'PY'
 import glob, json, sys
 parts = [json.load(open(p)) for p in sorted(glob.glob("/tmp/bench-*.json"))]
@@ -25,5 +46,5 @@ merged = dict(parts[0]) if parts else {}
 merged["cells"] = [c for p in parts for c in p["cells"]]
 merged["groups"] = [p.get("seconds") for p in parts]
 json.dump(merged, open(sys.argv[1], "w"), indent=1)
-print(f"merged {len(parts)} groups, {len(merged['cells'])} cells")
+print(f"merged {len(parts)} groups, {len(merged.get('cells', []))} cells")
 PY

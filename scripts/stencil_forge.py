@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from kernforge.forge.parallel import forge_parallel
 from kernforge.forge.run import forge_run
 from kernforge.stencil.matrix import TABLE_PATH
 from kernforge.stencil.spec import matrix
@@ -34,18 +35,29 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "forge-out")))
     ap.add_argument("--cache", type=Path, default=Path("/tmp/kf-cubins"))
     ap.add_argument("--emulate", action="store_true", help="host emulator (small grids)")
+    ap.add_argument("--gpus", type=int, default=1, help="forge processes, one per GPU")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="seconds: start no round that would end (with the final pass) later")
     args = ap.parse_args()
     cells = matrix(args.stencils, args.shapes, args.precisions)
     t0 = time.time()
-    summary = forge_run(cells, args.out, start_table=args.table, rounds=args.rounds,
-                        band=args.band, emulate=args.emulate, cache=args.cache,
-                        say=lambda m: print(f"[{time.time() - t0:7.1f}s] {m}", flush=True))
+    def say(m: str) -> None:
+        print(f"[{time.time() - t0:7.1f}s] {m}", flush=True)
+
+    if args.gpus > 1:
+        summary = forge_parallel(cells, args.out, gpus=args.gpus, start_table=args.table,
+                                 rounds=args.rounds, band=args.band, budget_s=args.budget,
+                                 emulate=args.emulate, say=say)
+    else:
+        summary = forge_run(cells, args.out, start_table=args.table, rounds=args.rounds,
+                            band=args.band, emulate=args.emulate, cache=args.cache,
+                            budget_s=args.budget, say=say)
     print(f"forge: {len(cells)} cells, {args.rounds} rounds, {time.time() - t0:.0f} s; "
           f"regressed: {summary['regressed'] or 'none'}")
     for rec in summary["final"]:
         print(f"  {rec['cell']:<34} {rec['now_s'] * 1e3:9.3f} ms  ratio {rec['ratio']:.3f}  "
               f"err {rec['error']:.1e}{'  REGRESSED' if rec['regressed'] else ''}")
-    return 1 if summary["regressed"] else 0
+    return 1 if summary["regressed"] or summary.get("failed") else 0
 
 
 if __name__ == "__main__":

@@ -17,8 +17,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..forge.loop import round_plan
+from ..forge.parallel import forge_parallel
 from ..forge.run import forge_run
 from ..stencil.matrix import TABLE_PATH
+from ..stencil.spec import Cell
 from .output import console
 
 
@@ -38,6 +40,14 @@ def add_parser(cmds: argparse._SubParsersAction, filters: Any, cells: Any) -> No
                    help="the table to start from (default: the committed one)")
     f.add_argument("--emulate", action="store_true",
                    help="run on the host emulator instead of a GPU (small --shapes only)")
+    f.add_argument("--cell-ids", default=None,
+                   help="comma-separated cell ids STENCIL/NXxNYxNZ/PRECISION (instead of the "
+                        "filters; any shape)")
+    f.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="start no round that, with the final pass, would end after this")
+    f.add_argument("--gpus", type=int, default=1,
+                   help="forge processes, one per visible GPU, over balanced shares of the "
+                        "cells (default 1)")
     f.set_defaults(func=run_forge, cells=cells)
 
 
@@ -46,12 +56,27 @@ def run_forge(args: argparse.Namespace) -> int:
 
     if args.rounds < 1:
         raise ConfigError(f"--rounds {args.rounds} must be >= 1", hint="e.g. --rounds 8")
-    cells = args.cells(args)
+    if args.budget is not None and args.budget <= 0:
+        raise ConfigError(f"--budget {args.budget} must be > 0", hint="e.g. --budget 400")
+    cells = ([Cell.parse(c.strip()) for c in args.cell_ids.split(",") if c.strip()]
+             if args.cell_ids else args.cells(args))
+    if not cells:
+        raise ConfigError("no cells to forge", hint="check --cell-ids or the filters")
     t0 = time.time()
-    summary = forge_run(cells, args.out, start_table=args.table, rounds=args.rounds,
-                        band=args.band, emulate=args.emulate,
-                        say=lambda m: console.print(f"[dim]{time.time() - t0:7.1f}s[/] "
-                                                    f"{escape(m)}"))
+
+    def say(m: str) -> None:
+        console.print(f"[dim]{time.time() - t0:7.1f}s[/] {escape(m)}")
+
+    if args.gpus > 1:
+        summary = forge_parallel(cells, args.out, gpus=args.gpus, start_table=args.table,
+                                 rounds=args.rounds, band=args.band, budget_s=args.budget,
+                                 emulate=args.emulate, say=say)
+        if summary["failed"]:
+            console.print(f"[red]forge processes failed: {', '.join(summary['failed'])}[/] "
+                          f"(their logs are above; their accepted cells are merged)")
+    else:
+        summary = forge_run(cells, args.out, start_table=args.table, rounds=args.rounds,
+                            band=args.band, emulate=args.emulate, budget_s=args.budget, say=say)
     table = Table(title=f"forge: {len(cells)} cells, {args.rounds} rounds "
                         f"({time.time() - t0:.0f} s)")
     for h in ("round", "change", "accepted", "rejected", "unchanged"):
@@ -60,6 +85,8 @@ def run_forge(args: argparse.Namespace) -> int:
         table.add_row(str(r["round"]), r["change"], str(r["accepted"]), str(r["rejected"]),
                       str(r["unchanged"]))
     console.print(table)
+    if summary.get("stopped"):
+        console.print(f"stopped early: {escape(summary['stopped'])}")
     bad = summary["regressed"]
     if args.emulate:
         console.print(f"zero-regression pass: {len(summary['final'])} cells re-run and "
@@ -70,4 +97,4 @@ def run_forge(args: argparse.Namespace) -> int:
     console.print(f"wrote {escape(str(args.out))}/matrix.json, perf-log.jsonl, ideas.md")
     if args.emulate:  # emulator timings carry no performance meaning: no regression verdict
         return 0
-    return 1 if bad else 0
+    return 1 if bad or summary.get("failed") else 0

@@ -12,6 +12,7 @@ and docs/stencil):
 from __future__ import annotations
 
 import datetime as _dt
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ def default_compiler(cache: Path) -> Compiler:
 
 def forge_run(cells: list[Cell], out: Path, *, start_table: Path | None, rounds: int,
               band: float = 0.02, emulate: bool = False, cache: Path | None = None,
+              budget_s: float | None = None,
               say: Callable[[str], None] = print) -> dict[str, Any]:
     """A whole forge run into ``out`` (matrix.json, perf-log.jsonl, ideas.md,
     forge-summary.json), starting from ``start_table`` (the prior best) when it exists: on the
@@ -66,38 +68,60 @@ def forge_run(cells: list[Cell], out: Path, *, start_table: Path | None, rounds:
         compiler = default_compiler(cache or cache_path("cubins"))
     summary = forge_matrix(cells, sessions=sessions, compiler=compiler, table_path=table,
                            perf_log=out / "perf-log.jsonl", idea_log=out / "ideas.md",
-                           rounds=rounds, band=band, device=device, say=say)
+                           rounds=rounds, band=band, device=device, budget_s=budget_s, say=say)
     write_json_atomic(out / "forge-summary.json", summary)
     return summary
 
 
 def forge_matrix(cells: list[Cell], *, sessions: SessionFactory, compiler: Compiler,
                  table_path: Path, perf_log: Path, idea_log: Path, rounds: int = 6,
-                 band: float = 0.02, device: str = "",
+                 band: float = 0.02, device: str = "", budget_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic,
                  say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Forge ``rounds`` rounds over ``cells``; returns a summary (also appended to the idea log)."""
+    """Forge ``rounds`` rounds over ``cells``; returns a summary (also appended to the idea log).
+
+    With ``budget_s``, a round starts only when, judged by the rounds so far, it and the final
+    zero-regression pass still end inside the budget (so a time-boxed run always ends with the
+    pass and its logs instead of being killed mid-round).
+    """
     forge = Forge(cells, table_path, perf_log, compiler, sessions, band=band, device=device,
                   say=say)
     outcome: list[tuple[int, str, dict[str, int]]] = []
+    t0, took = clock(), list[float]()
+    stopped: str | None = None
     for rnd, change in enumerate(round_plan(rounds), start=1):
+        if budget_s is not None and took:
+            recent = took[1:][-2:] or took  # the design round (the first) is the longest
+            need = max(recent) + 0.5 * sum(took) / len(took)  # a round, then the final pass
+            if clock() - t0 + need > budget_s:
+                stopped = (f"time budget: {clock() - t0:.0f} of {budget_s:.0f} s spent, the "
+                           f"next round and the final pass need ~{need:.0f} s")
+                say(f"stopping before round {rnd} ({change}): {stopped}")
+                break
+        t_round = clock()
         counts = forge.run_round(rnd, change)
+        took.append(clock() - t_round)
         outcome.append((rnd, change, counts))
-        say(f"round {rnd} ({change}): {counts}")
+        say(f"round {rnd} ({change}): {counts} in {took[-1]:.0f} s")
     final = regressions(forge)
     bad = [r for r in final if r["regressed"]]
-    _append_ideas(idea_log, outcome, final, device, len(cells))
+    _append_ideas(idea_log, outcome, final, device, len(cells), stopped)
     return {"rounds": [{"round": r, "change": c, **k} for r, c, k in outcome],
+            "seconds": [round(t, 1) for t in took], "stopped": stopped,
             "final": final, "regressed": [r["cell"] for r in bad]}
 
 
 def _append_ideas(path: Path, outcome: list[tuple[int, str, dict[str, int]]],
-                  final: list[dict[str, Any]], device: str, ncells: int) -> None:
+                  final: list[dict[str, Any]], device: str, ncells: int,
+                  stopped: str | None = None) -> None:
     stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="minutes")
     lines = [f"\n## Forge run {stamp} on {device or 'unknown device'} ({ncells} cells)\n",
              "| round | idea | accepted | rejected | unchanged |", "|---:|---|---:|---:|---:|"]
     for rnd, change, k in outcome:
         lines.append(f"| {rnd} | {change}: {IDEAS.get(change, change)} | {k['accepted']} | "
                      f"{k['rejected']} | {k['unchanged']} |")
+    if stopped:
+        lines.append(f"\nStopped early ({stopped}).")
     regressed = [r["cell"] for r in final if r["regressed"]]
     lines.append(f"\nZero-regression pass: {len(final)} accepted cells re-measured, "
                  f"{len(regressed)} regressed{': ' + ', '.join(regressed) if regressed else ''}.\n")
