@@ -16,9 +16,10 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
-if [ -f .carry/halide.tar.xz ]; then  # made by ../shared/device/halide.sh; carry [".carry"]
-  mkdir -p /tmp/hl && tar xJf .carry/halide.tar.xz -C /tmp/hl && export PYTHONPATH=/tmp/hl:${PYTHONPATH:-}
+if [ -f .carry/halide.tar.xz ] && [ ! -d /tmp/hl/halide ]; then  # made by ../shared/device/halide.sh; carry [".carry"]
+  mkdir -p /tmp/hl && tar xJf .carry/halide.tar.xz -C /tmp/hl
 fi
+[ -d /tmp/hl/halide ] && export PYTHONPATH=/tmp/hl:${PYTHONPATH:-}
 export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 declare -A rc
