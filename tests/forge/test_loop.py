@@ -71,3 +71,34 @@ def test_a_parameter_round_never_offers_the_incumbent_again() -> None:
     plan = round_plan(16)
     assert plan[0] == "design" and {"vx", "ry", "lz", "ty", "tx", "block", "pipe", "pf", "smem",
                                      "cx", "cy", "minb", "fs"} <= set(plan)
+
+
+def test_a_candidate_that_cannot_launch_is_rejected_not_fatal(tmp_path: Path) -> None:
+    """A variant the driver refuses (CUDA_ERROR_INVALID_VALUE, too many resources) is one
+    rejected candidate in the performance log; the round and the run go on."""
+    from collections.abc import Iterator
+    from contextlib import contextmanager
+
+    from kernforge.core import LaunchError
+
+    @contextmanager
+    def sessions(cell: Cell) -> Iterator[object]:
+        with emulated_sessions(cell) as session:
+            real = session.screen
+
+            def screen(built):  # type: ignore[no-untyped-def]
+                if built.op.design != "naive":
+                    raise LaunchError("launch failed: CUDA_ERROR_INVALID_VALUE")
+                return real(built)
+
+            session.screen = screen  # type: ignore[method-assign]
+            yield session
+
+    summary = forge_matrix(CELLS[:1], sessions=sessions, compiler=emulated_compiler,
+                           table_path=tmp_path / "matrix.json", perf_log=tmp_path / "p.jsonl",
+                           idea_log=tmp_path / "ideas.md", rounds=2, say=lambda m: None)
+    lines = [json.loads(x) for x in (tmp_path / "p.jsonl").read_text().splitlines()]
+    refused = [x for x in lines if "LaunchError" in x.get("reason", "")]
+    assert refused and all(x["verdict"] == "rejected" for x in refused)
+    assert mx.load_table(tmp_path / "matrix.json")[CELLS[0].id]["design"] == "naive"
+    assert [r["round"] for r in summary["rounds"]] == [1, 2]

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..core import CompileError, LaunchError
 from ..core.jsonio import write_json_atomic
 from ..stencil import matrix as mx
 from ..stencil.operator import Operator
@@ -182,7 +183,11 @@ class Forge:
         if not ok:
             return "rejected"
         with self.sessions(cell) as session:
-            t_inc = session.screen(inc)
+            try:
+                t_inc = session.screen(inc)
+            except (LaunchError, CompileError) as exc:
+                self._log({**base, "verdict": "rejected", "reason": f"incumbent: {exc}"})
+                return "rejected"
             if self.incumbents[cell.id].seconds is None:
                 good, err, detail = session.check(inc)
                 if not good:
@@ -191,7 +196,14 @@ class Forge:
                     return "rejected"
                 self._save(cell, inc.op, t_inc, err, 0)
                 self.incumbents[cell.id].seconds = t_inc
-            timed = sorted((session.screen(c), i, c) for i, c in enumerate(ok))
+            timed = []
+            for i, c in enumerate(ok):  # a variant that cannot launch is rejected, not fatal
+                try:
+                    timed.append((session.screen(c), i, c))
+                except (LaunchError, CompileError) as exc:
+                    self._log({**base, "to": c.op.key, "verdict": "rejected",
+                               "reason": f"{type(exc).__name__}: {exc}"})
+            timed.sort(key=lambda t: (t[0], t[1]))
             for t_c, _, cand in timed[:2]:  # the fastest; the runner-up if the fastest is wrong
                 if t_c >= t_inc * (1.0 - self.band / 2):
                     break
@@ -230,8 +242,11 @@ def regressions(forge: Forge) -> list[dict[str, Any]]:
         if prior is None:
             continue
         with forge.sessions(cell) as session:
-            now = session.screen(built[cell.id])
-            good, err, detail = session.check(built[cell.id])
+            try:
+                now = session.screen(built[cell.id])
+                good, err, detail = session.check(built[cell.id])
+            except (LaunchError, CompileError) as exc:
+                now, good, err, detail = float("inf"), False, float("nan"), str(exc)
         rec = {"cell": cell.id, "prior_s": prior, "now_s": now, "ratio": now / prior,
                "oracle_ok": good, "error": err, "detail": detail,
                "source_changed": mx.source_sha(built[cell.id].op)
