@@ -5,7 +5,8 @@
 #     bash scripts/stencil-bench-groups.sh SECONDS_PER_GROUP [bench args]
 #   BENCH_GPUS="0 1" runs one queue worker per GPU (each pulls the next group; a group's cells
 #   run on one GPU, each row carries the copy bandwidth measured on its GPU); "1@FILE" makes
-#   GPU 1's worker start only once FILE exists (e.g. after tests on that GPU).
+#   GPU 1's worker start only once FILE exists (e.g. after tests on that GPU); BENCH_DEADLINE
+#   (seconds) stops the workers from starting groups after it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench-out}; mkdir -p "$OUT"
@@ -24,16 +25,22 @@ claims=$(mktemp -d); rm -f /tmp/bench-*.json
 worker() {  # worker DEVICE [WAIT_FILE] -- bench args: pull groups until none is left
   local dev=$1 wait_for=$2; shift 2
   if [ -n "$wait_for" ]; then while [ ! -e "$wait_for" ]; do sleep 2; done; fi
-  # the heaviest groups first (125-tap torch and Halide compiles), so the queue ends evenly
-  for st in box_2 star_1_t4 box_1 star_2 star_1 varcoeff_star_1; do
-    mkdir "$claims/$st" 2>/dev/null || continue
-    echo "===== $st on GPU $dev" >> "$OUT/bench.log"
-    CUDA_VISIBLE_DEVICES=$dev timeout "$limit" python3 -m kernforge stencil bench \
-      --stencils "$st" --json "/tmp/bench-$st.json" "$@" > "/tmp/bench-$st.log" 2>&1
-    echo "$st rc=$? (GPU $dev)" | tee -a "/tmp/bench-$st.log"
-    cat "/tmp/bench-$st.log" >> "$OUT/bench.log"
+  # groups of one stencil and precision; fp32 first (the headline geomean), the heaviest
+  # stencils first within a precision; no group starts after BENCH_DEADLINE seconds
+  for pr in fp32 fp16 fp64; do
+    for st in box_2 star_1_t4 box_1 star_2 varcoeff_star_1 star_1; do
+      [ $((SECONDS - start)) -lt "${BENCH_DEADLINE:-100000}" ] || return 0
+      mkdir "$claims/$st-$pr" 2>/dev/null || continue
+      # each cell's results are written as it ends: a group cut by its limit keeps them
+      CUDA_VISIBLE_DEVICES=$dev timeout "$limit" python3 -m kernforge stencil bench \
+        --stencils "$st" --precisions "$pr" --json "/tmp/bench-$st-$pr.json" "$@" \
+        > "/tmp/bench-$st-$pr.log" 2>&1
+      echo "$st $pr rc=$? (GPU $dev, $((SECONDS - start)) s)" | tee -a "/tmp/bench-$st-$pr.log"
+      { echo "===== $st $pr on GPU $dev"; cat "/tmp/bench-$st-$pr.log"; } >> "$OUT/bench.log"
+    done
   done
 }
+start=$SECONDS
 for spec in ${BENCH_GPUS:-0}; do
   dev=${spec%%@*}; wait_for=""; [[ $spec == *@* ]] && wait_for=${spec#*@}
   worker "$dev" "$wait_for" "$@" &

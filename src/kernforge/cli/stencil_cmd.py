@@ -181,7 +181,9 @@ def run_bench(args: argparse.Namespace) -> int:
                          table=_table(args))
     with _progress(len(cells), "bench") as update:
         results = bench(cells, config, progress=update,
-                        log=lambda msg: err_console.print(escape(msg), soft_wrap=True))
+                        log=lambda msg: err_console.print(escape(msg), soft_wrap=True),
+                        on_cell=(lambda res: write_json_atomic(args.json, res))
+                        if args.json else None)
     for table in report.rich_tables(results):
         console.print(table)
     if args.json:

@@ -290,24 +290,37 @@ def _ours_entry(cell_row: dict[str, Any]) -> dict[str, Any]:
 
 def bench(cells: Sequence[Cell], config: BenchConfig | None = None, *,
           device: Device | None = None, log: Log | None = None,
-          progress: Progress | None = None) -> dict[str, Any]:
-    """Run the bench over ``cells`` (see the module docstring); returns the results JSON."""
+          progress: Progress | None = None,
+          on_cell: Callable[[dict[str, Any]], object] | None = None) -> dict[str, Any]:
+    """Run the bench over ``cells`` (see the module docstring); returns the results JSON.
+
+    ``on_cell`` receives the results so far after every cell (a caller writes them, so a run
+    stopped by a time limit keeps every finished cell)."""
     config = _resolved(config or BenchConfig())
     if device is None:
         from .measure import GpuDevice
         device = GpuDevice()
     log = log or (lambda _msg: None)
     started = time.time()
-    rows = []
+    rows: list[dict[str, Any]] = []
+
+    def results() -> dict[str, Any]:
+        return {"schema": SCHEMA,
+                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+                "seconds": time.time() - started, "device": device.identity(),
+                "config": asdict(config), "cells": rows, "summary": summary(rows)}
+
     for i, cell in enumerate(cells):
         if progress:
             progress(cell.id, i, len(cells))
+        t0 = time.time()
         rows.append(bench_cell(device, cell, i, config, log))
+        rows[-1]["bench_seconds"] = round(time.time() - t0, 2)
+        if on_cell:
+            on_cell(results())
     if progress:
         progress("done", len(cells), len(cells))
-    return {"schema": SCHEMA, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-            "seconds": time.time() - started, "device": device.identity(),
-            "config": asdict(config), "cells": rows, "summary": summary(rows)}
+    return results()
 
 
 def check_cells(cells: Sequence[Cell], *, device: Device | None = None, points: int = 4096,
