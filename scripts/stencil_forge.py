@@ -56,7 +56,8 @@ def main() -> int:
           f"regressed: {summary['regressed'] or 'none'}")
     for rec in summary["final"]:
         print(f"  {rec['cell']:<34} {rec['now_s'] * 1e3:9.3f} ms  ratio {rec['ratio']:.3f}  "
-              f"err {rec['error']:.1e}{'  REGRESSED' if rec['regressed'] else ''}")
+              f"err {rec['error']:.1e}{'  REGRESSED' if rec['regressed'] else ''}"
+              f"{'  drift' if rec.get('drift') else ''}")
     return 1 if summary["regressed"] or summary.get("failed") else 0
 
 

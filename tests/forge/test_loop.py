@@ -102,3 +102,51 @@ def test_a_candidate_that_cannot_launch_is_rejected_not_fatal(tmp_path: Path) ->
     assert refused and all(x["verdict"] == "rejected" for x in refused)
     assert mx.load_table(tmp_path / "matrix.json")[CELLS[0].id]["design"] == "naive"
     assert [r["round"] for r in summary["rounds"]] == [1, 2]
+
+
+class _CostModel:
+    """Emulated sessions (real kernels, real oracle) with deterministic timings: a naive
+    operator costs ``naive`` seconds, every other design ``other``."""
+
+    def __init__(self, naive: float, other: float) -> None:
+        self.naive, self.other = naive, other
+
+    def t(self, built) -> float:  # type: ignore[no-untyped-def]
+        return self.naive if built.op.design == "naive" else self.other
+
+    def __call__(self, cell: Cell):  # type: ignore[no-untyped-def]
+        from contextlib import contextmanager
+
+        @contextmanager
+        def session():  # type: ignore[no-untyped-def]
+            with emulated_sessions(cell) as s:
+                s.screen = self.t  # type: ignore[method-assign]
+                s.compare = lambda a, b: (self.t(a) / self.t(b), 0.99 * self.t(a) / self.t(b),
+                                          1.01 * self.t(a) / self.t(b), self.t(a), self.t(b))
+                yield s
+        return session()
+
+
+def test_the_final_pass_compares_changed_cells_with_their_start(tmp_path: Path) -> None:
+    from kernforge.forge.loop import Forge, regressions
+
+    cell = CELLS[0]
+    kw: dict = {"compiler": emulated_compiler, "table_path": tmp_path / "m.json",
+                "perf_log": tmp_path / "p.jsonl", "idea_log": tmp_path / "i.md",
+                "say": lambda m: None}
+    summary = forge_matrix([cell], sessions=_CostModel(1.0, 0.5), rounds=1, **kw)
+    [rec] = summary["final"]
+    assert rec["changed"] and rec["start"].startswith("naive") and rec["speedup_vs_start"] == 2.0
+    assert not rec["regressed"] and not summary["regressed"]
+    # the same operators on a machine where the new design is now slower than the naive one:
+    forge = Forge([cell], kw["table_path"], kw["perf_log"], emulated_compiler,
+                  _CostModel(1.0, 1.5))
+    forge.start[cell.id] = ("naive", mx.defaults("naive", cell))
+    [rec] = regressions(forge)
+    assert rec["regressed"] and rec["speedup_vs_start"] < 1.0
+    # a later run that changes nothing: its time is compared only as drift, never a verdict
+    summary = forge_matrix([cell], sessions=_CostModel(1.0, 0.6), rounds=1, **kw)
+    [rec] = summary["final"]
+    assert not rec["changed"] and "speedup_vs_start" not in rec
+    assert rec["drift"] and not rec["regressed"]
+    assert "drift, not a verdict" in (tmp_path / "i.md").read_text()

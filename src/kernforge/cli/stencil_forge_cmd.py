@@ -94,6 +94,10 @@ def run_forge(args: argparse.Namespace) -> int:
     else:
         console.print(f"zero-regression pass: {len(summary['final'])} cells re-measured, "
                       f"{len(bad)} regressed{': ' + ', '.join(bad) if bad else ''}")
+        drift = [r["cell"] for r in summary["final"] if r.get("drift")]
+        if drift:
+            console.print(f"unchanged operators slower than their recorded time (drift, not a "
+                          f"regression): {', '.join(drift)}")
     console.print(f"wrote {escape(str(args.out))}/matrix.json, perf-log.jsonl, ideas.md")
     if args.emulate:  # emulator timings carry no performance meaning: no regression verdict
         return 0

@@ -123,8 +123,16 @@ def _append_ideas(path: Path, outcome: list[tuple[int, str, dict[str, int]]],
     if stopped:
         lines.append(f"\nStopped early ({stopped}).")
     regressed = [r["cell"] for r in final if r["regressed"]]
-    lines.append(f"\nZero-regression pass: {len(final)} accepted cells re-measured, "
-                 f"{len(regressed)} regressed{': ' + ', '.join(regressed) if regressed else ''}.\n")
+    changed = sum(1 for r in final if r.get("changed"))
+    drift = [r["cell"] for r in final if r.get("drift")]
+    lines.append(f"\nZero-regression pass: {len(final)} accepted cells re-checked against the "
+                 f"oracle, the {changed} changed this run compared interleaved with their "
+                 f"starting operator; {len(regressed)} regressed"
+                 f"{': ' + ', '.join(regressed) if regressed else ''}.")
+    if drift:
+        lines.append(f"Unchanged operators slower than their recorded time (drift, not a "
+                     f"verdict): {', '.join(drift)}.")
+    lines.append("")
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
         fh.write("\n".join(lines))
