@@ -344,3 +344,19 @@ def test_a_multi_step_cell_reports_temporal_blocking_beside_chained_sweeps(
     assert row["best_baseline"] == "naive"  # the faster fused runner is not a baseline
     headers, rows = report.temporal_rows({"cells": [row]})
     assert rows[0][headers.index("fused (steps/launch)")].endswith("(4)")
+
+
+def test_a_split_temporal_operator_reports_its_steps_per_launch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our temporal operator with fs=2 (two launches of two fused steps) is reported as 2
+    steps per launch, not as the cell's 4 steps."""
+    from kernforge.stencil import matrix as mx
+
+    cell = Cell.parse("star_1_t4/16x12x10/fp32")
+    op = mx.build("temporal", cell, {**mx.defaults("temporal", cell), "fs": 2})
+    assert op is not None and len(op.launches) == 2
+    monkeypatch.setattr(bench_mod, "operator_for", lambda c: op)
+    row = bench_mod.bench_cell(HostDevice({"ours": 1e-3, "naive": 2e-3}), cell, 0,
+                               BenchConfig(baselines=("naive",), seed=5), lambda _m: None)
+    headers, rows = report.temporal_rows({"cells": [row]})
+    assert rows[0][headers.index("fused (steps/launch)")].endswith("(2)")

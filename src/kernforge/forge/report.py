@@ -79,7 +79,9 @@ def temporal_rows(results: dict[str, Any]) -> Rows:
             continue
         ours = _runner(row, "ours")
         fused = _runner(row, "fused") or (ours if ours.get("design") == "temporal" else {})
-        steps = fused.get("fused_steps", row["steps"] if fused else None)
+        # steps per launch: a temporal operator of ours may split the steps (fs) over launches
+        steps = fused.get("fused_steps") or (row["steps"] // max(1, int(fused.get("launches", 1)))
+                                             if fused else None)
         rows.append([row["cell"], str(row["steps"]), str(ours.get("design", "-")),
                      fmt_time(ours.get("time_s")), _num(ours.get("gcells_per_s"), ".2f"),
                      _num(ours.get("gb_per_s"), ".0f"), _num(ours.get("pct_copy"), ".1f", "%"),
