@@ -45,6 +45,10 @@ CASES = [
     ("star_1_t4", "temporal", {"tx": 16, "ty": 8, "lz": 6, "pipe": 1, "cy": 2, "fs": 2},
      "fp32"),
     ("star_1_t4", "temporal", {"tx": 16, "ty": 12, "lz": 4, "fs": 2, "minb": 2}, "fp16"),
+    # half2 partial sums over vertical output pairs (fp16 plane sweep)
+    ("box_1", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 2, "lz": 4, "h2": 1}, "fp16"),
+    ("box_2", "planesweep", {"tx": 8, "ty": 2, "vx": 2, "ry": 4, "lz": 5, "h2": 1}, "fp16"),
+    ("star_2", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 4, "lz": 0, "h2": 1}, "fp16"),
 ]
 SHAPE = Shape(48, 22, 17)
 
@@ -112,6 +116,7 @@ def test_later_parameters_default_to_the_first_kernels() -> None:
     defaults to the pipelined rewrite (no table entry used the first kernel: it lost every cell
     on the H200), so its old kernel is asked for with pipe=0."""
     for stencil, design, extra in (("star_1", "zmarch", {"pf": 1, "smem": 0}),
+                                   ("box_1", "planesweep", {"h2": 0}),
                                    ("star_1_t4", "temporal", {"pipe": 0, "fs": 0, "minb": 1,
                                                               "pf": 1, "cx": 1, "cy": 1})):
         cell = Cell(STENCILS[stencil], Shape(512, 512, 512), Precision.FP32)
@@ -126,5 +131,10 @@ def test_later_parameters_default_to_the_first_kernels() -> None:
     assert mx.build("temporal", cell, {"pf": 2}) is None
     assert mx.build("temporal", cell, {"pipe": 1, "fs": 3}) is None
     assert mx.build("temporal", cell, {"pipe": 1, "minb": 3}) is None
+    # h2 needs fp16 and vertical pairs
+    assert mx.build("planesweep", Cell(STENCILS["box_1"], cell.shape, Precision.FP32),
+                    {"h2": 1}) is None
+    assert mx.build("planesweep", Cell(STENCILS["box_1"], cell.shape, Precision.FP16),
+                    {"ry": 1, "h2": 1}) is None
     split = mx.build("temporal", cell, {"pipe": 1, "fs": 2})
     assert split is not None and split.needs_tmp and len(split.launches) == 2

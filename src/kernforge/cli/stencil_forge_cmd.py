@@ -32,7 +32,7 @@ def add_parser(cmds: argparse._SubParsersAction, filters: Any, cells: Any) -> No
                                     "against the incumbent.")
     filters(f)
     f.add_argument("--rounds", type=int, default=8,
-                   help=f"rounds (default 8; order: {', '.join(round_plan(16))})")
+                   help=f"rounds (default 8; order: {', '.join(round_plan(99))})")
     f.add_argument("--band", type=float, default=0.02,
                    help="minimum speedup to accept, as a fraction (default 0.02)")
     f.add_argument("--out", type=Path, default=Path("runs/forge"), help="output directory")

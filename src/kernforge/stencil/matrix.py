@@ -50,8 +50,11 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
         return {"vx": vx[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
                 "tx": (32, 64, 16), "pf": (1, 2, 4), "smem": (0, 1)}
     if design == "planesweep":
-        return {"ry": (4, 2, 8), "lz": (64, 32, 128, 16), "ty": (4, 8, 2), "vx": (1, 2),
-                "tx": (32, 64)}
+        sp: dict[str, tuple[Any, ...]] = {"ry": (4, 2, 8), "lz": (64, 32, 128, 16),
+                                          "ty": (4, 8, 2), "vx": (1, 2), "tx": (32, 64)}
+        if cell.precision is Precision.FP16:
+            sp["h2"] = (0, 1)
+        return sp
     if design == "temporal":
         ty = (16, 32) if cell.precision is Precision.FP64 else (32, 16)
         return {"lz": (64, 128, 32, 16, 0), "ty": ty, "tx": (32, 64), "pipe": (1, 0),

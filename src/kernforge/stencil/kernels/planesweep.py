@@ -9,12 +9,18 @@ from shared memory once and added, weighted, into every output plane ``k-R .. k+
 After plane ``k``, output plane ``k-R`` is complete and stored. The arithmetic is the minimum
 (one FMA per point and offset); shared-memory reads per output and plane are
 ``(ry+2R)(vx+2R)/(ry*vx)``.
+
+``h2=1`` (fp16 only, ``ry`` even): the planes are staged as ``__half``, two vertically adjacent
+outputs are computed together in ``__half2`` arithmetic (``HFMA2``: two FMAs per instruction,
+pairs built once per staged value), and each input plane's partial sum per output and output
+plane ((2R+1)^2 terms) is added into the fp32 accumulators, so half precision only ever holds one
+plane's partial sum. Shared memory halves; the FMA instructions per output halve.
 """
 
 from __future__ import annotations
 
 from ..operator import Launch, Operator
-from ..spec import Cell
+from ..spec import Cell, Precision
 from .common import cdiv, extents, header, load, store, weight_names
 
 
@@ -46,7 +52,34 @@ def _accumulate(cell: Cell, vx: int, ry: int, buf: str) -> list[str]:
     return lines
 
 
-def _source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int) -> str:
+def _accumulate_h2(cell: Cell, vx: int, ry: int, buf: str) -> list[str]:
+    """One staged plane in ``__half2`` arithmetic over vertical output pairs (see ``h2``)."""
+    r = cell.radius
+    w = _weight_table(cell)
+    lines = []
+    for j in range(ry + 2 * r):  # the staged values this thread touches, read once
+        for i in range(vx + 2 * r):
+            lines.append(f"const __half s{j}_{i} = {buf}[(ty * {ry} + {j}) * SW + tx * {vx} + {i}];")
+    for j in range(ry + 2 * r - 1):  # vertical pairs (rows j, j+1)
+        for i in range(vx + 2 * r):
+            lines.append(f"const __half2 p{j}_{i} = __halves2half2(s{j}_{i}, s{j + 1}_{i});")
+    for m in range(2 * r + 1):
+        for q in range(ry // 2):
+            for lane in range(vx):
+                terms = [(name, 2 * q + dy + r, lane + dx + r)
+                         for dy in range(-r, r + 1) for dx in range(-r, r + 1)
+                         if (name := w.get((r - m, dy, dx)))]
+                if not terms:
+                    continue
+                (n0, j0, i0), rest = terms[0], terms[1:]
+                lines.append(f"{{ __half2 t = __hmul2(H{n0}, p{j0}_{i0});")
+                lines.extend(f"  t = __hfma2(H{n}, p{j}_{i}, t);" for n, j, i in rest)
+                lines.append(f"  a[{m}][{2 * q}][{lane}] += __low2float(t); "
+                             f"a[{m}][{2 * q + 1}][{lane}] += __high2float(t); }}")
+    return lines
+
+
+def _source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int = 0) -> str:
     p = cell.precision
     t = p.ctype
     r = cell.radius
@@ -54,6 +87,8 @@ def _source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int) -> str:
     sw, sh = bx + 2 * r, by + 2 * r
     per = cdiv(sw * sh, tx * ty)
     weights = "".join(f"constexpr ACC {n} = {lit};\n" for n, lit in _literals(cell))
+    if h2:
+        return _source_h2(cell, tx, ty, vx, ry, lz, weights)
     acc_body = "\n      ".join(_accumulate(cell, vx, ry, "cur"))
     stores = []
     for jr in range(ry):
@@ -122,29 +157,51 @@ planesweep(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
 """
 
 
+def _source_h2(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, weights: str) -> str:
+    """The ``h2`` variant: the fp32 source with a ``__half`` tile and ``__half2`` partial sums."""
+    base = _source(cell, tx, ty, vx, ry, lz)
+    halves = "".join(f"  const __half2 H{n} = __float2half2_rn({lit});\n"
+                     for n, lit in _literals(cell))
+    acc_old = "\n      ".join(_accumulate(cell, vx, ry, "cur"))
+    acc_new = "\n      ".join(_accumulate_h2(cell, vx, ry, "cur"))
+    src = (base.replace("__shared__ ACC tile[2][SH * SW];",
+                        "__shared__ __half tile[2][SH * SW];\n" + halves.rstrip("\n"))
+           .replace("ACC pre[PER];", "__half pre[PER];")
+           .replace(f"? {load(cell.precision, 'src[(k * NY + gy) * NX + gx]')} : (ACC)0;",
+                    "? src[(k * NY + gy) * NX + gx] : __float2half(0.0f);")
+           .replace("ACC* cur = tile[k & 1];", "__half* cur = tile[k & 1];")
+           .replace(acc_old, acc_new))
+    assert "__half pre[PER]" in src and "__hfma2" in src and "(ACC)0" not in src
+    return src
+
+
 def _literals(cell: Cell) -> list[tuple[str, str]]:
     from .common import literal
     return [(n, literal(w, cell.precision))
             for n, w in zip(weight_names(cell), cell.stencil.weights, strict=True)]
 
 
-def shared_bytes(cell: Cell, tx: int, ty: int, vx: int, ry: int) -> int:
+def shared_bytes(cell: Cell, tx: int, ty: int, vx: int, ry: int, h2: int = 0) -> int:
     r = cell.radius
-    item = 8 if cell.precision.acc_ctype == "double" else 4
+    item = 2 if h2 else 8 if cell.precision.acc_ctype == "double" else 4
     return 2 * (tx * vx + 2 * r) * (ty * ry + 2 * r) * item
 
 
 def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
-             lz: int = 0) -> Operator:
+             lz: int = 0, h2: int = 0) -> Operator:
     if cell.stencil.temporal or cell.stencil.kind == "varcoeff":
         raise ValueError(f"planesweep handles single-step constant-coefficient stencils, "
                          f"not {cell.stencil.name}")
-    if shared_bytes(cell, tx, ty, vx, ry) > 48 * 1024:
+    if h2 and (cell.precision is not Precision.FP16 or ry % 2):
+        raise ValueError("h2 needs fp16 storage and an even ry (vertical output pairs)")
+    if shared_bytes(cell, tx, ty, vx, ry, h2) > 48 * 1024:
         raise ValueError("the staged planes exceed 48 KiB of static shared memory")
     nz_int = cell.shape.nz - 2 * cell.radius
     lz = nz_int if lz <= 0 else min(lz, nz_int)
-    source = _source(cell, tx, ty, vx, ry, lz)
+    source = _source(cell, tx, ty, vx, ry, lz, h2)
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty * ry), cdiv(nz_int, lz))
     launch = Launch("planesweep", grid, (tx, ty, 1), ("in", "out"))
-    return Operator(cell.id, "planesweep", {"tx": tx, "ty": ty, "vx": vx, "ry": ry, "lz": lz},
-                    source, (launch,))
+    params = {"tx": tx, "ty": ty, "vx": vx, "ry": ry, "lz": lz}
+    if h2:  # absent at its first value: the operators of earlier tables keep their keys
+        params["h2"] = 1
+    return Operator(cell.id, "planesweep", params, source, (launch,))
