@@ -70,3 +70,21 @@ def test_gpu_device_state_is_prepared_once_and_results_stay_verified(cuda_rec: P
         unit = worker["device_states"]["units"][str(cuda_rec.resolve())]
         assert unit == {"prepares": 1, "reuses": len(sequence) - 1}
         assert worker["device_states"]["discarded"] == 0
+
+
+def test_gpu_batches_charge_a_lost_context_to_its_candidate(cuda_rec: Path) -> None:
+    """Batches of eight: the illegal address and the trap end their worker (the context is
+    unusable; the result is deposited first), the other evaluations run again, OK."""
+    rec = load_recording(cuda_rec)
+    variants = good_variants(rec, 14)
+    variants.insert(5, fault(rec, "illegal_address"))
+    variants.insert(11, fault(rec, "trap"))
+    with Client(config=ServiceConfig(backend="cuda", workers=1)) as client:
+        client.load([cuda_rec])
+        pending = client.submit_many([client.request(rec, v, **PROTOCOL) for v in variants],
+                                     batch=8)
+        results = [p.result() for p in pending]
+    assert results[5].status is Status.RUNTIME_FAILED
+    assert "illegal" in results[5].message.lower()
+    assert results[11].status is Status.RUNTIME_FAILED
+    assert all(m.ok for i, m in enumerate(results) if i not in (5, 11))

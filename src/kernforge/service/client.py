@@ -19,30 +19,23 @@ from types import TracebackType
 from typing import Any
 
 import distributed
-from distributed.scheduler import KilledWorker
 
 from ..core import (
     BackendUnavailableError,
     ConfigError,
-    KernforgeError,
     Measurement,
     Recording,
     RecordingError,
-    Status,
     Variant,
 )
-from ..core import errors as _errors
+from .batch import Pending, ServiceError, batch_size, death_measurement, reraise, submit_batches
 from .cluster import start_cluster
 from .config import RESOURCE, ServiceConfig
-from .monitor import KEY_PREFIX, classify, death_of, ensure_monitor, snapshot
-from .tasks import Limits, Raised, Request, evaluate_task
+from .monitor import KEY_PREFIX, death_of, ensure_monitor, snapshot
+from .tasks import Limits, Raised, Request
 from .worker import PRELOAD_KEY, ReplayPlugin, preload, worker_summary
 
 RecordingRef = str | os.PathLike[str] | Recording
-
-
-class ServiceError(KernforgeError):
-    """The service itself failed (no workers, scheduler gone, request cancelled)."""
 
 
 @dataclass(frozen=True)
@@ -75,53 +68,6 @@ class Metrics:
 def _path(recording: RecordingRef) -> str:
     raw = recording.path if isinstance(recording, Recording) else recording
     return os.path.abspath(os.fspath(raw))
-
-
-def reraise(value: Raised) -> None:
-    cls = getattr(_errors, value.kind, None)
-    if not (isinstance(cls, type) and issubclass(cls, KernforgeError)):
-        cls = ServiceError
-    try:
-        err = cls(value.message, hint=value.hint)
-    except TypeError:
-        err = ServiceError(value.message, hint=value.hint)
-    raise err
-
-
-class Pending:
-    """One request in flight; :meth:`result` waits for its Measurement."""
-
-    def __init__(self, client: Client, future: Any, request: Request) -> None:
-        self.client, self.future, self.request = client, future, request
-        self._value: Measurement | None = None
-
-    @property
-    def key(self) -> str:
-        return str(self.future.key)
-
-    def done(self) -> bool:
-        return bool(self.future.done())
-
-    def result(self, timeout: float | None = None) -> Measurement:
-        if self._value is None:
-            self._value = self._fetch(timeout)
-        return self._value
-
-    def _fetch(self, timeout: float | None) -> Measurement:
-        try:
-            value = self.future.result(timeout=timeout)
-        except KilledWorker:
-            return self.client.death(self.key)
-        except distributed.client.FutureCancelledError as exc:
-            raise ServiceError(f"request {self.key} was cancelled: {exc}",
-                               hint="the scheduler or the client was shut down") from exc
-        finally:
-            if self.future.done():
-                self.future.release()
-        if isinstance(value, Raised):
-            reraise(value)
-        assert isinstance(value, Measurement)
-        return value
 
 
 class Client:
@@ -175,30 +121,49 @@ class Client:
                      f"{RESOURCE}=1` (one per GPU or core group)")
 
     # ---- requests ---------------------------------------------------------------------------
-    def submit(self, recording: RecordingRef, variant: Variant | None = None, *,
-               config: Mapping[str, Any] | None = None, tolerance: Any = None,
-               warmup: int = 3, repeat: int = 10, flush: bool = True,
-               verify_only: bool = False, timeout_s: float | None = None) -> Pending:
-        """Queue one evaluation of ``variant`` (default: the recorded one) or of the tuning
-        point ``config`` on ``recording``; ``timeout_s`` fixes the run watchdog (default:
-        derived from the recorded variant's time)."""
+    def request(self, recording: RecordingRef, variant: Variant | None = None, *,
+                config: Mapping[str, Any] | None = None, tolerance: Any = None,
+                warmup: int = 3, repeat: int = 10, flush: bool = True,
+                verify_only: bool = False, timeout_s: float | None = None) -> Request:
+        """One evaluation of ``variant`` (default: the recorded one) or of the tuning point
+        ``config`` on ``recording``, for :meth:`submit_many`; ``timeout_s`` fixes the run
+        watchdog (default: derived from the recorded variant's time)."""
         if variant is not None and config is not None:
             raise ConfigError("give a variant or a tuning config, not both")
-        req = Request(_path(recording), variant, dict(config) if config else None, tolerance,
-                      warmup, repeat, flush, verify_only, timeout_s, self.limits)
-        future = self.dask.submit(evaluate_task, req, key=f"{KEY_PREFIX}eval-{uuid.uuid4().hex}",
-                                  pure=False, resources={RESOURCE: 1}, retries=0)
-        return Pending(self, future, req)
+        return Request(_path(recording), variant, dict(config) if config else None, tolerance,
+                       warmup, repeat, flush, verify_only, timeout_s, self.limits)
+
+    def submit(self, recording: RecordingRef, variant: Variant | None = None,
+               **kw: Any) -> Pending:
+        """Queue one evaluation (see :meth:`request`), alone in its task."""
+        return self.submit_many([self.request(recording, variant, **kw)], batch=1)[0]
+
+    def submit_many(self, requests: Iterable[Request], *, batch: int | None = None
+                    ) -> list[Pending]:
+        """Queue many evaluations at once, in batches of ``batch`` consecutive requests per
+        task (default: :func:`.batch.batch_size` for the replay workers there are now; 1 sends
+        each alone); one Pending per request, in order (see :mod:`.batch`)."""
+        reqs = list(requests)
+        if not reqs:
+            return []
+        if batch is not None and (isinstance(batch, bool) or batch < 1):
+            raise ConfigError(f"batch={batch!r} must be a positive integer")
+        size = batch if batch is not None else batch_size(len(reqs), self.replay_workers())
+        out: list[Pending] = []
+        for b in submit_batches(self, reqs, size):
+            out += [Pending(b, i) for i in range(len(b.requests))]
+        return out
 
     def evaluate(self, recording: RecordingRef, variant: Variant | None = None,
                  **kw: Any) -> Measurement:
-        """Evaluate one variant (see :meth:`submit`) and wait for its Measurement."""
+        """Evaluate one variant (see :meth:`request`) and wait for its Measurement."""
         return self.submit(recording, variant, **kw).result()
 
-    def evaluate_many(self, recording: RecordingRef, variants: Iterable[Variant | None],
-                      **kw: Any) -> list[Measurement]:
+    def evaluate_many(self, recording: RecordingRef, variants: Iterable[Variant | None], *,
+                      batch: int | None = None, **kw: Any) -> list[Measurement]:
         """Evaluate many variants of one recording in parallel, results in order."""
-        pending = [self.submit(recording, v, **kw) for v in variants]
+        pending = self.submit_many([self.request(recording, v, **kw) for v in variants],
+                                   batch=batch)
         return [p.result() for p in pending]
 
     def validate(self, recordings: RecordingRef | Sequence[RecordingRef],
@@ -207,8 +172,9 @@ class Client:
         """Verify (no timing) one variant or tuning point on each recording."""
         recs = [recordings] if isinstance(recordings, (str, os.PathLike, Recording)) \
             else list(recordings)
-        pending = [self.submit(r, variant, config=config, tolerance=tolerance,
-                               verify_only=True, warmup=0, repeat=0) for r in recs]
+        pending = self.submit_many([self.request(r, variant, config=config, tolerance=tolerance,
+                                                 verify_only=True, warmup=0, repeat=0)
+                                    for r in recs])
         return [p.result() for p in pending]
 
     def tune(self, recording: RecordingRef, **kw: Any) -> Any:
@@ -228,19 +194,20 @@ class Client:
             reraise(value)
         return value
 
-    def death(self, key: str) -> Measurement:
-        """The Measurement of a request whose worker died while running it."""
+    def death_record(self, key: str) -> dict[str, Any] | None:
+        """The monitor's record of the death of the worker running request ``key``, with its
+        crash log once the restarted worker sent it (waiting up to ``cause_wait_s``)."""
         deadline = time.monotonic() + self.cause_wait_s
         record = self.dask.run_on_scheduler(death_of, key)
         while record is not None and record.get("text") is None \
                 and time.monotonic() < deadline:
             time.sleep(0.1)
             record = self.dask.run_on_scheduler(death_of, key)
-        if record is None:
-            return Measurement(Status.RUNTIME_FAILED, message=(
-                "the workers holding this request died before it finished (KilledWorker); "
-                "it was not seen running a candidate"), extra=(("key", key),))
-        return classify(record)
+        return record
+
+    def death(self, key: str) -> Measurement:
+        """The Measurement of a request whose worker died while running it."""
+        return death_measurement(self.death_record(key), key)
 
     # ---- the service ------------------------------------------------------------------------
     def load(self, recordings: Iterable[RecordingRef]) -> None:
@@ -271,6 +238,11 @@ class Client:
                         "resources": w.get("resources", {}),
                         **(st if isinstance(st, dict) else {"error": repr(st)})})
         return out
+
+    def replay_workers(self) -> int:
+        """How many workers offer the replay resource now."""
+        workers = self.dask.scheduler_info(n_workers=-1).get("workers", {})
+        return sum(1 for w in workers.values() if RESOURCE in w.get("resources", {}))
 
     def wait_for_workers(self, n: int = 1, timeout: float = 120.0) -> None:
         try:

@@ -9,8 +9,11 @@ and the events that tell the scheduler's monitor what runs where.
   that needs no GIL: when a stage overruns it writes ``Timeout (h:mm:ss)!`` and the stacks to the
   crash log and ``_exit(1)``s the process -- a kernel spinning in native code cannot block it.
   Each stage (compile, run) is armed with its own limit.
-- **Events.** :meth:`Guard.__enter__` announces the request to the scheduler *synchronously*
-  (``Client.log_event``), before any candidate code runs; stage changes and the end go batched.
+- **Events.** :meth:`Guard.__enter__` announces the request -- a batch of ``size``
+  evaluations, run one after the other -- to the scheduler *synchronously*
+  (``Client.log_event``), before any candidate code runs; stage changes and each evaluation's
+  end go batched. Every stage names the evaluation of the batch it belongs to (``item``), in
+  the event and on the crash log's first line, so a death is charged to that one evaluation.
 """
 
 from __future__ import annotations
@@ -88,9 +91,11 @@ def _crash_file() -> TextIO:
 class Guard:
     """One request on one worker: announced, watched stage by stage, and ended."""
 
-    def __init__(self, worker: Any, key: str, what: str) -> None:
-        self.worker, self.key, self.what = worker, key, what
+    def __init__(self, worker: Any, key: str, what: str, size: int = 1) -> None:
+        self.worker, self.key, self.what, self.size = worker, key, what, size
         self.stage_name = "start"
+        self.item = 0  # the evaluation of the batch now running
+        self.announce_s = 0.0  # the synchronous announcement's round trip
 
     def _msg(self, **kw: Any) -> dict[str, Any]:
         return {"key": self.key, "worker": self.worker.address, **kw}
@@ -98,36 +103,44 @@ class Guard:
     def __enter__(self) -> Guard:  # noqa: PYI034
         _crash_file()
         from distributed import get_client
+        t0 = time.perf_counter()
         get_client().log_event(START, self._msg(
             nanny=self.worker.nanny, what=self.what, pid=os.getpid(), stage="start",
-            timeout_s=0.0, t_start=time.time()))
+            timeout_s=0.0, t_start=time.time(), size=self.size, item=0))
+        self.announce_s = time.perf_counter() - t0
         return self
 
     def stage(self, name: str, timeout_s: float) -> None:
         """Arm the watchdog for the next stage (a new limit replaces the previous one). The
-        stage is also the first line of the crash log, so a crash names its stage even when
-        the (batched) stage event never left the process."""
+        stage and the item are also the first line of the crash log, so a crash names them
+        even when the (batched) stage event never left the process."""
         self.stage_name = name
         log = _crash_file()
-        _rewind(log, f"{STAGE_MARK} {name} {float(timeout_s)!r}\n")
-        self.worker.log_event(STAGE, self._msg(stage=name, timeout_s=float(timeout_s)))
+        _rewind(log, f"{STAGE_MARK} {name} {float(timeout_s)!r} {self.item}\n")
+        self.worker.log_event(STAGE, self._msg(stage=name, timeout_s=float(timeout_s),
+                                               item=self.item))
         faulthandler.dump_traceback_later(float(timeout_s), exit=True, file=log)
 
-    def end(self, m: Measurement, *, count: bool = True) -> None:
-        """Disarm the watchdog and report the outcome (``count``: it is an evaluation)."""
+    def end(self, m: Measurement, *, count: bool = True, last: bool = True) -> None:
+        """Disarm the watchdog and report the outcome of the current item (``count``: it is
+        an evaluation; ``last``: the request is over, the monitor forgets it; otherwise the
+        next item starts, and the crash log names it)."""
         faulthandler.cancel_dump_traceback_later()
-        _rewind(_crash_file())
         self.worker.log_event(END, self._msg(status=m.status.value, stages=dict(m.stages),
-                                             count=count))
+                                             count=count, item=self.item, last=last))
+        if not last:
+            self.item += 1
+            self.stage_name = "start"
+        _rewind(_crash_file(), "" if last else f"{STAGE_MARK} start 0.0 {self.item}\n")
 
     def deposit_and_exit(self, m: Measurement) -> None:
-        """Hand the result to the monitor, then end this process (its device is unusable):
-        the nanny restarts it and the request resolves to ``m``."""
+        """Hand the result of the current item to the monitor, then end this process (its
+        device is unusable): the nanny restarts it and that item resolves to ``m``."""
         faulthandler.cancel_dump_traceback_later()
         _rewind(_crash_file())
         from distributed import get_client
         try:
-            get_client().log_event(DEPOSIT, self._msg(measurement=m.to_json()))
+            get_client().log_event(DEPOSIT, self._msg(measurement=m.to_json(), item=self.item))
         finally:
             os._exit(POISONED_EXIT)
 

@@ -9,7 +9,12 @@ ends itself on purpose (a GPU context left unusable) with the Measurement it pro
 On *start* the plugin raises the task's ``suspicious`` count to the scheduler's
 ``allowed_failures``: if this worker dies now, the scheduler marks the task erred
 (``KilledWorker``) instead of handing the candidate to the next worker, while the requests
-merely queued on the dead worker are rescheduled as usual. *End* resets it.
+merely queued on the dead worker are rescheduled as usual. *End* of a request's last
+evaluation resets it.
+
+A request may be a batch of evaluations run one after the other (keys ``kf-eval-<id>-x<n>``):
+it is announced once, each stage and end event names its item, and a death is charged to the
+item that was running (:func:`item_of`); the client evaluates the others again.
 """
 
 from __future__ import annotations
@@ -76,14 +81,21 @@ class Monitor(SchedulerPlugin):
     def _stage(self, msg: dict[str, Any]) -> None:
         run = self.running.get(msg["worker"])
         if run is not None and run["key"] == msg["key"]:
-            run.update(stage=msg["stage"], timeout_s=msg["timeout_s"], t_stage=time.time())
+            run.update(stage=msg["stage"], timeout_s=msg["timeout_s"], t_stage=time.time(),
+                       item=msg.get("item", 0))
 
     def _end(self, msg: dict[str, Any]) -> None:
-        if self.running.get(msg["worker"], {}).get("key") == msg["key"]:
-            del self.running[msg["worker"]]
-        ts = self._task(msg["key"])
-        if ts is not None:
-            ts.suspicious = 0
+        run = self.running.get(msg["worker"])
+        mine = run is not None and run["key"] == msg["key"]
+        if msg.get("last", True):
+            if mine:
+                del self.running[msg["worker"]]
+            ts = self._task(msg["key"])
+            if ts is not None:
+                ts.suspicious = 0
+        elif run is not None and mine:  # the next item starts: a death now is charged to it
+            run.update(stage="start", timeout_s=0.0, t_stage=time.time(),
+                       item=int(msg.get("item", 0)) + 1)
         if msg.get("count", True):
             self._count(msg.get("status", "OK"), msg.get("stages", {}))
 
@@ -105,6 +117,7 @@ class Monitor(SchedulerPlugin):
         run = self.running.get(msg["worker"])
         if run is not None and run["key"] == msg["key"]:
             run["deposit"] = msg["measurement"]
+            run["item"] = msg.get("item", run.get("item", 0))
 
     # ---- workers coming and going ---------------------------------------------------------
     def add_worker(self, scheduler: Any, worker: str) -> None:
@@ -128,12 +141,22 @@ class Monitor(SchedulerPlugin):
             self._count(classify(record).status.value, {})
 
     # ---- what clients ask for (through run_on_scheduler) -----------------------------------
+    def _evaluations_waiting(self) -> int:
+        """Evaluations not started yet: those of every request a worker has not finished,
+        less those the running ones have started."""
+        total = 0
+        for key, ts in self.scheduler.tasks.items():
+            if isinstance(key, str) and key.startswith(f"{KEY_PREFIX}eval-") \
+                    and ts.state in ("waiting", "queued", "no-worker", "processing"):
+                total += evaluations_in(key)
+        started = sum(int(r.get("item", 0)) + 1 for r in self.running.values()
+                      if r.get("what") == "evaluate")
+        return max(0, total - started)
+
     def snapshot(self) -> dict[str, Any]:
         now = time.time()
         prefix = self.scheduler.task_prefixes.get(f"{KEY_PREFIX}eval") if self.scheduler else None
-        states = dict(prefix.states) if prefix is not None else {}
-        in_queue = sum(states.get(s, 0) for s in ("waiting", "queued", "no-worker",
-                                                   "processing"))
+        in_queue = self._evaluations_waiting() if prefix is not None else 0
         total = sum(self.by_status.values())
         recent = sum(1 for t in self.done if now - t <= RATE_WINDOW_S)
         span = min(RATE_WINDOW_S, max(now - self.started, 1e-9))
@@ -141,7 +164,7 @@ class Monitor(SchedulerPlugin):
             "uptime_s": now - self.started, "evaluations": total,
             "by_status": dict(self.by_status),
             "evaluations_per_s": recent / span,
-            "running": len(self.running), "queued": max(0, in_queue - len(self.running)),
+            "running": len(self.running), "queued": in_queue,
             "worker_restarts": self.restarts, "deaths": len(self.deaths),
             "workers": len(self.scheduler.workers) if self.scheduler else 0,
             "stage_mean_s": {k: self.stage_sum[k] / self.stage_n[k] for k in self.stage_n},
@@ -173,6 +196,27 @@ def snapshot(dask_scheduler: Any) -> dict[str, Any]:
 
 
 # ---- classification -------------------------------------------------------------------------
+def evaluations_in(key: str) -> int:
+    """Evaluations in the request ``key`` (``kf-eval-<id>-x<n>``; 1 without the suffix)."""
+    head, sep, tail = key.rpartition("-x")
+    return int(tail) if sep and head.startswith(f"{KEY_PREFIX}eval-") and tail.isdigit() \
+        else 1
+
+
+def item_of(record: dict[str, Any]) -> int | None:
+    """Which evaluation of a batch a death is charged to: the one its deposit or its crash
+    log's stage line names, else the one the monitor last saw; None when nothing says."""
+    if record.get("deposit") is None:
+        for line in (record.get("text") or "").splitlines():
+            words = line.split()
+            if line.startswith(STAGE_MARK) and len(words) == 4 and words[3].isdigit():
+                return int(words[3])
+            if line.strip():
+                break
+    item = record.get("item")
+    return int(item) if isinstance(item, int) else None
+
+
 def classify(record: dict[str, Any]) -> Measurement:
     """The Measurement of a request whose worker died while running it."""
     if record.get("deposit") is not None:
@@ -182,7 +226,7 @@ def classify(record: dict[str, Any]) -> Measurement:
     stage, timeout = record.get("stage", "run"), float(record.get("timeout_s") or 0.0)
     while lines and lines[0].startswith(STAGE_MARK):
         words = lines.pop(0).split()
-        if len(words) == 3:
+        if len(words) in (3, 4):
             stage, timeout = words[1], float(words[2])
     first = lines[0] if lines else ""
     extra: tuple[tuple[str, Any], ...] = (

@@ -1,4 +1,6 @@
-"""The functions a worker runs for a request (submitted as Dask tasks by the client).
+"""The functions a worker runs for a request (submitted as Dask tasks by the client; an
+evaluation task carries a batch of requests, evaluated one after the other, see
+:mod:`.batch`).
 
 An evaluation: the recording comes from the worker's state (loaded once), and so does its
 prepared device state (:mod:`.devstate`: built once per unit and worker, checked out for the
@@ -15,7 +17,7 @@ that is not the candidate's (an unreadable recording, a backend missing here) as
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -168,43 +170,73 @@ def _variant(loaded: Loaded, req: Request) -> Variant:
 
 
 def evaluate_task(req: Request) -> Measurement | Raised:
-    """Evaluate one request on this worker (the Dask task behind Client.submit)."""
+    """Evaluate one request on this worker (a batch of one)."""
+    return evaluate_batch_task([req])[0]
+
+
+def evaluate_batch_task(reqs: Sequence[Request]) -> list[Measurement | Raised]:
+    """Evaluate requests one after the other on this worker (the Dask task behind
+    Client.submit and Client.submit_many), announced once; results in order.
+
+    Each Measurement's ``extra`` says where its time went: ``evaluate_s`` (the replay engine:
+    restore, run, verify, time, verify again), ``worker_s`` (the whole item on the worker:
+    load, checkout, compile, evaluate, the pristine check, the watchdog's events) and
+    ``announce_s`` (the batch's synchronous announcement, on its first item; 0 on the others).
+    """
     worker = get_worker()
     st = state()
+    with Guard(worker, str(worker.get_current_task()), "evaluate", len(reqs)) as guard:
+        out: list[Measurement | Raised] = []
+        for i, req in enumerate(reqs):
+            t0 = time.perf_counter()
+            got = _evaluate_one(worker, st, req, guard, last=i == len(reqs) - 1)
+            if isinstance(got, Measurement):
+                got = replace(got, extra=got.extra + (
+                    ("worker_s", time.perf_counter() - t0),
+                    ("announce_s", guard.announce_s if i == 0 else 0.0)))
+            out.append(got)
+        return out
+
+
+def _evaluate_one(worker: Any, st: WorkerState, req: Request, guard: Guard, *,
+                  last: bool) -> Measurement | Raised:
     try:
         loaded = st.load(req.recording)
     except KernforgeError as exc:
+        guard.end(Measurement(Status.RUNTIME_FAILED), count=False, last=last)
         return _raised(exc)
-    with Guard(worker, str(worker.get_current_task()), "evaluate") as guard:
-        try:
-            variant = _variant(loaded, req)
-        except KernforgeError as exc:  # an unrealizable tuning point: the candidate's
-            m = Measurement(exc.status or Status.INVALID_CONFIG, message=str(exc))
-            guard.end(m)
-            return m
-        try:
-            held = _checkout(st, loaded, req, guard)
-            timeout = req.timeout_s or req.limits.run_timeout(
-                _baseline_s(loaded, req, guard, held))
-            guard.stage("compile", req.limits.compile_timeout_s)
-            compile_s = _precompile(loaded, variant, req)
-            guard.stage("run", timeout if compile_s is not None
-                        else req.limits.compile_timeout_s)
-            reused = held is not None and held.reused
-            m = _evaluate(loaded, variant, req, held)
-        except KernforgeError as exc:  # RecordingError, BackendUnavailableError
-            guard.end(Measurement(Status.RUNTIME_FAILED))
-            return _raised(exc)
-        m = _with_compile(m, compile_s, {"worker": worker.address, "timeout_s": timeout,
-                                         "device_state": "reused" if reused else "prepared"})
-        st.evaluations += 1
-        loaded.evaluations += 1
-        if not m.ok and not _device_healthy(loaded):
-            guard.deposit_and_exit(replace(m, message=m.message + "\n(the device context was "
-                                           "unusable afterwards: the worker was restarted)"))
-        m = _checkin(st, held, m)
-        guard.end(m)
+    try:
+        variant = _variant(loaded, req)
+    except KernforgeError as exc:  # an unrealizable tuning point: the candidate's
+        m = Measurement(exc.status or Status.INVALID_CONFIG, message=str(exc))
+        guard.end(m, last=last)
         return m
+    try:
+        held = _checkout(st, loaded, req, guard)
+        timeout = req.timeout_s or req.limits.run_timeout(
+            _baseline_s(loaded, req, guard, held))
+        guard.stage("compile", req.limits.compile_timeout_s)
+        compile_s = _precompile(loaded, variant, req)
+        guard.stage("run", timeout if compile_s is not None
+                    else req.limits.compile_timeout_s)
+        reused = held is not None and held.reused
+        t0 = time.perf_counter()
+        m = _evaluate(loaded, variant, req, held)
+        evaluate_s = time.perf_counter() - t0
+    except KernforgeError as exc:  # RecordingError, BackendUnavailableError
+        guard.end(Measurement(Status.RUNTIME_FAILED), last=last)
+        return _raised(exc)
+    m = _with_compile(m, compile_s, {"worker": worker.address, "timeout_s": timeout,
+                                     "device_state": "reused" if reused else "prepared",
+                                     "evaluate_s": evaluate_s})
+    st.evaluations += 1
+    loaded.evaluations += 1
+    if not m.ok and not _device_healthy(loaded):
+        guard.deposit_and_exit(replace(m, message=m.message + "\n(the device context was "
+                                       "unusable afterwards: the worker was restarted)"))
+    m = _checkin(st, held, m)
+    guard.end(m, last=last)
+    return m
 
 
 def space_task(path: str, preset: str, user: Mapping[str, Any] | None,
