@@ -201,3 +201,53 @@ def test_one_raw_kernel_launched_repeatedly_with_several_problems(cp: Any,
     counts = deploy.report().kernels["scale"]
     assert (counts.replaced, counts.fallback) == (4, 3)
     assert counts.reasons == {"problem mismatch": 3}
+
+
+def test_cuda_prepared_launch_checks_once_and_launches_like_launch() -> None:
+    """CudaBackend.prepared_launch (what a deployment's fast launch calls on the GPU) on a
+    host stand-in for CuPy's function: the checks of ``_launch`` at preparation, then
+    CuPy's call with the same arguments per launch, driver errors as LaunchError."""
+    from kernforge.backends.base import Compiled
+    from kernforge.backends.cuda import CudaBackend, CudaHandle
+    from kernforge.core import ConfigError, LaunchError
+
+    class DriverError(Exception):
+        pass
+
+    calls: list[tuple[Any, ...]] = []
+
+    class Function:
+        max_dynamic_shared_size_bytes = 0
+
+        def __call__(self, grid: Any, block: Any, args: Any, *, shared_mem: int = 0) -> None:
+            if args and args[0] == "fail":
+                raise DriverError("CUDA_ERROR_LAUNCH_FAILED")
+            calls.append((grid, block, args, shared_mem))
+
+    backend = CudaBackend.__new__(CudaBackend)  # no GPU here: CuPy's namespace stood in
+    backend.cp = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        driver=types.SimpleNamespace(CUDADriverError=DriverError)))
+    backend.props = {"maxThreadsPerBlock": 1024, "sharedMemPerBlockOptin": 227 * 1024}
+    variant = Variant(KernelSource(SRC, "scale", "cuda"))
+
+    def compiled(block: Any = None, max_threads: int = 1024) -> Compiled:
+        return Compiled(variant, (), CudaHandle(Function(), None, block, max_threads, 16, 0))
+
+    big = LaunchConfig((4, 1, 1), (128, 1, 1), 64 * 1024)
+    c = compiled()
+    fire = backend.prepared_launch(c, big)
+    assert c.handle.function.max_dynamic_shared_size_bytes == 64 * 1024  # set once, here
+    fire([1, 2.0])
+    fire((3, 4.0))
+    backend._launch(c.handle, [5, 6.0], big)
+    assert calls == [((4, 1, 1), (128, 1, 1), (1, 2.0), 65536),
+                     ((4, 1, 1), (128, 1, 1), (3, 4.0), 65536),
+                     ((4, 1, 1), (128, 1, 1), (5, 6.0), 65536)]
+    with pytest.raises(LaunchError, match="CUDA_ERROR_LAUNCH_FAILED"):
+        fire(["fail"])
+    with pytest.raises(ConfigError, match="2048 threads"):
+        backend.prepared_launch(c, LaunchConfig(block=(2048, 1, 1)))
+    with pytest.raises(ConfigError, match="compiled for block"):
+        backend.prepared_launch(compiled(block=(64, 1, 1)), big)
+    with pytest.raises(LaunchError, match="limit of 64"):
+        backend.prepared_launch(compiled(max_threads=64), big)

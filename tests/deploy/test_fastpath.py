@@ -19,6 +19,7 @@ from kernforge.backends import Kernel, events
 from kernforge.backends.cupy_translate import Unrecordable, widen_scalar
 from kernforge.core import LaunchConfig, Param
 from kernforge.deploy import Deployment, DeploySpec
+from kernforge.deploy.decide import Decider
 from kernforge.deploy.match import _byte_range, overlap_bits, overlapping
 
 
@@ -112,13 +113,13 @@ def test_repeated_launches_are_decided_once(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     dep = Deployment(_spec(tmp_path))
     calls: list[int] = []
-    real = Deployment._decide_uncached
+    real = Decider.decide_uncached
 
-    def counting(self: Deployment, event: Any) -> Any:
+    def counting(self: Decider, event: Any, *rest: Any) -> Any:
         calls.append(len(event.args))
-        return real(self, event)
+        return real(self, event, *rest)
 
-    monkeypatch.setattr(Deployment, "_decide_uncached", counting)
+    monkeypatch.setattr(Decider, "decide_uncached", counting)
     k = axpy_kernel()
     with dep.start(cupy=False):
         for n in (4, 4, 4, 8, 4, 8, 3, 3):

@@ -250,12 +250,12 @@ def test_tuned_launch_raising_any_exception_falls_back(
 
 def test_failure_preparing_the_tuned_launch_falls_back(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernforge.deploy import runtime
+    from kernforge.deploy import decide
 
     def broken(*_: object) -> None:
         raise ValueError("bug")
 
-    monkeypatch.setattr(runtime, "tuned_launch", broken)
+    monkeypatch.setattr(decide, "tuned_launch", broken)
     rec = record_axpy(tmp_path / "rec")
     with deploy.use(DeploySpec((axpy_entry(rec),))):
         np.testing.assert_array_equal(run_axpy(axpy_kernel()), 2.0 * X + 1)

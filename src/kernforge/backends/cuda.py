@@ -11,7 +11,7 @@ the L2 is flushed by writing a buffer of twice its size.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -283,7 +283,9 @@ class CudaBackend(Backend):
             raise ConfigError(f"{launch.shared_mem} bytes of dynamic shared memory exceed the "
                               f"device limit of {smem}", hint="request less shared memory")
 
-    def _launch(self, handle: CudaHandle, args: Sequence[Any], launch: LaunchConfig) -> None:
+    def _ready(self, handle: CudaHandle, launch: LaunchConfig) -> None:
+        """The checks of a launch that depend only on the kernel and the geometry; raises
+        the dynamic shared memory limit of the function when the launch needs more."""
         if handle.block is not None and tuple(launch.block) != handle.block:
             raise ConfigError(f"kernel compiled for block {handle.block}, launched with "
                               f"{launch.block}", hint="recompile with specialize_block for "
@@ -296,9 +298,32 @@ class CudaBackend(Backend):
             if launch.shared_mem > 48 * 1024 and handle.dyn_smem_set < launch.shared_mem:
                 handle.function.max_dynamic_shared_size_bytes = launch.shared_mem
                 handle.dyn_smem_set = launch.shared_mem
+        except self.cp.cuda.driver.CUDADriverError as exc:
+            raise LaunchError(f"launch failed: {exc}") from exc
+
+    def _launch(self, handle: CudaHandle, args: Sequence[Any], launch: LaunchConfig) -> None:
+        self._ready(handle, launch)
+        try:
             handle.function(launch.grid, launch.block, tuple(args), shared_mem=launch.shared_mem)
         except self.cp.cuda.driver.CUDADriverError as exc:
             raise LaunchError(f"launch failed: {exc}") from exc
+
+    def prepared_launch(self, compiled: Compiled, launch: LaunchConfig
+                        ) -> Callable[[Sequence[Any]], None]:
+        """:meth:`launch` for converted arguments, its checks of the kernel and ``launch``
+        done once here; per call only CuPy's launch on the current stream (deploy/launcher.py)."""
+        self.check_launch(launch)
+        self._ready(compiled.handle, launch)
+        function, grid, block = compiled.handle.function, launch.grid, launch.block
+        shared_mem, driver_error = launch.shared_mem, self.cp.cuda.driver.CUDADriverError
+
+        def fire(args: Sequence[Any]) -> None:
+            try:
+                function(grid, block, tuple(args), shared_mem=shared_mem)
+            except driver_error as exc:
+                raise LaunchError(f"launch failed: {exc}") from exc
+
+        return fire
 
     def synchronize(self) -> None:
         try:

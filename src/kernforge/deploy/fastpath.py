@@ -17,7 +17,9 @@ A :class:`Plan` per kernel (the entries left after the kernel, device and build 
 which of those to read; :meth:`Plan.key` reads them, and the decision -- a fallback
 :class:`~.match.Reason`, or the :class:`Tuned` launch (entry, compiled variant, geometry) -- is
 cached under that key. A repeated launch then costs the key, one dictionary lookup and the
-launch itself. Nothing else is read by the matching rules, so a cached decision is the one the
+launch itself: the first launch under a :class:`Tuned` decision is checked in full by
+``Backend.launch``, the next ones run its :class:`~.launcher.FastLaunch` (only the checks the
+key does not cover). Nothing else is read by the matching rules, so a cached decision is the one the
 uncached path takes (tests/deploy/test_fastpath.py compares them on varied launches). A key
 that cannot be hashed (e.g. a 0-d array passed as a scalar) is decided without the cache.
 """
@@ -25,26 +27,38 @@ that cannot be hashed (e.g. a 0-d array passed as a scalar) is decided without t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ..backends import Backend, Compiled, LaunchEvent
 from ..core import CompileOptions, KernelSource, LaunchConfig, Param, Variant
+from .launcher import FastLaunch
 from .match import Reason, overlap_bits
+from .report import KernelCounts
 from .spec import DeployEntry
 
 MAX_DECISIONS = 1024  # per plan; emptied when full (an application with ever-new buffers)
 MAX_PLANS = 4096
 
 
-@dataclass(frozen=True)
 class Tuned:
-    """The decision to run entry ``index``'s tuned variant, ready to launch."""
+    """The decision to run entry ``index``'s tuned variant, ready to launch: the compiled
+    variant, the tuned geometry, the variant with it (what observers see), the kernel's label,
+    ``keyed`` (the positions of the scalars the entry matches by value: the decision's key
+    holds their type and value), ``fixed`` (those of them converted once: integers, bools)
+    and, once a launch under this decision passed every check, its :class:`~.launcher.FastLaunch`. ``counts``
+    is the kernel's :class:`~.report.KernelCounts` once a launch was counted."""
 
-    index: int
-    compiled: Compiled
-    launch: LaunchConfig  # the tuned geometry
-    variant: Variant  # compiled.variant with that geometry (what observers see)
+    __slots__ = ("backend", "compiled", "counts", "fast", "fixed", "index", "keyed", "label",
+                 "launch", "reusable", "variant")
+
+    def __init__(self, index: int, compiled: Compiled, launch: LaunchConfig, variant: Variant,
+                 backend: Backend, label: str, fixed: frozenset[int] = frozenset(),
+                 keyed: frozenset[int] = frozenset()) -> None:
+        self.index, self.compiled, self.launch, self.variant = index, compiled, launch, variant
+        self.backend, self.label, self.fixed, self.keyed = backend, label, fixed, keyed
+        self.fast: FastLaunch | None = None
+        self.counts: KernelCounts | None = None
+        self.reusable = False  # kept under a key (else decided per launch: nothing prepared)
 
 
 Decision = Tuned | Reason
@@ -83,7 +97,8 @@ class Plan:
         overlaps as one bit per pair of array arguments (the groups follow from them)."""
         args = event.args
         n = len(args)
-        parts: list[Any] = [event.launch, n]
+        launch = event.variant.launch  # its fields: hashed in C, not by the dataclass
+        parts: list[Any] = [launch.grid, launch.block, launch.shared_mem, launch.threads, n]
         arrays = [args[j] for j in self.pointers if j < n]
         for v in arrays:
             parts += (type(v), getattr(v, "dtype", None), getattr(v, "shape", None))
@@ -99,6 +114,8 @@ class Plan:
         if len(self.decisions) >= MAX_DECISIONS:
             self.decisions.clear()
         self.decisions[key] = decision
+        if isinstance(decision, Tuned):
+            decision.reusable = True
 
 
 class Plans:

@@ -117,6 +117,8 @@ def _byte_range(value: Any) -> tuple[int, int] | None:
     try:
         ptr = getattr(getattr(value, "data", None), "ptr", None)  # CuPy: no interface dict
         if isinstance(ptr, int):
+            if getattr(getattr(value, "flags", None), "c_contiguous", False):
+                return (ptr, ptr + int(value.nbytes))  # the common case, without a loop
             shape = tuple(value.shape)
             strides, itemsize = tuple(value.strides), int(value.itemsize)
         else:

@@ -25,56 +25,40 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import replace
+from functools import partial
 from typing import Any
 
-from ..backends import Backend, Compiled, LaunchEvent, cupy_hooks
+from ..backends import Backend, LaunchEvent, cupy_hooks
 from ..backends.events import set_substituter
-from ..core import CompileOptions, KernelSource, KernforgeError, LaunchConfig, Param, Variant
-from .entries import code_sha256
-from .fastpath import Decision, Plan, Plans, Tuned
-from .match import (
-    COMPILE,
-    INTERNAL,
-    LAUNCH,
-    NOT_IN_SPEC,
-    Reason,
-    lookup_key,
-    problem_reason,
-    static_candidates,
-    tuned_launch,
-    tuned_variant,
-)
+from ..core import CompileOptions, KernelSource, KernforgeError
+from .decide import Decider, first_line, label_of
+from .fastpath import Tuned
+from .launcher import prepare
+from .match import COMPILE, INTERNAL, LAUNCH, Reason
 from .report import DeployReport, KernelCounts
 from .spec import DeploySpec, PathLike, read_spec
 
 log = logging.getLogger("kernforge.deploy")
 ENV_VAR = "KERNFORGE_DEPLOY"
 _WARN = (COMPILE, LAUNCH, INTERNAL)
-_ID_CACHE = 4096
 
 _state_lock = threading.Lock()
 _current: Deployment | None = None
 _last: Deployment | None = None
 
 
-def _label_of(source: KernelSource, options: CompileOptions) -> str:
-    return str(options.get("name_expression") or "") or source.entry
-
-
-def _label(event: LaunchEvent) -> str:
-    return _label_of(event.variant.source, event.variant.options)
-
-
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else "(no message)"
+def _tuned_event(d: Tuned, event: LaunchEvent) -> LaunchEvent:
+    """What observers see of a tuned launch (made only for them)."""
+    return LaunchEvent(event.backend, d.variant, d.compiled.signature, event.args,
+                       event.tolerance, event.capture)
 
 
 class Deployment:
     """An active (or stopped) deployment of one spec; a context manager that stops it.
 
-    ``cache``: decide repeated launches from the cache of :mod:`.fastpath` (False: match
-    every launch from scratch, as the cache's tests compare)."""
+    ``cache``: decide repeated launches from the cache of :mod:`.fastpath` and launch them
+    through :mod:`.launcher` (False: match and check every launch from scratch, as the
+    cache's tests compare)."""
 
     def __init__(self, spec: DeploySpec, *, cache: bool = True) -> None:
         self.cache = cache
@@ -86,179 +70,86 @@ class Deployment:
 
     @property
     def spec(self) -> DeploySpec:
-        return self._spec
+        return self._decider.spec
 
     @spec.setter
     def spec(self, spec: DeploySpec) -> None:
         """Another spec: every cached lookup, compilation and decision is dropped."""
-        index: dict[tuple[Any, ...], list[int]] = {}
-        for i, e in enumerate(spec.entries):
-            index.setdefault(e.kernel.lookup(), []).append(i)
-        with self._lock:
-            self._spec, self._index = spec, index
-            self._static: dict[tuple[Any, ...], list[int] | Reason] = {}
-            self._by_id: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-            self._plans = Plans()
-            self._variants: dict[tuple[int, LaunchConfig], Variant] = {}
-            self._devices: dict[str, dict[str, Any]] = {}
-            self._compiled: dict[int, Compiled | Reason] = {}
+        name = str(spec.path) if spec.path else "(in-memory spec)"
+        self._decider = Decider(spec, name, cache=self.cache)
 
     @property
     def name(self) -> str:
-        return str(self.spec.path) if self.spec.path else "(in-memory spec)"
+        return self._decider.name
 
     # ---- the launch substituter -------------------------------------------------------------
     def substitute(self, event: LaunchEvent, launch: Callable[[], Any]
                    ) -> tuple[Callable[[], LaunchEvent], Callable[[], Any]] | None:
         try:
-            decision, label = self._decide(event)
-            if isinstance(decision, Reason):
-                self._fallback(label, decision)
-                return None
+            decision, label = self._decider.decide(event)
         except Exception as exc:  # noqa: BLE001 - a deployment never breaks the application
-            self._fallback(_label(event), Reason(INTERNAL, f"{type(exc).__name__}: {exc}"))
+            v = event.variant
+            self._fallback(label_of(v.source, v.options),
+                           Reason(INTERNAL, f"{type(exc).__name__}: {exc}"))
             return None
-        backend, args = event.backend, event.args
-
-        def tuned_event() -> LaunchEvent:  # what observers see, made only for them
-            return LaunchEvent(backend, decision.variant, decision.compiled.signature, args,
-                               event.tolerance, event.capture)
-
-        def run_tuned() -> Any:
-            try:
-                backend.launch(decision.compiled, args, decision.launch)
-            except Exception as exc:  # noqa: BLE001 - the original runs instead
-                detail = _first_line(exc.message) if isinstance(exc, KernforgeError) \
-                    else f"{type(exc).__name__}: {_first_line(str(exc))}"
-                reason = Reason(LAUNCH, detail)
-                with self._lock:
-                    self._compiled[decision.index] = reason  # do not try this entry again
-                    self._plans.clear()  # nor decide by a cached decision to try it
-                self._fallback(label, reason)
-                return launch()
-            self._replaced(label, decision.index)
+        if isinstance(decision, Reason):
+            self._fallback(label, decision)
             return None
+        return (partial(_tuned_event, decision, event),
+                partial(self._run, decision, event.args, launch))
 
-        return tuned_event, run_tuned
+    def _run(self, d: Tuned, args: tuple[Any, ...], original: Callable[[], Any]) -> Any:
+        """The tuned launch: its fast launch when a launch under this decision passed every
+        check before and these arguments need nothing more (:mod:`.launcher`), else
+        ``Backend.launch`` (which checks everything); the original when it is refused."""
+        fast = d.fast
+        try:
+            if fast is None or not fast(args):
+                d.backend.launch(d.compiled, args, d.launch)
+                if fast is None and d.reusable:
+                    self._prepare(d, args)
+        except Exception as exc:  # noqa: BLE001 - the original runs instead
+            return self._refused(d, exc, original)
+        counts = d.counts
+        if counts is None:
+            self._replaced(d)
+        else:
+            with self._lock:
+                counts.replaced += 1
+        return None
+
+    def _prepare(self, d: Tuned, args: tuple[Any, ...]) -> None:
+        try:
+            d.fast = prepare(d.backend, d.compiled, d.launch, args, d.fixed, d.keyed)
+        except Exception as exc:  # noqa: BLE001 - later launches take the full path
+            log.debug("%s: no fast launch (%s: %s)", d.label, type(exc).__name__, exc)
+
+    def _refused(self, d: Tuned, exc: BaseException, original: Callable[[], Any]) -> Any:
+        detail = first_line(exc.message) if isinstance(exc, KernforgeError) \
+            else f"{type(exc).__name__}: {first_line(str(exc))}"
+        reason = Reason(LAUNCH, detail)
+        self._decider.failed(d.index, reason)  # not tried again, by no cached decision
+        self._fallback(d.label, reason)
+        return original()
 
     def covers(self, backend: Backend, source: KernelSource, options: CompileOptions,
                defines: tuple[tuple[str, str], ...]) -> bool:
         """False (and the launch counted as a fallback) when no entry is for this kernel,
         device and build: the capture sources then launch without building an event."""
         try:
-            found, label = self._candidates(backend, source, options, defines)
+            found, label = self._decider.candidates(backend, source, options, defines)
         except Exception as exc:  # noqa: BLE001 - a deployment never breaks the application
             found = Reason(INTERNAL, f"{type(exc).__name__}: {exc}")
-            label = _label_of(source, options)
+            label = label_of(source, options)
         if isinstance(found, Reason):
             self._fallback(label, found)
             return False
         return True
 
-    def _decide(self, event: LaunchEvent) -> tuple[Decision, str]:
-        """The decision for this launch and the kernel's label: from the plan's cache when
-        this launch was seen before (see :mod:`.fastpath`), else matched from scratch."""
-        if not self.cache:
-            return self._decide_uncached(event), _label(event)
-        v = event.variant
-        plan = self._plans.get(event.backend, v.source, v.options, v.defines, event.signature)
-        if plan is None:
-            plan = self._plan(event.backend, v.source, v.options, v.defines, event.signature)
-        if isinstance(plan.candidates, Reason):
-            return plan.candidates, plan.label
-        try:
-            key = plan.key(event)
-            hit = plan.decisions.get(key)
-        except TypeError:  # an argument that cannot be hashed: decided without the cache
-            return self._decide_uncached(event), plan.label
-        if hit is None:
-            hit = self._decide_uncached(event)
-            plan.remember(key, hit)
-        return hit, plan.label
-
-    def _plan(self, backend: Backend, source: KernelSource, options: CompileOptions,
-              defines: tuple[tuple[str, str], ...], signature: tuple[Param, ...]) -> Plan:
-        candidates, label = self._candidates(backend, source, options, defines)
-        plan = Plan(source, options, defines, signature, label, candidates, self.spec.entries)
-        return self._plans.add(backend, plan)
-
-    def _decide_uncached(self, event: LaunchEvent) -> Decision:
-        """The matching rules applied to this launch (:mod:`.match`), and the tuned launch
-        prepared when an entry matches."""
-        found = self._find(event)
-        if isinstance(found, Reason):
-            return found
-        index, compiled = found
-        cfg = tuned_launch(self.spec.entries[index], event)
-        variant = self._variants.get((index, cfg))
-        if variant is None:
-            variant = self._variants[index, cfg] = replace(compiled.variant, launch=cfg)
-        return Tuned(index, compiled, cfg, variant)
-
-    def _find(self, event: LaunchEvent) -> tuple[int, Compiled] | Reason:
-        v = event.variant
-        candidates, _ = self._candidates(event.backend, v.source, v.options, v.defines)
-        if isinstance(candidates, Reason):
-            return candidates
-        best: Reason | None = None
-        for i in candidates:
-            reason = problem_reason(self.spec.entries[i], event)
-            if reason is None:
-                compiled = self._compile(i, event)
-                return compiled if isinstance(compiled, Reason) else (i, compiled)
-            best = best or reason
-        assert best is not None
-        return best
-
-    def _candidates(self, backend: Backend, source: KernelSource, options: CompileOptions,
-                    defines: tuple[tuple[str, str], ...]) -> tuple[list[int] | Reason, str]:
-        """Entries for this kernel, device and build, and the kernel's label; cached by value,
-        and by identity for the objects a kernel passes on every launch (hashing a source
-        costs more)."""
-        fast = (backend.name, id(source), id(options))
-        hit = self._by_id.get(fast)
-        if hit is not None and hit[0] is source and hit[1] is options and hit[2] == defines:
-            return hit[3], hit[4]
-        key = (backend.name, source, options, defines)
-        found = self._static.get(key)
-        if found is None:
-            found = self._static[key] = self._check_static(backend, source, options, defines)
-        if len(self._by_id) >= _ID_CACHE:
-            self._by_id.clear()
-        label = _label_of(source, options)
-        self._by_id[fast] = (source, options, defines, found, label)
-        return found, label
-
-    def _check_static(self, backend: Backend, source: KernelSource, options: CompileOptions,
-                      defines: tuple[tuple[str, str], ...]) -> list[int] | Reason:
-        key = lookup_key(backend, source, options.as_dict(), code_sha256(source.code))
-        indices = self._index.get(key)
-        if not indices:
-            return Reason(NOT_IN_SPEC, f"no entry for this kernel in {self.name}")
-        if backend.name not in self._devices:
-            self._devices[backend.name] = backend.deploy_identity()
-        return static_candidates([(i, self.spec.entries[i]) for i in indices],
-                                 self._devices[backend.name], backend, options, defines)
-
-    def _compile(self, index: int, event: LaunchEvent) -> Compiled | Reason:
-        with self._lock:
-            hit = self._compiled.get(index)
-        if hit is not None:
-            return hit
-        result: Compiled | Reason
-        try:  # the tuned variant was verified by tuning, under the recording's tolerances
-            variant = tuned_variant(self.spec.entries[index], event.variant.source)
-            result = event.backend.compile(variant, tolerant=True)
-        except KernforgeError as exc:
-            result = Reason(COMPILE, _first_line(exc.message))
-        except Exception as exc:  # noqa: BLE001 - never crash the application
-            result = Reason(COMPILE, f"{type(exc).__name__}: {exc}")
-        with self._lock:
-            return self._compiled.setdefault(index, result)
-
     # ---- counting and logging ---------------------------------------------------------------
-    def _count(self, label: str, outcome: str, replaced: bool) -> bool:
-        """Count one launch (one lock); True the first time this kernel has this outcome."""
+    def _count(self, label: str, outcome: str, replaced: bool) -> tuple[KernelCounts, bool]:
+        """Count one launch (one lock); the kernel's counts, and True the first time this
+        kernel has this outcome."""
         with self._lock:
             counts = self._counts.get(label)
             if counts is None:
@@ -269,21 +160,26 @@ class Deployment:
                 counts.fallback += 1
                 counts.reasons[outcome] = counts.reasons.get(outcome, 0) + 1
             if (label, outcome) in self._logged:
-                return False
+                return counts, False
             self._logged.add((label, outcome))
-            return True
+            return counts, True
 
     def _fallback(self, label: str, reason: Reason) -> None:
-        if self._count(label, reason.category, False):
+        if self._count(label, reason.category, False)[1]:
             level = logging.WARNING if reason.category in _WARN else logging.INFO
             log.log(level, "%s: runs the original (%s: %s)", label, reason.category,
                     reason.detail)
 
-    def _replaced(self, label: str, index: int) -> None:
-        if self._count(label, "replaced", True):
-            e = self.spec.entries[index]
+    def _replaced(self, d: Tuned) -> None:
+        """Count the first launch of a decision (logged once per kernel), and keep the
+        kernel's counts in the decision: its later launches only add one."""
+        counts, first = self._count(d.label, "replaced", True)
+        if d.reusable:
+            d.counts = counts
+        if first:
+            e = self.spec.entries[d.index]
             log.info("%s: runs the tuned variant (launch %s; speedup %.3gx measured on %s)",
-                     label, e.variant.launch.to_json(), e.evidence.speedup,
+                     d.label, e.variant.launch.to_json(), e.evidence.speedup,
                      e.evidence.recording)
 
     def report(self) -> DeployReport:
