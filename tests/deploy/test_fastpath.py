@@ -225,6 +225,24 @@ def test_overlap_of_device_arrays_by_pointer() -> None:
     assert overlap_bits([DeviceLike(1000, (0,), (4,)), a]) == [False]
 
 
+class PointerView:
+    """A numpy array seen as a device array is: ``.data.ptr``, flags, shape, strides."""
+
+    def __init__(self, a: np.ndarray) -> None:
+        self.data = type("Ptr", (), {"ptr": a.ctypes.data})()
+        self.flags, self.nbytes, self.itemsize = a.flags, a.nbytes, a.itemsize
+        self.shape, self.strides = a.shape, a.strides
+
+
+def test_byte_range_of_contiguous_device_arrays_equals_the_general_one() -> None:
+    base = np.arange(64.0).reshape(8, 8)
+    views = [base, base[2:5], base[3], base[:0], base.reshape(-1)[10:11], base[:, 3],
+             base[::-1], base.T, base[3:4, 2:3], base[5:5, :]]
+    for v in views:
+        assert _byte_range(PointerView(v)) == _byte_range(v), (v.shape, v.strides)
+    assert sum(v.flags.c_contiguous for v in views) >= 5  # both paths are compared
+
+
 def _widen_reference(dtype: str, value: int) -> Any:
     """What CuPy passes for a Python int (an int64), read as ``dtype``: its low bytes."""
     return np.frombuffer(np.asarray(value, np.int64).tobytes()[:np.dtype(dtype).itemsize],
