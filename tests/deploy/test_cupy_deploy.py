@@ -99,8 +99,9 @@ class FakeCuda(NullBackend):
 def cp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     fake = types.ModuleType("cupy")
     fake.RawKernel, fake.RawModule, fake.ndarray = FakeRawKernel, FakeRawModule, np.ndarray
+    fake.arange, fake.zeros_like, fake.float32 = np.arange, np.zeros_like, np.float32
     fake.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(
-        deviceSynchronize=lambda: None))
+        deviceSynchronize=lambda: None, getDeviceCount=lambda: 1))
     monkeypatch.setitem(sys.modules, "cupy", fake)
     monkeypatch.setitem(base._instances, "cuda", FakeCuda())
     FakeCuda.launches.clear()
@@ -201,6 +202,20 @@ def test_one_raw_kernel_launched_repeatedly_with_several_problems(cp: Any,
     counts = deploy.report().kernels["scale"]
     assert (counts.replaced, counts.fallback) == (4, 3)
     assert counts.reasons == {"problem mismatch": 3}
+
+
+def test_overhead_measurement_on_the_cupy_path(cp: Any) -> None:
+    """The GPU measurement's modes through the CuPy hooks (the fake runs them on the host):
+    the plain mode is CuPy's own kernel, the others the hooked one, and the replaced mode runs
+    the tuned kernel every time (else the measurement raises)."""
+    from kernforge.deploy.overhead import HOOKS, PLAIN, REPLACED, measure_overhead
+
+    table = measure_overhead("cuda", launches=5, batches=2)
+    assert list(table.times)[:2] == [PLAIN, HOOKS] and len(table.times) == 6
+    assert table.device == "fake gpu" and table.per_launch_s == table.overhead(REPLACED)
+    tuned = [launch for name, launch in FakeCuda.launches if name == "scale"]
+    assert len(tuned) >= 2 * 5 and tuned[0] == LaunchConfig((1, 1, 1), (256, 1, 1))
+    assert cupy_hooks.installed()  # installed by the fixture: left installed
 
 
 def test_cuda_prepared_launch_checks_once_and_launches_like_launch() -> None:
