@@ -7,11 +7,12 @@ the decision, the tuned launch): :attr:`~.overhead.OverheadTable.per_launch_s`, 
 the machine by :func:`~.overhead.measure_overhead`. A winner whose saving does not exceed that
 overhead is not deployed: the application would be slower with it (when its launches are
 issued faster than the device runs them, the host time is hidden behind the device's and the
-rule is conservative; the demo's heat3d_cupy is bound by its launches).
+rule is conservative; the demo's heat3d_cupy on the H200 ran 2.6 ms longer with 60 of its
+launches replaced).
 
 >>> table = measure_overhead("cuda")
 >>> kept, dropped = worth_deploying(entries, table.per_launch_s)
->>> for d in dropped: print(d.reason)
+>>> for d in dropped: print(d.reason)    # figures made up
 heat_stencil: saves 0.62 us per launch (61.30 us -> 60.68 us in replay), not more than the
 14.10 us a replaced launch costs the host: not deployed
 """
