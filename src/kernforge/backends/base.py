@@ -332,11 +332,38 @@ def cached_dtype(name: str) -> np.dtype[Any]:
     return dt
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+_INT_RANGES: dict[str, tuple[int, int]] = {}
+
+
+def _int_range(name: str) -> tuple[int, int]:
+    """``(min, max)`` of integer dtype ``name``, remembered."""
+    r = _INT_RANGES.get(name)
+    if r is None:
+        info = np.iinfo(name)
+        r = _INT_RANGES[name] = (int(info.min), int(info.max))
+    return r
+
+
 def _scalar(p: Param, a: Any) -> Any:
-    """``a`` as a numpy scalar of the declared width; lossy integer conversions are refused."""
+    """``a`` as a numpy scalar of the declared width; lossy integer conversions are refused.
+
+    Fast paths, exact and without a floating-point error state: a numpy scalar of the declared
+    type as it is; a Python float for a ``double``, or for a ``float`` within its range (no
+    overflow possible); a Python int within the range of an integer type. Anything else
+    takes the checked conversion below (tests/backends/test_scalar.py compares the two)."""
     try:
-        if type(a) is cached_dtype(p.dtype).type:  # already a numpy scalar of the declared type
+        dt = cached_dtype(p.dtype)
+        t, ta = dt.type, type(a)
+        if ta is t:  # already a numpy scalar of the declared type
             return a
+        if ta is float:
+            if t is np.float64 or (t is np.float32 and -FLOAT32_MAX <= a <= FLOAT32_MAX):
+                return t(a)
+        elif ta is int and dt.kind in "iu":
+            lo, hi = _int_range(p.dtype)
+            if lo <= a <= hi:
+                return t(a)
         if isinstance(a, (str, bytes)):
             raise TypeError(f"a {type(a).__name__} is not a number")
         if p.dtype == "bool" and a not in (0, 1):  # True/False compare equal to 1/0
@@ -374,6 +401,9 @@ def get_backend(name: str | Backend) -> Backend:
     """The process-wide instance of backend ``name`` (so compile caches are shared)."""
     if isinstance(name, Backend):
         return name
+    backend = _instances.get(name)  # made already: no lock (a dict read is atomic)
+    if backend is not None:
+        return backend
     with _instances_lock:
         if name not in _instances:
             _instances[name] = BACKENDS.get(name)()
