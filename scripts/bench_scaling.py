@@ -15,16 +15,18 @@ minute, the efficiency per added worker (rate(W) / (W * rate(first row of the sa
 setting and round))), where each evaluation's time went (the replay engine on the worker, the
 rest of its handling on the worker, the synchronous announcement of its batch, and the
 dispatch: scheduler, client, serialization and idle workers, i.e. workers x wall / evaluations
-less the worker's own time), each worker's pinning, evaluations and device states (built /
-reused), and writes a markdown table and the raw JSON.
+less the worker's own time), the CPU time of this process (the client and the local
+scheduler, which every worker shares) per evaluation, each worker's pinning, evaluations and
+device states (built / reused), and writes a markdown table and the raw JSON.
 
 A first pass with one worker (not counted) fills the on-disk kernel caches (CuPy's, the CPU
 backend's), so that no measured row pays compiles the others do not; it is timed twice (first
 pass, then a second on the warm worker), and the second time is what ``--duration`` divides.
 
-    python scripts/bench_scaling.py --backend cuda --workers 1 2 --points 16 --duration 60 \\
-        --json $OUT/scaling.json --markdown $OUT/scaling.md
-    python scripts/bench_scaling.py --backend cpu --workers 1 2 --passes 2 --batch 1 0 --rounds 3
+    python scripts/bench_scaling.py --backend cuda --workers 1 2 --points 16 --passes 83 \\
+        --batch 1 0 --json $OUT/scaling.json --markdown $OUT/scaling.md
+    python scripts/bench_scaling.py --backend cpu --cpu-n 16 --workers 1 2 --passes 8 \\
+        --batch 0 1 --rounds 3
 """
 
 from __future__ import annotations
@@ -107,9 +109,13 @@ def run_pass(client: Any, jobs: list[Job], repeat: int, passes: int, batch: int 
     return time.perf_counter() - t0, results
 
 
-def time_split(results: list[Any], seconds: float, workers: int) -> dict[str, float]:
+def time_split(results: list[Any], seconds: float, workers: int, cpu_s: float,
+               idle_cpu: float) -> dict[str, float]:
     """Milliseconds per evaluation: worker time (workers x wall / evaluations) and its parts
-    (the engine, the rest of the item on the worker, the batch's announcement, dispatch)."""
+    (the engine, the rest of the item on the worker, the batch's announcement, dispatch), and
+    the CPU time of this process -- the client and the local scheduler, shared by every
+    worker -- per evaluation, less what it spends idle (``idle_cpu`` CPU s per s:
+    heartbeats, monitors)."""
     n = max(1, len(results))
     extras = [dict(m.extra) for m in results]
 
@@ -120,7 +126,8 @@ def time_split(results: list[Any], seconds: float, workers: int) -> dict[str, fl
     engine, item, announce = mean("evaluate_s"), mean("worker_s"), mean("announce_s")
     return {"total_ms": total, "engine_ms": engine, "worker_other_ms": item - engine,
             "announce_ms": announce, "dispatch_ms": total - item - announce,
-            "outside_engine_ms": total - engine}
+            "outside_engine_ms": total - engine,
+            "service_cpu_ms": (cpu_s - idle_cpu * seconds) / n * 1e3}
 
 
 def worker_report(info: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -145,7 +152,12 @@ def run_with(args: argparse.Namespace, workers: int, recs: list[Any], jobs: list
     with Client(config=service_config(args, workers)) as client:
         client.wait_for_workers(workers)
         client.load([str(r.path) for r in recs])
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        time.sleep(2.0)  # the CPU this process spends with nothing to do
+        idle_cpu = (time.process_time() - cpu0) / (time.perf_counter() - t0)
+        cpu0 = time.process_time()
         seconds, results = run_pass(client, jobs, args.repeat, passes, batch)
+        cpu_s = time.process_time() - cpu0
         info = client.workers()
         metrics = client.metrics()
     by_status: dict[str, int] = {}
@@ -156,7 +168,8 @@ def run_with(args: argparse.Namespace, workers: int, recs: list[Any], jobs: list
             "workers": workers, "passes": passes, "evaluations": len(results),
             "seconds": seconds, "per_minute": len(results) / seconds * 60,
             "by_status": by_status, "stage_mean_s": dict(metrics.stage_mean_s),
-            "split_ms": time_split(results, seconds, workers),
+            "idle_cpu": idle_cpu, "split_ms": time_split(results, seconds, workers, cpu_s,
+                                                         idle_cpu),
             "worker_info": worker_report(info)}
 
 
@@ -191,12 +204,14 @@ def markdown(report: dict[str, Any]) -> str:
              f"pass {warm['steady_s']:.1f} s"),
              ("- Per evaluation (ms of one worker's time = workers x wall / evaluations): the "
              "replay engine on the worker, the rest of the item on the worker, the batch's "
-             "announcement, and the dispatch (scheduler, client, idle)"),
+             "announcement, and the dispatch (scheduler, client, idle); and the CPU time of "
+             "the client and scheduler process (shared by all workers) per evaluation, less "
+             "its idle rate measured for 2 s before the run"),
              "",
              (f"| round | batch | {unit} | passes | evaluations | seconds | evaluations / min "
               f"| efficiency | ms / evaluation | engine | worker other | announce | dispatch "
-              f"| statuses | states built / reused |"),
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+              f"| client+scheduler CPU | statuses | states built / reused |"),
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
     for r in report["rows"]:
         built = sum(w["states_prepared"] or 0 for w in r["worker_info"])
         reused = sum(w["states_reused"] or 0 for w in r["worker_info"])
@@ -206,7 +221,8 @@ def markdown(report: dict[str, Any]) -> str:
                      f"{r['evaluations']} | {r['seconds']:.1f} | {r['per_minute']:.0f} | "
                      f"{r['efficiency']:.1%} | {sp['total_ms']:.2f} | {sp['engine_ms']:.2f} | "
                      f"{sp['worker_other_ms']:.2f} | {sp['announce_ms']:.2f} | "
-                     f"{sp['dispatch_ms']:.2f} | {statuses} | {built} / {reused} |")
+                     f"{sp['dispatch_ms']:.2f} | {sp['service_cpu_ms']:.2f} | {statuses} | "
+                     f"{built} / {reused} |")
     lines += ["", "Pinning and work per worker:", ""]
     for r in report["rows"]:
         for w in r["worker_info"]:
@@ -228,8 +244,9 @@ def parse_args() -> argparse.Namespace:
                          "// the largest worker count)")
     ap.add_argument("--points", type=int, default=16, help="tuning points per unit")
     ap.add_argument("--cpu-n", type=int, default=64,
-                    help="cpu: grid size of heat3d_cpu.py (16: evaluations of a few ms, where "
-                         "the dispatch weighs as much as on the GPU)")
+                    help="cpu: grid size of heat3d_cpu.py (16: little work besides the "
+                         "timing protocol's cache flushes, and a pristine check as cheap as "
+                         "the GPU's)")
     ap.add_argument("--repeat", type=int, default=5, help="timed runs per evaluation")
     ap.add_argument("--passes", type=int, default=1, help="times the job list is submitted")
     ap.add_argument("--duration", type=float, default=None,
@@ -298,7 +315,8 @@ def main() -> int:
                       f"{r['per_minute']:.0f} evaluations/min, efficiency "
                       f"{r['efficiency']:.1%}, {r['split_ms']['total_ms']:.2f} ms/evaluation "
                       f"(engine {r['split_ms']['engine_ms']:.2f}, outside it "
-                      f"{r['split_ms']['outside_engine_ms']:.2f})", flush=True)
+                      f"{r['split_ms']['outside_engine_ms']:.2f}; client+scheduler CPU "
+                      f"{r['split_ms']['service_cpu_ms']:.2f})", flush=True)
     print(text)
     return 0
 
