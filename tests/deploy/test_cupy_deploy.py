@@ -1,114 +1,26 @@
 """Deployment of CuPy RawKernel / RawModule kernels, on a fake ``cupy`` module (no GPU).
 
-The fake has CuPy's Python surface (as in tests/backends/test_cupy_hooks.py) and runs kernels
-with numpy; the ``cuda`` backend instance is a host fake with the cuda knobs whose compiled
-"kernels" add the tuned ``#define SHIFT`` to the output, so the output shows which ran. The
-real thing is tests/deploy/test_deploy_gpu.py.
+The fake (fake_cupy.py, the ``cp`` fixture of conftest.py) has CuPy's Python surface (as in
+tests/backends/test_cupy_hooks.py) and runs kernels with numpy; the ``cuda`` backend instance is
+a host fake with the cuda knobs whose compiled "kernels" add the tuned ``#define SHIFT`` to the
+output, so the output shows which ran. The real thing is tests/deploy/test_deploy_gpu.py.
 """
 
 from __future__ import annotations
 
-import sys
 import types
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pytest
+from fake_cupy import SRC, FakeCuda
 
 from kernforge import deploy
 from kernforge.backends import base, cupy_hooks
-from kernforge.backends.cuda import KNOBS
-from kernforge.backends.null import NullBackend
-from kernforge.backends.signature import parse_signature
-from kernforge.core import KernelSource, LaunchConfig, Param, Variant
+from kernforge.core import KernelSource, LaunchConfig, Variant
 from kernforge.deploy import DeploySpec, entry_from_recording
 from kernforge.record import load_recording, record
-
-SRC = r"""
-extern "C" __global__ void scale(const float* x, float* y, float a, int n) { }
-template <typename T>
-__global__ void axpy(const T* x, T* y, T a, long long n) { }
-"""
-LOWERED = {"axpy<float>": "_Z4axpyIfEvPKT_PS0_S0_x"}
-
-
-def _scale(args: tuple[Any, ...], shift: float = 0.0) -> None:
-    x, y, a, n = args
-    y[:n] = np.float32(a) * x[:n] + np.float32(shift)
-
-
-class FakeRawKernel:
-    def __init__(self, code: str, name: str, options: tuple = (), backend: str = "nvrtc",
-                 **kw: Any) -> None:
-        self.code, self.name, self.options, self.backend = code, name, options, backend
-
-    def __call__(self, grid: Any, block: Any, args: tuple, **kwargs: Any) -> None:
-        if self.name == "scale":
-            _scale(args)
-        else:
-            x, y, a, n = args
-            y[:n] += a * x[:n]
-
-
-class FakeRawModule:
-    def __init__(self, *, code: str, options: tuple = (), name_expressions: Any = None) -> None:
-        self.code, self.options = code, options
-        self.name_expressions = tuple(name_expressions) if name_expressions else None
-
-    def get_function(self, name: str) -> FakeRawKernel:
-        return FakeRawKernel(self.code, LOWERED.get(name, name), self.options)
-
-
-class FakeCuda(NullBackend):
-    """Host memory, the cuda knobs; a compiled kernel adds the #define SHIFT to its output."""
-
-    name = "cuda"
-    language = "cuda"
-    deploy_keys = ("device", "arch")
-    launches: ClassVar[list[tuple[str, LaunchConfig]]] = []
-
-    def knobs(self):  # type: ignore[no-untyped-def]
-        return KNOBS
-
-    def identity(self) -> dict[str, Any]:
-        return {"device": "fake gpu", "arch": "sm_00", "driver": 1}
-
-    def parse_signature(self, source: KernelSource, defines: Any = None) -> tuple[Param, ...]:
-        return parse_signature(source, substitutions=defines)
-
-    def _compile(self, variant: Variant, signature: tuple[Param, ...]) -> tuple[Any, str]:
-        shift = float(dict(variant.defines).get("SHIFT", 0))
-        entry = variant.source.entry
-
-        def run(args: tuple[Any, ...], launch: LaunchConfig) -> None:
-            FakeCuda.launches.append((entry, launch))
-            if entry == "scale":
-                _scale(args, shift)
-            else:
-                x, y, a, n = args
-                y[:n] += a * x[:n] + shift
-        return run, ""
-
-    def _launch(self, handle: Any, args: Any, launch: LaunchConfig) -> None:
-        handle(tuple(args), launch)
-
-
-@pytest.fixture
-def cp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    fake = types.ModuleType("cupy")
-    fake.RawKernel, fake.RawModule, fake.ndarray = FakeRawKernel, FakeRawModule, np.ndarray
-    fake.arange, fake.zeros_like, fake.float32 = np.arange, np.zeros_like, np.float32
-    fake.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(
-        deviceSynchronize=lambda: None, getDeviceCount=lambda: 1))
-    monkeypatch.setitem(sys.modules, "cupy", fake)
-    monkeypatch.setitem(base._instances, "cuda", FakeCuda())
-    FakeCuda.launches.clear()
-    cupy_hooks.install()
-    yield fake
-    deploy.stop()
-    cupy_hooks.uninstall()
 
 
 def _scale_app(cp: Any, n: int = 8, block: int = 4) -> np.ndarray:

@@ -15,7 +15,10 @@ arguments. A kernel or launch that cannot be recorded faithfully runs unrecorded
 :class:`~kernforge.backends.cupy_translate.CaptureWarning` per kernel and reason. With only a
 substituter (a deployment, :mod:`kernforge.deploy`), the event is built without synchronizing
 and the substituter may launch a tuned kernel instead; what it cannot describe runs unchanged,
-without a warning.
+without a warning. A deployment also offers *routes* (see the comment above
+:func:`_route_key`): a launch keyed like one it decided before (geometry, array dtypes and
+shapes, the scalars it matches by value, overlaps) runs that decision directly, its arguments
+converted as ``convert_args`` would, without an event.
 
 Not captured: kernels made before :func:`install` (create them after it, or install early with
 ``kernforge.record.install_cupy_hooks()``), ``ElementwiseKernel``/``ReductionKernel`` and the
@@ -30,8 +33,10 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ..core import KernforgeError, LaunchConfig
-from .base import get_backend
+import numpy as np
+
+from ..core import KernforgeError, LaunchConfig, Param
+from .base import cached_dtype, get_backend
 from .cupy_translate import (
     UNSUPPORTED_FLAGS,
     CaptureWarning,
@@ -40,8 +45,17 @@ from .cupy_translate import (
     convert_args,
     describe_kernel,
     launch_config,
+    prepare_buffer,
+    widen_scalar,
 )
-from .events import LaunchEvent, active, has_observers, notify_launch, wants_event
+from .events import (
+    LaunchEvent,
+    active,
+    has_observers,
+    notify_launch,
+    substituter,
+    wants_event,
+)
 
 __all__ = ["KernelProxy", "install", "installed", "original_class", "uninstall"]
 
@@ -242,6 +256,21 @@ def _observed(info: KernelInfo | tuple[str, str], grid: Any, block: Any, args: A
             _warn_once(*info)
         return call()
     backend = get_backend("cuda")
+    sub: Any = None
+    plan: Any = None
+    key: tuple[Any, ...] | None = None
+    if not observing:
+        sub = substituter()
+        route = getattr(sub, "route", None)
+        if route is not None:
+            plan = route(backend, info.source, info.options, info.defines, info.signature)
+            if plan is not None:
+                key = _route_key(plan, grid, block, args, kwargs)
+                hit = None if key is None else plan.routes.get(key)
+                if hit is not None:
+                    values = _convert(hit[1], args, backend.is_buffer)
+                    if values is not None:
+                        return sub.run_routed(plan, hit[0], values, call)
     if not observing and not wants_event(backend, info.source, info.options, info.defines):
         return call()  # a deployment that replaces no launch of this kernel
     runtime = sys.modules["cupy"].cuda.runtime
@@ -259,4 +288,75 @@ def _observed(info: KernelInfo | tuple[str, str], grid: Any, block: Any, args: A
         return call()
     event = LaunchEvent(backend=backend, variant=info.variant(launch),
                         signature=info.signature, args=values, capture=info.capture)
-    return notify_launch(event, call, synchronize=runtime.deviceSynchronize)
+    result = notify_launch(event, call, synchronize=runtime.deviceSynchronize)
+    if key is not None:
+        plan.learn(key, event, _steps(plan.values, info.signature, args, values))
+    return result
+
+
+# ---- routes: a deployment's decisions keyed by the raw CuPy call ----------------------------
+# With a substituter and no observer, a substituter that has ``route(backend, source, options,
+# defines, signature)`` (kernforge.deploy's Deployment) may return the kernel's plan: its
+# ``route_key(grid, block, shared_mem, args, buffer_type)`` keys the raw call (None: no key),
+# ``routes`` maps keys to (decision, data) and ``learn(key, event, data)`` adds one after the
+# launch became ``event``. A hit is converted here exactly as ``convert_args`` would convert it
+# (the data: per argument how) and run by ``run_routed(plan, decision, args, call)``; an
+# argument needing more (a non-contiguous array, a scalar that does not widen) takes the
+# event path, which refuses or converts it as before.
+_SAME, _VIEW, _FIXED, _SCALAR = range(4)
+# the scalar types whose (type, value) give one widened value (a float may be -0.0 or 0.0)
+_FIXABLE = frozenset({int, bool, *(np.dtype(c).type for c in "?bBhHiIlLqQ")})
+
+
+def _route_key(plan: Any, grid: Any, block: Any, args: Any, kwargs: dict[str, Any]
+               ) -> tuple[Any, ...] | None:
+    if kwargs and (len(kwargs) > 1 or "shared_mem" not in kwargs):
+        return None  # e.g. enable_cooperative_groups: the event path says what happens
+    if type(args) is not tuple and type(args) is not list:
+        return None
+    key: tuple[Any, ...] | None = plan.route_key(grid, block, kwargs.get("shared_mem", 0),
+                                                 args, sys.modules["cupy"].ndarray)
+    return key
+
+
+def _steps(keyed: tuple[int, ...], signature: tuple[Param, ...], args: Any,
+           values: tuple[Any, ...]) -> tuple[tuple[int, Any], ...]:
+    """How later launches under this route key convert their arguments: what
+    ``convert_args`` made of this launch's (``values``), per argument."""
+    steps: list[tuple[int, Any]] = []
+    for j, (p, a, v) in enumerate(zip(signature, args, values)):
+        if p.pointer:
+            steps.append((_SAME, None) if v is a else (_VIEW, p))
+        elif j in keyed and type(a) in _FIXABLE:  # the key holds its exact type and value
+            steps.append((_FIXED, v))
+        else:
+            steps.append((_SCALAR, (p, cached_dtype(p.dtype).type)))
+    return tuple(steps)
+
+
+def _convert(steps: tuple[tuple[int, Any], ...], args: Any,
+             is_buffer: Callable[[Any], bool]) -> tuple[Any, ...] | None:
+    """``convert_args(..., overlaps=False)`` of a launch under a route key (arrays of the
+    key's type, dtype and shape; the keyed scalars' values), or None when it would refuse."""
+    out: list[Any] = []
+    for (kind, x), a in zip(steps, args):
+        if kind == _SAME:
+            if not a.flags.c_contiguous:
+                return None
+            out.append(a)
+        elif kind == _FIXED:
+            out.append(x)
+        elif kind == _SCALAR:
+            if type(a) is x[1]:
+                out.append(a)
+            else:
+                try:
+                    out.append(widen_scalar(x[0], a))
+                except Unrecordable:
+                    return None
+        else:
+            try:
+                out.append(prepare_buffer(x, a, is_buffer))
+            except Unrecordable:
+                return None
+    return tuple(out)

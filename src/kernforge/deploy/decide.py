@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..backends import Backend, Compiled, LaunchEvent
-from ..core import CompileOptions, KernelSource, KernforgeError, LaunchConfig, Variant
+from ..core import CompileOptions, KernelSource, KernforgeError, LaunchConfig, Param, Variant
 from .entries import VALUE_KINDS, code_sha256
 from .fastpath import Decision, Plan, Plans, Tuned
 from .match import (
@@ -91,6 +91,16 @@ class Decider:
             hit = self.decide_uncached(event, plan.values)
             plan.remember(key, hit)
         return hit, plan.label
+
+    def plan(self, backend: Backend, source: KernelSource, options: CompileOptions,
+             defines: tuple[tuple[str, str], ...], signature: tuple[Param, ...]
+             ) -> Plan | None:
+        """This kernel's plan when decisions are cached, one exists (a launch was decided)
+        and the kernel has candidate entries; else None."""
+        if not self.cache:
+            return None
+        plan = self._plans.get(backend, source, options, defines, signature)
+        return None if plan is None or isinstance(plan.candidates, Reason) else plan
 
     def decide_uncached(self, event: LaunchEvent, keyed: tuple[int, ...] = ()) -> Decision:
         """The matching rules applied to this launch (:mod:`.match`), and the tuned launch

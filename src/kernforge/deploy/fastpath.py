@@ -22,12 +22,24 @@ launch itself: the first launch under a :class:`Tuned` decision is checked in fu
 key does not cover). Nothing else is read by the matching rules, so a cached decision is the one the
 uncached path takes (tests/deploy/test_fastpath.py compares them on varied launches). A key
 that cannot be hashed (e.g. a 0-d array passed as a scalar) is decided without the cache.
+
+*Routes* go one step further for a capture source whose events are costly (the CuPy hooks): it
+keys the raw launch itself (:meth:`Plan.route_key`: the geometry as passed, each array's dtype
+and shape, the value-matched scalars by exact type and value, the overlaps) and a plan maps
+such keys to the decision its cache holds for the event those launches become
+(:meth:`Plan.learn`), with the source's own data (how it converts the arguments). Equal raw
+keys make equal event keys (the source converts arrays and scalars by their type, dtype,
+shape and, for the keyed scalars, value), and a route is only kept while its decision is the
+one cached under the event's key (routes are emptied with the decisions), so a route
+selects the decision the event path would (tests/deploy/test_cupy_fastpath.py compares them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from ..backends import Backend, Compiled, LaunchEvent
 from ..core import CompileOptions, KernelSource, LaunchConfig, Param, Variant
@@ -38,6 +50,15 @@ from .spec import DeployEntry
 
 MAX_DECISIONS = 1024  # per plan; emptied when full (an application with ever-new buffers)
 MAX_PLANS = 4096
+# scalars keyed by exact type and value in a route key: equal ones convert to equal values
+KEYABLE = frozenset({int, float, bool, *(np.dtype(c).type for c in "?bBhHiIlLqQefdg")})
+_INT = frozenset({int})
+
+
+def _exact(dims: Any) -> bool:
+    """An int or a tuple of ints (a geometry as a capture source may pass it)."""
+    t = type(dims)
+    return t is int or (t is tuple and _INT.issuperset(map(type, dims)))
 
 
 class Tuned:
@@ -69,7 +90,7 @@ class Plan:
     candidate entries (or why there are none) and the cache of launch decisions."""
 
     __slots__ = ("aliasing", "candidates", "decisions", "defines", "label", "options",
-                 "pointers", "signature", "source", "values")
+                 "pointers", "routes", "signature", "source", "values")
 
     def __init__(self, source: KernelSource, options: CompileOptions,
                  defines: tuple[tuple[str, str], ...], signature: tuple[Param, ...],
@@ -78,6 +99,7 @@ class Plan:
         self.source, self.options, self.defines = source, options, defines
         self.signature, self.label, self.candidates = signature, label, candidates
         self.decisions: dict[tuple[Any, ...], Decision] = {}
+        self.routes: dict[tuple[Any, ...], tuple[Decision, Any]] = {}
         problems = [] if isinstance(candidates, Reason) else \
             [entries[i].problem for i in candidates]
         self.pointers = tuple(j for j, p in enumerate(signature) if p.pointer)
@@ -110,9 +132,51 @@ class Plan:
             parts += overlap_bits(arrays)
         return tuple(parts)
 
+    def route_key(self, grid: Any, block: Any, shared_mem: Any, args: Sequence[Any],
+                  buffer: Any) -> tuple[Any, ...] | None:
+        """The key of a raw launch (see the module doc), or None when it cannot have one: a
+        geometry other than ints and tuples of ints, an array argument not exactly of type
+        ``buffer``, a value-matched scalar of a type outside :data:`KEYABLE`."""
+        if not (_exact(grid) and _exact(block) and type(shared_mem) is int):
+            return None
+        n = len(args)
+        parts: list[Any] = [grid, block, shared_mem, n]
+        arrays: list[Any] = []
+        for j in self.pointers:
+            if j < n:
+                v: Any = args[j]
+                if type(v) is not buffer:
+                    return None
+                arrays.append(v)
+                parts += (v.dtype, v.shape)
+        for j in self.values:
+            if j < n:
+                v = args[j]
+                t = type(v)
+                if t not in KEYABLE:
+                    return None
+                parts += (t, v)
+        if self.aliasing and len(arrays) > 1:
+            parts += overlap_bits(arrays)
+        return tuple(parts)
+
+    def learn(self, route: tuple[Any, ...], event: LaunchEvent, data: Any) -> None:
+        """Route ``route`` (the raw key of the launch that became ``event``) to the decision
+        cached under ``event``'s key, with ``data``; nothing when none is cached."""
+        try:
+            decision = self.decisions.get(self.key(event))
+        except TypeError:
+            return
+        if decision is None:
+            return
+        if len(self.routes) >= MAX_DECISIONS:
+            self.routes.clear()
+        self.routes[route] = (decision, data)
+
     def remember(self, key: tuple[Any, ...], decision: Decision) -> None:
         if len(self.decisions) >= MAX_DECISIONS:
             self.decisions.clear()
+            self.routes.clear()  # a route holds a decision cached here
         self.decisions[key] = decision
         if isinstance(decision, Tuned):
             decision.reusable = True

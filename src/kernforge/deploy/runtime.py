@@ -30,9 +30,9 @@ from typing import Any
 
 from ..backends import Backend, LaunchEvent, cupy_hooks
 from ..backends.events import set_substituter
-from ..core import CompileOptions, KernelSource, KernforgeError
+from ..core import CompileOptions, KernelSource, KernforgeError, Param
 from .decide import Decider, first_line, label_of
-from .fastpath import Tuned
+from .fastpath import Decision, Plan, Tuned
 from .launcher import prepare
 from .match import COMPILE, INTERNAL, LAUNCH, Reason
 from .report import DeployReport, KernelCounts
@@ -145,6 +145,25 @@ class Deployment:
             self._fallback(label, found)
             return False
         return True
+
+    # ---- routes: raw launches keyed by a capture source (see fastpath.py) -----------------
+    def route(self, backend: Backend, source: KernelSource, options: CompileOptions,
+              defines: tuple[tuple[str, str], ...], signature: tuple[Param, ...]
+              ) -> Plan | None:
+        """For a capture source that keys its raw launches (the CuPy hooks): the kernel's
+        :class:`~.fastpath.Plan` (what a key holds, the routes) once a launch of it was
+        decided from the cache; None otherwise (launches then go through events)."""
+        return self._decider.plan(backend, source, options, defines, signature)
+
+    def run_routed(self, plan: Plan, decision: Decision, args: tuple[Any, ...],
+                   launch: Callable[[], Any]) -> Any:
+        """Run a launch whose decision a route found, as :meth:`substitute` and
+        ``notify_launch`` would have: ``args`` are the event's arguments (converted by the
+        capture source as for its event), ``launch`` the original launch."""
+        if isinstance(decision, Reason):
+            self._fallback(plan.label, decision)
+            return launch()
+        return self._run(decision, args, launch)
 
     # ---- counting and logging ---------------------------------------------------------------
     def _count(self, label: str, outcome: str, replaced: bool) -> tuple[KernelCounts, bool]:
