@@ -13,15 +13,20 @@ from kernforge.cli import demo_cmd
 from kernforge.core import Status
 
 
-def _result(substituted: int) -> Any:
+def _result(substituted: int, *, deployed: bool = True) -> Any:
     e2e = SimpleNamespace(spec=Path("deploy.json"), identical=True, winners=[], plain_s=[2.0],
                           deployed_s=[1.0], speedup=2.0, ratios=[2.0], substituted=substituted,
                           direction="faster with the spec in every round")
+    overhead = SimpleNamespace(per_launch_s=12.5e-6, backend="cuda", batches=7, launches=500)
+    skipped = [SimpleNamespace(reason="heat_stencil: saves 0.62 us per launch (...): not "
+                                      "deployed")]
     return SimpleNamespace(
         app=SimpleNamespace(script="heat3d_cpu.py", backend="cpu", wrong_label="x"),
         baseline=[], tuned=None, wrong=SimpleNamespace(status=Status.WRONG_RESULT,
                                                        failed_checks=[]),
-        wrong_unit="heat_step-0", evolved=[], e2e=e2e, run_dir=Path("run"))
+        wrong_unit="heat_step-0", evolved=[], e2e=e2e if deployed else None,
+        winners=["a winner"], overhead=overhead, overhead_error="",
+        not_deployed=[] if deployed else skipped, run_dir=Path("run"))
 
 
 def _args() -> argparse.Namespace:
@@ -42,6 +47,18 @@ def test_demo_fails_when_no_launch_was_replaced(
     else:
         assert rc == 1 and "replaced no launch" in out
         assert "end-to-end speedup 2.000x" not in out
+
+
+def test_demo_says_plainly_when_nothing_was_worth_deploying(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(demo_cmd, "run_demo", lambda *a, **k: _result(0, deployed=False))
+    rc = demo_cmd.run(_args())
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+    assert rc == 0, out
+    assert "a replaced launch costs the host +12.50 us beyond a plain one here" in out
+    assert "not deployed: heat_stencil: saves 0.62 us per launch" in out
+    assert "nothing deployed" in out and "end to end: nothing deployed" in out
+    assert "end-to-end speedup" not in out and "deployed deploy.json" not in out
 
 
 def test_demo_picks_the_cupy_example_when_the_cuda_backend_loads(

@@ -1,6 +1,7 @@
 """GPU: ``kernforge demo`` with no ``--backend`` picks the CuPy example and runs every step on
 the cuda backend (record, replay, tune, the wrong variant, evolve with the offline proposer,
-validate, export, the deployed application run, end-to-end speedup), with small settings.
+validate, the deployment overhead measured, export of the winners worth it, the deployed
+application run and end-to-end speedup, or "nothing deployed"), with small settings.
 
 Run on the GPU machine: ``pytest -m gpu tests/cli/test_demo_gpu.py``.
 """
@@ -52,8 +53,19 @@ def test_demo_picks_the_cupy_example_and_runs_end_to_end(tmp_path: Path) -> None
         assert e["status"] in FINAL, e
         assert Path(e["report"]).is_file() and Path(e["result"]).is_file()
     e2e = summary["end_to_end"]
-    if e2e is None:  # no verified speedup above 1: the demo says so, and deploys nothing
-        assert "no verified speedup above 1 to deploy" in r.stdout, said
+    status = summary["end_to_end_status"]
+    if status == "no verified speedup above 1":  # the demo says so, and deploys nothing
+        assert e2e is None and "no verified speedup above 1 to deploy" in r.stdout, said
+        return
+    overhead = summary["overhead"]  # measured on the GPU through the CuPy hooks
+    assert overhead["backend"] == "cuda" and summary["overhead_s"] is not None, summary
+    said_flat = " ".join(r.stdout.split())
+    for skipped in summary["not_deployed"]:
+        assert " ".join(skipped["reason"].split()) in said_flat, said
+    if status == "nothing deployed":  # every winner saves less than a replaced launch costs
+        assert e2e is None and summary["not_deployed"], summary
+        assert "end to end: nothing deployed" in said_flat, said
+        assert not (out / "deploy.json").exists()
         return
     assert e2e["outputs_identical"], e2e  # the CuPy example prints checksum=...
     assert e2e["launches_replaced"] > 0 and e2e["speedup"] > 0, e2e

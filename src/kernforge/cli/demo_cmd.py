@@ -21,8 +21,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "examples/heat3d_cpu.py, replay and verify every recorded "
                                    "kernel, tune the hottest one, evolve its source (offline "
                                    "rewrites, or an LLM when KERNFORGE_LLM_BASE_URL is set), "
-                                   "export the verified winner as a deployment spec, run the "
-                                   "application with it and print the end-to-end speedup; show "
+                                   "measure what a replaced launch costs the host, export the "
+                                   "verified winners that save more than that as a deployment "
+                                   "spec, run the application with it and print the end-to-end "
+                                   "speedup (or that nothing was deployed); show "
                                    "that a variant which changes the arithmetic is caught.")
     p.add_argument("--out", type=Path, default=None, help="run directory (default runs/demo-*)")
     p.add_argument("--backend", choices=("cpu", "cuda"), default=None,
@@ -108,20 +110,42 @@ def _print_evolve_and_deploy(result: DemoResult) -> None:
                       f"{f.status}, interleaved speedup {f.speedup:.3f}x",
                       markup=False)
         console.print(f"   report: {r.files.get('report')}", markup=False)
+    if not result.winners:
+        console.print("5. no verified speedup above 1 to deploy", markup=False)
+        return
+    _print_overhead(result)
     e = result.e2e
     if e is None:
-        console.print("5. no verified speedup above 1 to deploy", markup=False)
+        console.print("6. nothing deployed: no verified winner saves more per launch than a "
+                      "replaced launch costs the host here; end to end: nothing deployed (the "
+                      "application was not run again)", markup=False)
         return
     verdict = "outputs identical" if e.identical else "OUTPUTS DIFFER"
     if e.substituted < 1:
-        console.print(f"5. deployed {e.spec}, but no launch of the application was replaced: "
+        console.print(f"6. deployed {e.spec}, but no launch of the application was replaced: "
                       f"no end-to-end speedup to report ({verdict})", markup=False)
         return
     won = ", ".join(f"{w.recording.source.entry} ({w.source}, {w.ab.speedup:.2f}x)"
                     for w in e.winners)
-    console.print(f"5. deployed {won} ({e.spec}): application "
+    console.print(f"6. deployed {won} ({e.spec}): application "
                   f"{fmt_time(min(e.plain_s))} plain -> {fmt_time(min(e.deployed_s))} with the "
                   f"spec; end-to-end speedup {e.speedup:.3f}x (median of {len(e.ratios)} "
                   f"interleaved rounds; {e.direction}), {e.substituted} launches replaced, "
                   f"{verdict}",
                   markup=False)
+
+
+def _print_overhead(result: DemoResult) -> None:
+    """Step 5: what a replaced launch costs the host, and the winners it rules out."""
+    table = result.overhead
+    if table is None:
+        console.print(f"5. the host time of a replaced launch could not be measured "
+                      f"({result.overhead_error}): every verified winner is deployed",
+                      markup=False)
+        return
+    console.print(f"5. a replaced launch costs the host {table.per_launch_s * 1e6:+.2f} us "
+                  f"beyond a plain one here ({table.backend} backend, median of "
+                  f"{table.batches} batches of {table.launches} launches); a winner must save "
+                  f"more than that per launch", markup=False)
+    for n in result.not_deployed:
+        console.print(f"   not deployed: {n.reason}", markup=False)

@@ -6,9 +6,12 @@ The demo records the application, replays and verifies every recorded kernel, tu
 hottest one (TPE over compile options and launch parameters, every trial verified; the winner
 re-measured interleaved against the recorded configuration), evolves its source (offline
 rewrites, or an LLM when ``KERNFORGE_LLM_BASE_URL`` is set; every candidate verified on every
-recording and tuned; the winner validated), exports the better of the two as a deployment spec,
-runs the application again with it and measures the end-to-end speedup (interleaved rounds,
-outputs compared), and shows that a variant which changes the arithmetic is caught.
+recording and tuned; the winner validated), measures what a replaced launch costs the host on
+the app's backend and keeps the winners that save more than that per launch, exports them as a
+deployment spec, runs the application again with it and measures the end-to-end speedup
+(interleaved rounds, outputs compared; when no winner is worth deploying, nothing is deployed
+and the application is not run again), and shows that a variant which changes the arithmetic
+is caught.
 Everything lands in a run directory.
 """
 
@@ -24,12 +27,21 @@ from typing import Any
 from ..backends import get_backend
 from ..core import BackendUnavailableError, ConfigError, Measurement, Recording
 from ..core.jsonio import write_json_atomic
+from ..deploy import OverheadTable
 from ..evolve.controller import Progress
 from ..record import find_recordings, load_recording
 from ..replay import replay
 from ..replay.tuning import TuningOutcome, tune_recording
 from ..tune import Budget
-from .demo_deploy import EndToEnd, Winner, end_to_end, export_spec
+from .demo_deploy import (
+    EndToEnd,
+    NotDeployed,
+    Winner,
+    deploy_overhead,
+    end_to_end,
+    export_spec,
+    worth,
+)
 from .evolve import Counters, EvolveOutcome, evolve_kernel
 from .evolve_config import RunConfig, config_from_dict, load_config
 from .run_app import record_application
@@ -69,7 +81,20 @@ class DemoResult:
     wrong_unit: str = ""
     evolved: list[EvolveOutcome] = field(default_factory=list)
     winners: list[Winner] = field(default_factory=list)
+    overhead: OverheadTable | None = None  # host time of a replaced launch, measured here
+    overhead_error: str = ""  # why it could not be measured (then every winner is deployed)
+    not_deployed: list[NotDeployed] = field(default_factory=list)
     e2e: EndToEnd | None = None
+
+    @property
+    def overhead_s(self) -> float | None:
+        return None if self.overhead is None else self.overhead.per_launch_s
+
+    @property
+    def end_to_end_status(self) -> str:
+        if self.e2e is not None:
+            return "measured"
+        return "nothing deployed" if self.winners else "no verified speedup above 1"
 
 
 def pick_app(backend: str | None) -> DemoApp:
@@ -160,13 +185,27 @@ def run_demo(out: Path | None = None, *, backend: str | None = None, n: int | No
                              llm_model or os.environ.get(LLM_MODEL_ENV), evolve_config)
     result.evolved = _evolve_all(result, cfg, iterations, progress)
     result.winners = pick_winners(result)
-    if result.winners:
-        spec = export_spec(result.winners, run_dir / "deploy.json")
+    deployed = _worth_deploying(result, progress)
+    if deployed:
+        spec = export_spec(deployed, run_dir / "deploy.json")
         progress(f"running {app.script} plain and with {spec}")
-        result.e2e = end_to_end(command, result.winners, spec, rounds=rounds,
-                                progress=progress)
+        result.e2e = end_to_end(command, deployed, spec, rounds=rounds, progress=progress)
     _write_summary(run_dir / "summary.json", result)
     return result
+
+
+def _worth_deploying(result: DemoResult, progress: Callable[[str], None]) -> list[Winner]:
+    """The winners that save more per launch than a replaced launch costs the host on the
+    app's backend (measured now, outside any recording); all of them when that cannot be
+    measured (the result says why)."""
+    if not result.winners:
+        return []
+    progress(f"measuring the host time a replaced launch costs ({result.app.backend} backend)")
+    result.overhead, result.overhead_error = deploy_overhead(result.app.backend)
+    if result.overhead is None:
+        return list(result.winners)
+    deployed, result.not_deployed = worth(result.winners, result.overhead.per_launch_s)
+    return deployed
 
 
 def _evolve_all(result: DemoResult, cfg: RunConfig, iterations: int,
@@ -212,6 +251,14 @@ def _write_summary(path: Path, r: DemoResult) -> None:
             "best": ev.final.best.id if ev.final.best else None,
             "report": ev.report.files.get("report"),
             "result": str(ev.final.result_json)} for ev in r.evolved],
+        "overhead_s": r.overhead_s,
+        "overhead": None if r.overhead is None else r.overhead.to_json(),
+        "overhead_error": r.overhead_error or None,
+        "not_deployed": [{
+            "kernel": n.winner.recording.source.entry, "from": n.winner.source,
+            "speedup": n.winner.ab.speedup, "baseline_s": n.winner.ab.median_a,
+            "tuned_s": n.winner.ab.median_b, "reason": n.reason} for n in r.not_deployed],
+        "end_to_end_status": r.end_to_end_status,
         "end_to_end": None if r.e2e is None else {
             "spec": str(r.e2e.spec), "speedup": r.e2e.speedup,
             "winners": [{"kernel": w.recording.source.entry, "from": w.source,

@@ -1,6 +1,8 @@
-"""The last steps of the demo: export the verified winner as a deployment spec, run the
-application again with it, and measure the end-to-end speedup (plain vs with the spec,
-interleaved rounds in this process, outputs compared)."""
+"""The last steps of the demo: measure what a replaced launch costs the host here, keep the
+verified winners that save more than that per launch (docs/deploy.md, "Is a winner worth
+deploying?"), export them as a deployment spec, run the application again with it, and measure
+the end-to-end speedup (plain vs with the spec, interleaved rounds in this process, outputs
+compared)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core import KernforgeError, Recording, Variant
-from ..deploy import entry_from_recording, stop, use, write_spec
+from ..deploy import (
+    DeployEntry,
+    OverheadTable,
+    entry_from_recording,
+    measure_overhead,
+    stop,
+    use,
+    worth_deploying,
+    write_spec,
+)
 from ..harness import ABResult
 from .run_app import cupy_hooks_if_available, run_application
 
@@ -62,12 +73,45 @@ class EndToEnd:
         return bool(a) and a == b
 
 
+@dataclass(frozen=True)
+class NotDeployed:
+    """A verified winner left out of the spec, and why."""
+
+    winner: Winner
+    reason: str
+
+
+def entry_of(w: Winner) -> DeployEntry:
+    """The deployment entry of a winner (its A/B medians as the evidence)."""
+    return entry_from_recording(w.recording, w.variant, baseline_s=w.ab.median_a,
+                                tuned_s=w.ab.median_b, speedup=w.ab.speedup,
+                                speedup_ci=(w.ab.ci_low, w.ab.ci_high))
+
+
+def deploy_overhead(backend: str, *, launches: int = 500, batches: int = 7
+                    ) -> tuple[OverheadTable | None, str]:
+    """What a replaced launch costs the host on ``backend`` (:func:`measure_overhead`; about
+    a second), or None and why it could not be measured."""
+    try:
+        return measure_overhead(backend, launches=launches, batches=batches), ""
+    except KernforgeError as exc:
+        return None, exc.message.strip().splitlines()[0]
+
+
+def worth(winners: Sequence[Winner], overhead_s: float
+          ) -> tuple[list[Winner], list[NotDeployed]]:
+    """The winners whose saving per launch (A/B medians) exceeds ``overhead_s``
+    (:func:`worth_deploying`), and the others with the reason."""
+    entries = [entry_of(w) for w in winners]
+    kept, dropped = worth_deploying(entries, overhead_s)
+    index = {id(e): i for i, e in enumerate(entries)}
+    return ([winners[index[id(e)]] for e in kept],
+            [NotDeployed(winners[index[id(d.entry)]], d.reason) for d in dropped])
+
+
 def export_spec(winners: Sequence[Winner], path: Path) -> Path:
     """One entry per winner (each a different kernel) in one deployment spec."""
-    entries = [entry_from_recording(w.recording, w.variant, baseline_s=w.ab.median_a,
-                                    tuned_s=w.ab.median_b, speedup=w.ab.speedup,
-                                    speedup_ci=(w.ab.ci_low, w.ab.ci_high)) for w in winners]
-    return write_spec(path, entries)
+    return write_spec(path, [entry_of(w) for w in winners])
 
 
 def _run_once(command: Sequence[str], spec: Path | None) -> tuple[float, str, int]:
