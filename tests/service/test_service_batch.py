@@ -69,7 +69,9 @@ def test_batches_spread_over_the_pinned_workers(client: Client, rec) -> None:
 
 def test_a_crash_in_a_batch_is_charged_to_its_candidate(client: Client, rec) -> None:
     """A segfault and a hang inside batches of six: those two come back classified, the
-    other evaluations of their batches are run again and come back OK."""
+    other evaluations of their batches are run again and come back OK; each fault killed one
+    worker once (it was named, not found by sending everyone alone)."""
+    restarts = client.metrics().worker_restarts
     variants = good_variants(rec, 10)
     variants.insert(3, fault(rec, "segfault"))
     variants.insert(8, fault(rec, "hang"))
@@ -83,6 +85,7 @@ def test_a_crash_in_a_batch_is_charged_to_its_candidate(client: Client, rec) -> 
     assert hang.status is Status.TIMEOUT and "watchdog" in hang.message
     others = [m for i, m in enumerate(results) if i not in (3, 8)]
     assert len(others) == 10 and all(m.ok for m in others), [m.message for m in others]
+    assert client.metrics().worker_restarts == restarts + 2
 
 
 def test_the_batch_size_keeps_every_worker_busy_to_the_end() -> None:
