@@ -58,8 +58,8 @@ step stencil-bench "${BENCH_LIMIT:-420}" python3 -m kernforge stencil bench --js
 if [[ " ${GPU_STEPS:-} " == *" scaling "* ]]; then
   gpus=$(nvidia-smi -L | wc -l); counts=$(seq -s ' ' 1 "$gpus")
   step scaling "${SCALING_LIMIT:-480}" python3 scripts/bench_scaling.py --backend cuda \
-    --workers $counts --points 16 --duration 60 --json "$OUT/scaling.json" \
-    --markdown "$OUT/scaling.md"
+    --workers $counts --points 16 --passes "${SCALING_PASSES:-83}" --batch 1 0 \
+    --json "$OUT/scaling.json" --markdown "$OUT/scaling.md"
 fi
 status=0
 for k in "${!rc[@]}"; do echo "$k rc=${rc[$k]}"; [ "${rc[$k]}" = 0 ] || status=1; done
