@@ -100,6 +100,7 @@ def fake_module() -> types.ModuleType:
     fake = types.ModuleType("cupy")
     fake.RawKernel, fake.RawModule, fake.ndarray = FakeRawKernel, FakeRawModule, np.ndarray
     fake.arange, fake.zeros_like, fake.float32 = np.arange, np.zeros_like, np.float32
+    fake.zeros = np.zeros
     fake.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(
         deviceSynchronize=lambda: None, getDeviceCount=lambda: 1))
     return fake

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 from fake_cupy import SRC, FakeCuda
+from route_check import Counting, EventsOnly, run_both
 
 from kernforge.backends import base, events
 from kernforge.core import LaunchConfig
@@ -25,29 +26,6 @@ from kernforge.deploy import DeployEntry, Deployment, DeploySpec, entry_from_rec
 from kernforge.record import load_recording, record
 
 F32 = np.float32
-
-
-class Counting(Deployment):
-    """A deployment counting the launches it ran through a route."""
-
-    routed = 0
-
-    def run_routed(self, *args: Any) -> Any:
-        self.routed += 1
-        return super().run_routed(*args)
-
-
-class EventsOnly:
-    """The same deployment as a substituter without routes: every launch becomes an event."""
-
-    def __init__(self, dep: Deployment) -> None:
-        self.dep = dep
-
-    def covers(self, *args: Any) -> bool:
-        return self.dep.covers(*args)
-
-    def substitute(self, event: Any, launch: Any) -> Any:
-        return self.dep.substitute(event, launch)
 
 
 class Seen:
@@ -207,6 +185,13 @@ def test_routed_launches_take_the_decisions_of_the_event_path(
     seen = report[1]  # the observer saw every launch it could, tuned ones as tuned
     assert len(seen) > 10 and any(defines for _, defines, _, _ in seen)
     assert dep.routed > len(plan) // 3, dep.routed  # most launches were routed
+
+
+def test_the_gpu_check_agrees_on_the_stand_in(cp: Any, tmp_path: Path) -> None:
+    """route_check.run_both, which test_deploy_gpu.py runs on CuPy, on the stand-in."""
+    routed, plain, dep = run_both(cp, tmp_path)
+    assert routed == plain and dep.routed > 10
+    assert routed[-1]["scale"].replaced > 10 and routed[-1]["scale"].fallback > 10
 
 
 def test_route_keys_leave_what_they_cannot_key_to_events(cp: Any, tmp_path: Path) -> None:

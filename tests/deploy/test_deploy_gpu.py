@@ -152,3 +152,28 @@ def test_overhead_per_launch(tmp_path: Path) -> None:
     finally:
         if installed:
             cupy_hooks.uninstall()
+
+
+def test_routed_launches_agree_with_the_event_path_on_the_gpu(tmp_path: Path) -> None:
+    """route_check.run_both on CuPy: a deployment with routes and the same one seen only
+    through events give the same outputs and report on launches like the recorded one and
+    differing in one property (the stand-in version: tests/deploy/test_cupy_fastpath.py)."""
+    from route_check import run_both
+
+    from kernforge.backends import cupy_hooks, get_backend
+
+    cp = pytest.importorskip("cupy")
+    try:
+        get_backend("cuda")
+    except BackendUnavailableError as exc:
+        pytest.skip(str(exc))
+    installed = cupy_hooks.install()
+    try:
+        routed, plain, dep = run_both(cp, tmp_path, cp.cuda.runtime.deviceSynchronize,
+                                      cp.asnumpy)
+    finally:
+        if installed:
+            cupy_hooks.uninstall()
+    assert routed == plain
+    counts = routed[-1]["scale"]
+    assert dep.routed > 10 and counts.replaced > 10 and counts.fallback > 10, counts
