@@ -333,25 +333,14 @@ def cached_dtype(name: str) -> np.dtype[Any]:
 
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
-_INT_RANGES: dict[str, tuple[int, int]] = {}
-
-
-def _int_range(name: str) -> tuple[int, int]:
-    """``(min, max)`` of integer dtype ``name``, remembered."""
-    r = _INT_RANGES.get(name)
-    if r is None:
-        info = np.iinfo(name)
-        r = _INT_RANGES[name] = (int(info.min), int(info.max))
-    return r
+_INT_RANGES = {n: (int(np.iinfo(n).min), int(np.iinfo(n).max)) for n in (
+    "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")}
 
 
 def _scalar(p: Param, a: Any) -> Any:
     """``a`` as a numpy scalar of the declared width; lossy integer conversions are refused.
-
-    Fast paths, exact and without a floating-point error state: a numpy scalar of the declared
-    type as it is; a Python float for a ``double``, or for a ``float`` within its range (no
-    overflow possible); a Python int within the range of an integer type. Anything else
-    takes the checked conversion below (tests/backends/test_scalar.py compares the two)."""
+    Exact fast paths without a floating-point error state: a Python float for ``double`` (or
+    ``float`` within range), an in-range Python int (tests/backends/test_scalar.py)."""
     try:
         dt = cached_dtype(p.dtype)
         t, ta = dt.type, type(a)
@@ -360,9 +349,9 @@ def _scalar(p: Param, a: Any) -> Any:
         if ta is float:
             if t is np.float64 or (t is np.float32 and -FLOAT32_MAX <= a <= FLOAT32_MAX):
                 return t(a)
-        elif ta is int and dt.kind in "iu":
-            lo, hi = _int_range(p.dtype)
-            if lo <= a <= hi:
+        elif ta is int:
+            r = _INT_RANGES.get(p.dtype)
+            if r is not None and r[0] <= a <= r[1]:
                 return t(a)
         if isinstance(a, (str, bytes)):
             raise TypeError(f"a {type(a).__name__} is not a number")
