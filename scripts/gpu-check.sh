@@ -35,6 +35,9 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit; one log, $OUT/a
 step pytest-gpu 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests
 step bench-replay 200 python3 scripts/bench_replay_gpu.py "$@"
 step demo 240 python3 -m kernforge demo --backend cuda --out "$(mktemp -d)/demo"
+# host time a replaced CuPy launch costs (the demo's worth-deploying rule uses the same figure)
+[ -f scripts/bench_deploy_overhead.py ] && step deploy-overhead 120 python3 \
+  scripts/bench_deploy_overhead.py --backend cuda --json "$OUT/deploy-overhead-cuda.json"
 [ -f scripts/redteam.py ] && step redteam 120 python3 scripts/redteam.py --backend cuda \
   --out "$OUT/redteam-cuda.md" --json "$OUT/redteam-cuda.json"
 [ -f scripts/self_compare.py ] && step self-compare 120 python3 scripts/self_compare.py \
