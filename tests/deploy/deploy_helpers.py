@@ -37,6 +37,24 @@ def axpy_entry(rec: Recording, **overrides: Any) -> DeployEntry:
                                 speedup_ci=(1.9, 2.1))
 
 
+def refuse_tuned_axpy(monkeypatch: Any, message: str) -> list[int]:
+    """Make the null backend raise ``RuntimeError(message)`` for the tuned axpy (BIAS=100)
+    and run every other launch; returns the list that gets one item per refused launch."""
+    from kernforge.backends.null import NullBackend
+
+    real = NullBackend.launch
+    refused: list[int] = []
+
+    def launch(self, compiled, args, launch=None):  # type: ignore[no-untyped-def]
+        if dict(compiled.variant.defines).get("BIAS") == "100":
+            refused.append(1)
+            raise RuntimeError(message)
+        return real(self, compiled, args, launch)
+
+    monkeypatch.setattr(NullBackend, "launch", launch)
+    return refused
+
+
 def write_result(directory: Path, rec: Recording, variant: Mapping[str, Any], *,
                  speedup: float = 1.5, status: str = "OK",
                  verdict: str | None = "accepted") -> Path:

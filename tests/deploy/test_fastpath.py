@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from deploy_helpers import axpy_entry, axpy_kernel, record_axpy
+from deploy_helpers import axpy_entry, axpy_kernel, record_axpy, refuse_tuned_axpy
 
 from kernforge import deploy
 from kernforge.backends import Kernel, events
@@ -156,18 +156,7 @@ def test_another_spec_drops_every_cached_decision(tmp_path: Path) -> None:
 
 def test_a_failed_tuned_launch_is_not_retried_from_the_cache(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernforge.backends.null import NullBackend
-
-    real = NullBackend.launch
-    failures = []
-
-    def launch(self, compiled, args, launch=None):  # type: ignore[no-untyped-def]
-        if dict(compiled.variant.defines).get("BIAS") == "100":
-            failures.append(1)
-            raise RuntimeError("refused")
-        return real(self, compiled, args, launch)
-
-    monkeypatch.setattr(NullBackend, "launch", launch)
+    failures = refuse_tuned_axpy(monkeypatch, "refused")
     rec = record_axpy(tmp_path / "rec")
     with deploy.use(DeploySpec((axpy_entry(rec),))):
         for _ in range(4):

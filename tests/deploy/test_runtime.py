@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from deploy_helpers import axpy_entry, axpy_kernel, record_axpy
+from deploy_helpers import axpy_entry, axpy_kernel, record_axpy, refuse_tuned_axpy
 
 from kernforge import deploy
 from kernforge.backends import Kernel, events
@@ -227,23 +227,14 @@ def test_tuned_launch_raising_any_exception_falls_back(
         caplog: pytest.LogCaptureFixture) -> None:
     """A tuned launch that raises something kernforge did not wrap (a driver binding's own
     error, a bug) never reaches the application: the original runs, the report says so."""
-    from kernforge.backends.null import NullBackend
-
-    real = NullBackend.launch
-
-    def launch(self, compiled, args, launch=None):  # type: ignore[no-untyped-def]
-        if dict(compiled.variant.defines).get("BIAS") == "100":
-            raise RuntimeError("driver exploded")
-        return real(self, compiled, args, launch)
-
-    monkeypatch.setattr(NullBackend, "launch", launch)
+    refused = refuse_tuned_axpy(monkeypatch, "driver exploded")
     rec = record_axpy(tmp_path / "rec")
     with deploy.use(DeploySpec((axpy_entry(rec),))):
         for _ in range(2):
             np.testing.assert_array_equal(run_axpy(axpy_kernel()), 2.0 * X + 1)
     counts = deploy.report().kernels["axpy"]
     assert (counts.replaced, counts.fallback) == (0, 2)
-    assert counts.reasons == {"launch failure": 2}
+    assert counts.reasons == {"launch failure": 2} and refused
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 1 and "RuntimeError: driver exploded" in warned[0]
 
