@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from deploy_helpers import write_result
@@ -72,6 +74,24 @@ def spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture
+def hooked_cupy() -> Iterator[Any]:
+    """CuPy on a GPU with kernforge's CuPy hooks installed (skips without one)."""
+    from kernforge.backends import cupy_hooks, get_backend
+
+    cp = pytest.importorskip("cupy")
+    try:
+        get_backend("cuda")
+    except BackendUnavailableError as exc:
+        pytest.skip(str(exc))
+    installed = cupy_hooks.install()
+    try:
+        yield cp
+    finally:
+        if installed:
+            cupy_hooks.uninstall()
+
+
 def test_app_with_spec_identical_and_replaced(spec: Path, tmp_path: Path) -> None:
     plain = subprocess.run([sys.executable, str(APP), *APP_ARGS], capture_output=True,
                            text=True, timeout=600, check=False)
@@ -98,7 +118,7 @@ extern "C" __global__ void scale(const float* x, float* y, float a, int n) {
 """
 
 
-def test_overhead_per_launch(tmp_path: Path) -> None:
+def test_overhead_per_launch(tmp_path: Path, hooked_cupy: Any) -> None:
     """Host time per launch of a tiny RawKernel: hooks without a deployment, a deployment that
     does not list the kernel, and one that replaces it (printed; run with -s to see)."""
     import time
@@ -106,74 +126,53 @@ def test_overhead_per_launch(tmp_path: Path) -> None:
     import numpy as np
 
     from kernforge import deploy
-    from kernforge.backends import cupy_hooks, get_backend
     from kernforge.deploy import DeploySpec, entry_from_recording
     from kernforge.record import load_recording, record
 
-    cp = pytest.importorskip("cupy")
-    try:
-        get_backend("cuda")
-    except BackendUnavailableError as exc:
-        pytest.skip(str(exc))
-    installed = cupy_hooks.install()
-    try:
-        k = cp.RawKernel(SCALE, "scale")
-        x = cp.arange(256, dtype=cp.float32)
-        y = cp.zeros_like(x)
-        args = (x, y, np.float32(2), 256)
-        with record(tmp_path) as rec:
+    cp = hooked_cupy
+    k = cp.RawKernel(SCALE, "scale")
+    x = cp.arange(256, dtype=cp.float32)
+    y = cp.zeros_like(x)
+    args = (x, y, np.float32(2), 256)
+    with record(tmp_path) as rec:
+        k((1,), (256,), args)
+    r = load_recording(rec.paths[0])
+    entry = entry_from_recording(r, r.variant.with_(options={"maxrregcount": 32}),
+                                 baseline_s=1.0, tuned_s=1.0, speedup=1.0,
+                                 speedup_ci=None)
+
+    def per_call(n: int = 3000) -> float:
+        cp.cuda.runtime.deviceSynchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
             k((1,), (256,), args)
-        r = load_recording(rec.paths[0])
-        entry = entry_from_recording(r, r.variant.with_(options={"maxrregcount": 32}),
-                                     baseline_s=1.0, tuned_s=1.0, speedup=1.0,
-                                     speedup_ci=None)
+        cp.cuda.runtime.deviceSynchronize()
+        return (time.perf_counter() - t0) / n
 
-        def per_call(n: int = 3000) -> float:
-            cp.cuda.runtime.deviceSynchronize()
-            t0 = time.perf_counter()
-            for _ in range(n):
-                k((1,), (256,), args)
-            cp.cuda.runtime.deviceSynchronize()
-            return (time.perf_counter() - t0) / n
-
+    per_call(200)
+    plain = min(per_call() for _ in range(3))
+    with deploy.use(DeploySpec(()), cupy=False):
         per_call(200)
-        plain = min(per_call() for _ in range(3))
-        with deploy.use(DeploySpec(()), cupy=False):
-            per_call(200)
-            missing = min(per_call() for _ in range(3))
-        with deploy.use(DeploySpec((entry,)), cupy=False):
-            per_call(200)
-            replaced = min(per_call() for _ in range(3))
-        counts = deploy.report().kernels["scale"]
-        assert counts.replaced > 0 and counts.fallback == 0
-        np.testing.assert_array_equal(cp.asnumpy(y), 2 * np.arange(256, dtype=np.float32))
-        print(f"\nper launch: no deployment {plain * 1e6:.2f} us, kernel not in the spec "
-              f"{missing * 1e6:.2f} us, replaced {replaced * 1e6:.2f} us")
-    finally:
-        if installed:
-            cupy_hooks.uninstall()
+        missing = min(per_call() for _ in range(3))
+    with deploy.use(DeploySpec((entry,)), cupy=False):
+        per_call(200)
+        replaced = min(per_call() for _ in range(3))
+    counts = deploy.report().kernels["scale"]
+    assert counts.replaced > 0 and counts.fallback == 0
+    np.testing.assert_array_equal(cp.asnumpy(y), 2 * np.arange(256, dtype=np.float32))
+    print(f"\nper launch: no deployment {plain * 1e6:.2f} us, kernel not in the spec "
+          f"{missing * 1e6:.2f} us, replaced {replaced * 1e6:.2f} us")
 
 
-def test_routed_launches_agree_with_the_event_path_on_the_gpu(tmp_path: Path) -> None:
+def test_routed_launches_agree_with_the_event_path_on_the_gpu(tmp_path: Path,
+                                                              hooked_cupy: Any) -> None:
     """route_check.run_both on CuPy: a deployment with routes and the same one seen only
     through events give the same outputs and report on launches like the recorded one and
     differing in one property (the stand-in version: tests/deploy/test_cupy_fastpath.py)."""
     from route_check import run_both
 
-    from kernforge.backends import cupy_hooks, get_backend
-
-    cp = pytest.importorskip("cupy")
-    try:
-        get_backend("cuda")
-    except BackendUnavailableError as exc:
-        pytest.skip(str(exc))
-    installed = cupy_hooks.install()
-    try:
-        routed, plain, dep = run_both(cp, tmp_path, cp.cuda.runtime.deviceSynchronize,
-                                      cp.asnumpy)
-    finally:
-        if installed:
-            cupy_hooks.uninstall()
+    cp = hooked_cupy
+    routed, plain, dep = run_both(cp, tmp_path, cp.cuda.runtime.deviceSynchronize, cp.asnumpy)
     assert routed == plain
     counts = routed[-1]["scale"]
     assert dep.routed > 10 and counts.replaced > 10 and counts.fallback > 10, counts
