@@ -87,9 +87,14 @@ def _source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int = 0
     sw, sh = bx + 2 * r, by + 2 * r
     per = cdiv(sw * sh, tx * ty)
     weights = "".join(f"constexpr ACC {n} = {lit};\n" for n, lit in _literals(cell))
-    if h2:
-        return _source_h2(cell, tx, ty, vx, ry, lz, weights)
+    # the staged planes: ACC values (converted on load), or raw __half with half2 weights (h2)
+    stage, value, zero = "ACC", load(p, "src[(k * NY + gy) * NX + gx]"), "(ACC)0"
     acc_body = "\n      ".join(_accumulate(cell, vx, ry, "cur"))
+    if h2:
+        stage, value, zero = "__half", "src[(k * NY + gy) * NX + gx]", "__float2half(0.0f)"
+        acc_body = "\n      ".join(_accumulate_h2(cell, vx, ry, "cur"))
+    halves = "".join(f"\n  const __half2 H{n} = __float2half2_rn({lit});"
+                     for n, lit in _literals(cell)) if h2 else ""
     stores = []
     for jr in range(ry):
         for lane in range(vx):
@@ -102,7 +107,7 @@ def _source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int = 0
 {weights}constexpr int SW = {sw}, SH = {sh}, PER = {per}, NT = {tx * ty};
 extern "C" __global__ void __launch_bounds__({tx * ty})
 planesweep(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
-  __shared__ ACC tile[2][SH * SW];
+  __shared__ {stage} tile[2][SH * SW];{halves}
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * {tx} + tx;
   const long ox = (long)blockIdx.x * {bx} - R, oy = (long)blockIdx.y * {by} - R;
   const long gx0 = ox + R + tx * {vx}, gy0 = oy + R + ty * {ry};
@@ -115,19 +120,19 @@ planesweep(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
     for (int j = 0; j < {ry}; ++j)
       #pragma unroll
       for (int l = 0; l < {vx}; ++l) a[m][j][l] = 0;
-  ACC pre[PER];
+  {stage} pre[PER];
   auto fetch = [&](long k) {{
     #pragma unroll
     for (int e = 0; e < PER; ++e) {{
       const int idx = tid + e * NT;
       const long gy = oy + idx / SW, gx = ox + idx % SW;
       pre[e] = (idx < SH * SW && gx >= 0 && gx < NX && gy >= 0 && gy < NY)
-               ? {load(p, "src[(k * NY + gy) * NX + gx]")} : (ACC)0;
+               ? {value} : {zero};
     }}
   }};
   fetch(zb - R);
   for (long k = zb - R; k < ze + R; ++k) {{
-    ACC* cur = tile[k & 1];
+    {stage}* cur = tile[k & 1];
     #pragma unroll
     for (int e = 0; e < PER; ++e) {{
       const int idx = tid + e * NT;
@@ -155,24 +160,6 @@ planesweep(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
   }}
 }}
 """
-
-
-def _source_h2(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, weights: str) -> str:
-    """The ``h2`` variant: the fp32 source with a ``__half`` tile and ``__half2`` partial sums."""
-    base = _source(cell, tx, ty, vx, ry, lz)
-    halves = "".join(f"  const __half2 H{n} = __float2half2_rn({lit});\n"
-                     for n, lit in _literals(cell))
-    acc_old = "\n      ".join(_accumulate(cell, vx, ry, "cur"))
-    acc_new = "\n      ".join(_accumulate_h2(cell, vx, ry, "cur"))
-    src = (base.replace("__shared__ ACC tile[2][SH * SW];",
-                        "__shared__ __half tile[2][SH * SW];\n" + halves.rstrip("\n"))
-           .replace("ACC pre[PER];", "__half pre[PER];")
-           .replace(f"? {load(cell.precision, 'src[(k * NY + gy) * NX + gx]')} : (ACC)0;",
-                    "? src[(k * NY + gy) * NX + gx] : __float2half(0.0f);")
-           .replace("ACC* cur = tile[k & 1];", "__half* cur = tile[k & 1];")
-           .replace(acc_old, acc_new))
-    assert "__half pre[PER]" in src and "__hfma2" in src and "(ACC)0" not in src
-    return src
 
 
 def _literals(cell: Cell) -> list[tuple[str, str]]:
