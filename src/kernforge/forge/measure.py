@@ -158,9 +158,6 @@ class LoadedOperator:
     info: dict[str, Any]
 
 
-_MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-
-
 def load(op: Operator) -> LoadedOperator:
     """Compile ``op`` with NVRTC; a compiler error becomes :class:`CompileError`."""
     cp = cupy_module()
@@ -185,7 +182,7 @@ def load(op: Operator) -> LoadedOperator:
                               f"{fn.max_threads_per_block} threads", hint="use a smaller block")
         if launch.shared_bytes > 48 * 1024:  # opt in to more than 48 KiB (cuFuncSetAttribute)
             try:
-                cp.cuda.driver.funcSetAttribute(fn.ptr, _MAX_DYNAMIC_SHARED, launch.shared_bytes)
+                fn.max_dynamic_shared_size_bytes = launch.shared_bytes
             except Exception as exc:  # CUDADriverError: more than the device allows
                 raise LaunchError(f"{op.key}: {launch.shared_bytes} bytes of shared memory "
                                   f"refused: {exc}", hint="use a smaller tile") from exc
