@@ -11,9 +11,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"; export OUT
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
+if ls .whl/*.whl >/dev/null 2>&1; then  # once per machine (parallel calls share /tmp/site)
+  if [ ! -f /tmp/site/.kf-installed ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/*.whl || exit 1
+    touch /tmp/site/.kf-installed
+  fi
   export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
 if [ -f .carry/halide.tar.xz ] && [ ! -d /tmp/hl/halide ]; then  # made by ../shared/device/halide.sh; carry [".carry"]
