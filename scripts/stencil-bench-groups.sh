@@ -48,10 +48,13 @@ done
 wait
 python3 - "$OUT/stencil-bench.json" <<'PY'
 import glob, json, sys
+from kernforge.forge.bench import summary
 parts = [json.load(open(p)) for p in sorted(glob.glob("/tmp/bench-*.json"))]
 merged = dict(parts[0]) if parts else {}
 merged["cells"] = [c for p in parts for c in p["cells"]]
 merged["groups"] = [p.get("seconds") for p in parts]
+# each part's summary covers its own group only: recompute it over every merged cell
+merged["summary"] = summary(merged["cells"])
 json.dump(merged, open(sys.argv[1], "w"), indent=1)
 print(f"merged {len(parts)} groups, {len(merged.get('cells', []))} cells")
 PY
