@@ -170,3 +170,35 @@ def test_time_launch_times_the_kernel_not_the_host(cuda) -> None:
     times = sorted(cuda.time_launch(compiled, [1], LaunchConfig(grid=(1,), block=(32,)))
                    for _ in range(20))
     assert times[10] < 10e-6, times
+
+
+def test_zmarch_coarsening_is_searched_and_bitwise_identical(cuda) -> None:
+    """The offline zmarch rewrite of the CuPy example's stencil, realized by the tuner's
+    launch.coarsen_z (KF_ZC defined, grid z divided), writes what the original writes."""
+    import re
+    from pathlib import Path
+
+    from kernforge.evolve.proposers.zmarch import zmarch
+
+    text = (Path(__file__).resolve().parents[2] / "examples" / "heat3d_cupy.py").read_text()
+    code = "typedef float real_t;\n" + re.search(r'STENCIL = r"""(.*?)"""', text,
+                                                 re.DOTALL)[1]
+    n, block = 37, (32, 4, 2)
+    launch = LaunchConfig(grid=tuple(-(-n // b) for b in block), block=block)
+    plain = Variant(KernelSource(code, "heat_stencil", "cuda"), launch=launch)
+    coarse = Variant(KernelSource(zmarch(code, "cuda") or "", "heat_stencil", "cuda"),
+                     launch=launch)
+    dims = cuda.tuning_dimensions(coarse, "quick")
+    assert dims["launch.coarsen_z"][0] == 1 and 8 in dims["launch.coarsen_z"]
+    assert "launch.coarsen_z" not in cuda.tuning_dimensions(plain, "quick")
+    u = np.random.default_rng(3).standard_normal((n, n, n)).astype(np.float32)
+    outs = []
+    for v in (plain, cuda.realize(coarse, {"launch.coarsen_z": 4}),
+              cuda.realize(coarse, {"launch.coarsen_z": 8, "launch.block": (64, 4, 1)})):
+        du, dout = cuda.to_device(u), cuda.to_device(np.zeros_like(u))
+        cuda.launch(cuda.compile(v), [du, dout, np.float32(0.1), n], v.launch)
+        cuda.synchronize()
+        outs.append(cuda.to_host(dout))
+    assert outs[1].shape == u.shape
+    for got in outs[1:]:
+        np.testing.assert_array_equal(got.view(np.uint32), outs[0].view(np.uint32))

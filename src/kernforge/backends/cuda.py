@@ -29,7 +29,7 @@ from ..core import (
     Variant,
 )
 from .base import Backend, Compiled, Knob
-from .cuda_tuning import block_is_tunable, block_shapes
+from .cuda_tuning import block_is_tunable, block_shapes, coarsen_values, coarsened
 from .cupy_hooks import original_class
 from .cxx_names import instantiated_signature, parse_name_expression
 from .fingerprint import CUDA_SOURCE as FINGERPRINT_SOURCE
@@ -146,14 +146,24 @@ class CudaBackend(Backend):
             dims.update({"opt.maxrregcount": REGS, "opt.ptxas_opt": (3, 2, 1, 0)})
         for name in ("opt.name_expression", "opt.extra_options", "opt.launch_bounds_max"):
             dims.pop(name, None)  # facts of the recording, or derived (below), not searched
+        coarsen = coarsen_values(variant)
+        if coarsen:
+            dims["launch.coarsen_z"] = coarsen
         return self._recorded_first(variant, dims)
 
     def realize(self, variant: Variant, config: Mapping[str, Any],
                 scalars: Mapping[str, Any] | None = None) -> Variant:
-        """``opt.launch_bounds`` (a bool) becomes __launch_bounds__ of the chosen block."""
+        """``opt.launch_bounds`` (a bool) becomes __launch_bounds__ of the chosen block;
+        ``launch.coarsen_z`` (see :func:`coarsen_values`) defines ``KF_ZC`` and divides the
+        grid's z by it, after any change of block."""
         config = dict(config)
         bounded = config.pop("opt.launch_bounds", None)
+        coarsen = config.pop("launch.coarsen_z", None)
+        if coarsen is not None:
+            config["def.KF_ZC"] = int(coarsen)
         v = super().realize(variant, config, scalars)
+        if coarsen is not None and int(coarsen) > 1:
+            v = v.with_(launch=coarsened(v.launch, int(coarsen)))
         if bounded is None:
             return v
         tpb = v.launch.threads_per_block if bounded else 0

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
+from ..core import LaunchConfig, Variant
 from .signature import _parser, _text, _walk
 
 _STATIC_SHARED = re.compile(r"(extern\s+)?__shared__\s[^;]*?\[\s*[^\]\s]")
@@ -47,3 +49,24 @@ def block_shapes(recorded: tuple[int, int, int], preset: str) -> tuple[tuple[int
     if recorded[1] == 1 and recorded[2] == 1:
         shapes = [(x, 1, 1) for x in (32, 64, 128, 256, 512, 1024)]
     return (recorded, *[b for b in shapes if b != recorded])
+
+
+_COARSEN_Z = re.compile(r"#\s*ifndef\s+KF_ZC\b")
+COARSEN_Z = (1, 2, 4, 8, 16)
+
+
+def coarsen_values(variant: Variant) -> tuple[int, ...]:
+    """z points per thread worth searching: for a source written to run ``KF_ZC`` consecutive z
+    indices per thread (``#ifndef KF_ZC``, as the offline ``zmarch`` rewrite makes it) that the
+    variant does not fix already, launched with more than one block along z."""
+    if not _COARSEN_Z.search(variant.source.code) or "KF_ZC" in dict(variant.defines):
+        return ()
+    gz = variant.launch.grid[2]
+    return tuple(c for c in COARSEN_Z if c <= gz) if gz > 1 else ()
+
+
+def coarsened(launch: LaunchConfig, per_thread: int) -> LaunchConfig:
+    """The grid for ``per_thread`` z indices per thread: z blocks divided, rounded up (the
+    threads past the end are stopped by the kernel's own z guard)."""
+    gx, gy, gz = launch.grid
+    return replace(launch, grid=(gx, gy, -(-gz // per_thread)))

@@ -12,102 +12,38 @@ returns a half-edited source. The rules keep results bitwise identical:
   loops (in C only those nested in another loop and not part of an OpenMP ``collapse`` nest);
 - ``grid_stride`` (CUDA): ``i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) S;`` becomes
   a grid-stride loop, so the same kernel is correct with a smaller grid (thread coarsening when
-  the launch grid is tuned down).
+  the launch grid is tuned down);
+- ``zmarch`` (CUDA, :mod:`.zmarch`): a 3D kernel runs ``KF_ZC`` consecutive z indices per
+  thread with its z-neighbour reads in a register queue (the tuner's ``launch.coarsen_z``).
 """
 
 from __future__ import annotations
 
-import functools
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
+
+from .syntax import (
+    _base_name,
+    _edit,
+    _functions,
+    _parse,
+    _pointer_params,
+    _text,
+    _walk,
+    _written,
+)
+from .zmarch import zmarch
 
 Node = Any
 LDG_TYPES = {"float", "double", "int", "unsigned", "unsigned int", "long long", "char",
              "short", "unsigned char", "unsigned short", "unsigned long long", "float2",
              "float4", "double2", "int2", "int4"}
-_WRITE_OPS = {"assignment_expression", "update_expression"}
 _TYPEDEF = re.compile(r"\btypedef\s+([\w ]+?)\s+(\w+)\s*;")
 
 
 def language_of(code: str) -> str:
     return "cuda" if re.search(r"__global__|__device__|threadIdx|blockIdx", code) else "c"
-
-
-@functools.cache
-def _parser(language: str) -> Any:
-    import tree_sitter as ts
-
-    grammar = __import__("tree_sitter_cuda" if language == "cuda" else "tree_sitter_c")
-    return ts.Parser(ts.Language(grammar.language()))
-
-
-def _parse(code: str, language: str) -> tuple[bytes, Node]:
-    data = code.encode()
-    return data, _parser(language).parse(data).root_node
-
-
-def _walk(node: Node) -> Iterator[Node]:
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(reversed(n.children))
-
-
-def _text(n: Node) -> str:
-    return n.text.decode()
-
-
-def _edit(data: bytes, edits: list[tuple[int, int, str]]) -> str:
-    for start, end, new in sorted(edits, reverse=True):
-        data = data[:start] + new.encode() + data[end:]
-    return data.decode()
-
-
-def _functions(root: Node) -> list[Node]:
-    return [n for n in _walk(root) if n.type == "function_definition"]
-
-
-def _pointer_params(fn: Node) -> list[tuple[Node, str]]:
-    """(parameter_declaration, name) for each pointer parameter of ``fn``."""
-    decl = fn.child_by_field_name("declarator")
-    while decl is not None and decl.type != "function_declarator":
-        decl = decl.child_by_field_name("declarator")
-    plist = decl.child_by_field_name("parameters") if decl is not None else None
-    out = []
-    for p in (plist.named_children if plist is not None else []):
-        d = p.child_by_field_name("declarator") if p.type == "parameter_declaration" else None
-        if d is not None and d.type == "pointer_declarator":
-            inner = d.child_by_field_name("declarator")
-            if inner is not None and inner.type == "identifier":
-                out.append((p, _text(inner)))
-    return out
-
-
-def _base_name(expr: Node) -> str | None:
-    while expr is not None and expr.type in ("subscript_expression", "pointer_expression",
-                                             "parenthesized_expression", "field_expression"):
-        expr = (expr.child_by_field_name("argument") or expr.child_by_field_name("operand")
-                or (expr.named_children[0] if expr.named_children else None))
-    return _text(expr) if expr is not None and expr.type == "identifier" else None
-
-
-def _written(body: Node) -> set[str]:
-    """Names written through (p[i] = ..., *p = ..., p[i]++), passed to calls, or reassigned."""
-    out: set[str] = set()
-    for n in _walk(body):
-        if n.type in _WRITE_OPS:
-            target = n.child_by_field_name("left") or n.child_by_field_name("argument")
-            name = _base_name(target) if target is not None else None
-            if name:
-                out.add(name)
-        elif n.type == "call_expression":
-            args = n.child_by_field_name("arguments")
-            for a in (args.named_children if args is not None else []):
-                if a.type == "identifier" or _base_name(a):
-                    out.add(_base_name(a) or _text(a))
-    return out
 
 
 def restrict_const(code: str, language: str) -> str | None:
@@ -244,6 +180,7 @@ def grid_stride(code: str, language: str) -> str | None:
 
 RULES: dict[str, Callable[[str, str], str | None]] = {
     "restrict_const": restrict_const, "ldg": ldg, "unroll": unroll, "grid_stride": grid_stride,
+    "zmarch": zmarch,
 }
 
 
