@@ -102,7 +102,8 @@ def _tune(target: EvolveTarget, code: str, trials: int, repeat: int, seed: int
     rec = target.primary
     tolerant = is_tolerant(rec, resolve_policies(rec, target.tolerance))
     try:
-        space = build_space(rec, target.backend, preset=target.preset, tolerant=tolerant)
+        space = build_space(rec, target.backend, preset=target.preset, tolerant=tolerant,
+                            variant=target.base(rec, code))
     except ConfigError:
         return {}, None, 0.0
     compile_s = [0.0]

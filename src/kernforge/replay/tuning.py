@@ -62,10 +62,13 @@ def _dimension(name: str, values: tuple[Any, ...]) -> Dimension:
 
 
 def build_space(recording: Recording, backend: Backend, *, preset: str = "standard",
-                user: Mapping[str, Any] | None = None, tolerant: bool = False) -> SearchSpace:
+                user: Mapping[str, Any] | None = None, tolerant: bool = False,
+                variant: Variant | None = None) -> SearchSpace:
     """The backend's dimensions around the recorded variant (its values are the baseline),
-    plus the user's own (``user``: a parsed space file; same names override)."""
-    dims = backend.tuning_dimensions(recording.variant, preset)
+    plus the user's own (``user``: a parsed space file; same names override). ``variant``:
+    another source for the recorded launch (an evolved candidate), whose own dimensions count
+    (e.g. ``launch.coarsen_z`` for a source written for it)."""
+    dims = backend.tuning_dimensions(variant or recording.variant, preset)
     risky = {f"opt.{k.name}" for k in backend.knobs() if k.needs_tolerance}
     if not tolerant:
         dims = {n: v for n, v in dims.items() if n not in risky}
