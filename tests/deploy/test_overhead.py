@@ -127,3 +127,21 @@ def test_a_winner_must_save_more_than_the_overhead(tmp_path: Path) -> None:
     kept, dropped = worth_deploying([small, e], overhead_s=10e-6)
     assert kept == [e] and [d.entry for d in dropped] == [small]
     assert dropped[0].reason.startswith("axpy: saves 0.10 us per launch")
+
+
+def test_a_device_bound_winner_is_deployed_even_below_the_overhead() -> None:
+    """The second rule: a tuned kernel longer than the host needs to issue a replaced launch
+    (plain issue + overhead) hides the overhead behind its own device time."""
+    # the H200 demo's z-marched stencil: 71.4 -> 53.6 us, overhead 23.2 us, plain issue 5.3 us
+    assert not_worth("heat_stencil", 71.39e-6, 53.63e-6, 23.17e-6, 5.3e-6) is None
+    assert not_worth("heat_stencil", 71.39e-6, 53.63e-6, 23.17e-6) is not None  # issue unknown
+    # a short kernel: 14.37 -> 14.02 us does not cover 5.3 + 11.1 us of host time
+    why = not_worth("apply_boundary", 14.37e-6, 14.02e-6, 11.1e-6, 5.3e-6)
+    assert why == ("apply_boundary: saves 0.35 us per launch (14.37 us -> 14.02 us in replay), "
+                   "not more than the 11.10 us a replaced launch costs the host, and the kernel "
+                   "is shorter than the 16.40 us the host needs to issue a replaced launch: "
+                   "not deployed")
+    assert not_worth("k", 60e-6, 60e-6, 1e-6, 1e-6) is not None  # long, but saves nothing
+    assert not_worth("k", 60e-6, 61e-6, 1e-6, 1e-6) is not None  # slower
+    assert not_worth("k", 20e-6, 16.6e-6, 12e-6, 4.5e-6) is None  # 16.6 > 4.5 + 12
+    assert not_worth("k", 20e-6, 16.4e-6, 12e-6, 4.5e-6) is not None  # 16.4 < 16.5: exposed

@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "kernel, tune the hottest one, evolve its source (offline "
                                    "rewrites, or an LLM when KERNFORGE_LLM_BASE_URL is set), "
                                    "measure what a replaced launch costs the host, export the "
-                                   "verified winners that save more than that as a deployment "
+                                   "verified winners worth it (docs/deploy.md) as a deployment "
                                    "spec, run the application with it and print the end-to-end "
                                    "speedup (or that nothing was deployed); show "
                                    "that a variant which changes the arithmetic is caught.")
@@ -145,7 +145,8 @@ def _print_overhead(result: DemoResult) -> None:
         return
     console.print(f"5. a replaced launch costs the host {table.per_launch_s * 1e6:+.2f} us "
                   f"beyond a plain one here ({table.backend} backend, median of "
-                  f"{table.batches} batches of {table.launches} launches); a winner must save "
-                  f"more than that per launch", markup=False)
+                  f"{table.batches} batches of {table.launches} launches; a plain launch "
+                  f"{table.issue_s * 1e6:.2f} us); a winner must save more than that per "
+                  f"launch, or run longer than both together", markup=False)
     for n in result.not_deployed:
         console.print(f"   not deployed: {n.reason}", markup=False)

@@ -75,6 +75,11 @@ class OverheadTable:
         return statistics.median(t - p for t, p in zip(self.times[mode], self.times[PLAIN]))
 
     @property
+    def issue_s(self) -> float:
+        """Host time of a plain launch (no hooks), seconds."""
+        return self.median(PLAIN)
+
+    @property
     def per_launch_s(self) -> float:
         """What a replaced launch costs the host beyond a plain one."""
         return self.overhead(REPLACED)

@@ -7,7 +7,7 @@ hottest one (TPE over compile options and launch parameters, every trial verifie
 re-measured interleaved against the recorded configuration), evolves its source (offline
 rewrites, or an LLM when ``KERNFORGE_LLM_BASE_URL`` is set; every candidate verified on every
 recording and tuned; the winner validated), measures what a replaced launch costs the host on
-the app's backend and keeps the winners that save more than that per launch, exports them as a
+the app's backend and keeps the winners worth it (kernforge.deploy.worth), exports them as a
 deployment spec, runs the application again with it and measures the end-to-end speedup
 (interleaved rounds, outputs compared; when no winner is worth deploying, nothing is deployed
 and the application is not run again), and shows that a variant which changes the arithmetic
@@ -195,8 +195,9 @@ def run_demo(out: Path | None = None, *, backend: str | None = None, n: int | No
 
 
 def _worth_deploying(result: DemoResult, progress: Callable[[str], None]) -> list[Winner]:
-    """The winners that save more per launch than a replaced launch costs the host on the
-    app's backend (measured now, outside any recording); all of them when that cannot be
+    """The winners worth deploying on the app's backend (:mod:`kernforge.deploy.worth`: saving
+    per launch above what a replaced launch costs the host, measured now outside any recording,
+    or a kernel longer than the host needs to issue it); all of them when that cannot be
     measured (the result says why)."""
     if not result.winners:
         return []
@@ -204,7 +205,8 @@ def _worth_deploying(result: DemoResult, progress: Callable[[str], None]) -> lis
     result.overhead, result.overhead_error = deploy_overhead(result.app.backend)
     if result.overhead is None:
         return list(result.winners)
-    deployed, result.not_deployed = worth(result.winners, result.overhead.per_launch_s)
+    deployed, result.not_deployed = worth(result.winners, result.overhead.per_launch_s,
+                                                result.overhead.issue_s)
     return deployed
 
 

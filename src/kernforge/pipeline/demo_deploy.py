@@ -1,6 +1,5 @@
 """The last steps of the demo: measure what a replaced launch costs the host here, keep the
-verified winners that save more than that per launch (docs/deploy.md, "Is a winner worth
-deploying?"), export them as a deployment spec, run the application again with it, and measure
+verified winners worth it (docs/deploy.md, "Is a winner worth deploying?"), export them as a deployment spec, run the application again with it, and measure
 the end-to-end speedup (plain vs with the spec, interleaved rounds in this process, outputs
 compared)."""
 
@@ -98,12 +97,13 @@ def deploy_overhead(backend: str, *, launches: int = 500, batches: int = 7
         return None, exc.message.strip().splitlines()[0]
 
 
-def worth(winners: Sequence[Winner], overhead_s: float
+def worth(winners: Sequence[Winner], overhead_s: float, issue_s: float | None = None
           ) -> tuple[list[Winner], list[NotDeployed]]:
-    """The winners whose saving per launch (A/B medians) exceeds ``overhead_s``
-    (:func:`worth_deploying`), and the others with the reason."""
+    """The winners worth deploying (:func:`worth_deploying`: saving per launch above
+    ``overhead_s``, or a device-bound launch given ``issue_s``), and the others with the
+    reason."""
     entries = [entry_of(w) for w in winners]
-    kept, dropped = worth_deploying(entries, overhead_s)
+    kept, dropped = worth_deploying(entries, overhead_s, issue_s)
     index = {id(e): i for i, e in enumerate(entries)}
     return ([winners[index[id(e)]] for e in kept],
             [NotDeployed(winners[index[id(d.entry)]], d.reason) for d in dropped])
