@@ -17,7 +17,8 @@ def _result(substituted: int, *, deployed: bool = True) -> Any:
     e2e = SimpleNamespace(spec=Path("deploy.json"), identical=True, winners=[], plain_s=[2.0],
                           deployed_s=[1.0], speedup=2.0, ratios=[2.0], substituted=substituted,
                           direction="faster with the spec in every round")
-    overhead = SimpleNamespace(per_launch_s=12.5e-6, backend="cuda", batches=7, launches=500)
+    overhead = SimpleNamespace(per_launch_s=12.5e-6, issue_s=5.3e-6, backend="cuda", batches=7,
+                               launches=500)
     skipped = [SimpleNamespace(reason="heat_stencil: saves 0.62 us per launch (...): not "
                                       "deployed")]
     return SimpleNamespace(
