@@ -37,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="evolution iterations (default 12)")
     p.add_argument("--inner-trials", type=int, default=4,
                    help="tuning trials per evolved candidate (default 4)")
+    p.add_argument("--e2e-steps", type=int, default=None, metavar="N",
+                   help="time steps of the end-to-end runs (default: 200 for the CUDA "
+                        "example, --steps for the CPU one)")
     p.add_argument("--rounds", type=int, default=3,
                    help="interleaved end-to-end rounds, plain vs with the spec (default 3)")
     p.add_argument("--llm-url", default=None, metavar="URL",
@@ -54,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         result = run_demo(args.out, backend=args.backend, n=args.n, steps=args.steps,
                           trials=args.trials, repeat=args.repeat, iterations=args.iterations,
                           inner_trials=args.inner_trials, rounds=args.rounds,
+                          e2e_steps=args.e2e_steps,
                           llm_url=args.llm_url, llm_model=args.llm_model,
                           evolve_config=args.evolve_config, progress=lambda s: status.update(escape(s)))
     t = Table(title=f"1. every recorded kernel of {result.app.script}, replayed and verified "
@@ -127,7 +131,8 @@ def _print_evolve_and_deploy(result: DemoResult) -> None:
         return
     won = ", ".join(f"{w.recording.source.entry} ({w.source}, {w.ab.speedup:.2f}x)"
                     for w in e.winners)
-    console.print(f"6. deployed {won} ({e.spec}): application "
+    length = f" ({result.e2e_steps} steps)" if result.e2e_steps else ""
+    console.print(f"6. deployed {won} ({e.spec}): application{length} "
                   f"{fmt_time(min(e.plain_s))} plain -> {fmt_time(min(e.deployed_s))} with the "
                   f"spec; end-to-end speedup {e.speedup:.3f}x (median of {len(e.ratios)} "
                   f"interleaved rounds; {e.direction}), {e.substituted} launches replaced, "
