@@ -25,7 +25,7 @@ def _result(substituted: int, *, deployed: bool = True) -> Any:
         app=SimpleNamespace(script="heat3d_cpu.py", backend="cpu", wrong_label="x"),
         baseline=[], tuned=None, wrong=SimpleNamespace(status=Status.WRONG_RESULT,
                                                        failed_checks=[]),
-        wrong_unit="heat_step-0", evolved=[], e2e=e2e if deployed else None,
+        wrong_unit="heat_step-0", evolved=[], e2e=e2e if deployed else None, e2e_steps=200,
         winners=["a winner"], overhead=overhead, overhead_error="",
         not_deployed=[] if deployed else skipped, run_dir=Path("run"))
 
