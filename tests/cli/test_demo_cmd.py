@@ -26,6 +26,7 @@ def _result(substituted: int, *, deployed: bool = True) -> Any:
         baseline=[], tuned=None, wrong=SimpleNamespace(status=Status.WRONG_RESULT,
                                                        failed_checks=[]),
         wrong_unit="heat_step-0", evolved=[], e2e=e2e if deployed else None, e2e_steps=200,
+        confirmed=[],
         winners=["a winner"], overhead=overhead, overhead_error="",
         not_deployed=[] if deployed else skipped, run_dir=Path("run"))
 

@@ -137,3 +137,8 @@ def test_demo_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     if e2e is not None:  # a verified winner was deployed: same output, launches replaced
         assert e2e["outputs_identical"] and e2e["launches_replaced"] > 0
         assert "end-to-end speedup" in r.stdout
+    # only winners the application ran faster with, alone, are deployed
+    kept = {c["kernel"] for c in summary["confirmed"] if c["kept"]}
+    assert all(c["speedup"] > 1 and c["outputs_identical"] and c["launches_replaced"] > 0
+               for c in summary["confirmed"] if c["kept"])
+    assert ({w["kernel"] for w in e2e["winners"]} if e2e is not None else set()) == kept

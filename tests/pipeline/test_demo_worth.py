@@ -85,3 +85,18 @@ def test_no_winner_means_no_measurement(tmp_path: Path) -> None:
 def test_an_overhead_that_cannot_be_measured_says_why() -> None:
     table, why = deploy_overhead("cuda")
     assert table is None and "needs CuPy and an NVIDIA GPU" in why
+
+
+def test_a_winner_the_application_never_launches_is_left_out(tmp_path: Path) -> None:
+    """confirm_each runs the real CPU example with each winner's spec alone."""
+    from kernforge.pipeline.demo import EXAMPLES
+    from kernforge.pipeline.demo_deploy import confirm_each
+
+    stranger = _winner(tmp_path, "stranger", 2e-3, 1e-3)  # a kernel heat3d_cpu never runs
+    command = ["python", str(EXAMPLES / "heat3d_cpu.py"), "--n", "12", "--steps", "2"]
+    checked, dropped = confirm_each(command, [stranger], tmp_path / "run", rounds=2)
+    assert len(checked) == 1 and not checked[0].kept and len(checked[0].e2e.ratios) == 2
+    assert checked[0].e2e.identical and checked[0].e2e.substituted == 0
+    assert [d.winner for d in dropped] == [stranger]
+    assert dropped[0].reason == "stranger: no launch replaced: not deployed"
+    assert (tmp_path / "run" / "confirm" / "stranger.json").is_file()

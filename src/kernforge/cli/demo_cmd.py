@@ -40,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--e2e-steps", type=int, default=None, metavar="N",
                    help="time steps of the end-to-end runs (default: 200 for the CUDA "
                         "example, --steps for the CPU one)")
+    p.add_argument("--confirm-rounds", type=int, default=5, metavar="N",
+                   help="interleaved rounds of the application with each winner alone, to "
+                        "keep only those it is faster with (default 5; 0 = skip)")
     p.add_argument("--rounds", type=int, default=3,
                    help="interleaved end-to-end rounds, plain vs with the spec (default 3)")
     p.add_argument("--llm-url", default=None, metavar="URL",
@@ -57,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         result = run_demo(args.out, backend=args.backend, n=args.n, steps=args.steps,
                           trials=args.trials, repeat=args.repeat, iterations=args.iterations,
                           inner_trials=args.inner_trials, rounds=args.rounds,
-                          e2e_steps=args.e2e_steps,
+                          e2e_steps=args.e2e_steps, confirm_rounds=args.confirm_rounds,
                           llm_url=args.llm_url, llm_model=args.llm_model,
                           evolve_config=args.evolve_config, progress=lambda s: status.update(escape(s)))
     t = Table(title=f"1. every recorded kernel of {result.app.script}, replayed and verified "
@@ -141,17 +144,23 @@ def _print_evolve_and_deploy(result: DemoResult) -> None:
 
 
 def _print_overhead(result: DemoResult) -> None:
-    """Step 5: what a replaced launch costs the host, and the winners it rules out."""
+    """Step 5: what a replaced launch costs the host, each winner alone in the application,
+    and the winners left out."""
     table = result.overhead
     if table is None:
         console.print(f"5. the host time of a replaced launch could not be measured "
-                      f"({result.overhead_error}): every verified winner is deployed",
+                      f"({result.overhead_error}): every verified winner is a candidate",
                       markup=False)
-        return
-    console.print(f"5. a replaced launch costs the host {table.per_launch_s * 1e6:+.2f} us "
-                  f"beyond a plain one here ({table.backend} backend, median of "
-                  f"{table.batches} batches of {table.launches} launches; a plain launch "
-                  f"{table.issue_s * 1e6:.2f} us); a winner must save more than that per "
-                  f"launch, or run longer than both together", markup=False)
+    else:
+        console.print(f"5. a replaced launch costs the host {table.per_launch_s * 1e6:+.2f} us "
+                      f"beyond a plain one here ({table.backend} backend, median of "
+                      f"{table.batches} batches of {table.launches} launches; a plain launch "
+                      f"{table.issue_s * 1e6:.2f} us); a winner must save more than that per "
+                      f"launch, or run longer than both together", markup=False)
+    for c in result.confirmed:
+        console.print(f"   {c.winner.recording.source.entry} alone in the application: "
+                      f"{c.e2e.speedup:.3f}x (median of {len(c.e2e.ratios)} interleaved rounds, "
+                      f"{c.e2e.substituted} launches replaced): "
+                      f"{'kept' if c.kept else 'left out'}", markup=False)
     for n in result.not_deployed:
         console.print(f"   not deployed: {n.reason}", markup=False)

@@ -7,7 +7,9 @@ hottest one (TPE over compile options and launch parameters, every trial verifie
 re-measured interleaved against the recorded configuration), evolves its source (offline
 rewrites, or an LLM when ``KERNFORGE_LLM_BASE_URL`` is set; every candidate verified on every
 recording and tuned; the winner validated), measures what a replaced launch costs the host on
-the app's backend and keeps the winners worth it (kernforge.deploy.worth), exports them as a
+the app's backend and keeps the winners worth it (kernforge.deploy.worth), runs the application
+with each of them alone and keeps those it is faster with (interleaved rounds, outputs
+compared), exports them as a
 deployment spec, runs the application again with it and measures the end-to-end speedup
 (interleaved rounds, outputs compared; when no winner is worth deploying, nothing is deployed
 and the application is not run again), and shows that a variant which changes the arithmetic
@@ -34,9 +36,11 @@ from ..replay import replay
 from ..replay.tuning import TuningOutcome, tune_recording
 from ..tune import Budget
 from .demo_deploy import (
+    Confirmed,
     EndToEnd,
     NotDeployed,
     Winner,
+    confirm_each,
     deploy_overhead,
     end_to_end,
     export_spec,
@@ -89,6 +93,7 @@ class DemoResult:
     not_deployed: list[NotDeployed] = field(default_factory=list)
     e2e: EndToEnd | None = None
     e2e_steps: int | None = None  # time steps of the application in the end-to-end runs
+    confirmed: list[Confirmed] = field(default_factory=list)  # each winner alone in the app
 
     @property
     def overhead_s(self) -> float | None:
@@ -152,6 +157,7 @@ def pick_winners(result: DemoResult) -> list[Winner]:
 def run_demo(out: Path | None = None, *, backend: str | None = None, n: int | None = None,
              steps: int = 20, trials: int = 12, repeat: int = 7, iterations: int = 12,
              inner_trials: int = 4, rounds: int = 3, e2e_steps: int | None = None,
+             confirm_rounds: int = 5,
              llm_url: str | None = None,
              llm_model: str | None = None, evolve_config: Path | None = None,
              progress: Callable[[str], None] = lambda s: None) -> DemoResult:
@@ -191,10 +197,15 @@ def run_demo(out: Path | None = None, *, backend: str | None = None, n: int | No
     result.evolved = _evolve_all(result, cfg, iterations, progress)
     result.winners = pick_winners(result)
     deployed = _worth_deploying(result, progress)
+    long = e2e_steps or app.e2e_steps or steps
+    run = ["python", str(script), "--n", str(size), "--steps", str(long)]
+    if deployed and confirm_rounds > 0:
+        result.confirmed, dropped = confirm_each(run, deployed, run_dir, rounds=confirm_rounds,
+                                                 progress=progress)
+        result.not_deployed += dropped
+        deployed = [c.winner for c in result.confirmed if c.kept]
     if deployed:
         spec = export_spec(deployed, run_dir / "deploy.json")
-        long = e2e_steps or app.e2e_steps or steps
-        run = ["python", str(script), "--n", str(size), "--steps", str(long)]
         progress(f"running {app.script} ({long} steps) plain and with {spec}")
         result.e2e = end_to_end(run, deployed, spec, rounds=rounds, progress=progress)
         result.e2e_steps = long
@@ -268,6 +279,10 @@ def _write_summary(path: Path, r: DemoResult) -> None:
             "kernel": n.winner.recording.source.entry, "from": n.winner.source,
             "speedup": n.winner.ab.speedup, "baseline_s": n.winner.ab.median_a,
             "tuned_s": n.winner.ab.median_b, "reason": n.reason} for n in r.not_deployed],
+        "confirmed": [{"kernel": c.winner.recording.source.entry, "kept": c.kept,
+                       "speedup": c.e2e.speedup, "ratios": c.e2e.ratios,
+                       "launches_replaced": c.e2e.substituted,
+                       "outputs_identical": c.e2e.identical} for c in r.confirmed],
         "end_to_end_status": r.end_to_end_status,
         "end_to_end": None if r.e2e is None else {
             "spec": str(r.e2e.spec), "speedup": r.e2e.speedup, "steps": r.e2e_steps,

@@ -153,3 +153,44 @@ def end_to_end(command: Sequence[str], winners: list[Winner], spec: Path, *, rou
         e.ratios.append(p / d)
         e.deployed_output, e.substituted = out, n
     return e
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """One winner deployed alone in the application (:func:`confirm_each`)."""
+
+    winner: Winner
+    e2e: EndToEnd
+    kept: bool
+
+
+def confirm_each(command: Sequence[str], winners: Sequence[Winner], run_dir: Path, *,
+                 rounds: int = 5, progress: Callable[[str], None] = lambda s: None
+                 ) -> tuple[list[Confirmed], list[NotDeployed]]:
+    """Each winner deployed alone in the application (``rounds`` interleaved rounds, its own
+    spec under ``run_dir/confirm``): kept when the application is faster with it (median of
+    the per-round ratios above 1), launches were replaced and the outputs are identical.
+
+    A kernel faster in replay is not always faster in the application: replay times a launch
+    with a cold L2 and no neighbours, and a replaced launch costs the host time. These runs
+    select; the end-to-end measurement that the demo reports is made afterwards, on fresh
+    rounds of the kept winners together."""
+    checked: list[Confirmed] = []
+    dropped: list[NotDeployed] = []
+    for w in winners:
+        name = w.recording.source.entry
+        spec = export_spec([w], run_dir / "confirm" / f"{_safe(name)}.json")
+        progress(f"confirming {name} alone in the application ({rounds} rounds)")
+        e = end_to_end(command, [w], spec, rounds=rounds)
+        kept = e.speedup > 1.0 and e.substituted > 0 and e.identical
+        checked.append(Confirmed(w, e, kept))
+        if not kept:
+            why = ("outputs differ" if not e.identical else "no launch replaced"
+                   if e.substituted < 1 else f"the application ran {e.speedup:.3f}x with it "
+                   f"alone (median of {len(e.ratios)} interleaved rounds)")
+            dropped.append(NotDeployed(w, f"{name}: {why}: not deployed"))
+    return checked, dropped
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)[:80]
