@@ -15,11 +15,13 @@ the machine by :func:`~.overhead.measure_overhead`. A winner is deployed when
   z-marched stencil on the H200: ~18 us saved, ~12-23 us of overhead, a 54 us kernel).
 
 Anything else is not deployed (with a tiny saving and a short kernel, the demo's heat3d_cupy on
-the H200 once ran 2.6 ms longer with 60 of its launches replaced). The end-to-end run of the
-application is the final judge either way.
+the H200 once ran 2.6 ms longer with 60 of its launches replaced). The rule is a filter, not a
+proof: it also admitted a ``sq_diff_partial`` 1.009x faster in replay that made the same
+application 0.866x on the H200, so the demo then runs the application with each admitted winner
+alone and deploys only those it is faster with (``kernforge.pipeline.demo_deploy.confirm_each``).
 
 >>> table = measure_overhead("cuda")
->>> kept, dropped = worth_deploying(entries, table.per_launch_s, table.median("plain"))
+>>> kept, dropped = worth_deploying(entries, table.per_launch_s, table.issue_s)
 >>> for d in dropped: print(d.reason)    # figures made up
 heat_stencil: saves 0.62 us per launch (61.30 us -> 60.68 us in replay), not more than the
 14.10 us a replaced launch costs the host: not deployed
