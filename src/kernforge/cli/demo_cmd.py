@@ -38,13 +38,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--inner-trials", type=int, default=4,
                    help="tuning trials per evolved candidate (default 4)")
     p.add_argument("--e2e-steps", type=int, default=None, metavar="N",
-                   help="time steps of the end-to-end runs (default: 200 for the CUDA "
+                   help="time steps of the end-to-end runs (default: 500 for the CUDA "
                         "example, --steps for the CPU one)")
-    p.add_argument("--confirm-rounds", type=int, default=5, metavar="N",
+    p.add_argument("--confirm-rounds", type=int, default=7, metavar="N",
                    help="interleaved rounds of the application with each winner alone, to "
-                        "keep only those it is faster with (default 5; 0 = skip)")
-    p.add_argument("--rounds", type=int, default=3,
-                   help="interleaved end-to-end rounds, plain vs with the spec (default 3)")
+                        "keep only those it is faster with (default 7; 0 = skip)")
+    p.add_argument("--rounds", type=int, default=7,
+                   help="interleaved end-to-end rounds, plain vs with the spec (default 7)")
     p.add_argument("--llm-url", default=None, metavar="URL",
                    help="an OpenAI-compatible endpoint for the LLM proposer "
                         "(default $KERNFORGE_LLM_BASE_URL; none: offline rewrites only)")
