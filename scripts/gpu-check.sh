@@ -37,7 +37,9 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit; one log, $OUT/a
 }
 step pytest-gpu 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests
 step bench-replay 200 python3 scripts/bench_replay_gpu.py "$@"
-step demo 240 python3 -m kernforge demo --backend cuda --out "$(mktemp -d)/demo"
+demo_dir=$(mktemp -d)/demo
+step demo 240 python3 -m kernforge demo --backend cuda --out "$demo_dir"
+[ -s "$demo_dir/summary.json" ] && cp "$demo_dir/summary.json" "$OUT/demo-summary.json"
 # host time a replaced CuPy launch costs (the demo's worth-deploying rule uses the same figure)
 [ -f scripts/bench_deploy_overhead.py ] && step deploy-overhead 120 python3 \
   scripts/bench_deploy_overhead.py --backend cuda --json "$OUT/deploy-overhead-cuda.json"
