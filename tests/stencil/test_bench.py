@@ -142,6 +142,7 @@ def test_bench_on_host_device():
         assert naive["check"]["detail"]["output"] == "interior"
         assert ours["check"]["seed"] != naive["check"]["seed"]  # fresh inputs per check
         assert row["best_baseline"] == "naive" and row["speedup"] == pytest.approx(2.0)
+        assert "gpu_before" in row and "gpu_after" in row  # nvidia-smi's state, or None
         cell = Cell.parse(row["cell"])
         assert ours["gcells_per_s"] == pytest.approx(cell.updates / 1e-3 / 1e9)
         assert ours["pct_copy"] == pytest.approx(100 * cell.compulsory_bytes / 1e-3 / 1e12)

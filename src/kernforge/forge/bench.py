@@ -35,6 +35,7 @@ from ..harness.stats import by_precision, geomean, median
 from ..stencil.kernels import naive
 from ..stencil.operator import Operator
 from ..stencil.spec import Cell
+from .gpustate import gpu_state
 from .measure import Device, DeviceCell, Runner
 
 SCHEMA = "kernforge.stencil.bench/1"
@@ -193,6 +194,7 @@ def _kind(name: str) -> str:
 
 def bench_cell(device: Device, cell: Cell, index: int, config: BenchConfig,
                log: Log) -> dict[str, Any]:
+    before = gpu_state()
     copy = device.copy_bandwidth(cell.shape.points * cell.precision.itemsize)
     dcell = device.allocate(cell, _seed(config, index, 0))
     ours, info = _ours(device, cell, dcell, config.table)
@@ -219,7 +221,7 @@ def bench_cell(device: Device, cell: Cell, index: int, config: BenchConfig,
            "precision": cell.precision.value, "steps": cell.stencil.steps,
            "temporal": cell.stencil.temporal, "updates": cell.updates,
            "compulsory_bytes": cell.compulsory_bytes, "copy": copy.to_json(),
-           "runners": results}
+           "runners": results, "gpu_before": before, "gpu_after": gpu_state()}
     roof = _roofline(device, cell, copy.bytes_per_s)
     row["roofline"] = roof
     if roof:
