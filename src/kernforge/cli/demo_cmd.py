@@ -35,8 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeat", type=int, default=7, help="timed runs per replay (default 7)")
     p.add_argument("--iterations", type=int, default=12,
                    help="evolution iterations (default 12)")
-    p.add_argument("--inner-trials", type=int, default=4,
-                   help="tuning trials per evolved candidate (default 4)")
+    p.add_argument("--inner-trials", type=int, default=None,
+                   help="tuning trials per evolved candidate (default 4 on the CPU example, "
+                        "10 on the CUDA one)")
     p.add_argument("--e2e-steps", type=int, default=None, metavar="N",
                    help="time steps of the end-to-end runs (default: 500 for the CUDA "
                         "example, --steps for the CPU one)")

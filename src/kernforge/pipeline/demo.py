@@ -61,6 +61,7 @@ class DemoApp:
     script: str
     default_n: int
     e2e_steps: int | None  # time steps of the end-to-end runs (None: the recorded run's)
+    inner_trials: int  # tuning trials per evolved candidate
     wrong_kernel: str  # the kernel a variant that changes the arithmetic is made of
     wrong_label: str
     wrong: dict[str, Any]
@@ -71,9 +72,11 @@ APPS = {
     # visible share, and the per-round ratios of 200-step runs (~27 ms) spread 0.93-1.14 on the
     # H200 where those of 500-step runs (~64 ms) spread 0.85-0.90: the end-to-end runs are
     # production-length instead
-    "cuda": DemoApp("cuda", "heat3d_cupy.py", 256, 500, "heat_stencil",
+    # 10 trials per candidate: a zmarch candidate's z points per thread and block matter
+    # (H200: 47-70 us for one rewrite of heat_stencil); a GPU trial takes well under a second
+    "cuda": DemoApp("cuda", "heat3d_cupy.py", 256, 500, 10, "heat_stencil",
                     "fmad=false (no fused multiply-add)", {"options": {"fmad": False}}),
-    "cpu": DemoApp("cpu", "heat3d_cpu.py", 128, None, "heat_step",
+    "cpu": DemoApp("cpu", "heat3d_cpu.py", 128, None, 4, "heat_step",
                    "CENTER_WEIGHT=5.0 (a wrong stencil weight)",
                    {"defines": {"CENTER_WEIGHT": "5.0"}}),
 }
@@ -158,7 +161,7 @@ def pick_winners(result: DemoResult) -> list[Winner]:
 
 def run_demo(out: Path | None = None, *, backend: str | None = None, n: int | None = None,
              steps: int = 20, trials: int = 12, repeat: int = 7, iterations: int = 12,
-             inner_trials: int = 4, rounds: int = 7, e2e_steps: int | None = None,
+             inner_trials: int | None = None, rounds: int = 7, e2e_steps: int | None = None,
              confirm_rounds: int = 7,
              llm_url: str | None = None,
              llm_model: str | None = None, evolve_config: Path | None = None,
@@ -193,7 +196,7 @@ def run_demo(out: Path | None = None, *, backend: str | None = None, n: int | No
     progress(f"variant {app.wrong_label} of {target.name}")
     result.wrong = replay(target, repeat=1, warmup=0, **app.wrong)
     result.wrong_unit = target.name
-    cfg = demo_evolve_config(iterations, inner_trials, repeat,
+    cfg = demo_evolve_config(iterations, inner_trials or app.inner_trials, repeat,
                              llm_url or os.environ.get(LLM_URL_ENV),
                              llm_model or os.environ.get(LLM_MODEL_ENV), evolve_config)
     result.evolved = _evolve_all(result, cfg, iterations, progress)
