@@ -154,16 +154,18 @@ class CudaBackend(Backend):
     def realize(self, variant: Variant, config: Mapping[str, Any],
                 scalars: Mapping[str, Any] | None = None) -> Variant:
         """``opt.launch_bounds`` (a bool) becomes __launch_bounds__ of the chosen block;
-        ``launch.coarsen_z`` (see :func:`coarsen_values`) defines ``KF_ZC`` and divides the
-        grid's z by it, after any change of block."""
+        ``launch.coarsen_z`` (see :func:`coarsen_values`) defines ``KF_ZC``, divides the
+        grid's z by it after any change of block, and defines ``KF_ZN``, the z extent of the
+        launch before (the rewritten kernel stops there)."""
         config = dict(config)
         bounded = config.pop("opt.launch_bounds", None)
         coarsen = config.pop("launch.coarsen_z", None)
         if coarsen is not None:
             config["def.KF_ZC"] = int(coarsen)
         v = super().realize(variant, config, scalars)
-        if coarsen is not None and int(coarsen) > 1:
-            v = v.with_(launch=coarsened(v.launch, int(coarsen)))
+        if coarsen is not None and int(coarsen) > 1:  # KF_ZN: the z extent before
+            v = v.with_(defines={"KF_ZN": v.launch.grid[2] * v.launch.block[2]},
+                        launch=coarsened(v.launch, int(coarsen)))
         if bounded is None:
             return v
         tpb = v.launch.threads_per_block if bounded else 0

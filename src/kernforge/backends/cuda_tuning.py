@@ -57,9 +57,12 @@ COARSEN_Z = (1, 2, 4, 8, 16)
 
 def coarsen_values(variant: Variant) -> tuple[int, ...]:
     """z points per thread worth searching: for a source written to run ``KF_ZC`` consecutive z
-    indices per thread (``#ifndef KF_ZC``, as the offline ``zmarch`` rewrite makes it) that the
-    variant does not fix already, launched with more than one block along z."""
-    if not _COARSEN_Z.search(variant.source.code) or "KF_ZC" in dict(variant.defines):
+    indices per thread (``#ifndef KF_ZC``, as the offline ``zmarch`` rewrite makes it, used in
+    the entry's own body) that the variant does not fix already, launched with more than one
+    block along z."""
+    code, entry = variant.source.code, variant.source.entry
+    if not _COARSEN_Z.search(code) or "KF_ZC" in dict(variant.defines) or \
+            "KF_ZC" not in _entry_scope(code, entry):  # another kernel of the module was
         return ()
     gz = variant.launch.grid[2]
     return tuple(c for c in COARSEN_Z if c <= gz) if gz > 1 else ()

@@ -1,21 +1,26 @@
 """The ``zmarch`` rewrite (CUDA): thread coarsening along z with a register queue.
 
-It applies to a kernel whose z index is ``K = blockIdx.z * blockDim.z + threadIdx.z``, whose
-flat index ``C`` is declared (after ``K``, at the top level of the body) as a sum with the term
-``K * S``, ``S`` a name the kernel never writes, and whose reads ``X[C - S]``, ``X[C]`` and
-``X[C + S]`` go through ``const ... __restrict__`` pointers. Every statement after ``K`` then
-runs in an unrolled loop over ``KF_ZC`` consecutive ``K`` (a macro, 1 unless defined: the
-tuner's ``launch.coarsen_z`` sets it and divides the launch grid's z by it), ``return``
-becomes ``continue``, and the three reads become a queue of registers: the value at ``K + 1``
-loaded in one iteration is the value at ``K`` in the next and at ``K - 1`` in the one after,
-so a z column is read once instead of three times.
+It applies to a kernel whose z index is ``K = blockIdx.z * blockDim.z + threadIdx.z`` and whose
+flat index ``C`` is declared once (after ``K``, at the top level of the body) as a sum with one
+term ``K * S``, where ``S`` and every other name in ``C`` stay the same for all ``K`` (parameters,
+names declared before ``K``, macros, or locals declared from those and never written). Every
+statement after ``K`` then runs in an unrolled loop over ``KF_ZC`` consecutive ``K`` (a macro, 1
+unless defined; the tuner's ``launch.coarsen_z`` sets it, divides the launch grid's z by it and
+defines ``KF_ZN``, the z extent of the launch before, beyond which the loop stops), and
+``return`` becomes ``continue``.
 
-The queue loads a neighbour only where the original kernel's own thread at that ``K`` would
-read ``X[C]``: below the top (``K >= 1``) and where the z bound of the kernel's guard holds.
-So the rule needs that guard: the statements between ``K`` and ``C`` may only return through
-``if (A || B || ...) return;`` whose operands are ``K >= E`` / ``K > E`` (``E`` free of ``K``)
-or free of ``K``; such a guard, once true, stays true for larger ``K`` (the loop may skip the
-rest of the column). Loops, barriers, shared memory or ``goto`` in the body: not applied.
+Reads ``X[C - S]``, ``X[C]``, ``X[C + S]`` through ``const ... __restrict__`` pointers go through a
+queue of registers with validity flags: each read site loads as before unless the same element
+was loaded by an earlier iteration of the thread (``X[C + S]`` at ``K`` is ``X[C]`` at ``K + 1`` and
+``X[C - S]`` at ``K + 2``), in which case the register is used. So the rewrite reads no element
+the original kernel would not read, and a z column is read about once instead of three times
+where every point reads its neighbours.
+
+Not applied (None) when the body uses the z built-ins other than in ``K``, calls a function or a
+function-like macro of the source, has loops, lambdas, barriers, shared memory, warp or
+cooperative-group operations, atomics, ``goto`` or ``asm``, redeclares ``K``, ``C``, ``S`` or a
+queued pointer, takes references or casts of them, or writes them; or when a macro of the source
+hides control flow.
 """
 
 from __future__ import annotations
@@ -29,9 +34,17 @@ Node = Any
 _ZIDX = re.compile(r"^\(?\s*(?:\([\w ]+\)\s*)?blockIdx\.z\s*\)?\s*\*\s*blockDim\.z\s*\+\s*"
                    r"threadIdx\.z$|^threadIdx\.z\s*\+\s*(?:\([\w ]+\)\s*)?blockIdx\.z\s*\*\s*"
                    r"blockDim\.z$")
-_REFUSE = re.compile(r"__syncthreads|__shared__|\bgoto\b|\bKF_ZC\b|\bkf_[zt]\b|\bkf_z0\b")
+_REFUSE = re.compile(r"__syncthreads|__shared__|\bgoto\b|\bKF_Z[CN]\b|\bkf_\w|__shfl|__ballot|"
+                     r"__any_sync|__all_sync|__syncwarp|__activemask|__match_|__reduce_|"
+                     r"cooperative_groups|\bcg::|\bgrid_group\b|\batomic|\basm\b|\bstatic\b")
+_ZBUILTIN = re.compile(r"\b(?:threadIdx|blockIdx|blockDim|gridDim)\s*\.\s*z\b")
+_MACRO = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)(\()?(.*)$", re.MULTILINE)
+_CONTROL = re.compile(r"\b(?:return|goto|break|continue|for|while|do|asm)\b|__syncthreads|"
+                      r"threadIdx|blockIdx|blockDim|gridDim")
 HEADER = ("#ifndef KF_ZC\n#define KF_ZC 1  // z points per thread (kernforge zmarch; the launch "
-          "grid's z is divided by it)\n#endif\n")
+          "grid's z is divided by it)\n#endif\n#ifndef KF_ZN\n#define KF_ZN 2147483647  // the "
+          "launch's z extent before (set with KF_ZC)\n#endif\n")
+_LOOPS = ("for_statement", "while_statement", "do_statement", "lambda_expression")
 
 
 def _norm(text: str) -> str:
@@ -111,54 +124,55 @@ def _single_init(stmt: Node) -> tuple[str, Node] | None:
     return _text(name), value
 
 
-def _upper_bounds(cond: Node, k: str) -> list[str] | None:
-    """The operands of the guard ``cond`` (an ``||`` chain) that mention ``K``, each written as
-    a bound on ``K`` (None when one is not ``K >= E`` / ``K > E`` / ``E <= K`` / ``E < K``)."""
-    cond = _unparen(cond)
-    if cond.type == "binary_expression" and _text(cond.child_by_field_name("operator")) == "||":
-        left = _upper_bounds(cond.child_by_field_name("left"), k)
-        right = _upper_bounds(cond.child_by_field_name("right"), k)
-        return None if left is None or right is None else left + right
-    if not _mentions(cond, k):
-        return []
-    if cond.type != "binary_expression":
-        return None
-    op = _text(cond.child_by_field_name("operator"))
-    a, b = cond.child_by_field_name("left"), cond.child_by_field_name("right")
-    if op in (">=", ">") and _is_name(a, k) and not _mentions(b, k):
-        return [f"(K_NEXT {op} ({_text(b)}))"]
-    if op in ("<=", "<") and _is_name(b, k) and not _mentions(a, k):
-        return [f"(({_text(a)}) {op} K_NEXT)"]
-    return None
+def _declared(node: Node) -> list[str]:
+    """The names a ``declaration`` node declares."""
+    names = []
+    for d in node.children_by_field_name("declarator"):
+        while d is not None and d.type not in ("identifier",):
+            d = d.child_by_field_name("declarator") if d.type != "identifier" else d
+        if d is not None:
+            names.append(_text(d))
+    return names
 
 
-def _guard_bounds(stmts: list[Node], k: str) -> list[str] | None:
-    """The z bounds of the guards among ``stmts`` (the statements between ``K`` and ``C``);
-    None when one of them returns otherwise."""
-    bounds: list[str] = []
-    for s in stmts:
-        if not any(d.type == "return_statement" for d in _walk(s)):
+def _names(node: Node) -> set[str]:
+    return {_text(d) for d in _walk(node) if d.type == "identifier"}
+
+
+def _invariant(names: set[str], k: str, before: set[str], local: dict[str, Node],
+               written: set[str], seen: frozenset[str] = frozenset()) -> bool:
+    """True when every name is the same for all ``K``: not ``K``, never written, and either not
+    a local of the loop region (a parameter, a name declared before ``K``, a macro) or a local
+    declared once from such names."""
+    for name in names:
+        if name == k or name in written:
+            return False
+        if name in before or name not in local:
             continue
-        cons = s.child_by_field_name("consequence") if s.type == "if_statement" else None
-        body = cons
-        if body is not None and body.type == "compound_statement":
-            inner = [c for c in body.named_children if c.type != "comment"]
-            body = inner[0] if len(inner) == 1 else None
-        if body is None or body.type != "return_statement" or body.named_children \
-                or s.child_by_field_name("alternative") is not None:
-            return None
-        found = _upper_bounds(s.child_by_field_name("condition"), k)
-        if found is None:
-            return None
-        bounds += found
-    return bounds
+        if name in seen:
+            return False
+        value = local[name]
+        if value is None or not _invariant(_names(value), k, before, local, written,
+                                           seen | {name}):
+            return False
+    return True
+
+
+def _macros_hide_control(code: str, body: Node) -> bool:
+    """A macro of the source that hides control flow or the z built-ins, or a function-like
+    macro the body uses (its expansion is not parsed)."""
+    used = _names(body)
+    for m in _MACRO.finditer(code):
+        name, is_function, text = m.group(1), m.group(2), m.group(3)
+        if name in used and (is_function or _CONTROL.search(text)):
+            return True
+    return False
 
 
 def _queued(fn: Node, stmts: list[Node], c: str, s: str) -> dict[str, tuple[str, list[Node]]]:
     """Per const __restrict__ pointer read as ``X[C - S]``/``X[C]``/``X[C + S]``: its element
-    type and those subscripts (only pointers read at ``C`` and at ``C + S`` or ``C - S``)."""
+    type and those subscripts (only pointers read at two of them at least)."""
     written = _written(fn.child_by_field_name("body"))
-    forms = {c: "0", f"{c} + {s}": "p", f"{s} + {c}": "p", f"{c} - {s}": "m"}
     out: dict[str, tuple[str, list[Node]]] = {}
     for p, name in _pointer_params(fn):
         text = _text(p)
@@ -168,20 +182,37 @@ def _queued(fn: Node, stmts: list[Node], c: str, s: str) -> dict[str, tuple[str,
                         if w not in ("const", "__restrict__"))
         hits = [n for st in stmts for n in _walk(st) if n.type == "subscript_expression"
                 and _text(n.child_by_field_name("argument")) == name
-                and (i := _index(n)) is not None and _norm(_text(i)) in forms]
-        kinds = {forms[_norm(_text(_index(h)))] for h in hits}  # type: ignore[arg-type]
-        if "0" in kinds and kinds & {"p", "m"}:
+                and (i := _index(n)) is not None and _form(_text(i), c, s) is not None]
+        if len({_form(_text(_index(h)), c, s) for h in hits}) >= 2:  # type: ignore[arg-type]
             out[name] = (elem, hits)
     return out
 
 
-def _rewrite_fn(data: bytes, fn: Node) -> list[tuple[int, int, str]] | None:
+def _form(index: str, c: str, s: str) -> str | None:
+    return {c: "0", f"{c} + {s}": "p", f"{s} + {c}": "p", f"{c} - {s}": "m"}.get(_norm(index))
+
+
+def _refused(code: str, body: Node, fn_names: set[str], protected: set[str]) -> bool:
+    """Constructs the rewrite does not handle (see the module doc)."""
+    if any(n.type in _LOOPS or n.type == "reference_declarator" for n in _walk(body)):
+        return True
+    for n in _walk(body):
+        f = n.child_by_field_name("function") if n.type == "call_expression" else None
+        calls = f is not None and _text(f) in fn_names
+        casts = n.type == "cast_expression" and \
+            _text(_unparen(n.child_by_field_name("value"))) in protected
+        addresses = n.type == "pointer_expression" and _text(n).lstrip().startswith("&") \
+            and bool(_names(n) & protected)
+        if calls or casts or addresses:
+            return True
+    return _macros_hide_control(code, body)
+
+
+def _rewrite_fn(code: str, data: bytes, fn: Node, fn_names: set[str]) -> \
+        list[tuple[int, int, str]] | None:
     body = fn.child_by_field_name("body")
     head = data[fn.start_byte:body.start_byte].decode()
     if "__global__" not in head or _REFUSE.search(_text(body)):
-        return None
-    if any(n.type in ("for_statement", "while_statement", "do_statement")
-           for n in _walk(body)):
         return None
     stmts = [c for c in body.named_children if c.type != "comment"]
     kpos = next((i for i, st in enumerate(stmts) if (si := _single_init(st)) is not None
@@ -189,8 +220,8 @@ def _rewrite_fn(data: bytes, fn: Node) -> list[tuple[int, int, str]] | None:
     if kpos is None:
         return None
     k, kval = _single_init(stmts[kpos])  # type: ignore[misc]
-    if k in _written(body):
-        return None
+    if len(_ZBUILTIN.findall(_text(body))) != len(_ZBUILTIN.findall(_text(kval))):
+        return None  # the z built-ins mean something else once a thread runs several K
     rest = stmts[kpos + 1:]
     cpos = next((i for i, st in enumerate(rest) if (si := _single_init(st)) is not None
                  and _mentions(si[1], k)), None)
@@ -198,41 +229,63 @@ def _rewrite_fn(data: bytes, fn: Node) -> list[tuple[int, int, str]] | None:
         return None
     c, cval = _single_init(rest[cpos])  # type: ignore[misc]
     s = _stride(cval, k)
-    if s is None or s in _written(body) or c in _written(body):
+    if s is None:
         return None
-    bounds = _guard_bounds(rest[:cpos], k)
-    if not bounds:
-        return None  # no z bound: where the column ends is unknown
+    written = _written(body)
+    if k in written or c in written:
+        return None
+    before = {p for _, p in _pointer_params(fn)} | {
+        n for st in stmts[:kpos] if st.type == "declaration" for n in _declared(st)}
+    params = fn.child_by_field_name("declarator")
+    before |= _names(params) if params is not None else set()
+    decls = [d for d in _walk(body) if d.type == "declaration"]
+    counts: dict[str, int] = {}
+    for d in decls:
+        for name in _declared(d):
+            counts[name] = counts.get(name, 0) + 1
+    local: dict[str, Node] = {}
+    for st in rest:
+        if st.type == "declaration":
+            for d in st.named_children:
+                if d.type == "init_declarator":
+                    name = d.child_by_field_name("declarator")
+                    if name is not None and name.type == "identifier":
+                        local[_text(name)] = d.child_by_field_name("value")
+    top = (body.start_byte, body.end_byte)
+    nested = {n for d in decls if (d.parent.start_byte, d.parent.end_byte) != top
+              for n in _declared(d)}
+    local.update({n: None for n in nested})  # not top-level: never invariant
     queues = _queued(fn, rest[cpos + 1:], c, s)
-    if not queues:
+    protected = {k, c, s, *queues}
+    if not queues or counts.get(k) != 1 or counts.get(c) != 1 or counts.get(s, 0) > 1 or \
+            any(counts.get(x) for x in queues) or \
+            not _invariant(_names(cval) - {k}, k, before, local, written) or \
+            _refused(code, body, fn_names, protected):
         return None
     kdecl = next(d for d in stmts[kpos].named_children if d.type == "init_declarator")
     ktype = data[stmts[kpos].start_byte:kdecl.start_byte].decode().strip()
-    nxt = "!(" + " || ".join(b.replace("K_NEXT", f"({k} + 1)") for b in bounds) + ")"
-    # the loop body: every statement after K, returns -> continue, queued reads -> registers
     start, end = stmts[kpos].end_byte, rest[-1].end_byte
     sub: list[tuple[int, int, str]] = []
     for st in rest:
         for n in _walk(st):
             if n.type == "return_statement":
                 sub.append((n.start_byte - start, n.end_byte - start, "continue;"))
-    forms = {c: "0", f"{c} + {s}": "p", f"{s} + {c}": "p", f"{c} - {s}": "m"}
-    for name, (_, hits) in queues.items():
+    for x, (_, hits) in queues.items():
         for h in hits:
-            idx = _norm(_text(_index(h)))  # type: ignore[arg-type]
-            sub.append((h.start_byte - start, h.end_byte - start, f"kf_{name}_{forms[idx]}"))
-    update = "".join(
-        f"\n        if (kf_t == 0) {{ kf_{x}_m = {k} >= 1 ? {x}[{c} - {s}] : kf_{x}_m; "
-        f"kf_{x}_0 = {x}[{c}]; }}\n        else {{ kf_{x}_m = kf_{x}_0; kf_{x}_0 = kf_{x}_p; }}"
-        f"\n        kf_{x}_p = {nxt} ? {x}[{c} + {s}] : kf_{x}_p;" for x in queues)
-    cut = rest[cpos].end_byte - start
-    sub.append((cut, cut, update))
+            f = _form(_text(_index(h)), c, s)  # type: ignore[arg-type]
+            r, v = f"kf_{x}_{f}", f"kf_{x}_{f}v"
+            sub.append((h.start_byte - start, h.end_byte - start,
+                        f"({v} ? {r} : ({v} = true, {r} = {_text(h)}))"))
     inner = _edit(data[start:end], sub)
     regs = "".join(f"\n    {t} kf_{x}_m{{}}, kf_{x}_0{{}}, kf_{x}_p{{}};"
+                   f"\n    bool kf_{x}_mv = false, kf_{x}_0v = false, kf_{x}_pv = false;"
                    for x, (t, _) in queues.items())
-    new = (f"\n    const int kf_z0 = ({_text(kval)}) * KF_ZC;{regs}\n#pragma unroll\n"
+    shift = "".join(f" kf_{x}_m = kf_{x}_0; kf_{x}_mv = kf_{x}_0v; kf_{x}_0 = kf_{x}_p;"
+                    f" kf_{x}_0v = kf_{x}_pv; kf_{x}_pv = false;" for x in queues)
+    new = (f"\n    const auto kf_z0 = ({_text(kval)}) * KF_ZC;{regs}\n#pragma unroll\n"
            f"    for (int kf_t = 0; kf_t < KF_ZC; ++kf_t) {{\n    {ktype} {k} = kf_z0 + kf_t;"
-           f"{inner}\n    }}")
+           f"\n    if (kf_z0 + kf_t >= KF_ZN) break;  // no such thread in the launch before"
+           f"\n    if (kf_t) {{{shift} }}  // the column moves up one{inner}\n    }}")
     return [(stmts[kpos].start_byte, end, new.lstrip())]
 
 
@@ -240,9 +293,18 @@ def zmarch(code: str, language: str) -> str | None:
     if language != "cuda" or "KF_ZC" in code:
         return None
     data, root = _parse(code, language)
+    functions = _functions(root)
+    names = set()
+    for fn in functions:
+        decl = fn.child_by_field_name("declarator")
+        while decl is not None and decl.type != "function_declarator":
+            decl = decl.child_by_field_name("declarator")
+        ident = decl.child_by_field_name("declarator") if decl is not None else None
+        if ident is not None:
+            names.add(_text(ident).split("<")[0].split("::")[-1])
     edits: list[tuple[int, int, str]] = []
-    for fn in _functions(root):
-        found = _rewrite_fn(data, fn)
+    for fn in functions:
+        found = _rewrite_fn(code, data, fn, names)
         if found:
             edits += found
     return HEADER + _edit(data, edits) if edits else None
