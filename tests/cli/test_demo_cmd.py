@@ -26,7 +26,7 @@ def _result(substituted: int, *, deployed: bool = True) -> Any:
         baseline=[], tuned=None, wrong=SimpleNamespace(status=Status.WRONG_RESULT,
                                                        failed_checks=[]),
         wrong_unit="heat_step-0", evolved=[], e2e=e2e if deployed else None, e2e_steps=200,
-        confirmed=[],
+        confirmed=[], confirming=0,
         winners=["a winner"], overhead=overhead, overhead_error="",
         not_deployed=[] if deployed else skipped, run_dir=Path("run"))
 
@@ -61,6 +61,24 @@ def test_demo_says_plainly_when_nothing_was_worth_deploying(
     assert "not deployed: heat_stencil: saves 0.62 us per launch" in out
     assert "nothing deployed" in out and "end to end: nothing deployed" in out
     assert "end-to-end speedup" not in out and "deployed deploy.json" not in out
+
+
+def test_demo_says_when_the_confirmation_runs_left_every_winner_out(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    result = _result(0, deployed=False)
+    e2e = SimpleNamespace(speedup=0.95, ratios=[0.95] * 7, substituted=20)
+    winner = SimpleNamespace(recording=SimpleNamespace(source=SimpleNamespace(
+        entry="heat_stencil")))
+    result.confirming, result.not_deployed = 1, []
+    result.confirmed = [SimpleNamespace(winner=winner, e2e=e2e, kept=False)]
+    monkeypatch.setattr(demo_cmd, "run_demo", lambda *a, **k: result)
+    rc = demo_cmd.run(_args())
+    out = " ".join(capsys.readouterr().out.split())
+    assert rc == 0, out
+    assert ("heat_stencil alone in the application: 0.950x (median of 7 interleaved rounds, "
+            "20 launches replaced): left out") in out
+    assert "the application was not faster with any winner alone" in out
+    assert "no verified winner saves more per launch" not in out
 
 
 def test_demo_picks_the_cupy_example_when_the_cuda_backend_loads(

@@ -123,6 +123,10 @@ def _print_evolve_and_deploy(result: DemoResult) -> None:
         return
     _print_overhead(result)
     e = result.e2e
+    if e is None and result.confirming:
+        console.print("6. nothing deployed: the application was not faster with any winner "
+                      "alone (step 5); end to end: nothing deployed", markup=False)
+        return
     if e is None:
         console.print("6. nothing deployed: no verified winner saves more per launch than a "
                       "replaced launch costs the host here; end to end: nothing deployed (the "

@@ -99,6 +99,7 @@ class DemoResult:
     e2e: EndToEnd | None = None
     e2e_steps: int | None = None  # time steps of the application in the end-to-end runs
     confirmed: list[Confirmed] = field(default_factory=list)  # each winner alone in the app
+    confirming: int = 0  # winners that went into the confirmation runs
 
     @property
     def overhead_s(self) -> float | None:
@@ -196,7 +197,8 @@ def run_demo(out: Path | None = None, *, backend: str | None = None, n: int | No
     progress(f"variant {app.wrong_label} of {target.name}")
     result.wrong = replay(target, repeat=1, warmup=0, **app.wrong)
     result.wrong_unit = target.name
-    cfg = demo_evolve_config(iterations, inner_trials or app.inner_trials, repeat,
+    cfg = demo_evolve_config(iterations,
+                             app.inner_trials if inner_trials is None else inner_trials, repeat,
                              llm_url or os.environ.get(LLM_URL_ENV),
                              llm_model or os.environ.get(LLM_MODEL_ENV), evolve_config)
     result.evolved = _evolve_all(result, cfg, iterations, progress)
@@ -205,6 +207,7 @@ def run_demo(out: Path | None = None, *, backend: str | None = None, n: int | No
     long = e2e_steps or app.e2e_steps or steps
     run = ["python", str(script), "--n", str(size), "--steps", str(long)]
     if deployed and confirm_rounds > 0:
+        result.confirming = len(deployed)
         result.confirmed, dropped = confirm_each(run, deployed, run_dir, rounds=confirm_rounds,
                                                  progress=progress)
         result.not_deployed += dropped
@@ -229,8 +232,9 @@ def _worth_deploying(result: DemoResult, progress: Callable[[str], None]) -> lis
     result.overhead, result.overhead_error = deploy_overhead(result.app.backend)
     if result.overhead is None:
         return list(result.winners)
-    deployed, result.not_deployed = worth(result.winners, result.overhead.per_launch_s,
-                                                result.overhead.issue_s)
+    # a CPU launch runs the kernel on the host: nothing overlaps its overhead
+    issue = result.overhead.issue_s if result.app.backend == "cuda" else None
+    deployed, result.not_deployed = worth(result.winners, result.overhead.per_launch_s, issue)
     return deployed
 
 

@@ -181,7 +181,13 @@ def confirm_each(command: Sequence[str], winners: Sequence[Winner], run_dir: Pat
         name = w.recording.source.entry
         spec = export_spec([w], run_dir / "confirm" / f"{_safe(name)}.json")
         progress(f"confirming {name} alone in the application ({rounds} rounds)")
-        e = end_to_end(command, [w], spec, rounds=rounds)
+        try:
+            e = end_to_end(command, [w], spec, rounds=rounds)
+        except KernforgeError as exc:  # the application failed with it: left out
+            why = exc.message.strip().splitlines()[0]
+            dropped.append(NotDeployed(w, f"{name}: the application failed with it alone "
+                                          f"({why}): not deployed"))
+            continue
         kept = e.speedup > 1.0 and e.substituted > 0 and e.identical
         checked.append(Confirmed(w, e, kept))
         if not kept:
