@@ -10,7 +10,8 @@ import subprocess
 from typing import Any
 
 FIELDS = ("clocks.sm", "clocks.mem", "temperature.gpu", "power.draw",
-          "clocks_throttle_reasons.active")
+          "clocks_event_reasons.active")
+OLD_REASONS = "clocks_throttle_reasons.active"  # the field's name before driver 535
 KEYS = ("sm_mhz", "mem_mhz", "temperature_c", "power_w", "throttle_reasons")
 
 
@@ -32,16 +33,19 @@ def parse_query(line: str) -> dict[str, Any] | None:
 
 
 def gpu_state() -> dict[str, Any] | None:
-    """The state of the first visible GPU (``CUDA_VISIBLE_DEVICES``' first entry, else 0)."""
+    """The state of the first visible GPU (``CUDA_VISIBLE_DEVICES``' first entry, an index or a
+    UUID, else 0; an index assumes CUDA's order is nvidia-smi's, as on identical GPUs)."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0"
-    try:
-        proc = subprocess.run([exe, f"--id={visible}", f"--query-gpu={','.join(FIELDS)}",
-                               "--format=csv,noheader,nounits"], capture_output=True,
-                              text=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return parse_query(proc.stdout.splitlines()[0]) if proc.returncode == 0 and \
-        proc.stdout.strip() else None
+    for fields in (FIELDS, (*FIELDS[:-1], OLD_REASONS)):
+        try:
+            proc = subprocess.run([exe, f"--id={visible}", f"--query-gpu={','.join(fields)}",
+                                   "--format=csv,noheader,nounits"], capture_output=True,
+                                  text=True, timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if proc.returncode == 0 and proc.stdout.strip():
+            return parse_query(proc.stdout.splitlines()[0])
+    return None
