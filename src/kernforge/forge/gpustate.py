@@ -11,7 +11,7 @@ from typing import Any
 
 FIELDS = ("clocks.sm", "clocks.mem", "temperature.gpu", "power.draw",
           "clocks_event_reasons.active")
-OLD_REASONS = "clocks_throttle_reasons.active"  # the field's name before driver 535
+OLD_REASONS = "clocks_throttle_reasons.active"  # the same field under its older name
 KEYS = ("sm_mhz", "mem_mhz", "temperature_c", "power_w", "throttle_reasons")
 
 
