@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 from kernforge.evolve.config import EvolveConfig
 from kernforge.evolve.controller import run
 from kernforge.evolve.store import Store
+from kernforge.testing.runs import finished_evaluations
 
 from .evolve_fakes import SEED_CODE, HashEvaluator, OfflineEditProposer
 
@@ -24,17 +24,6 @@ ITERS = 30
 def _config() -> EvolveConfig:
     return EvolveConfig.from_dict({"seed": 7, "max_iterations": ITERS, "eval_slots": 2,
                                    "llm_slots": 2, "mapelites": {"migration_interval": 5}})
-
-
-def _finished(path: Path) -> int:
-    try:
-        con = sqlite3.connect(str(path), timeout=1)
-        n = con.execute("SELECT COUNT(*) FROM events WHERE kind='evaluation_finished'"
-                        ).fetchone()[0]
-        con.close()
-        return int(n)
-    except sqlite3.Error:
-        return 0
 
 
 def _snapshot(path: Path) -> tuple[list, dict, list]:
@@ -54,7 +43,7 @@ def test_kill9_then_resume_matches_uninterrupted(tmp_path):
     child = subprocess.Popen([sys.executable, "-m", "tests.evolve._resume_child", str(db),
                               str(ITERS), "0.05"], cwd=ROOT, env=env)
     deadline = time.monotonic() + 30
-    while _finished(db) < 8 and child.poll() is None and time.monotonic() < deadline:
+    while finished_evaluations(db) < 8 and child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert child.poll() is None, "the child finished before it could be killed"
     os.kill(child.pid, signal.SIGKILL)

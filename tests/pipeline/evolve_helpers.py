@@ -7,7 +7,6 @@ import json
 import os
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from kernforge.core import Status
 from kernforge.evolve.types import EvalResult, RecordingResult
 from kernforge.pipeline.evolve_config import RunConfig, config_from_dict
 from kernforge.pipeline.evolve_eval import Evaluate
+from kernforge.testing.runs import finished_evaluations
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "examples" / "heat3d_cpu.py"
@@ -140,18 +140,6 @@ def replaying(results: dict[str, EvalResult]) -> Evaluate:
     return run_one
 
 
-def finished_count(db: Path) -> int:
-    """Evaluations finished so far in a run's store (0 while it does not exist yet)."""
-    try:
-        con = sqlite3.connect(str(db), timeout=1)
-        n = con.execute("SELECT COUNT(*) FROM events WHERE kind='evaluation_finished'"
-                        ).fetchone()[0]
-        con.close()
-        return int(n)
-    except sqlite3.Error:
-        return 0
-
-
 def kill_child_mid_run(heat_recordings: Path, run_dir: Path, memo: str, base_url: str,
                        iterations: int, eval_delay: str, *, after: int = 4) -> None:
     """Run tests.pipeline._evolve_child (memo directory or "-" for real evaluations) and
@@ -163,7 +151,7 @@ def kill_child_mid_run(heat_recordings: Path, run_dir: Path, memo: str, base_url
          str(run_dir), memo, base_url, str(iterations), eval_delay], cwd=ROOT, env=env)
     db = run_dir / "evolve.db"
     deadline = time.monotonic() + 120
-    while finished_count(db) < after and child.poll() is None and time.monotonic() < deadline:
+    while finished_evaluations(db) < after and child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert child.poll() is None, "the child finished before it could be killed"
     os.kill(child.pid, signal.SIGKILL)
