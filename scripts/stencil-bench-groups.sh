@@ -1,34 +1,44 @@
 #!/usr/bin/env bash
 # The stencil bench in time-boxed groups (one process per stencil), merged into one JSON, so a
 # device call with little time left still returns every group that finished.
-#   device run, carry [".whl", ".carry"]:
+#   device run, carry [".carry"] (Halide, and dask/distributed's wheels in .carry/whl):
 #     bash scripts/stencil-bench-groups.sh SECONDS_PER_GROUP [bench args]
 #   BENCH_GPUS="0 1" runs one queue worker per GPU (each pulls the next group; a group's cells
 #   run on one GPU, each row carries the copy bandwidth measured on its GPU); "1@FILE" makes
 #   GPU 1's worker start only once FILE exists (e.g. after tests on that GPU); BENCH_DEADLINE
-#   (seconds) stops the workers from starting groups after it.
+#   (seconds) stops the workers from starting groups after it; BENCH_PRECISIONS and
+#   BENCH_STENCILS (space-separated) pick the groups.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench-out}; mkdir -p "$OUT"
 limit=${1:-60}; shift || true
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
+# the wheels the CLI imports: .whl, or only dask/distributed's in .carry/whl (with Halide's
+# 46 MB in .carry, all of .whl would pass the device tool's 64 MiB carry limit)
+for w in .whl .carry/whl; do
+  if ls $w/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.kf-installed ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site $w/*.whl || exit 1
+    touch /tmp/site/.kf-installed
+  fi
+done
+[ -d /tmp/site ] && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 if [ -f .carry/halide.tar.xz ] && [ ! -d /tmp/hl/halide ]; then
   mkdir -p /tmp/hl && tar xJf .carry/halide.tar.xz -C /tmp/hl
 fi
 [ -d /tmp/hl ] && export PYTHONPATH=/tmp/hl:${PYTHONPATH:-}
 export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1
-claims=$(mktemp -d); rm -f /tmp/bench-*.json
+# BENCH_RESUME=1: go on from an earlier call on the same (still warm) machine: its finished
+# groups are skipped and merged with this call's
+claims=/tmp/bench-claims
+[ -n "${BENCH_RESUME:-}" ] || rm -rf /tmp/bench-*.json "$claims"
+mkdir -p "$claims"
 worker() {  # worker DEVICE [WAIT_FILE] -- bench args: pull groups until none is left
   local dev=$1 wait_for=$2; shift 2
   if [ -n "$wait_for" ]; then while [ ! -e "$wait_for" ]; do sleep 2; done; fi
   # groups of one stencil and precision; fp32 first (the headline geomean), the heaviest
   # stencils first within a precision; no group starts after BENCH_DEADLINE seconds
-  for pr in fp32 fp16 fp64; do
-    for st in box_2 star_1_t4 box_1 star_2 varcoeff_star_1 star_1; do
+  for pr in ${BENCH_PRECISIONS:-fp32 fp16 fp64}; do
+    for st in ${BENCH_STENCILS:-box_2 star_1_t4 box_1 star_2 varcoeff_star_1 star_1}; do
       [ $((SECONDS - start)) -lt "${BENCH_DEADLINE:-100000}" ] || return 0
       mkdir "$claims/$st-$pr" 2>/dev/null || continue
       # each cell's results are written as it ends: a group cut by its limit keeps them

@@ -30,6 +30,8 @@ def main() -> int:
     ap.add_argument("--shapes", nargs="*")
     ap.add_argument("--precisions", nargs="*")
     ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--changes", default=None, help="comma-separated changes (one round each)")
+    ap.add_argument("--seed-design", default=None, help="start cells from this design")
     ap.add_argument("--band", type=float, default=0.02)
     ap.add_argument("--table", type=Path, default=TABLE_PATH, help="the starting table")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "forge-out")))
@@ -40,6 +42,9 @@ def main() -> int:
                     help="seconds: start no round that would end (with the final pass) later")
     args = ap.parse_args()
     cells = matrix(args.stencils, args.shapes, args.precisions)
+    changes = [c for c in args.changes.split(",") if c] if args.changes else None
+    if changes:
+        args.rounds = len(changes)
     t0 = time.time()
     def say(m: str) -> None:
         print(f"[{time.time() - t0:7.1f}s] {m}", flush=True)
@@ -47,11 +52,13 @@ def main() -> int:
     if args.gpus > 1:
         summary = forge_parallel(cells, args.out, gpus=args.gpus, start_table=args.table,
                                  rounds=args.rounds, band=args.band, budget_s=args.budget,
-                                 emulate=args.emulate, say=say)
+                                 emulate=args.emulate, changes=changes,
+                                 seed_design=args.seed_design, say=say)
     else:
         summary = forge_run(cells, args.out, start_table=args.table, rounds=args.rounds,
                             band=args.band, emulate=args.emulate, cache=args.cache,
-                            budget_s=args.budget, say=say)
+                            budget_s=args.budget, changes=changes,
+                            seed_design=args.seed_design, say=say)
     print(f"forge: {len(cells)} cells, {args.rounds} rounds, {time.time() - t0:.0f} s; "
           f"regressed: {summary['regressed'] or 'none'}")
     for rec in summary["final"]:

@@ -47,8 +47,9 @@ def test_forge_resumes_from_the_table(tmp_path: Path) -> None:
     _forge(tmp_path, rounds=1)  # starts from the accepted incumbents, not from naive
     after = mx.load_table(tmp_path / "matrix.json")
     for cid, entry in before.items():
-        if entry["design"] != "naive":
-            assert after[cid]["design"] == entry["design"]
+        if after[cid]["design"] != entry["design"]:  # only through an accepted change
+            assert len(after[cid]["history"]) > len(entry["history"])
+            assert "design:" in after[cid]["history"][-1]
         # the lineage of accepted changes carries over from run to run
         assert after[cid]["history"][:len(entry["history"])] == entry["history"]
 
@@ -71,6 +72,34 @@ def test_a_parameter_round_never_offers_the_incumbent_again() -> None:
     plan = round_plan(16)
     assert plan[0] == "design" and {"vx", "ry", "lz", "ty", "tx", "block", "pipe", "pf", "smem",
                                      "cx", "cy", "minb", "fs"} <= set(plan)
+
+
+def test_the_design_round_also_offers_the_incumbents_geometry() -> None:
+    """A new design is screened at its defaults and with the incumbent's values of the
+    parameters the two share, so it is not judged on a worse tile than the incumbent's."""
+    from kernforge.forge.loop import Incumbent, _candidates
+
+    cell = Cell(STENCILS["star_1"], Shape(64, 32, 16), Precision.FP32)
+    inc = Incumbent("zmarch", {"tx": 16, "ty": 4, "vx": 2, "lz": 7, "pf": 2})
+    ops = _candidates(cell, inc, "design")
+    keys = [op.key for op in ops]
+    assert len(set(keys)) == len(keys)
+    assert "ztile[lz=7,st=2,tx=16,ty=4,vx=2]" in keys  # tx, ty, vx, lz shared; pf is not
+    default = mx.build("ztile", cell, mx.defaults("ztile", cell))
+    assert default is not None and default.key in keys
+    assert {op.design for op in ops} == {"ztile", "planesweep", "naive"}
+
+
+def test_explicit_changes_replace_the_fixed_order() -> None:
+    import pytest
+
+    from kernforge.core import ConfigError
+    from kernforge.forge.loop import round_plan
+
+    assert round_plan(2, ["design", "st", "lz"]) == ["design", "st", "lz"]
+    with pytest.raises(ConfigError, match="bogus"):
+        round_plan(1, ["design", "bogus"])
+    assert "st" in round_plan(99)
 
 
 def test_a_candidate_that_cannot_launch_is_rejected_not_fatal(tmp_path: Path) -> None:
@@ -150,3 +179,51 @@ def test_the_final_pass_compares_changed_cells_with_their_start(tmp_path: Path) 
     assert not rec["changed"] and "speedup_vs_start" not in rec
     assert rec["drift"] and not rec["regressed"]
     assert "drift, not a verdict" in (tmp_path / "i.md").read_text()
+
+
+def test_a_seeded_design_is_tuned_and_judged_against_the_tables_operator(tmp_path: Path) -> None:
+    """--seed-design: the cells start from that design's defaults (so its parameter rounds can
+    run), while the final pass still compares the outcome with the table's operator."""
+    import pytest
+
+    from kernforge.core import ConfigError
+
+    cell = Cell(STENCILS["star_1"], Shape(32, 12, 10), Precision.FP32)
+    naive = mx.build("naive", cell, mx.defaults("naive", cell))
+    assert naive is not None
+    table = tmp_path / "matrix.json"
+    table.write_text(json.dumps({"version": mx.TABLE_VERSION, "cells": {cell.id: {
+        "design": "naive", "params": naive.params, "seconds": 1.0, "error": 0.0,
+        "history": ["r1 design: earlier"]}}}))
+    summary = forge_matrix([cell], sessions=emulated_sessions, compiler=emulated_compiler,
+                           table_path=table, perf_log=tmp_path / "perf.jsonl",
+                           idea_log=tmp_path / "ideas.md", changes=["pf"], rounds=1,
+                           seed_design="zmarch", say=lambda m: None)
+    entry = mx.load_table(table)[cell.id]
+    (final,) = summary["final"]
+    assert final["changed"] and final["start"] == naive.key  # judged against the table's
+    assert not summary["regressed"]  # a seeded cell that ends slower is reverted, not kept
+    if final.get("reverted"):  # emulator timings decide which; both must leave a sound table
+        assert entry["design"] == "naive" and entry["history"] == ["r1 design: earlier"]
+        assert "table entry kept (1)" in (tmp_path / "ideas.md").read_text()
+    else:
+        assert entry["design"] == "zmarch"  # measured and saved as the incumbent in round 1
+        assert entry["history"][:2] == ["r1 design: earlier", "seeded zmarch (from naive)"]
+    from kernforge.forge.run import _append_ideas
+
+    _append_ideas(tmp_path / "i2.md", [], [{"cell": cell.id, "regressed": False,
+                                            "reverted": True}], "dev", 1)
+    assert f"table entry kept (1): {cell.id}" in (tmp_path / "i2.md").read_text()
+    # restore() puts the entry from before the run back (what a slower outcome triggers)
+    from kernforge.forge.loop import Forge
+
+    forge = Forge([cell], table, tmp_path / "p2.jsonl", emulated_compiler, emulated_sessions,
+                  seed_design="planesweep")
+    assert forge.incumbents[cell.id].design == "planesweep" and cell.id in forge.seeded
+    forge.table[cell.id] = {"design": "planesweep", "params": {}, "seconds": 9.0}
+    forge.restore(cell.id)
+    assert mx.load_table(table)[cell.id] == entry
+    with pytest.raises(ConfigError, match="bogus"):
+        forge_matrix([cell], sessions=emulated_sessions, compiler=emulated_compiler,
+                     table_path=table, perf_log=tmp_path / "p.jsonl", idea_log=tmp_path / "i.md",
+                     rounds=1, seed_design="bogus", say=lambda m: None)

@@ -48,7 +48,7 @@ def test_two_forge_processes_merge_into_one_run(tmp_path: Path) -> None:
                                  "cells": {"star_1/512x512x512/fp16": other}}))
     lines: list[str] = []
     summary = forge_parallel(SMALL, tmp_path / "out", gpus=2, start_table=start, rounds=1,
-                             emulate=True, devices=[], say=lines.append)
+                             emulate=True, devices=[], changes=["design", "lz"], say=lines.append)
     out = tmp_path / "out"
     assert summary["failed"] == [] and len(summary["parts"]) == 2
     table = mx.load_table(out / "matrix.json")
@@ -56,8 +56,9 @@ def test_two_forge_processes_merge_into_one_run(tmp_path: Path) -> None:
     assert table["star_1/512x512x512/fp16"] == other  # cells not forged are carried over
     logged = {json.loads(x)["cell"] for x in (out / "perf-log.jsonl").read_text().splitlines()}
     assert logged <= {c.id for c in SMALL} and logged
-    assert sum(r["accepted"] + r["rejected"] + r["unchanged"]
-               for r in summary["rounds"]) == len(SMALL)
+    assert all(r["accepted"] + r["rejected"] + r["unchanged"] == len(SMALL)
+               for r in summary["rounds"])
     assert len(summary["final"]) == len(SMALL)
     assert any(x.startswith("[gpu1]") for x in lines)  # each process's output, labelled
     assert (out / "ideas.md").read_text().count("## Forge run") == 2
+    assert [r["change"] for r in summary["rounds"]] == ["design", "lz"]  # --changes reached them

@@ -49,6 +49,12 @@ CASES = [
     ("box_1", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 2, "lz": 4, "h2": 1}, "fp16"),
     ("box_2", "planesweep", {"tx": 8, "ty": 2, "vx": 2, "ry": 4, "lz": 5, "h2": 1}, "fp16"),
     ("star_2", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 4, "lz": 0, "h2": 1}, "fp16"),
+    # planes staged by asynchronous copies (synchronous on the emulator: indexing, halo, ring)
+    ("star_1", "ztile", {"tx": 8, "ty": 4, "vx": 4, "lz": 4, "st": 2}, "fp32"),
+    ("star_1", "ztile", {"tx": 8, "ty": 2, "vx": 8, "lz": 5, "st": 1}, "fp16"),
+    ("star_2", "ztile", {"tx": 8, "ty": 4, "vx": 2, "lz": 3, "st": 3}, "fp64"),
+    ("star_2", "ztile", {"tx": 4, "ty": 4, "vx": 4, "lz": 0, "st": 4}, "fp16"),
+    ("star_1_t4", "ztile", {"tx": 8, "ty": 4, "vx": 4, "lz": 6, "st": 2}, "fp16"),
 ]
 SHAPE = Shape(48, 22, 17)
 
@@ -136,5 +142,14 @@ def test_later_parameters_default_to_the_first_kernels() -> None:
                     {"h2": 1}) is None
     assert mx.build("planesweep", Cell(STENCILS["box_1"], cell.shape, Precision.FP16),
                     {"ry": 1, "h2": 1}) is None
+    # ztile: star only, 16-byte aligned tiles, a ring that fits in shared memory
+    assert mx.build("ztile", Cell(STENCILS["box_1"], cell.shape, cell.precision), {}) is None
+    assert mx.build("ztile", Cell(STENCILS["varcoeff_star_1"], cell.shape, cell.precision),
+                    {}) is None
+    assert mx.build("ztile", cell, {"tx": 1, "vx": 2}) is None  # 8 bytes wide: not 16
+    fp64 = Cell(STENCILS["star_2"], cell.shape, Precision.FP64)
+    assert mx.build("ztile", fp64, {"tx": 128, "ty": 8, "vx": 2, "st": 6}) is None  # > 227 KiB
+    assert mx.build("ztile", fp64, {"tx": 64, "ty": 8, "vx": 2, "st": 6}) is not None
+    assert mx.build("ztile", cell, {"st": 5}) is None
     split = mx.build("temporal", cell, {"pipe": 1, "fs": 2})
     assert split is not None and split.needs_tmp and len(split.launches) == 2

@@ -33,6 +33,12 @@ def add_parser(cmds: argparse._SubParsersAction, filters: Any, cells: Any) -> No
     filters(f)
     f.add_argument("--rounds", type=int, default=8,
                    help=f"rounds (default 8; order: {', '.join(round_plan(99))})")
+    f.add_argument("--changes", default=None, metavar="A,B,...",
+                   help="the rounds' changes, comma-separated, instead of the first --rounds "
+                        "of the fixed order (e.g. design,st,lz,ty)")
+    f.add_argument("--seed-design", default=None, metavar="DESIGN",
+                   help="start each cell this design can build from its defaults instead of "
+                        "the table's operator (the table's stays the regression reference)")
     f.add_argument("--band", type=float, default=0.02,
                    help="minimum speedup to accept, as a fraction (default 0.02)")
     f.add_argument("--out", type=Path, default=Path("runs/forge"), help="output directory")
@@ -58,6 +64,11 @@ def run_forge(args: argparse.Namespace) -> int:
         raise ConfigError(f"--rounds {args.rounds} must be >= 1", hint="e.g. --rounds 8")
     if args.budget is not None and args.budget <= 0:
         raise ConfigError(f"--budget {args.budget} must be > 0", hint="e.g. --budget 400")
+    changes = [c.strip() for c in args.changes.split(",") if c.strip()] if args.changes \
+        else None
+    if changes:
+        round_plan(len(changes), changes)  # unknown names: a typed error before any work
+        args.rounds = len(changes)
     cells = ([Cell.parse(c.strip()) for c in args.cell_ids.split(",") if c.strip()]
              if args.cell_ids else args.cells(args))
     if not cells:
@@ -70,13 +81,15 @@ def run_forge(args: argparse.Namespace) -> int:
     if args.gpus > 1:
         summary = forge_parallel(cells, args.out, gpus=args.gpus, start_table=args.table,
                                  rounds=args.rounds, band=args.band, budget_s=args.budget,
-                                 emulate=args.emulate, say=say)
+                                 emulate=args.emulate, changes=changes,
+                                 seed_design=args.seed_design, say=say)
         if summary["failed"]:
             console.print(f"[red]forge processes failed: {', '.join(summary['failed'])}[/] "
                           f"(their logs are above; their accepted cells are merged)")
     else:
         summary = forge_run(cells, args.out, start_table=args.table, rounds=args.rounds,
-                            band=args.band, emulate=args.emulate, budget_s=args.budget, say=say)
+                            band=args.band, emulate=args.emulate, budget_s=args.budget,
+                            changes=changes, seed_design=args.seed_design, say=say)
     table = Table(title=f"forge: {len(cells)} cells, {args.rounds} rounds "
                         f"({time.time() - t0:.0f} s)")
     for h in ("round", "change", "accepted", "rejected", "unchanged"):

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..core import CompileError, LaunchError
+from ..core import CompileError, ConfigError, LaunchError
 from ..core.jsonio import write_json_atomic
 from ..stencil import matrix as mx
 from ..stencil.operator import Operator
@@ -52,6 +52,7 @@ IDEAS = {
     "cy": "temporal: y points per thread (register blocking, fewer shared-memory reads)",
     "minb": "temporal: minimum resident blocks per SM (__launch_bounds__ register cap)",
     "fs": "temporal: steps fused per launch (smaller halo, more DRAM traffic)",
+    "st": "ztile: planes requested ahead by asynchronous copies into the shared-memory ring",
 }
 
 
@@ -83,10 +84,17 @@ def _now() -> str:
 def _candidates(cell: Cell, inc: Incumbent, change: str) -> list[Operator]:
     ops: list[Operator] = []
     if change == "design":
+        # each other design at its defaults, and with the incumbent's values of the parameters
+        # the two share (the same tile and z-chunk: a new structure is not judged on a worse
+        # geometry than the one the incumbent was tuned to)
         for design in mx.applicable(cell):
-            if design != inc.design:
-                op = mx.build(design, cell, mx.defaults(design, cell))
-                if op is not None:
+            if design == inc.design:
+                continue
+            base = mx.defaults(design, cell)
+            shared = {k: v for k, v in inc.params.items() if k in mx.space(design, cell)}
+            for params in (base, {**base, **shared}):
+                op = mx.build(design, cell, params)
+                if op is not None and op.key not in {o.key for o in ops}:
                     ops.append(op)
         return ops
     values = mx.space(inc.design, cell).get(change, ())
@@ -102,11 +110,18 @@ def _candidates(cell: Cell, inc: Incumbent, change: str) -> list[Operator]:
     return ops
 
 
-def round_plan(rounds: int) -> list[str]:
-    """The changes of rounds 1..N: the design first, then parameters in a fixed order."""
+def round_plan(rounds: int, changes: Sequence[str] | None = None) -> list[str]:
+    """The changes of rounds 1..N: the design first, then parameters in a fixed order; or
+    ``changes`` as given (one round each; every name must be a known change)."""
+    if changes:
+        unknown = [c for c in changes if c not in IDEAS]
+        if unknown:
+            raise ConfigError(f"unknown forge change(s): {', '.join(unknown)}",
+                              hint=f"choose from {', '.join(IDEAS)}")
+        return list(changes)
     # the likeliest wins first (the H200's first run: parallelism and bytes in flight)
     order = ["design", "pf", "lz", "vx", "ry", "h2", "cx", "ty", "tx", "cy", "fs", "smem",
-             "minb", "pipe", "block", "lz", "pf"]
+             "minb", "pipe", "block", "st", "lz", "pf"]
     return order[:rounds]
 
 
@@ -122,8 +137,13 @@ class Forge:
     band: float = 0.02
     device: str = ""
     say: Callable[[str], None] = print
+    # start every cell that this design can build from its defaults instead of the table's
+    # operator (a design the rounds can then tune; the table's operator stays the start that
+    # the final zero-regression pass compares against)
+    seed_design: str | None = None
     table: dict[str, dict[str, Any]] = field(default_factory=dict)
     incumbents: dict[str, Incumbent] = field(default_factory=dict)
+    seeded: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # cell -> old entry
 
     def __post_init__(self) -> None:
         self.table = mx.load_table(self.table_path)
@@ -138,6 +158,14 @@ class Forge:
                 self.incumbents[cell.id] = Incumbent("naive", mx.defaults("naive", cell))
             inc = self.incumbents[cell.id]
             self.start[cell.id] = (inc.design, dict(inc.params))
+            if self.seed_design and self.seed_design != inc.design \
+                    and self.seed_design in mx.applicable(cell):
+                params = mx.defaults(self.seed_design, cell)
+                if mx.build(self.seed_design, cell, params) is not None:
+                    self.seeded[cell.id] = json.loads(json.dumps(entry)) if entry else None
+                    self.incumbents[cell.id] = Incumbent(
+                        self.seed_design, params, None,
+                        [*inc.history, f"seeded {self.seed_design} (from {inc.design})"])
 
     def _op(self, cell: Cell) -> Operator:
         inc = self.incumbents[cell.id]
@@ -157,6 +185,15 @@ class Forge:
                                "error": error, "source_sha": mx.source_sha(op),
                                "round": rnd, "device": self.device, "date": _now(),
                                "history": inc.history}
+        write_json_atomic(self.table_path, {"version": mx.TABLE_VERSION, "cells": self.table})
+
+    def restore(self, cell_id: str) -> None:
+        """Put a seeded cell's table entry back as it was before this run."""
+        old = self.seeded[cell_id]
+        if old is None:
+            self.table.pop(cell_id, None)
+        else:
+            self.table[cell_id] = old
         write_json_atomic(self.table_path, {"version": mx.TABLE_VERSION, "cells": self.table})
 
     def run_round(self, rnd: int, change: str) -> dict[str, int]:

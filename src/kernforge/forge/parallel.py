@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,7 @@ def _pump(proc: subprocess.Popen[str], prefix: str, say: Callable[[str], None]) 
 def forge_parallel(cells: list[Cell], out: Path, *, gpus: int, start_table: Path | None,
                    rounds: int, band: float = 0.02, budget_s: float | None = None,
                    emulate: bool = False, devices: list[str] | None = None,
+                   changes: Sequence[str] | None = None, seed_design: str | None = None,
                    say: Callable[[str], None] = print) -> dict[str, Any]:
     """Forge ``cells`` over ``gpus`` processes (one GPU each) and merge their outputs."""
     devices = devices if devices is not None else visible_gpus()
@@ -82,6 +83,10 @@ def forge_parallel(cells: list[Cell], out: Path, *, gpus: int, start_table: Path
             cmd += ["--budget", str(budget_s)]
         if emulate:
             cmd.append("--emulate")
+        if changes:
+            cmd += ["--changes", ",".join(changes)]
+        if seed_design:
+            cmd += ["--seed-design", seed_design]
         env = dict(os.environ)
         if devices:
             env["CUDA_VISIBLE_DEVICES"] = devices[i % len(devices)]

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..core import ConfigError
 from ..core.paths import cache_path
+from ..stencil import matrix as mx
 from ..stencil.spec import Cell
 from .compile import compile_all
 from .loop import IDEAS, Compiler, Forge, SessionFactory, regressions, round_plan
@@ -31,15 +33,14 @@ def default_compiler(cache: Path) -> Compiler:
 
 def forge_run(cells: list[Cell], out: Path, *, start_table: Path | None, rounds: int,
               band: float = 0.02, emulate: bool = False, cache: Path | None = None,
-              budget_s: float | None = None,
-              say: Callable[[str], None] = print) -> dict[str, Any]:
+              budget_s: float | None = None, changes: Sequence[str] | None = None,
+              seed_design: str | None = None, say: Callable[[str], None] = print) -> dict[str, Any]:
     """A whole forge run into ``out`` (matrix.json, perf-log.jsonl, ideas.md,
     forge-summary.json), starting from ``start_table`` (the prior best) when it exists: on the
     GPU, or with ``emulate`` on the host emulator (small grids; timings meaningless)."""
     import functools
     import shutil
 
-    from ..core import ConfigError
     from ..core.jsonio import write_json_atomic
 
     if emulate and any(c.shape.points > EMULATE_MAX_POINTS for c in cells):
@@ -68,7 +69,8 @@ def forge_run(cells: list[Cell], out: Path, *, start_table: Path | None, rounds:
         compiler = default_compiler(cache or cache_path("cubins"))
     summary = forge_matrix(cells, sessions=sessions, compiler=compiler, table_path=table,
                            perf_log=out / "perf-log.jsonl", idea_log=out / "ideas.md",
-                           rounds=rounds, band=band, device=device, budget_s=budget_s, say=say)
+                           rounds=rounds, band=band, device=device, budget_s=budget_s,
+                           changes=changes, seed_design=seed_design, say=say)
     write_json_atomic(out / "forge-summary.json", summary)
     return summary
 
@@ -76,6 +78,7 @@ def forge_run(cells: list[Cell], out: Path, *, start_table: Path | None, rounds:
 def forge_matrix(cells: list[Cell], *, sessions: SessionFactory, compiler: Compiler,
                  table_path: Path, perf_log: Path, idea_log: Path, rounds: int = 6,
                  band: float = 0.02, device: str = "", budget_s: float | None = None,
+                 changes: Sequence[str] | None = None, seed_design: str | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  say: Callable[[str], None] = print) -> dict[str, Any]:
     """Forge ``rounds`` rounds over ``cells``; returns a summary (also appended to the idea log).
@@ -84,12 +87,15 @@ def forge_matrix(cells: list[Cell], *, sessions: SessionFactory, compiler: Compi
     zero-regression pass still end inside the budget (so a time-boxed run always ends with the
     pass and its logs instead of being killed mid-round).
     """
+    if seed_design is not None and seed_design not in mx.DESIGNS:
+        raise ConfigError(f"unknown stencil design {seed_design!r}",
+                          hint=f"one of {', '.join(mx.DESIGNS)}")
     forge = Forge(cells, table_path, perf_log, compiler, sessions, band=band, device=device,
-                  say=say)
+                  say=say, seed_design=seed_design)
     outcome: list[tuple[int, str, dict[str, int]]] = []
     t0, took = clock(), list[float]()
     stopped: str | None = None
-    for rnd, change in enumerate(round_plan(rounds), start=1):
+    for rnd, change in enumerate(round_plan(rounds, changes), start=1):
         if budget_s is not None and took:
             recent = took[1:][-2:] or took  # the design round (the first) is the longest
             need = max(recent) + 0.5 * sum(took) / len(took)  # a round, then the final pass
@@ -104,6 +110,12 @@ def forge_matrix(cells: list[Cell], *, sessions: SessionFactory, compiler: Compi
         outcome.append((rnd, change, counts))
         say(f"round {rnd} ({change}): {counts} in {took[-1]:.0f} s")
     final = regressions(forge)
+    for rec in final:  # a seeded design that ends slower (or wrong) gives the cell back
+        if rec["regressed"] and rec["cell"] in forge.seeded:
+            forge.restore(rec["cell"])
+            rec.update(regressed=False, reverted=True)
+            say(f"{rec['cell']}: the seeded {forge.seed_design} ended slower than the table's "
+                f"operator; the table's entry is kept")
     bad = [r for r in final if r["regressed"]]
     _append_ideas(idea_log, outcome, final, device, len(cells), stopped)
     return {"rounds": [{"round": r, "change": c, **k} for r, c, k in outcome],
@@ -129,6 +141,10 @@ def _append_ideas(path: Path, outcome: list[tuple[int, str, dict[str, int]]],
                  f"oracle, the {changed} changed this run compared interleaved with their "
                  f"starting operator; {len(regressed)} regressed"
                  f"{': ' + ', '.join(regressed) if regressed else ''}.")
+    reverted = [r["cell"] for r in final if r.get("reverted")]
+    if reverted:
+        lines.append(f"Seeded design slower than the table's operator, table entry kept "
+                     f"({len(reverted)}): {', '.join(reverted)}.")
     if drift:
         lines.append(f"Unchanged operators slower than their recorded time (drift, not a "
                      f"verdict): {', '.join(drift)}.")

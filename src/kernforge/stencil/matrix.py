@@ -14,7 +14,7 @@ from typing import Any
 
 from ..core import ConfigError
 from ..core.jsonio import DamagedJSON, parse_json
-from .kernels import naive, planesweep, temporal, zmarch
+from .kernels import naive, planesweep, temporal, zmarch, ztile
 from .operator import Operator
 from .spec import Cell, Precision
 
@@ -26,6 +26,7 @@ DESIGNS: dict[str, Callable[..., Operator]] = {
     "zmarch": zmarch.generate,
     "planesweep": planesweep.generate,
     "temporal": temporal.generate,
+    "ztile": ztile.generate,
 }
 
 
@@ -33,12 +34,12 @@ def applicable(cell: Cell) -> list[str]:
     """Designs that can build this cell, the preferred one first (naive last)."""
     st = cell.stencil
     if st.temporal:
-        return ["temporal", "zmarch", "naive"]
+        return ["temporal", "zmarch", "ztile", "naive"]
     if st.kind == "box":
         return ["planesweep", "naive"]
     if st.kind == "varcoeff":
         return ["zmarch", "naive"]
-    return ["zmarch", "planesweep", "naive"]
+    return ["zmarch", "ztile", "planesweep", "naive"]
 
 
 def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
@@ -49,6 +50,11 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
         vx = {Precision.FP16: (8, 4), Precision.FP32: (4, 2), Precision.FP64: (2, 4)}
         return {"vx": vx[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
                 "tx": (32, 64, 16), "pf": (1, 2, 4), "smem": (0, 1)}
+    if design == "ztile":
+        widths: dict[Precision, tuple[int, ...]] = {  # 16 bytes at most (fp64: 2 lanes)
+            Precision.FP16: (8, 4), Precision.FP32: (4, 2), Precision.FP64: (2,)}
+        return {"vx": widths[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
+                "tx": (32, 64, 16), "st": (2, 1, 3, 4)}
     if design == "planesweep":
         sp: dict[str, tuple[Any, ...]] = {"ry": (4, 2, 8), "lz": (64, 32, 128, 16),
                                           "ty": (4, 8, 2), "vx": (1, 2), "tx": (32, 64)}
