@@ -29,3 +29,29 @@ def test_forge_refuses_big_grids_on_the_emulator(tmp_path: Path) -> None:
                  "512x512x512", "--precisions", "fp32", "--out", str(tmp_path)]) == 2
     assert main(["stencil", "forge", "--emulate", "--rounds", "0", "--out",
                  str(tmp_path)]) == 2
+
+
+def test_forge_takes_an_explicit_round_list_and_a_seed_design(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "forge"
+    rc = main(["stencil", "forge", "--emulate", "--cell-ids", "star_1/32x12x10/fp32",
+               "--changes", "st,lz", "--seed-design", "ztile", "--out", str(out),
+               "--table", str(tmp_path / "none.json")])
+    assert rc == 0
+    summary = json.loads((out / "forge-summary.json").read_text())
+    assert [r["change"] for r in summary["rounds"]] == ["st", "lz"]
+    # the seeded design is kept only if it beat the start (here: no entry, i.e. naive defaults)
+    final = summary["final"][0]
+    table = mx.load_table(out / "matrix.json")
+    if final.get("reverted"):
+        assert "star_1/32x12x10/fp32" not in table  # put back as it was: no entry
+        assert "table entry kept (1)" in (out / "ideas.md").read_text()
+    else:
+        entry = table["star_1/32x12x10/fp32"]
+        assert entry["design"] == "ztile" and "seeded ztile (from naive)" in entry["history"]
+    assert "2 rounds" in capsys.readouterr().out
+    # bad names: a typed error (exit 2) before any work
+    assert main(["stencil", "forge", "--emulate", "--cell-ids", "star_1/32x12x10/fp32",
+                 "--changes", "design,bogus", "--out", str(tmp_path / "x")]) == 2
+    assert main(["stencil", "forge", "--emulate", "--cell-ids", "star_1/32x12x10/fp32",
+                 "--seed-design", "bogus", "--out", str(tmp_path / "y")]) == 2
+    assert not (tmp_path / "x").exists()
