@@ -49,6 +49,14 @@ CASES = [
     ("box_1", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 2, "lz": 4, "h2": 1}, "fp16"),
     ("box_2", "planesweep", {"tx": 8, "ty": 2, "vx": 2, "ry": 4, "lz": 5, "h2": 1}, "fp16"),
     ("star_2", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 4, "lz": 0, "h2": 1}, "fp16"),
+    # the x halo by warp shuffles: rows narrower than a warp (tx 8), a warp per row, two warps
+    # per row (tx 64), prefetch ring, radius 2, varcoeff, temporal chain
+    ("star_1", "zmarch", {"tx": 8, "ty": 4, "vx": 4, "lz": 4, "xs": 1}, "fp32"),
+    ("star_2", "zmarch", {"tx": 32, "ty": 2, "vx": 2, "lz": 5, "pf": 2, "xs": 1}, "fp16"),
+    ("star_1", "zmarch", {"tx": 64, "ty": 2, "vx": 1, "lz": 0, "xs": 1}, "fp64"),
+    ("varcoeff_star_1", "zmarch", {"tx": 16, "ty": 4, "vx": 2, "lz": 6, "pf": 3, "xs": 1},
+     "fp32"),
+    ("star_1_t4", "zmarch", {"tx": 8, "ty": 4, "vx": 8, "lz": 5, "xs": 1}, "fp16"),
     # planes staged by asynchronous copies (synchronous on the emulator: indexing, halo, ring)
     ("star_1", "ztile", {"tx": 8, "ty": 4, "vx": 4, "lz": 4, "st": 2}, "fp32"),
     ("star_1", "ztile", {"tx": 8, "ty": 2, "vx": 8, "lz": 5, "st": 1}, "fp16"),

@@ -94,23 +94,28 @@ def test_stencil_bench_two_small_cells(device, tmp_path):
     assert png.stat().st_size > 1000
 
 
-@pytest.mark.parametrize(("cell_id", "params"), [
-    ("star_1/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 16, "st": 1}),
-    ("star_1/104x48x36/fp16", {"tx": 16, "ty": 4, "vx": 8, "lz": 7, "st": 2}),
-    ("star_2/104x48x36/fp64", {"tx": 32, "ty": 8, "vx": 2, "lz": 0, "st": 4}),
-    ("star_2/104x48x36/fp16", {"tx": 32, "ty": 16, "vx": 4, "lz": 9, "st": 3}),
-    ("star_1_t4/104x48x36/fp32", {"tx": 32, "ty": 4, "vx": 2, "lz": 5, "st": 2}),
+@pytest.mark.parametrize(("design", "cell_id", "params"), [
+    ("ztile", "star_1/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 16, "st": 1}),
+    ("ztile", "star_1/104x48x36/fp16", {"tx": 16, "ty": 4, "vx": 8, "lz": 7, "st": 2}),
+    ("ztile", "star_2/104x48x36/fp64", {"tx": 32, "ty": 8, "vx": 2, "lz": 0, "st": 4}),
+    ("ztile", "star_2/104x48x36/fp16", {"tx": 32, "ty": 16, "vx": 4, "lz": 9, "st": 3}),
+    ("ztile", "star_1_t4/104x48x36/fp32", {"tx": 32, "ty": 4, "vx": 2, "lz": 5, "st": 2}),
+    # the x halo by warp shuffles: narrow rows (tx 8), two warps per row (tx 64), radius 2
+    ("zmarch", "star_1/104x48x36/fp32", {"tx": 8, "ty": 8, "vx": 4, "lz": 6, "xs": 1}),
+    ("zmarch", "star_2/104x48x36/fp16", {"tx": 64, "ty": 2, "vx": 2, "lz": 5, "pf": 2, "xs": 1}),
+    ("zmarch", "varcoeff_star_1/104x48x36/fp64", {"tx": 16, "ty": 4, "vx": 2, "lz": 7, "xs": 1}),
 ])
-def test_ztile_asynchronous_copies_match_the_oracle(device, cell_id, params):
-    """The host emulator runs ztile's copies synchronously; here the real cp.async ring (stage
-    reuse, waits, barriers) is checked against the float64 oracle on every output point."""
+def test_async_copies_and_shuffles_match_the_oracle(device, design, cell_id, params):
+    """The host emulator runs ztile's copies synchronously and models the shuffles; here the
+    real cp.async ring (stage reuse, waits, barriers) and warp shuffles are checked against the
+    float64 oracle on every output point."""
     from kernforge.stencil import matrix as mx
 
     cell = Cell.parse(cell_id)
-    op = mx.build("ztile", cell, params)
+    op = mx.build(design, cell, params)
     assert op is not None
     dc = device.allocate(cell, seed=5)
-    runner = OperatorRunner(load(op), dc, "ztile")
+    runner = OperatorRunner(load(op), dc, design)
     runner.run()
     device.synchronize()
     res = dc.check(runner.output())

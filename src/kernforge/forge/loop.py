@@ -52,6 +52,8 @@ IDEAS = {
     "cy": "temporal: y points per thread (register blocking, fewer shared-memory reads)",
     "minb": "temporal: minimum resident blocks per SM (__launch_bounds__ register cap)",
     "fs": "temporal: steps fused per launch (smaller halo, more DRAM traffic)",
+    "xs": "z-marching: the x halo from the neighbouring lanes by warp shuffles (fewer L1/L2 "
+          "requests per point: the star kernels are L2-throughput-bound on the H200)",
     "st": "ztile: planes requested ahead by asynchronous copies into the shared-memory ring",
 }
 
@@ -121,7 +123,7 @@ def round_plan(rounds: int, changes: Sequence[str] | None = None) -> list[str]:
         return list(changes)
     # the likeliest wins first (the H200's first run: parallelism and bytes in flight)
     order = ["design", "pf", "lz", "vx", "ry", "h2", "cx", "ty", "tx", "cy", "fs", "smem",
-             "minb", "pipe", "block", "st", "lz", "pf"]
+             "minb", "pipe", "block", "st", "xs", "lz", "pf"]
     return order[:rounds]
 
 

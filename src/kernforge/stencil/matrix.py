@@ -49,7 +49,7 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
     if design == "zmarch":
         vx = {Precision.FP16: (8, 4), Precision.FP32: (4, 2), Precision.FP64: (2, 4)}
         return {"vx": vx[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
-                "tx": (32, 64, 16), "pf": (1, 2, 4), "smem": (0, 1)}
+                "tx": (32, 64, 16), "pf": (1, 2, 4), "smem": (0, 1), "xs": (0, 1)}
     if design == "ztile":
         widths: dict[Precision, tuple[int, ...]] = {  # 16 bytes at most (fp64: 2 lanes)
             Precision.FP16: (8, 4), Precision.FP32: (4, 2), Precision.FP64: (2,)}

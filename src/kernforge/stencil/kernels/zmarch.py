@@ -8,9 +8,9 @@ laid out over the whole grid (absolute coordinates) so vector loads stay aligned
 the interior load but never store.
 
 Parameters: ``tx, ty`` (block), ``vx`` (lanes per thread: 1, 2, 4 or 8), ``lz`` (planes per
-block; 0 = the whole interior), ``pf`` (planes in flight per thread) and ``smem`` (stage each
-plane's tile in shared memory): see :mod:`.zmarch_staged`; ``pf=1, smem=0`` is this module's
-kernel.
+block; 0 = the whole interior), ``pf`` (planes in flight per thread), ``smem`` (stage each
+plane's tile in shared memory) and ``xs`` (the x halo by warp shuffles instead of scalar
+loads): see :mod:`.zmarch_staged`; ``pf=1, smem=0, xs=0`` is this module's kernel.
 """
 
 from __future__ import annotations
@@ -101,15 +101,17 @@ zmarch(const {t}* __restrict__ src, {coef}{t}* __restrict__ dst) {{
 
 
 def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf: int = 1,
-             smem: int = 0) -> Operator:
+             smem: int = 0, xs: int = 0) -> Operator:
     if cell.stencil.kind not in ("star", "varcoeff"):
         raise ValueError(f"zmarch handles star stencils, not {cell.stencil.name}")
     if cell.shape.nx % vx:
         raise ValueError(f"vx={vx} must divide NX={cell.shape.nx} (aligned vector loads)")
     if vx < cell.radius:
         raise ValueError(f"vx={vx} must be >= the radius {cell.radius} (x halo loads)")
-    if pf not in (1, 2, 3, 4) or smem not in (0, 1):
-        raise ValueError("pf in 1..4, smem 0 or 1")
+    if pf not in (1, 2, 3, 4) or smem not in (0, 1) or xs not in (0, 1):
+        raise ValueError("pf in 1..4, smem 0 or 1, xs 0 or 1")
+    if xs and smem:
+        raise ValueError("xs (x halo by warp shuffles) is for the unstaged kernel (smem=0)")
     if smem and (ty < 2 * cell.radius or tx < 2):
         raise ValueError(f"smem=1 needs ty >= {2 * cell.radius} and tx >= 2 (halo loads)")
     nz_int = cell.shape.nz - 2 * cell.radius
@@ -117,14 +119,15 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf
     head = header(cell) + extents(cell) + weight_defs(cell) + _vec_struct(cell, vx)
     params = {"tx": tx, "ty": ty, "vx": vx, "lz": lz}
     # pf and smem appear only with a value of their own, so the first kernel keeps its keys
-    params.update({k: v for k, v, first in (("pf", pf, 1), ("smem", smem, 0)) if v != first})
+    params.update({k: v for k, v, first in (("pf", pf, 1), ("smem", smem, 0), ("xs", xs, 0))
+                   if v != first})
     shared = zmarch_staged.shared_bytes(cell, tx, ty, vx) if smem else 0
     if shared > zmarch_staged.MAX_SHARED:
         raise ValueError("the staged planes exceed the shared memory of a block")
-    if pf == 1 and not smem:
+    if pf == 1 and not smem and not xs:
         source = head + _kernel(cell, tx, ty, vx, lz)
     else:
-        source = head + zmarch_staged.kernel(cell, tx, ty, vx, lz, pf, smem)
+        source = head + zmarch_staged.kernel(cell, tx, ty, vx, lz, pf, smem, xs)
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty), cdiv(nz_int, lz))
     coef = ("coef",) if cell.stencil.kind == "varcoeff" else ()
     launches = tuple(Launch("zmarch", grid, (tx, ty, 1), (a,) + coef + (b,), shared)

@@ -1,4 +1,5 @@
-"""The z-marching kernel with more loads in flight (``pf``) and/or a staged plane (``smem``).
+"""The z-marching kernel with more loads in flight (``pf``), a staged plane (``smem``) or the
+x halo by warp shuffles (``xs``).
 
 Same thread layout and register queue as :mod:`.zmarch` (whose kernel is kept, byte for byte,
 for ``pf=1, smem=0``). What changes:
@@ -17,6 +18,12 @@ for ``pf=1, smem=0``). What changes:
   scalar 2-byte halo loads and no fp16 conversions of neighbours. Threads on boundary rows load
   their columns too (they are the halo of the interior rows) and every thread stays in the loop
   (barriers).
+- ``xs=1`` (``smem=0``): the x neighbours left of lane 0 and right of lane ``vx-1`` come from
+  the neighbouring threads' queue registers (``__shfl_up_sync``/``__shfl_down_sync`` of the
+  centre plane) instead of two scalar loads per thread and plane; only a thread at the end of
+  its row or warp loads its side. Motivation (Nsight Compute on the H200, 2026-12-01): the star
+  kernels are bound by L2 throughput (92-96%) with about 41-43% of L1 requests missing, not by
+  DRAM. Every thread stays in the loop (whole warps shuffle); loads stay inside the array.
 """
 
 from __future__ import annotations
@@ -38,8 +45,9 @@ def shared_bytes(cell: Cell, tx: int, ty: int, vx: int) -> int:
     return 2 * (ty + 2 * cell.radius) * (tx * vx + 2 * vx) * item
 
 
-def _compute(cell: Cell, vx: int, smem: bool, u: int) -> list[str]:
-    """``res[l]`` for every lane; neighbours from shared memory (``smem``) or global memory."""
+def _compute(cell: Cell, vx: int, smem: bool, u: int, xs: bool = False) -> list[str]:
+    """``res[l]`` for every lane; neighbours from shared memory (``smem``) or global memory;
+    with ``xs`` the x halo ``xl*``/``xr*`` was already exchanged (:func:`_shuffles`)."""
     p = cell.precision
     r = cell.radius
     out = []
@@ -52,6 +60,8 @@ def _compute(cell: Cell, vx: int, smem: bool, u: int) -> list[str]:
                 out.append(f"const Vec y{tag}{d} = *reinterpret_cast<const Vec*>"
                            f"(src + base + ({sgn * d}L) * NX);")
     for d in range(1, r + 1):
+        if xs:
+            continue
         if smem:
             out.append(f"const ACC xl{d} = S[cur + so - {d}], xr{d} = S[cur + so + {vx - 1 + d}];")
         else:
@@ -93,7 +103,23 @@ def lane_sums(cell: Cell, vx: int, y_value: Callable[[str], str], coef: str) -> 
     return out
 
 
-def _sub(cell: Cell, u: int, vx: int, pf: int, smem: bool, stores: str) -> str:
+def _shuffles(cell: Cell, vx: int) -> list[str]:
+    """``xs``: the x halo from the neighbouring lanes' registers (the queue's centre plane) by
+    warp shuffles, every thread of the warp taking part; a thread at the left/right end of its
+    row or warp loads its side from global memory instead (inside the array only)."""
+    p = cell.precision
+    out = []
+    for d in range(1, cell.radius + 1):
+        out.append(f"ACC xl{d} = __shfl_up_sync(0xffffffffu, q[R][{vx - d}], 1);")
+        out.append(f"ACC xr{d} = __shfl_down_sync(0xffffffffu, q[R][{d - 1}], 1);")
+        out.append(f"if (xle && act && x0 - {d} >= 0) xl{d} = {load(p, f'src[base - {d}]')};")
+        out.append(f"if (xre && act && x0 + {vx - 1 + d} < NX) "
+                   f"xr{d} = {load(p, f'src[base + {vx - 1 + d}]')};")
+    return out
+
+
+def _sub(cell: Cell, u: int, vx: int, pf: int, smem: bool, stores: str,
+         xs: bool = False) -> str:
     """The loop body for plane ``zz = z + u`` (ring slot ``u``)."""
     p = cell.precision
     r = cell.radius
@@ -111,7 +137,7 @@ def _sub(cell: Cell, u: int, vx: int, pf: int, smem: bool, stores: str) -> str:
                   (f"      if (hxr) *reinterpret_cast<SVec*>(S + cur + hxo) = "
                    f"SVec{{{{{cvt.replace('{h}', f'hx{u}')}}}}};")]
     guard = f"zz + {pf} < ze"
-    lines.append(f"      if ({guard}{' && col' if smem else ''}) f{u} = *reinterpret_cast<const "
+    lines.append(f"      if ({guard}{' && col' if smem or xs else ''}) f{u} = *reinterpret_cast<const "
                  f"Vec*>(src + ((zz + {pf + r}) * NY + y) * NX + x0);")
     if smem:
         lines += [(f"      if ({guard} && hyok) hy{u} = *reinterpret_cast<const Vec*>"
@@ -120,9 +146,11 @@ def _sub(cell: Cell, u: int, vx: int, pf: int, smem: bool, stores: str) -> str:
                    f"(src + ((zz + {pf}) * NY + y) * NX + hxg);"),
                   "      __syncthreads();"]
     lines.append("      const long base = (zz * NY + y) * NX + x0;")
-    lines.append(f"      if ({'act' if smem else 'true'}) {{")
+    if xs:
+        lines += [f"      {s}" for s in _shuffles(cell, vx)]
+    lines.append(f"      if ({'act' if smem or xs else 'true'}) {{")
     lines.append(f"        ACC res[{vx}];")
-    lines += [f"        {s}" for s in _compute(cell, vx, smem, u)]
+    lines += [f"        {s}" for s in _compute(cell, vx, smem, u, xs)]
     lines.append(stores.replace("{u}", str(u)))
     lines.append("      }")
     if var:  # the coefficient of plane zz was used above; fetch plane zz + pf into its slot
@@ -134,7 +162,8 @@ def _sub(cell: Cell, u: int, vx: int, pf: int, smem: bool, stores: str) -> str:
     return "\n".join(lines)
 
 
-def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, smem: int) -> str:
+def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, smem: int,
+           xs: int = 0) -> str:
     """The ``zmarch`` entry (see the module docstring); source after the common header."""
     p = cell.precision
     t, acc = p.ctype, p.acc_ctype
@@ -168,10 +197,15 @@ def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, smem: int) -
                 "  const long hxg = threadIdx.x == 0 ? x0 - VX : x0 + VX;",
                 "  const int hxo = so + (threadIdx.x == 0 ? -VX : VX);",
                 "  const bool hxok = hxr && y < NY && hxg >= 0 && hxg < NX;"]
+    elif xs:  # every thread stays (the shuffles need whole warps); loads inside the array only
+        pre += [f"  const bool col = y < NY && x0 < NX, act = {act};",
+                f"  const int kf_lane = (int)(threadIdx.y * {tx} + threadIdx.x) & 31;",
+                "  const bool xle = threadIdx.x == 0 || kf_lane == 0;",
+                f"  const bool xre = threadIdx.x == {tx - 1} || kf_lane == 31;"]
     else:
         pre.append(f"  if (!({act})) return;")
         pre.append("  const bool act = true;" if var else "")
-    prime = "col" if smem else "true"
+    prime = "col" if smem or xs else "true"
     pre.append(f"  {acc} q[{qn}][{vx}] = {{}};")
     pre.append(f"  #pragma unroll\n  for (int j = 0; j < {qn - 1}; ++j) if ({prime}) {{")
     pre.append("    const Vec c = *reinterpret_cast<const Vec*>(src + ((zb - R + j) * NY + y) "
@@ -195,7 +229,7 @@ def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, smem: int) -
     for u in range(pf):
         if u:
             subs.append(f"    if (z + {u} >= ze) break;")
-        subs.append(_sub(cell, u, vx, pf, bool(smem), stores))
+        subs.append(_sub(cell, u, vx, pf, bool(smem), stores, bool(xs)))
     nl = "\n"
     return f"""typedef {acc} ACC;
 {nl.join(h for h in head if h)}
