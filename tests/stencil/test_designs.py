@@ -129,7 +129,7 @@ def test_later_parameters_default_to_the_first_kernels() -> None:
     (the dispatch table's operators and their source hashes do not move). The temporal design
     defaults to the pipelined rewrite (no table entry used the first kernel: it lost every cell
     on the H200), so its old kernel is asked for with pipe=0."""
-    for stencil, design, extra in (("star_1", "zmarch", {"pf": 1, "smem": 0}),
+    for stencil, design, extra in (("star_1", "zmarch", {"pf": 1, "smem": 0, "xs": 0}),
                                    ("box_1", "planesweep", {"h2": 0}),
                                    ("star_1_t4", "temporal", {"pipe": 0, "fs": 0, "minb": 1,
                                                               "pf": 1, "cx": 1, "cy": 1})):
