@@ -42,12 +42,15 @@ def test_forge_takes_an_explicit_round_list_and_a_seed_design(tmp_path: Path, ca
     # the seeded design is kept only if it beat the start (here: no entry, i.e. naive defaults)
     final = summary["final"][0]
     table = mx.load_table(out / "matrix.json")
-    if final.get("reverted"):
-        assert "star_1/32x12x10/fp32" not in table  # put back as it was: no entry
+    if final.get("reverted"):  # no entry before: the checked starting operator is written
+        assert table["star_1/32x12x10/fp32"]["design"] == "naive"
+        assert table["star_1/32x12x10/fp32"]["error"] == final["start_error"]
         assert "table entry kept (1)" in (out / "ideas.md").read_text()
     else:
         entry = table["star_1/32x12x10/fp32"]
         assert entry["design"] == "ztile" and "seeded ztile (from naive)" in entry["history"]
+        raw = json.loads((out / "matrix.json").read_text())["cells"]["star_1/32x12x10/fp32"]
+        assert final["seeded"] == "kept" and "provisional" not in raw
     assert "2 rounds" in capsys.readouterr().out
     # bad names: a typed error (exit 2) before any work
     assert main(["stencil", "forge", "--emulate", "--cell-ids", "star_1/32x12x10/fp32",

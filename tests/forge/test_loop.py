@@ -227,3 +227,51 @@ def test_a_seeded_design_is_tuned_and_judged_against_the_tables_operator(tmp_pat
         forge_matrix([cell], sessions=emulated_sessions, compiler=emulated_compiler,
                      table_path=table, perf_log=tmp_path / "p.jsonl", idea_log=tmp_path / "i.md",
                      rounds=1, seed_design="bogus", say=lambda m: None)
+
+
+def _seeded_forge(tmp_path: Path, table: Path):
+    from kernforge.forge.loop import Forge
+
+    cell = Cell(STENCILS["star_1"], Shape(32, 12, 10), Precision.FP32)
+    naive = mx.build("naive", cell, mx.defaults("naive", cell))
+    assert naive is not None
+    original = json.loads(json.dumps({"design": "naive", "params": naive.params, "seconds": 1.0,
+                                      "error": 0.0, "history": ["r1 design: earlier"]}))
+    table.write_text(json.dumps({"version": mx.TABLE_VERSION, "cells": {cell.id: original}}))
+    forge = Forge([cell], table, tmp_path / "p.jsonl", emulated_compiler, emulated_sessions,
+                  seed_design="zmarch")
+    return forge, cell, original
+
+
+def test_a_seeded_operator_is_provisional_until_the_final_pass(tmp_path: Path) -> None:
+    """Killed between its first acceptance and the final pass, a seeded run leaves the old
+    entry in force for every reader: the seeded operator was never compared with it."""
+    table = tmp_path / "matrix.json"
+    forge, cell, original = _seeded_forge(tmp_path, table)
+    op = forge._op(cell)
+    forge._save(cell, op, 5.0, 0.0, 0)  # what round 1 writes for the seeded incumbent
+    raw = json.loads(table.read_text())["cells"][cell.id]
+    assert raw["design"] == "zmarch" and raw["provisional"]["original"] == original
+    assert mx.load_table(table)[cell.id] == original  # dispatch, resume and merge see this
+    assert mx.operator_for(cell, mx.load_table(table)).design == "naive"
+
+
+def test_a_seeded_design_is_kept_only_by_the_gates_rule(tmp_path: Path) -> None:
+    table = tmp_path / "matrix.json"
+    forge, cell, original = _seeded_forge(tmp_path, table)
+    rec = {"cell": cell.id, "changed": True, "oracle_ok": True, "error": 1e-7, "now_s": 0.5,
+           "speedup_vs_start": 1.001, "ci": [0.90, 1.10]}
+    forge.settle_seeded([rec])  # within noise: the table's operator stays
+    assert rec["reverted"] and mx.load_table(table)[cell.id] == original
+    forge, cell, original = _seeded_forge(tmp_path, table)
+    rec = {"cell": cell.id, "changed": True, "oracle_ok": True, "error": 1e-7, "now_s": 0.5,
+           "speedup_vs_start": 1.05, "ci": [1.03, 1.07]}
+    forge.settle_seeded([rec])  # never saved during the rounds: the final pass writes it
+    kept = json.loads(table.read_text())["cells"][cell.id]
+    assert rec["seeded"] == "kept" and kept["design"] == "zmarch" and "provisional" not in kept
+    assert kept["seconds"] == 0.5 and "seeded zmarch (from naive)" in kept["history"]
+    forge, cell, original = _seeded_forge(tmp_path, table)
+    rec = {"cell": cell.id, "changed": True, "oracle_ok": False, "error": 1.0, "now_s": 0.5,
+           "speedup_vs_start": 2.0, "ci": [1.9, 2.1]}
+    forge.settle_seeded([rec])  # fast but wrong
+    assert rec["reverted"] and mx.load_table(table)[cell.id] == original

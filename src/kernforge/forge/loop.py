@@ -146,6 +146,7 @@ class Forge:
     table: dict[str, dict[str, Any]] = field(default_factory=dict)
     incumbents: dict[str, Incumbent] = field(default_factory=dict)
     seeded: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # cell -> old entry
+    settled: set[str] = field(default_factory=set)  # seeded cells the final pass decided
 
     def __post_init__(self) -> None:
         self.table = mx.load_table(self.table_path)
@@ -183,20 +184,58 @@ class Forge:
 
     def _save(self, cell: Cell, op: Operator, seconds: float, error: float, rnd: int) -> None:
         inc = self.incumbents[cell.id]
-        self.table[cell.id] = {"design": op.design, "params": op.params, "seconds": seconds,
-                               "error": error, "source_sha": mx.source_sha(op),
-                               "round": rnd, "device": self.device, "date": _now(),
-                               "history": inc.history}
+        entry = {"design": op.design, "params": op.params, "seconds": seconds,
+                 "error": error, "source_sha": mx.source_sha(op),
+                 "round": rnd, "device": self.device, "date": _now(),
+                 "history": inc.history}
+        if cell.id in self.seeded and cell.id not in self.settled:
+            # not yet compared with the table's operator: readers (mx.load_table) see the old
+            # entry until the final pass settles it, also when this run is killed before then
+            entry["provisional"] = {"original": self.seeded[cell.id]}
+        self.table[cell.id] = entry
+        self._write()
+
+    def _write(self) -> None:
         write_json_atomic(self.table_path, {"version": mx.TABLE_VERSION, "cells": self.table})
 
-    def restore(self, cell_id: str) -> None:
-        """Put a seeded cell's table entry back as it was before this run."""
+    def settle_seeded(self, final: list[dict[str, Any]]) -> None:
+        """Seeded cells: the tuned design replaces the table's operator only by the gate's rule
+        (oracle passed, median speedup >= 1 + band, interval above 1, in the final pass's
+        interleaved comparison); otherwise the old entry is put back."""
+        cells = {c.id: c for c in self.cells}
+        for rec in final:
+            cid = rec["cell"]
+            if cid not in self.seeded:
+                continue
+            self.settled.add(cid)
+            lo = (rec.get("ci") or [0.0])[0]
+            if rec["oracle_ok"] and rec["changed"] and lo > 1.0 \
+                    and rec.get("speedup_vs_start", 0.0) >= 1.0 + self.band:
+                rnd = self.table.get(cid, {}).get("round", 0)
+                self._save(cells[cid], self._op(cells[cid]), rec["now_s"], rec["error"], rnd)
+                rec["seeded"] = "kept"
+            else:
+                self.restore(cid, rec)
+                rec.update(regressed=False, reverted=True, seeded="reverted")
+
+    def restore(self, cell_id: str, rec: dict[str, Any] | None = None) -> None:
+        """Put a seeded cell's table entry back as it was before this run; a cell that had
+        none gets its starting operator when the final pass measured and checked it (else
+        dispatch would fall back to defaults that may be the seeded design)."""
         old = self.seeded[cell_id]
-        if old is None:
-            self.table.pop(cell_id, None)
-        else:
+        if old is not None:
             self.table[cell_id] = old
-        write_json_atomic(self.table_path, {"version": mx.TABLE_VERSION, "cells": self.table})
+        elif rec is not None and rec.get("start_ok"):
+            design, params = self.start[cell_id]
+            op = mx.build(design, next(c for c in self.cells if c.id == cell_id), params)
+            assert op is not None
+            self.table[cell_id] = {"design": design, "params": params,
+                                   "seconds": rec["start_s"], "error": rec["start_error"],
+                                   "source_sha": mx.source_sha(op), "round": 0,
+                                   "device": self.device, "date": _now(), "history": []}
+        else:
+            self.table.pop(cell_id, None)
+        self._write()
 
     def run_round(self, rnd: int, change: str) -> dict[str, int]:
         """One matrix-wide round; returns counts of accepted / rejected / unchanged cells."""
@@ -309,6 +348,9 @@ def regressions(forge: Forge) -> list[dict[str, Any]]:
                     speedup, lo, hi, t_a, t_b = session.compare(start, final)
                     rec.update(start=start.op.key, speedup_vs_start=speedup, ci=[lo, hi],
                                start_s=t_a, now_s=t_b)
+                    if cell.id in forge.seeded and forge.seeded[cell.id] is None:
+                        ok_s, err_s, _ = session.check(start)  # it may become the entry
+                        rec.update(start_ok=ok_s, start_error=err_s)
             except (LaunchError, CompileError) as exc:
                 now, good, err, detail = float("inf"), False, float("nan"), str(exc)
         rec.setdefault("now_s", now)

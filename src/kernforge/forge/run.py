@@ -110,12 +110,11 @@ def forge_matrix(cells: list[Cell], *, sessions: SessionFactory, compiler: Compi
         outcome.append((rnd, change, counts))
         say(f"round {rnd} ({change}): {counts} in {took[-1]:.0f} s")
     final = regressions(forge)
-    for rec in final:  # a seeded design that ends slower (or wrong) gives the cell back
-        if rec["regressed"] and rec["cell"] in forge.seeded:
-            forge.restore(rec["cell"])
-            rec.update(regressed=False, reverted=True)
-            say(f"{rec['cell']}: the seeded {forge.seed_design} ended slower than the table's "
-                f"operator; the table's entry is kept")
+    forge.settle_seeded(final)  # seeded cells: kept by the gate's rule, else put back
+    for rec in final:
+        if rec.get("reverted"):
+            say(f"{rec['cell']}: the seeded {forge.seed_design} did not beat the table's "
+                f"operator by the gate's rule; the table's entry is kept")
     bad = [r for r in final if r["regressed"]]
     _append_ideas(idea_log, outcome, final, device, len(cells), stopped)
     return {"rounds": [{"round": r, "change": c, **k} for r, c, k in outcome],

@@ -130,7 +130,15 @@ def load_table(path: Path | None = None) -> dict[str, dict[str, Any]]:
     if version != TABLE_VERSION:
         raise ConfigError(f"{p} has version {version!r}, expected {TABLE_VERSION}",
                           hint="regenerate it with the forge loop")
-    cells: dict[str, dict[str, Any]] = data.get("cells", {})
+    cells: dict[str, dict[str, Any]] = {}
+    for cid, entry in data.get("cells", {}).items():
+        if isinstance(entry, dict) and "provisional" in entry:
+            # a seeded forge run ended before its final pass: its operator was never compared
+            # with the one it would replace, so the entry from before that run stands
+            entry = (entry["provisional"] or {}).get("original")
+            if entry is None:
+                continue
+        cells[cid] = entry
     return cells
 
 
