@@ -45,7 +45,7 @@ def test_forge_takes_an_explicit_round_list_and_a_seed_design(tmp_path: Path, ca
     if final.get("reverted"):  # no entry before: the checked starting operator is written
         assert table["star_1/32x12x10/fp32"]["design"] == "naive"
         assert table["star_1/32x12x10/fp32"]["error"] == final["start_error"]
-        assert "table entry kept (1)" in (out / "ideas.md").read_text()
+        assert "a regression) (1)" in (out / "ideas.md").read_text()
     else:
         entry = table["star_1/32x12x10/fp32"]
         assert entry["design"] == "ztile" and "seeded ztile (from naive)" in entry["history"]

@@ -205,7 +205,7 @@ def test_a_seeded_design_is_tuned_and_judged_against_the_tables_operator(tmp_pat
     assert not summary["regressed"]  # a seeded cell that ends slower is reverted, not kept
     if final.get("reverted"):  # emulator timings decide which; both must leave a sound table
         assert entry["design"] == "naive" and entry["history"] == ["r1 design: earlier"]
-        assert "table entry kept (1)" in (tmp_path / "ideas.md").read_text()
+        assert "a regression) (1)" in (tmp_path / "ideas.md").read_text()
     else:
         assert entry["design"] == "zmarch"  # measured and saved as the incumbent in round 1
         assert entry["history"][:2] == ["r1 design: earlier", "seeded zmarch (from naive)"]
@@ -213,7 +213,7 @@ def test_a_seeded_design_is_tuned_and_judged_against_the_tables_operator(tmp_pat
 
     _append_ideas(tmp_path / "i2.md", [], [{"cell": cell.id, "regressed": False,
                                             "reverted": True}], "dev", 1)
-    assert f"table entry kept (1): {cell.id}" in (tmp_path / "i2.md").read_text()
+    assert f"a regression) (1): {cell.id}" in (tmp_path / "i2.md").read_text()
     # restore() puts the entry from before the run back (what a slower outcome triggers)
     from kernforge.forge.loop import Forge
 
@@ -261,17 +261,53 @@ def test_a_seeded_design_is_kept_only_by_the_gates_rule(tmp_path: Path) -> None:
     forge, cell, original = _seeded_forge(tmp_path, table)
     rec = {"cell": cell.id, "changed": True, "oracle_ok": True, "error": 1e-7, "now_s": 0.5,
            "speedup_vs_start": 1.001, "ci": [0.90, 1.10]}
-    forge.settle_seeded([rec])  # within noise: the table's operator stays
+    forge.settle([rec])  # within noise: the table's operator stays
     assert rec["reverted"] and mx.load_table(table)[cell.id] == original
     forge, cell, original = _seeded_forge(tmp_path, table)
     rec = {"cell": cell.id, "changed": True, "oracle_ok": True, "error": 1e-7, "now_s": 0.5,
            "speedup_vs_start": 1.05, "ci": [1.03, 1.07]}
-    forge.settle_seeded([rec])  # never saved during the rounds: the final pass writes it
+    forge.settle([rec])  # never saved during the rounds: the final pass writes it
     kept = json.loads(table.read_text())["cells"][cell.id]
     assert rec["seeded"] == "kept" and kept["design"] == "zmarch" and "provisional" not in kept
     assert kept["seconds"] == 0.5 and "seeded zmarch (from naive)" in kept["history"]
     forge, cell, original = _seeded_forge(tmp_path, table)
     rec = {"cell": cell.id, "changed": True, "oracle_ok": False, "error": 1.0, "now_s": 0.5,
            "speedup_vs_start": 2.0, "ci": [1.9, 2.1]}
-    forge.settle_seeded([rec])  # fast but wrong
+    forge.settle([rec])  # fast but wrong
     assert rec["reverted"] and mx.load_table(table)[cell.id] == original
+
+
+def test_commit_or_revert_after_the_final_pass(tmp_path: Path) -> None:
+    """Deterministic timings: a change accepted in the rounds that is slower than its start in
+    the final pass is reverted; a seeded design is kept when it wins by the gate's rule and
+    put back when it loses."""
+    cell = CELLS[0]
+    kw: dict = {"compiler": emulated_compiler, "perf_log": tmp_path / "p.jsonl",
+                "idea_log": tmp_path / "i.md"}
+    cost = _CostModel(1.0, 0.5)
+
+    def slower_after_round_1(m: str) -> None:  # the machine changes before the final pass
+        if m.startswith("round 1 (design): {"):  # its end, not its "compiling" line
+            cost.other = 1.5
+
+    table = tmp_path / "a.json"
+    summary = forge_matrix([cell], sessions=cost, rounds=1, table_path=table,
+                           say=slower_after_round_1, **kw)
+    [rec] = summary["final"]
+    assert rec["changed"] and rec["reverted"] and not summary["regressed"]
+    entry = mx.load_table(table)[cell.id]  # no entry before: the checked start is written
+    assert entry["design"] == "naive" and entry["error"] <= cell.precision.tolerance
+    # seeded, winning: kept
+    for other, kept in ((0.5, True), (1.5, False)):
+        table = tmp_path / f"s{other}.json"
+        original = {"design": "naive", "params": {"block": [32, 8, 1]}, "seconds": 1.0,
+                    "error": 0.0, "history": []}
+        table.write_text(json.dumps({"version": mx.TABLE_VERSION,
+                                     "cells": {cell.id: original}}))
+        summary = forge_matrix([cell], sessions=_CostModel(1.0, other), changes=["lz"],
+                               rounds=1, table_path=table, seed_design="zmarch",
+                               say=lambda m: None, **kw)
+        [rec] = summary["final"]
+        entry = mx.load_table(table)[cell.id]
+        assert rec["seeded"] == ("kept" if kept else "reverted")
+        assert entry == original if not kept else entry["design"] == "zmarch"

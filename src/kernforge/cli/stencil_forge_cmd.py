@@ -107,6 +107,10 @@ def run_forge(args: argparse.Namespace) -> int:
     else:
         console.print(f"zero-regression pass: {len(summary['final'])} cells re-measured, "
                       f"{len(bad)} regressed{': ' + ', '.join(bad) if bad else ''}")
+        reverted = [r["cell"] for r in summary["final"] if r.get("reverted")]
+        if reverted:
+            console.print(f"reverted to their entries from before this run: "
+                          f"{escape(', '.join(reverted))}")
         drift = [r["cell"] for r in summary["final"] if r.get("drift")]
         if drift:
             console.print(f"unchanged operators slower than their recorded time (drift, not a "

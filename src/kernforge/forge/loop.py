@@ -145,7 +145,8 @@ class Forge:
     seed_design: str | None = None
     table: dict[str, dict[str, Any]] = field(default_factory=dict)
     incumbents: dict[str, Incumbent] = field(default_factory=dict)
-    seeded: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # cell -> old entry
+    originals: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # at the start
+    seeded: set[str] = field(default_factory=set)  # cells started from seed_design
     settled: set[str] = field(default_factory=set)  # seeded cells the final pass decided
 
     def __post_init__(self) -> None:
@@ -161,11 +162,12 @@ class Forge:
                 self.incumbents[cell.id] = Incumbent("naive", mx.defaults("naive", cell))
             inc = self.incumbents[cell.id]
             self.start[cell.id] = (inc.design, dict(inc.params))
+            self.originals[cell.id] = json.loads(json.dumps(entry)) if entry else None
             if self.seed_design and self.seed_design != inc.design \
                     and self.seed_design in mx.applicable(cell):
                 params = mx.defaults(self.seed_design, cell)
                 if mx.build(self.seed_design, cell, params) is not None:
-                    self.seeded[cell.id] = json.loads(json.dumps(entry)) if entry else None
+                    self.seeded.add(cell.id)
                     self.incumbents[cell.id] = Incumbent(
                         self.seed_design, params, None,
                         [*inc.history, f"seeded {self.seed_design} (from {inc.design})"])
@@ -191,21 +193,26 @@ class Forge:
         if cell.id in self.seeded and cell.id not in self.settled:
             # not yet compared with the table's operator: readers (mx.load_table) see the old
             # entry until the final pass settles it, also when this run is killed before then
-            entry["provisional"] = {"original": self.seeded[cell.id]}
+            entry["provisional"] = {"original": self.originals[cell.id]}
         self.table[cell.id] = entry
         self._write()
 
     def _write(self) -> None:
         write_json_atomic(self.table_path, {"version": mx.TABLE_VERSION, "cells": self.table})
 
-    def settle_seeded(self, final: list[dict[str, Any]]) -> None:
-        """Seeded cells: the tuned design replaces the table's operator only by the gate's rule
-        (oracle passed, median speedup >= 1 + band, interval above 1, in the final pass's
-        interleaved comparison); otherwise the old entry is put back."""
+    def settle(self, final: list[dict[str, Any]]) -> None:
+        """Commit or revert, after the final pass: a cell whose operator regressed (wrong, or
+        slower than where this run started it) gets its entry from before the run back; a
+        seeded cell keeps the tuned design only by the gate's rule (oracle passed, median
+        speedup >= 1 + band with its interval above 1, in the final pass's interleaved
+        comparison), else it too gets its old entry back."""
         cells = {c.id: c for c in self.cells}
         for rec in final:
             cid = rec["cell"]
             if cid not in self.seeded:
+                if rec["regressed"] and rec["changed"]:
+                    self.restore(cid, rec)
+                    rec.update(regressed=False, reverted=True)
                 continue
             self.settled.add(cid)
             lo = (rec.get("ci") or [0.0])[0]
@@ -219,10 +226,10 @@ class Forge:
                 rec.update(regressed=False, reverted=True, seeded="reverted")
 
     def restore(self, cell_id: str, rec: dict[str, Any] | None = None) -> None:
-        """Put a seeded cell's table entry back as it was before this run; a cell that had
-        none gets its starting operator when the final pass measured and checked it (else
-        dispatch would fall back to defaults that may be the seeded design)."""
-        old = self.seeded[cell_id]
+        """Put a cell's table entry back as it was before this run; a cell that had none gets
+        its starting operator when the final pass measured and checked it (else dispatch
+        would fall back to defaults that may be the operator just judged worse)."""
+        old = self.originals[cell_id]
         if old is not None:
             self.table[cell_id] = old
         elif rec is not None and rec.get("start_ok"):
@@ -348,7 +355,7 @@ def regressions(forge: Forge) -> list[dict[str, Any]]:
                     speedup, lo, hi, t_a, t_b = session.compare(start, final)
                     rec.update(start=start.op.key, speedup_vs_start=speedup, ci=[lo, hi],
                                start_s=t_a, now_s=t_b)
-                    if cell.id in forge.seeded and forge.seeded[cell.id] is None:
+                    if forge.originals.get(cell.id) is None:
                         ok_s, err_s, _ = session.check(start)  # it may become the entry
                         rec.update(start_ok=ok_s, start_error=err_s)
             except (LaunchError, CompileError) as exc:

@@ -110,11 +110,12 @@ def forge_matrix(cells: list[Cell], *, sessions: SessionFactory, compiler: Compi
         outcome.append((rnd, change, counts))
         say(f"round {rnd} ({change}): {counts} in {took[-1]:.0f} s")
     final = regressions(forge)
-    forge.settle_seeded(final)  # seeded cells: kept by the gate's rule, else put back
+    forge.settle(final)  # commit or revert: regressed cells and losing seeds get their entry back
     for rec in final:
         if rec.get("reverted"):
-            say(f"{rec['cell']}: the seeded {forge.seed_design} did not beat the table's "
-                f"operator by the gate's rule; the table's entry is kept")
+            what = (f"the seeded {forge.seed_design} did not beat the table's operator by the "
+                    f"gate's rule" if rec.get("seeded") else "regressed in the final pass")
+            say(f"{rec['cell']}: {what}; its entry from before this run is restored")
     bad = [r for r in final if r["regressed"]]
     _append_ideas(idea_log, outcome, final, device, len(cells), stopped)
     return {"rounds": [{"round": r, "change": c, **k} for r, c, k in outcome],
@@ -142,8 +143,8 @@ def _append_ideas(path: Path, outcome: list[tuple[int, str, dict[str, int]]],
                  f"{': ' + ', '.join(regressed) if regressed else ''}.")
     reverted = [r["cell"] for r in final if r.get("reverted")]
     if reverted:
-        lines.append(f"Seeded design slower than the table's operator, table entry kept "
-                     f"({len(reverted)}): {', '.join(reverted)}.")
+        lines.append(f"Reverted to the entry from before this run (a seeded design that did not "
+                     f"beat it, or a regression) ({len(reverted)}): {', '.join(reverted)}.")
     if drift:
         lines.append(f"Unchanged operators slower than their recorded time (drift, not a "
                      f"verdict): {', '.join(drift)}.")
