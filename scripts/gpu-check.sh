@@ -5,7 +5,8 @@
 #   device run, carry [".whl", ".carry"]:  bash scripts/gpu-check.sh [bench_replay_gpu.py args]
 #   GPU_STEPS="pytest-gpu stencil-forge" runs only those steps; FORGE_ROUNDS, FORGE_LIMIT and
 #   BENCH_LIMIT tune the stencil steps (FORGE_GPUS: forge processes, default one per GPU) (.carry/halide.tar.xz: ../shared/device/halide.sh);
-#   GPU_STEPS="scaling" (nvidia-h200-x2/x4) measures the service over 1..N GPUs
+#   GPU_STEPS="scaling" (nvidia-h200-x2/x4) measures the service over 1..N GPUs;
+#   GPU_STEPS="stencil-profile" runs Nsight Compute on PROFILE_CELLS (scripts/profile_stencil.py)
 # (.whl is made here with: ../shared/device/wheels.sh tree-sitter tree-sitter-c
 #  tree-sitter-cuda optuna openai dask distributed)
 set -uo pipefail
@@ -68,6 +69,21 @@ if [[ " ${GPU_STEPS:-} " == *" scaling "* ]]; then
   step scaling "${SCALING_LIMIT:-480}" python3 scripts/bench_scaling.py --backend cuda \
     --workers $counts --points 16 --passes "${SCALING_PASSES:-83}" --batch 1 0 \
     --json "$OUT/scaling.json" --markdown "$OUT/scaling.md"
+fi
+# where a stencil operator's time goes (Nsight Compute): only when asked for by name;
+# PROFILE_CELLS (space-separated cell ids), PROFILE_DESIGN (another design, see
+# scripts/profile_stencil.py); the source-level sections say which loads miss L1
+if [[ " ${GPU_STEPS:-} " == *" stencil-profile "* ]]; then
+  step stencil-profile "${PROFILE_LIMIT:-300}" bash -c '
+    for c in ${PROFILE_CELLS:-star_1/512x512x512/fp16 star_1/512x512x512/fp32}; do
+      n=$(echo "$c" | tr "/" "_")
+      ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        --section MemoryWorkloadAnalysis_Tables --section Occupancy --section WarpStateStats \
+        --section SourceCounters -k "regex:^(zmarch|ztile|planesweep|temporal|naive|copy)$" \
+        -c 2 python3 scripts/profile_stencil.py "$c" --launches 1 \
+        ${PROFILE_DESIGN:+--design $PROFILE_DESIGN} > "$OUT/ncu-$n.txt" 2>&1
+      echo "$c: rc=$? ($OUT/ncu-$n.txt)"
+    done'
 fi
 status=0
 for k in "${!rc[@]}"; do echo "$k rc=${rc[$k]}"; [ "${rc[$k]}" = 0 ] || status=1; done
