@@ -62,3 +62,8 @@ def test_two_forge_processes_merge_into_one_run(tmp_path: Path) -> None:
     assert any(x.startswith("[gpu1]") for x in lines)  # each process's output, labelled
     assert (out / "ideas.md").read_text().count("## Forge run") == 2
     assert [r["change"] for r in summary["rounds"]] == ["design", "lz"]  # --changes reached them
+    for bad in ({"changes": ["bogus"]}, {"seed_design": "bogus"}):  # refused before any process
+        with pytest.raises(ConfigError, match="bogus"):
+            forge_parallel(SMALL, tmp_path / "bad", gpus=2, start_table=start, rounds=1,
+                           emulate=True, devices=[], say=lines.append, **bad)
+    assert not (tmp_path / "bad").exists()

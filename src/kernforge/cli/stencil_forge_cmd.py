@@ -67,7 +67,6 @@ def run_forge(args: argparse.Namespace) -> int:
     changes = [c.strip() for c in args.changes.split(",") if c.strip()] if args.changes \
         else None
     if changes:
-        round_plan(len(changes), changes)  # unknown names: a typed error before any work
         args.rounds = len(changes)
     cells = ([Cell.parse(c.strip()) for c in args.cell_ids.split(",") if c.strip()]
              if args.cell_ids else args.cells(args))

@@ -127,6 +127,14 @@ def round_plan(rounds: int, changes: Sequence[str] | None = None) -> list[str]:
     return order[:rounds]
 
 
+def check_plan(rounds: int, changes: Sequence[str] | None, seed_design: str | None) -> None:
+    """A typed error for a run's plan before any work (an output directory, a process)."""
+    round_plan(rounds, changes)
+    if seed_design is not None and seed_design not in mx.DESIGNS:
+        raise ConfigError(f"unknown stencil design {seed_design!r}",
+                          hint=f"one of {', '.join(mx.DESIGNS)}")
+
+
 @dataclass
 class Forge:
     """State and logs of one forge run over some cells."""

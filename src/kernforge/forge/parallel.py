@@ -21,6 +21,7 @@ from ..core import ConfigError
 from ..core.jsonio import DamagedJSON, parse_json, write_bytes_atomic, write_json_atomic
 from ..stencil import matrix as mx
 from ..stencil.spec import Cell
+from .loop import check_plan
 
 
 def cost(cell: Cell) -> float:
@@ -66,6 +67,7 @@ def forge_parallel(cells: list[Cell], out: Path, *, gpus: int, start_table: Path
                    changes: Sequence[str] | None = None, seed_design: str | None = None,
                    say: Callable[[str], None] = print) -> dict[str, Any]:
     """Forge ``cells`` over ``gpus`` processes (one GPU each) and merge their outputs."""
+    check_plan(rounds, changes, seed_design)  # before any process starts
     devices = devices if devices is not None else visible_gpus()
     if not emulate and len(devices) < gpus:
         raise ConfigError(f"--gpus {gpus}, but {len(devices)} GPU(s) are visible",

@@ -19,10 +19,9 @@ from typing import Any
 
 from ..core import ConfigError
 from ..core.paths import cache_path
-from ..stencil import matrix as mx
 from ..stencil.spec import Cell
 from .compile import compile_all
-from .loop import IDEAS, Compiler, Forge, SessionFactory, regressions, round_plan
+from .loop import IDEAS, Compiler, Forge, SessionFactory, check_plan, regressions, round_plan
 
 EMULATE_MAX_POINTS = 1 << 16  # the emulator runs a host thread per CUDA thread
 
@@ -43,6 +42,7 @@ def forge_run(cells: list[Cell], out: Path, *, start_table: Path | None, rounds:
 
     from ..core.jsonio import write_json_atomic
 
+    check_plan(rounds, changes, seed_design)
     if emulate and any(c.shape.points > EMULATE_MAX_POINTS for c in cells):
         raise ConfigError("the host emulator runs one thread per CUDA thread: grids of up to "
                           f"{EMULATE_MAX_POINTS} points only",
@@ -87,9 +87,7 @@ def forge_matrix(cells: list[Cell], *, sessions: SessionFactory, compiler: Compi
     zero-regression pass still end inside the budget (so a time-boxed run always ends with the
     pass and its logs instead of being killed mid-round).
     """
-    if seed_design is not None and seed_design not in mx.DESIGNS:
-        raise ConfigError(f"unknown stencil design {seed_design!r}",
-                          hint=f"one of {', '.join(mx.DESIGNS)}")
+    check_plan(rounds, changes, seed_design)
     forge = Forge(cells, table_path, perf_log, compiler, sessions, band=band, device=device,
                   say=say, seed_design=seed_design)
     outcome: list[tuple[int, str, dict[str, int]]] = []
