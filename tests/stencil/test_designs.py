@@ -57,6 +57,24 @@ CASES = [
     ("varcoeff_star_1", "zmarch", {"tx": 16, "ty": 4, "vx": 2, "lz": 6, "pf": 3, "xs": 1},
      "fp32"),
     ("star_1_t4", "zmarch", {"tx": 8, "ty": 4, "vx": 8, "lz": 5, "xs": 1}, "fp16"),
+    # the x and y neighbours loaded one plane ahead: alone, with the prefetch ring, with the
+    # shuffled x halo, radius 2, varcoeff, temporal chain, whole-interior chunk
+    ("star_1", "zmarch", {"tx": 8, "ty": 4, "vx": 4, "lz": 4, "pn": 1}, "fp32"),
+    ("star_1", "zmarch", {"tx": 8, "ty": 2, "vx": 8, "lz": 5, "pf": 2, "pn": 1}, "fp16"),
+    ("star_2", "zmarch", {"tx": 8, "ty": 4, "vx": 2, "lz": 0, "pf": 3, "pn": 1}, "fp64"),
+    ("star_2", "zmarch", {"tx": 32, "ty": 2, "vx": 2, "lz": 5, "xs": 1, "pn": 1}, "fp16"),
+    ("varcoeff_star_1", "zmarch", {"tx": 16, "ty": 4, "vx": 2, "lz": 6, "pf": 4, "pn": 1},
+     "fp32"),
+    ("star_1_t4", "zmarch", {"tx": 8, "ty": 4, "vx": 4, "lz": 6, "pn": 1}, "fp16"),
+    # half2 arithmetic over lane pairs (fp16 z-marching): pairs inside a thread, a thread per
+    # pair (vx 2), the ring, radius 2, varcoeff, temporal chain
+    ("star_1", "zmarch", {"tx": 8, "ty": 4, "vx": 4, "lz": 4, "h2": 1}, "fp16"),
+    ("star_1", "zmarch", {"tx": 16, "ty": 2, "vx": 2, "lz": 0, "pf": 2, "h2": 1}, "fp16"),
+    ("star_2", "zmarch", {"tx": 8, "ty": 4, "vx": 8, "lz": 5, "pf": 3, "h2": 1}, "fp16"),
+    ("star_2", "zmarch", {"tx": 8, "ty": 4, "vx": 2, "lz": 3, "h2": 1}, "fp16"),
+    ("varcoeff_star_1", "zmarch", {"tx": 8, "ty": 4, "vx": 4, "lz": 6, "pf": 2, "h2": 1},
+     "fp16"),
+    ("star_1_t4", "zmarch", {"tx": 8, "ty": 4, "vx": 8, "lz": 5, "h2": 1}, "fp16"),
     # planes staged by asynchronous copies (synchronous on the emulator: indexing, halo, ring)
     ("star_1", "ztile", {"tx": 8, "ty": 4, "vx": 4, "lz": 4, "st": 2}, "fp32"),
     ("star_1", "ztile", {"tx": 8, "ty": 2, "vx": 8, "lz": 5, "st": 1}, "fp16"),
@@ -129,7 +147,8 @@ def test_later_parameters_default_to_the_first_kernels() -> None:
     (the dispatch table's operators and their source hashes do not move). The temporal design
     defaults to the pipelined rewrite (no table entry used the first kernel: it lost every cell
     on the H200), so its old kernel is asked for with pipe=0."""
-    for stencil, design, extra in (("star_1", "zmarch", {"pf": 1, "smem": 0, "xs": 0}),
+    for stencil, design, extra in (("star_1", "zmarch", {"pf": 1, "smem": 0, "xs": 0, "pn": 0}),
+                                   ("star_2", "zmarch", {"h2": 0}),
                                    ("box_1", "planesweep", {"h2": 0}),
                                    ("star_1_t4", "temporal", {"pipe": 0, "fs": 0, "minb": 1,
                                                               "pf": 1, "cx": 1, "cy": 1})):
@@ -150,6 +169,14 @@ def test_later_parameters_default_to_the_first_kernels() -> None:
                     {"h2": 1}) is None
     assert mx.build("planesweep", Cell(STENCILS["box_1"], cell.shape, Precision.FP16),
                     {"ry": 1, "h2": 1}) is None
+    assert mx.build("zmarch", Cell(STENCILS["star_1"], cell.shape, Precision.FP32),
+                    {"h2": 1}) is None
+    assert mx.build("zmarch", Cell(STENCILS["star_1"], cell.shape, Precision.FP16),
+                    {"vx": 1, "h2": 1}) is None
+    assert mx.build("zmarch", Cell(STENCILS["star_1"], cell.shape, Precision.FP16),
+                    {"xs": 1, "h2": 1}) is None
+    assert mx.build("zmarch", Cell(STENCILS["star_1"], cell.shape, Precision.FP32),
+                    {"smem": 1, "pn": 1}) is None
     # ztile: star only, 16-byte aligned tiles, a ring that fits in shared memory
     assert mx.build("ztile", Cell(STENCILS["box_1"], cell.shape, cell.precision), {}) is None
     assert mx.build("ztile", Cell(STENCILS["varcoeff_star_1"], cell.shape, cell.precision),

@@ -104,6 +104,15 @@ def test_stencil_bench_two_small_cells(device, tmp_path):
     ("zmarch", "star_1/104x48x36/fp32", {"tx": 8, "ty": 8, "vx": 4, "lz": 6, "xs": 1}),
     ("zmarch", "star_2/104x48x36/fp16", {"tx": 64, "ty": 2, "vx": 2, "lz": 5, "pf": 2, "xs": 1}),
     ("zmarch", "varcoeff_star_1/104x48x36/fp64", {"tx": 16, "ty": 4, "vx": 2, "lz": 7, "xs": 1}),
+    # neighbours loaded a plane ahead: alone, with the ring, with shuffles, radius 2
+    ("zmarch", "star_1/104x48x36/fp16", {"tx": 32, "ty": 8, "vx": 4, "lz": 9, "pn": 1}),
+    ("zmarch", "star_2/104x48x36/fp32", {"tx": 16, "ty": 4, "vx": 2, "lz": 0, "pf": 2, "pn": 1}),
+    ("zmarch", "varcoeff_star_1/104x48x36/fp16",
+     {"tx": 32, "ty": 4, "vx": 8, "lz": 5, "xs": 1, "pn": 1}),
+    # half2 arithmetic (fp16 z-marching): radius 1 and 2, the ring, varcoeff
+    ("zmarch", "star_1/104x48x36/fp16", {"tx": 16, "ty": 8, "vx": 2, "lz": 9, "h2": 1}),
+    ("zmarch", "star_2/104x48x36/fp16", {"tx": 32, "ty": 4, "vx": 8, "lz": 0, "pf": 2, "h2": 1}),
+    ("zmarch", "varcoeff_star_1/104x48x36/fp16", {"tx": 32, "ty": 8, "vx": 4, "lz": 7, "h2": 1}),
 ])
 def test_async_copies_and_shuffles_match_the_oracle(device, design, cell_id, params):
     """The host emulator runs ztile's copies synchronously and models the shuffles; here the

@@ -48,8 +48,12 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
         return {"block": ((32, 8, 1), (32, 4, 2), (64, 4, 1), (128, 2, 1))}
     if design == "zmarch":
         vx = {Precision.FP16: (8, 4), Precision.FP32: (4, 2), Precision.FP64: (2, 4)}
-        return {"vx": vx[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
-                "tx": (32, 64, 16), "pf": (1, 2, 4), "smem": (0, 1), "xs": (0, 1)}
+        zs: dict[str, tuple[Any, ...]] = {
+            "vx": vx[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
+            "tx": (32, 64, 16), "pf": (1, 2, 4), "smem": (0, 1), "xs": (0, 1), "pn": (0, 1)}
+        if cell.precision is Precision.FP16:
+            zs["h2"] = (0, 1)
+        return zs
     if design == "ztile":
         widths: dict[Precision, tuple[int, ...]] = {  # 16 bytes at most (fp64: 2 lanes)
             Precision.FP16: (8, 4), Precision.FP32: (4, 2), Precision.FP64: (2,)}

@@ -9,15 +9,17 @@ the interior load but never store.
 
 Parameters: ``tx, ty`` (block), ``vx`` (lanes per thread: 1, 2, 4 or 8), ``lz`` (planes per
 block; 0 = the whole interior), ``pf`` (planes in flight per thread), ``smem`` (stage each
-plane's tile in shared memory) and ``xs`` (the x halo by warp shuffles instead of scalar
-loads): see :mod:`.zmarch_staged`; ``pf=1, smem=0, xs=0`` is this module's kernel.
+plane's tile in shared memory), ``xs`` (the x halo by warp shuffles instead of scalar
+loads) and ``pn`` (the x and y neighbours loaded one plane ahead): see :mod:`.zmarch_staged`;
+``h2`` (fp16: ``__half2`` arithmetic): see :mod:`.zmarch_h2`; ``pf=1, smem=0, xs=0, pn=0,
+h2=0`` is this module's kernel.
 """
 
 from __future__ import annotations
 
 from ..operator import Launch, Operator
-from ..spec import Cell
-from . import zmarch_staged
+from ..spec import Cell, Precision
+from . import zmarch_h2, zmarch_staged
 from .common import cdiv, extents, header, load, ping_pong, store, weight_defs
 
 
@@ -101,15 +103,19 @@ zmarch(const {t}* __restrict__ src, {coef}{t}* __restrict__ dst) {{
 
 
 def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf: int = 1,
-             smem: int = 0, xs: int = 0) -> Operator:
+             smem: int = 0, xs: int = 0, pn: int = 0, h2: int = 0) -> Operator:
     if cell.stencil.kind not in ("star", "varcoeff"):
         raise ValueError(f"zmarch handles star stencils, not {cell.stencil.name}")
     if cell.shape.nx % vx:
         raise ValueError(f"vx={vx} must divide NX={cell.shape.nx} (aligned vector loads)")
     if vx < cell.radius:
         raise ValueError(f"vx={vx} must be >= the radius {cell.radius} (x halo loads)")
-    if pf not in (1, 2, 3, 4) or smem not in (0, 1) or xs not in (0, 1):
-        raise ValueError("pf in 1..4, smem 0 or 1, xs 0 or 1")
+    if pf not in (1, 2, 3, 4) or smem not in (0, 1) or xs not in (0, 1) or pn not in (0, 1):
+        raise ValueError("pf in 1..4; smem, xs and pn 0 or 1")
+    if pn and smem:
+        raise ValueError("pn (neighbours loaded a plane ahead) is for the unstaged kernel")
+    if h2 and (cell.precision is not Precision.FP16 or vx % 2 or smem or xs or pn):
+        raise ValueError("h2 needs fp16, an even vx and smem=xs=pn=0")
     if xs and smem:
         raise ValueError("xs (x halo by warp shuffles) is for the unstaged kernel (smem=0)")
     if smem and (ty < 2 * cell.radius or tx < 2):
@@ -119,15 +125,17 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf
     head = header(cell) + extents(cell) + weight_defs(cell) + _vec_struct(cell, vx)
     params = {"tx": tx, "ty": ty, "vx": vx, "lz": lz}
     # pf and smem appear only with a value of their own, so the first kernel keeps its keys
-    params.update({k: v for k, v, first in (("pf", pf, 1), ("smem", smem, 0), ("xs", xs, 0))
-                   if v != first})
+    params.update({k: v for k, v, first in (("pf", pf, 1), ("smem", smem, 0), ("xs", xs, 0),
+                                             ("pn", pn, 0), ("h2", h2, 0)) if v != first})
     shared = zmarch_staged.shared_bytes(cell, tx, ty, vx) if smem else 0
     if shared > zmarch_staged.MAX_SHARED:
         raise ValueError("the staged planes exceed the shared memory of a block")
-    if pf == 1 and not smem and not xs:
+    if h2:
+        source = head + zmarch_h2.kernel(cell, tx, ty, vx, lz, pf)
+    elif pf == 1 and not smem and not xs and not pn:
         source = head + _kernel(cell, tx, ty, vx, lz)
     else:
-        source = head + zmarch_staged.kernel(cell, tx, ty, vx, lz, pf, smem, xs)
+        source = head + zmarch_staged.kernel(cell, tx, ty, vx, lz, pf, smem, xs, pn)
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty), cdiv(nz_int, lz))
     coef = ("coef",) if cell.stencil.kind == "varcoeff" else ()
     launches = tuple(Launch("zmarch", grid, (tx, ty, 1), (a,) + coef + (b,), shared)

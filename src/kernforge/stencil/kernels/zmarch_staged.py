@@ -45,14 +45,25 @@ def shared_bytes(cell: Cell, tx: int, ty: int, vx: int) -> int:
     return 2 * (ty + 2 * cell.radius) * (tx * vx + 2 * vx) * item
 
 
-def _compute(cell: Cell, vx: int, smem: bool, u: int, xs: bool = False) -> list[str]:
+def _compute(cell: Cell, vx: int, smem: bool, u: int, xs: bool = False,
+             pn: bool = False) -> list[str]:
     """``res[l]`` for every lane; neighbours from shared memory (``smem``) or global memory;
-    with ``xs`` the x halo ``xl*``/``xr*`` was already exchanged (:func:`_shuffles`)."""
+    with ``xs`` the x halo ``xl*``/``xr*`` was already exchanged (:func:`_shuffles`); with
+    ``pn`` the neighbours were loaded one plane ahead (:func:`_next_neighbours`)."""
     p = cell.precision
     r = cell.radius
     out = []
+    if pn:  # this plane's neighbours (loaded during the previous plane); the next plane's now
+        for d in range(1, r + 1):
+            out.append(f"const Vec ym{d} = nym{d}, yp{d} = nyp{d};")
+            if not xs:
+                out.append(f"const ACC xl{d} = {load(p, f'nxl{d}')}, "
+                           f"xr{d} = {load(p, f'nxr{d}')};")
+        out += _next_neighbours(cell, vx, "if (zz + 1 < ze) ", "base + NY * NX", xs)
     for d in range(1, r + 1):
         for sgn, tag in ((-1, "m"), (1, "p")):
+            if pn:
+                continue
             if smem:
                 out.append(f"const SVec y{tag}{d} = *reinterpret_cast<const SVec*>"
                            f"(S + cur + so + ({sgn * d}) * SW);")
@@ -60,7 +71,7 @@ def _compute(cell: Cell, vx: int, smem: bool, u: int, xs: bool = False) -> list[
                 out.append(f"const Vec y{tag}{d} = *reinterpret_cast<const Vec*>"
                            f"(src + base + ({sgn * d}L) * NX);")
     for d in range(1, r + 1):
-        if xs:
+        if xs or pn:
             continue
         if smem:
             out.append(f"const ACC xl{d} = S[cur + so - {d}], xr{d} = S[cur + so + {vx - 1 + d}];")
@@ -68,6 +79,19 @@ def _compute(cell: Cell, vx: int, smem: bool, u: int, xs: bool = False) -> list[
             out.append(f"const ACC xl{d} = {load(p, f'src[base - {d}]')};")
             out.append(f"const ACC xr{d} = {load(p, f'src[base + {vx - 1 + d}]')};")
     out += lane_sums(cell, vx, (lambda v: v) if smem else (lambda v: load(p, v)), f"g{u}")
+    return out
+
+
+def _next_neighbours(cell: Cell, vx: int, guard: str, at: str, xs: bool) -> list[str]:
+    """``pn``: load the y-neighbour rows (and, without ``xs``, the x-halo scalars) of the
+    column's element at ``at`` into the ``n*`` registers (declared in the prologue)."""
+    out = []
+    for d in range(1, cell.radius + 1):
+        loads = [f"nym{d} = *reinterpret_cast<const Vec*>(src + {at} - {d}L * NX);",
+                 f"nyp{d} = *reinterpret_cast<const Vec*>(src + {at} + {d}L * NX);"]
+        if not xs:
+            loads += [f"nxl{d} = src[{at} - {d}];", f"nxr{d} = src[{at} + {vx - 1 + d}];"]
+        out.append(guard + "{ " + " ".join(loads) + " }")
     return out
 
 
@@ -119,7 +143,7 @@ def _shuffles(cell: Cell, vx: int) -> list[str]:
 
 
 def _sub(cell: Cell, u: int, vx: int, pf: int, smem: bool, stores: str,
-         xs: bool = False) -> str:
+         xs: bool = False, pn: bool = False) -> str:
     """The loop body for plane ``zz = z + u`` (ring slot ``u``)."""
     p = cell.precision
     r = cell.radius
@@ -150,7 +174,7 @@ def _sub(cell: Cell, u: int, vx: int, pf: int, smem: bool, stores: str,
         lines += [f"      {s}" for s in _shuffles(cell, vx)]
     lines.append(f"      if ({'act' if smem or xs else 'true'}) {{")
     lines.append(f"        ACC res[{vx}];")
-    lines += [f"        {s}" for s in _compute(cell, vx, smem, u, xs)]
+    lines += [f"        {s}" for s in _compute(cell, vx, smem, u, xs, pn)]
     lines.append(stores.replace("{u}", str(u)))
     lines.append("      }")
     if var:  # the coefficient of plane zz was used above; fetch plane zz + pf into its slot
@@ -163,7 +187,7 @@ def _sub(cell: Cell, u: int, vx: int, pf: int, smem: bool, stores: str,
 
 
 def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, smem: int,
-           xs: int = 0) -> str:
+           xs: int = 0, pn: int = 0) -> str:
     """The ``zmarch`` entry (see the module docstring); source after the common header."""
     p = cell.precision
     t, acc = p.ctype, p.acc_ctype
@@ -225,11 +249,17 @@ def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, smem: int,
         if var:
             pre.append(f"  Vec g{u} = {{}}; if ({g} && act) g{u} = *reinterpret_cast<const Vec*>"
                        f"(coef + ((zb + {u}) * NY + y) * NX + x0);")
+    if pn:  # the neighbours of the first plane; each plane then loads the next one's
+        pre.append(f"  Vec {', '.join(f'nym{d} = {{}}, nyp{d} = {{}}' for d in range(1, r + 1))};")
+        if not xs:
+            pre.append(f"  {t} {', '.join(f'nxl{d} = {{}}, nxr{d} = {{}}' for d in range(1, r + 1))};")
+        pre += [f"  {s}" for s in _next_neighbours(
+            cell, vx, f"if (zb < ze{' && act' if xs else ''}) ", "(zb * NY + y) * NX + x0", bool(xs))]
     subs = []
     for u in range(pf):
         if u:
             subs.append(f"    if (z + {u} >= ze) break;")
-        subs.append(_sub(cell, u, vx, pf, bool(smem), stores, bool(xs)))
+        subs.append(_sub(cell, u, vx, pf, bool(smem), stores, bool(xs), bool(pn)))
     nl = "\n"
     return f"""typedef {acc} ACC;
 {nl.join(h for h in head if h)}
