@@ -43,8 +43,8 @@ IDEAS = {
     "tx": "block width: row length per warp and x-halo share",
     "ry": "register blocking along y: fewer shared-memory reads per output",
     "block": "thread-block shape of the one-thread-per-point kernel",
-    "h2": "plane sweep, fp16: __half2 arithmetic on vertical output pairs (HFMA2), per-plane "
-          "partial sums added into fp32 accumulators",
+    "h2": "fp16: __half2 arithmetic (HFMA2); plane sweep: vertical output pairs, per-plane "
+          "partial sums added into fp32 accumulators; z-marching: lane pairs, fp16 sums",
     "pipe": "temporal: uniform stages statically unrolled (no range predicates, no moves)",
     "pf": "planes in flight per thread (a register ring): more bytes in flight per SM",
     "smem": "z-marching: stage each plane's tile in shared memory (2.5D) for x/y neighbours",
@@ -54,6 +54,8 @@ IDEAS = {
     "fs": "temporal: steps fused per launch (smaller halo, more DRAM traffic)",
     "xs": "z-marching: the x halo from the neighbouring lanes by warp shuffles (fewer L1/L2 "
           "requests per point: the star kernels are L2-throughput-bound on the H200)",
+    "pn": "z-marching: the x/y neighbours of the next plane loaded during this one (latency "
+          "of L1 misses off the critical path; more registers)",
     "st": "ztile: planes requested ahead by asynchronous copies into the shared-memory ring",
 }
 
