@@ -125,7 +125,7 @@ def round_plan(rounds: int, changes: Sequence[str] | None = None) -> list[str]:
         return list(changes)
     # the likeliest wins first (the H200's first run: parallelism and bytes in flight)
     order = ["design", "pf", "lz", "vx", "ry", "h2", "cx", "ty", "tx", "cy", "fs", "smem",
-             "minb", "pipe", "block", "st", "xs", "lz", "pf"]
+             "minb", "pipe", "block", "st", "xs", "pn", "lz", "pf"]
     return order[:rounds]
 
 

@@ -1,0 +1,74 @@
+"""Merge stencil bench results into the latest measurement per cell and summarize the matrix.
+
+    python scripts/stencil_latest.py OLD.json ... NEW.json --out latest.json [--png chart.png]
+
+Each input is a ``kernforge stencil bench --json`` file (a later file's row of a cell replaces
+an earlier one's). Writes a compact JSON (per cell: the file it came from, our operator, time,
+percent of the copy bandwidth measured in that run, roofline bound, oracle verdict, best
+baseline and the interleaved speedup over it) with the matrix summary of
+:func:`kernforge.forge.bench.summary` over the merged rows, prints that summary, and optionally
+draws the merged matrix (:func:`kernforge.forge.report.chart`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from kernforge.core.jsonio import write_json_atomic
+from kernforge.forge.bench import summary
+from kernforge.forge.report import chart
+
+
+def merge(paths: list[Path]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    rows: dict[str, dict[str, Any]] = {}
+    source: dict[str, str] = {}
+    for path in paths:
+        data = json.loads(path.read_text())
+        if "cells" not in data or not isinstance(data["cells"], list):
+            raise SystemExit(f"{path}: not a stencil bench JSON (no 'cells' list)")
+        for row in data["cells"]:
+            if "runners" not in row:
+                raise SystemExit(f"{path}: {row.get('cell')} has no runners (a compact file?)")
+            rows[row["cell"]] = row
+            source[row["cell"]] = path.name
+    return list(rows.values()), source
+
+
+def compact(row: dict[str, Any], source: str) -> dict[str, Any]:
+    ours = next((r for r in row["runners"] if r["name"] == "ours"), {})
+    check = ours.get("check") or {}
+    return {"cell": row["cell"], "from": source, "operator": ours.get("key"),
+            "time_s": ours.get("time_s"), "pct_copy": ours.get("pct_copy"),
+            "bound": (row.get("roofline") or {}).get("bound"), "temporal": row["temporal"],
+            "oracle_ok": check.get("ok"), "error": check.get("error"),
+            "best_baseline": row.get("best_baseline"), "speedup": row.get("speedup")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("inputs", nargs="+", type=Path, help="bench JSON files, oldest first")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--png", type=Path)
+    ap.add_argument("--note", default="")
+    args = ap.parse_args()
+    rows, source = merge(args.inputs)
+    summ = summary(rows)
+    out = {"note": args.note or "latest measurement of each cell: "
+           + ", ".join(p.name for p in args.inputs) + " (a later file replaces an earlier one)",
+           "summary": summ, "cells": [compact(r, source[r["cell"]]) for r in rows]}
+    write_json_atomic(args.out, out)
+    if args.png:
+        chart({"cells": rows}, args.png)
+    for label in ("single_sweep", "temporal"):
+        s = summ[label]
+        geo = {p: round(v["geomean"], 3) for p, v in s["speedup_by_precision"].items()}
+        print(f"{label}: {s['cells']} cells, ours passing {s['ours_passing']}, geomean by "
+              f"precision {geo}, median % of copy over {s['memory_bound_cells']} memory-bound "
+              f"cells {s['median_pct_copy']:.1f}" if s["median_pct_copy"] else label)
+
+
+if __name__ == "__main__":
+    main()
