@@ -1,0 +1,45 @@
+"""scripts/stencil_latest.py: bench files merge into the latest row per cell, summarized."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "docs" / "benchmarks" / "data"
+SCRIPT = ROOT / "scripts" / "stencil_latest.py"
+
+
+def _run(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_later_files_replace_earlier_rows(tmp_path: Path) -> None:
+    s5 = DATA / "stencil-bench-h200-2026-12-01-s5.json"
+    s6 = DATA / "stencil-bench-h200-2026-12-01-s6b.json"
+    out, png = tmp_path / "latest.json", tmp_path / "latest.png"
+    res = _run(s5, s6, "--out", out, "--png", png)
+    assert res.returncode == 0, res.stderr
+    merged = json.loads(out.read_text())
+    by_cell = {c["cell"]: c for c in merged["cells"]}
+    s5_cells = {r["cell"] for r in json.loads(s5.read_text())["cells"]}
+    s6_rows = {r["cell"]: r for r in json.loads(s6.read_text())["cells"]}
+    assert set(by_cell) == s5_cells | set(s6_rows)
+    for cid, row in s6_rows.items():  # the later file wins, its figures copied unchanged
+        ours = next(r for r in row["runners"] if r["name"] == "ours")
+        assert by_cell[cid]["from"] == s6.name
+        assert by_cell[cid]["time_s"] == ours["time_s"]
+        assert by_cell[cid]["speedup"] == row["speedup"]
+    assert all(c["from"] == s5.name for cid, c in by_cell.items() if cid not in s6_rows)
+    single = merged["summary"]["single_sweep"]
+    assert single["cells"] == sum(1 for c in merged["cells"] if not c["temporal"])
+    assert "single_sweep" in res.stdout and png.stat().st_size > 1000
+
+
+def test_a_compact_file_is_refused(tmp_path: Path) -> None:
+    res = _run(DATA / "stencil-matrix-h200-latest-2026-12-01.json", "--out", tmp_path / "x.json")
+    assert res.returncode != 0 and "no runners" in res.stderr
+    assert not (tmp_path / "x.json").exists()
