@@ -75,6 +75,14 @@ CASES = [
     ("varcoeff_star_1", "zmarch", {"tx": 8, "ty": 4, "vx": 4, "lz": 6, "pf": 2, "h2": 1},
      "fp16"),
     ("star_1_t4", "zmarch", {"tx": 8, "ty": 4, "vx": 8, "lz": 5, "h2": 1}, "fp16"),
+    # box stencils by z-marching (rows through L1, accumulators per output plane): both radii,
+    # every precision, rows loaded ahead or on use, a whole-interior chunk
+    ("box_1", "zbox", {"tx": 8, "ty": 4, "vx": 4, "lz": 5}, "fp32"),
+    ("box_1", "zbox", {"tx": 4, "ty": 4, "vx": 8, "lz": 0, "pn": 0}, "fp16"),
+    ("box_1", "zbox", {"tx": 16, "ty": 2, "vx": 2, "lz": 4}, "fp64"),
+    ("box_2", "zbox", {"tx": 8, "ty": 4, "vx": 2, "lz": 6}, "fp32"),
+    ("box_2", "zbox", {"tx": 8, "ty": 2, "vx": 4, "lz": 3, "pn": 0}, "fp16"),
+    ("box_2", "zbox", {"tx": 8, "ty": 8, "vx": 2, "lz": 0}, "fp64"),
     # planes staged by asynchronous copies (synchronous on the emulator: indexing, halo, ring)
     ("star_1", "ztile", {"tx": 8, "ty": 4, "vx": 4, "lz": 4, "st": 2}, "fp32"),
     ("star_1", "ztile", {"tx": 8, "ty": 2, "vx": 8, "lz": 5, "st": 1}, "fp16"),

@@ -1,0 +1,158 @@
+"""The z-marching design for box stencils: rows through L1, accumulators per output plane.
+
+Each thread owns ``VX`` consecutive x points of one (x, y) column and marches a chunk of ``LZ``
+output planes in z, like :mod:`.zmarch`; a box stencil needs the whole ``(2R+1) x (2R+1)``
+neighbourhood of every input plane, so instead of a queue of input values the thread keeps
+``2R+1`` accumulators per lane (as :mod:`.planesweep` does): when input plane ``k`` arrives,
+each of its values is added, weighted, into every output plane ``k-R .. k+R`` it touches; output
+plane ``k-R`` is then complete and stored. The plane's ``2R+1`` rows come through L1 as aligned
+vector loads plus ``R`` scalars each side (neighbouring rows are other warps' rows: L1 hits), so
+there is no shared-memory staging, no barrier and no index arithmetic per staged element.
+
+Motivation (H200, session 6): the plane sweep spends as many instructions outside the FMAs as
+in them (staging with a non-power-of-two tile width, shared-memory reads, barriers) and ran box_1
+at 305-350 us for 512^3 in fp16 and fp32 alike (the FMAs alone need ~108 us), i.e. issue-bound;
+here a plane costs ``(2R+1)(1+2R)`` loads per ``VX`` outputs besides the FMAs.
+
+Parameters: ``tx, ty`` (block), ``vx`` (lanes per thread), ``lz`` (output planes per block; 0 =
+the whole interior), ``pn`` (1: the rows of plane ``k+1`` are loaded while plane ``k`` is
+summed, a register double buffer; 0: loaded on use).
+"""
+
+from __future__ import annotations
+
+from ..operator import Launch, Operator
+from ..spec import Cell
+from .common import cdiv, extents, header, load, store, weight_defs, weight_names
+
+
+def _rows(cell: Cell, vx: int, prefix: str, plane: str) -> list[str]:
+    """Loads of the ``2R+1`` rows of ``plane`` around the thread's column (raw storage type)."""
+    r = cell.radius
+    out = []
+    for j in range(2 * r + 1):
+        at = f"(({plane}) * NY + y + ({j - r})) * NX + x0"
+        out.append(f"{prefix}v{j} = *reinterpret_cast<const Vec*>(src + {at});")
+        for d in range(1, r + 1):  # the first/last thread of a row has no halo to load
+            # (only its boundary lanes would use it): the loads stay inside the array
+            out.append(f"if (x0 > 0) {prefix}l{j}_{d} = src[{at} - {d}]; "
+                       f"if (x0 + {vx} < NX) {prefix}r{j}_{d} = src[{at} + {vx - 1 + d}];")
+    return out
+
+
+def _declare(cell: Cell, prefix: str, init: str = "") -> list[str]:
+    """The row registers ``{prefix}v*``, ``{prefix}l*``, ``{prefix}r*``: zeroed, or copies of
+    the ``{init}``-prefixed ones."""
+    r = cell.radius
+    t = cell.precision.ctype
+
+    def val(name: str) -> str:
+        return f"{init}{name}" if init else "{}"
+
+    out = []
+    for j in range(2 * r + 1):
+        halo = ", ".join(f"{prefix}l{j}_{d} = {val(f'l{j}_{d}')}, "
+                         f"{prefix}r{j}_{d} = {val(f'r{j}_{d}')}" for d in range(1, r + 1))
+        out.append(f"const Vec {prefix}v{j} = {val(f'v{j}')}; const {t} {halo};" if init
+                   else f"Vec {prefix}v{j} = {{}}; {t} {halo};")
+    return out
+
+
+def _accumulate(cell: Cell, vx: int, prefix: str) -> list[str]:
+    """The FMAs of one input plane into ``a[m][lane]`` (output plane ``k - R + m``)."""
+    p = cell.precision
+    r = cell.radius
+    w = dict(zip(cell.stencil.offsets, weight_names(cell), strict=True))
+    out = []
+    for j in range(2 * r + 1):  # row y + j - R: its values as ACC, each converted once
+        vals = {}
+        for i in range(-r, vx + r):
+            if i < 0:
+                src = f"{prefix}l{j}_{-i}"
+            elif i >= vx:
+                src = f"{prefix}r{j}_{i - vx + 1}"
+            else:
+                src = f"{prefix}v{j}.v[{i}]"
+            vals[i] = f"c{j}_{i + r}"
+            out.append(f"const ACC {vals[i]} = {load(p, src)};")
+        for m in range(2 * r + 1):
+            for lane in range(vx):
+                for dx in range(-r, r + 1):
+                    name = w[(r - m, j - r, dx)]
+                    out.append(f"a[{m}][{lane}] += {name} * {vals[lane + dx]};")
+    return out
+
+
+def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pn: int) -> str:
+    p = cell.precision
+    t, acc = p.ctype, p.acc_ctype
+    r = cell.radius
+    nm = 2 * r + 1
+    nl = "\n"
+    lanes = " ".join(f"if (x0 + {i} >= R && x0 + {i} < NX - R) dst[base + {i}] = "
+                     f"{store(p, f'a[0][{i}]')};" for i in range(vx))
+    whole = " ".join(f"o.v[{i}] = {store(p, f'a[0][{i}]')};" for i in range(vx))
+    if pn:  # rows of the next plane in flight while this one is summed
+        fetch = (nl.join(f"    {s}" for s in _declare(cell, "", init="n")) + nl
+                 + "    if (k + 1 < ke) {\n"
+                 + nl.join(f"      {s}" for s in _rows(cell, vx, "n", "k + 1")) + "\n    }")
+        prologue = (nl.join(f"  {s}" for s in _declare(cell, "n")) + nl
+                    + nl.join(f"  {s}" for s in _rows(cell, vx, "n", "zb - R")))
+    else:
+        fetch = (nl.join(f"    {s}" for s in _declare(cell, "")) + nl
+                 + nl.join(f"    {s}" for s in _rows(cell, vx, "", "k")))
+        prologue = ""
+    body = nl.join(f"    {s}" for s in _accumulate(cell, vx, ""))
+    return f"""typedef {acc} ACC;
+extern "C" __global__ void __launch_bounds__({tx * ty})
+zbox(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
+  const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * {vx};
+  const long y = (long)blockIdx.y * {ty} + threadIdx.y;
+  if (y < R || y >= NY - R || x0 >= NX - R || x0 + {vx} <= R) return;
+  const long zb = R + (long)blockIdx.z * {lz};
+  const long ze = zb + {lz} < NZ - R ? zb + {lz} : NZ - R;
+  const long ke = ze + R;  // input planes zb - R .. ze + R - 1
+  ACC a[{nm}][{vx}] = {{}};
+{prologue}
+  for (long k = zb - R; k < ke; ++k) {{
+{fetch}
+{body}
+    const long zo = k - R;
+    if (zo >= zb) {{
+      const long base = (zo * NY + y) * NX + x0;
+      if (x0 >= R && x0 + {vx} <= NX - R) {{ Vec o; {whole} *reinterpret_cast<Vec*>(dst + base) = o; }}
+      else {{ {lanes} }}
+    }}
+    #pragma unroll
+    for (int m = 0; m < {nm - 1}; ++m)
+      #pragma unroll
+      for (int l = 0; l < {vx}; ++l) a[m][l] = a[m + 1][l];
+    #pragma unroll
+    for (int l = 0; l < {vx}; ++l) a[{nm - 1}][l] = 0;
+  }}
+}}
+"""
+
+
+def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
+             pn: int = 1) -> Operator:
+    if cell.stencil.kind != "box" or cell.stencil.temporal:
+        raise ValueError(f"zbox handles single-step box stencils, not {cell.stencil.name}")
+    if vx not in (1, 2, 4, 8) or cell.shape.nx % vx:
+        raise ValueError(f"vx={vx} must be 1, 2, 4 or 8 and divide NX={cell.shape.nx}")
+    if vx < cell.radius:
+        raise ValueError(f"vx={vx} must be >= the radius {cell.radius} (x halo loads)")
+    if vx * cell.precision.itemsize > 16:
+        raise ValueError("vector loads of at most 16 bytes")
+    if pn not in (0, 1):
+        raise ValueError("pn 0 or 1")
+    nz_int = cell.shape.nz - 2 * cell.radius
+    lz = nz_int if lz <= 0 else min(lz, nz_int)
+    align = cell.precision.itemsize * vx
+    vec = f"struct __align__({align}) Vec {{ {cell.precision.ctype} v[{vx}]; }};\n"
+    source = (header(cell) + extents(cell) + weight_defs(cell) + vec
+              + _kernel(cell, tx, ty, vx, lz, pn))
+    grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty), cdiv(nz_int, lz))
+    launch = Launch("zbox", grid, (tx, ty, 1), ("in", "out"))
+    return Operator(cell.id, "zbox", {"tx": tx, "ty": ty, "vx": vx, "lz": lz, "pn": pn},
+                    source, (launch,))
