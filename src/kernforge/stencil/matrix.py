@@ -65,8 +65,12 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
         # vx=2 32 registers, vx=4 46; fp16 vx=4 42, vx=8 75)
         lanes: dict[Precision, tuple[int, ...]] = {
             Precision.FP16: (4, 8), Precision.FP32: (2, 4), Precision.FP64: (2,)}
-        return {"vx": lanes[cell.precision], "lz": (32, 64, 16, 8, 128), "ty": (8, 4, 16),
-                "tx": (32, 64, 16), "pn": (1, 0)}
+        zb: dict[str, tuple[Any, ...]] = {
+            "vx": lanes[cell.precision], "lz": (32, 64, 16, 8, 128), "ty": (8, 4, 16),
+            "tx": (32, 64, 16), "pn": (1, 0)}
+        if cell.precision is Precision.FP16:
+            zb["h2"] = (0, 1)
+        return zb
     if design == "planesweep":
         sp: dict[str, tuple[Any, ...]] = {"ry": (4, 2, 8), "lz": (64, 32, 128, 16),
                                           "ty": (4, 8, 2), "vx": (1, 2), "tx": (32, 64)}

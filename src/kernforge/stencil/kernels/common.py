@@ -47,6 +47,12 @@ def weight_defs(cell: Cell) -> str:
                    for name, w in zip(weight_names(cell), cell.stencil.weights, strict=True))
 
 
+def half2_weights(cell: Cell) -> str:
+    """Kernel-local ``__half2`` copies ``H0, H1, ...`` of the weights (fp16 arithmetic)."""
+    return "".join(f"  const __half2 H{i} = __float2half2_rn({literal(w, cell.precision)});\n"
+                   for i, w in enumerate(cell.stencil.weights))
+
+
 def extents(cell: Cell) -> str:
     s = cell.shape
     return (f"constexpr long NX = {s.nx}, NY = {s.ny}, NZ = {s.nz};\n"

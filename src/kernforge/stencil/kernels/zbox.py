@@ -16,14 +16,16 @@ here a plane costs ``(2R+1)(1+2R)`` loads per ``VX`` outputs besides the FMAs.
 
 Parameters: ``tx, ty`` (block), ``vx`` (lanes per thread), ``lz`` (output planes per block; 0 =
 the whole interior), ``pn`` (1: the rows of plane ``k+1`` are loaded while plane ``k`` is
-summed, a register double buffer; 0: loaded on use).
+summed, a register double buffer; 0: loaded on use), ``h2`` (fp16, even ``vx``: each plane's
+``(2R+1)^2`` terms per output plane and lane pair as one ``__half2`` chain, added into the fp32
+accumulators, as the plane sweep's ``h2`` does for vertical pairs).
 """
 
 from __future__ import annotations
 
 from ..operator import Launch, Operator
-from ..spec import Cell
-from .common import cdiv, extents, header, load, store, weight_defs, weight_names
+from ..spec import Cell, Precision
+from .common import cdiv, extents, half2_weights, header, load, store, weight_defs, weight_names
 
 
 def _rows(cell: Cell, vx: int, prefix: str, plane: str) -> list[str]:
@@ -83,7 +85,44 @@ def _accumulate(cell: Cell, vx: int, prefix: str) -> list[str]:
     return out
 
 
-def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pn: int) -> str:
+def _accumulate_h2(cell: Cell, vx: int) -> list[str]:
+    """``h2``: per output plane and lane pair, the plane's ``(2R+1)^2`` terms as one ``HFMA2``
+    chain (fp16), added into the fp32 accumulators; x-shifted pairs are built once per row."""
+    r = cell.radius
+    w = dict(zip(cell.stencil.offsets, range(cell.stencil.points), strict=True))
+    out = []
+
+    def half(j: int, i: int) -> str:
+        return f"l{j}_{-i}" if i < 0 else f"r{j}_{i - vx + 1}" if i >= vx else f"v{j}.v[{i}]"
+
+    pairs: dict[tuple[int, int, int], str] = {}
+    for j in range(2 * r + 1):
+        for k in range(vx // 2):
+            for dx in range(-r, r + 1):
+                i = 2 * k + dx
+                if dx % 2 == 0 and 0 <= i < vx:
+                    pairs[(j, k, dx)] = f"reinterpret_cast<const __half2*>(v{j}.v)[{i // 2}]"
+                    continue
+                key = next((n for (jj, kk, dd), n in pairs.items()
+                            if jj == j and 2 * kk + dd == i), None)
+                if key is None:
+                    key = f"p{j}_{i + r}"
+                    out.append(f"const __half2 {key} = __halves2half2({half(j, i)}, "
+                               f"{half(j, i + 1)});")
+                pairs[(j, k, dx)] = key
+    for m in range(2 * r + 1):
+        for k in range(vx // 2):
+            terms = [(w[(r - m, j - r, dx)], pairs[(j, k, dx)])
+                     for j in range(2 * r + 1) for dx in range(-r, r + 1)]
+            (i0, p0), rest = terms[0], terms[1:]
+            out.append(f"{{ __half2 t = __hmul2(H{i0}, {p0});")
+            out += [f"  t = __hfma2(H{i}, {pv}, t);" for i, pv in rest]
+            out.append(f"  a[{m}][{2 * k}] += __low2float(t); "
+                       f"a[{m}][{2 * k + 1}] += __high2float(t); }}")
+    return out
+
+
+def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pn: int, h2: int = 0) -> str:
     p = cell.precision
     t, acc = p.ctype, p.acc_ctype
     r = cell.radius
@@ -102,11 +141,12 @@ def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pn: int) -> str:
         fetch = (nl.join(f"    {s}" for s in _declare(cell, "")) + nl
                  + nl.join(f"    {s}" for s in _rows(cell, vx, "", "k")))
         prologue = ""
-    body = nl.join(f"    {s}" for s in _accumulate(cell, vx, ""))
+    body = nl.join(f"    {s}" for s in (_accumulate_h2(cell, vx) if h2
+                                          else _accumulate(cell, vx, "")))
     return f"""typedef {acc} ACC;
 extern "C" __global__ void __launch_bounds__({tx * ty})
 zbox(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
-  const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * {vx};
+{half2_weights(cell) if h2 else ""}  const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * {vx};
   const long y = (long)blockIdx.y * {ty} + threadIdx.y;
   if (y < R || y >= NY - R || x0 >= NX - R || x0 + {vx} <= R) return;
   const long zb = R + (long)blockIdx.z * {lz};
@@ -135,7 +175,7 @@ zbox(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
 
 
 def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
-             pn: int = 1) -> Operator:
+             pn: int = 1, h2: int = 0) -> Operator:
     if cell.stencil.kind != "box" or cell.stencil.temporal:
         raise ValueError(f"zbox handles single-step box stencils, not {cell.stencil.name}")
     if vx not in (1, 2, 4, 8) or cell.shape.nx % vx:
@@ -144,15 +184,19 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
         raise ValueError(f"vx={vx} must be >= the radius {cell.radius} (x halo loads)")
     if vx * cell.precision.itemsize > 16:
         raise ValueError("vector loads of at most 16 bytes")
-    if pn not in (0, 1):
-        raise ValueError("pn 0 or 1")
+    if pn not in (0, 1) or h2 not in (0, 1):
+        raise ValueError("pn and h2: 0 or 1")
+    if h2 and (cell.precision is not Precision.FP16 or vx % 2):
+        raise ValueError("h2 needs fp16 storage and an even vx (lane pairs)")
     nz_int = cell.shape.nz - 2 * cell.radius
     lz = nz_int if lz <= 0 else min(lz, nz_int)
     align = cell.precision.itemsize * vx
     vec = f"struct __align__({align}) Vec {{ {cell.precision.ctype} v[{vx}]; }};\n"
     source = (header(cell) + extents(cell) + weight_defs(cell) + vec
-              + _kernel(cell, tx, ty, vx, lz, pn))
+              + _kernel(cell, tx, ty, vx, lz, pn, h2))
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty), cdiv(nz_int, lz))
     launch = Launch("zbox", grid, (tx, ty, 1), ("in", "out"))
-    return Operator(cell.id, "zbox", {"tx": tx, "ty": ty, "vx": vx, "lz": lz, "pn": pn},
-                    source, (launch,))
+    params = {"tx": tx, "ty": ty, "vx": vx, "lz": lz, "pn": pn}
+    if h2:
+        params["h2"] = 1
+    return Operator(cell.id, "zbox", params, source, (launch,))

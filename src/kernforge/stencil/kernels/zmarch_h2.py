@@ -20,12 +20,7 @@ inside the fp16 gate (1e-2) for the star stencils here (7 and 13 points).
 from __future__ import annotations
 
 from ..spec import Cell
-from .common import literal, weight_names
-
-
-def _halves(cell: Cell) -> str:
-    return "".join(f"  const __half2 H{i} = __float2half2_rn({literal(w, cell.precision)});\n"
-                   for i, w in enumerate(cell.stencil.weights))
+from .common import half2_weights, weight_names
 
 
 def _lane(vx: int, i: int, plane: str) -> str:
@@ -137,7 +132,7 @@ def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int) -> str:
     return f"""constexpr int VX = {vx}, PF = {pf};
 extern "C" __global__ void __launch_bounds__({tx * ty})
 zmarch(const __half* __restrict__ src, {coef}__half* __restrict__ dst) {{
-{_halves(cell)}  const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * VX;
+{half2_weights(cell)}  const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * VX;
   const long y = (long)blockIdx.y * {ty} + threadIdx.y;
   const long zb = R + (long)blockIdx.z * {lz};
   const long ze = zb + {lz} < NZ - R ? zb + {lz} : NZ - R;
