@@ -7,6 +7,8 @@ code path per design.
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -233,3 +235,30 @@ def test_half2_kernels_apply_each_weight_to_its_offset(stencil: str, design: str
     got, want = arrays["out"][core].astype(np.float64), ref[core]
     assert np.count_nonzero(want) == cell.stencil.points
     np.testing.assert_allclose(got, want, rtol=2.0 ** -10, atol=0)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the host nvcc")
+def test_later_options_compile_with_nvcc(tmp_path) -> None:
+    """The emulator compiles CUDA as host C++, which accepts things nvcc does not: every
+    session-6 kernel variant (zbox with and without h2/pn, zmarch h2/pn) at a matrix shape in
+    every precision it supports builds a cubin for sm_90."""
+    from kernforge.forge.compile import compile_all
+
+    ops = []
+    for stencil, design, variants in (
+            ("box_1", "zbox", ({}, {"pn": 0}, {"h2": 1})),
+            ("box_2", "zbox", ({}, {"h2": 1})),
+            ("star_2", "zmarch", ({"pn": 1}, {"h2": 1, "pf": 2}, {"pn": 1, "xs": 1})),
+            ("varcoeff_star_1", "zmarch", ({"h2": 1}, {"pn": 1}))):
+        for prec in Precision:
+            cell = Cell(STENCILS[stencil], Shape(256, 256, 256), prec)
+            for extra in variants:
+                op = mx.build(design, cell, {**mx.defaults(design, cell), **extra})
+                if op is None:
+                    assert "h2" in extra and prec is not Precision.FP16, (cell.id, extra)
+                    continue
+                ops.append(op)
+    assert len(ops) >= 20
+    built = compile_all(ops, tmp_path)
+    failed = [(b.op.cell_id, b.op.key, b.log[-300:]) for b in built if not b.ok]
+    assert not failed, failed
