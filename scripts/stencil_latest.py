@@ -26,10 +26,17 @@ def merge(paths: list[Path]) -> tuple[list[dict[str, Any]], dict[str, str]]:
     rows: dict[str, dict[str, Any]] = {}
     source: dict[str, str] = {}
     for path in paths:
-        data = json.loads(path.read_text())
-        if "cells" not in data or not isinstance(data["cells"], list):
+        try:
+            data = json.loads(path.read_text())
+        except OSError as exc:
+            raise SystemExit(f"{path}: cannot read it ({exc.strerror})") from None
+        except ValueError as exc:
+            raise SystemExit(f"{path}: not JSON ({exc})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
             raise SystemExit(f"{path}: not a stencil bench JSON (no 'cells' list)")
         for row in data["cells"]:
+            if not isinstance(row, dict) or "cell" not in row:
+                raise SystemExit(f"{path}: a row without a 'cell' id")
             if "runners" not in row:
                 raise SystemExit(f"{path}: {row.get('cell')} has no runners (a compact file?)")
             rows[row["cell"]] = row
@@ -38,7 +45,7 @@ def merge(paths: list[Path]) -> tuple[list[dict[str, Any]], dict[str, str]]:
 
 
 def compact(row: dict[str, Any], source: str) -> dict[str, Any]:
-    ours = next((r for r in row["runners"] if r["name"] == "ours"), {})
+    ours: dict[str, Any] = next((r for r in row["runners"] if r["name"] == "ours"), {})
     check = ours.get("check") or {}
     return {"cell": row["cell"], "from": source, "operator": ours.get("key"),
             "time_s": ours.get("time_s"), "pct_copy": ours.get("pct_copy"),
@@ -65,9 +72,10 @@ def main() -> None:
     for label in ("single_sweep", "temporal"):
         s = summ[label]
         geo = {p: round(v["geomean"], 3) for p, v in s["speedup_by_precision"].items()}
+        med = s["median_pct_copy"]
         print(f"{label}: {s['cells']} cells, ours passing {s['ours_passing']}, geomean by "
               f"precision {geo}, median % of copy over {s['memory_bound_cells']} memory-bound "
-              f"cells {s['median_pct_copy']:.1f}" if s["median_pct_copy"] else label)
+              f"cells {'-' if med is None else f'{med:.1f}'}")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,16 @@ def test_later_files_replace_earlier_rows(tmp_path: Path) -> None:
     assert "single_sweep" in res.stdout and png.stat().st_size > 1000
 
 
-def test_a_compact_file_is_refused(tmp_path: Path) -> None:
-    res = _run(DATA / "stencil-matrix-h200-latest-2026-12-01.json", "--out", tmp_path / "x.json")
+def test_bad_inputs_are_refused_in_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "x.json"
+    res = _run(DATA / "stencil-matrix-h200-latest-2026-12-01.json", "--out", out)
     assert res.returncode != 0 and "no runners" in res.stderr
-    assert not (tmp_path / "x.json").exists()
+    (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    for path, words in ((tmp_path / "missing.json", "cannot read"),
+                        (tmp_path / "bad.json", "not JSON"),
+                        (tmp_path / "list.json", "not a stencil bench JSON")):
+        res = _run(path, "--out", out)
+        assert res.returncode != 0 and words in res.stderr, res.stderr
+        assert "Traceback" not in res.stderr
+    assert not out.exists()
