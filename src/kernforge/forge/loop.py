@@ -56,8 +56,6 @@ IDEAS = {
           "requests per point: the star kernels are L2-throughput-bound on the H200)",
     "pn": "z-marching: the x/y neighbours of the next plane loaded during this one (latency "
           "of L1 misses off the critical path; more registers)",
-    "rot": "zbox: the loop body emitted 2R+1 times with the accumulators' roles rotated "
-           "statically (no register moves per plane)",
     "st": "ztile: planes requested ahead by asynchronous copies into the shared-memory ring",
 }
 
@@ -127,7 +125,7 @@ def round_plan(rounds: int, changes: Sequence[str] | None = None) -> list[str]:
         return list(changes)
     # the likeliest wins first (the H200's first run: parallelism and bytes in flight)
     order = ["design", "pf", "lz", "vx", "ry", "h2", "cx", "ty", "tx", "cy", "fs", "smem",
-             "minb", "pipe", "block", "st", "xs", "pn", "rot", "lz", "pf"]
+             "minb", "pipe", "block", "st", "xs", "pn", "lz", "pf"]
     return order[:rounds]
 
 

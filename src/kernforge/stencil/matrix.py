@@ -67,7 +67,7 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
             Precision.FP16: (4, 8), Precision.FP32: (2, 4), Precision.FP64: (2,)}
         zb: dict[str, tuple[Any, ...]] = {
             "vx": lanes[cell.precision], "lz": (32, 64, 16, 8, 128), "ty": (8, 4, 16),
-            "tx": (32, 64, 16), "pn": (1, 0), "rot": (0, 1)}
+            "tx": (32, 64, 16), "pn": (1, 0)}
         if cell.precision is Precision.FP16:
             zb["h2"] = (0, 1)
         return zb

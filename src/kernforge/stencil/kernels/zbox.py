@@ -18,8 +18,7 @@ Parameters: ``tx, ty`` (block), ``vx`` (lanes per thread), ``lz`` (output planes
 the whole interior), ``pn`` (1: the rows of plane ``k+1`` are loaded while plane ``k`` is
 summed, a register double buffer; 0: loaded on use), ``h2`` (fp16, even ``vx``: each plane's
 ``(2R+1)^2`` terms per output plane and lane pair as one ``__half2`` chain, added into the fp32
-accumulators, as the plane sweep's ``h2`` does for vertical pairs), ``rot`` (1: the loop body
-emitted ``2R+1`` times with the accumulators' roles rotated statically instead of moved).
+accumulators, as the plane sweep's ``h2`` does for vertical pairs).
 """
 
 from __future__ import annotations
@@ -61,8 +60,8 @@ def _declare(cell: Cell, prefix: str, init: str = "") -> list[str]:
     return out
 
 
-def _accumulate(cell: Cell, vx: int, prefix: str, slots: list[int]) -> list[str]:
-    """The FMAs of one input plane into ``a[slots[m]][lane]`` (output plane ``k - R + m``)."""
+def _accumulate(cell: Cell, vx: int, prefix: str) -> list[str]:
+    """The FMAs of one input plane into ``a[m][lane]`` (output plane ``k - R + m``)."""
     p = cell.precision
     r = cell.radius
     w = dict(zip(cell.stencil.offsets, weight_names(cell), strict=True))
@@ -82,11 +81,11 @@ def _accumulate(cell: Cell, vx: int, prefix: str, slots: list[int]) -> list[str]
             for lane in range(vx):
                 for dx in range(-r, r + 1):
                     name = w[(r - m, j - r, dx)]
-                    out.append(f"a[{slots[m]}][{lane}] += {name} * {vals[lane + dx]};")
+                    out.append(f"a[{m}][{lane}] += {name} * {vals[lane + dx]};")
     return out
 
 
-def _accumulate_h2(cell: Cell, vx: int, slots: list[int]) -> list[str]:
+def _accumulate_h2(cell: Cell, vx: int) -> list[str]:
     """``h2``: per output plane and lane pair, the plane's ``(2R+1)^2`` terms as one ``HFMA2``
     chain (fp16), added into the fp32 accumulators; x-shifted pairs are built once per row."""
     r = cell.radius
@@ -118,71 +117,32 @@ def _accumulate_h2(cell: Cell, vx: int, slots: list[int]) -> list[str]:
             (i0, p0), rest = terms[0], terms[1:]
             out.append(f"{{ __half2 t = __hmul2(H{i0}, {p0});")
             out += [f"  t = __hfma2(H{i}, {pv}, t);" for i, pv in rest]
-            out.append(f"  a[{slots[m]}][{2 * k}] += __low2float(t); "
-                       f"a[{slots[m]}][{2 * k + 1}] += __high2float(t); }}")
+            out.append(f"  a[{m}][{2 * k}] += __low2float(t); "
+                       f"a[{m}][{2 * k + 1}] += __high2float(t); }}")
     return out
 
 
-def _step(cell: Cell, vx: int, pn: int, h2: int, u: int, rot: int) -> str:
-    """One input plane ``kk = k + u``: its rows, its FMAs, the store of the completed output
-    plane ``kk - R``. Without ``rot`` the accumulators then shift down by one; with ``rot`` the
-    loop body is emitted ``2R+1`` times and plane ``u``'s logical accumulator ``m`` is the
-    fixed register slot ``(m + u) % (2R+1)``: no moves."""
-    p = cell.precision
-    r = cell.radius
-    nm = 2 * r + 1
-    nl = "\n"
-    slots = [(m + u) % nm if rot else m for m in range(nm)]
-    done = slots[0]
-    lanes = " ".join(f"if (x0 + {i} >= R && x0 + {i} < NX - R) dst[base + {i}] = "
-                     f"{store(p, f'a[{done}][{i}]')};" for i in range(vx))
-    whole = " ".join(f"o.v[{i}] = {store(p, f'a[{done}][{i}]')};" for i in range(vx))
-    if pn:  # rows of the next plane in flight while this one is summed
-        rows = (nl.join(f"    {s}" for s in _declare(cell, "", init="n")) + nl
-                + "    if (kk + 1 < ke) {\n"
-                + nl.join(f"      {s}" for s in _rows(cell, vx, "n", "kk + 1")) + "\n    }")
-    else:
-        rows = (nl.join(f"    {s}" for s in _declare(cell, "")) + nl
-                + nl.join(f"    {s}" for s in _rows(cell, vx, "", "kk")))
-    sums = _accumulate_h2(cell, vx, slots) if h2 else _accumulate(cell, vx, "", slots)
-    if rot:
-        after = f"    #pragma unroll\n    for (int l = 0; l < {vx}; ++l) a[{done}][l] = 0;"
-    else:
-        after = (f"    #pragma unroll\n    for (int m = 0; m < {nm - 1}; ++m)\n"
-                 f"      #pragma unroll\n      for (int l = 0; l < {vx}; ++l) "
-                 f"a[m][l] = a[m + 1][l];\n"
-                 f"    #pragma unroll\n    for (int l = 0; l < {vx}; ++l) a[{nm - 1}][l] = 0;")
-    return f"""  {{  // input plane k + {u}
-    const long kk = k + {u};
-{rows}
-{nl.join(f"    {s}" for s in sums)}
-    const long zo = kk - R;
-    if (zo >= zb) {{
-      const long base = (zo * NY + y) * NX + x0;
-      if (x0 >= R && x0 + {vx} <= NX - R) {{ Vec o; {whole} *reinterpret_cast<Vec*>(dst + base) = o; }}
-      else {{ {lanes} }}
-    }}
-{after}
-  }}"""
-
-
-def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pn: int, h2: int = 0,
-            rot: int = 0) -> str:
+def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pn: int, h2: int = 0) -> str:
     p = cell.precision
     t, acc = p.ctype, p.acc_ctype
     r = cell.radius
     nm = 2 * r + 1
     nl = "\n"
-    prologue = ""
-    if pn:
+    lanes = " ".join(f"if (x0 + {i} >= R && x0 + {i} < NX - R) dst[base + {i}] = "
+                     f"{store(p, f'a[0][{i}]')};" for i in range(vx))
+    whole = " ".join(f"o.v[{i}] = {store(p, f'a[0][{i}]')};" for i in range(vx))
+    if pn:  # rows of the next plane in flight while this one is summed
+        fetch = (nl.join(f"    {s}" for s in _declare(cell, "", init="n")) + nl
+                 + "    if (k + 1 < ke) {\n"
+                 + nl.join(f"      {s}" for s in _rows(cell, vx, "n", "k + 1")) + "\n    }")
         prologue = (nl.join(f"  {s}" for s in _declare(cell, "n")) + nl
                     + nl.join(f"  {s}" for s in _rows(cell, vx, "n", "zb - R")))
-    copies = nm if rot else 1
-    steps = []
-    for u in range(copies):
-        if u:
-            steps.append(f"    if (k + {u} >= ke) break;")
-        steps.append(_step(cell, vx, pn, h2, u, rot))
+    else:
+        fetch = (nl.join(f"    {s}" for s in _declare(cell, "")) + nl
+                 + nl.join(f"    {s}" for s in _rows(cell, vx, "", "k")))
+        prologue = ""
+    body = nl.join(f"    {s}" for s in (_accumulate_h2(cell, vx) if h2
+                                          else _accumulate(cell, vx, "")))
     return f"""typedef {acc} ACC;
 extern "C" __global__ void __launch_bounds__({tx * ty})
 zbox(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
@@ -194,15 +154,28 @@ zbox(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
   const long ke = ze + R;  // input planes zb - R .. ze + R - 1
   ACC a[{nm}][{vx}] = {{}};
 {prologue}
-  for (long k = zb - R; k < ke; k += {copies}) {{
-{nl.join(steps)}
+  for (long k = zb - R; k < ke; ++k) {{
+{fetch}
+{body}
+    const long zo = k - R;
+    if (zo >= zb) {{
+      const long base = (zo * NY + y) * NX + x0;
+      if (x0 >= R && x0 + {vx} <= NX - R) {{ Vec o; {whole} *reinterpret_cast<Vec*>(dst + base) = o; }}
+      else {{ {lanes} }}
+    }}
+    #pragma unroll
+    for (int m = 0; m < {nm - 1}; ++m)
+      #pragma unroll
+      for (int l = 0; l < {vx}; ++l) a[m][l] = a[m + 1][l];
+    #pragma unroll
+    for (int l = 0; l < {vx}; ++l) a[{nm - 1}][l] = 0;
   }}
 }}
 """
 
 
 def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
-             pn: int = 1, h2: int = 0, rot: int = 0) -> Operator:
+             pn: int = 1, h2: int = 0) -> Operator:
     if cell.stencil.kind != "box" or cell.stencil.temporal:
         raise ValueError(f"zbox handles single-step box stencils, not {cell.stencil.name}")
     if vx not in (1, 2, 4, 8) or cell.shape.nx % vx:
@@ -211,8 +184,8 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
         raise ValueError(f"vx={vx} must be >= the radius {cell.radius} (x halo loads)")
     if vx * cell.precision.itemsize > 16:
         raise ValueError("vector loads of at most 16 bytes")
-    if pn not in (0, 1) or h2 not in (0, 1) or rot not in (0, 1):
-        raise ValueError("pn, h2 and rot: 0 or 1")
+    if pn not in (0, 1) or h2 not in (0, 1):
+        raise ValueError("pn and h2: 0 or 1")
     if h2 and (cell.precision is not Precision.FP16 or vx % 2):
         raise ValueError("h2 needs fp16 storage and an even vx (lane pairs)")
     nz_int = cell.shape.nz - 2 * cell.radius
@@ -220,9 +193,10 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
     align = cell.precision.itemsize * vx
     vec = f"struct __align__({align}) Vec {{ {cell.precision.ctype} v[{vx}]; }};\n"
     source = (header(cell) + extents(cell) + weight_defs(cell) + vec
-              + _kernel(cell, tx, ty, vx, lz, pn, h2, rot))
+              + _kernel(cell, tx, ty, vx, lz, pn, h2))
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty), cdiv(nz_int, lz))
     launch = Launch("zbox", grid, (tx, ty, 1), ("in", "out"))
     params = {"tx": tx, "ty": ty, "vx": vx, "lz": lz, "pn": pn}
-    params.update({k: 1 for k, v in (("h2", h2), ("rot", rot)) if v})
+    if h2:
+        params["h2"] = 1
     return Operator(cell.id, "zbox", params, source, (launch,))
