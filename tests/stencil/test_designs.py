@@ -88,6 +88,9 @@ CASES = [
     ("box_1", "zbox", {"tx": 8, "ty": 4, "vx": 4, "lz": 5, "h2": 1}, "fp16"),
     ("box_2", "zbox", {"tx": 8, "ty": 2, "vx": 8, "lz": 0, "pn": 0, "h2": 1}, "fp16"),
     ("box_2", "zbox", {"tx": 16, "ty": 4, "vx": 2, "lz": 4, "h2": 1}, "fp16"),
+    # fp64 weights in constant memory (the plane sweep's cw)
+    ("box_1", "planesweep", {"tx": 16, "ty": 2, "vx": 2, "ry": 4, "lz": 0, "cw": 1}, "fp64"),
+    ("box_2", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 2, "lz": 4, "cw": 1}, "fp64"),
     # planes staged by asynchronous copies (synchronous on the emulator: indexing, halo, ring)
     ("star_1", "ztile", {"tx": 8, "ty": 4, "vx": 4, "lz": 4, "st": 2}, "fp32"),
     ("star_1", "ztile", {"tx": 8, "ty": 2, "vx": 8, "lz": 5, "st": 1}, "fp16"),
@@ -161,7 +164,7 @@ def test_later_parameters_default_to_the_first_kernels() -> None:
     defaults to the pipelined rewrite (no table entry used the first kernel: it lost every cell
     on the H200), so its old kernel is asked for with pipe=0."""
     for stencil, design, extra in (("star_1", "zmarch", {"pf": 1, "smem": 0, "xs": 0, "pn": 0}),
-                                   ("box_1", "planesweep", {"h2": 0}),
+                                   ("box_1", "planesweep", {"h2": 0, "cw": 0}),
                                    ("star_1_t4", "temporal", {"pipe": 0, "fs": 0, "minb": 1,
                                                               "pf": 1, "cx": 1, "cy": 1})):
         cell = Cell(STENCILS[stencil], Shape(512, 512, 512), Precision.FP32)
@@ -198,6 +201,10 @@ def test_later_parameters_default_to_the_first_kernels() -> None:
                     {"smem": 1, "pn": 1}) is None
     assert mx.build("zbox", Cell(STENCILS["box_1"], cell.shape, Precision.FP32),
                     {"h2": 1}) is None
+    assert mx.build("zbox", Cell(STENCILS["box_1"], cell.shape, Precision.FP16),
+                    {"vx": 1, "h2": 1}) is None  # lane pairs need an even vx
+    assert mx.build("planesweep", Cell(STENCILS["box_1"], cell.shape, Precision.FP32),
+                    {"cw": 1}) is None
     assert mx.build("zbox", Cell(STENCILS["box_2"], cell.shape, Precision.FP16),
                     {"vx": 1}) is None  # the x halo of radius 2 needs 2 lanes
     assert mx.build("zbox", Cell(STENCILS["star_1"], cell.shape, Precision.FP32), {}) is None
@@ -254,6 +261,7 @@ def test_later_options_compile_with_nvcc(tmp_path) -> None:
     for stencil, design, variants in (
             ("box_1", "zbox", ({}, {"pn": 0}, {"h2": 1})),
             ("box_2", "zbox", ({}, {"h2": 1})),
+            ("box_2", "planesweep", ({"cw": 1},)),
             ("star_2", "zmarch", ({"pn": 1}, {"h2": 1, "pf": 2}, {"pn": 1, "xs": 1})),
             ("varcoeff_star_1", "zmarch", ({"h2": 1}, {"pn": 1}))):
         for prec in Precision:
@@ -261,10 +269,31 @@ def test_later_options_compile_with_nvcc(tmp_path) -> None:
             for extra in variants:
                 op = mx.build(design, cell, {**mx.defaults(design, cell), **extra})
                 if op is None:
-                    assert "h2" in extra and prec is not Precision.FP16, (cell.id, extra)
+                    assert (("h2" in extra and prec is not Precision.FP16)
+                            or ("cw" in extra and prec is not Precision.FP64)), (cell.id, extra)
                     continue
                 ops.append(op)
     assert len(ops) >= 20
     built = compile_all(ops, tmp_path)
     failed = [(b.op.cell_id, b.op.key, b.log[-300:]) for b in built if not b.ok]
     assert not failed, failed
+
+
+@pytest.mark.parametrize("design", ["zbox", "zmarch", "planesweep", "ztile", "temporal"])
+def test_distinct_kernels_have_distinct_keys(design: str) -> None:
+    """The forge caches compiled runners by ``op.key``: a parameter changed from the defaults
+    either leaves the source alone or changes the key (a parameter left out of the key would
+    have one key name two kernels)."""
+    for stencil in ("star_1", "box_1", "box_2", "varcoeff_star_1", "star_1_t4"):
+        for prec in Precision:
+            cell = Cell(STENCILS[stencil], Shape(512, 512, 512), prec)
+            if design not in mx.applicable(cell):
+                continue
+            base = mx.defaults(design, cell)
+            seen: dict[str, str] = {}
+            for name, values in mx.space(design, cell).items():
+                for value in values:
+                    op = mx.build(design, cell, {**base, name: value})
+                    if op is not None:
+                        assert seen.setdefault(op.key, op.source) == op.source, \
+                            (cell.id, name, value)

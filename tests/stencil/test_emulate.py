@@ -284,6 +284,20 @@ def test_invalid_launches_are_launch_errors(hand: emu.Module) -> None:
         hand.launch("nope", [a, b], (1, 1, 1), (64, 1, 1))
 
 
+def test_a_block_larger_than_the_launch_bounds_is_refused() -> None:
+    """The emulator compiles __launch_bounds__ away; a GPU refuses such a launch."""
+    src = ('extern "C" __global__ void __launch_bounds__(64, 2)\n'
+           'bounded(const float* a, float* b) {\n'
+           '  const int i = blockIdx.x * blockDim.x + threadIdx.x; b[i] = a[i];\n}\n')
+    assert emu.launch_bounds(src) == {"bounded": 64}
+    mod = emu.compile_source(src, ("bounded",))
+    a, b = np.ones(128, np.float32), np.zeros(128, np.float32)
+    mod.launch("bounded", [a, b], (2, 1, 1), (64, 1, 1))
+    assert (b == 1).all()
+    with pytest.raises(LaunchError, match=r"__launch_bounds__\(64\)"):
+        mod.launch("bounded", [a, b], (1, 1, 1), (128, 1, 1))
+
+
 def test_compile_error_carries_the_compiler_log() -> None:
     src = 'extern "C" __global__ void broken(float* out) {\n  out[0] = undefined_name;\n}\n'
     with pytest.raises(CompileError) as info:

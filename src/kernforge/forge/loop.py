@@ -56,6 +56,8 @@ IDEAS = {
           "requests per point: the star kernels are L2-throughput-bound on the H200)",
     "pn": "z-marching: the x/y neighbours of the next plane loaded during this one (latency "
           "of L1 misses off the critical path; more registers)",
+    "cw": "plane sweep, fp64: weights in constant memory (a DFMA takes no 64-bit immediate: "
+          "two moves per FMA with literal weights)",
     "st": "ztile: planes requested ahead by asynchronous copies into the shared-memory ring",
 }
 
@@ -125,7 +127,7 @@ def round_plan(rounds: int, changes: Sequence[str] | None = None) -> list[str]:
         return list(changes)
     # the likeliest wins first (the H200's first run: parallelism and bytes in flight)
     order = ["design", "pf", "lz", "vx", "ry", "h2", "cx", "ty", "tx", "cy", "fs", "smem",
-             "minb", "pipe", "block", "st", "xs", "pn", "lz", "pf"]
+             "minb", "pipe", "block", "st", "xs", "pn", "cw", "lz", "pf"]
     return order[:rounds]
 
 

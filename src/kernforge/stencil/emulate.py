@@ -33,6 +33,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -40,7 +41,7 @@ import tempfile
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +158,7 @@ class Module:
     entries: tuple[str, ...]
     lib: Any
     lock: threading.Lock
+    bounds: Mapping[str, int] = field(default_factory=dict)  # entry -> __launch_bounds__
 
     def params(self, entry: str) -> list[int]:
         """Per parameter: the pointee's size for a pointer (0 for void*), -1 for a scalar."""
@@ -177,6 +179,12 @@ class Module:
         """Run ``entry<<<grid, block, shared_bytes>>>(arrays...)``; ``order``: the linear
         block indices in the order to run them (a permutation; None: x fastest, then y, z)."""
         check_launch(entry, tuple(grid), tuple(block), shared_bytes)
+        limit = self.bounds.get(entry)
+        if limit is not None and int(np.prod(block)) > limit:
+            # the emulator ignores __launch_bounds__; a GPU refuses the launch
+            raise LaunchError(f"{entry}: a block of {tuple(block)} threads exceeds the kernel's "
+                              f"__launch_bounds__({limit})", hint="launch at most that many "
+                              "threads per block or raise the bound")
         sizes = self.params(entry)
         if len(sizes) != len(arrays):
             raise LaunchError(f"{entry} takes {len(sizes)} parameters, the launch passes "
@@ -232,6 +240,15 @@ def check_launch(entry: str, grid: tuple[int, ...], block: tuple[int, ...],
                           hint=f"at most {MAX_SHARED_BYTES}")
 
 
+_BOUNDS = re.compile(r"__launch_bounds__\s*\(\s*(\d+)\s*(?:,[^)]*)?\)\s*(\w+)\s*\(")
+
+
+def launch_bounds(source: str) -> dict[str, int]:
+    """Entry name -> the maximum threads per block its ``__launch_bounds__`` declares (literal
+    bounds only)."""
+    return {m.group(2): int(m.group(1)) for m in _BOUNDS.finditer(source)}
+
+
 def compile_source(source: str, entries: Iterable[str],
                    defines: Mapping[str, object] | None = None) -> Module:
     """Compile CUDA ``source`` for the host with a launcher per entry (cached on disk and here);
@@ -245,7 +262,8 @@ def compile_source(source: str, entries: Iterable[str],
     path = _compile(code, FLAGS, f"emulated {', '.join(names)}")
     with _lock:
         if str(path) not in _loaded:
-            _loaded[str(path)] = Module(path, names, ctypes.CDLL(str(path)), threading.Lock())
+            _loaded[str(path)] = Module(path, names, ctypes.CDLL(str(path)), threading.Lock(),
+                                        launch_bounds(source))
         return _loaded[str(path)]
 
 

@@ -61,10 +61,10 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
         return {"vx": widths[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
                 "tx": (32, 64, 16), "st": (2, 1, 3, 4)}
     if design == "zbox":
-        # 16-byte loads at most; the narrower width first (ptxas for sm_90, box_1 512^3: fp32
-        # vx=2 32 registers, vx=4 46; fp16 vx=4 42, vx=8 75)
+        # 16-byte loads at most (ptxas for sm_90, box_1 512^3: fp32 vx=4 46 registers and 44.5
+        # instructions per output, vx=2 32 and 57, the plane sweep ~60; fp16 vx=4 42, vx=8 75)
         lanes: dict[Precision, tuple[int, ...]] = {
-            Precision.FP16: (4, 8), Precision.FP32: (2, 4), Precision.FP64: (2,)}
+            Precision.FP16: (4, 8), Precision.FP32: (4, 2), Precision.FP64: (2,)}
         zb: dict[str, tuple[Any, ...]] = {
             "vx": lanes[cell.precision], "lz": (32, 64, 16, 8, 128), "ty": (8, 4, 16),
             "tx": (32, 64, 16), "pn": (1, 0)}
@@ -76,6 +76,8 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
                                           "ty": (4, 8, 2), "vx": (1, 2), "tx": (32, 64)}
         if cell.precision is Precision.FP16:
             sp["h2"] = (0, 1)
+        if cell.precision is Precision.FP64:
+            sp["cw"] = (0, 1)
         return sp
     if design == "temporal":
         ty = (16, 32) if cell.precision is Precision.FP64 else (32, 16)

@@ -47,6 +47,16 @@ def weight_defs(cell: Cell) -> str:
                    for name, w in zip(weight_names(cell), cell.stencil.weights, strict=True))
 
 
+def constant_weight_defs(cell: Cell) -> str:
+    """The weights as a ``__constant__`` array with ``W0, W1, ...`` naming its elements: fp64
+    FMAs cannot take a 64-bit immediate, so literal weights cost two uniform moves per DFMA
+    (sm_90 SASS); a constant-bank operand costs none."""
+    acc = cell.precision.acc_ctype
+    lits = ", ".join(literal(w, cell.precision) for w in cell.stencil.weights)
+    names = "".join(f"#define {n} KW[{i}]\n" for i, n in enumerate(weight_names(cell)))
+    return f"__constant__ {acc} KW[{cell.stencil.points}] = {{{lits}}};\n{names}"
+
+
 def half2_weights(cell: Cell) -> str:
     """Kernel-local ``__half2`` copies ``H0, H1, ...`` of the weights (fp16 arithmetic)."""
     return "".join(f"  const __half2 H{i} = __float2half2_rn({literal(w, cell.precision)});\n"

@@ -15,13 +15,16 @@ outputs are computed together in ``__half2`` arithmetic (``HFMA2``: two FMAs per
 pairs built once per staged value), and each input plane's partial sum per output and output
 plane ((2R+1)^2 terms) is added into the fp32 accumulators, so half precision only ever holds one
 plane's partial sum. Shared memory halves; the FMA instructions per output halve.
+
+``cw=1`` (fp64): the weights in a ``__constant__`` array instead of literals (a DFMA cannot take
+a 64-bit immediate: two uniform moves per FMA in the sm_90 SASS of the literal form).
 """
 
 from __future__ import annotations
 
 from ..operator import Launch, Operator
 from ..spec import Cell, Precision
-from .common import cdiv, extents, header, load, store, weight_names
+from .common import cdiv, constant_weight_defs, extents, header, load, store, weight_names
 
 
 def _weight_table(cell: Cell) -> dict[tuple[int, int, int], str]:
@@ -79,7 +82,8 @@ def _accumulate_h2(cell: Cell, vx: int, ry: int, buf: str) -> list[str]:
     return lines
 
 
-def _source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int = 0) -> str:
+def _source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int = 0,
+            cw: int = 0) -> str:
     p = cell.precision
     t = p.ctype
     r = cell.radius
@@ -87,6 +91,8 @@ def _source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int = 0
     sw, sh = bx + 2 * r, by + 2 * r
     per = cdiv(sw * sh, tx * ty)
     weights = "".join(f"constexpr ACC {n} = {lit};\n" for n, lit in _literals(cell))
+    if cw:
+        weights = constant_weight_defs(cell)
     # the staged planes: ACC values (converted on load), or raw __half with half2 weights (h2)
     stage, value, zero = "ACC", load(p, "src[(k * NY + gy) * NX + gx]"), "(ACC)0"
     acc_body = "\n      ".join(_accumulate(cell, vx, ry, "cur"))
@@ -175,20 +181,22 @@ def shared_bytes(cell: Cell, tx: int, ty: int, vx: int, ry: int, h2: int = 0) ->
 
 
 def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
-             lz: int = 0, h2: int = 0) -> Operator:
+             lz: int = 0, h2: int = 0, cw: int = 0) -> Operator:
     if cell.stencil.temporal or cell.stencil.kind == "varcoeff":
         raise ValueError(f"planesweep handles single-step constant-coefficient stencils, "
                          f"not {cell.stencil.name}")
     if h2 and (cell.precision is not Precision.FP16 or ry % 2):
         raise ValueError("h2 needs fp16 storage and an even ry (vertical output pairs)")
+    if cw not in (0, 1) or (cw and cell.precision is not Precision.FP64):
+        raise ValueError("cw (weights in constant memory) is for fp64 (no 64-bit immediates)")
     if shared_bytes(cell, tx, ty, vx, ry, h2) > 48 * 1024:
         raise ValueError("the staged planes exceed 48 KiB of static shared memory")
     nz_int = cell.shape.nz - 2 * cell.radius
     lz = nz_int if lz <= 0 else min(lz, nz_int)
-    source = _source(cell, tx, ty, vx, ry, lz, h2)
+    source = _source(cell, tx, ty, vx, ry, lz, h2, cw)
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty * ry), cdiv(nz_int, lz))
     launch = Launch("planesweep", grid, (tx, ty, 1), ("in", "out"))
     params = {"tx": tx, "ty": ty, "vx": vx, "ry": ry, "lz": lz}
-    if h2:  # absent at its first value: the operators of earlier tables keep their keys
-        params["h2"] = 1
+    # absent at their first value: the operators of earlier tables keep their keys
+    params.update({k: 1 for k, v in (("h2", h2), ("cw", cw)) if v})
     return Operator(cell.id, "planesweep", params, source, (launch,))

@@ -25,7 +25,17 @@ from __future__ import annotations
 
 from ..operator import Launch, Operator
 from ..spec import Cell, Precision
-from .common import cdiv, extents, half2_weights, header, load, store, weight_defs, weight_names
+from .common import (
+    cdiv,
+    constant_weight_defs,
+    extents,
+    half2_weights,
+    header,
+    load,
+    store,
+    weight_defs,
+    weight_names,
+)
 
 
 def _rows(cell: Cell, vx: int, prefix: str, plane: str) -> list[str]:
@@ -192,7 +202,9 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
     lz = nz_int if lz <= 0 else min(lz, nz_int)
     align = cell.precision.itemsize * vx
     vec = f"struct __align__({align}) Vec {{ {cell.precision.ctype} v[{vx}]; }};\n"
-    source = (header(cell) + extents(cell) + weight_defs(cell) + vec
+    weights = (constant_weight_defs(cell) if cell.precision is Precision.FP64
+               else weight_defs(cell))
+    source = (header(cell) + extents(cell) + weights + vec
               + _kernel(cell, tx, ty, vx, lz, pn, h2))
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty), cdiv(nz_int, lz))
     launch = Launch("zbox", grid, (tx, ty, 1), ("in", "out"))
