@@ -91,6 +91,9 @@ CASES = [
     # fp64 weights in constant memory (the plane sweep's cw)
     ("box_1", "planesweep", {"tx": 16, "ty": 2, "vx": 2, "ry": 4, "lz": 0, "cw": 1}, "fp64"),
     ("box_2", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 2, "lz": 4, "cw": 1}, "fp64"),
+    ("star_2", "zmarch", {"tx": 8, "ty": 4, "vx": 2, "lz": 3, "pf": 2, "cw": 1}, "fp64"),
+    ("varcoeff_star_1", "zmarch", {"tx": 8, "ty": 4, "vx": 2, "lz": 4, "xs": 1, "cw": 1},
+     "fp64"),
     # planes staged by asynchronous copies (synchronous on the emulator: indexing, halo, ring)
     ("star_1", "ztile", {"tx": 8, "ty": 4, "vx": 4, "lz": 4, "st": 2}, "fp32"),
     ("star_1", "ztile", {"tx": 8, "ty": 2, "vx": 8, "lz": 5, "st": 1}, "fp16"),
@@ -163,7 +166,7 @@ def test_later_parameters_default_to_the_first_kernels() -> None:
     (the dispatch table's operators and their source hashes do not move). The temporal design
     defaults to the pipelined rewrite (no table entry used the first kernel: it lost every cell
     on the H200), so its old kernel is asked for with pipe=0."""
-    for stencil, design, extra in (("star_1", "zmarch", {"pf": 1, "smem": 0, "xs": 0, "pn": 0}),
+    for stencil, design, extra in (("star_1", "zmarch", {"pf": 1, "smem": 0, "xs": 0, "pn": 0, "cw": 0}),
                                    ("box_1", "planesweep", {"h2": 0, "cw": 0}),
                                    ("star_1_t4", "temporal", {"pipe": 0, "fs": 0, "minb": 1,
                                                               "pf": 1, "cx": 1, "cy": 1})):
@@ -262,6 +265,7 @@ def test_later_options_compile_with_nvcc(tmp_path) -> None:
             ("box_1", "zbox", ({}, {"pn": 0}, {"h2": 1})),
             ("box_2", "zbox", ({}, {"h2": 1})),
             ("box_2", "planesweep", ({"cw": 1},)),
+            ("star_2", "zmarch", ({"cw": 1},)),
             ("star_2", "zmarch", ({"pn": 1}, {"h2": 1, "pf": 2}, {"pn": 1, "xs": 1})),
             ("varcoeff_star_1", "zmarch", ({"h2": 1}, {"pn": 1}))):
         for prec in Precision:

@@ -54,6 +54,8 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
             "tx": (32, 64, 16), "pf": (1, 2, 4), "smem": (0, 1), "xs": (0, 1), "pn": (0, 1)}
         if cell.precision is Precision.FP16:
             zs["h2"] = (0, 1)
+        if cell.precision is Precision.FP64:
+            zs["cw"] = (0, 1)
         return zs
     if design == "ztile":
         widths: dict[Precision, tuple[int, ...]] = {  # 16 bytes at most (fp64: 2 lanes)

@@ -11,8 +11,9 @@ Parameters: ``tx, ty`` (block), ``vx`` (lanes per thread: 1, 2, 4 or 8), ``lz`` 
 block; 0 = the whole interior), ``pf`` (planes in flight per thread), ``smem`` (stage each
 plane's tile in shared memory), ``xs`` (the x halo by warp shuffles instead of scalar
 loads) and ``pn`` (the x and y neighbours loaded one plane ahead): see :mod:`.zmarch_staged`;
-``h2`` (fp16: ``__half2`` arithmetic): see :mod:`.zmarch_h2`; ``pf=1, smem=0, xs=0, pn=0,
-h2=0`` is this module's kernel.
+``h2`` (fp16: ``__half2`` arithmetic): see :mod:`.zmarch_h2`; ``cw`` (fp64: the weights in
+constant memory, no 64-bit immediates: :func:`.common.constant_weight_defs`); ``pf=1, smem=0,
+xs=0, pn=0, h2=0`` is this module's kernel.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 from ..operator import Launch, Operator
 from ..spec import Cell, Precision
 from . import zmarch_h2, zmarch_staged
-from .common import cdiv, extents, header, load, ping_pong, store, weight_defs
+from .common import cdiv, constant_weight_defs, extents, header, load, ping_pong, store, weight_defs
 
 
 def _vec_struct(cell: Cell, vx: int) -> str:
@@ -103,7 +104,7 @@ zmarch(const {t}* __restrict__ src, {coef}{t}* __restrict__ dst) {{
 
 
 def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf: int = 1,
-             smem: int = 0, xs: int = 0, pn: int = 0, h2: int = 0) -> Operator:
+             smem: int = 0, xs: int = 0, pn: int = 0, h2: int = 0, cw: int = 0) -> Operator:
     if cell.stencil.kind not in ("star", "varcoeff"):
         raise ValueError(f"zmarch handles star stencils, not {cell.stencil.name}")
     if cell.shape.nx % vx:
@@ -116,17 +117,21 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf
         raise ValueError("pn (neighbours loaded a plane ahead) is for the unstaged kernel")
     if h2 and (cell.precision is not Precision.FP16 or vx % 2 or smem or xs or pn):
         raise ValueError("h2 needs fp16, an even vx and smem=xs=pn=0")
+    if cw not in (0, 1) or (cw and cell.precision is not Precision.FP64):
+        raise ValueError("cw (weights in constant memory) is for fp64")
     if xs and smem:
         raise ValueError("xs (x halo by warp shuffles) is for the unstaged kernel (smem=0)")
     if smem and (ty < 2 * cell.radius or tx < 2):
         raise ValueError(f"smem=1 needs ty >= {2 * cell.radius} and tx >= 2 (halo loads)")
     nz_int = cell.shape.nz - 2 * cell.radius
     lz = nz_int if lz <= 0 else min(lz, nz_int)
-    head = header(cell) + extents(cell) + weight_defs(cell) + _vec_struct(cell, vx)
+    weights = constant_weight_defs(cell) if cw else weight_defs(cell)
+    head = header(cell) + extents(cell) + weights + _vec_struct(cell, vx)
     params = {"tx": tx, "ty": ty, "vx": vx, "lz": lz}
     # pf and smem appear only with a value of their own, so the first kernel keeps its keys
     params.update({k: v for k, v, first in (("pf", pf, 1), ("smem", smem, 0), ("xs", xs, 0),
-                                             ("pn", pn, 0), ("h2", h2, 0)) if v != first})
+                                             ("pn", pn, 0), ("h2", h2, 0), ("cw", cw, 0))
+                   if v != first})
     shared = zmarch_staged.shared_bytes(cell, tx, ty, vx) if smem else 0
     if shared > zmarch_staged.MAX_SHARED:
         raise ValueError("the staged planes exceed the shared memory of a block")
