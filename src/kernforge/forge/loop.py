@@ -56,8 +56,8 @@ IDEAS = {
           "requests per point: the star kernels are L2-throughput-bound on the H200)",
     "pn": "z-marching: the x/y neighbours of the next plane loaded during this one (latency "
           "of L1 misses off the critical path; more registers)",
-    "cw": "plane sweep and z-marching, fp64: weights in constant memory (a DFMA takes no 64-bit immediate: "
-          "two moves per FMA with literal weights)",
+    "cw": "plane sweep and z-marching, fp64: weights in constant memory (a DFMA takes no "
+          "64-bit immediate: two moves per FMA with literal weights)",
     "st": "ztile: planes requested ahead by asynchronous copies into the shared-memory ring",
 }
 
