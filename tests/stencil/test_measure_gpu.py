@@ -120,6 +120,9 @@ def test_stencil_bench_two_small_cells(device, tmp_path):
     ("zbox", "box_2/104x48x36/fp16", {"tx": 8, "ty": 8, "vx": 4, "lz": 7, "pn": 0}),
     ("zbox", "box_1/104x48x36/fp16", {"tx": 32, "ty": 8, "vx": 4, "lz": 9, "h2": 1}),
     ("zbox", "box_2/104x48x36/fp16", {"tx": 16, "ty": 4, "vx": 8, "lz": 0, "h2": 1}),
+    # fp64 weights in constant memory
+    ("planesweep", "box_1/104x48x36/fp64", {"tx": 32, "ty": 4, "vx": 1, "ry": 4, "lz": 9, "cw": 1}),
+    ("zmarch", "star_2/104x48x36/fp64", {"tx": 32, "ty": 8, "vx": 2, "lz": 7, "cw": 1}),
 ])
 def test_later_kernels_match_the_oracle_on_the_gpu(device, design, cell_id, params):
     """The host emulator runs ztile's copies synchronously, models the shuffles and cannot see
