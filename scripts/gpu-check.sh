@@ -3,8 +3,8 @@
 # benchmarks, print a short summary last. The log ($OUT/all.log), tables and JSON land in $OUT
 # (at most 8 files come back from the device machine).
 #   device run, carry [".whl", ".carry"]:  bash scripts/gpu-check.sh [bench_replay_gpu.py args]
-#   GPU_STEPS="pytest-gpu stencil-forge" runs only those steps; FORGE_ROUNDS, FORGE_LIMIT and
-#   BENCH_LIMIT tune the stencil steps (FORGE_GPUS: forge processes, default one per GPU) (.carry/halide.tar.xz: ../shared/device/halide.sh);
+#   GPU_STEPS="pytest-gpu stencil-forge" runs only those steps; FORGE_ROUNDS, FORGE_LIMIT,
+#   FORGE_ARGS (more stencil_forge.py arguments) and BENCH_LIMIT tune the stencil steps (FORGE_GPUS: forge processes, default one per GPU) (.carry/halide.tar.xz: ../shared/device/halide.sh);
 #   GPU_STEPS="scaling" (nvidia-h200-x2/x4) measures the service over 1..N GPUs;
 #   GPU_STEPS="stencil-profile" runs Nsight Compute on PROFILE_CELLS (scripts/profile_stencil.py)
 # (.whl is made here with: ../shared/device/wheels.sh tree-sitter tree-sitter-c
@@ -53,8 +53,11 @@ step demo 240 python3 -m kernforge demo --backend cuda --out "$demo_dir"
 # one forge process per visible GPU (FORGE_GPUS), each over a balanced share of the cells; the
 # rounds stop in time for the final zero-regression pass (budget = the step's limit - 45 s)
 forge_limit=${FORGE_LIMIT:-540}
+# FORGE_ARGS: more forge arguments, e.g. "--stencils box_1 box_2 --seed-design zbox --changes vx,lz"
+# shellcheck disable=SC2086
 step stencil-forge "$forge_limit" python3 scripts/stencil_forge.py --rounds "${FORGE_ROUNDS:-8}" \
-  --gpus "${FORGE_GPUS:-$(nvidia-smi -L | wc -l)}" --budget $((forge_limit - 45)) --out "$OUT/forge"
+  --gpus "${FORGE_GPUS:-$(nvidia-smi -L | wc -l)}" --budget $((forge_limit - 45)) --out "$OUT/forge" \
+  ${FORGE_ARGS:-}
 # kept on the machine for a later call's bench (BENCH_TABLE=/tmp/kf-forge/matrix.json)
 [ -s "$OUT/forge/matrix.json" ] && mkdir -p /tmp/kf-forge && cp "$OUT/forge/matrix.json" /tmp/kf-forge/
 # the bench dispatches through the table this run just forged, when there is one
