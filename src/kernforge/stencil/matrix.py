@@ -43,6 +43,16 @@ def applicable(cell: Cell) -> list[str]:
     return ["zmarch", "ztile", "planesweep", "naive"]
 
 
+def _precision_options(cell: Cell, *, cw: bool = True) -> dict[str, tuple[Any, ...]]:
+    """Options that exist for one precision only: ``h2`` (fp16 pairs in ``__half2``
+    arithmetic) and ``cw`` (fp64 weights in constant memory)."""
+    if cell.precision is Precision.FP16:
+        return {"h2": (0, 1)}
+    if cell.precision is Precision.FP64 and cw:
+        return {"cw": (0, 1)}
+    return {}
+
+
 def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
     """Each parameter's values, the default first."""
     if design == "naive":
@@ -52,11 +62,7 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
         zs: dict[str, tuple[Any, ...]] = {
             "vx": vx[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
             "tx": (32, 64, 16), "pf": (1, 2, 4), "smem": (0, 1), "xs": (0, 1), "pn": (0, 1)}
-        if cell.precision is Precision.FP16:
-            zs["h2"] = (0, 1)
-        if cell.precision is Precision.FP64:
-            zs["cw"] = (0, 1)
-        return zs
+        return {**zs, **_precision_options(cell)}
     if design == "ztile":
         widths: dict[Precision, tuple[int, ...]] = {  # 16 bytes at most (fp64: 2 lanes)
             Precision.FP16: (8, 4), Precision.FP32: (4, 2), Precision.FP64: (2,)}
@@ -70,17 +76,12 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
         zb: dict[str, tuple[Any, ...]] = {
             "vx": lanes[cell.precision], "lz": (32, 64, 16, 8, 128), "ty": (8, 4, 16),
             "tx": (32, 64, 16), "pn": (1, 0)}
-        if cell.precision is Precision.FP16:
-            zb["h2"] = (0, 1)
-        return zb
+        return {**zb, **_precision_options(cell, cw=False)}  # zbox: fp64 weights always in
+        # constant memory (no table entry predates it)
     if design == "planesweep":
         sp: dict[str, tuple[Any, ...]] = {"ry": (4, 2, 8), "lz": (64, 32, 128, 16),
                                           "ty": (4, 8, 2), "vx": (1, 2), "tx": (32, 64)}
-        if cell.precision is Precision.FP16:
-            sp["h2"] = (0, 1)
-        if cell.precision is Precision.FP64:
-            sp["cw"] = (0, 1)
-        return sp
+        return {**sp, **_precision_options(cell)}
     if design == "temporal":
         ty = (16, 32) if cell.precision is Precision.FP64 else (32, 16)
         return {"lz": (64, 128, 32, 16, 0), "ty": ty, "tx": (32, 64), "pipe": (1, 0),

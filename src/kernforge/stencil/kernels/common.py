@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from ..spec import Cell, Precision
@@ -33,6 +35,16 @@ def store(precision: Precision, value: str) -> str:
     if precision is Precision.FP16:
         return f"__float2half_rn({value})"
     return value
+
+
+def lane_stores(vx: int, value: Callable[[int], str]) -> tuple[str, str]:
+    """The two halves of a z-marching thread's store of ``vx`` lanes at ``dst + base``:
+    ``whole`` fills ``Vec o`` (for an all-interior vector) and ``lanes`` stores each interior
+    lane alone; ``value(i)`` is lane ``i``'s stored expression."""
+    whole = " ".join(f"o.v[{i}] = {value(i)};" for i in range(vx))
+    lanes = " ".join(f"if (x0 + {i} >= R && x0 + {i} < NX - R) dst[base + {i}] = {value(i)};"
+                     for i in range(vx))
+    return whole, lanes
 
 
 def weight_names(cell: Cell) -> list[str]:

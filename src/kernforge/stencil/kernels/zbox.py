@@ -31,6 +31,7 @@ from .common import (
     extents,
     half2_weights,
     header,
+    lane_stores,
     load,
     store,
     weight_defs,
@@ -138,9 +139,7 @@ def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pn: int, h2: int = 0
     r = cell.radius
     nm = 2 * r + 1
     nl = "\n"
-    lanes = " ".join(f"if (x0 + {i} >= R && x0 + {i} < NX - R) dst[base + {i}] = "
-                     f"{store(p, f'a[0][{i}]')};" for i in range(vx))
-    whole = " ".join(f"o.v[{i}] = {store(p, f'a[0][{i}]')};" for i in range(vx))
+    whole, lanes = lane_stores(vx, lambda i: store(p, f"a[0][{i}]"))
     if pn:  # rows of the next plane in flight while this one is summed
         fetch = (nl.join(f"    {s}" for s in _declare(cell, "", init="n")) + nl
                  + "    if (k + 1 < ke) {\n"

@@ -20,7 +20,7 @@ inside the fp16 gate (1e-2) for the star stencils here (7 and 13 points).
 from __future__ import annotations
 
 from ..spec import Cell
-from .common import half2_weights, weight_names
+from .common import half2_weights, lane_stores, weight_names
 
 
 def _lane(vx: int, i: int, plane: str) -> str:
@@ -88,8 +88,7 @@ def _sub(cell: Cell, u: int, vx: int, pf: int) -> str:
         lines.append(f"      const __half xl{d} = src[base - {d}], xr{d} = src[base + {vx - 1 + d}];")
     lines.append(f"      __half2 res[{npair}];")
     lines += [f"      {s}" for s in _sums(cell, vx, u)]
-    lanes = " ".join(f"if (x0 + {i} >= R && x0 + {i} < NX - R) dst[base + {i}] = "
-                     f"{_lane(vx, i, 'res')};" for i in range(vx))
+    _, lanes = lane_stores(vx, lambda i: _lane(vx, i, "res"))
     lines.append(f"      if (x0 >= R && x0 + {vx} <= NX - R) {{\n        Vec o;\n"
                  f"        #pragma unroll\n        for (int k = 0; k < {npair}; ++k) "
                  f"reinterpret_cast<__half2*>(o.v)[k] = res[k];\n"

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..spec import Cell
-from .common import load, store, weight_names
+from .common import lane_stores, load, store, weight_names
 
 MAX_SHARED = 227 * 1024
 
@@ -195,9 +195,7 @@ def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, smem: int,
     qn = 2 * r + 1
     var = cell.stencil.kind == "varcoeff"
     coef = f"const {t}* __restrict__ coef, " if var else ""
-    lanes = " ".join(f"if (x0 + {lane} >= R && x0 + {lane} < NX - R) dst[base + {lane}] = "
-                     f"{store(p, f'res[{lane}]')};" for lane in range(vx))
-    whole = " ".join(f"o.v[{lane}] = {store(p, f'res[{lane}]')};" for lane in range(vx))
+    whole, lanes = lane_stores(vx, lambda i: store(p, f"res[{i}]"))
     stores = (f"        if (x0 >= R && x0 + {vx} <= NX - R) {{ Vec o; {whole} "
               f"*reinterpret_cast<Vec*>(dst + base) = o; }}\n        else {{ {lanes} }}")
     act = "y >= R && y < NY - R && x0 < NX - R && x0 + VX > R"

@@ -29,7 +29,7 @@ from __future__ import annotations
 from ..operator import Launch, Operator
 from ..spec import Cell
 from . import zmarch_staged
-from .common import cdiv, extents, header, load, ping_pong, store, weight_defs
+from .common import cdiv, extents, header, lane_stores, load, ping_pong, store, weight_defs
 
 MAX_SHARED = zmarch_staged.MAX_SHARED
 
@@ -80,9 +80,7 @@ def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, st: int) -> str:
         body.append(f"const ACC xl{d} = {load(p, f'cur[so - {d}]')}, "
                     f"xr{d} = {load(p, f'cur[so + {vx - 1 + d}]')};")
     body += zmarch_staged.lane_sums(cell, vx, lambda v: load(p, v), "")
-    lanes = " ".join(f"if (x0 + {lane} >= R && x0 + {lane} < NX - R) dst[base + {lane}] = "
-                     f"{store(p, f'res[{lane}]')};" for lane in range(vx))
-    whole = " ".join(f"o.v[{lane}] = {store(p, f'res[{lane}]')};" for lane in range(vx))
+    whole, lanes = lane_stores(vx, lambda i: store(p, f"res[{i}]"))
     push = "\n".join(f"      q[{qn - 1}][{lane}] = {load(p, f'c.v[{lane}]')};"
                      for lane in range(vx))
     prime = "\n".join(f"      q[j][{lane}] = {load(p, f'c.v[{lane}]')};" for lane in range(vx))
