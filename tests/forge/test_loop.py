@@ -74,6 +74,24 @@ def test_a_parameter_round_never_offers_the_incumbent_again() -> None:
                                      "cx", "cy", "minb", "fs"} <= set(plan)
 
 
+def test_an_option_the_incumbent_excludes_is_offered_without_the_conflict() -> None:
+    """``ry`` needs the plain z-marching kernel: an incumbent with ``pn`` (or with ``pf`` and
+    ``xs`` together) is offered ``ry`` with the conflicting options set back to their defaults,
+    its geometry kept; an option that builds as asked keeps every other option."""
+    from kernforge.forge.loop import Incumbent, _candidates
+
+    cell = Cell(STENCILS["star_2"], Shape(64, 32, 16), Precision.FP32)
+    keys = [op.key for op in _candidates(
+        cell, Incumbent("zmarch", {"tx": 32, "ty": 8, "vx": 4, "lz": 8, "pn": 1}), "ry")]
+    assert keys == ["zmarch[lz=8,ry=2,tx=32,ty=8,vx=4]", "zmarch[lz=8,ry=4,tx=32,ty=8,vx=4]"]
+    keys = [op.key for op in _candidates(
+        cell, Incumbent("zmarch", {"tx": 16, "ty": 4, "vx": 4, "lz": 8, "pf": 2, "xs": 1}), "sc")]
+    assert keys == ["zmarch[lz=8,sc=1,tx=16,ty=4,vx=4]"]
+    keys = [op.key for op in _candidates(
+        cell, Incumbent("zmarch", {"tx": 32, "ty": 8, "vx": 4, "lz": 8, "ry": 2}), "sc")]
+    assert keys == ["zmarch[lz=8,ry=2,sc=1,tx=32,ty=8,vx=4]"]
+
+
 def test_the_design_round_also_offers_the_incumbents_geometry() -> None:
     """A new design is screened at its defaults and with the incumbent's values of the
     parameters the two share, so it is not judged on a worse tile than the incumbent's."""

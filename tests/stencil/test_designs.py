@@ -94,6 +94,16 @@ CASES = [
     ("star_2", "zmarch", {"tx": 8, "ty": 4, "vx": 2, "lz": 3, "pf": 2, "cw": 1}, "fp64"),
     ("varcoeff_star_1", "zmarch", {"tx": 8, "ty": 4, "vx": 2, "lz": 4, "xs": 1, "cw": 1},
      "fp64"),
+    # rows per thread (y neighbours from the own queues) and streaming stores: both radii, a
+    # block of rows past the last row (22 rows), varcoeff, every precision, the temporal chain
+    ("star_1", "zmarch", {"tx": 8, "ty": 4, "vx": 4, "lz": 4, "ry": 2}, "fp32"),
+    ("star_1", "zmarch", {"tx": 8, "ty": 2, "vx": 8, "lz": 0, "ry": 4, "sc": 1}, "fp16"),
+    ("star_2", "zmarch", {"tx": 8, "ty": 4, "vx": 2, "lz": 3, "ry": 4, "cw": 1}, "fp64"),
+    ("star_2", "zmarch", {"tx": 16, "ty": 2, "vx": 4, "lz": 5, "ry": 2, "sc": 1}, "fp32"),
+    ("star_2", "zmarch", {"tx": 8, "ty": 4, "vx": 4, "lz": 6, "sc": 1}, "fp64"),
+    ("varcoeff_star_1", "zmarch", {"tx": 8, "ty": 4, "vx": 2, "lz": 4, "ry": 2, "sc": 1},
+     "fp16"),
+    ("star_1_t4", "zmarch", {"tx": 8, "ty": 4, "vx": 4, "lz": 6, "ry": 2}, "fp32"),
     # planes staged by asynchronous copies (synchronous on the emulator: indexing, halo, ring)
     ("star_1", "ztile", {"tx": 8, "ty": 4, "vx": 4, "lz": 4, "st": 2}, "fp32"),
     ("star_1", "ztile", {"tx": 8, "ty": 2, "vx": 8, "lz": 5, "st": 1}, "fp16"),
@@ -166,7 +176,8 @@ def test_later_parameters_default_to_the_first_kernels() -> None:
     (the dispatch table's operators and their source hashes do not move). The temporal design
     defaults to the pipelined rewrite (no table entry used the first kernel: it lost every cell
     on the H200), so its old kernel is asked for with pipe=0."""
-    for stencil, design, extra in (("star_1", "zmarch", {"pf": 1, "smem": 0, "xs": 0, "pn": 0, "cw": 0}),
+    for stencil, design, extra in (("star_1", "zmarch", {"pf": 1, "smem": 0, "xs": 0, "pn": 0, "cw": 0,
+                                                         "ry": 1, "sc": 0}),
                                    ("box_1", "planesweep", {"h2": 0, "cw": 0}),
                                    ("star_1_t4", "temporal", {"pipe": 0, "fs": 0, "minb": 1,
                                                               "pf": 1, "cx": 1, "cy": 1})):
@@ -256,7 +267,7 @@ def test_half2_kernels_apply_each_weight_to_its_offset(stencil: str, design: str
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the host nvcc")
 def test_later_options_compile_with_nvcc(tmp_path) -> None:
     """The emulator compiles CUDA as host C++, which accepts things nvcc does not: every
-    session-6 kernel variant (zbox with and without h2/pn, zmarch h2/pn) at a matrix shape in
+    session-6/7 kernel variant (zbox with and without h2/pn, zmarch h2/pn/ry/sc) at a matrix shape in
     every precision it supports builds a cubin for sm_90."""
     from kernforge.forge.compile import compile_all
 
@@ -267,7 +278,9 @@ def test_later_options_compile_with_nvcc(tmp_path) -> None:
             ("box_2", "planesweep", ({"cw": 1},)),
             ("star_2", "zmarch", ({"cw": 1},)),
             ("star_2", "zmarch", ({"pn": 1}, {"h2": 1, "pf": 2}, {"pn": 1, "xs": 1})),
-            ("varcoeff_star_1", "zmarch", ({"h2": 1}, {"pn": 1}))):
+            ("varcoeff_star_1", "zmarch", ({"h2": 1}, {"pn": 1}, {"ry": 2, "sc": 1})),
+            ("star_1", "zmarch", ({"ry": 2}, {"ry": 4, "vx": 2}, {"sc": 1}, {"ry": 2, "sc": 1})),
+            ("star_2", "zmarch", ({"ry": 2, "sc": 1},))):
         for prec in Precision:
             cell = Cell(STENCILS[stencil], Shape(256, 256, 256), prec)
             for extra in variants:

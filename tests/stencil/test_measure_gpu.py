@@ -123,6 +123,14 @@ def test_stencil_bench_two_small_cells(device, tmp_path):
     # fp64 weights in constant memory
     ("planesweep", "box_1/104x48x36/fp64", {"tx": 32, "ty": 4, "vx": 1, "ry": 4, "lz": 9, "cw": 1}),
     ("zmarch", "star_2/104x48x36/fp64", {"tx": 32, "ty": 8, "vx": 2, "lz": 7, "cw": 1}),
+    # rows per thread (the last block of rows shifted: 46 and 44 interior rows) and streaming
+    # stores
+    ("zmarch", "star_1/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 2, "lz": 7, "ry": 4}),
+    ("zmarch", "star_2/104x48x36/fp64", {"tx": 16, "ty": 8, "vx": 2, "lz": 0, "ry": 2, "sc": 1,
+                                         "cw": 1}),
+    ("zmarch", "varcoeff_star_1/104x48x36/fp16", {"tx": 32, "ty": 4, "vx": 8, "lz": 9, "ry": 2,
+                                                  "sc": 1}),
+    ("zmarch", "star_2/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 5, "sc": 1}),
 ])
 def test_later_kernels_match_the_oracle_on_the_gpu(device, design, cell_id, params):
     """The host emulator runs ztile's copies synchronously, models the shuffles and cannot see

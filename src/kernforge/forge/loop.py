@@ -41,7 +41,11 @@ IDEAS = {
     "lz": "z-chunk length: more blocks in flight vs. halo planes re-read per chunk",
     "ty": "block height: occupancy and y-halo reuse",
     "tx": "block width: row length per warp and x-halo share",
-    "ry": "register blocking along y: fewer shared-memory reads per output",
+    "ry": "register blocking along y: fewer shared-memory reads per output (plane sweep); "
+          "z-marching: rows per thread, y neighbours from the own queues (fewer L1/L2 "
+          "requests per output)",
+    "sc": "z-marching: streaming stores (st.global.cs, evict-first) so output lines do not "
+          "displace input planes still read from L2",
     "block": "thread-block shape of the one-thread-per-point kernel",
     "h2": "fp16: __half2 arithmetic (HFMA2); plane sweep: vertical output pairs, per-plane "
           "partial sums added into fp32 accumulators; z-marching: lane pairs, fp16 sums",
@@ -87,6 +91,24 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+_GEOMETRY = ("tx", "ty", "vx", "lz")
+
+
+def _compatible(cell: Cell, inc: Incumbent, change: str, value: Any) -> Operator | None:
+    """``change=value`` where the incumbent's other options exclude it (e.g. ``ry`` needs the
+    plain z-marching kernel, the incumbent has ``pn``): the incumbent with one option set back
+    to its default, else with every option but the block geometry set back."""
+    space = mx.space(inc.design, cell)
+    others = [k for k in inc.params if k != change and k not in _GEOMETRY and k in space]
+    tries = [{**inc.params, k: space[k][0], change: value} for k in others]
+    tries.append({**{k: v for k, v in inc.params.items() if k in _GEOMETRY}, change: value})
+    for params in tries:
+        op = mx.build(inc.design, cell, params)
+        if op is not None:
+            return op
+    return None
+
+
 def _candidates(cell: Cell, inc: Incumbent, change: str) -> list[Operator]:
     ops: list[Operator] = []
     if change == "design":
@@ -110,6 +132,8 @@ def _candidates(cell: Cell, inc: Incumbent, change: str) -> list[Operator]:
         if inc.params.get(change) == value:
             continue
         op = mx.build(inc.design, cell, {**inc.params, change: value})
+        if op is None:
+            op = _compatible(cell, inc, change, value)
         if op is not None and op.key not in keys:  # a parameter's first value may be implicit
             keys.add(op.key)
             ops.append(op)

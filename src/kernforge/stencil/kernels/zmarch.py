@@ -12,15 +12,16 @@ block; 0 = the whole interior), ``pf`` (planes in flight per thread), ``smem`` (
 plane's tile in shared memory), ``xs`` (the x halo by warp shuffles instead of scalar
 loads) and ``pn`` (the x and y neighbours loaded one plane ahead): see :mod:`.zmarch_staged`;
 ``h2`` (fp16: ``__half2`` arithmetic): see :mod:`.zmarch_h2`; ``cw`` (fp64: the weights in
-constant memory, no 64-bit immediates: :func:`.common.constant_weight_defs`); ``pf=1, smem=0,
-xs=0, pn=0, h2=0`` is this module's kernel.
+constant memory, no 64-bit immediates: :func:`.common.constant_weight_defs`); ``ry`` (rows per
+thread) and ``sc`` (streaming stores): see :mod:`.zmarch_rows`; ``pf=1, smem=0, xs=0, pn=0,
+h2=0, ry=1, sc=0`` is this module's kernel.
 """
 
 from __future__ import annotations
 
 from ..operator import Launch, Operator
 from ..spec import Cell, Precision
-from . import zmarch_h2, zmarch_staged
+from . import zmarch_h2, zmarch_rows, zmarch_staged
 from .common import cdiv, constant_weight_defs, extents, header, load, ping_pong, store, weight_defs
 
 
@@ -104,7 +105,8 @@ zmarch(const {t}* __restrict__ src, {coef}{t}* __restrict__ dst) {{
 
 
 def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf: int = 1,
-             smem: int = 0, xs: int = 0, pn: int = 0, h2: int = 0, cw: int = 0) -> Operator:
+             smem: int = 0, xs: int = 0, pn: int = 0, h2: int = 0, cw: int = 0, ry: int = 1,
+             sc: int = 0) -> Operator:
     if cell.stencil.kind not in ("star", "varcoeff"):
         raise ValueError(f"zmarch handles star stencils, not {cell.stencil.name}")
     if cell.shape.nx % vx:
@@ -119,6 +121,12 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf
         raise ValueError("h2 needs fp16, an even vx and smem=xs=pn=0")
     if cw not in (0, 1) or (cw and cell.precision is not Precision.FP64):
         raise ValueError("cw (weights in constant memory) is for fp64")
+    if ry not in (1, 2, 4) or sc not in (0, 1):
+        raise ValueError("ry in 1, 2, 4; sc 0 or 1")
+    if (ry > 1 or sc) and (pf != 1 or smem or xs or pn or h2):
+        raise ValueError("ry and sc are for the plain kernel (pf=1, smem=xs=pn=h2=0)")
+    if ry > cell.shape.ny - 2 * cell.radius:
+        raise ValueError(f"ry={ry} exceeds the {cell.shape.ny - 2 * cell.radius} interior rows")
     if xs and smem:
         raise ValueError("xs (x halo by warp shuffles) is for the unstaged kernel (smem=0)")
     if smem and (ty < 2 * cell.radius or tx < 2):
@@ -130,18 +138,22 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf
     params = {"tx": tx, "ty": ty, "vx": vx, "lz": lz}
     # pf and smem appear only with a value of their own, so the first kernel keeps its keys
     params.update({k: v for k, v, first in (("pf", pf, 1), ("smem", smem, 0), ("xs", xs, 0),
-                                             ("pn", pn, 0), ("h2", h2, 0), ("cw", cw, 0))
+                                             ("pn", pn, 0), ("h2", h2, 0), ("cw", cw, 0),
+                                             ("ry", ry, 1), ("sc", sc, 0))
                    if v != first})
     shared = zmarch_staged.shared_bytes(cell, tx, ty, vx) if smem else 0
     if shared > zmarch_staged.MAX_SHARED:
         raise ValueError("the staged planes exceed the shared memory of a block")
     if h2:
         source = head + zmarch_h2.kernel(cell, tx, ty, vx, lz, pf)
+    elif ry > 1 or sc:
+        source = head + zmarch_rows.kernel(cell, tx, ty, vx, lz, ry, sc)
     elif pf == 1 and not smem and not xs and not pn:
         source = head + _kernel(cell, tx, ty, vx, lz)
     else:
         source = head + zmarch_staged.kernel(cell, tx, ty, vx, lz, pf, smem, xs, pn)
-    grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty), cdiv(nz_int, lz))
+    rows = cell.shape.ny if ry == 1 and not sc else cell.shape.ny - 2 * cell.radius
+    grid = (cdiv(cell.shape.nx, tx * vx), cdiv(rows, ty * ry), cdiv(nz_int, lz))
     coef = ("coef",) if cell.stencil.kind == "varcoeff" else ()
     launches = tuple(Launch("zmarch", grid, (tx, ty, 1), (a,) + coef + (b,), shared)
                      for a, b in ping_pong(cell.stencil.steps))  # a temporal cell: one per step
