@@ -88,6 +88,11 @@ CASES = [
     ("box_1", "zbox", {"tx": 8, "ty": 4, "vx": 4, "lz": 5, "h2": 1}, "fp16"),
     ("box_2", "zbox", {"tx": 8, "ty": 2, "vx": 8, "lz": 0, "pn": 0, "h2": 1}, "fp16"),
     ("box_2", "zbox", {"tx": 16, "ty": 4, "vx": 2, "lz": 4, "h2": 1}, "fp16"),
+    # the warm-up planes peeled (pw): with and without rows in flight, h2, fp64, one-plane chunks
+    ("box_1", "zbox", {"tx": 8, "ty": 4, "vx": 4, "lz": 5, "pw": 1}, "fp32"),
+    ("box_1", "zbox", {"tx": 8, "ty": 2, "vx": 2, "lz": 1, "pn": 0, "pw": 1}, "fp64"),
+    ("box_2", "zbox", {"tx": 8, "ty": 4, "vx": 4, "lz": 0, "h2": 1, "pw": 1}, "fp16"),
+    ("box_2", "zbox", {"tx": 4, "ty": 4, "vx": 2, "lz": 3, "pn": 0, "pw": 1}, "fp32"),
     # fp64 weights in constant memory (the plane sweep's cw)
     ("box_1", "planesweep", {"tx": 16, "ty": 2, "vx": 2, "ry": 4, "lz": 0, "cw": 1}, "fp64"),
     ("box_2", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 2, "lz": 4, "cw": 1}, "fp64"),
@@ -274,7 +279,8 @@ def test_later_options_compile_with_nvcc(tmp_path) -> None:
     ops = []
     for stencil, design, variants in (
             ("box_1", "zbox", ({}, {"pn": 0}, {"h2": 1})),
-            ("box_2", "zbox", ({}, {"h2": 1})),
+            ("box_2", "zbox", ({}, {"h2": 1}, {"pw": 1, "h2": 1})),
+            ("box_1", "zbox", ({"pw": 1}, {"pw": 1, "pn": 0})),
             ("box_2", "planesweep", ({"cw": 1},)),
             ("star_2", "zmarch", ({"cw": 1},)),
             ("star_2", "zmarch", ({"pn": 1}, {"h2": 1, "pf": 2}, {"pn": 1, "xs": 1})),

@@ -131,6 +131,10 @@ def test_stencil_bench_two_small_cells(device, tmp_path):
     ("zmarch", "varcoeff_star_1/104x48x36/fp16", {"tx": 32, "ty": 4, "vx": 8, "lz": 9, "ry": 2,
                                                   "sc": 1}),
     ("zmarch", "star_2/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 5, "sc": 1}),
+    # zbox with the warm-up planes peeled
+    ("zbox", "box_1/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 9, "pw": 1}),
+    ("zbox", "box_2/104x48x36/fp16", {"tx": 16, "ty": 4, "vx": 8, "lz": 0, "h2": 1, "pw": 1}),
+    ("zbox", "box_1/104x48x36/fp64", {"tx": 32, "ty": 4, "vx": 2, "lz": 5, "pn": 0, "pw": 1}),
 ])
 def test_later_kernels_match_the_oracle_on_the_gpu(device, design, cell_id, params):
     """The host emulator runs ztile's copies synchronously, models the shuffles and cannot see

@@ -63,6 +63,8 @@ IDEAS = {
     "cw": "plane sweep and z-marching, fp64: weights in constant memory (a DFMA takes no "
           "64-bit immediate: two moves per FMA with literal weights)",
     "st": "ztile: planes requested ahead by asynchronous copies into the shared-memory ring",
+    "pw": "zbox: the warm-up planes peeled into their own loop (the steady loop stores without "
+          "a test; fewer instructions per plane, more registers)",
 }
 
 

@@ -76,7 +76,7 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
             Precision.FP16: (4, 8), Precision.FP32: (4, 2), Precision.FP64: (2,)}
         zb: dict[str, tuple[Any, ...]] = {
             "vx": lanes[cell.precision], "lz": (32, 64, 16, 8, 128), "ty": (8, 4, 16),
-            "tx": (32, 64, 16), "pn": (1, 0)}
+            "tx": (32, 64, 16), "pn": (1, 0), "pw": (0, 1)}
         return {**zb, **_precision_options(cell, cw=False)}  # zbox: fp64 weights always in
         # constant memory (no table entry predates it)
     if design == "planesweep":
