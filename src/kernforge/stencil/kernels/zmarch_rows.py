@@ -20,45 +20,16 @@ from __future__ import annotations
 
 from ..spec import Cell
 from .common import lane_stores, load, store
-from .zmarch_staged import _weights
+from .zmarch_staged import lane_sums
 
 _STORE_TYPES = {16: "uint4", 8: "uint2", 4: "unsigned int", 2: "unsigned short"}
 
 
 def _sums(cell: Cell, vx: int, ry: int) -> list[str]:
-    """``res[i][l]`` for row ``i`` and lane ``l``: z neighbours from the queue, x neighbours
-    from the lanes or the row's halo scalars, y neighbours from the queue's centre plane inside
-    the thread's rows or the halo row vectors ``ym*``/``yp*`` outside them."""
+    """``res[i][l]`` for row ``i`` and lane ``l`` (:func:`.zmarch_staged.lane_sums` per row)."""
     p = cell.precision
-    r = cell.radius
-    w = _weights(cell)
-    out = []
-    for i in range(ry):
-        for lane in range(vx):
-            terms = []
-            for (dz, dy, dx), name in w.items():
-                if (dz, dy, dx) == (0, 0, 0):
-                    continue
-                if dz:
-                    val = f"q[{r + dz}][{i}][{lane}]"
-                elif dy:
-                    k = i + dy
-                    val = (f"q[{r}][{k}][{lane}]" if 0 <= k < ry else
-                           load(p, f"ym{-k}.v[{lane}]") if k < 0 else
-                           load(p, f"yp{k - ry + 1}.v[{lane}]"))
-                else:
-                    k = lane + dx
-                    val = (f"q[{r}][{i}][{k}]" if 0 <= k < vx else f"xl{-k}_{i}" if k < 0
-                           else f"xr{k - vx + 1}_{i}")
-                terms.append(f"{name} * {val}")
-            nsum = " + ".join(terms)
-            center = f"{w[(0, 0, 0)]} * q[{r}][{i}][{lane}]"
-            if cell.stencil.kind == "varcoeff":
-                out.append(f"res[{i}][{lane}] = {center} + "
-                           f"{load(p, f'cf{i}.v[{lane}]')} * ({nsum});")
-            else:
-                out.append(f"res[{i}][{lane}] = {center} + {nsum};")
-    return out
+    return [s for i in range(ry)
+            for s in lane_sums(cell, vx, lambda v: load(p, v), f"cf{i}", row=i, ry=ry)]
 
 
 def _store_whole(cell: Cell, vx: int, sc: int) -> str:

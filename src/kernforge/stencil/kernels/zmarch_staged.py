@@ -95,14 +95,20 @@ def _next_neighbours(cell: Cell, vx: int, guard: str, at: str, xs: bool) -> list
     return out
 
 
-def lane_sums(cell: Cell, vx: int, y_value: Callable[[str], str], coef: str) -> list[str]:
+def lane_sums(cell: Cell, vx: int, y_value: Callable[[str], str], coef: str,
+              row: int | None = None, ry: int = 1) -> list[str]:
     """``res[l] = ...`` for every lane: z neighbours from the register queue ``q``, x neighbours
     from the lanes or the halo scalars ``xl*``/``xr*``, y neighbours from the row vectors
     ``ym*``/``yp*`` (read through ``y_value``); varcoeff multiplies the neighbour sum by the
-    lane of the coefficient vector ``coef``."""
+    lane of the coefficient vector ``coef``. With ``row`` (one of a thread's ``ry`` rows,
+    :mod:`.zmarch_rows`): ``res[row][l]`` from ``q[..][row][..]``, the row's halo scalars
+    ``xl*_row``/``xr*_row``, and the y neighbours inside the thread's rows from their queues."""
     p = cell.precision
     r = cell.radius
     w = _weights(cell)
+    i = 0 if row is None else row
+    at = "" if row is None else f"[{row}]"
+    tag = "" if row is None else f"_{row}"
     out = []
     for lane in range(vx):
         terms = []
@@ -110,20 +116,23 @@ def lane_sums(cell: Cell, vx: int, y_value: Callable[[str], str], coef: str) -> 
             if (dz, dy, dx) == (0, 0, 0):
                 continue
             if dz:
-                val = f"q[{r + dz}][{lane}]"
+                val = f"q[{r + dz}]{at}[{lane}]"
             elif dy:
-                val = y_value(f"y{'m' if dy < 0 else 'p'}{abs(dy)}.v[{lane}]")
+                k = i + dy
+                val = (f"q[{r}][{k}][{lane}]" if row is not None and 0 <= k < ry else
+                       y_value(f"ym{-k}.v[{lane}]") if k < 0 else
+                       y_value(f"yp{k - ry + 1}.v[{lane}]"))
             else:
                 k = lane + dx
-                val = (f"q[{r}][{k}]" if 0 <= k < vx else f"xl{-k}" if k < 0
-                       else f"xr{k - vx + 1}")
+                val = (f"q[{r}]{at}[{k}]" if 0 <= k < vx else f"xl{-k}{tag}" if k < 0
+                       else f"xr{k - vx + 1}{tag}")
             terms.append(f"{name} * {val}")
         nsum = " + ".join(terms)
-        center = f"{w[(0, 0, 0)]} * q[{r}][{lane}]"
+        center = f"{w[(0, 0, 0)]} * q[{r}]{at}[{lane}]"
         if cell.stencil.kind == "varcoeff":
-            out.append(f"res[{lane}] = {center} + {load(p, f'{coef}.v[{lane}]')} * ({nsum});")
+            out.append(f"res{at}[{lane}] = {center} + {load(p, f'{coef}.v[{lane}]')} * ({nsum});")
         else:
-            out.append(f"res[{lane}] = {center} + {nsum};")
+            out.append(f"res{at}[{lane}] = {center} + {nsum};")
     return out
 
 
