@@ -108,6 +108,23 @@ def test_the_design_round_also_offers_the_incumbents_geometry() -> None:
     assert {op.design for op in ops} == {"ztile", "planesweep", "naive"}
 
 
+def test_the_design_round_does_not_carry_a_name_that_means_something_else() -> None:
+    """``ry`` is the plane sweep's rows per thread in a shared tile and z-marching's rows with
+    their own queues: a plane-sweep incumbent's ``ry`` is not given to the z-marching candidate
+    (nor the reverse), which keeps the incumbent's geometry as the plain kernel."""
+    from kernforge.forge.loop import Incumbent, _candidates
+
+    cell = Cell(STENCILS["star_1"], Shape(256, 256, 256), Precision.FP32)
+    for ry in (4, 8):
+        keys = [op.key for op in _candidates(cell, Incumbent(
+            "planesweep", {"tx": 32, "ty": 4, "vx": 1, "ry": ry, "lz": 64}), "design")]
+        assert "zmarch[lz=64,tx=32,ty=4,vx=1]" in keys
+        assert not any(k.startswith("zmarch") and "ry=" in k for k in keys)
+    keys = [op.key for op in _candidates(cell, Incumbent(
+        "zmarch", {"tx": 32, "ty": 8, "vx": 4, "lz": 8, "ry": 2}), "design")]
+    assert not any(k.startswith("planesweep") and "ry=2" in k for k in keys)
+
+
 def test_explicit_changes_replace_the_fixed_order() -> None:
     import pytest
 

@@ -99,8 +99,9 @@ CASES = [
     ("star_2", "zmarch", {"tx": 8, "ty": 4, "vx": 2, "lz": 3, "pf": 2, "cw": 1}, "fp64"),
     ("varcoeff_star_1", "zmarch", {"tx": 8, "ty": 4, "vx": 2, "lz": 4, "xs": 1, "cw": 1},
      "fp64"),
-    # rows per thread (y neighbours from the own queues) and streaming stores: both radii, a
-    # block of rows past the last row (22 rows), varcoeff, every precision, the temporal chain
+    # rows per thread (y neighbours from the own queues) and streaming stores: both radii,
+    # varcoeff, every precision, the temporal chain; star_2 ry=4 shifts its last block of rows
+    # (18 interior rows; test_bounds has more shifted cases)
     ("star_1", "zmarch", {"tx": 8, "ty": 4, "vx": 4, "lz": 4, "ry": 2}, "fp32"),
     ("star_1", "zmarch", {"tx": 8, "ty": 2, "vx": 8, "lz": 0, "ry": 4, "sc": 1}, "fp16"),
     ("star_2", "zmarch", {"tx": 8, "ty": 4, "vx": 2, "lz": 3, "ry": 4, "cw": 1}, "fp64"),
@@ -285,7 +286,8 @@ def test_later_options_compile_with_nvcc(tmp_path) -> None:
             ("star_2", "zmarch", ({"cw": 1},)),
             ("star_2", "zmarch", ({"pn": 1}, {"h2": 1, "pf": 2}, {"pn": 1, "xs": 1})),
             ("varcoeff_star_1", "zmarch", ({"h2": 1}, {"pn": 1}, {"ry": 2, "sc": 1})),
-            ("star_1", "zmarch", ({"ry": 2}, {"ry": 4, "vx": 2}, {"sc": 1}, {"ry": 2, "sc": 1})),
+            ("star_1", "zmarch", ({"ry": 2}, {"ry": 4, "vx": 2}, {"sc": 1}, {"ry": 2, "sc": 1},
+                                  {"sc": 1, "vx": 1}, {"sc": 1, "vx": 2})),  # every store piece
             ("star_2", "zmarch", ({"ry": 2, "sc": 1},))):
         for prec in Precision:
             cell = Cell(STENCILS[stencil], Shape(256, 256, 256), prec)

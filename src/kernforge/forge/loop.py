@@ -94,6 +94,10 @@ def _now() -> str:
 
 
 _GEOMETRY = ("tx", "ty", "vx", "lz")
+# parameter names that mean different things in different designs (the plane sweep's ``ry``:
+# output rows per thread in a shared-memory tile, 4/2/8; z-marching's: rows with their own
+# queues, 1/2/4): never carried from one design to another by the design round
+_OWN_MEANING = ("ry",)
 
 
 def _compatible(cell: Cell, inc: Incumbent, change: str, value: Any) -> Operator | None:
@@ -121,7 +125,8 @@ def _candidates(cell: Cell, inc: Incumbent, change: str) -> list[Operator]:
             if design == inc.design:
                 continue
             base = mx.defaults(design, cell)
-            shared = {k: v for k, v in inc.params.items() if k in mx.space(design, cell)}
+            shared = {k: v for k, v in inc.params.items()
+                      if k in mx.space(design, cell) and k not in _OWN_MEANING}
             for params in (base, {**base, **shared}):
                 op = mx.build(design, cell, params)
                 if op is not None and op.key not in {o.key for o in ops}:
