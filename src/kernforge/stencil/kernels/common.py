@@ -37,12 +37,12 @@ def store(precision: Precision, value: str) -> str:
     return value
 
 
-def lane_stores(vx: int, value: Callable[[int], str]) -> tuple[str, str]:
-    """The two halves of a z-marching thread's store of ``vx`` lanes at ``dst + base``:
+def lane_stores(vx: int, value: Callable[[int], str], at: str = "base") -> tuple[str, str]:
+    """The two halves of a z-marching thread's store of ``vx`` lanes at ``dst + at``:
     ``whole`` fills ``Vec o`` (for an all-interior vector) and ``lanes`` stores each interior
     lane alone; ``value(i)`` is lane ``i``'s stored expression."""
     whole = " ".join(f"o.v[{i}] = {value(i)};" for i in range(vx))
-    lanes = " ".join(f"if (x0 + {i} >= R && x0 + {i} < NX - R) dst[base + {i}] = {value(i)};"
+    lanes = " ".join(f"if (x0 + {i} >= R && x0 + {i} < NX - R) dst[{at} + {i}] = {value(i)};"
                      for i in range(vx))
     return whole, lanes
 

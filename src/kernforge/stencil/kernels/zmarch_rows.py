@@ -86,12 +86,12 @@ def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, ry: int, sc: int) -> 
         def value(k: int, i: int = i) -> str:
             return store(p, f"res[{i}][{k}]")
 
-        whole, lanes = lane_stores(vx, value)
+        whole, lanes = lane_stores(vx, value, at="at")
         stores.append(
             f"      {{ const long at = base + {row(i)};\n"
             f"        if (x0 >= R && x0 + {vx} <= NX - R) {{ Vec o; {whole} "
             f"{_store_whole(cell, vx, sc)} }}\n"
-            f"        else {{ {lanes.replace('dst[base + ', 'dst[at + ')} }} }}")
+            f"        else {{ {lanes} }} }}")
     shift = (f"    #pragma unroll\n    for (int j = 0; j < {qn - 1}; ++j)\n"
              f"      #pragma unroll\n      for (int i = 0; i < {ry}; ++i)\n"
              f"        #pragma unroll\n        for (int l = 0; l < {vx}; ++l) "
