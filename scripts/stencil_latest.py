@@ -8,18 +8,27 @@ percent of the copy bandwidth measured in that run, roofline bound, oracle verdi
 baseline and the interleaved speedup over it) with the matrix summary of
 :func:`kernforge.forge.bench.summary` over the merged rows, prints that summary, and optionally
 draws the merged matrix (:func:`kernforge.forge.report.chart`).
+
+Each single-sweep row also gets its roofline ceiling: the speedup over the same best baseline
+(its measured time) if our operator ran at the roofline bound of that run, i.e. in
+``max(compulsory bytes / copy bandwidth, FLOPs / measured FMA peak)``; the summary carries the
+ceilings' geometric mean by precision (what no operator can exceed against these baselines).
+fp32 and fp64 only: fp16 rows' peak is the fp32 FMA rate they accumulate in, which the half2
+kernels (two FMAs per instruction) exceed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from kernforge.core.jsonio import write_json_atomic
 from kernforge.forge.bench import summary
 from kernforge.forge.report import chart
+from kernforge.stencil.spec import Cell
 
 
 def merge(paths: list[Path]) -> tuple[list[dict[str, Any]], dict[str, str]]:
@@ -44,6 +53,28 @@ def merge(paths: list[Path]) -> tuple[list[dict[str, Any]], dict[str, str]]:
     return list(rows.values()), source
 
 
+def ceiling(row: dict[str, Any]) -> float | None:
+    """The speedup over the row's best baseline at the roofline bound (single sweep only)."""
+    base = next((r for r in row["runners"] if r["name"] == row.get("best_baseline")), None)
+    copy_bps = (row.get("copy") or {}).get("bytes_per_s")
+    peak = (row.get("roofline") or {}).get("peak")
+    if (row["temporal"] or row["cell"].endswith("/fp16") or not base or not base.get("time_s")
+            or not copy_bps or not peak):
+        return None
+    cell = Cell.parse(row["cell"])
+    bound_s = max(cell.compulsory_bytes / copy_bps, cell.flops / peak)
+    return float(base["time_s"]) / bound_s
+
+
+def ceilings(rows: list[dict[str, Any]]) -> dict[str, float]:
+    logs: dict[str, list[float]] = {}
+    for row in rows:
+        c = ceiling(row)
+        if c is not None:
+            logs.setdefault(row["cell"].rsplit("/", 1)[1], []).append(math.log(c))
+    return {p: math.exp(sum(v) / len(v)) for p, v in sorted(logs.items())}
+
+
 def compact(row: dict[str, Any], source: str) -> dict[str, Any]:
     ours: dict[str, Any] = next((r for r in row["runners"] if r["name"] == "ours"), {})
     check = ours.get("check") or {}
@@ -51,7 +82,8 @@ def compact(row: dict[str, Any], source: str) -> dict[str, Any]:
             "time_s": ours.get("time_s"), "pct_copy": ours.get("pct_copy"),
             "bound": (row.get("roofline") or {}).get("bound"), "temporal": row["temporal"],
             "oracle_ok": check.get("ok"), "error": check.get("error"),
-            "best_baseline": row.get("best_baseline"), "speedup": row.get("speedup")}
+            "best_baseline": row.get("best_baseline"), "speedup": row.get("speedup"),
+            "roofline_speedup": ceiling(row)}
 
 
 def main() -> None:
@@ -63,6 +95,7 @@ def main() -> None:
     args = ap.parse_args()
     rows, source = merge(args.inputs)
     summ = summary(rows)
+    summ["single_sweep"]["roofline_geomean_by_precision"] = ceilings(rows)
     out = {"note": args.note or "latest measurement of each cell: "
            + ", ".join(p.name for p in args.inputs) + " (a later file replaces an earlier one)",
            "summary": summ, "cells": [compact(r, source[r["cell"]]) for r in rows]}
@@ -76,6 +109,9 @@ def main() -> None:
         print(f"{label}: {s['cells']} cells, ours passing {s['ours_passing']}, geomean by "
               f"precision {geo}, median % of copy over {s['memory_bound_cells']} memory-bound "
               f"cells {'-' if med is None else f'{med:.1f}'}")
+    roof = summ["single_sweep"]["roofline_geomean_by_precision"]
+    print("single_sweep roofline ceiling (geomean speedup over the same baselines at 100% of "
+          "copy or of the FMA peak; not fp16): " + ", ".join(f"{p} {v:.3f}" for p, v in roof.items()))
 
 
 if __name__ == "__main__":

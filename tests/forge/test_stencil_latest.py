@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "docs" / "benchmarks" / "data"
 SCRIPT = ROOT / "scripts" / "stencil_latest.py"
@@ -52,3 +54,34 @@ def test_bad_inputs_are_refused_in_one_line(tmp_path: Path) -> None:
         assert res.returncode != 0 and words in res.stderr, res.stderr
         assert "Traceback" not in res.stderr
     assert not out.exists()
+
+
+def test_roofline_ceilings_bound_the_measured_speedups(tmp_path: Path) -> None:
+    """A single-sweep row's ceiling is its best baseline's time over the roofline bound of that
+    run; our measured time-ratio never exceeds it, and the summary carries their geomeans."""
+    s8 = DATA / "stencil-bench-h200-2026-12-01-s8b.json"
+    out = tmp_path / "latest.json"
+    res = _run(DATA / "stencil-bench-h200-2026-12-01-s7b.json", s8, "--out", out)
+    assert res.returncode == 0, res.stderr
+    merged = json.loads(out.read_text())
+    rows = {r["cell"]: r for r in json.loads(s8.read_text())["cells"]}
+    for cell in merged["cells"]:
+        assert cell["temporal"] is False
+        if cell["cell"].endswith("/fp16"):  # half2 kernels exceed the fp32 peak: no ceiling
+            assert cell["roofline_speedup"] is None
+            continue
+        if cell["cell"] in rows:  # by hand: box_2 fp32 is compute-bound (the FMA peak bounds)
+            row = rows[cell["cell"]]
+            base = next(r for r in row["runners"] if r["name"] == row["best_baseline"])
+            flops = row["updates"] * 250  # 125 taps, an FMA counted as 2
+            bound = max(row["compulsory_bytes"] / row["copy"]["bytes_per_s"],
+                        flops / row["roofline"]["peak"])
+            assert cell["roofline_speedup"] == pytest.approx(base["time_s"] / bound, rel=1e-9)
+            assert flops / row["roofline"]["peak"] > row["compulsory_bytes"] / row["copy"]["bytes_per_s"]
+        base_time = cell["speedup"]  # interleaved, close to the time ratio
+        assert cell["roofline_speedup"] > 0.97 * base_time
+    roof = merged["summary"]["single_sweep"]["roofline_geomean_by_precision"]
+    assert set(roof) == {"fp32", "fp64"}
+    measured = merged["summary"]["single_sweep"]["speedup_by_precision"]
+    assert all(roof[p] > measured[p]["geomean"] for p in roof)
+    assert "roofline ceiling" in res.stdout

@@ -1,0 +1,178 @@
+"""Probe a stencil cell on the GPU: its dispatched operator against variants, timed the way the
+bench times (L2 flushed and stream held before each run, CUDA events, interleaved passes,
+median), every variant checked against the float64 oracle first, % of the harness's copy
+bandwidth of the same bytes. For questions a forge round would take longer to answer.
+
+    python scripts/stencil_probe.py CELL [VARIANT ...] [--passes 25]
+
+A VARIANT is ``k=v,...`` (parameters of the cell's design over the dispatched operator's,
+e.g. ``ty=16,tx=64``), optionally followed by one source probe of the plain z-marching kernel
+(zmarch with pf=1; ``zo`` also without pn/xs/ry/sc/h2/smem; a probe refuses any other):
+  ``+l2=D``   a per-thread ``prefetch.global.L2`` of the plane D planes ahead, each plane
+  ``+bl2=D``  one ``cp.async.bulk.prefetch.L2`` of the warp's row, D planes ahead
+  ``+zo``     z-chunks fastest in the block order, odd chunks marched downward (mirrored plane
+              index, z weights swapped): both chunks that share a z-halo read it at once
+e.g. ``python scripts/stencil_probe.py star_2/512x512x512/fp32 pn=0 pn=0+zo pn=0,lz=32+zo``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import statistics
+import sys
+
+from kernforge.stencil import matrix as mx
+from kernforge.stencil.operator import Operator
+from kernforge.stencil.spec import Cell
+
+LOOP = re.compile(r"for \(long z = zb; z < ze; (?:\+\+z|z \+= PF)\) \{\n")  # pf=1: PF is 1
+PLAIN_ONLY = ("pf", "pn", "xs", "ry", "sc", "h2", "smem")
+
+
+class ProbeError(ValueError):
+    """A probe asked of an operator it cannot rewrite."""
+
+
+def _plain(op: Operator, allow: tuple[str, ...] = ()) -> None:
+    """Refuse an operator the probes cannot rewrite: only z-marching, one plane per iteration
+    (pf=1); z_order also needs the kernel without pn/xs/ry/sc/h2/smem."""
+    other = [k for k in PLAIN_ONLY
+             if k not in allow and op.params.get(k, 1 if k == "pf" else 0) != (k == "pf")]
+    if op.design != "zmarch" or other:
+        fix = ", ".join(f"{k}={int(k == 'pf')}" for k in other)
+        raise ProbeError(f"{op.key}: this probe rewrites the z-marching kernel only"
+                         f"{' with ' + fix if fix else ''}")
+
+
+def _in_loop(op: Operator, code: str, note: str) -> Operator:
+    src, n = LOOP.subn(lambda m: m.group(0) + code, op.source)
+    if n != 1:
+        raise ProbeError(f"{op.key}: found {n} z loops, expected one")
+    return dataclasses.replace(op, source=src, notes=note)
+
+
+def l2_prefetch(op: Operator, d: int) -> Operator:
+    """Each thread prefetches its own points of the plane ``d`` ahead into L2."""
+    _plain(op, allow=PLAIN_ONLY[1:])
+    return _in_loop(op, f'    if (z + {d} + R < NZ) asm volatile("prefetch.global.L2 [%0];" :: '
+                        f'"l"(src + ((z + {d} + R) * NY + y) * NX + x0));\n', f"l2={d}")
+
+
+def bulk_prefetch(op: Operator, d: int, itemsize: int) -> Operator:
+    """Lane 0 of each warp row prefetches the row ``d`` planes ahead with one bulk request."""
+    _plain(op, allow=PLAIN_ONLY[1:])
+    nbytes = op.params["tx"] * op.params["vx"] * itemsize
+    if nbytes % 16:
+        raise ProbeError(f"{op.key}: a bulk prefetch needs a multiple of 16 bytes ({nbytes})")
+    return _in_loop(op, f'    if (threadIdx.x == 0 && z + {d} + R < NZ) asm volatile('
+                        f'"cp.async.bulk.prefetch.L2.global [%0], %1;" :: '
+                        f'"l"(src + ((z + {d} + R) * NY + y) * NX + x0), "r"({nbytes}));\n',
+                    f"bl2={d}")
+
+
+def z_order(op: Operator) -> Operator:
+    """Chunks fastest in the block order; odd chunks march downward."""
+    _plain(op)
+    s = op.source
+    radius = int(re.search(r"constexpr int R = (\d+);", s).group(1))  # type: ignore[union-attr]
+    start = re.search(r"__global__ void[^{]*\{\n", s)
+    assert start is not None
+    body = s[start.end():]
+    body = (body.replace("blockIdx.x", "kf_bx").replace("blockIdx.y", "kf_by")
+            .replace("blockIdx.z", "kf_ck"))
+    head = ("  const unsigned kf_lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * "
+            "blockIdx.z);\n"
+            "  const unsigned kf_ck = kf_lin % gridDim.z, kf_tl = kf_lin / gridDim.z;\n"
+            "  const unsigned kf_bx = kf_tl % gridDim.x, kf_by = kf_tl / gridDim.x;\n"
+            "  const bool kf_rev = kf_ck & 1;\n")
+    ze = re.search(r"  const long ze = [^\n]*\n", body)
+    if ze is None:
+        raise ProbeError(f"{op.key}: no z-chunk end in the source")
+    body = re.sub(r"\(\(([^()]*)\) \* NY", r"((PZ(\1)) * NY", body)
+    body = re.sub(r"\(z \* NY", r"(PZ(z) * NY", body)
+    # in a reversed chunk q[j] holds plane z - (j - R): its weight is q[2R - j]'s
+    weights = {int(j): w for w, j in re.findall(r"(W\d+) \* q\[(\d)\]", body)}
+    if sorted(weights) != list(range(2 * radius + 1)):
+        raise ProbeError(f"{op.key}: z taps {sorted(weights)} are not q[0..{2 * radius}]")
+    decl = "  #define PZ(v) (kf_rev ? (zb + ze - 1 - (v)) : (v))\n"
+    for j, w in weights.items():
+        if j != radius:
+            decl += f"  const auto WZ{j} = kf_rev ? {weights[2 * radius - j]} : {w};\n"
+            body = re.sub(rf"\b{w} \* q\[{j}\]", f"WZ{j} * q[{j}]", body)
+    ze = re.search(r"  const long ze = [^\n]*\n", body)
+    assert ze is not None
+    body = body[:ze.end()] + decl + body[ze.end():].rstrip()
+    if not body.endswith("}"):
+        raise ProbeError(f"{op.key}: the kernel is not the source's last definition")
+    return dataclasses.replace(op, source=s[:start.end()] + head + body[:-1] + "  #undef PZ\n}\n",
+                               notes="zo")
+
+
+def variant(cell: Cell, spec: str) -> Operator:
+    """The operator a VARIANT names (see the module docstring)."""
+    base = mx.operator_for(cell)
+    params, _, probe = spec.partition("+")
+    try:
+        over = {k: int(v) for k, v in (kv.split("=") for kv in params.split(",") if kv)}
+    except ValueError as exc:
+        raise ProbeError(f"{spec!r}: parameters are k=v with integer values") from exc
+    op = mx.build(base.design, cell, {**base.params, **over})
+    if op is None:
+        raise ProbeError(f"{spec!r}: {base.design} does not build {cell.id} with {over}")
+    if not probe:
+        return op
+    if probe == "zo":
+        return z_order(op)
+    kind, _, d = probe.partition("=")
+    if kind == "l2" and d.isdigit():
+        return l2_prefetch(op, int(d))
+    if kind == "bl2" and d.isdigit():
+        return bulk_prefetch(op, int(d), cell.precision.itemsize)
+    raise ProbeError(f"{probe!r}: the probes are l2=D, bl2=D and zo")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("cell")
+    ap.add_argument("variants", nargs="*")
+    ap.add_argument("--passes", type=int, default=25, help="interleaved timed passes")
+    args = ap.parse_args()
+    from kernforge.forge.measure import GpuDevice
+
+    cell = Cell.parse(args.cell)
+    try:
+        ops = [variant(cell, s) for s in ["", *args.variants]]
+    except ProbeError as exc:
+        sys.exit(f"stencil_probe: {exc}")
+    dev = GpuDevice()
+    copy = dev.copy_bandwidth(cell.shape.points * cell.precision.itemsize)
+    dcell = dev.allocate(cell, seed=7)
+    runs = []
+    for op in ops:
+        name = op.key + (f"+{op.notes}" if op.notes else "")
+        runner = dev.operator_runner(op, dcell, name)
+        runner.run()
+        dev.synchronize()
+        res = dcell.check(runner.output())
+        if not res.ok:
+            sys.exit(f"stencil_probe: {name} fails the oracle: {res}")
+        runs.append((name, runner))
+    for _, runner in runs:
+        for _ in range(3):
+            runner.run()
+    times: dict[str, list[float]] = {name: [] for name, _ in runs}
+    for _ in range(args.passes):
+        for name, runner in runs:
+            times[name].append(dev.once(runner))
+    base = statistics.median(times[runs[0][0]])
+    for name, _ in runs:
+        t = statistics.median(times[name])
+        print(f"{cell.id:28s} {name:58s} {t * 1e6:10.2f} us {100 * cell.compulsory_bytes / t / copy.bytes_per_s:6.1f}% "
+              f"of copy  {base / t:6.3f}x", flush=True)
+    print(f"{cell.id:28s} copy: {copy.method} {copy.bytes_per_s / 1e9:.0f} GB/s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""scripts/stencil_probe.py: its source probes keep the operator's results (host emulator
+against the float64 oracle), build for sm_90 with nvcc, and refuse kernels they cannot rewrite."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernforge.stencil import matrix as mx
+from kernforge.stencil import oracle
+from kernforge.stencil.emulate import emulate
+from kernforge.stencil.spec import STENCILS, Cell, Precision, Shape
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "stencil_probe.py"
+_spec = importlib.util.spec_from_file_location("stencil_probe", SCRIPT)
+assert _spec is not None and _spec.loader is not None
+probe = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(probe)
+
+
+def _max_rel_error(op, cell: Cell) -> float:
+    fields = oracle.random_fields(cell, seed=3)
+    arrays = {"in": fields["in"], "out": fields["in"].copy()}
+    if "coef" in fields:
+        arrays["coef"] = fields["coef"]
+    emulate(op, arrays)
+    ref = oracle.reference(cell, fields["in"], fields.get("coef"))
+    return float(np.abs(arrays["out"] - ref).max() / np.abs(ref).max())
+
+
+@pytest.mark.parametrize(("cell_id", "params"), [
+    ("star_1/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 2, "lz": 5}),     # 7 chunks, last short
+    ("star_2/104x48x36/fp32", {"tx": 32, "ty": 4, "vx": 4, "lz": 7}),
+    ("star_2/104x48x36/fp64", {"tx": 16, "ty": 8, "vx": 2, "lz": 4, "cw": 1}),
+    ("varcoeff_star_1/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 2, "lz": 8}),
+    ("star_1/104x48x36/fp64", {"tx": 32, "ty": 8, "vx": 2, "lz": 0}),     # one chunk: never reversed
+])
+def test_z_order_keeps_the_results(cell_id: str, params: dict) -> None:
+    cell = Cell.parse(cell_id)
+    op = mx.build("zmarch", cell, {**mx.defaults("zmarch", cell), **params})
+    assert op is not None
+    zo = probe.z_order(op)
+    assert "kf_rev" in zo.source and zo.source != op.source
+    gate = 1e-5 if cell.precision is Precision.FP32 else 1e-12
+    assert _max_rel_error(zo, cell) < gate
+
+
+def test_the_probes_refuse_what_they_cannot_rewrite() -> None:
+    cell = Cell.parse("star_2/512x512x512/fp32")
+    plain = mx.build("zmarch", cell, mx.defaults("zmarch", cell))
+    assert plain is not None
+    for extra, probes in (({"pn": 1}, ("zo",)), ({"pf": 2}, ("zo", "l2", "bl2"))):
+        op = mx.build("zmarch", cell, {**plain.params, **extra})
+        assert op is not None
+        for name in probes:
+            with pytest.raises(probe.ProbeError, match=next(iter(extra))):
+                {"zo": lambda o: probe.z_order(o), "l2": lambda o: probe.l2_prefetch(o, 2),
+                 "bl2": lambda o: probe.bulk_prefetch(o, 2, 4)}[name](op)
+    assert "prefetch.global.L2" in probe.l2_prefetch(
+        mx.build("zmarch", cell, {**plain.params, "pn": 1}), 2).source
+    box = Cell.parse("box_1/512x512x512/fp32")
+    with pytest.raises(probe.ProbeError, match="z-marching"):
+        probe.z_order(mx.build("zbox", box, mx.defaults("zbox", box)))
+    with pytest.raises(probe.ProbeError, match="l2=D"):
+        probe.variant(cell, "+l3=2")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the host nvcc")
+def test_the_probes_compile_with_nvcc(tmp_path) -> None:
+    from kernforge.forge.compile import compile_all
+
+    ops = []
+    for stencil in ("star_1", "star_2", "varcoeff_star_1"):
+        for prec in Precision:
+            cell = Cell(STENCILS[stencil], Shape(512, 512, 512), prec)
+            op = mx.build("zmarch", cell, {**mx.defaults("zmarch", cell), "lz": 8})
+            assert op is not None
+            ops += [probe.z_order(op), probe.l2_prefetch(op, 4),
+                    probe.bulk_prefetch(op, 4, prec.itemsize)]
+    built = compile_all(ops, tmp_path)
+    failed = [(b.op.cell_id, b.op.notes, b.log[-300:]) for b in built if not b.ok]
+    assert not failed, failed
