@@ -7,11 +7,13 @@ bandwidth of the same bytes. For questions a forge round would take longer to an
 
 A VARIANT is ``k=v,...`` (parameters of the cell's design over the dispatched operator's,
 e.g. ``ty=16,tx=64``), optionally followed by one source probe of the plain z-marching kernel
-(zmarch with pf=1; ``zo`` also without pn/xs/ry/sc/h2/smem; a probe refuses any other):
+(zmarch; the prefetches with pf=1, ``zo``/``zr`` without pn/ry/sc/h2/smem; a probe refuses
+any other):
   ``+l2=D``   a per-thread ``prefetch.global.L2`` of the plane D planes ahead, each plane
   ``+bl2=D``  one ``cp.async.bulk.prefetch.L2`` of the warp's row, D planes ahead
   ``+zo``     z-chunks fastest in the block order, odd chunks marched downward (mirrored plane
               index, z weights swapped): both chunks that share a z-halo read it at once
+  ``+zr``     odd chunks marched downward, the block order kept (chunk layers slowest)
 e.g. ``python scripts/stencil_probe.py star_2/512x512x512/fp32 pn=0 pn=0+zo pn=0,lz=32+zo``.
 """
 
@@ -37,7 +39,7 @@ class ProbeError(ValueError):
 
 def _plain(op: Operator, allow: tuple[str, ...] = ()) -> None:
     """Refuse an operator the probes cannot rewrite: only z-marching, one plane per iteration
-    (pf=1); z_order also needs the kernel without pn/xs/ry/sc/h2/smem."""
+    (pf=1) for the prefetches; z_order takes any pf and xs, but no pn/ry/sc/h2/smem."""
     other = [k for k in PLAIN_ONLY
              if k not in allow and op.params.get(k, 1 if k == "pf" else 0) != (k == "pf")]
     if op.design != "zmarch" or other:
@@ -72,26 +74,29 @@ def bulk_prefetch(op: Operator, d: int, itemsize: int) -> Operator:
                     f"bl2={d}")
 
 
-def z_order(op: Operator) -> Operator:
-    """Chunks fastest in the block order; odd chunks march downward."""
-    _plain(op)
+def z_order(op: Operator, remap: bool = True) -> Operator:
+    """Odd chunks march downward; with ``remap``, chunks are also fastest in the block order."""
+    _plain(op, allow=("pf", "xs"))
     s = op.source
     radius = int(re.search(r"constexpr int R = (\d+);", s).group(1))  # type: ignore[union-attr]
     start = re.search(r"__global__ void[^{]*\{\n", s)
     assert start is not None
     body = s[start.end():]
-    body = (body.replace("blockIdx.x", "kf_bx").replace("blockIdx.y", "kf_by")
-            .replace("blockIdx.z", "kf_ck"))
-    head = ("  const unsigned kf_lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * "
-            "blockIdx.z);\n"
-            "  const unsigned kf_ck = kf_lin % gridDim.z, kf_tl = kf_lin / gridDim.z;\n"
-            "  const unsigned kf_bx = kf_tl % gridDim.x, kf_by = kf_tl / gridDim.x;\n"
-            "  const bool kf_rev = kf_ck & 1;\n")
+    if remap:
+        body = (body.replace("blockIdx.x", "kf_bx").replace("blockIdx.y", "kf_by")
+                .replace("blockIdx.z", "kf_ck"))
+        head = ("  const unsigned kf_lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * "
+                "blockIdx.z);\n"
+                "  const unsigned kf_ck = kf_lin % gridDim.z, kf_tl = kf_lin / gridDim.z;\n"
+                "  const unsigned kf_bx = kf_tl % gridDim.x, kf_by = kf_tl / gridDim.x;\n"
+                "  const bool kf_rev = kf_ck & 1;\n")
+    else:
+        head = "  const bool kf_rev = blockIdx.z & 1;\n"
     ze = re.search(r"  const long ze = [^\n]*\n", body)
     if ze is None:
         raise ProbeError(f"{op.key}: no z-chunk end in the source")
     body = re.sub(r"\(\(([^()]*)\) \* NY", r"((PZ(\1)) * NY", body)
-    body = re.sub(r"\(z \* NY", r"(PZ(z) * NY", body)
+    body = re.sub(r"\((zz|z) \* NY", r"(PZ(\1) * NY", body)
     # in a reversed chunk q[j] holds plane z - (j - R): its weight is q[2R - j]'s
     weights = {int(j): w for w, j in re.findall(r"(W\d+) \* q\[(\d)\]", body)}
     if sorted(weights) != list(range(2 * radius + 1)):
@@ -107,7 +112,7 @@ def z_order(op: Operator) -> Operator:
     if not body.endswith("}"):
         raise ProbeError(f"{op.key}: the kernel is not the source's last definition")
     return dataclasses.replace(op, source=s[:start.end()] + head + body[:-1] + "  #undef PZ\n}\n",
-                               notes="zo")
+                               notes="zo" if remap else "zr")
 
 
 def variant(cell: Cell, spec: str) -> Operator:
@@ -123,14 +128,14 @@ def variant(cell: Cell, spec: str) -> Operator:
         raise ProbeError(f"{spec!r}: {base.design} does not build {cell.id} with {over}")
     if not probe:
         return op
-    if probe == "zo":
-        return z_order(op)
+    if probe in ("zo", "zr"):
+        return z_order(op, remap=probe == "zo")
     kind, _, d = probe.partition("=")
     if kind == "l2" and d.isdigit():
         return l2_prefetch(op, int(d))
     if kind == "bl2" and d.isdigit():
         return bulk_prefetch(op, int(d), cell.precision.itemsize)
-    raise ProbeError(f"{probe!r}: the probes are l2=D, bl2=D and zo")
+    raise ProbeError(f"{probe!r}: the probes are l2=D, bl2=D, zo and zr")
 
 
 def main() -> None:

@@ -38,13 +38,16 @@ def _max_rel_error(op, cell: Cell) -> float:
     ("star_2/104x48x36/fp64", {"tx": 16, "ty": 8, "vx": 2, "lz": 4, "cw": 1}),
     ("varcoeff_star_1/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 2, "lz": 8}),
     ("star_1/104x48x36/fp64", {"tx": 32, "ty": 8, "vx": 2, "lz": 0}),     # one chunk: never reversed
+    ("star_2/104x48x36/fp64", {"tx": 16, "ty": 8, "vx": 2, "lz": 4, "xs": 1}),   # x halo shuffled
+    ("star_1/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 2, "lz": 5, "pf": 2}),
 ])
-def test_z_order_keeps_the_results(cell_id: str, params: dict) -> None:
+@pytest.mark.parametrize("remap", [True, False], ids=["zo", "zr"])
+def test_z_order_keeps_the_results(cell_id: str, params: dict, remap: bool) -> None:
     cell = Cell.parse(cell_id)
     op = mx.build("zmarch", cell, {**mx.defaults("zmarch", cell), **params})
     assert op is not None
-    zo = probe.z_order(op)
-    assert "kf_rev" in zo.source and zo.source != op.source
+    zo = probe.z_order(op, remap=remap)
+    assert "kf_rev" in zo.source and ("kf_lin" in zo.source) == remap
     gate = 1e-5 if cell.precision is Precision.FP32 else 1e-12
     assert _max_rel_error(zo, cell) < gate
 
@@ -53,7 +56,7 @@ def test_the_probes_refuse_what_they_cannot_rewrite() -> None:
     cell = Cell.parse("star_2/512x512x512/fp32")
     plain = mx.build("zmarch", cell, mx.defaults("zmarch", cell))
     assert plain is not None
-    for extra, probes in (({"pn": 1}, ("zo",)), ({"pf": 2}, ("zo", "l2", "bl2"))):
+    for extra, probes in (({"pn": 1}, ("zo",)), ({"ry": 2}, ("zo",)), ({"pf": 2}, ("l2", "bl2"))):
         op = mx.build("zmarch", cell, {**plain.params, **extra})
         assert op is not None
         for name in probes:
@@ -79,7 +82,7 @@ def test_the_probes_compile_with_nvcc(tmp_path) -> None:
             cell = Cell(STENCILS[stencil], Shape(512, 512, 512), prec)
             op = mx.build("zmarch", cell, {**mx.defaults("zmarch", cell), "lz": 8})
             assert op is not None
-            ops += [probe.z_order(op), probe.l2_prefetch(op, 4),
+            ops += [probe.z_order(op), probe.z_order(op, remap=False), probe.l2_prefetch(op, 4),
                     probe.bulk_prefetch(op, 4, prec.itemsize)]
     built = compile_all(ops, tmp_path)
     failed = [(b.op.cell_id, b.op.notes, b.log[-300:]) for b in built if not b.ok]
