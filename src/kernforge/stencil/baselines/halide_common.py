@@ -41,19 +41,6 @@ from ._arrays import input_roles, inputs_by_role, to_host
 CUDA_TARGET = "host-cuda-cuda_capability_86"
 """Halide 21 targets at most compute capability 8.6; the driver JIT-compiles its PTX for sm_90."""
 
-LARGE = 2**31
-"""Halide refuses an allocation of this many bytes or more without its ``large_buffers`` feature
-(64-bit buffer indexing)."""
-
-
-def target_for(cell: Cell, target: str) -> str:
-    """``target`` with ``large_buffers`` when the pipeline allocates a grid of 2 GiB or more: the
-    intermediate steps of a temporal cell (inputs and outputs are the caller's buffers)."""
-    grid_bytes = cell.shape.points * cell.precision.itemsize
-    if cell.stencil.temporal and grid_bytes >= LARGE and "large_buffers" not in target:
-        return f"{target}-large_buffers"
-    return target
-
 
 def import_halide() -> Any:
     try:
