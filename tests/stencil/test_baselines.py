@@ -174,6 +174,56 @@ def test_halide_reload_takes_new_inputs() -> None:
     assert rel_error(runner.output(), reference(cell, new)) < 1e-5
 
 
+def test_large_temporal_grids_get_run_time_sizes_and_64_bit_buffers() -> None:
+    """star_1_t4 at 1024^3 computes intermediate grids of 2 GiB (fp16) to 8 GiB (fp64): those
+    pipelines get ``large_buffers``; every other cell keeps the plain target."""
+    from kernforge.stencil.baselines.halide_common import CUDA_TARGET, large_grids, target_for
+
+    for prec in ("fp16", "fp32", "fp64"):
+        big = Cell.parse(f"star_1_t4/1024x1024x1024/{prec}")
+        assert large_grids(big)
+        assert target_for(big, CUDA_TARGET) == CUDA_TARGET + "-large_buffers"
+        assert target_for(big, "host-large_buffers") == "host-large_buffers"
+        for other in (f"star_1_t4/512x512x512/{prec}", f"star_1/1024x1024x1024/{prec}"):
+            assert not large_grids(Cell.parse(other))
+            assert target_for(Cell.parse(other), CUDA_TARGET) == CUDA_TARGET
+
+
+@pytest.mark.parametrize("gpu_schedule", [False, True], ids=["host", "cuda"])
+def test_halide_compiles_the_2_gib_temporal_pipeline(gpu_schedule: bool) -> None:
+    """Before the fix Halide refused it at compile time ("Allocation size should be a positive
+    number"); compiled here for the host, or for CUDA (PTX only, nothing runs)."""
+    pytest.importorskip("halide")
+    from kernforge.stencil.baselines import halide_common, halide_hand
+
+    cell = Cell.parse("star_1_t4/1024x1024x1024/fp16")
+    alg = halide_common.define(cell)
+    if gpu_schedule:
+        halide_hand.schedule_gpu(alg)
+        target = halide_common.target_for(cell, halide_common.CUDA_TARGET)
+    else:
+        halide_common.schedule_cpu(alg)
+        target = halide_common.target_for(cell, "host")
+    alg.hl.Pipeline(alg.output).compile_jit(alg.hl.Target(target))
+
+
+def test_halide_with_run_time_output_sizes_matches_the_reference(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The path of the 2 GiB pipelines (output extents unfixed, ``large_buffers``) on a small
+    temporal cell, run on the host."""
+    pytest.importorskip("halide")
+    from kernforge.stencil.baselines import halide_common
+
+    monkeypatch.setattr(halide_common, "large_grids", lambda cell: cell.stencil.temporal)
+    for prec in (Precision.FP32, Precision.FP16):
+        cell = Cell(STENCILS["star_1_t4"], SMALL, prec)
+        f = fields(cell, 3)
+        runner = baselines.make_runner("halide", cell, f, target="host")
+        assert "large_buffers" in runner.info["target"]
+        runner.run()
+        assert rel_error(runner.output(), reference(cell, f["in"])) < cell.precision.tolerance
+
+
 KERNEL_RUN = re.compile(r'halide_cuda_run\([^,]+, "(\w+)", (\d+), (\d+), (\d+), (\d+), (\d+), (\d+)')
 
 
@@ -295,3 +345,23 @@ def test_own_reference_agrees_with_the_oracle() -> None:
         full = oracle.reference(cell, f["in"], coef)
         r = cell.radius
         assert np.allclose(full[r:-r, r:-r, r:-r], reference(cell, f["in"], f["coef"]))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["halide", "halide_auto"])
+def test_halide_runs_the_2_gib_temporal_cell_on_gpu(name: str) -> None:
+    """star_1_t4 at 1024^3 in fp16 (intermediate grids of 2 GiB): both Halide baselines build
+    and pass the sampled oracle check on the GPU."""
+    pytest.importorskip("cupy")
+    reason = baselines.available("cuda")[name]
+    if reason:
+        pytest.skip(reason)
+    from kernforge.stencil import oracle
+
+    cell = Cell.parse("star_1_t4/1024x1024x1024/fp16")
+    f = oracle.random_fields(cell, seed=11)
+    runner = baselines.make_runner(name, cell, f)
+    assert "large_buffers" in runner.info["target"]
+    runner.run()
+    res = oracle.check(cell, f, runner.output(), seed=11)
+    assert res.ok, res

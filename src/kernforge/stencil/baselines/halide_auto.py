@@ -25,7 +25,7 @@ from typing import Any
 
 from ...core import BackendUnavailableError, KernforgeError
 from ..spec import Cell
-from .halide_common import CUDA_TARGET, HalideRunner, define, import_halide
+from .halide_common import CUDA_TARGET, HalideRunner, define, import_halide, target_for
 
 AUTOSCHEDULER = "Anderson2021"
 AUTO_PARAMS: dict[str, str] = {"parallelism": "132", "beam_size": "32",
@@ -89,5 +89,6 @@ def build(cell: Cell, arrays: Any, *, target: str = CUDA_TARGET,
           params: dict[str, str] | None = None) -> HalideRunner:
     """A runner of the autoscheduled pipeline (scheduled for, and run on, ``target``)."""
     alg = define(cell)
+    target = target_for(cell, target)
     info = autoschedule(alg, target, params)
     return HalideRunner("halide_auto", alg, target, arrays, info)

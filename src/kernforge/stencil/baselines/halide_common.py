@@ -12,7 +12,9 @@ Algorithm (schedules live in ``halide_hand`` and ``halide_auto``):
   ``select(interior, stencil(previous), in)`` (the boundary ring stays the input's), then the
   output Func. The input is wrapped in ``repeat_edge`` because Halide computes an intermediate
   stage over a region grown by ``r`` per later step (points outside the grid only feed boundary
-  points, which the ``select`` discards).
+  points, which the ``select`` discards). Where an intermediate grid reaches 2 GiB (1024^3),
+  the output's extents are left to the call and the target gets ``large_buffers``: Halide
+  refuses a constant-size allocation that large (:func:`large_grids`).
 
 Runner: JIT-compiled once; the inputs are copied once into Halide buffers and, for a GPU target,
 to the device (Halide keeps its own CUDA context, so it cannot use CuPy's memory); the output
@@ -40,6 +42,21 @@ from ._arrays import input_roles, inputs_by_role, to_host
 
 CUDA_TARGET = "host-cuda-cuda_capability_86"
 """Halide 21 targets at most compute capability 8.6; the driver JIT-compiles its PTX for sm_90."""
+
+
+def large_grids(cell: Cell) -> bool:
+    """Whether the pipeline allocates intermediate grids of 2 GiB or more (a temporal cell at
+    1024^3). Halide computes a constant allocation size in 32 bits ("Allocation size should be
+    a positive number"), so for these the output extents stay unfixed (sizes computed at run
+    time) and the target needs ``large_buffers`` (64-bit sizes and indexing)."""
+    return cell.stencil.temporal and cell.shape.points * cell.precision.itemsize >= 2**31
+
+
+def target_for(cell: Cell, target: str) -> str:
+    """``target``, with ``large_buffers`` where :func:`large_grids`."""
+    if large_grids(cell) and "large_buffers" not in target:
+        return f"{target}-large_buffers"
+    return target
 
 
 def import_halide() -> Any:
@@ -168,7 +185,8 @@ def define(cell: Cell) -> Algorithm:
         out[x, y, z] = hl.cast(storage, weighted(prev))
     mins = (r, r, r)
     ext = (nx - 2 * r, ny - 2 * r, nz - 2 * r)
-    _fix_dims(out.output_buffer(), mins, ext)
+    if not large_grids(cell):
+        _fix_dims(out.output_buffer(), mins, ext)
     out.set_estimates([hl.Range(m, e) for m, e in zip(mins, ext, strict=True)])
     return Algorithm(cell, hl, params, out, (x, y, z), stages)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..spec import Cell
-from .halide_common import CUDA_TARGET, Algorithm, HalideRunner, define, schedule_cpu
+from .halide_common import CUDA_TARGET, Algorithm, HalideRunner, define, schedule_cpu, target_for
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,7 @@ def build(cell: Cell, arrays: Any, *, target: str = CUDA_TARGET,
           schedule: HandSchedule | None = None) -> HalideRunner:
     """A runner of the hand-scheduled pipeline (``target`` without a GPU: the CPU schedule)."""
     alg = define(cell)
+    target = target_for(cell, target)
     sched = schedule or DEFAULT
     if "cuda" in target:
         schedule_gpu(alg, sched)
