@@ -85,3 +85,22 @@ def test_roofline_ceilings_bound_the_measured_speedups(tmp_path: Path) -> None:
     measured = merged["summary"]["single_sweep"]["speedup_by_precision"]
     assert all(roof[p] > measured[p]["geomean"] for p in roof)
     assert "roofline ceiling" in res.stdout
+
+
+def test_fp16_rows_get_a_ceiling_only_against_the_half2_peak(tmp_path: Path) -> None:
+    """Older bench files measured fp16 against the fp32 FMA rate (the half2 kernels exceed it):
+    no ceiling; a row whose run measured the half2 rate gets one."""
+    data = json.loads((DATA / "stencil-bench-h200-2026-12-01-s8a.json").read_text())
+    src = tmp_path / "s8a.json"
+    src.write_text(json.dumps(data))
+    for row in data["cells"]:
+        row["roofline"] = {**row["roofline"], "peak": 2 * row["roofline"]["peak"],
+                           "peak_ctype": "half2"}
+    half2 = tmp_path / "half2.json"
+    half2.write_text(json.dumps(data))
+    for path, has in ((src, False), (half2, True)):
+        out = tmp_path / f"latest-{has}.json"
+        assert _run(path, "--out", out).returncode == 0
+        merged = json.loads(out.read_text())
+        assert all((c["roofline_speedup"] is not None) == has for c in merged["cells"])
+        assert ("fp16" in merged["summary"]["single_sweep"]["roofline_geomean_by_precision"]) == has

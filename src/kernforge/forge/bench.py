@@ -242,8 +242,9 @@ def _roofline(device: Device, cell: Cell, copy_bps: float) -> dict[str, Any] | N
         return None  # a stand-in device (tests) has no arithmetic to measure
     from .peak import peak_flops, roofline
 
-    peak = peak_flops(device, cell.precision).flops_per_s
-    return {"peak": peak, **roofline(cell, peak, copy_bps)}
+    peak = peak_flops(device, cell.precision)
+    return {"peak": peak.flops_per_s, "peak_ctype": peak.ctype,
+            **roofline(cell, peak.flops_per_s, copy_bps)}
 
 
 def _speedup(device: Device, runners: Sequence[tuple[str, Runner | None, dict[str, Any]]],
