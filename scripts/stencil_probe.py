@@ -7,8 +7,8 @@ bandwidth of the same bytes. For questions a forge round would take longer to an
 
 A VARIANT is ``k=v,...`` (parameters of the cell's design over the dispatched operator's,
 e.g. ``ty=16,tx=64``), optionally followed by one source probe of the plain z-marching kernel
-(zmarch; the prefetches with pf=1, ``zo``/``zr`` without pn/ry/sc/h2/smem; a probe refuses
-any other):
+(zmarch; the prefetches with pf=1, ry=1, sc=0; ``zo``/``zr`` without pn/ry/sc/h2/smem; a probe
+refuses any other):
   ``+l2=D``   a per-thread ``prefetch.global.L2`` of the plane D planes ahead, each plane
   ``+bl2=D``  one ``cp.async.bulk.prefetch.L2`` of the warp's row, D planes ahead
   ``+zo``     z-chunks fastest in the block order, odd chunks marched downward (mirrored plane
@@ -37,13 +37,17 @@ class ProbeError(ValueError):
     """A probe asked of an operator it cannot rewrite."""
 
 
+PLAIN = {"pf": 1, "ry": 1}  # every other option of PLAIN_ONLY is off at 0
+
+
 def _plain(op: Operator, allow: tuple[str, ...] = ()) -> None:
-    """Refuse an operator the probes cannot rewrite: only z-marching, one plane per iteration
-    (pf=1) for the prefetches; z_order takes any pf and xs, but no pn/ry/sc/h2/smem."""
+    """Refuse an operator a probe cannot rewrite: z-marching only; the prefetches need pf=1,
+    ry=1 and sc=0 (their line names the thread's row ``y``); z_order takes any pf and xs, but
+    no pn/ry/sc/h2/smem."""
     other = [k for k in PLAIN_ONLY
-             if k not in allow and op.params.get(k, 1 if k == "pf" else 0) != (k == "pf")]
+             if k not in allow and op.params.get(k, PLAIN.get(k, 0)) != PLAIN.get(k, 0)]
     if op.design != "zmarch" or other:
-        fix = ", ".join(f"{k}={int(k == 'pf')}" for k in other)
+        fix = ", ".join(f"{k}={PLAIN.get(k, 0)}" for k in other)
         raise ProbeError(f"{op.key}: this probe rewrites the z-marching kernel only"
                          f"{' with ' + fix if fix else ''}")
 
@@ -57,14 +61,14 @@ def _in_loop(op: Operator, code: str, note: str) -> Operator:
 
 def l2_prefetch(op: Operator, d: int) -> Operator:
     """Each thread prefetches its own points of the plane ``d`` ahead into L2."""
-    _plain(op, allow=PLAIN_ONLY[1:])
+    _plain(op, allow=("pn", "xs", "h2", "smem"))
     return _in_loop(op, f'    if (z + {d} + R < NZ) asm volatile("prefetch.global.L2 [%0];" :: '
                         f'"l"(src + ((z + {d} + R) * NY + y) * NX + x0));\n', f"l2={d}")
 
 
 def bulk_prefetch(op: Operator, d: int, itemsize: int) -> Operator:
     """Lane 0 of each warp row prefetches the row ``d`` planes ahead with one bulk request."""
-    _plain(op, allow=PLAIN_ONLY[1:])
+    _plain(op, allow=("pn", "xs", "h2", "smem"))
     nbytes = op.params["tx"] * op.params["vx"] * itemsize
     if nbytes % 16:
         raise ProbeError(f"{op.key}: a bulk prefetch needs a multiple of 16 bytes ({nbytes})")
@@ -97,6 +101,9 @@ def z_order(op: Operator, remap: bool = True) -> Operator:
         raise ProbeError(f"{op.key}: no z-chunk end in the source")
     body = re.sub(r"\(\(([^()]*)\) \* NY", r"((PZ(\1)) * NY", body)
     body = re.sub(r"\((zz|z) \* NY", r"(PZ(\1) * NY", body)
+    # plane offsets from ``base`` (the staged kernels' next coefficient plane) point the other
+    # way in a reversed chunk
+    body = re.sub(r"base \+ (\d+) \* NY \* NX", r"base + (kf_rev ? -\1L : \1L) * NY * NX", body)
     # in a reversed chunk q[j] holds plane z - (j - R): its weight is q[2R - j]'s
     weights = {int(j): w for w, j in re.findall(r"(W\d+) \* q\[(\d)\]", body)}
     if sorted(weights) != list(range(2 * radius + 1)):
@@ -167,15 +174,16 @@ def main() -> None:
     for _, runner in runs:
         for _ in range(3):
             runner.run()
-    times: dict[str, list[float]] = {name: [] for name, _ in runs}
+    times: list[list[float]] = [[] for _ in runs]  # by position: a repeated variant is its own
     for _ in range(args.passes):
-        for name, runner in runs:
-            times[name].append(dev.once(runner))
-    base = statistics.median(times[runs[0][0]])
-    for name, _ in runs:
-        t = statistics.median(times[name])
-        print(f"{cell.id:28s} {name:58s} {t * 1e6:10.2f} us {100 * cell.compulsory_bytes / t / copy.bytes_per_s:6.1f}% "
-              f"of copy  {base / t:6.3f}x", flush=True)
+        for i, (_, runner) in enumerate(runs):
+            times[i].append(dev.once(runner))
+    base = statistics.median(times[0])
+    for (name, _), samples in zip(runs, times, strict=True):
+        t = statistics.median(samples)
+        print(f"{cell.id:28s} {name:58s} {t * 1e6:10.2f} us "
+              f"{100 * cell.compulsory_bytes / t / copy.bytes_per_s:6.1f}% of copy  {base / t:6.3f}x",
+              flush=True)
     print(f"{cell.id:28s} copy: {copy.method} {copy.bytes_per_s / 1e9:.0f} GB/s", flush=True)
 
 

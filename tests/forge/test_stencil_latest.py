@@ -58,28 +58,30 @@ def test_bad_inputs_are_refused_in_one_line(tmp_path: Path) -> None:
 
 def test_roofline_ceilings_bound_the_measured_speedups(tmp_path: Path) -> None:
     """A single-sweep row's ceiling is its best baseline's time over the roofline bound of that
-    run; our measured time-ratio never exceeds it, and the summary carries their geomeans."""
-    s8 = DATA / "stencil-bench-h200-2026-12-01-s8b.json"
+    run (the copy term for a memory-bound row, the FMA term for a compute-bound one); temporal
+    and (fp32-peak) fp16 rows get none; our measured speedup never exceeds it."""
+    files = [DATA / f"stencil-bench-h200-2026-12-01-{s}.json" for s in ("s7b", "s8b", "s8d")]
     out = tmp_path / "latest.json"
-    res = _run(DATA / "stencil-bench-h200-2026-12-01-s7b.json", s8, "--out", out)
+    res = _run(*files, "--out", out)
     assert res.returncode == 0, res.stderr
     merged = json.loads(out.read_text())
-    rows = {r["cell"]: r for r in json.loads(s8.read_text())["cells"]}
+    rows = {r["cell"]: r for f in files for r in json.loads(f.read_text())["cells"]}
+    by_hand = {"box_2/1024x1024x1024/fp32": ("compute", 250),  # 125 taps, FMA = 2 FLOPs
+               "star_1/512x512x512/fp32": ("memory", 14)}
     for cell in merged["cells"]:
-        assert cell["temporal"] is False
-        if cell["cell"].endswith("/fp16"):  # half2 kernels exceed the fp32 peak: no ceiling
-            assert cell["roofline_speedup"] is None
+        if cell["temporal"] or cell["cell"].endswith("/fp16"):
+            assert cell["roofline_speedup"] is None, cell["cell"]
             continue
-        if cell["cell"] in rows:  # by hand: box_2 fp32 is compute-bound (the FMA peak bounds)
-            row = rows[cell["cell"]]
+        assert cell["roofline_speedup"] > 0.97 * cell["speedup"]  # interleaved ~ time ratio
+        if cell["cell"] in by_hand:
+            row, (bound, flops_per_point) = rows[cell["cell"]], by_hand[cell["cell"]]
             base = next(r for r in row["runners"] if r["name"] == row["best_baseline"])
-            flops = row["updates"] * 250  # 125 taps, an FMA counted as 2
-            bound = max(row["compulsory_bytes"] / row["copy"]["bytes_per_s"],
-                        flops / row["roofline"]["peak"])
-            assert cell["roofline_speedup"] == pytest.approx(base["time_s"] / bound, rel=1e-9)
-            assert flops / row["roofline"]["peak"] > row["compulsory_bytes"] / row["copy"]["bytes_per_s"]
-        base_time = cell["speedup"]  # interleaved, close to the time ratio
-        assert cell["roofline_speedup"] > 0.97 * base_time
+            mem = row["compulsory_bytes"] / row["copy"]["bytes_per_s"]
+            fma = row["updates"] * flops_per_point / row["roofline"]["peak"]
+            assert (mem > fma) == (bound == "memory") == (row["roofline"]["bound"] == "memory")
+            assert cell["roofline_speedup"] == pytest.approx(base["time_s"] / max(mem, fma),
+                                                             rel=1e-9)
+    assert sum(c["temporal"] for c in merged["cells"]) == 5
     roof = merged["summary"]["single_sweep"]["roofline_geomean_by_precision"]
     assert set(roof) == {"fp32", "fp64"}
     measured = merged["summary"]["single_sweep"]["speedup_by_precision"]

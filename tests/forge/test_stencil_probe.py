@@ -4,6 +4,7 @@ against the float64 oracle), build for sm_90 with nvcc, and refuse kernels they 
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 from pathlib import Path
 
@@ -40,6 +41,9 @@ def _max_rel_error(op, cell: Cell) -> float:
     ("star_1/104x48x36/fp64", {"tx": 32, "ty": 8, "vx": 2, "lz": 0}),     # one chunk: never reversed
     ("star_2/104x48x36/fp64", {"tx": 16, "ty": 8, "vx": 2, "lz": 4, "xs": 1}),   # x halo shuffled
     ("star_1/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 2, "lz": 5, "pf": 2}),
+    # the staged varcoeff kernels load the next coefficient plane at ``base + pf * NY * NX``
+    ("varcoeff_star_1/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 2, "lz": 8, "pf": 2}),
+    ("varcoeff_star_1/104x48x36/fp64", {"tx": 32, "ty": 4, "vx": 2, "lz": 7, "xs": 1}),
 ])
 @pytest.mark.parametrize("remap", [True, False], ids=["zo", "zr"])
 def test_z_order_keeps_the_results(cell_id: str, params: dict, remap: bool) -> None:
@@ -47,7 +51,10 @@ def test_z_order_keeps_the_results(cell_id: str, params: dict, remap: bool) -> N
     op = mx.build("zmarch", cell, {**mx.defaults("zmarch", cell), **params})
     assert op is not None
     zo = probe.z_order(op, remap=remap)
-    assert "kf_rev" in zo.source and ("kf_lin" in zo.source) == remap
+    # odd chunks really are reversed (a probe that did nothing would keep the results too)
+    rev = re.search(r"const bool kf_rev = (.*);", zo.source)
+    assert rev is not None and rev.group(1) == ("kf_ck & 1" if remap else "blockIdx.z & 1")
+    assert zo.source.count("PZ(") >= 3 and ("kf_lin" in zo.source) == remap
     gate = 1e-5 if cell.precision is Precision.FP32 else 1e-12
     assert _max_rel_error(zo, cell) < gate
 
@@ -56,11 +63,13 @@ def test_the_probes_refuse_what_they_cannot_rewrite() -> None:
     cell = Cell.parse("star_2/512x512x512/fp32")
     plain = mx.build("zmarch", cell, mx.defaults("zmarch", cell))
     assert plain is not None
-    for extra, probes in (({"pn": 1}, ("zo",)), ({"ry": 2}, ("zo",)), ({"pf": 2}, ("l2", "bl2"))):
+    for extra, probes in (({"pn": 1}, ("zo",)), ({"ry": 2}, ("zo", "l2", "bl2")),
+                          ({"sc": 1}, ("zo", "l2")), ({"pf": 2}, ("l2", "bl2"))):
         op = mx.build("zmarch", cell, {**plain.params, **extra})
         assert op is not None
         for name in probes:
-            with pytest.raises(probe.ProbeError, match=next(iter(extra))):
+            hint = f"{next(iter(extra))}={1 if next(iter(extra)) in ('pf', 'ry') else 0}"
+            with pytest.raises(probe.ProbeError, match=hint):
                 {"zo": lambda o: probe.z_order(o), "l2": lambda o: probe.l2_prefetch(o, 2),
                  "bl2": lambda o: probe.bulk_prefetch(o, 2, 4)}[name](op)
     assert "prefetch.global.L2" in probe.l2_prefetch(
