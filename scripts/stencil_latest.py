@@ -112,7 +112,8 @@ def main() -> None:
               f"cells {'-' if med is None else f'{med:.1f}'}")
     roof = summ["single_sweep"]["roofline_geomean_by_precision"]
     print("single_sweep roofline ceiling (geomean speedup over the same baselines at 100% of "
-          "copy or of the FMA peak; fp16 only from runs with the half2 peak): " + ", ".join(f"{p} {v:.3f}" for p, v in roof.items()))
+          "copy or of the FMA peak; fp16 only from runs with the half2 peak): "
+          + ", ".join(f"{p} {v:.3f}" for p, v in roof.items()))
 
 
 if __name__ == "__main__":
