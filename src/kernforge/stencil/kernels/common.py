@@ -75,6 +75,15 @@ def half2_weights(cell: Cell) -> str:
                    for i, w in enumerate(cell.stencil.weights))
 
 
+def half2_chain(terms: list[tuple[str, str]], low: str, high: str) -> list[str]:
+    """One ``__half2`` partial sum ``sum(weight * pair)`` over ``terms`` (weight, pair names),
+    its two halves added into the fp32 accumulators ``low`` and ``high``."""
+    (w0, v0), rest = terms[0], terms[1:]
+    return [f"{{ __half2 t = __hmul2({w0}, {v0});",
+            *(f"  t = __hfma2({w}, {v}, t);" for w, v in rest),
+            f"  {low} += __low2float(t); {high} += __high2float(t); }}"]
+
+
 def extents(cell: Cell) -> str:
     s = cell.shape
     return (f"constexpr long NX = {s.nx}, NY = {s.ny}, NZ = {s.nz};\n"

@@ -24,7 +24,16 @@ from __future__ import annotations
 
 from ..operator import Launch, Operator
 from ..spec import Cell, Precision
-from .common import cdiv, constant_weight_defs, extents, header, load, store, weight_names
+from .common import (
+    cdiv,
+    constant_weight_defs,
+    extents,
+    half2_chain,
+    header,
+    load,
+    store,
+    weight_names,
+)
 
 
 def _weight_table(cell: Cell) -> dict[tuple[int, int, int], str]:
@@ -74,11 +83,8 @@ def _accumulate_h2(cell: Cell, vx: int, ry: int, buf: str) -> list[str]:
                          if (name := w.get((r - m, dy, dx)))]
                 if not terms:
                     continue
-                (n0, j0, i0), rest = terms[0], terms[1:]
-                lines.append(f"{{ __half2 t = __hmul2(H{n0}, p{j0}_{i0});")
-                lines.extend(f"  t = __hfma2(H{n}, p{j}_{i}, t);" for n, j, i in rest)
-                lines.append(f"  a[{m}][{2 * q}][{lane}] += __low2float(t); "
-                             f"a[{m}][{2 * q + 1}][{lane}] += __high2float(t); }}")
+                lines += half2_chain([(f"H{n}", f"p{j}_{i}") for n, j, i in terms],
+                                     f"a[{m}][{2 * q}][{lane}]", f"a[{m}][{2 * q + 1}][{lane}]")
     return lines
 
 

@@ -31,6 +31,7 @@ from .common import (
     cdiv,
     constant_weight_defs,
     extents,
+    half2_chain,
     half2_weights,
     header,
     lane_stores,
@@ -127,11 +128,8 @@ def _accumulate_h2(cell: Cell, vx: int) -> list[str]:
         for k in range(vx // 2):
             terms = [(w[(r - m, j - r, dx)], pairs[(j, k, dx)])
                      for j in range(2 * r + 1) for dx in range(-r, r + 1)]
-            (i0, p0), rest = terms[0], terms[1:]
-            out.append(f"{{ __half2 t = __hmul2(H{i0}, {p0});")
-            out += [f"  t = __hfma2(H{i}, {pv}, t);" for i, pv in rest]
-            out.append(f"  a[{m}][{2 * k}] += __low2float(t); "
-                       f"a[{m}][{2 * k + 1}] += __high2float(t); }}")
+            out += half2_chain([(f"H{i}", pv) for i, pv in terms],
+                               f"a[{m}][{2 * k}]", f"a[{m}][{2 * k + 1}]")
     return out
 
 
