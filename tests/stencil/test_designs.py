@@ -93,6 +93,9 @@ CASES = [
     ("box_1", "zbox", {"tx": 8, "ty": 2, "vx": 2, "lz": 1, "pn": 0, "pw": 1}, "fp64"),
     ("box_2", "zbox", {"tx": 8, "ty": 4, "vx": 4, "lz": 0, "h2": 1, "pw": 1}, "fp16"),
     ("box_2", "zbox", {"tx": 4, "ty": 4, "vx": 2, "lz": 3, "pn": 0, "pw": 1}, "fp32"),
+    # a minimum of resident blocks per SM (__launch_bounds__ register cap): zbox, plane sweep
+    ("box_2", "zbox", {"tx": 8, "ty": 4, "vx": 4, "lz": 5, "minb": 4}, "fp32"),
+    ("box_2", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 2, "lz": 4, "minb": 8}, "fp64"),
     # fp64 weights in constant memory (the plane sweep's cw)
     ("box_1", "planesweep", {"tx": 16, "ty": 2, "vx": 2, "ry": 4, "lz": 0, "cw": 1}, "fp64"),
     ("box_2", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 2, "lz": 4, "cw": 1}, "fp64"),
@@ -184,7 +187,8 @@ def test_later_parameters_default_to_the_first_kernels() -> None:
     on the H200), so its old kernel is asked for with pipe=0."""
     for stencil, design, extra in (("star_1", "zmarch", {"pf": 1, "smem": 0, "xs": 0, "pn": 0, "cw": 0,
                                                          "ry": 1, "sc": 0}),
-                                   ("box_1", "planesweep", {"h2": 0, "cw": 0}),
+                                   ("box_1", "planesweep", {"h2": 0, "cw": 0, "minb": 1}),
+                                   ("box_2", "zbox", {"pw": 0, "h2": 0, "minb": 1}),
                                    ("star_1_t4", "temporal", {"pipe": 0, "fs": 0, "minb": 1,
                                                               "pf": 1, "cx": 1, "cy": 1})):
         cell = Cell(STENCILS[stencil], Shape(512, 512, 512), Precision.FP32)
@@ -206,6 +210,11 @@ def test_later_parameters_default_to_the_first_kernels() -> None:
     assert mx.build("temporal", cell, {"pf": 2}) is None
     assert mx.build("temporal", cell, {"pipe": 1, "fs": 3}) is None
     assert mx.build("temporal", cell, {"pipe": 1, "minb": 3}) is None
+    # box designs: minb blocks of the block's threads must fit 2048 threads per SM
+    box2 = Cell(STENCILS["box_2"], cell.shape, cell.precision)
+    assert mx.build("zbox", box2, {"tx": 32, "ty": 8, "minb": 8}) is not None
+    assert mx.build("zbox", box2, {"tx": 32, "ty": 8, "minb": 12}) is None
+    assert mx.build("planesweep", box2, {"tx": 32, "ty": 4, "minb": 0}) is None
     # h2 needs fp16 and vertical pairs
     assert mx.build("planesweep", Cell(STENCILS["box_1"], cell.shape, Precision.FP32),
                     {"h2": 1}) is None
@@ -268,6 +277,29 @@ def test_half2_kernels_apply_each_weight_to_its_offset(stencil: str, design: str
     got, want = arrays["out"][core].astype(np.float64), ref[core]
     assert np.count_nonzero(want) == cell.stencil.points
     np.testing.assert_allclose(got, want, rtol=2.0 ** -10, atol=0)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the host nvcc")
+def test_minb_caps_the_registers(tmp_path) -> None:
+    """``minb`` blocks of 256 threads per SM leave ptxas 65536 / (256 * minb) registers per
+    thread: box_2 fp32 by z-marching uses more than 64 without the cap (sm_90)."""
+    import re
+    import subprocess
+
+    cell = Cell(STENCILS["box_2"], Shape(512, 512, 512), Precision.FP32)
+    used = {}
+    for minb in (1, 4, 8):
+        op = mx.build("zbox", cell, {"tx": 32, "ty": 8, "vx": 4, "lz": 128, "minb": minb})
+        assert op is not None and (f"__launch_bounds__(256, {minb})" in op.source) == (minb > 1)
+        src = tmp_path / f"minb{minb}.cu"
+        src.write_text(op.source)
+        proc = subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-Xptxas", "-v", "-o",
+                               str(tmp_path / f"minb{minb}.cubin"), str(src)],
+                              capture_output=True, text=True, check=True)
+        found = re.search(r"Used (\d+) registers", proc.stdout + proc.stderr)
+        assert found, proc.stderr[-500:]
+        used[minb] = int(found.group(1))
+    assert used[1] > 64 >= used[4] and used[8] <= 32, used
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the host nvcc")

@@ -54,7 +54,8 @@ IDEAS = {
     "smem": "z-marching: stage each plane's tile in shared memory (2.5D) for x/y neighbours",
     "cx": "temporal: x points per thread (register blocking, wider loads, smaller halo share)",
     "cy": "temporal: y points per thread (register blocking, fewer shared-memory reads)",
-    "minb": "temporal: minimum resident blocks per SM (__launch_bounds__ register cap)",
+    "minb": "temporal, zbox, plane sweep: minimum resident blocks per SM (__launch_bounds__ "
+            "register cap: occupancy bought with registers, spills beyond the cap)",
     "fs": "temporal: steps fused per launch (smaller halo, more DRAM traffic)",
     "xs": "z-marching: the x halo from the neighbouring lanes by warp shuffles (fewer L1/L2 "
           "requests per point: the star kernels are L2-throughput-bound on the H200)",

@@ -20,6 +20,9 @@ from .spec import Cell, Precision
 
 TABLE_PATH = Path(__file__).parent / "data" / "matrix.json"
 TABLE_VERSION = 1
+# __launch_bounds__ minimum blocks per SM for the box designs (values that do not fit a block's
+# size are refused by the generator): blocks of 64-512 threads have different useful values
+MINB = (1, 2, 3, 4, 6, 8, 12, 16)
 
 DESIGNS: dict[str, Callable[..., Operator]] = {
     "naive": naive.generate,
@@ -76,12 +79,14 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
             Precision.FP16: (4, 8), Precision.FP32: (4, 2), Precision.FP64: (2,)}
         zb: dict[str, tuple[Any, ...]] = {
             "vx": lanes[cell.precision], "lz": (32, 64, 16, 8, 128), "ty": (8, 4, 16),
-            "tx": (32, 64, 16), "pn": (1, 0), "pw": (0, 1)}
+            "tx": (32, 64, 16), "pn": (1, 0), "pw": (0, 1),
+            "minb": MINB}
         return {**zb, **_precision_options(cell, cw=False)}  # zbox: fp64 weights always in
         # constant memory (no table entry predates it)
     if design == "planesweep":
         sp: dict[str, tuple[Any, ...]] = {"ry": (4, 2, 8), "lz": (64, 32, 128, 16),
-                                          "ty": (4, 8, 2), "vx": (1, 2), "tx": (32, 64)}
+                                          "ty": (4, 8, 2), "vx": (1, 2), "tx": (32, 64),
+                                          "minb": MINB}
         return {**sp, **_precision_options(cell)}
     if design == "temporal":
         ty = (16, 32) if cell.precision is Precision.FP64 else (32, 16)

@@ -16,6 +16,23 @@ def header(cell: Cell) -> str:
     return "\n".join(lines) + "\n"
 
 
+MAX_THREADS_PER_SM = 2048  # sm_80 and sm_90
+
+
+def check_minb(threads: int, minb: int) -> None:
+    """``minb`` blocks of ``threads`` must fit one SM (a ValueError: the operator does not fit)."""
+    if not 1 <= minb <= 32 or threads * minb > MAX_THREADS_PER_SM:
+        raise ValueError(f"minb={minb}: 1-32 resident blocks of {threads} threads, at most "
+                         f"{MAX_THREADS_PER_SM} threads per SM")
+
+
+def bounds(threads: int, minb: int) -> str:
+    """``__launch_bounds__`` arguments: the block size, and with ``minb > 1`` the minimum
+    resident blocks per SM, which caps ptxas at ``65536 / (threads * minb)`` registers per
+    thread (spilling beyond that): occupancy bought with registers."""
+    return f"{threads}, {minb}" if minb > 1 else f"{threads}"
+
+
 def literal(value: float, precision: Precision) -> str:
     """``value`` as a literal of the accumulation type (exact for fp64, rounded for fp32)."""
     if precision is Precision.FP64:

@@ -18,6 +18,8 @@ plane's partial sum. Shared memory halves; the FMA instructions per output halve
 
 ``cw=1`` (fp64): the weights in a ``__constant__`` array instead of literals (a DFMA cannot take
 a 64-bit immediate: two uniform moves per FMA in the sm_90 SASS of the literal form).
+
+``minb``: ``__launch_bounds__`` minimum resident blocks per SM (:func:`.common.bounds`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from __future__ import annotations
 from ..operator import Launch, Operator
 from ..spec import Cell, Precision
 from .common import (
+    bounds,
     cdiv,
+    check_minb,
     constant_weight_defs,
     extents,
     half2_chain,
@@ -89,7 +93,7 @@ def _accumulate_h2(cell: Cell, vx: int, ry: int, buf: str) -> list[str]:
 
 
 def _source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int = 0,
-            cw: int = 0) -> str:
+            cw: int = 0, minb: int = 1) -> str:
     p = cell.precision
     t = p.ctype
     r = cell.radius
@@ -117,7 +121,7 @@ def _source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int = 0
     store_body = "\n          ".join(stores)
     return f"""{header(cell)}{extents(cell)}typedef {p.acc_ctype} ACC;
 {weights}constexpr int SW = {sw}, SH = {sh}, PER = {per}, NT = {tx * ty};
-extern "C" __global__ void __launch_bounds__({tx * ty})
+extern "C" __global__ void __launch_bounds__({bounds(tx * ty, minb)})
 planesweep(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
   __shared__ {stage} tile[2][SH * SW];{halves}
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * {tx} + tx;
@@ -187,7 +191,7 @@ def shared_bytes(cell: Cell, tx: int, ty: int, vx: int, ry: int, h2: int = 0) ->
 
 
 def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
-             lz: int = 0, h2: int = 0, cw: int = 0) -> Operator:
+             lz: int = 0, h2: int = 0, cw: int = 0, minb: int = 1) -> Operator:
     if cell.stencil.temporal or cell.stencil.kind == "varcoeff":
         raise ValueError(f"planesweep handles single-step constant-coefficient stencils, "
                          f"not {cell.stencil.name}")
@@ -195,14 +199,17 @@ def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
         raise ValueError("h2 needs fp16 storage and an even ry (vertical output pairs)")
     if cw not in (0, 1) or (cw and cell.precision is not Precision.FP64):
         raise ValueError("cw (weights in constant memory) is for fp64 (no 64-bit immediates)")
+    check_minb(tx * ty, minb)
     if shared_bytes(cell, tx, ty, vx, ry, h2) > 48 * 1024:
         raise ValueError("the staged planes exceed 48 KiB of static shared memory")
     nz_int = cell.shape.nz - 2 * cell.radius
     lz = nz_int if lz <= 0 else min(lz, nz_int)
-    source = _source(cell, tx, ty, vx, ry, lz, h2, cw)
+    source = _source(cell, tx, ty, vx, ry, lz, h2, cw, minb)
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty * ry), cdiv(nz_int, lz))
     launch = Launch("planesweep", grid, (tx, ty, 1), ("in", "out"))
     params = {"tx": tx, "ty": ty, "vx": vx, "ry": ry, "lz": lz}
     # absent at their first value: the operators of earlier tables keep their keys
     params.update({k: 1 for k, v in (("h2", h2), ("cw", cw)) if v})
+    if minb > 1:
+        params["minb"] = minb
     return Operator(cell.id, "planesweep", params, source, (launch,))

@@ -20,7 +20,9 @@ summed, a register double buffer; 0: loaded on use), ``h2`` (fp16, even ``vx``: 
 ``(2R+1)^2`` terms per output plane and lane pair as one ``__half2`` chain, added into the fp32
 accumulators, as the plane sweep's ``h2`` does for vertical pairs), ``pw`` (1: the ``2R``
 warm-up planes, which store nothing, in a loop of their own, so the steady loop stores without
-a test; SASS for sm_90: box_1 fp32 vx=4 178 -> 155 instructions per plane, more registers).
+a test; SASS for sm_90: box_1 fp32 vx=4 178 -> 155 instructions per plane, more registers),
+``minb`` (``__launch_bounds__`` minimum resident blocks per SM: a register cap, see
+:func:`.common.bounds`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from __future__ import annotations
 from ..operator import Launch, Operator
 from ..spec import Cell, Precision
 from .common import (
+    bounds,
     cdiv,
+    check_minb,
     constant_weight_defs,
     extents,
     half2_chain,
@@ -134,7 +138,7 @@ def _accumulate_h2(cell: Cell, vx: int) -> list[str]:
 
 
 def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pn: int, h2: int = 0,
-            pw: int = 0) -> str:
+            pw: int = 0, minb: int = 1) -> str:
     p = cell.precision
     t, acc = p.ctype, p.acc_ctype
     r = cell.radius
@@ -173,7 +177,7 @@ def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pn: int, h2: int = 0
                  f"    const long zo = k - R;\n    if (zo >= zb) {{\n{put}\n    }}\n"
                  f"{shift}\n  }}")
     return f"""typedef {acc} ACC;
-extern "C" __global__ void __launch_bounds__({tx * ty})
+extern "C" __global__ void __launch_bounds__({bounds(tx * ty, minb)})
 zbox(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
 {half2_weights(cell) if h2 else ""}  const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * {vx};
   const long y = (long)blockIdx.y * {ty} + threadIdx.y;
@@ -189,7 +193,7 @@ zbox(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
 
 
 def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
-             pn: int = 1, h2: int = 0, pw: int = 0) -> Operator:
+             pn: int = 1, h2: int = 0, pw: int = 0, minb: int = 1) -> Operator:
     if cell.stencil.kind != "box" or cell.stencil.temporal:
         raise ValueError(f"zbox handles single-step box stencils, not {cell.stencil.name}")
     if vx not in (1, 2, 4, 8) or cell.shape.nx % vx:
@@ -202,6 +206,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
         raise ValueError("pn, h2 and pw: 0 or 1")
     if h2 and (cell.precision is not Precision.FP16 or vx % 2):
         raise ValueError("h2 needs fp16 storage and an even vx (lane pairs)")
+    check_minb(tx * ty, minb)
     nz_int = cell.shape.nz - 2 * cell.radius
     lz = nz_int if lz <= 0 else min(lz, nz_int)
     align = cell.precision.itemsize * vx
@@ -209,7 +214,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
     weights = (constant_weight_defs(cell) if cell.precision is Precision.FP64
                else weight_defs(cell))
     source = (header(cell) + extents(cell) + weights + vec
-              + _kernel(cell, tx, ty, vx, lz, pn, h2, pw))
+              + _kernel(cell, tx, ty, vx, lz, pn, h2, pw, minb))
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty), cdiv(nz_int, lz))
     launch = Launch("zbox", grid, (tx, ty, 1), ("in", "out"))
     params = {"tx": tx, "ty": ty, "vx": vx, "lz": lz, "pn": pn}
@@ -217,4 +222,6 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
         params["h2"] = 1
     if pw:
         params["pw"] = 1
+    if minb > 1:
+        params["minb"] = minb
     return Operator(cell.id, "zbox", params, source, (launch,))
