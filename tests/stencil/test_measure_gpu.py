@@ -135,6 +135,10 @@ def test_stencil_bench_two_small_cells(device, tmp_path):
     ("zbox", "box_1/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 9, "pw": 1}),
     ("zbox", "box_2/104x48x36/fp16", {"tx": 16, "ty": 4, "vx": 8, "lz": 0, "h2": 1, "pw": 1}),
     ("zbox", "box_1/104x48x36/fp64", {"tx": 32, "ty": 4, "vx": 2, "lz": 5, "pn": 0, "pw": 1}),
+    # a register cap that spills (minb): zbox and the plane sweep
+    ("zbox", "box_2/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 9, "minb": 8}),
+    ("planesweep", "box_2/104x48x36/fp64", {"tx": 32, "ty": 4, "vx": 1, "ry": 4, "lz": 7,
+                                            "minb": 12}),
 ])
 def test_later_kernels_match_the_oracle_on_the_gpu(device, design, cell_id, params):
     """The host emulator runs ztile's copies synchronously, models the shuffles and cannot see
