@@ -96,6 +96,10 @@ CASES = [
     # a minimum of resident blocks per SM (__launch_bounds__ register cap): zbox, plane sweep
     ("box_2", "zbox", {"tx": 8, "ty": 4, "vx": 4, "lz": 5, "minb": 4}, "fp32"),
     ("box_2", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 2, "lz": 4, "minb": 8}, "fp64"),
+    # the largest L1 (a launch attribute; the emulator runs the same code)
+    ("star_2", "zmarch", {"tx": 8, "ty": 4, "vx": 2, "lz": 3, "l1": 1}, "fp32"),
+    ("box_1", "zbox", {"tx": 8, "ty": 4, "vx": 4, "lz": 5, "l1": 1}, "fp16"),
+    ("box_1", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 2, "lz": 4, "l1": 1}, "fp64"),
     # fp64 weights in constant memory (the plane sweep's cw)
     ("box_1", "planesweep", {"tx": 16, "ty": 2, "vx": 2, "ry": 4, "lz": 0, "cw": 1}, "fp64"),
     ("box_2", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 2, "lz": 4, "cw": 1}, "fp64"),
@@ -186,9 +190,9 @@ def test_later_parameters_default_to_the_first_kernels() -> None:
     defaults to the pipelined rewrite (no table entry used the first kernel: it lost every cell
     on the H200), so its old kernel is asked for with pipe=0."""
     for stencil, design, extra in (("star_1", "zmarch", {"pf": 1, "smem": 0, "xs": 0, "pn": 0, "cw": 0,
-                                                         "ry": 1, "sc": 0}),
-                                   ("box_1", "planesweep", {"h2": 0, "cw": 0, "minb": 1}),
-                                   ("box_2", "zbox", {"pw": 0, "h2": 0, "minb": 1}),
+                                                         "ry": 1, "sc": 0, "l1": 0}),
+                                   ("box_1", "planesweep", {"h2": 0, "cw": 0, "minb": 1, "l1": 0}),
+                                   ("box_2", "zbox", {"pw": 0, "h2": 0, "minb": 1, "l1": 0}),
                                    ("star_1_t4", "temporal", {"pipe": 0, "fs": 0, "minb": 1,
                                                               "pf": 1, "cx": 1, "cy": 1})):
         cell = Cell(STENCILS[stencil], Shape(512, 512, 512), Precision.FP32)
@@ -277,6 +281,33 @@ def test_half2_kernels_apply_each_weight_to_its_offset(stencil: str, design: str
     got, want = arrays["out"][core].astype(np.float64), ref[core]
     assert np.count_nonzero(want) == cell.stencil.points
     np.testing.assert_allclose(got, want, rtol=2.0 ** -10, atol=0)
+
+
+@pytest.mark.parametrize(("stencil", "design"), [("star_1", "zmarch"), ("varcoeff_star_1", "zmarch"),
+                                                 ("star_1_t4", "zmarch"), ("box_2", "zbox"),
+                                                 ("box_1", "planesweep")])
+def test_l1_sets_the_carveout_and_marks_the_source(stencil: str, design: str) -> None:
+    """``l1=1``: every launch asks for a 0% shared-memory carveout, and the source differs (a
+    comment), so a module cache keyed by source never hands one function to both variants."""
+    cell = Cell(STENCILS[stencil], Shape(256, 256, 256), Precision.FP32)
+    base = mx.build(design, cell, mx.defaults(design, cell))
+    big = mx.build(design, cell, {**mx.defaults(design, cell), "l1": 1})
+    assert base is not None and big is not None
+    assert all(launch.carveout == -1 for launch in base.launches)
+    assert len(big.launches) == len(base.launches)
+    assert all(launch.carveout == 0 for launch in big.launches)
+    assert big.source != base.source and big.source.endswith(base.source)
+    assert "l1=1" in big.key and "l1" not in base.key
+    assert mx.build(design, cell, {**mx.defaults(design, cell), "l1": 2}) is None
+
+
+def test_launch_refuses_a_bad_carveout() -> None:
+    from kernforge.stencil.operator import Launch
+
+    assert Launch("k", (1, 1, 1), (1, 1, 1), ("in", "out"), carveout=100).carveout == 100
+    for bad in (-2, 101):
+        with pytest.raises(ValueError, match="carveout"):
+            Launch("k", (1, 1, 1), (1, 1, 1), ("in", "out"), carveout=bad)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the host nvcc")

@@ -135,6 +135,10 @@ def test_stencil_bench_two_small_cells(device, tmp_path):
     ("zbox", "box_1/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 9, "pw": 1}),
     ("zbox", "box_2/104x48x36/fp16", {"tx": 16, "ty": 4, "vx": 8, "lz": 0, "h2": 1, "pw": 1}),
     ("zbox", "box_1/104x48x36/fp64", {"tx": 32, "ty": 4, "vx": 2, "lz": 5, "pn": 0, "pw": 1}),
+    # the largest L1 (a function attribute set at load)
+    ("zmarch", "star_2/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 9, "l1": 1}),
+    ("planesweep", "box_1/104x48x36/fp16", {"tx": 32, "ty": 4, "vx": 1, "ry": 4, "lz": 7,
+                                            "l1": 1}),
     # a register cap that spills (minb): zbox and the plane sweep
     ("zbox", "box_2/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 9, "minb": 8}),
     ("planesweep", "box_2/104x48x36/fp64", {"tx": 32, "ty": 4, "vx": 1, "ry": 4, "lz": 7,
@@ -157,3 +161,6 @@ def test_later_kernels_match_the_oracle_on_the_gpu(device, design, cell_id, para
     res = dc.check(runner.output())
     assert res.ok and res.detail["mode"] == "full", res
     assert res.detail["boundary_touched"] == 0
+    if params.get("l1"):  # the carveout reached the loaded function
+        fn = runner.loaded.functions[op.launches[0].entry]
+        assert int(fn.preferred_shared_memory_carveout) == 0

@@ -64,6 +64,9 @@ IDEAS = {
     "cw": "plane sweep and z-marching, fp64: weights in constant memory (a DFMA takes no "
           "64-bit immediate: two moves per FMA with literal weights)",
     "st": "ztile: planes requested ahead by asynchronous copies into the shared-memory ring",
+    "l1": "z-marching, zbox, plane sweep: the largest L1 (shared-memory carveout 0%): more of "
+          "the neighbour rows hit in L1, fewer requests to the L2 (whose partition link bounds "
+          "the star kernels on the H200)",
     "pw": "zbox: the warm-up planes peeled into their own loop (the steady loop stores without "
           "a test; fewer instructions per plane, more registers)",
 }

@@ -174,6 +174,14 @@ def load(op: Operator) -> LoadedOperator:
                            f"{type(exc).__name__}: {exc}", log=str(exc)) from exc
     info = {e: {"num_regs": int(f.num_regs), "max_threads": int(f.max_threads_per_block),
                 "local_bytes": int(f.local_size_bytes)} for e, f in fns.items()}
+    configure(op, fns)
+    return LoadedOperator(op, fns, info)
+
+
+def configure(op: Operator, fns: dict[str, Any]) -> None:
+    """Check each launch's block against its function's limit and set the function attributes
+    the launch asks for: more than 48 KiB of dynamic shared memory (an opt-in), the preferred
+    shared-memory carveout. A refusal is a :class:`LaunchError`."""
     for launch in op.launches:
         fn = fns[launch.entry]
         threads = launch.block[0] * launch.block[1] * launch.block[2]
@@ -186,7 +194,13 @@ def load(op: Operator) -> LoadedOperator:
             except Exception as exc:  # CUDADriverError: more than the device allows
                 raise LaunchError(f"{op.key}: {launch.shared_bytes} bytes of shared memory "
                                   f"refused: {exc}", hint="use a smaller tile") from exc
-    return LoadedOperator(op, fns, info)
+        if launch.carveout >= 0:
+            try:
+                fn.preferred_shared_memory_carveout = launch.carveout
+            except Exception as exc:  # CUDADriverError, or a CuPy without the attribute
+                raise LaunchError(f"{op.key}: shared-memory carveout {launch.carveout}% "
+                                  f"refused: {exc}", hint="leave the carveout to the driver "
+                                  "(l1=0)") from exc
 
 
 class OperatorRunner:

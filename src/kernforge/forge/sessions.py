@@ -18,7 +18,14 @@ from ..harness.stats import median
 from ..stencil import emulate, oracle
 from ..stencil.spec import Cell
 from .compile import Built
-from .measure import DeviceCell, GpuDevice, LoadedOperator, OperatorRunner, cupy_module
+from .measure import (
+    DeviceCell,
+    GpuDevice,
+    LoadedOperator,
+    OperatorRunner,
+    configure,
+    cupy_module,
+)
 
 _SEEDS = itertools.count(1)  # fresh inputs at every check, never the same seed twice in a run
 
@@ -28,6 +35,7 @@ def load_cubin(built: Built) -> LoadedOperator:
     module = cp.RawModule(path=str(built.cubin))
     fns = {entry: module.get_function(entry) for entry in built.op.entries()}
     info = {e: {"num_regs": int(f.num_regs)} for e, f in fns.items()}
+    configure(built.op, fns)
     return LoadedOperator(built.op, fns, info)
 
 

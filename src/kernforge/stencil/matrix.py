@@ -65,7 +65,7 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
         zs: dict[str, tuple[Any, ...]] = {
             "vx": vx[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
             "tx": (32, 64, 16), "pf": (1, 2, 4), "smem": (0, 1), "xs": (0, 1), "pn": (0, 1),
-            "ry": (1, 2, 4), "sc": (0, 1)}
+            "ry": (1, 2, 4), "sc": (0, 1), "l1": (0, 1)}
         return {**zs, **_precision_options(cell)}
     if design == "ztile":
         widths: dict[Precision, tuple[int, ...]] = {  # 16 bytes at most (fp64: 2 lanes)
@@ -80,13 +80,13 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
         zb: dict[str, tuple[Any, ...]] = {
             "vx": lanes[cell.precision], "lz": (32, 64, 16, 8, 128), "ty": (8, 4, 16),
             "tx": (32, 64, 16), "pn": (1, 0), "pw": (0, 1),
-            "minb": MINB}
+            "minb": MINB, "l1": (0, 1)}
         return {**zb, **_precision_options(cell, cw=False)}  # zbox: fp64 weights always in
         # constant memory (no table entry predates it)
     if design == "planesweep":
         sp: dict[str, tuple[Any, ...]] = {"ry": (4, 2, 8), "lz": (64, 32, 128, 16),
                                           "ty": (4, 8, 2), "vx": (1, 2), "tx": (32, 64),
-                                          "minb": MINB}
+                                          "minb": MINB, "l1": (0, 1)}
         return {**sp, **_precision_options(cell)}
     if design == "temporal":
         ty = (16, 32) if cell.precision is Precision.FP64 else (32, 16)

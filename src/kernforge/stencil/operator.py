@@ -17,18 +17,26 @@ ROLES = ("in", "coef", "out", "tmp")
 
 @dataclass(frozen=True)
 class Launch:
-    """One kernel launch: entry name, grid, block, dynamic shared memory, argument roles."""
+    """One kernel launch: entry name, grid, block, dynamic shared memory, argument roles, and
+    the preferred shared-memory carveout (percent of the unified L1/shared capacity given to
+    shared memory; -1: the driver's choice, 0: the largest L1 the kernel's shared memory
+    allows). The carveout is a function attribute: operators that differ only in it must
+    differ in their source too (a comment will do), or a module cache would share one
+    function between them."""
 
     entry: str
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     args: tuple[str, ...]  # roles, in the kernel's parameter order
     shared_bytes: int = 0
+    carveout: int = -1
 
     def __post_init__(self) -> None:
         bad = [a for a in self.args if a not in ROLES]
         if bad:
             raise ValueError(f"unknown argument roles {bad}; use {ROLES}")
+        if not -1 <= self.carveout <= 100:
+            raise ValueError(f"carveout {self.carveout}: a percentage 0-100, or -1")
 
 
 @dataclass(frozen=True)

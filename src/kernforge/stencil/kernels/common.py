@@ -33,6 +33,17 @@ def bounds(threads: int, minb: int) -> str:
     return f"{threads}, {minb}" if minb > 1 else f"{threads}"
 
 
+def l1_carveout(l1: int) -> tuple[int, str]:
+    """``l1=1``: the launches ask for the largest L1 (shared-memory carveout 0%; the driver
+    still gives a kernel the shared memory it declares). Returns the carveout and a source line
+    that names it, so the two variants never share a cached module (the carveout is an
+    attribute of the loaded function). ``l1=0``: the driver's choice, no line."""
+    if l1 not in (0, 1):
+        raise ValueError("l1: 0 (the driver's carveout) or 1 (the largest L1)")
+    return (0, "// launch attribute: preferred shared-memory carveout 0% (largest L1)\n") \
+        if l1 else (-1, "")
+
+
 def literal(value: float, precision: Precision) -> str:
     """``value`` as a literal of the accumulation type (exact for fp64, rounded for fp32)."""
     if precision is Precision.FP64:
