@@ -174,51 +174,86 @@ def test_halide_reload_takes_new_inputs() -> None:
     assert rel_error(runner.output(), reference(cell, new)) < 1e-5
 
 
-def test_large_temporal_grids_get_run_time_sizes_and_64_bit_buffers() -> None:
-    """star_1_t4 at 1024^3 computes intermediate grids of 2 GiB (fp16) to 8 GiB (fp64): those
-    pipelines get ``large_buffers``; every other cell keeps the plain target."""
+def test_large_temporal_grids_may_get_run_time_sizes_and_64_bit_buffers() -> None:
+    """star_1_t4 at 1024^3 computes intermediate grids of 2 GiB (fp16) to 8 GiB (fp64): only
+    those pipelines may fall back to ``large_buffers``; the target is unchanged otherwise."""
     from kernforge.stencil.baselines.halide_common import CUDA_TARGET, large_grids, target_for
 
     for prec in ("fp16", "fp32", "fp64"):
-        big = Cell.parse(f"star_1_t4/1024x1024x1024/{prec}")
-        assert large_grids(big)
-        assert target_for(big, CUDA_TARGET) == CUDA_TARGET + "-large_buffers"
-        assert target_for(big, "host-large_buffers") == "host-large_buffers"
+        assert large_grids(Cell.parse(f"star_1_t4/1024x1024x1024/{prec}"))
         for other in (f"star_1_t4/512x512x512/{prec}", f"star_1/1024x1024x1024/{prec}"):
             assert not large_grids(Cell.parse(other))
-            assert target_for(Cell.parse(other), CUDA_TARGET) == CUDA_TARGET
+    assert target_for(CUDA_TARGET, True) == CUDA_TARGET + "-large_buffers"
+    assert target_for("host-large_buffers", True) == "host-large_buffers"
+    assert target_for(CUDA_TARGET, False) == CUDA_TARGET
+
+
+def test_the_fixed_pipeline_comes_first_and_the_large_one_only_after_its_failure() -> None:
+    """``build_fixed_or_large``: the fixed pipeline when it builds; for a 2 GiB cell whose
+    fixed pipeline fails, the run-time-sized one, with the failure kept; elsewhere the error."""
+    from kernforge.core import KernforgeError
+    from kernforge.stencil.baselines.halide_common import build_fixed_or_large
+
+    class Built:
+        def __init__(self, large: bool) -> None:
+            self.large = large
+            self.info: dict = {}
+
+    def fixed_fails(large: bool) -> Built:
+        if not large:
+            raise KernforgeError("Allocation size should be a positive number")
+        return Built(large)
+
+    big = Cell.parse("star_1_t4/1024x1024x1024/fp32")
+    small = Cell.parse("star_1_t4/512x512x512/fp32")
+    first = build_fixed_or_large(big, Built)  # type: ignore[arg-type]
+    assert not first.large and first.info["run_time_extents"] is False
+    second = build_fixed_or_large(big, fixed_fails)  # type: ignore[arg-type]
+    assert second.large and second.info["run_time_extents"] is True
+    assert "Allocation size" in second.info["fixed_extents_error"]
+    with pytest.raises(KernforgeError, match="Allocation size"):
+        build_fixed_or_large(small, fixed_fails)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("gpu_schedule", [False, True], ids=["host", "cuda"])
-def test_halide_compiles_the_2_gib_temporal_pipeline(gpu_schedule: bool) -> None:
-    """Before the fix Halide refused it at compile time ("Allocation size should be a positive
-    number"); compiled here for the host, or for CUDA (PTX only, nothing runs)."""
+def test_halide_compiles_the_2_gib_temporal_pipeline_only_with_run_time_sizes(
+        gpu_schedule: bool) -> None:
+    """The hand-scheduled pipeline at 1024^3: with every extent fixed Halide refuses it at
+    compile time ("Allocation size should be a positive number"); with the output extents left
+    to the call and ``large_buffers`` it compiles, for the host or for CUDA (PTX only)."""
     pytest.importorskip("halide")
     from kernforge.stencil.baselines import halide_common, halide_hand
 
     cell = Cell.parse("star_1_t4/1024x1024x1024/fp16")
-    alg = halide_common.define(cell)
-    if gpu_schedule:
-        halide_hand.schedule_gpu(alg)
-        target = halide_common.target_for(cell, halide_common.CUDA_TARGET)
-    else:
-        halide_common.schedule_cpu(alg)
-        target = halide_common.target_for(cell, "host")
-    alg.hl.Pipeline(alg.output).compile_jit(alg.hl.Target(target))
+    for large in (False, True):
+        alg = halide_common.define(cell, large)
+        if gpu_schedule:
+            halide_hand.schedule_gpu(alg)
+            target = halide_common.target_for(halide_common.CUDA_TARGET, large)
+        else:
+            halide_common.schedule_cpu(alg)
+            target = halide_common.target_for("host", large)
+        pipeline = alg.hl.Pipeline(alg.output)
+        if large:
+            pipeline.compile_jit(alg.hl.Target(target))
+        else:
+            with pytest.raises(Exception, match="Allocation size"):
+                pipeline.compile_jit(alg.hl.Target(target))
 
 
-def test_halide_with_run_time_output_sizes_matches_the_reference(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The path of the 2 GiB pipelines (output extents unfixed, ``large_buffers``) on a small
-    temporal cell, run on the host."""
+def test_halide_with_run_time_output_sizes_matches_the_reference() -> None:
+    """The run-time-sized path of the 2 GiB pipelines (output extents unfixed,
+    ``large_buffers``) on a small temporal cell, run on the host."""
     pytest.importorskip("halide")
     from kernforge.stencil.baselines import halide_common
 
-    monkeypatch.setattr(halide_common, "large_grids", lambda cell: cell.stencil.temporal)
     for prec in (Precision.FP32, Precision.FP16):
         cell = Cell(STENCILS["star_1_t4"], SMALL, prec)
         f = fields(cell, 3)
-        runner = baselines.make_runner("halide", cell, f, target="host")
+        alg = halide_common.define(cell, large=True)
+        halide_common.schedule_cpu(alg)
+        runner = halide_common.HalideRunner("halide", alg, halide_common.target_for("host", True),
+                                            f)
         assert "large_buffers" in runner.info["target"]
         runner.run()
         assert rel_error(runner.output(), reference(cell, f["in"])) < cell.precision.tolerance
@@ -361,7 +396,27 @@ def test_halide_runs_the_2_gib_temporal_cell_on_gpu(name: str) -> None:
     cell = Cell.parse("star_1_t4/1024x1024x1024/fp16")
     f = oracle.random_fields(cell, seed=11)
     runner = baselines.make_runner(name, cell, f)
-    assert "large_buffers" in runner.info["target"]
+    # in fp16 both fixed pipelines fail to build (H200, session 9): the run-time-sized one runs
+    assert runner.info["run_time_extents"] and "large_buffers" in runner.info["target"]
     runner.run()
     res = oracle.check(cell, f, runner.output(), seed=11)
     assert res.ok, res
+
+
+@pytest.mark.gpu
+def test_the_autoscheduler_keeps_the_fixed_pipeline_where_it_builds() -> None:
+    """star_1_t4 1024^3 fp32: Anderson2021 builds the fixed pipeline (14.7 ms on the H200,
+    against 108 ms run-time-sized), so the baseline must not fall back."""
+    pytest.importorskip("cupy")
+    reason = baselines.available("cuda")["halide_auto"]
+    if reason:
+        pytest.skip(reason)
+    from kernforge.stencil import oracle
+
+    cell = Cell.parse("star_1_t4/1024x1024x1024/fp32")
+    f = oracle.random_fields(cell, seed=12)
+    runner = baselines.make_runner("halide_auto", cell, f)
+    assert runner.info["run_time_extents"] is False
+    assert "large_buffers" not in runner.info["target"]
+    runner.run()
+    assert oracle.check(cell, f, runner.output(), seed=12).ok

@@ -25,7 +25,14 @@ from typing import Any
 
 from ...core import BackendUnavailableError, KernforgeError
 from ..spec import Cell
-from .halide_common import CUDA_TARGET, HalideRunner, define, import_halide, target_for
+from .halide_common import (
+    CUDA_TARGET,
+    HalideRunner,
+    build_fixed_or_large,
+    define,
+    import_halide,
+    target_for,
+)
 
 AUTOSCHEDULER = "Anderson2021"
 AUTO_PARAMS: dict[str, str] = {"parallelism": "132", "beam_size": "32",
@@ -88,7 +95,9 @@ def autoschedule(alg: Any, target: str = CUDA_TARGET,
 def build(cell: Cell, arrays: Any, *, target: str = CUDA_TARGET,
           params: dict[str, str] | None = None) -> HalideRunner:
     """A runner of the autoscheduled pipeline (scheduled for, and run on, ``target``)."""
-    alg = define(cell)
-    target = target_for(cell, target)
-    info = autoschedule(alg, target, params)
-    return HalideRunner("halide_auto", alg, target, arrays, info)
+    def make(large: bool) -> HalideRunner:
+        alg = define(cell, large)
+        full = target_for(target, large)
+        return HalideRunner("halide_auto", alg, full, arrays, autoschedule(alg, full, params))
+
+    return build_fixed_or_large(cell, make)

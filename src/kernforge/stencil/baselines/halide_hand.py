@@ -22,7 +22,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..spec import Cell
-from .halide_common import CUDA_TARGET, Algorithm, HalideRunner, define, schedule_cpu, target_for
+from .halide_common import (
+    CUDA_TARGET,
+    Algorithm,
+    HalideRunner,
+    build_fixed_or_large,
+    define,
+    schedule_cpu,
+    target_for,
+)
 
 
 @dataclass(frozen=True)
@@ -79,13 +87,16 @@ def schedule_gpu(alg: Algorithm, sched: HandSchedule = DEFAULT) -> None:
 def build(cell: Cell, arrays: Any, *, target: str = CUDA_TARGET,
           schedule: HandSchedule | None = None) -> HalideRunner:
     """A runner of the hand-scheduled pipeline (``target`` without a GPU: the CPU schedule)."""
-    alg = define(cell)
-    target = target_for(cell, target)
     sched = schedule or DEFAULT
-    if "cuda" in target:
-        schedule_gpu(alg, sched)
-        info = {"schedule": sched.key}
-    else:
-        schedule_cpu(alg)
-        info = {"schedule": "cpu"}
-    return HalideRunner("halide", alg, target, arrays, info)
+
+    def make(large: bool) -> HalideRunner:
+        alg = define(cell, large)
+        if "cuda" in target:
+            schedule_gpu(alg, sched)
+            info = {"schedule": sched.key}
+        else:
+            schedule_cpu(alg)
+            info = {"schedule": "cpu"}
+        return HalideRunner("halide", alg, target_for(target, large), arrays, info)
+
+    return build_fixed_or_large(cell, make)
