@@ -15,6 +15,16 @@ Each single-sweep row also gets its roofline ceiling: the speedup over the same 
 ceilings' geometric mean by precision (what no operator can exceed against these baselines).
 fp16 rows count only where their run measured the half2 FMA rate (``peak_ctype`` "half2"; older
 bench files used the fp32 rate, which the half2 kernels exceed).
+
+Baseline drift (an integrity check): a change to a baseline's build can make it slower, and our
+speedup over it then grows without our operator changing (session 8's Halide change did this
+to one cell). For every cell, each baseline's time in the row kept is compared with the fastest
+time that baseline passed the oracle in over *all* the files; slower by more than
+``--drift`` (10% by default), or now failing where it once passed, is listed under
+``baseline_drift`` and printed. Where the fastest baseline time ever measured for the cell is
+below the kept row's best baseline, the cell's speedup may be overstated: the row's
+``speedup_floor`` scales its speedup by that ratio, and the summary gives the geometric means
+of those floors by precision beside the measured ones.
 """
 
 from __future__ import annotations
@@ -30,10 +40,17 @@ from kernforge.forge.bench import summary
 from kernforge.forge.report import chart
 from kernforge.stencil.spec import Cell
 
+Fastest = dict[tuple[str, str], tuple[float, str]]  # (cell, baseline) -> (seconds, file)
 
-def merge(paths: list[Path]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+
+def _kind_of(runner: dict[str, Any]) -> str:
+    return str(runner.get("kind", "ours" if runner.get("name") == "ours" else "baseline"))
+
+
+def merge(paths: list[Path]) -> tuple[list[dict[str, Any]], dict[str, str], Fastest]:
     rows: dict[str, dict[str, Any]] = {}
     source: dict[str, str] = {}
+    fastest: Fastest = {}
     for path in paths:
         try:
             data = json.loads(path.read_text())
@@ -50,7 +67,55 @@ def merge(paths: list[Path]) -> tuple[list[dict[str, Any]], dict[str, str]]:
                 raise SystemExit(f"{path}: {row.get('cell')} has no runners (a compact file?)")
             rows[row["cell"]] = row
             source[row["cell"]] = path.name
-    return list(rows.values()), source
+            for r in row["runners"]:
+                t = r.get("time_s")
+                if _kind_of(r) == "baseline" and r.get("status") == "ok" and t:
+                    key = (row["cell"], r["name"])
+                    if key not in fastest or t < fastest[key][0]:
+                        fastest[key] = (float(t), path.name)
+    return list(rows.values()), source, fastest
+
+
+def drift(rows: list[dict[str, Any]], fastest: Fastest, tol: float) -> list[dict[str, Any]]:
+    """Baselines of the kept rows slower than their fastest passing time in any file (by more
+    than ``tol``), or not passing there any more."""
+    found = []
+    for row in rows:
+        for r in row["runners"]:
+            best = fastest.get((row["cell"], r["name"]))
+            if _kind_of(r) != "baseline" or best is None:
+                continue
+            t = r.get("time_s") if r.get("status") == "ok" else None
+            if t is None or t > best[0] * (1 + tol):
+                found.append({"cell": row["cell"], "baseline": r["name"],
+                              "status": r.get("status"), "time_s": t, "fastest_s": best[0],
+                              "fastest_from": best[1],
+                              "ratio": None if t is None else float(t) / best[0]})
+    return found
+
+
+def speedup_floor(row: dict[str, Any], fastest: Fastest) -> float | None:
+    """The row's speedup scaled by (fastest baseline time ever measured for the cell) / (the
+    row's best baseline time), when that is below 1; else the speedup."""
+    base = next((r for r in row["runners"] if r["name"] == row.get("best_baseline")), None)
+    speedup = row.get("speedup")
+    if not base or not base.get("time_s") or not speedup:
+        return None
+    ever = min((t for (cell, _), (t, _) in fastest.items() if cell == row["cell"]),
+               default=float(base["time_s"]))
+    return float(speedup) * min(1.0, ever / float(base["time_s"]))
+
+
+def floor_geomeans(rows: list[dict[str, Any]], fastest: Fastest) -> dict[str, dict[str, float]]:
+    logs: dict[str, dict[str, list[float]]] = {}
+    for row in rows:
+        f = speedup_floor(row, fastest)
+        if f is not None and f > 0:
+            kind = "temporal" if row["temporal"] else "single_sweep"
+            logs.setdefault(kind, {}).setdefault(row["cell"].rsplit("/", 1)[1], []).append(
+                math.log(f))
+    return {k: {p: math.exp(sum(v) / len(v)) for p, v in sorted(d.items())}
+            for k, d in sorted(logs.items())}
 
 
 def ceiling(row: dict[str, Any]) -> float | None:
@@ -76,7 +141,7 @@ def ceilings(rows: list[dict[str, Any]]) -> dict[str, float]:
     return {p: math.exp(sum(v) / len(v)) for p, v in sorted(logs.items())}
 
 
-def compact(row: dict[str, Any], source: str) -> dict[str, Any]:
+def compact(row: dict[str, Any], source: str, fastest: Fastest) -> dict[str, Any]:
     ours: dict[str, Any] = next((r for r in row["runners"] if r["name"] == "ours"), {})
     check = ours.get("check") or {}
     return {"cell": row["cell"], "from": source, "operator": ours.get("key"),
@@ -84,7 +149,7 @@ def compact(row: dict[str, Any], source: str) -> dict[str, Any]:
             "bound": (row.get("roofline") or {}).get("bound"), "temporal": row["temporal"],
             "oracle_ok": check.get("ok"), "error": check.get("error"),
             "best_baseline": row.get("best_baseline"), "speedup": row.get("speedup"),
-            "roofline_speedup": ceiling(row)}
+            "speedup_floor": speedup_floor(row, fastest), "roofline_speedup": ceiling(row)}
 
 
 def main() -> None:
@@ -93,13 +158,22 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--png", type=Path)
     ap.add_argument("--note", default="")
+    ap.add_argument("--drift", type=float, default=0.10,
+                    help="flag a baseline slower than its fastest earlier time by more than this")
     args = ap.parse_args()
-    rows, source = merge(args.inputs)
+    if not 0 <= args.drift < 10:
+        raise SystemExit(f"--drift {args.drift}: a fraction, e.g. 0.10 for 10%")
+    rows, source, fastest = merge(args.inputs)
     summ = summary(rows)
     summ["single_sweep"]["roofline_geomean_by_precision"] = ceilings(rows)
+    floors = floor_geomeans(rows, fastest)
+    for label in ("single_sweep", "temporal"):
+        summ[label]["speedup_floor_geomean_by_precision"] = floors.get(label, {})
+    drifted = drift(rows, fastest, args.drift)
     out = {"note": args.note or "latest measurement of each cell: "
            + ", ".join(p.name for p in args.inputs) + " (a later file replaces an earlier one)",
-           "summary": summ, "cells": [compact(r, source[r["cell"]]) for r in rows]}
+           "summary": summ, "baseline_drift": drifted,
+           "cells": [compact(r, source[r["cell"]], fastest) for r in rows]}
     write_json_atomic(args.out, out)
     if args.png:
         chart({"cells": rows}, args.png)
@@ -114,6 +188,16 @@ def main() -> None:
     print("single_sweep roofline ceiling (geomean speedup over the same baselines at 100% of "
           "copy or of the FMA peak; fp16 only from runs with the half2 peak): "
           + ", ".join(f"{p} {v:.3f}" for p, v in roof.items()))
+    for label in ("single_sweep", "temporal"):
+        fl = summ[label]["speedup_floor_geomean_by_precision"]
+        print(f"{label} speedup floor (each speedup scaled down where a baseline was ever "
+              "measured faster than the kept row's best): "
+              + ", ".join(f"{p} {v:.3f}" for p, v in fl.items()))
+    for d in drifted:
+        now = (f"{d['time_s'] * 1e3:.3f} ms ({d['ratio']:.2f}x)" if d["time_s"] is not None
+               else f"status {d['status']}")
+        print(f"baseline drift: {d['cell']} {d['baseline']}: {now}, fastest "
+              f"{d['fastest_s'] * 1e3:.3f} ms in {d['fastest_from']}")
 
 
 if __name__ == "__main__":

@@ -106,3 +106,39 @@ def test_fp16_rows_get_a_ceiling_only_against_the_half2_peak(tmp_path: Path) -> 
         merged = json.loads(out.read_text())
         assert all((c["roofline_speedup"] is not None) == has for c in merged["cells"])
         assert ("fp16" in merged["summary"]["single_sweep"]["roofline_geomean_by_precision"]) == has
+
+
+def test_a_baseline_slower_than_before_is_flagged_and_floors_the_speedup(tmp_path: Path) -> None:
+    """An earlier file in which the cell's best baseline ran 30% faster than in the kept row:
+    the drift is listed and printed, and the row's speedup floor is scaled by that ratio; a
+    baseline that failed in the kept row after passing before is listed too."""
+    later = json.loads((DATA / "stencil-bench-h200-2026-12-01-s9g.json").read_text())
+    row = later["cells"][0]
+    best = next(r for r in row["runners"] if r["name"] == row["best_baseline"])
+    other = next(r for r in row["runners"] if r["kind"] == "baseline" and r is not best)
+    earlier = json.loads(json.dumps(later))
+    erow = earlier["cells"][0]
+    next(r for r in erow["runners"] if r["name"] == best["name"])["time_s"] = 0.7 * best["time_s"]
+    other.update(status="error", time_s=None)  # the kept row: that baseline no longer builds
+    paths = []
+    for name, doc in (("earlier.json", earlier), ("later.json", later)):
+        (tmp_path / name).write_text(json.dumps(doc))
+        paths.append(tmp_path / name)
+    out = tmp_path / "latest.json"
+    res = _run(*paths, "--out", out)
+    assert res.returncode == 0, res.stderr
+    merged = json.loads(out.read_text())
+    found = {(d["cell"], d["baseline"]): d for d in merged["baseline_drift"]}
+    d = found[(row["cell"], best["name"])]
+    assert d["fastest_from"] == "earlier.json" and abs(d["ratio"] - 1 / 0.7) < 1e-6
+    assert found[(row["cell"], other["name"])]["status"] == "error"
+    cell = merged["cells"][0]
+    assert cell["from"] == "later.json"
+    assert abs(cell["speedup_floor"] - 0.7 * row["speedup"]) < 1e-9
+    assert f"baseline drift: {row['cell']} {best['name']}" in res.stdout
+    # the same file twice: nothing drifted, the floor is the speedup
+    res = _run(paths[1], paths[1], "--out", out)
+    merged = json.loads(out.read_text())
+    assert merged["baseline_drift"] == [] and "baseline drift" not in res.stdout
+    assert merged["cells"][0]["speedup_floor"] == row["speedup"]
+    assert _run(paths[1], "--out", out, "--drift", "-1").returncode != 0
