@@ -3,6 +3,9 @@
 # benchmarks, print a short summary last. The log ($OUT/all.log), tables and JSON land in $OUT
 # (at most 8 files come back from the device machine).
 #   device run, carry [".whl", ".carry"]:  bash scripts/gpu-check.sh [bench_replay_gpu.py args]
+#   (since session 9 the tree plus both folders passes the device tool's 64 MiB carry limit:
+#   carry [".whl"] and the Halide tests skip, unless an earlier call on the same warm machine
+#   carried [".carry"] and unpacked Halide into /tmp/hl, which this script then uses)
 #   GPU_STEPS="pytest-gpu stencil-forge" runs only those steps; FORGE_ROUNDS, FORGE_LIMIT,
 #   FORGE_ARGS (more stencil_forge.py arguments) and BENCH_LIMIT tune the stencil steps (FORGE_GPUS: forge processes, default one per GPU) (.carry/halide.tar.xz: ../shared/device/halide.sh);
 #   GPU_STEPS="scaling" (nvidia-h200-x2/x4) measures the service over 1..N GPUs;
@@ -13,10 +16,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"; export OUT
 if ls .whl/*.whl >/dev/null 2>&1; then  # once per machine (parallel calls share /tmp/site)
-  if [ ! -f /tmp/site/.kf-installed ]; then
+  # one marker per wheel folder: a warm machine that installed only .carry/whl's wheels (the
+  # stencil scripts) still gets .whl's here
+  if [ ! -f /tmp/site/.kf-installed-whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target /tmp/site .whl/*.whl || exit 1
-    touch /tmp/site/.kf-installed
+    touch /tmp/site/.kf-installed-whl
   fi
   export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi

@@ -15,10 +15,11 @@ limit=${1:-60}; shift || true
 # the wheels the CLI imports: .whl, or only dask/distributed's in .carry/whl (with Halide's
 # 46 MB in .carry, all of .whl would pass the device tool's 64 MiB carry limit)
 for w in .whl .carry/whl; do
-  if ls $w/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.kf-installed ]; then
+  mark=/tmp/site/.kf-installed-${w//[.\/]/}  # one marker per wheel folder
+  if ls $w/*.whl >/dev/null 2>&1 && [ ! -f "$mark" ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target /tmp/site $w/*.whl || exit 1
-    touch /tmp/site/.kf-installed
+    touch "$mark"
   fi
 done
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
