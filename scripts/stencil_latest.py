@@ -146,6 +146,7 @@ def compact(row: dict[str, Any], source: str, fastest: Fastest) -> dict[str, Any
     check = ours.get("check") or {}
     return {"cell": row["cell"], "from": source, "operator": ours.get("key"),
             "time_s": ours.get("time_s"), "pct_copy": ours.get("pct_copy"),
+            "pct_copy_paired": (row.get("copy_paired") or {}).get("pct_copy"),
             "bound": (row.get("roofline") or {}).get("bound"), "temporal": row["temporal"],
             "oracle_ok": check.get("ok"), "error": check.get("error"),
             "best_baseline": row.get("best_baseline"), "speedup": row.get("speedup"),
@@ -184,6 +185,10 @@ def main() -> None:
         print(f"{label}: {s['cells']} cells, ours passing {s['ours_passing']}, geomean by "
               f"precision {geo}, median % of copy over {s['memory_bound_cells']} memory-bound "
               f"cells {'-' if med is None else f'{med:.1f}'}")
+        if s.get("paired_cells"):
+            print(f"{label}: median % of a copy timed in the operator's passes, over the "
+                  f"{s['paired_cells']} memory-bound cells measured so: "
+                  f"{s['median_pct_copy_paired']:.1f}")
     roof = summ["single_sweep"]["roofline_geomean_by_precision"]
     print("single_sweep roofline ceiling (geomean speedup over the same baselines at 100% of "
           "copy or of the FMA peak; fp16 only from runs with the half2 peak): "

@@ -142,3 +142,25 @@ def test_a_baseline_slower_than_before_is_flagged_and_floors_the_speedup(tmp_pat
     assert merged["baseline_drift"] == [] and "baseline drift" not in res.stdout
     assert merged["cells"][0]["speedup_floor"] == row["speedup"]
     assert _run(paths[1], "--out", out, "--drift", "-1").returncode != 0
+
+
+def test_the_paired_copy_reference_is_carried_and_summarized(tmp_path: Path) -> None:
+    """Rows with ``copy_paired`` (bench files from session 9 on) give the merged cell its
+    paired % of copy and the summary its median; rows without one count in neither."""
+    doc = json.loads((DATA / "stencil-bench-h200-2026-12-01-s9f.json").read_text())
+    rows = [r for r in doc["cells"] if r["cell"].startswith("star_1/")]
+    assert rows and all((r.get("roofline") or {}).get("bound") == "memory" for r in rows)
+    for k, row in enumerate(rows[:3]):
+        row["copy_paired"] = {"method": "memcpy", "nbytes": 1, "copy_s": 1.0, "ours_s": 1.0,
+                              "pct_copy": 80.0 + k}
+    path = tmp_path / "paired.json"
+    path.write_text(json.dumps({"cells": rows}))
+    out = tmp_path / "latest.json"
+    res = _run(path, "--out", out)
+    assert res.returncode == 0, res.stderr
+    merged = json.loads(out.read_text())
+    got = {c["cell"]: c["pct_copy_paired"] for c in merged["cells"]}
+    assert [got[r["cell"]] for r in rows] == [80.0, 81.0, 82.0] + [None] * (len(rows) - 3)
+    single = merged["summary"]["single_sweep"]
+    assert single["paired_cells"] == 3 and single["median_pct_copy_paired"] == 81.0
+    assert "over the 3 memory-bound cells measured so: 81.0" in res.stdout

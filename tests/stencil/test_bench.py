@@ -85,8 +85,22 @@ class HostDevice:
         return measure_mod.CopyBandwidth(1e12, nbytes, 2 * nbytes / 1e12, "memcpy",
                                      {"memcpy": 1e12})
 
+    def copy_runner(self, nbytes: int, method: str) -> Any:
+        return CopyStandIn(nbytes, 2 * nbytes / 1.25e12)  # a copy at 1.25 TB/s in the passes
+
     def release(self) -> None:
         self.released += 1
+
+
+class CopyStandIn:
+    def __init__(self, nbytes: int, seconds: float) -> None:
+        self.name, self.nbytes, self.seconds = "copy-memcpy", nbytes, seconds
+
+    def run(self) -> None:
+        pass
+
+    def output(self) -> Any:
+        return None
 
 
 CELLS = ["star_1/16x12x10/fp32", "star_1_t4/16x12x10/fp64", "varcoeff_star_1/16x12x10/fp16"]
@@ -146,6 +160,11 @@ def test_bench_on_host_device():
         cell = Cell.parse(row["cell"])
         assert ours["gcells_per_s"] == pytest.approx(cell.updates / 1e-3 / 1e9)
         assert ours["pct_copy"] == pytest.approx(100 * cell.compulsory_bytes / 1e-3 / 1e12)
+        # the copy timed in the operator's passes (1.25 TB/s here, 1 TB/s up front)
+        paired = row["copy_paired"]
+        assert paired["method"] == "memcpy" and paired["ours_s"] == pytest.approx(1e-3)
+        assert paired["copy_s"] == pytest.approx(2 * paired["nbytes"] / 1.25e12)
+        assert paired["pct_copy"] == pytest.approx(ours["pct_copy"] / 1.25)
     torch = res["cells"][0]["runners"][2]
     if torch["status"] == "skipped":
         assert any("baseline torch skipped" in m for m in logs)
@@ -154,6 +173,9 @@ def test_bench_on_host_device():
     by = s["single_sweep"]["speedup_by_precision"]
     assert sorted(by) == ["fp16", "fp32"] and by["fp32"]["geomean"] == pytest.approx(2.0)
     assert s["temporal"]["geomean_speedup"] == pytest.approx(2.0)
+    assert s["single_sweep"]["paired_cells"] == s["single_sweep"]["memory_bound_cells"] == 2
+    assert s["single_sweep"]["median_pct_copy_paired"] == pytest.approx(
+        s["single_sweep"]["median_pct_copy"] / 1.25)
     json.dumps(res, allow_nan=False)  # strict JSON
 
 

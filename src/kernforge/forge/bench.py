@@ -6,8 +6,11 @@ once and is checked by the oracle; a runner that passes is timed (warm-up, then 
 timed runs, median); a baseline that fails the gate is reported and not counted; a baseline
 that cannot be built (library missing, unsupported case) is skipped with its reason. Our
 operator is then compared with the fastest passing baseline in interleaved passes: the speedup
-is the median of the per-pass ratios. Results are plain JSON (:func:`bench` returns it;
-:mod:`.report` prints and charts it).
+is the median of the per-pass ratios. Our operator is also timed interleaved with a copy of
+the grid's size (the run's faster copy method, the same passes): ``copy_paired`` holds both
+medians and the % of copy they give, a reference taken beside the operator rather than once per
+size before the cell (the copy's own spread between measurements was 1-4.5% on the H200).
+Results are plain JSON (:func:`bench` returns it; :mod:`.report` prints and charts it).
 
 Baselines: ``naive`` is the one-thread-per-point kernel (:mod:`kernforge.stencil.kernels.naive`);
 every other name is asked of ``kernforge.stencil.baselines.make_runner(name, cell, fields)``
@@ -229,6 +232,9 @@ def bench_cell(device: Device, cell: Cell, index: int, config: BenchConfig,
             if r.get("status") == "ok":
                 r["pct_peak_flops"] = 100.0 * cell.flops / r["time_s"] / roof["peak"]
     row.update(_speedup(device, runners, results, config, index))
+    if ours is not None and results[0].get("status") == "ok":
+        row["copy_paired"] = _paired_copy(device, cell, copy.nbytes, copy.method, ours,
+                                          config, index)
     del runners, ours, dcell
     device.release()
     return row
@@ -268,6 +274,20 @@ def _speedup(device: Device, runners: Sequence[tuple[str, Runner | None, dict[st
             "ab": {k: v for k, v in ab.to_json().items() if not k.startswith("samples")}}
 
 
+def _paired_copy(device: Device, cell: Cell, nbytes: int, method: str, ours: Runner,
+                 config: BenchConfig, index: int) -> dict[str, Any]:
+    """Ours and a copy of ``nbytes`` timed in the same interleaved passes."""
+    try:
+        copier = device.copy_runner(nbytes, method)
+        ab = device.compare(copier, ours, passes=config.passes, per_pass=config.per_pass,
+                            seed=int(config.seed or 0) + index + 1)
+    except KernforgeError as exc:
+        return {"error": f"{type(exc).__name__}: {exc.message}"}
+    moved = 2 * int(getattr(copier, "nbytes", nbytes))
+    return {"method": method, "nbytes": moved // 2, "copy_s": ab.median_a, "ours_s": ab.median_b,
+            "pct_copy": 100.0 * cell.compulsory_bytes / ab.median_b / (moved / ab.median_a)}
+
+
 def summary(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Geometric means of the speedup over the best passing baseline, split by precision
     (single-sweep and temporal cells apart), and how many cells passed."""
@@ -276,14 +296,20 @@ def summary(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
         group = [c for c in cells if c["temporal"] == temporal]
         pairs = [(c["precision"], float(c["speedup"])) for c in group if c.get("speedup")]
         ours_ok = sum(1 for c in group if _ours_entry(c).get("status") == "ok")
-        pct = [_ours_entry(c)["pct_copy"] for c in group
-               if _ours_entry(c).get("status") == "ok"
+        mem = [c for c in group if _ours_entry(c).get("status") == "ok"
                and (c.get("roofline") or {}).get("bound", "memory") == "memory"]
+        pct = [_ours_entry(c)["pct_copy"] for c in mem]
+        paired = [c["copy_paired"]["pct_copy"] for c in mem
+                  if (c.get("copy_paired") or {}).get("pct_copy")]
         out[label] = {"cells": len(group), "ours_passing": ours_ok,
                       "speedup_by_precision": by_precision(pairs) if pairs else {},
                       "geomean_speedup": geomean([v for _, v in pairs]) if pairs else None,
                       "median_pct_copy": median(pct) if pct else None,  # memory-bound cells
-                      "memory_bound_cells": len(pct)}
+                      "memory_bound_cells": len(pct),
+                      # the same median against the copy timed in the operator's passes, over
+                      # the memory-bound rows that have it (bench files before session 9: none)
+                      "median_pct_copy_paired": median(paired) if paired else None,
+                      "paired_cells": len(paired)}
     return out
 
 

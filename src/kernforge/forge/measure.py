@@ -63,6 +63,8 @@ class Device(Protocol):
 
     def copy_bandwidth(self, nbytes: int, *, repeat: int = 10) -> CopyBandwidth: ...
 
+    def copy_runner(self, nbytes: int, method: str) -> Runner: ...  # a CopyRunner's kind
+
     def release(self) -> None: ...
 
 
@@ -359,6 +361,10 @@ class GpuDevice:
         if size not in self._copies:
             self._copies[size] = measure_copy(self, size, repeat=repeat)
         return self._copies[size]
+
+    def copy_runner(self, nbytes: int, method: str) -> Runner:
+        """A device-to-device copy of ``nbytes`` by ``method`` (``memcpy`` or ``kernel``)."""
+        return CopyRunner(self.cp, nbytes, method)
 
     def release(self) -> None:
         """Give cached device memory back (CuPy's pool; PyTorch's if it is loaded)."""

@@ -52,8 +52,8 @@ def _best(row: dict[str, Any]) -> str:
 
 
 def matrix_rows(results: dict[str, Any]) -> Rows:
-    headers = ["cell", "design", "time", "GCells/s", "GB/s", "% copy", "copy GB/s", "bound",
-               "% peak", "best baseline", "speedup", "error", "status"]
+    headers = ["cell", "design", "time", "GCells/s", "GB/s", "% copy", "% copy (paired)",
+               "copy GB/s", "bound", "% peak", "best baseline", "speedup", "error", "status"]
     rows = []
     for row in results["cells"]:
         if row["temporal"]:
@@ -62,6 +62,7 @@ def matrix_rows(results: dict[str, Any]) -> Rows:
         rows.append([row["cell"], str(ours.get("design", "-")), fmt_time(ours.get("time_s")),
                      _num(ours.get("gcells_per_s"), ".2f"), _num(ours.get("gb_per_s"), ".0f"),
                      _num(ours.get("pct_copy"), ".1f", "%"),
+                     _num((row.get("copy_paired") or {}).get("pct_copy"), ".1f", "%"),
                      _num(row["copy"]["bytes_per_s"] / 1e9, ".0f"),
                      str((row.get("roofline") or {}).get("bound", "-")),
                      _num(ours.get("pct_peak_flops"), ".1f", "%"), _best(row),
