@@ -20,8 +20,8 @@ Baseline drift (an integrity check): a change to a baseline's build can make it 
 speedup over it then grows without our operator changing (session 8's Halide change did this
 to one cell). For every cell, each baseline's time in the row kept is compared with the fastest
 time that baseline passed the oracle in over *all* the files; slower by more than
-``--drift`` (10% by default), or now failing where it once passed, is listed under
-``baseline_drift`` and printed. Where the fastest baseline time ever measured for the cell is
+``--drift`` (10% by default), or now failing, skipped or absent where it once passed, is listed
+under ``baseline_drift`` and printed. Where the fastest baseline time ever measured for the cell is
 below the kept row's best baseline, the cell's speedup may be overstated: the row's
 ``speedup_floor`` scales its speedup by that ratio, and the summary gives the geometric means
 of those floors by precision beside the measured ones.
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from kernforge.core.jsonio import write_json_atomic
-from kernforge.forge.bench import summary
+from kernforge.forge.bench import FUSED, summary
 from kernforge.forge.report import chart
 from kernforge.stencil.spec import Cell
 
@@ -44,7 +44,9 @@ Fastest = dict[tuple[str, str], tuple[float, str]]  # (cell, baseline) -> (secon
 
 
 def _kind_of(runner: dict[str, Any]) -> str:
-    return str(runner.get("kind", "ours" if runner.get("name") == "ours" else "baseline"))
+    """The runner's kind as the bench wrote it (or would have: ours, fused, baseline)."""
+    return str(runner.get("kind") or {"ours": "ours", FUSED: "ours-fused"}.get(
+        str(runner.get("name")), "baseline"))
 
 
 def merge(paths: list[Path]) -> tuple[list[dict[str, Any]], dict[str, str], Fastest]:
@@ -81,6 +83,12 @@ def drift(rows: list[dict[str, Any]], fastest: Fastest, tol: float) -> list[dict
     than ``tol``), or not passing there any more."""
     found = []
     for row in rows:
+        present = {r["name"] for r in row["runners"]}
+        for (cell, name), (t, src) in sorted(fastest.items()):
+            if cell == row["cell"] and name not in present:  # not run in the kept row at all
+                found.append({"cell": cell, "baseline": name, "status": "absent",
+                              "time_s": None, "fastest_s": t, "fastest_from": src,
+                              "ratio": None})
         for r in row["runners"]:
             best = fastest.get((row["cell"], r["name"]))
             if _kind_of(r) != "baseline" or best is None:

@@ -120,6 +120,9 @@ def test_a_baseline_slower_than_before_is_flagged_and_floors_the_speedup(tmp_pat
     erow = earlier["cells"][0]
     next(r for r in erow["runners"] if r["name"] == best["name"])["time_s"] = 0.7 * best["time_s"]
     other.update(status="error", time_s=None)  # the kept row: that baseline no longer builds
+    gone = next(r for r in row["runners"] if r["kind"] == "baseline"
+                and r is not best and r is not other and r.get("status") == "ok")
+    row["runners"].remove(gone)  # and one was not run at all
     paths = []
     for name, doc in (("earlier.json", earlier), ("later.json", later)):
         (tmp_path / name).write_text(json.dumps(doc))
@@ -132,6 +135,7 @@ def test_a_baseline_slower_than_before_is_flagged_and_floors_the_speedup(tmp_pat
     d = found[(row["cell"], best["name"])]
     assert d["fastest_from"] == "earlier.json" and abs(d["ratio"] - 1 / 0.7) < 1e-6
     assert found[(row["cell"], other["name"])]["status"] == "error"
+    assert found[(row["cell"], gone["name"])]["status"] == "absent"
     cell = merged["cells"][0]
     assert cell["from"] == "later.json"
     assert abs(cell["speedup_floor"] - 0.7 * row["speedup"]) < 1e-9

@@ -214,6 +214,15 @@ def test_the_fixed_pipeline_comes_first_and_the_large_one_only_after_its_failure
     with pytest.raises(KernforgeError, match="Allocation size"):
         build_fixed_or_large(small, fixed_fails)  # type: ignore[arg-type]
 
+    def fixed_breaks_otherwise(large: bool) -> Built:
+        if not large:
+            raise KernforgeError("Halide device_malloc failed (error -3)")
+        return Built(large)
+
+    # any other failure of the fixed pipeline is the baseline's own: no silent fallback
+    with pytest.raises(KernforgeError, match="device_malloc"):
+        build_fixed_or_large(big, fixed_breaks_otherwise)  # type: ignore[arg-type]
+
 
 @pytest.mark.parametrize("gpu_schedule", [False, True], ids=["host", "cuda"])
 def test_halide_compiles_the_2_gib_temporal_pipeline_only_with_run_time_sizes(

@@ -94,6 +94,10 @@ def test_stencil_bench_two_small_cells(device, tmp_path):
         paired = row["copy_paired"]  # the copy timed in the operator's passes
         assert paired["method"] == row["copy"]["method"] and paired["copy_s"] > 0
         assert 0.5 < paired["pct_copy"] / ours["pct_copy"] < 2.0, (paired, ours["pct_copy"])
+        halide = next(r for r in row["runners"] if r["name"] == "halide")
+        if halide["status"] != "skipped":  # how the Halide baseline was built is recorded
+            assert "cuda" in halide["built"]["target"]
+            assert halide["built"]["run_time_extents"] is False
     assert data["summary"]["single_sweep"]["paired_cells"] >= 1
     assert png.stat().st_size > 1000
 

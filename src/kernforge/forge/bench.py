@@ -7,7 +7,7 @@ timed runs, median); a baseline that fails the gate is reported and not counted;
 that cannot be built (library missing, unsupported case) is skipped with its reason. Our
 operator is then compared with the fastest passing baseline in interleaved passes: the speedup
 is the median of the per-pass ratios. Our operator is also timed interleaved with a copy of
-the grid's size (the run's faster copy method, the same passes): ``copy_paired`` holds both
+the grid's size (at most 2 GiB; the run's faster copy method, the same passes): ``copy_paired`` holds both
 medians and the % of copy they give, a reference taken beside the operator rather than once per
 size before the cell (the copy's own spread between measurements was 1-4.5% on the H200).
 Results are plain JSON (:func:`bench` returns it; :mod:`.report` prints and charts it).
@@ -103,6 +103,8 @@ def baseline_runner(name: str, cell: Cell, dcell: DeviceCell, device: Device) ->
 
 
 FUSED = "fused"  # the runner name of the temporal-blocking design on multi-step cells
+# a library baseline's build facts kept in its entry (Halide: which pipeline ran, and why)
+BUILT_KEYS = ("target", "schedule", "autoscheduler", "run_time_extents", "fixed_extents_error")
 SLOW_S = 0.05  # a runner slower than this per application is timed 3 times, not `repeat`
 
 
@@ -214,6 +216,10 @@ def bench_cell(device: Device, cell: Cell, index: int, config: BenchConfig,
     results: list[dict[str, Any]] = []
     for i, (name, runner, extra) in enumerate(runners):
         entry = {"name": name, **extra, "kind": _kind(name)}
+        built = getattr(runner, "info", None)  # how a library baseline was built (Halide)
+        if isinstance(built, dict):
+            entry["built"] = {k: built[k][:300] if isinstance(built[k], str) else built[k]
+                              for k in BUILT_KEYS if k in built}
         if runner is not None:
             entry.update(_run_one(device, cell, dcell, runner, _seed(config, index, i),
                                   config, copy.bytes_per_s), name=name)
@@ -232,10 +238,11 @@ def bench_cell(device: Device, cell: Cell, index: int, config: BenchConfig,
             if r.get("status") == "ok":
                 r["pct_peak_flops"] = 100.0 * cell.flops / r["time_s"] / roof["peak"]
     row.update(_speedup(device, runners, results, config, index))
+    del runners  # the baselines' memory back before the paired copy allocates its own
     if ours is not None and results[0].get("status") == "ok":
         row["copy_paired"] = _paired_copy(device, cell, copy.nbytes, copy.method, ours,
-                                          config, index)
-    del runners, ours, dcell
+                                          _seed(config, index, 99), config)
+    del ours, dcell
     device.release()
     return row
 
@@ -275,14 +282,15 @@ def _speedup(device: Device, runners: Sequence[tuple[str, Runner | None, dict[st
 
 
 def _paired_copy(device: Device, cell: Cell, nbytes: int, method: str, ours: Runner,
-                 config: BenchConfig, index: int) -> dict[str, Any]:
-    """Ours and a copy of ``nbytes`` timed in the same interleaved passes."""
+                 seed: int, config: BenchConfig) -> dict[str, Any]:
+    """Ours and a copy of ``nbytes`` (the run's copy size: the grid's, at most 2 GiB) timed in
+    the same interleaved passes; a failure (out of memory, ...) is recorded, not raised."""
     try:
         copier = device.copy_runner(nbytes, method)
         ab = device.compare(copier, ours, passes=config.passes, per_pass=config.per_pass,
-                            seed=int(config.seed or 0) + index + 1)
-    except KernforgeError as exc:
-        return {"error": f"{type(exc).__name__}: {exc.message}"}
+                            seed=seed)
+    except Exception as exc:  # noqa: BLE001 - failures are data
+        return {"error": f"{type(exc).__name__}: {getattr(exc, 'message', exc)}"}
     moved = 2 * int(getattr(copier, "nbytes", nbytes))
     return {"method": method, "nbytes": moved // 2, "copy_s": ab.median_a, "ours_s": ab.median_b,
             "pct_copy": 100.0 * cell.compulsory_bytes / ab.median_b / (moved / ab.median_a)}

@@ -64,6 +64,9 @@ def target_for(target: str, large: bool) -> str:
     return target
 
 
+ALLOCATION_REFUSED = "Allocation size should be a positive number"  # Halide's 32-bit size check
+
+
 def build_fixed_or_large(cell: Cell, make: Callable[[bool], HalideRunner]) -> HalideRunner:
     """``make(False)``: the pipeline with every extent fixed to the cell. Only for a cell with
     :func:`large_grids` whose fixed pipeline Halide cannot build, ``make(True)``: output extents
@@ -71,8 +74,8 @@ def build_fixed_or_large(cell: Cell, make: Callable[[bool], HalideRunner]) -> Ha
     try:
         runner = make(False)
     except KernforgeError as exc:
-        if not large_grids(cell):
-            raise
+        if not large_grids(cell) or ALLOCATION_REFUSED not in str(exc):
+            raise  # any other failure is the baseline's own, not a size limit
         runner = make(True)
         runner.info["fixed_extents_error"] = str(exc)[:500]
     runner.info["run_time_extents"] = runner.info.get("fixed_extents_error") is not None
