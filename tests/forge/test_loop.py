@@ -346,3 +346,42 @@ def test_commit_or_revert_after_the_final_pass(tmp_path: Path) -> None:
         entry = mx.load_table(table)[cell.id]
         assert rec["seeded"] == ("kept" if kept else "reverted")
         assert entry == original if not kept else entry["design"] == "zmarch"
+
+
+def test_a_pair_round_changes_two_parameters_at_once() -> None:
+    """``pairs``: the incumbent with two of the pair parameters changed, distinct operators,
+    never the incumbent, at most PAIR_LIMIT, the same candidates on every call; and the
+    combination a one-change climb cannot reach is among them when the cell has few."""
+    from kernforge.forge.loop import Incumbent, _candidates
+    from kernforge.forge.pairs import PAIR_LIMIT, PAIR_PARAMS
+
+    cell = Cell(STENCILS["box_2"], Shape(64, 32, 40), Precision.FP32)
+    inc = Incumbent("zbox", {"tx": 32, "ty": 8, "vx": 4, "lz": 16, "pn": 1})
+    own = mx.build(inc.design, cell, inc.params)
+    assert own is not None
+    ops = _candidates(cell, inc, "pairs")
+    keys = [op.key for op in ops]
+    assert 0 < len(ops) <= PAIR_LIMIT and len(set(keys)) == len(keys) and own.key not in keys
+    assert keys == [op.key for op in _candidates(cell, inc, "pairs")]
+    space = mx.space("zbox", cell)
+    for op in ops:
+        changed = {k for k in set(op.params) | set(own.params)
+                   if op.params.get(k, space[k][0]) != own.params.get(k, space[k][0])}
+        assert 1 <= len(changed) <= 2 and changed <= set(PAIR_PARAMS), (op.key, changed)
+    assert sum(len({k for k in op.params if op.params[k] != own.params.get(k)}) == 2
+               for op in ops) > len(ops) // 2
+    # a small space is offered whole: planesweep fp64 has 5 pair parameters on this cell
+    every = _candidates(cell, Incumbent("planesweep", {"tx": 32, "ty": 4, "ry": 2, "lz": 16}),
+                        "pairs")
+    assert any(op.params.get("vx") == 2 and op.params.get("ty") == 8 for op in every)
+
+
+def test_a_pair_round_runs_end_to_end(tmp_path: Path) -> None:
+    summary = forge_matrix(CELLS, sessions=emulated_sessions, compiler=emulated_compiler,
+                           table_path=tmp_path / "matrix.json", perf_log=tmp_path / "perf.jsonl",
+                           idea_log=tmp_path / "ideas.md", changes=["design", "pairs"],
+                           device="host-emulator", say=lambda m: None)
+    assert [r["change"] for r in summary["rounds"]] == ["design", "pairs"]
+    lines = [json.loads(x) for x in (tmp_path / "perf.jsonl").read_text().splitlines()]
+    assert any(x["change"] == "pairs" for x in lines)
+    assert "| 2 | pairs: two parameters changed at once" in (tmp_path / "ideas.md").read_text()

@@ -33,6 +33,7 @@ from ..stencil import matrix as mx
 from ..stencil.operator import Operator
 from ..stencil.spec import Cell
 from .compile import Built
+from .pairs import pair_candidates
 
 IDEAS = {
     "design": "restructure: z-marching with a register queue (star), shared-memory plane sweep "
@@ -67,6 +68,8 @@ IDEAS = {
     "l1": "z-marching, zbox, plane sweep: the largest L1 (shared-memory carveout 0%): more of "
           "the neighbour rows hit in L1, fewer requests to the L2 (whose partition link bounds "
           "the star kernels on the H200)",
+    "pairs": "two parameters changed at once (vector width, z-chunk, block shape, planes in "
+             "flight, loads ahead, rows per thread): out of one-change local optima",
     "pw": "zbox: the warm-up planes peeled into their own loop (the steady loop stores without "
           "a test; fewer instructions per plane, more registers)",
 }
@@ -136,9 +139,11 @@ def _candidates(cell: Cell, inc: Incumbent, change: str) -> list[Operator]:
                 if op is not None and op.key not in {o.key for o in ops}:
                     ops.append(op)
         return ops
-    values = mx.space(inc.design, cell).get(change, ())
     current = mx.build(inc.design, cell, inc.params)
     keys = {current.key} if current is not None else set()
+    if change == "pairs":
+        return pair_candidates(cell, inc.design, inc.params, exclude=keys)
+    values = mx.space(inc.design, cell).get(change, ())
     for value in values:
         if inc.params.get(change) == value:
             continue
