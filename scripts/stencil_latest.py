@@ -1,164 +1,16 @@
-"""Merge stencil bench results into the latest measurement per cell and summarize the matrix.
+"""Merge stencil bench results into the latest measurement per cell and summarize the matrix:
+the same as ``kernforge stencil merge`` (see :mod:`kernforge.forge.latest`).
 
     python scripts/stencil_latest.py OLD.json ... NEW.json --out latest.json [--png chart.png]
-
-Each input is a ``kernforge stencil bench --json`` file (a later file's row of a cell replaces
-an earlier one's). Writes a compact JSON (per cell: the file it came from, our operator, time,
-percent of the copy bandwidth measured in that run, roofline bound, oracle verdict, best
-baseline and the interleaved speedup over it) with the matrix summary of
-:func:`kernforge.forge.bench.summary` over the merged rows, prints that summary, and optionally
-draws the merged matrix (:func:`kernforge.forge.report.chart`).
-
-Each single-sweep row also gets its roofline ceiling: the speedup over the same best baseline
-(its measured time) if our operator ran at the roofline bound of that run, i.e. in
-``max(compulsory bytes / copy bandwidth, FLOPs / measured FMA peak)``; the summary carries the
-ceilings' geometric mean by precision (what no operator can exceed against these baselines).
-fp16 rows count only where their run measured the half2 FMA rate (``peak_ctype`` "half2"; older
-bench files used the fp32 rate, which the half2 kernels exceed).
-
-Baseline drift (an integrity check): a change to a baseline's build can make it slower, and our
-speedup over it then grows without our operator changing (session 8's Halide change did this
-to one cell). For every cell, each baseline's time in the row kept is compared with the fastest
-time that baseline passed the oracle in over *all* the files; slower by more than
-``--drift`` (10% by default), or now failing, skipped or absent where it once passed, is listed
-under ``baseline_drift`` and printed. Where the fastest baseline time ever measured for the cell is
-below the kept row's best baseline, the cell's speedup may be overstated: the row's
-``speedup_floor`` scales its speedup by that ratio, and the summary gives the geometric means
-of those floors by precision beside the measured ones.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
 from pathlib import Path
-from typing import Any
 
-from kernforge.core.jsonio import write_json_atomic
-from kernforge.forge.bench import FUSED, summary
-from kernforge.forge.report import chart
-from kernforge.stencil.spec import Cell
-
-Fastest = dict[tuple[str, str], tuple[float, str]]  # (cell, baseline) -> (seconds, file)
-
-
-def _kind_of(runner: dict[str, Any]) -> str:
-    """The runner's kind as the bench wrote it (or would have: ours, fused, baseline)."""
-    return str(runner.get("kind") or {"ours": "ours", FUSED: "ours-fused"}.get(
-        str(runner.get("name")), "baseline"))
-
-
-def merge(paths: list[Path]) -> tuple[list[dict[str, Any]], dict[str, str], Fastest]:
-    rows: dict[str, dict[str, Any]] = {}
-    source: dict[str, str] = {}
-    fastest: Fastest = {}
-    for path in paths:
-        try:
-            data = json.loads(path.read_text())
-        except OSError as exc:
-            raise SystemExit(f"{path}: cannot read it ({exc.strerror})") from None
-        except ValueError as exc:
-            raise SystemExit(f"{path}: not JSON ({exc})") from None
-        if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
-            raise SystemExit(f"{path}: not a stencil bench JSON (no 'cells' list)")
-        for row in data["cells"]:
-            if not isinstance(row, dict) or "cell" not in row:
-                raise SystemExit(f"{path}: a row without a 'cell' id")
-            if "runners" not in row:
-                raise SystemExit(f"{path}: {row.get('cell')} has no runners (a compact file?)")
-            rows[row["cell"]] = row
-            source[row["cell"]] = path.name
-            for r in row["runners"]:
-                t = r.get("time_s")
-                if _kind_of(r) == "baseline" and r.get("status") == "ok" and t:
-                    key = (row["cell"], r["name"])
-                    if key not in fastest or t < fastest[key][0]:
-                        fastest[key] = (float(t), path.name)
-    return list(rows.values()), source, fastest
-
-
-def drift(rows: list[dict[str, Any]], fastest: Fastest, tol: float) -> list[dict[str, Any]]:
-    """Baselines of the kept rows slower than their fastest passing time in any file (by more
-    than ``tol``), or not passing there any more."""
-    found = []
-    for row in rows:
-        present = {r["name"] for r in row["runners"]}
-        for (cell, name), (t, src) in sorted(fastest.items()):
-            if cell == row["cell"] and name not in present:  # not run in the kept row at all
-                found.append({"cell": cell, "baseline": name, "status": "absent",
-                              "time_s": None, "fastest_s": t, "fastest_from": src,
-                              "ratio": None})
-        for r in row["runners"]:
-            best = fastest.get((row["cell"], r["name"]))
-            if _kind_of(r) != "baseline" or best is None:
-                continue
-            t = r.get("time_s") if r.get("status") == "ok" else None
-            if t is None or t > best[0] * (1 + tol):
-                found.append({"cell": row["cell"], "baseline": r["name"],
-                              "status": r.get("status"), "time_s": t, "fastest_s": best[0],
-                              "fastest_from": best[1],
-                              "ratio": None if t is None else float(t) / best[0]})
-    return found
-
-
-def speedup_floor(row: dict[str, Any], fastest: Fastest) -> float | None:
-    """The row's speedup scaled by (fastest baseline time ever measured for the cell) / (the
-    row's best baseline time), when that is below 1; else the speedup."""
-    base = next((r for r in row["runners"] if r["name"] == row.get("best_baseline")), None)
-    speedup = row.get("speedup")
-    if not base or not base.get("time_s") or not speedup:
-        return None
-    ever = min((t for (cell, _), (t, _) in fastest.items() if cell == row["cell"]),
-               default=float(base["time_s"]))
-    return float(speedup) * min(1.0, ever / float(base["time_s"]))
-
-
-def floor_geomeans(rows: list[dict[str, Any]], fastest: Fastest) -> dict[str, dict[str, float]]:
-    logs: dict[str, dict[str, list[float]]] = {}
-    for row in rows:
-        f = speedup_floor(row, fastest)
-        if f is not None and f > 0:
-            kind = "temporal" if row["temporal"] else "single_sweep"
-            logs.setdefault(kind, {}).setdefault(row["cell"].rsplit("/", 1)[1], []).append(
-                math.log(f))
-    return {k: {p: math.exp(sum(v) / len(v)) for p, v in sorted(d.items())}
-            for k, d in sorted(logs.items())}
-
-
-def ceiling(row: dict[str, Any]) -> float | None:
-    """The speedup over the row's best baseline at the roofline bound (single sweep only)."""
-    base = next((r for r in row["runners"] if r["name"] == row.get("best_baseline")), None)
-    copy_bps = (row.get("copy") or {}).get("bytes_per_s")
-    peak = (row.get("roofline") or {}).get("peak")
-    half2 = (row.get("roofline") or {}).get("peak_ctype") == "half2"
-    if (row["temporal"] or (row["cell"].endswith("/fp16") and not half2) or not base
-            or not base.get("time_s") or not copy_bps or not peak):
-        return None
-    cell = Cell.parse(row["cell"])
-    bound_s = max(cell.compulsory_bytes / copy_bps, cell.flops / peak)
-    return float(base["time_s"]) / bound_s
-
-
-def ceilings(rows: list[dict[str, Any]]) -> dict[str, float]:
-    logs: dict[str, list[float]] = {}
-    for row in rows:
-        c = ceiling(row)
-        if c is not None:
-            logs.setdefault(row["cell"].rsplit("/", 1)[1], []).append(math.log(c))
-    return {p: math.exp(sum(v) / len(v)) for p, v in sorted(logs.items())}
-
-
-def compact(row: dict[str, Any], source: str, fastest: Fastest) -> dict[str, Any]:
-    ours: dict[str, Any] = next((r for r in row["runners"] if r["name"] == "ours"), {})
-    check = ours.get("check") or {}
-    return {"cell": row["cell"], "from": source, "operator": ours.get("key"),
-            "time_s": ours.get("time_s"), "pct_copy": ours.get("pct_copy"),
-            "pct_copy_paired": (row.get("copy_paired") or {}).get("pct_copy"),
-            "bound": (row.get("roofline") or {}).get("bound"), "temporal": row["temporal"],
-            "oracle_ok": check.get("ok"), "error": check.get("error"),
-            "best_baseline": row.get("best_baseline"), "speedup": row.get("speedup"),
-            "speedup_floor": speedup_floor(row, fastest), "roofline_speedup": ceiling(row)}
+from kernforge.core import KernforgeError
+from kernforge.forge import latest
 
 
 def main() -> None:
@@ -169,48 +21,16 @@ def main() -> None:
     ap.add_argument("--note", default="")
     ap.add_argument("--drift", type=float, default=0.10,
                     help="flag a baseline slower than its fastest earlier time by more than this")
+    ap.add_argument("--by-date", action="store_true",
+                    help="order the files by the date each run recorded (default: as given)")
     args = ap.parse_args()
-    if not 0 <= args.drift < 10:
-        raise SystemExit(f"--drift {args.drift}: a fraction, e.g. 0.10 for 10%")
-    rows, source, fastest = merge(args.inputs)
-    summ = summary(rows)
-    summ["single_sweep"]["roofline_geomean_by_precision"] = ceilings(rows)
-    floors = floor_geomeans(rows, fastest)
-    for label in ("single_sweep", "temporal"):
-        summ[label]["speedup_floor_geomean_by_precision"] = floors.get(label, {})
-    drifted = drift(rows, fastest, args.drift)
-    out = {"note": args.note or "latest measurement of each cell: "
-           + ", ".join(p.name for p in args.inputs) + " (a later file replaces an earlier one)",
-           "summary": summ, "baseline_drift": drifted,
-           "cells": [compact(r, source[r["cell"]], fastest) for r in rows]}
-    write_json_atomic(args.out, out)
-    if args.png:
-        chart({"cells": rows}, args.png)
-    for label in ("single_sweep", "temporal"):
-        s = summ[label]
-        geo = {p: round(v["geomean"], 3) for p, v in s["speedup_by_precision"].items()}
-        med = s["median_pct_copy"]
-        print(f"{label}: {s['cells']} cells, ours passing {s['ours_passing']}, geomean by "
-              f"precision {geo}, median % of copy over {s['memory_bound_cells']} memory-bound "
-              f"cells {'-' if med is None else f'{med:.1f}'}")
-        if s.get("paired_cells"):
-            print(f"{label}: median % of a copy timed in the operator's passes, over the "
-                  f"{s['paired_cells']} memory-bound cells measured so: "
-                  f"{s['median_pct_copy_paired']:.1f}")
-    roof = summ["single_sweep"]["roofline_geomean_by_precision"]
-    print("single_sweep roofline ceiling (geomean speedup over the same baselines at 100% of "
-          "copy or of the FMA peak; fp16 only from runs with the half2 peak): "
-          + ", ".join(f"{p} {v:.3f}" for p, v in roof.items()))
-    for label in ("single_sweep", "temporal"):
-        fl = summ[label]["speedup_floor_geomean_by_precision"]
-        print(f"{label} speedup floor (each speedup scaled down where a baseline was ever "
-              "measured faster than the kept row's best): "
-              + ", ".join(f"{p} {v:.3f}" for p, v in fl.items()))
-    for d in drifted:
-        now = (f"{d['time_s'] * 1e3:.3f} ms ({d['ratio']:.2f}x)" if d["time_s"] is not None
-               else f"status {d['status']}")
-        print(f"baseline drift: {d['cell']} {d['baseline']}: {now}, fastest "
-              f"{d['fastest_s'] * 1e3:.3f} ms in {d['fastest_from']}")
+    try:
+        doc, rows = latest.merged(args.inputs, drift_tol=args.drift, note=args.note,
+                                  by_date=args.by_date)
+    except KernforgeError as exc:
+        raise SystemExit(exc.message) from None
+    latest.write(doc, rows, args.out, args.png)
+    print("\n".join(latest.report_lines(doc)))
 
 
 if __name__ == "__main__":

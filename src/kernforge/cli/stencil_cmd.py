@@ -1,4 +1,5 @@
-"""``kernforge stencil {list,check,forge,bench}``: the stencil operator matrix (docs/stencil.md).
+"""``kernforge stencil {list,check,forge,bench,merge}``: the stencil operator matrix
+(docs/stencil.md).
 
 - ``list``: the cells (stencil x shape x precision) with their sizes;
 - ``check --compile-only``: compile every cell's operator and the naive baseline with the host
@@ -7,7 +8,10 @@
 - ``forge``: the forge loop (:mod:`.stencil_forge_cmd`);
 - ``bench``: check and time our operators and the baselines on the GPU, print the matrix, write
   JSON / PNG / Markdown (exit 5 when one of our operators fails the oracle, 6 on other
-  failures of ours).
+  failures of ours);
+- ``merge``: bench JSON files of several runs into the latest row per cell, with the matrix
+  summary, roofline ceilings, speedup floors and baseline drift (:mod:`kernforge.forge.latest`;
+  exit 0, or 2 on unusable input).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from rich.table import Table
 
 from ..core import ConfigError
 from ..core.jsonio import write_bytes_atomic, write_json_atomic
-from ..forge import report
+from ..forge import latest, report
 from ..forge.bench import BASELINES, BenchConfig, bench, check_cells, operator_for
 from ..forge.compile_check import compile_only
 from ..stencil.spec import Cell, matrix
@@ -100,6 +104,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--seed", type=int, default=None,
                    help="seed of the inputs (default: random, recorded in the JSON)")
     b.set_defaults(func=run_bench)
+    m = cmds.add_parser("merge", help="merge bench JSON files: the latest row per cell, summary, "
+                                      "baseline drift")
+    m.add_argument("inputs", nargs="+", type=Path, help="bench JSON files, oldest first")
+    m.add_argument("--out", type=Path, required=True, help="write the merged JSON here")
+    m.add_argument("--png", type=Path, default=None, help="write the merged chart here")
+    m.add_argument("--note", default="", help="the merged file's note (default: its inputs)")
+    m.add_argument("--drift", type=float, default=0.10,
+                   help="list a baseline slower than its fastest time in any input by more "
+                        "than this fraction (default 0.10)")
+    m.add_argument("--by-date", action="store_true",
+                   help="order the files by the date each run recorded (default: as given)")
+    m.set_defaults(func=run_merge)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
@@ -199,3 +215,14 @@ def run_bench(args: argparse.Namespace) -> int:
     if any(r.get("status") == "failed-oracle" for r in ours):
         return 5
     return 0 if all(r.get("status") == "ok" for r in ours) else 6
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    doc, rows = latest.merged(args.inputs, drift_tol=args.drift, note=args.note,
+                              by_date=args.by_date)
+    latest.write(doc, rows, args.out, args.png)
+    for line in latest.report_lines(doc):
+        console.print(escape(line), soft_wrap=True)
+    console.print(f"wrote {escape(str(args.out))}" + (f", {escape(str(args.png))}"
+                                                       if args.png else ""))
+    return 0
