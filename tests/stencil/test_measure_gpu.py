@@ -91,6 +91,8 @@ def test_stencil_bench_two_small_cells(device, tmp_path):
         assert ours["name"] == "ours" and ours["status"] == "ok", ours
         assert ours["time_s"] > 0 and ours["pct_copy"] > 0
         assert row["best_baseline"] is not None and row["speedup"] > 0
+        kernels = ours["built"]["kernels"]  # registers and spills of our kernels, recorded
+        assert kernels and all(k["num_regs"] > 0 for k in kernels.values())
         paired = row["copy_paired"]  # the copy timed in the operator's passes
         assert paired["method"] == row["copy"]["method"] and paired["copy_s"] > 0
         assert 0.5 < paired["pct_copy"] / ours["pct_copy"] < 2.0, (paired, ours["pct_copy"])

@@ -220,6 +220,9 @@ def bench_cell(device: Device, cell: Cell, index: int, config: BenchConfig,
         if isinstance(built, dict):
             entry["built"] = {k: built[k][:300] if isinstance(built[k], str) else built[k]
                               for k in BUILT_KEYS if k in built}
+        loaded = getattr(getattr(runner, "loaded", None), "info", None)
+        if isinstance(loaded, dict):  # our kernels and naive: registers, spills per entry
+            entry["built"] = {"kernels": loaded}
         if runner is not None:
             entry.update(_run_one(device, cell, dcell, runner, _seed(config, index, i),
                                   config, copy.bytes_per_s), name=name)
