@@ -7,9 +7,10 @@ timed runs, median); a baseline that fails the gate is reported and not counted;
 that cannot be built (library missing, unsupported case) is skipped with its reason. Our
 operator is then compared with the fastest passing baseline in interleaved passes: the speedup
 is the median of the per-pass ratios. Our operator is also timed interleaved with a copy of
-the grid's size (at most 2 GiB; the run's faster copy method, the same passes): ``copy_paired`` holds both
-medians and the % of copy they give, a reference taken beside the operator rather than once per
-size before the cell (the copy's own spread between measurements was 1-4.5% on the H200).
+the grid's size (at most 2 GiB; the run's faster copy method, the same passes):
+``copy_paired`` holds both medians and the % of copy they give, a reference taken beside the
+operator rather than once per size before the cell (the copy's own spread between
+measurements was 1-4.5% on the H200).
 Results are plain JSON (:func:`bench` returns it; :mod:`.report` prints and charts it).
 
 Baselines: ``naive`` is the one-thread-per-point kernel (:mod:`kernforge.stencil.kernels.naive`);
