@@ -14,7 +14,8 @@ from kernforge.core import BackendUnavailableError
 from kernforge.forge import bench as bench_mod
 from kernforge.forge import measure as measure_mod
 from kernforge.forge import report
-from kernforge.forge.bench import BenchConfig, bench, check_cells
+from kernforge.forge.bench import BenchConfig, bench
+from kernforge.forge.check import check_cells
 from kernforge.forge.measure import DeviceCell
 from kernforge.harness.compare import ABResult, interleave
 from kernforge.stencil.operator import Operator
@@ -247,6 +248,37 @@ def test_cli_list_and_bench_on_host_device(tmp_path, monkeypatch, capsys):
                                                   "star_1_t4/16x12x10/fp32"]
     assert png.stat().st_size > 1000 and "operator matrix" in md.read_text()
     assert main(["stencil", "bench", "--baselines", "nope"]) == 2
+
+
+def test_a_bench_resumes_where_an_earlier_call_stopped(tmp_path, monkeypatch):
+    """--resume: a run cut after its first cell goes on in a later call: the first cell's row
+    is kept as it was, the others get the inputs (seeds) of one uninterrupted run; a resume
+    with other settings or from a file that is not a bench's is refused."""
+    monkeypatch.setattr(measure_mod, "GpuDevice", HostDevice)
+    j = tmp_path / "b.json"
+    args = ["stencil", "bench", "--stencils", "star_1,varcoeff_star_1", "--shapes", "16x12x10",
+            "--precisions", "fp32", "--baselines", "naive", "--repeat", "2", "--json", str(j)]
+    assert main(args + ["--seed", "7"]) == 0
+    whole = json.loads(j.read_text())
+    cut = dict(whole, cells=whole["cells"][:1], seconds=5.0)  # as a call stopped after one cell
+    cut["cells"][0]["marker"] = "kept"
+    j.write_text(json.dumps(cut))
+    assert main(args + ["--resume"]) == 0
+    again = json.loads(j.read_text())
+    assert [c["cell"] for c in again["cells"]] == [c["cell"] for c in whole["cells"]]
+    assert again["cells"][0]["marker"] == "kept" and again["config"]["seed"] == 7
+    seeds = [[r["check"]["seed"] for r in c["runners"]] for c in again["cells"]]
+    assert seeds == [[r["check"]["seed"] for r in c["runners"]] for c in whole["cells"]]
+    assert again["date"] == whole["date"] and len(again["resumed"]) == 1
+    assert again["seconds"] >= 5.0
+    assert main(args + ["--resume", "--repeat", "3"]) == 2  # other settings
+    assert main(args + ["--resume", "--seed", "8"]) == 2
+    (tmp_path / "x.json").write_text("[]")
+    assert main(args[:-1] + [str(tmp_path / "x.json"), "--resume"]) == 2
+    fresh = tmp_path / "new.json"
+    assert main(args[:-1] + [str(fresh), "--resume"]) == 0  # nothing to resume: a new run
+    assert "resumed" not in json.loads(fresh.read_text())
+    assert main(["stencil", "bench", "--resume"]) == 2  # needs --json
 
 
 def test_cli_bench_dispatches_through_a_given_table(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@
 - ``forge``: the forge loop (:mod:`.stencil_forge_cmd`);
 - ``bench``: check and time our operators and the baselines on the GPU, print the matrix, write
   JSON / PNG / Markdown (exit 5 when one of our operators fails the oracle, 6 on other
-  failures of ours);
+  failures of ours); ``--resume`` goes on with an unfinished run's --json file;
 - ``merge``: bench JSON files of several runs into the latest row per cell, with the matrix
   summary, roofline ceilings, speedup floors and baseline drift (:mod:`kernforge.forge.latest`;
   exit 0, or 2 on unusable input).
@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,7 +30,8 @@ from rich.table import Table
 from ..core import ConfigError
 from ..core.jsonio import write_bytes_atomic, write_json_atomic
 from ..forge import latest, report
-from ..forge.bench import BASELINES, BenchConfig, bench, check_cells, operator_for
+from ..forge.bench import BASELINES, BenchConfig, bench, operator_for
+from ..forge.check import check_cells
 from ..forge.compile_check import compile_only
 from ..stencil.spec import Cell, matrix
 from . import stencil_forge_cmd
@@ -103,6 +105,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--points", type=int, default=4096, help="random points per sampled check")
     b.add_argument("--seed", type=int, default=None,
                    help="seed of the inputs (default: random, recorded in the JSON)")
+    b.add_argument("--resume", action="store_true",
+                   help="go on with the unfinished run in --json (same settings; its cells are "
+                        "kept, its seed reused); starts afresh when that file does not exist")
     b.set_defaults(func=run_bench)
     m = cmds.add_parser("merge", help="merge bench JSON files: the latest row per cell, summary, "
                                       "baseline drift")
@@ -195,8 +200,9 @@ def run_bench(args: argparse.Namespace) -> int:
     config = BenchConfig(baselines=baselines, warmup=args.warmup, repeat=args.repeat,
                          passes=args.passes, points=args.points, seed=args.seed,
                          table=_table(args))
+    earlier = _earlier(args)
     with _progress(len(cells), "bench") as update:
-        results = bench(cells, config, progress=update,
+        results = bench(cells, config, progress=update, resume=earlier,
                         log=lambda msg: err_console.print(escape(msg), soft_wrap=True),
                         on_cell=(lambda res: write_json_atomic(args.json, res))
                         if args.json else None)
@@ -215,6 +221,24 @@ def run_bench(args: argparse.Namespace) -> int:
     if any(r.get("status") == "failed-oracle" for r in ours):
         return 5
     return 0 if all(r.get("status") == "ok" for r in ours) else 6
+
+
+def _earlier(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The results to resume (``--resume``): the --json file if it exists."""
+    if not args.resume:
+        return None
+    if not args.json:
+        raise ConfigError("--resume goes on with the run in --json", hint="give --json FILE")
+    if not args.json.exists():
+        return None
+    try:
+        data = json.loads(args.json.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{args.json}: cannot resume from it ({exc})",
+                          hint="write a new --json file, or remove this one") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{args.json}: not a bench results file", hint="write a new --json file")
+    return data
 
 
 def run_merge(args: argparse.Namespace) -> int:

@@ -41,6 +41,7 @@ from ..stencil.operator import Operator
 from ..stencil.spec import Cell
 from .gpustate import gpu_state
 from .measure import Device, DeviceCell, Runner
+from .resume import resumable_seed, resumed_fields
 
 SCHEMA = "kernforge.stencil.bench/1"
 BASELINES = ("naive", "torch", "halide", "halide_auto")
@@ -332,28 +333,42 @@ def _ours_entry(cell_row: dict[str, Any]) -> dict[str, Any]:
 def bench(cells: Sequence[Cell], config: BenchConfig | None = None, *,
           device: Device | None = None, log: Log | None = None,
           progress: Progress | None = None,
-          on_cell: Callable[[dict[str, Any]], object] | None = None) -> dict[str, Any]:
+          on_cell: Callable[[dict[str, Any]], object] | None = None,
+          resume: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the bench over ``cells`` (see the module docstring); returns the results JSON.
 
     ``on_cell`` receives the results so far after every cell (a caller writes them, so a run
-    stopped by a time limit keeps every finished cell)."""
-    config = _resolved(config or BenchConfig())
+    stopped by a time limit keeps every finished cell). ``resume``: the results of an earlier,
+    unfinished run with the same settings on the same kind of device; its cells are kept and
+    not run again, and its seed is reused, so every cell gets the inputs it would have had in
+    one uninterrupted run."""
+    config = config or BenchConfig()
     if device is None:
         from .measure import GpuDevice
         device = GpuDevice()
+    done: dict[str, dict[str, Any]] = {}
+    if resume is not None:  # before a seed is drawn: the earlier run's is reused
+        seed = resumable_seed(resume, asdict(config), SCHEMA, device.identity())
+        config = replace(config, seed=seed)
+        done = {r["cell"]: r for r in resume["cells"]}
+    config = _resolved(config)
     log = log or (lambda _msg: None)
     started = time.time()
     rows: list[dict[str, Any]] = []
 
     def results() -> dict[str, Any]:
-        return {"schema": SCHEMA,
-                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-                "seconds": time.time() - started, "device": device.identity(),
-                "config": asdict(config), "cells": rows, "summary": summary(rows)}
+        out = {"schema": SCHEMA,
+               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+               "seconds": time.time() - started, "device": device.identity(),
+               "config": asdict(config), "cells": rows, "summary": summary(rows)}
+        return out if resume is None else {**out, **resumed_fields(resume, out)}
 
     for i, cell in enumerate(cells):
         if progress:
             progress(cell.id, i, len(cells))
+        if cell.id in done:  # finished by the run being resumed
+            rows.append(done[cell.id])
+            continue
         t0 = time.time()
         rows.append(bench_cell(device, cell, i, config, log))
         rows[-1]["bench_seconds"] = round(time.time() - t0, 2)
@@ -362,46 +377,3 @@ def bench(cells: Sequence[Cell], config: BenchConfig | None = None, *,
     if progress:
         progress("done", len(cells), len(cells))
     return results()
-
-
-def check_cells(cells: Sequence[Cell], *, device: Device | None = None, points: int = 4096,
-                seed: int | None = None, include_naive: bool = True,
-                progress: Progress | None = None,
-                table: str | None = None) -> list[dict[str, Any]]:
-    """The oracle gate alone on the device: each cell's operator (and naive), fresh inputs."""
-    if device is None:
-        from .measure import GpuDevice
-        device = GpuDevice()
-    config = _resolved(BenchConfig(points=points, seed=seed, repeat=1, warmup=0,
-                                   baselines=("naive",) if include_naive else ()))
-    out = []
-    for i, cell in enumerate(cells):
-        if progress:
-            progress(cell.id, i, len(cells))
-        dcell = device.allocate(cell, _seed(config, i, 0))
-        ours, info = _ours(device, cell, dcell, table)
-        named: list[tuple[str, Runner | None, dict[str, Any]]] = [("ours", ours, info)]
-        if include_naive:
-            try:
-                named.append(("naive", baseline_runner("naive", cell, dcell, device), {}))
-            except KernforgeError as exc:
-                named.append(("naive", None, {"status": "error", "reason": exc.message}))
-        for j, (name, runner, extra) in enumerate(named):
-            entry = {"cell": cell.id, "name": name, **extra}
-            if runner is not None:
-                entry.update(_check_one(device, dcell, runner, _seed(config, i, j), points))
-            out.append(entry)
-        del named, ours, dcell
-        device.release()
-    if progress:
-        progress("done", len(cells), len(cells))
-    return out
-
-
-def _check_one(device: Device, dcell: DeviceCell, runner: Runner, seed: int,
-               points: int) -> dict[str, Any]:
-    try:
-        res = checked_run(device, dcell, runner, seed, points)
-    except KernforgeError as exc:
-        return {"status": "error", "reason": f"{type(exc).__name__}: {exc.message}"}
-    return {"status": "ok" if res.ok else "failed-oracle", "check": res.to_json()}
