@@ -15,6 +15,7 @@ from typing import Any
 from ..core import ConfigError
 from ..core.jsonio import DamagedJSON, parse_json
 from .kernels import naive, planesweep, temporal, zbox, zmarch, ztile
+from .kernels.common import largest_l1
 from .operator import Operator
 from .spec import Cell, Precision
 
@@ -130,10 +131,15 @@ def build(design: str, cell: Cell, params: dict[str, Any]) -> Operator | None:
                           hint=f"one of {', '.join(DESIGNS)}")
     clean = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()
              if k != "steps"}
+    l1 = clean.pop("l1", 0) if "l1" in space(design, cell) else 0  # a launch attribute
+    if l1 not in (0, 1):
+        return None
     try:
         op = DESIGNS[design](cell, **clean)
     except ValueError:
         return None
+    if l1:
+        op = largest_l1(op)
     if any(b[0] * b[1] * b[2] > 1024 for b in (launch.block for launch in op.launches)):
         return None
     return op

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
 
+from ..operator import Operator
 from ..spec import Cell, Precision
 
 
@@ -33,15 +35,17 @@ def bounds(threads: int, minb: int) -> str:
     return f"{threads}, {minb}" if minb > 1 else f"{threads}"
 
 
-def l1_carveout(l1: int) -> tuple[int, str]:
-    """``l1=1``: the launches ask for the largest L1 (shared-memory carveout 0%; the driver
-    still gives a kernel the shared memory it declares). Returns the carveout and a source line
-    that names it, so the two variants never share a cached module (the carveout is an
-    attribute of the loaded function). ``l1=0``: the driver's choice, no line."""
-    if l1 not in (0, 1):
-        raise ValueError("l1: 0 (the driver's carveout) or 1 (the largest L1)")
-    return (0, "// launch attribute: preferred shared-memory carveout 0% (largest L1)\n") \
-        if l1 else (-1, "")
+def largest_l1(op: Operator) -> Operator:
+    """``op`` with every launch asking for the largest L1 (shared-memory carveout 0%; the
+    driver still gives a kernel the shared memory it declares), ``l1=1`` among its parameters,
+    and a first source line naming the carveout, so the two variants never share a cached module
+    (the carveout is an attribute of the loaded function). A launch attribute, the same for
+    every design: :func:`kernforge.stencil.matrix.build` applies it."""
+    return dataclasses.replace(
+        op, params={**op.params, "l1": 1},
+        source="// launch attribute: preferred shared-memory carveout 0% (largest L1)\n"
+               + op.source,
+        launches=tuple(dataclasses.replace(launch, carveout=0) for launch in op.launches))
 
 
 def literal(value: float, precision: Precision) -> str:

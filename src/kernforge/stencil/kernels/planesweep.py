@@ -19,8 +19,8 @@ plane's partial sum. Shared memory halves; the FMA instructions per output halve
 ``cw=1`` (fp64): the weights in a ``__constant__`` array instead of literals (a DFMA cannot take
 a 64-bit immediate: two uniform moves per FMA in the sm_90 SASS of the literal form).
 
-``minb``: ``__launch_bounds__`` minimum resident blocks per SM (:func:`.common.bounds`); ``l1``:
-the largest L1 the staged planes leave (:func:`.common.l1_carveout`).
+``minb``: ``__launch_bounds__`` minimum resident blocks per SM (:func:`.common.bounds`).
+(``l1``, the largest L1 the staged planes leave, is applied by :func:`..matrix.build`.)
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from .common import (
     extents,
     half2_chain,
     header,
-    l1_carveout,
     load,
     store,
     weight_names,
@@ -193,7 +192,7 @@ def shared_bytes(cell: Cell, tx: int, ty: int, vx: int, ry: int, h2: int = 0) ->
 
 
 def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
-             lz: int = 0, h2: int = 0, cw: int = 0, minb: int = 1, l1: int = 0) -> Operator:
+             lz: int = 0, h2: int = 0, cw: int = 0, minb: int = 1) -> Operator:
     if cell.stencil.temporal or cell.stencil.kind == "varcoeff":
         raise ValueError(f"planesweep handles single-step constant-coefficient stencils, "
                          f"not {cell.stencil.name}")
@@ -202,19 +201,16 @@ def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
     if cw not in (0, 1) or (cw and cell.precision is not Precision.FP64):
         raise ValueError("cw (weights in constant memory) is for fp64 (no 64-bit immediates)")
     check_minb(tx * ty, minb)
-    carveout, note = l1_carveout(l1)
     if shared_bytes(cell, tx, ty, vx, ry, h2) > 48 * 1024:
         raise ValueError("the staged planes exceed 48 KiB of static shared memory")
     nz_int = cell.shape.nz - 2 * cell.radius
     lz = nz_int if lz <= 0 else min(lz, nz_int)
-    source = note + _source(cell, tx, ty, vx, ry, lz, h2, cw, minb)
+    source = _source(cell, tx, ty, vx, ry, lz, h2, cw, minb)
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty * ry), cdiv(nz_int, lz))
-    launch = Launch("planesweep", grid, (tx, ty, 1), ("in", "out"), carveout=carveout)
+    launch = Launch("planesweep", grid, (tx, ty, 1), ("in", "out"))
     params = {"tx": tx, "ty": ty, "vx": vx, "ry": ry, "lz": lz}
     # absent at their first value: the operators of earlier tables keep their keys
     params.update({k: 1 for k, v in (("h2", h2), ("cw", cw)) if v})
     if minb > 1:
         params["minb"] = minb
-    if l1:
-        params["l1"] = 1
     return Operator(cell.id, "planesweep", params, source, (launch,))

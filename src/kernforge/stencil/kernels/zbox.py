@@ -22,7 +22,7 @@ accumulators, as the plane sweep's ``h2`` does for vertical pairs), ``pw`` (1: t
 warm-up planes, which store nothing, in a loop of their own, so the steady loop stores without
 a test; SASS for sm_90: box_1 fp32 vx=4 178 -> 155 instructions per plane, more registers),
 ``minb`` (``__launch_bounds__`` minimum resident blocks per SM: a register cap, see
-:func:`.common.bounds`), ``l1`` (the largest L1: :func:`.common.l1_carveout`).
+:func:`.common.bounds`). (``l1``, the largest L1, is applied by :func:`..matrix.build`.)
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from .common import (
     half2_chain,
     half2_weights,
     header,
-    l1_carveout,
     lane_stores,
     load,
     store,
@@ -194,7 +193,7 @@ zbox(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
 
 
 def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
-             pn: int = 1, h2: int = 0, pw: int = 0, minb: int = 1, l1: int = 0) -> Operator:
+             pn: int = 1, h2: int = 0, pw: int = 0, minb: int = 1) -> Operator:
     if cell.stencil.kind != "box" or cell.stencil.temporal:
         raise ValueError(f"zbox handles single-step box stencils, not {cell.stencil.name}")
     if vx not in (1, 2, 4, 8) or cell.shape.nx % vx:
@@ -208,17 +207,16 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
     if h2 and (cell.precision is not Precision.FP16 or vx % 2):
         raise ValueError("h2 needs fp16 storage and an even vx (lane pairs)")
     check_minb(tx * ty, minb)
-    carveout, note = l1_carveout(l1)
     nz_int = cell.shape.nz - 2 * cell.radius
     lz = nz_int if lz <= 0 else min(lz, nz_int)
     align = cell.precision.itemsize * vx
     vec = f"struct __align__({align}) Vec {{ {cell.precision.ctype} v[{vx}]; }};\n"
     weights = (constant_weight_defs(cell) if cell.precision is Precision.FP64
                else weight_defs(cell))
-    source = (note + header(cell) + extents(cell) + weights + vec
+    source = (header(cell) + extents(cell) + weights + vec
               + _kernel(cell, tx, ty, vx, lz, pn, h2, pw, minb))
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty), cdiv(nz_int, lz))
-    launch = Launch("zbox", grid, (tx, ty, 1), ("in", "out"), carveout=carveout)
+    launch = Launch("zbox", grid, (tx, ty, 1), ("in", "out"))
     params = {"tx": tx, "ty": ty, "vx": vx, "lz": lz, "pn": pn}
     if h2:
         params["h2"] = 1
@@ -226,6 +224,4 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
         params["pw"] = 1
     if minb > 1:
         params["minb"] = minb
-    if l1:
-        params["l1"] = 1
     return Operator(cell.id, "zbox", params, source, (launch,))
