@@ -190,7 +190,7 @@ def test_overhead_without_observers(cp: Any) -> None:
     hooked = cp.RawModule(code=TEMPLATES).get_function("bump")
     raw = cp.RawKernel(TEMPLATES, "bump")
 
-    def per_call(f: Any, n: int = 20000) -> float:
+    def per_call(f: Any, n: int = 4000) -> float:
         f((1,), (32,), (u, 32))
         cp.cuda.Device().synchronize()
         t0 = time.perf_counter()
@@ -199,7 +199,15 @@ def test_overhead_without_observers(cp: Any) -> None:
         cp.cuda.Device().synchronize()
         return (time.perf_counter() - t0) / n
 
-    t_plain, t_proxy, t_sub = (min(per_call(f) for _ in range(3)) for f in (plain, hooked, raw))
+    # interleaved passes, the order rotated each pass, the best of each: a slower stretch of
+    # the host (session 10's first test process on a fresh machine: +2.65 us for the subclass
+    # timed last, in three blocks of one launcher each) then hits all three alike
+    fs = [plain, hooked, raw]
+    best = [float("inf")] * 3
+    for p in range(15):
+        for i in (p % 3, (p + 1) % 3, (p + 2) % 3):
+            best[i] = min(best[i], per_call(fs[i]))
+    t_plain, t_proxy, t_sub = best
     print(f"\nlaunch cost: plain {t_plain * 1e6:.2f} us, RawModule proxy {t_proxy * 1e6:.2f} us, "
           f"RawKernel subclass {t_sub * 1e6:.2f} us")
     assert t_proxy - t_plain < 2e-6 and t_sub - t_plain < 2e-6

@@ -385,3 +385,23 @@ def test_a_pair_round_runs_end_to_end(tmp_path: Path) -> None:
     lines = [json.loads(x) for x in (tmp_path / "perf.jsonl").read_text().splitlines()]
     assert any(x["change"] == "pairs" for x in lines)
     assert "| 2 | pairs: two parameters changed at once" in (tmp_path / "ideas.md").read_text()
+
+
+def test_pairs2_is_the_next_page_of_the_pair_order() -> None:
+    """``pairs2``: the candidates after the first PAIR_LIMIT of the same fixed order, none of
+    them also in ``pairs``; together the two are the first 2 * PAIR_LIMIT of the whole list."""
+    from kernforge.forge.loop import Incumbent, _candidates
+    from kernforge.forge.pairs import PAIR_LIMIT, pair_candidates
+
+    cell = Cell(STENCILS["star_2"], Shape(64, 32, 40), Precision.FP32)
+    inc = Incumbent("zmarch", {"tx": 32, "ty": 8, "vx": 2, "lz": 8})
+    own = mx.build(inc.design, cell, inc.params)
+    assert own is not None
+    first = [op.key for op in _candidates(cell, inc, "pairs")]
+    second = [op.key for op in _candidates(cell, inc, "pairs2")]
+    every = [op.key for op in pair_candidates(cell, inc.design, inc.params, exclude={own.key},
+                                              limit=10_000)]
+    assert len(every) > PAIR_LIMIT  # the test needs a second page
+    assert first == every[:PAIR_LIMIT] and second == every[PAIR_LIMIT:2 * PAIR_LIMIT]
+    assert second and not set(first) & set(second)
+    assert second == [op.key for op in _candidates(cell, inc, "pairs2")]  # fixed order

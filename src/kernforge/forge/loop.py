@@ -33,7 +33,7 @@ from ..stencil import matrix as mx
 from ..stencil.operator import Operator
 from ..stencil.spec import Cell
 from .compile import Built
-from .pairs import pair_candidates
+from .pairs import PAIR_LIMIT, pair_candidates
 
 IDEAS = {
     "design": "restructure: z-marching with a register queue (star), shared-memory plane sweep "
@@ -70,6 +70,7 @@ IDEAS = {
           "the star kernels on the H200)",
     "pairs": "two parameters changed at once (vector width, z-chunk, block shape, planes in "
              "flight, loads ahead, rows per thread): out of one-change local optima",
+    "pairs2": "the next 40 two-parameter changes in the pair round's fixed order",
     "pw": "zbox: the warm-up planes peeled into their own loop (the steady loop stores without "
           "a test; fewer instructions per plane, more registers)",
 }
@@ -141,8 +142,9 @@ def _candidates(cell: Cell, inc: Incumbent, change: str) -> list[Operator]:
         return ops
     current = mx.build(inc.design, cell, inc.params)
     keys = {current.key} if current is not None else set()
-    if change == "pairs":
-        return pair_candidates(cell, inc.design, inc.params, exclude=keys)
+    if change in ("pairs", "pairs2"):
+        return pair_candidates(cell, inc.design, inc.params, exclude=keys,
+                               skip=PAIR_LIMIT if change == "pairs2" else 0)
     values = mx.space(inc.design, cell).get(change, ())
     for value in values:
         if inc.params.get(change) == value:

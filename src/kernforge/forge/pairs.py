@@ -9,7 +9,11 @@ four other box_2 fp32 cells sit at 58-77%.
 
 A pair round offers the incumbent with two of :data:`PAIR_PARAMS` changed (each to any other
 value of the design's space), at most :data:`PAIR_LIMIT` per cell, drawn in an order fixed by
-the cell's id, so a rerun offers the same candidates. The gate is the same as every round's: the
+the cell's id, so a rerun offers the same candidates; ``pairs2`` offers the next
+:data:`PAIR_LIMIT` of that order (a cell whose incumbent ``pairs`` left unchanged gets new
+candidates: of the 75 single-sweep cells of the committed table after session 10, 22 have at
+most 40 pair candidates and all 75 at most 80, so the two pages offer each cell's whole pair
+space). The gate is the same as every round's: the
 fastest of the screened candidates must pass the oracle and beat the incumbent in the
 interleaved comparison (median >= 1 + band, bootstrap interval above 1), which guards against
 picking a lucky screening time out of many.
@@ -32,9 +36,10 @@ PAIR_LIMIT = 40
 
 def pair_candidates(cell: Cell, design: str, params: dict[str, Any],
                     exclude: set[str] | None = None,
-                    limit: int = PAIR_LIMIT) -> list[Operator]:
+                    limit: int = PAIR_LIMIT, skip: int = 0) -> list[Operator]:
     """The incumbent ``design``/``params`` with two parameters changed, distinct operators
-    only, none of the keys in ``exclude`` (the incumbent's own)."""
+    only, none of the keys in ``exclude`` (the incumbent's own); the first ``skip`` of them
+    left out (a later page of the same order)."""
     space = mx.space(design, cell)
     moves = [(k, v) for k in PAIR_PARAMS if k in space
              for v in space[k] if params.get(k, space[k][0]) != v]
@@ -47,6 +52,6 @@ def pair_candidates(cell: Cell, design: str, params: dict[str, Any],
         if op is not None and op.key not in keys:
             keys.add(op.key)
             ops.append(op)
-            if len(ops) >= limit:
+            if len(ops) >= skip + limit:
                 break
-    return ops
+    return ops[skip:]
