@@ -1,0 +1,76 @@
+"""Compile a forge round's candidates on this machine, so the device call finds them cached.
+
+    python scripts/stencil_precompile.py --changes pairs2 --cache .carry/cubins [--stencils ...]
+    tar cJf .carry/cubins.tar.xz -C .carry/cubins .   # cubins compress ~13x
+    device run, carry [".whl", ".carry/cubins.tar.xz"]: GPU_STEPS=stencil-forge \
+        FORGE_ARGS="--changes pairs2,... --stencils ..." bash scripts/gpu-check.sh
+    (gpu-check.sh unpacks the archive into the forge's default cache, /tmp/kf-cubins)
+
+The forge compiles each round's candidates before it measures them (nvcc on the device
+machine's cores: 1139 operators took 71 s of device time on the H200's 16 cores in session
+10). Only the first round's candidates follow from the table before the run (later rounds start
+from its winners), so this compiles those and every incumbent (the final pass builds them
+again). The cache is keyed by source, options and architecture (``forge.compile``); a cubin
+built by this machine's nvcc runs on the device's driver when that driver is as new or newer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from kernforge.core.errors import KernforgeError
+from kernforge.forge.compile import compile_all
+from kernforge.forge.loop import IDEAS, Incumbent, _candidates
+from kernforge.stencil import matrix as mx
+from kernforge.stencil.matrix import TABLE_PATH
+from kernforge.stencil.spec import matrix
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--stencils", nargs="*")
+    ap.add_argument("--shapes", nargs="*")
+    ap.add_argument("--precisions", nargs="*")
+    ap.add_argument("--changes", required=True,
+                    help="the forge run's --changes; only its first round is compiled")
+    ap.add_argument("--table", type=Path, default=TABLE_PATH)
+    ap.add_argument("--cache", type=Path, required=True)
+    ap.add_argument("--jobs", type=int, default=None, help="parallel nvcc (default: cores)")
+    args = ap.parse_args()
+    change = args.changes.split(",")[0]
+    if change not in IDEAS:
+        print(f"error: unknown forge change {change!r}; choose from {', '.join(IDEAS)}",
+              file=sys.stderr)
+        return 2
+    try:
+        table = mx.load_table(args.table)
+        ops = []
+        for cell in matrix(args.stencils, args.shapes, args.precisions):
+            entry = table.get(cell.id)
+            if not entry or mx.build(entry["design"], cell, entry["params"]) is None:
+                continue  # the forge starts such a cell from the naive kernel: few candidates
+            inc = Incumbent(entry["design"], dict(entry["params"]))
+            ops.append(mx.build(inc.design, cell, inc.params))
+            ops.extend(_candidates(cell, inc, change))
+    except KernforgeError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+    t0 = time.time()
+    print(f"{change}: compiling {len(ops)} operators into {args.cache}", flush=True)
+    built = compile_all(ops, args.cache, jobs=args.jobs)
+    failed = [b for b in built if not b.ok]
+    size = sum(p.stat().st_size for p in args.cache.glob("*.cubin"))
+    print(f"{len(built) - len(failed)} compiled, {len(failed)} failed, {time.time() - t0:.0f} s; "
+          f"cache {size / 2**20:.1f} MiB")
+    for b in failed[:5]:
+        print(f"  {b.op.key}: {b.log.strip().splitlines()[-1] if b.log.strip() else '?'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,50 @@
+"""scripts/stencil_precompile.py: it compiles the incumbent and the first round's candidates of
+each cell into the forge's cache (the keys the forge then looks up), and refuses bad input."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernforge.forge.compile import ARCH, _key
+from kernforge.forge.loop import Incumbent, _candidates
+from kernforge.stencil import matrix as mx
+from kernforge.stencil.spec import matrix
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "stencil_precompile.py"
+CELL = ("star_1", "2048x64x64", "fp32")
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=600, check=False)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_the_first_rounds_candidates_land_in_the_cache(tmp_path: Path) -> None:
+    cache = tmp_path / "cubins"
+    st, sh, pr = CELL
+    proc = _run("--changes", "vx,lz", "--stencils", st, "--shapes", sh, "--precisions", pr,
+                "--cache", str(cache))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (cell,) = matrix([st], [sh], [pr])
+    entry = mx.load_table(mx.TABLE_PATH)[cell.id]
+    inc = Incumbent(entry["design"], dict(entry["params"]))
+    own = mx.build(inc.design, cell, inc.params)
+    assert own is not None
+    ops = [own, *_candidates(cell, inc, "vx")]  # only the first round: lz's depend on it
+    assert len(ops) > 1
+    assert {p.stem for p in cache.glob("*.cubin")} == {_key(op, ARCH) for op in ops}
+    again = _run("--changes", "vx", "--stencils", st, "--shapes", sh, "--precisions", pr,
+                 "--cache", str(cache))
+    assert again.returncode == 0 and f"{len(ops)} compiled, 0 failed" in again.stdout
+
+
+def test_an_unknown_change_is_refused(tmp_path: Path) -> None:
+    proc = _run("--changes", "nope", "--cache", str(tmp_path / "c"))
+    assert proc.returncode == 2 and "unknown forge change 'nope'" in proc.stderr
+    assert not (tmp_path / "c").exists()
