@@ -10,7 +10,8 @@ The forge compiles each round's candidates before it measures them (nvcc on the 
 machine's cores: 1139 operators took 71 s of device time on the H200's 16 cores in session
 10). Only the first round's candidates follow from the table before the run (later rounds start
 from its winners), so this compiles those and every incumbent (the final pass builds them
-again). The cache is keyed by source, options and architecture (``forge.compile``); a cubin
+again); for ``tpe``, the first of its three batches (random startup trials, seeded by the
+cell's id: the same ones the device run asks for). The cache is keyed by source, options and architecture (``forge.compile``); a cubin
 built by this machine's nvcc runs on the device's driver when that driver is as new or newer.
 """
 
@@ -24,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from kernforge.core.errors import KernforgeError
+from kernforge.forge.bo import first_batch
 from kernforge.forge.compile import compile_all
 from kernforge.forge.loop import IDEAS, Incumbent, _candidates
 from kernforge.stencil import matrix as mx
@@ -52,11 +54,13 @@ def main() -> int:
         ops = []
         for cell in matrix(args.stencils, args.shapes, args.precisions):
             entry = table.get(cell.id)
-            if not entry or mx.build(entry["design"], cell, entry["params"]) is None:
+            own = mx.build(entry["design"], cell, entry["params"]) if entry else None
+            if entry is None or own is None:
                 continue  # the forge starts such a cell from the naive kernel: few candidates
             inc = Incumbent(entry["design"], dict(entry["params"]))
-            ops.append(mx.build(inc.design, cell, inc.params))
-            ops.extend(_candidates(cell, inc, change))
+            ops.append(own)
+            ops.extend(first_batch(cell, inc.design, inc.params) if change == "tpe"
+                       else _candidates(cell, inc, change))
     except KernforgeError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2

@@ -1,0 +1,46 @@
+"""What each forge change tries, in words: the idea log's and the performance log's text, and
+the names ``--changes`` accepts (``loop.round_plan`` checks them here)."""
+
+from __future__ import annotations
+
+IDEAS = {
+    "design": "restructure: z-marching with a register queue (star), shared-memory plane sweep "
+              "with register-blocked accumulators (box), 2.5D temporal blocking (multi-step)",
+    "vx": "vector width: more x points per thread, wider aligned loads and stores",
+    "lz": "z-chunk length: more blocks in flight vs. halo planes re-read per chunk",
+    "ty": "block height: occupancy and y-halo reuse",
+    "tx": "block width: row length per warp and x-halo share",
+    "ry": "register blocking along y: fewer shared-memory reads per output (plane sweep); "
+          "z-marching: rows per thread, y neighbours from the own queues (fewer L1/L2 "
+          "requests per output)",
+    "sc": "z-marching: streaming stores (st.global.cs, evict-first) so output lines do not "
+          "displace input planes still read from L2",
+    "block": "thread-block shape of the one-thread-per-point kernel",
+    "h2": "fp16: __half2 arithmetic (HFMA2); plane sweep: vertical output pairs, per-plane "
+          "partial sums added into fp32 accumulators; z-marching: lane pairs, fp16 sums",
+    "pipe": "temporal: uniform stages statically unrolled (no range predicates, no moves)",
+    "pf": "planes in flight per thread (a register ring): more bytes in flight per SM",
+    "smem": "z-marching: stage each plane's tile in shared memory (2.5D) for x/y neighbours",
+    "cx": "temporal: x points per thread (register blocking, wider loads, smaller halo share)",
+    "cy": "temporal: y points per thread (register blocking, fewer shared-memory reads)",
+    "minb": "temporal, zbox, plane sweep: minimum resident blocks per SM (__launch_bounds__ "
+            "register cap: occupancy bought with registers, spills beyond the cap)",
+    "fs": "temporal: steps fused per launch (smaller halo, more DRAM traffic)",
+    "xs": "z-marching: the x halo from the neighbouring lanes by warp shuffles (fewer L1/L2 "
+          "requests per point: the star kernels are L2-throughput-bound on the H200)",
+    "pn": "z-marching: the x/y neighbours of the next plane loaded during this one (latency "
+          "of L1 misses off the critical path; more registers)",
+    "cw": "plane sweep and z-marching, fp64: weights in constant memory (a DFMA takes no "
+          "64-bit immediate: two moves per FMA with literal weights)",
+    "st": "ztile: planes requested ahead by asynchronous copies into the shared-memory ring",
+    "l1": "z-marching, zbox, plane sweep: the largest L1 (shared-memory carveout 0%): more of "
+          "the neighbour rows hit in L1, fewer requests to the L2 (whose partition link bounds "
+          "the star kernels on the H200)",
+    "pairs": "two parameters changed at once (vector width, z-chunk, block shape, planes in "
+             "flight, loads ahead, rows per thread): out of one-change local optima",
+    "pairs2": "the next 40 two-parameter changes in the pair round's fixed order",
+    "tpe": "Bayesian optimization (TPE) over every parameter of the incumbent's design at once, "
+           "3 batches of 16 per cell; the fastest two screened go through the gate",
+    "pw": "zbox: the warm-up planes peeled into their own loop (the steady loop stores without "
+          "a test; fewer instructions per plane, more registers)",
+}
