@@ -22,21 +22,33 @@ def test_the_search_space_is_the_designs_with_the_incumbent_as_baseline() -> Non
     cell = Cell(STENCILS["star_2"], Shape(64, 32, 40), Precision.FP64)
     params = {"tx": 32, "ty": 8, "vx": 2, "lz": 8, "cw": 1}
     space = bo.search_space("zmarch", cell, params)
+    assert space is not None
     full = mx.space("zmarch", cell)
-    names = [d.name for d in space.dimensions]
-    assert "l1" not in names and set(names) == set(full) - {"l1"}
-    for d in space.dimensions:
-        assert list(d.choices) == sorted({*full[d.name], params.get(d.name, full[d.name][0])})
-    base = space.baseline
-    assert all(base[k] == v for k, v in params.items())
-    assert all(base[k] == full[k][0] for k in names if k not in params)  # implicit defaults
-    # the first trial's configuration builds the incumbent itself (the same key)
+    assert set(space.names) == {"vx", "lz", "ty", "tx", "variant"}  # l1 left as it is
+    for name in ("vx", "lz", "ty", "tx"):
+        assert list(space[name].choices) == sorted(full[name])
+    options = bo._options("zmarch", cell)
+    assert "l1" not in options and set(options) == set(full) - {"vx", "lz", "ty", "tx", "l1"}
+    variants = list(space["variant"].choices)
+    assert len(set(variants)) == len(variants) > 5
+    geometry = {k: params[k] for k in ("vx", "lz", "ty", "tx")}
+    for combo in variants:  # every option combination offered builds at this geometry
+        assert mx.build("zmarch", cell, {**geometry, **dict(zip(options, combo))}) is not None
+    # fewer than a tenth of all combinations build: drawn one by one, most would be refused
+    every = 1
+    for name in options:
+        every *= len(full[name])
+    assert len(variants) < every / 3
+    # the first trial (the baseline) builds the incumbent itself (the same key)
     own = mx.build("zmarch", cell, params)
-    again = mx.build("zmarch", cell, bo._config_params("zmarch", cell, base))
+    again = mx.build("zmarch", cell, bo._config_params("zmarch", cell, space.baseline))
     assert own is not None and again is not None and again.key == own.key
-    # a skipped parameter the incumbent has set stays as it is
-    kept = bo.search_space("zmarch", cell, {**params, "l1": 1})
-    assert kept.baseline["l1"] == 1 and list(kept["l1"].choices) == [1]
+    assert dict(zip(options, space.baseline["variant"]))["cw"] == 1
+    # an incumbent off the value lists (a slab's lz=30) keeps its value among the choices
+    off = bo.search_space("zmarch", cell, {**params, "lz": 30, "l1": 1})
+    assert off is not None and 30 in off["lz"].choices and off.baseline["lz"] == 30
+    assert off.baseline["l1"] == 1 and list(off["l1"].choices) == [1]  # l1 kept as it is
+    assert bo._config_params("zmarch", cell, off.baseline)["l1"] == 1
 
 
 def test_a_tpe_round_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

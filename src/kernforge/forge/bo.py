@@ -16,6 +16,7 @@ band, bootstrap interval above 1). The search only proposes; the gate decides.
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from typing import TYPE_CHECKING, Any
 
@@ -36,30 +37,61 @@ ASK_LIMIT = 4 * PER_BATCH  # asks per cell and batch (refused and already screen
 SKIP_PARAMS = ("l1",)  # measured without effect on the H200 (session 9): not worth trials
 
 
-def search_space(design: str, cell: Cell, params: dict[str, Any]) -> SearchSpace:
-    """The design's parameters for ``cell`` as ordinal dimensions (sorted values, the
-    incumbent's own among them), the incumbent ``params`` as the baseline (a parameter it
-    leaves out at its first value)."""
+GEOMETRY = ("vx", "lz", "ty", "tx")  # ordinal dimensions; every other parameter is an option
+
+
+def _options(design: str, cell: Cell) -> tuple[str, ...]:
+    """The design's option parameters searched together as one categorical ``variant``."""
+    return tuple(k for k, v in mx.space(design, cell).items()
+                 if k not in GEOMETRY and k not in SKIP_PARAMS and len(v) > 1)
+
+
+def search_space(design: str, cell: Cell, params: dict[str, Any]) -> SearchSpace | None:
+    """The incumbent design's parameters for ``cell``, the incumbent ``params`` as the
+    baseline (a parameter it leaves out is at its first value); ``None`` when there is nothing
+    to search.
+
+    The tile geometry (``vx``, ``lz``, ``ty``, ``tx``) are ordinal dimensions (sorted values,
+    the incumbent's own among them: a slab's ``lz=30`` lies outside the list). The options
+    (``pf``, ``smem``, ``xs``, ``pn``, ``ry``, ``sc``, ``h2``, ``cw``, ``pw``, ``minb``) form
+    one categorical dimension ``variant`` of the combinations the design builds at the
+    incumbent's geometry: drawn one by one, nine in ten random z-marching combinations are
+    refused (``ry`` or ``sc`` with ``pn``, ``xs`` with ``smem``, ...), and the sampler's random
+    startup trials would be mostly wasted. ``l1`` (no effect on the H200) stays as it is."""
     space = mx.space(design, cell)
+    current = {k: params.get(k, v[0]) for k, v in space.items()}
     dims: dict[str, Any] = {}
-    base: dict[str, Any] = {}
-    for name, values in space.items():
-        current = params.get(name, values[0])
-        if name in SKIP_PARAMS or len(values) < 2:
-            if current != values[0]:  # keep what the incumbent has
-                dims[name] = {"ordinal": [current]}
-                base[name] = current
-            continue
-        # the incumbent's own value too: it may lie outside the list (a slab's lz=30)
-        dims[name] = {"ordinal": sorted({*values, current})}
-        base[name] = current
+    for name in GEOMETRY:
+        if name in space and len({*space[name], current[name]}) > 1:
+            dims[name] = {"ordinal": sorted({*space[name], current[name]})}
+    for name in SKIP_PARAMS:
+        if name in space and current[name] != space[name][0]:
+            dims[name] = {"ordinal": [current[name]]}  # kept as the incumbent has it
+    names = _options(design, cell)
+    fixed = {k: v for k, v in current.items() if k not in names}
+    own = tuple(current[n] for n in names)
+    variants = [combo for combo in itertools.product(*(space[n] for n in names))
+                if combo == own
+                or mx.build(design, cell, {**fixed, **dict(zip(names, combo))}) is not None]
+    if len(variants) > 1:
+        dims["variant"] = {"categorical": variants}
+    if not dims:
+        return None
+    base = {k: current[k] for k in dims if k != "variant"}
+    if "variant" in dims:
+        base["variant"] = own
     return SearchSpace.from_mapping({"dimensions": dims, "baseline": base})
 
 
 def _config_params(design: str, cell: Cell, config: dict[str, Any]) -> dict[str, Any]:
-    """A trial's configuration as operator parameters (skipped ones at their first value)."""
+    """A trial's configuration as operator parameters (what it leaves out at the first
+    value; the ``variant`` spread into its options)."""
     space = mx.space(design, cell)
-    return {**{k: v[0] for k, v in space.items() if k not in config}, **config}
+    out = {k: v[0] for k, v in space.items()}
+    out.update({k: v for k, v in config.items() if k != "variant"})
+    if "variant" in config:
+        out.update(zip(_options(design, cell), config["variant"], strict=True))
+    return out
 
 
 def _study(cell: Cell, space: SearchSpace) -> Any:
@@ -74,7 +106,7 @@ def first_batch(cell: Cell, design: str, params: dict[str, Any]) -> list[Operato
     """The operators a ``tpe`` round compiles first for this incumbent (the incumbent and
     :data:`PER_BATCH` distinct others): ``scripts/stencil_precompile.py`` builds them ahead."""
     space = search_space(design, cell, params)
-    if space.size() <= 1:
+    if space is None or space.size() <= 1:
         return []
     return [op for _, op in _ask(_study(cell, space), design, cell, {})]
 
@@ -87,7 +119,7 @@ def tpe_round(forge: Forge, rnd: int, change: str = "tpe") -> dict[str, int]:
     for cell in forge.cells:
         inc = forge.incumbents[cell.id]
         space = search_space(inc.design, cell, inc.params)
-        if space.size() <= 1:
+        if space is None or space.size() <= 1:
             counts["unchanged"] += 1
             continue
         studies[cell.id] = _study(cell, space)
