@@ -30,10 +30,16 @@ if [ -f .carry/halide.tar.xz ] && [ ! -d /tmp/hl/halide ]; then  # made by ../sh
 fi
 [ -d /tmp/hl/halide ] && export PYTHONPATH=/tmp/hl:${PYTHONPATH:-}
 # cubins compiled on the host for the forge's first round (scripts/stencil_precompile.py), into
-# the forge's default cache: device time goes to measuring, not to nvcc
-if [ -f .carry/cubins.tar.xz ] && [ ! -f /tmp/kf-cubins/.kf-unpacked ]; then
-  mkdir -p /tmp/kf-cubins && tar xJf .carry/cubins.tar.xz -C /tmp/kf-cubins \
-    && touch /tmp/kf-cubins/.kf-unpacked
+# the forge's cache (every forge process, one per GPU, finds it through KERNFORGE_CACHE_DIR):
+# device time goes to measuring, not to nvcc; a new archive on a warm machine is unpacked too
+export KERNFORGE_CACHE_DIR=${KERNFORGE_CACHE_DIR:-/tmp/kf-cache}
+if [ -f .carry/cubins.tar.xz ]; then
+  sum=$(sha256sum .carry/cubins.tar.xz | cut -c1-16)
+  if [ ! -f "$KERNFORGE_CACHE_DIR/cubins/.kf-unpacked-$sum" ]; then
+    mkdir -p "$KERNFORGE_CACHE_DIR/cubins" \
+      && tar xJf .carry/cubins.tar.xz -C "$KERNFORGE_CACHE_DIR/cubins" \
+      && touch "$KERNFORGE_CACHE_DIR/cubins/.kf-unpacked-$sum"
+  fi
 fi
 export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"

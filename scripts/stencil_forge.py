@@ -35,7 +35,9 @@ def main() -> int:
     ap.add_argument("--band", type=float, default=0.02)
     ap.add_argument("--table", type=Path, default=TABLE_PATH, help="the starting table")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "forge-out")))
-    ap.add_argument("--cache", type=Path, default=Path("/tmp/kf-cubins"))
+    ap.add_argument("--cache", type=Path, default=None,
+                    help="compiled cubins (default: $KERNFORGE_CACHE_DIR/cubins, else "
+                         "~/.cache/kernforge/cubins; with --gpus > 1 always the default)")
     ap.add_argument("--emulate", action="store_true", help="host emulator (small grids)")
     ap.add_argument("--gpus", type=int, default=1, help="forge processes, one per GPU")
     ap.add_argument("--budget", type=float, default=None,

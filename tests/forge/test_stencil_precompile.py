@@ -48,3 +48,19 @@ def test_an_unknown_change_is_refused(tmp_path: Path) -> None:
     proc = _run("--changes", "nope", "--cache", str(tmp_path / "c"))
     assert proc.returncode == 2 and "unknown forge change 'nope'" in proc.stderr
     assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_tpe_precompiles_the_rounds_first_batch(tmp_path: Path) -> None:
+    from kernforge.forge.bo import first_batch
+
+    cache = tmp_path / "cubins"
+    st, sh, pr = CELL
+    proc = _run("--changes", "tpe", "--stencils", st, "--shapes", sh, "--precisions", pr,
+                "--cache", str(cache))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (cell,) = matrix([st], [sh], [pr])
+    entry = mx.load_table(mx.TABLE_PATH)[cell.id]
+    ops = first_batch(cell, entry["design"], entry["params"])
+    assert len(ops) > 8
+    assert {p.stem for p in cache.glob("*.cubin")} == {_key(op, ARCH) for op in ops}

@@ -16,8 +16,10 @@ band, bootstrap interval above 1). The search only proposes; the gate decides.
 
 from __future__ import annotations
 
+import datetime as _dt
 import itertools
 import zlib
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..core import CompileError, LaunchError, Measurement, Status
@@ -25,6 +27,7 @@ from ..stencil import matrix as mx
 from ..stencil.operator import Operator
 from ..stencil.spec import Cell
 from ..tune.space import SearchSpace
+from .ideas import IDEAS
 
 if TYPE_CHECKING:
     from .compile import Built
@@ -35,9 +38,11 @@ PER_BATCH = 16
 FINALISTS = 2
 ASK_LIMIT = 4 * PER_BATCH  # asks per cell and batch (refused and already screened ones are free)
 SKIP_PARAMS = ("l1",)  # measured without effect on the H200 (session 9): not worth trials
-
-
 GEOMETRY = ("vx", "lz", "ty", "tx")  # ordinal dimensions; every other parameter is an option
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _options(design: str, cell: Cell) -> tuple[str, ...]:
@@ -96,25 +101,106 @@ def _config_params(design: str, cell: Cell, config: dict[str, Any]) -> dict[str,
 
 def _study(cell: Cell, space: SearchSpace) -> Any:
     """The cell's study: in memory, seeded by the cell's id (a rerun from the same incumbent
-    asks the same first batch: its startup trials are random, no time is known yet)."""
+    asks the same first batch: no time is known yet when it is asked for)."""
     from ..tune.samplers.tpe import TPE
 
     return TPE(space, seed=zlib.crc32(cell.id.encode()), study_name=f"forge-{cell.id}")
 
 
 def first_batch(cell: Cell, design: str, params: dict[str, Any]) -> list[Operator]:
-    """The operators a ``tpe`` round compiles first for this incumbent (the incumbent and
-    :data:`PER_BATCH` distinct others): ``scripts/stencil_precompile.py`` builds them ahead."""
+    """The operators a ``tpe`` round compiles first for this incumbent: the incumbent (the
+    study's first trial) and up to :data:`PER_BATCH` - 1 others, distinct. The same every time:
+    no time is known yet when they are asked for, and the study is seeded by the cell's id, so
+    ``scripts/stencil_precompile.py`` can build them ahead."""
     space = search_space(design, cell, params)
     if space is None or space.size() <= 1:
         return []
-    return [op for _, op in _ask(_study(cell, space), design, cell, {})]
+    ops = {op.key: op for _, op in _Search(cell, design, _study(cell, space)).ask()}
+    return list(ops.values())
+
+
+@dataclass
+class _Search:
+    """One cell's study and what it has learnt: operators screened (seconds, build) and
+    operators that failed (status, message), by key."""
+
+    cell: Cell
+    design: str
+    study: Any
+    screened: dict[str, tuple[float, Built]] = field(default_factory=dict)
+    failed: dict[str, tuple[Status, str]] = field(default_factory=dict)
+
+    def ask(self) -> list[tuple[Any, Operator]]:
+        """Up to :data:`PER_BATCH` trials, each building an operator neither measured nor
+        failed yet and distinct within the batch (at most :data:`ASK_LIMIT` asks). The others
+        are told at once: a configuration the design refuses (z-marching's ``ry`` with
+        ``pn``, ...) so, one whose operator was measured that time, one that failed that
+        status."""
+        out: list[tuple[Any, Operator]] = []
+        keys: set[str] = set()
+        for _ in range(ASK_LIMIT):
+            if len(keys) >= PER_BATCH:
+                break
+            trial = self.study.ask()
+            if trial is None:
+                break
+            op = mx.build(self.design, self.cell,
+                          _config_params(self.design, self.cell, trial.config))
+            if op is None:
+                self.study.tell(trial, Measurement(Status.INVALID_CONFIG,
+                                                   "the design refuses it"), origin="invalid")
+            elif op.key in self.screened:
+                self.study.tell(trial, Measurement(
+                    Status.OK, samples=(self.screened[op.key][0],)), origin="cached")
+            elif op.key in self.failed:
+                self.study.tell(trial, Measurement(*self.failed[op.key]), origin="cached")
+            else:
+                keys.add(op.key)
+                out.append((trial, op))  # a duplicate in the batch is told after screening
+        return out
+
+    def screen(self, forge: Forge, asked: list[tuple[Any, Operator]],
+               built: dict[tuple[str, str], Built], base: dict[str, Any]) -> None:
+        """Screen the batch in one session and tell every trial its result; failures go to
+        the performance log as every round's do."""
+        todo = []
+        for trial, op in asked:
+            b = built[(self.cell.id, op.key)]
+            if b.ok:
+                todo.append((trial, b))
+                continue
+            if op.key not in self.failed:
+                self.failed[op.key] = (Status.COMPILE_FAILED, "nvcc failed")
+                forge._log({**base, "to": op.key, "verdict": "rejected",
+                            "reason": "compile error", "log": b.log[-500:]})
+            self.study.tell(trial, Measurement(*self.failed[op.key]))
+        if not todo:
+            return
+        with forge.sessions(self.cell) as session:
+            for trial, b in todo:
+                key = b.op.key
+                if key not in self.screened and key not in self.failed:
+                    try:
+                        self.screened[key] = (session.screen(b), b)
+                    except (LaunchError, CompileError) as exc:
+                        self.failed[key] = (Status.LAUNCH_FAILED, str(exc))
+                        forge._log({**base, "to": key, "verdict": "rejected",
+                                    "reason": f"{type(exc).__name__}: {exc}"})
+                if key in self.screened:
+                    self.study.tell(trial, Measurement(Status.OK,
+                                                       samples=(self.screened[key][0],)))
+                else:
+                    self.study.tell(trial, Measurement(*self.failed[key]))
 
 
 def tpe_round(forge: Forge, rnd: int, change: str = "tpe") -> dict[str, int]:
-    """One matrix-wide TPE round over ``forge``'s cells; accepted / rejected / unchanged."""
+    """One matrix-wide TPE round over ``forge``'s cells; accepted / rejected / unchanged.
+
+    With a deadline (the run's time budget), no batch after the first starts unless the time
+    of the slowest batch so far, twice over (the batch, then the gate and the final pass),
+    still fits; the round then gates what it has screened."""
     counts = {"accepted": 0, "rejected": 0, "unchanged": 0}
-    studies: dict[str, Any] = {}
+    searches: dict[str, _Search] = {}
     incs: dict[str, Operator] = {}
     for cell in forge.cells:
         inc = forge.incumbents[cell.id]
@@ -122,14 +208,21 @@ def tpe_round(forge: Forge, rnd: int, change: str = "tpe") -> dict[str, int]:
         if space is None or space.size() <= 1:
             counts["unchanged"] += 1
             continue
-        studies[cell.id] = _study(cell, space)
+        searches[cell.id] = _Search(cell, inc.design, _study(cell, space))
         incs[cell.id] = forge._op(cell)
-    cells = [c for c in forge.cells if c.id in studies]
-    screened: dict[str, dict[str, tuple[float, Built]]] = {c.id: {} for c in cells}
+    cells = [c for c in forge.cells if c.id in searches]
+    bases = {c.id: {"round": rnd, "change": change, "idea": IDEAS[change], "cell": c.id,
+                    "from": incs[c.id].key, "device": forge.device} for c in cells}
     inc_built: dict[str, Built] = {}
+    slowest = 0.0
     for batch in range(BATCHES):
-        asked = {cell.id: _ask(studies[cell.id], forge.incumbents[cell.id].design, cell,
-                               screened[cell.id]) for cell in cells}
+        if batch and forge.deadline is not None \
+                and forge.clock() + 2 * slowest > forge.deadline:
+            forge.say(f"round {rnd} ({change}): batches {batch + 1}-{BATCHES} skipped (time "
+                      f"budget; a batch took {slowest:.0f} s)")
+            break
+        t0 = forge.clock()
+        asked = {cid: search.ask() for cid, search in searches.items()}
         todo = [op for pairs in asked.values() for _, op in pairs]
         if batch == 0:
             todo += list(incs.values())
@@ -139,70 +232,20 @@ def tpe_round(forge: Forge, rnd: int, change: str = "tpe") -> dict[str, int]:
         if batch == 0:
             inc_built = {cid: built[(cid, op.key)] for cid, op in incs.items()}
         for cell in cells:
-            _screen_batch(forge, cell, studies[cell.id], asked[cell.id], built,
-                          screened[cell.id])
+            searches[cell.id].screen(forge, asked[cell.id], built,
+                                     {**bases[cell.id], "date": _now()})
+        slowest = max(slowest, forge.clock() - t0)
     for cell in cells:
-        found = sorted((t, key) for key, (t, _) in screened[cell.id].items()
+        search = searches[cell.id]
+        found = sorted((t, key) for key, (t, _) in search.screened.items()
                        if key != incs[cell.id].key)
-        finalists = [screened[cell.id][key][1] for _, key in found[:FINALISTS]]
-        forge._log({"round": rnd, "change": change, "cell": cell.id, "verdict": "searched",
-                    "from": incs[cell.id].key, "trials": len(screened[cell.id]),
+        finalists = [search.screened[key][1] for _, key in found[:FINALISTS]]
+        forge._log({**bases[cell.id], "date": _now(), "verdict": "searched",
+                    "trials": len(search.screened), "failed": len(search.failed),
                     "screened": [[key, t] for t, key in found[:5]],
-                    "incumbent_screened": screened[cell.id].get(incs[cell.id].key, (None,))[0]})
+                    "incumbent_screened": search.screened.get(incs[cell.id].key, (None,))[0]})
         if not finalists:
             counts["rejected"] += 1
             continue
         counts[forge._gate(cell, rnd, change, inc_built[cell.id], finalists)] += 1
     return counts
-
-
-def _ask(study: Any, design: str, cell: Cell,
-         screened: dict[str, tuple[float, Built]]) -> list[tuple[Any, Operator]]:
-    """Up to :data:`PER_BATCH` trials that build an operator not screened yet (asking at most
-    :data:`ASK_LIMIT` times): a configuration the design refuses (z-marching's ``ry`` with
-    ``pn``, ...) is told so at once, one whose operator was screened gets that time."""
-    out: list[tuple[Any, Operator]] = []
-    for _ in range(ASK_LIMIT):
-        if len(out) >= PER_BATCH:
-            break
-        trial = study.ask()
-        if trial is None:
-            break
-        op = mx.build(design, cell, _config_params(design, cell, trial.config))
-        if op is None:
-            study.tell(trial, Measurement(Status.INVALID_CONFIG, "the design refuses it"),
-                       origin="invalid")
-        elif op.key in screened:
-            study.tell(trial, Measurement(Status.OK, samples=(screened[op.key][0],)),
-                       origin="cached")
-        else:
-            out.append((trial, op))
-    return out
-
-
-def _screen_batch(forge: Forge, cell: Cell, study: Any, asked: list[tuple[Any, Operator]],
-                  built: dict[tuple[str, str], Built],
-                  screened: dict[str, tuple[float, Built]]) -> None:
-    """Screen one cell's batch in one session and tell every trial its result (a duplicate
-    within the batch the time already measured, a failing one its status)."""
-    todo = []
-    for trial, op in asked:
-        if not built[(cell.id, op.key)].ok:
-            study.tell(trial, Measurement(Status.COMPILE_FAILED, "nvcc failed"))
-        else:
-            todo.append((trial, built[(cell.id, op.key)]))
-    if not todo:
-        return
-    with forge.sessions(cell) as session:
-        for trial, b in todo:
-            if b.op.key in screened:  # a duplicate within this batch
-                study.tell(trial, Measurement(Status.OK, samples=(screened[b.op.key][0],)),
-                           origin="cached")
-                continue
-            try:
-                t = session.screen(b)
-            except (LaunchError, CompileError) as exc:
-                study.tell(trial, Measurement(Status.LAUNCH_FAILED, str(exc)))
-                continue
-            screened[b.op.key] = (t, b)
-            study.tell(trial, Measurement(Status.OK, samples=(t,)))

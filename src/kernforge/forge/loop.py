@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,6 +159,10 @@ class Forge:
     # operator (a design the rounds can then tune; the table's operator stays the start that
     # the final zero-regression pass compares against)
     seed_design: str | None = None
+    # when the run's time budget ends (``clock`` seconds): a round of several batches (``tpe``)
+    # stops starting batches that would end too close to it
+    deadline: float | None = None
+    clock: Callable[[], float] = time.monotonic
     table: dict[str, dict[str, Any]] = field(default_factory=dict)
     incumbents: dict[str, Incumbent] = field(default_factory=dict)
     originals: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # at the start

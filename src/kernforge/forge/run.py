@@ -89,9 +89,10 @@ def forge_matrix(cells: list[Cell], *, sessions: SessionFactory, compiler: Compi
     """
     check_plan(rounds, changes, seed_design)
     forge = Forge(cells, table_path, perf_log, compiler, sessions, band=band, device=device,
-                  say=say, seed_design=seed_design)
+                  say=say, seed_design=seed_design, clock=clock)
     outcome: list[tuple[int, str, dict[str, int]]] = []
     t0, took = clock(), list[float]()
+    forge.deadline = t0 + budget_s if budget_s is not None else None
     stopped: str | None = None
     for rnd, change in enumerate(round_plan(rounds, changes), start=1):
         if budget_s is not None and took:

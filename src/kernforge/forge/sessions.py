@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from ..core import LaunchError
 from ..harness.compare import interleave
 from ..harness.stats import median
 from ..stencil import emulate, oracle
@@ -31,9 +32,16 @@ _SEEDS = itertools.count(1)  # fresh inputs at every check, never the same seed 
 
 
 def load_cubin(built: Built) -> LoadedOperator:
+    """The operator's kernels from its cubin; a cubin the driver refuses (built by a newer
+    nvcc than the driver knows, a missing entry) is a LaunchError: a rejected candidate."""
     cp = cupy_module()
-    module = cp.RawModule(path=str(built.cubin))
-    fns = {entry: module.get_function(entry) for entry in built.op.entries()}
+    try:
+        module = cp.RawModule(path=str(built.cubin))
+        fns = {entry: module.get_function(entry) for entry in built.op.entries()}
+    except cp.cuda.driver.CUDADriverError as exc:
+        raise LaunchError(f"{built.op.key}: the driver refused its cubin: {exc}",
+                          hint="rebuild it with the device's nvcc (clear the cubin cache)"
+                          ) from exc
     info = {e: {"num_regs": int(f.num_regs)} for e, f in fns.items()}
     configure(built.op, fns)
     return LoadedOperator(built.op, fns, info)
