@@ -415,3 +415,32 @@ def test_a_split_temporal_operator_reports_its_steps_per_launch(
                                BenchConfig(baselines=("naive",), seed=5), lambda _m: None)
     headers, rows = report.temporal_rows({"cells": [row]})
     assert rows[0][headers.index("fused (steps/launch)")].endswith("(2)")
+
+
+def test_cli_bench_takes_cell_ids_and_only_the_cells_a_forge_run_changed(tmp_path, monkeypatch):
+    """--cell-ids picks cells of any shape; --changed-from keeps those whose table entry
+    differs between the given table (before a forge run) and the dispatch table (after it);
+    none changed, or a missing table, is bad input (exit 2)."""
+    from kernforge.core.jsonio import write_json_atomic
+    from kernforge.stencil import matrix as mx
+
+    monkeypatch.setattr(measure_mod, "GpuDevice", HostDevice)
+    ids = ["star_1/16x12x10/fp32", "varcoeff_star_1/16x12x10/fp32", "star_2/18x12x10/fp64"]
+    entry = {"design": "naive", "params": {"block": [32, 8, 1]}, "seconds": 1e-3}
+    before, after = tmp_path / "before.json", tmp_path / "after.json"
+    write_json_atomic(before, {"version": mx.TABLE_VERSION, "cells": {i: entry for i in ids}})
+    write_json_atomic(after, {"version": mx.TABLE_VERSION, "cells": {
+        **{i: entry for i in ids},
+        ids[1]: {**entry, "params": {"block": [8, 4, 2]}}}})
+    j = tmp_path / "b.json"
+    base = ["stencil", "bench", "--baselines", "", "--repeat", "2", "--json", str(j)]
+    assert main(base + ["--cell-ids", ",".join(ids)]) == 0
+    assert [c["cell"] for c in json.loads(j.read_text())["cells"]] == ids
+    assert main(base + ["--cell-ids", ",".join(ids), "--table", str(after),
+                        "--changed-from", str(before)]) == 0
+    (row,) = json.loads(j.read_text())["cells"]
+    assert row["cell"] == ids[1] and "block=(8, 4, 2)" in row["runners"][0]["key"]
+    assert main(base + ["--cell-ids", ids[0], "--table", str(after),
+                        "--changed-from", str(before)]) == 2  # nothing changed there
+    assert main(base + ["--cell-ids", ids[0], "--changed-from", str(tmp_path / "no.json")]) == 2
+    assert main(base + ["--cell-ids", "star_1/16x12"]) == 2  # a bad cell id

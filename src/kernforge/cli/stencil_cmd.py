@@ -105,6 +105,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--points", type=int, default=4096, help="random points per sampled check")
     b.add_argument("--seed", type=int, default=None,
                    help="seed of the inputs (default: random, recorded in the JSON)")
+    b.add_argument("--cell-ids", default=None,
+                   help="comma-separated cell ids STENCIL/NXxNYxNZ/PRECISION (instead of the "
+                        "filters)")
+    b.add_argument("--changed-from", type=Path, default=None, metavar="TABLE",
+                   help="only the cells whose operator differs between this matrix.json (e.g. "
+                        "the table before a forge run) and the dispatch table")
     b.add_argument("--resume", action="store_true",
                    help="go on with the unfinished run in --json (same settings; its cells are "
                         "kept, its seed reused); starts afresh when that file does not exist")
@@ -191,8 +197,33 @@ def _compile_only(args: argparse.Namespace, cells: list[Cell]) -> int:
     return 6 if failed else 0
 
 
+def _bench_cells(args: argparse.Namespace) -> list[Cell]:
+    """The filters' cells, or ``--cell-ids``; with ``--changed-from``, only those whose table
+    entry (design and parameters) differs between that table and the dispatch table."""
+    cells = ([Cell.parse(c.strip()) for c in args.cell_ids.split(",") if c.strip()]
+             if args.cell_ids else _cells(args))
+    if args.changed_from is None:
+        return cells
+    from ..stencil.matrix import TABLE_PATH, load_table
+
+    if not args.changed_from.is_file():
+        raise ConfigError(f"--changed-from {args.changed_from}: no such table",
+                          hint="give the matrix.json from before the forge run")
+
+    def entries(path: Path) -> dict[str, Any]:
+        return {cid: (e.get("design"), e.get("params")) for cid, e in load_table(path).items()}
+
+    old, new = entries(args.changed_from), entries(Path(args.table or TABLE_PATH))
+    changed = [c for c in cells if old.get(c.id) != new.get(c.id)]
+    if not changed:
+        raise ConfigError(f"no cell's operator differs from {args.changed_from} "
+                          f"({len(cells)} cells compared)",
+                          hint="check --table and --changed-from, or leave --changed-from out")
+    return changed
+
+
 def run_bench(args: argparse.Namespace) -> int:
-    cells = _cells(args)
+    cells = _bench_cells(args)
     baselines = tuple(_split(args.baselines) or ())
     unknown = [b for b in baselines if b not in BASELINES]
     if unknown:
