@@ -3,6 +3,8 @@
 # benchmarks, print a short summary last. The log ($OUT/all.log), tables and JSON land in $OUT
 # (at most 8 files come back from the device machine).
 #   device run, carry [".whl", ".carry"]:  bash scripts/gpu-check.sh [bench_replay_gpu.py args]
+#   (name .carry's parts instead when .carry/cubins exists: [".whl", ".carry/cubins.tar.xz"]
+#   for the forge, [".carry/halide.tar.xz", ".carry/whl"] for the bench)
 #   (since session 9 the tree plus both folders passes the device tool's 64 MiB carry limit:
 #   carry [".whl"] and the Halide tests skip, unless an earlier call on the same warm machine
 #   carried [".carry"] and unpacked Halide into /tmp/hl, which this script then uses)
