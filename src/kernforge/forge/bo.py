@@ -131,11 +131,11 @@ class _Search:
     failed: dict[str, tuple[Status, str]] = field(default_factory=dict)
 
     def ask(self) -> list[tuple[Any, Operator]]:
-        """Up to :data:`PER_BATCH` trials, each building an operator neither measured nor
-        failed yet and distinct within the batch (at most :data:`ASK_LIMIT` asks). The others
-        are told at once: a configuration the design refuses (z-marching's ``ry`` with
-        ``pn``, ...) so, one whose operator was measured that time, one that failed that
-        status."""
+        """Trials building up to :data:`PER_BATCH` distinct operators neither measured nor
+        failed yet (at most :data:`ASK_LIMIT` asks; a trial repeating one of them is kept and
+        told its time after screening). The others are told at once: a configuration the
+        design refuses (z-marching's ``ry`` with ``pn``, ...) so, one whose operator was
+        measured that time, one that failed that status."""
         out: list[tuple[Any, Operator]] = []
         keys: set[str] = set()
         for _ in range(ASK_LIMIT):
