@@ -13,7 +13,7 @@ import pytest
 from kernforge.forge.compile import ARCH, _key
 from kernforge.forge.loop import Incumbent, _candidates
 from kernforge.stencil import matrix as mx
-from kernforge.stencil.spec import matrix
+from kernforge.stencil.spec import Cell, matrix
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "stencil_precompile.py"
 CELL = ("star_1", "2048x64x64", "fp32")
@@ -24,23 +24,28 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=600, check=False)
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_the_first_rounds_candidates_land_in_the_cache(tmp_path: Path) -> None:
-    cache = tmp_path / "cubins"
+def _precompiled(change: str, cache: Path) -> tuple[Cell, dict]:
+    """Run the script for CELL into ``cache``; the cell and its committed table entry."""
     st, sh, pr = CELL
-    proc = _run("--changes", "vx,lz", "--stencils", st, "--shapes", sh, "--precisions", pr,
+    proc = _run("--changes", change, "--stencils", st, "--shapes", sh, "--precisions", pr,
                 "--cache", str(cache))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (cell,) = matrix([st], [sh], [pr])
-    entry = mx.load_table(mx.TABLE_PATH)[cell.id]
+    return cell, mx.load_table(mx.TABLE_PATH)[cell.id]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_the_first_rounds_candidates_land_in_the_cache(tmp_path: Path) -> None:
+    cache = tmp_path / "cubins"
+    cell, entry = _precompiled("vx,lz", cache)
     inc = Incumbent(entry["design"], dict(entry["params"]))
     own = mx.build(inc.design, cell, inc.params)
     assert own is not None
     ops = [own, *_candidates(cell, inc, "vx")]  # only the first round: lz's depend on it
     assert len(ops) > 1
     assert {p.stem for p in cache.glob("*.cubin")} == {_key(op, ARCH) for op in ops}
-    again = _run("--changes", "vx", "--stencils", st, "--shapes", sh, "--precisions", pr,
-                 "--cache", str(cache))
+    again = _run("--changes", "vx", "--stencils", CELL[0], "--shapes", CELL[1],
+                 "--precisions", CELL[2], "--cache", str(cache))
     assert again.returncode == 0 and f"{len(ops)} compiled, 0 failed" in again.stdout
 
 
@@ -55,12 +60,7 @@ def test_tpe_precompiles_the_rounds_first_batch(tmp_path: Path) -> None:
     from kernforge.forge.bo import first_batch
 
     cache = tmp_path / "cubins"
-    st, sh, pr = CELL
-    proc = _run("--changes", "tpe", "--stencils", st, "--shapes", sh, "--precisions", pr,
-                "--cache", str(cache))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    (cell,) = matrix([st], [sh], [pr])
-    entry = mx.load_table(mx.TABLE_PATH)[cell.id]
+    cell, entry = _precompiled("tpe", cache)
     ops = first_batch(cell, entry["design"], entry["params"])
     assert len(ops) > 8
     assert {p.stem for p in cache.glob("*.cubin")} == {_key(op, ARCH) for op in ops}
