@@ -18,19 +18,25 @@ built by this machine's nvcc runs on the device's driver when that driver is as 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from kernforge.core.errors import KernforgeError
 from kernforge.forge.bo import first_batch
 from kernforge.forge.compile import compile_all
-from kernforge.forge.loop import IDEAS, Incumbent, _candidates
-from kernforge.stencil import matrix as mx
+from kernforge.forge.loop import IDEAS, Forge, _candidates
+from kernforge.forge.run import default_compiler
 from kernforge.stencil.matrix import TABLE_PATH
-from kernforge.stencil.spec import matrix
+from kernforge.stencil.spec import Cell, matrix
+
+
+def _no_sessions(cell: Cell) -> Any:
+    raise AssertionError("precompiling measures nothing")
 
 
 def main() -> int:
@@ -41,6 +47,7 @@ def main() -> int:
     ap.add_argument("--changes", required=True,
                     help="the forge run's --changes; only its first round is compiled")
     ap.add_argument("--table", type=Path, default=TABLE_PATH)
+    ap.add_argument("--seed-design", default=None, help="the forge run's --seed-design")
     ap.add_argument("--cache", type=Path, required=True)
     ap.add_argument("--jobs", type=int, default=None, help="parallel nvcc (default: cores)")
     args = ap.parse_args()
@@ -50,15 +57,15 @@ def main() -> int:
               file=sys.stderr)
         return 2
     try:
-        table = mx.load_table(args.table)
+        cells = matrix(args.stencils, args.shapes, args.precisions)
+        # the run's own start: the table's incumbents (naive where a cell has none or its entry
+        # no longer builds), seeded cells at the seed design's defaults
+        forge = Forge(cells, args.table, Path(os.devnull), default_compiler(args.cache),
+                      _no_sessions, seed_design=args.seed_design)
         ops = []
-        for cell in matrix(args.stencils, args.shapes, args.precisions):
-            entry = table.get(cell.id)
-            own = mx.build(entry["design"], cell, entry["params"]) if entry else None
-            if entry is None or own is None:
-                continue  # the forge starts such a cell from the naive kernel: few candidates
-            inc = Incumbent(entry["design"], dict(entry["params"]))
-            ops.append(own)
+        for cell in cells:
+            inc = forge.incumbents[cell.id]
+            ops.append(forge._op(cell))
             ops.extend(first_batch(cell, inc.design, inc.params) if change == "tpe"
                        else _candidates(cell, inc, change))
     except KernforgeError as exc:

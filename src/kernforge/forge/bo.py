@@ -130,6 +130,12 @@ class _Search:
     screened: dict[str, tuple[float, Built]] = field(default_factory=dict)
     failed: dict[str, tuple[Status, str]] = field(default_factory=dict)
 
+    def result(self, key: str) -> Measurement:
+        """What the study is told for an operator measured or failed in this round."""
+        if key in self.screened:
+            return Measurement(Status.OK, samples=(self.screened[key][0],))
+        return Measurement(*self.failed[key])
+
     def ask(self) -> list[tuple[Any, Operator]]:
         """Trials building up to :data:`PER_BATCH` distinct operators neither measured nor
         failed yet (at most :data:`ASK_LIMIT` asks; a trial repeating one of them is kept and
@@ -149,11 +155,8 @@ class _Search:
             if op is None:
                 self.study.tell(trial, Measurement(Status.INVALID_CONFIG,
                                                    "the design refuses it"), origin="invalid")
-            elif op.key in self.screened:
-                self.study.tell(trial, Measurement(
-                    Status.OK, samples=(self.screened[op.key][0],)), origin="cached")
-            elif op.key in self.failed:
-                self.study.tell(trial, Measurement(*self.failed[op.key]), origin="cached")
+            elif op.key in self.screened or op.key in self.failed:
+                self.study.tell(trial, self.result(op.key), origin="cached")
             else:
                 keys.add(op.key)
                 out.append((trial, op))  # a duplicate in the batch is told after screening
@@ -173,7 +176,7 @@ class _Search:
                 self.failed[op.key] = (Status.COMPILE_FAILED, "nvcc failed")
                 forge._log({**base, "to": op.key, "verdict": "rejected",
                             "reason": "compile error", "log": b.log[-500:]})
-            self.study.tell(trial, Measurement(*self.failed[op.key]))
+            self.study.tell(trial, self.result(op.key))
         if not todo:
             return
         with forge.sessions(self.cell) as session:
@@ -186,11 +189,7 @@ class _Search:
                         self.failed[key] = (Status.LAUNCH_FAILED, str(exc))
                         forge._log({**base, "to": key, "verdict": "rejected",
                                     "reason": f"{type(exc).__name__}: {exc}"})
-                if key in self.screened:
-                    self.study.tell(trial, Measurement(Status.OK,
-                                                       samples=(self.screened[key][0],)))
-                else:
-                    self.study.tell(trial, Measurement(*self.failed[key]))
+                self.study.tell(trial, self.result(key))
 
 
 def tpe_round(forge: Forge, rnd: int, change: str = "tpe") -> dict[str, int]:
