@@ -168,3 +168,42 @@ def test_the_paired_copy_reference_is_carried_and_summarized(tmp_path: Path) -> 
     single = merged["summary"]["single_sweep"]
     assert single["paired_cells"] == 3 and single["median_pct_copy_paired"] == 81.0
     assert "over the 3 memory-bound cells measured so: 81.0" in res.stdout
+
+
+def test_a_table_keeps_the_rows_of_its_own_operators(tmp_path: Path) -> None:
+    """--table: a cell keeps its latest row of the table's operator, not a later row of an
+    operator the table no longer holds; a cell with no such row is listed as a mismatch."""
+    s10, s11 = DATA / "stencil-bench-h200-2026-12-01-s10d.json", \
+        DATA / "stencil-bench-h200-2026-12-01-s11c.json"
+    cid = "star_1/1024x1024x32/fp32"
+
+    def ours(path: Path, cell: str) -> str:
+        row = next(r for r in json.loads(path.read_text())["cells"] if r["cell"] == cell)
+        return str(next(r["key"] for r in row["runners"] if r["name"] == "ours"))
+
+    old, new = ours(s10, cid), ours(s11, cid)
+    assert old != new
+    table = json.loads((ROOT / "src/kernforge/stencil/data/matrix.json").read_text())
+    design, rest = old.rstrip("]").split("[")
+    table["cells"][cid] = {**table["cells"][cid], "design": design,
+                           "params": {k: int(v) for k, v in (p.split("=")
+                                                             for p in rest.split(","))}}
+    other = "star_2/256x256x256/fp32"  # in s11c; the table now holds neither file's operator
+    table["cells"][other] = {**table["cells"][other], "params": {
+        **table["cells"][other]["params"], "ty": 8}}
+    (tmp_path / "matrix.json").write_text(json.dumps(table))
+    out = tmp_path / "latest.json"
+    res = _run(s10, s11, "--out", out, "--table", tmp_path / "matrix.json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    by_cell = {c["cell"]: c for c in doc["cells"]}
+    assert by_cell[cid]["from"] == s10.name and by_cell[cid]["operator"] == old
+    assert by_cell["star_1/2048x64x64/fp32"]["from"] == s11.name  # the table's, as before
+    assert [m["cell"] for m in doc["table_mismatch"]] == [other]
+    assert by_cell[other]["from"] == s11.name and "table mismatch: " + other in res.stdout
+    res = _run(s10, s11, "--out", out)  # without a table: the latest row, whatever it measured
+    assert json.loads(out.read_text())["cells"] and "table_mismatch" not in json.loads(
+        out.read_text())
+    assert {c["cell"]: c for c in json.loads(out.read_text())["cells"]}[cid]["from"] == s11.name
+    res = _run(s10, "--out", out, "--table", tmp_path / "none.json")
+    assert res.returncode != 0 and "no such dispatch table" in res.stderr

@@ -126,6 +126,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "than this fraction (default 0.10)")
     m.add_argument("--by-date", action="store_true",
                    help="order the files by the date each run recorded (default: as given)")
+    m.add_argument("--table", type=Path, default=None, metavar="MATRIX_JSON",
+                   help="describe this dispatch table: per cell the latest row of the table's "
+                        "operator (rows of operators it no longer holds are passed over)")
     m.set_defaults(func=run_merge)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
@@ -274,7 +277,7 @@ def _earlier(args: argparse.Namespace) -> dict[str, Any] | None:
 
 def run_merge(args: argparse.Namespace) -> int:
     doc, rows = latest.merged(args.inputs, drift_tol=args.drift, note=args.note,
-                              by_date=args.by_date)
+                              by_date=args.by_date, table=args.table)
     latest.write(doc, rows, args.out, args.png)
     for line in latest.report_lines(doc):
         console.print(escape(line), soft_wrap=True)

@@ -26,6 +26,12 @@ under ``baseline_drift`` and printed. Where the fastest baseline time ever measu
 below the kept row's best baseline, the cell's speedup may be overstated: the row's
 ``speedup_floor`` scales its speedup by that ratio, and the summary gives the geometric means
 of those floors by precision beside the measured ones.
+
+With ``--table`` (a dispatch table, matrix.json), the merge describes that table: a cell keeps
+its latest row whose operator is the table's, so a row measured for an operator the table no
+longer holds (a forge acceptance the bench refuted, then reverted) does not stand for the cell.
+A cell with no row of the table's operator keeps its latest row and is listed under
+``table_mismatch`` (bench it again).
 """
 
 from __future__ import annotations
@@ -95,15 +101,39 @@ def ordered(paths: list[Path], by_date: bool = False) -> tuple[list[tuple[Path, 
     return docs, warnings
 
 
-def merge(docs: list[tuple[Path, dict[str, Any]]]) -> tuple[list[dict[str, Any]],
-                                                             dict[str, str], Fastest]:
+def _ours_key(row: dict[str, Any]) -> str | None:
+    return next((r.get("key") for r in row["runners"] if r["name"] == "ours"), None)
+
+
+def table_keys(path: Path) -> dict[str, str]:
+    """Each cell's operator key in a dispatch table (matrix.json); a typed error otherwise."""
+    from ..stencil import matrix as mx
+
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such dispatch table",
+                          hint="give a matrix.json, e.g. src/kernforge/stencil/data/matrix.json")
+    keys = {}
+    for cid, entry in mx.load_table(path).items():
+        op = mx.build(entry["design"], Cell.parse(cid), entry["params"])
+        if op is not None:
+            keys[cid] = op.key
+    return keys
+
+
+def merge(docs: list[tuple[Path, dict[str, Any]]], keys: dict[str, str] | None = None
+          ) -> tuple[list[dict[str, Any]], dict[str, str], Fastest]:
+    """The latest row per cell (with ``keys``, the latest of the table's operator where there
+    is one), each row's file name, and each baseline's fastest passing time in any file."""
     rows: dict[str, dict[str, Any]] = {}
     source: dict[str, str] = {}
     fastest: Fastest = {}
     for path, data in docs:
         for row in data["cells"]:
-            rows[row["cell"]] = row
-            source[row["cell"]] = path.name
+            cid = row["cell"]
+            if keys is None or cid not in rows or cid not in keys \
+                    or _ours_key(row) == keys[cid] or _ours_key(rows[cid]) != keys[cid]:
+                rows[cid] = row
+                source[cid] = path.name
             for r in row["runners"]:
                 t = r.get("time_s")
                 if _kind_of(r) == "baseline" and r.get("status") == "ok" and t:
@@ -197,12 +227,14 @@ def compact(row: dict[str, Any], source: str, fastest: Fastest) -> dict[str, Any
 
 
 def merged(inputs: list[Path], *, drift_tol: float = 0.10, note: str = "",
-           by_date: bool = False) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+           by_date: bool = False, table: Path | None = None
+           ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The merged document (summary, baseline drift, compact cells) and the full kept rows."""
     if not 0 <= drift_tol < 10:
         raise ConfigError(f"drift {drift_tol}: a fraction", hint="e.g. 0.10 for 10%")
     docs, warnings = ordered(inputs, by_date)
-    rows, source, fastest = merge(docs)
+    keys = table_keys(table) if table is not None else None
+    rows, source, fastest = merge(docs, keys)
     summ = summary(rows)
     summ["single_sweep"]["roofline_geomean_by_precision"] = ceilings(rows)
     floors = floor_geomeans(rows, fastest)
@@ -213,6 +245,11 @@ def merged(inputs: list[Path], *, drift_tol: float = 0.10, note: str = "",
            "order_warnings": warnings,
            "summary": summ, "baseline_drift": drift(rows, fastest, drift_tol),
            "cells": [compact(r, source[r["cell"]], fastest) for r in rows]}
+    if keys is not None:
+        doc["table"] = str(table)
+        doc["table_mismatch"] = [{"cell": r["cell"], "table": keys[r["cell"]],
+                                  "measured": _ours_key(r)} for r in rows
+                                 if r["cell"] in keys and _ours_key(r) != keys[r["cell"]]]
     return doc, rows
 
 
@@ -249,6 +286,9 @@ def report_lines(doc: dict[str, Any]) -> list[str]:
         lines.append(f"{label} speedup floor (each speedup scaled down where a baseline was "
                      "ever measured faster than the kept row's best): "
                      + ", ".join(f"{p} {v:.3f}" for p, v in fl.items()))
+    for m in doc.get("table_mismatch", []):
+        lines.append(f"table mismatch: {m['cell']}: no row measures the table's {m['table']}; "
+                     f"kept the latest ({m['measured']}): bench the cell again")
     for d in doc["baseline_drift"]:
         now = (f"{d['time_s'] * 1e3:.3f} ms ({d['ratio']:.2f}x)" if d["time_s"] is not None
                else f"status {d['status']}")
