@@ -192,7 +192,8 @@ class _CostModel:
 
 
 def test_the_final_pass_compares_changed_cells_with_their_start(tmp_path: Path) -> None:
-    from kernforge.forge.loop import Forge, regressions
+    from kernforge.forge.final import regressions
+    from kernforge.forge.loop import Forge
 
     cell = CELLS[0]
     kw: dict = {"compiler": emulated_compiler, "table_path": tmp_path / "m.json",
@@ -214,6 +215,31 @@ def test_the_final_pass_compares_changed_cells_with_their_start(tmp_path: Path) 
     assert not rec["changed"] and "speedup_vs_start" not in rec
     assert rec["drift"] and not rec["regressed"]
     assert "drift, not a verdict" in (tmp_path / "i.md").read_text()
+
+
+def test_the_final_pass_judges_the_deployed_build(tmp_path: Path) -> None:
+    """The rounds may time another build than dispatch loads (GPU: nvcc cubins vs NVRTC): with
+    final_sessions the final pass times the deployed one; a win that exists only in the
+    rounds' build is reverted, and a kept cell's entry carries its deployed time."""
+    cell = CELLS[0]
+
+    def run(deployed: float, name: str) -> tuple[dict, dict]:
+        summary = forge_matrix([cell], sessions=_CostModel(1.0, 0.5),
+                               final_sessions=_CostModel(1.0, deployed), rounds=1,
+                               compiler=emulated_compiler, table_path=tmp_path / f"{name}.json",
+                               perf_log=tmp_path / "p.jsonl", idea_log=tmp_path / "i.md",
+                               say=lambda m: None)
+        return summary, mx.load_table(tmp_path / f"{name}.json")[cell.id]
+
+    summary, entry = run(1.5, "slower")  # faster in the rounds, slower as deployed
+    [rec] = summary["final"]
+    assert rec["build"] == "deployed" and rec["changed"] and rec["speedup_vs_start"] < 1.0
+    assert rec["reverted"] and entry["design"] == "naive" and entry["seconds"] == 1.0
+    summary, entry = run(0.8, "kept")
+    [rec] = summary["final"]
+    assert not rec.get("reverted") and entry["design"] != "naive"
+    assert entry["seconds"] == 0.8  # the deployed time, not the rounds' 0.5
+    assert "in the deployed build (NVRTC)" in (tmp_path / "i.md").read_text()
 
 
 def test_a_seeded_design_is_tuned_and_judged_against_the_tables_operator(tmp_path: Path) -> None:

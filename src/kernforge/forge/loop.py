@@ -15,13 +15,17 @@ shape, register blocking, ...). Per cell and round:
 
 Operators are specialized per cell, so a change to one cell cannot regress another; the zero-
 regression gate across accepted cells is the final pass (:func:`regressions`): every accepted
-cell is measured again and compared with its persisted prior best.
+cell is measured again and compared with its persisted prior best. The rounds may measure one
+build of an operator (nvcc cubins, compiled in parallel) and dispatch load another (NVRTC);
+``Forge.final_sessions`` then makes the final pass measure the deployed build, so a win that
+exists only in the rounds' build is reverted, not shipped.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -163,6 +167,9 @@ class Forge:
     # stops starting batches that would end too close to it
     deadline: float | None = None
     clock: Callable[[], float] = time.monotonic
+    # the final pass's sessions when the rounds' build is not the deployed one (GPU: NVRTC, as
+    # dispatch and the bench build, where the rounds load nvcc cubins); None: ``sessions``
+    final_sessions: SessionFactory | None = None
     table: dict[str, dict[str, Any]] = field(default_factory=dict)
     incumbents: dict[str, Incumbent] = field(default_factory=dict)
     originals: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # at the start
@@ -233,6 +240,11 @@ class Forge:
                 if rec["regressed"] and rec["changed"]:
                     self.restore(cid, rec)
                     rec.update(regressed=False, reverted=True)
+                elif rec["changed"] and rec.get("build") == "deployed" \
+                        and math.isfinite(rec["now_s"]):
+                    # the entry's time as dispatch will run it (the rounds timed their build)
+                    self.table[cid]["seconds"] = rec["now_s"]
+                    self._write()
                 continue
             self.settled.add(cid)
             lo = (rec.get("ci") or [0.0])[0]
@@ -344,52 +356,3 @@ class Forge:
             self._log({**base, "verdict": "rejected", "reason": "no candidate faster in screening",
                        "seconds_from": t_inc, "screened": [[c.op.key, t] for t, _, c in timed]})
         return "rejected"
-
-
-def regressions(forge: Forge) -> list[dict[str, Any]]:
-    """The zero-regression pass over every cell with an accepted operator.
-
-    Each cell's final operator is checked against the oracle again. A cell whose operator
-    changed during this run is compared, interleaved in the same session, with the operator the
-    run started from: it regressed when the oracle fails or it is not faster (a chain of gated
-    acceptances that ends slower than its start). A cell whose operator did not change cannot
-    regress from code; its time is compared with the persisted prior best only as *drift*
-    (that number may come from another run or machine), reported but not a verdict.
-    """
-    out = []
-    finals = {c.id: forge._op(c) for c in forge.cells}
-    starts = {c.id: op for c in forge.cells
-              if (op := mx.build(forge.start[c.id][0], c, forge.start[c.id][1])) is not None
-              and op.key != finals[c.id].key}
-    built = {(b.op.cell_id, b.op.key): b
-             for b in forge.compiler([*finals.values(), *starts.values()])}
-    for cell in forge.cells:
-        prior = forge.table.get(cell.id, {}).get("seconds")
-        if prior is None:
-            continue
-        final = built[(cell.id, finals[cell.id].key)]
-        start = built.get((cell.id, starts[cell.id].key)) if cell.id in starts else None
-        rec: dict[str, Any] = {"cell": cell.id, "prior_s": prior, "final": final.op.key,
-                               "changed": start is not None}
-        with forge.sessions(cell) as session:
-            try:
-                now = session.screen(final)
-                good, err, detail = session.check(final)
-                if start is not None and start.ok:
-                    speedup, lo, hi, t_a, t_b = session.compare(start, final)
-                    rec.update(start=start.op.key, speedup_vs_start=speedup, ci=[lo, hi],
-                               start_s=t_a, now_s=t_b)
-                    if forge.originals.get(cell.id) is None:
-                        ok_s, err_s, _ = session.check(start)  # it may become the entry
-                        rec.update(start_ok=ok_s, start_error=err_s)
-            except (LaunchError, CompileError) as exc:
-                now, good, err, detail = float("inf"), False, float("nan"), str(exc)
-        rec.setdefault("now_s", now)
-        rec.update(ratio=rec["now_s"] / prior, oracle_ok=good, error=err, detail=detail,
-                   source_changed=mx.source_sha(final.op)
-                   != forge.table[cell.id].get("source_sha"))
-        slower = rec.get("speedup_vs_start", 1.0) < 1.0
-        rec["regressed"] = (not good) or slower
-        rec["drift"] = not rec["changed"] and rec["ratio"] > 1.0 + forge.band
-        out.append(rec)
-    return out

@@ -21,7 +21,8 @@ from ..core import ConfigError
 from ..core.paths import cache_path
 from ..stencil.spec import Cell
 from .compile import compile_all
-from .loop import IDEAS, Compiler, Forge, SessionFactory, check_plan, regressions, round_plan
+from .final import regressions
+from .loop import IDEAS, Compiler, Forge, SessionFactory, check_plan, round_plan
 
 EMULATE_MAX_POINTS = 1 << 16  # the emulator runs a host thread per CUDA thread
 
@@ -56,6 +57,7 @@ def forge_run(cells: list[Cell], out: Path, *, start_table: Path | None, rounds:
         from .sessions import emulated_compiler, emulated_sessions
 
         sessions: SessionFactory = emulated_sessions
+        final: SessionFactory | None = None  # one build on the host: the rounds' is deployed
         compiler: Compiler = emulated_compiler
         device = "host emulator"
     else:
@@ -66,8 +68,10 @@ def forge_run(cells: list[Cell], out: Path, *, start_table: Path | None, rounds:
         ident = gpu.identity()
         device = str(ident.get("device", ident.get("name", "cuda")))
         sessions = functools.partial(gpu_sessions, gpu)
+        final = functools.partial(gpu_sessions, gpu, deployed=True)  # NVRTC, as dispatched
         compiler = default_compiler(cache or cache_path("cubins"))
-    summary = forge_matrix(cells, sessions=sessions, compiler=compiler, table_path=table,
+    summary = forge_matrix(cells, sessions=sessions, final_sessions=final, compiler=compiler,
+                           table_path=table,
                            perf_log=out / "perf-log.jsonl", idea_log=out / "ideas.md",
                            rounds=rounds, band=band, device=device, budget_s=budget_s,
                            changes=changes, seed_design=seed_design, say=say)
@@ -80,16 +84,18 @@ def forge_matrix(cells: list[Cell], *, sessions: SessionFactory, compiler: Compi
                  band: float = 0.02, device: str = "", budget_s: float | None = None,
                  changes: Sequence[str] | None = None, seed_design: str | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 say: Callable[[str], None] = print) -> dict[str, Any]:
+                 say: Callable[[str], None] = print,
+                 final_sessions: SessionFactory | None = None) -> dict[str, Any]:
     """Forge ``rounds`` rounds over ``cells``; returns a summary (also appended to the idea log).
 
     With ``budget_s``, a round starts only when, judged by the rounds so far, it and the final
     zero-regression pass still end inside the budget (so a time-boxed run always ends with the
-    pass and its logs instead of being killed mid-round).
+    pass and its logs instead of being killed mid-round). ``final_sessions``: the final pass's
+    sessions when the rounds do not measure the deployed build (:class:`Forge`).
     """
     check_plan(rounds, changes, seed_design)
     forge = Forge(cells, table_path, perf_log, compiler, sessions, band=band, device=device,
-                  say=say, seed_design=seed_design, clock=clock)
+                  say=say, seed_design=seed_design, clock=clock, final_sessions=final_sessions)
     outcome: list[tuple[int, str, dict[str, int]]] = []
     t0, took = clock(), list[float]()
     forge.deadline = t0 + budget_s if budget_s is not None else None
@@ -136,9 +142,11 @@ def _append_ideas(path: Path, outcome: list[tuple[int, str, dict[str, int]]],
     regressed = [r["cell"] for r in final if r["regressed"]]
     changed = sum(1 for r in final if r.get("changed"))
     drift = [r["cell"] for r in final if r.get("drift")]
+    build = (" in the deployed build (NVRTC)" if any(r.get("build") == "deployed" for r in final)
+             else "")
     lines.append(f"\nZero-regression pass: {len(final)} accepted cells re-checked against the "
                  f"oracle, the {changed} changed this run compared interleaved with their "
-                 f"starting operator; {len(regressed)} regressed"
+                 f"starting operator{build}; {len(regressed)} regressed"
                  f"{': ' + ', '.join(regressed) if regressed else ''}.")
     reverted = [r["cell"] for r in final if r.get("reverted")]
     if reverted:

@@ -2,7 +2,11 @@
 on the host emulator (CI: the whole loop runs, the timings mean nothing).
 
 A session holds one cell's fields for one round; operators come precompiled (cubins for the
-GPU, host builds for the emulator) and are cached per session by their key.
+GPU, host builds for the emulator) and are cached per session by their key. A *deployed* GPU
+session builds each operator as dispatch and the bench do (NVRTC, :func:`measure.load`) instead
+of loading the round's nvcc cubin: the same source can compile to different code (session 11:
+a temporal operator got 64 registers from nvcc and 76 from NVRTC, half the blocks per
+multiprocessor, 1.31x slower), so the forge's final pass judges the build that is deployed.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from .measure import (
     OperatorRunner,
     configure,
     cupy_module,
+    load,
 )
 
 _SEEDS = itertools.count(1)  # fresh inputs at every check, never the same seed twice in a run
@@ -49,8 +54,9 @@ def load_cubin(built: Built) -> LoadedOperator:
 
 class GpuSession:
     def __init__(self, device: GpuDevice, cell: Cell, *, screen_repeat: int = 5,
-                 passes: int = 5) -> None:
+                 passes: int = 5, deployed: bool = False) -> None:
         self.device = device
+        self.deployed = deployed
         self.dcell = DeviceCell.allocate(cell, next(_SEEDS), xp=device.cp)
         self.screen_repeat = screen_repeat
         self.passes = passes
@@ -58,8 +64,8 @@ class GpuSession:
 
     def _runner(self, built: Built) -> OperatorRunner:
         if built.op.key not in self._runners:
-            self._runners[built.op.key] = OperatorRunner(load_cubin(built), self.dcell,
-                                                         built.op.key)
+            loaded = load(built.op) if self.deployed else load_cubin(built)
+            self._runners[built.op.key] = OperatorRunner(loaded, self.dcell, built.op.key)
         return self._runners[built.op.key]
 
     def screen(self, built: Built) -> float:

@@ -1,0 +1,64 @@
+"""The forge's final pass: every cell with an accepted operator checked again, the cells this
+run changed compared interleaved with their start (in the deployed build where the rounds
+measured another; :class:`kernforge.forge.loop.Forge`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..core import CompileError, LaunchError
+from ..stencil import matrix as mx
+
+if TYPE_CHECKING:
+    from .loop import Forge
+
+
+def regressions(forge: Forge) -> list[dict[str, Any]]:
+    """The zero-regression pass over every cell with an accepted operator.
+
+    Each cell's final operator is checked against the oracle again. A cell whose operator
+    changed during this run is compared, interleaved in the same session, with the operator the
+    run started from: it regressed when the oracle fails or it is not faster (a chain of gated
+    acceptances that ends slower than its start). A cell whose operator did not change cannot
+    regress from code; its time is compared with the persisted prior best only as *drift*
+    (that number may come from another run or machine), reported but not a verdict. With
+    ``forge.final_sessions`` all of this is measured in the deployed build (``build``).
+    """
+    out = []
+    finals = {c.id: forge._op(c) for c in forge.cells}
+    starts = {c.id: op for c in forge.cells
+              if (op := mx.build(forge.start[c.id][0], c, forge.start[c.id][1])) is not None
+              and op.key != finals[c.id].key}
+    built = {(b.op.cell_id, b.op.key): b
+             for b in forge.compiler([*finals.values(), *starts.values()])}
+    for cell in forge.cells:
+        prior = forge.table.get(cell.id, {}).get("seconds")
+        if prior is None:
+            continue
+        final = built[(cell.id, finals[cell.id].key)]
+        start = built.get((cell.id, starts[cell.id].key)) if cell.id in starts else None
+        rec: dict[str, Any] = {"cell": cell.id, "prior_s": prior, "final": final.op.key,
+                               "changed": start is not None,
+                               "build": "deployed" if forge.final_sessions else "rounds'"}
+        with (forge.final_sessions or forge.sessions)(cell) as session:
+            try:
+                now = session.screen(final)
+                good, err, detail = session.check(final)
+                if start is not None and start.ok:
+                    speedup, lo, hi, t_a, t_b = session.compare(start, final)
+                    rec.update(start=start.op.key, speedup_vs_start=speedup, ci=[lo, hi],
+                               start_s=t_a, now_s=t_b)
+                    if forge.originals.get(cell.id) is None:
+                        ok_s, err_s, _ = session.check(start)  # it may become the entry
+                        rec.update(start_ok=ok_s, start_error=err_s)
+            except (LaunchError, CompileError) as exc:
+                now, good, err, detail = float("inf"), False, float("nan"), str(exc)
+        rec.setdefault("now_s", now)
+        rec.update(ratio=rec["now_s"] / prior, oracle_ok=good, error=err, detail=detail,
+                   source_changed=mx.source_sha(final.op)
+                   != forge.table[cell.id].get("source_sha"))
+        slower = rec.get("speedup_vs_start", 1.0) < 1.0
+        rec["regressed"] = (not good) or slower
+        rec["drift"] = not rec["changed"] and rec["ratio"] > 1.0 + forge.band
+        out.append(rec)
+    return out
