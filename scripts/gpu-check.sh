@@ -33,7 +33,9 @@ fi
 [ -d /tmp/hl/halide ] && export PYTHONPATH=/tmp/hl:${PYTHONPATH:-}
 # cubins compiled on the host for the forge's first round (scripts/stencil_precompile.py), into
 # the forge's cache (every forge process, one per GPU, finds it through KERNFORGE_CACHE_DIR):
-# device time goes to measuring, not to nvcc; a new archive on a warm machine is unpacked too
+# device time goes to measuring, not to nvcc; a new archive on a warm machine is unpacked too.
+# Used only by forge runs with FORGE_ARGS="... --build nvcc" (the default, --build nvrtc,
+# builds each candidate as dispatch does, on this machine)
 export KERNFORGE_CACHE_DIR=${KERNFORGE_CACHE_DIR:-/tmp/kf-cache}
 if [ -f .carry/cubins.tar.xz ]; then
   sum=$(sha256sum .carry/cubins.tar.xz | cut -c1-16)

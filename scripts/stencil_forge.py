@@ -40,6 +40,8 @@ def main() -> int:
                          "~/.cache/kernforge/cubins; with --gpus > 1 always the default)")
     ap.add_argument("--emulate", action="store_true", help="host emulator (small grids)")
     ap.add_argument("--gpus", type=int, default=1, help="forge processes, one per GPU")
+    ap.add_argument("--build", choices=("nvrtc", "nvcc"), default="nvrtc",
+                    help="nvrtc: as dispatch builds (on the GPU machine); nvcc: cubins (--cache)")
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds: start no round that would end (with the final pass) later")
     args = ap.parse_args()
@@ -55,12 +57,12 @@ def main() -> int:
         summary = forge_parallel(cells, args.out, gpus=args.gpus, start_table=args.table,
                                  rounds=args.rounds, band=args.band, budget_s=args.budget,
                                  emulate=args.emulate, changes=changes,
-                                 seed_design=args.seed_design, say=say)
+                                 seed_design=args.seed_design, say=say, build=args.build)
     else:
         summary = forge_run(cells, args.out, start_table=args.table, rounds=args.rounds,
                             band=args.band, emulate=args.emulate, cache=args.cache,
                             budget_s=args.budget, changes=changes,
-                            seed_design=args.seed_design, say=say)
+                            seed_design=args.seed_design, say=say, build=args.build)
     print(f"forge: {len(cells)} cells, {args.rounds} rounds, {time.time() - t0:.0f} s; "
           f"regressed: {summary['regressed'] or 'none'}")
     for rec in summary["final"]:

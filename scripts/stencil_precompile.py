@@ -1,9 +1,10 @@
-"""Compile a forge round's candidates on this machine, so the device call finds them cached.
+"""Compile a forge round's candidates on this machine, so the device call finds them cached
+(for forge runs with ``--build nvcc``; the default ``--build nvrtc`` builds on the GPU machine).
 
     python scripts/stencil_precompile.py --changes pairs2 --cache .carry/cubins [--stencils ...]
     tar cJf .carry/cubins.tar.xz -C .carry/cubins .   # cubins compress ~13x
     device run, carry [".whl", ".carry/cubins.tar.xz"]: GPU_STEPS=stencil-forge \
-        FORGE_ARGS="--changes pairs2,... --stencils ..." bash scripts/gpu-check.sh
+        FORGE_ARGS="--changes pairs2,... --stencils ... --build nvcc" bash scripts/gpu-check.sh
     (gpu-check.sh unpacks the archive into the forge's cache, $KERNFORGE_CACHE_DIR/cubins)
 
 The forge compiles each round's candidates before it measures them (nvcc on the device

@@ -3,6 +3,7 @@ build, on a real GPU (``pytest -m gpu tests/forge``)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -38,13 +39,35 @@ def test_a_deployed_session_builds_with_nvrtc_the_rounds_load_the_cubin(tmp_path
     assert all(t > 0 for t in times.values())
 
 
-def test_the_forge_final_pass_times_the_deployed_build(tmp_path: Path) -> None:
+def test_nvrtc_builds_in_workers_are_what_a_session_loads(tmp_path: Path) -> None:
+    """build_deployed compiles in spawned workers (CuPy's RawModule); a session then loads the
+    operator as dispatch does (measure.load, from CuPy's kernel cache)."""
+    pytest.importorskip("cupy")
+    from kernforge.forge.measure import GpuDevice
+    from kernforge.forge.nvrtc import DEPLOYED, build_deployed
+    from kernforge.forge.sessions import gpu_sessions
+
+    ops = [mx.build("zmarch", CELL, {**mx.defaults("zmarch", CELL), "lz": lz})
+           for lz in (4, 8)]
+    bad = dataclasses.replace(ops[0], source=ops[0].source + "\nnot C++;\n")
+    built = build_deployed([*ops, bad], jobs=2)
+    assert [b.ok for b in built] == [True, True, False] and built[0].cubin == DEPLOYED
+    assert "not C++" in built[2].log or "error" in built[2].log.lower()
+    with gpu_sessions(GpuDevice(), CELL) as session:
+        for b in built[:2]:
+            ok, _err, detail = session.check(b)
+            assert ok, detail
+            assert "local_bytes" in session._runners[b.op.key].loaded.info[b.op.entries()[0]]
+
+
+@pytest.mark.parametrize("build", ["nvrtc", "nvcc"])
+def test_the_forge_final_pass_times_the_deployed_build(tmp_path: Path, build: str) -> None:
     pytest.importorskip("cupy")
     from kernforge.forge.run import forge_run
 
     summary = forge_run([CELL], tmp_path / "out", start_table=None, rounds=1,
-                        changes=["design"], cache=tmp_path / "cubins", say=lambda m: None)
+                        changes=["design"], cache=tmp_path / "cubins", say=lambda m: None,
+                        build=build)
     assert summary["final"], summary
     assert all(r["build"] == "deployed" for r in summary["final"])
-    assert "in the deployed build (NVRTC)" in (tmp_path / "out" / "ideas.md").read_text() \
-        or not any(r["changed"] for r in summary["final"])
+    assert (tmp_path / "cubins").exists() == (build == "nvcc")

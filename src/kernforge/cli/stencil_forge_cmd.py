@@ -51,6 +51,11 @@ def add_parser(cmds: argparse._SubParsersAction, filters: Any, cells: Any) -> No
                         "filters; any shape)")
     f.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="start no round that, with the final pass, would end after this")
+    f.add_argument("--build", choices=("nvrtc", "nvcc"), default="nvrtc",
+                   help="how candidates are compiled: nvrtc (default) as dispatch builds them, "
+                        "on the GPU machine, so the rounds time the deployed code; nvcc: "
+                        "cubins (precompiled on the host by scripts/stencil_precompile.py), "
+                        "the deployed build timed only in the final pass")
     f.add_argument("--gpus", type=int, default=1,
                    help="forge processes, one per visible GPU, over balanced shares of the "
                         "cells (default 1)")
@@ -81,14 +86,15 @@ def run_forge(args: argparse.Namespace) -> int:
         summary = forge_parallel(cells, args.out, gpus=args.gpus, start_table=args.table,
                                  rounds=args.rounds, band=args.band, budget_s=args.budget,
                                  emulate=args.emulate, changes=changes,
-                                 seed_design=args.seed_design, say=say)
+                                 seed_design=args.seed_design, say=say, build=args.build)
         if summary["failed"]:
             console.print(f"[red]forge processes failed: {', '.join(summary['failed'])}[/] "
                           f"(their logs are above; their accepted cells are merged)")
     else:
         summary = forge_run(cells, args.out, start_table=args.table, rounds=args.rounds,
                             band=args.band, emulate=args.emulate, budget_s=args.budget,
-                            changes=changes, seed_design=args.seed_design, say=say)
+                            changes=changes, seed_design=args.seed_design, say=say,
+                            build=args.build)
     table = Table(title=f"forge: {len(cells)} cells, {args.rounds} rounds "
                         f"({time.time() - t0:.0f} s)")
     for h in ("round", "change", "accepted", "rejected", "unchanged"):

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import CompileError, LaunchError
 from ..stencil import matrix as mx
+from .nvrtc import DEPLOYED
 
 if TYPE_CHECKING:
     from .loop import Forge
@@ -39,7 +40,8 @@ def regressions(forge: Forge) -> list[dict[str, Any]]:
         start = built.get((cell.id, starts[cell.id].key)) if cell.id in starts else None
         rec: dict[str, Any] = {"cell": cell.id, "prior_s": prior, "final": final.op.key,
                                "changed": start is not None,
-                               "build": "deployed" if forge.final_sessions else "rounds'"}
+                               "build": "deployed" if forge.final_sessions
+                               or final.cubin == DEPLOYED else "rounds'"}
         with (forge.final_sessions or forge.sessions)(cell) as session:
             try:
                 now = session.screen(final)

@@ -65,7 +65,7 @@ def forge_parallel(cells: list[Cell], out: Path, *, gpus: int, start_table: Path
                    rounds: int, band: float = 0.02, budget_s: float | None = None,
                    emulate: bool = False, devices: list[str] | None = None,
                    changes: Sequence[str] | None = None, seed_design: str | None = None,
-                   say: Callable[[str], None] = print) -> dict[str, Any]:
+                   say: Callable[[str], None] = print, build: str = "nvrtc") -> dict[str, Any]:
     """Forge ``cells`` over ``gpus`` processes (one GPU each) and merge their outputs."""
     check_plan(rounds, changes, seed_design)  # before any process starts
     devices = devices if devices is not None else visible_gpus()
@@ -78,7 +78,7 @@ def forge_parallel(cells: list[Cell], out: Path, *, gpus: int, start_table: Path
     for i, group in enumerate(groups):
         cmd = [sys.executable, "-m", "kernforge", "stencil", "forge", "--rounds", str(rounds),
                "--band", str(band), "--out", str(out / f"gpu{i}"),
-               "--cell-ids", ",".join(c.id for c in group)]
+               "--cell-ids", ",".join(c.id for c in group), "--build", build]
         if start_table is not None:
             cmd += ["--table", str(start_table)]
         if budget_s is not None:

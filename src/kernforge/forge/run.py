@@ -27,6 +27,9 @@ from .loop import IDEAS, Compiler, Forge, SessionFactory, check_plan, round_plan
 EMULATE_MAX_POINTS = 1 << 16  # the emulator runs a host thread per CUDA thread
 
 
+BUILDS = ("nvrtc", "nvcc")  # forge_run's build: how the rounds' candidates are compiled
+
+
 def default_compiler(cache: Path) -> Compiler:
     return lambda ops: compile_all(ops, cache)
 
@@ -34,16 +37,25 @@ def default_compiler(cache: Path) -> Compiler:
 def forge_run(cells: list[Cell], out: Path, *, start_table: Path | None, rounds: int,
               band: float = 0.02, emulate: bool = False, cache: Path | None = None,
               budget_s: float | None = None, changes: Sequence[str] | None = None,
-              seed_design: str | None = None, say: Callable[[str], None] = print) -> dict[str, Any]:
+              seed_design: str | None = None, say: Callable[[str], None] = print,
+              build: str = "nvrtc") -> dict[str, Any]:
     """A whole forge run into ``out`` (matrix.json, perf-log.jsonl, ideas.md,
     forge-summary.json), starting from ``start_table`` (the prior best) when it exists: on the
-    GPU, or with ``emulate`` on the host emulator (small grids; timings meaningless)."""
+    GPU, or with ``emulate`` on the host emulator (small grids; timings meaningless).
+
+    ``build``: "nvrtc" (default) builds candidates as dispatch does (:mod:`.nvrtc`, on the
+    GPU machine), so the rounds time the deployed code; "nvcc" compiles cubins with nvcc
+    (``cache``; can be precompiled on the host, scripts/stencil_precompile.py), and only the
+    final pass times the deployed build."""
     import functools
     import shutil
 
     from ..core.jsonio import write_json_atomic
 
     check_plan(rounds, changes, seed_design)
+    if build not in BUILDS:
+        raise ConfigError(f"build {build!r}: one of {', '.join(BUILDS)}",
+                          hint="nvrtc times what dispatch runs; nvcc uses precompiled cubins")
     if emulate and any(c.shape.points > EMULATE_MAX_POINTS for c in cells):
         raise ConfigError("the host emulator runs one thread per CUDA thread: grids of up to "
                           f"{EMULATE_MAX_POINTS} points only",
@@ -68,8 +80,14 @@ def forge_run(cells: list[Cell], out: Path, *, start_table: Path | None, rounds:
         ident = gpu.identity()
         device = str(ident.get("device", ident.get("name", "cuda")))
         sessions = functools.partial(gpu_sessions, gpu)
-        final = functools.partial(gpu_sessions, gpu, deployed=True)  # NVRTC, as dispatched
-        compiler = default_compiler(cache or cache_path("cubins"))
+        if build == "nvrtc":  # the rounds time the deployed build: the final pass too
+            from .nvrtc import build_deployed
+
+            final = None
+            compiler = build_deployed
+        else:  # nvcc cubins in the rounds; the final pass times the deployed (NVRTC) build
+            final = functools.partial(gpu_sessions, gpu, deployed=True)
+            compiler = default_compiler(cache or cache_path("cubins"))
     summary = forge_matrix(cells, sessions=sessions, final_sessions=final, compiler=compiler,
                            table_path=table,
                            perf_log=out / "perf-log.jsonl", idea_log=out / "ideas.md",

@@ -2,11 +2,12 @@
 on the host emulator (CI: the whole loop runs, the timings mean nothing).
 
 A session holds one cell's fields for one round; operators come precompiled (cubins for the
-GPU, host builds for the emulator) and are cached per session by their key. A *deployed* GPU
-session builds each operator as dispatch and the bench do (NVRTC, :func:`measure.load`) instead
-of loading the round's nvcc cubin: the same source can compile to different code (session 11:
-a temporal operator got 64 registers from nvcc and 76 from NVRTC, half the blocks per
-multiprocessor, 1.31x slower), so the forge's final pass judges the build that is deployed.
+GPU, host builds for the emulator) and are cached per session by their key. Operators built by
+:mod:`kernforge.forge.nvrtc` (the default) are loaded as dispatch loads them (:func:`measure.load`,
+from CuPy's kernel cache). A *deployed* GPU session does that also for operators whose round
+compiled nvcc cubins: the same source can compile to different code (session 11: a temporal
+operator got 64 registers from nvcc and 76 from NVRTC, half the blocks per multiprocessor,
+1.31x slower), so the final pass of an nvcc run judges the build that is deployed.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from .measure import (
     cupy_module,
     load,
 )
+from .nvrtc import DEPLOYED
 
 _SEEDS = itertools.count(1)  # fresh inputs at every check, never the same seed twice in a run
 
@@ -64,7 +66,8 @@ class GpuSession:
 
     def _runner(self, built: Built) -> OperatorRunner:
         if built.op.key not in self._runners:
-            loaded = load(built.op) if self.deployed else load_cubin(built)
+            deployed = self.deployed or built.cubin == DEPLOYED
+            loaded = load(built.op) if deployed else load_cubin(built)
             self._runners[built.op.key] = OperatorRunner(loaded, self.dcell, built.op.key)
         return self._runners[built.op.key]
 

@@ -1,0 +1,73 @@
+"""forge/nvrtc.py: the parallel build as dispatch builds (worker processes, spawned). On the
+CPU the worker is a stand-in (CuPy's NVRTC needs the GPU machine; tests/forge/test_sessions_gpu.py
+runs the real one there): the plumbing, deduplication, failures and a dying worker are real."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import uuid
+from pathlib import Path
+
+from kernforge.forge.nvrtc import DEPLOYED, build_deployed
+from kernforge.stencil import matrix as mx
+from kernforge.stencil.operator import Operator
+from kernforge.stencil.spec import Cell
+
+CELL = Cell.parse("star_1/40x20x16/fp32")
+
+
+def stand_in(source: str, options: tuple[str, ...]) -> tuple[bool, str, float]:
+    """Runs in a spawned worker: notes each call in the folder named on the source's first
+    line, fails a source that says BAD, dies on one that says CRASH."""
+    folder = Path(source.splitlines()[0][3:])
+    (folder / f"{os.getpid()}-{uuid.uuid4().hex}").write_text(" ".join(options))
+    if "CRASH" in source:
+        os._exit(3)
+    if "BAD" in source:
+        return False, "error: BAD on line 2", 0.01
+    return True, "", 0.01
+
+
+def _ops(folder: Path, *marks: str) -> list[Operator]:
+    ops = []
+    for i, mark in enumerate(marks):
+        op = mx.build("zmarch", CELL, {**mx.defaults("zmarch", CELL), "lz": 4 + i % 3})
+        assert op is not None
+        ops.append(dataclasses.replace(op, source=f"// {folder}\n// {mark}\n{op.source}"))
+    return ops
+
+
+def test_builds_each_source_once_in_input_order(tmp_path: Path) -> None:
+    ops = _ops(tmp_path, "a", "b", "BAD", "a")  # the 4th: the 1st's lz and mark, one build
+    assert ops[0].source == ops[3].source and ops[0].key == ops[3].key
+    built = build_deployed(ops, jobs=2, work=stand_in)
+    assert [b.op for b in built] == ops
+    assert [b.ok for b in built] == [True, True, False, True]
+    assert built[0].cubin == DEPLOYED and built[2].cubin is None
+    assert "BAD on line 2" in built[2].log
+    calls = list(tmp_path.iterdir())
+    assert len(calls) == 3  # deduplicated by source and options
+    assert {c.read_text() for c in calls} == {" ".join(ops[0].options)}
+
+
+def test_a_dying_worker_fails_its_operators_not_the_run(tmp_path: Path) -> None:
+    built = build_deployed(_ops(tmp_path, "CRASH"), jobs=1, work=stand_in)
+    assert not built[0].ok and "died" in built[0].log
+    assert build_deployed([], work=stand_in) == []
+
+
+def test_an_unknown_build_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    import pytest
+
+    from kernforge.core import ConfigError
+    from kernforge.forge.run import forge_run
+
+    with pytest.raises(ConfigError, match="nvrtc, nvcc"):
+        forge_run([CELL], tmp_path / "out", start_table=None, rounds=1, build="clang")
+    assert not (tmp_path / "out").exists()
+    res = __import__("subprocess").run(
+        [__import__("sys").executable, "-m", "kernforge", "stencil", "forge", "--emulate",
+         "--shapes", "40x20x16", "--stencils", "star_1", "--precisions", "fp32",
+         "--build", "clang", "--out", str(tmp_path / "o")], capture_output=True, text=True)
+    assert res.returncode == 2 and "invalid choice: 'clang'" in res.stderr
