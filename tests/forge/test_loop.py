@@ -219,14 +219,31 @@ def test_the_final_pass_compares_changed_cells_with_their_start(tmp_path: Path) 
 
 def test_the_final_pass_judges_the_deployed_build(tmp_path: Path) -> None:
     """The rounds may time another build than dispatch loads (GPU: nvcc cubins vs NVRTC): with
-    final_sessions the final pass times the deployed one; a win that exists only in the
+    a final_compiler the final pass times the deployed one; a win that exists only in the
     rounds' build is reverted, and a kept cell's entry carries its deployed time."""
+    import dataclasses
+
+    from kernforge.forge.nvrtc import DEPLOYED
+
     cell = CELLS[0]
 
+    def deployed_builds(ops):  # type: ignore[no-untyped-def]
+        return [dataclasses.replace(b, cubin=DEPLOYED) for b in emulated_compiler(ops)]
+
+    class Builds(_CostModel):  # the non-naive design: 0.5 s as the rounds built it
+        def __init__(self, deployed: float) -> None:
+            super().__init__(1.0, 0.5)
+            self.deployed = deployed
+
+        def t(self, built) -> float:  # type: ignore[no-untyped-def]
+            if built.op.design != "naive" and built.cubin == DEPLOYED:
+                return self.deployed
+            return super().t(built)
+
     def run(deployed: float, name: str) -> tuple[dict, dict]:
-        summary = forge_matrix([cell], sessions=_CostModel(1.0, 0.5),
-                               final_sessions=_CostModel(1.0, deployed), rounds=1,
-                               compiler=emulated_compiler, table_path=tmp_path / f"{name}.json",
+        summary = forge_matrix([cell], sessions=Builds(deployed), compiler=emulated_compiler,
+                               final_compiler=deployed_builds, rounds=1,
+                               table_path=tmp_path / f"{name}.json",
                                perf_log=tmp_path / "p.jsonl", idea_log=tmp_path / "i.md",
                                say=lambda m: None)
         return summary, mx.load_table(tmp_path / f"{name}.json")[cell.id]
@@ -240,6 +257,32 @@ def test_the_final_pass_judges_the_deployed_build(tmp_path: Path) -> None:
     assert not rec.get("reverted") and entry["design"] != "naive"
     assert entry["seconds"] == 0.8  # the deployed time, not the rounds' 0.5
     assert "in the deployed build (NVRTC)" in (tmp_path / "i.md").read_text()
+    # without a final compiler the rounds' build is judged (the emulator: one build)
+    summary = forge_matrix([cell], sessions=Builds(1.5), compiler=emulated_compiler, rounds=1,
+                           table_path=tmp_path / "plain.json", perf_log=tmp_path / "p.jsonl",
+                           idea_log=tmp_path / "i2.md", say=lambda m: None)
+    [rec] = summary["final"]
+    assert rec["build"] == "rounds'" and not rec.get("reverted")
+
+
+def test_a_start_that_fails_in_the_final_build_leaves_the_final_judged_alone(
+        tmp_path: Path) -> None:
+    import dataclasses
+
+    cell = CELLS[0]
+
+    def no_naive(ops):  # type: ignore[no-untyped-def]
+        return [dataclasses.replace(b, cubin=None, log="nvrtc: error in naive")
+                if b.op.design == "naive" else b for b in emulated_compiler(ops)]
+
+    summary = forge_matrix([cell], sessions=_CostModel(1.0, 0.5), compiler=emulated_compiler,
+                           final_compiler=no_naive, rounds=1, table_path=tmp_path / "m.json",
+                           perf_log=tmp_path / "p.jsonl", idea_log=tmp_path / "i.md",
+                           say=lambda m: None)
+    [rec] = summary["final"]
+    assert rec["changed"] and "error in naive" in rec["start_failed"]
+    assert rec["oracle_ok"] and not rec["regressed"] and "speedup_vs_start" not in rec
+    assert mx.load_table(tmp_path / "m.json")[cell.id]["design"] != "naive"
 
 
 def test_a_seeded_design_is_tuned_and_judged_against_the_tables_operator(tmp_path: Path) -> None:

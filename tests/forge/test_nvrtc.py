@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -24,6 +25,8 @@ def stand_in(source: str, options: tuple[str, ...]) -> tuple[bool, str, float]:
     (folder / f"{os.getpid()}-{uuid.uuid4().hex}").write_text(" ".join(options))
     if "CRASH" in source:
         os._exit(3)
+    if "HANG" in source:
+        time.sleep(120)
     if "BAD" in source:
         return False, "error: BAD on line 2", 0.01
     return True, "", 0.01
@@ -51,10 +54,23 @@ def test_builds_each_source_once_in_input_order(tmp_path: Path) -> None:
     assert {c.read_text() for c in calls} == {" ".join(ops[0].options)}
 
 
-def test_a_dying_worker_fails_its_operators_not_the_run(tmp_path: Path) -> None:
-    built = build_deployed(_ops(tmp_path, "CRASH"), jobs=1, work=stand_in)
-    assert not built[0].ok and "died" in built[0].log
+def test_a_dying_worker_fails_its_operator_alone(tmp_path: Path) -> None:
+    """A crash breaks the whole pool; the unfinished operators are built again in halves, so
+    only the one that crashed fails."""
+    ops = _ops(tmp_path, "a", "b", "c", "CRASH", "d", "e")
+    built = build_deployed(ops, jobs=2, work=stand_in)
+    assert [b.ok for b in built] == [True, True, True, False, True, True]
+    assert "died" in built[3].log and built[0].cubin == DEPLOYED
     assert build_deployed([], work=stand_in) == []
+
+
+def test_a_hung_build_times_out_alone(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    built = build_deployed(_ops(tmp_path, "HANG", "a", "b"), jobs=2, work=stand_in,
+                           timeout_s=3)
+    assert [b.ok for b in built] == [False, True, True]
+    assert "timed out after 3 s" in built[0].log
+    assert time.monotonic() - t0 < 60  # the hung worker was killed, not waited for
 
 
 def test_an_unknown_build_is_refused_before_anything_runs(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""The forge's GPU sessions: the rounds load nvcc cubins, the final pass the deployed (NVRTC)
-build, on a real GPU (``pytest -m gpu tests/forge``)."""
+"""The forge's builds on a real GPU (``pytest -m gpu tests/forge``): nvcc cubins, and NVRTC
+builds made as dispatch makes them (forge/nvrtc.py), which the sessions load from CuPy's cache;
+the final pass of either kind of run times the deployed build."""
 
 from __future__ import annotations
 
@@ -16,27 +17,28 @@ pytestmark = pytest.mark.gpu
 CELL = Cell.parse("star_1/96x64x32/fp32")
 
 
-def test_a_deployed_session_builds_with_nvrtc_the_rounds_load_the_cubin(tmp_path: Path) -> None:
+def test_a_session_loads_cubins_from_nvcc_and_deployed_builds_with_nvrtc(
+        tmp_path: Path) -> None:
     pytest.importorskip("cupy")
     from kernforge.forge.compile import compile_all
     from kernforge.forge.measure import GpuDevice
+    from kernforge.forge.nvrtc import build_deployed
     from kernforge.forge.sessions import gpu_sessions
 
     op = mx.build("zmarch", CELL, mx.defaults("zmarch", CELL))
     assert op is not None
-    [built] = compile_all([op], tmp_path / "cubins")
-    assert built.ok, built.log
-    device = GpuDevice()
-    times = {}
-    for deployed in (False, True):
-        with gpu_sessions(device, CELL, deployed=deployed) as session:
+    [cubin] = compile_all([op], tmp_path / "cubins")
+    [deployed] = build_deployed([op], jobs=1)
+    assert cubin.ok and deployed.ok, (cubin.log, deployed.log)
+    with gpu_sessions(GpuDevice(), CELL) as session:
+        for built, nvrtc in ((cubin, False), (deployed, True)):
+            session._runners.clear()
             ok, _err, detail = session.check(built)
             assert ok, detail
-            times[deployed] = session.screen(built)
+            assert session.screen(built) > 0
             loaded = session._runners[op.key].loaded
             # measure.load (NVRTC) reports local memory; load_cubin does not
-            assert ("local_bytes" in loaded.info[op.entries()[0]]) is deployed
-    assert all(t > 0 for t in times.values())
+            assert ("local_bytes" in loaded.info[op.entries()[0]]) is nvrtc
 
 
 def test_nvrtc_builds_in_workers_are_what_a_session_loads(tmp_path: Path) -> None:

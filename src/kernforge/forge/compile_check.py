@@ -45,7 +45,11 @@ class CompileResult:
 
 
 def nvcc_options(op: Operator, arch: str) -> list[str]:
-    opts = [o for o in op.options if o.split("=")[0] not in NVRTC_ONLY]
+    """The operator's options for nvcc, with flush-to-zero on as CuPy builds every NVRTC module
+    (it appends ``-ftz=true``), so that the cubins compute what dispatch does."""
+    opts = [o for o in op.options if o.split("=")[0] not in NVRTC_ONLY
+            and not o.startswith(("-ftz", "--ftz"))]
+    opts.append("-ftz=true")  # CuPy appends it after the caller's options: the last one wins
     if not any(o.startswith(("-arch", "--gpu-architecture", "-gencode")) for o in opts):
         opts.insert(0, f"-arch={arch}")
     return opts

@@ -4,6 +4,7 @@ measured another; :class:`kernforge.forge.loop.Forge`)."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from ..core import CompileError, LaunchError
@@ -22,16 +23,19 @@ def regressions(forge: Forge) -> list[dict[str, Any]]:
     run started from: it regressed when the oracle fails or it is not faster (a chain of gated
     acceptances that ends slower than its start). A cell whose operator did not change cannot
     regress from code; its time is compared with the persisted prior best only as *drift*
-    (that number may come from another run or machine), reported but not a verdict. With
-    ``forge.final_sessions`` all of this is measured in the deployed build (``build``).
+    (that number may come from another run or machine), reported but not a verdict. The
+    operators are built by ``forge.final_compiler`` where the rounds' build is not the deployed
+    one (``build``: "deployed" where the pass timed what dispatch runs). A start that fails in
+    this build (``start_failed``) leaves the final operator judged alone.
     """
     out = []
     finals = {c.id: forge._op(c) for c in forge.cells}
     starts = {c.id: op for c in forge.cells
               if (op := mx.build(forge.start[c.id][0], c, forge.start[c.id][1])) is not None
               and op.key != finals[c.id].key}
+    compiler = forge.final_compiler or forge.compiler
     built = {(b.op.cell_id, b.op.key): b
-             for b in forge.compiler([*finals.values(), *starts.values()])}
+             for b in compiler([*finals.values(), *starts.values()])}
     for cell in forge.cells:
         prior = forge.table.get(cell.id, {}).get("seconds")
         if prior is None:
@@ -40,21 +44,25 @@ def regressions(forge: Forge) -> list[dict[str, Any]]:
         start = built.get((cell.id, starts[cell.id].key)) if cell.id in starts else None
         rec: dict[str, Any] = {"cell": cell.id, "prior_s": prior, "final": final.op.key,
                                "changed": start is not None,
-                               "build": "deployed" if forge.final_sessions
-                               or final.cubin == DEPLOYED else "rounds'"}
-        with (forge.final_sessions or forge.sessions)(cell) as session:
+                               "build": "deployed" if final.cubin == DEPLOYED else "rounds'"}
+        with forge.sessions(cell) as session:
             try:
                 now = session.screen(final)
                 good, err, detail = session.check(final)
-                if start is not None and start.ok:
+            except (LaunchError, CompileError) as exc:
+                now, good, err, detail = float("inf"), False, float("nan"), str(exc)
+            if start is not None and math.isfinite(now):  # the final one built and ran
+                try:
+                    if not start.ok:
+                        raise CompileError(f"{start.op.key}: {start.log[-300:]}")
                     speedup, lo, hi, t_a, t_b = session.compare(start, final)
                     rec.update(start=start.op.key, speedup_vs_start=speedup, ci=[lo, hi],
                                start_s=t_a, now_s=t_b)
                     if forge.originals.get(cell.id) is None:
                         ok_s, err_s, _ = session.check(start)  # it may become the entry
                         rec.update(start_ok=ok_s, start_error=err_s)
-            except (LaunchError, CompileError) as exc:
-                now, good, err, detail = float("inf"), False, float("nan"), str(exc)
+                except (LaunchError, CompileError) as exc:
+                    rec.update(start=start.op.key, start_failed=str(exc)[-300:])
         rec.setdefault("now_s", now)
         rec.update(ratio=rec["now_s"] / prior, oracle_ok=good, error=err, detail=detail,
                    source_changed=mx.source_sha(final.op)

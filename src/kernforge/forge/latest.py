@@ -105,19 +105,16 @@ def _ours_key(row: dict[str, Any]) -> str | None:
     return next((r.get("key") for r in row["runners"] if r["name"] == "ours"), None)
 
 
-def table_keys(path: Path) -> dict[str, str]:
-    """Each cell's operator key in a dispatch table (matrix.json); a typed error otherwise."""
+def table_keys(path: Path, cells: set[str]) -> dict[str, str]:
+    """The operator key dispatch picks for each cell from a dispatch table (matrix.json; the
+    design's defaults where the table has no buildable entry); a typed error otherwise."""
     from ..stencil import matrix as mx
 
     if not path.is_file():
         raise ConfigError(f"{path}: no such dispatch table",
                           hint="give a matrix.json, e.g. src/kernforge/stencil/data/matrix.json")
-    keys = {}
-    for cid, entry in mx.load_table(path).items():
-        op = mx.build(entry["design"], Cell.parse(cid), entry["params"])
-        if op is not None:
-            keys[cid] = op.key
-    return keys
+    table = mx.load_table(path)
+    return {cid: mx.operator_for(Cell.parse(cid), table).key for cid in cells}
 
 
 def merge(docs: list[tuple[Path, dict[str, Any]]], keys: dict[str, str] | None = None
@@ -233,7 +230,8 @@ def merged(inputs: list[Path], *, drift_tol: float = 0.10, note: str = "",
     if not 0 <= drift_tol < 10:
         raise ConfigError(f"drift {drift_tol}: a fraction", hint="e.g. 0.10 for 10%")
     docs, warnings = ordered(inputs, by_date)
-    keys = table_keys(table) if table is not None else None
+    keys = (table_keys(table, {r["cell"] for _, d in docs for r in d["cells"]})
+            if table is not None else None)
     rows, source, fastest = merge(docs, keys)
     summ = summary(rows)
     summ["single_sweep"]["roofline_geomean_by_precision"] = ceilings(rows)

@@ -17,7 +17,7 @@ Operators are specialized per cell, so a change to one cell cannot regress anoth
 regression gate across accepted cells is the final pass (:func:`regressions`): every accepted
 cell is measured again and compared with its persisted prior best. The rounds may measure one
 build of an operator (nvcc cubins, compiled in parallel) and dispatch load another (NVRTC);
-``Forge.final_sessions`` then makes the final pass measure the deployed build, so a win that
+``Forge.final_compiler`` then makes the final pass measure the deployed build, so a win that
 exists only in the rounds' build is reverted, not shipped.
 """
 
@@ -167,9 +167,9 @@ class Forge:
     # stops starting batches that would end too close to it
     deadline: float | None = None
     clock: Callable[[], float] = time.monotonic
-    # the final pass's sessions when the rounds' build is not the deployed one (GPU: NVRTC, as
-    # dispatch and the bench build, where the rounds load nvcc cubins); None: ``sessions``
-    final_sessions: SessionFactory | None = None
+    # the final pass's builds when the rounds' are not the deployed ones (GPU: NVRTC, as
+    # dispatch and the bench build, where the rounds load nvcc cubins); None: ``compiler``
+    final_compiler: Compiler | None = None
     table: dict[str, dict[str, Any]] = field(default_factory=dict)
     incumbents: dict[str, Incumbent] = field(default_factory=dict)
     originals: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # at the start
@@ -241,9 +241,10 @@ class Forge:
                     self.restore(cid, rec)
                     rec.update(regressed=False, reverted=True)
                 elif rec["changed"] and rec.get("build") == "deployed" \
-                        and math.isfinite(rec["now_s"]):
-                    # the entry's time as dispatch will run it (the rounds timed their build)
-                    self.table[cid]["seconds"] = rec["now_s"]
+                        and self.final_compiler is not None and math.isfinite(rec["now_s"]):
+                    # the entry's time and error as dispatch will run it (the rounds timed
+                    # another build)
+                    self.table[cid].update(seconds=rec["now_s"], error=rec["error"])
                     self._write()
                 continue
             self.settled.add(cid)

@@ -22,6 +22,8 @@ from ..core.jsonio import DamagedJSON, parse_json, write_bytes_atomic, write_jso
 from ..stencil import matrix as mx
 from ..stencil.spec import Cell
 from .loop import check_plan
+from .nvrtc import MAX_JOBS
+from .run import BUILDS
 
 
 def cost(cell: Cell) -> float:
@@ -68,6 +70,9 @@ def forge_parallel(cells: list[Cell], out: Path, *, gpus: int, start_table: Path
                    say: Callable[[str], None] = print, build: str = "nvrtc") -> dict[str, Any]:
     """Forge ``cells`` over ``gpus`` processes (one GPU each) and merge their outputs."""
     check_plan(rounds, changes, seed_design)  # before any process starts
+    if build not in BUILDS:
+        raise ConfigError(f"build {build!r}: one of {', '.join(BUILDS)}",
+                          hint="nvrtc times what dispatch runs; nvcc uses precompiled cubins")
     devices = devices if devices is not None else visible_gpus()
     if not emulate and len(devices) < gpus:
         raise ConfigError(f"--gpus {gpus}, but {len(devices)} GPU(s) are visible",
@@ -90,6 +95,9 @@ def forge_parallel(cells: list[Cell], out: Path, *, gpus: int, start_table: Path
         if seed_design:
             cmd += ["--seed-design", seed_design]
         env = dict(os.environ)
+        # the processes share the cores: each builds with its share (forge/nvrtc.py)
+        env.setdefault("KERNFORGE_BUILD_JOBS", str(max(1, min(MAX_JOBS, (
+            os.cpu_count() or 1) // max(1, len(groups))))))
         if devices:
             env["CUDA_VISIBLE_DEVICES"] = devices[i % len(devices)]
         say(f"[gpu{i}] {len(group)} cells on CUDA device {env.get('CUDA_VISIBLE_DEVICES', '-')}")

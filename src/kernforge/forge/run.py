@@ -69,7 +69,7 @@ def forge_run(cells: list[Cell], out: Path, *, start_table: Path | None, rounds:
         from .sessions import emulated_compiler, emulated_sessions
 
         sessions: SessionFactory = emulated_sessions
-        final: SessionFactory | None = None  # one build on the host: the rounds' is deployed
+        final: Compiler | None = None  # one build on the host: the rounds' is deployed
         compiler: Compiler = emulated_compiler
         device = "host emulator"
     else:
@@ -80,15 +80,13 @@ def forge_run(cells: list[Cell], out: Path, *, start_table: Path | None, rounds:
         ident = gpu.identity()
         device = str(ident.get("device", ident.get("name", "cuda")))
         sessions = functools.partial(gpu_sessions, gpu)
-        if build == "nvrtc":  # the rounds time the deployed build: the final pass too
-            from .nvrtc import build_deployed
+        from .nvrtc import build_deployed
 
-            final = None
-            compiler = build_deployed
+        if build == "nvrtc":  # the rounds time the deployed build: the final pass too
+            final, compiler = None, build_deployed
         else:  # nvcc cubins in the rounds; the final pass times the deployed (NVRTC) build
-            final = functools.partial(gpu_sessions, gpu, deployed=True)
-            compiler = default_compiler(cache or cache_path("cubins"))
-    summary = forge_matrix(cells, sessions=sessions, final_sessions=final, compiler=compiler,
+            final, compiler = build_deployed, default_compiler(cache or cache_path("cubins"))
+    summary = forge_matrix(cells, sessions=sessions, final_compiler=final, compiler=compiler,
                            table_path=table,
                            perf_log=out / "perf-log.jsonl", idea_log=out / "ideas.md",
                            rounds=rounds, band=band, device=device, budget_s=budget_s,
@@ -103,17 +101,17 @@ def forge_matrix(cells: list[Cell], *, sessions: SessionFactory, compiler: Compi
                  changes: Sequence[str] | None = None, seed_design: str | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  say: Callable[[str], None] = print,
-                 final_sessions: SessionFactory | None = None) -> dict[str, Any]:
+                 final_compiler: Compiler | None = None) -> dict[str, Any]:
     """Forge ``rounds`` rounds over ``cells``; returns a summary (also appended to the idea log).
 
     With ``budget_s``, a round starts only when, judged by the rounds so far, it and the final
     zero-regression pass still end inside the budget (so a time-boxed run always ends with the
-    pass and its logs instead of being killed mid-round). ``final_sessions``: the final pass's
-    sessions when the rounds do not measure the deployed build (:class:`Forge`).
+    pass and its logs instead of being killed mid-round). ``final_compiler``: the final pass's
+    builds when the rounds do not measure the deployed build (:class:`Forge`).
     """
     check_plan(rounds, changes, seed_design)
     forge = Forge(cells, table_path, perf_log, compiler, sessions, band=band, device=device,
-                  say=say, seed_design=seed_design, clock=clock, final_sessions=final_sessions)
+                  say=say, seed_design=seed_design, clock=clock, final_compiler=final_compiler)
     outcome: list[tuple[int, str, dict[str, int]]] = []
     t0, took = clock(), list[float]()
     forge.deadline = t0 + budget_s if budget_s is not None else None

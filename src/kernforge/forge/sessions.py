@@ -3,11 +3,10 @@ on the host emulator (CI: the whole loop runs, the timings mean nothing).
 
 A session holds one cell's fields for one round; operators come precompiled (cubins for the
 GPU, host builds for the emulator) and are cached per session by their key. Operators built by
-:mod:`kernforge.forge.nvrtc` (the default) are loaded as dispatch loads them (:func:`measure.load`,
-from CuPy's kernel cache). A *deployed* GPU session does that also for operators whose round
-compiled nvcc cubins: the same source can compile to different code (session 11: a temporal
-operator got 64 registers from nvcc and 76 from NVRTC, half the blocks per multiprocessor,
-1.31x slower), so the final pass of an nvcc run judges the build that is deployed.
+:mod:`kernforge.forge.nvrtc` (the default, and the final pass of an nvcc run) are loaded as
+dispatch loads them (:func:`measure.load`, from CuPy's kernel cache): the same source can
+compile to different code with nvcc (session 11: a temporal operator got 64 registers from nvcc
+and 76 from NVRTC, half the blocks per multiprocessor, 1.31x slower).
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..core import LaunchError
+from ..core import CompileError, LaunchError
 from ..harness.compare import interleave
 from ..harness.stats import median
 from ..stencil import emulate, oracle
@@ -56,9 +55,8 @@ def load_cubin(built: Built) -> LoadedOperator:
 
 class GpuSession:
     def __init__(self, device: GpuDevice, cell: Cell, *, screen_repeat: int = 5,
-                 passes: int = 5, deployed: bool = False) -> None:
+                 passes: int = 5) -> None:
         self.device = device
-        self.deployed = deployed
         self.dcell = DeviceCell.allocate(cell, next(_SEEDS), xp=device.cp)
         self.screen_repeat = screen_repeat
         self.passes = passes
@@ -66,8 +64,10 @@ class GpuSession:
 
     def _runner(self, built: Built) -> OperatorRunner:
         if built.op.key not in self._runners:
-            deployed = self.deployed or built.cubin == DEPLOYED
-            loaded = load(built.op) if deployed else load_cubin(built)
+            if not built.ok:
+                raise CompileError(f"{built.op.key}: not built: {built.log[-500:]}",
+                                   log=built.log)
+            loaded = load(built.op) if built.cubin == DEPLOYED else load_cubin(built)
             self._runners[built.op.key] = OperatorRunner(loaded, self.dcell, built.op.key)
         return self._runners[built.op.key]
 
