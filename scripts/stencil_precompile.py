@@ -28,7 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from kernforge.core.errors import KernforgeError
-from kernforge.forge.bo import first_batch
+from kernforge.forge.bo import ROUNDS, first_batch
 from kernforge.forge.compile import compile_all
 from kernforge.forge.loop import IDEAS, Forge, _candidates
 from kernforge.forge.run import default_compiler
@@ -67,8 +67,8 @@ def main() -> int:
         for cell in cells:
             inc = forge.incumbents[cell.id]
             ops.append(forge._op(cell))
-            ops.extend(first_batch(cell, inc.design, inc.params) if change == "tpe"
-                       else _candidates(cell, inc, change))
+            ops.extend(first_batch(cell, inc.design, inc.params, change)
+                       if change in ROUNDS else _candidates(cell, inc, change))
     except KernforgeError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2

@@ -64,8 +64,8 @@ def test_a_tpe_round_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyP
     studies: list = []
     real_study = bo._study
 
-    def keep(cell, space):
-        studies.append(real_study(cell, space))
+    def keep(cell, space, change="tpe"):
+        studies.append(real_study(cell, space, change))
         return studies[-1]
 
     monkeypatch.setattr(bo, "_study", keep)
@@ -194,3 +194,23 @@ def test_the_first_batch_is_known_before_the_run(tmp_path: Path,
     incumbents = {(c.id, mx.build(table[c.id]["design"], c, table[c.id]["params"]).key)
                   for c in CELLS}
     assert first - incumbents == expected - incumbents
+
+
+def test_tpe2_asks_other_points_from_the_same_incumbent(tmp_path: Path) -> None:
+    """Seeded by the cell's id and the round's name: tpe asks the same first batch every run,
+    tpe2 another one (besides the incumbent, first in both), and it runs as a round."""
+    cell = CELLS[0]
+    params = mx.defaults("zmarch", cell)
+    first = {op.key for op in bo.first_batch(cell, "zmarch", params)}
+    again = {op.key for op in bo.first_batch(cell, "zmarch", params)}
+    second = {op.key for op in bo.first_batch(cell, "zmarch", params, "tpe2")}
+    inc = mx.build("zmarch", cell, params)
+    assert inc is not None and first == again and inc.key in first & second
+    assert first != second and len(second) > 1
+    summary = forge_matrix([cell], sessions=emulated_sessions, compiler=emulated_compiler,
+                           table_path=tmp_path / "matrix.json", perf_log=tmp_path / "p.jsonl",
+                           idea_log=tmp_path / "ideas.md", changes=["design", "tpe2"],
+                           say=lambda m: None)
+    assert [r["change"] for r in summary["rounds"]] == ["design", "tpe2"]
+    logged = [json.loads(x) for x in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert any(x["change"] == "tpe2" and x["verdict"] == "searched" for x in logged)

@@ -99,15 +99,21 @@ def _config_params(design: str, cell: Cell, config: dict[str, Any]) -> dict[str,
     return out
 
 
-def _study(cell: Cell, space: SearchSpace) -> Any:
-    """The cell's study: in memory, seeded by the cell's id (a rerun from the same incumbent
-    asks the same first batch: no time is known yet when it is asked for)."""
+ROUNDS = ("tpe", "tpe2")  # the same search, seeded apart: a second run asks other points
+
+
+def _study(cell: Cell, space: SearchSpace, change: str = "tpe") -> Any:
+    """The cell's study: in memory, seeded by the cell's id and the round's name (a rerun
+    from the same incumbent asks the same first batch: no time is known yet when it is asked
+    for; ``tpe2`` asks another)."""
     from ..tune.samplers.tpe import TPE
 
-    return TPE(space, seed=zlib.crc32(cell.id.encode()), study_name=f"forge-{cell.id}")
+    salt = "" if change == "tpe" else f"#{change}"
+    return TPE(space, seed=zlib.crc32((cell.id + salt).encode()), study_name=f"forge-{cell.id}")
 
 
-def first_batch(cell: Cell, design: str, params: dict[str, Any]) -> list[Operator]:
+def first_batch(cell: Cell, design: str, params: dict[str, Any],
+                change: str = "tpe") -> list[Operator]:
     """The operators a ``tpe`` round compiles first for this incumbent: the incumbent (the
     study's first trial) and up to :data:`PER_BATCH` - 1 others, distinct. The same every time:
     no time is known yet when they are asked for, and the study is seeded by the cell's id, so
@@ -115,7 +121,7 @@ def first_batch(cell: Cell, design: str, params: dict[str, Any]) -> list[Operato
     space = search_space(design, cell, params)
     if space is None or space.size() <= 1:
         return []
-    ops = {op.key: op for _, op in _Search(cell, design, _study(cell, space)).ask()}
+    ops = {op.key: op for _, op in _Search(cell, design, _study(cell, space, change)).ask()}
     return list(ops.values())
 
 
@@ -207,7 +213,7 @@ def tpe_round(forge: Forge, rnd: int, change: str = "tpe") -> dict[str, int]:
         if space is None or space.size() <= 1:
             counts["unchanged"] += 1
             continue
-        searches[cell.id] = _Search(cell, inc.design, _study(cell, space))
+        searches[cell.id] = _Search(cell, inc.design, _study(cell, space, change))
         incs[cell.id] = forge._op(cell)
     cells = [c for c in forge.cells if c.id in searches]
     bases = {c.id: {"round": rnd, "change": change, "idea": IDEAS[change], "cell": c.id,

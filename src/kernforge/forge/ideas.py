@@ -41,6 +41,8 @@ IDEAS = {
     "pairs2": "the next 40 two-parameter changes in the pair round's fixed order",
     "tpe": "Bayesian optimization (TPE) over every parameter of the incumbent's design at once, "
            "3 batches of 16 per cell; the fastest two screened go through the gate",
+    "tpe2": "the tpe round with another seed: other points of the same space (a second run "
+            "from an unchanged incumbent asks what the first did not)",
     "pw": "zbox: the warm-up planes peeled into their own loop (the steady loop stores without "
           "a test; fewer instructions per plane, more registers)",
 }

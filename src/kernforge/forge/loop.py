@@ -279,7 +279,7 @@ class Forge:
 
     def run_round(self, rnd: int, change: str) -> dict[str, int]:
         """One matrix-wide round; returns counts of accepted / rejected / unchanged cells."""
-        if change == "tpe":
+        if change in ("tpe", "tpe2"):  # bo.ROUNDS
             from .bo import tpe_round
 
             return tpe_round(self, rnd, change)
