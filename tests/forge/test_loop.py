@@ -474,3 +474,20 @@ def test_pairs2_is_the_next_page_of_the_pair_order() -> None:
     assert first == every[:PAIR_LIMIT] and second == every[PAIR_LIMIT:2 * PAIR_LIMIT]
     assert second and not set(first) & set(second)
     assert second == [op.key for op in _candidates(cell, inc, "pairs2")]  # fixed order
+
+
+def test_a_final_pass_without_its_deployed_build_judges_the_rounds_build(
+        tmp_path: Path) -> None:
+    from kernforge.core import BackendUnavailableError
+
+    def unavailable(ops):  # type: ignore[no-untyped-def]
+        raise BackendUnavailableError("no operator could be built with NVRTC (2 tried): x")
+
+    said: list[str] = []
+    summary = forge_matrix(CELLS[:1], sessions=_CostModel(1.0, 0.5), compiler=emulated_compiler,
+                           final_compiler=unavailable, rounds=1,
+                           table_path=tmp_path / "m.json", perf_log=tmp_path / "p.jsonl",
+                           idea_log=tmp_path / "i.md", say=said.append)
+    [rec] = summary["final"]
+    assert rec["build"] == "rounds'" and rec["changed"] and not rec["regressed"]
+    assert any("deployed build is unavailable" in m for m in said)

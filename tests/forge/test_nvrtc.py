@@ -29,6 +29,8 @@ def stand_in(source: str, options: tuple[str, ...]) -> tuple[bool, str, float]:
         time.sleep(120)
     if "BAD" in source:
         return False, "error: BAD on line 2", 0.01
+    if "NOCUPY" in source:
+        return False, "BackendUnavailableError: cupy is not installed", 0.0
     return True, "", 0.01
 
 
@@ -71,6 +73,19 @@ def test_a_hung_build_times_out_alone(tmp_path: Path) -> None:
     assert [b.ok for b in built] == [False, True, True]
     assert "timed out after 3 s" in built[0].log
     assert time.monotonic() - t0 < 60  # the hung worker was killed, not waited for
+
+
+def test_workers_that_cannot_build_at_all_stop_the_run(tmp_path: Path) -> None:
+    import pytest
+
+    from kernforge.core import BackendUnavailableError
+
+    with pytest.raises(BackendUnavailableError, match="cupy is not installed") as exc:
+        build_deployed(_ops(tmp_path, "NOCUPY a", "NOCUPY b"), jobs=2, work=stand_in)
+    assert "--build nvcc" in (exc.value.hint or "")
+    # different compile errors are the operators' own: reported per operator, no stop
+    built = build_deployed(_ops(tmp_path, "BAD", "NOCUPY"), jobs=2, work=stand_in)
+    assert not any(b.ok for b in built)
 
 
 def test_an_unknown_build_is_refused_before_anything_runs(tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ Workers are spawned (a CUDA context does not survive ``fork``): ``KERNFORGE_BUIL
 them, else one per usable core up to 16 (each opens a CUDA context: ``compile()`` reads the
 architecture from the GPU, so this runs where the forge measures). A worker that dies or hangs
 breaks the whole pool; the operators left unfinished are then built again in halves, so only
-the operator that crashed (or hung) fails.
+the operator that crashed (or hung) fails. When every operator fails with one and the same
+message (no CuPy, no GPU in the workers), the build raises instead of rejecting them one by one.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
+from ..core import BackendUnavailableError
 from ..stencil.operator import Operator
 from .compile import Built
 from .compile_check import TIMEOUT_S
@@ -116,5 +118,13 @@ def build_deployed(ops: Iterable[Operator], *, jobs: int | None = None, work: Wo
     for op in ops:
         unique.setdefault(_key(op), op)
     done = _pool_run(unique, jobs or default_jobs(), work, timeout_s) if unique else {}
+    logs = {log for ok, log, _ in done.values() if not ok}
+    if len(done) > 1 and not any(ok for ok, _, _ in done.values()) and len(logs) == 1:
+        # one message for every operator: the workers cannot build at all (no CuPy, no GPU),
+        # not a compile error of each: stop before a device call is spent on rejections
+        raise BackendUnavailableError(
+            f"no operator could be built with NVRTC ({len(done)} tried): "
+            f"{next(iter(logs))[:500]}",
+            hint="run where CuPy sees the GPU, or pass --build nvcc (cubins from nvcc)")
     return [Built(op, DEPLOYED if done[_key(op)][0] else None, done[_key(op)][1],
                   done[_key(op)][2]) for op in ops]
