@@ -57,7 +57,8 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit; one log, $OUT/a
   cat "/tmp/$name.log" >> "$OUT/all.log"
   tail -n 30 "/tmp/$name.log"
 }
-step pytest-gpu 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests
+# (330 s: the suite took 115-170 s in session 10; the NVRTC build tests spawn worker processes)
+step pytest-gpu 330 python3 -m pytest -q -m gpu -p no:cacheprovider tests
 step bench-replay 200 python3 scripts/bench_replay_gpu.py "$@"
 demo_dir=$(mktemp -d)/demo
 step demo 240 python3 -m kernforge demo --backend cuda --out "$demo_dir"
