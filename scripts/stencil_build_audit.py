@@ -30,9 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from kernforge.forge.compile_check import nvcc_options
 from kernforge.stencil import matrix as mx
+from kernforge.stencil.kernels.common import MAX_THREADS_PER_SM
 from kernforge.stencil.spec import Cell
 
-REGS_PER_SM, THREADS_PER_SM, BLOCKS_PER_SM, SMEM_PER_SM = 65536, 2048, 32, 228 * 1024
+REGS_PER_SM, BLOCKS_PER_SM, SMEM_PER_SM = 65536, 32, 228 * 1024  # sm_90
 
 
 def find_nvrtc(given: str | None) -> Path:
@@ -95,7 +96,7 @@ def registers(ptx: Path, arch: str) -> dict[str, int]:
 
 def blocks_per_sm(regs: int, threads: int, shared: int) -> int:
     per_block = -(-regs // 8) * 8 * threads  # registers are allocated 8 per thread at a time
-    n = min(REGS_PER_SM // max(per_block, 1), THREADS_PER_SM // threads, BLOCKS_PER_SM)
+    n = min(REGS_PER_SM // max(per_block, 1), MAX_THREADS_PER_SM // threads, BLOCKS_PER_SM)
     return min(n, SMEM_PER_SM // (shared + 1024)) if shared else n
 
 

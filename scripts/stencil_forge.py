@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from kernforge.forge.parallel import forge_parallel
-from kernforge.forge.run import forge_run
+from kernforge.forge.run import BUILDS, forge_run
 from kernforge.stencil.matrix import TABLE_PATH
 from kernforge.stencil.spec import matrix
 
@@ -40,7 +40,7 @@ def main() -> int:
                          "~/.cache/kernforge/cubins; with --gpus > 1 always the default)")
     ap.add_argument("--emulate", action="store_true", help="host emulator (small grids)")
     ap.add_argument("--gpus", type=int, default=1, help="forge processes, one per GPU")
-    ap.add_argument("--build", choices=("nvrtc", "nvcc"), default="nvrtc",
+    ap.add_argument("--build", choices=BUILDS, default="nvrtc",
                     help="nvrtc: as dispatch builds (on the GPU machine); nvcc: cubins (--cache)")
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds: start no round that would end (with the final pass) later")

@@ -28,8 +28,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from kernforge.core.errors import KernforgeError
-from kernforge.forge.bo import ROUNDS, first_batch
+from kernforge.forge.bo import first_batch
 from kernforge.forge.compile import compile_all
+from kernforge.forge.ideas import TPE_ROUNDS
 from kernforge.forge.loop import IDEAS, Forge, _candidates
 from kernforge.forge.run import default_compiler
 from kernforge.stencil.matrix import TABLE_PATH
@@ -68,7 +69,7 @@ def main() -> int:
             inc = forge.incumbents[cell.id]
             ops.append(forge._op(cell))
             ops.extend(first_batch(cell, inc.design, inc.params, change)
-                       if change in ROUNDS else _candidates(cell, inc, change))
+                       if change in TPE_ROUNDS else _candidates(cell, inc, change))
     except KernforgeError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2

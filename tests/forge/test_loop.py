@@ -223,12 +223,10 @@ def test_the_final_pass_judges_the_deployed_build(tmp_path: Path) -> None:
     rounds' build is reverted, and a kept cell's entry carries its deployed time."""
     import dataclasses
 
-    from kernforge.forge.nvrtc import DEPLOYED
-
     cell = CELLS[0]
 
     def deployed_builds(ops):  # type: ignore[no-untyped-def]
-        return [dataclasses.replace(b, cubin=DEPLOYED) for b in emulated_compiler(ops)]
+        return [dataclasses.replace(b, deployed=True) for b in emulated_compiler(ops)]
 
     class Builds(_CostModel):  # the non-naive design: 0.5 s as the rounds built it
         def __init__(self, deployed: float) -> None:
@@ -236,7 +234,7 @@ def test_the_final_pass_judges_the_deployed_build(tmp_path: Path) -> None:
             self.deployed = deployed
 
         def t(self, built) -> float:  # type: ignore[no-untyped-def]
-            if built.op.design != "naive" and built.cubin == DEPLOYED:
+            if built.op.design != "naive" and built.deployed:
                 return self.deployed
             return super().t(built)
 

@@ -10,7 +10,7 @@ import time
 import uuid
 from pathlib import Path
 
-from kernforge.forge.nvrtc import DEPLOYED, build_deployed
+from kernforge.forge.nvrtc import build_deployed
 from kernforge.stencil import matrix as mx
 from kernforge.stencil.operator import Operator
 from kernforge.stencil.spec import Cell
@@ -49,7 +49,7 @@ def test_builds_each_source_once_in_input_order(tmp_path: Path) -> None:
     built = build_deployed(ops, jobs=2, work=stand_in)
     assert [b.op for b in built] == ops
     assert [b.ok for b in built] == [True, True, False, True]
-    assert built[0].cubin == DEPLOYED and built[2].cubin is None
+    assert built[0].deployed and built[0].cubin is None and not built[2].deployed
     assert "BAD on line 2" in built[2].log
     calls = list(tmp_path.iterdir())
     assert len(calls) == 3  # deduplicated by source and options
@@ -62,7 +62,7 @@ def test_a_dying_worker_fails_its_operator_alone(tmp_path: Path) -> None:
     ops = _ops(tmp_path, "a", "b", "c", "CRASH", "d", "e")
     built = build_deployed(ops, jobs=2, work=stand_in)
     assert [b.ok for b in built] == [True, True, True, False, True, True]
-    assert "died" in built[3].log and built[0].cubin == DEPLOYED
+    assert "died" in built[3].log and built[0].deployed
     assert build_deployed([], work=stand_in) == []
 
 

@@ -46,14 +46,14 @@ def test_nvrtc_builds_in_workers_are_what_a_session_loads(tmp_path: Path) -> Non
     operator as dispatch does (measure.load, from CuPy's kernel cache)."""
     pytest.importorskip("cupy")
     from kernforge.forge.measure import GpuDevice
-    from kernforge.forge.nvrtc import DEPLOYED, build_deployed
+    from kernforge.forge.nvrtc import build_deployed
     from kernforge.forge.sessions import gpu_sessions
 
     ops = [mx.build("zmarch", CELL, {**mx.defaults("zmarch", CELL), "lz": lz})
            for lz in (4, 8)]
     bad = dataclasses.replace(ops[0], source=ops[0].source + "\nnot C++;\n")
     built = build_deployed([*ops, bad], jobs=2)
-    assert [b.ok for b in built] == [True, True, False] and built[0].cubin == DEPLOYED
+    assert [b.ok for b in built] == [True, True, False] and built[0].deployed
     assert "not C++" in built[2].log or "error" in built[2].log.lower()
     with gpu_sessions(GpuDevice(), CELL) as session:
         for b in built[:2]:

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from ..forge.loop import round_plan
 from ..forge.parallel import forge_parallel
-from ..forge.run import forge_run
+from ..forge.run import BUILDS, forge_run
 from ..stencil.matrix import TABLE_PATH
 from ..stencil.spec import Cell
 from .output import console
@@ -51,7 +51,7 @@ def add_parser(cmds: argparse._SubParsersAction, filters: Any, cells: Any) -> No
                         "filters; any shape)")
     f.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="start no round that, with the final pass, would end after this")
-    f.add_argument("--build", choices=("nvrtc", "nvcc"), default="nvrtc",
+    f.add_argument("--build", choices=BUILDS, default="nvrtc",
                    help="how candidates are compiled: nvrtc (default) as dispatch builds them, "
                         "on the GPU machine, so the rounds time the deployed code; nvcc: "
                         "cubins (precompiled on the host by scripts/stencil_precompile.py), "

@@ -99,9 +99,6 @@ def _config_params(design: str, cell: Cell, config: dict[str, Any]) -> dict[str,
     return out
 
 
-ROUNDS = ("tpe", "tpe2")  # the same search, seeded apart: a second run asks other points
-
-
 def _study(cell: Cell, space: SearchSpace, change: str = "tpe") -> Any:
     """The cell's study: in memory, seeded by the cell's id and the round's name (a rerun
     from the same incumbent asks the same first batch: no time is known yet when it is asked

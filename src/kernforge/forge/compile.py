@@ -25,16 +25,19 @@ ARCH = "sm_90"
 
 @dataclass(frozen=True)
 class Built:
-    """One compile: the cubin on success, the compiler's log on failure."""
+    """One compile: the cubin on success (or ``deployed``: built by :mod:`.nvrtc` as dispatch
+    builds it, found in CuPy's kernel cache by :func:`.measure.load`), the compiler's log on
+    failure."""
 
     op: Operator
     cubin: Path | None
     log: str
     seconds: float
+    deployed: bool = False
 
     @property
     def ok(self) -> bool:
-        return self.cubin is not None
+        return self.cubin is not None or self.deployed
 
 
 def _key(op: Operator, arch: str) -> str:

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import BackendUnavailableError, CompileError, LaunchError
 from ..stencil import matrix as mx
-from .nvrtc import DEPLOYED
 
 if TYPE_CHECKING:
     from .loop import Forge
@@ -49,7 +48,7 @@ def regressions(forge: Forge) -> list[dict[str, Any]]:
         start = built.get((cell.id, starts[cell.id].key)) if cell.id in starts else None
         rec: dict[str, Any] = {"cell": cell.id, "prior_s": prior, "final": final.op.key,
                                "changed": start is not None,
-                               "build": "deployed" if final.cubin == DEPLOYED else "rounds'"}
+                               "build": "deployed" if final.deployed else "rounds'"}
         with forge.sessions(cell) as session:
             try:
                 now = session.screen(final)

@@ -3,6 +3,8 @@ the names ``--changes`` accepts (``loop.round_plan`` checks them here)."""
 
 from __future__ import annotations
 
+TPE_ROUNDS = ("tpe", "tpe2")  # the same search (forge/bo.py), seeded apart
+
 IDEAS = {
     "design": "restructure: z-marching with a register queue (star), shared-memory plane sweep "
               "with register-blocked accumulators (box), 2.5D temporal blocking (multi-step)",

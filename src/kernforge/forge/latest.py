@@ -127,8 +127,8 @@ def merge(docs: list[tuple[Path, dict[str, Any]]], keys: dict[str, str] | None =
     for path, data in docs:
         for row in data["cells"]:
             cid = row["cell"]
-            if keys is None or cid not in rows or cid not in keys \
-                    or _ours_key(row) == keys[cid] or _ours_key(rows[cid]) != keys[cid]:
+            if keys is None or cid not in rows or _ours_key(row) == keys[cid] \
+                    or _ours_key(rows[cid]) != keys[cid]:
                 rows[cid] = row
                 source[cid] = path.name
             for r in row["runners"]:
@@ -247,7 +247,7 @@ def merged(inputs: list[Path], *, drift_tol: float = 0.10, note: str = "",
         doc["table"] = str(table)
         doc["table_mismatch"] = [{"cell": r["cell"], "table": keys[r["cell"]],
                                   "measured": _ours_key(r)} for r in rows
-                                 if r["cell"] in keys and _ours_key(r) != keys[r["cell"]]]
+                                 if _ours_key(r) != keys[r["cell"]]]
     return doc, rows
 
 

@@ -38,7 +38,7 @@ from ..stencil import matrix as mx
 from ..stencil.operator import Operator
 from ..stencil.spec import Cell
 from .compile import Built
-from .ideas import IDEAS
+from .ideas import IDEAS, TPE_ROUNDS
 from .pairs import PAIR_LIMIT, pair_candidates
 
 
@@ -279,7 +279,7 @@ class Forge:
 
     def run_round(self, rnd: int, change: str) -> dict[str, int]:
         """One matrix-wide round; returns counts of accepted / rejected / unchanged cells."""
-        if change in ("tpe", "tpe2"):  # bo.ROUNDS
+        if change in TPE_ROUNDS:
             from .bo import tpe_round
 
             return tpe_round(self, rnd, change)

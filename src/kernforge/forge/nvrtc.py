@@ -7,8 +7,8 @@ registers from nvcc and 76 from NVRTC, one 512-thread block per multiprocessor i
 1.31x slower). Here each worker process builds an operator with ``RawModule(code=...,
 options=...).compile()``: exactly what :func:`kernforge.forge.measure.load` does, so CuPy's
 kernel cache (``CUPY_CACHE_DIR``, default ``~/.cupy/kernel_cache``) then holds the module that
-``load`` finds; a :class:`~kernforge.forge.compile.Built` of this kind carries
-:data:`DEPLOYED` in place of a cubin path, and the GPU sessions load it with ``load``.
+``load`` finds; a :class:`~kernforge.forge.compile.Built` of this kind is marked
+``deployed`` (no cubin), and the GPU sessions load it with ``load``.
 
 Workers are spawned (a CUDA context does not survive ``fork``): ``KERNFORGE_BUILD_JOBS`` of
 them, else one per usable core up to 16 (each opens a CUDA context: ``compile()`` reads the
@@ -28,14 +28,12 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
-from pathlib import Path
 
 from ..core import BackendUnavailableError
 from ..stencil.operator import Operator
 from .compile import Built
 from .compile_check import TIMEOUT_S
 
-DEPLOYED = Path("<nvrtc: CuPy's kernel cache>")  # Built.cubin of an operator built here
 MAX_JOBS = 16
 
 Work = Callable[[str, tuple[str, ...]], tuple[bool, str, float]]
@@ -126,5 +124,5 @@ def build_deployed(ops: Iterable[Operator], *, jobs: int | None = None, work: Wo
             f"no operator could be built with NVRTC ({len(done)} tried): "
             f"{next(iter(logs))[:500]}",
             hint="run where CuPy sees the GPU, or pass --build nvcc (cubins from nvcc)")
-    return [Built(op, DEPLOYED if done[_key(op)][0] else None, done[_key(op)][1],
-                  done[_key(op)][2]) for op in ops]
+    return [Built(op, None, done[_key(op)][1], done[_key(op)][2], deployed=done[_key(op)][0])
+            for op in ops]

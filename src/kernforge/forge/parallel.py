@@ -23,7 +23,7 @@ from ..stencil import matrix as mx
 from ..stencil.spec import Cell
 from .loop import check_plan
 from .nvrtc import MAX_JOBS
-from .run import BUILDS
+from .run import check_build
 
 
 def cost(cell: Cell) -> float:
@@ -70,9 +70,7 @@ def forge_parallel(cells: list[Cell], out: Path, *, gpus: int, start_table: Path
                    say: Callable[[str], None] = print, build: str = "nvrtc") -> dict[str, Any]:
     """Forge ``cells`` over ``gpus`` processes (one GPU each) and merge their outputs."""
     check_plan(rounds, changes, seed_design)  # before any process starts
-    if build not in BUILDS:
-        raise ConfigError(f"build {build!r}: one of {', '.join(BUILDS)}",
-                          hint="nvrtc times what dispatch runs; nvcc uses precompiled cubins")
+    check_build(build)
     devices = devices if devices is not None else visible_gpus()
     if not emulate and len(devices) < gpus:
         raise ConfigError(f"--gpus {gpus}, but {len(devices)} GPU(s) are visible",

@@ -30,6 +30,12 @@ EMULATE_MAX_POINTS = 1 << 16  # the emulator runs a host thread per CUDA thread
 BUILDS = ("nvrtc", "nvcc")  # forge_run's build: how the rounds' candidates are compiled
 
 
+def check_build(build: str) -> None:
+    if build not in BUILDS:
+        raise ConfigError(f"build {build!r}: one of {', '.join(BUILDS)}",
+                          hint="nvrtc times what dispatch runs; nvcc uses precompiled cubins")
+
+
 def default_compiler(cache: Path) -> Compiler:
     return lambda ops: compile_all(ops, cache)
 
@@ -53,9 +59,7 @@ def forge_run(cells: list[Cell], out: Path, *, start_table: Path | None, rounds:
     from ..core.jsonio import write_json_atomic
 
     check_plan(rounds, changes, seed_design)
-    if build not in BUILDS:
-        raise ConfigError(f"build {build!r}: one of {', '.join(BUILDS)}",
-                          hint="nvrtc times what dispatch runs; nvcc uses precompiled cubins")
+    check_build(build)
     if emulate and any(c.shape.points > EMULATE_MAX_POINTS for c in cells):
         raise ConfigError("the host emulator runs one thread per CUDA thread: grids of up to "
                           f"{EMULATE_MAX_POINTS} points only",

@@ -32,7 +32,6 @@ from .measure import (
     cupy_module,
     load,
 )
-from .nvrtc import DEPLOYED
 
 _SEEDS = itertools.count(1)  # fresh inputs at every check, never the same seed twice in a run
 
@@ -67,7 +66,7 @@ class GpuSession:
             if not built.ok:
                 raise CompileError(f"{built.op.key}: not built: {built.log[-500:]}",
                                    log=built.log)
-            loaded = load(built.op) if built.cubin == DEPLOYED else load_cubin(built)
+            loaded = load(built.op) if built.deployed else load_cubin(built)
             self._runners[built.op.key] = OperatorRunner(loaded, self.dcell, built.op.key)
         return self._runners[built.op.key]
 
