@@ -7,6 +7,7 @@ code path per design.
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import numpy as np
@@ -100,6 +101,11 @@ CASES = [
     ("star_2", "zmarch", {"tx": 8, "ty": 4, "vx": 2, "lz": 3, "l1": 1}, "fp32"),
     ("box_1", "zbox", {"tx": 8, "ty": 4, "vx": 4, "lz": 5, "l1": 1}, "fp16"),
     ("box_1", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 2, "lz": 4, "l1": 1}, "fp64"),
+    # z-chunks first in the launch order (a launch attribute: grid and blockIdx renamed)
+    ("star_2", "zmarch", {"tx": 8, "ty": 4, "vx": 2, "lz": 3, "zo": 1}, "fp32"),
+    ("box_1", "zbox", {"tx": 8, "ty": 4, "vx": 4, "lz": 5, "zo": 1}, "fp16"),
+    ("box_1", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 2, "lz": 4, "zo": 1}, "fp64"),
+    ("star_1", "ztile", {"tx": 8, "ty": 4, "vx": 4, "lz": 4, "st": 2, "zo": 1}, "fp32"),
     # fp64 weights in constant memory (the plane sweep's cw)
     ("box_1", "planesweep", {"tx": 16, "ty": 2, "vx": 2, "ry": 4, "lz": 0, "cw": 1}, "fp64"),
     ("box_2", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 2, "lz": 4, "cw": 1}, "fp64"),
@@ -299,6 +305,27 @@ def test_l1_sets_the_carveout_and_marks_the_source(stencil: str, design: str) ->
     assert big.source != base.source and big.source.endswith(base.source)
     assert "l1=1" in big.key and "l1" not in base.key
     assert mx.build(design, cell, {**mx.defaults(design, cell), "l1": 2}) is None
+
+
+@pytest.mark.parametrize(("stencil", "design"), [("star_1", "zmarch"), ("star_1_t4", "temporal"),
+                                                 ("box_2", "zbox"), ("box_1", "planesweep"),
+                                                 ("star_2", "ztile")])
+def test_zo_puts_the_z_chunks_first(stencil: str, design: str) -> None:
+    """``zo=1``: the grid (x, y, z) becomes (z, x, y) and every ``blockIdx`` axis is renamed to
+    match, so each block computes the tile it computed before; nothing else changes."""
+    cell = Cell(STENCILS[stencil], Shape(256, 256, 256), Precision.FP32)
+    params = {**mx.defaults(design, cell), "lz": 16}
+    base = mx.build(design, cell, params)
+    zo = mx.build(design, cell, {**params, "zo": 1})
+    assert base is not None and zo is not None
+    assert [launch.grid for launch in zo.launches] == [
+        (gz, gx, gy) for gx, gy, gz in (launch.grid for launch in base.launches)]
+    assert base.launches[0].grid[2] > 1  # a real permutation
+    rename = {"blockIdx.x": "blockIdx.y", "blockIdx.y": "blockIdx.z", "blockIdx.z": "blockIdx.x"}
+    want = re.sub(r"blockIdx\.[xyz]", lambda m: rename[m.group(0)], base.source)
+    assert zo.source.endswith(want) and zo.source != base.source
+    assert "zo=1" in zo.key and "zo" not in base.key
+    assert mx.build(design, cell, {**params, "zo": 2}) is None
 
 
 def test_launch_refuses_a_bad_carveout() -> None:

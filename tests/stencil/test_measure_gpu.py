@@ -149,6 +149,11 @@ def test_stencil_bench_two_small_cells(device, tmp_path):
     ("zmarch", "star_2/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 9, "l1": 1}),
     ("planesweep", "box_1/104x48x36/fp16", {"tx": 32, "ty": 4, "vx": 1, "ry": 4, "lz": 7,
                                             "l1": 1}),
+    # z-chunks first in the launch order
+    ("zmarch", "star_2/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 5, "zo": 1}),
+    ("zbox", "box_1/104x48x36/fp16", {"tx": 16, "ty": 4, "vx": 8, "lz": 7, "zo": 1}),
+    ("temporal", "star_1_t4/104x48x36/fp32", {"tx": 32, "ty": 16, "lz": 8, "steps": 4,
+                                               "pipe": 1, "zo": 1}),
     # a register cap that spills (minb): zbox and the plane sweep
     ("zbox", "box_2/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 9, "minb": 8}),
     ("planesweep", "box_2/104x48x36/fp64", {"tx": 32, "ty": 4, "vx": 1, "ry": 4, "lz": 7,

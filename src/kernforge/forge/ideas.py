@@ -38,6 +38,8 @@ IDEAS = {
     "l1": "z-marching, zbox, plane sweep: the largest L1 (shared-memory carveout 0%): more of "
           "the neighbour rows hit in L1, fewer requests to the L2 (whose partition link bounds "
           "the star kernels on the H200)",
+    "zo": "launch order: z-chunks first (grid z, x, y), so the blocks that share a column's "
+          "halo planes run together and meet in the L2 instead of a plane of tiles apart",
     "pairs": "two parameters changed at once (vector width, z-chunk, block shape, planes in "
              "flight, loads ahead, rows per thread): out of one-change local optima",
     "pairs2": "the next 40 two-parameter changes in the pair round's fixed order",

@@ -15,7 +15,7 @@ from typing import Any
 from ..core import ConfigError
 from ..core.jsonio import DamagedJSON, parse_json
 from .kernels import naive, planesweep, temporal, zbox, zmarch, ztile
-from .kernels.common import largest_l1
+from .kernels.common import largest_l1, z_first
 from .operator import Operator
 from .spec import Cell, Precision
 
@@ -66,13 +66,13 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
         zs: dict[str, tuple[Any, ...]] = {
             "vx": vx[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
             "tx": (32, 64, 16), "pf": (1, 2, 4), "smem": (0, 1), "xs": (0, 1), "pn": (0, 1),
-            "ry": (1, 2, 4), "sc": (0, 1), "l1": (0, 1)}
+            "ry": (1, 2, 4), "sc": (0, 1), "l1": (0, 1), "zo": (0, 1)}
         return {**zs, **_precision_options(cell)}
     if design == "ztile":
         widths: dict[Precision, tuple[int, ...]] = {  # 16 bytes at most (fp64: 2 lanes)
             Precision.FP16: (8, 4), Precision.FP32: (4, 2), Precision.FP64: (2,)}
         return {"vx": widths[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
-                "tx": (32, 64, 16), "st": (2, 1, 3, 4)}
+                "tx": (32, 64, 16), "st": (2, 1, 3, 4), "zo": (0, 1)}
     if design == "zbox":
         # 16-byte loads at most (ptxas for sm_90, box_1 512^3: fp32 vx=4 46 registers and 44.5
         # instructions per output, vx=2 32 and 57, the plane sweep ~60; fp16 vx=4 42, vx=8 75)
@@ -81,19 +81,19 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
         zb: dict[str, tuple[Any, ...]] = {
             "vx": lanes[cell.precision], "lz": (32, 64, 16, 8, 128), "ty": (8, 4, 16),
             "tx": (32, 64, 16), "pn": (1, 0), "pw": (0, 1),
-            "minb": MINB, "l1": (0, 1)}
+            "minb": MINB, "l1": (0, 1), "zo": (0, 1)}
         return {**zb, **_precision_options(cell, cw=False)}  # zbox: fp64 weights always in
         # constant memory (no table entry predates it)
     if design == "planesweep":
         sp: dict[str, tuple[Any, ...]] = {"ry": (4, 2, 8), "lz": (64, 32, 128, 16),
                                           "ty": (4, 8, 2), "vx": (1, 2), "tx": (32, 64),
-                                          "minb": MINB, "l1": (0, 1)}
+                                          "minb": MINB, "l1": (0, 1), "zo": (0, 1)}
         return {**sp, **_precision_options(cell)}
     if design == "temporal":
         ty = (16, 32) if cell.precision is Precision.FP64 else (32, 16)
         return {"lz": (64, 128, 32, 16, 0), "ty": ty, "tx": (32, 64), "pipe": (1, 0),
                 "pf": (1, 2, 3, 4), "cx": (1, 2, 4), "cy": (1, 2), "minb": (1, 2, 3, 4),
-                "fs": (0, 2)}
+                "fs": (0, 2), "zo": (0, 1)}
     raise ConfigError(f"unknown stencil design {design!r}", hint=f"one of {', '.join(DESIGNS)}")
 
 
@@ -131,11 +131,16 @@ def build(design: str, cell: Cell, params: dict[str, Any]) -> Operator | None:
                           hint=f"one of {', '.join(DESIGNS)}")
     clean = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()
              if k != "steps"}
-    l1 = clean.pop("l1", 0) if "l1" in space(design, cell) else 0  # a launch attribute
-    if l1 not in (0, 1):
+    names = space(design, cell)
+    # launch attributes, the same for every design that lists them
+    l1 = clean.pop("l1", 0) if "l1" in names else 0
+    zo = clean.pop("zo", 0) if "zo" in names else 0
+    if l1 not in (0, 1) or zo not in (0, 1):
         return None
     try:
         op = DESIGNS[design](cell, **clean)
+        if zo:
+            op = z_first(op)
     except ValueError:
         return None
     if l1:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -46,6 +47,31 @@ def largest_l1(op: Operator) -> Operator:
         source="// launch attribute: preferred shared-memory carveout 0% (largest L1)\n"
                + op.source,
         launches=tuple(dataclasses.replace(launch, carveout=0) for launch in op.launches))
+
+
+_BLOCK_AXES = re.compile(r"\bblockIdx\.([xyz])\b")
+
+
+def z_first(op: Operator) -> Operator:
+    """``op`` with its z-chunks first in the launch order (``zo=1``): the grid becomes
+    (z, x, y) and every ``blockIdx`` of the source is renamed to match, so blocks that share
+    halo planes (the same column, neighbouring chunks) are issued together and meet in the L2,
+    instead of a whole plane of tiles apart. The hardware issues blocks x first; the kernels use
+    ``blockIdx`` only as tile coordinates, so the result is the same operator, reordered. A
+    launch attribute, the same for every design: :func:`kernforge.stencil.matrix.build`
+    applies it."""
+    rename = {"x": "y", "y": "z", "z": "x"}
+    source = _BLOCK_AXES.sub(lambda m: f"blockIdx.{rename[m.group(1)]}", op.source)
+    launches = []
+    for launch in op.launches:
+        gx, gy, gz = launch.grid
+        if max(gx, gy) > 65535:
+            raise ValueError(f"zo=1 needs at most 65535 x and y tiles, not {gx} and {gy}")
+        launches.append(dataclasses.replace(launch, grid=(gz, gx, gy)))
+    return dataclasses.replace(
+        op, params={**op.params, "zo": 1},
+        source="// launch order: z-chunks first (grid z, x, y)\n" + source,
+        launches=tuple(launches))
 
 
 def literal(value: float, precision: Precision) -> str:
