@@ -101,6 +101,12 @@ CASES = [
     ("star_2", "zmarch", {"tx": 8, "ty": 4, "vx": 2, "lz": 3, "l1": 1}, "fp32"),
     ("box_1", "zbox", {"tx": 8, "ty": 4, "vx": 4, "lz": 5, "l1": 1}, "fp16"),
     ("box_1", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 2, "lz": 4, "l1": 1}, "fp64"),
+    # a register cap for z-marching (minb): the plain kernel, staged, half2, rows per thread
+    ("star_2", "zmarch", {"tx": 8, "ty": 4, "vx": 4, "lz": 3, "minb": 6}, "fp32"),
+    ("star_1", "zmarch", {"tx": 8, "ty": 4, "vx": 2, "lz": 4, "pf": 2, "pn": 1, "minb": 8}, "fp64"),
+    ("star_2", "zmarch", {"tx": 8, "ty": 4, "vx": 8, "lz": 5, "h2": 1, "minb": 4}, "fp16"),
+    ("varcoeff_star_1", "zmarch", {"tx": 8, "ty": 4, "vx": 2, "lz": 4, "ry": 2, "minb": 2},
+     "fp32"),
     # z-chunks first in the launch order (a launch attribute: grid and blockIdx renamed)
     ("star_2", "zmarch", {"tx": 8, "ty": 4, "vx": 2, "lz": 3, "zo": 1}, "fp32"),
     ("box_1", "zbox", {"tx": 8, "ty": 4, "vx": 4, "lz": 5, "zo": 1}, "fp16"),
@@ -196,7 +202,8 @@ def test_later_parameters_default_to_the_first_kernels() -> None:
     defaults to the pipelined rewrite (no table entry used the first kernel: it lost every cell
     on the H200), so its old kernel is asked for with pipe=0."""
     for stencil, design, extra in (("star_1", "zmarch", {"pf": 1, "smem": 0, "xs": 0, "pn": 0, "cw": 0,
-                                                         "ry": 1, "sc": 0, "l1": 0}),
+                                                         "ry": 1, "sc": 0, "minb": 1, "l1": 0,
+                                                         "zo": 0}),
                                    ("box_1", "planesweep", {"h2": 0, "cw": 0, "minb": 1, "l1": 0}),
                                    ("box_2", "zbox", {"pw": 0, "h2": 0, "minb": 1, "l1": 0}),
                                    ("star_1_t4", "temporal", {"pipe": 0, "fs": 0, "minb": 1,
@@ -326,6 +333,22 @@ def test_zo_puts_the_z_chunks_first(stencil: str, design: str) -> None:
     assert zo.source.endswith(want) and zo.source != base.source
     assert "zo=1" in zo.key and "zo" not in base.key
     assert mx.build(design, cell, {**params, "zo": 2}) is None
+
+
+@pytest.mark.parametrize("extra", [{}, {"pf": 2}, {"h2": 1}, {"ry": 2}, {"smem": 1}])
+def test_zmarch_minb_caps_registers_through_launch_bounds(extra: dict) -> None:
+    """``minb`` reaches every z-marching kernel's ``__launch_bounds__`` (and the key); a
+    count of blocks that cannot fit one SM is refused."""
+    cell = Cell(STENCILS["star_1"], Shape(256, 256, 256), Precision.FP16)
+    params = {**mx.defaults("zmarch", cell), **extra}
+    base = mx.build("zmarch", cell, params)
+    capped = mx.build("zmarch", cell, {**params, "minb": 6})
+    assert base is not None and capped is not None
+    threads = params["tx"] * params["ty"]
+    assert f"__launch_bounds__({threads})" in base.source
+    assert f"__launch_bounds__({threads}, 6)" in capped.source
+    assert "minb=6" in capped.key and "minb" not in base.key
+    assert mx.build("zmarch", cell, {**params, "minb": 16}) is None  # 16 x 256 > 2048 threads
 
 
 def test_launch_refuses_a_bad_carveout() -> None:

@@ -149,6 +149,8 @@ def test_stencil_bench_two_small_cells(device, tmp_path):
     ("zmarch", "star_2/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 9, "l1": 1}),
     ("planesweep", "box_1/104x48x36/fp16", {"tx": 32, "ty": 4, "vx": 1, "ry": 4, "lz": 7,
                                             "l1": 1}),
+    # a register cap for z-marching that spills (minb)
+    ("zmarch", "star_2/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 9, "pn": 1, "minb": 8}),
     # z-chunks first in the launch order
     ("zmarch", "star_2/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 5, "zo": 1}),
     ("zbox", "box_1/104x48x36/fp16", {"tx": 16, "ty": 4, "vx": 8, "lz": 7, "zo": 1}),

@@ -66,7 +66,7 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
         zs: dict[str, tuple[Any, ...]] = {
             "vx": vx[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
             "tx": (32, 64, 16), "pf": (1, 2, 4), "smem": (0, 1), "xs": (0, 1), "pn": (0, 1),
-            "ry": (1, 2, 4), "sc": (0, 1), "l1": (0, 1), "zo": (0, 1)}
+            "ry": (1, 2, 4), "sc": (0, 1), "minb": MINB, "l1": (0, 1), "zo": (0, 1)}
         return {**zs, **_precision_options(cell)}
     if design == "ztile":
         widths: dict[Precision, tuple[int, ...]] = {  # 16 bytes at most (fp64: 2 lanes)

@@ -13,8 +13,9 @@ plane's tile in shared memory), ``xs`` (the x halo by warp shuffles instead of s
 loads) and ``pn`` (the x and y neighbours loaded one plane ahead): see :mod:`.zmarch_staged`;
 ``h2`` (fp16: ``__half2`` arithmetic): see :mod:`.zmarch_h2`; ``cw`` (fp64: the weights in
 constant memory, no 64-bit immediates: :func:`.common.constant_weight_defs`); ``ry`` (rows per
-thread) and ``sc`` (streaming stores): see :mod:`.zmarch_rows`; ``pf=1, smem=0, xs=0, pn=0,
-h2=0, ry=1, sc=0`` is this module's kernel. (``l1``, the largest L1, is a launch attribute
+thread) and ``sc`` (streaming stores): see :mod:`.zmarch_rows`; ``minb`` (every kernel):
+``__launch_bounds__`` minimum resident blocks per SM, a register cap (:func:`.common.bounds`);
+``pf=1, smem=0, xs=0, pn=0, h2=0, ry=1, sc=0, minb=1`` is this module's kernel. (``l1``, the largest L1, is a launch attribute
 that :func:`..matrix.build` applies: :func:`.common.largest_l1`.)
 """
 
@@ -24,7 +25,9 @@ from ..operator import Launch, Operator
 from ..spec import Cell, Precision
 from . import zmarch_h2, zmarch_rows, zmarch_staged
 from .common import (
+    bounds,
     cdiv,
+    check_minb,
     constant_weight_defs,
     extents,
     header,
@@ -116,7 +119,7 @@ zmarch(const {t}* __restrict__ src, {coef}{t}* __restrict__ dst) {{
 
 def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf: int = 1,
              smem: int = 0, xs: int = 0, pn: int = 0, h2: int = 0, cw: int = 0, ry: int = 1,
-             sc: int = 0) -> Operator:
+             sc: int = 0, minb: int = 1) -> Operator:
     if cell.stencil.kind not in ("star", "varcoeff"):
         raise ValueError(f"zmarch handles star stencils, not {cell.stencil.name}")
     if cell.shape.nx % vx:
@@ -141,6 +144,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf
         raise ValueError("xs (x halo by warp shuffles) is for the unstaged kernel (smem=0)")
     if smem and (ty < 2 * cell.radius or tx < 2):
         raise ValueError(f"smem=1 needs ty >= {2 * cell.radius} and tx >= 2 (halo loads)")
+    check_minb(tx * ty, minb)
     nz_int = cell.shape.nz - 2 * cell.radius
     lz = nz_int if lz <= 0 else min(lz, nz_int)
     weights = constant_weight_defs(cell) if cw else weight_defs(cell)
@@ -149,7 +153,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf
     # pf and smem appear only with a value of their own, so the first kernel keeps its keys
     params.update({k: v for k, v, first in (("pf", pf, 1), ("smem", smem, 0), ("xs", xs, 0),
                                              ("pn", pn, 0), ("h2", h2, 0), ("cw", cw, 0),
-                                             ("ry", ry, 1), ("sc", sc, 0))
+                                             ("ry", ry, 1), ("sc", sc, 0), ("minb", minb, 1))
                    if v != first})
     shared = zmarch_staged.shared_bytes(cell, tx, ty, vx) if smem else 0
     if shared > zmarch_staged.MAX_SHARED:
@@ -162,6 +166,10 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf
         source = head + _kernel(cell, tx, ty, vx, lz)
     else:
         source = head + zmarch_staged.kernel(cell, tx, ty, vx, lz, pf, smem, xs, pn)
+    if minb > 1:  # every variant declares __launch_bounds__(tx * ty) once
+        plain = f"__launch_bounds__({tx * ty})"
+        assert source.count(plain) == 1, "one kernel per zmarch operator"
+        source = source.replace(plain, f"__launch_bounds__({bounds(tx * ty, minb)})")
     rows = cell.shape.ny if ry == 1 and not sc else cell.shape.ny - 2 * cell.radius
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(rows, ty * ry), cdiv(nz_int, lz))
     coef = ("coef",) if cell.stencil.kind == "varcoeff" else ()
