@@ -32,7 +32,9 @@ def test_the_search_space_is_the_designs_with_the_incumbent_as_baseline() -> Non
     for name in ("vx", "lz", "ty", "tx"):
         assert list(space[name].choices) == sorted(full[name])
     options = bo._options("zmarch", cell)
-    assert "l1" not in options and set(options) == set(full) - {"vx", "lz", "ty", "tx", "l1"}
+    # l1 and z-marching's minb left as they are (no effect; spills)
+    assert set(options) == set(full) - {"vx", "lz", "ty", "tx", "l1", "minb"}
+    assert "minb" in bo._options("zbox", Cell(STENCILS["box_1"], cell.shape, cell.precision))
     variants = list(space["variant"].choices)
     assert len(set(variants)) == len(variants) > 5
     geometry = {k: params[k] for k in ("vx", "lz", "ty", "tx")}
