@@ -112,6 +112,9 @@ CASES = [
     ("box_1", "zbox", {"tx": 8, "ty": 4, "vx": 4, "lz": 5, "zo": 1}, "fp16"),
     ("box_1", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 2, "lz": 4, "zo": 1}, "fp64"),
     ("star_1", "ztile", {"tx": 8, "ty": 4, "vx": 4, "lz": 4, "st": 2, "zo": 1}, "fp32"),
+    ("star_1_t4", "temporal", {"tx": 16, "ty": 8, "lz": 6, "pipe": 1, "cy": 2, "fs": 2, "zo": 1},
+     "fp32"),
+    ("star_1_t4", "temporal", {"tx": 16, "ty": 16, "lz": 7, "zo": 1}, "fp64"),
     # fp64 weights in constant memory (the plane sweep's cw)
     ("box_1", "planesweep", {"tx": 16, "ty": 2, "vx": 2, "ry": 4, "lz": 0, "cw": 1}, "fp64"),
     ("box_2", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 2, "lz": 4, "cw": 1}, "fp64"),
@@ -204,10 +207,13 @@ def test_later_parameters_default_to_the_first_kernels() -> None:
     for stencil, design, extra in (("star_1", "zmarch", {"pf": 1, "smem": 0, "xs": 0, "pn": 0, "cw": 0,
                                                          "ry": 1, "sc": 0, "minb": 1, "l1": 0,
                                                          "zo": 0}),
-                                   ("box_1", "planesweep", {"h2": 0, "cw": 0, "minb": 1, "l1": 0}),
-                                   ("box_2", "zbox", {"pw": 0, "h2": 0, "minb": 1, "l1": 0}),
+                                   ("box_1", "planesweep", {"h2": 0, "cw": 0, "minb": 1, "l1": 0,
+                                                            "zo": 0}),
+                                   ("box_2", "zbox", {"pw": 0, "h2": 0, "minb": 1, "l1": 0,
+                                                      "zo": 0}),
                                    ("star_1_t4", "temporal", {"pipe": 0, "fs": 0, "minb": 1,
-                                                              "pf": 1, "cx": 1, "cy": 1})):
+                                                              "pf": 1, "cx": 1, "cy": 1,
+                                                              "zo": 0})):
         cell = Cell(STENCILS[stencil], Shape(512, 512, 512), Precision.FP32)
         base = {**mx.defaults(design, cell), **extra}
         first = mx.build(design, cell, {k: v for k, v in base.items() if k not in extra})

@@ -57,9 +57,11 @@ def z_first(op: Operator) -> Operator:
     (z, x, y) and every ``blockIdx`` of the source is renamed to match, so blocks that share
     halo planes (the same column, neighbouring chunks) are issued together and meet in the L2,
     instead of a whole plane of tiles apart. The hardware issues blocks x first; the kernels use
-    ``blockIdx`` only as tile coordinates, so the result is the same operator, reordered. A
-    launch attribute, the same for every design: :func:`kernforge.stencil.matrix.build`
-    applies it."""
+    ``blockIdx`` only as tile coordinates, so the result is the same operator, reordered. Where
+    every launch has one z-chunk (or one tile) the order is unchanged (x first: (gx, gy, 1) ->
+    (1, gx, gy) issues x + gx y as before): the same kernel under another key; two table
+    entries are such. A launch attribute, the same for every design:
+    :func:`kernforge.stencil.matrix.build` applies it."""
     rename = {"x": "y", "y": "z", "z": "x"}
     source = _BLOCK_AXES.sub(lambda m: f"blockIdx.{rename[m.group(1)]}", op.source)
     launches = []

@@ -15,8 +15,9 @@ loads) and ``pn`` (the x and y neighbours loaded one plane ahead): see :mod:`.zm
 constant memory, no 64-bit immediates: :func:`.common.constant_weight_defs`); ``ry`` (rows per
 thread) and ``sc`` (streaming stores): see :mod:`.zmarch_rows`; ``minb`` (every kernel):
 ``__launch_bounds__`` minimum resident blocks per SM, a register cap (:func:`.common.bounds`);
-``pf=1, smem=0, xs=0, pn=0, h2=0, ry=1, sc=0, minb=1`` is this module's kernel. (``l1``, the largest L1, is a launch attribute
-that :func:`..matrix.build` applies: :func:`.common.largest_l1`.)
+``pf=1, smem=0, xs=0, pn=0, h2=0, ry=1, sc=0, minb=1`` is this module's kernel. (``l1``, the
+largest L1, and ``zo``, the z-chunks first in the launch order, are launch attributes that
+:func:`..matrix.build` applies: :func:`.common.largest_l1`, :func:`.common.z_first`.)
 """
 
 from __future__ import annotations
@@ -168,7 +169,8 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf
         source = head + zmarch_staged.kernel(cell, tx, ty, vx, lz, pf, smem, xs, pn)
     if minb > 1:  # every variant declares __launch_bounds__(tx * ty) once
         plain = f"__launch_bounds__({tx * ty})"
-        assert source.count(plain) == 1, "one kernel per zmarch operator"
+        if source.count(plain) != 1:
+            raise RuntimeError(f"zmarch: expected one {plain} in the generated source")
         source = source.replace(plain, f"__launch_bounds__({bounds(tx * ty, minb)})")
     rows = cell.shape.ny if ry == 1 and not sc else cell.shape.ny - 2 * cell.radius
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(rows, ty * ry), cdiv(nz_int, lz))
