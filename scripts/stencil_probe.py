@@ -30,7 +30,7 @@ from kernforge.stencil.operator import Operator
 from kernforge.stencil.spec import Cell
 
 LOOP = re.compile(r"for \(long z = zb; z < ze; (?:\+\+z|z \+= PF)\) \{\n")  # pf=1: PF is 1
-PLAIN_ONLY = ("pf", "pn", "xs", "ry", "sc", "h2", "smem")
+PLAIN_ONLY = ("pf", "pn", "xs", "ry", "sc", "h2", "smem", "zo")  # zo: blockIdx already renamed
 
 
 class ProbeError(ValueError):
