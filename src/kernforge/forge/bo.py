@@ -41,11 +41,11 @@ ASK_LIMIT = 4 * PER_BATCH  # asks per cell and batch (refused and already screen
 # (session 9); z-marching's register cap spills wherever it binds (session 12: 0.08-1.01x)
 SKIP_PARAMS = ("l1",)
 SKIP_BY_DESIGN = {"zmarch": ("minb",)}
+GEOMETRY = ("vx", "lz", "ty", "tx")  # ordinal dimensions; every other parameter is an option
 
 
 def _skipped(design: str) -> tuple[str, ...]:
     return SKIP_PARAMS + SKIP_BY_DESIGN.get(design, ())
-GEOMETRY = ("vx", "lz", "ty", "tx")  # ordinal dimensions; every other parameter is an option
 
 
 def _now() -> str:

@@ -21,8 +21,9 @@ from .spec import Cell, Precision
 
 TABLE_PATH = Path(__file__).parent / "data" / "matrix.json"
 TABLE_VERSION = 1
-# __launch_bounds__ minimum blocks per SM for the box designs (values that do not fit a block's
-# size are refused by the generator): blocks of 64-512 threads have different useful values
+# __launch_bounds__ minimum blocks per SM for the box designs and z-marching (values that do not
+# fit a block's size are refused by the generator): blocks of 64-512 threads have different
+# useful values
 MINB = (1, 2, 3, 4, 6, 8, 12, 16)
 # a z-chunk of every plane of the matrix's shapes (nz <= 1024; the generators clamp lz to the
 # interior): one block per column, no z halo read twice (session 8: on the 1024^3 star cells
