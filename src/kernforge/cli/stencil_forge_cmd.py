@@ -1,9 +1,11 @@
-"""``kernforge stencil forge``: the forge loop over (part of) the stencil matrix.
+"""``kernforge stencil forge``: the forge loop over (part of) the stencil matrix; ``adopt``:
+its results into a dispatch table.
 
 On a GPU it measures; with ``--emulate`` it runs the same loop on the host emulator (small grids
 only, timings meaningless: a dry run of the plumbing, the kernels and the oracle). Outputs go to
 ``--out``: the dispatch table the run ends with, the performance log, the idea-log section and a
-summary; review them, then copy the table into ``src/kernforge/stencil/data/`` (docs/stencil.md).
+summary; review them, bench the changed cells, then ``kernforge stencil adopt`` what the bench
+confirmed into ``src/kernforge/stencil/data/`` (docs/stencil.md).
 """
 
 from __future__ import annotations
@@ -60,6 +62,50 @@ def add_parser(cmds: argparse._SubParsersAction, filters: Any, cells: Any) -> No
                    help="forge processes, one per visible GPU, over balanced shares of the "
                         "cells (default 1)")
     f.set_defaults(func=run_forge, cells=cells)
+    a = cmds.add_parser(
+        "adopt", help="copy forge tables' changed operators into a dispatch table, where a "
+                      "bench confirms them",
+        description="For each cell whose operator a forge table (a run's --out matrix.json) "
+                    "changed: with --bench, adopt it only where its latest bench row is faster "
+                    "than that of the operator the target dispatches; without, adopt every "
+                    "change. Written atomically.")
+    a.add_argument("forged", nargs="+", type=Path, help="forge tables (matrix.json)")
+    a.add_argument("--into", type=Path, default=TABLE_PATH,
+                   help="the table to update (default: the committed one)")
+    a.add_argument("--base", type=Path, default=None,
+                   help="the table the forge runs started from (default: the target); only "
+                        "their changes against it are adopted")
+    a.add_argument("--bench", nargs="+", type=Path, default=None, metavar="JSON",
+                   help="bench JSON files, oldest first: the evidence")
+    a.add_argument("--cell-ids", default=None, help="only these cells (comma-separated)")
+    a.add_argument("--dry-run", action="store_true", help="report, write nothing")
+    a.set_defaults(func=run_adopt)
+
+
+def run_adopt(args: argparse.Namespace) -> int:
+    from ..forge.adopt import adopt
+
+    only = ({c.strip() for c in args.cell_ids.split(",") if c.strip()}
+            if args.cell_ids else None)
+    decisions = adopt(args.into, args.forged, args.bench, only, base=args.base,
+                      dry_run=args.dry_run)
+    table = Table(title=f"adopt into {args.into}" + (" (dry run)" if args.dry_run else ""))
+    for h in ("cell", "from", "operator", "adopted", "old/new bench", "why"):
+        table.add_column(h)
+    for d in decisions:
+        src = Path(d.source)
+        table.add_row(d.cell, escape(f"{src.parent.name}/{src.name}"), escape(f"{d.old} -> {d.new}"),
+                      "[green]yes[/]" if d.adopted else "no",
+                      "-" if d.ratio is None else f"{d.ratio:.3f}x", escape(d.reason))
+    console.print(table)
+    n = sum(d.adopted for d in decisions)
+    if not decisions:
+        console.print("no forge table changed an operator the target does not already have")
+    elif args.dry_run:
+        console.print(f"would adopt {n} of {len(decisions)}")
+    else:
+        console.print(f"adopted {n} of {len(decisions)}" + (f"; wrote {args.into}" if n else ""))
+    return 0
 
 
 def run_forge(args: argparse.Namespace) -> int:
