@@ -16,16 +16,19 @@ from kernforge.stencil import matrix as mx
 from kernforge.stencil.spec import Cell
 
 A, B = "star_1/512x512x512/fp32", "box_1/256x256x256/fp32"
+C, D = "star_2/256x256x256/fp32", "star_2/512x512x512/fp32"
+LATER = "2099-01-01T00:00:00+00:00"  # a forge run after every committed entry
 
 
-def _table(path: Path, changes: dict[str, dict[str, Any]] | None = None) -> Path:
+def _table(path: Path, changes: dict[str, dict[str, Any]] | None = None,
+           date: str = LATER) -> Path:
     data = json.loads(mx.TABLE_PATH.read_text())
     for cid, params in (changes or {}).items():
         entry = data["cells"][cid]
         op = mx.build(entry["design"], Cell.parse(cid), {**entry["params"], **params})
         assert op is not None, (cid, params)
-        entry["params"] = {**entry["params"], **params}
-        entry["source_sha"] = mx.source_sha(op)
+        entry.update(params={**entry["params"], **params}, source_sha=mx.source_sha(op),
+                     date=date)
     path.write_text(json.dumps(data, indent=2))
     return path
 
@@ -48,73 +51,129 @@ def test_without_bench_every_change_of_a_forge_table_is_adopted(tmp_path: Path) 
     target = _table(tmp_path / "target.json")
     forged = _table(tmp_path / "f1.json", {A: {"ty": 16}})
     before = target.read_bytes()
-    decisions = adopt(target, [forged], dry_run=True)
+    decisions, _ = adopt(target, [forged], dry_run=True)
     assert [(d.cell, d.adopted) for d in decisions] == [(A, True)]
     assert target.read_bytes() == before  # a dry run writes nothing
     adopt(target, [forged])
-    assert _key(target, A) == _key(forged, A) and "ty=16" in _key(target, A)
-    assert _key(target, B) == _key(tmp_path / "f1.json", B)  # untouched cells stay
-    assert adopt(target, [forged]) == []  # already adopted: nothing to do
+    assert "ty=16" in _key(target, A)
+    after = json.loads(target.read_text())["cells"]
+    untouched = json.loads(before)["cells"]
+    assert all(after[c] == untouched[c] for c in untouched if c != A)  # the rest as it was
+    assert adopt(target, [forged]) == ([], [])  # already adopted: nothing to do
 
 
 def test_with_bench_only_confirmed_changes_are_adopted(tmp_path: Path) -> None:
+    e = "star_1/256x256x256/fp32"
     target = _table(tmp_path / "target.json")
-    c, d = "star_2/256x256x256/fp32", "star_2/512x512x512/fp32"
-    forged = _table(tmp_path / "f1.json", {A: {"ty": 16}, B: {"tx": 64}, c: {"tx": 16},
-                                           d: {"tx": 16}})
-    old = {cid: _key(target, cid) for cid in (A, B, c, d)}
-    new = {cid: _key(forged, cid) for cid in (A, B, c, d)}
+    forged = _table(tmp_path / "f1.json", {A: {"ty": 16}, B: {"tx": 64}, C: {"tx": 16},
+                                           D: {"tx": 16}, e: {"tx": 16}})
+    old = {cid: _key(target, cid) for cid in (A, B, C, D, e)}
+    new = {cid: _key(forged, cid) for cid in (A, B, C, D, e)}
     bench = [_bench(tmp_path / "b1.json", "2026-12-01T00:00:00Z",
                     [(A, old[A], 100e-6, True), (B, old[B], 50e-6, True),
-                     (c, old[c], 40e-6, True)]),
+                     (C, old[C], 40e-6, True), (e, old[e], 40e-6, True),
+                     (e, new[e], 20e-6, True)]),
              _bench(tmp_path / "b2.json", "2026-12-02T00:00:00Z",
-                    [(A, new[A], 90e-6, True),  # faster: adopted
-                     (B, new[B], 55e-6, True),  # slower: kept
-                     (c, new[c], 30e-6, False),  # failed the oracle: no evidence
-                     (d, new[d], 30e-6, True)])]  # its old operator never benched
-    decisions = {d.cell: d for d in adopt(target, [forged], bench)}
-    assert decisions[A].adopted and decisions[A].ratio == pytest.approx(100 / 90)
-    assert not decisions[B].adopted and "not faster" in decisions[B].reason
-    assert not decisions[c].adopted and "new operator" in decisions[c].reason
-    assert not decisions[d].adopted and "target's operator" in decisions[d].reason
-    assert [_key(target, x) for x in (A, B, c, d)] == [new[A], old[B], old[c], old[d]]
+                    [(A, new[A], 90e-6, True),  # 1.11x: adopted
+                     (B, new[B], 50.5e-6, True),  # 0.99x: slower, kept
+                     (C, new[C], 30e-6, False),  # failed the oracle: no evidence
+                     (D, new[D], 30e-6, True),  # its old operator never benched
+                     (e, new[e], 20e-6, False)])]  # passed before, failed since: vetoed
+    # a band: A's 1.11x passes 10%, not 12%
+    decisions, _ = adopt(target, [forged], bench, {A}, band=0.12, dry_run=True)
+    assert [d.adopted for d in decisions] == [False] and "12.0%" in decisions[0].reason
+    decisions, _ = adopt(target, [forged], bench, {A}, band=0.10, dry_run=True)
+    assert [d.adopted for d in decisions] == [True]
+    decisions, warnings = adopt(target, [forged], bench)
+    by = {d.cell: d for d in decisions}
+    assert not warnings
+    assert by[A].adopted and by[A].ratio == pytest.approx(100 / 90)
+    assert not by[B].adopted and "not faster" in by[B].reason and not by[B].undecided
+    assert not by[C].adopted and by[C].undecided and "new operator" in by[C].reason
+    assert not by[D].adopted and by[D].undecided and "target's operator" in by[D].reason
+    assert not by[e].adopted and by[e].undecided
+    assert [_key(target, x) for x in (A, B, C, D, e)] == [new[A], old[B], old[C], old[D],
+                                                            old[e]]
+
 
 
 def test_disagreeing_forge_tables_need_the_bench(tmp_path: Path) -> None:
+    base = _table(tmp_path / "base.json")
     target = _table(tmp_path / "target.json")
     f1 = _table(tmp_path / "f1.json", {A: {"ty": 16}})
     f2 = _table(tmp_path / "f2.json", {A: {"tx": 64}})
-    decisions = adopt(target, [f1, f2], dry_run=True)
+    decisions, _ = adopt(target, [f1, f2], dry_run=True)
     assert len(decisions) == 2 and not any(d.adopted for d in decisions)
-    assert all("disagree" in d.reason for d in decisions)
+    assert all(d.undecided and "disagree" in d.reason for d in decisions)
+    # f1's change already in the target: f2's still disagrees with it
+    adopt(target, [f1])
+    decisions, _ = adopt(target, [f1, f2], base=base, dry_run=True)
+    assert [(d.new, d.adopted, d.undecided) for d in decisions] == [(_key(f2, A), False, True)]
     bench = [_bench(tmp_path / "b.json", "2026-12-02T00:00:00Z",
-                    [(A, _key(target, A), 100e-6, True), (A, _key(f1, A), 95e-6, True),
+                    [(A, _key(base, A), 100e-6, True), (A, _key(f1, A), 95e-6, True),
                      (A, _key(f2, A), 80e-6, True)])]
-    decisions = adopt(target, [f1, f2], bench)
-    assert [d.adopted for d in decisions] == [False, True]
+    decisions, _ = adopt(target, [f1, f2], bench, base=base)
+    assert [d.adopted for d in decisions] == [True]  # f2 against the target's (f1's) operator
     assert _key(target, A) == _key(f2, A)
 
 
-def test_base_keeps_changes_the_target_made_since_the_runs_started(tmp_path: Path) -> None:
+def test_stale_unbuildable_and_unfinished_tables_are_not_adopted(tmp_path: Path) -> None:
     base = _table(tmp_path / "base.json")
-    target = _table(tmp_path / "target.json", {B: {"tx": 64}})  # adopted from another run
-    forged = _table(tmp_path / "f1.json", {A: {"ty": 16}})  # started from base
-    # without --base, B looks like a change (back to the old operator)
-    assert {d.cell for d in adopt(target, [forged], dry_run=True)} == {A, B}
-    adopt(target, [forged], base=base)
-    assert "ty=16" in _key(target, A) and "tx=64" in _key(target, B)
+    target = _table(tmp_path / "target.json", {B: {"tx": 64}})  # adopted from a later run
+    stale = _table(tmp_path / "f1.json", {A: {"ty": 16}}, date="2020-01-01T00:00:00+00:00")
+    # without --base, B (the run's start) looks like a change; it is older than the target's
+    decisions, _ = adopt(target, [stale], dry_run=True)
+    assert {d.cell: d.reason for d in decisions}[B].startswith("older than the target")
+    assert all(not d.adopted for d in decisions)
+    # an entry that no longer builds
+    broken = json.loads(_table(tmp_path / "f2.json").read_text())
+    broken["cells"][A]["params"]["tx"] = 999
+    broken["cells"][A]["date"] = LATER
+    (tmp_path / "f2.json").write_text(json.dumps(broken))
+    [d], _ = adopt(target, [tmp_path / "f2.json"], base=base, dry_run=True)
+    assert d.cell == A and not d.adopted and "does not build" in d.reason
+    # a run killed before its final pass (a provisional entry left in its table)
+    unfinished = json.loads(_table(tmp_path / "f3.json", {A: {"ty": 16}}).read_text())
+    unfinished["cells"][C] = {"provisional": {"original": unfinished["cells"][C]}}
+    (tmp_path / "f3.json").write_text(json.dumps(unfinished))
+    [d], _ = adopt(target, [tmp_path / "f3.json"], base=base)
+    assert d.cell == A and not d.adopted and "final pass" in d.reason
+    assert "tx=64" in _key(target, B) and "ty=16" not in _key(target, A)
 
 
-def test_bad_input_is_a_typed_error_and_the_cli_reports(tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture) -> None:
+def test_bad_input_is_a_typed_error(tmp_path: Path) -> None:
     target = _table(tmp_path / "target.json")
-    (tmp_path / "bad.json").write_text('{"cells": {}}')
-    with pytest.raises(ConfigError, match="not a dispatch table"):
-        adopt(target, [tmp_path / "bad.json"])
+    forged = _table(tmp_path / "f1.json", {A: {"ty": 16}})
+    for text in ('{"cells": {}}', '{"version": 1}', "not json"):
+        (tmp_path / "bad.json").write_text(text)
+        with pytest.raises(ConfigError):
+            adopt(target, [tmp_path / "bad.json"])
     with pytest.raises(ConfigError, match="no such dispatch table"):
         adopt(target, [tmp_path / "missing.json"])
+    bad = _bench(tmp_path / "b.json", "2026-12-02T00:00:00Z", [(A, "k", 1e-6, True)])
+    doc = json.loads(bad.read_text())
+    doc["cells"][0]["runners"][0]["time_s"] = "fast"
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(ConfigError, match="malformed row"):
+        adopt(target, [forged], [bad])
+
+
+def test_the_cli_reports_writes_and_exits_by_outcome(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture) -> None:
+    target = _table(tmp_path / "target.json")
     forged = _table(tmp_path / "f1.json", {A: {"ty": 16}})
-    rc = main(["stencil", "adopt", str(forged), "--into", str(target), "--dry-run"])
+    assert main(["stencil", "adopt", str(forged), "--into", str(target), "--dry-run"]) == 0
+    assert "would adopt 1 of 1" in capsys.readouterr().out
+    assert "ty=16" not in _key(target, A)
+    # out of date order: warned; no row of the target's operator: undecided, exit 1
+    late = _bench(tmp_path / "late.json", "2026-12-02T00:00:00Z", [(A, _key(forged, A), 1e-6,
+                                                                      True)])
+    early = _bench(tmp_path / "early.json", "2026-11-01T00:00:00Z", [])
+    rc = main(["stencil", "adopt", str(forged), "--into", str(target), "--bench", str(late),
+               str(early)])
     out = capsys.readouterr().out
-    assert rc == 0 and "would adopt 1 of 1" in out and A in out
-    assert _key(target, A) != _key(forged, A)
+    assert rc == 1 and "warning" in out and "undecided" in out
+    assert main(["stencil", "adopt", str(forged), "--into", str(target)]) == 0
+    assert "adopted 1 of 1" in capsys.readouterr().out and "ty=16" in _key(target, A)
+    assert main(["stencil", "adopt", str(forged), "--into", str(target), "--cell-ids",
+                 "star_1/512x512x512/fp23"]) != 0

@@ -67,8 +67,9 @@ def add_parser(cmds: argparse._SubParsersAction, filters: Any, cells: Any) -> No
                       "bench confirms them",
         description="For each cell whose operator a forge table (a run's --out matrix.json) "
                     "changed: with --bench, adopt it only where its latest bench row is faster "
-                    "than that of the operator the target dispatches; without, adopt every "
-                    "change. Written atomically.")
+                    "(by more than --band) than that of the operator the target dispatches; without, "
+                    "adopt every change the forge tables agree on. Written atomically; exit "
+                    "status 1 when a change could not be decided.")
     a.add_argument("forged", nargs="+", type=Path, help="forge tables (matrix.json)")
     a.add_argument("--into", type=Path, default=TABLE_PATH,
                    help="the table to update (default: the committed one)")
@@ -76,36 +77,50 @@ def add_parser(cmds: argparse._SubParsersAction, filters: Any, cells: Any) -> No
                    help="the table the forge runs started from (default: the target); only "
                         "their changes against it are adopted")
     a.add_argument("--bench", nargs="+", type=Path, default=None, metavar="JSON",
-                   help="bench JSON files, oldest first: the evidence")
+                   help="bench JSON files, oldest first (or --by-date): the evidence")
+    a.add_argument("--by-date", action="store_true",
+                   help="order the bench files by the date each run recorded")
+    a.add_argument("--band", type=float, default=0.0,
+                   help="minimum bench speedup to adopt, as a fraction (default 0: the forge's "
+                        "gate already asked 2%% of an interleaved A/B; the bench must agree)")
     a.add_argument("--cell-ids", default=None, help="only these cells (comma-separated)")
     a.add_argument("--dry-run", action="store_true", help="report, write nothing")
     a.set_defaults(func=run_adopt)
 
 
 def run_adopt(args: argparse.Namespace) -> int:
+    from ..core import ConfigError
     from ..forge.adopt import adopt
 
-    only = ({c.strip() for c in args.cell_ids.split(",") if c.strip()}
+    only = ({Cell.parse(c.strip()).id for c in args.cell_ids.split(",") if c.strip()}
             if args.cell_ids else None)
-    decisions = adopt(args.into, args.forged, args.bench, only, base=args.base,
-                      dry_run=args.dry_run)
+    if args.band < 0:
+        raise ConfigError(f"--band {args.band} must be >= 0", hint="e.g. --band 0.02")
+    decisions, warnings = adopt(args.into, args.forged, args.bench, only, base=args.base,
+                                band=args.band, by_date=args.by_date, dry_run=args.dry_run)
+    for w in warnings:
+        console.print(f"[yellow]warning:[/] {escape(w)}")
     table = Table(title=f"adopt into {args.into}" + (" (dry run)" if args.dry_run else ""))
     for h in ("cell", "from", "operator", "adopted", "old/new bench", "why"):
         table.add_column(h)
     for d in decisions:
         src = Path(d.source)
-        table.add_row(d.cell, escape(f"{src.parent.name}/{src.name}"), escape(f"{d.old} -> {d.new}"),
+        table.add_row(d.cell, escape(f"{src.parent.name}/{src.name}"),
+                      escape(f"{d.old} -> {d.new}"),
                       "[green]yes[/]" if d.adopted else "no",
                       "-" if d.ratio is None else f"{d.ratio:.3f}x", escape(d.reason))
     console.print(table)
-    n = sum(d.adopted for d in decisions)
+    n, cells = sum(d.adopted for d in decisions), len({d.cell for d in decisions})
     if not decisions:
         console.print("no forge table changed an operator the target does not already have")
-    elif args.dry_run:
-        console.print(f"would adopt {n} of {len(decisions)}")
     else:
-        console.print(f"adopted {n} of {len(decisions)}" + (f"; wrote {args.into}" if n else ""))
-    return 0
+        verb = "would adopt" if args.dry_run else "adopted"
+        console.print(f"{verb} {n} of {len(decisions)} changed operators in {cells} cells"
+                      + (f"; wrote {args.into}" if n and not args.dry_run else ""))
+    undecided = [d.cell for d in decisions if d.undecided]
+    if undecided:
+        console.print(f"undecided (no evidence either way): {escape(', '.join(undecided))}")
+    return 1 if undecided else 0
 
 
 def run_forge(args: argparse.Namespace) -> int:
