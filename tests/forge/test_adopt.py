@@ -33,6 +33,17 @@ def _table(path: Path, changes: dict[str, dict[str, Any]] | None = None,
     return path
 
 
+def _forged(root: Path, name: str, changes: dict[str, dict[str, Any]] | None = None,
+            date: str = LATER, finished: bool = True) -> Path:
+    """A forge run's output: its table, and (``finished``) the summary its final pass wrote."""
+    (root / name).mkdir()
+    table = _table(root / name / "matrix.json", changes, date)
+    if finished:
+        finals = [{"cell": c, "final": _key(table, c), "regressed": False} for c in changes or {}]
+        (root / name / "forge-summary.json").write_text(json.dumps({"final": finals}))
+    return table
+
+
 def _key(table: Path, cid: str) -> str:
     return mx.operator_for(Cell.parse(cid), mx.load_table(table)).key
 
@@ -49,7 +60,7 @@ def _bench(path: Path, date: str, rows: list[tuple[str, str, float, bool]]) -> P
 
 def test_without_bench_every_change_of_a_forge_table_is_adopted(tmp_path: Path) -> None:
     target = _table(tmp_path / "target.json")
-    forged = _table(tmp_path / "f1.json", {A: {"ty": 16}})
+    forged = _forged(tmp_path, "f1", {A: {"ty": 16}})
     before = target.read_bytes()
     decisions, _ = adopt(target, [forged], dry_run=True)
     assert [(d.cell, d.adopted) for d in decisions] == [(A, True)]
@@ -65,7 +76,7 @@ def test_without_bench_every_change_of_a_forge_table_is_adopted(tmp_path: Path) 
 def test_with_bench_only_confirmed_changes_are_adopted(tmp_path: Path) -> None:
     e = "star_1/256x256x256/fp32"
     target = _table(tmp_path / "target.json")
-    forged = _table(tmp_path / "f1.json", {A: {"ty": 16}, B: {"tx": 64}, C: {"tx": 16},
+    forged = _forged(tmp_path, "f1", {A: {"ty": 16}, B: {"tx": 64}, C: {"tx": 16},
                                            D: {"tx": 16}, e: {"tx": 16}})
     old = {cid: _key(target, cid) for cid in (A, B, C, D, e)}
     new = {cid: _key(forged, cid) for cid in (A, B, C, D, e)}
@@ -76,7 +87,7 @@ def test_with_bench_only_confirmed_changes_are_adopted(tmp_path: Path) -> None:
              _bench(tmp_path / "b2.json", "2026-12-02T00:00:00Z",
                     [(A, new[A], 90e-6, True),  # 1.11x: adopted
                      (B, new[B], 50.5e-6, True),  # 0.99x: slower, kept
-                     (C, new[C], 30e-6, False),  # failed the oracle: no evidence
+                     (C, new[C], 30e-6, False),  # failed the oracle: rejected
                      (D, new[D], 30e-6, True),  # its old operator never benched
                      (e, new[e], 20e-6, False)])]  # passed before, failed since: vetoed
     # a band: A's 1.11x passes 10%, not 12%
@@ -89,9 +100,9 @@ def test_with_bench_only_confirmed_changes_are_adopted(tmp_path: Path) -> None:
     assert not warnings
     assert by[A].adopted and by[A].ratio == pytest.approx(100 / 90)
     assert not by[B].adopted and "not faster" in by[B].reason and not by[B].undecided
-    assert not by[C].adopted and by[C].undecided and "new operator" in by[C].reason
+    assert not by[C].adopted and not by[C].undecided and "failed" in by[C].reason
     assert not by[D].adopted and by[D].undecided and "target's operator" in by[D].reason
-    assert not by[e].adopted and by[e].undecided
+    assert not by[e].adopted and "failed (b2)" in by[e].reason
     assert [_key(target, x) for x in (A, B, C, D, e)] == [new[A], old[B], old[C], old[D],
                                                             old[e]]
 
@@ -100,56 +111,97 @@ def test_with_bench_only_confirmed_changes_are_adopted(tmp_path: Path) -> None:
 def test_disagreeing_forge_tables_need_the_bench(tmp_path: Path) -> None:
     base = _table(tmp_path / "base.json")
     target = _table(tmp_path / "target.json")
-    f1 = _table(tmp_path / "f1.json", {A: {"ty": 16}})
-    f2 = _table(tmp_path / "f2.json", {A: {"tx": 64}})
+    f1 = _forged(tmp_path, "f1", {A: {"ty": 16}})
+    f2 = _forged(tmp_path, "f2", {A: {"tx": 64}})
     decisions, _ = adopt(target, [f1, f2], dry_run=True)
     assert len(decisions) == 2 and not any(d.adopted for d in decisions)
     assert all(d.undecided and "disagree" in d.reason for d in decisions)
-    # f1's change already in the target: f2's still disagrees with it
+    # one run after the other: f1 adopted, then f2 competes with the target's (f1's) operator
     adopt(target, [f1])
-    decisions, _ = adopt(target, [f1, f2], base=base, dry_run=True)
-    assert [(d.new, d.adopted, d.undecided) for d in decisions] == [(_key(f2, A), False, True)]
+    for given in ([f2], [f1, f2]):
+        decisions, _ = adopt(target, given, base=base, dry_run=True)
+        assert [(d.new, d.adopted, d.undecided) for d in decisions] == [
+            (_key(f2, A), False, True)], given
     bench = [_bench(tmp_path / "b.json", "2026-12-02T00:00:00Z",
                     [(A, _key(base, A), 100e-6, True), (A, _key(f1, A), 95e-6, True),
                      (A, _key(f2, A), 80e-6, True)])]
-    decisions, _ = adopt(target, [f1, f2], bench, base=base)
+    decisions, _ = adopt(target, [f2], bench, base=base)
     assert [d.adopted for d in decisions] == [True]  # f2 against the target's (f1's) operator
     assert _key(target, A) == _key(f2, A)
+
+
+def test_failing_bench_rows_are_verdicts(tmp_path: Path) -> None:
+    target = _table(tmp_path / "target.json")
+    forged = _forged(tmp_path, "f1", {A: {"ty": 16}, B: {"tx": 64}, C: {"tx": 16}})
+    bench = [_bench(tmp_path / "b.json", "2026-12-02T00:00:00Z",
+                    [(A, _key(target, A), 100e-6, True), (A, _key(forged, A), 90e-6, False),
+                     (B, _key(target, B), 50e-6, False), (B, _key(forged, B), 60e-6, True),
+                     (C, _key(target, C), 40e-6, True)])]
+    by = {d.cell: d for d in adopt(target, [forged], bench)[0]}
+    assert not by[C].adopted and by[C].undecided and "new operator" in by[C].reason
+    assert not by[A].adopted and not by[A].undecided and "failed" in by[A].reason
+    assert by[B].adopted and "target's operator failed" in by[B].reason
 
 
 def test_stale_unbuildable_and_unfinished_tables_are_not_adopted(tmp_path: Path) -> None:
     base = _table(tmp_path / "base.json")
     target = _table(tmp_path / "target.json", {B: {"tx": 64}})  # adopted from a later run
-    stale = _table(tmp_path / "f1.json", {A: {"ty": 16}}, date="2020-01-01T00:00:00+00:00")
+    stale = _forged(tmp_path, "f1", {A: {"ty": 16}}, date="2020-01-01T00:00:00+00:00")
     # without --base, B (the run's start) looks like a change; it is older than the target's
     decisions, _ = adopt(target, [stale], dry_run=True)
-    assert {d.cell: d.reason for d in decisions}[B].startswith("older than the target")
-    assert all(not d.adopted for d in decisions)
+    assert {d.cell: d.reason for d in decisions}[B].startswith("dated before the target")
+    assert all(not d.adopted and not d.undecided for d in decisions)  # verdicts
+    # dates compare as times, whatever their notation (+05:00 03:00 is 22:00 the day before)
+    late = _forged(tmp_path, "f4", {A: {"ty": 16}}, date="2026-12-03T03:00:00+05:00")
+    early = _table(tmp_path / "t2.json", {A: {"tx": 64}}, date="2026-12-02T23:00:00Z")
+    [d], _ = adopt(early, [late], cells={A}, dry_run=True)
+    assert not d.adopted and "dated before" in d.reason
     # an entry that no longer builds
-    broken = json.loads(_table(tmp_path / "f2.json").read_text())
+    f2 = _forged(tmp_path, "f2")
+    broken = json.loads(f2.read_text())
     broken["cells"][A]["params"]["tx"] = 999
-    broken["cells"][A]["date"] = LATER
-    (tmp_path / "f2.json").write_text(json.dumps(broken))
-    [d], _ = adopt(target, [tmp_path / "f2.json"], base=base, dry_run=True)
+    f2.write_text(json.dumps(broken))
+    [d], _ = adopt(target, [f2], base=base, dry_run=True)
     assert d.cell == A and not d.adopted and "does not build" in d.reason
-    # a run killed before its final pass (a provisional entry left in its table)
-    unfinished = json.loads(_table(tmp_path / "f3.json", {A: {"ty": 16}}).read_text())
+    # runs that may not have finished: a provisional entry left; no summary; an older summary
+    f3 = _forged(tmp_path, "f3", {A: {"ty": 16}})
+    unfinished = json.loads(f3.read_text())
     unfinished["cells"][C] = {"provisional": {"original": unfinished["cells"][C]}}
-    (tmp_path / "f3.json").write_text(json.dumps(unfinished))
-    [d], _ = adopt(target, [tmp_path / "f3.json"], base=base)
-    assert d.cell == A and not d.adopted and "final pass" in d.reason
+    f3.write_text(json.dumps(unfinished))
+    f5 = _forged(tmp_path, "f5", {A: {"ty": 16}}, finished=False)
+    f6 = _forged(tmp_path, "f6", {A: {"ty": 16}})  # its final pass saw another operator
+    (tmp_path / "f6" / "forge-summary.json").write_text(json.dumps(
+        {"final": [{"cell": A, "final": _key(base, A), "regressed": False}]}))
+    for table, why in ((f3, "provisional"), (f5, "no readable forge-summary.json"),
+                       (f6, "not confirmed by its run's final pass")):
+        [d], _ = adopt(target, [table], base=base)
+        assert d.cell == A and not d.adopted and why in d.reason and d.undecided
     assert "tx=64" in _key(target, B) and "ty=16" not in _key(target, A)
+    # a refused copy of an operator does not hide a finished run's copy of it
+    good = _forged(tmp_path, "f7", {A: {"ty": 16}})
+    [d], _ = adopt(target, [f5, good], base=base, dry_run=True)
+    assert d.adopted and d.source == str(good)
+    [d], _ = adopt(target, [f5], base=base, allow_unfinished=True)
+    assert d.adopted and "ty=16" in _key(target, A)
 
 
 def test_bad_input_is_a_typed_error(tmp_path: Path) -> None:
     target = _table(tmp_path / "target.json")
-    forged = _table(tmp_path / "f1.json", {A: {"ty": 16}})
+    forged = _forged(tmp_path, "f1", {A: {"ty": 16}})
     for text in ('{"cells": {}}', '{"version": 1}', "not json"):
         (tmp_path / "bad.json").write_text(text)
         with pytest.raises(ConfigError):
             adopt(target, [tmp_path / "bad.json"])
     with pytest.raises(ConfigError, match="no such dispatch table"):
         adopt(target, [tmp_path / "missing.json"])
+    odd = json.loads(forged.read_text())
+    del odd["cells"][A]["design"]
+    forged.write_text(json.dumps(odd))
+    with pytest.raises(ConfigError, match="malformed entry"):
+        adopt(target, [forged])
+    forged = _forged(tmp_path, "f2", {A: {"ty": 16}})
+    with pytest.raises(ConfigError, match="band"):
+        adopt(target, [forged], band=float("nan"))
     bad = _bench(tmp_path / "b.json", "2026-12-02T00:00:00Z", [(A, "k", 1e-6, True)])
     doc = json.loads(bad.read_text())
     doc["cells"][0]["runners"][0]["time_s"] = "fast"
@@ -161,7 +213,7 @@ def test_bad_input_is_a_typed_error(tmp_path: Path) -> None:
 def test_the_cli_reports_writes_and_exits_by_outcome(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture) -> None:
     target = _table(tmp_path / "target.json")
-    forged = _table(tmp_path / "f1.json", {A: {"ty": 16}})
+    forged = _forged(tmp_path, "f1", {A: {"ty": 16}})
     assert main(["stencil", "adopt", str(forged), "--into", str(target), "--dry-run"]) == 0
     assert "would adopt 1 of 1" in capsys.readouterr().out
     assert "ty=16" not in _key(target, A)

@@ -84,6 +84,9 @@ def add_parser(cmds: argparse._SubParsersAction, filters: Any, cells: Any) -> No
                    help="minimum bench speedup to adopt, as a fraction (default 0: the forge's "
                         "gate already asked 2%% of an interleaved A/B; the bench must agree)")
     a.add_argument("--cell-ids", default=None, help="only these cells (comma-separated)")
+    a.add_argument("--allow-unfinished", action="store_true",
+                   help="also adopt from tables without a forge-summary.json at least as new "
+                        "beside them (a run that may have stopped before its final pass)")
     a.add_argument("--dry-run", action="store_true", help="report, write nothing")
     a.set_defaults(func=run_adopt)
 
@@ -94,10 +97,11 @@ def run_adopt(args: argparse.Namespace) -> int:
 
     only = ({Cell.parse(c.strip()).id for c in args.cell_ids.split(",") if c.strip()}
             if args.cell_ids else None)
-    if args.band < 0:
+    if not args.band >= 0:  # also NaN
         raise ConfigError(f"--band {args.band} must be >= 0", hint="e.g. --band 0.02")
     decisions, warnings = adopt(args.into, args.forged, args.bench, only, base=args.base,
-                                band=args.band, by_date=args.by_date, dry_run=args.dry_run)
+                                band=args.band, by_date=args.by_date,
+                                allow_unfinished=args.allow_unfinished, dry_run=args.dry_run)
     for w in warnings:
         console.print(f"[yellow]warning:[/] {escape(w)}")
     table = Table(title=f"adopt into {args.into}" + (" (dry run)" if args.dry_run else ""))
@@ -117,7 +121,7 @@ def run_adopt(args: argparse.Namespace) -> int:
         verb = "would adopt" if args.dry_run else "adopted"
         console.print(f"{verb} {n} of {len(decisions)} changed operators in {cells} cells"
                       + (f"; wrote {args.into}" if n and not args.dry_run else ""))
-    undecided = [d.cell for d in decisions if d.undecided]
+    undecided = sorted({d.cell for d in decisions if d.undecided})
     if undecided:
         console.print(f"undecided (no evidence either way): {escape(', '.join(undecided))}")
     return 1 if undecided else 0

@@ -13,15 +13,21 @@ refuted). This copies into the target table the entries whose operator a forge t
   earlier times. Cells that several forge tables change differently go to the fastest;
 - without, every change (the forge's gate stands), except where forge tables disagree.
 
-Never adopted: an entry that does not build, one older than the target's entry for the cell
-(a stale table would revert a newer result), and the entries of a run that did not reach its
-final pass (provisional entries left in its table: its zero-regression pass never ran). Each changed
-operator gets a :class:`Decision`; ``undecided`` ones (no evidence either way) make the command
-exit 1. The target is written atomically; ``dry_run`` writes nothing.
+Never adopted: an entry that does not build; an entry its run's final pass did not confirm
+(the ``forge-summary.json`` beside the table, written after that pass, does not list the cell
+ending with that operator unregressed; provisional entries mean the pass never ran;
+``allow_unfinished`` lifts this). Where the target itself changed a cell since ``base``
+(another run adopted), a forge table's other operator for it competes with the target's: the
+bench decides, else it stays undecided. With no ``base``, an entry dated before the target's
+entry for its cell is refused (a stale table would revert a newer result). Each changed operator gets a :class:`Decision`; ``undecided``
+ones (no evidence either way) make the command exit 1. The target is written atomically;
+``dry_run`` writes nothing.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +38,7 @@ from ..stencil import matrix as mx
 from ..stencil.spec import Cell
 from . import latest
 
-Times = dict[tuple[str, str], tuple[float, str] | None]  # None: its latest row failed
+Times = dict[tuple[str, str], tuple[float, str]]  # time 0.0: its latest row failed
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,7 @@ def _raw(path: Path) -> dict[str, Any]:
 
 
 def bench_times(paths: list[Path], by_date: bool = False) -> tuple[Times, list[str]]:
-    """(cell, operator key) -> the latest bench time of our operator and its file, None where
+    """(cell, operator key) -> the latest bench time of our operator and its file, 0.0 where
     that latest row failed (files oldest first, or ``by_date``, as ``kernforge stencil merge``
     takes them); and the order warnings."""
     docs, warnings = latest.ordered(paths, by_date)
@@ -80,43 +86,89 @@ def bench_times(paths: list[Path], by_date: bool = False) -> tuple[Times, list[s
                 raise ConfigError(f"{path}: {row.get('cell')}: a malformed row ({exc})",
                                   hint="a file written by kernforge stencil bench --json") \
                     from None
-            out[(row["cell"], str(ours["key"]))] = (t, path.stem) if ok and t > 0 else None
+            out[(str(row["cell"]), str(ours["key"]))] = (t if ok and t > 0 else 0.0, path.stem)
     return out, warnings
 
 
+def _date(entry: dict[str, Any]) -> _dt.datetime | None:
+    try:
+        d = _dt.datetime.fromisoformat(str(entry.get("date")))
+    except ValueError:
+        return None
+    return d if d.tzinfo else d.replace(tzinfo=_dt.timezone.utc)
+
+
+def final_pass(path: Path, raw: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """Why no entry of this table can have passed its run's final pass ('' when some may), and
+    the operator each cell ended with in that pass (``forge-summary.json`` beside the table,
+    written after the pass; a multi-GPU run's lists every process's cells)."""
+    if any(isinstance(e, dict) and "provisional" in e for e in raw["cells"].values()):
+        return "its run did not reach the final pass (provisional entries)", {}
+    try:
+        done = parse_json((path.parent / "forge-summary.json").read_text("utf-8"))
+        finals = {str(r["cell"]): str(r["final"]) for r in done["final"]
+                  if not r.get("regressed")}
+    except (OSError, DamagedJSON, UnicodeDecodeError, KeyError, TypeError):
+        return "no readable forge-summary.json beside it: its run may not have finished", {}
+    return "", finals
+
+
+# key, entry, forge table, why refused ('' none), and whether that is an open question
+Option = tuple[str, dict[str, Any], str, str, bool]
+
+
+def _key(cell: Cell, table: dict[str, Any], path: Path) -> str:
+    try:
+        return mx.operator_for(cell, table).key
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"{path}: {cell.id}: a malformed entry ({exc!r})",
+                          hint="a matrix.json written by kernforge stencil forge") from None
+
+
 def _proposals(forged: list[Path], start: dict[str, Any], now: dict[str, Any],
-               cells: set[str] | None) -> dict[str, list[tuple[str, dict[str, Any], str, str]]]:
-    """Per cell, each distinct operator the forge tables changed it to: (key, entry, table,
-    why it cannot be adopted or '')."""
-    out: dict[str, list[tuple[str, dict[str, Any], str, str]]] = {}
+               cells: set[str] | None, stale_rule: bool, allow_unfinished: bool
+               ) -> dict[str, list[Option]]:
+    """Per cell, each distinct operator the forge tables changed it to against ``start``."""
+    out: dict[str, list[Option]] = {}
     for path in forged:
-        unfinished = any(isinstance(e, dict) and "provisional" in e
-                         for e in _raw(path)["cells"].values())
+        refused, finals = ("", {}) if allow_unfinished else final_pass(path, _raw(path))
         table = mx.load_table(path)  # provisional entries: the entry from before that run
         for cid, entry in table.items():
             if cells is not None and cid not in cells:
                 continue
             cell = Cell.parse(cid)
-            new = mx.operator_for(cell, table).key
-            if new == mx.operator_for(cell, start).key or \
-                    any(new == k for k, *_ in out.get(cid, [])):
+            new = _key(cell, table, path)
+            if new == _key(cell, start, path):
                 continue
-            why = ""
-            if mx.build(entry.get("design", ""), cell, entry.get("params", {})) is None:
+            why, open_question = refused, bool(refused)  # no verdict: undecided
+            if not why and not allow_unfinished and finals.get(cid) != new:
+                why, open_question = "not confirmed by its run's final pass", True
+            if not isinstance(entry, dict) or \
+                    mx.build(entry.get("design", ""), cell, entry.get("params") or {}) is None:
                 why = "its entry does not build (dispatch would fall back to defaults)"
-            elif str(entry.get("date", "")) < str((now.get(cid) or {}).get("date", "")):
-                why = "older than the target's entry (a stale table)"
-            elif unfinished:
-                why = "its run did not reach the final pass (provisional entries)"
-            out.setdefault(cid, []).append((new, entry, str(path), why))
+                open_question = False
+            elif stale_rule:
+                mine, theirs = _date(entry), _date(now.get(cid) or {})
+                if mine is not None and theirs is not None and mine < theirs:
+                    why = "dated before the target's entry (a stale table; give --base)"
+                    open_question = False
+            options = out.setdefault(cid, [])
+            same = next((n for n, o in enumerate(options) if o[0] == new), None)
+            if same is None:
+                options.append((new, entry, str(path), why, open_question))
+            elif options[same][3] and not why:  # a refused copy does not hide a good one
+                options[same] = (new, entry, str(path), why, open_question)
     return out
 
 
 def decide(target: Path, forged: list[Path], bench: list[Path] | None = None,
            cells: set[str] | None = None, base: Path | None = None, *, band: float = 0.0,
-           by_date: bool = False) -> tuple[dict[str, Any], list[Decision], list[str]]:
+           by_date: bool = False, allow_unfinished: bool = False
+           ) -> tuple[dict[str, Any], list[Decision], list[str]]:
     """The target table's JSON with the adopted entries, one decision per operator a forge
     table changed a cell to (against ``base``, default the target), and warnings."""
+    if not band >= 0:  # also NaN
+        raise ConfigError(f"band {band} must be >= 0", hint="e.g. 0.02 for 2%")
     data = _raw(target)
     now = mx.load_table(target)
     if base is not None:
@@ -124,36 +176,45 @@ def decide(target: Path, forged: list[Path], bench: list[Path] | None = None,
     start = now if base is None else mx.load_table(base)
     times, warnings = bench_times(bench, by_date) if bench else (None, [])
     decisions = []
-    for cid, options in sorted(_proposals(forged, start, now, cells).items()):
-        old = mx.operator_for(Cell.parse(cid), now).key
-        usable = [o for o in options if not o[3] and o[0] != old]  # (one may be the target's)
-        decisions += [Decision(cid, old, k, s, False, why) for k, _e, s, why in options if why]
+    proposals = _proposals(forged, start, now, cells, base is None, allow_unfinished)
+    for cid, options in sorted(proposals.items()):
+        cell = Cell.parse(cid)
+        old = _key(cell, now, target)
+        moved = old != _key(cell, start, base or target)  # another run's result since base
+        decisions += [Decision(cid, old, k, s, False, why, undecided=q)
+                      for k, _e, s, why, q in options if why]
+        good = [o for o in options if not o[3]]
+        usable = [o for o in good if o[0] != old]
         if not usable:
             continue
         if times is None:
-            if len({o[0] for o in options if not o[3]}) > 1:
-                decisions += [Decision(cid, old, k, s, False, "forge tables disagree; give "
-                                       "bench files to decide", undecided=True)
-                              for k, _e, s, _w in usable]
+            if len(good) > 1 or moved:
+                why = ("forge tables disagree" if len(good) > 1 else
+                       "the target changed this cell since --base") + "; give bench files"
+                decisions += [Decision(cid, old, k, s, False, why, undecided=True)
+                              for k, _e, s, _w, _q in usable]
                 continue
-            new, entry, src, _why = usable[0]
+            new, entry, src, _why, _q = usable[0]
             data["cells"][cid] = entry
             decisions.append(Decision(cid, old, new, src, True, "forge gate (no bench given)"))
             continue
         before = times.get((cid, old))
         if before is None:
-            decisions += [Decision(cid, old, k, s, False, "no passing latest bench row of "
-                                   "the target's operator", undecided=True)
-                          for k, _e, s, _w in usable]
+            decisions += [Decision(cid, old, k, s, False, "no bench row of the target's "
+                                   "operator", undecided=True) for k, _e, s, _w, _q in usable]
             continue
         scored = []
-        for new, entry, src, _why in usable:
+        for new, entry, src, _why, _q in usable:
             after = times.get((cid, new))
             if after is None:
-                decisions.append(Decision(cid, old, new, src, False, "no passing latest bench "
-                                          "row of the new operator", undecided=True))
-            else:
-                scored.append((before[0] / after[0], new, entry, src, after[1]))
+                decisions.append(Decision(cid, old, new, src, False, "no bench row of the new "
+                                          "operator", undecided=True))
+            elif not after[0]:
+                decisions.append(Decision(cid, old, new, src, False,
+                                          f"its latest bench row failed ({after[1]})"))
+            else:  # the target's operator failing its latest row: any passing one is better
+                ratio = before[0] / after[0] if before[0] else math.inf
+                scored.append((ratio, new, entry, src, after[1]))
         best = max(scored, key=lambda s: s[0]) if scored else None
         for ratio, new, entry, src, file in scored:  # in the forge tables' order
             won = ratio > 1 + band and best is not None and new == best[1]
@@ -161,16 +222,19 @@ def decide(target: Path, forged: list[Path], bench: list[Path] | None = None,
                 data["cells"][cid] = entry
             why = ("faster" if won else f"not faster by {band:.1%}" if ratio <= 1 + band
                    else "another forge table's was faster")
+            if math.isinf(ratio):
+                why += " (the target's operator failed its latest bench row)"
             decisions.append(Decision(cid, old, new, src, won, f"{why}: {file} vs {before[1]}",
-                                      ratio))
+                                      None if math.isinf(ratio) else ratio))
     return data, decisions, warnings
 
 
 def adopt(target: Path, forged: list[Path], bench: list[Path] | None = None,
           cells: set[str] | None = None, *, base: Path | None = None, band: float = 0.0,
-          by_date: bool = False, dry_run: bool = False) -> tuple[list[Decision], list[str]]:
+          by_date: bool = False, allow_unfinished: bool = False, dry_run: bool = False
+          ) -> tuple[list[Decision], list[str]]:
     data, decisions, warnings = decide(target, forged, bench, cells, base, band=band,
-                                       by_date=by_date)
+                                       by_date=by_date, allow_unfinished=allow_unfinished)
     if not dry_run and any(d.adopted for d in decisions):
         write_json_atomic(target, data)
     return decisions, warnings
