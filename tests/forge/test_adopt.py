@@ -192,8 +192,9 @@ def test_bad_input_is_a_typed_error(tmp_path: Path) -> None:
         (tmp_path / "bad.json").write_text(text)
         with pytest.raises(ConfigError):
             adopt(target, [tmp_path / "bad.json"])
-    with pytest.raises(ConfigError, match="no such dispatch table"):
-        adopt(target, [tmp_path / "missing.json"])
+    for allow in (False, True):
+        with pytest.raises(ConfigError, match="no such dispatch table"):
+            adopt(target, [tmp_path / "missing.json"], allow_unfinished=allow)
     odd = json.loads(forged.read_text())
     del odd["cells"][A]["design"]
     forged.write_text(json.dumps(odd))

@@ -11,7 +11,8 @@ refuted). This copies into the target table the entries whose operator a forge t
   gate already asked 2% of an interleaved A/B; rows of two bench runs differ by about 1-3%, so
   the bench refutes, it does not re-gate). A later failing row of an operator vetoes its
   earlier times. Cells that several forge tables change differently go to the fastest;
-- without, every change (the forge's gate stands), except where forge tables disagree.
+- without, every change (the forge's gate stands), except where forge tables disagree (or
+  disagree with the target's own change since ``base``).
 
 Never adopted: an entry that does not build; an entry its run's final pass did not confirm
 (the ``forge-summary.json`` beside the table, written after that pass, does not list the cell
@@ -19,9 +20,9 @@ ending with that operator unregressed; provisional entries mean the pass never r
 ``allow_unfinished`` lifts this). Where the target itself changed a cell since ``base``
 (another run adopted), a forge table's other operator for it competes with the target's: the
 bench decides, else it stays undecided. With no ``base``, an entry dated before the target's
-entry for its cell is refused (a stale table would revert a newer result). Each changed operator gets a :class:`Decision`; ``undecided``
-ones (no evidence either way) make the command exit 1. The target is written atomically;
-``dry_run`` writes nothing.
+entry for its cell is refused (a stale table would revert a newer result). Each changed
+operator gets a :class:`Decision`; ``undecided`` ones (no evidence either way) make the command
+exit 1. The target is written atomically; ``dry_run`` writes nothing.
 """
 
 from __future__ import annotations
@@ -131,7 +132,8 @@ def _proposals(forged: list[Path], start: dict[str, Any], now: dict[str, Any],
     """Per cell, each distinct operator the forge tables changed it to against ``start``."""
     out: dict[str, list[Option]] = {}
     for path in forged:
-        refused, finals = ("", {}) if allow_unfinished else final_pass(path, _raw(path))
+        raw = _raw(path)  # a typed error for a bad file
+        refused, finals = ("", {}) if allow_unfinished else final_pass(path, raw)
         table = mx.load_table(path)  # provisional entries: the entry from before that run
         for cid, entry in table.items():
             if cells is not None and cid not in cells:
