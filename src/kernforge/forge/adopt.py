@@ -58,13 +58,9 @@ def _raw(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{path}: no such dispatch table",
                           hint="give a matrix.json (a forge run's --out, or the committed one)")
-    try:
-        data = parse_json(path.read_text("utf-8"))
-    except (DamagedJSON, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: {exc}", hint="restore it from git or the forge's output")
-    if not isinstance(data, dict) or data.get("version") != mx.TABLE_VERSION \
-            or not isinstance(data.get("cells"), dict):
-        raise ConfigError(f"{path}: not a dispatch table of version {mx.TABLE_VERSION}",
+    data = mx.read_table(path)
+    if not isinstance(data.get("cells"), dict):
+        raise ConfigError(f"{path}: not a dispatch table (no 'cells' object)",
                           hint="a matrix.json written by kernforge stencil forge")
     return data
 
@@ -78,16 +74,16 @@ def bench_times(paths: list[Path], by_date: bool = False) -> tuple[Times, list[s
     for path, data in docs:
         for row in data["cells"]:
             try:
-                ours = next((r for r in row["runners"] if r.get("name") == "ours"), None)
-                if ours is None or not ours.get("key"):
+                mine = latest.ours(row)
+                if mine is None or not mine.get("key"):
                     continue
-                t = float(ours.get("time_s") or 0.0)
-                ok = ours.get("status") == "ok" and bool((ours.get("check") or {}).get("ok"))
-            except (TypeError, ValueError, AttributeError) as exc:
+                t = float(mine.get("time_s") or 0.0)
+                ok = mine.get("status") == "ok" and bool((mine.get("check") or {}).get("ok"))
+            except (TypeError, ValueError, AttributeError, KeyError) as exc:
                 raise ConfigError(f"{path}: {row.get('cell')}: a malformed row ({exc})",
                                   hint="a file written by kernforge stencil bench --json") \
                     from None
-            out[(str(row["cell"]), str(ours["key"]))] = (t if ok and t > 0 else 0.0, path.stem)
+            out[(str(row["cell"]), str(mine["key"]))] = (t if ok and t > 0 else 0.0, path.stem)
     return out, warnings
 
 
@@ -132,9 +128,9 @@ def _proposals(forged: list[Path], start: dict[str, Any], now: dict[str, Any],
     """Per cell, each distinct operator the forge tables changed it to against ``start``."""
     out: dict[str, list[Option]] = {}
     for path in forged:
-        raw = _raw(path)  # a typed error for a bad file
+        raw = _raw(path)
         refused, finals = ("", {}) if allow_unfinished else final_pass(path, raw)
-        table = mx.load_table(path)  # provisional entries: the entry from before that run
+        table = mx.table_entries(raw)  # provisional entries: the entry from before that run
         for cid, entry in table.items():
             if cells is not None and cid not in cells:
                 continue
@@ -172,10 +168,8 @@ def decide(target: Path, forged: list[Path], bench: list[Path] | None = None,
     if not band >= 0:  # also NaN
         raise ConfigError(f"band {band} must be >= 0", hint="e.g. 0.02 for 2%")
     data = _raw(target)
-    now = mx.load_table(target)
-    if base is not None:
-        _raw(base)  # a typed error for a bad file
-    start = now if base is None else mx.load_table(base)
+    now = mx.table_entries(data)
+    start = now if base is None else mx.table_entries(_raw(base))
     times, warnings = bench_times(bench, by_date) if bench else (None, [])
     decisions = []
     proposals = _proposals(forged, start, now, cells, base is None, allow_unfinished)

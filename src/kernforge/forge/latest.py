@@ -101,8 +101,13 @@ def ordered(paths: list[Path], by_date: bool = False) -> tuple[list[tuple[Path, 
     return docs, warnings
 
 
+def ours(row: dict[str, Any]) -> dict[str, Any] | None:
+    """A bench row's runner of our operator."""
+    return next((r for r in row["runners"] if r["name"] == "ours"), None)
+
+
 def _ours_key(row: dict[str, Any]) -> str | None:
-    return next((r.get("key") for r in row["runners"] if r["name"] == "ours"), None)
+    return (ours(row) or {}).get("key")
 
 
 def table_keys(path: Path, cells: set[str]) -> dict[str, str]:
@@ -212,10 +217,10 @@ def ceilings(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def compact(row: dict[str, Any], source: str, fastest: Fastest) -> dict[str, Any]:
-    ours: dict[str, Any] = next((r for r in row["runners"] if r["name"] == "ours"), {})
-    check = ours.get("check") or {}
-    return {"cell": row["cell"], "from": source, "operator": ours.get("key"),
-            "time_s": ours.get("time_s"), "pct_copy": ours.get("pct_copy"),
+    mine: dict[str, Any] = ours(row) or {}
+    check = mine.get("check") or {}
+    return {"cell": row["cell"], "from": source, "operator": mine.get("key"),
+            "time_s": mine.get("time_s"), "pct_copy": mine.get("pct_copy"),
             "pct_copy_paired": (row.get("copy_paired") or {}).get("pct_copy"),
             "bound": (row.get("roofline") or {}).get("bound"), "temporal": row["temporal"],
             "oracle_ok": check.get("ok"), "error": check.get("error"),

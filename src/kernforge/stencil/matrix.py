@@ -159,20 +159,28 @@ def source_sha(op: Operator) -> str:
     return hashlib.sha256(op.source.encode()).hexdigest()[:16]
 
 
-def load_table(path: Path | None = None) -> dict[str, dict[str, Any]]:
-    """The persisted dispatch table (cell id -> entry); empty when there is none yet."""
-    p = path or TABLE_PATH
-    if not p.exists():
-        return {}
+def read_table(p: Path) -> dict[str, Any]:
+    """A dispatch table file as written (version checked; entries not resolved)."""
     try:
-        data = parse_json(p.read_text("utf-8", errors="replace"))
-    except DamagedJSON as exc:
+        data = parse_json(p.read_text("utf-8"))
+    except (DamagedJSON, UnicodeDecodeError) as exc:
         raise ConfigError(f"{p}: {exc}",
                           hint="restore it from git or delete it to start from defaults") from None
     version = data.get("version") if isinstance(data, dict) else None
     if version != TABLE_VERSION:
         raise ConfigError(f"{p} has version {version!r}, expected {TABLE_VERSION}",
                           hint="regenerate it with the forge loop")
+    return data
+
+
+def load_table(path: Path | None = None) -> dict[str, dict[str, Any]]:
+    """The persisted dispatch table (cell id -> entry); empty when there is none yet."""
+    p = path or TABLE_PATH
+    return table_entries(read_table(p)) if p.exists() else {}
+
+
+def table_entries(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A table file's entries as dispatch reads them (provisional ones resolved)."""
     cells: dict[str, dict[str, Any]] = {}
     for cid, entry in data.get("cells", {}).items():
         if isinstance(entry, dict) and "provisional" in entry:

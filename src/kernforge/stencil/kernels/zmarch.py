@@ -66,7 +66,7 @@ def _body(cell: Cell, vx: int) -> str:
     return "\n      ".join(out)
 
 
-def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int) -> str:
+def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, lb: str) -> str:
     p = cell.precision
     t, acc = p.ctype, p.acc_ctype
     r = cell.radius
@@ -84,7 +84,7 @@ def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int) -> str:
               f"        *reinterpret_cast<Vec*>(dst + base) = o;\n      }} else {{\n"
               f"{lanes}\n      }}")
     return f"""
-extern "C" __global__ void __launch_bounds__({tx * ty})
+extern "C" __global__ void __launch_bounds__({lb})
 zmarch(const {t}* __restrict__ src, {coef}{t}* __restrict__ dst) {{
   const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * {vx};
   const long y = (long)blockIdx.y * {ty} + threadIdx.y;
@@ -159,19 +159,15 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf
     shared = zmarch_staged.shared_bytes(cell, tx, ty, vx) if smem else 0
     if shared > zmarch_staged.MAX_SHARED:
         raise ValueError("the staged planes exceed the shared memory of a block")
+    lb = bounds(tx * ty, minb)
     if h2:
-        source = head + zmarch_h2.kernel(cell, tx, ty, vx, lz, pf)
+        source = head + zmarch_h2.kernel(cell, tx, ty, vx, lz, pf, lb)
     elif ry > 1 or sc:
-        source = head + zmarch_rows.kernel(cell, tx, ty, vx, lz, ry, sc)
+        source = head + zmarch_rows.kernel(cell, tx, ty, vx, lz, ry, sc, lb)
     elif pf == 1 and not smem and not xs and not pn:
-        source = head + _kernel(cell, tx, ty, vx, lz)
+        source = head + _kernel(cell, tx, ty, vx, lz, lb)
     else:
-        source = head + zmarch_staged.kernel(cell, tx, ty, vx, lz, pf, smem, xs, pn)
-    if minb > 1:  # every variant declares __launch_bounds__(tx * ty) once
-        plain = f"__launch_bounds__({tx * ty})"
-        if source.count(plain) != 1:
-            raise RuntimeError(f"zmarch: expected one {plain} in the generated source")
-        source = source.replace(plain, f"__launch_bounds__({bounds(tx * ty, minb)})")
+        source = head + zmarch_staged.kernel(cell, tx, ty, vx, lz, pf, smem, xs, pn, lb=lb)
     rows = cell.shape.ny if ry == 1 and not sc else cell.shape.ny - 2 * cell.radius
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(rows, ty * ry), cdiv(nz_int, lz))
     coef = ("coef",) if cell.stencil.kind == "varcoeff" else ()

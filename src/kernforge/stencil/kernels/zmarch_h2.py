@@ -103,7 +103,7 @@ def _sub(cell: Cell, u: int, vx: int, pf: int) -> str:
     return "\n".join(lines)
 
 
-def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int) -> str:
+def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, lb: str) -> str:
     """The ``zmarch`` entry in half2 arithmetic; source after the common header and ``Vec``."""
     r = cell.radius
     qn, npair = 2 * r + 1, vx // 2
@@ -129,7 +129,7 @@ def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int) -> str:
         subs.append(_sub(cell, u, vx, pf))
     nl = "\n"
     return f"""constexpr int VX = {vx}, PF = {pf};
-extern "C" __global__ void __launch_bounds__({tx * ty})
+extern "C" __global__ void __launch_bounds__({lb})
 zmarch(const __half* __restrict__ src, {coef}__half* __restrict__ dst) {{
 {half2_weights(cell)}  const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * VX;
   const long y = (long)blockIdx.y * {ty} + threadIdx.y;

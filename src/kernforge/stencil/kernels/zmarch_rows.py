@@ -45,7 +45,7 @@ def _store_whole(cell: Cell, vx: int, sc: int) -> str:
         f"reinterpret_cast<const {ty}*>(&o)[{k}]);" for k in range(nbytes // piece))
 
 
-def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, ry: int, sc: int) -> str:
+def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, ry: int, sc: int, lb: str) -> str:
     p = cell.precision
     t, acc = p.ctype, p.acc_ctype
     r = cell.radius
@@ -98,7 +98,7 @@ def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, ry: int, sc: int) -> 
              f"q[j][i][l] = q[j + 1][i][l];")
     body = "\n      ".join(halo + _sums(cell, vx, ry))
     return f"""
-extern "C" __global__ void __launch_bounds__({tx * ty})
+extern "C" __global__ void __launch_bounds__({lb})
 zmarch(const {t}* __restrict__ src, {coef}{t}* __restrict__ dst) {{
   const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * {vx};
   long y0 = R + ((long)blockIdx.y * {ty} + threadIdx.y) * {ry};

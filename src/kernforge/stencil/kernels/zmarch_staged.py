@@ -196,7 +196,7 @@ def _sub(cell: Cell, u: int, vx: int, pf: int, smem: bool, stores: str,
 
 
 def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, smem: int,
-           xs: int = 0, pn: int = 0) -> str:
+           xs: int = 0, pn: int = 0, *, lb: str) -> str:
     """The ``zmarch`` entry (see the module docstring); source after the common header."""
     p = cell.precision
     t, acc = p.ctype, p.acc_ctype
@@ -270,7 +270,7 @@ def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, smem: int,
     nl = "\n"
     return f"""typedef {acc} ACC;
 {nl.join(h for h in head if h)}
-extern "C" __global__ void __launch_bounds__({tx * ty})
+extern "C" __global__ void __launch_bounds__({lb})
 zmarch(const {t}* __restrict__ src, {coef}{t}* __restrict__ dst) {{
   const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * VX;
   const long y = (long)blockIdx.y * {ty} + threadIdx.y;
