@@ -160,6 +160,11 @@ def test_stencil_bench_two_small_cells(device, tmp_path):
     ("zbox", "box_2/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 9, "minb": 8}),
     ("planesweep", "box_2/104x48x36/fp64", {"tx": 32, "ty": 4, "vx": 1, "ry": 4, "lz": 7,
                                             "minb": 12}),
+    # whole-column z-chunks (lz 1024, clamped to the interior by the generators)
+    ("zmarch", "star_2/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 1024}),
+    ("ztile", "star_1/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 1024, "st": 2}),
+    ("zbox", "box_1/104x48x36/fp64", {"tx": 32, "ty": 4, "vx": 2, "lz": 1024}),
+    ("planesweep", "box_1/104x48x36/fp32", {"tx": 32, "ty": 4, "vx": 1, "ry": 4, "lz": 1024}),
 ])
 def test_later_kernels_match_the_oracle_on_the_gpu(device, design, cell_id, params):
     """The host emulator runs ztile's copies synchronously, models the shuffles and cannot see
