@@ -120,7 +120,7 @@ zmarch(const {t}* __restrict__ src, {coef}{t}* __restrict__ dst) {{
 
 def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf: int = 1,
              smem: int = 0, xs: int = 0, pn: int = 0, h2: int = 0, cw: int = 0, ry: int = 1,
-             sc: int = 0, minb: int = 1, yc: int = 1) -> Operator:
+             sc: int = 0, minb: int = 1) -> Operator:
     if cell.stencil.kind not in ("star", "varcoeff"):
         raise ValueError(f"zmarch handles star stencils, not {cell.stencil.name}")
     if cell.shape.nx % vx:
@@ -145,10 +145,6 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf
         raise ValueError("xs (x halo by warp shuffles) is for the unstaged kernel (smem=0)")
     if smem and (ty < 2 * cell.radius or tx < 2):
         raise ValueError(f"smem=1 needs ty >= {2 * cell.radius} and tx >= 2 (halo loads)")
-    if yc not in (1, 2, 4, 8) or (yc > 1 and not smem):
-        raise ValueError("yc (blocks per thread-block cluster along y) in 1, 2, 4, 8; needs smem=1")
-    if cdiv(cell.shape.ny, ty) % yc:
-        raise ValueError(f"yc={yc} must divide the {cdiv(cell.shape.ny, ty)} blocks along y")
     check_minb(tx * ty, minb)
     nz_int = cell.shape.nz - 2 * cell.radius
     lz = nz_int if lz <= 0 else min(lz, nz_int)
@@ -158,8 +154,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf
     # pf and smem appear only with a value of their own, so the first kernel keeps its keys
     params.update({k: v for k, v, first in (("pf", pf, 1), ("smem", smem, 0), ("xs", xs, 0),
                                              ("pn", pn, 0), ("h2", h2, 0), ("cw", cw, 0),
-                                             ("ry", ry, 1), ("sc", sc, 0), ("minb", minb, 1),
-                                             ("yc", yc, 1))
+                                             ("ry", ry, 1), ("sc", sc, 0), ("minb", minb, 1))
                    if v != first})
     shared = zmarch_staged.shared_bytes(cell, tx, ty, vx) if smem else 0
     if shared > zmarch_staged.MAX_SHARED:
@@ -172,8 +167,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf
     elif pf == 1 and not smem and not xs and not pn:
         source = head + _kernel(cell, tx, ty, vx, lz, lb)
     else:
-        source = head + zmarch_staged.kernel(cell, tx, ty, vx, lz, pf, smem, xs, pn, yc,
-                                                    lb=lb)
+        source = head + zmarch_staged.kernel(cell, tx, ty, vx, lz, pf, smem, xs, pn, lb=lb)
     rows = cell.shape.ny if ry == 1 and not sc else cell.shape.ny - 2 * cell.radius
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(rows, ty * ry), cdiv(nz_int, lz))
     coef = ("coef",) if cell.stencil.kind == "varcoeff" else ()

@@ -46,7 +46,7 @@ def shared_bytes(cell: Cell, tx: int, ty: int, vx: int) -> int:
 
 
 def _compute(cell: Cell, vx: int, smem: bool, u: int, xs: bool = False,
-             pn: bool = False, yc: int = 1) -> list[str]:
+             pn: bool = False) -> list[str]:
     """``res[l]`` for every lane; neighbours from shared memory (``smem``) or global memory;
     with ``xs`` the x halo ``xl*``/``xr*`` was already exchanged (:func:`_shuffles`); with
     ``pn`` the neighbours were loaded one plane ahead (:func:`_next_neighbours`)."""
@@ -64,10 +64,7 @@ def _compute(cell: Cell, vx: int, smem: bool, u: int, xs: bool = False,
         for sgn, tag in ((-1, "m"), (1, "p")):
             if pn:
                 continue
-            if smem and yc > 1:  # this block's rows or a cluster neighbour's (cluster_rows)
-                out.append(f"const SVec y{tag}{d} = *reinterpret_cast<const SVec*>"
-                           f"(PY{tag}{d} + cur);")
-            elif smem:
+            if smem:
                 out.append(f"const SVec y{tag}{d} = *reinterpret_cast<const SVec*>"
                            f"(S + cur + so + ({sgn * d}) * SW);")
             else:
@@ -82,35 +79,6 @@ def _compute(cell: Cell, vx: int, smem: bool, u: int, xs: bool = False,
             out.append(f"const ACC xl{d} = {load(p, f'src[base - {d}]')};")
             out.append(f"const ACC xr{d} = {load(p, f'src[base + {vx - 1 + d}]')};")
     out += lane_sums(cell, vx, (lambda v: v) if smem else (lambda v: load(p, v)), f"g{u}")
-    return out
-
-
-# one barrier over the thread-block cluster: the release/acquire pair orders this block's
-# staged plane before any cluster neighbour's reads of it (and their reads before its reuse)
-CLUSTER_ARRIVE = 'asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");'
-CLUSTER_WAIT = 'asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");'
-CLUSTER_SYNC = f"{CLUSTER_ARRIVE} {CLUSTER_WAIT}"
-
-
-def cluster_rows(cell: Cell, ty: int, yc: int) -> list[str]:
-    """``yc > 1``: the block is one of ``yc`` along y in a thread-block cluster (cluster rank =
-    ``blockIdx.y % yc``); a y neighbour outside the block's rows is read from the cluster
-    neighbour's staged plane through distributed shared memory (``mapa``: the same offset in
-    the rank below/above), so only the cluster's first and last blocks load a y halo from
-    global memory. ``PYm{d}``/``PYp{d}`` point at the thread's neighbour ``d`` rows down/up in
-    buffer 0 (``+ cur`` selects the plane's buffer, the same in every block of the cluster)."""
-    out = ["  unsigned kf_rank;",
-           '  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(kf_rank));',
-           "  auto kf_peer = [](const ACC* p, unsigned rank) {",
-           "    unsigned long long g;",
-           '    asm volatile("mapa.u64 %0, %1, %2;" : "=l"(g) : "l"(p), "r"(rank));',
-           "    return reinterpret_cast<const ACC*>(g);",
-           "  };"]
-    for d in range(1, cell.radius + 1):
-        out.append(f"  const ACC* const PYm{d} = threadIdx.y >= {d} || kf_rank == 0 ? "
-                   f"S + so - {d} * SW : kf_peer(S, kf_rank - 1) + so + {ty - d} * SW;")
-        out.append(f"  const ACC* const PYp{d} = threadIdx.y + {d} < {ty} || kf_rank == {yc - 1} "
-                   f"? S + so + {d} * SW : kf_peer(S, kf_rank + 1) + so - {ty - d} * SW;")
     return out
 
 
@@ -184,7 +152,7 @@ def _shuffles(cell: Cell, vx: int) -> list[str]:
 
 
 def _sub(cell: Cell, u: int, vx: int, pf: int, smem: bool, stores: str,
-         xs: bool = False, pn: bool = False, yc: int = 1) -> str:
+         xs: bool = False, pn: bool = False) -> str:
     """The loop body for plane ``zz = z + u`` (ring slot ``u``)."""
     p = cell.precision
     r = cell.radius
@@ -201,8 +169,6 @@ def _sub(cell: Cell, u: int, vx: int, pf: int, smem: bool, stores: str,
                    f"SVec{{{{{cvt.replace('{h}', f'hy{u}')}}}}};"),
                   (f"      if (hxr) *reinterpret_cast<SVec*>(S + cur + hxo) = "
                    f"SVec{{{{{cvt.replace('{h}', f'hx{u}')}}}}};")]
-        if yc > 1:  # the barrier's arrival now, its wait after the next plane's loads are issued
-            lines.append(f"      {CLUSTER_ARRIVE}")
     guard = f"zz + {pf} < ze"
     lines.append(f"      if ({guard}{' && col' if smem or xs else ''}) f{u} = *reinterpret_cast<const "
                  f"Vec*>(src + ((zz + {pf + r}) * NY + y) * NX + x0);")
@@ -211,13 +177,13 @@ def _sub(cell: Cell, u: int, vx: int, pf: int, smem: bool, stores: str,
                    f"(src + ((zz + {pf}) * NY + hyg) * NX + x0);"),
                   (f"      if ({guard} && hxok) hx{u} = *reinterpret_cast<const Vec*>"
                    f"(src + ((zz + {pf}) * NY + y) * NX + hxg);"),
-                  "      " + (CLUSTER_WAIT if yc > 1 else "__syncthreads();")]
+                  "      __syncthreads();"]
     lines.append("      const long base = (zz * NY + y) * NX + x0;")
     if xs:
         lines += [f"      {s}" for s in _shuffles(cell, vx)]
     lines.append(f"      if ({'act' if smem or xs else 'true'}) {{")
     lines.append(f"        ACC res[{vx}];")
-    lines += [f"        {s}" for s in _compute(cell, vx, smem, u, xs, pn, yc)]
+    lines += [f"        {s}" for s in _compute(cell, vx, smem, u, xs, pn)]
     lines.append(stores.replace("{u}", str(u)))
     lines.append("      }")
     if var:  # the coefficient of plane zz was used above; fetch plane zz + pf into its slot
@@ -230,7 +196,7 @@ def _sub(cell: Cell, u: int, vx: int, pf: int, smem: bool, stores: str,
 
 
 def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, smem: int,
-           xs: int = 0, pn: int = 0, yc: int = 1, *, lb: str) -> str:
+           xs: int = 0, pn: int = 0, *, lb: str) -> str:
     """The ``zmarch`` entry (see the module docstring); source after the common header."""
     p = cell.precision
     t, acc = p.ctype, p.acc_ctype
@@ -254,9 +220,7 @@ def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, smem: int,
                 f"  const bool col = y < NY && x0 < NX, act = {act};",
                 f"  const int so = (threadIdx.y + R) * SW + {vx} + threadIdx.x * VX;",
                 "  // edge threads load the halo: R rows below/above the tile, a vector left/right",
-                (f"  const bool hyr = threadIdx.y < R || threadIdx.y >= {ty} - R;" if yc == 1 else
-                 f"  const bool hyr = (threadIdx.y < R && kf_rank == 0) || "
-                 f"(threadIdx.y >= {ty} - R && kf_rank == {yc - 1});"),
+                f"  const bool hyr = threadIdx.y < R || threadIdx.y >= {ty} - R;",
                 "  const long hyg = threadIdx.y < R ? y - R : y + R;",
                 "  const int hyo = so + (threadIdx.y < R ? -R : R) * SW;",
                 "  const bool hyok = hyr && hyg >= 0 && hyg < NY && x0 < NX;",
@@ -264,8 +228,6 @@ def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, smem: int,
                 "  const long hxg = threadIdx.x == 0 ? x0 - VX : x0 + VX;",
                 "  const int hxo = so + (threadIdx.x == 0 ? -VX : VX);",
                 "  const bool hxok = hxr && y < NY && hxg >= 0 && hxg < NX;"]
-        if yc > 1:
-            pre[3:3] = cluster_rows(cell, ty, yc)  # after ``so``, before ``hyr``
     elif xs:  # every thread stays (the shuffles need whole warps); loads inside the array only
         pre += [f"  const bool col = y < NY && x0 < NX, act = {act};",
                 f"  const int kf_lane = (int)(threadIdx.y * {tx} + threadIdx.x) & 31;",
@@ -304,11 +266,11 @@ def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, smem: int,
     for u in range(pf):
         if u:
             subs.append(f"    if (z + {u} >= ze) break;")
-        subs.append(_sub(cell, u, vx, pf, bool(smem), stores, bool(xs), bool(pn), yc))
+        subs.append(_sub(cell, u, vx, pf, bool(smem), stores, bool(xs), bool(pn)))
     nl = "\n"
     return f"""typedef {acc} ACC;
 {nl.join(h for h in head if h)}
-extern "C" __global__ void __launch_bounds__({lb}){f" __cluster_dims__(1, {yc}, 1)" if yc > 1 else ""}
+extern "C" __global__ void __launch_bounds__({lb})
 zmarch(const {t}* __restrict__ src, {coef}{t}* __restrict__ dst) {{
   const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * VX;
   const long y = (long)blockIdx.y * {ty} + threadIdx.y;
@@ -317,6 +279,6 @@ zmarch(const {t}* __restrict__ src, {coef}{t}* __restrict__ dst) {{
 {nl.join(x for x in pre if x)}
   for (long z = zb; z < ze; z += PF) {{
 {nl.join(subs)}
-  }}{(nl + "  // no block leaves while a neighbour may still read its planes" + nl + "  " + CLUSTER_SYNC) if yc > 1 else ""}
+  }}
 }}
 """
