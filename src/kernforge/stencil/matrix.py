@@ -25,10 +25,10 @@ TABLE_VERSION = 1
 # fit a block's size are refused by the generator): blocks of 64-512 threads have different
 # useful values
 MINB = (1, 2, 3, 4, 6, 8, 12, 16)
-# a z-chunk of every plane of the matrix's shapes (nz <= 1024; the generators clamp lz to the
-# interior): one block per column, no z halo read twice (session 8: on the 1024^3 star cells
-# longer chunks ran faster up to 64; 128 was the longest offered until session 12)
-WHOLE = 1024
+# z-chunks longer than 128 planes are not offered: whole columns (lz >= the interior; the
+# generators clamp lz) ran 1.03-2.1x slower than the incumbents in every 1024^3 cell on the H200
+# (session 13, docs/stencil/ideas.md): parallelism and the streaming order matter more there
+# than the z halo re-read through L2
 
 DESIGNS: dict[str, Callable[..., Operator]] = {
     "naive": naive.generate,
@@ -69,14 +69,14 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
     if design == "zmarch":
         vx = {Precision.FP16: (8, 4), Precision.FP32: (4, 2), Precision.FP64: (2, 4)}
         zs: dict[str, tuple[Any, ...]] = {
-            "vx": vx[cell.precision], "lz": (64, 32, 128, 16, 8, WHOLE), "ty": (8, 4, 16),
+            "vx": vx[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
             "tx": (32, 64, 16), "pf": (1, 2, 4), "smem": (0, 1), "xs": (0, 1), "pn": (0, 1),
             "ry": (1, 2, 4), "sc": (0, 1), "minb": MINB, "l1": (0, 1), "zo": (0, 1)}
         return {**zs, **_precision_options(cell)}
     if design == "ztile":
         widths: dict[Precision, tuple[int, ...]] = {  # 16 bytes at most (fp64: 2 lanes)
             Precision.FP16: (8, 4), Precision.FP32: (4, 2), Precision.FP64: (2,)}
-        return {"vx": widths[cell.precision], "lz": (64, 32, 128, 16, 8, WHOLE), "ty": (8, 4, 16),
+        return {"vx": widths[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
                 "tx": (32, 64, 16), "st": (2, 1, 3, 4), "zo": (0, 1)}
     if design == "zbox":
         # 16-byte loads at most (ptxas for sm_90, box_1 512^3: fp32 vx=4 46 registers and 44.5
@@ -84,13 +84,13 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
         lanes: dict[Precision, tuple[int, ...]] = {
             Precision.FP16: (4, 8), Precision.FP32: (4, 2), Precision.FP64: (2,)}
         zb: dict[str, tuple[Any, ...]] = {
-            "vx": lanes[cell.precision], "lz": (32, 64, 16, 8, 128, WHOLE), "ty": (8, 4, 16),
+            "vx": lanes[cell.precision], "lz": (32, 64, 16, 8, 128), "ty": (8, 4, 16),
             "tx": (32, 64, 16), "pn": (1, 0), "pw": (0, 1),
             "minb": MINB, "l1": (0, 1), "zo": (0, 1)}
         return {**zb, **_precision_options(cell, cw=False)}  # zbox: fp64 weights always in
         # constant memory (no table entry predates it)
     if design == "planesweep":
-        sp: dict[str, tuple[Any, ...]] = {"ry": (4, 2, 8), "lz": (64, 32, 128, 16, WHOLE),
+        sp: dict[str, tuple[Any, ...]] = {"ry": (4, 2, 8), "lz": (64, 32, 128, 16),
                                           "ty": (4, 8, 2), "vx": (1, 2), "tx": (32, 64),
                                           "minb": MINB, "l1": (0, 1), "zo": (0, 1)}
         return {**sp, **_precision_options(cell)}
