@@ -14,6 +14,9 @@ refuses any other):
   ``+zo``     z-chunks fastest in the block order, odd chunks marched downward (mirrored plane
               index, z weights swapped): both chunks that share a z-halo read it at once
   ``+zr``     odd chunks marched downward, the block order kept (chunk layers slowest)
+  ``+cl=AXES`` every kernel launched in thread-block clusters (``__cluster_dims__``; any design,
+              nothing else changed), e.g. ``cl=y4`` (4 neighbouring tiles along y), ``cl=z2``,
+              ``cl=x2y2``: blocks that read each other's halo placed in one GPC
 e.g. ``python scripts/stencil_probe.py star_2/512x512x512/fp32 pn=0 pn=0+zo pn=0,lz=32+zo``.
 """
 
@@ -122,6 +125,26 @@ def z_order(op: Operator, remap: bool = True) -> Operator:
                                notes="zo" if remap else "zr")
 
 
+def clustered(op: Operator, axes: str) -> Operator:
+    """Every kernel of ``op`` with ``__cluster_dims__`` (``axes``: e.g. ``y4``, ``x2y2``);
+    each launch's grid must divide by the cluster along every axis (8 blocks at most)."""
+    m = re.fullmatch(r"(?:x(\d+))?(?:y(\d+))?(?:z(\d+))?", axes)
+    if not axes or m is None:
+        raise ProbeError(f"cl={axes!r}: write the cluster as x<N>y<N>z<N> (any of them), e.g. y4")
+    dims = tuple(int(v or 1) for v in m.groups())
+    if dims[0] * dims[1] * dims[2] > 8:
+        raise ProbeError(f"cl={axes}: at most 8 blocks per cluster (portable size)")
+    for launch in op.launches:
+        if any(g % c for g, c in zip(launch.grid, dims, strict=True)):
+            raise ProbeError(f"{op.key}: grid {launch.grid} does not divide by cluster {dims}")
+    src, n = re.subn(r"__launch_bounds__\(([^)]*)\)",
+                     lambda k: f"{k.group(0)} __cluster_dims__({dims[0]}, {dims[1]}, {dims[2]})",
+                     op.source)
+    if not n:
+        raise ProbeError(f"{op.key}: no __launch_bounds__ to attach the cluster to")
+    return dataclasses.replace(op, source=src, notes=f"cl={axes}")
+
+
 def variant(cell: Cell, spec: str) -> Operator:
     """The operator a VARIANT names (see the module docstring)."""
     base = mx.operator_for(cell)
@@ -138,11 +161,13 @@ def variant(cell: Cell, spec: str) -> Operator:
     if probe in ("zo", "zr"):
         return z_order(op, remap=probe == "zo")
     kind, _, d = probe.partition("=")
+    if kind == "cl":
+        return clustered(op, d)
     if kind == "l2" and d.isdigit():
         return l2_prefetch(op, int(d))
     if kind == "bl2" and d.isdigit():
         return bulk_prefetch(op, int(d), cell.precision.itemsize)
-    raise ProbeError(f"{probe!r}: the probes are l2=D, bl2=D, zo and zr")
+    raise ProbeError(f"{probe!r}: the probes are l2=D, bl2=D, zo, zr and cl=AXES")
 
 
 def main() -> None:

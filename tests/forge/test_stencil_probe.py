@@ -81,6 +81,25 @@ def test_the_probes_refuse_what_they_cannot_rewrite() -> None:
         probe.variant(cell, "+l3=2")
 
 
+def test_clusters_attach_to_every_kernel_and_refuse_what_does_not_divide() -> None:
+    cell = Cell.parse("star_2/512x512x512/fp32")  # zmarch lz=8, tx=32, vx=4, ty=8: (4, 64, 64)
+    op = mx.build("zmarch", cell, {**mx.defaults("zmarch", cell), "lz": 8})
+    assert op is not None and op.launches[0].grid == (4, 64, 64)
+    for axes, dims in (("y4", "1, 4, 1"), ("z2", "1, 1, 2"), ("x2y2", "2, 2, 1")):
+        cl = probe.clustered(op, axes)
+        assert cl.source.count(f"__cluster_dims__({dims})") == 1 and cl.notes == f"cl={axes}"
+        assert cl.launches == op.launches and cl.params == op.params
+    t4 = Cell.parse("star_1_t4/512x512x512/fp32")  # chained sweeps: one kernel, four launches
+    chained = mx.build("zmarch", t4, {**mx.defaults("zmarch", t4), "lz": 8})
+    assert chained is not None and len(chained.launches) == 4
+    assert probe.clustered(chained, "y2").source.count("__cluster_dims__(1, 2, 1)") == 1
+    for axes, match in (("x8", "does not divide"), ("y4z4", "at most 8"), ("w2", "x<N>y<N>z<N>"),
+                        ("", "x<N>y<N>z<N>"), ("y2x2", "x<N>y<N>z<N>")):
+        with pytest.raises(probe.ProbeError, match=match):
+            probe.clustered(op, axes)
+    assert probe.variant(cell, "+cl=y2").notes == "cl=y2"
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the host nvcc")
 def test_the_probes_compile_with_nvcc(tmp_path) -> None:
     from kernforge.forge.compile import compile_all
@@ -92,7 +111,10 @@ def test_the_probes_compile_with_nvcc(tmp_path) -> None:
             op = mx.build("zmarch", cell, {**mx.defaults("zmarch", cell), "lz": 8})
             assert op is not None
             ops += [probe.z_order(op), probe.z_order(op, remap=False), probe.l2_prefetch(op, 4),
-                    probe.bulk_prefetch(op, 4, prec.itemsize)]
+                    probe.bulk_prefetch(op, 4, prec.itemsize), probe.clustered(op, "y2")]
+    box = Cell.parse("box_1/512x512x512/fp64")
+    ops += [probe.clustered(mx.build(d, box, mx.defaults(d, box)), "y2")  # type: ignore[arg-type]
+            for d in ("planesweep", "zbox")]
     built = compile_all(ops, tmp_path)
     failed = [(b.op.cell_id, b.op.notes, b.log[-300:]) for b in built if not b.ok]
     assert not failed, failed
