@@ -3,7 +3,7 @@ the names ``--changes`` accepts (``loop.round_plan`` checks them here)."""
 
 from __future__ import annotations
 
-TPE_ROUNDS = ("tpe", "tpe2")  # the same search (forge/bo.py), seeded apart
+TPE_ROUNDS = ("tpe", "tpe2", "tpe3")  # the same search (forge/bo.py), seeded apart
 
 IDEAS = {
     "design": "restructure: z-marching with a register queue (star), shared-memory plane sweep "
@@ -47,6 +47,7 @@ IDEAS = {
            "3 batches of 16 per cell; the fastest two screened go through the gate",
     "tpe2": "the tpe round with another seed: other points of the same space (a second run "
             "from an unchanged incumbent asks what the first did not)",
+    "tpe3": "the tpe round with a third seed (after tpe and tpe2 left the incumbent unchanged)",
     "pw": "zbox: the warm-up planes peeled into their own loop (the steady loop stores without "
           "a test; fewer instructions per plane, more registers)",
 }
