@@ -106,7 +106,7 @@ def run_adopt(args: argparse.Namespace) -> int:
         console.print(f"[yellow]warning:[/] {escape(w)}")
     table = Table(title=f"adopt into {args.into}" + (" (dry run)" if args.dry_run else ""))
     for h in ("cell", "from", "operator", "adopted", "old/new bench", "why"):
-        table.add_column(h)
+        table.add_column(h, overflow="fold")  # every operator key and file name in full
     for d in decisions:
         src = Path(d.source)
         table.add_row(d.cell, escape(f"{src.parent.name}/{src.name}"),
