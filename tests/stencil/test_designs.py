@@ -407,7 +407,9 @@ def test_later_options_compile_with_nvcc(tmp_path) -> None:
             ("varcoeff_star_1", "zmarch", ({"h2": 1}, {"pn": 1}, {"ry": 2, "sc": 1})),
             ("star_1", "zmarch", ({"ry": 2}, {"ry": 4, "vx": 2}, {"sc": 1}, {"ry": 2, "sc": 1},
                                   {"sc": 1, "vx": 1}, {"sc": 1, "vx": 2})),  # every store piece
-            ("star_2", "zmarch", ({"ry": 2, "sc": 1},))):
+            ("star_2", "zmarch", ({"ry": 2, "sc": 1},)),
+            ("star_1_t4", "temporal", ({"pipe": 1, "fi": 1}, {"pipe": 1, "fi": 1, "cx": 2,
+                                                              "cy": 2, "fs": 2}))):
         for prec in Precision:
             cell = Cell(STENCILS[stencil], Shape(256, 256, 256), prec)
             for extra in variants:
@@ -441,3 +443,45 @@ def test_distinct_kernels_have_distinct_keys(design: str) -> None:
                     if op is not None:
                         assert seen.setdefault(op.key, op.source) == op.source, \
                             (cell.id, name, value)
+
+
+@pytest.mark.parametrize(("prec", "params"), [
+    ("fp32", {"tx": 16, "ty": 12, "lz": 6}),
+    ("fp64", {"tx": 8, "ty": 12, "lz": 8, "cx": 2, "pf": 2}),
+    ("fp16", {"tx": 8, "ty": 8, "lz": 6, "cx": 2, "cy": 2, "pf": 3}),
+    ("fp32", {"tx": 16, "ty": 8, "lz": 5, "cy": 2, "fs": 2}),
+])
+def test_temporal_fast_interior_body_changes_no_bit(prec: str, params: dict) -> None:
+    """``fi=1`` runs a copy of the body without the boundary selects where no point of an
+    iteration group is a boundary point: bit for bit the same results as ``fi=0`` (the same
+    sums in the same order), on a grid where both bodies run (edge and inner blocks, edge and
+    inner iteration groups)."""
+    from kernforge.stencil.kernels import temporal_pipe
+
+    cell = Cell(STENCILS["star_1_t4"], Shape(64, 40, 40), Precision(prec))
+    params = {**params, "pipe": 1}
+    fast = mx.build("temporal", cell, {**params, "fi": 1})
+    plain = mx.build("temporal", cell, params)
+    assert fast is not None and plain is not None and fast.key != plain.key
+    assert fast.launches == plain.launches and "fast_xy &&" in fast.source
+    assert "fast_xy" not in plain.source
+    # the fast body runs somewhere here: a block with its tile inside the grid, and an
+    # iteration group with all its stage planes inside
+    steps = params.get("fs") or cell.stencil.steps
+    w, h, m, bw, bh = temporal_pipe.geometry(cell, steps, params["tx"], params["ty"],
+                                             params.get("cx", 1), params.get("cy", 1))
+    gx, gy, gz = fast.launches[0].grid
+    inner = [(bx, by) for bx in range(gx) for by in range(gy)
+             if 1 - steps - m + bx * bw >= 1 and 1 - steps - m + bx * bw + w - 1 <= 62
+             and 1 - steps + by * bh >= 1 and 1 - steps + by * bh + h - 1 <= 38]
+    u = int(re.search(r"k \+= (\d+)\)", fast.source).group(1))  # type: ignore[union-attr]
+    groups = [k for bz in range(gz)
+              for k in range(max(1 + bz * params["lz"] - steps, 0) + 1,
+                             min(1 + (bz + 1) * params["lz"], 39) + 2 * steps, u)
+              if k - 2 * steps >= 1 and k + u - 3 <= 38]
+    assert inner and groups and len(inner) < gx * gy
+    out_fast, ref, _ = _run(cell, "temporal", {**params, "fi": 1})
+    out_plain, _, _ = _run(cell, "temporal", params)
+    np.testing.assert_array_equal(out_fast, out_plain)
+    err = np.abs(out_fast.astype(np.float64) - ref).max() / np.abs(ref).max()
+    assert err <= cell.precision.tolerance

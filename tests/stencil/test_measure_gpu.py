@@ -160,6 +160,12 @@ def test_stencil_bench_two_small_cells(device, tmp_path):
     ("zbox", "box_2/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 9, "minb": 8}),
     ("planesweep", "box_2/104x48x36/fp64", {"tx": 32, "ty": 4, "vx": 1, "ry": 4, "lz": 7,
                                             "minb": 12}),
+    # the temporal kernel's boundary-free body for inner blocks and iteration groups (fi)
+    ("temporal", "star_1_t4/104x48x36/fp32", {"tx": 32, "ty": 16, "lz": 8, "pipe": 1, "fi": 1}),
+    ("temporal", "star_1_t4/104x48x36/fp64", {"tx": 16, "ty": 16, "lz": 7, "pipe": 1, "cx": 2,
+                                               "pf": 2, "fi": 1}),
+    ("temporal", "star_1_t4/104x48x36/fp16", {"tx": 16, "ty": 8, "lz": 9, "pipe": 1, "cy": 2,
+                                               "fs": 2, "fi": 1}),
     # whole-column z-chunks (lz 1024, clamped to the interior by the generators)
     ("zmarch", "star_2/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 1024}),
     ("ztile", "star_1/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 1024, "st": 2}),

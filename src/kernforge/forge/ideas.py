@@ -28,6 +28,9 @@ IDEAS = {
     "minb": "temporal, zbox, plane sweep: minimum resident blocks per SM (__launch_bounds__ "
             "register cap: occupancy bought with registers, spills beyond the cap)",
     "fs": "temporal: steps fused per launch (smaller halo, more DRAM traffic)",
+    "fi": "temporal (pipelined): a copy of the loop body without the boundary selects, run by "
+          "blocks and iteration groups that touch no boundary (about a fifth fewer SASS "
+          "instructions there)",
     "xs": "z-marching: the x halo from the neighbouring lanes by warp shuffles (fewer L1/L2 "
           "requests per point: the star kernels are L2-throughput-bound on the H200)",
     "pn": "z-marching: the x/y neighbours of the next plane loaded during this one (latency "

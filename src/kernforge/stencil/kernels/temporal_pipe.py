@@ -27,6 +27,14 @@ the iterations run:
 - ``minb``: ``__launch_bounds__(threads, minb)`` (2 blocks of 1024 threads: 32 registers).
 - 32-bit plane arithmetic, shared-memory offsets computed once, dynamic shared memory (the tile
   of ``T`` planes, double-buffered, may exceed 48 KiB).
+- ``fi=1`` (session 13): a second copy of the unrolled body without the boundary selects
+  (``v = (zin && inner) ? sum : b``), run for every group of ``U`` iterations whose stage planes
+  all lie inside the grid (``1 <= kk - 2s <= NZ-2``) in a block whose whole tile lies inside it
+  in x and y: there no point is a boundary point, so every point takes its sum. The selects
+  compile to a branch around each point's sum (BSSY/BSYNC, a move for the kept value, the
+  predicate logic): on the host (ptxas for sm_90, star_1_t4 fp32 512^3's operator) the kernel
+  drops from 984 to 776 SASS instructions without them. Blocks on the grid's edges and the first
+  and last iterations of the edge chunks keep the selecting body.
 """
 
 from __future__ import annotations
@@ -82,8 +90,9 @@ def _pts(cx: int, cy: int) -> list[tuple[int, int]]:
     return [(i, lane) for i in range(cy) for lane in range(cx)]
 
 
-def _sub(cell: Cell, j: int, steps: int, cx: int, cy: int, pf: int) -> str:
-    """One iteration (``kk = k + j``) of the unrolled loop."""
+def _sub(cell: Cell, j: int, steps: int, cx: int, cy: int, pf: int, fast: bool = False) -> str:
+    """One iteration (``kk = k + j``) of the unrolled loop; ``fast``: without the boundary
+    selects (``fi=1``: only where no point of the iteration is a boundary point)."""
     p = cell.precision
     w = dict(zip(cell.stencil.offsets, weight_names(cell), strict=True))
     buf = j % 2
@@ -110,7 +119,8 @@ def _sub(cell: Cell, j: int, steps: int, cx: int, cy: int, pf: int) -> str:
         base = f"sm + {(buf * steps + q)} * PL"
         lines.append(f"      {{  // stage {s}: step {s} of plane kk - {2 * s}")
         lines.append(f"        const int p = kk - {2 * s};")
-        lines.append("        const bool zin = (unsigned)(p - 1) < (unsigned)(NZ - 2);")
+        if not fast:
+            lines.append("        const bool zin = (unsigned)(p - 1) < (unsigned)(NZ - 2);")
         lines.append(f"        const SV ym = *reinterpret_cast<const SV*>({base} + oym);")
         lines.append(f"        const SV yp = *reinterpret_cast<const SV*>({base} + oyp);")
         for i in range(cy):
@@ -127,7 +137,8 @@ def _sub(cell: Cell, j: int, steps: int, cx: int, cy: int, pf: int) -> str:
                     f" + {w[(0, 1, 0)]} * {ypv} + {w[(0, 0, -1)]} * {xmv}"
                     f" + {w[(0, 0, 1)]} * {xpv}")
             dst = f"q{s}_{j % 3}_{i}{lane}" if s < steps else f"const ACC v{i}{lane}"
-            lines.append(f"        {dst} = (zin && inner{i}{lane}) ? ({expr}) : {reg(i, lane)};")
+            lines.append(f"        {dst} = {expr};" if fast else
+                         f"        {dst} = (zin && inner{i}{lane}) ? ({expr}) : {reg(i, lane)};")
         if s == steps:
             lines.append("        if ((unsigned)(p - z0) < (unsigned)(z1 - z0)) {")
             for i in range(cy):
@@ -144,7 +155,7 @@ def _sub(cell: Cell, j: int, steps: int, cx: int, cy: int, pf: int) -> str:
 
 
 def source(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, lz: int, pf: int,
-           minb: int) -> str:
+           minb: int, fi: int = 0) -> str:
     p = cell.precision
     t, acc = p.ctype, p.acc_ctype
     w, h, m, bw, bh = geometry(cell, steps, tx, ty, cx, cy)
@@ -178,6 +189,13 @@ def source(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, lz: int, 
              f"*reinterpret_cast<const V*>(src + (o{i} + (IDX)(lo0 + {k}) * PLANE));"
              for k in range(pf) for i in range(cy)]
     body = "".join(_sub(cell, j, steps, cx, cy, pf) for j in range(u))
+    if fi:  # the group's stage planes kk - 2s span k - 2T .. k + U - 3
+        fast = "".join(_sub(cell, j, steps, cx, cy, pf, fast=True) for j in range(u))
+        body = (f"    if (fast_xy && k - 2 * T >= 1 && k + {u - 3} <= NZ - 2) {{\n{fast}"
+                f"    }} else {{\n{body}    }}\n")
+    tile_x = f"{1 - steps - m} + (int)blockIdx.x * {bw}"
+    fast_xy = (f"  const bool fast_xy = {tile_x} >= 1 && {tile_x} + {w - 1} <= NX - 2 && oy >= 1 && "
+               f"oy + {h - 1} <= NY - 2;  // the whole tile inside the grid\n" if fi else "")
     nl = "\n"
     return f"""{header(cell)}{extents(cell)}typedef {acc} ACC;
 {weights}constexpr int T = {steps};
@@ -192,7 +210,7 @@ temporal(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
   const int tx = threadIdx.x, ty = threadIdx.y, c0 = tx * {cx};
   const int gx0 = {1 - steps - m} + (int)blockIdx.x * {bw} + c0;
   const int oy = {1 - steps} + (int)blockIdx.y * {bh};
-  const int oym = (ty > 0 ? ty * {cy} - 1 : 0) * {w} + c0;
+{fast_xy}  const int oym = (ty > 0 ? ty * {cy} - 1 : 0) * {w} + c0;
   const int oyp = (ty < {ty - 1} ? ty * {cy} + {cy} : {h - 1}) * {w} + c0;
 {nl.join(decl)}
   const int z0 = 1 + (int)blockIdx.z * {lz};
