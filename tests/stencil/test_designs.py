@@ -485,3 +485,15 @@ def test_temporal_fast_interior_body_changes_no_bit(prec: str, params: dict) -> 
     np.testing.assert_array_equal(out_fast, out_plain)
     err = np.abs(out_fast.astype(np.float64) - ref).max() / np.abs(ref).max()
     assert err <= cell.precision.tolerance
+
+
+def test_temporal_fast_interior_body_with_the_z_chunks_first() -> None:
+    """``zo`` renames every blockIdx axis of the source, the fast body's tile test included."""
+    cell = Cell(STENCILS["star_1_t4"], Shape(64, 40, 40), Precision.FP32)
+    params = {"tx": 16, "ty": 12, "lz": 6, "pipe": 1}
+    both = mx.build("temporal", cell, {**params, "fi": 1, "zo": 1})
+    assert both is not None and "fast_xy = -3 + (int)blockIdx.y * 8 >= 1" in both.source  # x: y
+    out, ref, _ = _run(cell, "temporal", {**params, "fi": 1, "zo": 1})
+    plain, _, _ = _run(cell, "temporal", params)
+    np.testing.assert_array_equal(out, plain)
+    assert np.abs(out.astype(np.float64) - ref).max() / np.abs(ref).max() <= 1e-4

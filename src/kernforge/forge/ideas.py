@@ -29,7 +29,7 @@ IDEAS = {
             "register cap: occupancy bought with registers, spills beyond the cap)",
     "fs": "temporal: steps fused per launch (smaller halo, more DRAM traffic)",
     "fi": "temporal (pipelined): a copy of the loop body without the boundary selects, run by "
-          "blocks and iteration groups that touch no boundary (about a fifth fewer SASS "
+          "blocks and iteration groups that touch no boundary (a fifth to a half fewer SASS "
           "instructions there)",
     "xs": "z-marching: the x halo from the neighbouring lanes by warp shuffles (fewer L1/L2 "
           "requests per point: the star kernels are L2-throughput-bound on the H200)",
