@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+import time
 
 from kernforge.core import Status
 from kernforge.service import Client
-from kernforge.service.samples import fault, good_variants
+from kernforge.service.monitor import PLUGIN
+from kernforge.service.samples import CPU_KERNEL, fault, good_variants
 
 PROTOCOL = {"warmup": 1, "repeat": 3}
 
@@ -44,3 +46,33 @@ def test_abort_is_classified_and_does_not_poison_a_retry(client: Client, rec) ->
 def test_a_fixed_timeout_overrides_the_derived_one(client: Client, rec) -> None:
     m = client.evaluate(rec, fault(rec, "hang"), timeout_s=0.5, **PROTOCOL)
     assert m.status is Status.TIMEOUT and dict(m.extra)["timeout_s"] == 0.5
+
+
+SLOW = CPU_KERNEL.replace("void smooth(", "#include <unistd.h>\nvoid smooth(", 1).replace(
+    "{\n    #pragma omp", "{\n    usleep(150000);\n    #pragma omp", 1)  # correct, 0.15 s a call
+
+
+def _running(dask_scheduler) -> list[str]:
+    return sorted(dask_scheduler.plugins[PLUGIN].running)
+
+
+def test_a_request_whose_worker_dask_closes_is_sent_again(client: Client, rec) -> None:
+    """A worker that Dask itself closes or restarts (here its nanny restarts it) while it runs
+    a request judged nothing: the request runs again and its result is the candidate's own,
+    and the metrics count a close, not a death (the flake this fixes: a nanny's close of a
+    freshly restarted worker under CPU load was reported as a crash of a correct candidate)."""
+    assert "usleep" in SLOW
+    before = client.metrics()
+    pending = client.submit(rec, rec.variant.with_(source=rec.source.with_code(SLOW)),
+                            timeout_s=60, **PROTOCOL)
+    deadline = time.monotonic() + 60
+    while not (running := client.dask.run_on_scheduler(_running)):
+        assert time.monotonic() < deadline, "the request never started"
+        time.sleep(0.05)
+    client.dask.restart_workers(running)
+    m = pending.result(timeout=120)
+    assert m.ok, m.message
+    after = client.metrics()
+    assert after.closed == before.closed + 1, after
+    assert after.deaths == before.deaths
+    assert len(client.workers()) == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from kernforge.core import BackendUnavailableError, ConfigError, Measurement, St
 from kernforge.service import ServiceConfig
 from kernforge.service.cluster import jobqueue_cluster, jobqueue_options, worker_specs
 from kernforge.service.config import cpu_groups
-from kernforge.service.monitor import classify, measurement_from_json
+from kernforge.service.monitor import Monitor, classify, measurement_from_json
 
 
 def test_config_rejects_unknown_keys_and_bad_values(tmp_path: Path) -> None:
@@ -102,6 +103,42 @@ def test_a_deposited_measurement_is_returned_as_it_was() -> None:
     back = classify({"deposit": m.to_json()})
     assert back == measurement_from_json(m.to_json()) and back.message == m.message
     assert back.stages == m.stages and back.status is m.status
+
+
+def _monitor_running(key: str = "kf-eval-k") -> Monitor:
+    mon = Monitor()
+    mon.running["tcp://w"] = {"key": key, "what": "evaluate", "worker": "tcp://w",
+                              "nanny": "tcp://n", "stage": "run", "timeout_s": 1.0,
+                              "t_stage": time.time(), "item": 0}
+    return mon
+
+
+def test_a_worker_closed_by_dask_is_not_charged_to_its_request() -> None:
+    """Dask's Worker.close announces itself ("closing-worker", under the worker's address)
+    before the scheduler removes the worker: that death is recorded as a close, not counted
+    as a result or a death, and classified (if sending it again never helps) as no crash."""
+    mon = _monitor_running()
+    mon.log_event("tcp://w", {"action": "closing-worker", "reason": "nanny-close"})
+    mon.remove_worker(None, "tcp://w")
+    record = mon.deaths["kf-eval-k"]
+    assert record["closed"] == "nanny-close" and record["text"] == ""
+    snap = mon.snapshot()
+    assert snap["deaths"] == 0 and snap["closed"] == 1 and snap["by_status"] == {}
+    m = classify(record)
+    assert m.status is Status.RUNTIME_FAILED and "closed by Dask" in m.message
+    assert "nanny-close" in m.message and "crash" in m.message and "SIG" not in m.message
+    assert not mon.closing  # forgotten with the worker
+
+
+def test_a_worker_that_dies_unannounced_is_still_a_death() -> None:
+    mon = _monitor_running()
+    mon.log_event("tcp://other", {"action": "closing-worker", "reason": "x"})  # not this one
+    mon.remove_worker(None, "tcp://w")
+    record = mon.deaths["kf-eval-k"]
+    assert "closed" not in record and record["text"] is None  # waits for the crash log
+    snap = mon.snapshot()
+    assert snap["deaths"] == 1 and snap["closed"] == 0
+    assert snap["by_status"] == {"RUNTIME_FAILED": 1}
 
 
 def test_a_worker_reloads_a_recording_recorded_again(tmp_path: Path) -> None:

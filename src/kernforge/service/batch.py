@@ -13,7 +13,9 @@ last batches. Each request keeps its :class:`Pending`, and results come back in 
 A worker that dies in a batch is charged to the evaluation that was running
 (:func:`.monitor.item_of`): that one resolves to the classified death, the others of the batch
 are evaluated again in a new batch (their results died with the worker). Where nothing names
-the evaluation, each one is sent again alone.
+the evaluation, each one is sent again alone. A worker that Dask itself closed while it ran a
+batch (its nanny's close or restart, retirement: the worker announces it, :mod:`.monitor`)
+judged nothing: the whole batch is sent again, up to :data:`CLOSE_RETRIES` times.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
 MAX_BATCH = 16
 #: batches per worker a list of requests is cut into at least (the tail stays short)
 BATCHES_PER_WORKER = 8
+#: times a batch is sent again after Dask closed its worker (not a crash) while it ran
+CLOSE_RETRIES = 2
 
 
 class ServiceError(KernforgeError):
@@ -73,8 +77,10 @@ class Batch:
     """One task evaluating requests in order; its results once fetched (or, after its worker
     died, where each one's result comes from)."""
 
-    def __init__(self, client: Client, requests: list[Request], future: Any) -> None:
+    def __init__(self, client: Client, requests: list[Request], future: Any,
+                 attempt: int = 0) -> None:
         self.client, self.requests, self.future = client, requests, future
+        self.attempt = attempt  # times these requests were sent again after a worker close
         self._values: list[Any] | None = None  # Measurement | Raised | (Batch, index)
         self._lock = threading.Lock()
 
@@ -114,6 +120,11 @@ class Batch:
     def _recover(self) -> list[Any]:
         """The death charged to the evaluation that was running; the others again."""
         record = self.client.death_record(self.key)
+        if record is not None and record.get("closed") is not None \
+                and self.attempt < CLOSE_RETRIES:  # Dask closed the worker: not a verdict
+            (resent,) = submit_batches(self.client, self.requests, len(self.requests),
+                                       attempt=self.attempt + 1)
+            return [(resent, i) for i in range(len(self.requests))]
         dead = death_measurement(record, self.key)
         if len(self.requests) == 1:
             return [dead]
@@ -166,11 +177,12 @@ class Pending:
         return self._value
 
 
-def submit_batches(client: Client, requests: list[Request], size: int) -> list[Batch]:
+def submit_batches(client: Client, requests: list[Request], size: int,
+                   attempt: int = 0) -> list[Batch]:
     """Send ``requests`` as tasks of ``size`` consecutive requests each, in one message."""
     groups = chunks(requests, size)
     run = uuid.uuid4().hex[:16]
     keys = [f"{KEY_PREFIX}eval-{run}{i:08d}-x{len(g)}" for i, g in enumerate(groups)]
     futures = client.dask.map(evaluate_batch_task, groups, key=keys, pure=False,
                               resources={RESOURCE: 1}, retries=0)
-    return [Batch(client, g, f) for g, f in zip(groups, futures, strict=True)]
+    return [Batch(client, g, f, attempt) for g, f in zip(groups, futures, strict=True)]

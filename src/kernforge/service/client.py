@@ -52,6 +52,7 @@ class Metrics:
     by_status: Mapping[str, int]
     stage_mean_s: Mapping[str, float]  # compile, restore, run, verify, measure
     uptime_s: float
+    closed: int = 0  # requests whose worker Dask closed (not a crash) while running them
 
     @classmethod
     def from_snapshot(cls, d: Mapping[str, Any]) -> Metrics:
@@ -59,7 +60,8 @@ class Metrics:
                    float(d.get("evaluations_per_s", 0.0)), int(d.get("queued", 0)),
                    int(d.get("running", 0)), int(d.get("worker_restarts", 0)),
                    int(d.get("deaths", 0)), dict(d.get("by_status", {})),
-                   dict(d.get("stage_mean_s", {})), float(d.get("uptime_s", 0.0)))
+                   dict(d.get("stage_mean_s", {})), float(d.get("uptime_s", 0.0)),
+                   int(d.get("closed", 0)))
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -56,6 +56,8 @@ class Monitor(SchedulerPlugin):
         self.done: deque[float] = deque(maxlen=100_000)
         self.nannies: set[str] = set()
         self.restarts = 0
+        self.closing: dict[str, str] = {}  # worker address -> the reason it announced closing
+        self.closes = 0  # requests whose worker Dask closed (not a crash) while running them
 
     async def start(self, scheduler: Any) -> None:
         self.scheduler = scheduler
@@ -64,6 +66,12 @@ class Monitor(SchedulerPlugin):
 
     # ---- events from workers --------------------------------------------------------------
     def log_event(self, topic: str, msg: Any) -> None:
+        if isinstance(msg, dict) and msg.get("action") == "closing-worker":
+            # Dask's Worker.close logs this under the worker's address before it stops (a
+            # nanny's close or restart, retirement, a lost heartbeat): no crash, and the
+            # scheduler removes the worker only after this message (one ordered stream)
+            self.closing[str(topic)] = str(msg.get("reason", ""))
+            return
         handler = {START: self._start, STAGE: self._stage, END: self._end, DEATH: self._death,
                    DEPOSIT: self._deposit}.get(topic)
         if handler is not None and isinstance(msg, dict):
@@ -128,16 +136,21 @@ class Monitor(SchedulerPlugin):
         self.nannies.add(nanny)
 
     def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
+        closed = self.closing.pop(worker, None)
         run = self.running.pop(worker, None)
         if run is None:
             return
         record = dict(run, t_death=time.time(), text=None)
-        if run.get("deposit") is not None or not run.get("nanny"):
+        if run.get("deposit") is None and closed is not None:
+            # closed by Dask, not by the candidate: the client sends the request again
+            record.update(closed=closed, text="")
+            self.closes += 1
+        elif run.get("deposit") is not None or not run.get("nanny"):
             record["text"] = ""  # nothing more will come: no successor will report
         self.deaths[run["key"]] = record
         while len(self.deaths) > MAX_DEATHS:
             self.deaths.popitem(last=False)
-        if run.get("what") == "evaluate":
+        if run.get("what") == "evaluate" and "closed" not in record:
             self._count(classify(record).status.value, {})
 
     # ---- what clients ask for (through run_on_scheduler) -----------------------------------
@@ -165,7 +178,9 @@ class Monitor(SchedulerPlugin):
             "by_status": dict(self.by_status),
             "evaluations_per_s": recent / span,
             "running": len(self.running), "queued": in_queue,
-            "worker_restarts": self.restarts, "deaths": len(self.deaths),
+            "worker_restarts": self.restarts,
+            "deaths": sum(1 for r in self.deaths.values() if "closed" not in r),
+            "closed": self.closes,
             "workers": len(self.scheduler.workers) if self.scheduler else 0,
             "stage_mean_s": {k: self.stage_sum[k] / self.stage_n[k] for k in self.stage_n},
         }
@@ -221,6 +236,12 @@ def classify(record: dict[str, Any]) -> Measurement:
     """The Measurement of a request whose worker died while running it."""
     if record.get("deposit") is not None:
         return measurement_from_json(record["deposit"])
+    if record.get("closed") is not None:  # what is left when sending it again did not help
+        return Measurement(Status.RUNTIME_FAILED, message=(
+            f"the worker running this request was closed by Dask (reason: "
+            f"{record['closed'] or 'none given'}) before it finished, each time it was sent; "
+            f"not a crash of the candidate: see the workers' logs"),
+            extra=(("worker", record.get("worker")), ("closed", record["closed"])))
     text = record.get("text") or ""
     lines = [line for line in text.strip().splitlines() if line.strip()]
     stage, timeout = record.get("stage", "run"), float(record.get("timeout_s") or 0.0)
