@@ -221,7 +221,8 @@ def test_later_parameters_default_to_the_first_kernels() -> None:
         assert first is not None and again is not None
         assert (first.key, first.source) == (again.key, again.source)
         assert not set(extra) & set(first.params)
-    for stencil, design in (("star_2", "zmarch"), ("box_1", "planesweep")):  # fp16-only h2
+    for stencil, design in (("star_2", "zmarch"), ("box_1", "planesweep"),  # fp16-only h2
+                            ("star_1_t4", "temporal")):
         cell = Cell(STENCILS[stencil], Shape(512, 512, 512), Precision.FP16)
         first = mx.build(design, cell, {**mx.defaults(design, cell), "h2": 0})
         again = mx.build(design, cell, {k: v for k, v in mx.defaults(design, cell).items()
@@ -497,3 +498,51 @@ def test_temporal_fast_interior_body_with_the_z_chunks_first() -> None:
     plain, _, _ = _run(cell, "temporal", params)
     np.testing.assert_array_equal(out, plain)
     assert np.abs(out.astype(np.float64) - ref).max() / np.abs(ref).max() <= 1e-4
+
+
+H2_LAYOUTS = [
+    {"tx": 8, "ty": 12, "lz": 6, "cx": 2},
+    {"tx": 8, "ty": 8, "lz": 5, "cx": 2, "cy": 2, "pf": 3},
+    {"tx": 4, "ty": 16, "lz": 0, "cx": 4, "pf": 2},
+    {"tx": 8, "ty": 8, "lz": 6, "cx": 2, "cy": 2, "fi": 1, "fs": 2},
+    {"tx": 8, "ty": 12, "lz": 7, "cx": 4, "pf": 4, "fi": 1, "zo": 1},
+]
+
+
+def test_temporal_half2_arithmetic_matches_the_oracle_in_every_layout() -> None:
+    """``h2=1``: the fused kernel in ``__half2`` arithmetic. Every layout (pairs per thread,
+    rows per thread, planes in flight, the boundary-free body, split launches, chunk order)
+    computes the same fp16 sums in the same order, so all give the same bits; the result is
+    inside the fp16 gate and is not the fp32-accumulating kernel's (the arithmetic did change)."""
+    cell = Cell(STENCILS["star_1_t4"], Shape(64, 40, 40), Precision.FP16)
+    outs = []
+    for params in H2_LAYOUTS:
+        op = mx.build("temporal", cell, {**params, "pipe": 1, "h2": 1})
+        assert op is not None and op.params["h2"] == 1 and "__hfma2(" in op.source, params
+        out, ref, arrays = _run(cell, "temporal", {**params, "pipe": 1, "h2": 1})
+        err = np.abs(out.astype(np.float64) - ref).max() / np.abs(ref).max()
+        assert err <= cell.precision.tolerance, (params, err)
+        mask = np.ones(out.shape, bool)
+        mask[1:-1, 1:-1, 1:-1] = False
+        np.testing.assert_array_equal(out[mask], arrays["in"][mask])
+        outs.append(out)
+    for params, out in zip(H2_LAYOUTS[1:], outs[1:], strict=True):
+        np.testing.assert_array_equal(out, outs[0], err_msg=str(params))
+    acc32, _, _ = _run(cell, "temporal", {**H2_LAYOUTS[0], "pipe": 1})
+    assert not np.array_equal(acc32, outs[0])
+
+
+def test_temporal_half2_refuses_what_it_cannot_pair() -> None:
+    fp16 = Cell(STENCILS["star_1_t4"], Shape(512, 512, 512), Precision.FP16)
+    fp32 = Cell(STENCILS["star_1_t4"], Shape(512, 512, 512), Precision.FP32)
+    base = {"tx": 32, "ty": 16, "lz": 64, "pipe": 1, "h2": 1}
+    assert mx.build("temporal", fp16, {**base, "cx": 2}) is not None
+    assert mx.build("temporal", fp16, base) is None  # cx=1: no pairs
+    assert mx.build("temporal", fp16, {**base, "cx": 2, "pipe": 0}) is None
+    assert mx.build("temporal", fp32, {**base, "cx": 2}) is None  # fp16 storage only
+    assert "h2" in mx.space("temporal", fp16) and "h2" not in mx.space("temporal", fp32)
+    # half the shared memory of the fp32-accumulating kernel
+    h2 = mx.build("temporal", fp16, {**base, "cx": 2})
+    f32 = mx.build("temporal", fp16, {**base, "cx": 2, "h2": 0})
+    assert h2 is not None and f32 is not None
+    assert 2 * h2.launches[0].shared_bytes == f32.launches[0].shared_bytes

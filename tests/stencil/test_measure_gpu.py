@@ -166,6 +166,13 @@ def test_stencil_bench_two_small_cells(device, tmp_path):
                                                "pf": 2, "fi": 1}),
     ("temporal", "star_1_t4/104x48x36/fp16", {"tx": 16, "ty": 8, "lz": 9, "pipe": 1, "cy": 2,
                                                "fs": 2, "fi": 1}),
+    # the temporal kernel in half2 arithmetic (h2): pairs, rows, the boundary-free body
+    ("temporal", "star_1_t4/104x48x36/fp16", {"tx": 16, "ty": 16, "lz": 9, "pipe": 1, "cx": 2,
+                                               "h2": 1}),
+    ("temporal", "star_1_t4/104x48x36/fp16", {"tx": 16, "ty": 8, "lz": 7, "pipe": 1, "cx": 2,
+                                               "cy": 2, "pf": 3, "fi": 1, "h2": 1}),
+    ("temporal", "star_1_t4/104x48x36/fp16", {"tx": 8, "ty": 16, "lz": 0, "pipe": 1, "cx": 4,
+                                               "pf": 2, "fs": 2, "fi": 1, "h2": 1}),
     # whole-column z-chunks (lz 1024, clamped to the interior by the generators)
     ("zmarch", "star_2/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 1024}),
     ("ztile", "star_1/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 1024, "st": 2}),

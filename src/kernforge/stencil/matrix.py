@@ -96,9 +96,11 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
         return {**sp, **_precision_options(cell)}
     if design == "temporal":
         ty = (16, 32) if cell.precision is Precision.FP64 else (32, 16)
-        return {"lz": (64, 128, 32, 16, 0), "ty": ty, "tx": (32, 64), "pipe": (1, 0),
-                "pf": (1, 2, 3, 4), "cx": (1, 2, 4), "cy": (1, 2), "minb": (1, 2, 3, 4),
-                "fs": (0, 2), "zo": (0, 1), "fi": (0, 1)}
+        tp: dict[str, tuple[Any, ...]] = {
+            "lz": (64, 128, 32, 16, 0), "ty": ty, "tx": (32, 64), "pipe": (1, 0),
+            "pf": (1, 2, 3, 4), "cx": (1, 2, 4), "cy": (1, 2), "minb": (1, 2, 3, 4),
+            "fs": (0, 2), "zo": (0, 1), "fi": (0, 1)}
+        return {**tp, **_precision_options(cell, cw=False)}  # h2 (fp16) since session 14
     raise ConfigError(f"unknown stencil design {design!r}", hint=f"one of {', '.join(DESIGNS)}")
 
 

@@ -27,7 +27,7 @@ from ..spec import Cell
 from . import temporal_pipe
 from .common import cdiv, extents, header, literal, load, ping_pong, store, weight_names
 
-FIRST = {"pipe": 0, "fs": 0, "minb": 1, "pf": 1, "cx": 1, "cy": 1, "fi": 0}  # the first design's
+FIRST = {"pipe": 0, "fs": 0, "minb": 1, "pf": 1, "cx": 1, "cy": 1, "fi": 0, "h2": 0}  # the first design's
 
 
 def _stage(cell: Cell, s: int, steps: int) -> str:
@@ -105,7 +105,8 @@ def shared_bytes(cell: Cell, tx: int, ty: int, steps: int | None = None) -> int:
 
 
 def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0, fs: int = 0,
-             minb: int = 1, pf: int = 1, cx: int = 1, cy: int = 1, fi: int = 0) -> Operator:
+             minb: int = 1, pf: int = 1, cx: int = 1, cy: int = 1, fi: int = 0, h2: int = 0
+             ) -> Operator:
     st = cell.stencil
     if not st.temporal or st.kind != "star" or st.radius != 1:
         raise ValueError(f"temporal handles multi-step star_1 stencils, not {st.name}")
@@ -114,6 +115,8 @@ def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0,
         raise ValueError(f"fs={fs} must divide the {st.steps} steps; minb in 1..4; pipe 0 or 1")
     if fi not in (0, 1) or (fi and not pipe):
         raise ValueError("fi (the boundary-free body for inner blocks) is 0 or 1, with pipe=1")
+    if h2 not in (0, 1) or (h2 and not pipe):
+        raise ValueError("h2 (half2 arithmetic) is 0 or 1, with pipe=1")
     if tx * ty > 1024 or tx * ty * minb > 2048:
         raise ValueError(f"a {tx}x{ty} block has too many threads (for {minb} per SM)")
     nz_int = cell.shape.nz - 2
@@ -122,13 +125,13 @@ def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0,
     # the parameters added after the first design appear only with a value of their own, so
     # its operators keep their keys
     extra = {"pipe": pipe, "fs": 0 if fs == st.steps else fs, "minb": minb, "pf": pf, "cx": cx,
-             "cy": cy, "fi": fi}
+             "cy": cy, "fi": fi, "h2": h2}
     params.update({k: v for k, v in extra.items() if v != FIRST[k]})
     if pipe:
-        temporal_pipe.check(cell, fs, tx, ty, cx, cy, pf, minb)
-        source = temporal_pipe.source(cell, fs, tx, ty, cx, cy, lz, pf, minb, fi)
+        temporal_pipe.check(cell, fs, tx, ty, cx, cy, pf, minb, h2)
+        source = temporal_pipe.source(cell, fs, tx, ty, cx, cy, lz, pf, minb, fi, h2)
         grid = temporal_pipe.grid(cell, fs, tx, ty, cx, cy, lz)
-        smem = temporal_pipe.shared_bytes(cell, fs, tx, ty, cx, cy)
+        smem = temporal_pipe.shared_bytes(cell, fs, tx, ty, cx, cy, h2)
     else:
         if (pf, cx, cy) != (1, 1, 1):
             raise ValueError("pf, cx and cy need the pipelined kernel (pipe=1)")

@@ -35,14 +35,21 @@ the iterations run:
   predicate logic): on the host (ptxas for sm_90, star_1_t4 fp32 512^3's operator) the kernel
   drops from 984 to 776 SASS instructions without them. Blocks on the grid's edges and the first
   and last iterations of the edge chunks keep the selecting body.
+- ``h2=1`` (session 14; fp16, even ``cx``): the queues, the staged planes and every step in
+  ``__half2`` arithmetic over lane pairs, as the z-marching ``h2``: one ``HFMA2`` chain per
+  output pair, no fp16/fp32 conversions, half the queue registers and half the shared memory
+  of the fp32-accumulating kernel; every step's result is rounded to fp16 (the chained
+  z-marching sweeps round each step's output to fp16 too). x neighbours that straddle a pair
+  are repacked; the boundary select keeps each half on its own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from math import lcm
 
 from ..spec import Cell
-from .common import cdiv, extents, header, literal, load, store, weight_names
+from .common import cdiv, extents, half2_weights, header, literal, load, store, weight_names
 
 MAX_SHARED = 227 * 1024
 
@@ -56,8 +63,9 @@ def geometry(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int
     return w, h, m, bw, h - 2 * steps
 
 
-def shared_bytes(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int) -> int:
-    item = 8 if cell.precision.acc_ctype == "double" else 4
+def shared_bytes(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, h2: int = 0
+                 ) -> int:
+    item = 2 if h2 else 8 if cell.precision.acc_ctype == "double" else 4
     return 2 * steps * tx * cx * ty * cy * item
 
 
@@ -65,7 +73,7 @@ QUEUE_MARGIN = 20  # registers beside the queues (ptxas, sm_90: 12 queue registe
 
 
 def check(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, pf: int,
-          minb: int = 1) -> None:
+          minb: int = 1, h2: int = 0) -> None:
     """Raise ValueError when these parameters cannot build the cell, or would spill: the
     queues (``3*T*cx*cy`` values) plus :data:`QUEUE_MARGIN`, twice that in fp64, must fit the
     register cap of ``minb`` blocks (measured with ptxas on the 512^3 cells: every combination
@@ -77,29 +85,56 @@ def check(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, pf: int,
         raise ValueError(f"cx={cx} must divide NX={cell.shape.nx} (aligned vector loads)")
     if cx * cy > 4 or pf not in (1, 2, 3, 4):
         raise ValueError("at most 4 points per thread and 1..4 planes in flight")
-    if shared_bytes(cell, steps, tx, ty, cx, cy) > MAX_SHARED:
+    if h2 and (cell.precision.ctype != "__half" or cx % 2):
+        raise ValueError("h2 (half2 arithmetic) needs fp16 storage and an even cx")
+    if shared_bytes(cell, steps, tx, ty, cx, cy, h2) > MAX_SHARED:
         raise ValueError("the staged planes exceed the shared memory of a block")
     words = 2 if cell.precision.acc_ctype == "double" else 1
     cap = min(255, 65536 // (tx * ty * minb) // 8 * 8)
-    if (3 * steps * cx * cy + QUEUE_MARGIN) * words > cap:
-        raise ValueError(f"{3 * steps * cx * cy} queued values per thread would spill at "
-                         f"{cap} registers")
+    queued = 3 * steps * cx * cy // (2 if h2 else 1)  # registers (h2: a pair in each)
+    if (queued + QUEUE_MARGIN) * words > cap:
+        raise ValueError(f"{queued} queue registers per thread would spill at {cap} registers")
 
 
 def _pts(cx: int, cy: int) -> list[tuple[int, int]]:
     return [(i, lane) for i in range(cy) for lane in range(cx)]
 
 
-def _sub(cell: Cell, j: int, steps: int, cx: int, cy: int, pf: int, fast: bool = False) -> str:
+def _h2_point(cell: Cell, reg: Callable[..., str], i: int, g: int, cy: int, units: int,
+              slots: tuple[int, int, int]) -> str:
+    """Output pair ``g`` of row ``i`` (lanes ``2g, 2g+1``) of one step: an HFMA2 chain."""
+    cs, bs, as_ = slots
+    h = {o: f"H{int(n[1:])}" for o, n in zip(cell.stencil.offsets, weight_names(cell),
+                                             strict=True)}
+    c = reg(i, g, bs)
+    lo = f"xl{i}" if g == 0 else f"__high2half({reg(i, g - 1, bs)})"
+    hi = f"xr{i}" if g == units - 1 else f"__low2half({reg(i, g + 1, bs)})"
+    terms = [(h[(-1, 0, 0)], reg(i, g, as_)), (h[(1, 0, 0)], reg(i, g, cs)),
+             (h[(0, -1, 0)], f"ym.v[{g}]" if i == 0 else reg(i - 1, g, bs)),
+             (h[(0, 1, 0)], f"yp.v[{g}]" if i == cy - 1 else reg(i + 1, g, bs)),
+             (h[(0, 0, -1)], f"__halves2half2({lo}, __low2half({c}))"),
+             (h[(0, 0, 1)], f"__halves2half2(__high2half({c}), {hi})")]
+    expr = f"__hmul2({h[(0, 0, 0)]}, {c})"
+    for wt, v in terms:
+        expr = f"__hfma2({wt}, {v}, {expr})"
+    return expr
+
+
+def _sub(cell: Cell, j: int, steps: int, cx: int, cy: int, pf: int, fast: bool = False,
+         h2: int = 0) -> str:
     """One iteration (``kk = k + j``) of the unrolled loop; ``fast``: without the boundary
-    selects (``fi=1``: only where no point of the iteration is a boundary point)."""
+    selects (``fi=1``: only where no point of the iteration is a boundary point); ``h2``:
+    in lane pairs (a queue register holds lanes ``2g, 2g+1``)."""
     p = cell.precision
     w = dict(zip(cell.stencil.offsets, weight_names(cell), strict=True))
     buf = j % 2
+    units = cx // 2 if h2 else cx  # queue registers per row
     lines = [f"    {{  // iteration k + {j}", f"      const int kk = k + {j};"]
     # the input plane kk-1 (loaded pf iterations ago) enters queue 0; plane kk-1+pf is fetched
-    for i, lane in _pts(cx, cy):
-        lines.append(f"      q0_{j % 3}_{i}{lane} = {load(p, f'f{j % pf}_{i}.v[{lane}]')};")
+    for i, lane in _pts(units, cy):
+        lines.append(f"      q0_{j % 3}_{i}{lane} = "
+                     + (f"reinterpret_cast<const __half2*>(f{j % pf}_{i}.v)[{lane}];" if h2
+                        else f"{load(p, f'f{j % pf}_{i}.v[{lane}]')};"))
     for i in range(cy):
         lines.append(f"      f{j % pf}_{i} = V{{}}; if (kk + {pf - 1} < hi0 && ing{i}) "
                      f"f{j % pf}_{i} = *reinterpret_cast<const V*>(src + (o{i} + (IDX)(kk + {pf - 1})"
@@ -108,7 +143,7 @@ def _sub(cell: Cell, j: int, steps: int, cx: int, cy: int, pf: int, fast: bool =
     for s in range(steps):
         b = (j - 1) % 3 if s == 0 else (j - 2) % 3
         for i in range(cy):
-            vals = ", ".join(f"q{s}_{b}_{i}{lane}" for lane in range(cx))
+            vals = ", ".join(f"q{s}_{b}_{i}{lane}" for lane in range(units))
             lines.append(f"      *reinterpret_cast<SV*>(sm + {(buf * steps + s)} * PL + orow{i})"
                          f" = SV{{{{{vals}}}}};")
     lines.append("      __syncthreads();")
@@ -124,8 +159,26 @@ def _sub(cell: Cell, j: int, steps: int, cx: int, cy: int, pf: int, fast: bool =
         lines.append(f"        const SV ym = *reinterpret_cast<const SV*>({base} + oym);")
         lines.append(f"        const SV yp = *reinterpret_cast<const SV*>({base} + oyp);")
         for i in range(cy):
-            lines.append(f"        const ACC xl{i} = ({base})[oxl{i}], xr{i} = ({base})[oxr{i}];")
-        for i, lane in _pts(cx, cy):
+            lines.append(f"        const {'__half' if h2 else 'ACC'} xl{i} = ({base})[oxl{i}], "
+                         f"xr{i} = ({base})[oxr{i}];")
+        for i, lane in _pts(units, cy) if h2 else []:
+            def reg2(ii: int, gg: int, slot: int, q: int = q) -> str:
+                return f"q{q}_{slot}_{ii}{gg}"
+            expr = _h2_point(cell, reg2, i, lane, cy, units, (cs, bs, as_))
+            c = reg2(i, lane, bs)
+            if s < steps:
+                dst = f"q{s}_{j % 3}_{i}{lane}"
+            else:
+                dst = f"v{i}{lane}"
+                lines.append(f"        __half2 {dst};")
+            if fast:
+                lines.append(f"        {dst} = {expr};")
+            else:  # each half keeps its own boundary value
+                lo, hi = 2 * lane, 2 * lane + 1
+                lines.append(f"        {{ const __half2 S = {expr};\n          {dst} = zin ? "
+                             f"__halves2half2(inner{i}{lo} ? __low2half(S) : __low2half({c}), "
+                             f"inner{i}{hi} ? __high2half(S) : __high2half({c})) : {c}; }}")
+        for i, lane in [] if h2 else _pts(cx, cy):
             def reg(ii: int, ll: int, slot: int = bs, q: int = q) -> str:
                 return f"q{q}_{slot}_{ii}{ll}"
             ymv = f"ym.v[{lane}]" if i == 0 else reg(i - 1, lane)
@@ -142,9 +195,12 @@ def _sub(cell: Cell, j: int, steps: int, cx: int, cy: int, pf: int, fast: bool =
         if s == steps:
             lines.append("        if ((unsigned)(p - z0) < (unsigned)(z1 - z0)) {")
             for i in range(cy):
-                whole = ", ".join(store(p, f"v{i}{lane}") for lane in range(cx))
+                def val(lane: int, i: int = i) -> str:
+                    return (f"__{'high' if lane % 2 else 'low'}2half(v{i}{lane // 2})" if h2
+                            else store(p, f"v{i}{lane}"))
+                whole = ", ".join(val(lane) for lane in range(cx))
                 lines.append(f"          {p.ctype}* const d{i} = dst + (o{i} + (IDX)p * PLANE);")
-                lanes = " ".join(f"if (own{i}{lane}) d{i}[{lane}] = {store(p, f'v{i}{lane}')};"
+                lanes = " ".join(f"if (own{i}{lane}) d{i}[{lane}] = {val(lane)};"
                                  for lane in range(cx))
                 lines.append(f"          if (own{i}) *reinterpret_cast<V*>(d{i}) = V{{{{{whole}}}}};"
                              + (f"\n          else {{ {lanes} }}" if cx > 1 else ""))
@@ -155,7 +211,7 @@ def _sub(cell: Cell, j: int, steps: int, cx: int, cy: int, pf: int, fast: bool =
 
 
 def source(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, lz: int, pf: int,
-           minb: int, fi: int = 0) -> str:
+           minb: int, fi: int = 0, h2: int = 0) -> str:
     p = cell.precision
     t, acc = p.ctype, p.acc_ctype
     w, h, m, bw, bh = geometry(cell, steps, tx, ty, cx, cy)
@@ -165,6 +221,7 @@ def source(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, lz: int, 
                       for n, wt in zip(weight_names(cell), cell.stencil.weights, strict=True))
     bounds = f"{tx * ty}, {minb}" if minb > 1 else f"{tx * ty}"
     pts = _pts(cx, cy)
+    qpts = _pts(cx // 2, cy) if h2 else pts  # queue registers (h2: lane pairs)
     decl = []
     for i in range(cy):
         decl += [f"  const int gy{i} = oy + ty * {cy} + {i}, orow{i} = (ty * {cy} + {i}) * {w} + c0;",
@@ -182,32 +239,35 @@ def source(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, lz: int, 
     for i in range(cy):
         decl.append(f"  const bool own{i} = " + " && ".join(f"own{i}{lane}" for lane in range(cx))
                     + ";")
-    queues = [f"  ACC {', '.join(f'q{s}_{k}_{i}{lane} = 0' for k in range(3) for i, lane in pts)};"
+    zero, qt = ("__float2half2_rn(0.f)", "__half2") if h2 else ("0", "ACC")
+    queues = [f"  {qt} {', '.join(f'q{s}_{k}_{i}{g} = {zero}' for k in range(3) for i, g in qpts)};"
               for s in range(steps)]
     ring = [f"  V {', '.join(f'f{k}_{i}' for i in range(cy))};" for k in range(pf)]
     ring += [f"  f{k}_{i} = V{{}}; if (lo0 + {k} < hi0 && ing{i}) f{k}_{i} = "
              f"*reinterpret_cast<const V*>(src + (o{i} + (IDX)(lo0 + {k}) * PLANE));"
              for k in range(pf) for i in range(cy)]
-    body = "".join(_sub(cell, j, steps, cx, cy, pf) for j in range(u))
+    body = "".join(_sub(cell, j, steps, cx, cy, pf, h2=h2) for j in range(u))
     if fi:  # the group's stage planes kk - 2s span k - 2T .. k + U - 3
-        fast = "".join(_sub(cell, j, steps, cx, cy, pf, fast=True) for j in range(u))
+        fast = "".join(_sub(cell, j, steps, cx, cy, pf, fast=True, h2=h2) for j in range(u))
         body = (f"    if (fast_xy && k - 2 * T >= 1 && k + {u - 3} <= NZ - 2) {{\n{fast}"
                 f"    }} else {{\n{body}    }}\n")
     tile_x = f"{1 - steps - m} + (int)blockIdx.x * {bw}"
     fast_xy = (f"  const bool fast_xy = {tile_x} >= 1 && {tile_x} + {w - 1} <= NX - 2 && oy >= 1 && "
                f"oy + {h - 1} <= NY - 2;  // the whole tile inside the grid\n" if fi else "")
     nl = "\n"
+    sv = (f"struct __align__({2 * cx}) SV {{ __half2 v[{cx // 2}]; }};  // staged pairs" if h2
+          else f"struct __align__({(8 if acc == 'double' else 4) * cx}) SV {{ ACC v[{cx}]; }};")
     return f"""{header(cell)}{extents(cell)}typedef {acc} ACC;
 {weights}constexpr int T = {steps};
 typedef {idx} IDX;  // element offsets ({idx}: the grid has {'fewer' if idx == 'int' else 'more'} than 2^31 points)
 constexpr IDX PLANE = NX * NY;
 constexpr int PL = {w * h};  // one staged plane ({w}x{h})
 struct __align__({p.itemsize * cx}) V {{ {t} v[{cx}]; }};
-struct __align__({(8 if acc == 'double' else 4) * cx}) SV {{ ACC v[{cx}]; }};
+{sv}
 extern "C" __global__ void __launch_bounds__({bounds})
 temporal(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
-  extern __shared__ __align__(16) ACC sm[];  // [2][T][{h}][{w}]
-  const int tx = threadIdx.x, ty = threadIdx.y, c0 = tx * {cx};
+  extern __shared__ __align__(16) {'__half' if h2 else 'ACC'} sm[];  // [2][T][{h}][{w}]
+{half2_weights(cell) if h2 else ""}  const int tx = threadIdx.x, ty = threadIdx.y, c0 = tx * {cx};
   const int gx0 = {1 - steps - m} + (int)blockIdx.x * {bw} + c0;
   const int oy = {1 - steps} + (int)blockIdx.y * {bh};
 {fast_xy}  const int oym = (ty > 0 ? ty * {cy} - 1 : 0) * {w} + c0;
