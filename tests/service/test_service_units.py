@@ -117,22 +117,27 @@ def test_a_worker_closed_by_dask_is_not_charged_to_its_request() -> None:
     """Dask's Worker.close announces itself ("closing-worker", under the worker's address)
     before the scheduler removes the worker: that death is recorded as a close, not counted
     as a result or a death, and classified (if sending it again never helps) as no crash."""
-    mon = _monitor_running()
+    mon = _monitor_running("kf-eval-k-x3")
     mon.log_event("tcp://w", {"action": "closing-worker", "reason": "nanny-close"})
     mon.remove_worker(None, "tcp://w")
-    record = mon.deaths["kf-eval-k"]
+    record = mon.deaths["kf-eval-k-x3"]
     assert record["closed"] == "nanny-close" and record["text"] == ""
     snap = mon.snapshot()
-    assert snap["deaths"] == 0 and snap["closed"] == 1 and snap["by_status"] == {}
+    assert snap["deaths"] == 0 and snap["closed"] == 3 and snap["by_status"] == {}  # 3 items
     m = classify(record)
     assert m.status is Status.RUNTIME_FAILED and "closed by Dask" in m.message
     assert "nanny-close" in m.message and "crash" in m.message and "SIG" not in m.message
     assert not mon.closing  # forgotten with the worker
 
 
-def test_a_worker_that_dies_unannounced_is_still_a_death() -> None:
+@pytest.mark.parametrize("topic, reason", [
+    ("tcp://other", "nanny-close"),  # another worker's
+    ("tcp://w", "worker-close"),  # the worker closed itself: perhaps the candidate's doing
+])
+def test_a_worker_that_dies_unannounced_is_still_a_death(topic: str, reason: str) -> None:
     mon = _monitor_running()
-    mon.log_event("tcp://other", {"action": "closing-worker", "reason": "x"})  # not this one
+    mon.log_event(topic, {"action": "closing-worker", "reason": reason})
+    assert "tcp://w" not in mon.closing
     mon.remove_worker(None, "tcp://w")
     record = mon.deaths["kf-eval-k"]
     assert "closed" not in record and record["text"] is None  # waits for the crash log

@@ -92,7 +92,7 @@ def _status(state: Path, *, as_json: bool) -> int:
     console.print(f"evaluations {m.evaluations} ({m.evaluations_per_s:.2f}/s over the last "
                   f"minute), queued {m.queued}, running {m.running}, worker restarts "
                   f"{m.worker_restarts}, requests that killed their worker {m.deaths}"
-                  + (f", requests sent again after Dask closed their worker {m.closed}"
+                  + (f", evaluations sent again after a nanny closed their worker {m.closed}"
                      if m.closed else ""), markup=False)
     console.print("by status: " + (", ".join(f"{k} {v}" for k, v in sorted(m.by_status.items()))
                                    or "-"), markup=False)

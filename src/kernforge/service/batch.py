@@ -13,9 +13,9 @@ last batches. Each request keeps its :class:`Pending`, and results come back in 
 A worker that dies in a batch is charged to the evaluation that was running
 (:func:`.monitor.item_of`): that one resolves to the classified death, the others of the batch
 are evaluated again in a new batch (their results died with the worker). Where nothing names
-the evaluation, each one is sent again alone. A worker that Dask itself closed while it ran a
-batch (its nanny's close or restart, retirement: the worker announces it, :mod:`.monitor`)
-judged nothing: the whole batch is sent again, up to :data:`CLOSE_RETRIES` times.
+the evaluation, each one is sent again alone. A worker that its nanny closed, killed or
+restarted while it ran a batch (the worker announces it, :mod:`.monitor`) judged nothing: the
+whole batch is sent again, up to :data:`CLOSE_RETRIES` times.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 MAX_BATCH = 16
 #: batches per worker a list of requests is cut into at least (the tail stays short)
 BATCHES_PER_WORKER = 8
-#: times a batch is sent again after Dask closed its worker (not a crash) while it ran
+#: times a batch is sent again after its nanny closed its worker (not a crash) while it ran
 CLOSE_RETRIES = 2
 
 
@@ -121,7 +121,7 @@ class Batch:
         """The death charged to the evaluation that was running; the others again."""
         record = self.client.death_record(self.key)
         if record is not None and record.get("closed") is not None \
-                and self.attempt < CLOSE_RETRIES:  # Dask closed the worker: not a verdict
+                and self.attempt < CLOSE_RETRIES:  # its nanny closed it: not a verdict
             (resent,) = submit_batches(self.client, self.requests, len(self.requests),
                                        attempt=self.attempt + 1)
             return [(resent, i) for i in range(len(self.requests))]

@@ -52,7 +52,7 @@ class Metrics:
     by_status: Mapping[str, int]
     stage_mean_s: Mapping[str, float]  # compile, restore, run, verify, measure
     uptime_s: float
-    closed: int = 0  # requests whose worker Dask closed (not a crash) while running them
+    closed: int = 0  # evaluations whose worker its nanny closed or restarted (not a crash)
 
     @classmethod
     def from_snapshot(cls, d: Mapping[str, Any]) -> Metrics:

@@ -57,7 +57,7 @@ class Monitor(SchedulerPlugin):
         self.nannies: set[str] = set()
         self.restarts = 0
         self.closing: dict[str, str] = {}  # worker address -> the reason it announced closing
-        self.closes = 0  # requests whose worker Dask closed (not a crash) while running them
+        self.closes = 0  # evaluations whose worker its nanny closed (not a crash) while running
 
     async def start(self, scheduler: Any) -> None:
         self.scheduler = scheduler
@@ -67,10 +67,16 @@ class Monitor(SchedulerPlugin):
     # ---- events from workers --------------------------------------------------------------
     def log_event(self, topic: str, msg: Any) -> None:
         if isinstance(msg, dict) and msg.get("action") == "closing-worker":
-            # Dask's Worker.close logs this under the worker's address before it stops (a
-            # nanny's close or restart, retirement, a lost heartbeat): no crash, and the
-            # scheduler removes the worker only after this message (one ordered stream)
-            self.closing[str(topic)] = str(msg.get("reason", ""))
+            # Dask's Worker.close logs this under the worker's address before it stops, and
+            # the scheduler removes the worker only after this message (one ordered stream).
+            # Only a close its nanny asked for (kill, close, restart) is Dask's own: a worker
+            # closing itself ("worker-close": a signal, a failed event loop) may be the
+            # candidate's doing; a worker already removed (retired, heartbeat lost) is not
+            # running anything any more.
+            reason = str(msg.get("reason", ""))
+            known = self.scheduler is None or topic in self.scheduler.workers
+            if known and closed_by_dask(reason):
+                self.closing[str(topic)] = reason
             return
         handler = {START: self._start, STAGE: self._stage, END: self._end, DEATH: self._death,
                    DEPOSIT: self._deposit}.get(topic)
@@ -144,7 +150,7 @@ class Monitor(SchedulerPlugin):
         if run.get("deposit") is None and closed is not None:
             # closed by Dask, not by the candidate: the client sends the request again
             record.update(closed=closed, text="")
-            self.closes += 1
+            self.closes += evaluations_in(run["key"])
         elif run.get("deposit") is not None or not run.get("nanny"):
             record["text"] = ""  # nothing more will come: no successor will report
         self.deaths[run["key"]] = record
@@ -211,6 +217,12 @@ def snapshot(dask_scheduler: Any) -> dict[str, Any]:
 
 
 # ---- classification -------------------------------------------------------------------------
+def closed_by_dask(reason: str) -> bool:
+    """Whether a worker's closing reason is its nanny's (``nanny-kill``, ``nanny-close``,
+    ``nanny-restart``, ``client-restart-workers-...``: the nanny passes its reason down)."""
+    return reason.startswith("nanny-") or "restart" in reason
+
+
 def evaluations_in(key: str) -> int:
     """Evaluations in the request ``key`` (``kf-eval-<id>-x<n>``; 1 without the suffix)."""
     head, sep, tail = key.rpartition("-x")
