@@ -138,6 +138,8 @@ CASES = [
     ("star_2", "ztile", {"tx": 8, "ty": 4, "vx": 2, "lz": 3, "st": 3}, "fp64"),
     ("star_2", "ztile", {"tx": 4, "ty": 4, "vx": 4, "lz": 0, "st": 4}, "fp16"),
     ("star_1_t4", "ztile", {"tx": 8, "ty": 4, "vx": 4, "lz": 6, "st": 2}, "fp16"),
+    # copies cached in L1 too (ca; a plain move on the emulator, as .cg is)
+    ("star_2", "ztile", {"tx": 8, "ty": 4, "vx": 2, "lz": 3, "st": 3, "ca": 1}, "fp64"),
 ]
 SHAPE = Shape(48, 22, 17)
 
@@ -211,6 +213,7 @@ def test_later_parameters_default_to_the_first_kernels() -> None:
                                                             "zo": 0}),
                                    ("box_2", "zbox", {"pw": 0, "h2": 0, "minb": 1, "l1": 0,
                                                       "zo": 0}),
+                                   ("star_1", "ztile", {"ca": 0, "zo": 0}),
                                    ("star_1_t4", "temporal", {"pipe": 0, "fs": 0, "minb": 1,
                                                               "pf": 1, "cx": 1, "cy": 1,
                                                               "zo": 0})):

@@ -18,6 +18,11 @@ Stage reuse: iteration ``i`` requests plane ``i + R + st`` into the stage that h
 planes in flight, so plane ``i + R`` (the queue's new centre) has landed; the barrier makes the
 other threads' copies visible.
 
+``ca=1`` (session 14, not yet run on a GPU): the copies are ``cp.async.ca`` (cached in L1 as
+well) instead of ``.cg`` (L2 only). The tiles of neighbouring blocks overlap by their halo
+rows and planes; a neighbour that runs on the same SM soon after may find them in L1 instead
+of reading them through L2, which Nsight found to be the star kernels' limit (session 8).
+
 On the host emulator (``KERNFORGE_EMULATION``) a copy is a plain 16-byte move and the waits are
 no-ops (every copy has landed when it returns), so the emulator checks the indexing, the halo
 and the stage rotation, not the asynchrony; the GPU checks run the real copies against the
@@ -40,12 +45,12 @@ def shared_bytes(cell: Cell, tx: int, ty: int, vx: int, st: int) -> int:
     return (cell.radius + st + 2) * (ty + 2 * cell.radius) * (tx * vx + 2 * pad) * item
 
 
-def _copies(t: str) -> str:
+def _copies(t: str, ca: int = 0) -> str:
     """The asynchronous 16-byte copy, its commit and wait (PTX), and their host forms."""
     return f"""#if defined(__CUDA_ARCH__) && !defined(KERNFORGE_EMULATION)
 __device__ __forceinline__ void kf_cp16({t}* s, const {t}* g) {{
   const unsigned a = (unsigned)__cvta_generic_to_shared(s);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\\n" :: "r"(a), "l"(g) : "memory");
+  asm volatile("cp.async.{'ca' if ca else 'cg'}.shared.global [%0], [%1], 16;\\n" :: "r"(a), "l"(g) : "memory");
 }}
 #define KF_COMMIT() asm volatile("cp.async.commit_group;\\n" ::: "memory")
 #define KF_WAIT(n) asm volatile("cp.async.wait_group " #n ";\\n" ::: "memory")
@@ -156,7 +161,7 @@ ztile(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
 
 
 def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
-             st: int = 2) -> Operator:
+             st: int = 2, ca: int = 0) -> Operator:
     if cell.stencil.kind != "star":
         raise ValueError(f"ztile handles star stencils, not {cell.stencil.name}")
     item = cell.precision.itemsize
@@ -168,6 +173,8 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
         raise ValueError(f"vx={vx}: 1, 2, 4 or 8 lanes, >= the radius, <= 16 bytes")
     if st not in (1, 2, 3, 4, 6):
         raise ValueError("st (planes requested ahead) in 1, 2, 3, 4, 6")
+    if ca not in (0, 1):
+        raise ValueError("ca (copies cached in L1 too) is 0 or 1")
     shared = shared_bytes(cell, tx, ty, vx, st)
     if shared > MAX_SHARED:
         raise ValueError("the stages exceed the shared memory of a block")
@@ -182,10 +189,10 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
               f"SPL = {ty + 2 * r} * SW, CPP = {ty + 2 * r} * CPR, K = (CPP + NT - 1) / NT;\n"
               f"struct __align__({item * vx}) Vec {{ {cell.precision.ctype} v[{vx}]; }};\n")
     source = (header(cell) + extents(cell) + weight_defs(cell) + consts
-              + _copies(cell.precision.ctype)
+              + _copies(cell.precision.ctype, ca)
               + _kernel(cell, tx, ty, vx, lz, st))
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty), cdiv(nz_int, lz))
     launches = tuple(Launch("ztile", grid, (tx, ty, 1), (a, b), shared)
                      for a, b in ping_pong(cell.stencil.steps))
-    return Operator(cell.id, "ztile", {"tx": tx, "ty": ty, "vx": vx, "lz": lz, "st": st},
-                    source, launches)
+    params = {"tx": tx, "ty": ty, "vx": vx, "lz": lz, "st": st, **({"ca": 1} if ca else {})}
+    return Operator(cell.id, "ztile", params, source, launches)
