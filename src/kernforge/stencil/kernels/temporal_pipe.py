@@ -45,7 +45,6 @@ the iterations run:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from math import lcm
 
 from ..spec import Cell
@@ -108,24 +107,43 @@ def _pts(cx: int, cy: int) -> list[tuple[int, int]]:
     return [(i, lane) for i in range(cy) for lane in range(cx)]
 
 
-def _h2_point(cell: Cell, reg: Callable[..., str], i: int, g: int, cy: int, units: int,
-              slots: tuple[int, int, int]) -> str:
-    """Output pair ``g`` of row ``i`` (lanes ``2g, 2g+1``) of one step: an HFMA2 chain."""
+def _h2_points(cell: Cell, s: int, steps: int, j: int, slots: tuple[int, int, int], cy: int,
+               units: int, fast: bool) -> list[str]:
+    """Stage ``s`` of iteration ``k + j`` in lane pairs (``h2``): each output pair ``g`` of row
+    ``i`` (lanes ``2g, 2g+1``) is one HFMA2 chain over step ``s - 1``'s queue ``q``."""
     cs, bs, as_ = slots
+    q = s - 1
     h = {o: f"H{int(n[1:])}" for o, n in zip(cell.stencil.offsets, weight_names(cell),
                                              strict=True)}
-    c = reg(i, g, bs)
-    lo = f"xl{i}" if g == 0 else f"__high2half({reg(i, g - 1, bs)})"
-    hi = f"xr{i}" if g == units - 1 else f"__low2half({reg(i, g + 1, bs)})"
-    terms = [(h[(-1, 0, 0)], reg(i, g, as_)), (h[(1, 0, 0)], reg(i, g, cs)),
-             (h[(0, -1, 0)], f"ym.v[{g}]" if i == 0 else reg(i - 1, g, bs)),
-             (h[(0, 1, 0)], f"yp.v[{g}]" if i == cy - 1 else reg(i + 1, g, bs)),
-             (h[(0, 0, -1)], f"__halves2half2({lo}, __low2half({c}))"),
-             (h[(0, 0, 1)], f"__halves2half2(__high2half({c}), {hi})")]
-    expr = f"__hmul2({h[(0, 0, 0)]}, {c})"
-    for wt, v in terms:
-        expr = f"__hfma2({wt}, {v}, {expr})"
-    return expr
+
+    def reg(i: int, g: int, slot: int = bs) -> str:
+        return f"q{q}_{slot}_{i}{g}"
+
+    lines = []
+    for i, g in _pts(units, cy):
+        c = reg(i, g)
+        lo = f"xl{i}" if g == 0 else f"__high2half({reg(i, g - 1)})"
+        hi = f"xr{i}" if g == units - 1 else f"__low2half({reg(i, g + 1)})"
+        terms = [(h[(-1, 0, 0)], reg(i, g, as_)), (h[(1, 0, 0)], reg(i, g, cs)),
+                 (h[(0, -1, 0)], f"ym.v[{g}]" if i == 0 else reg(i - 1, g)),
+                 (h[(0, 1, 0)], f"yp.v[{g}]" if i == cy - 1 else reg(i + 1, g)),
+                 (h[(0, 0, -1)], f"__halves2half2({lo}, __low2half({c}))"),
+                 (h[(0, 0, 1)], f"__halves2half2(__high2half({c}), {hi})")]
+        expr = f"__hmul2({h[(0, 0, 0)]}, {c})"
+        for wt, v in terms:
+            expr = f"__hfma2({wt}, {v}, {expr})"
+        if s < steps:
+            dst = f"q{s}_{j % 3}_{i}{g}"
+        else:
+            dst = f"v{i}{g}"
+            lines.append(f"        __half2 {dst};")
+        if fast:
+            lines.append(f"        {dst} = {expr};")
+        else:  # each half keeps its own boundary value
+            lines.append(f"        {{ const __half2 S = {expr};\n          {dst} = zin ? "
+                         f"__halves2half2(inner{i}{2 * g} ? __low2half(S) : __low2half({c}), "
+                         f"inner{i}{2 * g + 1} ? __high2half(S) : __high2half({c})) : {c}; }}")
+    return lines
 
 
 def _sub(cell: Cell, j: int, steps: int, cx: int, cy: int, pf: int, fast: bool = False,
@@ -169,37 +187,23 @@ def _sub(cell: Cell, j: int, steps: int, cx: int, cy: int, pf: int, fast: bool =
         for i in range(cy):
             lines.append(f"        const {'__half' if h2 else 'ACC'} xl{i} = ({base})[oxl{i}], "
                          f"xr{i} = ({base})[oxr{i}];")
-        for i, lane in _pts(units, cy) if h2 else []:
-            def reg2(ii: int, gg: int, slot: int, q: int = q) -> str:
-                return f"q{q}_{slot}_{ii}{gg}"
-            expr = _h2_point(cell, reg2, i, lane, cy, units, (cs, bs, as_))
-            c = reg2(i, lane, bs)
-            if s < steps:
-                dst = f"q{s}_{j % 3}_{i}{lane}"
-            else:
-                dst = f"v{i}{lane}"
-                lines.append(f"        __half2 {dst};")
-            if fast:
-                lines.append(f"        {dst} = {expr};")
-            else:  # each half keeps its own boundary value
-                lo, hi = 2 * lane, 2 * lane + 1
-                lines.append(f"        {{ const __half2 S = {expr};\n          {dst} = zin ? "
-                             f"__halves2half2(inner{i}{lo} ? __low2half(S) : __low2half({c}), "
-                             f"inner{i}{hi} ? __high2half(S) : __high2half({c})) : {c}; }}")
-        for i, lane in [] if h2 else _pts(cx, cy):
-            def reg(ii: int, ll: int, slot: int = bs, q: int = q) -> str:
-                return f"q{q}_{slot}_{ii}{ll}"
-            ymv = f"ym.v[{lane}]" if i == 0 else reg(i - 1, lane)
-            ypv = f"yp.v[{lane}]" if i == cy - 1 else reg(i + 1, lane)
-            xmv = f"xl{i}" if lane == 0 else reg(i, lane - 1)
-            xpv = f"xr{i}" if lane == cx - 1 else reg(i, lane + 1)
-            expr = (f"{w[(0, 0, 0)]} * {reg(i, lane)} + {w[(-1, 0, 0)]} * {reg(i, lane, as_)}"
-                    f" + {w[(1, 0, 0)]} * {reg(i, lane, cs)} + {w[(0, -1, 0)]} * {ymv}"
-                    f" + {w[(0, 1, 0)]} * {ypv} + {w[(0, 0, -1)]} * {xmv}"
-                    f" + {w[(0, 0, 1)]} * {xpv}")
-            dst = f"q{s}_{j % 3}_{i}{lane}" if s < steps else f"const ACC v{i}{lane}"
-            lines.append(f"        {dst} = {expr};" if fast else
-                         f"        {dst} = (zin && inner{i}{lane}) ? ({expr}) : {reg(i, lane)};")
+        if h2:
+            lines += _h2_points(cell, s, steps, j, (cs, bs, as_), cy, units, fast)
+        else:  # in the accumulation type (fp16 storage: fp32)
+            for i, lane in _pts(cx, cy):
+                def reg(ii: int, ll: int, slot: int = bs, q: int = q) -> str:
+                    return f"q{q}_{slot}_{ii}{ll}"
+                ymv = f"ym.v[{lane}]" if i == 0 else reg(i - 1, lane)
+                ypv = f"yp.v[{lane}]" if i == cy - 1 else reg(i + 1, lane)
+                xmv = f"xl{i}" if lane == 0 else reg(i, lane - 1)
+                xpv = f"xr{i}" if lane == cx - 1 else reg(i, lane + 1)
+                expr = (f"{w[(0, 0, 0)]} * {reg(i, lane)} + {w[(-1, 0, 0)]} * {reg(i, lane, as_)}"
+                        f" + {w[(1, 0, 0)]} * {reg(i, lane, cs)} + {w[(0, -1, 0)]} * {ymv}"
+                        f" + {w[(0, 1, 0)]} * {ypv} + {w[(0, 0, -1)]} * {xmv}"
+                        f" + {w[(0, 0, 1)]} * {xpv}")
+                dst = f"q{s}_{j % 3}_{i}{lane}" if s < steps else f"const ACC v{i}{lane}"
+                lines.append(f"        {dst} = {expr};" if fast else
+                             f"        {dst} = (zin && inner{i}{lane}) ? ({expr}) : {reg(i, lane)};")
         if s == steps:
             lines.append("        if ((unsigned)(p - z0) < (unsigned)(z1 - z0)) {")
             for i in range(cy):
