@@ -5,8 +5,10 @@ from __future__ import annotations
 import random
 import time
 
+import dask
+
 from kernforge.core import Status
-from kernforge.service import Client
+from kernforge.service import Client, ServiceConfig
 from kernforge.service.monitor import PLUGIN
 from kernforge.service.samples import CPU_KERNEL, fault, good_variants
 
@@ -60,13 +62,15 @@ def test_a_request_whose_worker_dask_closes_is_sent_again(client: Client, rec) -
     """A worker that Dask itself closes or restarts (here its nanny restarts it) while it runs
     a request judged nothing: the request runs again and its result is the candidate's own,
     and the metrics count a close, not a death (the flake this fixes: a nanny's close of a
-    freshly restarted worker under CPU load was reported as a crash of a correct candidate)."""
+    freshly restarted worker under CPU load was reported as a crash of a correct candidate;
+    the cause of that close is the next test's)."""
     assert "usleep" in SLOW
     before = client.metrics()
     pending = client.submit(rec, rec.variant.with_(source=rec.source.with_code(SLOW)),
                             timeout_s=60, **PROTOCOL)
     deadline = time.monotonic() + 60
     while not (running := client.dask.run_on_scheduler(_running)):
+        assert not pending.done(), "the request's task ended before it was seen running"
         assert time.monotonic() < deadline, "the request never started"
         time.sleep(0.05)
     client.dask.restart_workers(running)
@@ -76,3 +80,18 @@ def test_a_request_whose_worker_dask_closes_is_sent_again(client: Client, rec) -
     assert after.closed == before.closed + 1, after
     assert after.deaths == before.deaths
     assert len(client.workers()) == 2
+
+
+def test_a_crashed_worker_keeps_its_nanny_however_long_its_restart(rec_path, rec) -> None:
+    """Dask's SpecCluster closes a nanny whose worker has not registered again
+    ``lost-worker-timeout`` after a death (15 s by default: under load, or after crashes in a
+    row, a restart can take longer). The local cluster keeps its nannies: with the timeout far
+    shorter than any restart, a crash still leaves both workers serving."""
+    with dask.config.set({"distributed.deploy.lost-worker-timeout": "10ms"}), \
+            Client(config=ServiceConfig(workers=2, cores_per_worker=1)) as c:
+        c.load([rec_path])
+        assert c.evaluate(rec, fault(rec, "abort"), **PROTOCOL).status is Status.RUNTIME_FAILED
+        c.wait_for_workers(2, timeout=60)
+        time.sleep(0.5)  # past the timeout, after the restart
+        assert len(c.cluster.workers) == 2 and len(c.workers()) == 2
+        assert all(m.ok for m in c.evaluate_many(rec, [None, None], **PROTOCOL))

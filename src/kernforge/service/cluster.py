@@ -71,6 +71,18 @@ def worker_specs(cfg: ServiceConfig) -> dict[str, dict[str, Any]]:
 def local_cluster(cfg: ServiceConfig) -> Any:
     """Start the local cluster (blocks until every worker is up)."""
     from distributed import Nanny, Scheduler, SpecCluster
+    from distributed.deploy.cluster import Cluster
+
+    class NannyCluster(SpecCluster):
+        """A SpecCluster that keeps its nannies. SpecCluster closes a nanny whose worker has
+        not registered again ``distributed.deploy.lost-worker-timeout`` (15 s) after the
+        scheduler removed it; here a nanny restarts its worker after every crash a candidate
+        causes, and under load (or after crashes in a row) that can take longer: the nanny,
+        and with it a worker of the service, was then closed for good ("nanny-close"), and
+        the request running on its fresh worker was charged with a crash."""
+
+        def _update_worker_status(self, op: str, msg: Any) -> None:
+            Cluster._update_worker_status(self, op, msg)  # no lost-worker timer
 
     workers = {
         name: {"cls": Nanny, "options": {
@@ -81,8 +93,8 @@ def local_cluster(cfg: ServiceConfig) -> Any:
     scheduler = {"cls": Scheduler, "options": {
         "host": cfg.host, "port": cfg.port, "dashboard": False, "dashboard_address": ":0"}}
     with dask.config.set(scheduler_config(cfg)):
-        return SpecCluster(workers=workers, scheduler=scheduler, silence_logs=40,
-                           name="kernforge")
+        return NannyCluster(workers=workers, scheduler=scheduler, silence_logs=40,
+                            name="kernforge")
 
 
 def jobqueue_cluster(cfg: ServiceConfig) -> Any:
