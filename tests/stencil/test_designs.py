@@ -213,7 +213,7 @@ def test_later_parameters_default_to_the_first_kernels() -> None:
                                                             "zo": 0}),
                                    ("box_2", "zbox", {"pw": 0, "h2": 0, "minb": 1, "l1": 0,
                                                       "zo": 0}),
-                                   ("star_1", "ztile", {"ca": 0, "zo": 0}),
+                                   ("star_1", "ztile", {"ca": 0, "zo": 0, "l1": 0}),
                                    ("star_1_t4", "temporal", {"pipe": 0, "fs": 0, "minb": 1,
                                                               "pf": 1, "cx": 1, "cy": 1,
                                                               "zo": 0})):
