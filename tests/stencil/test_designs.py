@@ -140,6 +140,12 @@ CASES = [
     ("star_1_t4", "ztile", {"tx": 8, "ty": 4, "vx": 4, "lz": 6, "st": 2}, "fp16"),
     # copies cached in L1 too (ca; a plain move on the emulator, as .cg is)
     ("star_2", "ztile", {"tx": 8, "ty": 4, "vx": 2, "lz": 3, "st": 3, "ca": 1}, "fp64"),
+    # half2 arithmetic (h2, as zmarch h2=1): both radii, every even width, the temporal chain
+    ("star_1", "ztile", {"tx": 8, "ty": 2, "vx": 8, "lz": 5, "st": 1, "h2": 1}, "fp16"),
+    ("star_1", "ztile", {"tx": 8, "ty": 4, "vx": 2, "lz": 4, "st": 3, "h2": 1}, "fp16"),
+    ("star_2", "ztile", {"tx": 4, "ty": 4, "vx": 4, "lz": 0, "st": 4, "ca": 1, "h2": 1}, "fp16"),
+    ("star_2", "ztile", {"tx": 8, "ty": 4, "vx": 2, "lz": 3, "st": 2, "h2": 1}, "fp16"),
+    ("star_1_t4", "ztile", {"tx": 8, "ty": 4, "vx": 4, "lz": 6, "st": 2, "h2": 1}, "fp16"),
 ]
 SHAPE = Shape(48, 22, 17)
 
@@ -282,6 +288,8 @@ def test_later_parameters_default_to_the_first_kernels() -> None:
     ("box_2", "zbox", {"tx": 8, "ty": 2, "vx": 8, "lz": 0, "h2": 1}),
     ("star_2", "zmarch", {"tx": 8, "ty": 4, "vx": 4, "lz": 5, "h2": 1}),
     ("varcoeff_star_1", "zmarch", {"tx": 8, "ty": 4, "vx": 2, "lz": 3, "h2": 1}),
+    ("star_1", "ztile", {"tx": 8, "ty": 4, "vx": 4, "lz": 5, "st": 2, "h2": 1}),
+    ("star_2", "ztile", {"tx": 8, "ty": 4, "vx": 2, "lz": 4, "st": 3, "h2": 1}),
 ])
 def test_half2_kernels_apply_each_weight_to_its_offset(stencil: str, design: str,
                                                        params: dict) -> None:
@@ -412,6 +420,8 @@ def test_later_options_compile_with_nvcc(tmp_path) -> None:
             ("star_1", "zmarch", ({"ry": 2}, {"ry": 4, "vx": 2}, {"sc": 1}, {"ry": 2, "sc": 1},
                                   {"sc": 1, "vx": 1}, {"sc": 1, "vx": 2})),  # every store piece
             ("star_2", "zmarch", ({"ry": 2, "sc": 1},)),
+            ("star_2", "ztile", ({"h2": 1, "ca": 1}, {"h2": 1, "vx": 4, "st": 3})),
+            ("star_1", "ztile", ({"h2": 1, "vx": 2},)),
             ("star_1_t4", "temporal", ({"pipe": 1, "fi": 1}, {"pipe": 1, "fi": 1, "cx": 2,
                                                               "cy": 2, "fs": 2}))):
         for prec in Precision:

@@ -176,6 +176,12 @@ def test_stencil_bench_two_small_cells(device, tmp_path):
     # ztile's copies cached in L1 too (cp.async.ca)
     ("ztile", "star_2/104x48x36/fp32", {"tx": 16, "ty": 8, "vx": 4, "lz": 9, "st": 2, "ca": 1}),
     ("ztile", "star_1/104x48x36/fp16", {"tx": 8, "ty": 8, "vx": 8, "lz": 7, "st": 3, "ca": 1}),
+    # ztile in half2 arithmetic (h2, session 15)
+    ("ztile", "star_2/104x48x36/fp16", {"tx": 16, "ty": 8, "vx": 8, "lz": 9, "st": 2, "ca": 1,
+                                         "h2": 1}),
+    ("ztile", "star_1/104x48x36/fp16", {"tx": 32, "ty": 4, "vx": 2, "lz": 7, "st": 3, "h2": 1}),
+    ("ztile", "star_1_t4/104x48x36/fp16", {"tx": 8, "ty": 8, "vx": 4, "lz": 0, "st": 4, "ca": 1,
+                                            "h2": 1}),
     # whole-column z-chunks (lz 1024, clamped to the interior by the generators)
     ("zmarch", "star_2/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 1024}),
     ("ztile", "star_1/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 1024, "st": 2}),

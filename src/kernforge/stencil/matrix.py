@@ -78,7 +78,8 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
             Precision.FP16: (8, 4), Precision.FP32: (4, 2), Precision.FP64: (2,)}
         return {"vx": widths[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
                 "tx": (32, 64, 16), "st": (2, 1, 3, 4), "zo": (0, 1), "ca": (0, 1),
-                "l1": (0, 1)}  # l1 (session 15): the largest L1 for ca=1's cached copies
+                "l1": (0, 1),  # l1 (session 15): the largest L1 for ca=1's cached copies
+                **_precision_options(cell, cw=False)}  # h2 (fp16) since session 15
     if design == "zbox":
         # 16-byte loads at most (ptxas for sm_90, box_1 512^3: fp32 vx=4 46 registers and 44.5
         # instructions per output, vx=2 32 and 57, the plane sweep ~60; fp16 vx=4 42, vx=8 75)

@@ -23,7 +23,7 @@ from ..spec import Cell
 from .common import half2_weights, lane_stores, weight_names
 
 
-def _lane(vx: int, i: int, plane: str) -> str:
+def lane(vx: int, i: int, plane: str) -> str:
     """The half at lane ``i`` (``-R <= i < vx + R``) of the centre plane: a queue pair's half,
     or an x-halo scalar."""
     if i < 0:
@@ -38,10 +38,10 @@ def _pair(vx: int, k: int, dx: int, plane: str) -> str:
     i = 2 * k + dx
     if dx % 2 == 0 and 0 <= i < vx:
         return f"{plane}[{i // 2}]"
-    return f"__halves2half2({_lane(vx, i, plane)}, {_lane(vx, i + 1, plane)})"
+    return f"__halves2half2({lane(vx, i, plane)}, {lane(vx, i + 1, plane)})"
 
 
-def _sums(cell: Cell, vx: int, u: int) -> list[str]:
+def sums(cell: Cell, vx: int, u: int) -> list[str]:
     """``res[k]`` for every output pair: one HMUL2 and an HFMA2 chain."""
     r = cell.radius
     names = {o: int(n[1:]) for o, n in zip(cell.stencil.offsets, weight_names(cell),
@@ -87,8 +87,8 @@ def _sub(cell: Cell, u: int, vx: int, pf: int) -> str:
                      f" yp{d} = *reinterpret_cast<const Vec*>(src + base + {d}L * NX);")
         lines.append(f"      const __half xl{d} = src[base - {d}], xr{d} = src[base + {vx - 1 + d}];")
     lines.append(f"      __half2 res[{npair}];")
-    lines += [f"      {s}" for s in _sums(cell, vx, u)]
-    _, lanes = lane_stores(vx, lambda i: _lane(vx, i, "res"))
+    lines += [f"      {s}" for s in sums(cell, vx, u)]
+    _, lanes = lane_stores(vx, lambda i: lane(vx, i, "res"))
     lines.append(f"      if (x0 >= R && x0 + {vx} <= NX - R) {{\n        Vec o;\n"
                  f"        #pragma unroll\n        for (int k = 0; k < {npair}; ++k) "
                  f"reinterpret_cast<__half2*>(o.v)[k] = res[k];\n"

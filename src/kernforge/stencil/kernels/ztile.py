@@ -18,10 +18,16 @@ Stage reuse: iteration ``i`` requests plane ``i + R + st`` into the stage that h
 planes in flight, so plane ``i + R`` (the queue's new centre) has landed; the barrier makes the
 other threads' copies visible.
 
-``ca=1`` (session 14, not yet run on a GPU): the copies are ``cp.async.ca`` (cached in L1 as
-well) instead of ``.cg`` (L2 only). The tiles of neighbouring blocks overlap by their halo
-rows and planes; a neighbour that runs on the same SM soon after may find them in L1 instead
-of reading them through L2, which Nsight found to be the star kernels' limit (session 8).
+``ca=1`` (session 14): the copies are ``cp.async.ca`` (cached in L1 as well) instead of
+``.cg`` (L2 only). The tiles of neighbouring blocks overlap by their halo rows and planes; a
+neighbour that runs on the same SM soon after may find them in L1 instead of reading them
+through L2, which Nsight found to be the star kernels' limit (session 8). On the H200 (session
+15) the four table operators of this design take 0.834-0.875x of their speed with ``ca=0``.
+
+``h2=1`` (session 15; fp16, even ``vx``): the queue holds lane pairs as ``__half2`` and each
+output pair is one ``HFMA2`` chain, as in :mod:`.zmarch_h2` (whose sums and lane selection this
+reuses); the x halo scalars and the y rows are read from the staged plane without conversion.
+With ``h2=0`` the generated source is byte for byte the one before ``h2`` existed.
 
 On the host emulator (``KERNFORGE_EMULATION``) a copy is a plain 16-byte move and the waits are
 no-ops (every copy has landed when it returns), so the emulator checks the indexing, the halo
@@ -32,9 +38,19 @@ oracle.
 from __future__ import annotations
 
 from ..operator import Launch, Operator
-from ..spec import Cell
-from . import zmarch_staged
-from .common import cdiv, extents, header, lane_stores, load, ping_pong, store, weight_defs
+from ..spec import Cell, Precision
+from . import zmarch_h2, zmarch_staged
+from .common import (
+    cdiv,
+    extents,
+    half2_weights,
+    header,
+    lane_stores,
+    load,
+    ping_pong,
+    store,
+    weight_defs,
+)
 
 MAX_SHARED = zmarch_staged.MAX_SHARED
 
@@ -71,7 +87,7 @@ def _stage(slot: str, plane: str) -> str:
             f"kf_cp16(S + ({slot}) * SPL + sof[j], src + ({plane}) * (NY * NX) + go[j]);")
 
 
-def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, st: int) -> str:
+def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, st: int, h2: int = 0) -> str:
     p = cell.precision
     t = p.ctype
     r = cell.radius
@@ -81,21 +97,31 @@ def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, st: int) -> str:
         for sgn, tag in ((-1, "m"), (1, "p")):
             body.append(f"const Vec y{tag}{d} = *reinterpret_cast<const Vec*>"
                         f"(cur + so + ({sgn * d}) * SW);")
-    for d in range(1, r + 1):
-        body.append(f"const ACC xl{d} = {load(p, f'cur[so - {d}]')}, "
-                    f"xr{d} = {load(p, f'cur[so + {vx - 1 + d}]')};")
-    body += zmarch_staged.lane_sums(cell, vx, lambda v: load(p, v), "")
-    whole, lanes = lane_stores(vx, lambda i: store(p, f"res[{i}]"))
-    push = "\n".join(f"      q[{qn - 1}][{lane}] = {load(p, f'c.v[{lane}]')};"
-                     for lane in range(vx))
-    prime = "\n".join(f"      q[j][{lane}] = {load(p, f'c.v[{lane}]')};" for lane in range(vx))
+    if h2:  # the queue as lane pairs, the sums as HFMA2 chains (as zmarch h2=1)
+        n, qt, weights = vx // 2, "__half2", half2_weights(cell)
+        body += [f"const __half xl{d} = cur[so - {d}], xr{d} = cur[so + {vx - 1 + d}];"
+                 for d in range(1, r + 1)]
+        body += zmarch_h2.sums(cell, vx, 0)
+        whole = " ".join(f"reinterpret_cast<__half2*>(o.v)[{k}] = res[{k}];" for k in range(n))
+        _, lanes = lane_stores(vx, lambda i: zmarch_h2.lane(vx, i, "res"))
+        fill = [f"q[{{j}}][{k}] = reinterpret_cast<const __half2*>(c.v)[{k}];"
+                for k in range(n)]
+    else:
+        n, qt, weights = vx, "ACC", ""  # (declared with VX: sources as before h2)
+        body += [f"const ACC xl{d} = {load(p, f'cur[so - {d}]')}, "
+                 f"xr{d} = {load(p, f'cur[so + {vx - 1 + d}]')};" for d in range(1, r + 1)]
+        body += zmarch_staged.lane_sums(cell, vx, lambda v: load(p, v), "")
+        whole, lanes = lane_stores(vx, lambda i: store(p, f"res[{i}]"))
+        fill = [f"q[{{j}}][{lane}] = {load(p, f'c.v[{lane}]')};" for lane in range(vx)]
+    push = "\n".join("      " + f.format(j=qn - 1) for f in fill)
+    prime = "\n".join("      " + f.format(j="j") for f in fill)
     shift = "\n".join(f"    #pragma unroll\n    for (int j = 0; j < {qn - 1}; ++j) "
-                      f"q[j][{lane}] = q[j + 1][{lane}];" for lane in range(vx))
+                      f"q[j][{k}] = q[j + 1][{k}];" for k in range(n))
     nl = "\n      "
     return f"""
 extern "C" __global__ void __launch_bounds__(NT)
 ztile(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
-  extern __shared__ __align__(16) unsigned char kf_smem[];
+{weights}  extern __shared__ __align__(16) unsigned char kf_smem[];
   {t}* const S = reinterpret_cast<{t}*>(kf_smem);
   const int tid = threadIdx.y * {tx} + threadIdx.x;
   const long bx0 = (long)blockIdx.x * {tx * vx}, by0 = (long)blockIdx.y * {ty};
@@ -125,7 +151,7 @@ ztile(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
     }}
     KF_COMMIT();
   }}
-  ACC q[{qn}][VX] = {{}};
+  {qt} q[{qn}][{n if h2 else "VX"}] = {{}};
   #pragma unroll
   for (int j = 0; j < {qn - 1}; ++j) if (col) {{
     const Vec c = *reinterpret_cast<const Vec*>(src + ((zb - R + j) * NY + y) * NX + x0);
@@ -146,7 +172,7 @@ ztile(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
     }}
     if (act) {{
       const long base = (z * NY + y) * NX + x0;
-      ACC res[VX];
+      {qt} res[{n if h2 else "VX"}];
       {nl.join(body)}
       if (x0 >= R && x0 + VX <= NX - R) {{ Vec o; {whole} *reinterpret_cast<Vec*>(dst + base) = o; }}
       else {{ {lanes} }}
@@ -161,7 +187,7 @@ ztile(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
 
 
 def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
-             st: int = 2, ca: int = 0) -> Operator:
+             st: int = 2, ca: int = 0, h2: int = 0) -> Operator:
     if cell.stencil.kind != "star":
         raise ValueError(f"ztile handles star stencils, not {cell.stencil.name}")
     item = cell.precision.itemsize
@@ -175,6 +201,8 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
         raise ValueError("st (planes requested ahead) in 1, 2, 3, 4, 6")
     if ca not in (0, 1):
         raise ValueError("ca (copies cached in L1 too) is 0 or 1")
+    if h2 not in (0, 1) or (h2 and (cell.precision is not Precision.FP16 or vx % 2)):
+        raise ValueError("h2 (half2 arithmetic) is 0 or 1, and 1 needs fp16 and an even vx")
     shared = shared_bytes(cell, tx, ty, vx, st)
     if shared > MAX_SHARED:
         raise ValueError("the stages exceed the shared memory of a block")
@@ -190,9 +218,10 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
               f"struct __align__({item * vx}) Vec {{ {cell.precision.ctype} v[{vx}]; }};\n")
     source = (header(cell) + extents(cell) + weight_defs(cell) + consts
               + _copies(cell.precision.ctype, ca)
-              + _kernel(cell, tx, ty, vx, lz, st))
+              + _kernel(cell, tx, ty, vx, lz, st, h2))
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty), cdiv(nz_int, lz))
     launches = tuple(Launch("ztile", grid, (tx, ty, 1), (a, b), shared)
                      for a, b in ping_pong(cell.stencil.steps))
-    params = {"tx": tx, "ty": ty, "vx": vx, "lz": lz, "st": st, **({"ca": 1} if ca else {})}
+    params = {"tx": tx, "ty": ty, "vx": vx, "lz": lz, "st": st, **({"ca": 1} if ca else {}),
+              **({"h2": 1} if h2 else {})}
     return Operator(cell.id, "ztile", params, source, launches)
