@@ -69,6 +69,8 @@ def test_a_parameter_round_never_offers_the_incumbent_again() -> None:
     t4 = Cell(STENCILS["star_1_t4"], Shape(64, 32, 16), Precision.FP32)
     keys = [op.key for op in _candidates(t4, Incumbent("temporal", {"tx": 32, "ty": 32}), "pipe")]
     assert keys == ["temporal[lz=14,pipe=1,steps=4,tx=32,ty=32]"]
+    keys = [op.key for op in _candidates(cell, Incumbent("ztile", {"tx": 8, "ty": 4}), "ca")]
+    assert keys == ["ztile[ca=1,lz=14,st=2,tx=8,ty=4,vx=4]"] and round_plan(1, ["ca"]) == ["ca"]
     plan = round_plan(16)
     assert plan[0] == "design" and {"vx", "ry", "lz", "ty", "tx", "block", "pipe", "pf", "smem",
                                      "cx", "cy", "minb", "fs"} <= set(plan)

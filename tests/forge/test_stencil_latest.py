@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from kernforge.stencil import matrix as mx
+from kernforge.stencil.spec import Cell
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "docs" / "benchmarks" / "data"
 SCRIPT = ROOT / "scripts" / "stencil_latest.py"
@@ -183,31 +186,37 @@ def test_a_table_keeps_the_rows_of_its_own_operators(tmp_path: Path) -> None:
 
     old, new = ours(s10, cid), ours(s11, cid)
     assert old != new
-    table = json.loads((ROOT / "src/kernforge/stencil/data/matrix.json").read_text())
+    # the committed table moves on (later sessions replace operators these files measured):
+    # its own mismatches against the two files, and two cells it still takes from s11c (one
+    # kept, one changed below), are the reference
+    committed = ROOT / "src/kernforge/stencil/data/matrix.json"
+    out = tmp_path / "latest.json"
+    res = _run(s10, s11, "--out", out, "--table", committed)
+    assert res.returncode == 0, res.stderr
+    merged = json.loads(out.read_text())
+    before = {m["cell"] for m in merged["table_mismatch"]}
+    from_s11 = [c["cell"] for c in merged["cells"]
+                if c["from"] == s11.name and c["cell"] not in before | {cid}]
+    assert len(from_s11) >= 2, "the committed table holds too few of s11c's operators"
+    kept, other = from_s11[0], from_s11[1]
+    table = json.loads(committed.read_text())
     design, rest = old.rstrip("]").split("[")
     table["cells"][cid] = {**table["cells"][cid], "design": design,
                            "params": {k: int(v) for k, v in (p.split("=")
                                                              for p in rest.split(","))}}
-    other = "star_2/256x256x256/fp32"  # in s11c; the table now holds neither file's operator
-    table["cells"][other] = {**table["cells"][other], "params": {
-        **table["cells"][other]["params"], "ty": 8}}
+    entry = table["cells"][other]  # another tile height: the table then holds neither file's
+    cell = Cell.parse(other)
+    ty = next(t for t in (2, 4, 8, 16) if t != entry["params"].get("ty")
+              and mx.build(entry["design"], cell, {**entry["params"], "ty": t}) is not None)
+    table["cells"][other] = {**entry, "params": {**entry["params"], "ty": ty}}
     (tmp_path / "matrix.json").write_text(json.dumps(table))
-    out = tmp_path / "latest.json"
-    # the committed table moves on (later sessions replace operators these files measured):
-    # its own mismatches against the two files are the reference
-    res = _run(s10, s11, "--out", out, "--table", ROOT / "src/kernforge/stencil/data/matrix.json")
-    assert res.returncode == 0, res.stderr
-    before = {m["cell"] for m in json.loads(out.read_text())["table_mismatch"]}
-    assert other not in before
-    kept = next(c for c in json.loads(out.read_text())["cells"]
-                if c["from"] == s11.name and c["cell"] not in (cid, other))
     res = _run(s10, s11, "--out", out, "--table", tmp_path / "matrix.json")
     assert res.returncode == 0, res.stderr
     doc = json.loads(out.read_text())
     by_cell = {c["cell"]: c for c in doc["cells"]}
     assert by_cell[cid]["from"] == s10.name and by_cell[cid]["operator"] == old
-    assert by_cell[kept["cell"]]["from"] == s11.name  # the table's, as before
-    assert {m["cell"] for m in doc["table_mismatch"]} == before - {cid} | {other}
+    assert by_cell[kept]["from"] == s11.name  # the table's, as before
+    assert {m["cell"] for m in doc["table_mismatch"]} == (before - {cid}) | {other}
     assert by_cell[other]["from"] == s11.name and "table mismatch: " + other in res.stdout
     res = _run(s10, s11, "--out", out)  # without a table: the latest row, whatever it measured
     assert json.loads(out.read_text())["cells"] and "table_mismatch" not in json.loads(

@@ -231,7 +231,7 @@ def test_later_parameters_default_to_the_first_kernels() -> None:
         assert (first.key, first.source) == (again.key, again.source)
         assert not set(extra) & set(first.params)
     for stencil, design in (("star_2", "zmarch"), ("box_1", "planesweep"),  # fp16-only h2
-                            ("star_1_t4", "temporal")):
+                            ("star_1_t4", "temporal"), ("star_2", "ztile")):
         cell = Cell(STENCILS[stencil], Shape(512, 512, 512), Precision.FP16)
         first = mx.build(design, cell, {**mx.defaults(design, cell), "h2": 0})
         again = mx.build(design, cell, {k: v for k, v in mx.defaults(design, cell).items()
@@ -316,7 +316,7 @@ def test_half2_kernels_apply_each_weight_to_its_offset(stencil: str, design: str
 
 @pytest.mark.parametrize(("stencil", "design"), [("star_1", "zmarch"), ("varcoeff_star_1", "zmarch"),
                                                  ("star_1_t4", "zmarch"), ("box_2", "zbox"),
-                                                 ("box_1", "planesweep")])
+                                                 ("box_1", "planesweep"), ("star_2", "ztile")])
 def test_l1_sets_the_carveout_and_marks_the_source(stencil: str, design: str) -> None:
     """``l1=1``: every launch asks for a 0% shared-memory carveout, and the source differs (a
     comment), so a module cache keyed by source never hands one function to both variants."""

@@ -19,7 +19,7 @@ IDEAS = {
           "displace input planes still read from L2",
     "block": "thread-block shape of the one-thread-per-point kernel",
     "h2": "fp16: __half2 arithmetic (HFMA2); plane sweep: vertical output pairs, per-plane "
-          "partial sums added into fp32 accumulators; z-marching: lane pairs, fp16 sums",
+          "partial sums added into fp32 accumulators; z-marching and ztile: lane pairs, fp16 sums",
     "pipe": "temporal: uniform stages statically unrolled (no range predicates, no moves)",
     "pf": "planes in flight per thread (a register ring): more bytes in flight per SM",
     "smem": "z-marching: stage each plane's tile in shared memory (2.5D) for x/y neighbours",
@@ -38,7 +38,9 @@ IDEAS = {
     "cw": "plane sweep and z-marching, fp64: weights in constant memory (a DFMA takes no "
           "64-bit immediate: two moves per FMA with literal weights)",
     "st": "ztile: planes requested ahead by asynchronous copies into the shared-memory ring",
-    "l1": "z-marching, zbox, plane sweep: the largest L1 (shared-memory carveout 0%): more of "
+    "ca": "ztile: the asynchronous copies cached in L1 as well (cp.async.ca, not .cg), so a "
+          "neighbouring block on the same SM may find the shared halo rows and planes there",
+    "l1": "z-marching, zbox, plane sweep, ztile: the largest L1 (shared-memory carveout 0%): more of "
           "the neighbour rows hit in L1, fewer requests to the L2 (whose partition link bounds "
           "the star kernels on the H200)",
     "zo": "launch order: z-chunks first (grid z, x, y), so the blocks that share a column's "
