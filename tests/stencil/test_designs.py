@@ -140,6 +140,17 @@ CASES = [
     ("star_1_t4", "ztile", {"tx": 8, "ty": 4, "vx": 4, "lz": 6, "st": 2}, "fp16"),
     # copies cached in L1 too (ca; a plain move on the emulator, as .cg is)
     ("star_2", "ztile", {"tx": 8, "ty": 4, "vx": 2, "lz": 3, "st": 3, "ca": 1}, "fp64"),
+    # the plane sweep with its planes staged by asynchronous copies (st planes ahead; ca)
+    ("box_1", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 2, "lz": 4, "st": 2}, "fp64"),
+    ("box_1", "planesweep", {"tx": 8, "ty": 2, "vx": 2, "ry": 4, "lz": 0, "st": 1, "ca": 1,
+                             "cw": 1}, "fp64"),
+    ("box_2", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 2, "lz": 3, "st": 3}, "fp32"),
+    ("box_1", "planesweep", {"tx": 16, "ty": 2, "vx": 1, "ry": 4, "lz": 5, "st": 2, "ca": 1},
+     "fp32"),
+    ("box_1", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 2, "lz": 4, "st": 2, "h2": 1},
+     "fp16"),
+    ("box_2", "planesweep", {"tx": 16, "ty": 2, "vx": 1, "ry": 2, "lz": 0, "st": 1, "ca": 1,
+                             "h2": 1}, "fp16"),
     # half2 arithmetic (h2, as zmarch h2=1): both radii, every even width, the temporal chain
     ("star_1", "ztile", {"tx": 8, "ty": 2, "vx": 8, "lz": 5, "st": 1, "h2": 1}, "fp16"),
     ("star_1", "ztile", {"tx": 8, "ty": 4, "vx": 2, "lz": 4, "st": 3, "h2": 1}, "fp16"),
@@ -216,7 +227,7 @@ def test_later_parameters_default_to_the_first_kernels() -> None:
                                                          "ry": 1, "sc": 0, "minb": 1, "l1": 0,
                                                          "zo": 0}),
                                    ("box_1", "planesweep", {"h2": 0, "cw": 0, "minb": 1, "l1": 0,
-                                                            "zo": 0}),
+                                                            "zo": 0, "st": 0, "ca": 0}),
                                    ("box_2", "zbox", {"pw": 0, "h2": 0, "minb": 1, "l1": 0,
                                                       "zo": 0}),
                                    ("star_1", "ztile", {"ca": 0, "zo": 0, "l1": 0}),
@@ -421,6 +432,8 @@ def test_later_options_compile_with_nvcc(tmp_path) -> None:
                                   {"sc": 1, "vx": 1}, {"sc": 1, "vx": 2})),  # every store piece
             ("star_2", "zmarch", ({"ry": 2, "sc": 1},)),
             ("star_2", "ztile", ({"h2": 1, "ca": 1}, {"h2": 1, "vx": 4, "st": 3})),
+            ("box_1", "planesweep", ({"st": 2, "ca": 1, "h2": 1}, {"st": 2, "ca": 1, "vx": 2},
+                                     {"st": 3, "cw": 1})),
             ("star_1", "ztile", ({"h2": 1, "vx": 2},)),
             ("star_1_t4", "temporal", ({"pipe": 1, "fi": 1}, {"pipe": 1, "fi": 1, "cx": 2,
                                                               "cy": 2, "fs": 2}))):
@@ -430,7 +443,9 @@ def test_later_options_compile_with_nvcc(tmp_path) -> None:
                 op = mx.build(design, cell, {**mx.defaults(design, cell), **extra})
                 if op is None:
                     assert (("h2" in extra and prec is not Precision.FP16)
-                            or ("cw" in extra and prec is not Precision.FP64)), (cell.id, extra)
+                            or ("cw" in extra and prec is not Precision.FP64)
+                            or ("st" in extra and design == "planesweep"  # fp16: h2 only
+                                and prec is Precision.FP16)), (cell.id, extra)
                     continue
                 ops.append(op)
     assert len(ops) >= 20

@@ -176,6 +176,13 @@ def test_stencil_bench_two_small_cells(device, tmp_path):
     # ztile's copies cached in L1 too (cp.async.ca)
     ("ztile", "star_2/104x48x36/fp32", {"tx": 16, "ty": 8, "vx": 4, "lz": 9, "st": 2, "ca": 1}),
     ("ztile", "star_1/104x48x36/fp16", {"tx": 8, "ty": 8, "vx": 8, "lz": 7, "st": 3, "ca": 1}),
+    # the plane sweep staged by asynchronous copies (st, ca; session 15, queued for the GPU)
+    ("planesweep", "box_1/104x48x36/fp64", {"tx": 32, "ty": 4, "vx": 1, "ry": 4, "lz": 9,
+                                            "st": 2, "ca": 1}),
+    ("planesweep", "box_2/104x48x36/fp32", {"tx": 16, "ty": 4, "vx": 2, "ry": 2, "lz": 7,
+                                            "st": 3}),
+    ("planesweep", "box_1/104x48x36/fp16", {"tx": 32, "ty": 2, "vx": 1, "ry": 4, "lz": 0,
+                                            "st": 1, "ca": 1, "h2": 1}),
     # ztile in half2 arithmetic (h2, session 15)
     ("ztile", "star_2/104x48x36/fp16", {"tx": 16, "ty": 8, "vx": 8, "lz": 9, "st": 2, "ca": 1,
                                          "h2": 1}),

@@ -94,7 +94,9 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
     if design == "planesweep":
         sp: dict[str, tuple[Any, ...]] = {"ry": (4, 2, 8), "lz": (64, 32, 128, 16),
                                           "ty": (4, 8, 2), "vx": (1, 2), "tx": (32, 64),
-                                          "minb": MINB, "l1": (0, 1), "zo": (0, 1)}
+                                          "minb": MINB, "l1": (0, 1), "zo": (0, 1),
+                                          # session 15: planes staged by cp.async copies
+                                          "st": (0, 2, 1, 3), "ca": (0, 1)}
         return {**sp, **_precision_options(cell)}
     if design == "temporal":
         ty = (16, 32) if cell.precision is Precision.FP64 else (32, 16)

@@ -19,6 +19,9 @@ plane's partial sum. Shared memory halves; the FMA instructions per output halve
 ``cw=1`` (fp64): the weights in a ``__constant__`` array instead of literals (a DFMA cannot take
 a 64-bit immediate: two uniform moves per FMA in the sm_90 SASS of the literal form).
 
+``st`` (1-3; session 15): the planes staged by ``cp.async`` copies into a ring of ``st + 2``
+stages instead (:mod:`.planesweep_async`), ``ca=1`` those copies cached in L1 too.
+
 ``minb``: ``__launch_bounds__`` minimum resident blocks per SM (:func:`.common.bounds`).
 (``l1``, the largest L1 the staged planes leave, is applied by :func:`..matrix.build`.)
 """
@@ -45,7 +48,7 @@ def _weight_table(cell: Cell) -> dict[tuple[int, int, int], str]:
     return dict(zip(cell.stencil.offsets, weight_names(cell), strict=True))
 
 
-def _accumulate(cell: Cell, vx: int, ry: int, buf: str) -> list[str]:
+def accumulate(cell: Cell, vx: int, ry: int, buf: str) -> list[str]:
     """Straight-line FMAs of one staged plane into the accumulators a[m][j][l]."""
     r = cell.radius
     w = _weight_table(cell)
@@ -69,7 +72,7 @@ def _accumulate(cell: Cell, vx: int, ry: int, buf: str) -> list[str]:
     return lines
 
 
-def _accumulate_h2(cell: Cell, vx: int, ry: int, buf: str) -> list[str]:
+def accumulate_h2(cell: Cell, vx: int, ry: int, buf: str) -> list[str]:
     """One staged plane in ``__half2`` arithmetic over vertical output pairs (see ``h2``)."""
     r = cell.radius
     w = _weight_table(cell)
@@ -101,25 +104,18 @@ def _source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int = 0
     bx, by = tx * vx, ty * ry
     sw, sh = bx + 2 * r, by + 2 * r
     per = cdiv(sw * sh, tx * ty)
-    weights = "".join(f"constexpr ACC {n} = {lit};\n" for n, lit in _literals(cell))
+    weights = "".join(f"constexpr ACC {n} = {lit};\n" for n, lit in literals(cell))
     if cw:
         weights = constant_weight_defs(cell)
     # the staged planes: ACC values (converted on load), or raw __half with half2 weights (h2)
     stage, value, zero = "ACC", load(p, "src[(k * NY + gy) * NX + gx]"), "(ACC)0"
-    acc_body = "\n      ".join(_accumulate(cell, vx, ry, "cur"))
+    acc_body = "\n      ".join(accumulate(cell, vx, ry, "cur"))
     if h2:
         stage, value, zero = "__half", "src[(k * NY + gy) * NX + gx]", "__float2half(0.0f)"
-        acc_body = "\n      ".join(_accumulate_h2(cell, vx, ry, "cur"))
+        acc_body = "\n      ".join(accumulate_h2(cell, vx, ry, "cur"))
     halves = "".join(f"\n  const __half2 H{n} = __float2half2_rn({lit});"
-                     for n, lit in _literals(cell)) if h2 else ""
-    stores = []
-    for jr in range(ry):
-        for lane in range(vx):
-            stores.append(
-                f"if (gy0 + {jr} >= R && gy0 + {jr} < NY - R && gx0 + {lane} >= R && "
-                f"gx0 + {lane} < NX - R) dst[(zo * NY + gy0 + {jr}) * NX + gx0 + {lane}] = "
-                f"{store(p, f'a[0][{jr}][{lane}]')};")
-    store_body = "\n          ".join(stores)
+                     for n, lit in literals(cell)) if h2 else ""
+    init, shift = accumulators(cell, vx, ry)
     return f"""{header(cell)}{extents(cell)}typedef {p.acc_ctype} ACC;
 {weights}constexpr int SW = {sw}, SH = {sh}, PER = {per}, NT = {tx * ty};
 extern "C" __global__ void __launch_bounds__({bounds(tx * ty, minb)})
@@ -130,13 +126,7 @@ planesweep(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
   const long gx0 = ox + R + tx * {vx}, gy0 = oy + R + ty * {ry};
   const long zb = R + (long)blockIdx.z * {lz};
   const long ze = zb + {lz} < NZ - R ? zb + {lz} : NZ - R;
-  ACC a[{2 * r + 1}][{ry}][{vx}];
-  #pragma unroll
-  for (int m = 0; m < {2 * r + 1}; ++m)
-    #pragma unroll
-    for (int j = 0; j < {ry}; ++j)
-      #pragma unroll
-      for (int l = 0; l < {vx}; ++l) a[m][j][l] = 0;
+{init}
   {stage} pre[PER];
   auto fetch = [&](long k) {{
     #pragma unroll
@@ -160,9 +150,39 @@ planesweep(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
     {{
       {acc_body}
     }}
-    const long zo = k - R;
+{shift}
+  }}
+}}
+"""
+
+
+def stores(cell: Cell, vx: int, ry: int) -> str:
+    """The stores of output plane ``zo`` (``a[0]``): every interior point of the thread's
+    ``ry`` rows x ``vx`` lanes."""
+    out = []
+    for jr in range(ry):
+        for lane in range(vx):
+            out.append(
+                f"if (gy0 + {jr} >= R && gy0 + {jr} < NY - R && gx0 + {lane} >= R && "
+                f"gx0 + {lane} < NX - R) dst[(zo * NY + gy0 + {jr}) * NX + gx0 + {lane}] = "
+                f"{store(cell.precision, f'a[0][{jr}][{lane}]')};")
+    return "\n          ".join(out)
+
+
+def accumulators(cell: Cell, vx: int, ry: int) -> tuple[str, str]:
+    """The accumulators ``a[m][row][lane]`` (output plane ``k - R + m``) zeroed, and the end
+    of a plane's iteration: output plane ``k - R`` stored, the accumulators moved down."""
+    r = cell.radius
+    init = f"""  ACC a[{2 * r + 1}][{ry}][{vx}];
+  #pragma unroll
+  for (int m = 0; m < {2 * r + 1}; ++m)
+    #pragma unroll
+    for (int j = 0; j < {ry}; ++j)
+      #pragma unroll
+      for (int l = 0; l < {vx}; ++l) a[m][j][l] = 0;"""
+    shift = f"""    const long zo = k - R;
     if (zo >= zb) {{
-          {store_body}
+          {stores(cell, vx, ry)}
     }}
     #pragma unroll
     for (int m = 0; m < {2 * r}; ++m)
@@ -173,13 +193,11 @@ planesweep(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
     #pragma unroll
     for (int j = 0; j < {ry}; ++j)
       #pragma unroll
-      for (int l = 0; l < {vx}; ++l) a[{2 * r}][j][l] = 0;
-  }}
-}}
-"""
+      for (int l = 0; l < {vx}; ++l) a[{2 * r}][j][l] = 0;"""
+    return init, shift
 
 
-def _literals(cell: Cell) -> list[tuple[str, str]]:
+def literals(cell: Cell) -> list[tuple[str, str]]:
     from .common import literal
     return [(n, literal(w, cell.precision))
             for n, w in zip(weight_names(cell), cell.stencil.weights, strict=True)]
@@ -192,7 +210,8 @@ def shared_bytes(cell: Cell, tx: int, ty: int, vx: int, ry: int, h2: int = 0) ->
 
 
 def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
-             lz: int = 0, h2: int = 0, cw: int = 0, minb: int = 1) -> Operator:
+             lz: int = 0, h2: int = 0, cw: int = 0, minb: int = 1, st: int = 0,
+             ca: int = 0) -> Operator:
     if cell.stencil.temporal or cell.stencil.kind == "varcoeff":
         raise ValueError(f"planesweep handles single-step constant-coefficient stencils, "
                          f"not {cell.stencil.name}")
@@ -201,16 +220,28 @@ def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
     if cw not in (0, 1) or (cw and cell.precision is not Precision.FP64):
         raise ValueError("cw (weights in constant memory) is for fp64 (no 64-bit immediates)")
     check_minb(tx * ty, minb)
-    if shared_bytes(cell, tx, ty, vx, ry, h2) > 48 * 1024:
-        raise ValueError("the staged planes exceed 48 KiB of static shared memory")
     nz_int = cell.shape.nz - 2 * cell.radius
     lz = nz_int if lz <= 0 else min(lz, nz_int)
-    source = _source(cell, tx, ty, vx, ry, lz, h2, cw, minb)
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty * ry), cdiv(nz_int, lz))
-    launch = Launch("planesweep", grid, (tx, ty, 1), ("in", "out"))
+    if st or ca:  # planes staged by asynchronous copies (kernels/planesweep_async.py)
+        from . import planesweep_async as pa
+
+        pa.check(cell, tx, vx, h2, st, ca)
+        shared = pa.shared_bytes(cell, tx, ty, vx, ry, st)
+        if shared > pa.MAX_SHARED:
+            raise ValueError("the stages exceed the shared memory of a block")
+        source = pa.source(cell, tx, ty, vx, ry, lz, h2, cw, minb, st, ca)
+        launch = Launch("planesweep", grid, (tx, ty, 1), ("in", "out"), shared)
+    else:
+        if shared_bytes(cell, tx, ty, vx, ry, h2) > 48 * 1024:
+            raise ValueError("the staged planes exceed 48 KiB of static shared memory")
+        source = _source(cell, tx, ty, vx, ry, lz, h2, cw, minb)
+        launch = Launch("planesweep", grid, (tx, ty, 1), ("in", "out"))
     params = {"tx": tx, "ty": ty, "vx": vx, "ry": ry, "lz": lz}
     # absent at their first value: the operators of earlier tables keep their keys
-    params.update({k: 1 for k, v in (("h2", h2), ("cw", cw)) if v})
+    params.update({k: 1 for k, v in (("h2", h2), ("cw", cw), ("ca", ca)) if v})
+    if st:
+        params["st"] = st
     if minb > 1:
         params["minb"] = minb
     return Operator(cell.id, "planesweep", params, source, (launch,))

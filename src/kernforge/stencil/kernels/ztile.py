@@ -61,7 +61,7 @@ def shared_bytes(cell: Cell, tx: int, ty: int, vx: int, st: int) -> int:
     return (cell.radius + st + 2) * (ty + 2 * cell.radius) * (tx * vx + 2 * pad) * item
 
 
-def _copies(t: str, ca: int = 0) -> str:
+def copies(t: str, ca: int = 0) -> str:
     """The asynchronous 16-byte copy, its commit and wait (PTX), and their host forms."""
     return f"""#if defined(__CUDA_ARCH__) && !defined(KERNFORGE_EMULATION)
 __device__ __forceinline__ void kf_cp16({t}* s, const {t}* g) {{
@@ -217,7 +217,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
               f"SPL = {ty + 2 * r} * SW, CPP = {ty + 2 * r} * CPR, K = (CPP + NT - 1) / NT;\n"
               f"struct __align__({item * vx}) Vec {{ {cell.precision.ctype} v[{vx}]; }};\n")
     source = (header(cell) + extents(cell) + weight_defs(cell) + consts
-              + _copies(cell.precision.ctype, ca)
+              + copies(cell.precision.ctype, ca)
               + _kernel(cell, tx, ty, vx, lz, st, h2))
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty), cdiv(nz_int, lz))
     launches = tuple(Launch("ztile", grid, (tx, ty, 1), (a, b), shared)
