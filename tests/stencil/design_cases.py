@@ -126,7 +126,10 @@ CASES = [
     ("star_1_t4", "ztile", {"tx": 8, "ty": 4, "vx": 4, "lz": 6, "st": 2}, "fp16"),
     # copies cached in L1 too (ca; a plain move on the emulator, as .cg is)
     ("star_2", "ztile", {"tx": 8, "ty": 4, "vx": 2, "lz": 3, "st": 3, "ca": 1}, "fp64"),
-    # the plane sweep with its planes staged by asynchronous copies (st planes ahead; ca)
+    # the plane sweep with its planes staged by asynchronous copies (st planes ahead; ca;
+    # synchronous on the emulator as ztile's: indexing, halo, ring, not the waits)
+    ("box_1", "planesweep", {"tx": 10, "ty": 3, "vx": 1, "ry": 2, "lz": 4, "st": 3, "ca": 1},
+     "fp64"),  # partial x and y tiles (48 = 4 x 10 + 8, 22 = 3 x 6 + 4)
     ("box_1", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 2, "lz": 4, "st": 2}, "fp64"),
     ("box_1", "planesweep", {"tx": 8, "ty": 2, "vx": 2, "ry": 4, "lz": 0, "st": 1, "ca": 1,
                              "cw": 1}, "fp64"),

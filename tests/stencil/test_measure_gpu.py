@@ -196,8 +196,9 @@ def test_stencil_bench_two_small_cells(device, tmp_path):
     ("planesweep", "box_1/104x48x36/fp32", {"tx": 32, "ty": 4, "vx": 1, "ry": 4, "lz": 1024}),
 ])
 def test_later_kernels_match_the_oracle_on_the_gpu(device, design, cell_id, params):
-    """The host emulator runs ztile's copies synchronously, models the shuffles and cannot see
-    the real memory system; here the real cp.async ring (stage reuse, waits, barriers), warp
+    """The host emulator runs ztile's and the plane sweep's copies synchronously, models the
+    shuffles and cannot see the real memory system; here the real cp.async rings (stage reuse,
+    waits, barriers), warp
     shuffles, half2 arithmetic and the loads of zmarch's and zbox's later options are checked
     against the float64 oracle on every output point."""
     from kernforge.stencil import matrix as mx

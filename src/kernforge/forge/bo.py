@@ -66,7 +66,7 @@ def search_space(design: str, cell: Cell, params: dict[str, Any]) -> SearchSpace
     The tile geometry (``vx``, ``lz``, ``ty``, ``tx``) are ordinal dimensions (sorted values,
     the incumbent's own among them: a slab's ``lz=30`` lies outside the list). The options
     (``pf``, ``smem``, ``xs``, ``pn``, ``ry``, ``sc``, ``h2``, ``cw``, ``pw``, ``minb``, ``zo``; ztile's
-    ``st`` and ``ca``; the temporal kernel's own) form
+    and the plane sweep's ``st`` and ``ca``; the temporal kernel's own) form
     one categorical dimension ``variant`` of the combinations the design builds at the
     incumbent's geometry: drawn one by one, nine in ten random z-marching combinations are
     refused (``ry`` or ``sc`` with ``pn``, ``xs`` with ``smem``, ...), and the sampler's random

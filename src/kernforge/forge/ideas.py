@@ -37,9 +37,11 @@ IDEAS = {
           "of L1 misses off the critical path; more registers)",
     "cw": "plane sweep and z-marching, fp64: weights in constant memory (a DFMA takes no "
           "64-bit immediate: two moves per FMA with literal weights)",
-    "st": "ztile: planes requested ahead by asynchronous copies into the shared-memory ring",
-    "ca": "ztile: the asynchronous copies cached in L1 as well (cp.async.ca, not .cg), so a "
-          "neighbouring block on the same SM may find the shared halo rows and planes there",
+    "st": "ztile, plane sweep: planes requested ahead by asynchronous copies into a "
+          "shared-memory ring (plane sweep: st=0 is its synchronous staging)",
+    "ca": "ztile, plane sweep: the asynchronous copies cached in L1 as well (cp.async.ca, not "
+          ".cg), so a neighbouring block on the same SM may find the shared halo rows and "
+          "planes there",
     "l1": "z-marching, zbox, plane sweep, ztile: the largest L1 (shared-memory carveout 0%): more of "
           "the neighbour rows hit in L1, fewer requests to the L2 (whose partition link bounds "
           "the star kernels on the H200)",

@@ -40,8 +40,8 @@ def shared_bytes(cell: Cell, tx: int, ty: int, vx: int, ry: int, st: int) -> int
 def check(cell: Cell, tx: int, vx: int, h2: int, st: int, ca: int) -> None:
     """ValueError unless the asynchronous sweep can build this layout."""
     ch = 16 // cell.precision.itemsize
-    if st not in (1, 2, 3, 4) or ca not in (0, 1):
-        raise ValueError("st (planes requested ahead) in 1-4 (0: the synchronous sweep), "
+    if st not in (1, 2, 3) or ca not in (0, 1):
+        raise ValueError("st (planes requested ahead) in 1-3 (0: the synchronous sweep), "
                          "ca (copies cached in L1 too) 0 or 1")
     if cell.precision is Precision.FP16 and not h2:
         raise ValueError("fp16 stages planes by copies only with h2=1 (no conversion on staging)")
