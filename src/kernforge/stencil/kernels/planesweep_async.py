@@ -26,7 +26,7 @@ from __future__ import annotations
 from ..spec import Cell, Precision
 from . import planesweep
 from .common import bounds, constant_weight_defs, extents, header
-from .ztile import copies
+from .ztile import CHUNKS, copies, stage
 
 MAX_SHARED = 227 * 1024  # dynamic shared memory of one block on sm_90
 
@@ -69,8 +69,6 @@ def source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int, cw:
     halves = "".join(f"\n  const __half2 H{n} = __float2half2_rn({lit});"
                      for n, lit in planesweep.literals(cell)) if h2 else ""
     init, tail = planesweep.accumulators(cell, vx, ry)
-    stage = ("#pragma unroll\n    for (int j = 0; j < K; ++j) if (go[j] >= 0) "
-             "kf_cp16(S + ({slot}) * SPL + sof[j], src + ({plane}) * (NY * NX) + go[j]);")
     return f"""{header(cell)}{extents(cell)}typedef {p.acc_ctype} ACC;
 {weights}constexpr int SW = {sw}, SH = {sh}, NT = {tx * ty}, CH = {ch}, PAD = {ch};
 constexpr int CPR = SW / CH, CPP = SH * CPR, K = (CPP + NT - 1) / NT, SPL = SH * SW;
@@ -85,31 +83,19 @@ planesweep(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
   const long gx0 = bx0 + tx * {vx}, gy0 = by0 + ty * {ry};
   const long zb = R + (long)blockIdx.z * {lz};
   const long ze = zb + {lz} < NZ - R ? zb + {lz} : NZ - R;
-  // this thread's 16-byte chunks of a staged tile: global offset in a plane (-1: outside the
-  // array) and offset in a stage; the same for every plane
-  long go[K];
-  int sof[K];
-  #pragma unroll
-  for (int j = 0; j < K; ++j) {{
-    const int c = tid + j * NT, row = c / CPR, cc = (c - row * CPR) * CH;
-    const long gy = by0 - R + row, gx = bx0 - PAD + cc;
-    const bool in = c < CPP && gy >= 0 && gy < NY && gx >= 0 && gx < NX;
-    go[j] = in ? gy * NX + gx : -1;
-    sof[j] = row * SW + cc;
-  }}
-{init}
+{CHUNKS}{init}
   // planes zb - R .. zb - R + ST - 1 requested, one commit group each
   #pragma unroll
   for (int k = 0; k < ST; ++k) {{
     if (zb - R + k < ze + R) {{
-    {stage.format(slot="k", plane="zb - R + k")}
+    {stage("k", "zb - R + k")}
     }}
     KF_COMMIT();
   }}
   int s_cur = 0, s_new = ST;  // stages of planes k and k + ST
   for (long k = zb - R; k < ze + R; ++k) {{
     if (k + ST < ze + R) {{
-    {stage.format(slot="s_new", plane="k + ST")}
+    {stage("s_new", "k + ST")}
     }}
     KF_COMMIT();
     KF_WAIT({st});

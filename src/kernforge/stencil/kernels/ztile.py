@@ -80,7 +80,23 @@ __device__ __forceinline__ void kf_cp16({t}* s, const {t}* g) {{
 """
 
 
-def _stage(slot: str, plane: str) -> str:
+# this thread's 16-byte chunks of a staged tile (rows from by0 - R, columns from bx0 - PAD)
+CHUNKS = """  // this thread's 16-byte chunks of a staged tile: global offset in a plane (-1: outside the
+  // array) and offset in a stage; the same for every plane
+  long go[K];
+  int sof[K];
+  #pragma unroll
+  for (int j = 0; j < K; ++j) {
+    const int c = tid + j * NT, row = c / CPR, cc = (c - row * CPR) * CH;
+    const long gy = by0 - R + row, gx = bx0 - PAD + cc;
+    const bool in = c < CPP && gy >= 0 && gy < NY && gx >= 0 && gx < NX;
+    go[j] = in ? gy * NX + gx : -1;
+    sof[j] = row * SW + cc;
+  }
+"""
+
+
+def stage(slot: str, plane: str) -> str:
     """Request plane ``plane``'s tile into stage ``slot``: this thread's chunks, whose offsets
     (the same in every plane) were computed once."""
     return (f"#pragma unroll\n    for (int j = 0; j < K; ++j) if (go[j] >= 0) "
@@ -131,23 +147,11 @@ ztile(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
   const bool col = y < NY && x0 < NX;
   const bool act = y >= R && y < NY - R && x0 < NX - R && x0 + VX > R;
   const int so = (threadIdx.y + R) * SW + PAD + threadIdx.x * VX;
-  // this thread's 16-byte chunks of a staged tile: global offset in a plane (-1: outside the
-  // array) and offset in a stage; the same for every plane
-  long go[K];
-  int sof[K];
-  #pragma unroll
-  for (int j = 0; j < K; ++j) {{
-    const int c = tid + j * NT, row = c / CPR, cc = (c - row * CPR) * CH;
-    const long gy = by0 - R + row, gx = bx0 - PAD + cc;
-    const bool in = c < CPP && gy >= 0 && gy < NY && gx >= 0 && gx < NX;
-    go[j] = in ? gy * NX + gx : -1;
-    sof[j] = row * SW + cc;
-  }}
-  // planes zb .. zb + R + ST - 1 requested, one commit group each
+{CHUNKS}  // planes zb .. zb + R + ST - 1 requested, one commit group each
   #pragma unroll
   for (int k = 0; k < R + ST; ++k) {{
     if (zb + k < ze + R) {{
-    {_stage("k", "zb + k")}
+    {stage("k", "zb + k")}
     }}
     KF_COMMIT();
   }}
@@ -160,7 +164,7 @@ ztile(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
   int s_cur = 0, s_top = R, s_new = R + ST;  // stages of planes z, z + R, z + R + ST
   for (long z = zb; z < ze; ++z) {{
     if (z + R + ST < ze + R) {{
-    {_stage("s_new", "z + R + ST")}
+    {stage("s_new", "z + R + ST")}
     }}
     KF_COMMIT();
     KF_WAIT({st});
