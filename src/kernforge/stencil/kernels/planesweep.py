@@ -226,10 +226,8 @@ def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
     if st or ca:  # planes staged by asynchronous copies (kernels/planesweep_async.py)
         from . import planesweep_async as pa
 
-        pa.check(cell, tx, vx, h2, st, ca)
+        pa.check(cell, tx, ty, vx, ry, h2, st, ca)
         shared = pa.shared_bytes(cell, tx, ty, vx, ry, st)
-        if shared > pa.MAX_SHARED:
-            raise ValueError("the stages exceed the shared memory of a block")
         source = pa.source(cell, tx, ty, vx, ry, lz, h2, cw, minb, st, ca)
         launch = Launch("planesweep", grid, (tx, ty, 1), ("in", "out"), shared)
     else:

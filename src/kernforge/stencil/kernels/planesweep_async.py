@@ -26,9 +26,7 @@ from __future__ import annotations
 from ..spec import Cell, Precision
 from . import planesweep
 from .common import bounds, constant_weight_defs, extents, header
-from .ztile import CHUNKS, copies, stage
-
-MAX_SHARED = 227 * 1024  # dynamic shared memory of one block on sm_90
+from .ztile import CHUNKS, MAX_SHARED, copies, stage
 
 
 def shared_bytes(cell: Cell, tx: int, ty: int, vx: int, ry: int, st: int) -> int:
@@ -37,7 +35,7 @@ def shared_bytes(cell: Cell, tx: int, ty: int, vx: int, ry: int, st: int) -> int
     return (st + 2) * (ty * ry + 2 * cell.radius) * (tx * vx + 2 * pad) * item
 
 
-def check(cell: Cell, tx: int, vx: int, h2: int, st: int, ca: int) -> None:
+def check(cell: Cell, tx: int, ty: int, vx: int, ry: int, h2: int, st: int, ca: int) -> None:
     """ValueError unless the asynchronous sweep can build this layout."""
     ch = 16 // cell.precision.itemsize
     if st not in (1, 2, 3) or ca not in (0, 1):
@@ -50,6 +48,8 @@ def check(cell: Cell, tx: int, vx: int, h2: int, st: int, ca: int) -> None:
                          f"multiples of {ch} (16-byte copies)")
     if ch < cell.radius:
         raise ValueError("the 16-byte x halo must cover the radius")
+    if shared_bytes(cell, tx, ty, vx, ry, st) > MAX_SHARED:
+        raise ValueError("the stages exceed the shared memory of a block")
 
 
 def source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int, cw: int,

@@ -120,17 +120,21 @@ def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, st: int, h2: int = 0
         body += zmarch_h2.sums(cell, vx, 0)
         whole = " ".join(f"reinterpret_cast<__half2*>(o.v)[{k}] = res[{k}];" for k in range(n))
         _, lanes = lane_stores(vx, lambda i: zmarch_h2.lane(vx, i, "res"))
-        fill = [f"q[{{j}}][{k}] = reinterpret_cast<const __half2*>(c.v)[{k}];"
-                for k in range(n)]
+
+        def fill(j: object) -> list[str]:
+            return [f"q[{j}][{k}] = reinterpret_cast<const __half2*>(c.v)[{k}];"
+                    for k in range(n)]
     else:
         n, qt, weights = vx, "ACC", ""  # (declared with VX: sources as before h2)
         body += [f"const ACC xl{d} = {load(p, f'cur[so - {d}]')}, "
                  f"xr{d} = {load(p, f'cur[so + {vx - 1 + d}]')};" for d in range(1, r + 1)]
         body += zmarch_staged.lane_sums(cell, vx, lambda v: load(p, v), "")
         whole, lanes = lane_stores(vx, lambda i: store(p, f"res[{i}]"))
-        fill = [f"q[{{j}}][{lane}] = {load(p, f'c.v[{lane}]')};" for lane in range(vx)]
-    push = "\n".join("      " + f.format(j=qn - 1) for f in fill)
-    prime = "\n".join("      " + f.format(j="j") for f in fill)
+
+        def fill(j: object) -> list[str]:
+            return [f"q[{j}][{lane}] = {load(p, f'c.v[{lane}]')};" for lane in range(vx)]
+    push = "\n".join("      " + line for line in fill(qn - 1))
+    prime = "\n".join("      " + line for line in fill("j"))
     shift = "\n".join(f"    #pragma unroll\n    for (int j = 0; j < {qn - 1}; ++j) "
                       f"q[j][{k}] = q[j + 1][{k}];" for k in range(n))
     nl = "\n      "
