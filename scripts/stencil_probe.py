@@ -18,6 +18,12 @@ refuses any other):
               nothing else changed), e.g. ``cl=y4`` (4 neighbouring tiles along y), ``cl=z2``,
               ``cl=x2y2``: blocks that read each other's halo placed in one GPC
 e.g. ``python scripts/stencil_probe.py star_2/512x512x512/fp32 pn=0 pn=0+zo pn=0,lz=32+zo``.
+
+A VARIANT may also name a whole operator by its key, ``DESIGN[k=v,...]`` as the forge and the
+bench print it (any design, integer parameters), for a direct interleaved A/B of two designs:
+``python scripts/stencil_probe.py star_2/1024x1024x32/fp32 'planesweep[ca=1,lz=28,ry=8,st=1,tx=64,ty=4,vx=2]'``.
+The operator built must have exactly that key (parameters left out take the design's defaults,
+which a key names anyway), else the probe refuses it.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import re
 import statistics
 import sys
 
+from kernforge.core import ConfigError
 from kernforge.stencil import matrix as mx
 from kernforge.stencil.operator import Operator
 from kernforge.stencil.spec import Cell
@@ -145,17 +152,46 @@ def clustered(op: Operator, axes: str) -> Operator:
     return dataclasses.replace(op, source=src, notes=f"cl={axes}")
 
 
+KEY = re.compile(r"(\w+)\[([^\]]*)\]")  # an operator's key: DESIGN[k=v,...]
+
+
+def _ints(params: str, spec: str) -> dict[str, int]:
+    try:
+        return {k: int(v) for k, v in (kv.split("=") for kv in params.split(",") if kv)}
+    except ValueError as exc:
+        raise ProbeError(f"{spec!r}: parameters are k=v with integer values") from exc
+
+
+def named(cell: Cell, key: str) -> Operator:
+    """The operator of ``cell`` whose key is ``key`` (``DESIGN[k=v,...]``), any design."""
+    m = KEY.fullmatch(key)
+    if m is None:
+        raise ProbeError(f"{key!r}: an operator key is DESIGN[k=v,...]")
+    design, over = m.group(1), _ints(m.group(2), key)
+    try:
+        params = {**mx.defaults(design, cell), **over}
+    except ConfigError as exc:
+        raise ProbeError(f"{key!r}: {exc}") from None
+    op = mx.build(design, cell, params)
+    if op is None:
+        raise ProbeError(f"{key!r}: {design} does not build {cell.id} with {over}")
+    if op.key != key:
+        raise ProbeError(f"{key!r}: that builds {op.key} (name every parameter the key shows)")
+    return op
+
+
 def variant(cell: Cell, spec: str) -> Operator:
     """The operator a VARIANT names (see the module docstring)."""
     base = mx.operator_for(cell)
     params, _, probe = spec.partition("+")
-    try:
-        over = {k: int(v) for k, v in (kv.split("=") for kv in params.split(",") if kv)}
-    except ValueError as exc:
-        raise ProbeError(f"{spec!r}: parameters are k=v with integer values") from exc
-    op = mx.build(base.design, cell, {**base.params, **over})
-    if op is None:
-        raise ProbeError(f"{spec!r}: {base.design} does not build {cell.id} with {over}")
+    if KEY.match(params):
+        op = named(cell, params)
+    else:
+        over = _ints(params, spec)
+        built = mx.build(base.design, cell, {**base.params, **over})
+        if built is None:
+            raise ProbeError(f"{spec!r}: {base.design} does not build {cell.id} with {over}")
+        op = built
     if not probe:
         return op
     if probe in ("zo", "zr"):

@@ -100,6 +100,37 @@ def test_clusters_attach_to_every_kernel_and_refuse_what_does_not_divide() -> No
     assert probe.variant(cell, "+cl=y2").notes == "cl=y2"
 
 
+@pytest.mark.parametrize(("cell_id", "design", "params"), [
+    # another design than the table's (the A/B of star_2 fp32 1024x1024x32 queued in session 16)
+    ("star_2/104x48x36/fp32", "planesweep", {"tx": 32, "ty": 2, "vx": 2, "ry": 8, "lz": 7,
+                                             "st": 1, "ca": 1, "minb": 2}),
+    ("box_1/104x48x36/fp64", "zbox", {"tx": 16, "ty": 8, "vx": 2, "lz": 5, "pw": 1}),
+    ("star_1/104x48x36/fp16", "ztile", {"tx": 32, "ty": 4, "vx": 8, "lz": 6, "st": 2, "h2": 1}),
+])
+def test_a_variant_names_any_operator_by_its_key(cell_id: str, design: str, params: dict) -> None:
+    cell = Cell.parse(cell_id)
+    built = mx.build(design, cell, {**mx.defaults(design, cell), **params})
+    assert built is not None
+    op = probe.variant(cell, built.key)  # the key as the forge and the bench print it
+    assert (op.design, op.params, op.source) == (built.design, built.params, built.source)
+    assert probe.variant(cell, built.key + "+cl=x1").notes == "cl=x1"  # a source probe after it
+    gate = {Precision.FP16: 1e-2, Precision.FP32: 1e-5, Precision.FP64: 1e-12}[cell.precision]
+    assert _max_rel_error(op, cell) < gate
+
+
+def test_a_named_operator_must_build_with_exactly_its_key() -> None:
+    cell = Cell.parse("star_2/1024x1024x32/fp32")
+    full = "planesweep[ca=1,lz=28,minb=2,ry=8,st=1,tx=64,ty=4,vx=2]"
+    assert probe.variant(cell, full).key == full
+    for spec, match in (("planesweep[lz=28]", r"builds planesweep\[lz=28,ry=4"),  # defaults shown
+                        ("nosuch[lz=8]", "unknown stencil design"),
+                        ("planesweep[lz=x]", "integer values"),
+                        ("planesweep[lz=28,ca=1]", "does not build|builds"),  # ca needs st
+                        ("zbox[lz=8,tx=32,ty=8,vx=4]", "does not build")):   # zbox: box only
+        with pytest.raises(probe.ProbeError, match=match):
+            probe.variant(cell, spec)
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the host nvcc")
 def test_the_probes_compile_with_nvcc(tmp_path) -> None:
     from kernforge.forge.compile import compile_all
