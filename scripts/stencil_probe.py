@@ -152,9 +152,6 @@ def clustered(op: Operator, axes: str) -> Operator:
     return dataclasses.replace(op, source=src, notes=f"cl={axes}")
 
 
-KEY = re.compile(r"(\w+)\[([^\]]*)\]")  # an operator's key: DESIGN[k=v,...]
-
-
 def _ints(params: str, spec: str) -> dict[str, int]:
     try:
         return {k: int(v) for k, v in (kv.split("=") for kv in params.split(",") if kv)}
@@ -162,30 +159,15 @@ def _ints(params: str, spec: str) -> dict[str, int]:
         raise ProbeError(f"{spec!r}: parameters are k=v with integer values") from exc
 
 
-def named(cell: Cell, key: str) -> Operator:
-    """The operator of ``cell`` whose key is ``key`` (``DESIGN[k=v,...]``), any design."""
-    m = KEY.fullmatch(key)
-    if m is None:
-        raise ProbeError(f"{key!r}: an operator key is DESIGN[k=v,...]")
-    design, over = m.group(1), _ints(m.group(2), key)
-    try:
-        params = {**mx.defaults(design, cell), **over}
-    except ConfigError as exc:
-        raise ProbeError(f"{key!r}: {exc}") from None
-    op = mx.build(design, cell, params)
-    if op is None:
-        raise ProbeError(f"{key!r}: {design} does not build {cell.id} with {over}")
-    if op.key != key:
-        raise ProbeError(f"{key!r}: that builds {op.key} (name every parameter the key shows)")
-    return op
-
-
 def variant(cell: Cell, spec: str) -> Operator:
     """The operator a VARIANT names (see the module docstring)."""
     base = mx.operator_for(cell)
     params, _, probe = spec.partition("+")
-    if KEY.match(params):
-        op = named(cell, params)
+    if "[" in params:  # a whole operator by its key
+        try:
+            op = mx.from_key(cell, params)
+        except ConfigError as exc:
+            raise ProbeError(str(exc)) from None  # the message and its hint
     else:
         over = _ints(params, spec)
         built = mx.build(base.design, cell, {**base.params, **over})

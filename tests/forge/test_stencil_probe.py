@@ -124,7 +124,7 @@ def test_a_named_operator_must_build_with_exactly_its_key() -> None:
     assert probe.variant(cell, full).key == full
     for spec, match in (("planesweep[lz=28]", r"builds planesweep\[lz=28,ry=4"),  # defaults shown
                         ("nosuch[lz=8]", "unknown stencil design"),
-                        ("planesweep[lz=x]", "integer values"),
+                        ("planesweep[lz=x]", "integer"),
                         ("planesweep[lz=28,ca=1]", "does not build|builds"),  # ca needs st
                         ("zbox[lz=8,tx=32,ty=8,vx=4]", "does not build")):   # zbox: box only
         with pytest.raises(probe.ProbeError, match=match):

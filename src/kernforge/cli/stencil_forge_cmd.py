@@ -18,7 +18,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from ..forge.loop import round_plan
+from ..forge.loop import parse_seeds, round_plan
 from ..forge.parallel import forge_parallel
 from ..forge.run import BUILDS, forge_run
 from ..stencil.matrix import TABLE_PATH
@@ -41,6 +41,11 @@ def add_parser(cmds: argparse._SubParsersAction, filters: Any, cells: Any) -> No
     f.add_argument("--seed-design", default=None, metavar="DESIGN",
                    help="start each cell this design can build from its defaults instead of "
                         "the table's operator (the table's stays the regression reference)")
+    f.add_argument("--seed-operator", action="append", default=[], metavar="CELL=KEY",
+                   help="start CELL from this operator (its key as the forge or the bench "
+                        "prints it, any design) instead of the table's, judged as --seed-design "
+                        "is: kept only if the final pass finds it faster than the table's "
+                        "operator by the gate's rule (repeatable; overrides --seed-design there)")
     f.add_argument("--band", type=float, default=0.02,
                    help="minimum speedup to accept, as a fraction (default 0.02)")
     f.add_argument("--out", type=Path, default=Path("runs/forge"), help="output directory")
@@ -142,6 +147,7 @@ def run_forge(args: argparse.Namespace) -> int:
              if args.cell_ids else args.cells(args))
     if not cells:
         raise ConfigError("no cells to forge", hint="check --cell-ids or the filters")
+    seeds = parse_seeds(args.seed_operator)
     t0 = time.time()
 
     def say(m: str) -> None:
@@ -151,7 +157,8 @@ def run_forge(args: argparse.Namespace) -> int:
         summary = forge_parallel(cells, args.out, gpus=args.gpus, start_table=args.table,
                                  rounds=args.rounds, band=args.band, budget_s=args.budget,
                                  emulate=args.emulate, changes=changes,
-                                 seed_design=args.seed_design, say=say, build=args.build)
+                                 seed_design=args.seed_design, say=say, build=args.build,
+                                 seeds=seeds)
         if summary["failed"]:
             console.print(f"[red]forge processes failed: {', '.join(summary['failed'])}[/] "
                           f"(their logs are above; their accepted cells are merged)")
@@ -159,7 +166,7 @@ def run_forge(args: argparse.Namespace) -> int:
         summary = forge_run(cells, args.out, start_table=args.table, rounds=args.rounds,
                             band=args.band, emulate=args.emulate, budget_s=args.budget,
                             changes=changes, seed_design=args.seed_design, say=say,
-                            build=args.build)
+                            build=args.build, seeds=seeds)
     table = Table(title=f"forge: {len(cells)} cells, {args.rounds} rounds "
                         f"({time.time() - t0:.0f} s)")
     for h in ("round", "change", "accepted", "rejected", "unchanged"):

@@ -139,12 +139,32 @@ def round_plan(rounds: int, changes: Sequence[str] | None = None) -> list[str]:
     return order[:rounds]
 
 
-def check_plan(rounds: int, changes: Sequence[str] | None, seed_design: str | None) -> None:
+def check_plan(rounds: int, changes: Sequence[str] | None, seed_design: str | None,
+               seeds: dict[str, str] | None = None, cells: Sequence[Cell] = ()) -> None:
     """A typed error for a run's plan before any work (an output directory, a process)."""
     round_plan(rounds, changes)
     if seed_design is not None and seed_design not in mx.DESIGNS:
         raise ConfigError(f"unknown stencil design {seed_design!r}",
                           hint=f"one of {', '.join(mx.DESIGNS)}")
+    by_id = {c.id: c for c in cells}
+    for cid, key in (seeds or {}).items():
+        if cid not in by_id:
+            raise ConfigError(f"a seed operator for {cid}, which this run does not forge",
+                              hint="add the cell to --cell-ids, or drop its --seed-operator")
+        mx.from_key(by_id[cid], key)  # a ConfigError unless it builds with exactly that key
+
+
+def parse_seeds(specs: Sequence[str]) -> dict[str, str]:
+    """``CELL=KEY`` items (``--seed-operator``) as {cell id: operator key}."""
+    seeds: dict[str, str] = {}
+    for spec in specs:
+        cid, sep, key = spec.partition("=")
+        if not sep or "[" not in key or cid.strip() in seeds:
+            raise ConfigError(f"--seed-operator {spec!r}: one CELL=KEY per cell",
+                              hint="e.g. star_2/1024x1024x32/fp32=planesweep[ca=1,lz=28,...] "
+                                   "with the key as the forge or the bench printed it")
+        seeds[cid.strip()] = key.strip()
+    return seeds
 
 
 @dataclass
@@ -163,6 +183,9 @@ class Forge:
     # operator (a design the rounds can then tune; the table's operator stays the start that
     # the final zero-regression pass compares against)
     seed_design: str | None = None
+    # per cell (id -> operator key, ``--seed-operator``): start it from that operator instead,
+    # judged the same way (the table's operator stays the reference of the final pass)
+    seeds: dict[str, str] = field(default_factory=dict)
     # when the run's time budget ends (``clock`` seconds): a round of several batches (``tpe``)
     # stops starting batches that would end too close to it
     deadline: float | None = None
@@ -190,7 +213,14 @@ class Forge:
             inc = self.incumbents[cell.id]
             self.start[cell.id] = (inc.design, dict(inc.params))
             self.originals[cell.id] = json.loads(json.dumps(entry)) if entry else None
-            if self.seed_design and self.seed_design != inc.design \
+            if cell.id in self.seeds:
+                op = mx.from_key(cell, self.seeds[cell.id])
+                if op.key != self._op(cell).key:  # the table's own operator: nothing to judge
+                    self.seeded.add(cell.id)
+                    self.incumbents[cell.id] = Incumbent(
+                        op.design, dict(op.params), None,
+                        [*inc.history, f"seeded {op.key} (from {inc.design})"])
+            elif self.seed_design and self.seed_design != inc.design \
                     and self.seed_design in mx.applicable(cell):
                 params = mx.defaults(self.seed_design, cell)
                 if mx.build(self.seed_design, cell, params) is not None:

@@ -67,9 +67,10 @@ def forge_parallel(cells: list[Cell], out: Path, *, gpus: int, start_table: Path
                    rounds: int, band: float = 0.02, budget_s: float | None = None,
                    emulate: bool = False, devices: list[str] | None = None,
                    changes: Sequence[str] | None = None, seed_design: str | None = None,
-                   say: Callable[[str], None] = print, build: str = "nvrtc") -> dict[str, Any]:
+                   say: Callable[[str], None] = print, build: str = "nvrtc",
+                   seeds: dict[str, str] | None = None) -> dict[str, Any]:
     """Forge ``cells`` over ``gpus`` processes (one GPU each) and merge their outputs."""
-    check_plan(rounds, changes, seed_design)  # before any process starts
+    check_plan(rounds, changes, seed_design, seeds, cells)  # before any process starts
     check_build(build)
     devices = devices if devices is not None else visible_gpus()
     if not emulate and len(devices) < gpus:
@@ -92,6 +93,9 @@ def forge_parallel(cells: list[Cell], out: Path, *, gpus: int, start_table: Path
             cmd += ["--changes", ",".join(changes)]
         if seed_design:
             cmd += ["--seed-design", seed_design]
+        for c in group:  # each process gets the seed operators of its own cells
+            if c.id in (seeds or {}):
+                cmd += ["--seed-operator", f"{c.id}={(seeds or {})[c.id]}"]
         env = dict(os.environ)
         # the processes share the cores: each builds with its share (forge/nvrtc.py)
         env.setdefault("KERNFORGE_BUILD_JOBS", str(max(1, min(MAX_JOBS, (

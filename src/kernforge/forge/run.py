@@ -44,7 +44,7 @@ def forge_run(cells: list[Cell], out: Path, *, start_table: Path | None, rounds:
               band: float = 0.02, emulate: bool = False, cache: Path | None = None,
               budget_s: float | None = None, changes: Sequence[str] | None = None,
               seed_design: str | None = None, say: Callable[[str], None] = print,
-              build: str = "nvrtc") -> dict[str, Any]:
+              build: str = "nvrtc", seeds: dict[str, str] | None = None) -> dict[str, Any]:
     """A whole forge run into ``out`` (matrix.json, perf-log.jsonl, ideas.md,
     forge-summary.json), starting from ``start_table`` (the prior best) when it exists: on the
     GPU, or with ``emulate`` on the host emulator (small grids; timings meaningless).
@@ -58,7 +58,7 @@ def forge_run(cells: list[Cell], out: Path, *, start_table: Path | None, rounds:
 
     from ..core.jsonio import write_json_atomic
 
-    check_plan(rounds, changes, seed_design)
+    check_plan(rounds, changes, seed_design, seeds, cells)
     check_build(build)
     if emulate and any(c.shape.points > EMULATE_MAX_POINTS for c in cells):
         raise ConfigError("the host emulator runs one thread per CUDA thread: grids of up to "
@@ -94,7 +94,7 @@ def forge_run(cells: list[Cell], out: Path, *, start_table: Path | None, rounds:
                            table_path=table,
                            perf_log=out / "perf-log.jsonl", idea_log=out / "ideas.md",
                            rounds=rounds, band=band, device=device, budget_s=budget_s,
-                           changes=changes, seed_design=seed_design, say=say)
+                           changes=changes, seed_design=seed_design, say=say, seeds=seeds)
     write_json_atomic(out / "forge-summary.json", summary)
     return summary
 
@@ -105,7 +105,8 @@ def forge_matrix(cells: list[Cell], *, sessions: SessionFactory, compiler: Compi
                  changes: Sequence[str] | None = None, seed_design: str | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  say: Callable[[str], None] = print,
-                 final_compiler: Compiler | None = None) -> dict[str, Any]:
+                 final_compiler: Compiler | None = None,
+                 seeds: dict[str, str] | None = None) -> dict[str, Any]:
     """Forge ``rounds`` rounds over ``cells``; returns a summary (also appended to the idea log).
 
     With ``budget_s``, a round starts only when, judged by the rounds so far, it and the final
@@ -113,9 +114,10 @@ def forge_matrix(cells: list[Cell], *, sessions: SessionFactory, compiler: Compi
     pass and its logs instead of being killed mid-round). ``final_compiler``: the final pass's
     builds when the rounds do not measure the deployed build (:class:`Forge`).
     """
-    check_plan(rounds, changes, seed_design)
+    check_plan(rounds, changes, seed_design, seeds, cells)
     forge = Forge(cells, table_path, perf_log, compiler, sessions, band=band, device=device,
-                  say=say, seed_design=seed_design, clock=clock, final_compiler=final_compiler)
+                  say=say, seed_design=seed_design, seeds=dict(seeds or {}), clock=clock,
+                  final_compiler=final_compiler)
     outcome: list[tuple[int, str, dict[str, int]]] = []
     t0, took = clock(), list[float]()
     forge.deadline = t0 + budget_s if budget_s is not None else None
@@ -138,7 +140,7 @@ def forge_matrix(cells: list[Cell], *, sessions: SessionFactory, compiler: Compi
     forge.settle(final)  # commit or revert: regressed cells and losing seeds get their entry back
     for rec in final:
         if rec.get("reverted"):
-            what = (f"the seeded {forge.seed_design} did not beat the table's operator by the "
+            what = (f"the seeded {forge.seeds.get(rec['cell'], forge.seed_design)} did not beat the table's operator by the "
                     f"gate's rule" if rec.get("seeded") else "regressed in the final pass")
             say(f"{rec['cell']}: {what}; its entry from before this run is restored")
     bad = [r for r in final if r["regressed"]]

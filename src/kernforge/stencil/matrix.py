@@ -8,6 +8,7 @@ regression gate compares against. A cell without an entry gets its design's defa
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -158,6 +159,37 @@ def build(design: str, cell: Cell, params: dict[str, Any]) -> Operator | None:
         op = largest_l1(op)
     if any(b[0] * b[1] * b[2] > 1024 for b in (launch.block for launch in op.launches)):
         return None
+    return op
+
+
+_KEY = re.compile(r"(\w+)\[([^\]]*)\]")
+_ITEM = re.compile(r"\s*(\w+)=(-?\d+|\(\s*\d+(?:\s*,\s*\d+)*\s*\))\s*(?:,|$)")
+
+
+def from_key(cell: Cell, key: str) -> Operator:
+    """The operator of ``cell`` whose key is ``key`` (``DESIGN[k=v,...]``, integer or tuple
+    values, as the forge and the bench print it), any design: parameters left out take the
+    design's defaults; a :class:`ConfigError` unless the operator built has exactly that key."""
+    m = _KEY.fullmatch(key.strip())
+    if m is None:
+        raise ConfigError(f"{key!r} is not an operator key", hint="DESIGN[k=v,...], e.g. "
+                          "planesweep[ca=1,lz=28,ry=8,st=1,tx=64,ty=4,vx=2]")
+    items, pos, body = list(_ITEM.finditer(m.group(2))), 0, m.group(2)
+    for it in items:
+        pos = it.end() if it.start() == pos else -1
+    if pos != len(body) and body.strip():
+        raise ConfigError(f"{key!r}: parameters are k=v with integer (or tuple) values",
+                          hint="copy the key as the forge or the bench printed it")
+    over: dict[str, Any] = {it.group(1): tuple(int(x) for x in it.group(2).strip("()").split(","))
+                            if it.group(2).startswith("(") else int(it.group(2)) for it in items}
+    design = m.group(1)
+    op = build(design, cell, {**defaults(design, cell), **over})  # ConfigError: unknown design
+    if op is None:
+        raise ConfigError(f"{key!r}: {design} does not build {cell.id} with {over}",
+                          hint="a key printed for this cell, or parameters that fit its grid")
+    if op.key != m.group(0):
+        raise ConfigError(f"{key!r}: that builds {op.key} for {cell.id}",
+                          hint="name every parameter the key shows")
     return op
 
 
