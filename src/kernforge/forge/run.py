@@ -140,8 +140,9 @@ def forge_matrix(cells: list[Cell], *, sessions: SessionFactory, compiler: Compi
     forge.settle(final)  # commit or revert: regressed cells and losing seeds get their entry back
     for rec in final:
         if rec.get("reverted"):
-            what = (f"the seeded {forge.seeds.get(rec['cell'], forge.seed_design)} did not beat the table's operator by the "
-                    f"gate's rule" if rec.get("seeded") else "regressed in the final pass")
+            seed = forge.seeds.get(rec["cell"], forge.seed_design)
+            what = (f"the seeded {seed} did not beat the table's operator by the gate's rule"
+                    if rec.get("seeded") else "regressed in the final pass")
             say(f"{rec['cell']}: {what}; its entry from before this run is restored")
     bad = [r for r in final if r["regressed"]]
     _append_ideas(idea_log, outcome, final, device, len(cells), stopped)
