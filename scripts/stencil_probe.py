@@ -22,8 +22,8 @@ e.g. ``python scripts/stencil_probe.py star_2/512x512x512/fp32 pn=0 pn=0+zo pn=0
 A VARIANT may also name a whole operator by its key, ``DESIGN[k=v,...]`` as the forge and the
 bench print it (any design; `kernforge.stencil.matrix.from_key`), for a direct interleaved A/B of two designs:
 ``python scripts/stencil_probe.py star_2/1024x1024x32/fp32 'planesweep[ca=1,lz=28,ry=8,st=1,tx=64,ty=4,vx=2]'``.
-The operator built must have exactly that key (parameters left out take the design's defaults,
-which a key names anyway), else the probe refuses it.
+The operator built must have exactly the key's parameters (a key leaves out those at their
+first value), else the probe refuses it.
 """
 
 from __future__ import annotations

@@ -40,9 +40,21 @@ def test_from_key_builds_exactly_the_named_operator() -> None:
     for key, match in (("zmarch[lz=5]", r"builds zmarch\[lz=5,tx=32"),  # the defaults shown
                        ("zmarch", "not an operator key"), ("nosuch[lz=5]", "unknown stencil"),
                        ("zmarch[lz=five]", "integer"), ("zmarch[lz=5,,tx=16]", "integer"),
-                       ("zbox[lz=5,tx=32,ty=8,vx=4]", "does not build")):  # zbox: box only
+                       ("zbox[lz=5,tx=32,ty=8,vx=4]", "does not build"),  # zbox: box only
+                       ("zmarch[lz=5,pw=1,tx=16,ty=4,vx=2]", "zmarch has no parameter pw"),
+                       ("zmarch[lz=5,lz=6,tx=16,ty=4,vx=2]", "named twice"),
+                       ("zmarch[lz=5,tx=16,ty=4,vx=(2, 2)]", "copy the key"),  # a tuple for int
+                       ("naive[block=(32)]", "copy the key")):
         with pytest.raises(ConfigError, match=match):
             mx.from_key(CELL, key)
+    # the parameters decide, not the spelling: order and spaces as a person may type them
+    assert mx.from_key(CELL, "zmarch[vx=2, tx=16,lz=5,ty=4]").key == SEED
+    # a key leaves out a parameter at its first value, which is not always the default:
+    # the temporal kernel's pipe=0 (its space's default is the pipelined pipe=1)
+    t4 = Cell.parse("star_1_t4/64x32x24/fp32")
+    plain = mx.build("temporal", t4, {**mx.defaults("temporal", t4), "pipe": 0})
+    assert plain is not None and "pipe" not in plain.key
+    assert mx.from_key(t4, plain.key).source == plain.source
 
 
 def test_a_seed_operator_starts_the_cell_and_is_judged_against_the_tables(tmp_path) -> None:
@@ -74,8 +86,12 @@ def test_a_seed_operator_starts_the_cell_and_is_judged_against_the_tables(tmp_pa
 
 def test_bad_seeds_are_refused_before_any_work(tmp_path) -> None:
     assert parse_seeds([f"{CELL.id}={SEED}"]) == {CELL.id: SEED}
-    for specs in ([SEED], [f"{CELL.id}=zmarch"], [f"{CELL.id}={SEED}"] * 2):
-        with pytest.raises(ConfigError, match="one CELL=KEY per cell"):
+    # the cell id as --cell-ids spells it (Cell.parse: lower-case shape)
+    assert parse_seeds([f"star_1/32X12X10/fp32={SEED}"]) == {CELL.id: SEED}
+    for specs, match in (([SEED], "not CELL=KEY"), ([f"{CELL.id}=zmarch"], "not CELL=KEY"),
+                         ([f"{CELL.id}={SEED}", f"star_1/32X12X10/fp32={SEED}"], "two seeds"),
+                         ([f"=={SEED}"], "bad cell id")):
+        with pytest.raises(ConfigError, match=match):
             parse_seeds(specs)
     with pytest.raises(ConfigError, match="does not forge"):
         check_plan(1, ["lz"], None, {"star_2/32x12x10/fp32": SEED}, [CELL])

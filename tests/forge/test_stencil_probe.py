@@ -125,7 +125,8 @@ def test_a_named_operator_must_build_with_exactly_its_key() -> None:
     for spec, match in (("planesweep[lz=28]", r"builds planesweep\[lz=28,ry=4"),  # defaults shown
                         ("nosuch[lz=8]", "unknown stencil design"),
                         ("planesweep[lz=x]", "integer"),
-                        ("planesweep[lz=28,ca=1]", "does not build|builds"),  # ca needs st
+                        ("planesweep[ca=1,lz=28,ry=8,tx=64,ty=4,vx=2]",  # ca needs st:
+                         r"builds planesweep\[ca=1,lz=28,ry=8,st=2,"),  # only with one it builds
                         ("zbox[lz=8,tx=32,ty=8,vx=4]", "does not build")):   # zbox: box only
         with pytest.raises(probe.ProbeError, match=match):
             probe.variant(cell, spec)

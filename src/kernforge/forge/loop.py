@@ -150,7 +150,8 @@ def check_plan(rounds: int, changes: Sequence[str] | None, seed_design: str | No
     for cid, key in (seeds or {}).items():
         if cid not in by_id:
             raise ConfigError(f"a seed operator for {cid}, which this run does not forge",
-                              hint="add the cell to --cell-ids, or drop its --seed-operator")
+                              hint="add the cell to --cell-ids (or the filters), or drop its "
+                                   "--seed-operator")
         mx.from_key(by_id[cid], key)  # a ConfigError unless it builds with exactly that key
 
 
@@ -159,11 +160,15 @@ def parse_seeds(specs: Sequence[str]) -> dict[str, str]:
     seeds: dict[str, str] = {}
     for spec in specs:
         cid, sep, key = spec.partition("=")
-        if not sep or "[" not in key or cid.strip() in seeds:
-            raise ConfigError(f"--seed-operator {spec!r}: one CELL=KEY per cell",
+        if not sep or "[" not in key:
+            raise ConfigError(f"--seed-operator {spec!r}: not CELL=KEY",
                               hint="e.g. star_2/1024x1024x32/fp32=planesweep[ca=1,lz=28,...] "
                                    "with the key as the forge or the bench printed it")
-        seeds[cid.strip()] = key.strip()
+        cell_id = Cell.parse(cid.strip()).id  # as --cell-ids spells it (a typed error if bad)
+        if cell_id in seeds:
+            raise ConfigError(f"--seed-operator: two seeds for {cell_id}",
+                              hint="one --seed-operator per cell")
+        seeds[cell_id] = key.strip()
     return seeds
 
 
@@ -196,7 +201,7 @@ class Forge:
     table: dict[str, dict[str, Any]] = field(default_factory=dict)
     incumbents: dict[str, Incumbent] = field(default_factory=dict)
     originals: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # at the start
-    seeded: set[str] = field(default_factory=set)  # cells started from seed_design
+    seeded: set[str] = field(default_factory=set)  # cells started from seed_design or seeds
     settled: set[str] = field(default_factory=set)  # seeded cells the final pass decided
 
     def __post_init__(self) -> None:

@@ -93,9 +93,9 @@ def forge_parallel(cells: list[Cell], out: Path, *, gpus: int, start_table: Path
             cmd += ["--changes", ",".join(changes)]
         if seed_design:
             cmd += ["--seed-design", seed_design]
-        for c in group:  # each process gets the seed operators of its own cells
-            if c.id in (seeds or {}):
-                cmd += ["--seed-operator", f"{c.id}={(seeds or {})[c.id]}"]
+        for cid in dict.fromkeys(c.id for c in group):  # each process: its own cells' seeds
+            if cid in (seeds or {}):
+                cmd += ["--seed-operator", f"{cid}={(seeds or {})[cid]}"]
         env = dict(os.environ)
         # the processes share the cores: each builds with its share (forge/nvrtc.py)
         env.setdefault("KERNFORGE_BUILD_JOBS", str(max(1, min(MAX_JOBS, (

@@ -168,8 +168,11 @@ _ITEM = re.compile(r"\s*(\w+)=(-?\d+|\(\s*\d+(?:\s*,\s*\d+)*\s*\))\s*(?:,|$)")
 
 def from_key(cell: Cell, key: str) -> Operator:
     """The operator of ``cell`` whose key is ``key`` (``DESIGN[k=v,...]``, integer or tuple
-    values, as the forge and the bench print it), any design: parameters left out take the
-    design's defaults; a :class:`ConfigError` unless the operator built has exactly that key."""
+    values, as the forge and the bench print it), any design. A key leaves out the parameters at
+    their first value (the behaviour before the parameter existed: the design's default, except
+    e.g. the temporal kernel's ``pipe=0``), so the operator whose parameters are exactly the
+    key's is looked for among the defaults and their one-parameter variations; a
+    :class:`ConfigError` when none is."""
     m = _KEY.fullmatch(key.strip())
     if m is None:
         raise ConfigError(f"{key!r} is not an operator key", hint="DESIGN[k=v,...], e.g. "
@@ -183,14 +186,32 @@ def from_key(cell: Cell, key: str) -> Operator:
     over: dict[str, Any] = {it.group(1): tuple(int(x) for x in it.group(2).strip("()").split(","))
                             if it.group(2).startswith("(") else int(it.group(2)) for it in items}
     design = m.group(1)
-    op = build(design, cell, {**defaults(design, cell), **over})  # ConfigError: unknown design
-    if op is None:
+    names = space(design, cell)  # ConfigError: an unknown design
+    unknown = sorted(set(over) - set(names) - {"steps"})
+    if unknown or len(over) != len(items):
+        raise ConfigError(f"{key!r}: {design} has no parameter {', '.join(unknown)}" if unknown
+                          else f"{key!r}: a parameter named twice",
+                          hint=f"{design}'s parameters: {', '.join(sorted(names))}")
+    base = defaults(design, cell)
+    tries = [base, *({**base, k: v} for k, vals in names.items() if k not in over
+                     for v in vals if v != base.get(k))]
+    first = None
+    for params in tries:
+        try:
+            op = build(design, cell, {**params, **over})
+        except (TypeError, IndexError) as exc:  # a value of the wrong shape (a tuple for an int)
+            raise ConfigError(f"{key!r}: {exc}", hint="copy the key as the forge or the bench "
+                              "printed it") from None
+        if op is None:
+            continue
+        first = first or op
+        if {k: tuple(v) if isinstance(v, list) else v for k, v in op.params.items()} == over:
+            return op
+    if first is None:
         raise ConfigError(f"{key!r}: {design} does not build {cell.id} with {over}",
                           hint="a key printed for this cell, or parameters that fit its grid")
-    if op.key != m.group(0):
-        raise ConfigError(f"{key!r}: that builds {op.key} for {cell.id}",
-                          hint="name every parameter the key shows")
-    return op
+    raise ConfigError(f"{key!r}: that builds {first.key} for {cell.id}",
+                      hint="name every parameter the key shows")
 
 
 def source_sha(op: Operator) -> str:
