@@ -124,3 +124,15 @@ def test_the_cli_and_the_gpu_processes_take_seed_operators(tmp_path) -> None:
     assert summary["failed"] == [] and [p["returncode"] for p in summary["parts"]] == [0, 0]
     recs = {r["cell"]: r for r in summary["final"]}
     assert recs[CELL.id]["seeded"] in ("kept", "reverted")
+
+
+def test_a_seed_no_round_measured_is_reported_not_dropped_silently(tmp_path) -> None:
+    table = tmp_path / "matrix.json"
+    table.write_text(json.dumps({"version": mx.TABLE_VERSION, "cells": {}}))
+    said: list[str] = []
+    summary = forge_matrix([CELL], sessions=emulated_sessions, compiler=emulated_compiler,
+                           table_path=table, perf_log=tmp_path / "perf.jsonl",
+                           idea_log=tmp_path / "ideas.md", changes=["cw"], rounds=1,  # fp32: none
+                           seeds={CELL.id: SEED}, say=said.append)
+    assert summary["final"] == [] and mx.load_table(table) == {}
+    assert any(f"{CELL.id}: the seeded {SEED} was never measured" in m for m in said)

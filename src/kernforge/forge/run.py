@@ -144,6 +144,10 @@ def forge_matrix(cells: list[Cell], *, sessions: SessionFactory, compiler: Compi
             what = (f"the seeded {seed} did not beat the table's operator by the gate's rule"
                     if rec.get("seeded") else "regressed in the final pass")
             say(f"{rec['cell']}: {what}; its entry from before this run is restored")
+    judged = {rec["cell"] for rec in final}
+    for cid in sorted(forge.seeded - judged):  # no round measured it: nothing to judge
+        say(f"{cid}: the seeded {forge.seeds.get(cid, forge.seed_design)} was never measured "
+            f"(no round had a candidate for it); its table entry is unchanged")
     bad = [r for r in final if r["regressed"]]
     _append_ideas(idea_log, outcome, final, device, len(cells), stopped)
     return {"rounds": [{"round": r, "change": c, **k} for r, c, k in outcome],
