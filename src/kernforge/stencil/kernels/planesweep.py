@@ -104,17 +104,13 @@ def _source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int = 0
     bx, by = tx * vx, ty * ry
     sw, sh = bx + 2 * r, by + 2 * r
     per = cdiv(sw * sh, tx * ty)
-    weights = "".join(f"constexpr ACC {n} = {lit};\n" for n, lit in literals(cell))
-    if cw:
-        weights = constant_weight_defs(cell)
+    weights, halves = weight_decls(cell, h2, cw)
     # the staged planes: ACC values (converted on load), or raw __half with half2 weights (h2)
     stage, value, zero = "ACC", load(p, "src[(k * NY + gy) * NX + gx]"), "(ACC)0"
     acc_body = "\n      ".join(accumulate(cell, vx, ry, "cur"))
     if h2:
         stage, value, zero = "__half", "src[(k * NY + gy) * NX + gx]", "__float2half(0.0f)"
         acc_body = "\n      ".join(accumulate_h2(cell, vx, ry, "cur"))
-    halves = "".join(f"\n  const __half2 H{n} = __float2half2_rn({lit});"
-                     for n, lit in literals(cell)) if h2 else ""
     init, shift = accumulators(cell, vx, ry)
     return f"""{header(cell)}{extents(cell)}typedef {p.acc_ctype} ACC;
 {weights}constexpr int SW = {sw}, SH = {sh}, PER = {per}, NT = {tx * ty};
@@ -195,6 +191,16 @@ def accumulators(cell: Cell, vx: int, ry: int) -> tuple[str, str]:
       #pragma unroll
       for (int l = 0; l < {vx}; ++l) a[{2 * r}][j][l] = 0;"""
     return init, shift
+
+
+def weight_decls(cell: Cell, h2: int, cw: int) -> tuple[str, str]:
+    """The weights at file scope (literals, or a ``__constant__`` array with ``cw``) and, with
+    ``h2``, their ``__half2`` copies declared in the kernel."""
+    weights = constant_weight_defs(cell) if cw else "".join(
+        f"constexpr ACC {n} = {lit};\n" for n, lit in literals(cell))
+    halves = "".join(f"\n  const __half2 H{n} = __float2half2_rn({lit});"
+                     for n, lit in literals(cell)) if h2 else ""
+    return weights, halves
 
 
 def literals(cell: Cell) -> list[tuple[str, str]]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from ..spec import Cell, Precision
 from . import planesweep
-from .common import bounds, constant_weight_defs, extents, header
+from .common import bounds, extents, header
 from .ztile import CHUNKS, MAX_SHARED, copies, stage
 
 
@@ -60,14 +60,10 @@ def source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int, cw:
     bx, by = tx * vx, ty * ry
     ch = 16 // p.itemsize
     sw, sh = bx + 2 * ch, by + 2 * r
-    weights = "".join(f"constexpr ACC {n} = {lit};\n" for n, lit in planesweep.literals(cell))
-    if cw:
-        weights = constant_weight_defs(cell)
+    weights, halves = planesweep.weight_decls(cell, h2, cw)
     body = (planesweep.accumulate_h2(cell, vx, ry, "cur") if h2
             else planesweep.accumulate(cell, vx, ry, "cur"))
     acc_body = "\n      ".join(body)
-    halves = "".join(f"\n  const __half2 H{n} = __float2half2_rn({lit});"
-                     for n, lit in planesweep.literals(cell)) if h2 else ""
     init, tail = planesweep.accumulators(cell, vx, ry)
     return f"""{header(cell)}{extents(cell)}typedef {p.acc_ctype} ACC;
 {weights}constexpr int SW = {sw}, SH = {sh}, NT = {tx * ty}, CH = {ch}, PAD = {ch};
