@@ -3,7 +3,7 @@ the names ``--changes`` accepts (``loop.round_plan`` checks them here)."""
 
 from __future__ import annotations
 
-TPE_ROUNDS = ("tpe", "tpe2", "tpe3")  # the same search (forge/bo.py), seeded apart
+TPE_ROUNDS = ("tpe", "tpe2", "tpe3", "tpe4", "tpe5", "tpe6")  # one search (forge/bo.py), seeded apart
 
 IDEAS = {
     "design": "restructure: z-marching with a register queue (star), shared-memory plane sweep "
@@ -55,6 +55,9 @@ IDEAS = {
     "tpe2": "the tpe round with another seed: other points of the same space (a second run "
             "from an unchanged incumbent asks what the first did not)",
     "tpe3": "the tpe round with a third seed (after tpe and tpe2 left the incumbent unchanged)",
+    "tpe4": "the tpe round with a fourth seed",
+    "tpe5": "the tpe round with a fifth seed",
+    "tpe6": "the tpe round with a sixth seed",
     "pw": "zbox: the warm-up planes peeled into their own loop (the steady loop stores without "
           "a test; fewer instructions per plane, more registers)",
 }

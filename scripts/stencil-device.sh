@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# One device call of stencil work on the GPU machine: optionally a forge run, then a bench of the
+# cells it changed (or of named cells, resumable across calls). Everything lands in $OUT/$NAME-*.
+#
+#   device run, carry [".carry/fw3", ".carry/halide.tar.xz"]:
+#     NAME=a FORGE="--cell-ids C1,C2 --changes tpe2,tpe3" bash scripts/stencil-device.sh
+#     NAME=snap BENCH_CELLS=C1,...,C60 BENCH_ARGS="--baselines ''" bash scripts/stencil-device.sh
+#
+# The two carried folders are made on the host (both git-ignored):
+#   ../shared/device/halide.sh                        -> .carry/halide.tar.xz (46 MB)
+#   ../shared/device/wheels.sh optuna dask distributed -> .whl; then copy the wheels of dask,
+#     distributed, partd, locket, zict, tblib, tornado, importlib_metadata, optuna and colorlog
+#     into .carry/fw3 (3.5 MB): with the tree and Halide it stays under the 64 MiB carry limit,
+#     which .whl (16 MB, for scripts/gpu-check.sh) does not.
+# Environment:
+#   NAME         tag of the outputs (default run)
+#   FORGE        arguments of `kernforge stencil forge` (not --out/--budget); empty: no forge
+#   LIMIT        seconds this call may take in all (default 560); the forge's --budget is LIMIT
+#                minus BENCH_RESERVE (default 150) when it is followed by a bench
+#   BENCH_CELLS  comma-separated cell ids to bench; default: the cells the forge changed
+#   BENCH_ARGS   more `kernforge stencil bench` arguments (e.g. --baselines '')
+#   BENCH_FROM   a bench JSON in the tree to resume from when this machine has none (a cold
+#                machine lost /tmp; copy the last call's $OUT/$NAME-bench.json there first)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+NAME=${NAME:-run} LIMIT=${LIMIT:-560} BENCH_RESERVE=${BENCH_RESERVE:-150}
+OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+start=$(date +%s)
+left() { echo $(( LIMIT - ($(date +%s) - start) )); }
+if [ ! -f /tmp/site/.kf-fw3 ] && ls .carry/fw3/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .carry/fw3/*.whl && touch /tmp/site/.kf-fw3
+fi
+if [ -f .carry/halide.tar.xz ] && [ ! -d /tmp/hl/halide ]; then
+  mkdir -p /tmp/hl && tar xJf .carry/halide.tar.xz -C /tmp/hl
+fi
+export PYTHONPATH=$PWD/src:/tmp/site:/tmp/hl PYTHONUNBUFFERED=1
+export KERNFORGE_CACHE_DIR=${KERNFORGE_CACHE_DIR:-/tmp/kf-cache}
+log=$OUT/$NAME-all.log
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$log"
+echo "== $(date -u +%FT%TZ) NAME=$NAME FORGE=${FORGE:-} BENCH_CELLS=${BENCH_CELLS:-}" >> "$log"
+forge_dir=/tmp/kf-forge-$NAME
+if [ -n "${FORGE:-}" ]; then
+  budget=$(( $(left) - BENCH_RESERVE ))
+  # shellcheck disable=SC2086
+  eval timeout $(( $(left) - 10 )) python3 -m kernforge stencil forge $FORGE \
+    --out "$forge_dir" --budget "$budget" >> "$log" 2>&1
+  echo "forge rc=$?" | tee -a "$log"
+  for f in matrix.json perf-log.jsonl forge-summary.json; do
+    [ -f "$forge_dir/$f" ] && cp "$forge_dir/$f" "$OUT/$NAME-$f"
+  done
+fi
+bench_json=/tmp/kf-bench-$NAME.json
+if [ ! -f "$bench_json" ] && [ -n "${BENCH_FROM:-}" ] && [ -f "$BENCH_FROM" ]; then
+  cp "$BENCH_FROM" "$bench_json"
+fi
+sel=()
+if [ -n "${BENCH_CELLS:-}" ]; then
+  sel=(--cell-ids "$BENCH_CELLS")
+  [ -s "$forge_dir/matrix.json" ] && sel+=(--table "$forge_dir/matrix.json")
+elif [ -s "$forge_dir/matrix.json" ]; then
+  sel=(--table "$forge_dir/matrix.json" --changed-from src/kernforge/stencil/data/matrix.json)
+fi
+if [ ${#sel[@]} -gt 0 ] && [ "$(left)" -gt 30 ]; then
+  # shellcheck disable=SC2086
+  eval timeout $(( $(left) - 5 )) python3 -m kernforge stencil bench '"${sel[@]}"' \
+    --json "$bench_json" --md "$OUT/$NAME-bench.md" --resume ${BENCH_ARGS:-} >> "$log" 2>&1
+  echo "bench rc=$?" | tee -a "$log"
+  [ -f "$bench_json" ] && cp "$bench_json" "$OUT/$NAME-bench.json"
+fi
+tail -n 40 "$log"
