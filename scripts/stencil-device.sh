@@ -18,7 +18,10 @@
 #   LIMIT        seconds this call may take in all (default 560); the forge's --budget is LIMIT
 #                minus BENCH_RESERVE (default 150) when it is followed by a bench
 #   BENCH_CELLS  comma-separated cell ids to bench; default: the cells the forge changed
+#   BENCH_TABLE  dispatch table of the bench (e.g. an earlier call's $OUT/$NAME-matrix.json put in
+#                the tree), with --changed-from the committed one unless BENCH_CELLS names cells
 #   BENCH_ARGS   more `kernforge stencil bench` arguments (e.g. --baselines '')
+#   PYTEST       pytest arguments to run first (e.g. "-m gpu tests/stencil/test_measure_gpu.py -k later")
 #   BENCH_FROM   a bench JSON in the tree to resume from when this machine has none (a cold
 #                machine lost /tmp; copy the last call's $OUT/$NAME-bench.json there first)
 set -uo pipefail
@@ -40,6 +43,11 @@ log=$OUT/$NAME-all.log
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$log"
 echo "== $(date -u +%FT%TZ) NAME=$NAME FORGE=${FORGE:-} BENCH_CELLS=${BENCH_CELLS:-}" >> "$log"
 forge_dir=/tmp/kf-forge-$NAME
+if [ -n "${PYTEST:-}" ]; then
+  # shellcheck disable=SC2086
+  timeout $(( $(left) / 2 )) python3 -m pytest -q -p no:cacheprovider $PYTEST >> "$log" 2>&1
+  echo "pytest rc=$?" | tee -a "$log"
+fi
 if [ -n "${FORGE:-}" ]; then
   budget=$(( $(left) - BENCH_RESERVE ))
   # shellcheck disable=SC2086
@@ -55,6 +63,9 @@ if [ ! -f "$bench_json" ] && [ -n "${BENCH_FROM:-}" ] && [ -f "$BENCH_FROM" ]; t
   cp "$BENCH_FROM" "$bench_json"
 fi
 sel=()
+if [ -z "${FORGE:-}" ] && [ -n "${BENCH_TABLE:-}" ]; then
+  forge_dir=/tmp/kf-table-$NAME; mkdir -p "$forge_dir" && cp "$BENCH_TABLE" "$forge_dir/matrix.json"
+fi
 if [ -n "${BENCH_CELLS:-}" ]; then
   sel=(--cell-ids "$BENCH_CELLS")
   [ -s "$forge_dir/matrix.json" ] && sel+=(--table "$forge_dir/matrix.json")

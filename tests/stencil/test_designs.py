@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -297,6 +298,11 @@ def test_later_options_compile_with_nvcc(tmp_path) -> None:
             ("box_1", "planesweep", ({"st": 2, "ca": 1, "h2": 1}, {"st": 2, "ca": 1, "vx": 2},
                                      {"st": 3, "cw": 1})),
             ("star_1", "ztile", ({"h2": 1, "vx": 2},)),
+            ("box_1", "planesweep", ({"l2p": 256}, {"l2p": 128, "h2": 1},
+                                     {"st": 2, "ca": 1, "l2p": 256})),
+            ("star_2", "ztile", ({"ca": 1, "l2p": 128},)),
+            ("varcoeff_star_1", "zmarch", ({"l2p": 256, "vx": 1}, {"l2p": 128, "pf": 2, "pn": 1},
+                                           {"l2p": 256, "h2": 1}, {"l2p": 256, "ry": 2})),
             ("star_1_t4", "temporal", ({"pipe": 1, "fi": 1}, {"pipe": 1, "fi": 1, "cx": 2,
                                                               "cy": 2, "fs": 2}))):
         for prec in Precision:
@@ -437,3 +443,43 @@ def test_temporal_half2_refuses_what_it_cannot_pair() -> None:
     f32 = mx.build("temporal", fp16, {**base, "cx": 2, "h2": 0})
     assert h2 is not None and f32 is not None
     assert 2 * h2.launches[0].shared_bytes == f32.launches[0].shared_bytes
+
+
+@pytest.mark.parametrize("design,cell_id,params", [
+    ("planesweep", "box_1/256x256x256/fp64", {"ry": 4, "tx": 32, "ty": 4, "vx": 1, "lz": 32}),
+    ("planesweep", "box_1/256x256x256/fp16", {"ry": 4, "tx": 32, "ty": 4, "vx": 1, "lz": 32,
+                                              "h2": 1}),
+    ("planesweep", "box_1/256x256x256/fp32", {"ry": 4, "tx": 64, "ty": 2, "vx": 1, "lz": 16,
+                                              "st": 3, "ca": 1}),
+    ("ztile", "star_2/256x256x256/fp64", {"tx": 64, "ty": 8, "vx": 2, "lz": 64, "st": 2,
+                                          "ca": 1}),
+    ("zmarch", "star_2/256x256x256/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 8, "pn": 1}),
+    ("zmarch", "varcoeff_star_1/256x256x256/fp64", {"tx": 32, "ty": 8, "vx": 4, "lz": 8}),
+    ("zmarch", "star_1/256x256x256/fp16", {"tx": 32, "ty": 8, "vx": 8, "lz": 8, "h2": 1,
+                                           "pf": 2}),
+])
+def test_l2p_puts_the_prefetch_size_on_every_plane_load(tmp_path, design, cell_id,
+                                                         params) -> None:
+    """``l2p=0`` is the kernel from before the option (same source, same key); 128 and 256 put
+    ``.L2::<n>B`` on the plane loads or copies (in the PTX nvcc emits, when nvcc is here; for
+    z-marching its vector loads, not the scalar x halo), under their own key; other sizes do not
+    build."""
+    cell = Cell.parse(cell_id)
+    base = mx.build(design, cell, params)
+    assert base is not None and "l2p" not in base.key and "L2::" not in base.source
+    assert mx.build(design, cell, {**params, "l2p": 0}).source == base.source
+    assert mx.build(design, cell, {**params, "l2p": 64}) is None
+    for n in (128, 256):
+        op = mx.build(design, cell, {**params, "l2p": n})
+        assert op is not None and f"l2p={n}" in op.key and f".L2::{n}B" in op.source
+        if shutil.which("nvcc") is None:
+            continue
+        cu = tmp_path / f"k{n}.cu"
+        cu.write_text(op.source)
+        subprocess.run(["nvcc", "-arch=sm_90", "-ptx", "-o", str(tmp_path / "k.ptx"), str(cu)],
+                       check=True, capture_output=True)
+        ptx = (tmp_path / "k.ptx").read_text()
+        loads = re.findall(r"\b(?:ld\.global\.nc|cp\.async\.c[ag])\S*", ptx)
+        if design == "zmarch":  # the vector loads (the x halo's scalars stay plain)
+            loads = [x for x in loads if ".v" in x]
+        assert loads and all(f".L2::{n}B" in x for x in loads), sorted(set(loads))

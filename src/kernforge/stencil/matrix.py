@@ -16,7 +16,7 @@ from typing import Any
 from ..core import ConfigError
 from ..core.jsonio import DamagedJSON, parse_json
 from .kernels import naive, planesweep, temporal, zbox, zmarch, ztile
-from .kernels.common import largest_l1, z_first
+from .kernels.common import L2_PREFETCH, largest_l1, z_first
 from .operator import Operator
 from .spec import Cell, Precision
 
@@ -72,7 +72,8 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
         zs: dict[str, tuple[Any, ...]] = {
             "vx": vx[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
             "tx": (32, 64, 16), "pf": (1, 2, 4), "smem": (0, 1), "xs": (0, 1), "pn": (0, 1),
-            "ry": (1, 2, 4), "sc": (0, 1), "minb": MINB, "l1": (0, 1), "zo": (0, 1)}
+            "ry": (1, 2, 4), "sc": (0, 1), "minb": MINB, "l1": (0, 1), "zo": (0, 1),
+            "l2p": L2_PREFETCH}  # session 17
         return {**zs, **_precision_options(cell)}
     if design == "ztile":
         widths: dict[Precision, tuple[int, ...]] = {  # 16 bytes at most (fp64: 2 lanes)
@@ -80,6 +81,7 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
         return {"vx": widths[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
                 "tx": (32, 64, 16), "st": (2, 1, 3, 4), "zo": (0, 1), "ca": (0, 1),
                 "l1": (0, 1),  # l1 (session 15): the largest L1 for ca=1's cached copies
+                "l2p": L2_PREFETCH,  # session 17: the copies' L2 prefetch size
                 **_precision_options(cell, cw=False)}  # h2 (fp16) since session 15
     if design == "zbox":
         # 16-byte loads at most (ptxas for sm_90, box_1 512^3: fp32 vx=4 46 registers and 44.5
@@ -97,7 +99,8 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
                                           "ty": (4, 8, 2), "vx": (1, 2), "tx": (32, 64),
                                           "minb": MINB, "l1": (0, 1), "zo": (0, 1),
                                           # session 15: planes staged by cp.async copies
-                                          "st": (0, 2, 1, 3), "ca": (0, 1)}
+                                          "st": (0, 2, 1, 3), "ca": (0, 1),
+                                          "l2p": L2_PREFETCH}  # session 17
         return {**sp, **_precision_options(cell)}
     if design == "temporal":
         ty = (16, 32) if cell.precision is Precision.FP64 else (32, 16)

@@ -167,3 +167,79 @@ def ping_pong(steps: int) -> list[tuple[str, str]]:
         roles.append((cur, nxt))
         cur = nxt
     return roles
+
+
+L2_PREFETCH = (0, 128, 256)  # l2p: bytes the L2 fetches from DRAM around a missed load
+
+
+def l2_prefetch(l2p: int) -> str:
+    """The PTX qualifier of ``l2p`` (``.L2::128B``, ``.L2::256B``; ``""`` for 0): on a miss the
+    L2 requests that many aligned bytes from DRAM, not only the missed 32-byte sectors, so a
+    row's later sectors are already on their way (more bytes in flight per load issued). A
+    ValueError for other values."""
+    if l2p not in L2_PREFETCH:
+        raise ValueError(f"l2p={l2p}: the L2 prefetch size is one of {L2_PREFETCH}")
+    return f".L2::{l2p}B" if l2p else ""
+
+
+_LD_TYPES = {"float": ("f32", "f", "float"), "double": ("f64", "d", "double"),
+             "__half": ("b16", "h", "unsigned short")}
+
+
+def prefetching_load(t: str, l2p: int) -> str:
+    """``kf_ld(p)``: a read-only global load of one ``t`` with the L2 prefetch size ``l2p``
+    (``ld.global.nc.L2::<l2p>B``); on the host emulator a plain read."""
+    ptx, reg, ct = _LD_TYPES[t]
+    value = "__ushort_as_half(v)" if t == "__half" else "v"
+    return f"""#if defined(__CUDA_ARCH__) && !defined(KERNFORGE_EMULATION)
+__device__ __forceinline__ {t} kf_ld(const {t}* g) {{
+  {ct} v;
+  asm("ld.global.nc{l2_prefetch(l2p)}.{ptx} %0, [%1];" : "={reg}"(v) : "l"(g));
+  return {value};
+}}
+#else
+__device__ __forceinline__ {t} kf_ld(const {t}* g) {{ return *g; }}
+#endif
+"""
+
+
+_GLOBAL_VEC_LOAD = re.compile(r"\*reinterpret_cast<const Vec\*>\(\s*(src|coef)\b")
+
+
+def prefetching_vec_loads(source: str, t: str, vx: int, l2p: int) -> str:
+    """``source`` (a z-marching kernel) with every ``Vec`` load from the global arrays (``src``,
+    ``coef``; not the shared-memory tiles) made ``kf_ldv(...)``: ``ld.global.nc`` with the L2
+    prefetch size ``l2p``, in 16-byte (or smaller) pieces; the source unchanged for ``l2p=0``.
+    The helper goes before the first kernel (after ``struct Vec``); on the host emulator it is
+    a plain read."""
+    hint = l2_prefetch(l2p)
+    if not l2p:
+        return source
+    nbytes = {"__half": 2, "float": 4, "double": 8}[t] * vx
+    pieces = []
+    for off in range(0, nbytes, 16):
+        n = min(16, nbytes - off)
+        if n == 2:
+            pieces.append(f'asm("ld.global.nc{hint}.b16 %0, [%1];" : "=h"(r.h) : "l"(b + {off}));')
+            continue
+        w = n // 4
+        regs = ", ".join(f"%{i}" for i in range(w))
+        outs = ", ".join(f'"=r"(r.u[{off // 4 + i}])' for i in range(w))
+        vec = f".v{w}" if w > 1 else ""
+        regs = f"{{{regs}}}" if w > 1 else regs
+        pieces.append(f'asm("ld.global.nc{hint}{vec}.b32 {regs}, [%{w}];" : {outs} '
+                      f': "l"(b + {off}));')
+    body = "\n  ".join(pieces)
+    helper = f"""#if defined(__CUDA_ARCH__) && !defined(KERNFORGE_EMULATION)
+__device__ __forceinline__ Vec kf_ldv(const {t}* g) {{
+  union {{ Vec v; unsigned u[{max(1, nbytes // 4)}]; unsigned short h; }} r;
+  const char* const b = reinterpret_cast<const char*>(g);
+  {body}
+  return r.v;
+}}
+#else
+__device__ __forceinline__ Vec kf_ldv(const {t}* g) {{ return *reinterpret_cast<const Vec*>(g); }}
+#endif
+"""
+    at = source.index('extern "C"')
+    return source[:at] + helper + _GLOBAL_VEC_LOAD.sub(r"kf_ldv(\1", source[at:])

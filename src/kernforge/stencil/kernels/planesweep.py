@@ -22,6 +22,9 @@ a 64-bit immediate: two uniform moves per FMA in the sm_90 SASS of the literal f
 ``st`` (1-3; session 15): the planes staged by ``cp.async`` copies into a ring of ``st + 2``
 stages instead (:mod:`.planesweep_async`), ``ca=1`` those copies cached in L1 too.
 
+``l2p`` (session 17; 128 or 256): the plane loads (``ld.global.nc``, or the ``cp.async`` copies)
+carry an L2 prefetch size: on a miss the L2 fetches that many aligned bytes from DRAM.
+
 ``minb``: ``__launch_bounds__`` minimum resident blocks per SM (:func:`.common.bounds`).
 (``l1``, the largest L1 the staged planes leave, is applied by :func:`..matrix.build`.)
 """
@@ -38,7 +41,9 @@ from .common import (
     extents,
     half2_chain,
     header,
+    l2_prefetch,
     load,
+    prefetching_load,
     store,
     weight_names,
 )
@@ -97,7 +102,7 @@ def accumulate_h2(cell: Cell, vx: int, ry: int, buf: str) -> list[str]:
 
 
 def _source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int = 0,
-            cw: int = 0, minb: int = 1) -> str:
+            cw: int = 0, minb: int = 1, l2p: int = 0) -> str:
     p = cell.precision
     t = p.ctype
     r = cell.radius
@@ -106,15 +111,17 @@ def _source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int = 0
     per = cdiv(sw * sh, tx * ty)
     weights, halves = weight_decls(cell, h2, cw)
     # the staged planes: ACC values (converted on load), or raw __half with half2 weights (h2)
-    stage, value, zero = "ACC", load(p, "src[(k * NY + gy) * NX + gx]"), "(ACC)0"
+    at = "kf_ld(src + (k * NY + gy) * NX + gx)" if l2p else "src[(k * NY + gy) * NX + gx]"
+    ld = prefetching_load(t, l2p) if l2p else ""
+    stage, value, zero = "ACC", load(p, at), "(ACC)0"
     acc_body = "\n      ".join(accumulate(cell, vx, ry, "cur"))
     if h2:
-        stage, value, zero = "__half", "src[(k * NY + gy) * NX + gx]", "__float2half(0.0f)"
+        stage, value, zero = "__half", at, "__float2half(0.0f)"
         acc_body = "\n      ".join(accumulate_h2(cell, vx, ry, "cur"))
     init, shift = accumulators(cell, vx, ry)
     return f"""{header(cell)}{extents(cell)}typedef {p.acc_ctype} ACC;
 {weights}constexpr int SW = {sw}, SH = {sh}, PER = {per}, NT = {tx * ty};
-extern "C" __global__ void __launch_bounds__({bounds(tx * ty, minb)})
+{ld}extern "C" __global__ void __launch_bounds__({bounds(tx * ty, minb)})
 planesweep(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
   __shared__ {stage} tile[2][SH * SW];{halves}
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * {tx} + tx;
@@ -217,7 +224,7 @@ def shared_bytes(cell: Cell, tx: int, ty: int, vx: int, ry: int, h2: int = 0) ->
 
 def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
              lz: int = 0, h2: int = 0, cw: int = 0, minb: int = 1, st: int = 0,
-             ca: int = 0) -> Operator:
+             ca: int = 0, l2p: int = 0) -> Operator:
     if cell.stencil.temporal or cell.stencil.kind == "varcoeff":
         raise ValueError(f"planesweep handles single-step constant-coefficient stencils, "
                          f"not {cell.stencil.name}")
@@ -232,14 +239,15 @@ def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
     if st or ca:  # planes staged by asynchronous copies (kernels/planesweep_async.py)
         from . import planesweep_async as pa
 
-        pa.check(cell, tx, ty, vx, ry, h2, st, ca)
+        pa.check(cell, tx, ty, vx, ry, h2, st, ca, l2p)
         shared = pa.shared_bytes(cell, tx, ty, vx, ry, st)
-        source = pa.source(cell, tx, ty, vx, ry, lz, h2, cw, minb, st, ca)
+        source = pa.source(cell, tx, ty, vx, ry, lz, h2, cw, minb, st, ca, l2p)
         launch = Launch("planesweep", grid, (tx, ty, 1), ("in", "out"), shared)
     else:
         if shared_bytes(cell, tx, ty, vx, ry, h2) > 48 * 1024:
             raise ValueError("the staged planes exceed 48 KiB of static shared memory")
-        source = _source(cell, tx, ty, vx, ry, lz, h2, cw, minb)
+        l2_prefetch(l2p)  # ValueError for a size the L2 does not prefetch
+        source = _source(cell, tx, ty, vx, ry, lz, h2, cw, minb, l2p)
         launch = Launch("planesweep", grid, (tx, ty, 1), ("in", "out"))
     params = {"tx": tx, "ty": ty, "vx": vx, "ry": ry, "lz": lz}
     # absent at their first value: the operators of earlier tables keep their keys
@@ -248,4 +256,6 @@ def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
         params["st"] = st
     if minb > 1:
         params["minb"] = minb
+    if l2p:
+        params["l2p"] = l2p
     return Operator(cell.id, "planesweep", params, source, (launch,))

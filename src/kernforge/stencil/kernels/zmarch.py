@@ -13,7 +13,9 @@ plane's tile in shared memory), ``xs`` (the x halo by warp shuffles instead of s
 loads) and ``pn`` (the x and y neighbours loaded one plane ahead): see :mod:`.zmarch_staged`;
 ``h2`` (fp16: ``__half2`` arithmetic): see :mod:`.zmarch_h2`; ``cw`` (fp64: the weights in
 constant memory, no 64-bit immediates: :func:`.common.constant_weight_defs`); ``ry`` (rows per
-thread) and ``sc`` (streaming stores): see :mod:`.zmarch_rows`; ``minb`` (every kernel):
+thread) and ``sc`` (streaming stores): see :mod:`.zmarch_rows`; ``l2p`` (every kernel; session 17): the
+vector loads from the global arrays carry an L2 prefetch size
+(:func:`.common.prefetching_vec_loads`); ``minb`` (every kernel):
 ``__launch_bounds__`` minimum resident blocks per SM, a register cap (:func:`.common.bounds`);
 ``pf=1, smem=0, xs=0, pn=0, h2=0, ry=1, sc=0, minb=1`` is this module's kernel. (``l1``, the
 largest L1, and ``zo``, the z-chunks first in the launch order, are launch attributes that
@@ -34,6 +36,7 @@ from .common import (
     header,
     load,
     ping_pong,
+    prefetching_vec_loads,
     store,
     weight_defs,
 )
@@ -120,7 +123,7 @@ zmarch(const {t}* __restrict__ src, {coef}{t}* __restrict__ dst) {{
 
 def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf: int = 1,
              smem: int = 0, xs: int = 0, pn: int = 0, h2: int = 0, cw: int = 0, ry: int = 1,
-             sc: int = 0, minb: int = 1) -> Operator:
+             sc: int = 0, minb: int = 1, l2p: int = 0) -> Operator:
     if cell.stencil.kind not in ("star", "varcoeff"):
         raise ValueError(f"zmarch handles star stencils, not {cell.stencil.name}")
     if cell.shape.nx % vx:
@@ -154,7 +157,8 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf
     # pf and smem appear only with a value of their own, so the first kernel keeps its keys
     params.update({k: v for k, v, first in (("pf", pf, 1), ("smem", smem, 0), ("xs", xs, 0),
                                              ("pn", pn, 0), ("h2", h2, 0), ("cw", cw, 0),
-                                             ("ry", ry, 1), ("sc", sc, 0), ("minb", minb, 1))
+                                             ("ry", ry, 1), ("sc", sc, 0), ("minb", minb, 1),
+                                             ("l2p", l2p, 0))
                    if v != first})
     shared = zmarch_staged.shared_bytes(cell, tx, ty, vx) if smem else 0
     if shared > zmarch_staged.MAX_SHARED:
@@ -168,6 +172,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf
         source = head + _kernel(cell, tx, ty, vx, lz, lb)
     else:
         source = head + zmarch_staged.kernel(cell, tx, ty, vx, lz, pf, smem, xs, pn, lb=lb)
+    source = prefetching_vec_loads(source, cell.precision.ctype, vx, l2p)
     rows = cell.shape.ny if ry == 1 and not sc else cell.shape.ny - 2 * cell.radius
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(rows, ty * ry), cdiv(nz_int, lz))
     coef = ("coef",) if cell.stencil.kind == "varcoeff" else ()

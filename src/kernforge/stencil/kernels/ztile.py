@@ -24,6 +24,9 @@ neighbour that runs on the same SM soon after may find them in L1 instead of rea
 through L2, which Nsight found to be the star kernels' limit (session 8). On the H200 (session
 15) the four table operators of this design take 0.834-0.875x of their speed with ``ca=0``.
 
+``l2p`` (session 17; 128 or 256): the copies carry an L2 prefetch size (``cp.async...L2::256B``):
+on a miss the L2 fetches that many aligned bytes from DRAM, not only the missed sectors.
+
 ``h2=1`` (session 15; fp16, even ``vx``): the queue holds lane pairs as ``__half2`` and each
 output pair is one ``HFMA2`` chain, as in :mod:`.zmarch_h2` (whose sums and lane selection this
 reuses); the x halo scalars and the y rows are read from the staged plane without conversion.
@@ -45,6 +48,7 @@ from .common import (
     extents,
     half2_weights,
     header,
+    l2_prefetch,
     lane_stores,
     load,
     ping_pong,
@@ -61,12 +65,14 @@ def shared_bytes(cell: Cell, tx: int, ty: int, vx: int, st: int) -> int:
     return (cell.radius + st + 2) * (ty + 2 * cell.radius) * (tx * vx + 2 * pad) * item
 
 
-def copies(t: str, ca: int = 0) -> str:
-    """The asynchronous 16-byte copy, its commit and wait (PTX), and their host forms."""
+def copies(t: str, ca: int = 0, l2p: int = 0) -> str:
+    """The asynchronous 16-byte copy, its commit and wait (PTX), and their host forms; ``l2p``:
+    the copies' L2 prefetch size (:func:`.common.l2_prefetch`)."""
+    hint = l2_prefetch(l2p)
     return f"""#if defined(__CUDA_ARCH__) && !defined(KERNFORGE_EMULATION)
 __device__ __forceinline__ void kf_cp16({t}* s, const {t}* g) {{
   const unsigned a = (unsigned)__cvta_generic_to_shared(s);
-  asm volatile("cp.async.{'ca' if ca else 'cg'}.shared.global [%0], [%1], 16;\\n" :: "r"(a), "l"(g) : "memory");
+  asm volatile("cp.async.{'ca' if ca else 'cg'}.shared.global{hint} [%0], [%1], 16;\\n" :: "r"(a), "l"(g) : "memory");
 }}
 #define KF_COMMIT() asm volatile("cp.async.commit_group;\\n" ::: "memory")
 #define KF_WAIT(n) asm volatile("cp.async.wait_group " #n ";\\n" ::: "memory")
@@ -195,7 +201,7 @@ ztile(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
 
 
 def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
-             st: int = 2, ca: int = 0, h2: int = 0) -> Operator:
+             st: int = 2, ca: int = 0, h2: int = 0, l2p: int = 0) -> Operator:
     if cell.stencil.kind != "star":
         raise ValueError(f"ztile handles star stencils, not {cell.stencil.name}")
     item = cell.precision.itemsize
@@ -225,11 +231,11 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
               f"SPL = {ty + 2 * r} * SW, CPP = {ty + 2 * r} * CPR, K = (CPP + NT - 1) / NT;\n"
               f"struct __align__({item * vx}) Vec {{ {cell.precision.ctype} v[{vx}]; }};\n")
     source = (header(cell) + extents(cell) + weight_defs(cell) + consts
-              + copies(cell.precision.ctype, ca)
+              + copies(cell.precision.ctype, ca, l2p)
               + _kernel(cell, tx, ty, vx, lz, st, h2))
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty), cdiv(nz_int, lz))
     launches = tuple(Launch("ztile", grid, (tx, ty, 1), (a, b), shared)
                      for a, b in ping_pong(cell.stencil.steps))
     params = {"tx": tx, "ty": ty, "vx": vx, "lz": lz, "st": st, **({"ca": 1} if ca else {}),
-              **({"h2": 1} if h2 else {})}
+              **({"h2": 1} if h2 else {}), **({"l2p": l2p} if l2p else {})}
     return Operator(cell.id, "ztile", params, source, launches)
