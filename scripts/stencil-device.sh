@@ -22,6 +22,8 @@
 #                the tree), with --changed-from the committed one unless BENCH_CELLS names cells
 #   BENCH_ARGS   more `kernforge stencil bench` arguments (e.g. --baselines '')
 #   PYTEST       pytest arguments to run first (e.g. "-m gpu tests/stencil/test_measure_gpu.py -k later")
+#   SNAP_CELLS   cells to bench afterwards without baselines through the same table (% of copy
+#                only: a one-session snapshot, $OUT/$NAME-snap.json)
 #   BENCH_FROM   a bench JSON in the tree to resume from when this machine has none (a cold
 #                machine lost /tmp; copy the last call's $OUT/$NAME-bench.json there first)
 set -uo pipefail
@@ -78,5 +80,13 @@ if [ ${#sel[@]} -gt 0 ] && [ "$(left)" -gt 30 ]; then
     --json "$bench_json" --md "$OUT/$NAME-bench.md" --resume ${BENCH_ARGS:-} >> "$log" 2>&1
   echo "bench rc=$?" | tee -a "$log"
   [ -f "$bench_json" ] && cp "$bench_json" "$OUT/$NAME-bench.json"
+fi
+if [ -n "${SNAP_CELLS:-}" ] && [ "$(left)" -gt 30 ]; then
+  snap=(--cell-ids "$SNAP_CELLS")
+  [ -s "$forge_dir/matrix.json" ] && snap+=(--table "$forge_dir/matrix.json")
+  timeout $(( $(left) - 5 )) python3 -m kernforge stencil bench "${snap[@]}" --baselines '' \
+    --json "/tmp/kf-snap-$NAME.json" --resume >> "$log" 2>&1
+  echo "snapshot rc=$?" | tee -a "$log"
+  [ -f "/tmp/kf-snap-$NAME.json" ] && cp "/tmp/kf-snap-$NAME.json" "$OUT/$NAME-snap.json"
 fi
 tail -n 40 "$log"
