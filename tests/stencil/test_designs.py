@@ -301,6 +301,7 @@ def test_later_options_compile_with_nvcc(tmp_path) -> None:
             ("box_1", "planesweep", ({"l2p": 256}, {"l2p": 128, "h2": 1},
                                      {"st": 2, "ca": 1, "l2p": 256})),
             ("star_2", "ztile", ({"ca": 1, "l2p": 128},)),
+            ("box_1", "zbox", ({"l2p": 256}, {"l2p": 128, "h2": 1, "pn": 0})),
             ("varcoeff_star_1", "zmarch", ({"l2p": 256, "vx": 1}, {"l2p": 128, "pf": 2, "pn": 1},
                                            {"l2p": 256, "h2": 1}, {"l2p": 256, "ry": 2})),
             ("star_1_t4", "temporal", ({"pipe": 1, "fi": 1}, {"pipe": 1, "fi": 1, "cx": 2,
@@ -457,6 +458,7 @@ def test_temporal_half2_refuses_what_it_cannot_pair() -> None:
     ("zmarch", "varcoeff_star_1/256x256x256/fp64", {"tx": 32, "ty": 8, "vx": 4, "lz": 8}),
     ("zmarch", "star_1/256x256x256/fp16", {"tx": 32, "ty": 8, "vx": 8, "lz": 8, "h2": 1,
                                            "pf": 2}),
+    ("zbox", "box_1/256x256x256/fp16", {"tx": 32, "ty": 4, "vx": 8, "lz": 32, "h2": 1}),
 ])
 def test_l2p_puts_the_prefetch_size_on_every_plane_load(tmp_path, design, cell_id,
                                                          params) -> None:
@@ -480,6 +482,6 @@ def test_l2p_puts_the_prefetch_size_on_every_plane_load(tmp_path, design, cell_i
                        check=True, capture_output=True)
         ptx = (tmp_path / "k.ptx").read_text()
         loads = re.findall(r"\b(?:ld\.global\.nc|cp\.async\.c[ag])\S*", ptx)
-        if design == "zmarch":  # the vector loads (the x halo's scalars stay plain)
+        if design in ("zmarch", "zbox"):  # the vector loads (the x halo's scalars stay plain)
             loads = [x for x in loads if ".v" in x]
         assert loads and all(f".L2::{n}B" in x for x in loads), sorted(set(loads))

@@ -203,6 +203,10 @@ def test_stencil_bench_two_small_cells(device, tmp_path):
                                                    "pn": 1, "l2p": 128}),
     ("zmarch", "star_2/104x48x36/fp16", {"tx": 16, "ty": 8, "vx": 8, "lz": 7, "pf": 2, "h2": 1,
                                          "l2p": 256}),
+    ("zbox", "box_1/104x48x36/fp16", {"tx": 16, "ty": 4, "vx": 8, "lz": 7, "h2": 1,
+                                       "l2p": 256}),
+    ("zbox", "box_1/104x48x36/fp32", {"tx": 16, "ty": 4, "vx": 4, "lz": 9, "pn": 0,
+                                       "l2p": 128}),
     # whole-column z-chunks (lz 1024, clamped to the interior by the generators)
     ("zmarch", "star_2/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 1024}),
     ("ztile", "star_1/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 1024, "st": 2}),

@@ -45,9 +45,10 @@ IDEAS = {
     "l1": "z-marching, zbox, plane sweep, ztile: the largest L1 (shared-memory carveout 0%): more of "
           "the neighbour rows hit in L1, fewer requests to the L2 (whose partition link bounds "
           "the star kernels on the H200)",
-    "l2p": "plane sweep, ztile: an L2 prefetch size on the plane loads or copies (.L2::128B, "
-           ".L2::256B): on a miss the L2 fetches the aligned 128/256 bytes from DRAM, so a "
-           "row's later sectors are requested with its first (more bytes in flight per load)",
+    "l2p": "plane sweep, ztile, z-marching, zbox: an L2 prefetch size on the plane loads or "
+           "copies (.L2::128B, .L2::256B): on a miss the L2 fetches the aligned 128/256 bytes "
+           "from DRAM, so a row's later sectors are requested with its first (more bytes in "
+           "flight per load)",
     "zo": "launch order: z-chunks first (grid z, x, y), so the blocks that share a column's "
           "halo planes run together and meet in the L2 instead of a plane of tiles apart",
     "pairs": "two parameters changed at once (vector width, z-chunk, block shape, planes in "

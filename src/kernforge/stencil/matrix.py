@@ -91,7 +91,7 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
         zb: dict[str, tuple[Any, ...]] = {
             "vx": lanes[cell.precision], "lz": (32, 64, 16, 8, 128), "ty": (8, 4, 16),
             "tx": (32, 64, 16), "pn": (1, 0), "pw": (0, 1),
-            "minb": MINB, "l1": (0, 1), "zo": (0, 1)}
+            "minb": MINB, "l1": (0, 1), "zo": (0, 1), "l2p": L2_PREFETCH}  # l2p: session 17
         return {**zb, **_precision_options(cell, cw=False)}  # zbox: fp64 weights always in
         # constant memory (no table entry predates it)
     if design == "planesweep":

@@ -22,7 +22,9 @@ accumulators, as the plane sweep's ``h2`` does for vertical pairs), ``pw`` (1: t
 warm-up planes, which store nothing, in a loop of their own, so the steady loop stores without
 a test; SASS for sm_90: box_1 fp32 vx=4 178 -> 155 instructions per plane, more registers),
 ``minb`` (``__launch_bounds__`` minimum resident blocks per SM: a register cap, see
-:func:`.common.bounds`). (``l1``, the largest L1, is applied by :func:`..matrix.build`.)
+:func:`.common.bounds`), ``l2p`` (session 17: an L2 prefetch size on the rows' vector loads,
+:func:`.common.prefetching_vec_loads`). (``l1``, the largest L1, is applied by
+:func:`..matrix.build`.)
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from .common import (
     header,
     lane_stores,
     load,
+    prefetching_vec_loads,
     store,
     weight_defs,
     weight_names,
@@ -193,7 +196,7 @@ zbox(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
 
 
 def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
-             pn: int = 1, h2: int = 0, pw: int = 0, minb: int = 1) -> Operator:
+             pn: int = 1, h2: int = 0, pw: int = 0, minb: int = 1, l2p: int = 0) -> Operator:
     if cell.stencil.kind != "box" or cell.stencil.temporal:
         raise ValueError(f"zbox handles single-step box stencils, not {cell.stencil.name}")
     if vx not in (1, 2, 4, 8) or cell.shape.nx % vx:
@@ -215,6 +218,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
                else weight_defs(cell))
     source = (header(cell) + extents(cell) + weights + vec
               + _kernel(cell, tx, ty, vx, lz, pn, h2, pw, minb))
+    source = prefetching_vec_loads(source, cell.precision.ctype, vx, l2p)
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty), cdiv(nz_int, lz))
     launch = Launch("zbox", grid, (tx, ty, 1), ("in", "out"))
     params = {"tx": tx, "ty": ty, "vx": vx, "lz": lz, "pn": pn}
@@ -224,4 +228,6 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
         params["pw"] = 1
     if minb > 1:
         params["minb"] = minb
+    if l2p:
+        params["l2p"] = l2p
     return Operator(cell.id, "zbox", params, source, (launch,))
