@@ -165,4 +165,12 @@ CASES = [
     ("box_1", "zbox", {"tx": 8, "ty": 4, "vx": 4, "lz": 4, "l2p": 256}, "fp32"),
     ("box_2", "zbox", {"tx": 8, "ty": 2, "vx": 8, "lz": 5, "h2": 1, "pw": 1, "l2p": 128},
      "fp16"),
+    # streaming stores (sc) for the plane sweep (every precision, sync and async) and ztile
+    ("box_1", "planesweep", {"tx": 8, "ty": 4, "vx": 2, "ry": 2, "lz": 4, "sc": 1}, "fp16"),
+    ("box_1", "planesweep", {"tx": 8, "ty": 4, "vx": 1, "ry": 2, "lz": 4, "st": 2, "ca": 1,
+                             "sc": 1}, "fp64"),
+    ("box_2", "planesweep", {"tx": 16, "ty": 2, "vx": 1, "ry": 2, "lz": 0, "st": 1, "h2": 1,
+                             "sc": 1}, "fp16"),
+    ("star_2", "ztile", {"tx": 8, "ty": 4, "vx": 4, "lz": 3, "st": 3, "ca": 1, "sc": 1}, "fp32"),
+    ("star_1", "ztile", {"tx": 8, "ty": 2, "vx": 8, "lz": 5, "st": 1, "h2": 1, "sc": 1}, "fp16"),
 ]

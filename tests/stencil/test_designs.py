@@ -302,6 +302,8 @@ def test_later_options_compile_with_nvcc(tmp_path) -> None:
                                      {"st": 2, "ca": 1, "l2p": 256})),
             ("star_2", "ztile", ({"ca": 1, "l2p": 128},)),
             ("box_1", "zbox", ({"l2p": 256}, {"l2p": 128, "h2": 1, "pn": 0})),
+            ("box_1", "planesweep", ({"sc": 1}, {"sc": 1, "st": 2, "ca": 1, "h2": 1})),
+            ("star_2", "ztile", ({"sc": 1}, {"sc": 1, "h2": 1, "vx": 4})),
             ("varcoeff_star_1", "zmarch", ({"l2p": 256, "vx": 1}, {"l2p": 128, "pf": 2, "pn": 1},
                                            {"l2p": 256, "h2": 1}, {"l2p": 256, "ry": 2})),
             ("star_1_t4", "temporal", ({"pipe": 1, "fi": 1}, {"pipe": 1, "fi": 1, "cx": 2,
@@ -485,3 +487,31 @@ def test_l2p_puts_the_prefetch_size_on_every_plane_load(tmp_path, design, cell_i
         if design in ("zmarch", "zbox"):  # the vector loads (the x halo's scalars stay plain)
             loads = [x for x in loads if ".v" in x]
         assert loads and all(f".L2::{n}B" in x for x in loads), sorted(set(loads))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the host nvcc")
+@pytest.mark.parametrize("design,cell_id,params", [
+    ("planesweep", "box_1/256x256x256/fp64", {"ry": 4, "tx": 32, "ty": 4, "vx": 1, "lz": 32}),
+    ("planesweep", "box_1/256x256x256/fp16", {"ry": 4, "tx": 64, "ty": 2, "vx": 2, "lz": 16,
+                                              "st": 3, "ca": 1, "h2": 1}),
+    ("ztile", "star_2/256x256x256/fp32", {"tx": 64, "ty": 8, "vx": 4, "lz": 64, "st": 2}),
+])
+def test_sc_makes_the_output_stores_streaming(tmp_path, design, cell_id, params) -> None:
+    """``sc=1``: the interior output stores are ``st.global.cs`` in the PTX (the plane sweep:
+    every store; ztile: its whole-vector stores), ``sc=0`` has none."""
+    cell = Cell.parse(cell_id)
+    for sc in (0, 1):
+        op = mx.build(design, cell, {**params, "sc": sc})
+        assert op is not None and ("sc=1" in op.key) == bool(sc)
+        cu = tmp_path / f"k{sc}.cu"
+        cu.write_text(op.source)
+        subprocess.run(["nvcc", "-arch=sm_90", "-ptx", "-o", str(tmp_path / "k.ptx"), str(cu)],
+                       check=True, capture_output=True)
+        stores = re.findall(r"\bst\.global\S*", (tmp_path / "k.ptx").read_text())
+        streaming = [x for x in stores if ".cs" in x]
+        if not sc:
+            assert stores and not streaming, sorted(set(stores))
+        elif design == "planesweep":
+            assert stores == streaming, sorted(set(stores))
+        else:
+            assert streaming and any(".v" in x for x in streaming), sorted(set(stores))

@@ -207,6 +207,15 @@ def test_stencil_bench_two_small_cells(device, tmp_path):
                                        "l2p": 256}),
     ("zbox", "box_1/104x48x36/fp32", {"tx": 16, "ty": 4, "vx": 4, "lz": 9, "pn": 0,
                                        "l2p": 128}),
+    # streaming stores for the plane sweep and ztile (sc, session 17)
+    ("planesweep", "box_1/104x48x36/fp16", {"tx": 32, "ty": 4, "vx": 1, "ry": 4, "lz": 7,
+                                            "sc": 1}),
+    ("planesweep", "box_1/104x48x36/fp64", {"tx": 32, "ty": 4, "vx": 1, "ry": 4, "lz": 9,
+                                            "st": 2, "ca": 1, "sc": 1}),
+    ("ztile", "star_2/104x48x36/fp64", {"tx": 16, "ty": 8, "vx": 2, "lz": 9, "st": 2, "ca": 1,
+                                         "sc": 1}),
+    ("ztile", "star_1/104x48x36/fp16", {"tx": 8, "ty": 8, "vx": 8, "lz": 7, "st": 3, "h2": 1,
+                                         "sc": 1}),
     # whole-column z-chunks (lz 1024, clamped to the interior by the generators)
     ("zmarch", "star_2/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 1024}),
     ("ztile", "star_1/104x48x36/fp32", {"tx": 32, "ty": 8, "vx": 4, "lz": 1024, "st": 2}),

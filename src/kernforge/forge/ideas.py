@@ -15,7 +15,7 @@ IDEAS = {
     "ry": "register blocking along y: fewer shared-memory reads per output (plane sweep); "
           "z-marching: rows per thread, y neighbours from the own queues (fewer L1/L2 "
           "requests per output)",
-    "sc": "z-marching: streaming stores (st.global.cs, evict-first) so output lines do not "
+    "sc": "z-marching, plane sweep, ztile: streaming stores (st.global.cs, evict-first) so output lines do not "
           "displace input planes still read from L2",
     "block": "thread-block shape of the one-thread-per-point kernel",
     "h2": "fp16: __half2 arithmetic (HFMA2); plane sweep: vertical output pairs, per-plane "

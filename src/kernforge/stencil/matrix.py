@@ -81,7 +81,7 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
         return {"vx": widths[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
                 "tx": (32, 64, 16), "st": (2, 1, 3, 4), "zo": (0, 1), "ca": (0, 1),
                 "l1": (0, 1),  # l1 (session 15): the largest L1 for ca=1's cached copies
-                "l2p": L2_PREFETCH,  # session 17: the copies' L2 prefetch size
+                "l2p": L2_PREFETCH, "sc": (0, 1),  # session 17: L2 prefetch, streaming stores
                 **_precision_options(cell, cw=False)}  # h2 (fp16) since session 15
     if design == "zbox":
         # 16-byte loads at most (ptxas for sm_90, box_1 512^3: fp32 vx=4 46 registers and 44.5
@@ -100,7 +100,7 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
                                           "minb": MINB, "l1": (0, 1), "zo": (0, 1),
                                           # session 15: planes staged by cp.async copies
                                           "st": (0, 2, 1, 3), "ca": (0, 1),
-                                          "l2p": L2_PREFETCH}  # session 17
+                                          "l2p": L2_PREFETCH, "sc": (0, 1)}  # session 17
         return {**sp, **_precision_options(cell)}
     if design == "temporal":
         ty = (16, 32) if cell.precision is Precision.FP64 else (32, 16)

@@ -25,6 +25,9 @@ stages instead (:mod:`.planesweep_async`), ``ca=1`` those copies cached in L1 to
 ``l2p`` (session 17; 128 or 256): the plane loads (``ld.global.nc``, or the ``cp.async`` copies)
 carry an L2 prefetch size: on a miss the L2 fetches that many aligned bytes from DRAM.
 
+``sc`` (session 17): the outputs written by streaming stores (``st.global.cs``, ``__stcs``:
+evict-first), so they do not displace input planes that neighbouring blocks still read from L2.
+
 ``minb``: ``__launch_bounds__`` minimum resident blocks per SM (:func:`.common.bounds`).
 (``l1``, the largest L1 the staged planes leave, is applied by :func:`..matrix.build`.)
 """
@@ -102,7 +105,7 @@ def accumulate_h2(cell: Cell, vx: int, ry: int, buf: str) -> list[str]:
 
 
 def _source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int = 0,
-            cw: int = 0, minb: int = 1, l2p: int = 0) -> str:
+            cw: int = 0, minb: int = 1, l2p: int = 0, sc: int = 0) -> str:
     p = cell.precision
     t = p.ctype
     r = cell.radius
@@ -118,7 +121,7 @@ def _source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int = 0
     if h2:
         stage, value, zero = "__half", at, "__float2half(0.0f)"
         acc_body = "\n      ".join(accumulate_h2(cell, vx, ry, "cur"))
-    init, shift = accumulators(cell, vx, ry)
+    init, shift = accumulators(cell, vx, ry, sc)
     return f"""{header(cell)}{extents(cell)}typedef {p.acc_ctype} ACC;
 {weights}constexpr int SW = {sw}, SH = {sh}, PER = {per}, NT = {tx * ty};
 {ld}extern "C" __global__ void __launch_bounds__({bounds(tx * ty, minb)})
@@ -159,20 +162,23 @@ planesweep(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
 """
 
 
-def stores(cell: Cell, vx: int, ry: int) -> str:
+def stores(cell: Cell, vx: int, ry: int, sc: int = 0) -> str:
     """The stores of output plane ``zo`` (``a[0]``): every interior point of the thread's
-    ``ry`` rows x ``vx`` lanes."""
+    ``ry`` rows x ``vx`` lanes; ``sc``: streaming (evict-first) stores, ``__stcs``."""
     out = []
     for jr in range(ry):
         for lane in range(vx):
+            at = f"(zo * NY + gy0 + {jr}) * NX + gx0 + {lane}"
+            value = store(cell.precision, f"a[0][{jr}][{lane}]")
+            put = f"__stcs(dst + {at}, ({cell.precision.ctype})({value}))" if sc \
+                else f"dst[{at}] = {value}"
             out.append(
                 f"if (gy0 + {jr} >= R && gy0 + {jr} < NY - R && gx0 + {lane} >= R && "
-                f"gx0 + {lane} < NX - R) dst[(zo * NY + gy0 + {jr}) * NX + gx0 + {lane}] = "
-                f"{store(cell.precision, f'a[0][{jr}][{lane}]')};")
+                f"gx0 + {lane} < NX - R) {put};")
     return "\n          ".join(out)
 
 
-def accumulators(cell: Cell, vx: int, ry: int) -> tuple[str, str]:
+def accumulators(cell: Cell, vx: int, ry: int, sc: int = 0) -> tuple[str, str]:
     """The accumulators ``a[m][row][lane]`` (output plane ``k - R + m``) zeroed, and the end
     of a plane's iteration: output plane ``k - R`` stored, the accumulators moved down."""
     r = cell.radius
@@ -185,7 +191,7 @@ def accumulators(cell: Cell, vx: int, ry: int) -> tuple[str, str]:
       for (int l = 0; l < {vx}; ++l) a[m][j][l] = 0;"""
     shift = f"""    const long zo = k - R;
     if (zo >= zb) {{
-          {stores(cell, vx, ry)}
+          {stores(cell, vx, ry, sc)}
     }}
     #pragma unroll
     for (int m = 0; m < {2 * r}; ++m)
@@ -224,7 +230,7 @@ def shared_bytes(cell: Cell, tx: int, ty: int, vx: int, ry: int, h2: int = 0) ->
 
 def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
              lz: int = 0, h2: int = 0, cw: int = 0, minb: int = 1, st: int = 0,
-             ca: int = 0, l2p: int = 0) -> Operator:
+             ca: int = 0, l2p: int = 0, sc: int = 0) -> Operator:
     if cell.stencil.temporal or cell.stencil.kind == "varcoeff":
         raise ValueError(f"planesweep handles single-step constant-coefficient stencils, "
                          f"not {cell.stencil.name}")
@@ -233,6 +239,8 @@ def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
     if cw not in (0, 1) or (cw and cell.precision is not Precision.FP64):
         raise ValueError("cw (weights in constant memory) is for fp64 (no 64-bit immediates)")
     check_minb(tx * ty, minb)
+    if sc not in (0, 1):
+        raise ValueError("sc (streaming stores) is 0 or 1")
     nz_int = cell.shape.nz - 2 * cell.radius
     lz = nz_int if lz <= 0 else min(lz, nz_int)
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty * ry), cdiv(nz_int, lz))
@@ -241,17 +249,17 @@ def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
 
         pa.check(cell, tx, ty, vx, ry, h2, st, ca, l2p)
         shared = pa.shared_bytes(cell, tx, ty, vx, ry, st)
-        source = pa.source(cell, tx, ty, vx, ry, lz, h2, cw, minb, st, ca, l2p)
+        source = pa.source(cell, tx, ty, vx, ry, lz, h2, cw, minb, st, ca, l2p, sc)
         launch = Launch("planesweep", grid, (tx, ty, 1), ("in", "out"), shared)
     else:
         if shared_bytes(cell, tx, ty, vx, ry, h2) > 48 * 1024:
             raise ValueError("the staged planes exceed 48 KiB of static shared memory")
         l2_prefetch(l2p)  # ValueError for a size the L2 does not prefetch
-        source = _source(cell, tx, ty, vx, ry, lz, h2, cw, minb, l2p)
+        source = _source(cell, tx, ty, vx, ry, lz, h2, cw, minb, l2p, sc)
         launch = Launch("planesweep", grid, (tx, ty, 1), ("in", "out"))
     params = {"tx": tx, "ty": ty, "vx": vx, "ry": ry, "lz": lz}
     # absent at their first value: the operators of earlier tables keep their keys
-    params.update({k: 1 for k, v in (("h2", h2), ("cw", cw), ("ca", ca)) if v})
+    params.update({k: 1 for k, v in (("h2", h2), ("cw", cw), ("ca", ca), ("sc", sc)) if v})
     if st:
         params["st"] = st
     if minb > 1:

@@ -55,7 +55,7 @@ def check(cell: Cell, tx: int, ty: int, vx: int, ry: int, h2: int, st: int, ca: 
 
 
 def source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int, cw: int,
-           minb: int, st: int, ca: int, l2p: int = 0) -> str:
+           minb: int, st: int, ca: int, l2p: int = 0, sc: int = 0) -> str:
     p = cell.precision
     t = p.ctype
     r = cell.radius
@@ -66,7 +66,7 @@ def source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int, cw:
     body = (planesweep.accumulate_h2(cell, vx, ry, "cur") if h2
             else planesweep.accumulate(cell, vx, ry, "cur"))
     acc_body = "\n      ".join(body)
-    init, tail = planesweep.accumulators(cell, vx, ry)
+    init, tail = planesweep.accumulators(cell, vx, ry, sc)
     return f"""{header(cell)}{extents(cell)}typedef {p.acc_ctype} ACC;
 {weights}constexpr int SW = {sw}, SH = {sh}, NT = {tx * ty}, CH = {ch}, PAD = {ch};
 constexpr int CPR = SW / CH, CPP = SH * CPR, K = (CPP + NT - 1) / NT, SPL = SH * SW;

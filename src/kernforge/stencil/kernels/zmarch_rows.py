@@ -32,16 +32,16 @@ def _sums(cell: Cell, vx: int, ry: int) -> list[str]:
             for s in lane_sums(cell, vx, lambda v: load(p, v), f"cf{i}", row=i, ry=ry)]
 
 
-def _store_whole(cell: Cell, vx: int, sc: int) -> str:
+def store_whole(cell: Cell, vx: int, sc: int, at: str = "at") -> str:
     """Store ``Vec o`` at ``dst + at``: one vector store, or ``__stcs`` of 16-byte (or smaller)
     pieces when ``sc``."""
     if not sc:
-        return "*reinterpret_cast<Vec*>(dst + at) = o;"
+        return f"*reinterpret_cast<Vec*>(dst + {at}) = o;"
     nbytes = cell.precision.itemsize * vx
     piece = min(16, nbytes)
     ty = _STORE_TYPES[piece]
     return " ".join(
-        f"__stcs(reinterpret_cast<{ty}*>(dst + at) + {k}, "
+        f"__stcs(reinterpret_cast<{ty}*>(dst + {at}) + {k}, "
         f"reinterpret_cast<const {ty}*>(&o)[{k}]);" for k in range(nbytes // piece))
 
 
@@ -90,7 +90,7 @@ def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, ry: int, sc: int, lb:
         stores.append(
             f"      {{ const long at = base + {row(i)};\n"
             f"        if (x0 >= R && x0 + {vx} <= NX - R) {{ Vec o; {whole} "
-            f"{_store_whole(cell, vx, sc)} }}\n"
+            f"{store_whole(cell, vx, sc)} }}\n"
             f"        else {{ {lanes} }} }}")
     shift = (f"    #pragma unroll\n    for (int j = 0; j < {qn - 1}; ++j)\n"
              f"      #pragma unroll\n      for (int i = 0; i < {ry}; ++i)\n"

@@ -27,6 +27,9 @@ through L2, which Nsight found to be the star kernels' limit (session 8). On the
 ``l2p`` (session 17; 128 or 256): the copies carry an L2 prefetch size (``cp.async...L2::256B``):
 on a miss the L2 fetches that many aligned bytes from DRAM, not only the missed sectors.
 
+``sc`` (session 17): the whole-vector output stores as ``st.global.cs`` (``__stcs``, evict-first),
+as z-marching's ``sc``.
+
 ``h2=1`` (session 15; fp16, even ``vx``): the queue holds lane pairs as ``__half2`` and each
 output pair is one ``HFMA2`` chain, as in :mod:`.zmarch_h2` (whose sums and lane selection this
 reuses); the x halo scalars and the y rows are read from the staged plane without conversion.
@@ -42,7 +45,7 @@ from __future__ import annotations
 
 from ..operator import Launch, Operator
 from ..spec import Cell, Precision
-from . import zmarch_h2, zmarch_staged
+from . import zmarch_h2, zmarch_rows, zmarch_staged
 from .common import (
     cdiv,
     extents,
@@ -109,7 +112,8 @@ def stage(slot: str, plane: str) -> str:
             f"kf_cp16(S + ({slot}) * SPL + sof[j], src + ({plane}) * (NY * NX) + go[j]);")
 
 
-def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, st: int, h2: int = 0) -> str:
+def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, st: int, h2: int = 0,
+            sc: int = 0) -> str:
     p = cell.precision
     t = p.ctype
     r = cell.radius
@@ -144,6 +148,7 @@ def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, st: int, h2: int = 0
     shift = "\n".join(f"    #pragma unroll\n    for (int j = 0; j < {qn - 1}; ++j) "
                       f"q[j][{k}] = q[j + 1][{k}];" for k in range(n))
     nl = "\n      "
+    put = zmarch_rows.store_whole(cell, vx, sc, "base")  # one vector store, or __stcs pieces
     return f"""
 extern "C" __global__ void __launch_bounds__(NT)
 ztile(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
@@ -188,7 +193,7 @@ ztile(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
       const long base = (z * NY + y) * NX + x0;
       {qt} res[{n if h2 else "VX"}];
       {nl.join(body)}
-      if (x0 >= R && x0 + VX <= NX - R) {{ Vec o; {whole} *reinterpret_cast<Vec*>(dst + base) = o; }}
+      if (x0 >= R && x0 + VX <= NX - R) {{ Vec o; {whole} {put} }}
       else {{ {lanes} }}
     }}
 {shift}
@@ -201,7 +206,7 @@ ztile(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
 
 
 def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
-             st: int = 2, ca: int = 0, h2: int = 0, l2p: int = 0) -> Operator:
+             st: int = 2, ca: int = 0, h2: int = 0, l2p: int = 0, sc: int = 0) -> Operator:
     if cell.stencil.kind != "star":
         raise ValueError(f"ztile handles star stencils, not {cell.stencil.name}")
     item = cell.precision.itemsize
@@ -213,8 +218,8 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
         raise ValueError(f"vx={vx}: 1, 2, 4 or 8 lanes, >= the radius, <= 16 bytes")
     if st not in (1, 2, 3, 4, 6):
         raise ValueError("st (planes requested ahead) in 1, 2, 3, 4, 6")
-    if ca not in (0, 1):
-        raise ValueError("ca (copies cached in L1 too) is 0 or 1")
+    if ca not in (0, 1) or sc not in (0, 1):
+        raise ValueError("ca (copies cached in L1 too) and sc (streaming stores) are 0 or 1")
     if h2 not in (0, 1) or (h2 and (cell.precision is not Precision.FP16 or vx % 2)):
         raise ValueError("h2 (half2 arithmetic) is 0 or 1, and 1 needs fp16 and an even vx")
     shared = shared_bytes(cell, tx, ty, vx, st)
@@ -232,10 +237,11 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
               f"struct __align__({item * vx}) Vec {{ {cell.precision.ctype} v[{vx}]; }};\n")
     source = (header(cell) + extents(cell) + weight_defs(cell) + consts
               + copies(cell.precision.ctype, ca, l2p)
-              + _kernel(cell, tx, ty, vx, lz, st, h2))
+              + _kernel(cell, tx, ty, vx, lz, st, h2, sc))
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty), cdiv(nz_int, lz))
     launches = tuple(Launch("ztile", grid, (tx, ty, 1), (a, b), shared)
                      for a, b in ping_pong(cell.stencil.steps))
     params = {"tx": tx, "ty": ty, "vx": vx, "lz": lz, "st": st, **({"ca": 1} if ca else {}),
-              **({"h2": 1} if h2 else {}), **({"l2p": l2p} if l2p else {})}
+              **({"h2": 1} if h2 else {}), **({"l2p": l2p} if l2p else {}),
+              **({"sc": 1} if sc else {})}
     return Operator(cell.id, "ztile", params, source, launches)
