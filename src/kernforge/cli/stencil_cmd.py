@@ -29,7 +29,7 @@ from rich.table import Table
 
 from ..core import ConfigError
 from ..core.jsonio import write_bytes_atomic, write_json_atomic
-from ..forge import latest, report
+from ..forge import latest, report, spread
 from ..forge.bench import BASELINES, BenchConfig, bench, operator_for
 from ..forge.check import check_cells
 from ..forge.compile_check import compile_only
@@ -130,6 +130,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="describe this dispatch table: per cell the latest row of the table's "
                         "operator (rows of operators it no longer holds are passed over)")
     m.set_defaults(func=run_merge)
+    sp = cmds.add_parser("spread", help="run-to-run spread of the memory-bound median: repeated "
+                                        "bench runs of the same cells")
+    sp.add_argument("inputs", nargs="+", type=Path, help="bench JSON files of the same cells")
+    sp.add_argument("--goal", type=float, default=85.0, help="%% of copy to count (default 85)")
+    sp.add_argument("--json", type=Path, default=None, help="write the figures here")
+    sp.add_argument("--png", type=Path, default=None, help="write the per-cell ranges here")
+    sp.set_defaults(func=run_spread)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
@@ -283,4 +290,18 @@ def run_merge(args: argparse.Namespace) -> int:
         console.print(escape(line), soft_wrap=True)
     console.print(f"wrote {escape(str(args.out))}" + (f", {escape(str(args.png))}"
                                                        if args.png else ""))
+    return 0
+
+
+def run_spread(args: argparse.Namespace) -> int:
+    doc = spread.spread(args.inputs, goal=args.goal)
+    for line in spread.report_lines(doc):
+        console.print(escape(line), soft_wrap=True)
+    if args.json:
+        write_json_atomic(args.json, doc)
+    if args.png:
+        spread.chart(doc, args.png)
+    for out in (args.json, args.png):
+        if out:
+            console.print(f"wrote {escape(str(out))}")
     return 0
