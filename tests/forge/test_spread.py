@@ -65,6 +65,11 @@ def test_spread_counts_only_passing_memory_bound_single_sweeps_in_every_run(
     assert doc["mixed_operators"] == ["b/8x8x8/fp32"]
     assert doc["dropped"] == ["only/8x8x8/fp32"]  # the excluded kinds are not even candidates
     assert doc["paired_medians"] == [87.0, 87.0] and doc["paired_runs_at_goal"] == 2
+    # a cell without a paired copy in one run leaves every run's paired median
+    three = copy.deepcopy(second)
+    three[2]["copy_paired"] = None
+    doc = spread.spread([one, two, _write(tmp_path, "3", three)], goal=85.0)
+    assert [r["paired_cells"] for r in doc["runs"]] == [2, 2, 2]
     lines = "\n".join(spread.report_lines(doc))
     assert "straddles 85%: a/8x8x8/fp32" in lines and "not noise): b/8x8x8/fp32" in lines
 
@@ -74,6 +79,8 @@ def test_spread_refuses_what_it_cannot_compare(tmp_path: Path) -> None:
     two = _write(tmp_path, "2", [_row("b/8x8x8/fp32", 84.0)])
     with pytest.raises(ConfigError, match="at least two"):
         spread.spread([one])
+    with pytest.raises(ConfigError, match="percentage"):
+        spread.spread([one, one], goal=float("nan"))
     with pytest.raises(ConfigError, match="in every run"):
         spread.spread([one, two])
     (tmp_path / "bad.json").write_text("[]")

@@ -6,7 +6,7 @@ same memory-bound cells (``kernforge stencil bench --cell-ids ... --baselines ''
 40 s for the 60 single-sweep cells on an H200) gives the run-to-run spread of that median
 instead: ``kernforge stencil spread RUN.json ...`` prints, per run, the median against the
 copy measured before the cell and against the copy timed in the operator's own passes
-(``copy_paired``), how many cells reach the goal, and per cell the lowest, median and highest
+(``copy_paired``, over the cells that have it in every run), how many cells reach the goal, and per cell the lowest, median and highest
 % of copy over the runs (the cells whose range straddles the goal decide the median); the PNG
 shows those ranges. Only cells present in every run count; cells whose operator differs
 between runs are named (their spread is not noise).
@@ -33,12 +33,15 @@ def _memory_rows(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 or (row.get("roofline") or {}).get("bound", "memory") != "memory"):
             continue
         out[row["cell"]] = {"pct": float(ours["pct_copy"]), "key": ours.get("key"),
-                            "paired": (row.get("copy_paired") or {}).get("pct_copy")}
+                            "paired": (row.get("copy_paired") or {}).get("pct_copy")}  # None: not measured
     return out
 
 
 def spread(paths: list[Path], goal: float = 85.0) -> dict[str, Any]:
     """Per run and per cell figures over the memory-bound single-sweep cells every run has."""
+    if not 0 < goal <= 100:  # also NaN
+        raise ConfigError(f"goal {goal} is not a percentage of the copy bandwidth",
+                          hint="e.g. --goal 85")
     if len(paths) < 2:
         raise ConfigError("a spread needs at least two bench runs",
                           hint="repeat kernforge stencil bench --cell-ids ... --json RUN_n.json")
@@ -48,11 +51,15 @@ def spread(paths: list[Path], goal: float = 85.0) -> dict[str, Any]:
     if not common:
         raise ConfigError("no memory-bound single-sweep cell passed in every run",
                           hint="bench the same --cell-ids in each run")
+    # the paired figures over the cells with a paired copy in every run, like the others
+    both = [c for c in common if all(r[c]["paired"] is not None for r in rows)]
+    names = [p.name for p in paths]
+    names = names if len(set(names)) == len(names) else [str(p) for p in paths]
     per_run = []
-    for (path, doc), r in zip(runs, rows, strict=True):
+    for (_, doc), r, name in zip(runs, rows, names, strict=True):
         pct = [r[c]["pct"] for c in common]
-        paired = [r[c]["paired"] for c in common if r[c]["paired"]]
-        per_run.append({"file": path.name, "date": doc.get("date"), "cells": len(common),
+        paired = [r[c]["paired"] for c in both]
+        per_run.append({"file": name, "date": doc.get("date"), "cells": len(common),
                         "median": median(pct), "at_goal": sum(v >= goal for v in pct),
                         "median_paired": median(paired) if paired else None,
                         "paired_cells": len(paired)})

@@ -177,8 +177,8 @@ def l2_prefetch(l2p: int) -> str:
     L2 requests that many aligned bytes from DRAM, not only the missed 32-byte sectors, so a
     row's later sectors are already on their way (more bytes in flight per load issued). A
     ValueError for other values."""
-    if l2p not in L2_PREFETCH:
-        raise ValueError(f"l2p={l2p}: the L2 prefetch size is one of {L2_PREFETCH}")
+    if type(l2p) is not int or l2p not in L2_PREFETCH:  # 128.0 would print as .L2::128.0B
+        raise ValueError(f"l2p={l2p!r}: the L2 prefetch size is one of {L2_PREFETCH}")
     return f".L2::{l2p}B" if l2p else ""
 
 
@@ -241,5 +241,7 @@ __device__ __forceinline__ Vec kf_ldv(const {t}* g) {{
 __device__ __forceinline__ Vec kf_ldv(const {t}* g) {{ return *reinterpret_cast<const Vec*>(g); }}
 #endif
 """
-    at = source.index('extern "C"')
+    at = source.find('extern "C"')
+    if at < 0:
+        raise ValueError("prefetching_vec_loads: no kernel (extern \"C\") in the source")
     return source[:at] + helper + _GLOBAL_VEC_LOAD.sub(r"kf_ldv(\1", source[at:])
