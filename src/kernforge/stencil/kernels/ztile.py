@@ -25,8 +25,8 @@ through L2, which Nsight found to be the star kernels' limit (session 8). On the
 15) the four table operators of this design take 0.834-0.875x of their speed with ``ca=0``.
 
 ``l2p`` (session 17; 128 or 256): the copies carry an L2 prefetch size (``cp.async...L2::256B``):
-on a miss the L2 fetches that many aligned bytes from DRAM, not only the missed sectors; the
-queue's warm-up loads from global memory too (:func:`.common.prefetching_vec_loads`).
+on a miss the L2 fetches that many aligned bytes from DRAM, not only the missed sectors (the
+queue's few warm-up loads straight from global memory stay plain).
 
 ``sc`` (session 17): the whole-vector output stores as ``st.global.cs`` (``__stcs``, evict-first),
 as z-marching's ``sc``.
@@ -56,7 +56,6 @@ from .common import (
     lane_stores,
     load,
     ping_pong,
-    prefetching_vec_loads,
     store,
     weight_defs,
 )
@@ -240,8 +239,6 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
     source = (header(cell) + extents(cell) + weight_defs(cell) + consts
               + copies(cell.precision.ctype, ca, l2p)
               + _kernel(cell, tx, ty, vx, lz, st, h2, sc))
-    # the warm-up loads of the queue (not the staged copies) from global memory, as z-marching's
-    source = prefetching_vec_loads(source, cell.precision.ctype, vx, l2p)
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty), cdiv(nz_int, lz))
     launches = tuple(Launch("ztile", grid, (tx, ty, 1), (a, b), shared)
                      for a, b in ping_pong(cell.stencil.steps))
