@@ -23,7 +23,8 @@
 #                $OUT/$NAME-matrix.json put in the tree), with --changed-from the committed one
 #                unless BENCH_CELLS names cells (with FORGE the forge's table is used)
 #   BENCH_ARGS   more `kernforge stencil bench` arguments (e.g. --baselines '')
-#   PYTEST       pytest arguments to run first (e.g. "-m gpu tests/stencil/test_measure_gpu.py -k later")
+#   PYTEST       pytest arguments to run first (shell words, e.g.
+#                '-m gpu tests/stencil/test_measure_gpu.py -k "later and l2p"')
 #   SNAP_CELLS   cells to bench afterwards without baselines through the same table (% of copy
 #                only: a one-session snapshot, $OUT/$NAME-snap.json)
 #   A forge starts its NAME afresh (the machine's earlier table, bench and snapshot of that NAME
@@ -76,7 +77,8 @@ if [ -n "${FORGE:-}" ]; then
   done
 elif [ -n "${BENCH_TABLE:-}" ]; then
   forge_dir=/tmp/kf-table-$NAME; rm -rf "$forge_dir"; mkdir -p "$forge_dir"
-  cp "$BENCH_TABLE" "$forge_dir/matrix.json" || { echo "cannot copy $BENCH_TABLE" | tee -a "$log"; exit 2; }
+  cp "$BENCH_TABLE" "$forge_dir/matrix.json" \
+    || { echo "cannot copy $BENCH_TABLE" | tee -a "$log"; exit 2; }
 fi
 if [ ! -f "$bench_json" ] && [ -n "${BENCH_FROM:-}" ] && [ -f "$BENCH_FROM" ]; then
   cp "$BENCH_FROM" "$bench_json"

@@ -3,7 +3,8 @@ the names ``--changes`` accepts (``loop.round_plan`` checks them here)."""
 
 from __future__ import annotations
 
-TPE_ROUNDS = ("tpe", "tpe2", "tpe3", "tpe4", "tpe5", "tpe6")  # one search (forge/bo.py), seeded apart
+# the same search (forge/bo.py), seeded apart
+TPE_ROUNDS = ("tpe", "tpe2", "tpe3", "tpe4", "tpe5", "tpe6")
 
 IDEAS = {
     "design": "restructure: z-marching with a register queue (star), shared-memory plane sweep "
@@ -15,8 +16,8 @@ IDEAS = {
     "ry": "register blocking along y: fewer shared-memory reads per output (plane sweep); "
           "z-marching: rows per thread, y neighbours from the own queues (fewer L1/L2 "
           "requests per output)",
-    "sc": "z-marching, plane sweep, ztile: streaming stores (st.global.cs, evict-first) so output lines do not "
-          "displace input planes still read from L2",
+    "sc": "z-marching, plane sweep, ztile: streaming stores (st.global.cs, evict-first) so "
+          "output lines do not displace input planes still read from L2",
     "block": "thread-block shape of the one-thread-per-point kernel",
     "h2": "fp16: __half2 arithmetic (HFMA2); plane sweep: vertical output pairs, per-plane "
           "partial sums added into fp32 accumulators; z-marching and ztile: lane pairs, fp16 sums",

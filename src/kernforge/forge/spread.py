@@ -2,13 +2,13 @@
 
 The merged matrix (:mod:`.latest`) takes each cell's latest row, so its median of % of copy
 mixes runs of many sessions, each with its own copy reference. Repeating one bench over the
-same memory-bound cells (``kernforge stencil bench --cell-ids ... --baselines ''`` takes about
-40 s for the 60 single-sweep cells on an H200) gives the run-to-run spread of that median
+same memory-bound cells (``kernforge stencil bench --cell-ids ... --baselines ''`` takes
+24-40 s for the 60 single-sweep cells on an H200) gives the run-to-run spread of that median
 instead: ``kernforge stencil spread RUN.json ...`` prints, per run, the median against the
 copy measured before the cell and against the copy timed in the operator's own passes
-(``copy_paired``, over the cells that have it in every run), how many cells reach the goal, and per cell the lowest, median and highest
-% of copy over the runs (the cells whose range straddles the goal decide the median); the PNG
-shows those ranges. Only cells present in every run count; cells whose operator differs
+(``copy_paired``, over the cells that have it in every run) and how many cells reach the goal;
+per cell the lowest, median and highest % of copy over the runs (the cells whose range
+straddles the goal decide the median); the PNG shows those ranges. Only cells present in every run count; cells whose operator differs
 between runs are named (their spread is not noise).
 """
 
@@ -32,8 +32,9 @@ def _memory_rows(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
         if (row.get("temporal") or ours is None or ours.get("status") != "ok"
                 or (row.get("roofline") or {}).get("bound", "memory") != "memory"):
             continue
+        paired = (row.get("copy_paired") or {}).get("pct_copy")  # None: not measured
         out[row["cell"]] = {"pct": float(ours["pct_copy"]), "key": ours.get("key"),
-                            "paired": (row.get("copy_paired") or {}).get("pct_copy")}  # None: not measured
+                            "paired": paired}
     return out
 
 

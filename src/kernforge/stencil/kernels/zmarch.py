@@ -13,8 +13,8 @@ plane's tile in shared memory), ``xs`` (the x halo by warp shuffles instead of s
 loads) and ``pn`` (the x and y neighbours loaded one plane ahead): see :mod:`.zmarch_staged`;
 ``h2`` (fp16: ``__half2`` arithmetic): see :mod:`.zmarch_h2`; ``cw`` (fp64: the weights in
 constant memory, no 64-bit immediates: :func:`.common.constant_weight_defs`); ``ry`` (rows per
-thread) and ``sc`` (streaming stores): see :mod:`.zmarch_rows`; ``l2p`` (every kernel; session 17): the
-vector loads from the global arrays carry an L2 prefetch size
+thread) and ``sc`` (streaming stores): see :mod:`.zmarch_rows`; ``l2p`` (every kernel; session
+17): the vector loads from the global arrays carry an L2 prefetch size
 (:func:`.common.prefetching_vec_loads`); ``minb`` (every kernel):
 ``__launch_bounds__`` minimum resident blocks per SM, a register cap (:func:`.common.bounds`);
 ``pf=1, smem=0, xs=0, pn=0, h2=0, ry=1, sc=0, minb=1`` is this module's kernel. (``l1``, the
