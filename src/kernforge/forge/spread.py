@@ -8,8 +8,8 @@ instead: ``kernforge stencil spread RUN.json ...`` prints, per run, the median a
 copy measured before the cell and against the copy timed in the operator's own passes
 (``copy_paired``, over the cells that have it in every run) and how many cells reach the goal;
 per cell the lowest, median and highest % of copy over the runs (the cells whose range
-straddles the goal decide the median); the PNG shows those ranges. Only cells present in every run count; cells whose operator differs
-between runs are named (their spread is not noise).
+straddles the goal decide the median); the PNG shows those ranges. Only cells present in every
+run count; cells whose operator differs between runs are named (their spread is not noise).
 """
 
 from __future__ import annotations
