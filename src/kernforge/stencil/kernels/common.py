@@ -207,7 +207,7 @@ _GLOBAL_VEC_LOAD = re.compile(r"\*reinterpret_cast<const Vec\*>\(\s*(src|coef)\b
 
 
 def prefetching_vec_loads(source: str, t: str, vx: int, l2p: int) -> str:
-    """``source`` (a z-marching kernel) with every ``Vec`` load from the global arrays (``src``,
+    """``source`` (a z-marching or zbox kernel) with every ``Vec`` load from the global arrays (``src``,
     ``coef``; not the shared-memory tiles) made ``kf_ldv(...)``: ``ld.global.nc`` with the L2
     prefetch size ``l2p``, in 16-byte (or smaller) pieces; the source unchanged for ``l2p=0``.
     The helper goes before the first kernel (after ``struct Vec``); on the host emulator it is
@@ -220,7 +220,8 @@ def prefetching_vec_loads(source: str, t: str, vx: int, l2p: int) -> str:
     for off in range(0, nbytes, 16):
         n = min(16, nbytes - off)
         if n == 2:
-            pieces.append(f'asm("ld.global.nc{hint}.b16 %0, [%1];" : "=h"(r.h) : "l"(b + {off}));')
+            pieces.append(f'asm("ld.global.nc{hint}.b16 %0, [%1];" : "=h"(r.h) '
+                          f': "l"(b + {off}));')
             continue
         w = n // 4
         regs = ", ".join(f"%{i}" for i in range(w))
