@@ -309,8 +309,7 @@ def summary(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
         group = [c for c in cells if c["temporal"] == temporal]
         pairs = [(c["precision"], float(c["speedup"])) for c in group if c.get("speedup")]
         ours_ok = sum(1 for c in group if _ours_entry(c).get("status") == "ok")
-        mem = [c for c in group if _ours_entry(c).get("status") == "ok"
-               and (c.get("roofline") or {}).get("bound", "memory") == "memory"]
+        mem = [c for c in group if memory_bound(c)]
         pct = [_ours_entry(c)["pct_copy"] for c in mem]
         paired = [c["copy_paired"]["pct_copy"] for c in mem
                   if (c.get("copy_paired") or {}).get("pct_copy")]
@@ -324,6 +323,13 @@ def summary(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
                       "median_pct_copy_paired": median(paired) if paired else None,
                       "paired_cells": len(paired)}
     return out
+
+
+def memory_bound(cell_row: dict[str, Any]) -> bool:
+    """Our operator passed in this row and the cell is memory-bound (rows without a roofline,
+    from before it was recorded, count as memory-bound): the cells of the % of copy median."""
+    return (_ours_entry(cell_row).get("status") == "ok"
+            and (cell_row.get("roofline") or {}).get("bound", "memory") == "memory")
 
 
 def _ours_entry(cell_row: dict[str, Any]) -> dict[str, Any]:

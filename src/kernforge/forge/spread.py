@@ -22,16 +22,16 @@ from ..core import ConfigError
 from ..core.jsonio import write_bytes_atomic
 from ..harness.stats import median
 from . import latest
+from .bench import memory_bound
 
 
 def _memory_rows(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The passing memory-bound single-sweep rows of one run, by cell id."""
     out = {}
     for row in doc["cells"]:
-        ours = latest.ours(row)
-        if (row.get("temporal") or ours is None or ours.get("status") != "ok"
-                or (row.get("roofline") or {}).get("bound", "memory") != "memory"):
+        if row.get("temporal") or not memory_bound(row):  # as the bench's summary counts them
             continue
+        ours = latest.ours(row) or {}
         paired = (row.get("copy_paired") or {}).get("pct_copy")  # None: not measured
         out[row["cell"]] = {"pct": float(ours["pct_copy"]), "key": ours.get("key"),
                             "paired": paired}

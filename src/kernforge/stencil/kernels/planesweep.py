@@ -114,8 +114,9 @@ def _source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int = 0
     per = cdiv(sw * sh, tx * ty)
     weights, halves = weight_decls(cell, h2, cw)
     # the staged planes: ACC values (converted on load), or raw __half with half2 weights (h2)
-    at = "kf_ld(src + (k * NY + gy) * NX + gx)" if l2p else "src[(k * NY + gy) * NX + gx]"
-    ld = prefetching_load(t, l2p) if l2p else ""
+    hint = l2_prefetch(l2p)  # "" for 0; a ValueError for a size the L2 does not prefetch
+    at = "kf_ld(src + (k * NY + gy) * NX + gx)" if hint else "src[(k * NY + gy) * NX + gx]"
+    ld = prefetching_load(t, l2p) if hint else ""
     stage, value, zero = "ACC", load(p, at), "(ACC)0"
     acc_body = "\n      ".join(accumulate(cell, vx, ry, "cur"))
     if h2:
@@ -247,14 +248,13 @@ def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
     if st or ca:  # planes staged by asynchronous copies (kernels/planesweep_async.py)
         from . import planesweep_async as pa
 
-        pa.check(cell, tx, ty, vx, ry, h2, st, ca, l2p)
+        pa.check(cell, tx, ty, vx, ry, h2, st, ca)
         shared = pa.shared_bytes(cell, tx, ty, vx, ry, st)
         source = pa.source(cell, tx, ty, vx, ry, lz, h2, cw, minb, st, ca, l2p, sc)
         launch = Launch("planesweep", grid, (tx, ty, 1), ("in", "out"), shared)
     else:
         if shared_bytes(cell, tx, ty, vx, ry, h2) > 48 * 1024:
             raise ValueError("the staged planes exceed 48 KiB of static shared memory")
-        l2_prefetch(l2p)  # ValueError for a size the L2 does not prefetch
         source = _source(cell, tx, ty, vx, ry, lz, h2, cw, minb, l2p, sc)
         launch = Launch("planesweep", grid, (tx, ty, 1), ("in", "out"))
     params = {"tx": tx, "ty": ty, "vx": vx, "ry": ry, "lz": lz}

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from ..spec import Cell, Precision
 from . import planesweep
-from .common import bounds, extents, header, l2_prefetch
+from .common import bounds, extents, header
 from .ztile import CHUNKS, MAX_SHARED, copies, stage
 
 
@@ -35,14 +35,12 @@ def shared_bytes(cell: Cell, tx: int, ty: int, vx: int, ry: int, st: int) -> int
     return (st + 2) * (ty * ry + 2 * cell.radius) * (tx * vx + 2 * pad) * item
 
 
-def check(cell: Cell, tx: int, ty: int, vx: int, ry: int, h2: int, st: int, ca: int,
-          l2p: int = 0) -> None:
+def check(cell: Cell, tx: int, ty: int, vx: int, ry: int, h2: int, st: int, ca: int) -> None:
     """ValueError unless the asynchronous sweep can build this layout."""
     ch = 16 // cell.precision.itemsize
     if st not in (1, 2, 3) or ca not in (0, 1):
         raise ValueError("st (planes requested ahead) in 1-3 (0: the synchronous sweep), "
                          "ca (copies cached in L1 too) 0 or 1")
-    l2_prefetch(l2p)  # ValueError for a size the L2 does not prefetch
     if cell.precision is Precision.FP16 and not h2:
         raise ValueError("fp16 stages planes by copies only with h2=1 (no conversion on staging)")
     if cell.shape.nx % ch or (tx * vx) % ch:
