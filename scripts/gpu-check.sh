@@ -12,6 +12,8 @@
 #   FORGE_ARGS (more stencil_forge.py arguments) and BENCH_LIMIT tune the stencil steps (FORGE_GPUS: forge processes, default one per GPU) (.carry/halide.tar.xz: ../shared/device/halide.sh);
 #   GPU_STEPS="scaling" (nvidia-h200-x2/x4) measures the service over 1..N GPUs;
 #   GPU_STEPS="stencil-profile" runs Nsight Compute on PROFILE_CELLS (scripts/profile_stencil.py)
+# (stencil forges and benches with Halide in one call, under the carry limit that .whl and Halide
+#  together exceed: scripts/stencil-device.sh, which carries .carry/fw3 instead)
 # (.whl is made here with: ../shared/device/wheels.sh tree-sitter tree-sitter-c
 #  tree-sitter-cuda optuna openai dask distributed)
 set -uo pipefail
