@@ -1,4 +1,4 @@
-"""``kernforge stencil merge``: the library behind scripts/stencil_latest.py, from the CLI."""
+"""``kernforge stencil merge`` from the CLI."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from kernforge.cli.main import main
 
-DATA = Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "data"
+DATA = Path(__file__).resolve().parents[1] / "data" / "stencil"  # earlier H200 runs
 
 
 def test_merge_writes_the_latest_rows_and_prints_the_summary(

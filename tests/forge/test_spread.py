@@ -13,7 +13,7 @@ from kernforge.cli.main import main
 from kernforge.core import ConfigError
 from kernforge.forge import spread
 
-DATA = Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "data"
+DATA = Path(__file__).resolve().parents[1] / "data" / "stencil"  # earlier H200 runs
 SNAPS = [DATA / f"stencil-snap-h200-2026-12-02-s17{s}.json" for s in ("c", "d", "e1")]
 
 

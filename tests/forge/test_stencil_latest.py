@@ -1,4 +1,4 @@
-"""scripts/stencil_latest.py: bench files merge into the latest row per cell, summarized."""
+"""``kernforge stencil merge``: bench files merge into the latest row per cell, summarized."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from kernforge.stencil import matrix as mx
 from kernforge.stencil.spec import Cell
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "docs" / "benchmarks" / "data"
-SCRIPT = ROOT / "scripts" / "stencil_latest.py"
+DATA = ROOT / "tests" / "data" / "stencil"  # bench files of earlier H200 runs
 
 
 def _run(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], check=False,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "kernforge", "stencil", "merge",
+                           *map(str, args)], check=False, capture_output=True, text=True,
+                          timeout=120)
 
 
 def test_later_files_replace_earlier_rows(tmp_path: Path) -> None:
