@@ -1,10 +1,12 @@
 # kernforge: `make demo` sets up a virtual environment and runs the main job;
-# `make test` runs the import-layer contracts, ruff, mypy and the test suite (what CI runs).
+# `make test` runs the import-layer contracts, ruff, mypy and the default test suite;
+# `make test-slow` the tests marked slow (CI runs both); `make gpu-check` is for a machine with
+# an NVIDIA GPU (CuPy installed): the GPU tests and the benchmarks, then a short table.
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test gpu-check clean
+.PHONY: setup demo test test-slow gpu-check clean
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -18,12 +20,15 @@ demo: setup
 
 test: setup
 	$(BIN)/lint-imports
-	$(BIN)/ruff check src tests scripts examples
+	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/mypy
 	$(BIN)/pytest -q
 
-gpu-check:  # on a machine with an NVIDIA GPU (see scripts/gpu-check.sh)
-	bash scripts/gpu-check.sh
+test-slow: setup
+	$(BIN)/pytest -q -m 'slow and not gpu'
+
+gpu-check: setup
+	$(BIN)/python benchmarks/gpu_check.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

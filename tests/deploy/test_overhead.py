@@ -1,4 +1,4 @@
-"""The measured host overhead of a deployment (deploy/overhead.py, scripts/bench_deploy_overhead.py)
+"""The measured host overhead of a deployment (deploy/overhead.py, benchmarks/bench_deploy_overhead.py)
 and the rule built on it (deploy/worth.py): a winner that saves less per launch than a
 replaced launch costs is not deployed."""
 
@@ -24,7 +24,7 @@ from kernforge.deploy.worth import not_worth, saving_s, worth_deploying
 from kernforge.record import load_recording, record
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "scripts" / "bench_deploy_overhead.py"
+BENCH = ROOT / "benchmarks" / "bench_deploy_overhead.py"
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
 
 

@@ -174,7 +174,7 @@ def test_a_naive_incumbent_and_a_deadline(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_the_first_batch_is_known_before_the_run(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """``first_batch`` (what scripts/stencil_precompile.py compiles ahead) is exactly what the
+    """``first_batch`` (what ``kernforge stencil precompile`` compiles ahead) is exactly what the
     round compiles first, incumbents aside: seeded random startup trials, no time known yet."""
     monkeypatch.setattr(bo, "BATCHES", 1)
     kw: dict = {"sessions": emulated_sessions, "table_path": tmp_path / "matrix.json",

@@ -1,4 +1,4 @@
-"""scripts/stencil_build_audit.py: nvcc against NVRTC builds of table operators, on the host
+"""``kernforge stencil audit``: nvcc against NVRTC builds of table operators, on the host
 (NVRTC from the nvidia-cuda-nvrtc wheel of the dev extras, nvcc and ptxas of the toolkit)."""
 
 from __future__ import annotations
@@ -12,12 +12,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "stencil_build_audit.py"
 CELL = "star_1_t4/1024x1024x32/fp32"
 
 
 def _run(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], check=False,
+    return subprocess.run([sys.executable, "-m", "kernforge", "stencil", "audit", *map(str, args)], check=False,
                           capture_output=True, text=True, timeout=600)
 
 

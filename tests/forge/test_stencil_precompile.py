@@ -1,4 +1,4 @@
-"""scripts/stencil_precompile.py: it compiles the incumbent and the first round's candidates of
+"""``kernforge stencil precompile``: it compiles the incumbent and the first round's candidates of
 each cell into the forge's cache (the keys the forge then looks up), and refuses bad input."""
 
 from __future__ import annotations
@@ -15,12 +15,11 @@ from kernforge.forge.loop import Incumbent, _candidates
 from kernforge.stencil import matrix as mx
 from kernforge.stencil.spec import Cell, matrix
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "stencil_precompile.py"
 CELL = ("star_1", "2048x64x64", "fp32")
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "kernforge", "stencil", "precompile", *args], capture_output=True, text=True,
                           timeout=600, check=False)
 
 

@@ -1,26 +1,19 @@
-"""scripts/stencil_probe.py: its source probes keep the operator's results (host emulator
+"""``kernforge stencil probe`` (kernforge.forge.probe): its source probes keep the operator's results (host emulator
 against the float64 oracle), build for sm_90 with nvcc, and refuse kernels they cannot rewrite."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from kernforge.forge import probe
 from kernforge.stencil import matrix as mx
 from kernforge.stencil import oracle
 from kernforge.stencil.emulate import emulate
 from kernforge.stencil.spec import STENCILS, Cell, Precision, Shape
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "stencil_probe.py"
-_spec = importlib.util.spec_from_file_location("stencil_probe", SCRIPT)
-assert _spec is not None and _spec.loader is not None
-probe = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(probe)
 
 
 def _max_rel_error(op, cell: Cell) -> float:

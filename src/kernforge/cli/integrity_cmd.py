@@ -26,6 +26,7 @@ from ..harness.static_checks import check_source
 from ..record import load_recording
 from ..replay.checks import Integrity
 from ..replay.validate import Validation, validate
+from . import redteam_cmd
 from .output import console, err_console, parse_pairs
 from .replay_cmd import tolerance_overrides
 
@@ -64,6 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     led = cmds.add_parser("ledger", help="print a ledger of validated candidates")
     led.add_argument("file")
     led.set_defaults(func=run_ledger)
+    redteam_cmd.add_parser(cmds)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 

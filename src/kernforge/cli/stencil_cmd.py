@@ -1,4 +1,5 @@
-"""``kernforge stencil {list,check,forge,bench,merge}``: the stencil operator matrix
+"""``kernforge stencil {list,check,forge,bench,merge,spread}`` (and the tools of
+:mod:`.stencil_tools_cmd`: probe, precompile, audit, summary): the stencil operator matrix
 (docs/stencil.md).
 
 - ``list``: the cells (stencil x shape x precision) with their sizes;
@@ -34,7 +35,7 @@ from ..forge.bench import BASELINES, BenchConfig, bench, operator_for
 from ..forge.check import check_cells
 from ..forge.compile_check import compile_only
 from ..stencil.spec import Cell, matrix
-from . import stencil_forge_cmd
+from . import stencil_forge_cmd, stencil_tools_cmd
 from .output import console, err_console
 
 
@@ -90,6 +91,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ck.add_argument("--json", type=Path, default=None, help="write the results here")
     ck.set_defaults(func=run_check)
     stencil_forge_cmd.add_parser(cmds, _filters, _cells)
+    stencil_tools_cmd.add_parsers(cmds)
     b = cmds.add_parser("bench", help="check and time operators and baselines on the GPU")
     _filters(b)
     b.add_argument("--baselines", default=",".join(BASELINES),

@@ -61,7 +61,7 @@ def add_parser(cmds: argparse._SubParsersAction, filters: Any, cells: Any) -> No
     f.add_argument("--build", choices=BUILDS, default="nvrtc",
                    help="how candidates are compiled: nvrtc (default) as dispatch builds them, "
                         "on the GPU machine, so the rounds time the deployed code; nvcc: "
-                        "cubins (precompiled on the host by scripts/stencil_precompile.py), "
+                        "cubins (precompiled on the host by `kernforge stencil precompile`), "
                         "the deployed build timed only in the final pass")
     f.add_argument("--gpus", type=int, default=1,
                    help="forge processes, one per visible GPU, over balanced shares of the "

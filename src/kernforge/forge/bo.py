@@ -1,7 +1,7 @@
 """The ``tpe`` forge round: Bayesian optimization over the incumbent design's whole space.
 
 A one-change round moves one parameter, a pair round two; on the H200 the pair round was
-accepted in 19 of 80 cell rounds where one-change rounds had converged (session 10), so the
+accepted in 19 of 80 cell rounds where one-change rounds had converged, so the
 parameters interact. This round searches every parameter of the incumbent's design at once with
 the tune layer's TPE sampler (:class:`kernforge.tune.samplers.tpe.TPE`: multivariate, grouped,
 constant liar), one study per cell, seeded by the cell's id, its first trial the incumbent.
@@ -38,7 +38,7 @@ PER_BATCH = 16
 FINALISTS = 2
 ASK_LIMIT = 4 * PER_BATCH  # asks per cell and batch (refused and already screened ones are free)
 # not worth trials, kept as the incumbent has them: l1 measured without effect on the H200
-# (session 9); z-marching's register cap spills wherever it binds (session 12: 0.08-1.01x)
+# z-marching's register cap spills wherever it binds (0.08-1.01x)
 SKIP_PARAMS = ("l1",)
 SKIP_BY_DESIGN = {"zmarch": ("minb",)}
 GEOMETRY = ("vx", "lz", "ty", "tx")  # ordinal dimensions; every other parameter is an option
@@ -123,7 +123,7 @@ def first_batch(cell: Cell, design: str, params: dict[str, Any],
     """The operators a ``tpe`` round compiles first for this incumbent: the incumbent (the
     study's first trial) and up to :data:`PER_BATCH` - 1 others, distinct. The same every time:
     no time is known yet when they are asked for, and the study is seeded by the cell's id, so
-    ``scripts/stencil_precompile.py`` can build them ahead."""
+    ``kernforge stencil precompile`` can build them ahead."""
     space = search_space(design, cell, params)
     if space is None or space.size() <= 1:
         return []

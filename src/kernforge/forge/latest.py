@@ -2,7 +2,6 @@
 
     kernforge stencil merge OLD.json ... NEW.json --out latest.json [--png chart.png]
 
-(``scripts/stencil_latest.py`` takes the same arguments.)
 Each input is a ``kernforge stencil bench --json`` file (a later file's row of a cell replaces
 an earlier one's). Writes a compact JSON (per cell: the file it came from, our operator, time,
 percent of the copy bandwidth measured in that run, roofline bound, oracle verdict, best
@@ -18,8 +17,8 @@ fp16 rows count only where their run measured the half2 FMA rate (``peak_ctype``
 bench files used the fp32 rate, which the half2 kernels exceed).
 
 Baseline drift (an integrity check): a change to a baseline's build can make it slower, and our
-speedup over it then grows without our operator changing (session 8's Halide change did this
-to one cell). For every cell, each baseline's time in the row kept is compared with the fastest
+speedup over it then grows without our operator changing (a change to the Halide build once
+did this to one cell). For every cell, each baseline's time in the row kept is compared with the fastest
 time that baseline passed the oracle in over *all* the files; slower by more than
 ``--drift`` (10% by default), or now failing, skipped or absent where it once passed, is listed
 under ``baseline_drift`` and printed. Where the fastest baseline time ever measured for the cell is
@@ -82,7 +81,7 @@ def ordered(paths: list[Path], by_date: bool = False) -> tuple[list[tuple[Path, 
                                                                list[str]]:
     """The files loaded, oldest first: as given, or ``by_date`` by the date each run recorded;
     and a warning per file given after a file of a later run (its rows would replace newer
-    ones: a shell glob sorts ``...-11-29.json`` after ``...-11-29-s4.json``)."""
+    ones: a shell glob sorts ``...-11-29.json`` after ``...-11-29-b.json``)."""
     docs = [(p, load(p)) for p in paths]
     if by_date:
         undated = [p.name for p, d in docs if not d.get("date")]

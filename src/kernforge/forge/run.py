@@ -51,7 +51,7 @@ def forge_run(cells: list[Cell], out: Path, *, start_table: Path | None, rounds:
 
     ``build``: "nvrtc" (default) builds candidates as dispatch does (:mod:`.nvrtc`, on the
     GPU machine), so the rounds time the deployed code; "nvcc" compiles cubins with nvcc
-    (``cache``; can be precompiled on the host, scripts/stencil_precompile.py), and only the
+    (``cache``; can be precompiled on the host, ``kernforge stencil precompile``), and only the
     final pass times the deployed build."""
     import functools
     import shutil

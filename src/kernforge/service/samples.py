@@ -1,5 +1,5 @@
 """A small recorded kernel and faulty candidates of it, for the service's tests, its benchmark
-(``scripts/bench_service.py``) and docs/service.md: on the CPU backend a three-point smoother
+(``benchmarks/bench_service.py``) and docs/service.md: on the CPU backend a three-point smoother
 and candidates that dereference NULL, abort, or spin forever; the same on the cuda backend
 (an illegal address, a trap, an endless loop)."""
 

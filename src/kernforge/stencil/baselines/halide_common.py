@@ -88,8 +88,8 @@ def import_halide() -> Any:
     except ImportError as exc:
         raise BackendUnavailableError(
             "the Halide baselines need the halide package",
-            hint="pip install halide==21.0.0 (dev only), or on the GPU machine unpack it from "
-                 "../shared/device/halide.sh and put it on PYTHONPATH") from exc
+            hint="pip install halide==21.0.0 (Linux x86_64 wheels on PyPI); without it the "
+                 "bench skips the Halide baselines") from exc
     return halide
 
 

@@ -3,7 +3,7 @@ bench times (L2 flushed and stream held before each run, CUDA events, interleave
 median), every variant checked against the float64 oracle first, % of the harness's copy
 bandwidth of the same bytes. For questions a forge round would take longer to answer.
 
-    python scripts/stencil_probe.py CELL [VARIANT ...] [--passes 25]
+    kernforge stencil probe CELL [VARIANT ...] [--passes 25]
 
 A VARIANT is ``k=v,...`` (parameters of the cell's design over the dispatched operator's,
 e.g. ``ty=16,tx=64``), optionally followed by one source probe of the plain z-marching kernel
@@ -17,11 +17,11 @@ refuses any other):
   ``+cl=AXES`` every kernel launched in thread-block clusters (``__cluster_dims__``; any design,
               nothing else changed), e.g. ``cl=y4`` (4 neighbouring tiles along y), ``cl=z2``,
               ``cl=x2y2``: blocks that read each other's halo placed in one GPC
-e.g. ``python scripts/stencil_probe.py star_2/512x512x512/fp32 pn=0 pn=0+zo pn=0,lz=32+zo``.
+e.g. ``kernforge stencil probe star_2/512x512x512/fp32 pn=0 pn=0+zo pn=0,lz=32+zo``.
 
 A VARIANT may also name a whole operator by its key, ``DESIGN[k=v,...]`` as the forge and the
 bench print it (any design; `kernforge.stencil.matrix.from_key`), for a direct interleaved A/B of two designs:
-``python scripts/stencil_probe.py star_2/1024x1024x32/fp32 'planesweep[ca=1,lz=28,ry=8,st=1,tx=64,ty=4,vx=2]'``.
+``kernforge stencil probe star_2/1024x1024x32/fp32 'planesweep[ca=1,lz=28,ry=8,st=1,tx=64,ty=4,vx=2]'``.
 The operator built must have exactly the key's parameters (a key leaves out those at their
 first value), else the probe refuses it.
 """
@@ -32,19 +32,23 @@ import argparse
 import dataclasses
 import re
 import statistics
-import sys
+from collections.abc import Callable
 
-from kernforge.core import ConfigError
-from kernforge.stencil import matrix as mx
-from kernforge.stencil.operator import Operator
-from kernforge.stencil.spec import Cell
+from ..core import ConfigError
+from ..stencil import matrix as mx
+from ..stencil.operator import Operator
+from ..stencil.spec import Cell
 
 LOOP = re.compile(r"for \(long z = zb; z < ze; (?:\+\+z|z \+= PF)\) \{\n")  # pf=1: PF is 1
 PLAIN_ONLY = ("pf", "pn", "xs", "ry", "sc", "h2", "smem", "zo")  # zo: blockIdx already renamed
 
 
-class ProbeError(ValueError):
+class ProbeError(ConfigError):
     """A probe asked of an operator it cannot rewrite."""
+
+    def __init__(self, message: str, hint: str = "kernforge stencil probe --help lists the "
+                 "variants and probes") -> None:
+        super().__init__(message, hint=hint)
 
 
 PLAIN = {"pf": 1, "ry": 1}  # every other option of PLAIN_ONLY is off at 0
@@ -167,7 +171,7 @@ def variant(cell: Cell, spec: str) -> Operator:
         try:
             op = mx.from_key(cell, params)
         except ConfigError as exc:
-            raise ProbeError(str(exc)) from None  # the message and its hint
+            raise ProbeError(exc.message, hint=exc.hint or "") from None
     else:
         over = _ints(params, spec)
         built = mx.build(base.design, cell, {**base.params, **over})
@@ -188,19 +192,19 @@ def variant(cell: Cell, spec: str) -> Operator:
     raise ProbeError(f"{probe!r}: the probes are l2=D, bl2=D, zo, zr and cl=AXES")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("cell")
-    ap.add_argument("variants", nargs="*")
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("cell", help="a cell id, e.g. star_2/512x512x512/fp32")
+    ap.add_argument("variants", nargs="*", help="k=v,... [+probe] or DESIGN[k=v,...]")
     ap.add_argument("--passes", type=int, default=25, help="interleaved timed passes")
-    args = ap.parse_args()
-    from kernforge.forge.measure import GpuDevice
+
+
+def run(args: argparse.Namespace, say: Callable[[str], None] = print) -> int:
+    """Time the cell's dispatched operator against the variants on the GPU (a
+    :class:`ConfigError` for a variant that does not build or fails the oracle)."""
+    from .measure import GpuDevice
 
     cell = Cell.parse(args.cell)
-    try:
-        ops = [variant(cell, s) for s in ["", *args.variants]]
-    except ProbeError as exc:
-        sys.exit(f"stencil_probe: {exc}")
+    ops = [variant(cell, s) for s in ["", *args.variants]]
     dev = GpuDevice()
     copy = dev.copy_bandwidth(cell.shape.points * cell.precision.itemsize)
     dcell = dev.allocate(cell, seed=7)
@@ -212,7 +216,8 @@ def main() -> None:
         dev.synchronize()
         res = dcell.check(runner.output())
         if not res.ok:
-            sys.exit(f"stencil_probe: {name} fails the oracle: {res}")
+            raise ConfigError(f"{name} fails the oracle: {res}",
+                              hint="a probe must keep the operator's results")
         runs.append((name, runner))
     for _, runner in runs:
         for _ in range(3):
@@ -224,11 +229,7 @@ def main() -> None:
     base = statistics.median(times[0])
     for (name, _), samples in zip(runs, times, strict=True):
         t = statistics.median(samples)
-        print(f"{cell.id:28s} {name:58s} {t * 1e6:10.2f} us "
-              f"{100 * cell.compulsory_bytes / t / copy.bytes_per_s:6.1f}% of copy  {base / t:6.3f}x",
-              flush=True)
-    print(f"{cell.id:28s} copy: {copy.method} {copy.bytes_per_s / 1e9:.0f} GB/s", flush=True)
-
-
-if __name__ == "__main__":
-    main()
+        say(f"{cell.id:28s} {name:58s} {t * 1e6:10.2f} us "
+            f"{100 * cell.compulsory_bytes / t / copy.bytes_per_s:6.1f}% of copy  {base / t:6.3f}x")
+    say(f"{cell.id:28s} copy: {copy.method} {copy.bytes_per_s / 1e9:.0f} GB/s")
+    return 0

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Warm replay service vs cold evaluation, and a stream with faulty candidates.
 
-    python scripts/bench_service.py                 # CPU backend (CI-sized)
-    python scripts/bench_service.py --backend cuda  # on the GPU machine
-    python scripts/bench_service.py --out docs/benchmarks/service-cpu.md
+    python benchmarks/bench_service.py                 # CPU backend (CI-sized)
+    python benchmarks/bench_service.py --backend cuda  # on the GPU machine
+    python benchmarks/bench_service.py --out docs/benchmarks/service-cpu.md
 
 *Cold*: a fresh ``python -c`` process that imports kernforge, loads the recording, compiles
 the recorded variant (an empty compile cache: a real compile; or the disk cache left by the
@@ -167,7 +167,7 @@ def main() -> int:
     rows, lines, device = run(args)
     text = report(rows, lines, device, args)
     if args.out:
-        command = "python " + " ".join(["scripts/bench_service.py", *sys.argv[1:]])
+        command = "python " + " ".join(["benchmarks/bench_service.py", *sys.argv[1:]])
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(
             f"# Replay service benchmark ({args.backend})\n\n"

@@ -10,11 +10,11 @@ unless ``--evaluate module:function`` names a real one: it is called once per ev
 the candidate's index, and its measured wall time is the evaluation's duration in the
 simulation (for example a replay of a recorded kernel).
 
-    python scripts/bench_scheduler.py [--hours 4] [--fast 10] [--eval-time 20]
+    python benchmarks/bench_scheduler.py [--hours 4] [--fast 10] [--eval-time 20]
 
 The same comparison in real evolution runs (the controller, the LLM proposer against the
 loopback server, real replay evaluations on the CPU backend, wall-clock time):
-``scripts/bench_scheduler_replay.py``.
+``benchmarks/bench_scheduler_replay.py``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ the default protocol, and warm). Per kernel it prints the medians and the median
 the per-round ratio replay / in-app, so that drift of a shared machine cancels. Exits non-zero
 when a kernel's ratio is off by more than the band (default 10%) under the default protocol.
 
-    python scripts/replay_fidelity.py [--n 128] [--rounds 7] [--band 0.10]
+    python benchmarks/replay_fidelity.py [--n 128] [--rounds 7] [--band 0.10]
 """
 
 from __future__ import annotations

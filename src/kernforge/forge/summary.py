@@ -2,8 +2,8 @@
 from (both timed by the forge's gate on the same device), geometric means by precision, and a
 PNG chart.
 
-    python scripts/stencil_forge_summary.py --table src/kernforge/stencil/data/matrix.json \
-        --log docs/stencil/perf-log.jsonl --md OUT.md --png OUT.png
+    kernforge stencil summary --table RUN/matrix.json --log RUN/perf-log.jsonl \
+        --md OUT.md --png OUT.png
 """
 
 from __future__ import annotations
@@ -75,13 +75,15 @@ def chart(rs: list[dict], png: Path) -> None:
     fig.savefig(png, dpi=120)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--table", type=Path, required=True)
-    ap.add_argument("--log", type=Path, required=True)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--table", type=Path, required=True, help="the run's matrix.json")
+    ap.add_argument("--log", type=Path, required=True, help="the run's perf-log.jsonl")
     ap.add_argument("--md", type=Path)
     ap.add_argument("--png", type=Path)
-    args = ap.parse_args()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print (and write) the summary of one forge run."""
     table = json.loads(args.table.read_text())["cells"]
     log = [json.loads(x) for x in args.log.read_text().splitlines() if x.strip()]
     rs = rows(table, log)
@@ -93,6 +95,3 @@ def main() -> int:
         chart(rs, args.png)
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -13,7 +13,7 @@ Records an unchanged CuPy application (default examples/heat3d_cupy.py at 512^3 
    specialization, maxrregcount and block shapes.
 Writes tables to stdout and JSON + Markdown into --out (default $OUT or ./bench-out).
 
-    python scripts/bench_replay_gpu.py [--app examples/heat3d_cupy.py] [--n 512] [--rounds 5]
+    python benchmarks/bench_replay_gpu.py [--app examples/heat3d_cupy.py] [--n 512] [--rounds 5]
 """
 
 from __future__ import annotations

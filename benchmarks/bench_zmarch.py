@@ -3,7 +3,7 @@ on the GPU (CuPy events, n = 256 fp32, 10 warm-up launches, then 5 x 200 launche
 five means) for several blocks and z points per thread; every variant's output is compared
 bitwise with the original's. Prints one line per (variant, block).
 
-    python scripts/bench_zmarch.py [--n 256]
+    python benchmarks/bench_zmarch.py [--n 256]
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ process), the median of the per-round ratios, and whether the outputs (the check
 identical. One more run through ``kernforge run --deploy`` shows which kernels were replaced.
 Exits 1 when an output differs, 2 when a step fails.
 
-    python scripts/deploy_e2e_cpu.py [--n 192] [--steps 60] [--rounds 7] [--trials 12]
-    python scripts/deploy_e2e_cpu.py --spec runs/tune-x/deploy.json --n 192 --steps 60
+    python benchmarks/deploy_e2e_cpu.py [--n 192] [--steps 60] [--rounds 7] [--trials 12]
+    python benchmarks/deploy_e2e_cpu.py --spec runs/tune-x/deploy.json --n 192 --steps 60
 """
 
 from __future__ import annotations

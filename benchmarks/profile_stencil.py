@@ -1,6 +1,6 @@
 """Launch the dispatched operators of some stencil cells (and a device-to-device copy of the
 same size) a few times each, for a profiler to read: ``ncu --clock-control none -k
-regex:'zmarch|ztile|planesweep|copy' python scripts/profile_stencil.py CELL...``. Prints each
+regex:'zmarch|ztile|planesweep|copy' python benchmarks/profile_stencil.py CELL...``. Prints each
 operator's key and CuPy-event time (median of 20) so the profile can be matched to it.
 """
 

@@ -23,9 +23,9 @@ A first pass with one worker (not counted) fills the on-disk kernel caches (CuPy
 backend's), so that no measured row pays compiles the others do not; it is timed twice (first
 pass, then a second on the warm worker), and the second time is what ``--duration`` divides.
 
-    python scripts/bench_scaling.py --backend cuda --workers 1 2 --points 16 --passes 83 \\
+    python benchmarks/bench_scaling.py --backend cuda --workers 1 2 --points 16 --passes 83 \\
         --batch 1 0 --json $OUT/scaling.json --markdown $OUT/scaling.md
-    python scripts/bench_scaling.py --backend cpu --cpu-n 16 --workers 1 2 --passes 8 \\
+    python benchmarks/bench_scaling.py --backend cpu --cpu-n 16 --workers 1 2 --passes 8 \\
         --batch 0 1 --rounds 3
 """
 

@@ -3,12 +3,12 @@
 ``-ftz=true`` appended), by the registers ``ptxas -v`` reports for each entry and what they
 leave of a multiprocessor (blocks per SM, H200 limits).
 
-    python scripts/stencil_build_audit.py [--table matrix.json] [--cell-ids A,B] [--json out.json]
+    kernforge stencil audit [--table matrix.json] [--cell-ids A,B] [--json out.json]
 
 Needs nvcc and ptxas on PATH and libnvrtc (``pip install 'nvidia-cuda-nvrtc==13.0.*'``, or
 ``--nvrtc PATH``, or ``$KERNFORGE_NVRTC``). Both builds go through the same ptxas, so a
-difference comes from the front ends (session 11: a temporal operator got 64 registers from
-nvcc and 76 from NVRTC; docs/benchmarks/stencil-h200.md).
+difference comes from the front ends (a temporal operator once got 64 registers from nvcc and
+76 from NVRTC: two 512-thread blocks per multiprocessor against one).
 """
 
 from __future__ import annotations
@@ -26,12 +26,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from kernforge.forge.compile_check import nvcc_options
-from kernforge.stencil import matrix as mx
-from kernforge.stencil.kernels.common import MAX_THREADS_PER_SM
-from kernforge.stencil.spec import Cell
+from ..core import ConfigError
+from ..stencil import matrix as mx
+from ..stencil.kernels.common import MAX_THREADS_PER_SM
+from ..stencil.spec import Cell
+from .compile_check import nvcc_options
 
 REGS_PER_SM, BLOCKS_PER_SM, SMEM_PER_SM = 65536, 32, 228 * 1024  # sm_90
 
@@ -40,7 +39,7 @@ def find_nvrtc(given: str | None) -> Path:
     """libnvrtc: --nvrtc, $KERNFORGE_NVRTC, the nvidia-cuda-nvrtc wheel, the system's."""
     if given:
         if not Path(given).is_file():
-            raise SystemExit(f"--nvrtc {given}: no such file (a libnvrtc.so.13)")
+            raise ConfigError(f"--nvrtc {given}: no such file", hint="a libnvrtc.so.13")
         return Path(given)
     cands = [os.environ.get("KERNFORGE_NVRTC")]
     for site in sys.path:
@@ -51,8 +50,8 @@ def find_nvrtc(given: str | None) -> Path:
     for c in cands:
         if c and Path(c).is_file():
             return Path(c)
-    raise SystemExit("libnvrtc not found: pip install 'nvidia-cuda-nvrtc==13.0.*', or pass "
-                     "--nvrtc /path/to/libnvrtc.so.13")
+    raise ConfigError("libnvrtc not found", hint="pip install 'nvidia-cuda-nvrtc==13.0.*', or "
+                      "pass --nvrtc /path/to/libnvrtc.so.13")
 
 
 class Nvrtc:
@@ -125,16 +124,18 @@ def audit(cells: list[Cell], table: dict[str, Any], nvrtc: Nvrtc, include: str,
     return rows
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--table", type=Path, default=mx.TABLE_PATH)
     ap.add_argument("--cell-ids", default=None, help="comma-separated (default: the table's)")
     ap.add_argument("--nvrtc", default=None, help="libnvrtc.so path")
     ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build every chosen table operator both ways and print where the registers differ."""
     for tool in ("nvcc", "ptxas"):
         if not shutil.which(tool):
-            raise SystemExit(f"{tool} not on PATH: install the CUDA toolkit")
+            raise ConfigError(f"{tool} is not on PATH", hint="install the CUDA toolkit")
     table = mx.load_table(args.table)
     ids = args.cell_ids.split(",") if args.cell_ids else sorted(table)
     nvcc = Path(shutil.which("nvcc") or "nvcc").resolve()
@@ -157,6 +158,3 @@ def main() -> int:
         args.json.write_text(json.dumps({"rows": rows}, indent=1))
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The red-team table: every cheating candidate, the Status and reason it is rejected with.
 
 Records the catalog's small applications on the backend, validates each cheat with every gate
@@ -9,7 +8,7 @@ process there. ``--out FILE.md`` writes the table with its date, device and comm
 ``--json FILE`` writes the rows as a figure file with provenance. Exits 1 if a cheat was not
 rejected with the right reason.
 
-    python scripts/redteam.py [--backend cpu|cuda] [--dynamic] [--out docs/benchmarks/redteam-cpu.md]
+    kernforge integrity redteam [--backend cpu|cuda] [--dynamic] [--out docs/benchmarks/redteam-cpu.md]
 """
 
 from __future__ import annotations
@@ -20,20 +19,19 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib import import_module
 from pathlib import Path
+from typing import Any
 
-from kernforge.backends import get_backend
-from kernforge.core import Status
-from kernforge.harness.provenance import provenance, write_figure
-from kernforge.testing.redteam import Outcome, record_bases, run_cheat, run_suite, table
+from ..backends import get_backend
+from ..core import Status
+from ..harness.provenance import provenance, write_figure
+from ..testing.redteam import Outcome, record_bases, run_cheat, run_suite, table
 
 
-def _catalog(backend: str):  # type: ignore[no-untyped-def]
-    if backend == "cuda":
-        from kernforge.testing import redteam_cuda as catalog
-    else:
-        from kernforge.testing import redteam_c as catalog
-    return catalog
+def _catalog(backend: str) -> Any:
+    """The cheat catalog of the backend (a module with ``CHEATS`` and ``BASES``)."""
+    return import_module("kernforge.testing.redteam_" + ("cuda" if backend == "cuda" else "c"))
 
 
 def _header(prov: dict, backend: str, seconds: float) -> str:
@@ -68,8 +66,8 @@ def _child(backend: str, name: str, seed: int) -> int:
 
 def _dynamic_in_child(row: Outcome, backend: str, seed: int) -> None:
     """The static-checks-off outcome of an unsafe cheat, from a child process."""
-    proc = subprocess.run([sys.executable, __file__, "--backend", backend, "--seed", str(seed),
-                           "--child", row.cheat.name], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "kernforge", "integrity", "redteam",
+                           "--backend", backend, "--seed", str(seed), "--child", row.cheat.name], capture_output=True, text=True,
                           timeout=600, check=False)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is not None:
@@ -82,8 +80,10 @@ def _dynamic_in_child(row: Outcome, backend: str, seed: int) -> None:
         row.dynamic = (Status.RUNTIME_FAILED, f"child process exit {proc.returncode}")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_parser(cmds: argparse._SubParsersAction) -> None:
+    """``kernforge integrity redteam``."""
+    ap = cmds.add_parser("redteam", help="validate every cheating candidate of the catalog",
+                         description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--dynamic", action="store_true",
                     help="also validate with the static checks off")
@@ -92,7 +92,11 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="write the Markdown table here")
     ap.add_argument("--json", type=Path, help="write the rows as a figure file here")
     ap.add_argument("--child", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    ap.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The table; exit 1 when a cheat was not rejected with its expected Status and reason."""
     if args.child:
         return _child(args.backend, args.child, args.seed)
     catalog = _catalog(args.backend)
@@ -103,7 +107,7 @@ def main() -> int:
         if args.dynamic and row.dynamic is None:
             _dynamic_in_child(row, args.backend, args.seed)
     seconds = time.perf_counter() - t0
-    prov = provenance(get_backend(args.backend), command=["python", *sys.argv])
+    prov = provenance(get_backend(args.backend), command=["kernforge", *sys.argv[1:]])
     text = table(rows, dynamic=args.dynamic)
     notes = [f"- {r.cheat.name}: {r.cheat.note}" for r in rows if r.cheat.note]
     caught = sum(r.caught for r in rows)
@@ -126,6 +130,3 @@ def main() -> int:
                                 "message": r.message} for r in rows]}, prov)
     return 0 if caught == len(rows) else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,7 +9,7 @@ ratios; the reported figure is the median over repetitions, which must lie withi
 (1%) of 1.00. Writes a figure file with provenance and every raw sample (``--json``) and a
 Markdown summary (``--out``). Exits 1 when the figure is outside the band.
 
-    python scripts/self_compare.py [--backend cpu|cuda] [--n N] [--json F] [--out F.md]
+    python benchmarks/self_compare.py [--backend cpu|cuda] [--n N] [--json F] [--out F.md]
 """
 
 from __future__ import annotations

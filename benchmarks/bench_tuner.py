@@ -13,8 +13,8 @@ Two steps, so the expensive one runs once on the GPU and the samplers are compar
             (relative to the exhaustive best) and how many evaluations each seed needed to
             come within 3%; writes a PNG of the curves.
 
-    python scripts/bench_tuner.py measure --out DIR            # on the GPU machine
-    python scripts/bench_tuner.py simulate DIR/tuner_table.json --png docs/benchmarks/x.png
+    python benchmarks/bench_tuner.py measure --out DIR            # on the GPU machine
+    python benchmarks/bench_tuner.py simulate DIR/tuner_table.json --png docs/benchmarks/x.png
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ figure is the median over the batches of the time per launch, the overhead the m
 per-batch differences to ``plain``. Without CuPy or a GPU, ``--backend cuda`` stops with a
 message (exit status 2).
 
-    python scripts/bench_deploy_overhead.py [--backend cpu|cuda] [--launches 2000]
+    python benchmarks/bench_deploy_overhead.py [--backend cpu|cuda] [--launches 2000]
         [--batches 15] [--no-cache] [--json out.json]
 """
 

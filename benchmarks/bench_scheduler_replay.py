@@ -22,7 +22,7 @@ Per mode: evaluator utilization (evaluator-busy seconds / (evaluators x seconds)
 the end of the seed program's evaluation), evaluations finished per hour, LLM calls per model,
 backfill decisions.
 
-    python scripts/bench_scheduler_replay.py [--seconds 60] [--rounds 2] [--out FILE.md]
+    python benchmarks/bench_scheduler_replay.py [--seconds 60] [--rounds 2] [--out FILE.md]
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ and diverse programs of the parent's island sorted by score, the parent's metric
 iteration number, diff-based evolution. Its system message is set to ours (a user would
 configure it), so the columns differ only in layout.
 
-    python scripts/bench_prompt_prefix.py [--iterations 100] [--seed 0]
+    python benchmarks/bench_prompt_prefix.py [--iterations 100] [--seed 0]
 """
 
 from __future__ import annotations
