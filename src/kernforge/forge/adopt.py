@@ -2,8 +2,8 @@
 
 A forge run writes its own table (``--out``), starting from another (``--table``). Runs over
 different cells, started from the same table, each hold only their own changes; and a forge
-win is measured in the forge's session, not yet by the bench (session 11 had two the bench
-refuted). This copies into the target table the entries whose operator a forge table changed
+win is measured in the forge's session, not yet by the bench (the bench has refuted
+forge wins before). This copies into the target table the entries whose operator a forge table changed
 (against ``base``, the table the runs started from; by default the target itself):
 
 - with bench files, only where the latest bench row of the new operator agrees: faster than

@@ -319,7 +319,7 @@ def summary(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
                       "median_pct_copy": median(pct) if pct else None,  # memory-bound cells
                       "memory_bound_cells": len(pct),
                       # the same median against the copy timed in the operator's passes, over
-                      # the memory-bound rows that have it (bench files before session 9: none)
+                      # the memory-bound rows that have it (older bench files: none)
                       "median_pct_copy_paired": median(paired) if paired else None,
                       "paired_cells": len(paired)}
     return out

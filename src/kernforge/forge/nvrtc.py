@@ -2,7 +2,7 @@
 parallel worker processes, so that the forge times the code it will deploy.
 
 The cubins of :mod:`kernforge.forge.compile` come from nvcc; dispatch and the bench compile the
-same source with NVRTC, and the two can differ (session 11: a temporal operator got 64
+same source with NVRTC, and the two can differ (a temporal operator got 64
 registers from nvcc and 76 from NVRTC, one 512-thread block per multiprocessor instead of two,
 1.31x slower). Here each worker process builds an operator with ``RawModule(code=...,
 options=...).compile()``: exactly what :func:`kernforge.forge.measure.load` does, so CuPy's

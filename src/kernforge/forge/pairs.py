@@ -11,7 +11,7 @@ A pair round offers the incumbent with two of :data:`PAIR_PARAMS` changed (each 
 value of the design's space), at most :data:`PAIR_LIMIT` per cell, drawn in an order fixed by
 the cell's id, so a rerun offers the same candidates; ``pairs2`` offers the next
 :data:`PAIR_LIMIT` of that order (a cell whose incumbent ``pairs`` left unchanged gets new
-candidates: of the 75 single-sweep cells of the committed table after session 10, 22 have at
+candidates: of the 75 single-sweep cells of the committed table at the time, 22 have at
 most 40 pair candidates and all 75 at most 80, so the two pages offer each cell's whole pair
 space). The gate is the same as every round's: the
 fastest of the screened candidates must pass the oracle and beat the incumbent in the

@@ -5,7 +5,7 @@ A session holds one cell's fields for one round; operators come precompiled (cub
 GPU, host builds for the emulator) and are cached per session by their key. Operators built by
 :mod:`kernforge.forge.nvrtc` (the default, and the final pass of an nvcc run) are loaded as
 dispatch loads them (:func:`measure.load`, from CuPy's kernel cache): the same source can
-compile to different code with nvcc (session 11: a temporal operator got 64 registers from nvcc
+compile to different code with nvcc (a temporal operator got 64 registers from nvcc
 and 76 from NVRTC, half the blocks per multiprocessor, 1.31x slower).
 """
 

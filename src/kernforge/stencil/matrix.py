@@ -28,7 +28,7 @@ TABLE_VERSION = 1
 MINB = (1, 2, 3, 4, 6, 8, 12, 16)
 # z-chunks longer than 128 planes are not offered: whole columns (lz >= the interior; the
 # generators clamp lz) ran 1.03-2.1x slower than the incumbents in every 1024^3 cell on the H200
-# (session 13, docs/stencil/ideas.md): parallelism and the streaming order matter more there
+# (docs/stencil/ideas.md): parallelism and the streaming order matter more there
 # than the z halo re-read through L2
 
 DESIGNS: dict[str, Callable[..., Operator]] = {
@@ -73,16 +73,16 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
             "vx": vx[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
             "tx": (32, 64, 16), "pf": (1, 2, 4), "smem": (0, 1), "xs": (0, 1), "pn": (0, 1),
             "ry": (1, 2, 4), "sc": (0, 1), "minb": MINB, "l1": (0, 1), "zo": (0, 1),
-            "l2p": L2_PREFETCH}  # session 17
+            "l2p": L2_PREFETCH}
         return {**zs, **_precision_options(cell)}
     if design == "ztile":
         widths: dict[Precision, tuple[int, ...]] = {  # 16 bytes at most (fp64: 2 lanes)
             Precision.FP16: (8, 4), Precision.FP32: (4, 2), Precision.FP64: (2,)}
         return {"vx": widths[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
                 "tx": (32, 64, 16), "st": (2, 1, 3, 4), "zo": (0, 1), "ca": (0, 1),
-                "l1": (0, 1),  # l1 (session 15): the largest L1 for ca=1's cached copies
-                "l2p": L2_PREFETCH, "sc": (0, 1),  # session 17: L2 prefetch, streaming stores
-                **_precision_options(cell, cw=False)}  # h2 (fp16) since session 15
+                "l1": (0, 1),  # l1: the largest L1 for ca=1's cached copies
+                "l2p": L2_PREFETCH, "sc": (0, 1),  # L2 prefetch, streaming stores
+                **_precision_options(cell, cw=False)}  # h2 (fp16)
     if design == "zbox":
         # 16-byte loads at most (ptxas for sm_90, box_1 512^3: fp32 vx=4 46 registers and 44.5
         # instructions per output, vx=2 32 and 57, the plane sweep ~60; fp16 vx=4 42, vx=8 75)
@@ -91,16 +91,16 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
         zb: dict[str, tuple[Any, ...]] = {
             "vx": lanes[cell.precision], "lz": (32, 64, 16, 8, 128), "ty": (8, 4, 16),
             "tx": (32, 64, 16), "pn": (1, 0), "pw": (0, 1),
-            "minb": MINB, "l1": (0, 1), "zo": (0, 1), "l2p": L2_PREFETCH}  # l2p: session 17
+            "minb": MINB, "l1": (0, 1), "zo": (0, 1), "l2p": L2_PREFETCH}
         return {**zb, **_precision_options(cell, cw=False)}  # zbox: fp64 weights always in
         # constant memory (no table entry predates it)
     if design == "planesweep":
         sp: dict[str, tuple[Any, ...]] = {"ry": (4, 2, 8), "lz": (64, 32, 128, 16),
                                           "ty": (4, 8, 2), "vx": (1, 2), "tx": (32, 64),
                                           "minb": MINB, "l1": (0, 1), "zo": (0, 1),
-                                          # session 15: planes staged by cp.async copies
+                                          # planes staged by cp.async copies
                                           "st": (0, 2, 1, 3), "ca": (0, 1),
-                                          "l2p": L2_PREFETCH, "sc": (0, 1)}  # session 17
+                                          "l2p": L2_PREFETCH, "sc": (0, 1)}
         return {**sp, **_precision_options(cell)}
     if design == "temporal":
         ty = (16, 32) if cell.precision is Precision.FP64 else (32, 16)
@@ -108,7 +108,7 @@ def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
             "lz": (64, 128, 32, 16, 0), "ty": ty, "tx": (32, 64), "pipe": (1, 0),
             "pf": (1, 2, 3, 4), "cx": (1, 2, 4), "cy": (1, 2), "minb": (1, 2, 3, 4),
             "fs": (0, 2), "zo": (0, 1), "fi": (0, 1)}
-        return {**tp, **_precision_options(cell, cw=False)}  # h2 (fp16) since session 14
+        return {**tp, **_precision_options(cell, cw=False)}  # h2 (fp16)
     raise ConfigError(f"unknown stencil design {design!r}", hint=f"one of {', '.join(DESIGNS)}")
 
 

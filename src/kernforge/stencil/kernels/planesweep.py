@@ -19,13 +19,13 @@ plane's partial sum. Shared memory halves; the FMA instructions per output halve
 ``cw=1`` (fp64): the weights in a ``__constant__`` array instead of literals (a DFMA cannot take
 a 64-bit immediate: two uniform moves per FMA in the sm_90 SASS of the literal form).
 
-``st`` (1-3; session 15): the planes staged by ``cp.async`` copies into a ring of ``st + 2``
+``st`` (1-3): the planes staged by ``cp.async`` copies into a ring of ``st + 2``
 stages instead (:mod:`.planesweep_async`), ``ca=1`` those copies cached in L1 too.
 
-``l2p`` (session 17; 128 or 256): the plane loads (``ld.global.nc``, or the ``cp.async`` copies)
+``l2p`` (128 or 256): the plane loads (``ld.global.nc``, or the ``cp.async`` copies)
 carry an L2 prefetch size: on a miss the L2 fetches that many aligned bytes from DRAM.
 
-``sc`` (session 17): the outputs written by streaming stores (``st.global.cs``, ``__stcs``:
+``sc``: the outputs written by streaming stores (``st.global.cs``, ``__stcs``:
 evict-first), so they do not displace input planes that neighbouring blocks still read from L2.
 
 ``minb``: ``__launch_bounds__`` minimum resident blocks per SM (:func:`.common.bounds`).

@@ -6,7 +6,7 @@ input planes reach the block through a ring of ``st + 2`` shared-memory stages f
 planes up to ``k + st`` are already requested, and the copies hold no registers in flight (the
 synchronous sweep keeps one plane in registers, ``PER`` values per thread). ``ca=1`` issues the
 copies as ``cp.async.ca`` (cached in L1 as well), which made ztile's star operators 13-17%
-faster on the H200 (session 15); the box cells whose incumbents are plane sweeps (box_1 fp64)
+faster on the H200; the box cells whose incumbents are plane sweeps (box_1 fp64)
 had no staged-copy design.
 
 Each stage holds the block's tile (``tx*vx`` x ``ty*ry`` points) with an ``R``-row y halo and a

@@ -9,7 +9,7 @@ plane ``k-R`` is then complete and stored. The plane's ``2R+1`` rows come throug
 vector loads plus ``R`` scalars each side (neighbouring rows are other warps' rows: L1 hits), so
 there is no shared-memory staging, no barrier and no index arithmetic per staged element.
 
-Motivation (H200, session 6): the plane sweep spends as many instructions outside the FMAs as
+Motivation (H200): the plane sweep spends as many instructions outside the FMAs as
 in them (staging with a non-power-of-two tile width, shared-memory reads, barriers) and ran box_1
 at 305-350 us for 512^3 in fp16 and fp32 alike (the FMAs alone need ~108 us), i.e. issue-bound;
 here a plane costs ``(2R+1)(1+2R)`` loads per ``VX`` outputs besides the FMAs.
@@ -22,7 +22,7 @@ accumulators, as the plane sweep's ``h2`` does for vertical pairs), ``pw`` (1: t
 warm-up planes, which store nothing, in a loop of their own, so the steady loop stores without
 a test; SASS for sm_90: box_1 fp32 vx=4 178 -> 155 instructions per plane, more registers),
 ``minb`` (``__launch_bounds__`` minimum resident blocks per SM: a register cap, see
-:func:`.common.bounds`), ``l2p`` (session 17: an L2 prefetch size on the rows' vector loads,
+:func:`.common.bounds`), ``l2p`` (an L2 prefetch size on the rows' vector loads,
 :func:`.common.prefetching_vec_loads`). (``l1``, the largest L1, is applied by
 :func:`..matrix.build`.)
 """

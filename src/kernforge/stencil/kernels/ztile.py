@@ -18,20 +18,20 @@ Stage reuse: iteration ``i`` requests plane ``i + R + st`` into the stage that h
 planes in flight, so plane ``i + R`` (the queue's new centre) has landed; the barrier makes the
 other threads' copies visible.
 
-``ca=1`` (session 14): the copies are ``cp.async.ca`` (cached in L1 as well) instead of
+``ca=1``: the copies are ``cp.async.ca`` (cached in L1 as well) instead of
 ``.cg`` (L2 only). The tiles of neighbouring blocks overlap by their halo rows and planes; a
 neighbour that runs on the same SM soon after may find them in L1 instead of reading them
-through L2, which Nsight found to be the star kernels' limit (session 8). On the H200 (session
+through L2, which Nsight found to be the star kernels' limit. On the H200 (session
 15) the four table operators of this design take 0.834-0.875x of their speed with ``ca=0``.
 
-``l2p`` (session 17; 128 or 256): the copies carry an L2 prefetch size (``cp.async...L2::256B``):
+``l2p`` (128 or 256): the copies carry an L2 prefetch size (``cp.async...L2::256B``):
 on a miss the L2 fetches that many aligned bytes from DRAM, not only the missed sectors (the
 queue's few warm-up loads straight from global memory stay plain).
 
-``sc`` (session 17): the whole-vector output stores as ``st.global.cs`` (``__stcs``, evict-first),
+``sc``: the whole-vector output stores as ``st.global.cs`` (``__stcs``, evict-first),
 as z-marching's ``sc``.
 
-``h2=1`` (session 15; fp16, even ``vx``): the queue holds lane pairs as ``__half2`` and each
+``h2=1`` (fp16, even ``vx``): the queue holds lane pairs as ``__half2`` and each
 output pair is one ``HFMA2`` chain, as in :mod:`.zmarch_h2` (whose sums and lane selection this
 reuses); the x halo scalars and the y rows are read from the staged plane without conversion.
 With ``h2=0`` the generated source is byte for byte the one before ``h2`` existed.
