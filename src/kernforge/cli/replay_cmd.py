@@ -13,6 +13,7 @@ from ..core import ConfigError, LaunchConfig, Measurement, Status, Tolerance
 from ..core.fmt import fmt_time
 from ..record import find_recordings, load_recording
 from ..replay import replay
+from .isolation import add_isolation_args, isolation
 from .output import console, err_console, fmt_error, parse_pairs
 
 
@@ -37,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kernels", default=None, metavar="PATTERN",
                    help="replay only units whose kernel name matches this glob")
     p.add_argument("--json", metavar="FILE", help="also write the measurements as JSON")
+    add_isolation_args(p)
     p.set_defaults(func=run)
 
 
@@ -65,15 +67,17 @@ def run(args: argparse.Namespace) -> int:
     options = parse_pairs(args.opt, "opt", typed=True)
     tolerance = tolerance_overrides(args.tolerance)
     results: list[tuple[str, str, Measurement]] = []
-    for path in find_recordings(args.path):
-        rec = load_recording(path)
-        if args.kernels and not fnmatchcase(rec.source.entry, args.kernels):
-            continue
-        launch = (LaunchConfig(rec.launch.grid, rec.launch.block, rec.launch.shared_mem,
-                               args.threads) if args.threads else None)
-        m = replay(rec, options=options, defines=defines, launch=launch, tolerance=tolerance,
-                   warmup=args.warmup, repeat=args.repeat, flush=not args.no_flush)
-        results.append((rec.name, rec.source.entry, m))
+    with isolation(args) as iso:
+        for path in find_recordings(args.path):
+            rec = load_recording(path)
+            if args.kernels and not fnmatchcase(rec.source.entry, args.kernels):
+                continue
+            launch = (LaunchConfig(rec.launch.grid, rec.launch.block, rec.launch.shared_mem,
+                                   args.threads) if args.threads else None)
+            m = replay(rec, options=options, defines=defines, launch=launch,
+                       tolerance=tolerance, warmup=args.warmup, repeat=args.repeat,
+                       flush=not args.no_flush, isolate=iso)
+            results.append((rec.name, rec.source.entry, m))
     _print_table(args.path, results)
     if args.json:
         Path(args.json).write_text(json.dumps(

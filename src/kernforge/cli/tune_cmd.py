@@ -19,6 +19,7 @@ from ..harness import by_precision, precision_of
 from ..record import find_recordings, load_recording
 from ..replay.tuning import TuningOutcome, tune_recording
 from ..tune import Budget
+from .isolation import add_isolation_args, isolation
 from .output import console
 from .replay_cmd import tolerance_overrides
 
@@ -34,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=None,
                    help="run directory (default runs/tune-<date>-<time>)")
     p.add_argument("--resume", action="store_true", help="continue the studies in --out")
+    add_isolation_args(p)
     p.add_argument("--preset", default="standard", choices=("quick", "standard", "full"))
     p.add_argument("--sampler", default="tpe", help="tpe (default), random or exhaustive")
     p.add_argument("--trials", type=int, default=30, help="evaluations per unit (default 30)")
@@ -83,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"no recorded units to tune under {args.path}",
                           hint="check the path and --kernels")
     outcomes: list[TuningOutcome] = []
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+    with isolation(args) as iso, Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console) as progress:
         for rec in recs:
             task = progress.add_task(rec.name, total=args.trials)
@@ -99,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
             outcomes.append(tune_recording(
                 rec, out, preset=args.preset, sampler=args.sampler, budget=budget,
                 seed=args.seed, user_space=user, tolerance=tolerance, repeat=args.repeat,
-                resume=args.resume, on_trial=on_trial))
+                resume=args.resume, on_trial=on_trial, isolate=iso))
             progress.update(task, completed=args.trials)
     _summary(out, outcomes)
     return 0

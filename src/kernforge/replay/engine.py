@@ -44,6 +44,7 @@ from ..core import (
 from ..harness import ABResult, Protocol, interleave, median
 from ..harness.integrity import IntegrityError, reason_for_status
 from .checks import Integrity, roofline_gate, run_checks
+from .isolate import Isolation, backend_name
 from .prepare import Prepared, TolerancePolicy, check_reusable, prepare, resolve_policies
 
 _OVERRIDE_KEYS = ("options", "defines", "launch", "source", "constants")
@@ -163,7 +164,7 @@ def replay(recording: Recording, *, backend: Backend | str | None = None,
            constants: Mapping[str, Any] | None = None,
            tolerance: TolerancePolicy = None, warmup: int = 3, repeat: int = 10,
            flush: bool = True, verify_only: bool = False,
-           integrity: IntegrityLevel = None) -> Measurement:
+           integrity: IntegrityLevel = None, isolate: Isolation | None = None) -> Measurement:
     """Replay ``recording`` with the recorded variant, or one with overrides, and measure it.
 
     The variant is the recorded one with ``options``/``defines``/``constants`` (scalar
@@ -180,7 +181,8 @@ def replay(recording: Recording, *, backend: Backend | str | None = None,
     name, impossible launch, a signature that no longer matches the recording), LAUNCH_FAILED,
     RUNTIME_FAILED, WRONG_RESULT (naming each failing buffer and its measured error). Stages
     (seconds): compile, restore, run, verify and, when timed, measure. ``integrity="strict"``
-    runs the integrity gates as well (see the module docstring).
+    runs the integrity gates as well (see the module docstring). ``isolate``: evaluate in a
+    supervised worker process (:mod:`.isolate`): a crash is RUNTIME_FAILED, a hang TIMEOUT.
     """
     try:
         variant = recording.variant.with_(options=options, defines=defines, launch=launch,
@@ -189,21 +191,31 @@ def replay(recording: Recording, *, backend: Backend | str | None = None,
         return _failure(exc, [])
     return evaluate_variant(recording, variant, backend=backend, tolerance=tolerance,
                             warmup=warmup, repeat=repeat, flush=flush, verify_only=verify_only,
-                            integrity=integrity)
+                            integrity=integrity, isolate=isolate)
 
 
 def evaluate_variant(recording: Recording, variant: Variant, *,
                      backend: Backend | str | None = None, tolerance: TolerancePolicy = None,
                      warmup: int = 3, repeat: int = 10, flush: bool = True,
                      verify_only: bool = False, integrity: IntegrityLevel = None,
-                     state: Prepared | None = None) -> Measurement:
+                     state: Prepared | None = None,
+                     isolate: Isolation | None = None) -> Measurement:
     """:func:`replay` for a complete :class:`Variant` (the tuner's evaluation).
 
     ``state``: a :class:`Prepared` of this recording on this backend whose device state
     (buffers, pristine copies, expected fingerprints) is reused instead of uploading the
     prologue again; the restores and every verification run as without it. The integrity
-    gates (``integrity="strict"``) prepare their own states and ignore it.
+    gates (``integrity="strict"``) prepare their own states and ignore it. ``isolate``: run
+    it in a supervised worker (then ``state`` must be None: the worker keeps its own).
     """
+    if isolate is not None:
+        if state is not None:
+            raise ConfigError("evaluate_variant(state=..., isolate=...): a worker process "
+                              "cannot use this process's device state",
+                              hint="pass one of them, not both")
+        return isolate.evaluate(recording, variant, backend=backend_name(backend),
+                                tolerance=tolerance, warmup=warmup, repeat=repeat,
+                                flush=flush, verify_only=verify_only, integrity=integrity)
     protocol = Protocol(warmup=warmup, repeat=repeat, flush=flush)
     gates = integrity_of(integrity)
     be = get_backend(backend if backend is not None else recording.backend)

@@ -29,6 +29,7 @@ from ..harness import ABResult
 from ..harness.plots import best_so_far_png
 from ..tune import Budget, Dimension, ProductAtMost, SearchSpace, TrialRecord, TuneResult, tune
 from .engine import evaluate_variant
+from .isolate import Isolation
 from .prepare import TolerancePolicy, is_tolerant, resolve_policies
 from .validate import Validation, validate
 
@@ -98,9 +99,11 @@ def space_from_dimensions(recording: Recording, dims: Mapping[str, tuple[Any, ..
 
 
 def make_evaluator(recording: Recording, backend: Backend, *, tolerance: TolerancePolicy = None,
-                   warmup: int = 2, repeat: int = 7, flush: bool = True
+                   warmup: int = 2, repeat: int = 7, flush: bool = True,
+                   isolate: Isolation | None = None
                    ) -> Callable[[dict[str, Any]], Measurement]:
-    """config -> the realized variant, replayed: verified against the recording, then timed."""
+    """config -> the realized variant, replayed: verified against the recording, then timed
+    (in a supervised worker with ``isolate``)."""
     scalars = {a.name: a.value for a in recording.args if not a.is_array}
 
     def evaluate(config: dict[str, Any]) -> Measurement:
@@ -109,7 +112,7 @@ def make_evaluator(recording: Recording, backend: Backend, *, tolerance: Toleran
         except KernforgeError as exc:
             return Measurement(exc.status or Status.INVALID_CONFIG, message=str(exc))
         return evaluate_variant(recording, variant, backend=backend, tolerance=tolerance,
-                                warmup=warmup, repeat=repeat, flush=flush)
+                                warmup=warmup, repeat=repeat, flush=flush, isolate=isolate)
 
     return evaluate
 
@@ -119,8 +122,10 @@ def tune_recording(recording: Recording, run_dir: Path, *, preset: str = "standa
                    user_space: Mapping[str, Any] | None = None,
                    tolerance: TolerancePolicy = None, repeat: int = 7, warmup: int = 2,
                    resume: bool = False, passes: int = 7,
-                   on_trial: Callable[[TrialRecord], None] | None = None) -> TuningOutcome:
-    """Tune ``recording`` into ``run_dir/<unit>/`` and write its result.json and history.png."""
+                   on_trial: Callable[[TrialRecord], None] | None = None,
+                   isolate: Isolation | None = None) -> TuningOutcome:
+    """Tune ``recording`` into ``run_dir/<unit>/`` and write its result.json and history.png.
+    ``isolate``: every trial and the winner's validation run in supervised workers."""
     be = get_backend(recording.backend)
     directory = Path(run_dir) / recording.name
     if (directory / "study.db").exists() and not resume:
@@ -129,7 +134,8 @@ def tune_recording(recording: Recording, run_dir: Path, *, preset: str = "standa
     directory.mkdir(parents=True, exist_ok=True)
     tolerant = is_tolerant(recording, resolve_policies(recording, tolerance))
     space = build_space(recording, be, preset=preset, user=user_space, tolerant=tolerant)
-    evaluate = make_evaluator(recording, be, tolerance=tolerance, warmup=warmup, repeat=repeat)
+    evaluate = make_evaluator(recording, be, tolerance=tolerance, warmup=warmup, repeat=repeat,
+                              isolate=isolate)
     study = tune(space, evaluate, sampler=sampler, budget=budget, storage=directory,
                  study_name=recording.name, seed=seed, on_trial=on_trial)
     scalars = {a.name: a.value for a in recording.args if not a.is_array}
@@ -144,7 +150,7 @@ def tune_recording(recording: Recording, run_dir: Path, *, preset: str = "standa
         claimed = baseline_s / best.median if baseline_s and best.median else None
         validation = validate(recording, best_variant, backend=be, tolerance=tolerance,
                               passes=passes, claimed=claimed,
-                              ledger=directory / "ledger.jsonl")
+                              ledger=directory / "ledger.jsonl", isolate=isolate)
         ab = validation.ab
     outcome = TuningOutcome(recording, directory, study, best_variant, baseline_s,
                             best.median if best else None, ab, validation)

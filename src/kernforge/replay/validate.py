@@ -30,7 +30,9 @@ from ..backends import Backend, get_backend
 from ..core import (
     BackendUnavailableError,
     BufferCheck,
+    ConfigError,
     KernforgeError,
+    Measurement,
     Recording,
     RecordingError,
     Status,
@@ -44,6 +46,7 @@ from ..harness.provenance import IdleCheck, idle_check, provenance, write_figure
 from ..harness.roofline import RooflineCheck
 from .checks import Integrity, roofline_gate, run_checks
 from .engine import compare
+from .isolate import Isolation, backend_name
 from .prepare import TolerancePolicy, resolve_policies
 
 PathLike = str | os.PathLike[str]
@@ -142,9 +145,19 @@ def validate(recording: Recording, variant: Variant | None = None, *,
              baseline: BaselineStore | PathLike | None = None,
              ledger: Ledger | PathLike | None = None, figure: PathLike | None = None,
              require_idle: bool = False, command: Sequence[str] | None = None,
-             case: str | None = None) -> Validation:
+             case: str | None = None, isolate: Isolation | None = None) -> Validation:
     """Run every gate on ``variant`` (default: the recorded one) of ``recording``; see the
-    module docstring. ``claimed``: the speedup a search reported, to be confirmed."""
+    module docstring. ``claimed``: the speedup a search reported, to be confirmed.
+    ``isolate``: run it in a supervised worker; a crash or a hang rejects the candidate."""
+    if isolate is not None:
+        if isinstance(baseline, BaselineStore) or isinstance(ledger, Ledger):
+            raise ConfigError("validate(isolate=...) takes the baseline store and the ledger "
+                              "as paths", hint="pass their file paths")
+        return isolate.validate(  # type: ignore[no-any-return]
+            recording, variant, backend=backend_name(backend), tolerance=tolerance,
+            integrity=integrity, passes=passes, per_pass=per_pass, warmup=warmup, band=band,
+            claimed=claimed, baseline=baseline, ledger=ledger, figure=figure,
+            require_idle=require_idle, command=command, case=case)
     gates = integrity or Integrity()
     be = get_backend(backend if backend is not None else recording.backend)
     variant = variant or recording.variant
@@ -175,6 +188,16 @@ def validate(recording: Recording, variant: Variant | None = None, *,
         v = _rejected(case, key, exc, notes)
     v.notes["seconds"] = time.perf_counter() - t0
     v.provenance = provenance(be, command=command)
+    publish(v, ledger, figure)
+    return v
+
+
+def lost_validation(case: str, key: str, m: Measurement, ledger: Ledger | PathLike | None,
+                    figure: PathLike | None) -> Validation:
+    """The verdict on a candidate that killed its worker or ran past its limit."""
+    reason = dict(m.extra).get("reason", reason_for_status(m.status))
+    v = Validation(case, key, "rejected", m.status, str(reason), m.message,
+                   notes={"cause": dict(m.extra).get("cause")})
     publish(v, ledger, figure)
     return v
 

@@ -1,0 +1,34 @@
+"""The ``--in-process`` / ``--eval-timeout`` options every command that runs candidate code
+shares: by default candidates run in supervised worker processes
+(:class:`kernforge.replay.isolate.Isolation`), so a crash or a hang costs that candidate only."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ..replay.isolate import Isolation, Limits
+
+
+def add_isolation_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--in-process", action="store_true",
+                   help="run candidate code in this process (for debugging: a crashing "
+                        "candidate then ends the command)")
+    p.add_argument("--eval-timeout", type=float, default=None, metavar="S",
+                   help="the shortest run-stage limit of one evaluation in seconds "
+                        f"(default {Limits().min_timeout_s:g}; the limit is "
+                        f"{Limits().timeout_factor:g}x the baseline's run time, at least this)")
+
+
+@contextmanager
+def isolation(args: argparse.Namespace, workers: int = 1) -> Iterator[Isolation | None]:
+    """The command's worker pool (None with ``--in-process``), closed at the end."""
+    if getattr(args, "in_process", False):
+        yield None
+        return
+    timeout = getattr(args, "eval_timeout", None)
+    limits = Limits() if timeout is None else Limits(min_timeout_s=timeout,
+                                                     first_timeout_s=max(timeout, 1.0) * 12)
+    with Isolation(workers=workers, limits=limits) as iso:
+        yield iso

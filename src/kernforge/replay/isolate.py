@@ -1,0 +1,311 @@
+"""Supervised evaluation: candidate code runs in a worker process, never in the caller's.
+
+:class:`Isolation` is a small pool of local worker processes (:mod:`.isolate_worker`) that keep
+recordings and compiled modules warm between requests. A candidate that kills its worker (a
+signal: segmentation fault, abort, bus error, illegal instruction; on the GPU, an illegal
+address or a trap leaves the context unusable and the worker ends itself) or that runs past its
+limit costs that candidate only: it comes back as ``RUNTIME_FAILED`` (with the signal and the
+stage it died in) or ``TIMEOUT``, the worker is replaced, and the caller goes on.
+
+Limits. A request has two stages: compile (``Limits.compile_timeout_s``), then run, announced by
+the worker once the candidate compiled. The run limit is ``timeout_factor`` times the fastest
+first run seen for that recording (the baseline, learned from OK evaluations) times the runs the
+request makes, and at least ``min_timeout_s``; before any OK evaluation of a recording it is
+``first_timeout_s``. Validation gets ``validate_timeout_s`` for its run stage.
+
+Use ``with Isolation() as iso: evaluate_variant(rec, v, isolate=iso)`` (also ``replay``,
+``validate``, ``tune_recording`` and the evolve evaluator take ``isolate=``); the CLI commands
+use it unless given ``--in-process``.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from ..core import KernforgeError, Measurement, Recording, Status, Variant
+from ..core.errors import ConfigError
+
+HINT = ("the worker was replaced and the run went on; run the candidate with --in-process "
+        "under a debugger (gdb, compute-sanitizer) to see where it fails")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The supervisor's watchdog settings (seconds)."""
+
+    min_timeout_s: float = 10.0
+    timeout_factor: float = 50.0
+    first_timeout_s: float = 120.0
+    compile_timeout_s: float = 300.0
+    validate_timeout_s: float = 1800.0
+
+    def run_limit(self, baseline_s: float | None, runs: int) -> float:
+        if baseline_s is None:
+            return self.first_timeout_s
+        return max(self.min_timeout_s, self.timeout_factor * baseline_s * max(1, runs))
+
+
+class WorkerLost(Exception):
+    """The worker died or was killed; ``status`` and ``message`` say why (internal)."""
+
+    def __init__(self, status: Status, message: str, cause: str) -> None:
+        super().__init__(message)
+        self.status, self.message, self.cause = status, message, cause
+
+
+def _signal_name(code: int) -> tuple[str, str]:
+    try:
+        sig = signal.Signals(-code)
+    except ValueError:
+        return f"signal {-code}", "unknown signal"
+    return sig.name, signal.strsignal(sig) or sig.name
+
+
+def _tail(path: Path, limit: int = 1500) -> str:
+    try:
+        text = path.read_text(errors="replace").strip()
+    except OSError:
+        return ""
+    return text[-limit:]
+
+
+class _Worker:
+    """One worker process and the socket to it."""
+
+    def __init__(self, directory: Path, env: dict[str, str] | None) -> None:
+        self.crash = Path(tempfile.mkstemp(dir=directory, prefix="worker-", suffix=".crash")[1])
+        self.out = self.crash.with_suffix(".out")
+        ours, theirs = socket.socketpair()
+        code = ("from kernforge.replay.isolate_worker import serve; "
+                f"serve({theirs.fileno()}, {str(self.crash)!r})")
+        with open(self.out, "wb") as out:
+            self.proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(theirs.fileno(),),
+                                         stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                         env=env, start_new_session=True)
+        theirs.close()
+        self.conn = Connection(ours.detach())
+
+    def request(self, msg: tuple[Any, ...], first_limit: float,
+                run_limit: float) -> tuple[Any, bool]:
+        """Send ``msg``; wait for the answer under the stage limits. Raises WorkerLost."""
+        self.conn.send(msg)
+        stage, deadline = "compile", time.monotonic() + first_limit
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                ready = left > 0 and self.conn.poll(left)
+                reply = self.conn.recv() if ready else None
+            except (EOFError, OSError):
+                raise self._lost(stage) from None
+            if reply is None:
+                limit = first_limit if stage == "compile" else run_limit
+                self.kill()
+                raise WorkerLost(Status.TIMEOUT, f"the candidate did not finish its {stage} "
+                                 f"stage within {limit:.1f} s; its worker was killed",
+                                 f"timeout:{stage}")
+            if reply[0] == "stage":
+                stage, deadline = reply[1], time.monotonic() + run_limit
+                continue
+            if reply[0] == "raise":
+                raise _rebuild(reply[1])
+            return reply[1], bool(reply[2])
+
+    def _lost(self, stage: str) -> WorkerLost:
+        try:
+            code = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.proc.returncode
+        if code is not None and code < 0:
+            name, what = _signal_name(code)
+            cause = f"killed by {name} ({what})"
+        else:
+            name, cause = f"exit {code}", f"exited with status {code}"
+        said = [ln for ln in _tail(self.out).splitlines() if ln.strip()][-5:]
+        detail = "".join(f"\n  {ln}" for ln in said)  # what the kernel itself printed
+        return WorkerLost(Status.RUNTIME_FAILED, f"the candidate killed its worker process in "
+                          f"the {stage} stage: {cause}{detail}", name)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                self.proc.kill()
+        self.proc.wait()
+        self.close()
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+        if self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        for path in (self.crash, self.out):
+            path.unlink(missing_ok=True)
+
+
+def _rebuild(err: dict[str, Any]) -> KernforgeError:
+    """The worker's typed error, raised again here (its class, message and hint)."""
+    import importlib
+
+    cls: Any = KernforgeError
+    try:
+        found = getattr(importlib.import_module(err["module"]), err["cls"])
+        if isinstance(found, type) and issubclass(found, KernforgeError):
+            cls = found
+    except (ImportError, AttributeError):
+        pass
+    exc = cls.__new__(cls)
+    KernforgeError.__init__(exc, err["message"], hint=err["hint"])
+    if err.get("status"):
+        exc.status = Status(err["status"])
+    return exc
+
+
+def lost_measurement(lost: WorkerLost) -> Measurement:
+    """A lost worker as the candidate's failure (typed data with a hint)."""
+    reason = "timeout" if lost.status is Status.TIMEOUT else "runtime:failed"
+    return Measurement(lost.status, message=f"{lost.message}\n  hint: {HINT}",
+                       extra=(("error", "WorkerLost"), ("cause", lost.cause), ("hint", HINT),
+                              ("reason", reason)))
+
+
+@dataclass
+class Isolation:
+    """A pool of ``workers`` supervised worker processes (started on first use)."""
+
+    workers: int = 1
+    limits: Limits = field(default_factory=Limits)
+    env: dict[str, str] | None = None
+    replaced: int = 0  # workers replaced after a crash, a hang or a sticky fault
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ConfigError(f"Isolation(workers={self.workers}) needs at least one worker")
+        self._dir = Path(tempfile.mkdtemp(prefix="kernforge-workers-"))
+        self._idle: queue.Queue[_Worker | None] = queue.Queue()
+        for _ in range(self.workers):
+            self._idle.put(None)
+        self._baseline: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def __enter__(self) -> Isolation:  # noqa: PYI034
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._closed = True
+        while True:
+            try:
+                w = self._idle.get_nowait()
+            except queue.Empty:
+                break
+            if w is not None:
+                w.close()
+        try:
+            self._dir.rmdir()
+        except OSError:
+            pass
+
+    # ---- requests ---------------------------------------------------------------------------
+    def _run(self, msg: tuple[Any, ...], first_limit: float, run_limit: float) -> Any:
+        if self._closed:
+            raise ConfigError("this Isolation pool is closed", hint="use a new Isolation()")
+        w = self._idle.get()
+        try:
+            if w is None or not w.alive():
+                w = _Worker(self._dir, self.env)
+            value, recycle = w.request(msg, first_limit, run_limit)
+            if recycle:  # the worker ends itself: its device context is unusable
+                w.close()
+                w = None
+                with self._lock:
+                    self.replaced += 1
+            return value
+        except WorkerLost:
+            if w is not None:
+                w.kill()
+            w = None
+            with self._lock:
+                self.replaced += 1
+            raise
+        finally:
+            self._idle.put(w)
+
+    def _learn(self, key: str, m: Measurement) -> None:
+        run = dict(m.stages).get("run")
+        if m.ok and run:
+            with self._lock:
+                self._baseline[key] = min(self._baseline.get(key, run), run)
+
+    def evaluate(self, recording: Recording, variant: Variant, *,
+                 backend: str | None = None, **kw: Any) -> Measurement:
+        """:func:`kernforge.replay.engine.evaluate_variant` in a worker; a crash or a hang is
+        the candidate's RUNTIME_FAILED or TIMEOUT."""
+        key = str(Path(recording.path).resolve())
+        runs = 1 if kw.get("verify_only") else int(kw.get("warmup", 3)) + \
+            int(kw.get("repeat", 10)) + 2
+        if kw.get("integrity") not in (None, "basic"):
+            runs += 20
+        with self._lock:
+            base = self._baseline.get(key)
+        limit = self.limits.run_limit(base, runs)
+        try:
+            m = self._run(("evaluate", key, variant, backend, kw),
+                          self.limits.compile_timeout_s, limit)
+        except WorkerLost as lost:
+            return lost_measurement(lost)
+        self._learn(key, m)
+        return m
+
+    def validate(self, recording: Recording, variant: Variant | None, *,
+                 backend: str | None = None, **kw: Any) -> Any:
+        """:func:`kernforge.replay.validate.validate` in a worker; a crash or a hang rejects
+        the candidate (RUNTIME_FAILED or TIMEOUT)."""
+        from .validate import lost_validation
+
+        key = str(Path(recording.path).resolve())
+        try:
+            return self._run(("validate", key, variant, backend, kw),
+                             self.limits.compile_timeout_s, self.limits.validate_timeout_s)
+        except WorkerLost as lost:
+            v = variant or recording.variant
+            return lost_validation(kw.get("case") or recording.name, v.key(),
+                                   lost_measurement(lost), kw.get("ledger"), kw.get("figure"))
+
+    def call(self, target: str, *args: Any, timeout_s: float | None = None,
+             **kwargs: Any) -> Any:
+        """``module:function`` called in a worker; raises :class:`WorkerLost` when the worker
+        dies or ``timeout_s`` passes."""
+        limit = timeout_s if timeout_s is not None else self.limits.validate_timeout_s
+        return self._run(("call", target, args, kwargs), self.limits.compile_timeout_s, limit)
+
+
+def backend_name(backend: Any) -> str | None:
+    """A backend given as a name or an instance, as the worker resolves it (by name)."""
+    if backend is None or isinstance(backend, str):
+        return backend
+    return str(backend.name)

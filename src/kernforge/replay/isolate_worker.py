@@ -1,0 +1,145 @@
+"""The child side of supervised evaluation (:mod:`.isolate`): a loop that runs what the
+supervisor asks, one request at a time, in a process of its own.
+
+The worker keeps what makes an evaluation cheap: recordings (loaded once per path) and the
+backend's in-process compile cache. It compiles a candidate first and tells the supervisor
+(``("stage", "run")``), so that the supervisor can hold the run stage to a limit derived from
+the baseline's run time instead of the compile limit. A fatal signal writes Python's stacks
+(:mod:`faulthandler`) to the worker's crash file, which the supervisor reads to say where the
+candidate died. After a failure on a backend whose faults are sticky (a CUDA context after an
+illegal address or a trap), the worker answers and then ends itself, so the next candidate gets
+a fresh context.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import importlib
+import os
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..core import KernforgeError, Measurement, Recording, Status, Variant
+
+_RECORDINGS: dict[str, Recording] = {}
+_FAILED = (Status.RUNTIME_FAILED, Status.LAUNCH_FAILED, Status.TIMEOUT)
+
+
+def recording(path: str) -> Recording:
+    """The recording at ``path``, loaded once per worker."""
+    rec = _RECORDINGS.get(path)
+    if rec is None:
+        from ..record import load_recording
+
+        rec = _RECORDINGS[path] = load_recording(path)
+    return rec
+
+
+def _sticky(backend: Any) -> bool:
+    return bool(getattr(backend, "sticky_faults", False))
+
+
+def evaluate(conn: Any, path: str, variant: Variant, backend: str | None,
+             kw: dict[str, Any]) -> tuple[Measurement, bool]:
+    """Compile ``variant`` (announcing the run stage after it), then evaluate it as
+    :func:`kernforge.replay.engine.evaluate_variant` does. Returns (measurement, recycle)."""
+    from ..backends import get_backend
+    from .engine import _failure, evaluate_variant
+    from .prepare import is_tolerant, resolve_policies
+
+    rec = recording(path)
+    be = get_backend(backend or rec.backend)
+    t0 = time.perf_counter()
+    try:
+        policies = resolve_policies(rec, kw.get("tolerance"))
+        be.compile(variant, tolerant=is_tolerant(rec, policies), recorded=rec.options)
+    except KernforgeError as exc:
+        if exc.status is None:
+            raise
+        return _failure(exc, []), False
+    compile_s = time.perf_counter() - t0
+    conn.send(("stage", "run"))
+    m = evaluate_variant(rec, variant, backend=be, **kw)
+    if kw.get("integrity") is None:  # the compile was a cache hit there: report ours
+        stages = tuple(("compile", compile_s) if k == "compile" else (k, s)
+                       for k, s in m.stages)
+        m = replace(m, stages=stages)
+    return m, m.status in _FAILED and _sticky(be)
+
+
+def validate(conn: Any, path: str, variant: Variant | None, backend: str | None,
+             kw: dict[str, Any]) -> tuple[Any, bool]:
+    """:func:`kernforge.replay.validate.validate` in this process (the run stage announced
+    once the candidate compiled, as for an evaluation)."""
+    from ..backends import get_backend
+    from .validate import validate as run_validate
+
+    rec = recording(path)
+    be = get_backend(backend or rec.backend)
+    try:
+        be.compile(variant or rec.variant, tolerant=True, recorded=rec.options)
+    except KernforgeError:
+        pass  # validate() reports it as its verdict
+    conn.send(("stage", "run"))
+    v = run_validate(rec, variant, backend=be, **kw)
+    return v, v.status in _FAILED and _sticky(be)
+
+
+def call(conn: Any, target: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+         ) -> tuple[Any, bool]:
+    """Any importable function (``module:name``), e.g. a whole evolve evaluation."""
+    module, _, name = target.partition(":")
+    fn = getattr(importlib.import_module(module), name)
+    conn.send(("stage", "run"))
+    return fn(*args, **kwargs), False
+
+
+_KINDS: dict[str, Callable[..., tuple[Any, bool]]] = {
+    "evaluate": evaluate, "validate": validate, "call": call}
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    if isinstance(exc, KernforgeError):
+        return {"module": type(exc).__module__, "cls": type(exc).__qualname__,
+                "message": exc.message, "hint": exc.hint,
+                "status": exc.status.value if exc.status else None}
+    last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    return {"module": "kernforge.core.errors", "cls": "KernforgeError",
+            "message": f"the evaluation worker failed: {last}",
+            "hint": "this is a kernforge bug; rerun with --in-process to see the traceback",
+            "status": None}
+
+
+def serve(fd: int, crash_file: str) -> None:
+    """The worker process's entry point: requests arrive on the socket ``fd``."""
+    from multiprocessing.connection import Connection
+
+    main(Connection(fd), crash_file)
+
+
+def main(conn: Any, crash_file: str) -> None:
+    """Serve requests until the supervisor closes the pipe (or a candidate kills us)."""
+    with open(crash_file, "w") as log:
+        faulthandler.enable(file=log, all_threads=True)
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                break
+            kind, args = msg[0], msg[1:]
+            try:
+                value, recycle = _KINDS[kind](conn, *args)
+                conn.send(("ok", value, recycle))
+            except BaseException as exc:  # noqa: BLE001 - every error goes back as data
+                conn.send(("raise", _error(exc), False))
+                recycle = False
+            if recycle:
+                break
+        faulthandler.disable()
+    Path(crash_file).unlink(missing_ok=True)
+    conn.close()
+    os._exit(0)  # no interpreter teardown: a faulted device context must not be freed again
