@@ -20,7 +20,7 @@ demo: setup
 
 test: setup
 	$(BIN)/lint-imports
-	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff check src tests benchmarks examples tools
 	$(BIN)/mypy
 	$(BIN)/pytest -q
 

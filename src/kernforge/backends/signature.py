@@ -7,11 +7,13 @@ pass the signature explicitly.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import Any
 
 from ..core import KernelSource, Param, SignatureError
+from ..syntax import parser as _parser
+from ..syntax import text as _text
+from ..syntax import walk as _walk
 
 C_TYPES: dict[str, str] = {
     "char": "int8", "signed char": "int8", "unsigned char": "uint8", "int8_t": "int8",
@@ -27,30 +29,6 @@ C_TYPES: dict[str, str] = {
 }
 QUALIFIERS = {"const", "volatile", "restrict", "__restrict__", "__restrict", "static", "extern",
               "__global__", "__device__", "inline", "__inline__", "__forceinline__"}
-
-
-@functools.cache
-def _parser(language: str) -> Any:
-    try:
-        import tree_sitter as ts
-        grammar = __import__("tree_sitter_cuda" if language == "cuda" else "tree_sitter_c")
-    except ImportError as exc:  # pragma: no cover - dependency of the package
-        raise SignatureError(f"the {language} parser is not installed ({exc})",
-                             hint="pip install tree-sitter tree-sitter-c tree-sitter-cuda, or "
-                                  "pass signature=... explicitly") from exc
-    return ts.Parser(ts.Language(grammar.language()))
-
-
-def _text(node: Any) -> str:
-    return node.text.decode("utf8", "replace")
-
-
-def _walk(node: Any):
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(reversed(n.children))
 
 
 def _aliases(root: Any) -> dict[str, str]:

@@ -9,17 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernforge.core import ConfigError
+from kernforge.core.strict import field_names, strict_keys
 
 from .features import FeatureDim
 from .mapelites import MapElitesConfig
 
 
 def _known(cls: type, data: Mapping[str, Any], where: str) -> None:
-    names = {f.name for f in dataclasses.fields(cls)}
-    for key in data:
-        if key not in names:
-            raise ConfigError(f"unknown key {key!r} in {where}",
-                              hint=f"known keys: {', '.join(sorted(names))}")
+    strict_keys(data, field_names(cls), where)
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..backends.signature import _parser, _text, _walk
 from ..core import KernelSource
+from ..syntax import parser as _parser
+from ..syntax import text as _text
+from ..syntax import walk as _walk
 
 _THREAD = {"pthread_create", "pthread_detach", "thrd_create", "fork", "vfork", "clone",
            "posix_spawn", "posix_spawnp", "CreateThread", "_beginthread", "_beginthreadex"}

@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import ConfigError
+from ..core.strict import field_names, strict_keys
 from .usage import Price
 
 DEFAULT_WEIGHTS = (0.6, 0.3, 0.1)
 
 
 def _strict(cls: type, data: Mapping[str, Any], where: str) -> dict[str, Any]:
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ConfigError(f"unknown key(s) {unknown} in {where}",
-                          hint=f"allowed keys: {', '.join(sorted(known))}")
-    return dict(data)
+    return strict_keys(data, field_names(cls), where)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import ConfigError
+from ..core.strict import strict_keys
 from ..evolve.config import EvolveConfig
 from ..llm.config import LLMConfig
 
@@ -97,13 +98,7 @@ class RunConfig:
 
 
 def _strict(data: Any, allowed: Sequence[str], where: str, src: str) -> dict[str, Any]:
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{src}: {where} must be a table/mapping, not {type(data).__name__}")
-    unknown = sorted(str(k) for k in data if k not in allowed)
-    if unknown:
-        raise ConfigError(f"{src}: unknown key {unknown[0]!r} in {where}",
-                          hint=f"allowed keys in {where}: {', '.join(allowed)}")
-    return dict(data)
+    return strict_keys(data, allowed, where, source=src)
 
 
 def _proposer(data: Any, i: int, src: str) -> ProposerSpec:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import ConfigError
+from ..core.strict import strict_keys
 
 
 def _amount(value: Any, dim: str) -> int | float:
@@ -140,10 +141,8 @@ def constraint_from_json(entry: Any, predicates: Mapping[str, Callable[..., bool
         raise ConfigError(f"constraint {dict(entry)!r} must have exactly one of "
                           f"{', '.join(_KINDS)}", hint="see the kernforge.tune.space docstring")
     kind = kinds[0]
-    for key in entry:
-        if key != kind and key not in _KINDS[kind]:
-            raise ConfigError(f"unknown key {key!r} in {kind} constraint",
-                              hint=f"{kind} takes: {', '.join((kind, *_KINDS[kind]))}")
+    strict_keys(entry, (kind, *_KINDS[kind]), f"{kind} constraint",
+                hint=f"{kind} takes: {', '.join((kind, *_KINDS[kind]))}")
     for key in _KINDS[kind]:
         if key not in entry:
             raise ConfigError(f"{kind} constraint needs {key!r}")

@@ -40,6 +40,7 @@ from functools import cached_property
 from typing import Any
 
 from ..core import ConfigError
+from ..core.strict import strict_keys
 from .constraints import Constraint, constraint_from_json
 
 KINDS = ("categorical", "ordinal", "int", "bool")
@@ -196,13 +197,9 @@ def dimension_from_json(name: str, spec: Any) -> Dimension:
         raise ConfigError(f"dimension {name!r} needs exactly one of {', '.join(KINDS)}",
                           hint=f"got keys {list(spec)}")
     kind = kinds[0]
-    for key in spec:
-        if key != kind and key not in _DIM_KEYS[kind]:
-            raise ConfigError(f"unknown key {key!r} in dimension {name!r}",
-                              hint=f"a {kind} dimension takes: "
-                                   f"{', '.join((kind, *_DIM_KEYS[kind]))}"
-                                   + (" (the value of bool: is the default)"
-                                      if kind == "bool" else ""))
+    strict_keys(spec, (kind, *_DIM_KEYS[kind]), f"dimension {name!r}",
+                hint=f"a {kind} dimension takes: {', '.join((kind, *_DIM_KEYS[kind]))}"
+                     + (" (the value of bool: is the default)" if kind == "bool" else ""))
     value = spec[kind]
     if kind == "bool":
         if not isinstance(value, bool):
@@ -320,10 +317,7 @@ class SearchSpace:
             raise ConfigError(f"a search space must be a mapping, got {type(data).__name__}")
         if "dimensions" not in data:
             data = {"dimensions": data}
-        for key in data:
-            if key not in _DOC_KEYS:
-                raise ConfigError(f"unknown key {key!r} in the search space",
-                                  hint=f"allowed keys: {', '.join(_DOC_KEYS)}")
+        strict_keys(data, _DOC_KEYS, "the search space")
         if data.get("version", FORMAT_VERSION) != FORMAT_VERSION:
             raise ConfigError(f"search space version {data['version']!r} is not supported",
                               hint=f"this kernforge reads version {FORMAT_VERSION}")

@@ -1,44 +1,17 @@
-"""tree-sitter helpers shared by the rule-based rewrites (:mod:`.rules`, :mod:`.zmarch`)."""
+"""The syntax queries of the rule-based rewrites (:mod:`.rules`, :mod:`.zmarch`), over the shared
+tree-sitter helpers of :mod:`kernforge.syntax`."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Iterator
-from typing import Any
+from ...syntax import Node
+from ...syntax import edit as _edit
+from ...syntax import parse as _parse
+from ...syntax import parser as _parser
+from ...syntax import text as _text
+from ...syntax import walk as _walk
 
-Node = Any
+__all__ = ["Node", "_edit", "_parse", "_parser", "_text", "_walk"]
 _WRITE_OPS = {"assignment_expression", "update_expression"}
-
-
-@functools.cache
-def _parser(language: str) -> Any:
-    import tree_sitter as ts
-
-    grammar = __import__("tree_sitter_cuda" if language == "cuda" else "tree_sitter_c")
-    return ts.Parser(ts.Language(grammar.language()))
-
-
-def _parse(code: str, language: str) -> tuple[bytes, Node]:
-    data = code.encode()
-    return data, _parser(language).parse(data).root_node
-
-
-def _walk(node: Node) -> Iterator[Node]:
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(reversed(n.children))
-
-
-def _text(n: Node) -> str:
-    return n.text.decode()
-
-
-def _edit(data: bytes, edits: list[tuple[int, int, str]]) -> str:
-    for start, end, new in sorted(edits, reverse=True):
-        data = data[:start] + new.encode() + data[end:]
-    return data.decode()
 
 
 def _functions(root: Node) -> list[Node]:
