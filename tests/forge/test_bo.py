@@ -57,6 +57,7 @@ def test_the_search_space_is_the_designs_with_the_incumbent_as_baseline() -> Non
     assert bo._config_params("zmarch", cell, off.baseline)["l1"] == 1
 
 
+@pytest.mark.slow
 def test_a_tpe_round_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Lockstep batches; every trial told (none left running), also the failing ones: a
     candidate that does not compile or launch is logged, never compiled or screened twice;
@@ -172,6 +173,7 @@ def test_a_naive_incumbent_and_a_deadline(tmp_path: Path, monkeypatch: pytest.Mo
     assert not any("batch 2/3" in m for m in said)
 
 
+@pytest.mark.slow
 def test_the_first_batch_is_known_before_the_run(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """``first_batch`` (what ``kernforge stencil precompile`` compiles ahead) is exactly what the
@@ -198,6 +200,7 @@ def test_the_first_batch_is_known_before_the_run(tmp_path: Path,
     assert first - incumbents == expected - incumbents
 
 
+@pytest.mark.slow
 def test_tpe2_asks_other_points_from_the_same_incumbent(tmp_path: Path) -> None:
     """Seeded by the cell's id and the round's name: tpe asks the same first batch every run,
     tpe2 another one (besides the incumbent, first in both), and it runs as a round."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from kernforge.forge.run import forge_matrix
 from kernforge.forge.sessions import emulated_compiler, emulated_sessions
 from kernforge.stencil import matrix as mx
@@ -445,6 +447,7 @@ def test_a_pair_round_changes_two_parameters_at_once() -> None:
     assert any(op.params.get("vx") == 2 and op.params.get("ty") == 8 for op in every)
 
 
+@pytest.mark.slow
 def test_a_pair_round_runs_end_to_end(tmp_path: Path) -> None:
     summary = forge_matrix(CELLS, sessions=emulated_sessions, compiler=emulated_compiler,
                            table_path=tmp_path / "matrix.json", perf_log=tmp_path / "perf.jsonl",

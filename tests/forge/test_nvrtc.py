@@ -10,6 +10,8 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 from kernforge.forge.nvrtc import build_deployed
 from kernforge.stencil import matrix as mx
 from kernforge.stencil.operator import Operator
@@ -66,6 +68,7 @@ def test_a_dying_worker_fails_its_operator_alone(tmp_path: Path) -> None:
     assert build_deployed([], work=stand_in) == []
 
 
+@pytest.mark.slow
 def test_a_hung_build_times_out_alone(tmp_path: Path) -> None:
     t0 = time.monotonic()
     built = build_deployed(_ops(tmp_path, "HANG", "a", "b"), jobs=2, work=stand_in,

@@ -125,6 +125,7 @@ def test_a_named_operator_must_build_with_exactly_its_key() -> None:
             probe.variant(cell, spec)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the host nvcc")
 def test_the_probes_compile_with_nvcc(tmp_path) -> None:
     from kernforge.forge.compile import compile_all

@@ -303,6 +303,7 @@ def test_cli_bench_dispatches_through_a_given_table(tmp_path, monkeypatch):
     assert main(["stencil", "bench", "--table", str(tmp_path / "bad.json")]) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the host nvcc")
 def test_cli_compile_only_one_shape(tmp_path, capsys):
     """Every stencil x precision at one shape, ours and naive, with nvcc -arch=sm_90 -cubin."""
@@ -316,6 +317,7 @@ def test_cli_compile_only_one_shape(tmp_path, capsys):
     assert "36/36 compiled" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the host nvcc")
 def test_every_cell_of_the_matrix_compiles(tmp_path, capsys):
     """The CPU path of the issue: every cell's dispatched operator (through the committed

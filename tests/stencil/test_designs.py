@@ -275,6 +275,7 @@ def test_minb_caps_the_registers(tmp_path) -> None:
     assert used[1] > 64 >= used[4] and used[8] <= 32, used
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the host nvcc")
 def test_later_options_compile_with_nvcc(tmp_path) -> None:
     """The emulator compiles CUDA as host C++, which accepts things nvcc does not: every
@@ -352,6 +353,7 @@ def test_distinct_kernels_have_distinct_keys(design: str) -> None:
     ("fp16", {"tx": 8, "ty": 8, "lz": 6, "cx": 2, "cy": 2, "pf": 3}),
     ("fp32", {"tx": 16, "ty": 8, "lz": 5, "cy": 2, "fs": 2}),
 ])
+@pytest.mark.slow
 def test_temporal_fast_interior_body_changes_no_bit(prec: str, params: dict) -> None:
     """``fi=1`` runs a copy of the body without the boundary selects where no point of an
     iteration group is a boundary point: bit for bit the same results as ``fi=0`` (the same
@@ -388,6 +390,7 @@ def test_temporal_fast_interior_body_changes_no_bit(prec: str, params: dict) -> 
     assert err <= cell.precision.tolerance
 
 
+@pytest.mark.slow
 def test_temporal_fast_interior_body_with_the_z_chunks_first() -> None:
     """``zo`` renames every blockIdx axis of the source, the fast body's tile test included."""
     cell = Cell(STENCILS["star_1_t4"], Shape(64, 40, 40), Precision.FP32)
@@ -409,6 +412,7 @@ H2_LAYOUTS = [
 ]
 
 
+@pytest.mark.slow
 def test_temporal_half2_arithmetic_matches_the_oracle_in_every_layout() -> None:
     """``h2=1``: the fused kernel in ``__half2`` arithmetic. Every layout (pairs per thread,
     rows per thread, planes in flight, the boundary-free body, split launches, chunk order)

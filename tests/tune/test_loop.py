@@ -56,11 +56,12 @@ def test_seconds_budget_stops_asking_after_the_deadline() -> None:
         time.sleep(0.03)
         return bowl_evaluate(config)
 
-    t0 = time.monotonic()
     r = tune(bowl_space(), slow, sampler="random", budget=Budget(trials=None, seconds=0.2),
              seed=0)
     assert r.stop_reason == "seconds"
-    assert 3 <= r.evaluations <= 10 and time.monotonic() - t0 < 2.0
+    # each evaluation sleeps 0.03 s, so at most 0.2 / 0.03 + 1 fit however busy the machine;
+    # how many do fit depends on its load, so only "at least one" is certain
+    assert 1 <= r.evaluations <= 8
 
 
 def test_patience_counts_evaluations_since_the_last_improvement() -> None:
@@ -256,3 +257,37 @@ def test_errors_without_a_status_and_bad_returns_propagate() -> None:
         tune(small_space(), unavailable, sampler="random", budget=Budget(trials=2))
     with pytest.raises(TypeError, match="must return a kernforge Measurement"):
         tune(small_space(), lambda c: 1.0, sampler="random")  # type: ignore[arg-type,return-value]
+
+
+_KILLED_CHILD = """
+import os, signal, sys
+from kernforge.testing.samplers import bowl_evaluate, bowl_space
+from kernforge.tune import Budget, tune
+calls = []
+def evaluate(config):
+    calls.append(config)
+    if len(calls) == 4:  # the candidate takes the whole process down mid-evaluation
+        os.kill(os.getpid(), signal.SIGKILL)
+    return bowl_evaluate(config)
+tune(bowl_space(), evaluate, sampler="tpe", budget=Budget(trials=8), storage=sys.argv[1], seed=3)
+"""
+
+
+def test_kill9_during_an_evaluation_then_resume_quarantines_it(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    db = tmp_path / "tuning.db"
+    child = subprocess.run([sys.executable, "-c", _KILLED_CHILD, str(db)], check=False)
+    assert child.returncode == -9
+    calls: list[dict[str, Any]] = []
+    r = tune(bowl_space(), recording(calls), sampler="tpe", budget=Budget(trials=8),
+             storage=db, seed=3)
+    quarantined = [t for t in r.trials if "quarantined" in t.measurement.message]
+    assert len(quarantined) == 1
+    q = quarantined[0]
+    assert q.status is Status.RUNTIME_FAILED and q.evaluated
+    before = [t.config for t in r.trials if t.evaluated and t.number < q.number]
+    assert len(before) == 3  # finished before the kill
+    assert not [c for c in calls if c in before or c == q.config]  # none of them run again
+    assert len(calls) == 4 and r.evaluations == 8  # 3 before the kill, 1 quarantined, 4 new
