@@ -14,6 +14,7 @@ from ..core.fmt import fmt_time
 from ..evolve.controller import Progress
 from ..pipeline.evolve import Counters, EvolveOutcome, evolve_path
 from ..pipeline.evolve_config import load_config
+from .isolation import add_isolation_args, isolation
 from .output import console
 
 
@@ -33,6 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument("--kernels", default=None, metavar="PAT",
                    help="kernel names to evolve (fnmatch; default: the hottest kernel)")
+    add_isolation_args(p)
     p.set_defaults(func=run)
 
 
@@ -86,11 +88,14 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     out = args.out or Path("runs") / time.strftime("evolve-%Y%m%d-%H%M%S")
     display = _Display()
-    with Live(display.table(None, None), console=console, refresh_per_second=4,
-              transient=True) as live:
+    slots = cfg.evolve_config("").eval_slots
+    with isolation(args, workers=slots) as iso, \
+            Live(display.table(None, None), console=console, refresh_per_second=4,
+                 transient=True) as live:
         display.live = live
         outcomes = evolve_path(args.path, cfg, out, kernels=args.kernels, resume=args.resume,
-                               on_progress=display.update, on_kernel=display.kernel_started)
+                               on_progress=display.update, on_kernel=display.kernel_started,
+                               isolate=iso if iso is not None else False)
     for o in outcomes:
         print_outcome(o)
     return 0 if all(o.final.best is not None for o in outcomes) else 1

@@ -5,7 +5,9 @@ in iteration order) -> propose (LLM pool) -> early rejection (no-op, duplicate) 
 (evaluator pool; the injected ``evaluate(code) -> EvalResult`` compiles, verifies on every
 recording and tunes) -> apply (in iteration order: program, MAP-Elites cell, best, migration,
 plan of iteration ``i + window``). Only this thread writes the store; each step is one
-transaction, so ``kill -9`` loses at most work in flight, which a resumed run re-queues.
+transaction, so ``kill -9`` loses at most work in flight. On resume, a proposal not yet
+evaluated is evaluated; one whose evaluation had started is quarantined (RUNTIME_FAILED: it
+killed its worker or the run) and not run again.
 """
 
 from __future__ import annotations
@@ -270,7 +272,8 @@ class Controller:
             fut = self._pools[0].submit(_call_propose, self.proposers[plan["proposer"]], req)
             self._futures[fut] = ("propose", i, time.time())
             return
-        done = self.store.evaluation(i)
+        done = self.store.evaluation(i) or self.store.quarantine(
+            i, plan["program_id"], code_hash(plan["code"]))
         if done is not None:
             self.candidate_hashes[i] = code_hash(plan["code"])
             self.results[i] = ("evaluated", done)
@@ -396,8 +399,9 @@ def run(config: EvolveConfig, proposers: Proposer | Sequence[Proposer], evaluate
         load: LoadTracker | None = None) -> RunResult:
     """Evolve ``initial_code``; everything is recorded in the SQLite database at ``store_path``.
 
-    With ``resume=True`` an existing database continues where it stopped (in-flight work is
-    re-queued, nothing finished is evaluated again); with ``resume=False`` an existing run is
+    With ``resume=True`` an existing database continues where it stopped (proposals in flight
+    are asked again, evaluations in flight are quarantined as RUNTIME_FAILED, nothing finished
+    is evaluated again); with ``resume=False`` an existing run is
     an error. ``load``: the tracker handed to the proposers (default: a new one).
     """
     props = [proposers] if isinstance(proposers, Proposer) else list(proposers)

@@ -21,6 +21,8 @@ from kernforge.core import Status
 from .types import EvalResult, Program, Proposal, RecordingResult
 
 SCHEMA_VERSION = 1
+QUARANTINED = ("quarantined on resume: its evaluation started and never finished, so it killed "
+               "its worker or the run; it is not run again")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS programs (
@@ -228,6 +230,20 @@ class Store:
                        int(r.passed_all), started, time.time()))
             self.event("evaluation_finished", iteration, program_id, status=r.status.value,
                        fitness=r.fitness)
+
+    def quarantine(self, iteration: int, program_id: str, code_hash: str) -> EvalResult | None:
+        """On resume: a candidate whose evaluation started (in an earlier session) and never
+        finished killed its worker or the run. It is recorded RUNTIME_FAILED, not run again;
+        returns that result (None when its evaluation never started)."""
+        started = self.conn.execute(
+            "SELECT 1 FROM events WHERE kind='evaluation_started' AND iteration=? LIMIT 1",
+            (iteration,)).fetchone()
+        if started is None:
+            return None
+        r = EvalResult(status=Status.RUNTIME_FAILED, message=QUARANTINED,
+                       extra={"quarantined": True})
+        self.record_evaluation(iteration, program_id, code_hash, r)
+        return r
 
     def evaluation(self, iteration: int) -> EvalResult | None:
         row = self.conn.execute(

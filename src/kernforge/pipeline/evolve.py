@@ -15,7 +15,7 @@ import fnmatch
 import json
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from ..evolve.proposers import make_proposer
 from ..evolve.store import Store
 from ..evolve.types import EvalResult, Proposal, ProposalRequest, Proposer
 from ..record import find_recordings, load_recording
+from ..replay.isolate import Isolation
 from .evolve_config import RunConfig
 from .evolve_eval import Evaluate, EvolveTarget, make_evolve_evaluator
 from .evolve_final import Final, finalize
@@ -129,9 +130,22 @@ def counting_evaluator(evaluate: Evaluate, counters: Counters) -> Evaluate:
 def evolve_kernel(recordings: Sequence[Recording], cfg: RunConfig, run_dir: Path, *,
                   resume: bool = False, evaluate: Evaluate | None = None,
                   on_progress: Callable[[Progress, Counters], None] | None = None,
-                  validate_winner: bool = True) -> EvolveOutcome:
-    """Evolve one kernel into ``run_dir`` (its store, result.json and report)."""
+                  validate_winner: bool = True,
+                  isolate: Isolation | bool = True) -> EvolveOutcome:
+    """Evolve one kernel into ``run_dir`` (its store, result.json and report). ``isolate``:
+    True runs every candidate in supervised worker processes (one per evaluation slot; a
+    crash or a hang costs that candidate only), an :class:`Isolation` uses that pool, False
+    runs candidates in this process (for debugging)."""
+    if isolate is True:
+        slots = cfg.evolve_config(default_contract(recordings[0])).eval_slots \
+            if recordings else 1
+        with Isolation(workers=slots) as pool:
+            return evolve_kernel(recordings, cfg, run_dir, resume=resume, evaluate=evaluate,
+                                 on_progress=on_progress, validate_winner=validate_winner,
+                                 isolate=pool)
     target = EvolveTarget.of(recordings, preset=cfg.tuner.preset)
+    if isinstance(isolate, Isolation):
+        target = replace(target, isolate=isolate)
     run_dir.mkdir(parents=True, exist_ok=True)
     db = run_dir / "evolve.db"
     if db.exists() and not resume:
@@ -157,7 +171,8 @@ def evolve_kernel(recordings: Sequence[Recording], cfg: RunConfig, run_dir: Path
 def evolve_path(path: str | Path, cfg: RunConfig, out: Path, *, kernels: str | None = None,
                 resume: bool = False,
                 on_progress: Callable[[Progress, Counters], None] | None = None,
-                on_kernel: Callable[[str, int], None] | None = None) -> list[EvolveOutcome]:
+                on_kernel: Callable[[str, int], None] | None = None,
+                isolate: Isolation | bool = True) -> list[EvolveOutcome]:
     """Evolve every kernel under ``path`` matching ``kernels`` (default: the hottest one, by
     its recorded launch's replay time) into ``out/<kernel>/``. ``resume`` without ``kernels``
     continues the kernel(s) whose ``out/<kernel>/evolve.db`` exists (timings can change
@@ -177,7 +192,7 @@ def evolve_path(path: str | Path, cfg: RunConfig, out: Path, *, kernels: str | N
         if on_kernel:
             on_kernel(name, len(group))
         outcomes.append(evolve_kernel(group, cfg, out / name, resume=resume,
-                                      on_progress=on_progress))
+                                      on_progress=on_progress, isolate=isolate))
     return outcomes
 
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..backends import Backend, get_backend
 from ..core import ConfigError, KernforgeError, Measurement, Recording, Status, Variant
 from ..evolve.types import EvalResult, RecordingResult
 from ..replay import evaluate_variant
+from ..replay.isolate import Isolation
 from ..replay.prepare import TolerancePolicy, is_tolerant, resolve_policies
 from ..replay.tuning import build_space
 from ..tune import Budget, tune
@@ -42,6 +43,7 @@ class EvolveTarget:
     backend: Backend
     preset: str = "quick"
     tolerance: TolerancePolicy = None
+    isolate: Isolation | None = None  # supervised workers run every candidate
 
     @classmethod
     def of(cls, recordings: Sequence[Recording], *, preset: str = "quick",
@@ -87,7 +89,7 @@ def _check_all(target: EvolveTarget, code: str, config: dict[str, Any], *, repea
         else:
             m = evaluate_variant(rec, variant, backend=target.backend,
                                  tolerance=target.tolerance, repeat=repeat, warmup=1,
-                                 verify_only=verify_only)
+                                 verify_only=verify_only, isolate=target.isolate)
         compile_s += _compile_s(m)
         med = m.median if m.ok and m.samples else None
         results.append(RecordingResult(rec.name, m.status, med, _error(m), m.message[:2000]))
@@ -114,7 +116,7 @@ def _tune(target: EvolveTarget, code: str, trials: int, repeat: int, seed: int
         except KernforgeError as exc:
             return Measurement(exc.status or Status.INVALID_CONFIG, message=str(exc))
         m = evaluate_variant(rec, variant, backend=target.backend, tolerance=target.tolerance,
-                             repeat=repeat, warmup=1)
+                             repeat=repeat, warmup=1, isolate=target.isolate)
         compile_s[0] += _compile_s(m)
         return m
 
@@ -128,13 +130,16 @@ def _tune(target: EvolveTarget, code: str, trials: int, repeat: int, seed: int
 def make_evolve_evaluator(recordings: Sequence[Recording] | EvolveTarget, *,
                           inner_trials: int = 30, preset: str = "quick",
                           tolerance: TolerancePolicy = None, repeat: int = 5,
-                          seed: int = 0) -> Evaluate:
+                          seed: int = 0, isolate: Isolation | None = None) -> Evaluate:
     """``evaluate(code) -> EvalResult``: verify ``code`` on every recording (the first failure
     is the result), tune it on the primary recording (``inner_trials`` TPE trials, 0 = none),
     re-verify and time the best configuration on every recording. Fitness: the primary
-    recording's verified median of the best configuration."""
+    recording's verified median of the best configuration. ``isolate``: every run of candidate
+    code in supervised workers (a crash or a hang is that candidate's failure)."""
     target = recordings if isinstance(recordings, EvolveTarget) else \
         EvolveTarget.of(recordings, preset=preset, tolerance=tolerance)
+    if isolate is not None:
+        target = replace(target, isolate=isolate)
 
     def evaluate(code: str) -> EvalResult:
         t0 = time.perf_counter()

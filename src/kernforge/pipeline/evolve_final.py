@@ -46,7 +46,8 @@ def _validate(target: EvolveTarget, variant: Variant, run_dir: Path, passes: int
     """Every integrity gate (replay.validate); there is no weaker fallback."""
     rec = target.primary
     v = validate(rec, variant, backend=target.backend, tolerance=target.tolerance,
-                 passes=passes, claimed=claimed, ledger=run_dir / "ledger.jsonl")
+                 passes=passes, claimed=claimed, ledger=run_dir / "ledger.jsonl",
+                 isolate=target.isolate)
     return (v.ab if v.accepted else None), v.to_json(), \
         ("" if v.accepted else f"{v.reason}: {v.message}")
 

@@ -26,6 +26,8 @@ from .base import ORIGINS, Sampler, Trial, TrialRecord
 from .encoding import Encoding
 
 PREFIX = "kernforge."
+QUARANTINED = ("quarantined on resume: its evaluation started and never finished, so it killed "
+               "its worker or the run; it is not run again")
 
 
 class OptunaSampler(Sampler):
@@ -68,12 +70,22 @@ class OptunaSampler(Sampler):
                               hint="use the same space to resume, or a new study name")
 
     def _recover(self) -> int:
-        """Trials left RUNNING by a killed process: mark them failed, queue them again."""
+        """Trials left RUNNING by a killed process: their evaluation started and never
+        finished, so the candidate killed its worker or the run. Each is quarantined: told
+        RUNTIME_FAILED (its configuration is then a cache hit, never evaluated again)."""
         running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         for t in running:
-            self.study.tell(t.number, state=TrialState.FAIL)
-            if set(t.params) == set(self.encoding.distributions):
-                self.study.enqueue_trial(t.params, user_attrs={PREFIX + "requeued": t.number})
+            if set(t.params) != set(self.encoding.distributions):
+                self.study.tell(t.number, state=TrialState.FAIL)  # never got a configuration
+                continue
+            live = optuna.Trial(self.study, t._trial_id)
+            attrs = {"status": Status.RUNTIME_FAILED.value, "message": QUARANTINED,
+                     "samples": [], "median": None, "origin": "evaluated", "seconds": 0.0,
+                     "config": json.loads(canonical(self.encoding.decode(t.params))),
+                     "quarantined": True}
+            for key, value in attrs.items():
+                live.set_user_attr(PREFIX + key, value)
+            self.study.tell(t.number, math.inf)
         return len(running)
 
     def known_configs(self) -> list[dict[str, Any]]:
