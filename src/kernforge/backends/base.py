@@ -27,6 +27,7 @@ from ..core import (
     Registry,
     Variant,
 )
+from .sanitize import SanitizerRun
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,16 @@ class Backend(ABC):
         """Content fingerprints computed where the buffers live (see :mod:`.fingerprint`), or
         None when this backend verifies on the host (the default)."""
         return None
+
+    #: faults that leave the device unusable for the rest of the process (a CUDA context
+    #: after an illegal address or a trap): a supervised worker ends itself after one
+    sticky_faults: ClassVar[bool] = False
+
+    def sanitize(self, compiled: Compiled, args: Sequence[Any]) -> list[SanitizerRun]:
+        """Run ``compiled`` once on ``args`` (signature order: host numpy arrays for
+        pointers, values for scalars) under this backend's sanitizers, in subprocesses; []
+        when the backend has none (the validation gate then notes that nothing was checked)."""
+        return []
 
     def check_launch(self, launch: LaunchConfig) -> None:
         """Raise ConfigError when ``launch`` is impossible on this device (default: accept)."""

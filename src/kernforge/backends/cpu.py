@@ -42,6 +42,8 @@ from ..core.paths import cache_path
 from .base import Backend, Compiled, Knob
 from .host import HostMemory
 from .rewrite import rewrite
+from .sanitize import SanitizerRun
+from .sanitize_cpu import TOOLS, run_tool
 from .signature import parse_signature
 
 COMPILE_TIMEOUT_S = 120.0
@@ -294,10 +296,8 @@ class CpuBackend(HostMemory, Backend):
         entry = variant.source.entry
         argtypes, pointers = _marshal(signature, entry)
         opts = variant.options.as_dict()
-        code = rewrite(variant.source, signature, constants=dict(variant.constants) or None)
-        code = apply_schedule(code, str(opts["omp_schedule"]), int(opts["omp_chunk"]))
+        code, flags = self._final(variant, signature)
         code += "\n" + HELPER
-        flags = [*self._cc[1:], *compiler_flags(opts, variant.defines)]
         host = _cpu_model() if opts["march"] == "native" else ""  # -march=native is per-CPU
         key = hashlib.sha256("\0".join([code, shlex.join(flags), self._compiler_id, host])
                              .encode()).hexdigest()
@@ -313,6 +313,21 @@ class CpuBackend(HostMemory, Backend):
         info = {"disk_cache": hit, "library": str(path), "flags": flags, "command": command,
                 "compiler": self._compiler_id}
         return CpuKernel(fn, set_threads, pointers, path, lib, info), log
+
+    def _final(self, variant: Variant, signature: tuple[Param, ...]) -> tuple[str, list[str]]:
+        """The source the compiler sees and the flags (without the launch helper)."""
+        opts = variant.options.as_dict()
+        code = rewrite(variant.source, signature, constants=dict(variant.constants) or None)
+        code = apply_schedule(code, str(opts["omp_schedule"]), int(opts["omp_chunk"]))
+        return code, [*self._cc[1:], *compiler_flags(opts, variant.defines)]
+
+    def sanitize(self, compiled: Compiled, args: Sequence[Any]) -> list[SanitizerRun]:
+        """ThreadSanitizer and AddressSanitizer builds of the variant, each run once on
+        ``args`` (see :mod:`.sanitize_cpu`)."""
+        code, flags = self._final(compiled.variant, compiled.signature)
+        threads = compiled.variant.launch.threads or self.default_threads
+        return [run_tool(self._cc, code, flags, compiled.variant.source.entry,
+                         compiled.signature, args, threads, tool) for tool in TOOLS]
 
     def _build(self, code: str, flags: list[str], out: Path, entry: str) -> str:
         """Compile ``code`` into ``out`` atomically; return the compiler's stderr."""

@@ -32,6 +32,14 @@ REASONS: dict[str, str] = {
     "regression:prior-best": "slower than the prior best of this case (beyond the band)",
     "remeasure:lower": "the canonical re-measurement is below the claimed speedup (downgraded)",
     "idle:busy": "the device was busy during the canonical re-measurement",
+    "sanitizer:race": "the sanitizer run (ThreadSanitizer, compute-sanitizer racecheck) "
+                      "found a data race",
+    "sanitizer:memory": "the sanitizer run (AddressSanitizer, compute-sanitizer memcheck) "
+                        "found an out-of-bounds or invalid memory access",
+    "sanitizer:uninitialized": "the sanitizer run (compute-sanitizer initcheck) found a read "
+                               "of uninitialized memory",
+    "sanitizer:sync": "the sanitizer run (compute-sanitizer synccheck) found invalid "
+                      "barrier use",
     "config:invalid": "invalid option, define, launch geometry or signature",
     "compile:failed": "the compiler rejected the variant",
     "launch:failed": "the launch failed",

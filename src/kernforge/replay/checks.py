@@ -31,6 +31,7 @@ from ..harness.roofline import (
 )
 from ..harness.static_checks import RULES, Finding, check_defines, check_options, new_findings
 from .prepare import Prepared, is_tolerant, prepare, resolve_policies
+from .sanitize import sanitizer_gate
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,11 @@ class Integrity:
     """Which integrity gates a replay runs (``replay(..., integrity=Integrity())``).
 
     ``seed`` None draws a fresh seed per replay (reported in the notes), so a candidate cannot
-    be prepared for the "fresh" inputs."""
+    be prepared for the "fresh" inputs. ``sanitize``: the sanitizer gate (:mod:`.sanitize`),
+    run once before the dynamic gates; validation runs it, a strict replay does not."""
 
     static: bool = True
+    sanitize: bool = True
     verify_runs: int = 5
     poison: bool = True
     fresh_trials: int = 2
@@ -196,13 +199,16 @@ def fresh_gate(prepared: Prepared, reference: Prepared, trials: int, seed: int) 
 # ---- running them ---------------------------------------------------------------------------
 def run_checks(recording: Recording, backend: Backend, variant: Variant,
                tolerance: Any, integrity: Integrity) -> Report:
-    """Static gate, compile, repeated verification, poisoned outputs, fresh inputs."""
+    """Static gate, compile, sanitizers, repeated verification, poisoned outputs, fresh
+    inputs."""
     notes: dict[str, Any] = {}
     if integrity.static:
         bitwise = not is_tolerant(recording, resolve_policies(recording, tolerance))
         static_gate(recording, variant, bitwise)
         notes["static"] = "no findings"
     prepared = prepare(recording, backend=backend, variant=variant, tolerance=tolerance)
+    if integrity.sanitize:  # first: a race is caught by the tool, not by repetition
+        notes["sanitize"] = sanitizer_gate(recording, prepared)
     checks = verify_gate(prepared, integrity.verify_runs)
     notes["verify"] = f"{max(1, integrity.verify_runs)} run(s) verified"
     reference = None

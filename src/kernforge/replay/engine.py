@@ -57,8 +57,8 @@ def integrity_of(level: IntegrityLevel) -> Integrity | None:
         return None
     if isinstance(level, Integrity):
         return level
-    if level == "strict":
-        return Integrity()
+    if level == "strict":  # per candidate: the sanitizers are for winners (validate)
+        return Integrity(sanitize=False)
     raise ConfigError(f"unknown integrity level {level!r}",
                       hint="use 'basic', 'strict' or an Integrity(...)")
 
