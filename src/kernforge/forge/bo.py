@@ -27,7 +27,7 @@ from ..stencil import matrix as mx
 from ..stencil.operator import Operator
 from ..stencil.spec import Cell
 from ..tune.space import SearchSpace
-from .ideas import IDEAS
+from .ideas import describe
 
 if TYPE_CHECKING:
     from .compile import Built
@@ -222,7 +222,7 @@ def tpe_round(forge: Forge, rnd: int, change: str = "tpe") -> dict[str, int]:
         searches[cell.id] = _Search(cell, inc.design, _study(cell, space, change))
         incs[cell.id] = forge._op(cell)
     cells = [c for c in forge.cells if c.id in searches]
-    bases = {c.id: {"round": rnd, "change": change, "idea": IDEAS[change], "cell": c.id,
+    bases = {c.id: {"round": rnd, "change": change, "idea": describe(change), "cell": c.id,
                     "from": incs[c.id].key, "device": forge.device} for c in cells}
     inc_built: dict[str, Built] = {}
     slowest = 0.0

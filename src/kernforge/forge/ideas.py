@@ -1,10 +1,41 @@
 """What each forge change tries, in words: the idea log's and the performance log's text, and
-the names ``--changes`` accepts (``loop.round_plan`` checks them here)."""
+the names ``--changes`` accepts (``loop.round_plan`` checks them here with :func:`known`).
+
+The TPE round takes its seed as part of its name: ``tpe`` is the first seed, ``tpeN`` (N >= 2)
+the same search seeded apart (``forge/bo.py``: by the cell's id and the name), so a run from an
+unchanged incumbent asks other points of the same space.
+"""
 
 from __future__ import annotations
 
-# the same search (forge/bo.py), seeded apart
-TPE_ROUNDS = ("tpe", "tpe2", "tpe3", "tpe4", "tpe5", "tpe6")
+import re
+
+_TPE = re.compile(r"tpe([2-9]|[1-9][0-9]+)?")
+
+
+def is_tpe(change: str) -> bool:
+    """``tpe`` or ``tpeN`` for a seed N >= 2."""
+    return _TPE.fullmatch(change) is not None
+
+
+def known(change: str) -> bool:
+    """A name ``--changes`` accepts: a parameter of some design, a round kind, or a TPE seed."""
+    return change in IDEAS or is_tpe(change)
+
+
+def describe(change: str) -> str:
+    """The idea log's words for a change."""
+    if change in IDEAS:
+        return IDEAS[change]
+    if is_tpe(change):
+        return f"the tpe round with seed {change[3:]}: other points of the same space"
+    return change
+
+
+def names() -> str:
+    """The accepted names, for a hint."""
+    return ", ".join([*IDEAS, "tpeN (N >= 2: another seed)"])
+
 
 IDEAS = {
     "design": "restructure: z-marching with a register queue (star), shared-memory plane sweep "
@@ -57,12 +88,6 @@ IDEAS = {
     "pairs2": "the next 40 two-parameter changes in the pair round's fixed order",
     "tpe": "Bayesian optimization (TPE) over every parameter of the incumbent's design at once, "
            "3 batches of 16 per cell; the fastest two screened go through the gate",
-    "tpe2": "the tpe round with another seed: other points of the same space (a second run "
-            "from an unchanged incumbent asks what the first did not)",
-    "tpe3": "the tpe round with a third seed (after tpe and tpe2 left the incumbent unchanged)",
-    "tpe4": "the tpe round with a fourth seed",
-    "tpe5": "the tpe round with a fifth seed",
-    "tpe6": "the tpe round with a sixth seed",
     "pw": "zbox: the warm-up planes peeled into their own loop (the steady loop stores without "
           "a test; fewer instructions per plane, more registers)",
 }

@@ -38,7 +38,7 @@ from ..stencil import matrix as mx
 from ..stencil.operator import Operator
 from ..stencil.spec import Cell
 from .compile import Built
-from .ideas import IDEAS, TPE_ROUNDS
+from .ideas import describe, is_tpe, known, names
 from .pairs import PAIR_LIMIT, pair_candidates
 
 
@@ -128,10 +128,10 @@ def round_plan(rounds: int, changes: Sequence[str] | None = None) -> list[str]:
     """The changes of rounds 1..N: the design first, then parameters in a fixed order; or
     ``changes`` as given (one round each; every name must be a known change)."""
     if changes:
-        unknown = [c for c in changes if c not in IDEAS]
+        unknown = [c for c in changes if not known(c)]
         if unknown:
             raise ConfigError(f"unknown forge change(s): {', '.join(unknown)}",
-                              hint=f"choose from {', '.join(IDEAS)}")
+                              hint=f"choose from {names()}")
         return list(changes)
     # the likeliest wins first (the H200's first run: parallelism and bytes in flight)
     order = ["design", "pf", "lz", "vx", "ry", "h2", "cx", "ty", "tx", "cy", "fs", "smem",
@@ -314,7 +314,7 @@ class Forge:
 
     def run_round(self, rnd: int, change: str) -> dict[str, int]:
         """One matrix-wide round; returns counts of accepted / rejected / unchanged cells."""
-        if change in TPE_ROUNDS:
+        if is_tpe(change):
             from .bo import tpe_round
 
             return tpe_round(self, rnd, change)
@@ -336,7 +336,7 @@ class Forge:
         return counts
 
     def _gate(self, cell: Cell, rnd: int, change: str, inc: Built, cands: list[Built]) -> str:
-        base = {"round": rnd, "change": change, "idea": IDEAS.get(change, change),
+        base = {"round": rnd, "change": change, "idea": describe(change),
                 "cell": cell.id, "from": inc.op.key, "date": _now(), "device": self.device}
         for bad in (c for c in cands if not c.ok):
             self._log({**base, "to": bad.op.key, "verdict": "rejected",

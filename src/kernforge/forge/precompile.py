@@ -26,8 +26,8 @@ from ..stencil.matrix import TABLE_PATH
 from ..stencil.spec import Cell, matrix
 from .bo import first_batch
 from .compile import compile_all
-from .ideas import TPE_ROUNDS
-from .loop import IDEAS, Forge, _candidates
+from .ideas import is_tpe, known, names
+from .loop import Forge, _candidates
 from .run import default_compiler
 
 
@@ -50,8 +50,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Compile the first round of ``args.changes`` and every incumbent into ``args.cache``."""
     change = args.changes.split(",")[0]
-    if change not in IDEAS:
-        raise ConfigError(f"unknown forge change {change!r}", hint=f"one of {', '.join(IDEAS)}")
+    if not known(change):
+        raise ConfigError(f"unknown forge change {change!r}", hint=f"one of {names()}")
     cells = matrix(args.stencils, args.shapes, args.precisions)
     # the run's own start: the table's incumbents (naive where a cell has none or its entry
     # no longer builds), seeded cells at the seed design's defaults
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         inc = forge.incumbents[cell.id]
         ops.append(forge._op(cell))
         ops.extend(first_batch(cell, inc.design, inc.params, change)
-                   if change in TPE_ROUNDS else _candidates(cell, inc, change))
+                   if is_tpe(change) else _candidates(cell, inc, change))
     t0 = time.time()
     unique = list({(op.cell_id, op.key): op for op in ops}.values())
     print(f"{change}: compiling {len(unique)} operators into {args.cache}", flush=True)

@@ -22,7 +22,8 @@ from ..core.paths import cache_path
 from ..stencil.spec import Cell
 from .compile import compile_all
 from .final import regressions
-from .loop import IDEAS, Compiler, Forge, SessionFactory, check_plan, round_plan
+from .ideas import describe
+from .loop import Compiler, Forge, SessionFactory, check_plan, round_plan
 
 EMULATE_MAX_POINTS = 1 << 16  # the emulator runs a host thread per CUDA thread
 
@@ -162,7 +163,7 @@ def _append_ideas(path: Path, outcome: list[tuple[int, str, dict[str, int]]],
     lines = [f"\n## Forge run {stamp} on {device or 'unknown device'} ({ncells} cells)\n",
              "| round | idea | accepted | rejected | unchanged |", "|---:|---|---:|---:|---:|"]
     for rnd, change, k in outcome:
-        lines.append(f"| {rnd} | {change}: {IDEAS.get(change, change)} | {k['accepted']} | "
+        lines.append(f"| {rnd} | {change}: {describe(change)} | {k['accepted']} | "
                      f"{k['rejected']} | {k['unchanged']} |")
     if stopped:
         lines.append(f"\nStopped early ({stopped}).")

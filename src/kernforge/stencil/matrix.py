@@ -15,101 +15,27 @@ from typing import Any
 
 from ..core import ConfigError
 from ..core.jsonio import DamagedJSON, parse_json
-from .kernels import naive, planesweep, temporal, zbox, zmarch, ztile
-from .kernels.common import L2_PREFETCH, largest_l1, z_first
+from . import designs
+from .kernels.common import DoesNotFit, largest_l1, z_first
 from .operator import Operator
-from .spec import Cell, Precision
+from .spec import Cell
 
 TABLE_PATH = Path(__file__).parent / "data" / "matrix.json"
 TABLE_VERSION = 1
-# __launch_bounds__ minimum blocks per SM for the box designs and z-marching (values that do not
-# fit a block's size are refused by the generator): blocks of 64-512 threads have different
-# useful values
-MINB = (1, 2, 3, 4, 6, 8, 12, 16)
-# z-chunks longer than 128 planes are not offered: whole columns (lz >= the interior; the
-# generators clamp lz) ran 1.03-2.1x slower than the incumbents in every 1024^3 cell on the H200
-# (docs/stencil/ideas.md): parallelism and the streaming order matter more there
-# than the z halo re-read through L2
 
+# design name -> generator (the registry's, kept for callers that build one design directly)
 DESIGNS: dict[str, Callable[..., Operator]] = {
-    "naive": naive.generate,
-    "zmarch": zmarch.generate,
-    "planesweep": planesweep.generate,
-    "temporal": temporal.generate,
-    "ztile": ztile.generate,
-    "zbox": zbox.generate,
-}
+    name: d.generate for name, d in designs.REGISTRY.items()}
 
 
 def applicable(cell: Cell) -> list[str]:
     """Designs that can build this cell, the preferred one first (naive last)."""
-    st = cell.stencil
-    if st.temporal:
-        return ["temporal", "zmarch", "ztile", "naive"]
-    if st.kind == "box":
-        return ["planesweep", "zbox", "naive"]
-    if st.kind == "varcoeff":
-        return ["zmarch", "naive"]
-    return ["zmarch", "ztile", "planesweep", "naive"]
-
-
-def _precision_options(cell: Cell, *, cw: bool = True) -> dict[str, tuple[Any, ...]]:
-    """Options that exist for one precision only: ``h2`` (fp16 pairs in ``__half2``
-    arithmetic) and ``cw`` (fp64 weights in constant memory)."""
-    if cell.precision is Precision.FP16:
-        return {"h2": (0, 1)}
-    if cell.precision is Precision.FP64 and cw:
-        return {"cw": (0, 1)}
-    return {}
+    return designs.applicable(cell)
 
 
 def space(design: str, cell: Cell) -> dict[str, tuple[Any, ...]]:
-    """Each parameter's values, the default first."""
-    if design == "naive":
-        return {"block": ((32, 8, 1), (32, 4, 2), (64, 4, 1), (128, 2, 1))}
-    if design == "zmarch":
-        vx = {Precision.FP16: (8, 4), Precision.FP32: (4, 2), Precision.FP64: (2, 4)}
-        zs: dict[str, tuple[Any, ...]] = {
-            "vx": vx[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
-            "tx": (32, 64, 16), "pf": (1, 2, 4), "smem": (0, 1), "xs": (0, 1), "pn": (0, 1),
-            "ry": (1, 2, 4), "sc": (0, 1), "minb": MINB, "l1": (0, 1), "zo": (0, 1),
-            "l2p": L2_PREFETCH}
-        return {**zs, **_precision_options(cell)}
-    if design == "ztile":
-        widths: dict[Precision, tuple[int, ...]] = {  # 16 bytes at most (fp64: 2 lanes)
-            Precision.FP16: (8, 4), Precision.FP32: (4, 2), Precision.FP64: (2,)}
-        return {"vx": widths[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
-                "tx": (32, 64, 16), "st": (2, 1, 3, 4), "zo": (0, 1), "ca": (0, 1),
-                "l1": (0, 1),  # l1: the largest L1 for ca=1's cached copies
-                "l2p": L2_PREFETCH, "sc": (0, 1),  # L2 prefetch, streaming stores
-                **_precision_options(cell, cw=False)}  # h2 (fp16)
-    if design == "zbox":
-        # 16-byte loads at most (ptxas for sm_90, box_1 512^3: fp32 vx=4 46 registers and 44.5
-        # instructions per output, vx=2 32 and 57, the plane sweep ~60; fp16 vx=4 42, vx=8 75)
-        lanes: dict[Precision, tuple[int, ...]] = {
-            Precision.FP16: (4, 8), Precision.FP32: (4, 2), Precision.FP64: (2,)}
-        zb: dict[str, tuple[Any, ...]] = {
-            "vx": lanes[cell.precision], "lz": (32, 64, 16, 8, 128), "ty": (8, 4, 16),
-            "tx": (32, 64, 16), "pn": (1, 0), "pw": (0, 1),
-            "minb": MINB, "l1": (0, 1), "zo": (0, 1), "l2p": L2_PREFETCH}
-        return {**zb, **_precision_options(cell, cw=False)}  # zbox: fp64 weights always in
-        # constant memory (no table entry predates it)
-    if design == "planesweep":
-        sp: dict[str, tuple[Any, ...]] = {"ry": (4, 2, 8), "lz": (64, 32, 128, 16),
-                                          "ty": (4, 8, 2), "vx": (1, 2), "tx": (32, 64),
-                                          "minb": MINB, "l1": (0, 1), "zo": (0, 1),
-                                          # planes staged by cp.async copies
-                                          "st": (0, 2, 1, 3), "ca": (0, 1),
-                                          "l2p": L2_PREFETCH, "sc": (0, 1)}
-        return {**sp, **_precision_options(cell)}
-    if design == "temporal":
-        ty = (16, 32) if cell.precision is Precision.FP64 else (32, 16)
-        tp: dict[str, tuple[Any, ...]] = {
-            "lz": (64, 128, 32, 16, 0), "ty": ty, "tx": (32, 64), "pipe": (1, 0),
-            "pf": (1, 2, 3, 4), "cx": (1, 2, 4), "cy": (1, 2), "minb": (1, 2, 3, 4),
-            "fs": (0, 2), "zo": (0, 1), "fi": (0, 1)}
-        return {**tp, **_precision_options(cell, cw=False)}  # h2 (fp16)
-    raise ConfigError(f"unknown stencil design {design!r}", hint=f"one of {', '.join(DESIGNS)}")
+    """Each parameter's values, the default first (the design module declares them)."""
+    return designs.get(design).space(cell)
 
 
 TARGET_THREADS = 1 << 18  # about one full wave of the H200 (132 SMs x 2048 threads)
@@ -139,8 +65,9 @@ def defaults(design: str, cell: Cell) -> dict[str, Any]:
 
 
 def build(design: str, cell: Cell, params: dict[str, Any]) -> Operator | None:
-    """The operator, or None when these parameters do not fit the cell (too much shared
-    memory, a vector width that does not divide the row, ...)."""
+    """The operator, or None when these parameters do not fit the cell (the generator raised
+    :class:`DoesNotFit`: too much shared memory, a vector width that does not divide the row,
+    ...). Any other error is a bug and propagates."""
     if design not in DESIGNS:
         raise ConfigError(f"unknown stencil design {design!r}",
                           hint=f"one of {', '.join(DESIGNS)}")
@@ -156,7 +83,7 @@ def build(design: str, cell: Cell, params: dict[str, Any]) -> Operator | None:
         op = DESIGNS[design](cell, **clean)
         if zo:
             op = z_first(op)
-    except ValueError:
+    except DoesNotFit:
         return None
     if l1:
         op = largest_l1(op)

@@ -8,8 +8,19 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ...core import ConfigError
 from ..operator import Operator
 from ..spec import Cell, Precision
+
+
+class DoesNotFit(ConfigError, ValueError):
+    """These parameters do not build an operator for this cell (a design's refusal, not a bug:
+    too much shared memory, a vector width that does not divide the row, ...). Still a
+    ValueError, for callers that caught the generators' ValueError before."""
+
+    def __init__(self, message: str, hint: str = "another value of the parameter; "
+                 "stencil.matrix.space lists each design's values") -> None:
+        super().__init__(message, hint=hint)
 
 
 def header(cell: Cell) -> str:
@@ -25,7 +36,7 @@ MAX_THREADS_PER_SM = 2048  # sm_80 and sm_90
 def check_minb(threads: int, minb: int) -> None:
     """``minb`` blocks of ``threads`` must fit one SM (a ValueError: the operator does not fit)."""
     if not 1 <= minb <= 32 or threads * minb > MAX_THREADS_PER_SM:
-        raise ValueError(f"minb={minb}: 1-32 resident blocks of {threads} threads, at most "
+        raise DoesNotFit(f"minb={minb}: 1-32 resident blocks of {threads} threads, at most "
                          f"{MAX_THREADS_PER_SM} threads per SM")
 
 
@@ -68,7 +79,7 @@ def z_first(op: Operator) -> Operator:
     for launch in op.launches:
         gx, gy, gz = launch.grid
         if max(gx, gy) > 65535:
-            raise ValueError(f"zo=1 needs at most 65535 x and y tiles, not {gx} and {gy}")
+            raise DoesNotFit(f"zo=1 needs at most 65535 x and y tiles, not {gx} and {gy}")
         launches.append(dataclasses.replace(launch, grid=(gz, gx, gy)))
     return dataclasses.replace(
         op, params={**op.params, "zo": 1},
@@ -178,7 +189,7 @@ def l2_prefetch(l2p: int) -> str:
     row's later sectors are already on their way (more bytes in flight per load issued). A
     ValueError for other values."""
     if type(l2p) is not int or l2p not in L2_PREFETCH:  # 128.0 would print as .L2::128.0B
-        raise ValueError(f"l2p={l2p!r}: the L2 prefetch size is one of {L2_PREFETCH}")
+        raise DoesNotFit(f"l2p={l2p!r}: the L2 prefetch size is one of {L2_PREFETCH}")
     return f".L2::{l2p}B" if l2p else ""
 
 
@@ -244,5 +255,5 @@ __device__ __forceinline__ Vec kf_ldv(const {t}* g) {{ return *reinterpret_cast<
 """
     at = source.find('extern "C"')
     if at < 0:
-        raise ValueError("prefetching_vec_loads: no kernel (extern \"C\") in the source")
+        raise DoesNotFit("prefetching_vec_loads: no kernel (extern \"C\") in the source")
     return source[:at] + helper + _GLOBAL_VEC_LOAD.sub(r"kf_ldv(\1", source[at:])

@@ -9,6 +9,7 @@ from __future__ import annotations
 from ..operator import Launch, Operator
 from ..spec import Cell
 from .common import cdiv, extents, header, load, ping_pong, store, weight_defs, weight_names
+from .design import Design, Space
 
 
 def _sum(cell: Cell, src: str) -> str:
@@ -50,3 +51,12 @@ def generate(cell: Cell, block: tuple[int, int, int] = (32, 8, 1)) -> Operator:
     source = header(cell) + extents(cell) + weight_defs(cell) + _kernel(cell, "naive", "src", "dst")
     launches = tuple(Launch("naive", grid, block, (a,) + coef + (b,)) for a, b in ping_pong(cell.stencil.steps))
     return Operator(cell.id, "naive", {"block": block}, source, launches)
+
+
+def space(cell: Cell) -> Space:
+    """The block shape, the default first."""
+    return {"block": ((32, 8, 1), (32, 4, 2), (64, 4, 1), (128, 2, 1))}
+
+
+# one thread per point: builds every cell, the fallback last
+DESIGN = Design("naive", {"star": 9, "box": 9, "varcoeff": 9, "temporal": 9}, space, generate)

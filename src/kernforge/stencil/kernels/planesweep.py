@@ -37,6 +37,7 @@ from __future__ import annotations
 from ..operator import Launch, Operator
 from ..spec import Cell, Precision
 from .common import (
+    DoesNotFit,
     bounds,
     cdiv,
     check_minb,
@@ -50,6 +51,7 @@ from .common import (
     store,
     weight_names,
 )
+from .design import BIT, L2P, MINB, Design, Space, precision_options
 
 
 def _weight_table(cell: Cell) -> dict[tuple[int, int, int], str]:
@@ -233,15 +235,15 @@ def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
              lz: int = 0, h2: int = 0, cw: int = 0, minb: int = 1, st: int = 0,
              ca: int = 0, l2p: int = 0, sc: int = 0) -> Operator:
     if cell.stencil.temporal or cell.stencil.kind == "varcoeff":
-        raise ValueError(f"planesweep handles single-step constant-coefficient stencils, "
+        raise DoesNotFit(f"planesweep handles single-step constant-coefficient stencils, "
                          f"not {cell.stencil.name}")
     if h2 and (cell.precision is not Precision.FP16 or ry % 2):
-        raise ValueError("h2 needs fp16 storage and an even ry (vertical output pairs)")
+        raise DoesNotFit("h2 needs fp16 storage and an even ry (vertical output pairs)")
     if cw not in (0, 1) or (cw and cell.precision is not Precision.FP64):
-        raise ValueError("cw (weights in constant memory) is for fp64 (no 64-bit immediates)")
+        raise DoesNotFit("cw (weights in constant memory) is for fp64 (no 64-bit immediates)")
     check_minb(tx * ty, minb)
     if sc not in (0, 1):
-        raise ValueError("sc (streaming stores) is 0 or 1")
+        raise DoesNotFit("sc (streaming stores) is 0 or 1")
     nz_int = cell.shape.nz - 2 * cell.radius
     lz = nz_int if lz <= 0 else min(lz, nz_int)
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty * ry), cdiv(nz_int, lz))
@@ -254,7 +256,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
         launch = Launch("planesweep", grid, (tx, ty, 1), ("in", "out"), shared)
     else:
         if shared_bytes(cell, tx, ty, vx, ry, h2) > 48 * 1024:
-            raise ValueError("the staged planes exceed 48 KiB of static shared memory")
+            raise DoesNotFit("the staged planes exceed 48 KiB of static shared memory")
         source = _source(cell, tx, ty, vx, ry, lz, h2, cw, minb, l2p, sc)
         launch = Launch("planesweep", grid, (tx, ty, 1), ("in", "out"))
     params = {"tx": tx, "ty": ty, "vx": vx, "ry": ry, "lz": lz}
@@ -267,3 +269,15 @@ def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
     if l2p:
         params["l2p"] = l2p
     return Operator(cell.id, "planesweep", params, source, (launch,))
+
+
+def space(cell: Cell) -> Space:
+    """Each parameter's values, the default first (``st``: planes staged by ``cp.async``
+    copies)."""
+    sp: Space = {"ry": (4, 2, 8), "lz": (64, 32, 128, 16), "ty": (4, 8, 2), "vx": (1, 2),
+                 "tx": (32, 64), "minb": MINB, "l1": BIT, "zo": BIT, "st": (0, 2, 1, 3),
+                 "ca": BIT, "l2p": L2P, "sc": BIT}
+    return {**sp, **precision_options(cell)}
+
+
+DESIGN = Design("planesweep", {"box": 0, "star": 2}, space, generate)

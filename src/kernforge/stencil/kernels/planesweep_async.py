@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from ..spec import Cell, Precision
 from . import planesweep
-from .common import bounds, extents, header
+from .common import DoesNotFit, bounds, extents, header
 from .ztile import CHUNKS, MAX_SHARED, copies, stage
 
 
@@ -39,17 +39,17 @@ def check(cell: Cell, tx: int, ty: int, vx: int, ry: int, h2: int, st: int, ca: 
     """ValueError unless the asynchronous sweep can build this layout."""
     ch = 16 // cell.precision.itemsize
     if st not in (1, 2, 3) or ca not in (0, 1):
-        raise ValueError("st (planes requested ahead) in 1-3 (0: the synchronous sweep), "
+        raise DoesNotFit("st (planes requested ahead) in 1-3 (0: the synchronous sweep), "
                          "ca (copies cached in L1 too) 0 or 1")
     if cell.precision is Precision.FP16 and not h2:
-        raise ValueError("fp16 stages planes by copies only with h2=1 (no conversion on staging)")
+        raise DoesNotFit("fp16 stages planes by copies only with h2=1 (no conversion on staging)")
     if cell.shape.nx % ch or (tx * vx) % ch:
-        raise ValueError(f"NX={cell.shape.nx} and the tile width tx*vx={tx * vx} must be "
+        raise DoesNotFit(f"NX={cell.shape.nx} and the tile width tx*vx={tx * vx} must be "
                          f"multiples of {ch} (16-byte copies)")
     if ch < cell.radius:
-        raise ValueError("the 16-byte x halo must cover the radius")
+        raise DoesNotFit("the 16-byte x halo must cover the radius")
     if shared_bytes(cell, tx, ty, vx, ry, st) > MAX_SHARED:
-        raise ValueError("the stages exceed the shared memory of a block")
+        raise DoesNotFit("the stages exceed the shared memory of a block")
 
 
 def source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int, cw: int,

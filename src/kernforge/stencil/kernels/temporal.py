@@ -23,9 +23,10 @@ boundary). ``pipe=0, fs=T, minb=1`` is the first design, byte for byte.
 from __future__ import annotations
 
 from ..operator import Launch, Operator
-from ..spec import Cell
+from ..spec import Cell, Precision
 from . import temporal_pipe
-from .common import cdiv, extents, header, literal, load, ping_pong, store, weight_names
+from .common import DoesNotFit, cdiv, extents, header, literal, load, ping_pong, store, weight_names
+from .design import BIT, Design, Space, precision_options
 
 FIRST = {"pipe": 0, "fs": 0, "minb": 1, "pf": 1, "cx": 1, "cy": 1, "fi": 0, "h2": 0}  # the first design's
 
@@ -109,16 +110,16 @@ def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0,
              ) -> Operator:
     st = cell.stencil
     if not st.temporal or st.kind != "star" or st.radius != 1:
-        raise ValueError(f"temporal handles multi-step star_1 stencils, not {st.name}")
+        raise DoesNotFit(f"temporal handles multi-step star_1 stencils, not {st.name}")
     fs = fs or st.steps
     if fs < 1 or st.steps % fs or minb not in (1, 2, 3, 4) or pipe not in (0, 1):
-        raise ValueError(f"fs={fs} must divide the {st.steps} steps; minb in 1..4; pipe 0 or 1")
+        raise DoesNotFit(f"fs={fs} must divide the {st.steps} steps; minb in 1..4; pipe 0 or 1")
     if fi not in (0, 1) or (fi and not pipe):
-        raise ValueError("fi (the boundary-free body for inner blocks) is 0 or 1, with pipe=1")
+        raise DoesNotFit("fi (the boundary-free body for inner blocks) is 0 or 1, with pipe=1")
     if h2 not in (0, 1) or (h2 and not pipe):
-        raise ValueError("h2 (half2 arithmetic) is 0 or 1, with pipe=1")
+        raise DoesNotFit("h2 (half2 arithmetic) is 0 or 1, with pipe=1")
     if tx * ty > 1024 or tx * ty * minb > 2048:
-        raise ValueError(f"a {tx}x{ty} block has too many threads (for {minb} per SM)")
+        raise DoesNotFit(f"a {tx}x{ty} block has too many threads (for {minb} per SM)")
     nz_int = cell.shape.nz - 2
     lz = nz_int if lz <= 0 else min(lz, nz_int)
     params = {"tx": tx, "ty": ty, "lz": lz, "steps": st.steps}
@@ -134,11 +135,11 @@ def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0,
         smem = temporal_pipe.shared_bytes(cell, fs, tx, ty, cx, cy, h2)
     else:
         if (pf, cx, cy) != (1, 1, 1):
-            raise ValueError("pf, cx and cy need the pipelined kernel (pipe=1)")
+            raise DoesNotFit("pf, cx and cy need the pipelined kernel (pipe=1)")
         if min(tx, ty) <= 2 * fs:
-            raise ValueError(f"the tile {tx}x{ty} must exceed twice the {fs} fused steps")
+            raise DoesNotFit(f"the tile {tx}x{ty} must exceed twice the {fs} fused steps")
         if shared_bytes(cell, tx, ty, fs) > 48 * 1024:
-            raise ValueError(f"a {tx}x{ty} tile needs too much static shared memory")
+            raise DoesNotFit(f"a {tx}x{ty} tile needs too much static shared memory")
         bx, by = tx - 2 * fs, ty - 2 * fs
         source = _source(cell, tx, ty, lz, fs, minb)
         grid = (cdiv(cell.shape.nx - 2, bx), cdiv(cell.shape.ny - 2, by), cdiv(nz_int, lz))
@@ -146,3 +147,16 @@ def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0,
     launches = tuple(Launch("temporal", grid, (tx, ty, 1), (a, b), smem)
                      for a, b in ping_pong(st.steps // fs))
     return Operator(cell.id, "temporal", params, source, launches)
+
+
+def space(cell: Cell) -> Space:
+    """Each parameter's values, the default first (``lz=0``: whole columns)."""
+    ty = (16, 32) if cell.precision is Precision.FP64 else (32, 16)
+    tp: Space = {
+        "lz": (64, 128, 32, 16, 0), "ty": ty, "tx": (32, 64), "pipe": (1, 0),
+        "pf": (1, 2, 3, 4), "cx": (1, 2, 4), "cy": (1, 2), "minb": (1, 2, 3, 4),
+        "fs": (0, 2), "zo": BIT, "fi": BIT}
+    return {**tp, **precision_options(cell, cw=False)}
+
+
+DESIGN = Design("temporal", {"temporal": 0}, space, generate)

@@ -48,7 +48,17 @@ from __future__ import annotations
 from math import lcm
 
 from ..spec import Cell
-from .common import cdiv, extents, half2_weights, header, literal, load, store, weight_names
+from .common import (
+    DoesNotFit,
+    cdiv,
+    extents,
+    half2_weights,
+    header,
+    literal,
+    load,
+    store,
+    weight_names,
+)
 
 MAX_SHARED = 227 * 1024
 
@@ -87,20 +97,20 @@ def check(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, pf: int,
     timing judges them."""
     _, _, _, bw, bh = geometry(cell, steps, tx, ty, cx, cy)
     if bw <= 0 or bh <= 0:
-        raise ValueError(f"a {tx * cx}x{ty * cy} tile leaves no output for {steps} fused steps")
+        raise DoesNotFit(f"a {tx * cx}x{ty * cy} tile leaves no output for {steps} fused steps")
     if cell.shape.nx % cx:
-        raise ValueError(f"cx={cx} must divide NX={cell.shape.nx} (aligned vector loads)")
+        raise DoesNotFit(f"cx={cx} must divide NX={cell.shape.nx} (aligned vector loads)")
     if cx * cy > 4 or pf not in (1, 2, 3, 4):
-        raise ValueError("at most 4 points per thread and 1..4 planes in flight")
+        raise DoesNotFit("at most 4 points per thread and 1..4 planes in flight")
     if h2 and (cell.precision.ctype != "__half" or cx % 2):
-        raise ValueError("h2 (half2 arithmetic) needs fp16 storage and an even cx")
+        raise DoesNotFit("h2 (half2 arithmetic) needs fp16 storage and an even cx")
     if shared_bytes(cell, steps, tx, ty, cx, cy, h2) > MAX_SHARED:
-        raise ValueError("the staged planes exceed the shared memory of a block")
+        raise DoesNotFit("the staged planes exceed the shared memory of a block")
     words = 2 if cell.precision.acc_ctype == "double" else 1
     cap = min(255, 65536 // (tx * ty * minb) // 8 * 8)
     queued = 3 * steps * cx * cy // (2 if h2 else 1)  # registers (h2: a pair in each)
     if (queued + QUEUE_MARGIN) * words > cap:
-        raise ValueError(f"{queued} queue registers per thread would spill at {cap} registers")
+        raise DoesNotFit(f"{queued} queue registers per thread would spill at {cap} registers")
 
 
 def _pts(cx: int, cy: int) -> list[tuple[int, int]]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 from ..operator import Launch, Operator
 from ..spec import Cell, Precision
 from .common import (
+    DoesNotFit,
     bounds,
     cdiv,
     check_minb,
@@ -47,6 +48,7 @@ from .common import (
     weight_defs,
     weight_names,
 )
+from .design import BIT, L2P, MINB, Design, Space, precision_options
 
 
 def _rows(cell: Cell, vx: int, prefix: str, plane: str) -> list[str]:
@@ -198,17 +200,17 @@ zbox(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
 def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
              pn: int = 1, h2: int = 0, pw: int = 0, minb: int = 1, l2p: int = 0) -> Operator:
     if cell.stencil.kind != "box" or cell.stencil.temporal:
-        raise ValueError(f"zbox handles single-step box stencils, not {cell.stencil.name}")
+        raise DoesNotFit(f"zbox handles single-step box stencils, not {cell.stencil.name}")
     if vx not in (1, 2, 4, 8) or cell.shape.nx % vx:
-        raise ValueError(f"vx={vx} must be 1, 2, 4 or 8 and divide NX={cell.shape.nx}")
+        raise DoesNotFit(f"vx={vx} must be 1, 2, 4 or 8 and divide NX={cell.shape.nx}")
     if vx < cell.radius:
-        raise ValueError(f"vx={vx} must be >= the radius {cell.radius} (x halo loads)")
+        raise DoesNotFit(f"vx={vx} must be >= the radius {cell.radius} (x halo loads)")
     if vx * cell.precision.itemsize > 16:
-        raise ValueError("vector loads of at most 16 bytes")
+        raise DoesNotFit("vector loads of at most 16 bytes")
     if pn not in (0, 1) or h2 not in (0, 1) or pw not in (0, 1):
-        raise ValueError("pn, h2 and pw: 0 or 1")
+        raise DoesNotFit("pn, h2 and pw: 0 or 1")
     if h2 and (cell.precision is not Precision.FP16 or vx % 2):
-        raise ValueError("h2 needs fp16 storage and an even vx (lane pairs)")
+        raise DoesNotFit("h2 needs fp16 storage and an even vx (lane pairs)")
     check_minb(tx * ty, minb)
     nz_int = cell.shape.nz - 2 * cell.radius
     lz = nz_int if lz <= 0 else min(lz, nz_int)
@@ -231,3 +233,21 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
     if l2p:
         params["l2p"] = l2p
     return Operator(cell.id, "zbox", params, source, (launch,))
+
+
+# 16-byte loads at most (ptxas for sm_90, box_1 512^3: fp32 vx=4 46 registers and 44.5
+# instructions per output, vx=2 32 and 57, the plane sweep ~60; fp16 vx=4 42, vx=8 75)
+LANES = {Precision.FP16: (4, 8), Precision.FP32: (4, 2), Precision.FP64: (2,)}
+
+
+def space(cell: Cell) -> Space:
+    """Each parameter's values, the default first (fp64 weights always in constant memory:
+    no ``cw``)."""
+    zb: Space = {
+        "vx": LANES[cell.precision], "lz": (32, 64, 16, 8, 128), "ty": (8, 4, 16),
+        "tx": (32, 64, 16), "pn": (1, 0), "pw": BIT,
+        "minb": MINB, "l1": BIT, "zo": BIT, "l2p": L2P}
+    return {**zb, **precision_options(cell, cw=False)}
+
+
+DESIGN = Design("zbox", {"box": 1}, space, generate)

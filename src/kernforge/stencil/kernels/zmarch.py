@@ -28,6 +28,7 @@ from ..operator import Launch, Operator
 from ..spec import Cell, Precision
 from . import zmarch_h2, zmarch_rows, zmarch_staged
 from .common import (
+    DoesNotFit,
     bounds,
     cdiv,
     check_minb,
@@ -40,6 +41,7 @@ from .common import (
     store,
     weight_defs,
 )
+from .design import BIT, L2P, MINB, Design, Space, precision_options
 
 
 def _vec_struct(cell: Cell, vx: int) -> str:
@@ -125,29 +127,29 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf
              smem: int = 0, xs: int = 0, pn: int = 0, h2: int = 0, cw: int = 0, ry: int = 1,
              sc: int = 0, minb: int = 1, l2p: int = 0) -> Operator:
     if cell.stencil.kind not in ("star", "varcoeff"):
-        raise ValueError(f"zmarch handles star stencils, not {cell.stencil.name}")
+        raise DoesNotFit(f"zmarch handles star stencils, not {cell.stencil.name}")
     if cell.shape.nx % vx:
-        raise ValueError(f"vx={vx} must divide NX={cell.shape.nx} (aligned vector loads)")
+        raise DoesNotFit(f"vx={vx} must divide NX={cell.shape.nx} (aligned vector loads)")
     if vx < cell.radius:
-        raise ValueError(f"vx={vx} must be >= the radius {cell.radius} (x halo loads)")
+        raise DoesNotFit(f"vx={vx} must be >= the radius {cell.radius} (x halo loads)")
     if pf not in (1, 2, 3, 4) or smem not in (0, 1) or xs not in (0, 1) or pn not in (0, 1):
-        raise ValueError("pf in 1..4; smem, xs and pn 0 or 1")
+        raise DoesNotFit("pf in 1..4; smem, xs and pn 0 or 1")
     if pn and smem:
-        raise ValueError("pn (neighbours loaded a plane ahead) is for the unstaged kernel")
+        raise DoesNotFit("pn (neighbours loaded a plane ahead) is for the unstaged kernel")
     if h2 and (cell.precision is not Precision.FP16 or vx % 2 or smem or xs or pn):
-        raise ValueError("h2 needs fp16, an even vx and smem=xs=pn=0")
+        raise DoesNotFit("h2 needs fp16, an even vx and smem=xs=pn=0")
     if cw not in (0, 1) or (cw and cell.precision is not Precision.FP64):
-        raise ValueError("cw (weights in constant memory) is for fp64")
+        raise DoesNotFit("cw (weights in constant memory) is for fp64")
     if ry not in (1, 2, 4) or sc not in (0, 1):
-        raise ValueError("ry in 1, 2, 4; sc 0 or 1")
+        raise DoesNotFit("ry in 1, 2, 4; sc 0 or 1")
     if (ry > 1 or sc) and (pf != 1 or smem or xs or pn or h2):
-        raise ValueError("ry and sc are for the plain kernel (pf=1, smem=xs=pn=h2=0)")
+        raise DoesNotFit("ry and sc are for the plain kernel (pf=1, smem=xs=pn=h2=0)")
     if ry > cell.shape.ny - 2 * cell.radius:
-        raise ValueError(f"ry={ry} exceeds the {cell.shape.ny - 2 * cell.radius} interior rows")
+        raise DoesNotFit(f"ry={ry} exceeds the {cell.shape.ny - 2 * cell.radius} interior rows")
     if xs and smem:
-        raise ValueError("xs (x halo by warp shuffles) is for the unstaged kernel (smem=0)")
+        raise DoesNotFit("xs (x halo by warp shuffles) is for the unstaged kernel (smem=0)")
     if smem and (ty < 2 * cell.radius or tx < 2):
-        raise ValueError(f"smem=1 needs ty >= {2 * cell.radius} and tx >= 2 (halo loads)")
+        raise DoesNotFit(f"smem=1 needs ty >= {2 * cell.radius} and tx >= 2 (halo loads)")
     check_minb(tx * ty, minb)
     nz_int = cell.shape.nz - 2 * cell.radius
     lz = nz_int if lz <= 0 else min(lz, nz_int)
@@ -162,7 +164,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf
                    if v != first})
     shared = zmarch_staged.shared_bytes(cell, tx, ty, vx) if smem else 0
     if shared > zmarch_staged.MAX_SHARED:
-        raise ValueError("the staged planes exceed the shared memory of a block")
+        raise DoesNotFit("the staged planes exceed the shared memory of a block")
     lb = bounds(tx * ty, minb)
     if h2:
         source = head + zmarch_h2.kernel(cell, tx, ty, vx, lz, pf, lb)
@@ -179,3 +181,21 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf
     launches = tuple(Launch("zmarch", grid, (tx, ty, 1), (a,) + coef + (b,), shared)
                      for a, b in ping_pong(cell.stencil.steps))  # a temporal cell: one per step
     return Operator(cell.id, "zmarch", params, source, launches)
+
+
+VX = {Precision.FP16: (8, 4), Precision.FP32: (4, 2), Precision.FP64: (2, 4)}
+
+
+def space(cell: Cell) -> Space:
+    """Each parameter's values, the default first."""
+    zs: Space = {
+        "vx": VX[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
+        "tx": (32, 64, 16), "pf": (1, 2, 4), "smem": BIT, "xs": BIT, "pn": BIT,
+        "ry": (1, 2, 4), "sc": BIT, "minb": MINB, "l1": BIT, "zo": BIT, "l2p": L2P}
+    return {**zs, **precision_options(cell)}
+
+
+# z-chunks longer than 128 planes are not offered: whole columns ran 1.03-2.1x slower than the
+# incumbents in every 1024^3 cell on the H200 (parallelism and the streaming order matter more
+# there than the z halo re-read through L2)
+DESIGN = Design("zmarch", {"star": 0, "varcoeff": 0, "temporal": 1}, space, generate)

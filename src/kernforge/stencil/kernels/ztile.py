@@ -48,6 +48,7 @@ from ..operator import Launch, Operator
 from ..spec import Cell, Precision
 from . import zmarch_h2, zmarch_rows, zmarch_staged
 from .common import (
+    DoesNotFit,
     cdiv,
     extents,
     half2_weights,
@@ -59,6 +60,7 @@ from .common import (
     store,
     weight_defs,
 )
+from .design import BIT, L2P, Design, Space, precision_options
 
 MAX_SHARED = zmarch_staged.MAX_SHARED
 
@@ -209,23 +211,23 @@ ztile(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
 def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
              st: int = 2, ca: int = 0, h2: int = 0, l2p: int = 0, sc: int = 0) -> Operator:
     if cell.stencil.kind != "star":
-        raise ValueError(f"ztile handles star stencils, not {cell.stencil.name}")
+        raise DoesNotFit(f"ztile handles star stencils, not {cell.stencil.name}")
     item = cell.precision.itemsize
     ch = 16 // item  # elements per 16-byte copy
     if cell.shape.nx % ch or (tx * vx) % ch:
-        raise ValueError(f"NX={cell.shape.nx} and the tile width tx*vx={tx * vx} must be "
+        raise DoesNotFit(f"NX={cell.shape.nx} and the tile width tx*vx={tx * vx} must be "
                          f"multiples of {ch} (16-byte copies)")
     if vx < cell.radius or vx * item > 16 or vx not in (1, 2, 4, 8):
-        raise ValueError(f"vx={vx}: 1, 2, 4 or 8 lanes, >= the radius, <= 16 bytes")
+        raise DoesNotFit(f"vx={vx}: 1, 2, 4 or 8 lanes, >= the radius, <= 16 bytes")
     if st not in (1, 2, 3, 4, 6):
-        raise ValueError("st (planes requested ahead) in 1, 2, 3, 4, 6")
+        raise DoesNotFit("st (planes requested ahead) in 1, 2, 3, 4, 6")
     if ca not in (0, 1) or sc not in (0, 1):
-        raise ValueError("ca (copies cached in L1 too) and sc (streaming stores) are 0 or 1")
+        raise DoesNotFit("ca (copies cached in L1 too) and sc (streaming stores) are 0 or 1")
     if h2 not in (0, 1) or (h2 and (cell.precision is not Precision.FP16 or vx % 2)):
-        raise ValueError("h2 (half2 arithmetic) is 0 or 1, and 1 needs fp16 and an even vx")
+        raise DoesNotFit("h2 (half2 arithmetic) is 0 or 1, and 1 needs fp16 and an even vx")
     shared = shared_bytes(cell, tx, ty, vx, st)
     if shared > MAX_SHARED:
-        raise ValueError("the stages exceed the shared memory of a block")
+        raise DoesNotFit("the stages exceed the shared memory of a block")
     nz_int = cell.shape.nz - 2 * cell.radius
     lz = nz_int if lz <= 0 else min(lz, nz_int)
     r = cell.radius
@@ -246,3 +248,17 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
               **({"h2": 1} if h2 else {}), **({"l2p": l2p} if l2p else {}),
               **({"sc": 1} if sc else {})}
     return Operator(cell.id, "ztile", params, source, launches)
+
+
+WIDTHS = {Precision.FP16: (8, 4), Precision.FP32: (4, 2), Precision.FP64: (2,)}  # 16 bytes
+
+
+def space(cell: Cell) -> Space:
+    """Each parameter's values, the default first (``l1``: the largest L1 for ``ca=1``'s
+    cached copies; no ``cw``)."""
+    return {"vx": WIDTHS[cell.precision], "lz": (64, 32, 128, 16, 8), "ty": (8, 4, 16),
+            "tx": (32, 64, 16), "st": (2, 1, 3, 4), "zo": BIT, "ca": BIT, "l1": BIT,
+            "l2p": L2P, "sc": BIT, **precision_options(cell, cw=False)}
+
+
+DESIGN = Design("ztile", {"star": 1, "temporal": 2}, space, generate)

@@ -1,0 +1,77 @@
+"""What a stencil design declares: where it applies, its parameter space, its generator.
+
+Each design is one module of this package (``naive``, ``zmarch``, ``planesweep``, ``temporal``,
+``ztile``, ``zbox``) ending in a ``DESIGN = Design(...)``; :mod:`kernforge.stencil.designs`
+lists them, one line each. A parameter (a *knob*) is declared once: its values in the design's
+``space`` (the first value is the default and the behaviour from before the knob existed, so
+existing operators keep their keys and sources), its meaning in the design's generator, which
+takes it as a keyword argument. The forge, the tuner and dispatch read the space from here.
+
+A generator that cannot build a cell with the given parameters (too much shared memory, a vector
+width that does not divide the row, ...) raises :class:`DoesNotFit`; ``matrix.build`` turns
+exactly that, and nothing else, into "no operator".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..operator import Operator
+from ..spec import Cell, Precision
+from .common import L2_PREFETCH, DoesNotFit
+
+__all__ = ["BIT", "L2P", "MINB", "Design", "DoesNotFit", "Space", "family", "precision_options"]
+
+# knobs several designs share, declared once
+BIT = (0, 1)  # an option, off by default
+# __launch_bounds__ minimum blocks per SM (values that do not fit a block's size are refused by
+# the generator): blocks of 64-512 threads have different useful values
+MINB = (1, 2, 3, 4, 6, 8, 12, 16)
+L2P = L2_PREFETCH  # an L2 prefetch size on the plane loads (bytes; 0: none)
+LAUNCH_ATTRIBUTES = ("l1", "zo")  # applied by matrix.build to any design that lists them
+
+Space = dict[str, tuple[Any, ...]]
+
+
+def precision_options(cell: Cell, *, cw: bool = True) -> Space:
+    """Knobs that exist for one precision only: ``h2`` (fp16 pairs in ``__half2``
+    arithmetic) and ``cw`` (fp64 weights in constant memory)."""
+    if cell.precision is Precision.FP16:
+        return {"h2": BIT}
+    if cell.precision is Precision.FP64 and cw:
+        return {"cw": BIT}
+    return {}
+
+
+FAMILIES = ("star", "box", "varcoeff", "temporal")
+
+
+def family(cell: Cell) -> str:
+    """The kind of stencil a design declares itself for."""
+    st = cell.stencil
+    if st.temporal:
+        return "temporal"
+    return st.kind if st.kind in ("box", "varcoeff") else "star"
+
+
+@dataclass(frozen=True)
+class Design:
+    """One design: ``where`` maps each stencil family it builds to its rank there (0: the
+    preferred design), ``space`` gives each parameter's values for a cell (the default first),
+    ``generate(cell, **params)`` builds the operator or raises :class:`DoesNotFit`."""
+
+    name: str
+    where: Mapping[str, int]
+    space: Callable[[Cell], Space]
+    generate: Callable[..., Operator]
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.where) - set(FAMILIES))
+        if unknown:
+            raise ValueError(f"design {self.name}: unknown families {unknown}; use {FAMILIES}")
+
+    def rank(self, cell: Cell) -> int | None:
+        """Its rank for the cell, or None where it does not apply."""
+        return self.where.get(family(cell))

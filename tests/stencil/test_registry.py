@@ -1,0 +1,69 @@
+"""The design registry: where each design applies, its space against its generator, and the
+typed refusal that ``matrix.build`` turns into "no operator"."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from kernforge.core import ConfigError
+from kernforge.forge.ideas import describe, is_tpe, known
+from kernforge.stencil import designs
+from kernforge.stencil import matrix as mx
+from kernforge.stencil.kernels.design import LAUNCH_ATTRIBUTES, DoesNotFit
+from kernforge.stencil.spec import Cell, Precision, Shape, stencil_by_name
+
+
+def _cell(stencil: str, precision: Precision = Precision.FP32) -> Cell:
+    return Cell(stencil_by_name(stencil), Shape(64, 32, 16), precision)
+
+
+@pytest.mark.parametrize(("stencil", "order"), [
+    ("star_1", ["zmarch", "ztile", "planesweep", "naive"]),
+    ("star_2", ["zmarch", "ztile", "planesweep", "naive"]),
+    ("box_1", ["planesweep", "zbox", "naive"]),
+    ("varcoeff_star_1", ["zmarch", "naive"]),
+    ("star_1_t4", ["temporal", "zmarch", "ztile", "naive"]),
+])
+def test_each_family_gets_its_designs_in_preference_order(stencil: str, order: list[str]) -> None:
+    assert mx.applicable(_cell(stencil)) == order
+
+
+@pytest.mark.parametrize("name", list(designs.REGISTRY))
+def test_every_knob_of_a_space_is_a_parameter_of_its_generator(name: str) -> None:
+    """A knob is declared once: its values in the space, its meaning in the generator."""
+    design = designs.REGISTRY[name]
+    accepted = set(inspect.signature(design.generate).parameters) - {"cell"}
+    for precision in Precision:
+        for stencil in ("star_1", "box_1", "varcoeff_star_1", "star_1_t4"):
+            cell = _cell(stencil, precision)
+            if design.rank(cell) is None:
+                continue
+            space = design.space(cell)
+            assert set(space) - set(LAUNCH_ATTRIBUTES) <= accepted, (name, cell.id)
+            assert all(len(v) == len(set(v)) and v for v in space.values()), (name, cell.id)
+
+
+def test_a_refusal_is_typed_and_build_turns_only_that_into_none() -> None:
+    cell = _cell("star_1")
+    with pytest.raises(DoesNotFit) as exc:
+        designs.get("zmarch").generate(cell, vx=3)
+    assert isinstance(exc.value, ConfigError) and isinstance(exc.value, ValueError)
+    assert exc.value.hint
+    assert mx.build("zmarch", cell, {**mx.defaults("zmarch", cell), "vx": 3}) is None
+    with pytest.raises(TypeError):  # a bug (an unknown keyword) is not a refusal
+        mx.build("zmarch", cell, {**mx.defaults("zmarch", cell), "nope": 1})
+
+
+def test_an_unknown_design_names_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match="unknown stencil design 'nope'") as exc:
+        designs.get("nope")
+    assert "zmarch" in (exc.value.hint or "")
+
+
+def test_the_tpe_seed_is_part_of_the_round_name() -> None:
+    assert is_tpe("tpe") and is_tpe("tpe2") and is_tpe("tpe17")
+    assert not is_tpe("tpe1") and not is_tpe("tpe0") and not is_tpe("tpe02")
+    assert known("tpe9") and not known("tpe1") and known("l2p")
+    assert "seed 9" in describe("tpe9")
