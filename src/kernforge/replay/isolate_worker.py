@@ -114,10 +114,21 @@ def _error(exc: BaseException) -> dict[str, Any]:
             "status": None}
 
 
+def _orphan_watch(parent: int) -> None:
+    """End this worker when its supervisor is gone (killed with -9, say), even while a
+    candidate spins in native code (the candidate's call does not hold the GIL)."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)
+
+
 def serve(fd: int, crash_file: str) -> None:
     """The worker process's entry point: requests arrive on the socket ``fd``."""
+    import threading
     from multiprocessing.connection import Connection
 
+    threading.Thread(target=_orphan_watch, args=(os.getppid(),), daemon=True,
+                     name="kernforge-orphan-watch").start()
     main(Connection(fd), crash_file)
 
 
