@@ -27,6 +27,7 @@ from ..record import load_recording
 from ..replay.checks import Integrity
 from ..replay.validate import Validation, validate
 from . import redteam_cmd
+from .isolation import add_isolation_args, isolation
 from .output import console, err_console, parse_pairs
 from .replay_cmd import tolerance_overrides
 
@@ -51,6 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--seed", type=int, default=None, help="seed of the fresh inputs")
     v.add_argument("--no-static", action="store_true", help="skip the static checks")
     v.add_argument("--require-idle", action="store_true", help="reject on a busy device")
+    add_isolation_args(v)
     v.set_defaults(func=run_validate)
     lint = cmds.add_parser("lint", help="static checks of a kernel source")
     lint.add_argument("file")
@@ -83,11 +85,12 @@ def run_validate(args: argparse.Namespace) -> int:
     variant = rec.variant.with_(options=parse_pairs(args.opt, "opt", typed=True),
                                 defines=parse_pairs(args.define, "define", typed=False),
                                 launch=launch, source=source)
-    v = validate(rec, variant, tolerance=tolerance_overrides(args.tolerance),
-                 integrity=Integrity(static=not args.no_static, seed=args.seed),
-                 passes=args.passes, band=args.band, claimed=args.claimed,
-                 baseline=args.baseline, ledger=args.ledger, figure=args.figure,
-                 require_idle=args.require_idle, command=_command(args))
+    with isolation(args) as iso:
+        v = validate(rec, variant, tolerance=tolerance_overrides(args.tolerance),
+                     integrity=Integrity(static=not args.no_static, seed=args.seed),
+                     passes=args.passes, band=args.band, claimed=args.claimed,
+                     baseline=args.baseline, ledger=args.ledger, figure=args.figure,
+                     require_idle=args.require_idle, command=_command(args), isolate=iso)
     _print_validation(v)
     if v.accepted:
         return 0
