@@ -53,6 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="model name at --llm-url (default $KERNFORGE_LLM_MODEL or 'default')")
     p.add_argument("--evolve-config", type=Path, default=None, metavar="FILE",
                    help="a kernforge evolve config (YAML/TOML) instead of the demo's own")
+    p.add_argument("--in-process", action="store_true",
+                   help="run candidate code in this process (for debugging: a crashing "
+                        "candidate then ends the demo)")
     p.set_defaults(func=run)
 
 
@@ -63,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
                           inner_trials=args.inner_trials, rounds=args.rounds,
                           e2e_steps=args.e2e_steps, confirm_rounds=args.confirm_rounds,
                           llm_url=args.llm_url, llm_model=args.llm_model,
-                          evolve_config=args.evolve_config, progress=lambda s: status.update(escape(s)))
+                          evolve_config=args.evolve_config, progress=lambda s: status.update(escape(s)),
+                          isolate=not args.in_process)
     t = Table(title=f"1. every recorded kernel of {result.app.script}, replayed and verified "
                     f"({result.app.backend} backend)")
     for col in ("unit", "status", "median", "min", "max", "max error"):

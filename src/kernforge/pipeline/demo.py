@@ -33,6 +33,7 @@ from ..deploy import OverheadTable
 from ..evolve.controller import Progress
 from ..record import find_recordings, load_recording
 from ..replay import replay
+from ..replay.isolate import Isolation
 from ..replay.tuning import TuningOutcome, tune_recording
 from ..tune import Budget
 from .demo_deploy import (
@@ -160,13 +161,24 @@ def pick_winners(result: DemoResult) -> list[Winner]:
     return list(best.values())
 
 
-def run_demo(out: Path | None = None, *, backend: str | None = None, n: int | None = None,
+def run_demo(*args: Any, isolate: bool = True, **kw: Any) -> DemoResult:
+    """The main job (see :func:`_run_demo` for the arguments). ``isolate``: candidate code
+    (tuning trials, the wrong variant, every evolved candidate) runs in supervised worker
+    processes, so a crashing or hanging candidate costs only itself; False runs it here."""
+    if not isolate:
+        return _run_demo(*args, iso=None, **kw)
+    with Isolation() as iso:
+        return _run_demo(*args, iso=iso, **kw)
+
+
+def _run_demo(out: Path | None = None, *, backend: str | None = None, n: int | None = None,
              steps: int = 20, trials: int = 12, repeat: int = 7, iterations: int = 12,
              inner_trials: int | None = None, rounds: int = 7, e2e_steps: int | None = None,
              confirm_rounds: int = 7,
              llm_url: str | None = None,
              llm_model: str | None = None, evolve_config: Path | None = None,
-             progress: Callable[[str], None] = lambda s: None) -> DemoResult:
+             progress: Callable[[str], None] = lambda s: None,
+             iso: Isolation | None = None) -> DemoResult:
     app = pick_app(backend)
     script = EXAMPLES / app.script
     if not script.is_file():
@@ -191,17 +203,18 @@ def run_demo(out: Path | None = None, *, backend: str | None = None, n: int | No
     result.tuned = tune_recording(hot, run_dir / "tune", preset="quick",
                                   budget=Budget(trials=trials), repeat=repeat,
                                   on_trial=lambda t: progress(
-                                      f"tuning {hot.name}: trial {t.number} {t.status.value}"))
+                                      f"tuning {hot.name}: trial {t.number} {t.status.value}"),
+                                  isolate=iso)
     target = next((rec for rec, _ in result.baseline if rec.source.entry == app.wrong_kernel),
                   hot)
     progress(f"variant {app.wrong_label} of {target.name}")
-    result.wrong = replay(target, repeat=1, warmup=0, **app.wrong)
+    result.wrong = replay(target, repeat=1, warmup=0, isolate=iso, **app.wrong)
     result.wrong_unit = target.name
     cfg = demo_evolve_config(iterations,
                              app.inner_trials if inner_trials is None else inner_trials, repeat,
                              llm_url or os.environ.get(LLM_URL_ENV),
                              llm_model or os.environ.get(LLM_MODEL_ENV), evolve_config)
-    result.evolved = _evolve_all(result, cfg, iterations, progress)
+    result.evolved = _evolve_all(result, cfg, iterations, progress, iso)
     result.winners = pick_winners(result)
     deployed = _worth_deploying(result, progress)
     long = e2e_steps or app.e2e_steps or steps
@@ -239,7 +252,7 @@ def _worth_deploying(result: DemoResult, progress: Callable[[str], None]) -> lis
 
 
 def _evolve_all(result: DemoResult, cfg: RunConfig, iterations: int,
-                progress: Callable[[str], None]) -> list[EvolveOutcome]:
+                progress: Callable[[str], None], iso: Isolation | None) -> list[EvolveOutcome]:
     """Evolve every recorded kernel (its recordings, the hottest first)."""
     groups: dict[str, list[tuple[Recording, Measurement]]] = {}
     for rec, m in result.baseline:
@@ -250,7 +263,8 @@ def _evolve_all(result: DemoResult, cfg: RunConfig, iterations: int,
         progress(f"evolving {name} ({iterations} iterations, "
                  f"{', '.join(p.kind for p in cfg.proposers)} proposer)")
         out.append(evolve_kernel(recs, cfg, result.run_dir / "evolve" / name,
-                                 on_progress=_reporter(name, iterations, progress)))
+                                 on_progress=_reporter(name, iterations, progress),
+                                 isolate=iso if iso is not None else False))
     return out
 
 
