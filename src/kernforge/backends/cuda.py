@@ -35,6 +35,8 @@ from .cxx_names import instantiated_signature, parse_name_expression
 from .fingerprint import CUDA_SOURCE as FINGERPRINT_SOURCE
 from .fingerprint import WORD_DTYPES, word_size
 from .rewrite import rewrite
+from .sanitize import SanitizerRun
+from .sanitize_cuda import run_tools
 from .signature import parse_signature
 
 HOLD_S = 50e-6  # longer than the host needs to enqueue a launch and an event
@@ -113,6 +115,12 @@ class CudaBackend(Backend):
     name = "cuda"
     language = "cuda"
     deploy_keys = ("device", "arch")
+    sticky_faults = True  # an illegal address or a trap poisons the context
+
+    def sanitize(self, compiled: Compiled, args: Sequence[Any]) -> list[SanitizerRun]:
+        """compute-sanitizer memcheck, racecheck, initcheck and synccheck, each once on
+        ``args`` in a subprocess (see :mod:`.sanitize_cuda`)."""
+        return run_tools(self.name, compiled.variant, args)
 
     def __init__(self) -> None:
         super().__init__()

@@ -47,6 +47,17 @@ extern "C" __global__ void norm2(const double *x, double *out, int n) {
     out[0] = sqrt(s);
 }
 """
+OOB_READ = SAXPY.replace("y[i] = a * x[i] + y[i];",
+                         "y[i] = a * x[i] + y[i] + 0.0f * x[i + 1];")
+SHARED_RACE = r"""
+extern "C" __global__ void saxpy(float *y, const float *x, float a, int n) {
+    __shared__ float tile[1024];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    tile[threadIdx.x] = i < n ? x[i] : 0.0f;
+    float next = tile[(threadIdx.x + 33) % blockDim.x];  /* no __syncthreads: a race */
+    if (i < n) y[i] = a * x[i] + y[i] + 0.0f * next;
+}
+"""
 BLOCK = 256
 
 
@@ -179,6 +190,7 @@ def _half_grid(rec: Recording) -> LaunchConfig:
 
 
 W, INV, OK = Status.WRONG_RESULT, Status.INVALID_CONFIG, Status.OK
+RF = Status.RUNTIME_FAILED
 CHEATS = (
     Cheat("constant_output", "saxpy", "writes a constant", CONSTANT, W, "verify:recorded",
           dynamic="verify:recorded"),
@@ -208,6 +220,12 @@ CHEATS = (
     Cheat("race", "total", "non-atomic += into one counter: a race", RACE, W,
           "verify:nondeterministic", also=("verify:recorded",),
           dynamic="verify:nondeterministic", dynamic_also=("verify:recorded",)),
+    Cheat("oob_read", "saxpy", "reads one element past the end of x (times 0: the result "
+          "is right unless that memory holds a NaN)", OOB_READ, RF, "sanitizer:memory",
+          dynamic="sanitizer:memory", note="rejected by compute-sanitizer memcheck"),
+    Cheat("shared_race", "saxpy", "a shared-memory tile read by a neighbour without "
+          "__syncthreads", SHARED_RACE, W, "sanitizer:race", dynamic="sanitizer:race",
+          note="rejected by compute-sanitizer racecheck"),
     Cheat("clock_timing", "saxpy", "reads %globaltimer; a quarter of the work when launched "
           "back-to-back", CLOCK, INV, "static:timer"),
     Cheat("call_count_timing", "saxpy", "counts launches; a quarter of the work after the "
