@@ -214,18 +214,19 @@ __device__ __forceinline__ {t} kf_ld(const {t}* g) {{ return *g; }}
 """
 
 
-_GLOBAL_VEC_LOAD = re.compile(r"\*reinterpret_cast<const Vec\*>\(\s*(src|coef)\b")
+GLOBAL_VEC = "*reinterpret_cast<const Vec*>("  # the opening of a plain global Vec load
 
 
-def prefetching_vec_loads(source: str, t: str, vx: int, l2p: int) -> str:
-    """``source`` (a z-marching or zbox kernel) with every ``Vec`` load from the global arrays (``src``,
-    ``coef``; not the shared-memory tiles) made ``kf_ldv(...)``: ``ld.global.nc`` with the L2
-    prefetch size ``l2p``, in 16-byte (or smaller) pieces; the source unchanged for ``l2p=0``.
-    The helper goes before the first kernel (after ``struct Vec``); on the host emulator it is
-    a plain read."""
+def vec_loads(t: str, vx: int, l2p: int) -> tuple[str, str]:
+    """How a z-marching or zbox kernel loads a ``Vec`` from the global arrays (``src``, ``coef``;
+    not the shared-memory tiles): ``(helper, opening)``. With ``l2p=0`` no helper and a plain
+    load, ``*reinterpret_cast<const Vec*>(``; else ``kf_ldv(``, a helper (emitted just before
+    the kernel) that loads with ``ld.global.nc`` and the L2 prefetch size ``l2p``, in 16-byte
+    (or smaller) pieces; on the host emulator a plain read. The generator writes
+    ``opening + address + ")"`` at every such load, so no pass over its source is needed."""
     hint = l2_prefetch(l2p)
     if not l2p:
-        return source
+        return "", GLOBAL_VEC
     nbytes = {"__half": 2, "float": 4, "double": 8}[t] * vx
     pieces = []
     for off in range(0, nbytes, 16):
@@ -253,7 +254,4 @@ __device__ __forceinline__ Vec kf_ldv(const {t}* g) {{
 __device__ __forceinline__ Vec kf_ldv(const {t}* g) {{ return *reinterpret_cast<const Vec*>(g); }}
 #endif
 """
-    at = source.find('extern "C"')
-    if at < 0:
-        raise DoesNotFit("prefetching_vec_loads: no kernel (extern \"C\") in the source")
-    return source[:at] + helper + _GLOBAL_VEC_LOAD.sub(r"kf_ldv(\1", source[at:])
+    return helper, "kf_ldv("

@@ -23,7 +23,7 @@ warm-up planes, which store nothing, in a loop of their own, so the steady loop 
 a test; SASS for sm_90: box_1 fp32 vx=4 178 -> 155 instructions per plane, more registers),
 ``minb`` (``__launch_bounds__`` minimum resident blocks per SM: a register cap, see
 :func:`.common.bounds`), ``l2p`` (an L2 prefetch size on the rows' vector loads,
-:func:`.common.prefetching_vec_loads`). (``l1``, the largest L1, is applied by
+:func:`.common.vec_loads`). (``l1``, the largest L1, is applied by
 :func:`..matrix.build`.)
 """
 
@@ -43,21 +43,22 @@ from .common import (
     header,
     lane_stores,
     load,
-    prefetching_vec_loads,
     store,
+    vec_loads,
     weight_defs,
     weight_names,
 )
 from .design import BIT, L2P, MINB, Design, Space, precision_options
 
 
-def _rows(cell: Cell, vx: int, prefix: str, plane: str) -> list[str]:
-    """Loads of the ``2R+1`` rows of ``plane`` around the thread's column (raw storage type)."""
+def _rows(cell: Cell, vx: int, prefix: str, plane: str, ld: str) -> list[str]:
+    """Loads of the ``2R+1`` rows of ``plane`` around the thread's column (raw storage type;
+    ``ld``: the opening of a global ``Vec`` load, :func:`.common.vec_loads`)."""
     r = cell.radius
     out = []
     for j in range(2 * r + 1):
         at = f"(({plane}) * NY + y + ({j - r})) * NX + x0"
-        out.append(f"{prefix}v{j} = *reinterpret_cast<const Vec*>(src + {at});")
+        out.append(f"{prefix}v{j} = {ld}src + {at});")
         for d in range(1, r + 1):  # the first/last thread of a row has no halo to load
             # (only its boundary lanes would use it): the loads stay inside the array
             out.append(f"if (x0 > 0) {prefix}l{j}_{d} = src[{at} - {d}]; "
@@ -143,22 +144,23 @@ def _accumulate_h2(cell: Cell, vx: int) -> list[str]:
 
 
 def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pn: int, h2: int = 0,
-            pw: int = 0, minb: int = 1) -> str:
+            pw: int = 0, minb: int = 1, l2p: int = 0) -> str:
     p = cell.precision
     t, acc = p.ctype, p.acc_ctype
     r = cell.radius
     nm = 2 * r + 1
     nl = "\n"
     whole, lanes = lane_stores(vx, lambda i: store(p, f"a[0][{i}]"))
+    helper, ld = vec_loads(t, vx, l2p)
     if pn:  # rows of the next plane in flight while this one is summed
         fetch = (nl.join(f"    {s}" for s in _declare(cell, "", init="n")) + nl
                  + "    if (k + 1 < ke) {\n"
-                 + nl.join(f"      {s}" for s in _rows(cell, vx, "n", "k + 1")) + "\n    }")
+                 + nl.join(f"      {s}" for s in _rows(cell, vx, "n", "k + 1", ld)) + "\n    }")
         prologue = (nl.join(f"  {s}" for s in _declare(cell, "n")) + nl
-                    + nl.join(f"  {s}" for s in _rows(cell, vx, "n", "zb - R")))
+                    + nl.join(f"  {s}" for s in _rows(cell, vx, "n", "zb - R", ld)))
     else:
         fetch = (nl.join(f"    {s}" for s in _declare(cell, "")) + nl
-                 + nl.join(f"    {s}" for s in _rows(cell, vx, "", "k")))
+                 + nl.join(f"    {s}" for s in _rows(cell, vx, "", "k", ld)))
         prologue = ""
     body = nl.join(f"    {s}" for s in (_accumulate_h2(cell, vx) if h2
                                           else _accumulate(cell, vx, "")))
@@ -182,7 +184,7 @@ def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pn: int, h2: int = 0
                  f"    const long zo = k - R;\n    if (zo >= zb) {{\n{put}\n    }}\n"
                  f"{shift}\n  }}")
     return f"""typedef {acc} ACC;
-extern "C" __global__ void __launch_bounds__({bounds(tx * ty, minb)})
+{helper}extern "C" __global__ void __launch_bounds__({bounds(tx * ty, minb)})
 zbox(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
 {half2_weights(cell) if h2 else ""}  const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * {vx};
   const long y = (long)blockIdx.y * {ty} + threadIdx.y;
@@ -219,8 +221,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
     weights = (constant_weight_defs(cell) if cell.precision is Precision.FP64
                else weight_defs(cell))
     source = (header(cell) + extents(cell) + weights + vec
-              + _kernel(cell, tx, ty, vx, lz, pn, h2, pw, minb))
-    source = prefetching_vec_loads(source, cell.precision.ctype, vx, l2p)
+              + _kernel(cell, tx, ty, vx, lz, pn, h2, pw, minb, l2p))
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty), cdiv(nz_int, lz))
     launch = Launch("zbox", grid, (tx, ty, 1), ("in", "out"))
     params = {"tx": tx, "ty": ty, "vx": vx, "lz": lz, "pn": pn}

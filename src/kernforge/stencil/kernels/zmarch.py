@@ -13,9 +13,9 @@ plane's tile in shared memory), ``xs`` (the x halo by warp shuffles instead of s
 loads) and ``pn`` (the x and y neighbours loaded one plane ahead): see :mod:`.zmarch_staged`;
 ``h2`` (fp16: ``__half2`` arithmetic): see :mod:`.zmarch_h2`; ``cw`` (fp64: the weights in
 constant memory, no 64-bit immediates: :func:`.common.constant_weight_defs`); ``ry`` (rows per
-thread) and ``sc`` (streaming stores): see :mod:`.zmarch_rows`; ``l2p`` (every kernel; session
-17): the vector loads from the global arrays carry an L2 prefetch size
-(:func:`.common.prefetching_vec_loads`); ``minb`` (every kernel):
+thread) and ``sc`` (streaming stores): see :mod:`.zmarch_rows`; ``l2p`` (every kernel): the
+vector loads from the global arrays carry an L2 prefetch size (:func:`.common.vec_loads`);
+``minb`` (every kernel):
 ``__launch_bounds__`` minimum resident blocks per SM, a register cap (:func:`.common.bounds`);
 ``pf=1, smem=0, xs=0, pn=0, h2=0, ry=1, sc=0, minb=1`` is this module's kernel. (``l1``, the
 largest L1, and ``zo``, the z-chunks first in the launch order, are launch attributes that
@@ -28,6 +28,7 @@ from ..operator import Launch, Operator
 from ..spec import Cell, Precision
 from . import zmarch_h2, zmarch_rows, zmarch_staged
 from .common import (
+    GLOBAL_VEC,
     DoesNotFit,
     bounds,
     cdiv,
@@ -37,8 +38,8 @@ from .common import (
     header,
     load,
     ping_pong,
-    prefetching_vec_loads,
     store,
+    vec_loads,
     weight_defs,
 )
 from .design import BIT, L2P, MINB, Design, Space, precision_options
@@ -50,8 +51,9 @@ def _vec_struct(cell: Cell, vx: int) -> str:
     return f"struct __align__({align}) Vec {{ {t} v[{vx}]; }};\n"
 
 
-def _body(cell: Cell, vx: int) -> str:
-    """Statements computing ``res[l]`` for every lane from the queue and cached loads."""
+def _body(cell: Cell, vx: int, ld: str = GLOBAL_VEC) -> str:
+    """Statements computing ``res[l]`` for every lane from the queue and cached loads (``ld``:
+    the opening of a global ``Vec`` load, :func:`.common.vec_loads`)."""
     p = cell.precision
     acc = p.acc_ctype
     r = cell.radius
@@ -59,19 +61,20 @@ def _body(cell: Cell, vx: int) -> str:
     # y neighbours: aligned vector loads of rows y +- d in the current plane
     for d in range(1, r + 1):
         for sgn, tag in ((-1, "m"), (1, "p")):
-            out.append(f"const Vec y{tag}{d} = *reinterpret_cast<const Vec*>"
-                       f"(src + base + ({sgn * d}L) * NX);")
+            out.append(f"const Vec y{tag}{d} = {ld}"
+                       f"src + base + ({sgn * d}L) * NX);")
     # x halo: scalar loads left of lane 0 and right of lane vx-1
     for d in range(1, r + 1):
         out.append(f"const {acc} xl{d} = {load(p, f'src[base - {d}]')};")
         out.append(f"const {acc} xr{d} = {load(p, f'src[base + {vx - 1 + d}]')};")
     if cell.stencil.kind == "varcoeff":
-        out.append("const Vec cf = *reinterpret_cast<const Vec*>(coef + base);")
+        out.append(f"const Vec cf = {ld}coef + base);")
     out += zmarch_staged.lane_sums(cell, vx, lambda v: load(p, v), "cf")
     return "\n      ".join(out)
 
 
-def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, lb: str) -> str:
+def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, lb: str, pre: str = "",
+            ld: str = GLOBAL_VEC) -> str:
     p = cell.precision
     t, acc = p.ctype, p.acc_ctype
     r = cell.radius
@@ -89,7 +92,7 @@ def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, lb: str) -> str:
               f"        *reinterpret_cast<Vec*>(dst + base) = o;\n      }} else {{\n"
               f"{lanes}\n      }}")
     return f"""
-extern "C" __global__ void __launch_bounds__({lb})
+{pre}extern "C" __global__ void __launch_bounds__({lb})
 zmarch(const {t}* __restrict__ src, {coef}{t}* __restrict__ dst) {{
   const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * {vx};
   const long y = (long)blockIdx.y * {ty} + threadIdx.y;
@@ -99,20 +102,20 @@ zmarch(const {t}* __restrict__ src, {coef}{t}* __restrict__ dst) {{
   {acc} q[{qn}][{vx}];
   #pragma unroll
   for (int j = 0; j < {qn - 1}; ++j) {{
-    const Vec c = *reinterpret_cast<const Vec*>(src + ((zb - R + j) * NY + y) * NX + x0);
+    const Vec c = {ld}src + ((zb - R + j) * NY + y) * NX + x0);
 {loadq.replace('{j}', 'j')}
   }}
-  Vec nxt = *reinterpret_cast<const Vec*>(src + ((zb + R) * NY + y) * NX + x0);
+  Vec nxt = {ld}src + ((zb + R) * NY + y) * NX + x0);
   for (long z = zb; z < ze; ++z) {{
     {{
       const Vec c = nxt;  // prefetched one plane ahead: its latency hides behind this plane
 {loadq.replace('{j}', str(qn - 1)).replace('    q', '      q')}
     }}
-    if (z + 1 < ze) nxt = *reinterpret_cast<const Vec*>(src + ((z + 1 + R) * NY + y) * NX + x0);
+    if (z + 1 < ze) nxt = {ld}src + ((z + 1 + R) * NY + y) * NX + x0);
     const long base = (z * NY + y) * NX + x0;
     {{
       {acc} res[{vx}];
-      {_body(cell, vx)}
+      {_body(cell, vx, ld)}
 {stores}
     }}
     {{
@@ -166,15 +169,16 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf
     if shared > zmarch_staged.MAX_SHARED:
         raise DoesNotFit("the staged planes exceed the shared memory of a block")
     lb = bounds(tx * ty, minb)
+    pre, ld = vec_loads(cell.precision.ctype, vx, l2p)  # the global Vec loads, with l2p
     if h2:
-        source = head + zmarch_h2.kernel(cell, tx, ty, vx, lz, pf, lb)
+        source = head + zmarch_h2.kernel(cell, tx, ty, vx, lz, pf, lb, pre, ld)
     elif ry > 1 or sc:
-        source = head + zmarch_rows.kernel(cell, tx, ty, vx, lz, ry, sc, lb)
+        source = head + zmarch_rows.kernel(cell, tx, ty, vx, lz, ry, sc, lb, pre, ld)
     elif pf == 1 and not smem and not xs and not pn:
-        source = head + _kernel(cell, tx, ty, vx, lz, lb)
+        source = head + _kernel(cell, tx, ty, vx, lz, lb, pre, ld)
     else:
-        source = head + zmarch_staged.kernel(cell, tx, ty, vx, lz, pf, smem, xs, pn, lb=lb)
-    source = prefetching_vec_loads(source, cell.precision.ctype, vx, l2p)
+        source = head + zmarch_staged.kernel(cell, tx, ty, vx, lz, pf, smem, xs, pn, lb=lb,
+                                             pre_kernel=pre, ld=ld)
     rows = cell.shape.ny if ry == 1 and not sc else cell.shape.ny - 2 * cell.radius
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(rows, ty * ry), cdiv(nz_int, lz))
     coef = ("coef",) if cell.stencil.kind == "varcoeff" else ()

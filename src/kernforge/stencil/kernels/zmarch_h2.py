@@ -20,7 +20,7 @@ inside the fp16 gate (1e-2) for the star stencils here (7 and 13 points).
 from __future__ import annotations
 
 from ..spec import Cell
-from .common import half2_weights, lane_stores, weight_names
+from .common import GLOBAL_VEC, half2_weights, lane_stores, weight_names
 
 
 def lane(vx: int, i: int, plane: str) -> str:
@@ -72,19 +72,19 @@ def sums(cell: Cell, vx: int, u: int) -> list[str]:
     return out
 
 
-def _sub(cell: Cell, u: int, vx: int, pf: int) -> str:
+def _sub(cell: Cell, u: int, vx: int, pf: int, ld: str) -> str:
     r = cell.radius
     qn, npair = 2 * r + 1, vx // 2
     var = cell.stencil.kind == "varcoeff"
     lines = [f"    {{  // plane z + {u}", f"      const long zz = z + {u};",
              (f"      #pragma unroll\n      for (int k = 0; k < {npair}; ++k) "
              f"q[{qn - 1}][k] = reinterpret_cast<const __half2*>(f{u}.v)[k];"),
-             (f"      if (zz + {pf} < ze) f{u} = *reinterpret_cast<const Vec*>"
-             f"(src + ((zz + {pf + r}) * NY + y) * NX + x0);"),
+             (f"      if (zz + {pf} < ze) f{u} = {ld}"
+             f"src + ((zz + {pf + r}) * NY + y) * NX + x0);"),
              "      const long base = (zz * NY + y) * NX + x0;"]
     for d in range(1, r + 1):
-        lines.append(f"      const Vec ym{d} = *reinterpret_cast<const Vec*>(src + base - {d}L * NX),"
-                     f" yp{d} = *reinterpret_cast<const Vec*>(src + base + {d}L * NX);")
+        lines.append(f"      const Vec ym{d} = {ld}src + base - {d}L * NX),"
+                     f" yp{d} = {ld}src + base + {d}L * NX);")
         lines.append(f"      const __half xl{d} = src[base - {d}], xr{d} = src[base + {vx - 1 + d}];")
     lines.append(f"      __half2 res[{npair}];")
     lines += [f"      {s}" for s in sums(cell, vx, u)]
@@ -95,16 +95,19 @@ def _sub(cell: Cell, u: int, vx: int, pf: int) -> str:
                  f"        *reinterpret_cast<Vec*>(dst + base) = o; }}\n"
                  f"      else {{ {lanes} }}")
     if var:
-        lines.append(f"      if (zz + {pf} < ze) g{u} = *reinterpret_cast<const Vec*>"
-                     f"(coef + base + {pf} * NY * NX);")
+        lines.append(f"      if (zz + {pf} < ze) g{u} = {ld}"
+                     f"coef + base + {pf} * NY * NX);")
     lines.append(f"      #pragma unroll\n      for (int j = 0; j < {qn - 1}; ++j)\n"
                  f"        for (int k = 0; k < {npair}; ++k) q[j][k] = q[j + 1][k];")
     lines.append("    }")
     return "\n".join(lines)
 
 
-def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, lb: str) -> str:
-    """The ``zmarch`` entry in half2 arithmetic; source after the common header and ``Vec``."""
+def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, lb: str, pre_kernel: str = "",
+           ld: str = GLOBAL_VEC) -> str:
+    """The ``zmarch`` entry in half2 arithmetic; source after the common header and ``Vec``
+    (``pre_kernel``, ``ld``: the global ``Vec`` loads' helper and opening,
+    :func:`.common.vec_loads`)."""
     r = cell.radius
     qn, npair = 2 * r + 1, vx // 2
     var = cell.stencil.kind == "varcoeff"
@@ -112,24 +115,24 @@ def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, lb: str) -> 
     act = "y >= R && y < NY - R && x0 < NX - R && x0 + VX > R"
     pre = [f"  if (!({act})) return;", f"  __half2 q[{qn}][{npair}];",
            f"  #pragma unroll\n  for (int j = 0; j < {qn - 1}; ++j) {{",
-           "    const Vec c = *reinterpret_cast<const Vec*>(src + ((zb - R + j) * NY + y) * NX + x0);",
+           f"    const Vec c = {ld}src + ((zb - R + j) * NY + y) * NX + x0);",
            (f"    #pragma unroll\n    for (int k = 0; k < {npair}; ++k) "
            "q[j][k] = reinterpret_cast<const __half2*>(c.v)[k];"),
            "  }"]
     for u in range(pf):
-        pre.append(f"  Vec f{u} = {{}}; if (zb + {u} < ze) f{u} = *reinterpret_cast<const Vec*>"
-                   f"(src + ((zb + {u + r}) * NY + y) * NX + x0);")
+        pre.append(f"  Vec f{u} = {{}}; if (zb + {u} < ze) f{u} = {ld}"
+                   f"src + ((zb + {u + r}) * NY + y) * NX + x0);")
         if var:
-            pre.append(f"  Vec g{u} = {{}}; if (zb + {u} < ze) g{u} = *reinterpret_cast<const "
-                       f"Vec*>(coef + ((zb + {u}) * NY + y) * NX + x0);")
+            pre.append(f"  Vec g{u} = {{}}; if (zb + {u} < ze) g{u} = {ld}"
+                       f"coef + ((zb + {u}) * NY + y) * NX + x0);")
     subs = []
     for u in range(pf):
         if u:
             subs.append(f"    if (z + {u} >= ze) break;")
-        subs.append(_sub(cell, u, vx, pf))
+        subs.append(_sub(cell, u, vx, pf, ld))
     nl = "\n"
     return f"""constexpr int VX = {vx}, PF = {pf};
-extern "C" __global__ void __launch_bounds__({lb})
+{pre_kernel}extern "C" __global__ void __launch_bounds__({lb})
 zmarch(const __half* __restrict__ src, {coef}__half* __restrict__ dst) {{
 {half2_weights(cell)}  const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * VX;
   const long y = (long)blockIdx.y * {ty} + threadIdx.y;

@@ -19,7 +19,7 @@ offset is a constant.
 from __future__ import annotations
 
 from ..spec import Cell
-from .common import lane_stores, load, store
+from .common import GLOBAL_VEC, lane_stores, load, store
 from .zmarch_staged import lane_sums
 
 _STORE_TYPES = {16: "uint4", 8: "uint2", 4: "unsigned int", 2: "unsigned short"}
@@ -45,7 +45,10 @@ def store_whole(cell: Cell, vx: int, sc: int, at: str = "at") -> str:
         f"reinterpret_cast<const {ty}*>(&o)[{k}]);" for k in range(nbytes // piece))
 
 
-def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, ry: int, sc: int, lb: str) -> str:
+def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, ry: int, sc: int, lb: str,
+           pre_kernel: str = "", ld: str = GLOBAL_VEC) -> str:
+    """Rows per thread (``ry``) and streaming stores (``sc``); ``pre_kernel``, ``ld``: the
+    global ``Vec`` loads' helper and opening (:func:`.common.vec_loads`)."""
     p = cell.precision
     t, acc = p.ctype, p.acc_ctype
     r = cell.radius
@@ -61,7 +64,7 @@ def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, ry: int, sc: int, lb:
                         for lane in range(vx))
 
     def vec(array: str, at: str) -> str:
-        return f"*reinterpret_cast<const Vec*>({array} + {at})"
+        return f"{ld}{array} + {at})"
 
     warm = "\n".join(f"    {{ const Vec c = {vec('src', f'(zb - R + j) * NY * NX + col + {row(i)}')};"
                      f" {fill('j', 'c', i)} }}" for i in range(ry))
@@ -98,7 +101,7 @@ def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, ry: int, sc: int, lb:
              f"q[j][i][l] = q[j + 1][i][l];")
     body = "\n      ".join(halo + _sums(cell, vx, ry))
     return f"""
-extern "C" __global__ void __launch_bounds__({lb})
+{pre_kernel}extern "C" __global__ void __launch_bounds__({lb})
 zmarch(const {t}* __restrict__ src, {coef}{t}* __restrict__ dst) {{
   const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * {vx};
   long y0 = R + ((long)blockIdx.y * {ty} + threadIdx.y) * {ry};

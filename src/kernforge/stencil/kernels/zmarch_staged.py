@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..spec import Cell
-from .common import lane_stores, load, store, weight_names
+from .common import GLOBAL_VEC, lane_stores, load, store, weight_names
 
 MAX_SHARED = 227 * 1024
 
@@ -46,7 +46,7 @@ def shared_bytes(cell: Cell, tx: int, ty: int, vx: int) -> int:
 
 
 def _compute(cell: Cell, vx: int, smem: bool, u: int, xs: bool = False,
-             pn: bool = False) -> list[str]:
+             pn: bool = False, ld: str = GLOBAL_VEC) -> list[str]:
     """``res[l]`` for every lane; neighbours from shared memory (``smem``) or global memory;
     with ``xs`` the x halo ``xl*``/``xr*`` was already exchanged (:func:`_shuffles`); with
     ``pn`` the neighbours were loaded one plane ahead (:func:`_next_neighbours`)."""
@@ -59,7 +59,7 @@ def _compute(cell: Cell, vx: int, smem: bool, u: int, xs: bool = False,
             if not xs:
                 out.append(f"const ACC xl{d} = {load(p, f'nxl{d}')}, "
                            f"xr{d} = {load(p, f'nxr{d}')};")
-        out += _next_neighbours(cell, vx, "if (zz + 1 < ze) ", "base + NY * NX", xs)
+        out += _next_neighbours(cell, vx, "if (zz + 1 < ze) ", "base + NY * NX", xs, ld)
     for d in range(1, r + 1):
         for sgn, tag in ((-1, "m"), (1, "p")):
             if pn:
@@ -68,8 +68,8 @@ def _compute(cell: Cell, vx: int, smem: bool, u: int, xs: bool = False,
                 out.append(f"const SVec y{tag}{d} = *reinterpret_cast<const SVec*>"
                            f"(S + cur + so + ({sgn * d}) * SW);")
             else:
-                out.append(f"const Vec y{tag}{d} = *reinterpret_cast<const Vec*>"
-                           f"(src + base + ({sgn * d}L) * NX);")
+                out.append(f"const Vec y{tag}{d} = {ld}"
+                           f"src + base + ({sgn * d}L) * NX);")
     for d in range(1, r + 1):
         if xs or pn:
             continue
@@ -82,13 +82,14 @@ def _compute(cell: Cell, vx: int, smem: bool, u: int, xs: bool = False,
     return out
 
 
-def _next_neighbours(cell: Cell, vx: int, guard: str, at: str, xs: bool) -> list[str]:
+def _next_neighbours(cell: Cell, vx: int, guard: str, at: str, xs: bool,
+                     ld: str = GLOBAL_VEC) -> list[str]:
     """``pn``: load the y-neighbour rows (and, without ``xs``, the x-halo scalars) of the
     column's element at ``at`` into the ``n*`` registers (declared in the prologue)."""
     out = []
     for d in range(1, cell.radius + 1):
-        loads = [f"nym{d} = *reinterpret_cast<const Vec*>(src + {at} - {d}L * NX);",
-                 f"nyp{d} = *reinterpret_cast<const Vec*>(src + {at} + {d}L * NX);"]
+        loads = [f"nym{d} = {ld}src + {at} - {d}L * NX);",
+                 f"nyp{d} = {ld}src + {at} + {d}L * NX);"]
         if not xs:
             loads += [f"nxl{d} = src[{at} - {d}];", f"nxr{d} = src[{at} + {vx - 1 + d}];"]
         out.append(guard + "{ " + " ".join(loads) + " }")
@@ -152,7 +153,7 @@ def _shuffles(cell: Cell, vx: int) -> list[str]:
 
 
 def _sub(cell: Cell, u: int, vx: int, pf: int, smem: bool, stores: str,
-         xs: bool = False, pn: bool = False) -> str:
+         xs: bool = False, pn: bool = False, ld: str = GLOBAL_VEC) -> str:
     """The loop body for plane ``zz = z + u`` (ring slot ``u``)."""
     p = cell.precision
     r = cell.radius
@@ -170,25 +171,25 @@ def _sub(cell: Cell, u: int, vx: int, pf: int, smem: bool, stores: str,
                   (f"      if (hxr) *reinterpret_cast<SVec*>(S + cur + hxo) = "
                    f"SVec{{{{{cvt.replace('{h}', f'hx{u}')}}}}};")]
     guard = f"zz + {pf} < ze"
-    lines.append(f"      if ({guard}{' && col' if smem or xs else ''}) f{u} = *reinterpret_cast<const "
-                 f"Vec*>(src + ((zz + {pf + r}) * NY + y) * NX + x0);")
+    lines.append(f"      if ({guard}{' && col' if smem or xs else ''}) f{u} = {ld}"
+                 f"src + ((zz + {pf + r}) * NY + y) * NX + x0);")
     if smem:
-        lines += [(f"      if ({guard} && hyok) hy{u} = *reinterpret_cast<const Vec*>"
-                   f"(src + ((zz + {pf}) * NY + hyg) * NX + x0);"),
-                  (f"      if ({guard} && hxok) hx{u} = *reinterpret_cast<const Vec*>"
-                   f"(src + ((zz + {pf}) * NY + y) * NX + hxg);"),
+        lines += [(f"      if ({guard} && hyok) hy{u} = {ld}"
+                   f"src + ((zz + {pf}) * NY + hyg) * NX + x0);"),
+                  (f"      if ({guard} && hxok) hx{u} = {ld}"
+                   f"src + ((zz + {pf}) * NY + y) * NX + hxg);"),
                   "      __syncthreads();"]
     lines.append("      const long base = (zz * NY + y) * NX + x0;")
     if xs:
         lines += [f"      {s}" for s in _shuffles(cell, vx)]
     lines.append(f"      if ({'act' if smem or xs else 'true'}) {{")
     lines.append(f"        ACC res[{vx}];")
-    lines += [f"        {s}" for s in _compute(cell, vx, smem, u, xs, pn)]
+    lines += [f"        {s}" for s in _compute(cell, vx, smem, u, xs, pn, ld)]
     lines.append(stores.replace("{u}", str(u)))
     lines.append("      }")
     if var:  # the coefficient of plane zz was used above; fetch plane zz + pf into its slot
-        lines.append(f"      if ({guard} && act) g{u} = *reinterpret_cast<const Vec*>"
-                     f"(coef + base + {pf} * NY * NX);")
+        lines.append(f"      if ({guard} && act) g{u} = {ld}"
+                     f"coef + base + {pf} * NY * NX);")
     lines += [f"      #pragma unroll\n      for (int j = 0; j < {qn - 1}; ++j) "
               f"q[j][{lane}] = q[j + 1][{lane}];" for lane in range(vx)]
     lines.append("    }")
@@ -196,8 +197,11 @@ def _sub(cell: Cell, u: int, vx: int, pf: int, smem: bool, stores: str,
 
 
 def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, smem: int,
-           xs: int = 0, pn: int = 0, *, lb: str) -> str:
-    """The ``zmarch`` entry (see the module docstring); source after the common header."""
+           xs: int = 0, pn: int = 0, *, lb: str, pre_kernel: str = "",
+           ld: str = GLOBAL_VEC) -> str:
+    """The ``zmarch`` entry (see the module docstring); source after the common header
+    (``pre_kernel``, ``ld``: the global ``Vec`` loads' helper and opening,
+    :func:`.common.vec_loads`)."""
     p = cell.precision
     t, acc = p.ctype, p.acc_ctype
     r = cell.radius
@@ -239,38 +243,39 @@ def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, smem: int,
     prime = "col" if smem or xs else "true"
     pre.append(f"  {acc} q[{qn}][{vx}] = {{}};")
     pre.append(f"  #pragma unroll\n  for (int j = 0; j < {qn - 1}; ++j) if ({prime}) {{")
-    pre.append("    const Vec c = *reinterpret_cast<const Vec*>(src + ((zb - R + j) * NY + y) "
+    pre.append(f"    const Vec c = {ld}src + ((zb - R + j) * NY + y) "
                "* NX + x0);")
     pre += [f"    q[j][{lane}] = {load(p, f'c.v[{lane}]')};" for lane in range(vx)]
     pre.append("  }")
     for u in range(pf):
         g = f"zb + {u} < ze"
-        pre.append(f"  Vec f{u} = {{}}; if ({g} && {prime}) f{u} = *reinterpret_cast<const Vec*>"
-                   f"(src + ((zb + {u + r}) * NY + y) * NX + x0);")
+        pre.append(f"  Vec f{u} = {{}}; if ({g} && {prime}) f{u} = {ld}"
+                   f"src + ((zb + {u + r}) * NY + y) * NX + x0);")
         if smem:
             pre.append(f"  Vec hy{u} = {{}}, hx{u} = {{}};")
-            pre.append(f"  if ({g} && hyok) hy{u} = *reinterpret_cast<const Vec*>"
-                       f"(src + ((zb + {u}) * NY + hyg) * NX + x0);")
-            pre.append(f"  if ({g} && hxok) hx{u} = *reinterpret_cast<const Vec*>"
-                       f"(src + ((zb + {u}) * NY + y) * NX + hxg);")
+            pre.append(f"  if ({g} && hyok) hy{u} = {ld}"
+                       f"src + ((zb + {u}) * NY + hyg) * NX + x0);")
+            pre.append(f"  if ({g} && hxok) hx{u} = {ld}"
+                       f"src + ((zb + {u}) * NY + y) * NX + hxg);")
         if var:
-            pre.append(f"  Vec g{u} = {{}}; if ({g} && act) g{u} = *reinterpret_cast<const Vec*>"
-                       f"(coef + ((zb + {u}) * NY + y) * NX + x0);")
+            pre.append(f"  Vec g{u} = {{}}; if ({g} && act) g{u} = {ld}"
+                       f"coef + ((zb + {u}) * NY + y) * NX + x0);")
     if pn:  # the neighbours of the first plane; each plane then loads the next one's
         pre.append(f"  Vec {', '.join(f'nym{d} = {{}}, nyp{d} = {{}}' for d in range(1, r + 1))};")
         if not xs:
             pre.append(f"  {t} {', '.join(f'nxl{d} = {{}}, nxr{d} = {{}}' for d in range(1, r + 1))};")
         pre += [f"  {s}" for s in _next_neighbours(
-            cell, vx, f"if (zb < ze{' && act' if xs else ''}) ", "(zb * NY + y) * NX + x0", bool(xs))]
+            cell, vx, f"if (zb < ze{' && act' if xs else ''}) ", "(zb * NY + y) * NX + x0", bool(xs),
+            ld)]
     subs = []
     for u in range(pf):
         if u:
             subs.append(f"    if (z + {u} >= ze) break;")
-        subs.append(_sub(cell, u, vx, pf, bool(smem), stores, bool(xs), bool(pn)))
+        subs.append(_sub(cell, u, vx, pf, bool(smem), stores, bool(xs), bool(pn), ld))
     nl = "\n"
     return f"""typedef {acc} ACC;
 {nl.join(h for h in head if h)}
-extern "C" __global__ void __launch_bounds__({lb})
+{pre_kernel}extern "C" __global__ void __launch_bounds__({lb})
 zmarch(const {t}* __restrict__ src, {coef}{t}* __restrict__ dst) {{
   const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * VX;
   const long y = (long)blockIdx.y * {ty} + threadIdx.y;

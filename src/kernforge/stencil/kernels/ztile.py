@@ -21,8 +21,8 @@ other threads' copies visible.
 ``ca=1``: the copies are ``cp.async.ca`` (cached in L1 as well) instead of
 ``.cg`` (L2 only). The tiles of neighbouring blocks overlap by their halo rows and planes; a
 neighbour that runs on the same SM soon after may find them in L1 instead of reading them
-through L2, which Nsight found to be the star kernels' limit. On the H200 (session
-15) the four table operators of this design take 0.834-0.875x of their speed with ``ca=0``.
+through L2, which Nsight found to be the star kernels' limit. On the H200 the four table
+operators of this design take 0.834-0.875x of their speed with ``ca=0``.
 
 ``l2p`` (128 or 256): the copies carry an L2 prefetch size (``cp.async...L2::256B``):
 on a miss the L2 fetches that many aligned bytes from DRAM, not only the missed sectors (the
