@@ -192,7 +192,8 @@ def lost_measurement(lost: WorkerLost) -> Measurement:
 
 @dataclass
 class Isolation:
-    """A pool of ``workers`` supervised worker processes (started on first use)."""
+    """A pool of ``workers`` supervised worker processes (started at once; a worker that a
+    candidate killed is replaced on the next request)."""
 
     workers: int = 1
     limits: Limits = field(default_factory=Limits)
@@ -204,8 +205,8 @@ class Isolation:
             raise ConfigError(f"Isolation(workers={self.workers}) needs at least one worker")
         self._dir = Path(tempfile.mkdtemp(prefix="kernforge-workers-"))
         self._idle: queue.Queue[_Worker | None] = queue.Queue()
-        for _ in range(self.workers):
-            self._idle.put(None)
+        for _ in range(self.workers):  # started now: they import while the caller works
+            self._idle.put(_Worker(self._dir, self.env))
         self._baseline: dict[str, float] = {}
         self._lock = threading.Lock()
         self._closed = False

@@ -129,6 +129,8 @@ def serve(fd: int, crash_file: str) -> None:
 
     threading.Thread(target=_orphan_watch, args=(os.getppid(),), daemon=True,
                      name="kernforge-orphan-watch").start()
+    from ..record import load_recording  # noqa: F401 - warm: imported before the first request
+    from .engine import evaluate_variant  # noqa: F401
     main(Connection(fd), crash_file)
 
 
