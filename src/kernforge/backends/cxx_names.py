@@ -201,3 +201,25 @@ def demangle_simple(symbol: str) -> str | None:
         return None
     parts = [p for p in parts if not p.startswith("_GLOBAL__N")]  # anonymous namespaces
     return "::".join(parts) or None
+
+
+def short_name(symbol: str) -> str:
+    """A readable name for any kernel symbol: the qualified name of an Itanium-mangled one
+    without its template and parameter types (``_ZN2at6native6kernelILi4EEvT_`` ->
+    ``at::native::kernel``; ``_Z5solvejPd`` -> ``solve``); other symbols are returned as is."""
+    if not symbol.startswith("_Z"):
+        return symbol
+    s = symbol[2:].removeprefix("L")
+    nested = s.startswith("N")
+    s = s[1:].lstrip("KVr") if nested else s
+    parts = []
+    while (m := re.match(r"\d+", s)) is not None:
+        n = int(m.group())
+        name, s = s[m.end():m.end() + n], s[m.end() + n:]
+        if len(name) != n:
+            break
+        if not name.startswith("_GLOBAL__N"):
+            parts.append(name)
+        if not nested:
+            break
+    return "::".join(parts) or symbol

@@ -1,40 +1,72 @@
-"""``kernforge record -o DIR [filters] -- python app.py ARGS``: record an unchanged application."""
+"""``kernforge record -o DIR [filters] -- COMMAND ...``: record an unchanged application."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from ..pipeline.run_app import record_application
+from ..pipeline.run_app import record_command
 from .output import console
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("record", help="run an application and record its kernel launches",
-                       description="Run an unchanged Python application with the recorder "
-                                   "(and, when CuPy is importable, the CuPy hooks) installed "
-                                   "before it is imported; every launch of a kernforge.Kernel, "
-                                   "cupy.RawKernel or cupy.RawModule kernel that matches the "
-                                   "filters becomes a replay unit.")
+                       description="Run any command (a binary, a script, python app.py) with "
+                                   "kernforge's driver interposer preloaded: every kernel launch "
+                                   "through the CUDA driver that matches the filters becomes a "
+                                   "replay unit (native programs, CuPy, cupyx, PyTorch, Triton). "
+                                   "A Python application also runs under the in-process capture "
+                                   "(kernforge.Kernel, and CuPy RawKernel/RawModule with their "
+                                   "source); a launch is recorded once.")
     p.add_argument("-o", "--out", default="recordings", help="recordings directory "
                                                             "(default: recordings)")
     p.add_argument("--kernels", default=None, metavar="PATTERN",
-                   help="record only kernels whose name matches this glob pattern")
+                   help="record only kernels whose name matches this glob pattern (the mangled "
+                        "name or its readable form, e.g. '*solve*')")
     p.add_argument("--max-instances", type=int, default=4, metavar="N",
                    help="record at most N launches per kernel (default 4)")
     p.add_argument("--skip", type=int, default=0, metavar="N",
                    help="skip the first N launches of each kernel (default 0)")
+    p.add_argument("--max-mb", type=int, default=16384, metavar="MIB",
+                   help="record at most this much device memory in all, before and after "
+                        "counted (default 16384); launches beyond it run unrecorded")
+    p.add_argument("--all-allocations", action="store_true",
+                   help="record every live device allocation with each launch (for pointers "
+                        "kept in places kernforge does not scan)")
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="the application command, after --")
     p.set_defaults(func=run)
 
 
+def _summary(summaries: list[dict[str, Any]]) -> str:
+    launches = sum(s.get("launches", 0) for s in summaries)
+    kernels = {k["name"] for s in summaries for k in s.get("kernels", [])}
+    extra = []
+    for key, what in (("over_budget", "over the --max-mb budget"),
+                      ("unknown_layout", "with an unknown parameter layout"),
+                      ("failed", "that failed or could not be written"),
+                      ("cooperative", "cooperative (not recorded)"),
+                      ("graphs", "CUDA graph launches (not recorded)")):
+        n = sum(s.get(key, 0) for s in summaries)
+        if n:
+            extra.append(f"{n} {what}")
+    return (f"{launches} launch(es) of {len(kernels)} kernel(s) seen"
+            + (f"; {', '.join(extra)}" if extra else ""))
+
+
 def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    status, paths = record_application(command, args.out, kernels=args.kernels,
-                                       max_instances=args.max_instances, skip=args.skip)
-    console.print(f"recorded {len(paths)} kernel launch(es) into {args.out}"
-                  + ("" if status == 0 else f" (the application exited with status {status})"),
-                  markup=False)
+    status, paths, problems, summaries = record_command(
+        command, args.out, kernels=args.kernels, max_instances=args.max_instances,
+        skip=args.skip, max_mb=args.max_mb, record_all=args.all_allocations)
+    tail = "" if status == 0 else f" (the application exited with status {status})"
+    if summaries:
+        console.print(f"driver: {_summary(summaries)}", markup=False)
+    elif not paths:
+        console.print("nothing was launched through the CUDA driver", markup=False)
+    console.print(f"recorded {len(paths)} kernel launch(es) into {args.out}{tail}", markup=False)
     for p in paths:
         console.print(f"  {p}", markup=False)
+    for line in problems:
+        console.print(f"  not turned into a unit: {line}", markup=False)
     return status

@@ -83,3 +83,23 @@ class Measurement:
                        for c in self.checks],
             "stages": dict(self.stages), "extra": dict(self.extra),
         }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Measurement:
+        """The inverse of :meth:`to_json` (buffer checks included)."""
+        checks = []
+        for c in d.get("checks", ()):
+            kw: dict[str, Any] = {k: (tuple(v) if k == "first_bad" and v is not None
+                                      else _number(v)) for k, v in c.items()}
+            checks.append(BufferCheck(**kw))
+        samples = tuple(float(s) for s in d.get("samples", ()))
+        return cls(Status(d["status"]), message=d.get("message", ""), samples=samples,
+                   checks=tuple(checks), stages=tuple((k, float(v)) for k, v in
+                                                      d.get("stages", {}).items()),
+                   extra=tuple(d.get("extra", {}).items()))
+
+
+def _number(v: Any) -> Any:
+    if isinstance(v, str) and v in ("inf", "-inf", "nan"):
+        return float(v)
+    return v

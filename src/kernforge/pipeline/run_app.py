@@ -14,7 +14,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..core import ConfigError
-from ..record import install_cupy_hooks, record, uninstall_cupy_hooks
+from ..record import install_cupy_hooks, interposer, record, uninstall_cupy_hooks
+from ..record.native_format import finalize_spool, spool_summaries
 
 
 def split_command(command: Sequence[str]) -> tuple[str, str, list[str]]:
@@ -93,3 +94,48 @@ def record_application(command: Sequence[str], out: str | Path, *, kernels: str 
             record(out, kernels=kernels, max_instances=max_instances, skip=skip) as rec:
         status = run_application(command)
     return status, list(rec.paths)
+
+
+def is_python_command(command: Sequence[str]) -> bool:
+    """``python ...`` or a ``*.py`` script: run under the in-process capture as well."""
+    return bool(command) and (re.fullmatch(r"python[\d.]*", Path(command[0]).name) is not None
+                              or command[0].endswith(".py"))
+
+
+def record_command(command: Sequence[str], out: str | Path, *, kernels: str | None = None,
+                   max_instances: int = 4, skip: int = 0, max_mb: int = 16384,
+                   record_all: bool = False) -> tuple[int, list[Path], list[str], list[dict]]:
+    """Run any command with the driver interposer preloaded (Python applications also under
+    the in-process capture), then turn what it recorded into units. Returns the exit status,
+    the new units (of both captures), problems with spool units, and the interposer's
+    per-process counts."""
+    cmd = list(command)
+    if not cmd:
+        raise ConfigError("no application command given",
+                          hint="write it after --, e.g. kernforge record -o DIR -- ./app ARGS")
+    Path(out).mkdir(parents=True, exist_ok=True)
+    env = interposer.environment(out, kernels=kernels, max_instances=max_instances, skip=skip,
+                                 max_mb=max_mb, record_all=record_all)
+    lib = interposer.build()
+    if is_python_command(cmd):
+        split_command(cmd)  # a missing script is a clear error before anything runs
+        cmd = interposer.python_child(cmd)
+    before = set(Path(out).rglob("manifest.json"))
+    status = interposer.run_preloaded(cmd, interposer.preload_env(lib, env))
+    _, problems = finalize_spool(out)
+    new = sorted(p.parent for p in set(Path(out).rglob("manifest.json")) - before)
+    return status, new, problems, spool_summaries(out)
+
+
+def pyrun_main(argv: Sequence[str]) -> int:
+    """``python -m kernforge.pipeline.pyrun APP ARGS``: the in-process capture of a Python
+    application, configured by the interposer's environment."""
+    out = os.environ.get("KERNFORGE_RECORD_DIR")
+    if not out:
+        print("kernforge: pyrun needs KERNFORGE_RECORD_DIR", file=sys.stderr)
+        return 2
+    n = int(os.environ.get("KERNFORGE_MAX_INSTANCES", "4"))
+    status, _ = record_application(list(argv), out, kernels=os.environ.get("KERNFORGE_KERNELS"),
+                                   max_instances=n if n >= 0 else None,  # type: ignore[arg-type]
+                                   skip=int(os.environ.get("KERNFORGE_SKIP", "0")))
+    return status

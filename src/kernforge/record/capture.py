@@ -28,6 +28,7 @@ import numpy as np
 
 from ..backends import Backend, LaunchEvent, add_observer, cupy_hooks, remove_observer
 from ..core import ConfigError, Param
+from . import interposer
 from .format import PathLike, write_recording
 
 
@@ -118,11 +119,13 @@ class Recorder:
         except BaseException:
             self._release(event.name)
             raise
+        interposer.suppress(True)  # recorded here, with its source: not by the interposer too
         return _Token(event, prologue)
 
     def after(self, token: _Token | None, error: BaseException | None) -> None:
         if token is None:
             return
+        interposer.suppress(False)
         event = token.event
         if error is not None:
             self._release(event.name)  # a failed launch does not use up an instance

@@ -162,9 +162,11 @@ def _next_instance(root: Path, entry: str) -> int:
     return max(nums) + 1 if nums else 0
 
 
-def _publish(tmp: Path, root: Path, manifest: dict[str, Any], instance: int) -> Path:
-    """Write the manifest last, then rename the unit into place (next free instance)."""
-    entry, written = manifest["kernel"]["entry"], None
+def _publish(tmp: Path, root: Path, manifest: dict[str, Any], instance: int, *,
+             name: str | None = None) -> Path:
+    """Write the manifest last, then rename the unit into place (next free instance) as
+    ``<name>-<n>`` (``name`` defaults to the kernel's entry)."""
+    entry, written = name or manifest["kernel"]["entry"], None
     while True:
         final = root / f"{entry}-{instance}"
         if not final.exists():

@@ -26,7 +26,7 @@ from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from ..core import BufferCheck, Measurement, Status
+from ..core import Measurement, Status
 
 PLUGIN = "kernforge-monitor"
 KEY_PREFIX = "kf-"
@@ -285,21 +285,6 @@ def classify(record: dict[str, Any]) -> Measurement:
         f"the worker was restarted"), extra=extra)
 
 
-def _number(v: Any) -> Any:
-    if isinstance(v, str) and v in ("inf", "-inf", "nan"):
-        return float(v)
-    return v
-
-
 def measurement_from_json(d: dict[str, Any]) -> Measurement:
     """The inverse of :meth:`Measurement.to_json` (buffer checks included)."""
-    checks = []
-    for c in d.get("checks", ()):
-        kw: dict[str, Any] = {k: (tuple(v) if k == "first_bad" and v is not None
-                                  else _number(v)) for k, v in c.items()}
-        checks.append(BufferCheck(**kw))
-    samples = tuple(float(s) for s in d.get("samples", ()))
-    return Measurement(Status(d["status"]), message=d.get("message", ""), samples=samples,
-                       checks=tuple(checks), stages=tuple((k, float(v)) for k, v in
-                                                   d.get("stages", {}).items()),
-                       extra=tuple(d.get("extra", {}).items()))
+    return Measurement.from_json(d)

@@ -1,0 +1,207 @@
+"""The CUDA driver API through ctypes: what replaying a native unit needs.
+
+ctypes over ``libcuda.so.1`` rather than cuda-python's bindings or CuPy's driver module: it
+needs nothing installed, it exposes exactly the calls used (virtual-memory reservation at a
+given address, module loading with JIT options, launches from a raw parameter buffer, events),
+and the same code runs against the fake driver of ``kernforge.testing.fakecuda`` in CI, so the
+replay path is tested without a GPU. ``KERNFORGE_LIBCUDA`` names another driver library.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..core import BackendUnavailableError, KernelRuntimeError, LaunchError
+
+CUdeviceptr = C.c_ulonglong
+_PARAM_BUFFER_POINTER, _PARAM_BUFFER_SIZE, _PARAM_END = 1, 2, 0
+# CUjit_option ids of the JIT options kernforge tunes (cuda.h)
+JIT_OPTIONS = {"max_registers": 0, "threads_per_block": 1, "optimization_level": 7,
+               "cache_mode": 14}
+_ATTR = {"cc_major": 75, "cc_minor": 76, "l2_bytes": 38, "sm_count": 16,
+         "max_threads_per_block": 1}
+_FUNC_CARVEOUT = 9  # CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+
+
+class _Prop(C.Structure):  # CUmemAllocationProp
+    _fields_ = [("type", C.c_int), ("handle_types", C.c_int), ("loc_type", C.c_int),
+                ("loc_id", C.c_int), ("win32", C.c_void_p), ("flags", C.c_ubyte * 8)]
+
+
+class _Access(C.Structure):  # CUmemAccessDesc
+    _fields_ = [("loc_type", C.c_int), ("loc_id", C.c_int), ("flags", C.c_int)]
+
+
+class _LaunchConfig(C.Structure):  # CUlaunchConfig
+    _fields_ = [("grid", C.c_uint * 3), ("block", C.c_uint * 3), ("shmem", C.c_uint),
+                ("stream", C.c_void_p), ("attrs", C.c_void_p), ("nattrs", C.c_uint)]
+
+
+class Driver:
+    """One device's primary context, opened at construction."""
+
+    def __init__(self, device: int = 0, library: str | None = None) -> None:
+        path = library or os.environ.get("KERNFORGE_LIBCUDA") or "libcuda.so.1"
+        try:
+            self.lib = C.CDLL(path)
+        except OSError as exc:
+            raise BackendUnavailableError(f"cannot load the CUDA driver ({path}): {exc}",
+                                          hint="replaying a native unit needs an NVIDIA GPU "
+                                               "and its driver") from None
+        self.check(self.lib.cuInit(0), "cuInit")
+        self.device = C.c_int()
+        self.check(self.lib.cuDeviceGet(C.byref(self.device), device), "cuDeviceGet")
+        self.ctx = C.c_void_p()
+        self.check(self.lib.cuDevicePrimaryCtxRetain(C.byref(self.ctx), self.device),
+                   "cuDevicePrimaryCtxRetain")
+        self.check(self.lib.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+        self.lib.cuMemcpyDtoH_v2.argtypes = [C.c_void_p, CUdeviceptr, C.c_size_t]
+        self.lib.cuMemcpyHtoD_v2.argtypes = [CUdeviceptr, C.c_void_p, C.c_size_t]
+        self.lib.cuMemsetD8_v2.argtypes = [CUdeviceptr, C.c_ubyte, C.c_size_t]
+        self._flush: int | None = None
+
+    # ---- errors --------------------------------------------------------------------------------
+    def error_name(self, rc: int) -> str:
+        s = C.c_char_p()
+        if self.lib.cuGetErrorName(rc, C.byref(s)) == 0 and s.value:
+            return s.value.decode()
+        return f"CUDA error {rc}"
+
+    def check(self, rc: int, what: str, *, runtime: bool = False) -> None:
+        if rc == 0:
+            return
+        msg = f"{what} failed: {self.error_name(rc)}"
+        if runtime:
+            raise KernelRuntimeError(msg, hint="the kernel faulted; the context is lost")
+        raise LaunchError(msg)
+
+    # ---- device ----------------------------------------------------------------------------------
+    def attribute(self, name: str) -> int:
+        v = C.c_int()
+        self.check(self.lib.cuDeviceGetAttribute(C.byref(v), _ATTR[name], self.device),
+                   "cuDeviceGetAttribute")
+        return v.value
+
+    def identity(self) -> dict[str, Any]:
+        name = C.create_string_buffer(256)
+        self.lib.cuDeviceGetName(name, 256, self.device)
+        ver = C.c_int()
+        self.lib.cuDriverGetVersion(C.byref(ver))
+        return {"device": name.value.decode(errors="replace"), "driver_version": ver.value,
+                "compute_capability": [self.attribute("cc_major"), self.attribute("cc_minor")]}
+
+    def synchronize(self, what: str = "cuCtxSynchronize") -> None:
+        self.check(self.lib.cuCtxSynchronize(), what, runtime=True)
+
+    # ---- memory ----------------------------------------------------------------------------------
+    def granularity(self) -> int:
+        g = C.c_size_t()
+        prop = _Prop(type=1, loc_type=1, loc_id=self.device.value)
+        self.check(self.lib.cuMemGetAllocationGranularity(C.byref(g), C.byref(prop), 0),
+                   "cuMemGetAllocationGranularity")
+        return g.value
+
+    def map_at(self, address: int, size: int) -> int | None:
+        """Reserve and map ``size`` bytes at exactly ``address`` (both granule-aligned); the
+        address on success, None when the driver cannot give that range."""
+        ptr = CUdeviceptr()
+        rc = self.lib.cuMemAddressReserve(C.byref(ptr), C.c_size_t(size), C.c_size_t(0),
+                                          CUdeviceptr(address), C.c_ulonglong(0))
+        if rc != 0:
+            return None
+        if ptr.value != address:
+            self.lib.cuMemAddressFree(ptr, C.c_size_t(size))
+            return None
+        handle = C.c_ulonglong()
+        prop = _Prop(type=1, loc_type=1, loc_id=self.device.value)
+        self.check(self.lib.cuMemCreate(C.byref(handle), C.c_size_t(size), C.byref(prop),
+                                        C.c_ulonglong(0)), "cuMemCreate")
+        self.check(self.lib.cuMemMap(ptr, C.c_size_t(size), C.c_size_t(0), handle,
+                                     C.c_ulonglong(0)), "cuMemMap")
+        access = _Access(loc_type=1, loc_id=self.device.value, flags=3)
+        self.check(self.lib.cuMemSetAccess(ptr, C.c_size_t(size), C.byref(access),
+                                           C.c_size_t(1)), "cuMemSetAccess")
+        return address
+
+    def alloc(self, size: int) -> int:
+        ptr = CUdeviceptr()
+        self.check(self.lib.cuMemAlloc_v2(C.byref(ptr), C.c_size_t(max(size, 1))), "cuMemAlloc")
+        return ptr.value
+
+    def htod(self, address: int, data: Any) -> None:
+        buf = memoryview(data).cast("B")
+        src = (C.c_char * len(buf)).from_buffer_copy(buf) if buf.readonly else \
+            (C.c_char * len(buf)).from_buffer(buf)
+        self.check(self.lib.cuMemcpyHtoD_v2(address, src, len(buf)), "cuMemcpyHtoD",
+                   runtime=True)
+
+    def dtoh(self, address: int, size: int) -> bytearray:
+        out = bytearray(size)
+        dst = (C.c_char * size).from_buffer(out) if size else C.c_char_p()
+        self.check(self.lib.cuMemcpyDtoH_v2(dst, address, size), "cuMemcpyDtoH", runtime=True)
+        return out
+
+    def flush_l2(self) -> None:
+        """Write a buffer of twice the L2 size, so no timed run starts with a warm cache."""
+        if self._flush is None:
+            self._flush_size = max(2 * self.attribute("l2_bytes"), 1 << 20)
+            self._flush = self.alloc(self._flush_size)
+        self.check(self.lib.cuMemsetD8_v2(self._flush, 0, self._flush_size), "cuMemsetD8")
+
+    # ---- modules and launches --------------------------------------------------------------------
+    def load(self, image: bytes, jit: Mapping[str, int] | None = None) -> C.c_void_p:
+        jit = dict(jit or {})
+        n = len(jit)
+        opts = (C.c_int * max(n, 1))(*[JIT_OPTIONS[k] for k in jit])
+        vals = (C.c_void_p * max(n, 1))(*[C.c_void_p(int(v)) for v in jit.values()])
+        mod = C.c_void_p()
+        buf = C.create_string_buffer(image, len(image) + 1)
+        self.check(self.lib.cuModuleLoadDataEx(C.byref(mod), buf, n, opts, vals),
+                   "cuModuleLoadDataEx")
+        return mod
+
+    def function(self, module: C.c_void_p, name: str) -> C.c_void_p:
+        fn = C.c_void_p()
+        self.check(self.lib.cuModuleGetFunction(C.byref(fn), module, name.encode()),
+                   f"cuModuleGetFunction({name})")
+        return fn
+
+    def set_carveout(self, fn: C.c_void_p, percent: int) -> None:
+        self.check(self.lib.cuFuncSetAttribute(fn, _FUNC_CARVEOUT, percent), "cuFuncSetAttribute")
+
+    def launch(self, fn: C.c_void_p, grid: Sequence[int], block: Sequence[int], shmem: int,
+               params: bytes, attrs: Sequence[bytes] = ()) -> None:
+        buf = C.create_string_buffer(params, max(len(params), 1))
+        size = C.c_size_t(len(params))
+        extra = (C.c_void_p * 5)(_PARAM_BUFFER_POINTER, C.cast(buf, C.c_void_p),
+                                 _PARAM_BUFFER_SIZE, C.addressof(size), _PARAM_END)
+        if attrs:
+            raw = C.create_string_buffer(b"".join(attrs), 72 * len(attrs))
+            cfg = _LaunchConfig((C.c_uint * 3)(*grid), (C.c_uint * 3)(*block), shmem, None,
+                                C.cast(raw, C.c_void_p), len(attrs))
+            rc = self.lib.cuLaunchKernelEx(C.byref(cfg), fn, None, extra)
+        else:
+            rc = self.lib.cuLaunchKernel(fn, *[C.c_uint(v) for v in (*grid, *block)],
+                                         C.c_uint(shmem), None, None, extra)
+        self.check(rc, "cuLaunchKernel")
+
+    def time_launch(self, fn: C.c_void_p, grid: Sequence[int], block: Sequence[int], shmem: int,
+                    params: bytes, attrs: Sequence[bytes] = ()) -> float:
+        """Seconds between events around one launch."""
+        e0, e1 = C.c_void_p(), C.c_void_p()
+        self.check(self.lib.cuEventCreate(C.byref(e0), 0), "cuEventCreate")
+        self.check(self.lib.cuEventCreate(C.byref(e1), 0), "cuEventCreate")
+        try:
+            self.check(self.lib.cuEventRecord(e0, None), "cuEventRecord")
+            self.launch(fn, grid, block, shmem, params, attrs)
+            self.check(self.lib.cuEventRecord(e1, None), "cuEventRecord")
+            self.check(self.lib.cuEventSynchronize(e1), "cuEventSynchronize", runtime=True)
+            ms = C.c_float()
+            self.check(self.lib.cuEventElapsedTime(C.byref(ms), e0, e1), "cuEventElapsedTime")
+            return ms.value / 1e3
+        finally:
+            self.lib.cuEventDestroy_v2(e0)
+            self.lib.cuEventDestroy_v2(e1)

@@ -1,0 +1,145 @@
+"""The driver interposer: build it, and run any command under it.
+
+The interposer (``record/native/*.c``) is a small C shared library built on first use with the
+host C compiler (no CUDA headers or GPU needed) into a cache directory keyed by the hash of
+its sources. Preloaded into a command (``LD_PRELOAD``), it sees every kernel launch the process
+makes through the CUDA driver: native programs (static or shared cudart), CuPy, PyTorch,
+Triton. What it records is configured through the environment (:func:`environment`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+
+from ..core import BackendUnavailableError, ConfigError
+from ..core.paths import cache_path
+
+SOURCES = ("kf.h", "kf_real.c", "kf_state.c", "kf_track.c", "kf_hooks.c", "kf_record.c",
+           "kf_deploy.c")
+_lock = threading.Lock()
+
+
+def _sources() -> dict[str, bytes]:
+    pkg = resources.files("kernforge.record") / "native"
+    return {name: (pkg / name).read_bytes() for name in SOURCES}
+
+
+def compiler() -> str:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise BackendUnavailableError("no C compiler found to build the driver interposer",
+                                      hint="install gcc (or set CC)")
+    return cc
+
+
+def build(out_dir: Path | None = None) -> Path:
+    """The interposer library, built now if its sources changed since the last build."""
+    srcs = _sources()
+    digest = hashlib.sha256(b"".join(n.encode() + b"\0" + srcs[n] for n in SOURCES)).hexdigest()
+    target_dir = out_dir or cache_path("interposer")
+    lib = target_dir / f"libkfinterpose-{digest[:16]}.so"
+    with _lock:
+        if lib.is_file():
+            return lib
+        target_dir.mkdir(parents=True, exist_ok=True)
+        work = target_dir / f".build-{uuid.uuid4().hex}"
+        work.mkdir()
+        try:
+            for name, data in srcs.items():
+                (work / name).write_bytes(data)
+            part = work / "lib.so"
+            cmd = [compiler(), "-std=gnu11", "-O2", "-fPIC", "-shared", "-Wall",
+                   "-Wno-format-truncation", "-o", str(part),
+                   *[str(work / n) for n in SOURCES if n.endswith(".c")], "-ldl", "-lpthread"]
+            done = subprocess.run(cmd, check=False, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise BackendUnavailableError(
+                    f"building the driver interposer failed:\n{done.stderr.strip()[-2000:]}",
+                    hint="kernforge builds it with the host C compiler (gcc); check CC")
+            os.replace(part, lib)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return lib
+
+
+def environment(out: Path | str, *, kernels: str | None = None, max_instances: int | None = 4,
+                skip: int = 0, max_mb: int = 16384, record_all: bool = False) -> dict[str, str]:
+    """The environment that makes a preloaded interposer record into ``out``."""
+    if max_instances is not None and max_instances < 0:
+        raise ConfigError(f"--max-instances {max_instances} must be >= 0")
+    if skip < 0:
+        raise ConfigError(f"--skip {skip} must be >= 0")
+    if max_mb < 0:
+        raise ConfigError(f"--max-mb {max_mb} must be >= 0",
+                          hint="give the most MiB of device memory to record in all")
+    env = {"KERNFORGE_RECORD_DIR": str(Path(out).resolve()),
+           "KERNFORGE_MAX_INSTANCES": str(-1 if max_instances is None else max_instances),
+           "KERNFORGE_SKIP": str(skip), "KERNFORGE_MAX_MB": str(max_mb),
+           "KERNFORGE_RECORD_ALL": "1" if record_all else "0"}
+    if kernels:
+        env["KERNFORGE_KERNELS"] = kernels
+    return env
+
+
+def preload_env(lib: Path, extra: Mapping[str, str], base: Mapping[str, str] | None = None
+                ) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env.update(extra)
+    env["LD_PRELOAD"] = ":".join(p for p in (str(lib), env.get("LD_PRELOAD", "")) if p)
+    return env
+
+
+def run_preloaded(command: Sequence[str], env: Mapping[str, str]) -> int:
+    """Run ``command`` with the given environment; its exit status (128+N for signal N)."""
+    if not command:
+        raise ConfigError("no command given", hint="write it after --, e.g. "
+                          "kernforge record -o DIR -- ./app ARGS")
+    exe = command[0]
+    if os.sep not in exe and shutil.which(exe) is None:
+        raise ConfigError(f"command {exe!r} not found", hint="give a path or a command on PATH")
+    try:
+        proc = subprocess.run(list(command), check=False, env=dict(env))
+    except OSError as exc:
+        raise ConfigError(f"cannot run {exe!r}: {exc}", hint="check the path and permissions"
+                          ) from None
+    return proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+
+
+def python_child(command: Sequence[str]) -> list[str]:
+    """A Python application runs under ``python -m kernforge.pipeline.pyrun`` so that the
+    in-process capture (kernforge.Kernel, the CuPy hooks: they add source) works beside the
+    interposer; the interposer leaves alone the launches that capture records."""
+    return [sys.executable, "-m", "kernforge.pipeline.pyrun", *command]
+
+
+def suppress(on: bool) -> None:
+    """Tell a preloaded interposer (if any) to leave this thread's next launches alone."""
+    fn = _suppress_fn()
+    if fn is not None:
+        fn(1 if on else 0)
+
+
+_SUPPRESS: list[object] = []
+
+
+def _suppress_fn() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    if not _SUPPRESS:
+        fn = None
+        if "libkfinterpose" in os.environ.get("LD_PRELOAD", ""):
+            try:
+                fn = ctypes.CDLL(None).kf_record_suppress
+                fn.argtypes = [ctypes.c_int]
+            except (OSError, AttributeError):
+                fn = None
+        _SUPPRESS.append(fn)
+    return _SUPPRESS[0]  # type: ignore[return-value]

@@ -1,0 +1,137 @@
+/* kernforge driver interposer: shared declarations.
+ *
+ * The few CUDA driver types and prototypes the interposer needs are declared here, so that it
+ * builds with the host C compiler alone (no CUDA headers, no GPU). See docs/recording-native.md.
+ */
+#ifndef KF_H
+#define KF_H
+#include <stddef.h>
+#include <stdint.h>
+#include <pthread.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUcontext, *CUmodule, *CUfunction, *CUstream, *CUlibrary, *CUkernel, *CUmemoryPool;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef int CUjit_option;
+typedef int CUlibraryOption;
+typedef struct {
+  unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+  CUstream hStream;
+  void *attrs;
+  unsigned numAttrs;
+} CUlaunchConfig;
+
+#define KF_OK 0
+#define KF_PTDS_FLAG 2ULL /* CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM */
+
+/* ---- the real driver (kf_real.c) ----------------------------------------------------------- */
+typedef struct {
+  CUresult (*cuCtxSynchronize)(void);
+  CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+  CUresult (*cuFuncGetName)(const char **, CUfunction);
+  CUresult (*cuKernelGetName)(const char **, CUkernel);
+  CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
+  CUresult (*cuKernelGetParamInfo)(CUkernel, size_t, size_t *, size_t *);
+  CUresult (*cuFuncGetModule)(CUmodule *, CUfunction);
+  CUresult (*cuKernelGetLibrary)(CUlibrary *, CUkernel);
+  CUresult (*cuModuleLoadDataEx)(CUmodule *, const void *, unsigned, CUjit_option *, void **);
+  CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*cuCtxGetDevice)(CUdevice *);
+  CUresult (*cuCtxGetCurrent)(CUcontext *);
+  CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
+  CUresult (*cuDriverGetVersion)(int *);
+  CUresult (*cuDeviceGetName)(char *, int, CUdevice);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, unsigned, CUstream, void **, void **);
+  CUresult (*cuEventCreate)(void **, unsigned);
+  CUresult (*cuEventRecord)(void *, CUstream);
+  CUresult (*cuEventSynchronize)(void *);
+  CUresult (*cuEventElapsedTime)(float *, void *, void *);
+  CUresult (*cuEventDestroy)(void *);
+} kf_driver_t;
+extern kf_driver_t kf_drv;
+void *kf_real_dlsym(void *handle, const char *name);
+void *kf_libcuda(void);
+void kf_resolve_driver(void);
+void kf_log(const char *fmt, ...);
+
+/* ---- state (kf_state.c) -------------------------------------------------------------------- */
+typedef struct {
+  CUdeviceptr base;
+  size_t size;
+  int kind;       /* KF_ALLOC_* */
+  uint64_t owner; /* image id for module globals, else 0 */
+} kf_alloc_t;
+enum { KF_ALLOC_MEM, KF_ALLOC_MANAGED, KF_ALLOC_ASYNC, KF_ALLOC_VMM, KF_ALLOC_GLOBAL };
+void kf_alloc_add(CUdeviceptr base, size_t size, int kind, uint64_t owner);
+void kf_alloc_remove(CUdeviceptr base);
+void kf_alloc_unmap(CUdeviceptr base, size_t size);
+int kf_alloc_find(CUdeviceptr p, kf_alloc_t *out);
+size_t kf_alloc_snapshot(kf_alloc_t **out); /* caller frees */
+
+enum { KF_IMAGE_CUBIN, KF_IMAGE_FATBIN, KF_IMAGE_PTX, KF_IMAGE_TEXT };
+typedef struct {
+  uint64_t id;       /* FNV-1a 64 of the image bytes */
+  const void *ptr;   /* the image as loaded (static data of a loaded object) */
+  size_t size;
+  int kind;          /* KF_IMAGE_* */
+  const char *how;   /* the driver call that loaded it */
+  void *data;        /* a private copy when the caller's buffer may be freed */
+  int written;
+} kf_image_t;
+uint64_t kf_image_add(const void *image, const char *how);
+int kf_image_get(uint64_t id, kf_image_t *out);
+void kf_image_written(uint64_t id);
+size_t kf_image_size(const void *image, int *kind);
+
+typedef struct {
+  uint64_t image;  /* image id, 0 = unknown */
+  const char *how;
+} kf_image_ref_t;
+/* module/library/kernel/function handle -> image, through parent links */
+void kf_handle_image(const void *handle, uint64_t image, const char *how);
+void kf_handle_link(const void *child, const void *parent);
+int kf_handle_lookup(const void *handle, kf_image_ref_t *out);
+
+/* per-function cache: name, filter decision, counters, parameter layout */
+typedef struct {
+  const void *fn;
+  char name[512];
+  unsigned long seen, recorded;
+  int matches;
+  int layout;    /* 0 not asked, 1 known, -1 unknown */
+  int nparams;
+  size_t *off, *size;
+} kf_fn_t;
+kf_fn_t *kf_fn_get(CUfunction f);
+size_t kf_fn_all(kf_fn_t ***out); /* caller frees the array */
+void kf_base_name(const char *mangled, char *out, size_t cap);
+
+/* ---- recording (kf_record.c) --------------------------------------------------------------- */
+typedef struct {
+  CUfunction f;
+  unsigned grid[3], block[3], shmem;
+  CUstream stream;
+  void **params;
+  void **extra;
+  const char *api;
+  const void *attrs; /* cuLaunchKernelEx's launch attributes (CUlaunchAttribute, 72 bytes each) */
+  unsigned nattrs;
+} kf_launch_t;
+#define KF_ATTR_SIZE 72
+CUresult kf_launch(kf_launch_t *l, CUresult (*real)(kf_launch_t *, void *), void *ctx);
+int kf_recording(void);
+uint8_t *kf_param_bytes(kf_launch_t *l, kf_fn_t *fn, size_t *n);
+extern __thread int kf_suppressed;
+extern pthread_mutex_t kf_lock;
+
+/* ---- deploy (kf_deploy.c) ------------------------------------------------------------------ */
+int kf_deploy_active(void);
+/* returns 1 when the launch was replaced (result in *rc), 0 to run the original */
+int kf_deploy_try(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psize, CUresult *rc,
+                  CUresult (*real)(kf_launch_t *, void *), void *ctx);
+void kf_deploy_report(void);
+#endif

@@ -1,0 +1,201 @@
+"""Recording format v2 (native units): spool finalization, writing and reading.
+
+The driver interposer writes each recorded launch as a *spool unit* under
+``<root>/.spool/<pid>-<seq>/`` (``unit.json``, ``params.bin``, ``r<i>.pre``/``r<i>.post``) and
+each module image once under ``<root>/.spool/images/``; a spool unit appears by an atomic rename
+only when complete, so a killed application leaves only complete ones. :func:`finalize_spool`
+turns each into a recording unit ``<root>/<name>-<n>/`` (manifest.json + content-addressed
+blobs, written atomically like v1 units) and removes it. See docs/recording-format.md.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._version import __version__
+from ..backends.cxx_names import short_name
+from ..core import KernforgeError, RecordingError, RecordingFormatError
+from ..core.jsonio import DamagedJSON, parse_json
+from ..core.native import ALLOC_KINDS, NativeParam, NativeRecording, NativeRegion
+from ._layout import FORMAT, MANIFEST, TMP_PREFIX, PathLike, fsync_dir, manifest_checksum
+from .format import _BlobStore, _make_loader, _next_instance, _publish
+
+NATIVE_SCHEMA = 2
+SPOOL = ".spool"
+_REWRITE = "re-record the launch (kernforge record -- COMMAND)"
+
+
+def _bad(path: Path, problem: str) -> RecordingFormatError:
+    return RecordingFormatError(f"{path}: {problem}", hint=_REWRITE)
+
+
+def _pointer_words(raw: bytes, params: list[dict[str, Any]],
+                   regions: list[dict[str, Any]]) -> list[list[list[int]]]:
+    """Per parameter, [offset, region] of each 8-byte word that points into a region."""
+    out: list[list[list[int]]] = []
+    for p in params or [{"offset": 0, "size": len(raw)}]:
+        words = []
+        start = (p["offset"] + 7) // 8 * 8
+        for off in range(start, p["offset"] + p["size"] - 7, 8):
+            v = int.from_bytes(raw[off:off + 8], "little")
+            for i, r in enumerate(regions):
+                if r["address"] <= v < r["address"] + r["size"]:
+                    words.append([off, i])
+                    break
+        out.append(words)
+    return out
+
+
+def _raw(path: Path) -> np.ndarray:
+    return np.fromfile(path, dtype=np.uint8)
+
+
+def _convert(spool_unit: Path, root: Path) -> Path:
+    u = json.loads((spool_unit / "unit.json").read_text("utf-8"))
+    raw = (spool_unit / "params.bin").read_bytes()
+    if u.get("image") is None:
+        raise RecordingError(f"{spool_unit}: the kernel's module image was not seen",
+                             hint="the module was loaded before the interposer was active")
+    image = spool_unit.parent / "images" / f"{u['image']}.bin"
+    tmp = root / f"{TMP_PREFIX}{uuid.uuid4().hex}"
+    tmp.mkdir()
+    try:
+        store = _BlobStore(tmp)
+        regions = []
+        for i, r in enumerate(u["regions"]):
+            pre = store.save(_raw(spool_unit / f"r{i}.pre"))
+            post = spool_unit / f"r{i}.post"
+            regions.append({"address": r["address"], "size": r["size"],
+                            "kind": ALLOC_KINDS[r["kind"]] if 0 <= r["kind"] < 5 else "alloc",
+                            "prologue": pre,
+                            "epilogue": store.save(_raw(post)) if post.exists() else None})
+        image_id = store.save(_raw(image))
+        fsync_dir(store.dir)
+        params = u["params"]
+        pointers = _pointer_words(raw, params, u["regions"])
+        entry = u["function"]
+        manifest: dict[str, Any] = {
+            "format": FORMAT, "schema_version": NATIVE_SCHEMA, "kind": "native",
+            "kernforge_version": __version__,
+            "created": datetime.now(timezone.utc).isoformat(timespec="microseconds"),
+            "backend": "driver",
+            "identity": {k: u[k] for k in ("device", "driver_version", "compute_capability",
+                                            "device_ordinal") if k in u},
+            "kernel": {"entry": entry, "name": short_name(entry), "image": image_id,
+                       "image_kind": u.get("image_kind", ""), "loaded_via": u.get("loaded_via", "")},
+            "launch": {"grid": u["grid"], "block": u["block"], "shared_mem": u["shared_mem"],
+                       "api": u["api"], "attrs": u.get("launch_attrs", [])},
+            "params": {"bytes": raw.hex(),
+                       "layout": [{"offset": p["offset"], "size": p["size"], "pointers": w}
+                                  for p, w in zip(params or [{"offset": 0, "size": len(raw)}],
+                                                  pointers)]},
+            "regions": regions,
+            "capture": {"origin": "driver", "app_time_ms": u.get("app_time_ms"),
+                        "call": u.get("call"), "pid": u.get("pid"), "stream": u.get("stream")},
+            "instance": 0, "blobs": store.index,
+        }
+        name = _unit_name(entry)
+        manifest["kernel"]["unit_name"] = name
+        return _publish(tmp, root, manifest, _next_instance(root, name), name=name)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _unit_name(entry: str) -> str:
+    """A directory-safe unit name: the last part of the readable name, cut to 80 characters."""
+    s = "".join(c if c.isalnum() or c in "_." else "_" for c in short_name(entry).split("::")[-1])
+    return (s or "kernel")[:80]
+
+
+def finalize_spool(root: PathLike) -> tuple[list[Path], list[str]]:
+    """Turn every complete spool unit under ``root`` into a recording unit (and remove it).
+    Returns the new units and a problem line for each spool unit that could not be turned."""
+    root = Path(root)
+    spool = root / SPOOL
+    if not spool.is_dir():
+        return [], []
+    units, problems = [], []
+    for d in sorted(p for p in spool.iterdir() if p.is_dir() and p.name[:1].isdigit()):
+        try:
+            units.append(_convert(d, root))
+        except (OSError, ValueError, KeyError, KernforgeError) as exc:
+            problems.append(f"{d.name}: {exc}")
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+    if not any(p.name[:1].isdigit() for p in spool.iterdir() if p.is_dir()):
+        shutil.rmtree(spool / "images", ignore_errors=True)
+        for p in spool.glob(f"{TMP_PREFIX}*"):  # left by a killed writer: incomplete
+            shutil.rmtree(p, ignore_errors=True)
+    return units, problems
+
+
+def spool_summaries(root: PathLike) -> list[dict[str, Any]]:
+    """What the interposer of each recorded process counted (launches, kernels seen)."""
+    out = []
+    for p in sorted((Path(root) / SPOOL).glob("summary-*.json")):
+        try:
+            out.append(json.loads(p.read_text("utf-8")))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+# ---- reading ----------------------------------------------------------------------------------
+def is_native(manifest: dict[str, Any]) -> bool:
+    return manifest.get("kind") == "native"
+
+
+def load_native(unit: Path, m: dict[str, Any], *, verify: bool = False) -> NativeRecording:
+    """Build a :class:`NativeRecording` from an already parsed v2 manifest."""
+    path = unit / MANIFEST
+    if m.get("schema_version") != NATIVE_SCHEMA:
+        raise _bad(path, f"native units are schema_version {NATIVE_SCHEMA}, "
+                         f"not {m.get('schema_version')!r}")
+    if m.get("checksum") != manifest_checksum(m):
+        raise _bad(path, "checksum mismatch: the manifest was altered or damaged")
+    try:
+        k, launch, params = m["kernel"], m["launch"], m["params"]
+        loader = _make_loader(unit, m["blobs"])
+        rec = NativeRecording(
+            path=unit, entry=k["entry"], name=k.get("name") or k["entry"], image=k["image"],
+            image_kind=k.get("image_kind", ""), grid=tuple(launch["grid"]),  # type: ignore[arg-type]
+            block=tuple(launch["block"]), shared_mem=int(launch["shared_mem"]),  # type: ignore[arg-type]
+            params=tuple(NativeParam(int(p["offset"]), int(p["size"]),
+                                     tuple((int(o), int(r)) for o, r in p.get("pointers", [])))
+                         for p in params["layout"]),
+            param_bytes=bytes.fromhex(params["bytes"]),
+            regions=tuple(NativeRegion(int(r["address"]), int(r["size"]), r["kind"],
+                                       r["prologue"], r.get("epilogue"))
+                          for r in m["regions"]),
+            launch_attrs=tuple(bytes.fromhex(a) for a in launch.get("attrs", [])),
+            identity=m.get("identity", {}), capture=m.get("capture", {}),
+            instance=int(m.get("instance", 0)), created=m.get("created", ""),
+            kernforge_version=m.get("kernforge_version", ""), loader=loader)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise _bad(path, f"malformed value: {type(exc).__name__}: {exc}") from exc
+    if verify:
+        for blob_id in m["blobs"]:
+            loader(blob_id)
+    return rec
+
+
+def read_native(path: PathLike, *, verify: bool = False) -> NativeRecording:
+    unit = Path(path)
+    mpath = unit / MANIFEST
+    try:
+        m = parse_json(mpath.read_text("utf-8", errors="replace"))
+    except FileNotFoundError:
+        raise _bad(mpath, "missing: this directory is not a recorded unit") from None
+    except DamagedJSON as exc:
+        raise _bad(mpath, str(exc)) from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT or not is_native(m):
+        raise _bad(mpath, "not a native (driver-level) kernforge recording")
+    return load_native(unit, m, verify=verify)

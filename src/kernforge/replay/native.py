@@ -1,0 +1,213 @@
+"""Replaying a native unit through the driver API, under the same protocol as every replay.
+
+The recorded allocations are mapped at their recorded virtual addresses (``cuMemAddressReserve``
+at that address, ``cuMemCreate``, ``cuMemMap``) so that pointers kept inside device memory stay
+valid; a region whose address cannot be had is allocated elsewhere and the parameter words that
+point into it are relocated (pointers stored inside memory then are not, and the result says
+so). Then: restore before every run, verify bitwise (or under a declared tolerance), time with
+events after an L2 flush, re-verify after the last timed run.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..backends.driver import JIT_OPTIONS, Driver
+from ..core import (
+    BufferCheck,
+    ConfigError,
+    KernelRuntimeError,
+    KernforgeError,
+    LaunchError,
+    Measurement,
+    Status,
+    Tolerance,
+)
+from ..core.native import NativeRecording
+from ..harness.compare import ABResult, interleave
+from ..harness.verify import check_buffer
+
+
+@dataclass(frozen=True)
+class NativeVariant:
+    """What can change in a native kernel without its source: the block shape (the grid is
+    scaled so the same threads are launched), PTX JIT options, the shared-memory carveout."""
+
+    block: tuple[int, int, int] | None = None
+    jit: tuple[tuple[str, int], ...] = ()
+    carveout: int | None = None
+
+    def __post_init__(self) -> None:
+        for k, _ in self.jit:
+            if k not in JIT_OPTIONS:
+                raise ConfigError(f"unknown JIT option {k!r}",
+                                  hint=f"use one of {', '.join(JIT_OPTIONS)}")
+        if self.block is not None and (len(self.block) != 3 or min(self.block) < 1):
+            raise ConfigError(f"block {self.block!r} must be three positive integers")
+        if self.carveout is not None and not 0 <= self.carveout <= 100:
+            raise ConfigError(f"carveout {self.carveout} must be a percentage (0-100)")
+
+    def geometry(self, rec: NativeRecording) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        if self.block is None:
+            return rec.grid, rec.block
+        grid = tuple(math.ceil(g * b / nb) for g, b, nb in zip(rec.grid, rec.block, self.block))
+        return grid, self.block  # type: ignore[return-value]
+
+    @property
+    def is_recorded(self) -> bool:
+        return self.block is None and not self.jit and self.carveout is None
+
+    def label(self) -> str:
+        parts = [f"block={'x'.join(map(str, self.block))}"] if self.block else []
+        parts += [f"{k}={v}" for k, v in self.jit]
+        parts += [f"carveout={self.carveout}"] if self.carveout is not None else []
+        return " ".join(parts) or "recorded"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"block": list(self.block) if self.block else None, "jit": dict(self.jit),
+                "carveout": self.carveout}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> NativeVariant:
+        b = d.get("block")
+        return cls(tuple(b) if b else None,  # type: ignore[arg-type]
+                   tuple(sorted((str(k), int(v)) for k, v in (d.get("jit") or {}).items())),
+                   d.get("carveout"))
+
+
+class NativeReplay:
+    """A native unit's memory placed on the device, ready to run variants of its kernel."""
+
+    def __init__(self, rec: NativeRecording, driver: Driver | None = None) -> None:
+        self.rec = rec
+        self.drv = driver or Driver()
+        self.addr: list[int] = [0] * len(rec.regions)
+        self.relocated: list[int] = []
+        self._place()
+        self.params = self._relocate_params()
+        self.image = rec.image_bytes()
+        self._fns: dict[NativeVariant, Any] = {}
+
+    def _place(self) -> None:
+        g = self.drv.granularity()
+        spans: list[list[int]] = []  # merged granule-aligned [start, end) around the regions
+        for r in sorted(self.rec.regions, key=lambda r: r.address):
+            lo, hi = r.address // g * g, -(-r.end // g) * g
+            if spans and lo <= spans[-1][1]:
+                spans[-1][1] = max(spans[-1][1], hi)
+            else:
+                spans.append([lo, hi])
+        mapped = [s for s in spans if self.drv.map_at(s[0], s[1] - s[0]) is not None]
+        for i, r in enumerate(self.rec.regions):
+            if any(s[0] <= r.address and r.end <= s[1] for s in mapped):
+                self.addr[i] = r.address
+            else:
+                self.addr[i] = self.drv.alloc(r.size)
+                self.relocated.append(i)
+
+    def _relocate_params(self) -> bytes:
+        raw = bytearray(self.rec.param_bytes)
+        for off, i in self.rec.pointer_words():
+            if i in self.relocated:
+                old = int.from_bytes(raw[off:off + 8], "little")
+                new = old - self.rec.regions[i].address + self.addr[i]
+                raw[off:off + 8] = new.to_bytes(8, "little")
+        return bytes(raw)
+
+    def restore(self, only_written: bool = False) -> None:
+        for i, r in enumerate(self.rec.regions):
+            if not only_written or r.epilogue is not None:
+                self.drv.htod(self.addr[i], np.ascontiguousarray(self.rec.prologue(i)))
+
+    def _function(self, v: NativeVariant) -> Any:
+        if v not in self._fns:
+            mod = self.drv.load(self.image, dict(v.jit))
+            fn = self.drv.function(mod, self.rec.entry)
+            if v.carveout is not None:
+                self.drv.set_carveout(fn, v.carveout)
+            self._fns[v] = fn
+        return self._fns[v]
+
+    def run(self, v: NativeVariant) -> None:
+        grid, block = v.geometry(self.rec)
+        self.drv.launch(self._function(v), grid, block, self.rec.shared_mem, self.params,
+                        self.rec.launch_attrs)
+        self.drv.synchronize()
+
+    def time(self, v: NativeVariant, *, flush: bool = True) -> float:
+        self.restore(only_written=True)
+        if flush:
+            self.drv.flush_l2()
+        grid, block = v.geometry(self.rec)
+        return self.drv.time_launch(self._function(v), grid, block, self.rec.shared_mem,
+                                    self.params, self.rec.launch_attrs)
+
+    def verify(self, tolerance: Tolerance | None = None, dtype: str | None = None
+               ) -> tuple[BufferCheck, ...]:
+        checks = []
+        for i, r in enumerate(self.rec.regions):
+            out = np.frombuffer(self.drv.dtoh(self.addr[i], r.size), dtype=np.uint8)
+            ref = np.asarray(self.rec.expected(i), dtype=np.uint8)
+            name = f"region{i}@{r.address:#x}"
+            if tolerance is not None and dtype and r.epilogue is not None \
+                    and r.size % np.dtype(dtype).itemsize == 0:
+                checks.append(check_buffer(name, out.view(dtype), ref.view(dtype), tolerance))
+            else:
+                checks.append(check_buffer(name, out, ref))
+        return tuple(checks)
+
+
+def _failed(exc: BaseException, stages: list[tuple[str, float]]) -> Measurement:
+    status = Status.RUNTIME_FAILED if isinstance(exc, KernelRuntimeError) else \
+        Status.LAUNCH_FAILED if isinstance(exc, LaunchError) else Status.RUNTIME_FAILED
+    msg = exc.message if isinstance(exc, KernforgeError) else f"{type(exc).__name__}: {exc}"
+    return Measurement(status, msg, stages=tuple(stages))
+
+
+def evaluate(rp: NativeReplay, v: NativeVariant, *, warmup: int = 3, repeat: int = 10,
+             tolerance: Tolerance | None = None, dtype: str | None = None) -> Measurement:
+    """Restore, run, verify; time ``repeat`` runs after ``warmup``; verify again."""
+    stages: list[tuple[str, float]] = []
+    try:
+        t = time.perf_counter()
+        rp.restore()
+        rp.run(v)
+        checks = rp.verify(tolerance, dtype)
+        stages.append(("verify", time.perf_counter() - t))
+        extra = (("relocated", tuple(rp.relocated)),) if rp.relocated else ()
+        if not all(c.passed for c in checks):
+            bad = "; ".join(c.describe() for c in checks if not c.passed)
+            return Measurement(Status.WRONG_RESULT, bad, checks=checks, stages=tuple(stages),
+                               extra=extra)
+        t = time.perf_counter()
+        for _ in range(warmup):
+            rp.time(v)
+        samples = tuple(rp.time(v) for _ in range(repeat))
+        stages.append(("time", time.perf_counter() - t))
+        rp.restore()
+        rp.run(v)
+        again = rp.verify(tolerance, dtype)
+        if not all(c.passed for c in again):
+            return Measurement(Status.WRONG_RESULT, "results changed between runs: "
+                               + "; ".join(c.describe() for c in again if not c.passed),
+                               checks=again, samples=samples, stages=tuple(stages), extra=extra)
+        return Measurement(Status.OK, "", samples=samples, checks=checks, stages=tuple(stages),
+                           extra=extra)
+    except KernforgeError as exc:
+        return _failed(exc, stages)
+
+
+def compare(rp: NativeReplay, a: NativeVariant, b: NativeVariant, *, passes: int = 7,
+            per_pass: int = 5) -> ABResult:
+    """Interleaved A/B of two verified variants (median of per-pass ratios, bootstrap CI)."""
+    return interleave(lambda: rp.time(a), lambda: rp.time(b), passes=passes, per_pass=per_pass)
+
+
+def measurements_json(results: Sequence[Measurement]) -> list[dict[str, Any]]:
+    return [m.to_json() for m in results]

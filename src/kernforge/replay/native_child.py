@@ -1,0 +1,104 @@
+"""Run a native unit's variants in a child process, so no kernel can take the caller down.
+
+``python -m kernforge.replay.native_child REQUEST.json RESULT.json``: the request names the
+unit, the variants, the protocol and optionally an interleaved comparison; the child writes one
+measurement per variant (and the comparison) as JSON. :func:`run_isolated` is the caller's side:
+a child killed by a signal, or one that outlives its timeout, costs only its own evaluations
+(RUNTIME_FAILED or TIMEOUT, with the cause).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..core import KernforgeError, Measurement, Status, Tolerance
+from ..record.native_format import read_native
+from .native import NativeReplay, NativeVariant, compare, evaluate
+
+
+def _child(request: dict[str, Any]) -> dict[str, Any]:
+    rec = read_native(request["unit"])
+    tol = Tolerance.parse(request["tolerance"]) if request.get("tolerance") else None
+    try:
+        rp = NativeReplay(rec)
+    except KernforgeError as exc:
+        return {"error": exc.message, "status": Status.LAUNCH_FAILED.value}
+    variants = [NativeVariant.from_json(v) for v in request["variants"]]
+    out: dict[str, Any] = {"relocated": rp.relocated, "results": [], "identity": rp.drv.identity()}
+    for v in variants:
+        m = evaluate(rp, v, warmup=request.get("warmup", 3), repeat=request.get("repeat", 10),
+                     tolerance=tol, dtype=request.get("dtype"))
+        out["results"].append(m.to_json())
+        if m.status in (Status.RUNTIME_FAILED,):
+            break  # the context is lost: later variants cannot run in this process
+    cmp = request.get("compare")
+    if cmp and len(out["results"]) == len(variants) and \
+            all(r["status"] == "OK" for r in out["results"]):
+        ab = compare(rp, variants[cmp[0]], variants[cmp[1]], passes=request.get("passes", 7))
+        out["compare"] = {"speedup": ab.speedup, "ci": [ab.ci_low, ab.ci_high],
+                          "median_a": ab.median_a, "median_b": ab.median_b,
+                          "ratios": list(ab.ratios)}
+    return out
+
+
+def _cause(rc: int) -> str:
+    if rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exited with status {rc}"
+
+
+def run_isolated(unit: str | Path, variants: Sequence[NativeVariant], *, warmup: int = 3,
+                 repeat: int = 10, tolerance: str | None = None, dtype: str | None = None,
+                 compare_pair: tuple[int, int] | None = None, passes: int = 7,
+                 timeout_s: float = 300.0) -> dict[str, Any]:
+    """Evaluate ``variants`` of one unit in a fresh process; every variant gets a result."""
+    request = {"unit": str(unit), "variants": [v.to_json() for v in variants], "warmup": warmup,
+               "repeat": repeat, "tolerance": tolerance, "dtype": dtype,
+               "compare": list(compare_pair) if compare_pair else None, "passes": passes}
+    with tempfile.TemporaryDirectory(prefix="kf-native-") as tmp:
+        req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
+        req.write_text(json.dumps(request))
+        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        try:
+            proc = subprocess.run([sys.executable, "-m", "kernforge.replay.native_child",
+                                   str(req), str(res)], check=False, capture_output=True,
+                                  text=True, timeout=timeout_s, env=env)
+            cause = None if proc.returncode == 0 else \
+                f"{_cause(proc.returncode)}: {proc.stderr.strip()[-500:]}"
+            status = Status.RUNTIME_FAILED
+        except subprocess.TimeoutExpired:
+            cause, status = f"no result within {timeout_s:.0f} s", Status.TIMEOUT
+        out = json.loads(res.read_text()) if res.is_file() else {"results": []}
+    done = [Measurement.from_json(r) for r in out.get("results", [])]
+    if "error" in out:
+        done = [Measurement(Status(out["status"]), out["error"]) for _ in variants]
+    while len(done) < len(variants):
+        done.append(Measurement(status, f"the replay process {cause or 'stopped'}"
+                                if len(done) == len(out.get("results", [])) else
+                                "not run: an earlier variant lost the context"))
+    out["measurements"] = done
+    return out
+
+
+def main(argv: Sequence[str]) -> int:
+    request = json.loads(Path(argv[0]).read_text())
+    result = _child(request)
+    tmp = Path(argv[1]).with_suffix(".part")
+    tmp.write_text(json.dumps(result))
+    os.replace(tmp, argv[1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,219 @@
+/* A fake CUDA driver over host memory, for tests without a GPU.
+ *
+ * Built as libcuda.so.1 and found through LD_LIBRARY_PATH, it implements the entry points the
+ * kernforge interposer, its replay (kernforge.backends.driver) and the test application use.
+ * "Device" memory is host memory at addresses that differ per process, as a real GPU's do.
+ * A module image is the text "KFFAKE <path of a shared library>"; a kernel is a function
+ *   void name(const unsigned grid[3], const unsigned block[3], void **params)
+ * of that library, with its parameter sizes in the string `name_params` ("8,8,4").
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_FOUND = 500, INVALID_IMAGE = 200 };
+typedef void (*kernel_t)(const unsigned *, const unsigned *, void **);
+typedef struct { void *lib; } module_t;
+typedef struct { kernel_t fn; char name[256]; int n; size_t off[32], size[32]; } func_t;
+typedef struct {
+  unsigned gx, gy, gz, bx, by, bz, shmem; void *stream; void *attrs; unsigned nattrs;
+} launch_config_t;
+
+/* ---- memory --------------------------------------------------------------------------------- */
+static uint8_t *arena, *arena_top;
+#define ARENA (1ULL << 32)
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
+  if (!arena) {
+    void *hint = (void *)(0x200000000000ULL + ((uint64_t)(getpid() % 1024) << 33));
+    arena = mmap(hint, ARENA, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+    if (arena == MAP_FAILED) { arena = NULL; return OUT_OF_MEMORY; }
+    arena_top = arena;
+  }
+  if (arena_top + n + 512 > arena + ARENA) return OUT_OF_MEMORY;
+  *p = (CUdeviceptr)(uintptr_t)arena_top;
+  arena_top += (n + 511) & ~511ULL;
+  return OK;
+}
+CUresult cuMemFree_v2(CUdeviceptr p) { (void)p; return OK; }
+CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *h, size_t n) { memcpy((void *)(uintptr_t)d, h, n); return OK; }
+CUresult cuMemcpyDtoH_v2(void *h, CUdeviceptr d, size_t n) { memcpy(h, (void *)(uintptr_t)d, n); return OK; }
+CUresult cuMemcpyDtoD_v2(CUdeviceptr a, CUdeviceptr b, size_t n) { memmove((void *)(uintptr_t)a, (void *)(uintptr_t)b, n); return OK; }
+CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { memset((void *)(uintptr_t)d, v, n); return OK; }
+CUresult cuMemGetAllocationGranularity(size_t *g, const void *prop, int option) {
+  (void)prop, (void)option; *g = 65536; return OK;
+}
+CUresult cuMemAddressReserve(CUdeviceptr *p, size_t n, size_t align, CUdeviceptr addr, unsigned long long f) {
+  (void)align, (void)f;
+  void *m = mmap((void *)(uintptr_t)addr, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return OUT_OF_MEMORY;
+  *p = (CUdeviceptr)(uintptr_t)m;
+  return OK;
+}
+CUresult cuMemAddressFree(CUdeviceptr p, size_t n) { return munmap((void *)(uintptr_t)p, n) ? INVALID_VALUE : OK; }
+CUresult cuMemCreate(unsigned long long *h, size_t n, const void *prop, unsigned long long f) {
+  (void)prop, (void)f; *h = n; return OK;
+}
+CUresult cuMemRelease(unsigned long long h) { (void)h; return OK; }
+CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, unsigned long long h, unsigned long long f) {
+  (void)off, (void)h, (void)f;
+  return mprotect((void *)(uintptr_t)p, n, PROT_READ | PROT_WRITE) ? INVALID_VALUE : OK;
+}
+CUresult cuMemUnmap(CUdeviceptr p, size_t n) {
+  madvise((void *)(uintptr_t)p, n, MADV_DONTNEED);
+  return mprotect((void *)(uintptr_t)p, n, PROT_NONE) ? INVALID_VALUE : OK;
+}
+CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const void *desc, size_t count) {
+  (void)p, (void)n, (void)desc, (void)count; return OK;
+}
+
+/* ---- modules and functions ------------------------------------------------------------------ */
+static CUresult load(module_t **m, const void *image) {
+  char path[4096];
+  if (strncmp(image, "KFFAKE ", 7) || sscanf((const char *)image + 7, "%4095s", path) != 1)
+    return INVALID_IMAGE;
+  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return INVALID_IMAGE;
+  *m = calloc(1, sizeof **m);
+  (*m)->lib = lib;
+  return OK;
+}
+CUresult cuModuleLoadData(module_t **m, const void *image) { return load(m, image); }
+CUresult cuModuleLoadDataEx(module_t **m, const void *image, unsigned n, int *o, void **v) {
+  (void)n, (void)o, (void)v; return load(m, image);
+}
+CUresult cuLibraryLoadData(module_t **m, const void *image, int *jo, void **jv, unsigned nj,
+                           int *lo, void **lv, unsigned nl) {
+  (void)jo, (void)jv, (void)nj, (void)lo, (void)lv, (void)nl; return load(m, image);
+}
+CUresult cuModuleGetFunction(func_t **f, module_t *m, const char *name) {
+  char pname[300];
+  snprintf(pname, sizeof pname, "%s_params", name);
+  kernel_t k = (kernel_t)dlsym(m->lib, name);
+  const char *const *params = dlsym(m->lib, pname);
+  if (!k || !params) return NOT_FOUND;
+  func_t *fn = calloc(1, sizeof *fn);
+  fn->fn = k;
+  snprintf(fn->name, sizeof fn->name, "%s", name);
+  size_t off = 0;
+  for (const char *s = *params; *s && fn->n < 32; s += strcspn(s, ",") + (s[strcspn(s, ",")] != 0)) {
+    size_t size = strtoul(s, NULL, 10), align = size >= 8 ? 8 : size;
+    off = (off + align - 1) / align * align;
+    fn->off[fn->n] = off, fn->size[fn->n++] = size;
+    off += size;
+  }
+  *f = fn;
+  return OK;
+}
+CUresult cuLibraryGetKernel(func_t **f, module_t *m, const char *name) { return cuModuleGetFunction(f, m, name); }
+CUresult cuKernelGetFunction(func_t **f, func_t *k) { *f = k; return OK; }
+CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *n, module_t *m, const char *name) {
+  void *g = dlsym(m->lib, name);
+  char sname[300];
+  snprintf(sname, sizeof sname, "%s_size", name);
+  const size_t *size = dlsym(m->lib, sname);
+  if (!g || !size) return NOT_FOUND;
+  *p = (CUdeviceptr)(uintptr_t)g;
+  if (n) *n = *size;
+  return OK;
+}
+CUresult cuModuleUnload(module_t *m) { (void)m; return OK; }
+CUresult cuFuncSetAttribute(func_t *f, int attr, int v) { (void)f, (void)attr, (void)v; return OK; }
+CUresult cuFuncGetName(const char **name, func_t *f) { *name = f->name; return OK; }
+CUresult cuKernelGetName(const char **name, func_t *f) { *name = f->name; return OK; }
+CUresult cuFuncGetParamInfo(func_t *f, size_t i, size_t *off, size_t *size) {
+  if ((int)i >= f->n) return INVALID_VALUE;
+  *off = f->off[i], *size = f->size[i];
+  return OK;
+}
+CUresult cuKernelGetParamInfo(func_t *f, size_t i, size_t *off, size_t *size) {
+  return cuFuncGetParamInfo(f, i, off, size);
+}
+CUresult cuLaunchKernel(func_t *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                        unsigned by, unsigned bz, unsigned shmem, void *s, void **params,
+                        void **extra) {
+  (void)shmem, (void)s;
+  unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+  void *from_buffer[32];
+  if (!params && extra) { /* CU_LAUNCH_PARAM_BUFFER_POINTER: one buffer in the kernel's layout */
+    uint8_t *buf = NULL;
+    for (void **e = extra; *e; e += 2)
+      if ((uintptr_t)e[0] == 1) buf = e[1];
+    if (!buf) return INVALID_VALUE;
+    for (int i = 0; i < f->n; i++) from_buffer[i] = buf + f->off[i];
+    params = from_buffer;
+  }
+  if (gx * bx > 1u << 24 || bx * by * bz > 1024) return INVALID_VALUE;
+  f->fn(grid, block, params);
+  return OK;
+}
+CUresult cuLaunchKernel_ptsz(func_t *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                             unsigned by, unsigned bz, unsigned shmem, void *s, void **params,
+                             void **extra) {
+  return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+}
+CUresult cuLaunchKernelEx(const launch_config_t *c, func_t *f, void **params, void **extra) {
+  return cuLaunchKernel(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->shmem, c->stream, params, extra);
+}
+
+/* ---- device, context, streams, events ------------------------------------------------------- */
+static int ctx_token;
+CUresult cuInit(unsigned f) { (void)f; return OK; }
+CUresult cuDriverGetVersion(int *v) { *v = 13000; return OK; }
+CUresult cuDeviceGet(int *d, int i) { *d = i; return i == 0 ? OK : INVALID_VALUE; }
+CUresult cuDeviceGetCount(int *n) { *n = 1; return OK; }
+CUresult cuDeviceGetName(char *s, int n, int d) { (void)d; snprintf(s, (size_t)n, "kernforge fake device"); return OK; }
+CUresult cuDeviceGetAttribute(int *v, int attr, int d) {
+  (void)d; *v = attr == 75 ? 9 : attr == 16 ? 4 : attr == 1 ? 1024 : 0; return OK;
+}
+CUresult cuDevicePrimaryCtxRetain(void **c, int d) { (void)d; *c = &ctx_token; return OK; }
+CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; return OK; }
+CUresult cuCtxCreate_v2(void **c, unsigned f, int d) { (void)f, (void)d; *c = &ctx_token; return OK; }
+CUresult cuCtxSetCurrent(void *c) { (void)c; return OK; }
+CUresult cuCtxGetCurrent(void **c) { *c = &ctx_token; return OK; }
+CUresult cuCtxGetDevice(int *d) { *d = 0; return OK; }
+CUresult cuCtxSynchronize(void) { return OK; }
+CUresult cuStreamCreate(void **s, unsigned f) { (void)f; *s = NULL; return OK; }
+CUresult cuStreamSynchronize(void *s) { (void)s; return OK; }
+CUresult cuEventCreate(double **e, unsigned f) { (void)f; *e = calloc(1, sizeof **e); return OK; }
+CUresult cuEventRecord(double *e, void *s) {
+  (void)s;
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  *e = t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+  return OK;
+}
+CUresult cuEventSynchronize(double *e) { (void)e; return OK; }
+CUresult cuEventElapsedTime(float *ms, double *a, double *b) { *ms = (float)(*b - *a); return OK; }
+CUresult cuEventDestroy_v2(double *e) { free(e); return OK; }
+CUresult cuGetErrorString(CUresult e, const char **s) { (void)e; *s = "fake driver error"; return OK; }
+CUresult cuGetErrorName(CUresult e, const char **s) { (void)e; *s = "CUDA_ERROR_FAKE"; return OK; }
+
+/* cuGetProcAddress: base name -> the versioned entry point, as the real driver answers */
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long flags, int *st) {
+  (void)ver;
+  static const char *versioned[] = {"cuMemAlloc", "cuMemFree", "cuMemcpyHtoD", "cuMemcpyDtoH",
+                                    "cuMemcpyDtoD", "cuMemsetD8", "cuCtxCreate", "cuModuleGetGlobal",
+                                    "cuEventDestroy", "cuDevicePrimaryCtxRelease", "cuGetProcAddress"};
+  char name[256];
+  snprintf(name, sizeof name, "%s", sym);
+  for (size_t i = 0; i < sizeof versioned / sizeof *versioned; i++)
+    if (!strcmp(sym, versioned[i])) snprintf(name, sizeof name, "%s_v2", sym);
+  if ((flags & 2) && !strcmp(sym, "cuLaunchKernel")) snprintf(name, sizeof name, "cuLaunchKernel_ptsz");
+  static void *self;
+  if (!self) self = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  *pfn = self ? dlsym(self, name) : NULL;
+  if (st) *st = *pfn ? 0 : 1;
+  return *pfn ? OK : NOT_FOUND;
+}
+CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned long long flags) {
+  return cuGetProcAddress_v2(sym, pfn, ver, flags, NULL);
+}

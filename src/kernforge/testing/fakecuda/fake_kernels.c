@@ -1,0 +1,66 @@
+/* Kernels for the fake CUDA driver (fake_cuda.c): host functions that loop over the grid.
+ * Built twice by the tests: as is, and with -DKF_TUNED (the same results by another route, the
+ * "tuned" image that a deployment swaps in; it counts its launches in `tuned_launches`). */
+#include <stddef.h>
+#include <stdint.h>
+
+#define THREADS(g, b) ((size_t)(g)[0] * (b)[0] * (g)[1] * (b)[1] * (g)[2] * (b)[2])
+
+/* heat(const double *in, double *out, int n, double c): one explicit 1D heat step */
+const char *heat_params = "8,8,4,8";
+long tuned_launches;
+const size_t tuned_launches_size = sizeof(long);
+void heat(const unsigned *grid, const unsigned *block, void **p) {
+  const double *in = *(const double **)p[0];
+  double *out = *(double **)p[1];
+  int n = *(int *)p[2];
+  double c = *(double *)p[3];
+#ifdef KF_TUNED
+  tuned_launches++;
+  for (int i = 1; i < n - 1; i++) out[i] = in[i] + c * (in[i - 1] - 2 * in[i] + in[i + 1]);
+  if (n > 1) out[0] = in[0], out[n - 1] = in[n - 1];
+  (void)grid, (void)block;
+#else
+  size_t threads = THREADS(grid, block);
+  for (size_t i = 0; i < threads && i < (size_t)n; i++)
+    out[i] = (i == 0 || i == (size_t)n - 1) ? in[i]
+                                            : in[i] + c * (in[i - 1] - 2 * in[i] + in[i + 1]);
+#endif
+}
+
+/* scale(struct {double *data; long n; double factor;}): a struct by value holding a pointer */
+typedef struct { double *data; long n; double factor; } span_t;
+const char *scale_params = "24";
+void scale(const unsigned *grid, const unsigned *block, void **p) {
+  span_t s = *(span_t *)p[0];
+  size_t threads = THREADS(grid, block);
+  for (size_t i = 0; i < threads && i < (size_t)s.n; i++) s.data[i] *= s.factor;
+}
+
+/* gather(double **rows, int k, double *out): pointers kept inside device memory */
+const char *gather_params = "8,4,8";
+void gather(const unsigned *grid, const unsigned *block, void **p) {
+  double *const *rows = *(double *const **)p[0];
+  int k = *(int *)p[1];
+  double *out = *(double **)p[2];
+  (void)grid, (void)block;
+  for (int i = 0; i < k; i++) out[i] = rows[i][i];
+}
+
+/* offset(double *x, double v): adds v to x[0..7] through an interior pointer */
+const char *offset_params = "8,8";
+double bias[4] = {0.5, 0.25, 0.125, 0.0625};
+const size_t bias_size = sizeof bias;
+void offset(const unsigned *grid, const unsigned *block, void **p) {
+  double *x = *(double **)p[0];
+  double v = *(double *)p[1];
+  (void)grid, (void)block;
+  for (int i = 0; i < 8; i++) x[i] += v + bias[i % 4];
+}
+
+/* crash(double *x): a kernel that faults (dereferences a null pointer) */
+const char *crash_params = "8";
+void crash(const unsigned *grid, const unsigned *block, void **p) {
+  (void)grid, (void)block, (void)p;
+  *(volatile double *)(uintptr_t)0 = 1.0;
+}
