@@ -11,11 +11,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..core.fmt import fmt_time
+from ..core.lock import directory_lock
 from ..evolve.controller import Progress
 from ..pipeline.evolve import Counters, EvolveOutcome, evolve_path
 from ..pipeline.evolve_config import load_config
+from .checks import writable_dir
 from .isolation import add_isolation_args, isolation
 from .output import console
+from .progress import LineProgress, line_progress
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,6 +45,7 @@ class _Display:
     def __init__(self) -> None:
         self.kernel, self.t0 = "", time.monotonic()
         self.live: Live | None = None
+        self.lines = LineProgress(console, enabled=False)  # plain lines off a terminal
 
     def table(self, p: Progress | None, c: Counters | None) -> Table:
         t = Table(title=f"evolving {escape(self.kernel)}", show_header=True)
@@ -57,10 +61,14 @@ class _Display:
     def update(self, p: Progress, c: Counters) -> None:
         if self.live is not None:
             self.live.update(self.table(p, c))
+        best = fmt_time(p.best.fitness) if p.best and p.best.fitness else "-"
+        self.lines.update(f"{self.kernel}: iteration {p.applied}, {c.evaluations} evaluations, "
+                          f"best {best}")
 
     def kernel_started(self, name: str, n: int) -> None:
         self.kernel = f"{name} ({n} recordings)"
         self.t0 = time.monotonic()
+        self.lines.step(f"evolving {self.kernel}")
         if self.live is not None:
             self.live.update(self.table(None, None))
 
@@ -87,12 +95,14 @@ def print_outcome(o: EvolveOutcome) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     out = args.out or Path("runs") / time.strftime("evolve-%Y%m%d-%H%M%S")
+    writable_dir(out, "--out")
     display = _Display()
     slots = cfg.evolve_config("").eval_slots
-    with isolation(args, workers=slots) as iso, \
+    with directory_lock(out, "evolution run directory"), isolation(args, workers=slots) as iso, \
+            line_progress(console) as lines, \
             Live(display.table(None, None), console=console, refresh_per_second=4,
                  transient=True) as live:
-        display.live = live
+        display.live, display.lines = live, lines
         outcomes = evolve_path(args.path, cfg, out, kernels=args.kernels, resume=args.resume,
                                on_progress=display.update, on_kernel=display.kernel_started,
                                isolate=iso if iso is not None else False)

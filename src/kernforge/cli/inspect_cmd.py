@@ -7,7 +7,8 @@ import json
 
 from rich.table import Table
 
-from ..record import clean_partial, find_recordings, load_recording
+from ..record import clean_partial
+from .checks import load_units
 from .output import console
 
 
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     if args.clean:
         for p in clean_partial(args.path):
             console.print(f"removed partial unit {p}")
-    recs = [load_recording(p) for p in find_recordings(args.path)]
+    recs = load_units(args.path)
     if args.json:
         print(json.dumps([{
             "path": str(r.path), "kernel": r.source.entry, "backend": r.backend,

@@ -27,6 +27,7 @@ from ..record import load_recording
 from ..replay.checks import Integrity
 from ..replay.validate import Validation, validate
 from . import redteam_cmd
+from .checks import THREADS, check_defines, float_range, int_range, writable_file
 from .isolation import add_isolation_args, isolation
 from .output import console, err_console, parse_pairs
 from .replay_cmd import tolerance_overrides
@@ -40,11 +41,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("unit", help="one recorded unit (directory)")
     v.add_argument("--source", metavar="FILE", help="candidate source (default: recorded)")
     v.add_argument("--define", action="append", metavar="NAME=VALUE")
+    v.add_argument("--allow-unused-define", action="store_true",
+                   help="warn, instead of failing, on a --define the source never references")
     v.add_argument("--opt", action="append", metavar="NAME=VALUE")
-    v.add_argument("--threads", type=int, default=None, help="CPU: OpenMP threads")
+    v.add_argument("--threads", type=THREADS, default=None, help="CPU: OpenMP threads")
     v.add_argument("--tolerance", action="append", metavar="[BUF=]SPEC")
-    v.add_argument("--passes", type=int, default=7, help="interleaved passes (default 7)")
-    v.add_argument("--band", type=float, default=0.02, help="regression band (default 0.02)")
+    v.add_argument("--passes", type=int_range(2), default=7,
+                   help="interleaved passes (default 7)")
+    v.add_argument("--band", type=float_range(0.0, 1.0), default=0.02,
+                   help="regression band (default 0.02)")
     v.add_argument("--claimed", type=float, default=None, help="speedup to confirm")
     v.add_argument("--baseline", metavar="FILE", help="prior-best store (JSON)")
     v.add_argument("--ledger", metavar="FILE", help="append the verdict to this JSONL ledger")
@@ -80,10 +85,15 @@ def run_validate(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise ConfigError(f"cannot read {args.source}: {exc}",
                               hint="give the path of the candidate's source file") from exc
+    writable_file(args.figure, "--figure")
+    writable_file(args.ledger, "--ledger")
     launch = (LaunchConfig(rec.launch.grid, rec.launch.block, rec.launch.shared_mem,
-                           args.threads) if args.threads else None)
+                           args.threads) if args.threads is not None else None)
+    defines = parse_pairs(args.define, "define", typed=False)
+    check_defines(rec.name, (source or rec.source).code, defines,
+                  allow=args.allow_unused_define)
     variant = rec.variant.with_(options=parse_pairs(args.opt, "opt", typed=True),
-                                defines=parse_pairs(args.define, "define", typed=False),
+                                defines=defines,
                                 launch=launch, source=source)
     with isolation(args) as iso:
         v = validate(rec, variant, tolerance=tolerance_overrides(args.tolerance),
@@ -172,7 +182,7 @@ def run_regen(args: argparse.Namespace) -> int:
 
 
 def run_ledger(args: argparse.Namespace) -> int:
-    entries = Ledger(args.file).entries()
+    entries = Ledger(args.file).entries(must_exist=True)
     table = Table(title=f"ledger {args.file}")
     for col in ("time", "case", "verdict", "status", "reason", "speedup", "message"):
         table.add_column(col)

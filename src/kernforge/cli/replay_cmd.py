@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from rich.markup import escape
@@ -11,8 +10,9 @@ from rich.table import Table
 
 from ..core import ConfigError, LaunchConfig, Measurement, Status, Tolerance
 from ..core.fmt import fmt_time
-from ..record import find_recordings, load_recording
+from ..core.jsonio import write_json_atomic
 from ..replay import replay
+from .checks import NON_NEGATIVE, POSITIVE, THREADS, check_defines, load_units, writable_file
 from .isolation import add_isolation_args, isolation
 from .output import console, err_console, fmt_error, parse_pairs
 
@@ -25,15 +25,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "when a variant fails, naming the buffer and the error.")
     p.add_argument("path", help="a recordings directory or one recorded unit")
     p.add_argument("--define", action="append", metavar="NAME=VALUE",
-                   help="override a #define (repeatable)")
+                   help="override a #define (repeatable); a name the source never "
+                        "references is an error")
+    p.add_argument("--allow-unused-define", action="store_true",
+                   help="warn, instead of failing, on a --define the source never references")
     p.add_argument("--opt", action="append", metavar="NAME=VALUE",
                    help="override a compile option, e.g. opt_level=O3 (repeatable)")
-    p.add_argument("--threads", type=int, default=None, help="CPU: OpenMP threads")
+    p.add_argument("--threads", type=THREADS, default=None, help="CPU: OpenMP threads")
     p.add_argument("--tolerance", action="append", metavar="[BUF=]SPEC",
                    help="verification policy: bitwise, abs:1e-6, rel:1e-5[,atol] or "
                         "norm:1e-4; BUF=SPEC for one buffer (repeatable)")
-    p.add_argument("--repeat", type=int, default=10, help="timed runs (default 10)")
-    p.add_argument("--warmup", type=int, default=3, help="warm-up runs (default 3)")
+    p.add_argument("--repeat", type=POSITIVE, default=10, help="timed runs (default 10)")
+    p.add_argument("--warmup", type=NON_NEGATIVE, default=3, help="warm-up runs (default 3)")
     p.add_argument("--no-flush", action="store_true", help="do not flush the cache between runs")
     p.add_argument("--kernels", default=None, metavar="PATTERN",
                    help="replay only units whose kernel name matches this glob")
@@ -61,27 +64,26 @@ def tolerance_overrides(items: list[str] | None) -> Tolerance | dict[str, Tolera
 
 
 def run(args: argparse.Namespace) -> int:
-    from fnmatch import fnmatchcase
-
     defines = parse_pairs(args.define, "define", typed=False)
     options = parse_pairs(args.opt, "opt", typed=True)
     tolerance = tolerance_overrides(args.tolerance)
+    writable_file(args.json, "--json")
+    recs = load_units(args.path, args.kernels)
+    for rec in recs:
+        check_defines(rec.name, rec.source.code, defines, allow=args.allow_unused_define)
     results: list[tuple[str, str, Measurement]] = []
     with isolation(args) as iso:
-        for path in find_recordings(args.path):
-            rec = load_recording(path)
-            if args.kernels and not fnmatchcase(rec.source.entry, args.kernels):
-                continue
+        for rec in recs:
             launch = (LaunchConfig(rec.launch.grid, rec.launch.block, rec.launch.shared_mem,
-                                   args.threads) if args.threads else None)
+                                   args.threads) if args.threads is not None else None)
             m = replay(rec, options=options, defines=defines, launch=launch,
                        tolerance=tolerance, warmup=args.warmup, repeat=args.repeat,
                        flush=not args.no_flush, isolate=iso)
             results.append((rec.name, rec.source.entry, m))
     _print_table(args.path, results)
     if args.json:
-        Path(args.json).write_text(json.dumps(
-            [{"unit": u, "kernel": k, **m.to_json()} for u, k, m in results], indent=2))
+        write_json_atomic(Path(args.json),
+                          [{"unit": u, "kernel": k, **m.to_json()} for u, k, m in results])
     return _exit_code(results)
 
 
@@ -107,7 +109,9 @@ def _exit_code(results: list[tuple[str, str, Measurement]]) -> int:
         err_console.print(f"[bold red]{escape(unit)}: {m.status.value}[/] {escape(m.message)}")
         for c in m.failed_checks:
             err_console.print(f"  buffer {escape(c.describe())}")
-        code = max(code, 5 if m.status is Status.WRONG_RESULT else 6)
+        # a variant the backend refuses (unknown or malformed option) is bad input: 2
+        code = max(code, 5 if m.status is Status.WRONG_RESULT
+                   else 2 if m.status is Status.INVALID_CONFIG else 6)
     if not results:
         err_console.print("no recorded units matched")
         return 2

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +12,16 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..core import ConfigError
+from ..core import ConfigError, Recording
 from ..core.fmt import fmt_time
+from ..core.lock import directory_lock
 from ..harness import by_precision, precision_of
-from ..record import find_recordings, load_recording
 from ..replay.tuning import TuningOutcome, tune_recording
 from ..tune import Budget
+from .checks import POSITIVE, float_range, load_units, writable_dir
 from .isolation import add_isolation_args, isolation
 from .output import console
+from .progress import line_progress
 from .replay_cmd import tolerance_overrides
 
 
@@ -38,9 +39,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_isolation_args(p)
     p.add_argument("--preset", default="standard", choices=("quick", "standard", "full"))
     p.add_argument("--sampler", default="tpe", help="tpe (default), random or exhaustive")
-    p.add_argument("--trials", type=int, default=30, help="evaluations per unit (default 30)")
-    p.add_argument("--seconds", type=float, default=None, help="wall-time budget per unit")
-    p.add_argument("--patience", type=int, default=None,
+    p.add_argument("--trials", type=POSITIVE, default=30,
+                   help="evaluations per unit (default 30; cache hits do not count)")
+    p.add_argument("--seconds", type=float_range(0.001), default=None,
+                   help="wall-time budget per unit")
+    p.add_argument("--patience", type=POSITIVE, default=None,
                    help="stop after N evaluations without improvement")
     p.add_argument("--space", type=Path, default=None,
                    help="extra dimensions (YAML, TOML or JSON), e.g. tunable #defines")
@@ -48,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kernels", default=None, metavar="PATTERN", help="only these kernels")
     p.add_argument("--tolerance", action="append", metavar="[BUF=]SPEC",
                    help="verification policy (allows fast-math-like knobs)")
-    p.add_argument("--repeat", type=int, default=7, help="timed runs per trial (default 7)")
+    p.add_argument("--repeat", type=POSITIVE, default=7, help="timed runs per trial (default 7)")
     p.set_defaults(func=run)
 
 
@@ -76,48 +79,82 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and args.out is None:
         raise ConfigError("--resume needs --out naming the run directory to continue")
     out = args.out or Path("runs") / time.strftime("tune-%Y%m%d-%H%M%S")
+    writable_dir(out, "--out")
     user = load_space_file(args.space)
     budget = Budget(trials=args.trials, seconds=args.seconds, patience=args.patience)
     tolerance = tolerance_overrides(args.tolerance)
-    recs = [load_recording(p) for p in find_recordings(args.path)]
-    recs = [r for r in recs if not args.kernels or fnmatchcase(r.source.entry, args.kernels)]
+    recs = load_units(args.path, args.kernels)
     if not recs:
         raise ConfigError(f"no recorded units to tune under {args.path}",
                           hint="check the path and --kernels")
+    with directory_lock(out, "tuning run directory"), isolation(args) as iso:
+        outcomes = _tune_all(args, recs, out, user, budget, tolerance, iso)
+    _summary(out, outcomes)
+    return 0
+
+
+def _tune_all(args: argparse.Namespace, recs: list[Recording], out: Path, user: Any,
+              budget: Budget, tolerance: Any, iso: Any) -> list[TuningOutcome]:
+    """Every unit tuned in turn: a progress bar on a terminal, plain lines otherwise."""
     outcomes: list[TuningOutcome] = []
-    with isolation(args) as iso, Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console) as progress:
-        for rec in recs:
-            task = progress.add_task(rec.name, total=args.trials)
-            best = [float("inf")]
+    tty = console.is_terminal
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), console=console, disable=not tty)
+    with bar, line_progress(console) as lines:
+        for i, rec in enumerate(recs, 1):
+            task = bar.add_task(rec.name, total=args.trials)
+            seen = _Seen()
+            lines.step(f"{i}/{len(recs)} tuning {rec.name} ({args.trials} evaluations)")
 
             def on_trial(t: Any, task: Any = task, name: str = rec.name,
-                         best: list[float] = best) -> None:
-                if t.ok and t.median is not None:
-                    best[0] = min(best[0], t.median)
-                progress.update(task, completed=min(args.trials, t.number + 1),
-                                description=f"{name}  best {fmt_time(best[0])}")
+                         seen: _Seen = seen) -> None:
+                seen.add(t)
+                msg = f"{name}  {seen.describe()}"
+                bar.update(task, completed=min(args.trials, seen.evaluations), description=msg)
+                lines.update(msg)
 
             outcomes.append(tune_recording(
                 rec, out, preset=args.preset, sampler=args.sampler, budget=budget,
                 seed=args.seed, user_space=user, tolerance=tolerance, repeat=args.repeat,
                 resume=args.resume, on_trial=on_trial, isolate=iso))
-            progress.update(task, completed=args.trials)
-    _summary(out, outcomes)
-    return 0
+            bar.update(task, completed=args.trials)
+            lines.step(f"{i}/{len(recs)} {rec.name} done: {seen.describe()}")
+    return outcomes
+
+
+class _Seen:
+    """Evaluations, cache hits and the best median so far, as the progress shows them."""
+
+    def __init__(self) -> None:
+        self.evaluations = self.cached = 0
+        self.best = float("inf")
+
+    def add(self, t: Any) -> None:
+        self.evaluations += bool(t.evaluated)
+        self.cached += bool(t.cached)
+        if t.ok and t.median is not None:
+            self.best = min(self.best, t.median)
+
+    def describe(self) -> str:
+        return (f"{self.evaluations} evaluations, {self.cached} cache hits, best "
+                f"{fmt_time(self.best if self.best < float('inf') else None)}")
 
 
 def _summary(out: Path, outcomes: list[TuningOutcome]) -> None:
-    t = Table(title=f"tuning results in {out} (speedup: best vs recorded, interleaved)")
-    for col in ("unit", "evaluations", "recorded", "best", "speedup [95% CI]", "best configuration"):
+    t = Table(title=f"tuning results in {out} (speedup: median of the per-pass ratios of an "
+                    f"interleaved re-measurement, recorded vs best; times: its medians)")
+    for col in ("unit", "evaluations (cache hits)", "recorded", "best", "speedup [95% CI]",
+                "best configuration"):
         t.add_column(col)
     for o in outcomes:
         ci = f" [{o.ab.ci_low:.3f}, {o.ab.ci_high:.3f}]" if o.ab else ""
         best = o.study.best_trial
         changed = {k: v for k, v in (best.config.items() if best else ())
                    if o.study.baseline is None or o.study.baseline.config.get(k) != v}
-        t.add_row(o.recording.name, str(o.study.evaluations), fmt_time(o.baseline_s),
-                  fmt_time(o.best_s), f"{o.speedup:.3f}x{ci}",
+        hits = sum(1 for tr in o.study.trials if tr.cached)
+        base_s, best_s = (o.ab.median_a, o.ab.median_b) if o.ab else (o.baseline_s, o.best_s)
+        t.add_row(o.recording.name, f"{o.study.evaluations} ({hits})", fmt_time(base_s),
+                  fmt_time(best_s), f"{o.speedup:.3f}x{ci}",
                   escape(", ".join(f"{k}={v}" for k, v in changed.items()) or "(recorded)"))
     console.print(t)
     split = by_precision([(precision_of([a.dtype for a in o.recording.args if a.written]),

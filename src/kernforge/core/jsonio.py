@@ -8,6 +8,7 @@ whitespace, ASCII, no NaN/Infinity) is what checksums are computed over.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -39,12 +40,23 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+@functools.lru_cache(maxsize=1)
+def _umask() -> int:
+    """The process's umask (read once: reading it means setting it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> Path:
-    """Write ``data`` into ``path`` atomically: readers see the old file or the new one."""
+    """Write ``data`` into ``path`` atomically: readers see the old file or the new one. The
+    file gets the mode a plain ``open`` would give it (0666 less the umask), not
+    ``mkstemp``'s private 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

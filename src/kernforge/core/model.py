@@ -71,6 +71,11 @@ class KernelSource:
         return replace(self, code=code, signature=None)
 
 
+# OpenMP threads of one CPU launch: far above any core count, far below what crashes the
+# runtime (100000 threads exhaust the stacks and segfault)
+MAX_THREADS = 1024
+
+
 @dataclass(frozen=True)
 class LaunchConfig:
     """Launch geometry. GPU backends use grid/block/shared memory, the CPU backend threads."""
@@ -85,8 +90,9 @@ class LaunchConfig:
         object.__setattr__(self, "block", _dims(self.block, "block"))
         if self.shared_mem < 0:
             raise ConfigError("shared_mem must be >= 0", hint="give dynamic shared memory in bytes")
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError("threads must be >= 1", hint="omit threads to use the default")
+        if self.threads is not None and not 1 <= self.threads <= MAX_THREADS:
+            raise ConfigError(f"threads must be between 1 and {MAX_THREADS}, not "
+                              f"{self.threads}", hint="omit threads to use the default")
 
     @property
     def threads_per_block(self) -> int:

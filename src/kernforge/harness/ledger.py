@@ -84,8 +84,8 @@ class BaselineStore:
         if not self.path.exists():
             return {"format": BASELINE_FORMAT, "version": BASELINE_VERSION, "cases": {}}
         try:
-            data = json.loads(self.path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+            data = json.loads(self.path.read_text("utf-8"))
+        except (OSError, ValueError) as exc:  # ValueError: bad JSON, not UTF-8
             raise ConfigError(f"baseline store {self.path} is unreadable: {exc}",
                               hint="restore it from version control, or remove it to start "
                                    "over") from exc
@@ -146,12 +146,23 @@ class Ledger:
             finally:
                 os.close(fd)
 
-    def entries(self) -> list[dict[str, Any]]:
-        """Every entry; a torn last line (a crash mid-write) is skipped."""
+    def entries(self, *, must_exist: bool = False) -> list[dict[str, Any]]:
+        """Every entry; a torn last line (a crash mid-write) is skipped. A missing ledger is
+        empty (an error with ``must_exist``); one that is not UTF-8 text is an error."""
         if not self.path.exists():
+            if must_exist:
+                raise ConfigError(f"ledger {self.path} not found",
+                                  hint="give the path of a ledger written by "
+                                       "kernforge integrity validate --ledger FILE")
             return []
+        try:
+            text = self.path.read_text("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"ledger {self.path} is unreadable ({exc})",
+                              hint="a ledger is UTF-8 JSON lines; point at one kernforge "
+                                   "wrote, or restore it") from None
         out = []
-        for raw in self.path.read_text().splitlines():
+        for raw in text.splitlines():
             try:
                 out.append(json.loads(raw))
             except json.JSONDecodeError:

@@ -9,9 +9,6 @@ any other exception ends ``tune()`` like a crash (the study resumes from where i
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -20,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import ConfigError, KernforgeError, Measurement, Status
+from ..core.jsonio import write_json_atomic
 from .samplers import SAMPLERS, Sampler, Trial, TrialRecord
 from .space import SearchSpace, canonical
 
@@ -224,11 +222,7 @@ def storage_url(storage: Path | str | None) -> tuple[str | None, Path | None]:
 
 
 def _save_space(run_dir: Path, study_name: str, space: SearchSpace) -> None:
-    target = run_dir / f"{study_name}.space.json"
-    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".space-", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(space.to_json(), f, indent=2)
-    os.replace(tmp, target)
+    write_json_atomic(run_dir / f"{study_name}.space.json", space.to_json())
 
 
 def tune(space: SearchSpace, evaluate: Evaluator | Sequence[Evaluator], *,

@@ -1,0 +1,170 @@
+"""Bad input is caught before any work, as a typed error with exit 2 (issue 32, item 5): the
+reproductions of the issue, each through the real command on a real CPU recording."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kernforge
+from kernforge.cli.main import main
+from kernforge.core import ConfigError
+from kernforge.core.lock import directory_lock
+from kernforge.harness.ledger import Ledger
+
+SCALE = r"""
+#ifndef FACTOR
+#define FACTOR 2.0
+#endif
+void scale(const double *restrict x, double *restrict y, long n) {
+    #pragma omp parallel for
+    for (long i = 0; i < n; i++) y[i] = FACTOR * x[i];
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def rec_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("checks") / "rec"
+    k = kernforge.Kernel(SCALE, "scale", backend="cpu")
+    x = np.arange(256.0)
+    with kernforge.record(root):
+        k(x, np.zeros(256), 256)
+        k(x, np.ones(256), 256)
+    return root
+
+
+def run(*argv: str) -> int:
+    try:
+        return main(list(argv))
+    except SystemExit as exc:  # argparse: usage errors
+        return int(exc.code or 0)
+
+
+def test_a_define_the_source_never_references_is_an_error(rec_dir: Path,
+                                                          capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    assert run("replay", str(rec_dir), "--in-process", "--define", "NOSUCH_MACRO=1") == 2
+    err = capsys.readouterr().err
+    assert "NOSUCH_MACRO" in err and "never references" in err and "--allow-unused" in err
+    # the warning form measures (the unchanged kernel) and says so
+    assert run("replay", str(rec_dir), "--in-process", "--repeat", "1", "--define",
+               "NOSUCH_MACRO=1", "--allow-unused-define") == 0
+    assert "warning" in capsys.readouterr().err
+    # a define the source does use is fine
+    assert run("replay", str(rec_dir), "--in-process", "--repeat", "1",
+               "--define", "FACTOR=2.0") == 0
+
+
+@pytest.mark.parametrize("argv", [("--threads", "0"), ("--threads", "100000"),
+                                  ("--repeat", "0"), ("--warmup", "-1"), ("--repeat", "x")])
+def test_numeric_arguments_out_of_range_exit_2(rec_dir: Path, argv: tuple[str, str],
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert run("replay", str(rec_dir), "--in-process", *argv) == 2
+    assert argv[0] in capsys.readouterr().err
+
+
+def test_threads_beyond_the_limit_are_a_config_error_in_the_library() -> None:
+    with pytest.raises(ConfigError, match="between 1 and"):
+        kernforge.LaunchConfig(threads=100000)
+
+
+def test_tune_numeric_arguments(rec_dir: Path, tmp_path: Path) -> None:
+    for argv in (("--trials", "0"), ("--repeat", "0"), ("--patience", "0"),
+                 ("--seconds", "-1")):
+        assert run("tune", str(rec_dir), "--out", str(tmp_path / "t"), *argv) == 2, argv
+
+
+def test_unknown_option_is_bad_input_like_a_malformed_one(rec_dir: Path) -> None:
+    assert run("replay", str(rec_dir), "--in-process", "--opt", "nosuch=1") == 2
+    assert run("replay", str(rec_dir), "--in-process", "--opt", "bad") == 2
+
+
+@pytest.mark.parametrize("where", ["/proc/kernforge-x.json", "{file}/x.json", "{dir}"])
+def test_unwritable_json_fails_before_the_replay(rec_dir: Path, tmp_path: Path, where: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "afile").write_text("")
+    path = where.format(file=tmp_path / "afile", dir=tmp_path)
+    t0 = time.perf_counter()
+    assert run("replay", str(rec_dir), "--in-process", "--json", path) == 2
+    out = capsys.readouterr()
+    assert "--json" in out.err and "Traceback" not in out.err
+    assert "replay of" not in out.out  # nothing was replayed
+    assert time.perf_counter() - t0 < 5
+
+
+def test_unwritable_out_fails_before_tuning(rec_dir: Path, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "afile").write_text("")
+    assert run("tune", str(rec_dir), "--out", str(tmp_path / "afile" / "run")) == 2
+    assert run("tune", str(rec_dir), "--out", "/proc/kernforge-run") == 2
+    assert "--out" in capsys.readouterr().err
+
+
+def test_missing_and_non_utf8_ledgers(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                      ) -> None:
+    assert run("integrity", "ledger", str(tmp_path / "missing.jsonl")) == 2
+    assert "not found" in capsys.readouterr().err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"case": "\xff\xfe"}\n')
+    assert run("integrity", "ledger", str(bad)) == 2
+    err = capsys.readouterr().err
+    assert "unreadable" in err and "Traceback" not in err
+    assert Ledger(tmp_path / "missing.jsonl").entries() == []  # appending to a new one is fine
+
+
+def test_a_second_process_on_a_locked_directory_stops(tmp_path: Path) -> None:
+    code = ("import sys, time; from kernforge.core.lock import directory_lock\n"
+            "with directory_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(30)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(ConfigError, match=f"pid {holder.pid}"), directory_lock(tmp_path):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with directory_lock(tmp_path):  # released by the kernel when the holder died (kill -9)
+        pass
+
+
+def test_tune_on_a_locked_out_exits_2(rec_dir: Path, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    with directory_lock(tmp_path / "run"):
+        assert run("tune", str(rec_dir), "--out", str(tmp_path / "run"), "--trials", "1") == 2
+    assert "in use by another kernforge process" in capsys.readouterr().err
+
+
+def test_a_damaged_unit_is_skipped_when_others_remain(rec_dir: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    copy = tmp_path / "rec"
+    shutil.copytree(rec_dir, copy)
+    units = sorted(p for p in copy.iterdir() if p.is_dir())
+    (units[0] / "manifest.json").write_text("{ damaged")
+    assert run("inspect", str(copy)) == 0
+    assert "skipped a damaged unit" in capsys.readouterr().err
+    assert run("replay", str(copy), "--in-process", "--repeat", "1") == 0
+    out = capsys.readouterr()
+    assert units[1].name in out.out and "skipped a damaged unit" in out.err
+    shutil.rmtree(units[1])  # nothing usable left: the damage is the error
+    assert run("inspect", str(copy)) == 4
+
+
+def test_result_files_are_not_private(tmp_path: Path) -> None:
+    from kernforge.core.jsonio import write_json_atomic
+
+    old = os.umask(0o022)
+    try:
+        path = write_json_atomic(tmp_path / "r.json", {"a": 1})
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644
