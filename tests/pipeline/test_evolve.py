@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from kernforge.cli.export_cmd import ACCEPTED_VERDICTS
-from kernforge.core import ConfigError
+from kernforge.core import ConfigError, Status
 from kernforge.evolve.store import Store
 from kernforge.llm.fake_server import FakeLLMServer
 from kernforge.pipeline.evolve import evolve_kernel
@@ -21,7 +21,15 @@ from kernforge.pipeline.evolve_config import config_from_dict, load_config
 from kernforge.pipeline.evolve_eval import make_evolve_evaluator
 from kernforge.record import find_recordings, load_recording
 
-from .evolve_helpers import ROOT, kill_child_mid_run, llm_config, memoized, scripted_reply
+from .evolve_helpers import (
+    ROOT,
+    kill_child_mid_run,
+    llm_config,
+    memoized,
+    replaying,
+    scripted_reply,
+    stored_results,
+)
 
 ITERS = 16
 
@@ -87,7 +95,7 @@ def test_llm_evolution_completes_with_report(heat_recordings: Path, tmp_path: Pa
     assert "```diff" in (run / "report.md").read_text() or out.final.best.id == "seed"
 
 
-def test_kill9_mid_run_resumes_to_the_same_population(heat_recordings: Path,
+def test_kill9_mid_run_resumes_quarantining_what_was_in_flight(heat_recordings: Path,
                                                       tmp_path: Path) -> None:
     recs = _recs(heat_recordings)
     memo = tmp_path / "memo"
@@ -103,18 +111,27 @@ def test_kill9_mid_run_resumes_to_the_same_population(heat_recordings: Path,
         with Store(db) as s:
             applied = s.get_state("next_apply")
             finished_before = {e["program_id"] for e in s.events("evaluation_finished")}
+            in_flight = {e["program_id"] for e in s.events("evaluation_started")} \
+                - finished_before
         assert 0 < applied < ITERS
         resumed = evolve_kernel(recs, llm_config(srv.base_url, ITERS), run_dir, resume=True,
                                 evaluate=memoized(make_evolve_evaluator(recs, inner_trials=2,
                                                                         repeat=3), memo),
                                 validate_winner=False)
-    assert resumed.result.iterations == ITERS
-    assert _population(db) == _population(tmp_path / "ref" / "evolve.db")
+        # what was in flight at the kill is quarantined (issue 29), so the reference is an
+        # uninterrupted run fed the killed run's own results, quarantined ones included
+        again = evolve_kernel(recs, llm_config(srv.base_url, ITERS), tmp_path / "again",
+                              evaluate=replaying(stored_results(db)), validate_winner=False)
+    assert resumed.result.iterations == again.result.iterations == ITERS
+    assert _population(db) == _population(tmp_path / "again" / "evolve.db")
     with Store(db) as s:
         per_program = Counter(e["program_id"] for e in s.events("evaluation_finished"))
+        status = {p.id: p.status for p in s.programs()}
     assert max(per_program.values()) == 1, per_program  # no evaluation repeated
     assert finished_before <= set(per_program)
-    assert resumed.result.evaluations == len(per_program) - len(finished_before)
+    assert all(status[p] is Status.RUNTIME_FAILED for p in in_flight)
+    assert resumed.result.evaluations == \
+        len(per_program) - len(finished_before) - len(in_flight)
 
 
 def test_cli_rejects_an_unknown_key_naming_it(heat_recordings: Path, tmp_path: Path) -> None:

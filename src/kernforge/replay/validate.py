@@ -3,7 +3,8 @@
 ``validate(recording, variant)`` runs, in order (docs/integrity.md):
 
 1. static checks on the candidate's source and options              -> ``static:*``
-2. compile, then repeated verification against the recorded epilogue  -> ``verify:*``
+2. compile, then the sanitizers, once each (:mod:`.sanitize`)        -> ``sanitizer:*``
+   then repeated verification against the recorded epilogue          -> ``verify:*``
 3. poisoned outputs, differential against the recorded kernel        -> ``poison:*``
 4. fresh random inputs, differential against the recorded kernel     -> ``fresh:mismatch``
 5. idle-device check, then the canonical re-measurement: the recorded kernel (A) against the
