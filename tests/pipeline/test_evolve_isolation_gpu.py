@@ -35,7 +35,7 @@ extern "C" __global__ void smooth(const float *x, float *y, int n) {
 """
 WASTE = "    for (int r = 0; r < 4000; r++) waste += x[i] * r;"
 ANCHOR = "    if (i >= n) return;"
-BAD = {"oob": "    if (x[i + (1 << 30)] == 12345.0f) y[i] = 0.0f;",
+BAD = {"oob": "    if (x[(long long)i + (1LL << 36)] == 12345.0f) y[i] = 0.0f;",  # 256 GiB on
        "trap": "    if (i == 0) asm volatile(\"trap;\");",
        "hang": "    for (volatile int spin = 0; spin >= 0; spin += 0) { }"}
 
