@@ -136,6 +136,8 @@ def evolve_kernel(recordings: Sequence[Recording], cfg: RunConfig, run_dir: Path
     True runs every candidate in supervised worker processes (one per evaluation slot; a
     crash or a hang costs that candidate only), an :class:`Isolation` uses that pool, False
     runs candidates in this process (for debugging)."""
+    if isolate is True and evaluate is not None and not validate_winner:
+        isolate = False  # nothing of the candidates runs here: no workers to start
     if isolate is True:
         slots = cfg.evolve_config(default_contract(recordings[0])).eval_slots \
             if recordings else 1
