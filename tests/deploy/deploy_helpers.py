@@ -11,6 +11,7 @@ import numpy as np
 
 from kernforge.backends import Kernel
 from kernforge.core import Recording
+from kernforge.core.jsonio import sign
 from kernforge.deploy import DeployEntry, entry_from_recording
 from kernforge.record import load_recording, record
 
@@ -57,7 +58,8 @@ def refuse_tuned_axpy(monkeypatch: Any, message: str) -> list[int]:
 
 def write_result(directory: Path, rec: Recording, variant: Mapping[str, Any], *,
                  speedup: float = 1.5, status: str = "OK",
-                 verdict: str | None = "accepted") -> Path:
+                 verdict: str | None = "accepted", idle: bool | None = True,
+                 ci: tuple[float, float] | None = None) -> Path:
     """A tuning result file as the tuner glue writes it (kernforge-tune-result v1); ``verdict``
     None: without a validation (as the service wrote before it validated)."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -67,9 +69,21 @@ def write_result(directory: Path, rec: Recording, variant: Mapping[str, Any], *,
            "recording": str(rec.path.resolve()), "backend": rec.backend, "sampler": "tpe",
            "evaluations": 3, "status": status, "best": {"config": {}, "variant": full},
            "baseline_median_s": 2e-3, "best_median_s": 2e-3 / speedup, "speedup": speedup,
-           "speedup_ci": [speedup * 0.95, speedup * 1.05],
-           "validation": {"verdict": verdict, "status": "OK", "speedup": speedup}
+           "speedup_ci": list(ci) if ci else [speedup * 0.95, speedup * 1.05],
+           "validation": {"verdict": verdict, "status": "OK", "speedup": speedup,
+                          "idle": {"idle": idle, "utilisation": 0.0 if idle else 1.0,
+                                   "method": "test"}}
            if verdict is not None else None}
     path = directory / "result.json"
-    path.write_text(json.dumps(doc, indent=2))
+    path.write_text(json.dumps(sign(doc), indent=2))
     return path
+
+
+def resign(path: Path, **changes: Any) -> dict[str, Any]:
+    """Change fields of a result file and sign it again (as a producer would have written
+    it); returns the new document."""
+    doc = json.loads(path.read_text())
+    doc.update(changes)
+    doc = sign(doc)
+    path.write_text(json.dumps(doc, indent=2))
+    return doc

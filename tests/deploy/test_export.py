@@ -3,11 +3,10 @@ evidence's times are the interleaved measurement's."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from deploy_helpers import record_axpy, write_result
+from deploy_helpers import record_axpy, resign, write_result
 
 from kernforge.cli.export_cmd import collect
 
@@ -34,10 +33,8 @@ def test_evidence_times_are_the_interleaved_medians(tmp_path: Path) -> None:
     a result whose median fields hold a search's biased best time."""
     rec = record_axpy(tmp_path / "rec")
     path = write_result(tmp_path / "run" / "u", rec, TUNED, speedup=2.0)
-    doc = json.loads(path.read_text())
-    doc.update(baseline_median_s=3e-3, best_median_s=1e-3,  # the search's: 3x, biased
-               interleaved={"speedup": 2.0, "median_a": 4e-3, "median_b": 2e-3})
-    path.write_text(json.dumps(doc))
+    resign(path, baseline_median_s=3e-3, best_median_s=1e-3,  # the search's: 3x, biased
+           interleaved={"speedup": 2.0, "median_a": 4e-3, "median_b": 2e-3})
     (ex,), _ = collect(tmp_path / "run", 1.0)
     ev = ex.entry.evidence
     assert (ev.baseline_s, ev.tuned_s) == (4e-3, 2e-3)

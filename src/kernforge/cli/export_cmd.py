@@ -14,8 +14,11 @@ from rich.table import Table
 
 from ..core import ConfigError, LaunchConfig, Recording, Variant
 from ..core.fmt import fmt_time
+from ..core.jsonio import signature_ok
 from ..deploy import DeployEntry, entry_from_recording, write_spec
+from ..deploy.gate import NOISE_BAND, idle_of, refusal
 from ..record import load_recording
+from .checks import float_range, writable_file
 from .output import console, err_console
 
 RESULT_NAME = "result.json"
@@ -26,16 +29,23 @@ ACCEPTED_VERDICTS = ("accepted", "downgraded")  # replay.validate: the winner pa
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="write a deployment spec from a tuning run",
-                       description="Collect every tuning result (RUN_DIR/**/result.json) with "
-                                   "status OK, validated (every integrity gate passed), whose interleaved speedup is above "
+                       description="Collect every tuning result (RUN_DIR/**/result.json) "
+                                   "that is signed and unaltered, with status OK, validated "
+                                   "(every integrity gate passed), measured on an idle device "
+                                   "and significant (the lower end of the interleaved "
+                                   "speedup's 95%% CI above 1 + --noise-band) and above "
                                    "--min-speedup, and write a deployment spec: per kernel, "
                                    "device and problem, the tuned variant and its evidence. "
                                    "Run an application with it: kernforge run --deploy SPEC "
                                    "-- python app.py, or KERNFORGE_DEPLOY=SPEC.")
     p.add_argument("run_dir", help="a tuning run directory")
     p.add_argument("-o", "--out", default=None, help="spec file (default RUN_DIR/deploy.json)")
-    p.add_argument("--min-speedup", type=float, default=1.0, metavar="X",
+    p.add_argument("--min-speedup", type=float_range(0.0), default=1.0, metavar="X",
                    help="export results whose speedup is strictly above X (default 1.0)")
+    p.add_argument("--noise-band", type=float_range(0.0, 1.0), default=NOISE_BAND,
+                   metavar="B", help="a result counts when the lower end of its interleaved "
+                                     "speedup's 95%% CI is above 1 + B (default "
+                                     f"{NOISE_BAND:g})")
     p.set_defaults(func=run)
 
 
@@ -49,7 +59,7 @@ class Exported:
 def _load_result(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text("utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8
         raise ConfigError(f"{path}: not a readable tuning result ({exc})",
                           hint="re-run the tuning, or remove the damaged file") from None
     if not isinstance(doc, dict) or doc.get("format") != RESULT_FORMAT:
@@ -82,7 +92,7 @@ def interleaved_times(doc: Mapping[str, Any]) -> tuple[float, float]:
     return float(doc["baseline_median_s"]), float(doc["best_median_s"])
 
 
-def _entry(path: Path, doc: Mapping[str, Any]) -> Exported:
+def _entry(path: Path, doc: Mapping[str, Any], idle: bool | None) -> Exported:
     rec_path = Path(doc["recording"])
     recording = load_recording(rec_path if rec_path.is_absolute() else path.parent / rec_path)
     ci = doc.get("speedup_ci")
@@ -90,11 +100,44 @@ def _entry(path: Path, doc: Mapping[str, Any]) -> Exported:
     entry = entry_from_recording(
         recording, variant_of(recording, doc["best"]["variant"]),
         baseline_s=baseline_s, tuned_s=tuned_s,
-        speedup=float(doc["speedup"]), speedup_ci=(float(ci[0]), float(ci[1])) if ci else None)
+        speedup=float(doc["speedup"]), speedup_ci=(float(ci[0]), float(ci[1])) if ci else None,
+        verified=True, idle=idle)
     return Exported(path, recording, entry)
 
 
-def collect(run_dir: Path, min_speedup: float) -> tuple[list[Exported], list[str]]:
+def why_not(doc: dict[str, Any], min_speedup: float, band: float) -> str | None:
+    """Why a result is not exported (None: it is): unsigned or altered, not OK, not
+    validated, measured while busy, not significant (:mod:`kernforge.deploy.gate`), or below
+    ``min_speedup``."""
+    signed = signature_ok(doc)
+    if signed is None:
+        return "not signed (written by an older kernforge): re-run the tuning"
+    if not signed:
+        return ("altered after it was written (checksum mismatch): re-run the tuning; do not "
+                "edit results by hand")
+    speedup = doc.get("speedup")
+    validation = doc.get("validation")
+    verdict = validation.get("verdict") if isinstance(validation, dict) else None
+    if doc.get("status") != "OK":
+        return f"status {doc.get('status')}"
+    if verdict not in ACCEPTED_VERDICTS:
+        return (f"not validated (validation verdict {verdict}); re-run the tuning with this "
+                f"kernforge")
+    ci = doc.get("speedup_ci")
+    idle, util = idle_of(validation)
+    why = refusal(verified=True, idle=idle, utilisation=util,
+                  speedup=speedup if isinstance(speedup, (int, float)) else None,
+                  ci=(float(ci[0]), float(ci[1])) if isinstance(ci, list) and len(ci) == 2
+                  else None, band=band)
+    if why is not None:
+        return why
+    if not isinstance(speedup, (int, float)) or not speedup > min_speedup:
+        return f"speedup {speedup} is not above {min_speedup:g}"
+    return None
+
+
+def collect(run_dir: Path, min_speedup: float, band: float = NOISE_BAND
+            ) -> tuple[list[Exported], list[str]]:
     """The results to export (one per kernel, device and problem: the fastest) and why the
     others were not."""
     paths = sorted(run_dir.rglob(RESULT_NAME))
@@ -104,20 +147,17 @@ def collect(run_dir: Path, min_speedup: float) -> tuple[list[Exported], list[str
     best: dict[str, Exported] = {}
     skipped: list[str] = []
     for path in paths:
-        doc = _load_result(path)
-        speedup = doc.get("speedup")
-        validation = doc.get("validation")
-        verdict = validation.get("verdict") if isinstance(validation, dict) else None
-        if doc.get("status") != "OK":
-            skipped.append(f"{path}: status {doc.get('status')}")
-        elif verdict not in ACCEPTED_VERDICTS:
-            skipped.append(f"{path}: not validated (validation verdict {verdict}); "
-                           f"re-run the tuning with this kernforge")
-        elif not isinstance(speedup, (int, float)) or not speedup > min_speedup:
-            skipped.append(f"{path}: speedup {speedup} is not above {min_speedup:g}")
+        try:
+            doc = _load_result(path)
+        except ConfigError as exc:  # a damaged result does not stop the others
+            skipped.append(exc.message)
+            continue
+        why = why_not(doc, min_speedup, band)
+        if why is not None:
+            skipped.append(f"{path}: {why}")
         else:
             try:
-                ex = _entry(path, doc)
+                ex = _entry(path, doc, idle_of(doc.get("validation"))[0])
             except (KeyError, TypeError, ValueError, IndexError) as exc:
                 raise ConfigError(f"{path}: malformed tuning result ({type(exc).__name__}: "
                                   f"{exc})", hint="re-run the tuning") from None
@@ -154,12 +194,14 @@ def run(args: argparse.Namespace) -> int:
     if not run_dir.is_dir():
         raise ConfigError(f"{run_dir}: no such run directory",
                           hint="give the directory of a tuning run")
-    exported, skipped = collect(run_dir, args.min_speedup)
+    writable_file(args.out, "-o/--out")
+    exported, skipped = collect(run_dir, args.min_speedup, args.noise_band)
     for line in skipped:
         err_console.print(f"skipped {escape(line)}", soft_wrap=True)
     if not exported:
         err_console.print(f"[bold red]nothing to export:[/] no result under {escape(str(run_dir))}"
-                          f" is OK with a speedup above {args.min_speedup:g}")
+                          f" is signed, OK, validated, idle-measured and significant with a "
+                          f"speedup above {args.min_speedup:g} (the reasons are above)")
         return 1
     out = write_spec(Path(args.out) if args.out else run_dir / "deploy.json",
                      [ex.entry for ex in exported])

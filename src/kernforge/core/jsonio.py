@@ -28,6 +28,32 @@ def canonical_checksum(obj: Any) -> str:
     return hashlib.sha256(canonical_json(obj)).hexdigest()
 
 
+CHECKSUM_KEY = "checksum"
+
+
+def signature(doc: dict[str, Any]) -> str:
+    """sha256 over a document's canonical JSON without its ``checksum`` field (values JSON
+    cannot hold written as ``str``, as :func:`write_json_atomic` writes them; NaN allowed), so
+    the signature of a document read back from disk equals that of the one written."""
+    body = {k: v for k, v in doc.items() if k != CHECKSUM_KEY}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      default=str)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def sign(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with its ``checksum`` (:func:`signature`): an edit of any field shows."""
+    return {**{k: v for k, v in doc.items() if k != CHECKSUM_KEY},
+            CHECKSUM_KEY: signature(doc)}
+
+
+def signature_ok(doc: dict[str, Any]) -> bool | None:
+    """True when ``doc``'s checksum matches its content, False when not, None when unsigned."""
+    if CHECKSUM_KEY not in doc:
+        return None
+    return doc[CHECKSUM_KEY] == signature(doc)
+
+
 def fsync_dir(path: Path) -> None:
     """Make a rename in ``path`` durable (a no-op where directories cannot be opened)."""
     try:

@@ -134,7 +134,10 @@ class Decider:
         # float may be -0.0 under the key of 0.0, so it is converted at every launch
         fixed = frozenset(j for j in by_value if _kind(entry.problem.args[j].dtype) in
                           VALUE_KINDS)
-        return Tuned(index, compiled, cfg, variant, event.backend, label, fixed, by_value)
+        tuned = Tuned(index, compiled, cfg, variant, event.backend, label, fixed, by_value)
+        tuned.original, tuned.tolerance = event.variant, dict(event.tolerance)
+        tuned.names = tuple(p.name for p in event.signature)
+        return tuned
 
     def candidates(self, backend: Backend, source: KernelSource, options: CompileOptions,
                    defines: tuple[tuple[str, str], ...]) -> tuple[list[int] | Reason, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -80,15 +81,17 @@ def _evidence(baseline_s: float, tuned_s: float, speedup: float,
 
 def entry_from_recording(recording: Recording, variant: Variant, *, baseline_s: float,
                          tuned_s: float, speedup: float,
-                         speedup_ci: tuple[float, float] | None) -> DeployEntry:
+                         speedup_ci: tuple[float, float] | None,
+                         verified: bool | None = None, idle: bool | None = None) -> DeployEntry:
     """The entry that replaces launches like ``recording`` by ``variant`` (complete: the
     recording's variant with the tuned overrides applied, e.g. ``recording.variant.with_(...)``).
 
     Integer and bool scalars become part of the problem by value, floating-point ones only
     when ``variant`` compiles them in as constants; arrays by dtype and shape."""
     args = [(a.name, a.is_array, a.dtype, tuple(a.shape), a.value) for a in recording.args]
-    evidence = _evidence(baseline_s, tuned_s, speedup, speedup_ci,
-                         str(recording.path.resolve()), recording.identity)
+    evidence = replace(_evidence(baseline_s, tuned_s, speedup, speedup_ci,
+                                 str(recording.path.resolve()), recording.identity),
+                       verified=verified, idle=idle)
     return _entry(recording.backend, recording.source, recording.options.as_dict(),
                   dict(recording.defines), args, recording.launch, variant, evidence)
 

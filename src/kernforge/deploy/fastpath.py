@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..backends import Backend, Compiled, LaunchEvent
-from ..core import CompileOptions, KernelSource, LaunchConfig, Param, Variant
+from ..core import CompileOptions, KernelSource, LaunchConfig, Param, Tolerance, Variant
 from .launcher import FastLaunch
 from .match import Reason, overlap_bits
 from .report import KernelCounts
@@ -70,7 +70,7 @@ class Tuned:
     is the kernel's :class:`~.report.KernelCounts` once a launch was counted."""
 
     __slots__ = ("backend", "compiled", "counts", "fast", "fixed", "index", "keyed", "label",
-                 "launch", "reusable", "variant")
+                 "launch", "names", "original", "reusable", "tolerance", "variant")
 
     def __init__(self, index: int, compiled: Compiled, launch: LaunchConfig, variant: Variant,
                  backend: Backend, label: str, fixed: frozenset[int] = frozenset(),
@@ -79,6 +79,10 @@ class Tuned:
         self.backend, self.label, self.fixed, self.keyed = backend, label, fixed, keyed
         self.fast: FastLaunch | None = None
         self.counts: KernelCounts | None = None
+        # what the re-verification of the first launch compares with (deploy/reverify.py)
+        self.original: Variant | None = None
+        self.names: tuple[str, ...] = ()
+        self.tolerance: dict[str, Tolerance] = {}
         self.reusable = False  # kept under a key (else decided per launch: nothing prepared)
 
 

@@ -32,6 +32,8 @@ ALIASING = "aliasing"  # a problem mismatch: array arguments share memory, the s
 COMPILE = "compile failure"
 LAUNCH = "launch failure"
 INTERNAL = "internal error"
+EVIDENCE = "evidence"  # not verified, measured while busy, or not significant (deploy/gate.py)
+VERIFY = "re-verification"  # outputs differ from the original kernel's, or cannot be compared
 _RANK = {NOT_IN_SPEC: 0, DEVICE: 1, BUILD: 2, PROBLEM: 3, ALIASING: 3}
 
 

@@ -34,13 +34,15 @@ from ..core import CompileOptions, KernelSource, KernforgeError, Param
 from .decide import Decider, first_line, label_of
 from .fastpath import Decision, Plan, Tuned
 from .launcher import prepare
-from .match import COMPILE, INTERNAL, LAUNCH, Reason
+from .gate import refusal
+from .match import COMPILE, EVIDENCE, INTERNAL, LAUNCH, VERIFY, Reason
 from .report import DeployReport, KernelCounts
+from .reverify import VERIFY_ENV, Unverifiable, reverify, verify_mode
 from .spec import DeploySpec, PathLike, read_spec
 
 log = logging.getLogger("kernforge.deploy")
 ENV_VAR = "KERNFORGE_DEPLOY"
-_WARN = (COMPILE, LAUNCH, INTERNAL)
+_WARN = (COMPILE, LAUNCH, INTERNAL, VERIFY, EVIDENCE)
 
 _state_lock = threading.Lock()
 _current: Deployment | None = None
@@ -60,8 +62,11 @@ class Deployment:
     through :mod:`.launcher` (False: match and check every launch from scratch, as the
     cache's tests compare)."""
 
-    def __init__(self, spec: DeploySpec, *, cache: bool = True) -> None:
+    def __init__(self, spec: DeploySpec, *, cache: bool = True,
+                 verify: str | None = None) -> None:
         self.cache = cache
+        self.verify = verify_mode(verify)  # see deploy/reverify.py
+        self._verified: set[int] = set()  # entries whose first launch was re-verified
         self._counts: dict[str, KernelCounts] = {}
         self._logged: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
@@ -77,6 +82,14 @@ class Deployment:
         """Another spec: every cached lookup, compilation and decision is dropped."""
         name = str(spec.path) if spec.path else "(in-memory spec)"
         self._decider = Decider(spec, name, cache=self.cache)
+        self._verified = set()
+        for i, e in enumerate(spec.entries):  # the producer's rule, checked again here
+            ev = e.evidence
+            why = refusal(verified=ev.verified, idle=ev.idle, speedup=ev.speedup,
+                          ci=ev.speedup_ci, require_ci=False)
+            if why is not None:
+                log.warning("%s: not deployed: %s", e.kernel.label, why)
+                self._decider.failed(i, Reason(EVIDENCE, why))
 
     @property
     def name(self) -> str:
@@ -103,6 +116,10 @@ class Deployment:
         check before and these arguments need nothing more (:mod:`.launcher`), else
         ``Backend.launch`` (which checks everything); the original when it is refused."""
         fast = d.fast
+        if fast is None and d.index not in self._verified and self.verify != "off":
+            refused = self._reverify(d, args)
+            if refused is not None:
+                return self._refused(d, refused, original)
         try:
             if fast is None or not fast(args):
                 d.backend.launch(d.compiled, args, d.launch)
@@ -124,10 +141,43 @@ class Deployment:
         except Exception as exc:  # noqa: BLE001 - later launches take the full path
             log.debug("%s: no fast launch (%s: %s)", d.label, type(exc).__name__, exc)
 
-    def _refused(self, d: Tuned, exc: BaseException, original: Callable[[], Any]) -> Any:
-        detail = first_line(exc.message) if isinstance(exc, KernforgeError) \
-            else f"{type(exc).__name__}: {first_line(str(exc))}"
-        reason = Reason(LAUNCH, detail)
+    def _reverify(self, d: Tuned, args: tuple[Any, ...]) -> Reason | None:
+        """Once per entry, before its first tuned launch: the tuned variant against the
+        original kernel on copies of these arguments (deploy/reverify.py); why it must not
+        run, or None."""
+        with self._lock:
+            if d.index in self._verified:
+                return None
+            try:
+                if d.original is None:
+                    raise Unverifiable("the original kernel of this launch is unknown")
+                why = reverify(d.backend, d.original, d.compiled, d.launch, args, d.names,
+                               d.tolerance)
+            except Unverifiable as exc:
+                if self.verify != "unverifiable":
+                    return Reason(VERIFY, f"cannot be re-verified ({exc.message}); not "
+                                          f"deployed (set {VERIFY_ENV}=unverifiable to "
+                                          f"deploy it anyway)")
+                log.warning("%s: deployed without re-verification (%s)", d.label, exc.message)
+                why = None
+            except Exception as exc:  # noqa: BLE001 - the original runs instead
+                return Reason(VERIFY, f"re-verification failed ({type(exc).__name__}: "
+                                      f"{first_line(str(exc))})")
+            if why is not None:
+                return Reason(VERIFY, f"outputs differ from the original kernel's on this "
+                                      f"launch ({why}); not deployed")
+            self._verified.add(d.index)
+            log.info("%s: tuned variant re-verified against the original kernel", d.label)
+            return None
+
+    def _refused(self, d: Tuned, exc: BaseException | Reason,
+                 original: Callable[[], Any]) -> Any:
+        if isinstance(exc, Reason):
+            reason = exc
+        else:
+            detail = first_line(exc.message) if isinstance(exc, KernforgeError) \
+                else f"{type(exc).__name__}: {first_line(str(exc))}"
+            reason = Reason(LAUNCH, detail)
         self._decider.failed(d.index, reason)  # not tried again, by no cached decision
         self._fallback(d.label, reason)
         return original()
@@ -264,16 +314,19 @@ def _install_cupy_hooks(spec: DeploySpec, cupy: bool | None) -> bool:
         return False
 
 
-def use(spec: DeploySpec | PathLike, *, cupy: bool | None = None) -> Deployment:
+def use(spec: DeploySpec | PathLike, *, cupy: bool | None = None,
+        verify: str | None = None) -> Deployment:
     """Activate a deployment spec (a :class:`DeploySpec` or the path of one) for every launch
     from now on, until :func:`stop` (or the end of a ``with`` block on the result).
 
     ``cupy``: install the CuPy hooks (True), never (False), or when the spec has cuda entries
     and CuPy is importable (None). The hooks only see kernels created after they are installed.
+    ``verify``: the re-verification of each entry's first launch (:mod:`.reverify`:
+    ``require``, the default from ``$KERNFORGE_DEPLOY_VERIFY``, ``unverifiable`` or ``off``).
     Raises :class:`~kernforge.deploy.spec.DeploySpecError` for an unreadable spec."""
     if not isinstance(spec, DeploySpec):
         spec = read_spec(spec)
-    return Deployment(spec).start(cupy)
+    return Deployment(spec, verify=verify).start(cupy)
 
 
 def stop() -> DeployReport | None:

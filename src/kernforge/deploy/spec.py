@@ -101,6 +101,8 @@ class Evidence:
     speedup_ci: tuple[float, float] | None
     recording: str
     identity: Mapping[str, Any]
+    verified: bool | None = None  # every integrity gate passed (None: not stated)
+    idle: bool | None = None  # the device was idle before the measurement (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,8 @@ def entry_to_json(e: DeployEntry) -> dict[str, Any]:
                     "constants": _plain(v.constants), "launch": _launch_json(v.launch)},
         "evidence": {"baseline_s": ev.baseline_s, "tuned_s": ev.tuned_s, "speedup": ev.speedup,
                      "speedup_ci": list(ev.speedup_ci) if ev.speedup_ci else None,
-                     "recording": ev.recording, "identity": dict(ev.identity)},
+                     "recording": ev.recording, "identity": dict(ev.identity),
+                     "verified": ev.verified, "idle": ev.idle},
     }
 
 
@@ -192,7 +195,14 @@ def entry_from_json(d: Mapping[str, Any]) -> DeployEntry:
                              LaunchConfig.from_json(v["launch"])),
         evidence=Evidence(float(ev["baseline_s"]), float(ev["tuned_s"]), float(ev["speedup"]),
                           (float(ci[0]), float(ci[1])) if ci else None, str(ev["recording"]),
-                          dict(ev["identity"])))
+                          dict(ev["identity"]), _flag(ev.get("verified")),
+                          _flag(ev.get("idle"))))
+
+
+def _flag(value: Any) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise ValueError(f"expected true, false or null, got {value!r}")
 
 
 # ---- writing and reading ----------------------------------------------------------------------

@@ -4,8 +4,6 @@ tuning-style ``result.json`` that ``kernforge export`` turns into a deployment s
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +11,7 @@ from typing import Any
 
 from .._version import __version__
 from ..core import Variant
+from ..core.jsonio import sign, write_json_atomic
 from ..evolve.controller import RunResult
 from ..evolve.store import Store
 from ..evolve.types import Program
@@ -103,10 +102,5 @@ def write_result(target: EvolveTarget, result: RunResult, f: Final, run_dir: Pat
     directory = run_dir / rec.name
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "result.json"
-    tmp = path.with_suffix(".json.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=2, default=str)
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
+    write_json_atomic(path, sign(data))  # signed: export refuses a result edited after this
     return path

@@ -24,7 +24,7 @@ from typing import Any
 from .._version import __version__
 from ..backends import Backend, get_backend
 from ..core import ConfigError, KernforgeError, Measurement, Recording, Status, Variant
-from ..core.jsonio import write_json_atomic
+from ..core.jsonio import sign, write_json_atomic
 from ..harness import ABResult
 from ..harness.plots import best_so_far_png
 from ..tune import Budget, Dimension, ProductAtMost, SearchSpace, TrialRecord, TuneResult, tune
@@ -190,7 +190,7 @@ def write_result(o: TuningOutcome, *, sampler: str, preset: str) -> Path:
         "provenance": o.validation.provenance if o.validation else None,
     }
     path = o.directory / "result.json"
-    write_json_atomic(path, data)
+    write_json_atomic(path, sign(data))  # export refuses a result edited after this
     return path
 
 
