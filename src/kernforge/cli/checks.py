@@ -19,6 +19,7 @@ from rich.markup import escape
 from ..core import ConfigError, Recording, RecordingError
 from ..core.model import MAX_THREADS
 from ..record import find_recordings, load_recording
+from ..record.native_format import is_native_unit
 from .output import err_console
 
 
@@ -135,7 +136,9 @@ def load_units(path: str | Path, pattern: str | None = None) -> list[Recording]:
     """The recorded units under ``path`` whose kernel matches ``pattern``. A damaged unit is
     skipped with a warning while other units remain; when none remains, its error is raised
     (one unit named directly is always loaded strictly)."""
-    paths = find_recordings(path)
+    paths = [p for p in find_recordings(path) if not is_native_unit(p)]
+    if not paths:
+        return []
     if len(paths) == 1:
         rec = load_recording(paths[0])
         return [rec] if not pattern or fnmatchcase(rec.source.entry, pattern) else []

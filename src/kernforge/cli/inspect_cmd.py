@@ -9,6 +9,7 @@ from rich.table import Table
 
 from ..record import clean_partial
 from .checks import load_units
+from .native_cmd import inspect_native, load_native_units, print_native_inspect
 from .output import console
 
 
@@ -34,8 +35,9 @@ def run(args: argparse.Namespace) -> int:
         for p in clean_partial(args.path):
             console.print(f"removed partial unit {p}")
     recs = load_units(args.path)
+    native = load_native_units(args.path)
     if args.json:
-        print(json.dumps([{
+        print(json.dumps(inspect_native(native) + [{
             "path": str(r.path), "kernel": r.source.entry, "backend": r.backend,
             "launch": r.launch.to_json(), "options": r.options.as_dict(),
             "defines": dict(r.defines), "bytes": r.nbytes,
@@ -43,6 +45,10 @@ def run(args: argparse.Namespace) -> int:
                       "written": a.written, "policy": a.policy.to_json()} for a in r.args],
         } for r in recs], indent=2, default=str))
         return 0
+    if native:
+        print_native_inspect(native)
+        if not recs:
+            return 0
     table = Table(title=f"{len(recs)} recorded launch(es) in {args.path}")
     for col in ("unit", "kernel", "backend", "launch", "options", "written", "size"):
         table.add_column(col)

@@ -14,6 +14,7 @@ from ..core.jsonio import write_json_atomic
 from ..replay import replay
 from .checks import NON_NEGATIVE, POSITIVE, THREADS, check_defines, load_units, writable_file
 from .isolation import add_isolation_args, isolation
+from .native_cmd import load_native_units, print_native_replay, replay_native
 from .output import console, err_console, fmt_error, parse_pairs
 
 
@@ -41,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kernels", default=None, metavar="PATTERN",
                    help="replay only units whose kernel name matches this glob")
     p.add_argument("--json", metavar="FILE", help="also write the measurements as JSON")
+    p.add_argument("--dtype", default=None, metavar="DTYPE",
+                   help="native units: compare written memory as this element type (e.g. "
+                        "float32) when a --tolerance is given; bitwise otherwise")
     add_isolation_args(p)
     p.set_defaults(func=run)
 
@@ -69,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     tolerance = tolerance_overrides(args.tolerance)
     writable_file(args.json, "--json")
     recs = load_units(args.path, args.kernels)
+    native = load_native_units(args.path, args.kernels)
     for rec in recs:
         check_defines(rec.name, rec.source.code, defines, allow=args.allow_unused_define)
     results: list[tuple[str, str, Measurement]] = []
@@ -80,7 +85,14 @@ def run(args: argparse.Namespace) -> int:
                        tolerance=tolerance, warmup=args.warmup, repeat=args.repeat,
                        flush=not args.no_flush, isolate=iso)
             results.append((rec.name, rec.source.entry, m))
-    _print_table(args.path, results)
+    if recs or not native:
+        _print_table(args.path, results)
+    if native:
+        rows = replay_native(native, warmup=args.warmup, repeat=args.repeat,
+                             tolerance=args.tolerance[0] if args.tolerance else None,
+                             dtype=args.dtype)
+        print_native_replay(rows)
+        results += [(u, k, m) for u, k, m, _ in rows]
     if args.json:
         write_json_atomic(Path(args.json),
                           [{"unit": u, "kernel": k, **m.to_json()} for u, k, m in results])

@@ -259,6 +259,10 @@ def _read_manifest(unit: Path) -> dict[str, Any]:
     if m.get("format") != FORMAT:
         raise _bad(path, f"not a kernforge recording (format is {m.get('format')!r}, expected "
                    f"{FORMAT!r})", "point at a directory written by kernforge record")
+    if m.get("kind") == "native":
+        raise _bad(path, "a native (driver-level) unit: it has no source for this command",
+                   "replay and inspect it (kernforge replay / inspect); kernforge tune DIR "
+                   "tunes its geometry and JIT options")
     if m.get("schema_version") not in READABLE_VERSIONS:
         raise _bad(path, f"unknown schema_version {m.get('schema_version')!r}; this kernforge "
                    f"({__version__}) reads versions {', '.join(map(str, READABLE_VERSIONS))}",

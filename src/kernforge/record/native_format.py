@@ -187,6 +187,16 @@ def load_native(unit: Path, m: dict[str, Any], *, verify: bool = False) -> Nativ
     return rec
 
 
+def is_native_unit(path: PathLike) -> bool:
+    """Whether the unit at ``path`` is a native one (a cheap look at its manifest)."""
+    try:
+        with open(Path(path) / MANIFEST, encoding="utf-8", errors="replace") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return '"kind": "native"' in head
+
+
 def read_native(path: PathLike, *, verify: bool = False) -> NativeRecording:
     unit = Path(path)
     mpath = unit / MANIFEST

@@ -84,18 +84,19 @@ class NativeVariant:
 class NativeReplay:
     """A native unit's memory placed on the device, ready to run variants of its kernel."""
 
-    def __init__(self, rec: NativeRecording, driver: Driver | None = None) -> None:
+    def __init__(self, rec: NativeRecording, driver: Driver | None = None, *,
+                 fixed: bool = True) -> None:
         self.rec = rec
         self.drv = driver or Driver()
         self.addr: list[int] = [0] * len(rec.regions)
         self.relocated: list[int] = []
-        self._place()
+        self._place(fixed)
         self.params = self._relocate_params()
         self.image = rec.image_bytes()
         self._fns: dict[NativeVariant, Any] = {}
 
-    def _place(self) -> None:
-        g = self.drv.granularity()
+    def _place(self, fixed: bool) -> None:
+        g = self.drv.granularity() if fixed else 1
         spans: list[list[int]] = []  # merged granule-aligned [start, end) around the regions
         for r in sorted(self.rec.regions, key=lambda r: r.address):
             lo, hi = r.address // g * g, -(-r.end // g) * g
@@ -103,7 +104,7 @@ class NativeReplay:
                 spans[-1][1] = max(spans[-1][1], hi)
             else:
                 spans.append([lo, hi])
-        mapped = [s for s in spans if self.drv.map_at(s[0], s[1] - s[0]) is not None]
+        mapped = [s for s in spans if fixed and self.drv.map_at(s[0], s[1] - s[0]) is not None]
         for i, r in enumerate(self.rec.regions):
             if any(s[0] <= r.address and r.end <= s[1] for s in mapped):
                 self.addr[i] = r.address

@@ -28,7 +28,7 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
     rec = read_native(request["unit"])
     tol = Tolerance.parse(request["tolerance"]) if request.get("tolerance") else None
     try:
-        rp = NativeReplay(rec)
+        rp = NativeReplay(rec, fixed=request.get("fixed", True))
     except KernforgeError as exc:
         return {"error": exc.message, "status": Status.LAUNCH_FAILED.value}
     variants = [NativeVariant.from_json(v) for v in request["variants"]]
@@ -61,11 +61,12 @@ def _cause(rc: int) -> str:
 def run_isolated(unit: str | Path, variants: Sequence[NativeVariant], *, warmup: int = 3,
                  repeat: int = 10, tolerance: str | None = None, dtype: str | None = None,
                  compare_pair: tuple[int, int] | None = None, passes: int = 7,
-                 timeout_s: float = 300.0) -> dict[str, Any]:
+                 timeout_s: float = 300.0, fixed: bool = True) -> dict[str, Any]:
     """Evaluate ``variants`` of one unit in a fresh process; every variant gets a result."""
     request = {"unit": str(unit), "variants": [v.to_json() for v in variants], "warmup": warmup,
                "repeat": repeat, "tolerance": tolerance, "dtype": dtype,
-               "compare": list(compare_pair) if compare_pair else None, "passes": passes}
+               "compare": list(compare_pair) if compare_pair else None, "passes": passes,
+               "fixed": fixed}
     with tempfile.TemporaryDirectory(prefix="kf-native-") as tmp:
         req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
         req.write_text(json.dumps(request))

@@ -1,10 +1,13 @@
 /* A test application for the fake CUDA driver that reaches the driver as the CUDA runtime does:
  * dlopen("libcuda.so.1"), dlsym("cuGetProcAddress_v2"), then every entry point through it.
- *   fake_app KERNELS.so STEPS [N]
- * prints "checksum <value>" of its final state; exits 0. */
+ *   fake_app KERNELS.so STEPS [N [kill]]
+ * prints "checksum <value>" of its final state; exits 0 ("kill": SIGKILLs itself after the
+ * heat steps, as a crashing application would). */
+#include <signal.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -34,12 +37,13 @@ int main(int argc, char **argv) {
   CHECK(init(0));
   char image[4200];
   snprintf(image, sizeof image, "KFFAKE %s", argv[1]);
-  void *mod, *heat, *scale, *gather, *offset;
+  void *mod, *heat, *scale, *gather, *offset, *width;
   CHECK(load(&mod, image));
   CHECK(getfn(&heat, mod, "heat"));
   CHECK(getfn(&scale, mod, "scale"));
   CHECK(getfn(&gather, mod, "gather"));
   CHECK(getfn(&offset, mod, "offset"));
+  CHECK(getfn(&width, mod, "blockwidth"));
   double *h = malloc(n * sizeof *h);
   for (int i = 0; i < n; i++) h[i] = (i * 37 % 101) / 101.0;
   CUdeviceptr a, b, rows, out;
@@ -54,6 +58,7 @@ int main(int argc, char **argv) {
     CHECK(launch(heat, grid, 1, 1, block, 1, 1, 0, NULL, args, NULL));
     CUdeviceptr t = a; a = b; b = t;
   }
+  if (argc > 4 && !strcmp(argv[4], "kill")) raise(SIGKILL);
   struct { CUdeviceptr data; long n; double factor; } span = {a, n, 0.5};
   void *sargs[] = {&span};
   CHECK(launch(scale, grid, 1, 1, block, 1, 1, 0, NULL, sargs, NULL));
@@ -68,6 +73,8 @@ int main(int argc, char **argv) {
   double v = 1.0;
   void *oargs[] = {&inner, &v};
   CHECK(launch(offset, 1, 1, 1, 1, 1, 1, 0, NULL, oargs, NULL));
+  void *wargs[] = {&out};
+  CHECK(launch(width, 1, 1, 1, 128, 1, 1, 0, NULL, wargs, NULL));
   double g[4], sum = 0;
   CHECK(dtoh(h, a, n * sizeof *h));
   CHECK(dtoh(g, out, sizeof g));

@@ -58,6 +58,14 @@ void offset(const unsigned *grid, const unsigned *block, void **p) {
   for (int i = 0; i < 8; i++) x[i] += v + bias[i % 4];
 }
 
+/* blockwidth(double *out): out[0] = the block's x size, so a changed geometry changes it */
+const char *blockwidth_params = "8";
+void blockwidth(const unsigned *grid, const unsigned *block, void **p) {
+  double *out = *(double **)p[0];
+  (void)grid;
+  out[0] = block[0];
+}
+
 /* crash(double *x): a kernel that faults (dereferences a null pointer) */
 const char *crash_params = "8";
 void crash(const unsigned *grid, const unsigned *block, void **p) {

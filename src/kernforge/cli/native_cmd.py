@@ -1,0 +1,100 @@
+"""Native (driver-level) units in ``kernforge replay`` and ``kernforge inspect``."""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from ..core import Measurement, RecordingError
+from ..core.fmt import fmt_time
+from ..core.native import NativeRecording
+from ..record import find_recordings
+from ..record.native_format import finalize_spool, is_native_unit, read_native
+from ..replay.native import NativeVariant
+from ..replay.native_child import run_isolated
+from .output import console, err_console
+
+
+def _matches(rec: NativeRecording, pattern: str | None) -> bool:
+    return not pattern or any(fnmatchcase(s, pattern) for s in (rec.entry, rec.name,
+                                                                 rec.path.name))
+
+
+def load_native_units(path: str | Path, pattern: str | None = None) -> list[NativeRecording]:
+    """The native units under ``path`` matching ``pattern`` (mangled name, readable name or
+    unit directory); spool units a killed recording left are turned into units first."""
+    if Path(path).is_dir():
+        finalize_spool(path)
+    out: list[NativeRecording] = []
+    for p in find_recordings(path):
+        if not is_native_unit(p):
+            continue
+        try:
+            rec = read_native(p)
+        except RecordingError as exc:
+            err_console.print(f"[yellow]warning: skipped a damaged unit:[/] {escape(exc.message)}",
+                              soft_wrap=True)
+            continue
+        if _matches(rec, pattern):
+            out.append(rec)
+    return out
+
+
+def replay_native(recs: list[NativeRecording], *, warmup: int, repeat: int,
+                  tolerance: str | None, dtype: str | None
+                  ) -> list[tuple[str, str, Measurement, dict[str, Any]]]:
+    """Each unit replayed in its own process at its recorded addresses: verify, time."""
+    rows = []
+    for rec in recs:
+        out = run_isolated(rec.path, [NativeVariant()], warmup=warmup, repeat=repeat,
+                           tolerance=tolerance, dtype=dtype)
+        m = out["measurements"][0]
+        info = {"relocated": out.get("relocated") or [],
+                "app_time_ms": rec.capture.get("app_time_ms")}
+        rows.append((rec.path.name, rec.name, m, info))
+    return rows
+
+
+def print_native_replay(rows: list[tuple[str, str, Measurement, dict[str, Any]]]) -> None:
+    table = Table(title="replay of native units (driver API, recorded addresses)")
+    for col in ("unit", "kernel", "status", "median", "in app", "replay/app", "placed"):
+        table.add_column(col, justify="right" if col in ("median", "in app", "replay/app")
+                         else "left")
+    for unit, name, m, info in rows:
+        style = "green" if m.ok else "bold red"
+        app = info.get("app_time_ms")
+        ratio = f"{m.median / (app / 1e3):.2f}" if m.ok and app and app > 0 else "-"
+        placed = f"relocated {info['relocated']}" if info["relocated"] else "recorded"
+        table.add_row(escape(unit), escape(name[:60]), f"[{style}]{m.status.value}[/]",
+                      fmt_time(m.median if m.ok else None),
+                      fmt_time(app / 1e3 if app and app > 0 else None), ratio, placed)
+    console.print(table)
+
+
+def inspect_native(recs: list[NativeRecording]) -> list[dict[str, Any]]:
+    return [{"path": str(r.path), "kernel": r.entry, "name": r.name, "backend": "driver",
+             "image_kind": r.image_kind, "grid": list(r.grid), "block": list(r.block),
+             "shared_mem": r.shared_mem, "param_bytes": len(r.param_bytes),
+             "params": [{"offset": p.offset, "size": p.size,
+                         "points_into": sorted({i for _, i in p.pointers})} for p in r.params],
+             "regions": [{"address": hex(g.address), "size": g.size, "kind": g.kind,
+                          "written": g.epilogue is not None} for g in r.regions],
+             "bytes": r.nbytes, "identity": dict(r.identity), "capture": dict(r.capture)}
+            for r in recs]
+
+
+def print_native_inspect(recs: list[NativeRecording]) -> None:
+    table = Table(title=f"{len(recs)} native launch(es) (driver level)")
+    for col in ("unit", "kernel", "image", "launch", "params", "regions", "written", "size"):
+        table.add_column(col)
+    for r in recs:
+        written = sum(1 for g in r.regions if g.epilogue is not None)
+        table.add_row(escape(r.path.name), escape(r.name[:50]), r.image_kind,
+                      f"grid={r.grid} block={r.block} smem={r.shared_mem}",
+                      f"{len(r.params)} ({len(r.param_bytes)} B)", str(len(r.regions)),
+                      str(written), f"{r.nbytes / 2**20:.2f} MiB")
+    console.print(table)

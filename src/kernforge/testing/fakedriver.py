@@ -1,0 +1,72 @@
+"""A fake CUDA driver over host memory, and an application that uses it, for tests without a GPU.
+
+:func:`build` compiles (with the host C compiler) ``libcuda.so.1`` from ``fakecuda/fake_cuda.c``,
+two kernel images from ``fakecuda/fake_kernels.c`` (the plain one, and ``-DKF_TUNED`` that gets
+the same results by another route) and ``fake_app`` from ``fakecuda/fake_app.c``, which reaches
+the driver as the CUDA runtime does (dlopen, dlsym, cuGetProcAddress). With the returned
+:attr:`FakeCuda.env` a process loads the fake instead of a real driver; the interposer, the
+ctypes driver of native replay and the deploy path then run for real on the host.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class FakeCuda:
+    libdir: Path  # holds libcuda.so.1
+    kernels: Path  # the image's shared library
+    tuned: Path  # the same kernels built with -DKF_TUNED
+    app: Path
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = ":".join(p for p in (str(self.libdir),
+                                                      env.get("LD_LIBRARY_PATH", "")) if p)
+        env.pop("LD_PRELOAD", None)
+        return env
+
+    def image(self, tuned: bool = False) -> bytes:
+        """A module image the fake driver loads: the text ``KFFAKE <library path>``."""
+        return f"KFFAKE {self.tuned if tuned else self.kernels}\n".encode()
+
+    def command(self, steps: int = 10, n: int = 1000, *extra: str) -> list[str]:
+        return [str(self.app), str(self.kernels), str(steps), str(n), *extra]
+
+
+def _cc() -> str:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise RuntimeError("the fake CUDA driver needs a C compiler (gcc)")
+    return cc
+
+
+def build(out: Path) -> FakeCuda:
+    """Compile the fake driver, its kernels and the test application into ``out``."""
+    src = resources.files("kernforge.testing") / "fakecuda"
+    out.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for name in ("fake_cuda.c", "fake_kernels.c", "fake_app.c"):
+        files[name] = out / name
+        files[name].write_bytes((src / name).read_bytes())
+    cc = _cc()
+    steps = [
+        [cc, "-std=gnu11", "-O1", "-fPIC", "-shared", "-Wl,-Bsymbolic", "-o",
+         str(out / "libcuda.so.1"), str(files["fake_cuda.c"]), "-ldl"],
+        [cc, "-O1", "-fPIC", "-shared", "-o", str(out / "kernels.so"), str(files["fake_kernels.c"])],
+        [cc, "-O1", "-fPIC", "-shared", "-DKF_TUNED", "-o", str(out / "kernels_tuned.so"),
+         str(files["fake_kernels.c"])],
+        [cc, "-O1", "-o", str(out / "fake_app"), str(files["fake_app.c"]), "-ldl"],
+    ]
+    for cmd in steps:
+        done = subprocess.run(cmd, check=False, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"building the fake driver failed: {done.stderr[-2000:]}")
+    return FakeCuda(out, out / "kernels.so", out / "kernels_tuned.so", out / "fake_app")

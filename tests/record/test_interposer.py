@@ -1,0 +1,136 @@
+"""The driver interposer, run for real against the fake CUDA driver (no GPU needed)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kernforge.cli.main import main
+from kernforge.core import ConfigError
+from kernforge.pipeline.run_app import record_command
+from kernforge.record.native_format import SPOOL, finalize_spool, read_native
+from kernforge.replay.native import NativeVariant
+from kernforge.replay.native_child import run_isolated
+from kernforge.testing.fakedriver import FakeCuda, build
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory: pytest.TempPathFactory) -> FakeCuda:
+    return build(tmp_path_factory.mktemp("fakecuda"))
+
+
+@pytest.fixture
+def on_fake(fake: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(fake.libdir))
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    return fake
+
+
+@pytest.fixture(scope="module")
+def recorded(fake: FakeCuda, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("rec")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("LD_LIBRARY_PATH", str(fake.libdir))
+    try:
+        status, units, problems, _ = record_command(fake.command(), out, max_instances=2)
+    finally:
+        mp.undo()
+    assert status == 0 and not problems
+    return out
+
+
+def _plain(fake: FakeCuda, *extra: str) -> str:
+    return subprocess.run(fake.command(10, 1000, *extra), env=fake.env, capture_output=True,
+                          text=True, check=True).stdout
+
+
+def test_every_kernel_is_recorded_and_the_program_is_unchanged(
+        on_fake: FakeCuda, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    status, units, problems, summaries = record_command(on_fake.command(), tmp_path / "r")
+    assert status == 0 and not problems
+    assert capfd.readouterr().out == _plain(on_fake)  # same checksum with the interposer
+    names = sorted(u.name for u in units)
+    assert names == ["blockwidth-0", "gather-0", "heat-0", "heat-1", "heat-2", "heat-3",
+                     "offset-0", "scale-0"]
+    assert summaries[0]["launches"] == 14 and summaries[0]["recorded"] == 8
+    heat = read_native(tmp_path / "r" / "heat-0")
+    assert heat.entry == "heat" and heat.grid == (8, 1, 1) and heat.block == (128, 1, 1)
+    assert [(p.offset, p.size) for p in heat.params] == [(0, 8), (8, 8), (16, 4), (24, 8)]
+    assert heat.written == (1,) and heat.regions[0].size == 8000
+    assert heat.identity["device"] == "kernforge fake device"
+
+
+def test_pointers_in_structs_and_in_device_memory_are_followed(recorded: Path) -> None:
+    scale = read_native(recorded / "scale-0")  # a 24-byte struct by value holding a pointer
+    assert [(p.offset, p.size, p.pointers) for p in scale.params] == [(0, 24, ((0, 0),))]
+    gather = read_native(recorded / "gather-0")  # double **rows: pointers kept in memory
+    assert len(gather.regions) == 4 and gather.params[0].pointers == ((0, 0),)
+    offset = read_native(recorded / "offset-0")  # an interior pointer into an allocation
+    r = offset.regions[offset.params[0].pointers[0][1]]
+    assert int.from_bytes(offset.param_bytes[:8], "little") == r.address + 16 * 8
+
+
+def test_filters_and_budget(on_fake: FakeCuda, tmp_path: Path) -> None:
+    _, units, _, _ = record_command(on_fake.command(), tmp_path / "a", kernels="he*",
+                                    max_instances=2, skip=3)
+    assert sorted(u.name for u in units) == ["heat-0", "heat-1"]
+    assert [read_native(u).capture["call"] for u in sorted(units)] == [3, 4]
+    _, units, _, summaries = record_command(on_fake.command(), tmp_path / "b", max_mb=0)
+    assert units == [] and summaries[0]["over_budget"] == 14
+
+
+def test_a_killed_application_leaves_every_completed_unit(on_fake: FakeCuda,
+                                                          tmp_path: Path) -> None:
+    status, units, problems, _ = record_command(on_fake.command(10, 1000, "kill"),
+                                                tmp_path, max_instances=None)
+    assert status == 128 + 9 and not problems
+    assert sorted(u.name for u in units) == [f"heat-{i}" for i in range(10)]
+    (tmp_path / SPOOL / ".tmp-1-000099").mkdir()  # a writer killed half-way
+    assert finalize_spool(tmp_path) == ([], [])
+    assert not (tmp_path / SPOOL / ".tmp-1-000099").exists()
+
+
+def test_recorded_units_replay_verified_at_their_addresses(on_fake: FakeCuda,
+                                                           recorded: Path) -> None:
+    for unit in sorted(p for p in recorded.iterdir() if (p / "manifest.json").is_file()):
+        out = run_isolated(unit, [NativeVariant(), NativeVariant(block=(64, 1, 1))],
+                           repeat=3, warmup=1)
+        statuses = [m.status.value for m in out["measurements"]]
+        expect = ["OK", "WRONG_RESULT"] if unit.name.startswith("blockwidth") else ["OK", "OK"]
+        assert statuses == expect, (unit.name, out["measurements"])
+        assert out["relocated"] == []
+
+
+def test_relocation_patches_parameters_and_isolation_contains_a_crash(
+        on_fake: FakeCuda, recorded: Path) -> None:
+    out = run_isolated(recorded / "heat-0", [NativeVariant()], repeat=2, fixed=False)
+    assert out["measurements"][0].status.value == "OK" and out["relocated"] == [0, 1]
+    # gather reads pointers stored in device memory: relocated, they point nowhere
+    out = run_isolated(recorded / "gather-0", [NativeVariant(), NativeVariant()], fixed=False)
+    first, second = out["measurements"]
+    assert first.status.value == "RUNTIME_FAILED" and "SIGSEGV" in first.message
+    assert second.status.value == "RUNTIME_FAILED"
+
+
+def test_cli_record_inspect_replay(on_fake: FakeCuda, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    rec = tmp_path / "cli"
+    assert main(["record", "-o", str(rec), "--kernels", "*heat*", "--max-instances", "1",
+                 "--", *on_fake.command()]) == 0
+    assert "14 launch(es) of 5 kernel(s) seen" in capsys.readouterr().out
+    assert main(["inspect", str(rec)]) == 0
+    assert "heat-0" in capsys.readouterr().out
+    assert main(["replay", str(rec)]) == 0
+    assert "OK" in capsys.readouterr().out
+
+
+def test_nothing_launched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["record", "-o", str(tmp_path), "--", "/bin/true"]) == 0
+    assert "nothing was launched" in capsys.readouterr().out
+
+
+def test_bad_command(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        record_command(["no-such-program-here"], tmp_path)
