@@ -33,8 +33,8 @@ from ..backends.events import set_substituter
 from ..core import CompileOptions, KernelSource, KernforgeError, Param
 from .decide import Decider, first_line, label_of
 from .fastpath import Decision, Plan, Tuned
-from .launcher import prepare
 from .gate import refusal
+from .launcher import prepare
 from .match import COMPILE, EVIDENCE, INTERNAL, LAUNCH, VERIFY, Reason
 from .report import DeployReport, KernelCounts
 from .reverify import VERIFY_ENV, Unverifiable, reverify, verify_mode
