@@ -34,7 +34,7 @@ def recorded(fake: FakeCuda, tmp_path_factory: pytest.TempPathFactory) -> Path:
     mp = pytest.MonkeyPatch()
     mp.setenv("LD_LIBRARY_PATH", str(fake.libdir))
     try:
-        status, units, problems, _ = record_command(fake.command(), out, max_instances=2)
+        status, _, problems, _ = record_command(fake.command(), out, max_instances=2)
     finally:
         mp.undo()
     assert status == 0 and not problems
