@@ -54,6 +54,7 @@ def test_an_unknown_change_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "c").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_tpe_precompiles_the_rounds_first_batch(tmp_path: Path) -> None:
     from kernforge.forge.bo import first_batch
