@@ -16,6 +16,7 @@ from kernforge.core import Status
 def _result(substituted: int, *, deployed: bool = True) -> Any:
     e2e = SimpleNamespace(spec=Path("deploy.json"), identical=True, winners=[], plain_s=[2.0],
                           deployed_s=[1.0], speedup=2.0, ratios=[2.0], substituted=substituted,
+                          ci=(1.8, 2.2), plain_median_s=2.0, deployed_median_s=1.0,
                           direction="faster with the spec in every round")
     overhead = SimpleNamespace(per_launch_s=12.5e-6, issue_s=5.3e-6, backend="cuda", batches=7,
                                launches=500)
@@ -45,10 +46,13 @@ def test_demo_fails_when_no_launch_was_replaced(
     rc = demo_cmd.run(_args())
     out = capsys.readouterr().out
     if substituted:
-        assert rc == 0 and "end-to-end speedup 2.000x" in out
+        flat = " ".join(out.split())
+        assert rc == 0 and "end-to-end speedup of the application (200 steps) 2.000x [95% " \
+            "CI 1.800, 2.200] (median of 1 interleaved per-round ratios" in flat
+        assert "medians 2.000 s plain, 1.000 s with the spec" in flat
     else:
         assert rc == 1 and "replaced no launch" in out
-        assert "end-to-end speedup 2.000x" not in out
+        assert "end-to-end speedup of" not in out
 
 
 def test_demo_says_plainly_when_nothing_was_worth_deploying(
@@ -66,7 +70,7 @@ def test_demo_says_plainly_when_nothing_was_worth_deploying(
 def test_demo_says_when_the_confirmation_runs_left_every_winner_out(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     result = _result(0, deployed=False)
-    e2e = SimpleNamespace(speedup=0.95, ratios=[0.95] * 7, substituted=20)
+    e2e = SimpleNamespace(speedup=0.95, ratios=[0.95] * 7, substituted=20, ci=(0.93, 0.97))
     winner = SimpleNamespace(recording=SimpleNamespace(source=SimpleNamespace(
         entry="heat_stencil")))
     result.confirming, result.not_deployed = 1, []
@@ -75,8 +79,8 @@ def test_demo_says_when_the_confirmation_runs_left_every_winner_out(
     rc = demo_cmd.run(_args())
     out = " ".join(capsys.readouterr().out.split())
     assert rc == 0, out
-    assert ("heat_stencil alone in the application: 0.950x (median of 7 interleaved rounds, "
-            "20 launches replaced): left out") in out
+    assert ("heat_stencil alone in the application: 0.950x [95% CI 0.930, 0.970] (median of "
+            "7 interleaved per-round ratios, 20 launches replaced): left out") in out
     assert "the application was not faster with any winner alone" in out
     assert "no verified winner saves more per launch" not in out
 

@@ -11,8 +11,12 @@ from rich.table import Table
 
 from ..core import Status
 from ..core.fmt import fmt_time
+from ..deploy.gate import NOISE_BAND
+from ..harness import ABResult
 from ..pipeline.demo import DemoResult, run_demo
+from .checks import NON_NEGATIVE, POSITIVE, writable_dir
 from .output import console, fmt_error
+from .progress import line_progress
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,22 +33,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=None, help="run directory (default runs/demo-*)")
     p.add_argument("--backend", choices=("cpu", "cuda"), default=None,
                    help="default: cuda when a GPU is usable, else cpu")
-    p.add_argument("--n", type=int, default=None, help="grid points per axis")
-    p.add_argument("--steps", type=int, default=20, help="time steps (default 20)")
-    p.add_argument("--trials", type=int, default=12, help="tuning trials (default 12)")
-    p.add_argument("--repeat", type=int, default=7, help="timed runs per replay (default 7)")
-    p.add_argument("--iterations", type=int, default=12,
+    p.add_argument("--n", type=POSITIVE, default=None, help="grid points per axis")
+    p.add_argument("--steps", type=POSITIVE, default=20, help="time steps (default 20)")
+    p.add_argument("--trials", type=POSITIVE, default=12, help="tuning trials (default 12)")
+    p.add_argument("--repeat", type=POSITIVE, default=7, help="timed runs per replay (default 7)")
+    p.add_argument("--iterations", type=POSITIVE, default=12,
                    help="evolution iterations (default 12)")
-    p.add_argument("--inner-trials", type=int, default=None,
+    p.add_argument("--inner-trials", type=POSITIVE, default=None,
                    help="tuning trials per evolved candidate (default 4 on the CPU example, "
                         "10 on the CUDA one)")
-    p.add_argument("--e2e-steps", type=int, default=None, metavar="N",
+    p.add_argument("--e2e-steps", type=POSITIVE, default=None, metavar="N",
                    help="time steps of the end-to-end runs (default: 500 for the CUDA "
                         "example, --steps for the CPU one)")
-    p.add_argument("--confirm-rounds", type=int, default=7, metavar="N",
+    p.add_argument("--confirm-rounds", type=NON_NEGATIVE, default=7, metavar="N",
                    help="interleaved rounds of the application with each winner alone, to "
                         "keep only those it is faster with (default 7; 0 = skip)")
-    p.add_argument("--rounds", type=int, default=7,
+    p.add_argument("--rounds", type=POSITIVE, default=7,
                    help="interleaved end-to-end rounds, plain vs with the spec (default 7)")
     p.add_argument("--llm-url", default=None, metavar="URL",
                    help="an OpenAI-compatible endpoint for the LLM proposer "
@@ -60,13 +64,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with console.status("starting") as status:
+    writable_dir(args.out, "--out")
+    with console.status("starting") as status, line_progress(console) as lines:
+        def progress(msg: str) -> None:
+            status.update(escape(msg))
+            # off a terminal: a line per step ("tuning X (12 trials ...)"), the frequent
+            # "step: detail" updates only in the periodic lines
+            (lines.update if ": " in msg else lines.step)(msg)
+
         result = run_demo(args.out, backend=args.backend, n=args.n, steps=args.steps,
                           trials=args.trials, repeat=args.repeat, iterations=args.iterations,
                           inner_trials=args.inner_trials, rounds=args.rounds,
                           e2e_steps=args.e2e_steps, confirm_rounds=args.confirm_rounds,
                           llm_url=args.llm_url, llm_model=args.llm_model,
-                          evolve_config=args.evolve_config, progress=lambda s: status.update(escape(s)),
+                          evolve_config=args.evolve_config, progress=progress,
                           isolate=not args.in_process)
     t = Table(title=f"1. every recorded kernel of {result.app.script}, replayed and verified "
                     f"({result.app.backend} backend)")
@@ -82,11 +93,10 @@ def run(args: argparse.Namespace) -> int:
         base = tuned.study.baseline
         changed = {k: v for k, v in (best.config.items() if best else ())
                    if base is None or base.config.get(k) != v}
-        ci = f" (95% CI {tuned.ab.ci_low:.3f}-{tuned.ab.ci_high:.3f})" if tuned.ab else ""
-        console.print(f"2. tuned {tuned.recording.name}: {tuned.study.evaluations} verified "
-                      f"trials, recorded {fmt_time(tuned.baseline_s)} -> best "
-                      f"{fmt_time(tuned.best_s)}; interleaved speedup {tuned.speedup:.3f}x{ci}",
-                      markup=False)
+        hits = sum(1 for t in tuned.study.trials if t.cached)
+        console.print(f"2. tuned {tuned.recording.name}: {tuned.study.evaluations} "
+                      f"evaluations, each compiled, verified and timed ({hits} cache hits "
+                      f"not counted); {speedup_text(tuned.ab, tuned.speedup)}", markup=False)
         console.print("   best: " + (", ".join(f"{k}={v}" for k, v in changed.items())
                                       or "the recorded configuration"), markup=False)
         console.print(f"   history: {tuned.directory / 'history.png'}", markup=False)
@@ -113,17 +123,33 @@ def run(args: argparse.Namespace) -> int:
     return 1 if why else 0
 
 
+def speedup_text(ab: ABResult | None, speedup: float) -> str:
+    """The one way a speedup is printed: the interleaved median ratio, its interval, and the
+    medians of the same measurement."""
+    if ab is None:
+        return f"no interleaved measurement (the recorded configuration stayed best: {speedup:.3f}x)"
+    return (f"interleaved speedup {ab.speedup:.3f}x [95% CI {ab.ci_low:.3f}, {ab.ci_high:.3f}]"
+            f" (median of {ab.passes} per-pass ratios; medians {fmt_time(ab.median_a)} "
+            f"recorded, {fmt_time(ab.median_b)} tuned)")
+
+
 def _print_evolve_and_deploy(result: DemoResult) -> None:
+    if result.evolved:
+        console.print(f"4. evolved {len(result.evolved)} kernel(s), every candidate verified "
+                      f"on every recording and tuned:", markup=False)
     for ev in result.evolved:
         r, f = ev.report, ev.final
         best = f.best.id if f.best else "-"
-        console.print(f"4. evolved {ev.kernel}: {r.programs} programs, {r.evaluations} "
-                      f"evaluations ({r.evaluations_failed} rejected); best {best} "
-                      f"{f.status}, interleaved speedup {f.speedup:.3f}x",
-                      markup=False)
+        console.print(f"   {ev.kernel}: {r.programs} programs, {r.evaluations} evaluations "
+                      f"({r.evaluations_failed} rejected); best {best} {f.status}, "
+                      f"{speedup_text(f.ab, f.speedup)}", markup=False)
         console.print(f"   report: {r.files.get('report')}", markup=False)
     if not result.winners:
-        console.print("5. no verified speedup above 1 to deploy", markup=False)
+        console.print(f"5. no win to deploy (a win is verified, measured on an idle device, "
+                      f"and its interval's lower end is above 1 + the {NOISE_BAND:.0%} noise "
+                      f"band)", markup=False)
+        for n in result.not_deployed:
+            console.print(f"   not deployed: {n.reason}", markup=False)
         return
     _print_overhead(result)
     e = result.e2e
@@ -141,15 +167,15 @@ def _print_evolve_and_deploy(result: DemoResult) -> None:
         console.print(f"6. deployed {e.spec}, but no launch of the application was replaced: "
                       f"no end-to-end speedup to report ({verdict})", markup=False)
         return
-    won = ", ".join(f"{w.recording.source.entry} ({w.source}, {w.ab.speedup:.2f}x)"
+    won = ", ".join(f"{w.recording.source.entry} ({w.source}, {w.ab.speedup:.3f}x)"
                     for w in e.winners)
     length = f" ({result.e2e_steps} steps)" if result.e2e_steps else ""
-    console.print(f"6. deployed {won} ({e.spec}): application{length} "
-                  f"{fmt_time(min(e.plain_s))} plain -> {fmt_time(min(e.deployed_s))} with the "
-                  f"spec; end-to-end speedup {e.speedup:.3f}x (median of {len(e.ratios)} "
-                  f"interleaved rounds; {e.direction}), {e.substituted} launches replaced, "
-                  f"{verdict}",
-                  markup=False)
+    lo, hi = e.ci
+    console.print(f"6. deployed {won} ({e.spec}): end-to-end speedup of the application"
+                  f"{length} {e.speedup:.3f}x [95% CI {lo:.3f}, {hi:.3f}] (median of "
+                  f"{len(e.ratios)} interleaved per-round ratios; {e.direction}; medians "
+                  f"{fmt_time(e.plain_median_s)} plain, {fmt_time(e.deployed_median_s)} with "
+                  f"the spec), {e.substituted} launches replaced, {verdict}", markup=False)
 
 
 def _print_overhead(result: DemoResult) -> None:
@@ -167,8 +193,10 @@ def _print_overhead(result: DemoResult) -> None:
                       f"{table.issue_s * 1e6:.2f} us); a winner must save more than that per "
                       f"launch, or run longer than both together", markup=False)
     for c in result.confirmed:
+        lo, hi = c.e2e.ci
         console.print(f"   {c.winner.recording.source.entry} alone in the application: "
-                      f"{c.e2e.speedup:.3f}x (median of {len(c.e2e.ratios)} interleaved rounds, "
+                      f"{c.e2e.speedup:.3f}x [95% CI {lo:.3f}, {hi:.3f}] (median of "
+                      f"{len(c.e2e.ratios)} interleaved per-round ratios, "
                       f"{c.e2e.substituted} launches replaced): "
                       f"{'kept' if c.kept else 'left out'}", markup=False)
     for n in result.not_deployed:

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 from rich.markup import escape
 
+from ..core.jsonio import write_json_atomic
 from ..deploy import DeployReport, read_spec, use
 from ..pipeline.run_app import cupy_hooks_if_available, run_application
+from .checks import writable_file
 from .output import err_console
 
 
@@ -28,6 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--deploy", required=True, metavar="SPEC", help="the deployment spec")
     p.add_argument("--report", metavar="FILE", default=None,
                    help="also write the deployment report as JSON")
+    p.add_argument("--allow-unverifiable", action="store_true",
+                   help="deploy a tuned variant even when its first launch cannot be "
+                        "re-verified against the original kernel (e.g. aliased arguments); "
+                        "by default such a kernel runs the original")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="log only failures of tuned variants, not every kernel's outcome")
     p.add_argument("command", nargs=argparse.REMAINDER,
@@ -63,16 +68,18 @@ def print_report(report: DeployReport) -> None:
 
 def run(args: argparse.Namespace) -> int:
     spec = read_spec(args.deploy)  # an unusable spec is an error before the app starts
+    writable_file(args.report, "--report")
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     cuda = any(e.kernel.backend == "cuda" for e in spec.entries)
     hooks = cupy_hooks_if_available() if cuda else contextlib.nullcontext()
     with _deploy_log(args.quiet), hooks:
-        deployment = use(spec, cupy=False)  # the hooks, if any, are installed above
+        deployment = use(spec, cupy=False,  # the hooks, if any, are installed above
+                         verify="unverifiable" if args.allow_unverifiable else None)
         try:
             status = run_application(command)
         finally:
             report = deployment.stop()
     print_report(report)
     if args.report:
-        Path(args.report).write_text(json.dumps(report.to_json(), indent=2) + "\n")
+        write_json_atomic(Path(args.report), report.to_json())
     return status

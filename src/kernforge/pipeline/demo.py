@@ -30,6 +30,7 @@ from ..backends import get_backend
 from ..core import BackendUnavailableError, ConfigError, Measurement, Recording
 from ..core.jsonio import write_json_atomic
 from ..deploy import OverheadTable
+from ..deploy.gate import idle_of, refusal
 from ..evolve.controller import Progress
 from ..record import find_recordings, load_recording
 from ..replay import replay
@@ -145,18 +146,30 @@ def demo_evolve_config(iterations: int, inner_trials: int, repeat: int,
 
 
 def pick_winners(result: DemoResult) -> list[Winner]:
-    """Per kernel, the faster verified result of tuning and evolution (speedup above 1)."""
+    """Per kernel, the faster result of tuning and evolution that counts as a win
+    (:func:`kernforge.deploy.gate.refusal`: verified, measured on an idle device, interleaved
+    CI above 1 + the noise band); the others go to ``result.not_deployed`` with the reason."""
     best: dict[str, Winner] = {}
-    cands: list[Winner] = []
+    cands: list[tuple[Winner, str | None]] = []
     t = result.tuned
-    if t is not None and t.ab is not None and t.speedup > 1.0:
-        cands.append(Winner("tune", t.recording, t.best_variant, t.ab))
+    if t is not None and t.ab is not None and t.validation is not None:
+        idle = t.validation.idle
+        cands.append((Winner("tune", t.recording, t.best_variant, t.ab), refusal(
+            verified=t.validation.accepted, idle=idle.idle if idle else None,
+            utilisation=idle.utilisation if idle else None, speedup=t.speedup,
+            ci=(t.ab.ci_low, t.ab.ci_high))))
     for ev in result.evolved:
-        if ev.final.ab is not None and ev.final.variant is not None and ev.final.speedup > 1.0:
-            cands.append(Winner("evolve", ev.target.primary, ev.final.variant, ev.final.ab))
-    for w in cands:
+        f = ev.final
+        if f.ab is not None and f.variant is not None:
+            idle_flag, util = idle_of(f.validation)
+            cands.append((Winner("evolve", ev.target.primary, f.variant, f.ab), refusal(
+                verified=f.status == "OK", idle=idle_flag, utilisation=util,
+                speedup=f.speedup, ci=(f.ab.ci_low, f.ab.ci_high))))
+    for w, why in cands:
         k = w.recording.source.entry
-        if k not in best or w.ab.speedup > best[k].ab.speedup:
+        if why is not None:
+            result.not_deployed.append(NotDeployed(w, f"{k} ({w.source}): {why}"))
+        elif k not in best or w.ab.speedup > best[k].ab.speedup:
             best[k] = w
     return list(best.values())
 
@@ -202,8 +215,7 @@ def _run_demo(out: Path | None = None, *, backend: str | None = None, n: int | N
     progress(f"tuning {hot.name} ({trials} trials, every one verified)")
     result.tuned = tune_recording(hot, run_dir / "tune", preset="quick",
                                   budget=Budget(trials=trials), repeat=repeat,
-                                  on_trial=lambda t: progress(
-                                      f"tuning {hot.name}: trial {t.number} {t.status.value}"),
+                                  on_trial=_trial_reporter(hot.name, trials, progress),
                                   isolate=iso)
     target = next((rec for rec, _ in result.baseline if rec.source.entry == app.wrong_kernel),
                   hot)
@@ -234,6 +246,18 @@ def _run_demo(out: Path | None = None, *, backend: str | None = None, n: int | N
     return result
 
 
+def _trial_reporter(name: str, trials: int, progress: Callable[[str], None]
+                    ) -> Callable[[Any], None]:
+    """Progress of the tuning in evaluations (the budget counts them), cache hits apart."""
+    seen = [0, 0]
+
+    def report(t: Any) -> None:
+        seen[0 if t.evaluated else 1] += t.evaluated or t.cached
+        progress(f"tuning {name}: {seen[0]}/{trials} evaluations, {seen[1]} cache hits")
+
+    return report
+
+
 def _worth_deploying(result: DemoResult, progress: Callable[[str], None]) -> list[Winner]:
     """The winners worth deploying on the app's backend (:mod:`kernforge.deploy.worth`: saving
     per launch above what a replaced launch costs the host, measured now outside any recording,
@@ -247,7 +271,8 @@ def _worth_deploying(result: DemoResult, progress: Callable[[str], None]) -> lis
         return list(result.winners)
     # a CPU launch runs the kernel on the host: nothing overlaps its overhead
     issue = result.overhead.issue_s if result.app.backend == "cuda" else None
-    deployed, result.not_deployed = worth(result.winners, result.overhead.per_launch_s, issue)
+    deployed, dropped = worth(result.winners, result.overhead.per_launch_s, issue)
+    result.not_deployed += dropped
     return deployed
 
 

@@ -25,7 +25,9 @@ from ..deploy import (
     worth_deploying,
     write_spec,
 )
+from ..deploy.gate import refusal
 from ..harness import ABResult
+from ..harness.stats import bootstrap_ci
 from .run_app import cupy_hooks_if_available, run_application
 
 # "checksum c22b..." (examples/heat3d_cpu.py) and "checksum=c22b..." (examples/heat3d_cupy.py)
@@ -58,6 +60,19 @@ class EndToEnd:
         return statistics.median(self.ratios) if self.ratios else 1.0
 
     @property
+    def ci(self) -> tuple[float, float]:
+        """95% bootstrap interval of the median per-round ratio."""
+        return bootstrap_ci(self.ratios) if self.ratios else (1.0, 1.0)
+
+    @property
+    def plain_median_s(self) -> float:
+        return statistics.median(self.plain_s) if self.plain_s else 0.0
+
+    @property
+    def deployed_median_s(self) -> float:
+        return statistics.median(self.deployed_s) if self.deployed_s else 0.0
+
+    @property
     def direction(self) -> str:
         """How the rounds agree: all faster with the spec, all slower, or mixed."""
         if self.ratios and min(self.ratios) > 1.0:
@@ -84,7 +99,7 @@ def entry_of(w: Winner) -> DeployEntry:
     """The deployment entry of a winner (its A/B medians as the evidence)."""
     return entry_from_recording(w.recording, w.variant, baseline_s=w.ab.median_a,
                                 tuned_s=w.ab.median_b, speedup=w.ab.speedup,
-                                speedup_ci=(w.ab.ci_low, w.ab.ci_high))
+                                speedup_ci=(w.ab.ci_low, w.ab.ci_high), verified=True)
 
 
 def deploy_overhead(backend: str, *, launches: int = 500, batches: int = 7
@@ -168,8 +183,9 @@ def confirm_each(command: Sequence[str], winners: Sequence[Winner], run_dir: Pat
                  rounds: int = 5, progress: Callable[[str], None] = lambda s: None
                  ) -> tuple[list[Confirmed], list[NotDeployed]]:
     """Each winner deployed alone in the application (``rounds`` interleaved rounds, its own
-    spec under ``run_dir/confirm``): kept when the application is faster with it (median of
-    the per-round ratios above 1), launches were replaced and the outputs are identical.
+    spec under ``run_dir/confirm``): kept when the application is significantly faster with
+    it (the 95% interval of the median per-round ratio above 1 + the noise band of
+    :mod:`kernforge.deploy.gate`), launches were replaced and the outputs are identical.
 
     A kernel faster in replay is not always faster in the application: replay times a launch
     with a cold L2 and no neighbours, and a replaced launch costs the host time. These runs
@@ -188,12 +204,13 @@ def confirm_each(command: Sequence[str], winners: Sequence[Winner], run_dir: Pat
             dropped.append(NotDeployed(w, f"{name}: the application failed with it alone "
                                           f"({why}): not deployed"))
             continue
-        kept = e.speedup > 1.0 and e.substituted > 0 and e.identical
+        slow = refusal(verified=True, idle=None, speedup=e.speedup, ci=e.ci)
+        kept = slow is None and e.substituted > 0 and e.identical
         checked.append(Confirmed(w, e, kept))
         if not kept:
             why = ("outputs differ" if not e.identical else "no launch replaced"
-                   if e.substituted < 1 else f"the application ran {e.speedup:.3f}x with it "
-                   f"alone (median of {len(e.ratios)} interleaved rounds)")
+                   if e.substituted < 1 else f"in the application alone, {slow} (median of "
+                   f"{len(e.ratios)} interleaved rounds)")
             dropped.append(NotDeployed(w, f"{name}: {why}: not deployed"))
     return checked, dropped
 

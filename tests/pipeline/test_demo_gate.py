@@ -1,0 +1,60 @@
+"""The demo keeps only wins that count (issue 32, item 1): verified, measured on an idle
+device, the interleaved interval above 1 + the noise band; the others are listed with why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from kernforge.backends import Kernel
+from kernforge.harness import ABResult
+from kernforge.harness.provenance import IdleCheck
+from kernforge.pipeline.demo import pick_winners
+from kernforge.record import load_recording, record
+
+
+def _tuned(tmp: Path, *, idle: bool, ratios: tuple[float, ...], ci: tuple[float, float],
+           accepted: bool = True) -> SimpleNamespace:
+    k = Kernel("void inc(double *x, int n) { for (int i = 0; i < n; i++) x[i] += 1.0; }",
+               "inc", backend="cpu")
+    with record(tmp) as rec:
+        k(np.zeros(4), 4)
+    r = load_recording(rec.paths[0])
+    ab = ABResult(ratios=ratios, samples_a=((2e-3,),) * len(ratios),
+                  samples_b=((1e-3,),) * len(ratios), first=("a",) * len(ratios),
+                  ci_low=ci[0], ci_high=ci[1])
+    validation = SimpleNamespace(accepted=accepted,
+                                 idle=IdleCheck(idle, 0.1 if idle else 1.0, "test"))
+    return SimpleNamespace(ab=ab, validation=validation, recording=r,
+                           best_variant=r.variant.with_(options={"opt_level": "O3"}),
+                           speedup=ab.speedup)
+
+
+def _result(tuned: SimpleNamespace) -> SimpleNamespace:
+    return SimpleNamespace(tuned=tuned, evolved=[], not_deployed=[])
+
+
+def test_a_win_measured_while_busy_is_not_kept(tmp_path: Path) -> None:
+    res = _result(_tuned(tmp_path / "a", idle=False, ratios=(31.7,) * 7, ci=(9.16, 36.98)))
+    assert pick_winners(res) == []  # type: ignore[arg-type]
+    (why,) = res.not_deployed
+    assert "inc (tune): measured while the device was busy (100% busy)" in why.reason
+
+
+def test_noise_and_an_interval_including_1_are_not_kept(tmp_path: Path) -> None:
+    for ratios, ci in (((1.001,) * 7, (0.998, 1.004)), ((2.55,) * 7, (0.99, 5.34)),
+                       ((1.015,) * 7, (1.01, 1.02))):
+        res = _result(_tuned(tmp_path / str(ci), idle=True, ratios=ratios, ci=ci))
+        assert pick_winners(res) == [], ci  # type: ignore[arg-type]
+        assert "not significant" in res.not_deployed[0].reason
+
+
+def test_a_significant_idle_verified_win_is_kept(tmp_path: Path) -> None:
+    res = _result(_tuned(tmp_path / "a", idle=True, ratios=(1.5,) * 7, ci=(1.4, 1.6)))
+    (w,) = pick_winners(res)  # type: ignore[arg-type]
+    assert w.source == "tune" and res.not_deployed == []
+    rejected = _result(_tuned(tmp_path / "b", idle=True, ratios=(1.5,) * 7, ci=(1.4, 1.6),
+                              accepted=False))
+    assert pick_winners(rejected) == []  # type: ignore[arg-type]
