@@ -14,6 +14,9 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
+from ..core import ConfigError
+from ..stencil.matrix import read_table, table_entries
+
 
 def rows(table: dict, log: list[dict]) -> list[dict]:
     naive: dict[str, float] = {}
@@ -38,9 +41,10 @@ def markdown(rs: list[dict]) -> str:
              "|---|---|---|---:|---:|---:|---:|"]
     for r in rs:
         p = ", ".join(f"{k}={v}" for k, v in sorted(r["params"].items()) if k != "steps")
+        naive = f"{r['naive_s'] * 1e3:.3f}" if r["naive_s"] else "-"  # not timed in this log
+        speedup = f"{r['speedup']:.2f}x" if r["speedup"] else "-"
         lines.append(f"| {r['cell']} | {r['design']} | {p} | {r['seconds'] * 1e3:.3f} | "
-                     f"{(r['naive_s'] or 0) * 1e3:.3f} | {r['speedup']:.2f}x | "
-                     f"{r['error']:.1e} |")
+                     f"{naive} | {speedup} | {r['error']:.1e} |")
     by: dict[str, list[float]] = defaultdict(list)
     for r in rs:
         if r["speedup"]:
@@ -84,8 +88,15 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print (and write) the summary of one forge run."""
-    table = json.loads(args.table.read_text())["cells"]
-    log = [json.loads(x) for x in args.log.read_text().splitlines() if x.strip()]
+    for path in (args.table, args.log):
+        if not path.is_file():
+            raise ConfigError(f"no file at {path}", hint="the matrix.json and perf-log.jsonl "
+                              "a forge run wrote into its --out directory")
+    table = table_entries(read_table(args.table))  # provisional entries resolved
+    try:
+        log = [json.loads(x) for x in args.log.read_text().splitlines() if x.strip()]
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{args.log}: {exc}", hint="a forge run's perf-log.jsonl") from None
     rs = rows(table, log)
     text = markdown(rs)
     print(text)
