@@ -33,7 +33,7 @@ def add_parsers(cmds: argparse._SubParsersAction) -> None:
     for name, (_, help_text) in TOOLS.items():
         mod = _module(name)
         p = cmds.add_parser(name, help=help_text,
-                            description=(mod.__doc__ or help_text).split("\n\n")[0],
+                            description=mod.__doc__ or help_text,  # the whole docstring
                             formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(p)
         p.set_defaults(func=mod.run)
