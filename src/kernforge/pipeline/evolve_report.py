@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..evolve.store import Store
 from ..evolve.types import Program
-from ..harness.plots import best_so_far_png
+from ..harness.plots import evolution_png
 
 if TYPE_CHECKING:
     from .evolve_final import Final
@@ -56,29 +56,32 @@ def lineage(programs: dict[str, Program], best_id: str | None) -> list[dict[str,
     return out
 
 
-def _timings(store: Store) -> tuple[int, int, float, float, list[tuple[float, float | None]]]:
-    """(evaluations, failed, compile seconds, evaluation seconds, [(finished, fitness)])."""
-    rows = store.conn.execute("SELECT started, finished, extra, fitness, passed_all "
-                              "FROM evaluations ORDER BY finished").fetchall()
+def _timings(store: Store) -> tuple[int, int, float, float,
+                                    list[tuple[float, float | None, int]]]:
+    """(evaluations, failed, compile seconds, evaluation seconds, [(finished, fitness or None
+    when rejected, island)])."""
+    rows = store.conn.execute(
+        "SELECT e.started, e.finished, e.extra, e.fitness, e.passed_all, "
+        "COALESCE(i.island, p.island, 0) FROM evaluations e "
+        "LEFT JOIN iterations i ON i.iteration = e.iteration "
+        "LEFT JOIN programs p ON p.id = e.program_id ORDER BY e.finished").fetchall()
     compile_s = eval_s = 0.0
-    points: list[tuple[float, float | None]] = []
+    points: list[tuple[float, float | None, int]] = []
     failed = 0
-    for started, finished, extra, fitness, passed in rows:
+    for started, finished, extra, fitness, passed, island in rows:
         e = json.loads(extra)
         compile_s += float(e.get("compile_s", 0.0))
         eval_s += float(e.get("eval_s", (finished - started) if started else 0.0))
         failed += not passed
-        points.append((finished, fitness if passed else None))
+        points.append((finished, fitness if passed else None, int(island)))
     return len(rows), failed, compile_s, eval_s, points
 
 
-def plot_best_so_far(points: list[tuple[float, float | None]], t0: float, path: Path,
-                     title: str) -> Path:
-    return best_so_far_png(
-        path, [(t - t0, f * 1e6) for t, f in points if f is not None],
-        [t - t0 for t, f in points if f is None], ok_label="verified candidate (tuned)",
-        bad_label="rejected (compile, wrong result, ...)",
-        xlabel="seconds since the run started", ylabel="best verified time (us)", title=title)
+def plot_best_so_far(points: list[tuple[float, float | None, int]], t0: float, path: Path,
+                     title: str, seed_s: float | None = None) -> Path:
+    """Every evaluated program over wall time, per island, and the best so far."""
+    return evolution_png(path, [(t - t0, f, i) for t, f, i in points], seed_s=seed_s,
+                         title=title)
 
 
 def build_report(store: Store, kernel: str, final: Final) -> tuple[Report, list[Any]]:
@@ -124,8 +127,14 @@ def _markdown(r: Report, final: Final) -> str:
 
 def write_report(store: Store, run_dir: Path, kernel: str, final: Final) -> Report:
     rep, (points, t0) = build_report(store, kernel, final)
+    ab = final.ab
+    figure = (f"interleaved speedup {ab.speedup:.3f}x [95% CI {ab.ci_low:.3f}, "
+              f"{ab.ci_high:.3f}] over the recorded kernel" if ab is not None
+              else f"{final.status}: no interleaved measurement")
+    seeds = [p for p in store.programs() if p.parent_id is None and p.fitness]
     png = plot_best_so_far(points, t0, run_dir / "best_so_far.png",
-                           f"{kernel}: best verified time, speedup {rep.speedup:.3f}x")
+                           f"evolution of {kernel}: {rep.evaluations} evaluated programs\n"
+                           f"{figure}", seed_s=seeds[0].fitness if seeds else None)
     rep.files = {"report": str(run_dir / "report.md"), "png": str(png),
                  "store": str(run_dir / "evolve.db"),
                  "result": str(final.result_json) if final.result_json else ""}

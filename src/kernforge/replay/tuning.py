@@ -26,7 +26,7 @@ from ..backends import Backend, get_backend
 from ..core import ConfigError, KernforgeError, Measurement, Recording, Status, Variant
 from ..core.jsonio import sign, write_json_atomic
 from ..harness import ABResult
-from ..harness.plots import best_so_far_png
+from ..harness.plots import tuning_png
 from ..tune import Budget, Dimension, ProductAtMost, SearchSpace, TrialRecord, TuneResult, tune
 from .engine import evaluate_variant
 from .isolate import Isolation
@@ -194,17 +194,28 @@ def write_result(o: TuningOutcome, *, sampler: str, preset: str) -> Path:
     return path
 
 
+def history_points(study: TuneResult) -> tuple[list[tuple[int, float | None]], int]:
+    """(evaluation number, median or None when it failed) per evaluation, and the number of
+    cache hits (trials answered without an evaluation)."""
+    evaluated = [t for t in study.trials if t.evaluated]
+    return ([(i, t.median if t.ok and t.median is not None else None)
+             for i, t in enumerate(evaluated, 1)], sum(1 for t in study.trials if t.cached))
+
+
 def plot_history(o: TuningOutcome, path: Path, *, sampler: str) -> Path:
-    trials = [t for t in o.study.trials if t.evaluated or t.cached]
-
-    def baseline(ax: Any) -> None:
-        if o.baseline_s:
-            ax.axhline(o.baseline_s * 1e3, ls="--", color="#888", label="recorded configuration")
-
-    return best_so_far_png(
-        path, [(t.number, t.median * 1e3) for t in trials if t.ok and t.median is not None],
-        [t.number for t in trials if not t.ok], ok_label="verified trial",
-        bad_label="failed (compile, launch or wrong result)", xlabel="trial",
-        ylabel="median replay time (ms)",
-        title=f"{o.recording.name}: {sampler}, speedup {o.speedup:.3f}x (interleaved) on "
-              f"{o.recording.identity.get('device', '?')}", extra=baseline)
+    """history.png: one point per evaluation in order (cache hits are not evaluations: not
+    drawn, counted in the caption), the best so far, the recorded configuration at its
+    measured median; the title states the interleaved figure."""
+    points, hits = history_points(o.study)
+    if o.ab is not None:
+        figure = (f"interleaved speedup {o.speedup:.3f}x [95% CI {o.ab.ci_low:.3f}, "
+                  f"{o.ab.ci_high:.3f}], best vs recorded")
+    else:
+        figure = "the recorded configuration stayed the best"
+    idle = o.validation.idle if o.validation is not None else None
+    if idle is not None and idle.idle is False:
+        figure += (f"; measured while the device was busy ({idle.utilisation or 1.0:.0%}): "
+                   f"not a win")
+    device = o.recording.identity.get("device", "?")
+    return tuning_png(path, points, recorded_s=o.baseline_s, cache_hits=hits,
+                      title=f"{o.recording.name} ({sampler}, {device}):\n{figure}")
