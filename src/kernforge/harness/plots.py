@@ -94,16 +94,20 @@ def tuning_png(path: Path, evaluations: Sequence[tuple[int, float | None]], *,
 def evolution_png(path: Path, points: Sequence[tuple[float, float | None, int]], *,
                   seed_s: float | None, title: str) -> Path:
     """Every evaluated program: (seconds since the start, fitness seconds or None when it was
-    rejected, island), coloured by island; the best so far over all islands as a line; the
-    seed program as a dashed line at its fitness."""
+    rejected, island), coloured by island; the best so far over all islands as a line from
+    the first verified program to the end of the run; the seed program as a dashed line at
+    its fitness."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.5, 3.8))
-    ok = [(t, f * 1e6) for t, f, _ in points if f is not None]
+    fits = [f for _, f, _ in points if f is not None] + ([seed_s] if seed_s else [])
+    scale, unit = (1e3, "ms") if fits and max(fits) >= 1e-3 else (1e6, "us")
+    ok = [(t, f * scale) for t, f, _ in points if f is not None]
     ys = [y for _, y in ok]
     top = max(ys) if ys else 1.0
+    end = max([t for t, _, _ in points] or [1.0]) * 1.05 + 0.5
     for island in sorted({i for _, _, i in points}):
         color = ISLAND_COLORS[island % len(ISLAND_COLORS)]
-        good = [(t, f * 1e6) for t, f, i in points if i == island and f is not None]
+        good = [(t, f * scale) for t, f, i in points if i == island and f is not None]
         bad = [t for t, f, i in points if i == island and f is None]
         if good:
             ax.scatter(*zip(*good, strict=True), s=18, color=color, zorder=3,
@@ -113,11 +117,12 @@ def evolution_png(path: Path, points: Sequence[tuple[float, float | None, int]],
                        label=f"island {island}: rejected ({len(bad)}, drawn at the top)")
     if ok:
         best = _running_min(ok)
-        best.append((max(t for t, _, _ in points), best[-1][1]))
+        best.append((end, best[-1][1]))
         ax.step(*zip(*best, strict=True), where="post", color="#dd8452", lw=2,
                 label="best so far", zorder=2)
     if seed_s:
-        ax.axhline(seed_s * 1e6, ls="--", color="#555", lw=1.2,
-                   label=f"seed (the recorded kernel, {seed_s * 1e6:.3g} us)")
+        ax.axhline(seed_s * scale, ls="--", color="#555", lw=1.2,
+                   label=f"seed: the recorded kernel ({seed_s * scale:.4g} {unit})")
+    ax.set_xlim(0, end)
     return _finish(fig, ax, path, title, "seconds since the run started",
-                   "fitness: tuned median time (us)", ys)
+                   f"fitness: tuned median time ({unit})", ys)
