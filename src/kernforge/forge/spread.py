@@ -118,7 +118,7 @@ def chart(doc: dict[str, Any], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     cells = doc["cells"]
-    fig, ax = plt.subplots(figsize=(max(8.0, 0.22 * len(cells) + 2), 4.8))
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.34 * len(cells) + 2), 5.4))  # a label per cell, readable
     xs = range(len(cells))
     ax.vlines(xs, [c["low"] for c in cells], [c["high"] for c in cells], color="tab:blue", lw=2)
     ax.plot(xs, [c["median"] for c in cells], "o", ms=3, color="tab:blue",
@@ -128,7 +128,7 @@ def chart(doc: dict[str, Any], path: Path) -> Path:
     ax.axhspan(lo, hi, color="tab:orange", alpha=0.25,
                label=f"the runs' medians {lo:.1f}-{hi:.1f}%")
     ax.set_xticks(list(xs))
-    ax.set_xticklabels([c["cell"].replace("/", " ") for c in cells], rotation=90, fontsize=6)
+    ax.set_xticklabels([c["cell"].replace("/", " ") for c in cells], rotation=90, fontsize=8)
     ax.set_ylabel("% of copy bandwidth")
     ax.set_title(f"{len(doc['runs'])} runs of the same {len(cells)} memory-bound cells")
     ax.legend(fontsize=7, loc="lower right")
