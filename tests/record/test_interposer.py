@@ -134,3 +134,33 @@ def test_nothing_launched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 def test_bad_command(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not found"):
         record_command(["no-such-program-here"], tmp_path)
+
+
+def _spec(fake: FakeCuda, recorded: Path, path: Path) -> Path:
+    from kernforge.deploy import native as nd
+    rec = read_native(recorded / "heat-0")
+    image = fake.image(tuned=True)
+    e = nd.entry(rec, {"block": [64, 1, 1], "carveout": 0}, "tuned.bin", image,
+                 {"speedup": 1.5, "ci": [1.4, 1.6]})
+    return nd.write_spec(path, [e], {"tuned.bin": image})
+
+
+def test_deploy_replaces_matching_launches_in_the_unchanged_program(
+        on_fake: FakeCuda, recorded: Path, tmp_path: Path,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    spec = _spec(on_fake, recorded, tmp_path / "spec.json")
+    assert main(["run", "--deploy", str(spec), "--", *on_fake.command()]) == 0
+    out = capfd.readouterr()
+    assert out.out == _plain(on_fake)  # the program's own output is unchanged
+    assert "10 launch(es) ran a tuned configuration" in out.err
+    # another problem size: the key (non-pointer parameter bytes) differs, nothing replaced
+    assert main(["run", "--deploy", str(spec), "--", *on_fake.command(10, 500)]) == 0
+    err = capfd.readouterr().err
+    assert "0 launch(es) ran a tuned configuration; 10 launch(es)" in err
+
+
+def test_deploy_refuses_an_altered_spec(on_fake: FakeCuda, recorded: Path,
+                                        tmp_path: Path) -> None:
+    spec = _spec(on_fake, recorded, tmp_path / "spec.json")
+    spec.write_text(spec.read_text().replace('"carveout": 0', '"carveout": 100'))
+    assert main(["run", "--deploy", str(spec), "--", *on_fake.command()]) == 2

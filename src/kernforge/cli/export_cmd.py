@@ -18,6 +18,7 @@ from ..core.jsonio import signature_ok
 from ..deploy import DeployEntry, entry_from_recording, write_spec
 from ..deploy.gate import NOISE_BAND, idle_of, refusal
 from ..record import load_recording
+from . import native_deploy_cmd
 from .checks import float_range, writable_file
 from .output import console, err_console
 
@@ -195,6 +196,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{run_dir}: no such run directory",
                           hint="give the directory of a tuning run")
     writable_file(args.out, "-o/--out")
+    if (run_dir / native_deploy_cmd.RESULT).is_file():  # a run of native units
+        return native_deploy_cmd.export(run_dir, Path(args.out) if args.out
+                                        else run_dir / "deploy.json", args.noise_band)
     exported, skipped = collect(run_dir, args.min_speedup, args.noise_band)
     for line in skipped:
         err_console.print(f"skipped {escape(line)}", soft_wrap=True)

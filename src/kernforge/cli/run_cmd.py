@@ -13,6 +13,7 @@ from rich.markup import escape
 from ..core.jsonio import write_json_atomic
 from ..deploy import DeployReport, read_spec, use
 from ..pipeline.run_app import cupy_hooks_if_available, run_application
+from . import native_deploy_cmd
 from .checks import writable_file
 from .output import err_console
 
@@ -67,6 +68,9 @@ def print_report(report: DeployReport) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if native_deploy_cmd.spec_is_native(args.deploy):  # any program, through the interposer
+        command = args.command[1:] if args.command[:1] == ["--"] else args.command
+        return native_deploy_cmd.deploy(Path(args.deploy), command)
     spec = read_spec(args.deploy)  # an unusable spec is an error before the app starts
     writable_file(args.report, "--report")
     command = args.command[1:] if args.command[:1] == ["--"] else args.command

@@ -20,6 +20,8 @@ from ..replay.tuning import TuningOutcome, tune_recording
 from ..tune import Budget
 from .checks import POSITIVE, float_range, load_units, writable_dir
 from .isolation import add_isolation_args, isolation
+from .native_cmd import load_native_units
+from .native_deploy_cmd import tune_units as tune_native_units
 from .output import console
 from .progress import line_progress
 from .replay_cmd import tolerance_overrides
@@ -84,9 +86,15 @@ def run(args: argparse.Namespace) -> int:
     budget = Budget(trials=args.trials, seconds=args.seconds, patience=args.patience)
     tolerance = tolerance_overrides(args.tolerance)
     recs = load_units(args.path, args.kernels)
-    if not recs:
+    native = load_native_units(args.path, args.kernels)
+    if not recs and not native:
         raise ConfigError(f"no recorded units to tune under {args.path}",
                           hint="check the path and --kernels")
+    if native:  # no source: geometry, carveout and JIT options, every candidate evaluated
+        with directory_lock(out, "tuning run directory"):
+            tune_native_units(native, Path(out), repeat=args.repeat, passes=7)
+        if not recs:
+            return 0
     with directory_lock(out, "tuning run directory"), isolation(args) as iso:
         outcomes = _tune_all(args, recs, out, user, budget, tolerance, iso)
     _summary(out, outcomes)

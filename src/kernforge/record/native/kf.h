@@ -51,6 +51,7 @@ typedef struct {
   CUresult (*cuEventSynchronize)(void *);
   CUresult (*cuEventElapsedTime)(float *, void *, void *);
   CUresult (*cuEventDestroy)(void *);
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
 } kf_driver_t;
 extern kf_driver_t kf_drv;
 void *kf_real_dlsym(void *handle, const char *name);

@@ -2,9 +2,10 @@
  *
  * KERNFORGE_DEPLOY names a text file written by kernforge (deploy/native.py), one entry a line,
  * fields separated by tabs:
- *   name  grid  block  shmem  key  image  entry  jit  new_grid  new_block  new_shmem
- * grid/block are "x,y,z"; key is the hex of the launch's parameter bytes with the pointer
- * parameters zeroed ("*" = any); image a file path; jit "id=value,..." (CUjit_option ids).
+ *   name  grid  block  shmem  key  image  entry  jit  new_grid  new_block  new_shmem  carveout
+ * grid/block are "x,y,z"; key is the hex of the launch's parameter bytes, "xx" for bytes not
+ * compared (pointers), or "*" for any; image a file path; jit "id=value,..." (CUjit_option
+ * ids) or "-"; carveout a percentage, or -1 to leave it.
  * A launch of `name` with the same geometry and key runs `entry` of `image` (loaded once per
  * context with those JIT options) with the new geometry and the same parameters. Counts go to
  * KERNFORGE_DEPLOY_LOG (JSON) at exit.
@@ -21,7 +22,7 @@ typedef struct {
   unsigned grid[3], block[3], shmem, ngrid[3], nblock[3], nshmem;
   uint8_t *key, *mask;
   size_t keylen;
-  int any_key, njit;
+  int any_key, njit, carveout;
   CUjit_option jit[8];
   long jitv[8];
   CUcontext ctx[MAX_CTX];
@@ -54,12 +55,12 @@ static int parse_key(entry_t *e, const char *hex) {
 }
 
 static int parse_line(char *line, entry_t *e) {
-  char *f[11];
+  char *f[12];
   int n = 0;
-  for (char *save = NULL, *t = strtok_r(line, "\t\n", &save); t && n < 11;
+  for (char *save = NULL, *t = strtok_r(line, "\t\n", &save); t && n < 12;
        t = strtok_r(NULL, "\t\n", &save))
     f[n++] = t;
-  if (n != 11) return -1;
+  if (n != 12) return -1;
   memset(e, 0, sizeof *e);
   snprintf(e->name, sizeof e->name, "%s", f[0]);
   snprintf(e->image, sizeof e->image, "%s", f[5]);
@@ -69,9 +70,11 @@ static int parse_line(char *line, entry_t *e) {
     return -1;
   e->shmem = (unsigned)strtoul(f[3], NULL, 10);
   e->nshmem = (unsigned)strtoul(f[10], NULL, 10);
-  for (char *save = NULL, *t = strtok_r(strcmp(f[7], "-") ? f[7] : NULL, ",", &save);
-       t && e->njit < 8; t = strtok_r(NULL, ",", &save))
-    if (sscanf(t, "%d=%ld", &e->jit[e->njit], &e->jitv[e->njit]) == 2) e->njit++;
+  e->carveout = (int)strtol(f[11], NULL, 10);
+  if (strcmp(f[7], "-"))
+    for (char *save = NULL, *t = strtok_r(f[7], ",", &save); t && e->njit < 8;
+         t = strtok_r(NULL, ",", &save))
+      if (sscanf(t, "%d=%ld", &e->jit[e->njit], &e->jitv[e->njit]) == 2) e->njit++;
   return 0;
 }
 
@@ -131,6 +134,8 @@ static CUfunction function_for(entry_t *e) {
   }
   free(buf);
   fclose(fp);
+  if (f && e->carveout >= 0 && kf_drv.cuFuncSetAttribute)
+    kf_drv.cuFuncSetAttribute(f, 9, e->carveout); /* PREFERRED_SHARED_MEMORY_CARVEOUT */
   for (int i = 0; f && i < MAX_CTX; i++)
     if (!e->fn[i]) { e->ctx[i] = c, e->fn[i] = f; break; }
   return f;

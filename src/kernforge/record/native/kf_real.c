@@ -64,6 +64,7 @@ static void resolve(void) {
   R(cuEventSynchronize, "cuEventSynchronize");
   R(cuEventElapsedTime, "cuEventElapsedTime");
   R(cuEventDestroy, "cuEventDestroy_v2");
+  R(cuFuncSetAttribute, "cuFuncSetAttribute");
 #undef R
 }
 

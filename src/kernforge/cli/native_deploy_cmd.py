@@ -1,0 +1,132 @@
+"""Native units in ``kernforge tune``, ``kernforge export`` and ``kernforge run --deploy``."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from ..core import ConfigError
+from ..core.fmt import fmt_time
+from ..core.jsonio import parse_json, sign, signature_ok, write_json_atomic
+from ..core.native import NativeRecording
+from ..deploy import native as nd
+from ..deploy.gate import NOISE_BAND, refusal
+from ..record import interposer
+from ..record.native_format import read_native
+from ..replay.native_tune import NativeTuning, tune_native
+from .output import console, err_console
+
+RESULT = "native.json"
+RESULT_FORMAT = "kernforge-native-tune"
+
+
+def tune_units(recs: Sequence[NativeRecording], out: Path, *, repeat: int, passes: int,
+               band: float = NOISE_BAND) -> list[NativeTuning]:
+    """Tune every native unit; write the signed results to OUT/native.json."""
+    out.mkdir(parents=True, exist_ok=True)
+    done: list[NativeTuning] = []
+
+    def refuse(speedup: float, ci: tuple[float, float]) -> str | None:
+        return refusal(verified=True, idle=None, speedup=speedup, ci=ci, band=band)
+
+    for i, rec in enumerate(recs, 1):
+        console.print(f"{i}/{len(recs)} tuning native {rec.path.name} ({rec.name[:60]})",
+                      markup=False)
+        t = tune_native(rec.path, rec, repeat=repeat, passes=passes, refuse=refuse,
+                        progress=lambda k, n: console.print(f"  {k}/{n} configurations "
+                                                            "evaluated", markup=False))
+        done.append(t)
+        write_json_atomic(out / RESULT, sign({"format": RESULT_FORMAT, "version": 1,
+                                              "noise_band": band,
+                                              "units": [x.to_json() for x in done]}))
+    _table(done, out)
+    return done
+
+
+def _table(done: Sequence[NativeTuning], out: Path) -> None:
+    table = Table(title=f"native tuning ({out / RESULT})")
+    for col in ("unit", "kernel", "tried", "verified", "best", "recorded", "tuned",
+                "speedup [95% CI]", "kept"):
+        table.add_column(col)
+    for t in done:
+        ok = sum(1 for m in t.results if m.ok)
+        ci = f"{t.speedup:.3f}x [{t.ci[0]:.3f}, {t.ci[1]:.3f}]" if t.speedup and t.ci else "-"
+        med = t.medians or (None, None)
+        table.add_row(escape(t.unit.name), escape(t.rec.name[:40]), str(len(t.results)),
+                      str(ok), escape(t.variants[t.best].label() if t.best else "-"),
+                      fmt_time(med[0]), fmt_time(med[1]), ci,
+                      "yes" if t.win else escape(f"no: {t.refused}"))
+    console.print(table)
+
+
+def export(run_dir: Path, spec_path: Path, band: float) -> int:
+    """A native deployment spec from OUT/native.json: the wins the gate accepts."""
+    try:
+        doc = parse_json((run_dir / RESULT).read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read {run_dir / RESULT}: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != RESULT_FORMAT or \
+            signature_ok(doc) is not True:
+        raise ConfigError(f"{run_dir / RESULT}: not signed by kernforge tune, or altered",
+                          hint="tune again; results are not edited by hand")
+    entries, images = [], {}
+    for u in doc["units"]:
+        why = "not a win" if u["best"] is None else refusal(
+            verified=True, idle=None, speedup=u["speedup"],
+            ci=tuple(u["ci"]) if u["ci"] else None, band=band)  # type: ignore[arg-type]
+        if why:
+            err_console.print(f"skipped {escape(u['unit'])}: {escape(u.get('refused') or why)}",
+                              soft_wrap=True)
+            continue
+        rec = read_native(u["unit"])
+        data = rec.image_bytes()
+        name = hashlib.sha256(data).hexdigest()[:32] + ".bin"
+        images[name] = data
+        entries.append(nd.entry(rec, u["best"], name, data, {
+            "unit": u["unit"], "speedup": u["speedup"], "ci": u["ci"],
+            "medians": u["medians"], "variant": u["best_label"]}))
+    if not entries:
+        err_console.print("[bold red]nothing to export:[/] no native result is a significant, "
+                          "verified win (the reasons are above)")
+        return 1
+    nd.write_spec(spec_path, entries, images)
+    console.print(f"{len(entries)} native kernel launch(es) exported to {spec_path}",
+                  markup=False)
+    return 0
+
+
+def deploy(spec_path: Path, command: Sequence[str]) -> int:
+    """Run ``command`` with the interposer replacing the spec's launches; print its counts."""
+    spec = nd.read_spec(spec_path)
+    lib = interposer.build()
+    with tempfile.TemporaryDirectory(prefix="kf-deploy-") as tmp:
+        lines, log = Path(tmp) / "deploy.tsv", Path(tmp) / "log.json"
+        lines.write_text(nd.interposer_lines(spec))
+        env = interposer.preload_env(lib, {"KERNFORGE_DEPLOY": str(lines),
+                                           "KERNFORGE_DEPLOY_LOG": str(log)})
+        env.pop("KERNFORGE_RECORD_DIR", None)
+        status = interposer.run_preloaded(list(command), env)
+        counts: dict[str, Any] = nd.read_log(log)
+    replaced = sum(e.get("replaced", 0) for e in counts.get("entries", []))
+    err_console.print(f"kernforge deploy report ({escape(str(spec_path))}): {replaced} "
+                      f"launch(es) ran a tuned configuration; "
+                      f"{counts.get('fallbacks', 0)} launch(es) of a deployed kernel did not "
+                      "match its problem and ran unchanged", soft_wrap=True)
+    for e in counts.get("entries", []):
+        err_console.print(f"  {escape(e['name'])}: {e['replaced']} replaced"
+                          + (f", {e['load_failures']} load failure(s)"
+                             if e.get("load_failures") else ""), soft_wrap=True)
+    if not counts:
+        err_console.print("  (no counts: the program did not exit normally)")
+    return status
+
+
+def spec_is_native(path: str | os.PathLike[str]) -> bool:
+    return nd.is_native_spec(Path(path))

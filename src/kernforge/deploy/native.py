@@ -1,0 +1,128 @@
+"""Deploying tuned native kernels into an unchanged program, through the driver interposer.
+
+A native deployment spec (JSON, signed) lists per kernel the launch it replaces (mangled name,
+grid, block, dynamic shared memory, and the parameter bytes that are not pointers: the problem
+key) and what runs instead (module image, entry, JIT options, geometry, carveout). ``kernforge
+run --deploy SPEC -- COMMAND`` checks the signature and every image's hash, writes the
+interposer's line format (record/native/kf_deploy.c) and runs the command with the interposer
+preloaded; launches that match run the tuned configuration, every other launch is unchanged,
+and the interposer's counts (replaced, fallbacks) are read back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..backends.driver import JIT_OPTIONS
+from ..core import ConfigError
+from ..core.jsonio import parse_json, sign, signature_ok, write_json_atomic
+from ..core.native import NativeRecording
+
+FORMAT = "kernforge-native-deploy"
+
+
+def problem_key(rec: NativeRecording) -> str:
+    """The recorded parameter bytes as hex, with every pointer word as ``xx`` (not compared)."""
+    raw = rec.param_bytes.hex()
+    masked = list(raw)
+    for off, _ in rec.pointer_words():
+        masked[2 * off:2 * off + 16] = "x" * 16
+    return "".join(masked)
+
+
+def new_geometry(rec: NativeRecording, variant: Mapping[str, Any]
+                 ) -> tuple[list[int], list[int]]:
+    block = variant.get("block") or list(rec.block)
+    grid = [-(-g * b // nb) for g, b, nb in zip(rec.grid, rec.block, block)]
+    return grid, list(block)
+
+
+def entry(rec: NativeRecording, variant: Mapping[str, Any], image: str, image_bytes: bytes,
+          evidence: Mapping[str, Any]) -> dict[str, Any]:
+    """One deployment entry: ``variant`` (NativeVariant JSON) of ``rec`` run from the image
+    stored as ``image`` beside the spec (its bytes given, to be hashed)."""
+    grid, block = new_geometry(rec, variant)
+    return {"kernel": rec.entry, "name": rec.name, "grid": list(rec.grid),
+            "block": list(rec.block), "shared_mem": rec.shared_mem, "key": problem_key(rec),
+            "device": rec.identity.get("device"), "image": image,
+            "image_sha256": hashlib.sha256(image_bytes).hexdigest(),
+            "jit": dict(variant.get("jit") or {}), "new_grid": grid, "new_block": block,
+            "carveout": variant.get("carveout"), "evidence": dict(evidence)}
+
+
+def write_spec(path: Path, entries: Sequence[dict[str, Any]], images: Mapping[str, bytes]
+               ) -> Path:
+    """The spec at ``path`` and its images beside it (``<spec stem>.images/``)."""
+    img_dir = path.parent / f"{path.stem}.images"
+    img_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in images.items():
+        (img_dir / name).write_bytes(data)
+    doc = sign({"format": FORMAT, "version": 1, "images": img_dir.name,
+                "entries": list(entries)})
+    return write_json_atomic(path, doc)
+
+
+def is_native_spec(path: Path) -> bool:
+    try:
+        head = path.read_text("utf-8", errors="replace")[:400]
+    except OSError:
+        return False
+    return FORMAT in head
+
+
+@dataclass(frozen=True)
+class NativeSpec:
+    path: Path
+    entries: tuple[dict[str, Any], ...]
+
+    def image_path(self, e: Mapping[str, Any]) -> Path:
+        return self.path.parent / f"{self.path.stem}.images" / e["image"]
+
+
+def read_spec(path: Path) -> NativeSpec:
+    try:
+        doc = parse_json(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"cannot read the deployment spec {path}: {exc}",
+                          hint="give a spec written by kernforge export") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ConfigError(f"{path} is not a native deployment spec")
+    if signature_ok(doc) is not True:
+        raise ConfigError(f"{path}: the spec's signature does not match its contents",
+                          hint="it was edited or damaged; export it again from the run")
+    spec = NativeSpec(path, tuple(doc["entries"]))
+    for e in spec.entries:
+        img = spec.image_path(e)
+        if not img.is_file() or hashlib.sha256(img.read_bytes()).hexdigest() != e["image_sha256"]:
+            raise ConfigError(f"{path}: the image of {e['name']} ({img}) is missing or altered",
+                              hint="export the spec again from the tuning run")
+    return spec
+
+
+def interposer_lines(spec: NativeSpec) -> str:
+    """The interposer's deployment file (one tab-separated line an entry)."""
+    lines = ["# written by kernforge from " + str(spec.path)]
+    for e in spec.entries:
+        jit = ",".join(f"{JIT_OPTIONS[k]}={int(v)}" for k, v in e["jit"].items()) or "-"
+        carve = -1 if e.get("carveout") is None else int(e["carveout"])
+        fields = [e["kernel"], ",".join(map(str, e["grid"])), ",".join(map(str, e["block"])),
+                  str(e["shared_mem"]), e["key"] or "*", str(spec.image_path(e).resolve()),
+                  e["kernel"], jit, ",".join(map(str, e["new_grid"])),
+                  ",".join(map(str, e["new_block"])), str(e["shared_mem"]), str(carve)]
+        if any("\t" in f or "\n" in f for f in fields):
+            raise ConfigError(f"{spec.path}: entry {e['name']} holds a tab or newline")
+        lines.append("\t".join(fields))
+    return "\n".join(lines) + "\n"
+
+
+def read_log(path: Path) -> dict[str, Any]:
+    """The interposer's counts, written at the program's exit ({} if it never exited cleanly)."""
+    try:
+        return dict(json.loads(path.read_text("utf-8")))
+    except (OSError, ValueError):
+        return {}
