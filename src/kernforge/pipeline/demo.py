@@ -165,6 +165,9 @@ def pick_winners(result: DemoResult) -> list[Winner]:
             cands.append((Winner("evolve", ev.target.primary, f.variant, f.ab), refusal(
                 verified=f.status == "OK", idle=idle_flag, utilisation=util,
                 speedup=f.speedup, ci=(f.ab.ci_low, f.ab.ci_high))))
+    if t is not None and t.validation is not None and not t.validation.accepted and cands:
+        w, why = cands[0]
+        cands[0] = (w, f"{why}: {t.validation.reason} {t.validation.message}".strip())
     for w, why in cands:
         k = w.recording.source.entry
         if why is not None:
@@ -310,7 +313,13 @@ def _write_summary(path: Path, r: DemoResult) -> None:
         "baseline": [{"unit": rec.name, **m.to_json()} for rec, m in r.baseline],
         "tuned": None if t is None else {
             "unit": t.recording.name, "result": str(t.directory / "result.json"),
-            "baseline_median_s": t.baseline_s, "best_median_s": t.best_s,
+            # the medians of the interleaved measurement the speedup is the ratio of; the
+            # search's own (separate runs, best of many: biased) under their own names
+            "baseline_median_s": t.ab.median_a if t.ab else t.baseline_s,
+            "best_median_s": t.ab.median_b if t.ab else t.best_s,
+            "search_baseline_median_s": t.baseline_s, "search_best_median_s": t.best_s,
+            "evaluations": t.study.evaluations,
+            "cache_hits": sum(1 for tr in t.study.trials if tr.cached),
             "speedup_interleaved": t.speedup,
             "speedup_ci": [t.ab.ci_low, t.ab.ci_high] if t.ab else None},
         "wrong": {"label": r.app.wrong_label, **r.wrong.to_json()} if r.wrong else None,
@@ -328,12 +337,14 @@ def _write_summary(path: Path, r: DemoResult) -> None:
             "speedup": n.winner.ab.speedup, "baseline_s": n.winner.ab.median_a,
             "tuned_s": n.winner.ab.median_b, "reason": n.reason} for n in r.not_deployed],
         "confirmed": [{"kernel": c.winner.recording.source.entry, "kept": c.kept,
-                       "speedup": c.e2e.speedup, "ratios": c.e2e.ratios,
+                       "speedup": c.e2e.speedup, "speedup_ci": list(c.e2e.ci),
+                       "ratios": c.e2e.ratios,
                        "launches_replaced": c.e2e.substituted,
                        "outputs_identical": c.e2e.identical} for c in r.confirmed],
         "end_to_end_status": r.end_to_end_status,
         "end_to_end": None if r.e2e is None else {
-            "spec": str(r.e2e.spec), "speedup": r.e2e.speedup, "steps": r.e2e_steps,
+            "spec": str(r.e2e.spec), "speedup": r.e2e.speedup,
+            "speedup_ci": list(r.e2e.ci), "steps": r.e2e_steps,
             "winners": [{"kernel": w.recording.source.entry, "from": w.source,
                          "speedup": w.ab.speedup} for w in r.e2e.winners],
             "plain_s": r.e2e.plain_s, "deployed_s": r.e2e.deployed_s,
