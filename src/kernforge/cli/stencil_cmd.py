@@ -37,6 +37,7 @@ from ..forge.compile_check import compile_only
 from ..stencil.spec import Cell, matrix
 from . import stencil_forge_cmd, stencil_tools_cmd
 from .output import console, err_console
+from .progress import line_progress
 
 
 def _filters(p: argparse.ArgumentParser) -> None:
@@ -157,13 +158,19 @@ def run_list(args: argparse.Namespace) -> int:
 
 @contextmanager
 def _progress(total: int, what: str) -> Iterator[Any]:
+    """A bar on a terminal; otherwise plain lines: the start, the latest status at least
+    every 30 s, the end (cli/progress.py)."""
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console, transient=True) as progress:
+                  TimeElapsedColumn(), console=err_console, transient=True) as progress, \
+            line_progress(err_console) as lines:
         task = progress.add_task(what, total=total)
+        lines.step(f"{what}: {total} to do")
 
         def update(message: str, done: int, _total: int) -> None:
             progress.update(task, completed=done, description=f"{what} {message}")
+            lines.update(f"{what}: {done}/{total} done, last {message}")
         yield update
+        lines.step(f"{what}: finished")
 
 
 def run_check(args: argparse.Namespace) -> int:
