@@ -168,3 +168,16 @@ def test_result_files_are_not_private(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_non_utf8_space_and_config_files_are_config_errors(rec_dir: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]
+                                                           ) -> None:
+    space = tmp_path / "space.yaml"
+    space.write_bytes(b"def.X: \xff\xfe\n")
+    assert run("tune", str(rec_dir), "--space", str(space), "--out", str(tmp_path / "t")) == 2
+    cfg = tmp_path / "evolve.yaml"
+    cfg.write_bytes(b"evolve: \xff\n")
+    assert run("evolve", str(rec_dir), "--config", str(cfg), "--out", str(tmp_path / "e")) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "unreadable" in err

@@ -63,8 +63,8 @@ def load_space_file(path: Path | None) -> dict[str, Any] | None:
     if not path.is_file():
         raise ConfigError(f"space file {path} not found", hint="give the path of a YAML, TOML "
                                                                "or JSON file")
-    text = path.read_text()
     try:
+        text = path.read_text("utf-8")
         if path.suffix in (".yaml", ".yml"):
             import yaml
             return dict(yaml.safe_load(text) or {})

@@ -170,7 +170,12 @@ def load_config(path: str | Path) -> RunConfig:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file {p} not found", hint="give a .yaml or .toml file")
-    return config_from_dict(_parse(p, p.read_text("utf-8")), str(p))
+    try:
+        text = p.read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {p} is unreadable ({exc})",
+                          hint="a config is UTF-8 YAML or TOML text") from None
+    return config_from_dict(_parse(p, text), str(p))
 
 
 def _parse(p: Path, text: str) -> Any:
