@@ -214,7 +214,7 @@ def plot_history(o: TuningOutcome, path: Path, *, sampler: str) -> Path:
         figure = "the recorded configuration stayed the best"
     idle = o.validation.idle if o.validation is not None else None
     if idle is not None and idle.idle is False:
-        figure += (f"; measured while the device was busy ({idle.utilisation or 1.0:.0%}): "
+        figure += (f"\nmeasured while the device was busy ({idle.utilisation or 1.0:.0%}): "
                    f"not a win")
     device = o.recording.identity.get("device", "?")
     return tuning_png(path, points, recorded_s=o.baseline_s, cache_hits=hits,
