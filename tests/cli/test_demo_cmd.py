@@ -125,3 +125,21 @@ def test_end_to_end_says_whether_the_rounds_agree() -> None:
     assert e.direction == "slower with the spec in every round"
     e.ratios = [1.01, 0.99, 1.0]
     assert e.direction == "faster in some rounds, slower in others"
+
+
+def test_wait_idle_says_it_waited_and_that_the_machine_stayed_busy(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+    import subprocess
+    import sys
+
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+               for _ in range(os.cpu_count() or 1)]
+    try:
+        assert demo_cmd.wait_for_idle("cpu", 0.6, poll_s=0.1) is False
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+    out = " ".join(capsys.readouterr().out.split())
+    assert "for an idle machine: still" in out and "are not deployed" in out

@@ -4,6 +4,7 @@ measure the end-to-end speedup; catch a wrong variant."""
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 from rich.markup import escape
@@ -14,7 +15,7 @@ from ..core.fmt import fmt_time
 from ..deploy.gate import NOISE_BAND
 from ..harness import ABResult
 from ..pipeline.demo import DemoResult, run_demo
-from .checks import NON_NEGATIVE, POSITIVE, writable_dir
+from .checks import NON_NEGATIVE, POSITIVE, float_range, writable_dir
 from .output import console, fmt_error
 from .progress import line_progress
 
@@ -57,6 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="model name at --llm-url (default $KERNFORGE_LLM_MODEL or 'default')")
     p.add_argument("--evolve-config", type=Path, default=None, metavar="FILE",
                    help="a kernforge evolve config (YAML/TOML) instead of the demo's own")
+    p.add_argument("--wait-idle", type=float_range(0.0), default=0.0, metavar="S",
+                   help="first wait up to S seconds for an idle machine (the wins it measures "
+                        "while busy are not deployed); default 0: start at once")
     p.add_argument("--in-process", action="store_true",
                    help="run candidate code in this process (for debugging: a crashing "
                         "candidate then ends the demo)")
@@ -65,6 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     writable_dir(args.out, "--out")
+    if args.wait_idle > 0:
+        wait_for_idle(args.backend or "cpu", args.wait_idle)
     with console.status("starting") as status, line_progress(console) as lines:
         def progress(msg: str) -> None:
             status.update(escape(msg))
@@ -121,6 +127,30 @@ def run(args: argparse.Namespace) -> int:
     if why:
         console.print(f"[bold red]demo failed:[/] {escape('; '.join(why))}")
     return 1 if why else 0
+
+
+def wait_for_idle(backend: str, limit_s: float, poll_s: float = 2.0) -> bool:
+    """Poll the idle check (harness/provenance.py) until the device is idle or ``limit_s``
+    passed; say which. True when idle (or the check cannot run here)."""
+    from ..backends import get_backend
+    from ..harness.provenance import idle_check
+
+    be = get_backend(backend)
+    t0 = time.monotonic()
+    while True:
+        check = idle_check(be)
+        waited = time.monotonic() - t0
+        if check.idle is not False:
+            console.print(f"waited {waited:.0f} s for an idle machine: "
+                          f"{'idle' if check.idle else 'cannot tell (' + check.note + ')'}",
+                          markup=False)
+            return True
+        if waited >= limit_s:
+            console.print(f"waited {waited:.0f} s for an idle machine: still "
+                          f"{check.utilisation or 1.0:.0%} busy; starting anyway (results "
+                          f"measured while busy are not deployed)", markup=False)
+            return False
+        time.sleep(poll_s)
 
 
 def speedup_text(ab: ABResult | None, speedup: float) -> str:
