@@ -123,10 +123,15 @@ def test_a_winner_must_save_more_than_the_overhead(tmp_path: Path) -> None:
                    "more than the 14.10 us a replaced launch costs the host: not deployed")
     assert not_worth("axpy", 3e-6, 3e-6, -1e-6) is not None  # no saving is never worth it
     assert not_worth("axpy", 0.75, 0.5, 0.25) is not None  # saving == overhead: no gain
-    small = replace(e, evidence=replace(e.evidence, baseline_s=20e-6, tuned_s=19.9e-6))
+    small = replace(e, evidence=replace(e.evidence, baseline_s=20e-6, tuned_s=19.9e-6,
+                                        speedup=20 / 19.9))
     kept, dropped = worth_deploying([small, e], overhead_s=10e-6)
     assert kept == [e] and [d.entry for d in dropped] == [small]
     assert dropped[0].reason.startswith("axpy: saves 0.10 us per launch")
+    # noisy medians that disagree with their median ratio: the saving follows the ratio
+    noisy = replace(e, evidence=replace(e.evidence, baseline_s=1e-3, tuned_s=1.3e-3,
+                                        speedup=1.25))
+    assert saving_s(noisy) == pytest.approx(0.2e-3)
 
 
 def test_a_device_bound_winner_is_deployed_even_below_the_overhead() -> None:

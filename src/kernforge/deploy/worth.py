@@ -1,7 +1,8 @@
 """Is a tuned kernel worth deploying? Not when replacing its launches costs more than it saves.
 
-Tuning measures what a tuned variant saves per launch: ``baseline_s - tuned_s``, the medians of
-the interleaved replay measurement (device time of one launch). Deploying it costs every
+Tuning measures what a tuned variant saves per launch: ``baseline_s - baseline_s / speedup``,
+the recorded median of the interleaved replay measurement (device time of one launch) and its
+median per-pass ratio, so the saving never contradicts the speedup printed beside it. Deploying it costs every
 replaced launch the host time of the interposition (the CuPy hooks or ``kernforge.Kernel``,
 the decision, the tuned launch): :attr:`~.overhead.OverheadTable.per_launch_s`, measured on
 the machine by :func:`~.overhead.measure_overhead`. A winner is deployed when
@@ -43,9 +44,17 @@ class Dropped:
     reason: str
 
 
+def tuned_time_s(entry: DeployEntry) -> float:
+    """One tuned launch's seconds at the interleaved ratio: the recorded median over the
+    speedup (so a saving has the sign of the speedup kernforge reports; the two medians of a
+    noisy measurement can disagree with their median ratio)."""
+    ev = entry.evidence
+    return ev.baseline_s / ev.speedup if ev.speedup > 0 else ev.tuned_s
+
+
 def saving_s(entry: DeployEntry) -> float:
     """Seconds one launch of the tuned variant saves, as tuning measured it."""
-    return entry.evidence.baseline_s - entry.evidence.tuned_s
+    return entry.evidence.baseline_s - tuned_time_s(entry)
 
 
 def not_worth(label: str, baseline_s: float, tuned_s: float, overhead_s: float,
@@ -80,7 +89,7 @@ def worth_deploying(entries: Sequence[DeployEntry], overhead_s: float,
     kept: list[DeployEntry] = []
     dropped: list[Dropped] = []
     for e in entries:
-        why = not_worth(e.kernel.label, e.evidence.baseline_s, e.evidence.tuned_s, overhead_s,
+        why = not_worth(e.kernel.label, e.evidence.baseline_s, tuned_time_s(e), overhead_s,
                         issue_s)
         if why is None:
             kept.append(e)
