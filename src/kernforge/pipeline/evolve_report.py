@@ -105,8 +105,9 @@ def build_report(store: Store, kernel: str, final: Final) -> tuple[Report, list[
 def _markdown(r: Report, final: Final) -> str:
     lines = [f"# Evolution of `{r.kernel}`", "",
              f"- verdict: {r.status}; best speedup over the recorded kernel "
-             f"(interleaved): **{r.speedup:.3f}x**" + (f" ({final.message})"
-                                                       if final.message else ""),
+             f"(interleaved, median of the per-pass ratios): **{r.speedup:.3f}x**"
+             + (f" [95% CI {final.ab.ci_low:.3f}, {final.ab.ci_high:.3f}]" if final.ab else "")
+             + (f" ({final.message})" if final.message else ""),
              (f"- programs: {r.programs}; evaluations: {r.evaluations} "
              f"({r.evaluations_failed} rejected); proposer calls: {r.llm_calls} "
              f"({r.llm_errors} without usable code)"),
