@@ -4,10 +4,11 @@ every candidate in a supervised worker process vs in this process, printed side 
 
 It records the example application (CPU: examples/heat3d_cpu.py; CUDA: examples/heat3d_cupy.py)
 once, then tunes its hottest ``heat_step`` unit with TPE (the backend's ``standard`` preset,
-the same seed) in both modes, alternating the order over ``--rounds`` rounds. Each tune is the
-tuning loop only (the search space from the backend, every trial compiled, verified and
-timed), with a fresh compile cache per tune so neither mode reuses the other's builds; the
-isolated time includes starting the worker. The figure is evaluations / wall minutes; the
+the same seed) in both modes, alternating the order over ``--rounds`` rounds. Each tune runs
+in a fresh Python process with a fresh compile cache, so neither mode reuses builds (on disk
+or in the backend's in-process cache) of an earlier tune; the time is the tuning loop (the
+search space from the backend, every trial compiled, verified and timed) and, isolated, the
+start of the worker. The figure is evaluations / wall minutes; the
 ratio is isolated over in-process (the goal is >= 0.9).
 
     python benchmarks/bench_isolation.py                     # cpu, 30 trials, 2 rounds
@@ -63,6 +64,17 @@ def one_tune(unit: Path, isolated: bool, trials: int, cache: Path) -> tuple[int,
     return study.evaluations, time.perf_counter() - t0
 
 
+def fresh_tune(unit: Path, isolated: bool, trials: int, cache: Path) -> tuple[int, float]:
+    """:func:`one_tune` in a new Python process (nothing warm from an earlier tune)."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from bench_isolation import one_tune; "
+            "from pathlib import Path; n, s = one_tune(Path(sys.argv[2]), sys.argv[3] == '1', "
+            "int(sys.argv[4]), Path(sys.argv[5])); print(n, s)")
+    out = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), str(unit),
+                          str(int(isolated)), str(trials), str(cache)], check=True,
+                         capture_output=True, text=True, cwd=ROOT).stdout.split()
+    return int(out[-2]), float(out[-1])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", choices=sorted(APPS), default="cpu")
@@ -76,7 +88,7 @@ def main() -> int:
             order = (False, True) if r % 2 == 0 else (True, False)
             for isolated in order:
                 cache = Path(tmp) / f"cache-{r}-{int(isolated)}"
-                n, s = one_tune(unit, isolated, args.trials, cache)
+                n, s = fresh_tune(unit, isolated, args.trials, cache)
                 name = "isolated" if isolated else "in-process"
                 rates[name].append(60.0 * n / s)
                 print(f"round {r + 1} {name:10s}: {n} evaluations in {s:6.1f} s = "
