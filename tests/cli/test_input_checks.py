@@ -181,3 +181,13 @@ def test_non_utf8_space_and_config_files_are_config_errors(rec_dir: Path, tmp_pa
     assert run("evolve", str(rec_dir), "--config", str(cfg), "--out", str(tmp_path / "e")) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "unreadable" in err
+
+
+@pytest.mark.parametrize("argv", [["stencil", "check", "--compile-only", "--json"],
+                                  ["stencil", "spread", "a.json", "--png"]])
+def test_stencil_outputs_are_checked_first(argv: list[str], tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "afile").write_text("")
+    code = run(*argv, str(tmp_path / "afile" / "out"))
+    assert code == 2
+    assert "is a file, not a directory" in capsys.readouterr().err

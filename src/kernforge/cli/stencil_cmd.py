@@ -36,6 +36,7 @@ from ..forge.check import check_cells
 from ..forge.compile_check import compile_only
 from ..stencil.spec import Cell, matrix
 from . import stencil_forge_cmd, stencil_tools_cmd
+from .checks import writable_file
 from .output import console, err_console
 from .progress import line_progress
 
@@ -143,6 +144,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Every output file of the command can be written: checked before the work."""
+    for flag in ("json", "png", "md", "out"):
+        writable_file(getattr(args, flag, None), f"--{flag}")
+
+
 def run_list(args: argparse.Namespace) -> int:
     cells = _cells(args)
     table = Table(title=f"{len(cells)} cells")
@@ -174,6 +181,7 @@ def _progress(total: int, what: str) -> Iterator[Any]:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    _check_outputs(args)
     cells = _cells(args)
     if args.compile_only:
         return _compile_only(args, cells)
@@ -242,6 +250,7 @@ def _bench_cells(args: argparse.Namespace) -> list[Cell]:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    _check_outputs(args)
     cells = _bench_cells(args)
     baselines = tuple(_split(args.baselines) or ())
     unknown = [b for b in baselines if b not in BASELINES]
@@ -292,6 +301,7 @@ def _earlier(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def run_merge(args: argparse.Namespace) -> int:
+    _check_outputs(args)
     doc, rows = latest.merged(args.inputs, drift_tol=args.drift, note=args.note,
                               by_date=args.by_date, table=args.table)
     latest.write(doc, rows, args.out, args.png)
@@ -303,6 +313,7 @@ def run_merge(args: argparse.Namespace) -> int:
 
 
 def run_spread(args: argparse.Namespace) -> int:
+    _check_outputs(args)
     doc = spread.spread(args.inputs, goal=args.goal)
     for line in spread.report_lines(doc):
         console.print(escape(line), soft_wrap=True)
