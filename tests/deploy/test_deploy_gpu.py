@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_helpers import write_result
+from deploy_helpers import resign, write_result
 
 from kernforge.core import BackendUnavailableError
 
-pytestmark = pytest.mark.gpu
+# the deploying process re-verifies each tuned variant on its first launch (deploy/reverify.py)
+pytestmark = [pytest.mark.gpu, pytest.mark.reverify]
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "examples" / "heat3d_cupy.py"
@@ -63,10 +64,10 @@ def spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
         launch = variant.get("launch")
         overrides = {**variant, "launch": LaunchConfig.from_json(launch)} if launch else variant
         ab = compare(rec, {}, overrides, passes=3, per_pass=3)
-        path = write_result(tmp / "run" / unit, rec, variant, speedup=ab.speedup)
-        doc = json.loads(path.read_text())
-        doc.update(baseline_median_s=ab.median_a, best_median_s=ab.median_b)
-        path.write_text(json.dumps(doc))
+        # speedup and interval stated (significant), so that export takes the entry whatever
+        # the measured ratio of these hand-made variants; the medians are measured
+        path = write_result(tmp / "run" / unit, rec, variant, speedup=2.0)
+        resign(path, baseline_median_s=ab.median_a, best_median_s=ab.median_b)
     out = tmp / "deploy.json"
     r = kf("export", str(tmp / "run"), "-o", str(out), "--min-speedup", "0", cwd=tmp)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -107,6 +108,7 @@ def test_app_with_spec_identical_and_replaced(spec: Path, tmp_path: Path) -> Non
     assert kernels["apply_boundary"]["replaced"] == 0
     assert kernels["apply_boundary"]["reasons"] == {"not in the spec": 12}
     assert "'block': [64, 4, 1]" in r.stderr  # the tuned geometry, logged once
+    assert r.stderr.count("tuned variant re-verified against the original kernel") == 2
     print(r.stderr)
 
 
@@ -176,3 +178,34 @@ def test_routed_launches_agree_with_the_event_path_on_the_gpu(tmp_path: Path,
     assert routed == plain
     counts = routed[-1]["scale"]
     assert dep.routed > 10 and counts.replaced > 10 and counts.fallback > 10, counts
+
+
+def test_a_wrong_variant_is_refused_on_its_first_launch(tmp_path: Path) -> None:
+    """A signed, exported entry whose variant changes the arithmetic (fmad=false): the
+    deploying process compares it with the original kernel on copies of the first launch's
+    CuPy arrays, refuses it, and the application prints its plain checksum."""
+    from kernforge.backends import get_backend
+    from kernforge.record import load_recording
+
+    try:
+        get_backend("cuda")
+    except BackendUnavailableError as exc:
+        pytest.skip(str(exc))
+    r = kf("record", "-o", "rec", "--max-instances", "1", "--", "python", str(APP), *APP_ARGS,
+           cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    stencil = load_recording(tmp_path / "rec" / "heat_stencil-0")
+    write_result(tmp_path / "run" / stencil.name, stencil, {"options": {"fmad": False}},
+                 speedup=2.0)
+    r = kf("export", "run", "-o", "spec.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    plain = subprocess.run([sys.executable, str(APP), *APP_ARGS], capture_output=True,
+                           text=True, timeout=600, check=True)
+    r = kf("run", "--deploy", "spec.json", "--report", "report.json", "--", "python", str(APP),
+           *APP_ARGS, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert checksum(r.stdout) == checksum(plain.stdout)
+    assert "outputs differ from the original kernel's" in r.stderr
+    stencil_counts = json.loads((tmp_path / "report.json").read_text())["kernels"]["heat_stencil"]
+    assert stencil_counts["replaced"] == 0 and set(stencil_counts["reasons"]) == {
+        "re-verification"}
