@@ -223,3 +223,19 @@ def short_name(symbol: str) -> str:
         if not nested:
             break
     return "::".join(parts) or symbol
+
+
+_ITANIUM_SCALARS = {"f": "float32", "d": "float64", "i": "int32", "j": "uint32", "l": "int64",
+                    "m": "uint64", "x": "int64", "y": "uint64", "s": "int16", "t": "uint16",
+                    "c": "int8", "a": "int8", "h": "uint8", "DF16_": "float16"}
+
+
+def pointee_dtype(symbol: str) -> str | None:
+    """The element type all pointer parameters of an Itanium-mangled kernel share
+    (``_Z11jacobi_stepPfPKfS_`` -> ``float32``); None when they differ or are not plain."""
+    m = re.match(r"_Z(?:L)?(\d+)", symbol)
+    if not m:
+        return None
+    params = symbol[m.end() + int(m.group(1)):]
+    found = {_ITANIUM_SCALARS[t] for t in re.findall(r"P(?:K|V|r)*(DF16_|[fdijlmxystcah])", params)}
+    return found.pop() if len(found) == 1 else None

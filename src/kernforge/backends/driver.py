@@ -62,6 +62,7 @@ class Driver:
         self.lib.cuMemcpyHtoD_v2.argtypes = [CUdeviceptr, C.c_void_p, C.c_size_t]
         self.lib.cuMemsetD8_v2.argtypes = [CUdeviceptr, C.c_ubyte, C.c_size_t]
         self._flush: int | None = None
+        self.refusals: list[str] = []  # why a range could not be mapped at its address
 
     # ---- errors --------------------------------------------------------------------------------
     def error_name(self, rc: int) -> str:
@@ -111,8 +112,10 @@ class Driver:
         rc = self.lib.cuMemAddressReserve(C.byref(ptr), C.c_size_t(size), C.c_size_t(0),
                                           CUdeviceptr(address), C.c_ulonglong(0))
         if rc != 0:
+            self.refusals.append(f"{address:#x}+{size:#x}: {self.error_name(rc)}")
             return None
         if ptr.value != address:
+            self.refusals.append(f"{address:#x}+{size:#x}: the driver offered {ptr.value:#x}")
             self.lib.cuMemAddressFree(ptr, C.c_size_t(size))
             return None
         handle = C.c_ulonglong()

@@ -45,15 +45,15 @@ def load_native_units(path: str | Path, pattern: str | None = None) -> list[Nati
 
 
 def replay_native(recs: list[NativeRecording], *, warmup: int, repeat: int,
-                  tolerance: str | None, dtype: str | None
+                  tolerance: str | None, dtype: str | None, flush: bool = True
                   ) -> list[tuple[str, str, Measurement, dict[str, Any]]]:
     """Each unit replayed in its own process at its recorded addresses: verify, time."""
     rows = []
     for rec in recs:
         out = run_isolated(rec.path, [NativeVariant()], warmup=warmup, repeat=repeat,
-                           tolerance=tolerance, dtype=dtype)
+                           tolerance=tolerance, dtype=dtype, flush=flush)
         m = out["measurements"][0]
-        info = {"relocated": out.get("relocated") or [],
+        info = {"relocated": out.get("relocated") or [], "refusals": out.get("refusals") or [],
                 "app_time_ms": rec.capture.get("app_time_ms")}
         rows.append((rec.path.name, rec.name, m, info))
     return rows

@@ -28,7 +28,7 @@ RESULT_FORMAT = "kernforge-native-tune"
 
 
 def tune_units(recs: Sequence[NativeRecording], out: Path, *, repeat: int, passes: int,
-               band: float = NOISE_BAND) -> list[NativeTuning]:
+               band: float = NOISE_BAND, tolerance: str | None = None) -> list[NativeTuning]:
     """Tune every native unit; write the signed results to OUT/native.json."""
     out.mkdir(parents=True, exist_ok=True)
     done: list[NativeTuning] = []
@@ -40,6 +40,7 @@ def tune_units(recs: Sequence[NativeRecording], out: Path, *, repeat: int, passe
         console.print(f"{i}/{len(recs)} tuning native {rec.path.name} ({rec.name[:60]})",
                       markup=False)
         t = tune_native(rec.path, rec, repeat=repeat, passes=passes, refuse=refuse,
+                        tolerance=tolerance,
                         progress=lambda k, n: console.print(f"  {k}/{n} configurations "
                                                             "evaluated", markup=False))
         done.append(t)

@@ -90,12 +90,14 @@ def run(args: argparse.Namespace) -> int:
     if native:
         rows = replay_native(native, warmup=args.warmup, repeat=args.repeat,
                              tolerance=args.tolerance[0] if args.tolerance else None,
-                             dtype=args.dtype)
+                             dtype=args.dtype, flush=not args.no_flush)
         print_native_replay(rows)
         results += [(u, k, m) for u, k, m, _ in rows]
+        info = {u: i for u, _, _, i in rows}
     if args.json:
-        write_json_atomic(Path(args.json),
-                          [{"unit": u, "kernel": k, **m.to_json()} for u, k, m in results])
+        write_json_atomic(Path(args.json), [{"unit": u, "kernel": k, **m.to_json(),
+                                             **(info.get(u, {}) if native else {})}
+                                            for u, k, m in results])
     return _exit_code(results)
 
 

@@ -92,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
                           hint="check the path and --kernels")
     if native:  # no source: geometry, carveout and JIT options, every candidate evaluated
         with directory_lock(out, "tuning run directory"):
-            tune_native_units(native, Path(out), repeat=args.repeat, passes=7)
+            tune_native_units(native, Path(out), repeat=args.repeat, passes=7,
+                              tolerance=args.tolerance[0] if args.tolerance else None)
         if not recs:
             return 0
     with directory_lock(out, "tuning run directory"), isolation(args) as iso:

@@ -25,7 +25,7 @@ from ..core import BackendUnavailableError, ConfigError
 from ..core.paths import cache_path
 
 SOURCES = ("kf.h", "kf_real.c", "kf_state.c", "kf_track.c", "kf_hooks.c", "kf_record.c",
-           "kf_deploy.c")
+           "kf_io.c", "kf_deploy.c")
 _lock = threading.Lock()
 
 

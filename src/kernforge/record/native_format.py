@@ -57,7 +57,21 @@ def _raw(path: Path) -> np.ndarray:
     return np.fromfile(path, dtype=np.uint8)
 
 
-def _convert(spool_unit: Path, root: Path) -> Path:
+def _app_times(root: Path) -> dict[tuple[int, str], list[float]]:
+    """(pid, kernel) -> event times of launches the recorder left alone (not the first)."""
+    return {(s["pid"], k["name"]): k.get("app_ms", [])
+            for s in spool_summaries(root) for k in s.get("kernels", [])}
+
+
+def _timing(u: dict[str, Any], app: dict[tuple[int, str], list[float]]) -> dict[str, Any]:
+    times = app.get((int(u.get("pid", -1)), u["function"])) or []
+    if times:
+        return {"app_time_ms": float(np.median(times)), "app_time_of": f"{len(times)} "
+                "unrecorded launches (events)", "recorded_launch_ms": u.get("app_time_ms")}
+    return {"app_time_ms": u.get("app_time_ms"), "app_time_of": "the recorded launch (events)"}
+
+
+def _convert(spool_unit: Path, root: Path, app: dict[tuple[int, str], list[float]]) -> Path:
     u = json.loads((spool_unit / "unit.json").read_text("utf-8"))
     raw = (spool_unit / "params.bin").read_bytes()
     if u.get("image") is None:
@@ -97,8 +111,8 @@ def _convert(spool_unit: Path, root: Path) -> Path:
                                   for p, w in zip(params or [{"offset": 0, "size": len(raw)}],
                                                   pointers)]},
             "regions": regions,
-            "capture": {"origin": "driver", "app_time_ms": u.get("app_time_ms"),
-                        "call": u.get("call"), "pid": u.get("pid"), "stream": u.get("stream")},
+            "capture": {"origin": "driver", **_timing(u, app), "call": u.get("call"),
+                        "pid": u.get("pid"), "stream": u.get("stream")},
             "instance": 0, "blobs": store.index,
         }
         name = _unit_name(entry)
@@ -123,9 +137,10 @@ def finalize_spool(root: PathLike) -> tuple[list[Path], list[str]]:
     if not spool.is_dir():
         return [], []
     units, problems = [], []
+    app = _app_times(root)
     for d in sorted(p for p in spool.iterdir() if p.is_dir() and p.name[:1].isdigit()):
         try:
-            units.append(_convert(d, root))
+            units.append(_convert(d, root, app))
         except (OSError, ValueError, KeyError, KernforgeError) as exc:
             problems.append(f"{d.name}: {exc}")
             continue

@@ -172,8 +172,10 @@ def _failed(exc: BaseException, stages: list[tuple[str, float]]) -> Measurement:
 
 
 def evaluate(rp: NativeReplay, v: NativeVariant, *, warmup: int = 3, repeat: int = 10,
-             tolerance: Tolerance | None = None, dtype: str | None = None) -> Measurement:
-    """Restore, run, verify; time ``repeat`` runs after ``warmup``; verify again."""
+             tolerance: Tolerance | None = None, dtype: str | None = None,
+             flush: bool = True) -> Measurement:
+    """Restore, run, verify; time ``repeat`` runs after ``warmup`` (the L2 flushed before each
+    unless ``flush`` is False); verify again."""
     stages: list[tuple[str, float]] = []
     try:
         t = time.perf_counter()
@@ -188,8 +190,8 @@ def evaluate(rp: NativeReplay, v: NativeVariant, *, warmup: int = 3, repeat: int
                                extra=extra)
         t = time.perf_counter()
         for _ in range(warmup):
-            rp.time(v)
-        samples = tuple(rp.time(v) for _ in range(repeat))
+            rp.time(v, flush=flush)
+        samples = tuple(rp.time(v, flush=flush) for _ in range(repeat))
         stages.append(("time", time.perf_counter() - t))
         rp.restore()
         rp.run(v)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..backends.cxx_names import pointee_dtype
 from ..core import KernforgeError, Measurement, Status, Tolerance
 from ..record.native_format import read_native
 from .native import NativeReplay, NativeVariant, compare, evaluate
@@ -32,10 +33,12 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
     except KernforgeError as exc:
         return {"error": exc.message, "status": Status.LAUNCH_FAILED.value}
     variants = [NativeVariant.from_json(v) for v in request["variants"]]
-    out: dict[str, Any] = {"relocated": rp.relocated, "results": [], "identity": rp.drv.identity()}
+    out: dict[str, Any] = {"relocated": rp.relocated, "refusals": rp.drv.refusals,
+                           "results": [], "identity": rp.drv.identity()}
     for v in variants:
         m = evaluate(rp, v, warmup=request.get("warmup", 3), repeat=request.get("repeat", 10),
-                     tolerance=tol, dtype=request.get("dtype"))
+                     tolerance=tol, dtype=request.get("dtype") or pointee_dtype(rec.entry),
+                     flush=request.get("flush", True))
         out["results"].append(m.to_json())
         if m.status in (Status.RUNTIME_FAILED,):
             break  # the context is lost: later variants cannot run in this process
@@ -61,12 +64,15 @@ def _cause(rc: int) -> str:
 def run_isolated(unit: str | Path, variants: Sequence[NativeVariant], *, warmup: int = 3,
                  repeat: int = 10, tolerance: str | None = None, dtype: str | None = None,
                  compare_pair: tuple[int, int] | None = None, passes: int = 7,
-                 timeout_s: float = 300.0, fixed: bool = True) -> dict[str, Any]:
-    """Evaluate ``variants`` of one unit in a fresh process; every variant gets a result."""
+                 timeout_s: float = 300.0, fixed: bool = True, flush: bool = True
+                 ) -> dict[str, Any]:
+    """Evaluate ``variants`` of one unit in a fresh process; every variant gets a result.
+    With a ``tolerance`` (a Tolerance spec), written memory is compared as ``dtype``, by default
+    the element type all the kernel's pointer parameters share (from its mangled name)."""
     request = {"unit": str(unit), "variants": [v.to_json() for v in variants], "warmup": warmup,
                "repeat": repeat, "tolerance": tolerance, "dtype": dtype,
                "compare": list(compare_pair) if compare_pair else None, "passes": passes,
-               "fixed": fixed}
+               "fixed": fixed, "flush": flush}
     with tempfile.TemporaryDirectory(prefix="kf-native-") as tmp:
         req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
         req.write_text(json.dumps(request))

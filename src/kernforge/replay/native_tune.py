@@ -48,13 +48,14 @@ def candidates(rec: NativeRecording) -> list[NativeVariant]:
 
 
 def evaluate_all(unit: Path, variants: Sequence[NativeVariant], *, repeat: int = 10,
-                 warmup: int = 3, progress: Callable[[int, int], None] | None = None
-                 ) -> list[Measurement]:
+                 warmup: int = 3, progress: Callable[[int, int], None] | None = None,
+                 tolerance: str | None = None, dtype: str | None = None) -> list[Measurement]:
     """One measurement per variant; after a crash the remaining ones run in a fresh child."""
     done: list[Measurement] = []
     while len(done) < len(variants):
         rest = list(variants[len(done):])
-        out = run_isolated(unit, rest, repeat=repeat, warmup=warmup)
+        out = run_isolated(unit, rest, repeat=repeat, warmup=warmup, tolerance=tolerance,
+                           dtype=dtype)
         ms = out["measurements"]
         ran = [m for m in ms if not m.message.startswith("not run: an earlier variant")]
         done += ran or ms[:1]
@@ -100,9 +101,11 @@ class NativeTuning:
 
 def tune_native(unit: Path, rec: NativeRecording, *, repeat: int = 10, passes: int = 7,
                 refuse: Callable[[float, tuple[float, float]], str | None],
-                progress: Callable[[int, int], None] | None = None) -> NativeTuning:
+                progress: Callable[[int, int], None] | None = None,
+                tolerance: str | None = None, dtype: str | None = None) -> NativeTuning:
     variants = candidates(rec)
-    results = evaluate_all(unit, variants, repeat=repeat, progress=progress)
+    results = evaluate_all(unit, variants, repeat=repeat, progress=progress,
+                           tolerance=tolerance, dtype=dtype)
     t = NativeTuning(unit, rec, variants, results)
     base = results[0]
     if not base.ok:
@@ -118,7 +121,8 @@ def tune_native(unit: Path, rec: NativeRecording, *, repeat: int = 10, passes: i
         return t
     t.best = best
     cmp = run_isolated(unit, [variants[0], variants[best]], repeat=3, warmup=1,
-                       compare_pair=(0, 1), passes=passes).get("compare")
+                       compare_pair=(0, 1), passes=passes, tolerance=tolerance,
+                       dtype=dtype).get("compare")
     if not cmp:
         t.refused = "the interleaved comparison did not complete"
         return t

@@ -98,6 +98,7 @@ void kf_handle_link(const void *child, const void *parent);
 int kf_handle_lookup(const void *handle, kf_image_ref_t *out);
 
 /* per-function cache: name, filter decision, counters, parameter layout */
+#define KF_APP_TIMED 5
 typedef struct {
   const void *fn;
   char name[512];
@@ -106,6 +107,8 @@ typedef struct {
   int layout;    /* 0 not asked, 1 known, -1 unknown */
   int nparams;
   size_t *off, *size;
+  float app_ms[KF_APP_TIMED]; /* unrecorded launches timed with events, the first excluded */
+  int napp;
 } kf_fn_t;
 kf_fn_t *kf_fn_get(CUfunction f);
 size_t kf_fn_all(kf_fn_t ***out); /* caller frees the array */
@@ -128,6 +131,13 @@ int kf_recording(void);
 uint8_t *kf_param_bytes(kf_launch_t *l, kf_fn_t *fn, size_t *n);
 extern __thread int kf_suppressed;
 extern pthread_mutex_t kf_lock;
+
+/* ---- I/O (kf_io.c) ----------------------------------------------------------------------- */
+typedef struct { char *s; size_t n, cap; } buf_t;
+void kf_put(buf_t *b, const char *fmt, ...);
+void kf_put_str(buf_t *b, const char *s);
+int kf_write_file(const char *path, const void *data, size_t n);
+void kf_fsync_path(const char *dir);
 
 /* ---- deploy (kf_deploy.c) ------------------------------------------------------------------ */
 int kf_deploy_active(void);

@@ -18,12 +18,13 @@
 
 __thread int kf_suppressed;
 pthread_mutex_t kf_lock = PTHREAD_MUTEX_INITIALIZER;
-static const char *root;
+const char *root;
 static long max_instances = 4, skip_first;
 static unsigned long long byte_budget = 1ULL << 34, bytes_used;
 static int record_all;
 static size_t scan_limit = 1 << 20;
-static unsigned long seq, n_launches, n_recorded, n_budget, n_unknown, n_failed;
+static unsigned long seq;
+unsigned long n_launches, n_recorded, n_budget, n_unknown, n_failed;
 unsigned long kf_n_cooperative, kf_n_graphs;
 
 /* called by kernforge's own Python capture around a launch it records itself */
@@ -50,51 +51,6 @@ int kf_recording(void) {
   return state;
 }
 
-/* ---- a growable text buffer for unit.json ---------------------------------------------------- */
-typedef struct { char *s; size_t n, cap; } buf_t;
-static void put(buf_t *b, const char *fmt, ...) {
-  va_list ap;
-  for (;;) {
-    va_start(ap, fmt);
-    int w = vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
-    va_end(ap);
-    if (w >= 0 && (size_t)w < b->cap - b->n) { b->n += (size_t)w; return; }
-    size_t cap = b->cap * 2 + (w > 0 ? (size_t)w : 0) + 256;
-    char *s = realloc(b->s, cap);
-    if (!s) return;
-    b->s = s, b->cap = cap;
-  }
-}
-static void put_str(buf_t *b, const char *s) {
-  put(b, "\"");
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') put(b, "\\%c", c);
-    else if (c < 0x20 || c >= 0x7f) put(b, "\\u%04x", c);
-    else put(b, "%c", c);
-  }
-  put(b, "\"");
-}
-
-static int write_file(const char *path, const void *data, size_t n) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return -1;
-  const char *p = data;
-  while (n) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) { close(fd); return -1; }
-    p += w, n -= (size_t)w;
-  }
-  int rc = fsync(fd);
-  return close(fd) || rc ? -1 : 0;
-}
-
-static void fsync_path(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) { fsync(fd); close(fd); }
-}
-
 static int save_image(const char *spool, uint64_t id) {
   kf_image_t im;
   if (!kf_image_get(id, &im)) return -1;
@@ -104,7 +60,7 @@ static int save_image(const char *spool, uint64_t id) {
   if (access(path, F_OK)) {
     snprintf(tmp, sizeof tmp, "%s/images/.tmp-%d-%016llx", spool, getpid(),
              (unsigned long long)id);
-    if (write_file(tmp, im.data ? im.data : im.ptr, im.size) || rename(tmp, path)) return -1;
+    if (kf_write_file(tmp, im.data ? im.data : im.ptr, im.size) || rename(tmp, path)) return -1;
   }
   kf_image_written(id);
   return 0;
@@ -229,9 +185,9 @@ static void device_json(buf_t *b) {
       kf_drv.cuDeviceGetAttribute(&minor, 76, dev);
     }
   }
-  put(b, "\"driver_version\": %d, \"device_ordinal\": %d, \"device\": ", ver, dev);
-  put_str(b, name);
-  put(b, ", \"compute_capability\": [%d, %d]", major, minor);
+  kf_put(b, "\"driver_version\": %d, \"device_ordinal\": %d, \"device\": ", ver, dev);
+  kf_put_str(b, name);
+  kf_put(b, ", \"compute_capability\": [%d, %d]", major, minor);
 }
 
 static int write_unit(const kf_launch_t *l, const kf_fn_t *fn, const kf_image_ref_t *img,
@@ -252,50 +208,50 @@ static int write_unit(const kf_launch_t *l, const kf_fn_t *fn, const kf_image_re
   if (img->image) kf_image_get(img->image, &im);
   static const char *kinds[] = {"cubin", "fatbin", "ptx", "text"};
   buf_t b = {malloc(4096), 0, 4096};
-  put(&b, "{\"format\": \"kernforge-spool\", \"version\": 1, \"pid\": %d, \"seq\": %lu, \"function\": ",
+  kf_put(&b, "{\"format\": \"kernforge-spool\", \"version\": 1, \"pid\": %d, \"seq\": %lu, \"function\": ",
       getpid(), n);
-  put_str(&b, fn->name);
-  put(&b, ", \"call\": %lu, \"api\": \"%s\", \"grid\": [%u, %u, %u], \"block\": [%u, %u, %u], "
+  kf_put_str(&b, fn->name);
+  kf_put(&b, ", \"call\": %lu, \"api\": \"%s\", \"grid\": [%u, %u, %u], \"block\": [%u, %u, %u], "
       "\"shared_mem\": %u, \"stream\": %llu, \"app_time_ms\": %.6f, ", call, l->api,
       l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2], l->shmem,
       (unsigned long long)(uintptr_t)l->stream, ms);
   if (img->image)
-    put(&b, "\"image\": \"%016llx\", \"image_kind\": \"%s\", \"loaded_via\": \"%s\", ",
+    kf_put(&b, "\"image\": \"%016llx\", \"image_kind\": \"%s\", \"loaded_via\": \"%s\", ",
         (unsigned long long)img->image, kinds[im.kind], img->how ? img->how : "");
-  else put(&b, "\"image\": null, ");
-  put(&b, "\"launch_attrs\": [");
+  else kf_put(&b, "\"image\": null, ");
+  kf_put(&b, "\"launch_attrs\": [");
   for (unsigned i = 0; i < l->nattrs; i++) {
-    put(&b, "%s\"", i ? ", " : "");
+    kf_put(&b, "%s\"", i ? ", " : "");
     for (unsigned j = 0; j < KF_ATTR_SIZE; j++)
-      put(&b, "%02x", ((const uint8_t *)l->attrs)[i * KF_ATTR_SIZE + j]);
-    put(&b, "\"");
+      kf_put(&b, "%02x", ((const uint8_t *)l->attrs)[i * KF_ATTR_SIZE + j]);
+    kf_put(&b, "\"");
   }
-  put(&b, "], \"param_bytes\": %zu, \"params\": [", psize);
+  kf_put(&b, "], \"param_bytes\": %zu, \"params\": [", psize);
   for (int i = 0; fn->layout == 1 && i < fn->nparams; i++)
-    put(&b, "%s{\"offset\": %zu, \"size\": %zu}", i ? ", " : "", fn->off[i], fn->size[i]);
-  put(&b, "], \"regions\": [");
+    kf_put(&b, "%s{\"offset\": %zu, \"size\": %zu}", i ? ", " : "", fn->off[i], fn->size[i]);
+  kf_put(&b, "], \"regions\": [");
   for (size_t i = 0; i < k; i++) {
     int changed = s[i].post && memcmp(s[i].pre, s[i].post, r[i].size);
-    put(&b, "%s{\"address\": %llu, \"size\": %zu, \"kind\": %d, \"changed\": %d}", i ? ", " : "",
+    kf_put(&b, "%s{\"address\": %llu, \"size\": %zu, \"kind\": %d, \"changed\": %d}", i ? ", " : "",
         (unsigned long long)r[i].base, r[i].size, r[i].kind, changed);
     snprintf(path, sizeof path, "%s/r%zu.pre", tmp, i);
-    bad |= write_file(path, s[i].pre, r[i].size);
+    bad |= kf_write_file(path, s[i].pre, r[i].size);
     if (changed) {
       snprintf(path, sizeof path, "%s/r%zu.post", tmp, i);
-      bad |= write_file(path, s[i].post, r[i].size);
+      bad |= kf_write_file(path, s[i].post, r[i].size);
     }
   }
-  put(&b, "], ");
+  kf_put(&b, "], ");
   device_json(&b);
-  put(&b, "}\n");
+  kf_put(&b, "}\n");
   snprintf(path, sizeof path, "%s/params.bin", tmp);
-  bad |= write_file(path, params, psize);
+  bad |= kf_write_file(path, params, psize);
   snprintf(path, sizeof path, "%s/unit.json", tmp);
-  bad |= !b.s || write_file(path, b.s, b.n);
+  bad |= !b.s || kf_write_file(path, b.s, b.n);
   free(b.s);
-  fsync_path(tmp);
+  kf_fsync_path(tmp);
   if (bad || rename(tmp, dst)) return -1;
-  fsync_path(spool);
+  kf_fsync_path(spool);
   return 0;
 }
 
@@ -349,6 +305,25 @@ done:
   return rc;
 }
 
+/* a launch the recorder leaves alone, timed with events: the kernel's time in the application */
+static CUresult timed(kf_launch_t *l, kf_fn_t *fn, CUresult (*real)(kf_launch_t *, void *),
+                      void *ctx) {
+  void *e0 = NULL, *e1 = NULL;
+  if (!kf_drv.cuEventCreate || kf_drv.cuEventCreate(&e0, 0) || kf_drv.cuEventCreate(&e1, 0)) {
+    if (e0) kf_drv.cuEventDestroy(e0);
+    return real(l, ctx);
+  }
+  kf_drv.cuEventRecord(e0, l->stream);
+  CUresult rc = real(l, ctx);
+  float ms;
+  if (!rc && !kf_drv.cuEventRecord(e1, l->stream) && !kf_drv.cuEventSynchronize(e1) &&
+      !kf_drv.cuEventElapsedTime(&ms, e0, e1))
+    fn->app_ms[fn->napp++] = ms;
+  kf_drv.cuEventDestroy(e0);
+  kf_drv.cuEventDestroy(e1);
+  return rc;
+}
+
 CUresult kf_launch(kf_launch_t *l, CUresult (*real)(kf_launch_t *, void *), void *ctx) {
   static __thread int inside; /* a launch made while handling one runs unchanged */
   int rec = kf_recording(), dep = kf_deploy_active();
@@ -368,6 +343,8 @@ CUresult kf_launch(kf_launch_t *l, CUresult (*real)(kf_launch_t *, void *), void
   if (dep && params && kf_deploy_try(l, fn, params, psize, &rc, real, ctx)) {
   } else if (take && params) {
     rc = record_one(l, fn, params, psize, call, real, ctx);
+  } else if (rec && fn->matches && call > 0 && fn->napp < KF_APP_TIMED && !take) {
+    rc = timed(l, fn, real, ctx);
   } else {
     if (take) n_unknown++;
     rc = real(l, ctx);
@@ -376,32 +353,4 @@ CUresult kf_launch(kf_launch_t *l, CUresult (*real)(kf_launch_t *, void *), void
   free(params);
   inside = 0;
   return rc;
-}
-
-__attribute__((destructor)) static void summary(void) {
-  if (kf_deploy_active()) kf_deploy_report();
-  if (!kf_recording() || !n_launches) return;
-  char path[4096], tmp[4200];
-  snprintf(path, sizeof path, "%s/.spool", root);
-  mkdir(root, 0755);
-  mkdir(path, 0755);
-  snprintf(path, sizeof path, "%s/.spool/summary-%d.json", root, getpid());
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  buf_t b = {malloc(4096), 0, 4096};
-  put(&b, "{\"pid\": %d, \"launches\": %lu, \"recorded\": %lu, \"over_budget\": %lu, "
-      "\"unknown_layout\": %lu, \"failed\": %lu, \"cooperative\": %lu, \"graphs\": %lu, "
-      "\"kernels\": [", getpid(), n_launches, n_recorded, n_budget, n_unknown, n_failed,
-      kf_n_cooperative, kf_n_graphs);
-  kf_fn_t **all;
-  size_t n = kf_fn_all(&all);
-  for (size_t i = 0; i < n; i++) {
-    put(&b, "%s{\"name\": ", i ? ", " : "");
-    put_str(&b, all[i]->name);
-    put(&b, ", \"seen\": %lu, \"recorded\": %lu, \"layout\": %d}", all[i]->seen,
-        all[i]->recorded, all[i]->layout);
-  }
-  free(all);
-  put(&b, "]}\n");
-  if (b.s && !write_file(tmp, b.s, b.n)) rename(tmp, path);
-  free(b.s);
 }
