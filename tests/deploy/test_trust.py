@@ -100,7 +100,8 @@ def test_an_equivalent_variant_is_verified_once_and_deployed(tmp_path: Path,
         outs = [run_axpy() for _ in range(3)]
     for o in outs:
         np.testing.assert_array_equal(o, plain)
-    assert deploy.report().kernels["axpy"].replaced == 3
+    counts = deploy.report().kernels["axpy"]  # the first launch ran the original, compared
+    assert counts.replaced == 2 and counts.reasons == {"re-verification run": 1}
     assert sum("re-verified" in r.message for r in caplog.records) == 1
 
 
@@ -126,9 +127,11 @@ def test_reverify_refuses_overlapping_arguments() -> None:
     k = axpy_kernel()
     compiled = be.compile(k.variant)
     y = np.ones(4)
+    ran: list[int] = []
     with pytest.raises(Unverifiable, match="share memory"):
-        reverify(be, k.variant, compiled, k.variant.launch, (y, y, 2.0, 4),
-                 ("x", "y", "a", "n"), {})
+        reverify(be, compiled, k.variant.launch, (y, y, 2.0, 4), ("x", "y", "a", "n"), {},
+                 lambda: ran.append(1))
+    assert ran == []  # refused before the application's launch ran
 
 
 def test_a_busy_or_insignificant_entry_is_not_deployed(tmp_path: Path) -> None:

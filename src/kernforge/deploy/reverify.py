@@ -1,7 +1,9 @@
-"""Re-verification in the deploying process: before a tuned variant replaces the first launch
-of its kernel, it runs once on copies of that launch's arguments beside the original kernel
-(on other copies), and every array's outputs are compared, bitwise unless the application
-declared a tolerance for the buffer.
+"""Re-verification in the deploying process: the first launch that an entry would replace runs
+the tuned variant on a copy of its arguments and then the application's own (original) launch
+on the arguments themselves, and every array is compared, bitwise unless the application
+declared a tolerance for the buffer. That launch's results are the original kernel's; the
+launches after it run the tuned variant when the two agreed. The cost, once per entry and
+process: one copy of the arguments, one extra launch and a comparison.
 
 This is the check a spec's checksum cannot make: a spec exported from a tampered result, one
 made by hand, or a variant that behaves differently on this machine's data is caught on the
@@ -15,13 +17,13 @@ deploy unverifiable entries (``KERNFORGE_DEPLOY_VERIFY=unverifiable``, ``kernfor
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..backends import Backend, Compiled
-from ..core import KernforgeError, LaunchConfig, Tolerance, Variant
+from ..core import KernforgeError, LaunchConfig, Tolerance
 
 VERIFY_ENV = "KERNFORGE_DEPLOY_VERIFY"
 MODES = ("require", "unverifiable", "off")
@@ -59,27 +61,33 @@ def _overlap(be: Backend, arrays: Sequence[Any]) -> bool:
 
 
 def _copies(be: Backend, args: Sequence[Any]) -> list[Any]:
+    """One copy of every array argument, in the backend's memory (``.copy()``: NumPy and
+    CuPy arrays copy in place; else through the host)."""
     out = []
     for i, a in enumerate(args):
         if not be.is_buffer(a):
             out.append(a)
             continue
         try:
-            out.append(be.to_device(be.to_host(a)))
+            out.append(a.copy() if hasattr(a, "copy") else be.to_device(be.to_host(a)))
         except Exception as exc:  # noqa: BLE001 - then the check is impossible: say why
             raise Unverifiable(f"argument {i} cannot be copied ({type(exc).__name__}: "
                                f"{exc})") from None
     return out
 
 
+def _host(be: Backend, a: Any) -> np.ndarray:
+    return a if isinstance(a, np.ndarray) else be.to_host(a)
+
+
 def _differs(name: str, ref: np.ndarray, out: np.ndarray, tol: Tolerance) -> str | None:
     if ref.shape != out.shape or ref.dtype != out.dtype:
         return f"{name}: shape or dtype changed"
     if tol.exact or ref.dtype.kind not in "fc":
-        if ref.tobytes() == out.tobytes():
+        a, b = np.ascontiguousarray(ref).view(np.uint8), np.ascontiguousarray(out).view(np.uint8)
+        if np.array_equal(a, b):
             return None
-        bad = int(np.count_nonzero(ref.view(np.uint8) != out.view(np.uint8)))
-        return f"{name}: {bad} byte(s) differ (bitwise)"
+        return f"{name}: {int(np.count_nonzero(a != b))} byte(s) differ (bitwise)"
     r, o = ref.astype(np.float64), out.astype(np.float64)
     both_nan = np.isnan(r) & np.isnan(o) if tol.nan == "match" else np.zeros(r.shape, bool)
     diff = np.where(both_nan, 0.0, np.abs(o - r))
@@ -94,27 +102,39 @@ def _differs(name: str, ref: np.ndarray, out: np.ndarray, tol: Tolerance) -> str
                                f"{tol.mode} tolerance"
 
 
-def reverify(be: Backend, original: Variant, tuned: Compiled, launch: LaunchConfig,
-             args: Sequence[Any], names: Sequence[str],
-             tolerance: dict[str, Tolerance]) -> str | None:
-    """Run ``original`` and ``tuned`` on copies of ``args``; None when every array's outputs
-    agree, else what differs. Raises :class:`Unverifiable` when the comparison is
-    impossible for these arguments."""
+class VariantFailed(KernforgeError):
+    """The tuned variant failed to run on the copies (the message says how)."""
+
+
+def reverify(be: Backend, tuned: Compiled, launch: LaunchConfig, args: Sequence[Any],
+             names: Sequence[str], tolerance: dict[str, Tolerance],
+             original: Callable[[], Any]) -> tuple[str | None, Any]:
+    """The first launch of a tuned kernel: ``tuned`` runs on a copy of ``args`` (taken before
+    anything runs), then ``original()`` -- the application's own launch, on its own
+    arguments, so this launch's results are the original kernel's -- and every array is
+    compared. Returns (None when they agree, else what differs; ``original()``'s result).
+    Raises :class:`Unverifiable` when the comparison is impossible and :class:`VariantFailed`
+    when the tuned variant fails, both before ``original()`` ran; an exception of
+    ``original()`` itself is the application's and propagates."""
     arrays = [a for a in args if be.is_buffer(a)]
     if not arrays:
         raise Unverifiable("the launch has no array argument to compare")
     if _overlap(be, arrays):
         raise Unverifiable("array arguments share memory, which copies would not")
-    ref_compiled = be.compile(original, tolerant=True)  # the application chose its options
-    ref_args, out_args = _copies(be, args), _copies(be, args)
-    be.launch(ref_compiled, ref_args, original.launch)
-    be.launch(tuned, out_args, launch)
+    out_args = _copies(be, args)
+    try:
+        be.launch(tuned, out_args, launch)
+        be.synchronize()
+    except Exception as exc:  # noqa: BLE001 - reported, then the original runs
+        raise VariantFailed(f"the tuned variant failed on a copy of the arguments "
+                            f"({type(exc).__name__}: {exc})") from None
+    result = original()
     be.synchronize()
-    for i, (a, b) in enumerate(zip(ref_args, out_args)):
+    for i, (a, b) in enumerate(zip(args, out_args)):
         if not be.is_buffer(a):
             continue
         name = names[i] if i < len(names) else f"argument {i}"
-        why = _differs(name, be.to_host(a), be.to_host(b), tolerance.get(name, Tolerance()))
+        why = _differs(name, _host(be, a), _host(be, b), tolerance.get(name, Tolerance()))
         if why is not None:
-            return why
-    return None
+            return why, result
+    return None, result

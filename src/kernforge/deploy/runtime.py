@@ -35,9 +35,9 @@ from .decide import Decider, first_line, label_of
 from .fastpath import Decision, Plan, Tuned
 from .gate import refusal
 from .launcher import prepare
-from .match import COMPILE, EVIDENCE, INTERNAL, LAUNCH, VERIFY, Reason
+from .match import COMPILE, EVIDENCE, INTERNAL, LAUNCH, REVERIFIED, VERIFY, Reason
 from .report import DeployReport, KernelCounts
-from .reverify import VERIFY_ENV, Unverifiable, reverify, verify_mode
+from .reverify import VERIFY_ENV, Unverifiable, VariantFailed, reverify, verify_mode
 from .spec import DeploySpec, PathLike, read_spec
 
 log = logging.getLogger("kernforge.deploy")
@@ -67,6 +67,7 @@ class Deployment:
         self.cache = cache
         self.verify = verify_mode(verify)  # see deploy/reverify.py
         self._verified: set[int] = set()  # entries whose first launch was re-verified
+        self._verify_lock = threading.Lock()
         self._counts: dict[str, KernelCounts] = {}
         self._logged: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
@@ -114,12 +115,13 @@ class Deployment:
     def _run(self, d: Tuned, args: tuple[Any, ...], original: Callable[[], Any]) -> Any:
         """The tuned launch: its fast launch when a launch under this decision passed every
         check before and these arguments need nothing more (:mod:`.launcher`), else
-        ``Backend.launch`` (which checks everything); the original when it is refused."""
+        ``Backend.launch`` (which checks everything); the original when it is refused. An
+        entry's first launch re-verifies it (:meth:`_first_launch`)."""
         fast = d.fast
         if fast is None and d.index not in self._verified and self.verify != "off":
-            refused = self._reverify(d, args)
-            if refused is not None:
-                return self._refused(d, refused, original)
+            handled, result = self._first_launch(d, args, original)
+            if handled:
+                return result
         try:
             if fast is None or not fast(args):
                 d.backend.launch(d.compiled, args, d.launch)
@@ -141,34 +143,43 @@ class Deployment:
         except Exception as exc:  # noqa: BLE001 - later launches take the full path
             log.debug("%s: no fast launch (%s: %s)", d.label, type(exc).__name__, exc)
 
-    def _reverify(self, d: Tuned, args: tuple[Any, ...]) -> Reason | None:
-        """Once per entry, before its first tuned launch: the tuned variant against the
-        original kernel on copies of these arguments (deploy/reverify.py); why it must not
-        run, or None."""
-        with self._lock:
+    def _first_launch(self, d: Tuned, args: tuple[Any, ...], original: Callable[[], Any]
+                      ) -> tuple[bool, Any]:
+        """Once per entry: the tuned variant on a copy of these arguments, the original on
+        the arguments themselves, outputs compared (deploy/reverify.py). (True, the
+        original's result) when this launch was handled here; (False, None) when the tuned
+        variant should run (verified before, or unverifiable and allowed)."""
+        with self._verify_lock:
             if d.index in self._verified:
-                return None
+                return False, None
             try:
                 if d.original is None:
                     raise Unverifiable("the original kernel of this launch is unknown")
-                why = reverify(d.backend, d.original, d.compiled, d.launch, args, d.names,
-                               d.tolerance)
+                why, result = reverify(d.backend, d.compiled, d.launch, args, d.names,
+                                       d.tolerance, original)
             except Unverifiable as exc:
-                if self.verify != "unverifiable":
-                    return Reason(VERIFY, f"cannot be re-verified ({exc.message}); not "
-                                          f"deployed (set {VERIFY_ENV}=unverifiable to "
-                                          f"deploy it anyway)")
-                log.warning("%s: deployed without re-verification (%s)", d.label, exc.message)
-                why = None
-            except Exception as exc:  # noqa: BLE001 - the original runs instead
-                return Reason(VERIFY, f"re-verification failed ({type(exc).__name__}: "
-                                      f"{first_line(str(exc))})")
+                if self.verify == "unverifiable":
+                    log.warning("%s: deployed without re-verification (%s)", d.label,
+                                exc.message)
+                    self._verified.add(d.index)
+                    return False, None
+                return True, self._refused(d, Reason(VERIFY, (
+                    f"cannot be re-verified ({exc.message}); not deployed (set {VERIFY_ENV}"
+                    f"=unverifiable to deploy it anyway)")), original)
+            except VariantFailed as exc:
+                return True, self._refused(d, Reason(VERIFY, exc.message), original)
             if why is not None:
-                return Reason(VERIFY, f"outputs differ from the original kernel's on this "
-                                      f"launch ({why}); not deployed")
+                reason = Reason(VERIFY, f"outputs differ from the original kernel's on this "
+                                        f"launch ({why}); not deployed")
+                self._decider.failed(d.index, reason)
+                self._fallback(d.label, reason)
+                return True, result
             self._verified.add(d.index)
-            log.info("%s: tuned variant re-verified against the original kernel", d.label)
-            return None
+            log.info("%s: tuned variant re-verified against the original kernel (which ran "
+                     "this first launch)", d.label)
+            self._fallback(d.label, Reason(REVERIFIED, "the first launch ran the original, "
+                                                       "compared with the tuned variant"))
+            return True, result
 
     def _refused(self, d: Tuned, exc: BaseException | Reason,
                  original: Callable[[], Any]) -> Any:
