@@ -26,7 +26,9 @@ def _tuned(tmp: Path, *, idle: bool, ratios: tuple[float, ...], ci: tuple[float,
                   samples_b=((1e-3,),) * len(ratios), first=("a",) * len(ratios),
                   ci_low=ci[0], ci_high=ci[1])
     validation = SimpleNamespace(accepted=accepted,
-                                 idle=IdleCheck(idle, 0.1 if idle else 1.0, "test"))
+                                 idle=IdleCheck(idle, 0.1 if idle else 1.0, "test"),
+                                 reason="" if accepted else "regression:prior-best",
+                                 message="" if accepted else "below the prior best")
     return SimpleNamespace(ab=ab, validation=validation, recording=r,
                            best_variant=r.variant.with_(options={"opt_level": "O3"}),
                            speedup=ab.speedup)
@@ -58,3 +60,5 @@ def test_a_significant_idle_verified_win_is_kept(tmp_path: Path) -> None:
     rejected = _result(_tuned(tmp_path / "b", idle=True, ratios=(1.5,) * 7, ci=(1.4, 1.6),
                               accepted=False))
     assert pick_winners(rejected) == []  # type: ignore[arg-type]
+    assert "not verified" in rejected.not_deployed[0].reason
+    assert "regression:prior-best below the prior best" in rejected.not_deployed[0].reason
