@@ -164,3 +164,17 @@ def test_deploy_refuses_an_altered_spec(on_fake: FakeCuda, recorded: Path,
     spec = _spec(on_fake, recorded, tmp_path / "spec.json")
     spec.write_text(spec.read_text().replace('"carveout": 0', '"carveout": 100'))
     assert main(["run", "--deploy", str(spec), "--", *on_fake.command()]) == 2
+
+
+def test_print_env_deploys_into_a_command_started_by_the_shell(
+        on_fake: FakeCuda, recorded: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    spec = _spec(on_fake, recorded, tmp_path / "spec.json")
+    assert main(["run", "--deploy", str(spec), "--print-env"]) == 0
+    exports = capsys.readouterr().out
+    log = tmp_path / "log.json"
+    script = f"{exports}\nexport KERNFORGE_DEPLOY_LOG={log}\n{' '.join(on_fake.command())}\n"
+    done = subprocess.run(["bash", "-c", script], env=on_fake.env, capture_output=True,
+                          text=True, check=True)
+    assert done.stdout == _plain(on_fake)
+    assert '"replaced": 10' in log.read_text()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -127,6 +128,19 @@ def deploy(spec_path: Path, command: Sequence[str]) -> int:
     if not counts:
         err_console.print("  (no counts: the program did not exit normally)")
     return status
+
+
+def print_env(spec_path: Path) -> int:
+    """Shell lines that deploy the spec into any command started after them (job scripts),
+    with the interposer's line file written beside the spec."""
+    spec = nd.read_spec(spec_path)
+    lib = interposer.build()
+    lines = spec_path.with_suffix(".interposer.tsv")
+    lines.write_text(nd.interposer_lines(spec))
+    print(f"export LD_PRELOAD={shlex.quote(str(lib))}${{LD_PRELOAD:+:$LD_PRELOAD}}")
+    print(f"export KERNFORGE_DEPLOY={shlex.quote(str(lines.resolve()))}")
+    print("# optional: export KERNFORGE_DEPLOY_LOG=deploy-log.json  (counts, written at exit)")
+    return 0
 
 
 def spec_is_native(path: str | os.PathLike[str]) -> bool:

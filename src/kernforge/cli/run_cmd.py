@@ -36,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "by default such a kernel runs the original")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="log only failures of tuned variants, not every kernel's outcome")
+    p.add_argument("--print-env", action="store_true",
+                   help="native specs: print the shell lines that deploy SPEC into any "
+                        "command started after them (for job scripts), and exit")
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="the application command, after --")
     p.set_defaults(func=run)
@@ -69,6 +72,8 @@ def print_report(report: DeployReport) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if native_deploy_cmd.spec_is_native(args.deploy):  # any program, through the interposer
+        if args.print_env:
+            return native_deploy_cmd.print_env(Path(args.deploy))
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
         return native_deploy_cmd.deploy(Path(args.deploy), command)
     spec = read_spec(args.deploy)  # an unusable spec is an error before the app starts
