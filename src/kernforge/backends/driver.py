@@ -26,49 +26,6 @@ _ATTR = {"cc_major": 75, "cc_minor": 76, "l2_bytes": 38, "sm_count": 16,
 _FUNC_CARVEOUT = 9  # CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
 
 
-# Reads a buffer (16 bytes a thread a step, grid-stride); stores only when the xor of what it read
-# is a value it never is, so the loads stay. The driver JIT-compiles it for the device.
-_L2_READER = b"""
-.version 7.0
-.target sm_70
-.address_size 64
-.visible .entry kf_l2_read(.param .u64 p, .param .u64 n, .param .u64 sink)
-{
-  .reg .pred %p<3>;
-  .reg .b64 %rd<10>;
-  .reg .b32 %r<12>;
-  ld.param.u64 %rd1, [p];
-  ld.param.u64 %rd2, [n];
-  ld.param.u64 %rd3, [sink];
-  mov.u32 %r1, %ctaid.x;
-  mov.u32 %r2, %ntid.x;
-  mov.u32 %r3, %tid.x;
-  mul.wide.u32 %rd4, %r1, %r2;
-  cvt.u64.u32 %rd5, %r3;
-  add.u64 %rd4, %rd4, %rd5;
-  mov.u32 %r4, %nctaid.x;
-  mul.wide.u32 %rd6, %r4, %r2;
-  mov.u32 %r5, 0;
-LOOP:
-  setp.ge.u64 %p1, %rd4, %rd2;
-  @%p1 bra DONE;
-  shl.b64 %rd7, %rd4, 4;
-  add.u64 %rd8, %rd1, %rd7;
-  ld.global.v4.u32 {%r6, %r7, %r8, %r9}, [%rd8];
-  xor.b32 %r5, %r5, %r6;
-  xor.b32 %r5, %r5, %r9;
-  add.u64 %rd4, %rd4, %rd6;
-  bra LOOP;
-DONE:
-  setp.ne.u32 %p2, %r5, 2147483647;
-  @%p2 bra END;
-  st.global.u32 [%rd3], %r5;
-END:
-  ret;
-}
-"""
-
-
 class _Prop(C.Structure):  # CUmemAllocationProp
     _fields_ = [("type", C.c_int), ("handle_types", C.c_int), ("loc_type", C.c_int),
                 ("loc_id", C.c_int), ("win32", C.c_void_p), ("flags", C.c_ubyte * 8)]
@@ -105,7 +62,6 @@ class Driver:
         self.lib.cuMemcpyHtoD_v2.argtypes = [CUdeviceptr, C.c_void_p, C.c_size_t]
         self.lib.cuMemsetD8_v2.argtypes = [CUdeviceptr, C.c_ubyte, C.c_size_t]
         self._flush: int | None = None
-        self._reader: C.c_void_p | None = None
         self.refusals: list[str] = []  # why a range could not be mapped at its address
 
     # ---- errors --------------------------------------------------------------------------------
@@ -192,25 +148,11 @@ class Driver:
         return out
 
     def flush_l2(self) -> None:
-        """Read a buffer of twice the L2 size, so no timed run starts with the kernel's data in
-        the cache, nor with dirty lines (a restore's, or a write-based flush's) whose write-back
-        the kernel would pay for. Where the reader cannot load (not a GPU), a memset."""
+        """Write a buffer of twice the L2 size, so no timed run starts with a warm cache."""
         if self._flush is None:
-            self._flush_size = max(2 * self.attribute("l2_bytes"), 1 << 20) // 16 * 16
-            self._flush = self.alloc(self._flush_size + 16)
-            self.check(self.lib.cuMemsetD8_v2(self._flush, 0, self._flush_size + 16),
-                       "cuMemsetD8")
-            try:
-                self._reader = self.function(self.load(_L2_READER), "kf_l2_read")
-            except LaunchError:
-                self._reader = None
-        if self._reader is None:
-            self.check(self.lib.cuMemsetD8_v2(self._flush, 0, self._flush_size), "cuMemsetD8")
-            return
-        params = b"".join(v.to_bytes(8, "little") for v in
-                          (self._flush, self._flush_size // 16, self._flush + self._flush_size))
-        sms = self.attribute("sm_count")
-        self.launch(self._reader, (4 * sms, 1, 1), (256, 1, 1), 0, params)
+            self._flush_size = max(2 * self.attribute("l2_bytes"), 1 << 20)
+            self._flush = self.alloc(self._flush_size)
+        self.check(self.lib.cuMemsetD8_v2(self._flush, 0, self._flush_size), "cuMemsetD8")
 
     # ---- modules and launches --------------------------------------------------------------------
     def load(self, image: bytes, jit: Mapping[str, int] | None = None) -> C.c_void_p:
