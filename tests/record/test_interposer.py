@@ -136,11 +136,11 @@ def test_bad_command(tmp_path: Path) -> None:
         record_command(["no-such-program-here"], tmp_path)
 
 
-def _spec(fake: FakeCuda, recorded: Path, path: Path) -> Path:
+def _spec(fake: FakeCuda, recorded: Path, path: Path, block: int = 64) -> Path:
     from kernforge.deploy import native as nd
     rec = read_native(recorded / "heat-0")
     image = fake.image(tuned=True)
-    e = nd.entry(rec, {"block": [64, 1, 1], "carveout": 0}, "tuned.bin", image,
+    e = nd.entry(rec, {"block": [block, 1, 1], "carveout": 0}, "tuned.bin", image,
                  {"speedup": 1.5, "ci": [1.4, 1.6]})
     return nd.write_spec(path, [e], {"tuned.bin": image})
 
@@ -178,3 +178,14 @@ def test_print_env_deploys_into_a_command_started_by_the_shell(
                           text=True, check=True)
     assert done.stdout == _plain(on_fake)
     assert '"replaced": 10' in log.read_text()
+
+
+def test_a_tuned_launch_the_driver_refuses_falls_back_to_the_original(
+        on_fake: FakeCuda, recorded: Path, tmp_path: Path,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    spec = _spec(on_fake, recorded, tmp_path / "spec.json", block=2048)  # over 1024 threads
+    assert main(["run", "--deploy", str(spec), "--", *on_fake.command()]) == 0
+    out = capfd.readouterr()
+    assert out.out == _plain(on_fake)
+    assert "0 launch(es) ran a tuned configuration; 9 launch(es)" in out.err  # then disabled
+    assert "the tuned launch failed: the original ran instead" in out.err

@@ -119,12 +119,14 @@ def deploy(spec_path: Path, command: Sequence[str]) -> int:
     replaced = sum(e.get("replaced", 0) for e in counts.get("entries", []))
     err_console.print(f"kernforge deploy report ({escape(str(spec_path))}): {replaced} "
                       f"launch(es) ran a tuned configuration; "
-                      f"{counts.get('fallbacks', 0)} launch(es) of a deployed kernel did not "
-                      "match its problem and ran unchanged", soft_wrap=True)
+                      f"{counts.get('fallbacks', 0)} launch(es) of a deployed kernel ran "
+                      "unchanged (another problem, or its entry was disabled)", soft_wrap=True)
     for e in counts.get("entries", []):
         err_console.print(f"  {escape(e['name'])}: {e['replaced']} replaced"
                           + (f", {e['load_failures']} load failure(s)"
-                             if e.get("load_failures") else ""), soft_wrap=True)
+                             if e.get("load_failures") else "")
+                          + (", the tuned launch failed: the original ran instead"
+                             if e.get("launch_failures") else ""), soft_wrap=True)
     if not counts:
         err_console.print("  (no counts: the program did not exit normally)")
     return status

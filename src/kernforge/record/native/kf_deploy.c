@@ -27,7 +27,8 @@ typedef struct {
   long jitv[8];
   CUcontext ctx[MAX_CTX];
   CUfunction fn[MAX_CTX];
-  unsigned long used, failed;
+  unsigned long used, failed, launch_failed;
+  int disabled;
 } entry_t;
 
 static entry_t *entries;
@@ -148,6 +149,7 @@ int kf_deploy_try(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psi
     entry_t *e = &entries[i];
     if (strcmp(e->name, fn->name)) continue;
     named = 1;
+    if (e->disabled) break;
     if (memcmp(e->grid, l->grid, sizeof e->grid) || memcmp(e->block, l->block, sizeof e->block) ||
         e->shmem != l->shmem || !key_matches(e, params, psize))
       continue;
@@ -162,6 +164,13 @@ int kf_deploy_try(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psi
     memcpy(swapped.block, e->nblock, sizeof swapped.block);
     swapped.shmem = e->nshmem;
     *rc = real(&swapped, ctx);
+    if (*rc) { /* refused (e.g. a geometry this launch's attributes forbid): the original runs */
+      if (!e->launch_failed++)
+        kf_log("deploy: the tuned launch of %s failed (CUDA error %d); it runs unchanged", e->name, *rc);
+      *rc = real(l, ctx);
+      e->disabled = 1;
+      return 1;
+    }
     e->used++;
     return 1;
   }
@@ -175,7 +184,8 @@ void kf_deploy_report(void) {
   if (fp) fprintf(fp, "{\"fallbacks\": %lu, \"entries\": [", fallbacks);
   for (size_t i = 0; i < nentries; i++)
     if (fp)
-      fprintf(fp, "%s{\"name\": \"%s\", \"replaced\": %lu, \"load_failures\": %lu}", i ? ", " : "",
-              entries[i].name, entries[i].used, entries[i].failed);
+      fprintf(fp, "%s{\"name\": \"%s\", \"replaced\": %lu, \"load_failures\": %lu, "
+              "\"launch_failures\": %lu}", i ? ", " : "", entries[i].name, entries[i].used,
+              entries[i].failed, entries[i].launch_failed);
   if (fp) { fprintf(fp, "]}\n"); fclose(fp); }
 }
