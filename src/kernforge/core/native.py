@@ -35,9 +35,6 @@ class NativeRegion:
     def end(self) -> int:
         return self.address + self.size
 
-    def contains(self, pointer: int) -> bool:
-        return self.address <= pointer < self.end
-
 
 @dataclass(frozen=True)
 class NativeParam:

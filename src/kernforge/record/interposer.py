@@ -10,6 +10,7 @@ Triton. What it records is configured through the environment (:func:`environmen
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import shutil
@@ -20,6 +21,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from ..core import BackendUnavailableError, ConfigError
 from ..core.paths import cache_path
@@ -129,17 +131,14 @@ def suppress(on: bool) -> None:
         fn(1 if on else 0)
 
 
-_SUPPRESS: list[object] = []
-
-
-def _suppress_fn() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
-    if not _SUPPRESS:
-        fn = None
-        if "libkfinterpose" in os.environ.get("LD_PRELOAD", ""):
-            try:
-                fn = ctypes.CDLL(None).kf_record_suppress
-                fn.argtypes = [ctypes.c_int]
-            except (OSError, AttributeError):
-                fn = None
-        _SUPPRESS.append(fn)
-    return _SUPPRESS[0]  # type: ignore[return-value]
+@functools.cache
+def _suppress_fn() -> Any:
+    """The interposer's ``kf_record_suppress`` when this process has it preloaded, else None."""
+    if "libkfinterpose" not in os.environ.get("LD_PRELOAD", ""):
+        return None
+    try:
+        fn = ctypes.CDLL(None).kf_record_suppress
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int]
+    return fn

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -210,7 +210,3 @@ def compare(rp: NativeReplay, a: NativeVariant, b: NativeVariant, *, passes: int
             per_pass: int = 5) -> ABResult:
     """Interleaved A/B of two verified variants (median of per-pass ratios, bootstrap CI)."""
     return interleave(lambda: rp.time(a), lambda: rp.time(b), passes=passes, per_pass=per_pass)
-
-
-def measurements_json(results: Sequence[Measurement]) -> list[dict[str, Any]]:
-    return [m.to_json() for m in results]

@@ -107,6 +107,7 @@ typedef struct {
   int layout;    /* 0 not asked, 1 known, -1 unknown */
   int nparams;
   size_t *off, *size;
+  int deployed; /* 0 not asked, 1 a deployment entry names it, -1 none does */
   float app_ms[KF_APP_TIMED]; /* unrecorded launches timed with events, the first excluded */
   int napp;
 } kf_fn_t;
@@ -141,6 +142,7 @@ void kf_fsync_path(const char *dir);
 
 /* ---- deploy (kf_deploy.c) ------------------------------------------------------------------ */
 int kf_deploy_active(void);
+int kf_deploy_covers(kf_fn_t *fn); /* cached per function */
 /* returns 1 when the launch was replaced (result in *rc), 0 to run the original */
 int kf_deploy_try(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psize, CUresult *rc,
                   CUresult (*real)(kf_launch_t *, void *), void *ctx);

@@ -104,6 +104,15 @@ int kf_deploy_active(void) {
   return state;
 }
 
+int kf_deploy_covers(kf_fn_t *fn) {
+  if (!fn->deployed) {
+    fn->deployed = -1;
+    for (size_t i = 0; i < nentries; i++)
+      if (!strcmp(entries[i].name, fn->name)) fn->deployed = 1;
+  }
+  return fn->deployed > 0;
+}
+
 static int key_matches(const entry_t *e, const uint8_t *p, size_t n) {
   if (e->any_key) return 1;
   if (n != e->keylen) return 0;

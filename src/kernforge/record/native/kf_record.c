@@ -337,6 +337,7 @@ CUresult kf_launch(kf_launch_t *l, CUresult (*real)(kf_launch_t *, void *), void
   unsigned long call = fn->seen++;
   int take = rec && fn->matches && (long)call >= skip_first &&
              (max_instances < 0 || (long)fn->recorded < max_instances);
+  dep = dep && kf_deploy_covers(fn); /* other kernels pay no parameter copy */
   size_t psize = 0;
   uint8_t *params = (take || dep) ? kf_param_bytes(l, fn, &psize) : NULL;
   CUresult rc;
