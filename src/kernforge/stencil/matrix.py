@@ -71,6 +71,8 @@ def build(design: str, cell: Cell, params: dict[str, Any]) -> Operator | None:
     if design not in DESIGNS:
         raise ConfigError(f"unknown stencil design {design!r}",
                           hint=f"one of {', '.join(DESIGNS)}")
+    if cell.stencil.dims != 3 and not designs.get(design).planar:
+        return None  # a 3D design does not build a planar stencil
     clean = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()
              if k != "steps"}
     names = space(design, cell)

@@ -18,7 +18,9 @@ Conventions (docs/stencil.md):
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
@@ -106,21 +108,38 @@ def _weight(offset: tuple[int, int, int], index: int) -> float:
 
 @dataclass(frozen=True)
 class StencilSpec:
+    """A stencil: its family, radius and steps; the matrix's own specs derive their weights
+    (:func:`_weight`). ``coefficients`` (aligned with :attr:`offsets`) give other weights: any
+    values, zeros included, as a recognized application kernel has them
+    (:func:`custom`). ``dims=2``: a planar stencil (every ``dz`` is 0), applied to each z-plane
+    with no boundary in z."""
+
     name: str
     kind: str  # "star" | "box" | "varcoeff"
     radius: int
     steps: int = 1  # > 1: a temporal (multi-step) variant, boundary fixed at every step
+    coefficients: tuple[float, ...] | None = None
+    dims: int = 3
+
+    def __post_init__(self) -> None:
+        if self.dims not in (2, 3):
+            raise ConfigError(f"stencil {self.name}: dims={self.dims}", hint="2 or 3")
+        if self.coefficients is not None and len(self.coefficients) != len(self.offsets):
+            raise ConfigError(f"stencil {self.name}: {len(self.coefficients)} coefficients for "
+                              f"{len(self.offsets)} offsets", hint="one per offset, in the "
+                              "order of StencilSpec.offsets")
 
     @cached_property
     def offsets(self) -> tuple[tuple[int, int, int], ...]:
         """(dz, dy, dx) in a fixed order: center first, then lexicographic."""
         r = self.radius
         rng = range(-r, r + 1)
+        zr = rng if self.dims == 3 else range(1)
         if self.kind == "box":
-            offs = list(itertools.product(rng, rng, rng))
+            offs = list(itertools.product(zr, rng, rng))
         else:  # star and varcoeff: the axes only
             offs = [(0, 0, 0)]
-            for axis in range(3):
+            for axis in range(3 - self.dims, 3):
                 for d in rng:
                     if d:
                         o = [0, 0, 0]
@@ -131,9 +150,16 @@ class StencilSpec:
 
     @cached_property
     def weights(self) -> np.ndarray:
-        """Float64 weights aligned with :attr:`offsets`, summing to 1."""
+        """Float64 weights aligned with :attr:`offsets` (the matrix's own: summing to 1)."""
+        if self.coefficients is not None:
+            return np.array(self.coefficients, dtype=np.float64)
         w = np.array([_weight(o, i + 1) for i, o in enumerate(self.offsets)], dtype=np.float64)
         return w / w.sum()
+
+    @property
+    def radii(self) -> tuple[int, int, int]:
+        """The radius along (z, y, x): 0 along z for a planar stencil."""
+        return (self.radius if self.dims == 3 else 0, self.radius, self.radius)
 
     @property
     def points(self) -> int:
@@ -185,6 +211,17 @@ class Cell:
         return self.stencil.radius
 
     @property
+    def interior(self) -> tuple[int, int, int]:
+        """The interior's extent (nz, ny, nx): a planar stencil's reaches every z-plane."""
+        (rz, ry, rx), s = self.stencil.radii, self.shape
+        return (s.nz - 2 * rz, s.ny - 2 * ry, s.nx - 2 * rx)
+
+    @property
+    def interior_points(self) -> int:
+        z, y, x = self.interior
+        return max(z, 0) * max(y, 0) * max(x, 0)
+
+    @property
     def compulsory_bytes(self) -> int:
         """Bytes one sweep must move: every input field read once, the interior written once.
 
@@ -192,13 +229,12 @@ class Cell:
         steps together (the point of temporal blocking).
         """
         item = self.precision.itemsize
-        return (self.stencil.inputs * self.shape.points
-                + self.shape.interior_points(self.radius)) * item
+        return (self.stencil.inputs * self.shape.points + self.interior_points) * item
 
     @property
     def updates(self) -> int:
         """Interior point updates per operator application (steps included)."""
-        return self.shape.interior_points(self.radius) * self.stencil.steps
+        return self.interior_points * self.stencil.steps
 
     @property
     def flops(self) -> int:
@@ -213,6 +249,26 @@ class Cell:
                               hint="write STENCIL/NXxNYxNZ/PRECISION, e.g. star_1/512x512x512/fp32"
                               ) from None
         return cls(stencil_by_name(stencil), Shape.parse(shape), precision_by_name(prec))
+
+
+def custom(kind: str, radius: int, weights: Mapping[tuple[int, int, int], float], *,
+           dims: int = 3) -> StencilSpec:
+    """A single-step ``kind`` stencil (``star`` or ``box``) of ``radius`` whose weight at each
+    offset ``(dz, dy, dx)`` is ``weights[offset]`` (0 where absent), named after its family and
+    a digest of its coefficients (``star_1_2d~1a2b3c4d``), so two specs with different
+    coefficients never share a cell id (or a generated source)."""
+    if kind not in ("star", "box") or radius < 1:
+        raise ConfigError(f"custom stencil {kind} radius {radius}",
+                          hint="a star or box stencil of radius >= 1")
+    base = StencilSpec(kind, kind, radius, dims=dims)
+    unknown = sorted(set(weights) - set(base.offsets))
+    if unknown:
+        raise ConfigError(f"offsets {unknown} are not in a {kind} stencil of radius {radius} "
+                          f"({dims}D)", hint="a box stencil holds every offset within the radius")
+    coeffs = tuple(float(weights.get(o, 0.0)) for o in base.offsets)
+    digest = hashlib.sha256(repr(coeffs).encode()).hexdigest()[:8]
+    name = f"{kind}_{radius}{'_2d' if dims == 2 else ''}~{digest}"
+    return StencilSpec(name, kind, radius, coefficients=coeffs, dims=dims)
 
 
 def stencil_by_name(name: str) -> StencilSpec:

@@ -60,12 +60,15 @@ def family(cell: Cell) -> str:
 class Design:
     """One design: ``where`` maps each stencil family it builds to its rank there (0: the
     preferred design), ``space`` gives each parameter's values for a cell (the default first),
-    ``generate(cell, **params)`` builds the operator or raises :class:`DoesNotFit`."""
+    ``generate(cell, **params)`` builds the operator or raises :class:`DoesNotFit`; ``planar``:
+    it also builds planar stencils (``StencilSpec.dims == 2``), the others only 3D ones."""
 
     name: str
     where: Mapping[str, int]
     space: Callable[[Cell], Space]
     generate: Callable[..., Operator]
+    planar: bool = False  # also builds planar (dims=2) stencils
+
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.where) - set(FAMILIES))
@@ -74,4 +77,6 @@ class Design:
 
     def rank(self, cell: Cell) -> int | None:
         """Its rank for the cell, or None where it does not apply."""
+        if cell.stencil.dims != 3 and not self.planar:
+            return None
         return self.where.get(family(cell))

@@ -30,12 +30,13 @@ def _kernel(cell: Cell, name: str, src: str, dst: str) -> str:
     t = cell.precision.ctype
     acc = cell.precision.acc_ctype
     coef = f"const {t}* __restrict__ coef, " if cell.stencil.kind == "varcoeff" else ""
+    rz = "R" if cell.stencil.dims == 3 else "0"  # a planar stencil: every z-plane, no z halo
     return f"""
 extern "C" __global__ void {name}(const {t}* __restrict__ {src}, {coef}{t}* __restrict__ {dst}) {{
   const long x = R + blockIdx.x * (long)blockDim.x + threadIdx.x;
   const long y = R + blockIdx.y * (long)blockDim.y + threadIdx.y;
-  const long z = R + blockIdx.z * (long)blockDim.z + threadIdx.z;
-  if (x >= NX - R || y >= NY - R || z >= NZ - R) return;
+  const long z = {rz} + blockIdx.z * (long)blockDim.z + threadIdx.z;
+  if (x >= NX - R || y >= NY - R || z >= NZ - {rz}) return;
   const long i = (z * NY + y) * NX + x;
   const {acc} v = {_sum(cell, src)};
   {dst}[i] = {store(cell.precision, 'v')};
@@ -45,7 +46,7 @@ extern "C" __global__ void {name}(const {t}* __restrict__ {src}, {coef}{t}* __re
 
 def generate(cell: Cell, block: tuple[int, int, int] = (32, 8, 1)) -> Operator:
     """One launch per step; a temporal cell ping-pongs between ``out`` and ``tmp``."""
-    nz, ny, nx = cell.shape.interior(cell.radius)
+    nz, ny, nx = cell.interior
     grid = (cdiv(nx, block[0]), cdiv(ny, block[1]), cdiv(nz, block[2]))
     coef = ("coef",) if cell.stencil.kind == "varcoeff" else ()
     source = header(cell) + extents(cell) + weight_defs(cell) + _kernel(cell, "naive", "src", "dst")
@@ -59,4 +60,5 @@ def space(cell: Cell) -> Space:
 
 
 # one thread per point: builds every cell, the fallback last
-DESIGN = Design("naive", {"star": 9, "box": 9, "varcoeff": 9, "temporal": 9}, space, generate)
+DESIGN = Design("naive", {"star": 9, "box": 9, "varcoeff": 9, "temporal": 9}, space, generate,
+                planar=True)
