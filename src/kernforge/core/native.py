@@ -47,6 +47,85 @@ class NativeParam:
 
 
 @dataclass(frozen=True)
+class NativeSource:
+    """The source a native kernel was compiled from: captured from NVRTC in the recorded
+    process (``origin="nvrtc"``), or a file the user bound to the kernel (``origin="nvcc"``,
+    ``kernforge tune --source FILE.cu``). ``options`` are the compiler options as given (NVRTC's,
+    or nvcc's ``-I``/``-D``); ``name_expression`` the C++ name NVRTC was asked to lower to the
+    recorded entry (None: the entry is not a template instantiation named that way)."""
+
+    origin: str  # nvrtc | nvcc
+    code: str
+    options: tuple[str, ...] = ()
+    headers: tuple[tuple[str, str], ...] = ()  # NVRTC headers given by name: (name, source)
+    name_expression: str | None = None
+    output: str = "cubin"  # what NVRTC handed the program: cubin | ptx
+    library: str = ""  # the libnvrtc that compiled it in the recorded process
+    compiler_version: tuple[int, int] = (0, 0)
+    program: str = ""  # NVRTC's program name, or the bound file's path
+
+    def to_json(self) -> dict[str, Any]:
+        return {"origin": self.origin, "code": self.code, "options": list(self.options),
+                "headers": [{"name": n, "source": c} for n, c in self.headers],
+                "name_expression": self.name_expression, "output": self.output,
+                "library": self.library, "compiler_version": list(self.compiler_version),
+                "program": self.program}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> NativeSource:
+        ver = d.get("compiler_version") or (0, 0)
+        return cls(str(d["origin"]), str(d["code"]), tuple(str(o) for o in d.get("options", ())),
+                   tuple((str(h["name"]), str(h["source"])) for h in d.get("headers", ())),
+                   d.get("name_expression"), str(d.get("output") or "cubin"),
+                   str(d.get("library") or ""), (int(ver[0]), int(ver[1])),
+                   str(d.get("program") or ""))
+
+
+@dataclass(frozen=True)
+class NativeBuild:
+    """How a candidate's module image is made instead of loading the recorded one.
+
+    ``kind="source"``: ``source`` compiled again (NVRTC or nvcc, by its origin) with the cuda
+    backend's knobs ``knobs`` (name -> value: maxrregcount, fmad, launch bounds, ...) and
+    ``defines`` applied over its own options; ``code``, when given, replaces the source text
+    (source evolution). ``kind="ptx"``: the PTX held inside the recorded fatbin, for the JIT."""
+
+    kind: str = "source"
+    source: NativeSource | None = None
+    knobs: tuple[tuple[str, Any], ...] = ()
+    defines: tuple[tuple[str, str], ...] = ()
+    code: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("source", "ptx"):
+            raise ConfigError(f"unknown image build {self.kind!r}", hint="use source or ptx")
+        if self.kind == "source" and self.source is None:
+            raise ConfigError("a source build needs the kernel's source",
+                              hint="record an NVRTC program, or bind a file with --source")
+
+    def label(self) -> str:
+        if self.kind == "ptx":
+            return "ptx"
+        parts = [f"{k}={v}" for k, v in self.knobs] + [f"-D{k}={v}" for k, v in self.defines]
+        if self.code is not None:
+            parts.append("evolved")
+        return f"{self.source.origin if self.source else 'source'}" + \
+            (f"({' '.join(parts)})" if parts else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "source": self.source.to_json() if self.source else None,
+                "knobs": [[k, v] for k, v in self.knobs],
+                "defines": [[k, v] for k, v in self.defines], "code": self.code}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> NativeBuild:
+        src = d.get("source")
+        return cls(str(d.get("kind", "source")), NativeSource.from_json(src) if src else None,
+                   tuple((str(k), v) for k, v in d.get("knobs", ())),
+                   tuple((str(k), str(v)) for k, v in d.get("defines", ())), d.get("code"))
+
+
+@dataclass(frozen=True)
 class NativeRecording:
     """One recorded native launch, ready to replay through the driver API."""
 
@@ -67,6 +146,7 @@ class NativeRecording:
     instance: int = 0
     created: str = ""
     kernforge_version: str = ""
+    source: NativeSource | None = None  # captured from NVRTC, when the program compiled it so
     loader: Callable[[str], np.ndarray] | None = field(default=None, compare=False, repr=False)
 
     backend = "driver"

@@ -27,7 +27,7 @@ from ..core import BackendUnavailableError, ConfigError
 from ..core.paths import cache_path
 
 SOURCES = ("kf.h", "kf_real.c", "kf_state.c", "kf_track.c", "kf_hooks.c", "kf_record.c",
-           "kf_io.c", "kf_deploy.c")
+           "kf_io.c", "kf_deploy.c", "kf_nvrtc.c")
 _lock = threading.Lock()
 
 
@@ -90,6 +90,8 @@ def environment(out: Path | str, *, kernels: str | None = None, max_instances: i
            "KERNFORGE_RECORD_ALL": "1" if record_all else "0"}
     if kernels:
         env["KERNFORGE_KERNELS"] = kernels
+    if "CUPY_CACHE_IN_MEMORY" not in os.environ:  # CuPy then compiles with NVRTC in the
+        env["CUPY_CACHE_IN_MEMORY"] = "1"  # recorded process, so the source is captured
     return env
 
 

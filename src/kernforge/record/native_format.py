@@ -10,6 +10,7 @@ blobs, written atomically like v1 units) and removes it. See docs/recording-form
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import uuid
@@ -23,7 +24,7 @@ from .._version import __version__
 from ..backends.cxx_names import short_name
 from ..core import KernforgeError, RecordingError, RecordingFormatError
 from ..core.jsonio import DamagedJSON, parse_json
-from ..core.native import ALLOC_KINDS, NativeParam, NativeRecording, NativeRegion
+from ..core.native import ALLOC_KINDS, NativeParam, NativeRecording, NativeRegion, NativeSource
 from ._layout import FORMAT, MANIFEST, TMP_PREFIX, PathLike, fsync_dir, manifest_checksum
 from .format import _BlobStore, _make_loader, _next_instance, _publish
 
@@ -71,6 +72,36 @@ def _timing(u: dict[str, Any], app: dict[tuple[int, str], list[float]]) -> dict[
     return {"app_time_ms": u.get("app_time_ms"), "app_time_of": "the recorded launch (events)"}
 
 
+def _bytes_text(v: Any) -> Any:
+    """The interposer writes each byte >= 0x7f of a C string as \\u00XX: back to UTF-8 text."""
+    if isinstance(v, str):
+        return v.encode("latin-1", errors="replace").decode("utf-8", errors="replace")
+    if isinstance(v, list):
+        return [_bytes_text(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _bytes_text(x) for k, x in v.items()}
+    return v
+
+
+def _nvrtc_source(spool_unit: Path, entry: str) -> dict[str, Any] | None:
+    """The NVRTC program the kernel's image was compiled from (nvrtc.json), as the manifest's
+    ``source``: the code, headers, options and the name expression lowered to ``entry``."""
+    path = spool_unit / "nvrtc.json"
+    if not path.is_file():
+        return None
+    n = _bytes_text(json.loads(path.read_text("utf-8")))
+    exprs = [e for e in n.get("name_expressions", []) if e.get("expression")]
+    named = next((e["expression"] for e in exprs if e.get("lowered") == entry), None)
+    code = n["source"]
+    return {"origin": "nvrtc", "code": code,
+            "code_sha256": hashlib.sha256(code.encode("utf-8")).hexdigest(),
+            "options": n.get("options", []), "headers": n.get("headers", []),
+            "name_expression": named, "name_expressions": exprs,
+            "output": n.get("output", "cubin"), "library": n.get("library", ""),
+            "compiler_version": n.get("nvrtc_version", [0, 0]),
+            "program": n.get("program") or ""}
+
+
 def _convert(spool_unit: Path, root: Path, app: dict[tuple[int, str], list[float]]) -> Path:
     u = json.loads((spool_unit / "unit.json").read_text("utf-8"))
     raw = (spool_unit / "params.bin").read_bytes()
@@ -115,6 +146,9 @@ def _convert(spool_unit: Path, root: Path, app: dict[tuple[int, str], list[float
                         "pid": u.get("pid"), "stream": u.get("stream")},
             "instance": 0, "blobs": store.index,
         }
+        source = _nvrtc_source(spool_unit, entry)
+        if source is not None:
+            manifest["source"] = source
         name = _unit_name(entry)
         manifest["kernel"]["unit_name"] = name
         return _publish(tmp, root, manifest, _next_instance(root, name), name=name)
@@ -193,9 +227,14 @@ def load_native(unit: Path, m: dict[str, Any], *, verify: bool = False) -> Nativ
             launch_attrs=tuple(bytes.fromhex(a) for a in launch.get("attrs", [])),
             identity=m.get("identity", {}), capture=m.get("capture", {}),
             instance=int(m.get("instance", 0)), created=m.get("created", ""),
-            kernforge_version=m.get("kernforge_version", ""), loader=loader)
+            kernforge_version=m.get("kernforge_version", ""), loader=loader,
+            source=NativeSource.from_json(m["source"]) if m.get("source") else None)
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
         raise _bad(path, f"malformed value: {type(exc).__name__}: {exc}") from exc
+    src = m.get("source")
+    if src and hashlib.sha256(str(src.get("code", "")).encode("utf-8")).hexdigest() \
+            != src.get("code_sha256"):
+        raise _bad(path, "source.code does not match source.code_sha256")
     if verify:
         for blob_id in m["blobs"]:
             loader(blob_id)

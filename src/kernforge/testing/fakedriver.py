@@ -3,7 +3,9 @@
 :func:`build` compiles (with the host C compiler) ``libcuda.so.1`` from ``fakecuda/fake_cuda.c``,
 two kernel images from ``fakecuda/fake_kernels.c`` (the plain one, and ``-DKF_TUNED`` that gets
 the same results by another route) and ``fake_app`` from ``fakecuda/fake_app.c``, which reaches
-the driver as the CUDA runtime does (dlopen, dlsym, cuGetProcAddress). With the returned
+the driver as the CUDA runtime does (dlopen, dlsym, cuGetProcAddress); ``libnvrtc.so`` from
+``fakecuda/fake_nvrtc.c`` (compiles C "kernels" with the host compiler) and ``fake_nvrtc_app``
+(``fakecuda/fake_nvrtc_app.c``), which compiles its kernel at run time as CuPy does. With the returned
 :attr:`FakeCuda.env` a process loads the fake instead of a real driver; the interposer, the
 ctypes driver of native replay and the deploy path then run for real on the host.
 """
@@ -24,14 +26,26 @@ class FakeCuda:
     kernels: Path  # the image's shared library
     tuned: Path  # the same kernels built with -DKF_TUNED
     app: Path
+    nvrtc_app: Path | None = None
+
+    @property
+    def nvrtc(self) -> Path:
+        """The fake NVRTC (what KERNFORGE_LIBNVRTC names for kernforge's own compiles)."""
+        return self.libdir / "libnvrtc.so"
 
     @property
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["LD_LIBRARY_PATH"] = ":".join(p for p in (str(self.libdir),
                                                       env.get("LD_LIBRARY_PATH", "")) if p)
+        env["KERNFORGE_LIBNVRTC"] = str(self.nvrtc)
+        env["KFFAKE_NVRTC_DIR"] = str(self.libdir / "nvrtc-out")
         env.pop("LD_PRELOAD", None)
         return env
+
+    def nvrtc_command(self, steps: int = 3, n: int = 1000, *extra: str) -> list[str]:
+        assert self.nvrtc_app is not None
+        return [str(self.nvrtc_app), str(steps), str(n), *extra]
 
     def image(self, tuned: bool = False) -> bytes:
         """A module image the fake driver loads: the text ``KFFAKE <library path>``."""
@@ -53,7 +67,8 @@ def build(out: Path) -> FakeCuda:
     src = resources.files("kernforge.testing") / "fakecuda"
     out.mkdir(parents=True, exist_ok=True)
     files = {}
-    for name in ("fake_cuda.c", "fake_kernels.c", "fake_app.c"):
+    for name in ("fake_cuda.c", "fake_kernels.c", "fake_app.c", "fake_nvrtc.c",
+                 "fake_nvrtc_app.c"):
         files[name] = out / name
         files[name].write_bytes((src / name).read_bytes())
     cc = _cc()
@@ -64,9 +79,14 @@ def build(out: Path) -> FakeCuda:
         [cc, "-O1", "-fPIC", "-shared", "-DKF_TUNED", "-o", str(out / "kernels_tuned.so"),
          str(files["fake_kernels.c"])],
         [cc, "-O1", "-o", str(out / "fake_app"), str(files["fake_app.c"]), "-ldl"],
+        [cc, "-std=gnu11", "-O1", "-fPIC", "-shared", "-o", str(out / "libnvrtc.so"),
+         str(files["fake_nvrtc.c"])],
+        [cc, "-O1", "-o", str(out / "fake_nvrtc_app"), str(files["fake_nvrtc_app.c"]), "-ldl"],
     ]
     for cmd in steps:
         done = subprocess.run(cmd, check=False, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"building the fake driver failed: {done.stderr[-2000:]}")
-    return FakeCuda(out, out / "kernels.so", out / "kernels_tuned.so", out / "fake_app")
+    (out / "nvrtc-out").mkdir(exist_ok=True)
+    return FakeCuda(out, out / "kernels.so", out / "kernels_tuned.so", out / "fake_app",
+                    out / "fake_nvrtc_app")

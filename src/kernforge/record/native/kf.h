@@ -84,6 +84,7 @@ typedef struct {
   int written;
 } kf_image_t;
 uint64_t kf_image_add(const void *image, const char *how);
+uint64_t kf_image_id(const void *image); /* the id kf_image_add would give these bytes */
 int kf_image_get(uint64_t id, kf_image_t *out);
 void kf_image_written(uint64_t id);
 size_t kf_image_size(const void *image, int *kind);
@@ -139,6 +140,10 @@ void kf_put(buf_t *b, const char *fmt, ...);
 void kf_put_str(buf_t *b, const char *s);
 int kf_write_file(const char *path, const void *data, size_t n);
 void kf_fsync_path(const char *dir);
+
+/* ---- NVRTC (kf_nvrtc.c) -------------------------------------------------------------------- */
+void *kf_nvrtc_dlsym(const char *name, void *real); /* dlsym's answer for an nvrtc* name */
+int kf_nvrtc_write(const char *dir, uint64_t image); /* DIR/nvrtc.json when NVRTC made it */
 
 /* ---- deploy (kf_deploy.c) ------------------------------------------------------------------ */
 int kf_deploy_active(void);

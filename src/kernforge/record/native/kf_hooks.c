@@ -138,6 +138,7 @@ static void *hand_out(const hook_t *h, void *real) {
 /* dlsym(handle, "cuLaunchKernel") and the like: the wrapper, with the real function kept */
 void *dlsym(void *handle, const char *name) {
   void *real = kf_real_dlsym(handle, name);
+  if (real && name[0] == 'n' && !strncmp(name, "nvrtc", 5)) return kf_nvrtc_dlsym(name, real);
   if (!real || name[0] != 'c' || name[1] != 'u' || !active()) return real;
   for (size_t i = 0; i < NHOOKS; i++)
     if (!strcmp(hooks[i].name, name)) return hand_out(&hooks[i], real);
@@ -151,6 +152,7 @@ static void *proc_address(const char *symbol, void *fn, unsigned long long flags
   void *lib = kf_libcuda();
   for (size_t i = 0; i < NHOOKS; i++) {
     if (strcmp(hooks[i].base, symbol)) continue;
+    if (fn == hooks[i].wrapper) return fn; /* the driver answered through our dlsym */
     candidates++;
     if (lib && kf_real_dlsym(lib, hooks[i].name) == fn) return hand_out(&hooks[i], fn);
     if (hooks[i].ptds < 0 || hooks[i].ptds == ((flags & KF_PTDS_FLAG) != 0)) by_flags = &hooks[i];

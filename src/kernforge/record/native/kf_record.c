@@ -244,6 +244,7 @@ static int write_unit(const kf_launch_t *l, const kf_fn_t *fn, const kf_image_re
   kf_put(&b, "], ");
   device_json(&b);
   kf_put(&b, "}\n");
+  if (img->image) bad |= kf_nvrtc_write(tmp, img->image); /* the source, if NVRTC made it */
   snprintf(path, sizeof path, "%s/params.bin", tmp);
   bad |= kf_write_file(path, params, psize);
   snprintf(path, sizeof path, "%s/unit.json", tmp);

@@ -169,12 +169,25 @@ static uint64_t fnv1a(const uint8_t *p, size_t n) {
   return h ? h : 1;
 }
 
-uint64_t kf_image_add(const void *image, const char *how) {
-  if (!image) return 0;
+static const void *unwrap(const void *image) {
   uint32_t magic;
   memcpy(&magic, image, 4);
   if (magic == 0x466243b1u) /* __fatBinC_Wrapper_t: {magic, version, data, filename} */
     image = *(const void *const *)((const uint8_t *)image + 8);
+  return image;
+}
+
+/* the id kf_image_add gives the same bytes (NVRTC's output is linked to its source by it) */
+uint64_t kf_image_id(const void *image) {
+  if (!image) return 0;
+  image = unwrap(image);
+  int kind;
+  return fnv1a(image, kf_image_size(image, &kind));
+}
+
+uint64_t kf_image_add(const void *image, const char *how) {
+  if (!image) return 0;
+  image = unwrap(image);
   int kind;
   size_t size = kf_image_size(image, &kind);
   uint64_t id = fnv1a(image, size);
