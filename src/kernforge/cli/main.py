@@ -16,6 +16,7 @@ from rich.markup import escape
 from .._version import __version__
 from ..core import KernforgeError
 from . import (
+    app_cmd,
     demo_cmd,
     evolve_cmd,
     export_cmd,
@@ -31,7 +32,7 @@ from . import (
 from .output import err_console
 
 COMMANDS = (demo_cmd, evolve_cmd, record_cmd, inspect_cmd, replay_cmd, tune_cmd, export_cmd,
-            run_cmd, serve_cmd, integrity_cmd, stencil_cmd)
+            run_cmd, serve_cmd, integrity_cmd, stencil_cmd, app_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

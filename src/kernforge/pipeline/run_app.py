@@ -14,8 +14,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..core import ConfigError
+from ..core.jsonio import write_json_atomic
 from ..record import install_cupy_hooks, interposer, record, uninstall_cupy_hooks
-from ..record.native_format import finalize_spool, spool_summaries
+from ..record.native_format import SPOOL, finalize_spool, spool_summaries
 
 
 def split_command(command: Sequence[str]) -> tuple[str, str, list[str]]:
@@ -87,12 +88,19 @@ def cupy_hooks_if_available() -> Iterator[bool]:
 
 
 def record_application(command: Sequence[str], out: str | Path, *, kernels: str | None = None,
-                       max_instances: int = 4, skip: int = 0) -> tuple[int, list[Path]]:
+                       max_instances: int = 4, skip: int = 0,
+                       summary: Path | None = None) -> tuple[int, list[Path]]:
     """Run the application with the recorder (and the CuPy hooks) installed before it is
-    imported."""
+    imported; ``summary``: write there what the capture saw (per kernel: launches and their
+    time in the application, as the interposer's summary holds)."""
     with cupy_hooks_if_available(), \
             record(out, kernels=kernels, max_instances=max_instances, skip=skip) as rec:
-        status = run_application(command)
+        try:
+            status = run_application(command)
+        finally:
+            if summary is not None and rec.seen:
+                summary.parent.mkdir(parents=True, exist_ok=True)
+                write_json_atomic(summary, {"pid": os.getpid(), **rec.summary()})
     return status, list(rec.paths)
 
 
@@ -137,5 +145,6 @@ def pyrun_main(argv: Sequence[str]) -> int:
     n = int(os.environ.get("KERNFORGE_MAX_INSTANCES", "4"))
     status, _ = record_application(list(argv), out, kernels=os.environ.get("KERNFORGE_KERNELS"),
                                    max_instances=n if n >= 0 else None,  # type: ignore[arg-type]
-                                   skip=int(os.environ.get("KERNFORGE_SKIP", "0")))
+                                   skip=int(os.environ.get("KERNFORGE_SKIP", "0")),
+                                   summary=Path(out) / SPOOL / f"inprocess-{os.getpid()}.json")
     return status

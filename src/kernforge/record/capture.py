@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -38,6 +39,16 @@ class _Token:
     prologue: dict[str, np.ndarray]
 
 
+@dataclass
+class _Timed:
+    """A launch the recorder leaves alone: timed (launch and synchronize) for the summary."""
+
+    name: str
+    t0: float
+
+APP_SAMPLES = 5  # per kernel, as the interposer keeps (record/native/kf.h KF_APP_TIMED)
+
+
 def install_cupy_hooks() -> bool:
     """Hook ``cupy.RawKernel``/``cupy.RawModule`` now (imports CuPy), so that kernels an
     application creates at import time, before ``with record(...)``, are captured too.
@@ -53,7 +64,9 @@ def uninstall_cupy_hooks() -> bool:
 class Recorder:
     """The launch observer behind :func:`record`; ``paths`` lists the units written so far.
 
-    ``seen`` counts the matching calls per kernel name, ``recorded`` the units written.
+    ``seen`` counts the matching calls per kernel name, ``recorded`` the units written;
+    ``timed`` the seconds of the launches left unrecorded (the first call of a kernel, which
+    compiles it, excluded): :meth:`summary` is the in-application time of each kernel.
     """
 
     def __init__(self, root: PathLike, *, kernels: str | None = None,
@@ -72,20 +85,22 @@ class Recorder:
         self.seen: dict[str, int] = {}
         self.recorded: dict[str, int] = {}
         self._reserved: dict[str, int] = {}
+        self.timed: dict[str, list[float]] = {}
         self._lock = threading.Lock()
 
     def matches(self, name: str) -> bool:
         return self.kernels is None or fnmatchcase(name, self.kernels)
 
-    def _reserve(self, name: str) -> bool:
-        """Count the call; True when it is one to record (a slot is then reserved)."""
+    def _reserve(self, name: str) -> bool | None:
+        """Count the call; True when it is one to record (a slot is then reserved), False
+        when it is one to time, None for the first call (it compiles: neither)."""
         with self._lock:
             call = self.seen.get(name, 0)
             self.seen[name] = call + 1
             taken = self._reserved.get(name, 0)
             if call < self.skip or (self.max_instances is not None
                                     and taken >= self.max_instances):
-                return False
+                return None if call == 0 else False
             self._reserved[name] = taken + 1
             return True
 
@@ -105,15 +120,16 @@ class Recorder:
                 out[p.name] = h
         return out
 
-    def before(self, event: LaunchEvent) -> _Token | None:
+    def before(self, event: LaunchEvent) -> _Token | _Timed | None:
         if not self.matches(event.name):
             return None
         sig, args = event.signature, event.args
         if len(args) != len(sig) or any(p.pointer and not event.backend.is_buffer(a)
                                         for p, a in zip(sig, args)):
             return None  # the launch itself will raise ArgumentError
-        if not self._reserve(event.name):
-            return None
+        reserved = self._reserve(event.name)
+        if not reserved:
+            return None if reserved is None else _Timed(event.name, time.perf_counter())
         try:
             prologue = self._snapshot(event.backend, event.pairs)
         except BaseException:
@@ -122,8 +138,14 @@ class Recorder:
         interposer.suppress(True)  # recorded here, with its source: not by the interposer too
         return _Token(event, prologue)
 
-    def after(self, token: _Token | None, error: BaseException | None) -> None:
+    def after(self, token: _Token | _Timed | None, error: BaseException | None) -> None:
         if token is None:
+            return
+        if isinstance(token, _Timed):
+            if error is None:
+                dt = time.perf_counter() - token.t0
+                with self._lock:
+                    self.timed.setdefault(token.name, []).append(dt)
             return
         interposer.suppress(False)
         event = token.event
@@ -143,6 +165,18 @@ class Recorder:
         with self._lock:
             self.paths.append(path)
             self.recorded[event.name] = self.recorded.get(event.name, 0) + 1
+
+    def summary(self) -> dict[str, object]:
+        """What the in-process capture saw, in the shape of the interposer's
+        ``summary-<pid>.json``: per kernel ``seen``, ``recorded``, ``app_ms`` (the first
+        timed launches, milliseconds), ``app_ms_total`` and ``timed`` (all timed launches)."""
+        with self._lock:
+            kernels = [{"name": n, "seen": k, "recorded": self.recorded.get(n, 0),
+                        "app_ms": [t * 1e3 for t in self.timed.get(n, [])[:APP_SAMPLES]],
+                        "app_ms_total": sum(self.timed.get(n, [])) * 1e3,
+                        "timed": len(self.timed.get(n, []))} for n, k in self.seen.items()]
+            return {"origin": "in-process", "launches": sum(self.seen.values()),
+                    "recorded": len(self.paths), "kernels": kernels}
 
     @property
     def count(self) -> int:

@@ -1,0 +1,102 @@
+"""M4: the integration put together and measured end to end on every dataset.
+
+The integration is what M3's strategies produced: native deployment specs (merged into one,
+signed, images copied: ``OUT/m4/deploy.json``), source-level specs (merged likewise:
+``OUT/m4/deploy-source.json``), and at most one changed copy of the source (the agent's).
+It is applied through the environment only (``LD_PRELOAD`` of the interposer in deploy mode and
+``KERNFORGE_DEPLOY``; or ``KERNFORGE_DEPLOY`` naming a source-level spec for a program that
+imports kernforge) and the directory the program runs from; the original program is never
+changed, and running it without that environment (from its own directory) is the switch.
+
+Every dataset is run in interleaved rounds with and without the integration, each run checked
+by the program's own check; the speedup per dataset is the median of the per-round ratios
+(95% bootstrap interval), the geometric mean over datasets has its own interval. Below the
+floor (default 0.98x) on any dataset or in the geometric mean nothing is deployed: DROPPED.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..core.jsonio import write_json_atomic
+from ..deploy import native as nd
+from ..deploy.merge import merge_native_specs, merge_source_specs
+from ..record import interposer
+from .harness import AppHarness, RunFailed, Setup, geomean_ci
+from .strategies import Outcome
+
+INTEGRATION = "integration.json"
+
+
+def integrate(outcomes: list[Outcome], out: Path, original: Path
+              ) -> tuple[Setup, dict[str, Any]]:
+    """The setup that runs the program with everything M3 produced, and what it holds."""
+    native = [s for o in outcomes if o.status == "DONE" for s in o.native_specs]
+    source = [s for o in outcomes if o.status == "DONE" for s in o.source_specs]
+    copies = [o.source for o in outcomes if o.status == "DONE" and o.source]
+    d = out / "m4"
+    d.mkdir(parents=True, exist_ok=True)
+    env: dict[str, str] = {}
+    info: dict[str, Any] = {"native_specs": native, "source_specs": source, "dropped": []}
+    if native:
+        merged = merge_native_specs([Path(p) for p in native], d / "deploy.json")
+        spec = nd.read_spec(merged.path)
+        lines = d / "deploy.interposer.tsv"
+        lines.write_text(nd.interposer_lines(spec))
+        lib = interposer.build()
+        env.update({"LD_PRELOAD": str(lib), "KERNFORGE_DEPLOY": str(lines.resolve()),
+                    "KERNFORGE_DEPLOY_LOG": str((d / "deploy-log.json").resolve())})
+        info.update(spec=str(merged.path), entries=merged.entries, dropped=merged.dropped)
+    if source:
+        merged_src = merge_source_specs([Path(p) for p in source], d / "deploy-source.json")
+        if native:  # one KERNFORGE_DEPLOY: the interposer's; say what is left out
+            info["dropped"].append(f"source-level spec {merged_src.path}: a native spec is "
+                                   "deployed through the same variable; not deployed")
+        else:
+            env["KERNFORGE_DEPLOY"] = str(merged_src.path.resolve())
+            info.update(spec=str(merged_src.path), entries=merged_src.entries)
+            info["dropped"].extend(merged_src.dropped)
+    root = Path(copies[0]) if copies else None
+    info["source"] = str(root) if root else None
+    return Setup("deployed", root or original, env), info
+
+
+def measure(h: AppHarness, setup: Setup, rounds: int, floor: float
+            ) -> tuple[str, str, dict[str, Any]]:
+    """(state, reason, figures) of the end-to-end comparison."""
+    per: list[dict[str, Any]] = []
+    figures: dict[str, Any] = {"floor": floor, "rounds": rounds, "datasets": per}
+    for d in h.m.datasets:
+        try:
+            r = h.compare(d, setup, rounds)
+        except RunFailed as exc:
+            figures["failed"] = {"dataset": d.name, "side": exc.setup.label, "why": exc.why}
+            if exc.setup.label == "original":
+                return "BLOCKED", f"the unmodified program failed in M4: {exc}", figures
+            return "DROPPED", (f"with kernforge's changes the program fails its own check on "
+                               f"{d.name}: {exc.why}; nothing is deployed"), figures
+        per.append({"dataset": d.name, **r})
+    g, ci = geomean_ci(per)
+    figures.update(geomean=g, geomean_ci=list(ci))
+    log = nd.read_log(Path(setup.env["KERNFORGE_DEPLOY_LOG"])) \
+        if "KERNFORGE_DEPLOY_LOG" in setup.env else {}
+    if log:
+        figures["replaced_last_run"] = sum(e.get("replaced", 0) for e in log.get("entries", []))
+        figures["fallbacks_last_run"] = log.get("fallbacks", 0)
+    text = ", ".join(f"{x['dataset']} {x['speedup']:.3f}x [{x['ci'][0]:.3f}, {x['ci'][1]:.3f}]"
+                     for x in per) + f"; geometric mean {g:.3f}x [{ci[0]:.3f}, {ci[1]:.3f}]"
+    low = [x["dataset"] for x in per if x["speedup"] < floor]
+    if low or g < floor:
+        what = f"{', '.join(low)} below" if low else "the geometric mean below"
+        return "DROPPED", f"{what} the {floor:g}x floor: nothing is deployed ({text})", figures
+    return "INTEGRATED", f"own check passes on every dataset with and without; {text}", figures
+
+
+def write_integration(out: Path, setup: Setup, info: dict[str, Any], deployed: bool) -> Path:
+    """``OUT/integration.json``: how to run the program with the integration (the
+    environment and directory), or that nothing is deployed."""
+    return write_json_atomic(out / INTEGRATION, {
+        "deployed": deployed, "env": dict(setup.env) if deployed else {},
+        "run_from": str(setup.source) if deployed and info.get("source") else None,
+        **{k: v for k, v in info.items() if k != "source"}})

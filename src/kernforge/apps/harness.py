@@ -1,0 +1,159 @@
+"""The application harness: build, run a dataset, check it, time it.
+
+A :class:`Setup` is how the program runs: the directory (the original source, or the agent's
+copy) and the environment kernforge adds (none for the original: the switch). Timings go
+through :mod:`kernforge.harness` (interleaved rounds, medians, bootstrap intervals), as every
+number kernforge prints does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..harness.compare import interleave
+from ..harness.stats import bootstrap_ci, median
+from .checks import Verdict, seconds, take_reference, verdict
+from .manifest import AppManifestError, Dataset, Manifest
+from .process import Ran, plain_env, run, write_log
+
+
+@dataclass(frozen=True)
+class Setup:
+    label: str  # "original", "deployed", "agent"
+    source: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"label": self.label, "source": str(self.source), "env": dict(self.env)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Setup:
+        return cls(d["label"], Path(d["source"]), dict(d.get("env") or {}))
+
+
+class RunFailed(Exception):
+    """A run that did not pass the program's own check (or printed no time)."""
+
+    def __init__(self, setup: Setup, dataset: Dataset, why: str, ran: Ran | None = None):
+        super().__init__(f"{dataset.name} ({setup.label}): {why}")
+        self.setup, self.dataset, self.why, self.ran = setup, dataset, why, ran
+
+
+class AppHarness:
+    """One application's commands, with its manifest's environment and time limit."""
+
+    def __init__(self, manifest: Manifest, out: Path,
+                 progress: Callable[[str], None] = lambda s: None) -> None:
+        self.m, self.out, self.progress = manifest, out, progress
+        self.references: dict[str, dict[str, Any]] = {}
+        self._n = 0
+
+    def original(self) -> Setup:
+        return Setup("original", self.m.source)
+
+    def env(self, setup: Setup) -> dict[str, str]:
+        env = plain_env()
+        env.update(self.m.env)
+        env.update(setup.env)
+        return env
+
+    def _log(self, what: str, ran: Ran) -> None:
+        self._n += 1
+        write_log(self.out / "logs" / f"{self._n:04d}-{what}.log", ran)
+
+    def build(self, source: Path) -> Ran:
+        ran = run(self.m.build_argv(source), cwd=source, env=self.env(Setup("build", source)),
+                  timeout_s=self.m.timeout_s)
+        self._log("build", ran)
+        return ran
+
+    def run(self, dataset: Dataset, setup: Setup, extra_env: Mapping[str, str] | None = None,
+            argv: list[str] | None = None) -> Ran:
+        env = self.env(setup)
+        env.update(extra_env or {})
+        ran = run(argv or dataset.argv(setup.source), cwd=setup.source, env=env,
+                  timeout_s=self.m.timeout_s)
+        self._log(f"{dataset.name}-{setup.label}", ran)
+        return ran
+
+    def reference(self, dataset: Dataset, ran: Ran) -> dict[str, Any]:
+        """The first passing run of the unmodified program: the check's reference (a check
+        or timer that never matches its output is a manifest error)."""
+        ref = take_reference(self.m, dataset, ran, self.m.source, self.out)
+        if seconds(self.m.timer, ran) is None:
+            raise AppManifestError(
+                f"{self.m.path}: the timer pattern {self.m.timer.pattern!r} never matches the "
+                f"output of dataset {dataset.name!r}; output ends: {ran.tail(300)!r}",
+                hint="fix [timer] pattern, or remove [timer] to time the wall clock")
+        self.references[dataset.name] = ref
+        return ref
+
+    def check(self, dataset: Dataset, setup: Setup, ran: Ran) -> Verdict:
+        return verdict(self.m, dataset, ran, setup.source, self.out,
+                       self.references.get(dataset.name, {}))
+
+    def timed(self, dataset: Dataset, setup: Setup) -> float:
+        """One checked run; its seconds. Raises :class:`RunFailed`."""
+        ran = self.run(dataset, setup)
+        v = self.check(dataset, setup, ran)
+        if not v.ok:
+            raise RunFailed(setup, dataset, f"its own check failed: {v.reason}", ran)
+        t = seconds(self.m.timer, ran)
+        if t is None:
+            raise RunFailed(setup, dataset, "the timer pattern did not match", ran)
+        return t
+
+    def rounds(self, setup: Setup, rounds: int) -> dict[str, dict[str, Any]]:
+        """``rounds`` passes over every dataset (the order alternating): per dataset the
+        median seconds, its 95% interval and the samples."""
+        samples: dict[str, list[float]] = {d.name: [] for d in self.m.datasets}
+        for r in range(rounds):
+            order = self.m.datasets if r % 2 == 0 else tuple(reversed(self.m.datasets))
+            for d in order:
+                self.progress(f"{self.m.name}: baseline round {r + 1}/{rounds}, {d.name}")
+                samples[d.name].append(self.timed(d, setup))
+        out = {}
+        for name, s in samples.items():
+            lo, hi = bootstrap_ci(s)
+            out[name] = {"median_s": median(s), "ci": [lo, hi], "samples": s}
+        return out
+
+    def compare(self, dataset: Dataset, setup: Setup, rounds: int) -> dict[str, Any]:
+        """Interleaved rounds of the original and ``setup`` (the side that goes first
+        alternating), each run checked: the median per-round ratio and its 95% interval."""
+        k = [0]
+
+        def side(s: Setup) -> Callable[[], float]:
+            def once() -> float:
+                k[0] += 1
+                self.progress(f"{self.m.name}: {dataset.name} run {k[0]}/{2 * rounds} "
+                              f"({s.label})")
+                return self.timed(dataset, s)
+            return once
+
+        ab = interleave(side(self.original()), side(setup), passes=rounds, per_pass=1)
+        return {"speedup": ab.speedup, "ci": [ab.ci_low, ab.ci_high],
+                "original_s": ab.median_a, "deployed_s": ab.median_b,
+                "ratios": list(ab.ratios), "first": list(ab.first)}
+
+
+def geomean_ci(per_dataset: list[dict[str, Any]], *, n: int = 2000, seed: int = 0
+               ) -> tuple[float, tuple[float, float]]:
+    """The geometric mean of the datasets' speedups (each the median of its per-round
+    ratios) and its 95% interval: a bootstrap that resamples each dataset's rounds."""
+    g = math.exp(sum(math.log(d["speedup"]) for d in per_dataset) / len(per_dataset))
+    rng = np.random.default_rng(seed)
+    logs = np.zeros(n)
+    for d in per_dataset:
+        r = np.asarray(d["ratios"], dtype=np.float64)
+        idx = rng.integers(0, r.size, size=(n, r.size))
+        logs += np.log(np.median(r[idx], axis=1))
+    boot = np.exp(logs / len(per_dataset))
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return g, (float(lo), float(hi))

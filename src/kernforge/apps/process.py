@@ -1,0 +1,93 @@
+"""Running one command of an application: its directory, its environment, a time limit.
+
+A command runs in its own session, so a time-out kills the whole process group (an ``mpirun``
+or a shell script's children too). Output is captured (and kept in the run's log directory by
+the caller); the wall time is measured around the process only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+KERNFORGE_VARS = ("KERNFORGE_DEPLOY", "KERNFORGE_DEPLOY_LOG", "KERNFORGE_RECORD_DIR",
+                  "KERNFORGE_KERNELS", "KERNFORGE_MAX_INSTANCES", "KERNFORGE_SKIP",
+                  "KERNFORGE_MAX_MB", "KERNFORGE_RECORD_ALL", "KERNFORGE_DEPLOY_VERIFY")
+
+
+@dataclass(frozen=True)
+class Ran:
+    argv: tuple[str, ...]
+    returncode: int  # 128 + N for signal N; 124 on a time-out
+    stdout: str
+    stderr: str
+    seconds: float
+    timed_out: bool = False
+
+    @property
+    def output(self) -> str:
+        return self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr
+
+    def tail(self, n: int = 600) -> str:
+        return self.output.strip()[-n:]
+
+
+def plain_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of an unmodified run: no kernforge variable, no interposer preloaded
+    (the switch that turns kernforge's changes off)."""
+    env = dict(os.environ if base is None else base)
+    for k in KERNFORGE_VARS:
+        env.pop(k, None)
+    pre = [p for p in env.get("LD_PRELOAD", "").split(":") if p and "libkfinterpose" not in p]
+    if pre:
+        env["LD_PRELOAD"] = ":".join(pre)
+    else:
+        env.pop("LD_PRELOAD", None)
+    return env
+
+
+def run(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout_s: float,
+        stdin: str | None = None) -> Ran:
+    """Run ``argv`` in ``cwd``; a missing program is returncode 127 with the reason."""
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.Popen(list(argv), cwd=cwd, env=dict(env), text=True,
+                                stdin=subprocess.PIPE if stdin is not None else
+                                subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True,
+                                errors="replace")
+    except OSError as exc:
+        return Ran(tuple(argv), 127, "", f"cannot run {argv[0]!r}: {exc}",
+                   time.perf_counter() - t0)
+    try:
+        out, err = proc.communicate(stdin, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        out, err = proc.communicate()
+        return Ran(tuple(argv), 124, out or "", (err or "") + f"\n(killed after {timeout_s:g} s)",
+                   time.perf_counter() - t0, timed_out=True)
+    except BaseException:
+        _kill(proc)
+        raise
+    seconds = time.perf_counter() - t0
+    rc = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+    return Ran(tuple(argv), rc, out, err, seconds)
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
+def write_log(path: Path, ran: Ran) -> None:
+    """The command, its status and its output, for the person reading the run directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"$ {' '.join(ran.argv)}\n# exit {ran.returncode}, {ran.seconds:.3f} s\n"
+                    f"--- stdout\n{ran.stdout}\n--- stderr\n{ran.stderr}\n", "utf-8")

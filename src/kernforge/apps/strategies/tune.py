@@ -1,0 +1,112 @@
+"""M3b: tune (and, where the source is known, evolve) the recorded kernels themselves.
+
+The existing commands do the work, each in a process of its own (a crash is that kernel's
+failure, and their logs land in ``OUT/logs``): ``kernforge tune UNIT`` (native units:
+geometry, carveout, JIT options; units with source: compile options and launch parameters),
+``kernforge evolve UNIT --config FILE`` when the manifest names an evolve configuration and the
+unit has source, then ``kernforge export`` with its gate (verified, significant). Kernels an
+earlier strategy already replaced are not tuned. Each exported spec is one piece of the
+integration that M4 deploys.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from ...core.jsonio import parse_json
+from ...deploy import native as nd
+from ..process import Ran, run, write_log
+from . import Context, Outcome, Strategy
+
+TOOL_TIMEOUT_S = 4 * 3600.0
+
+
+def kernforge(ctx: Context, args: list[str], log: str) -> Ran:
+    """``python -m kernforge ARGS`` in the run directory, with the application's environment
+    (its ``env``: e.g. the driver library the units replay on)."""
+    env = ctx.harness.env(ctx.harness.original())
+    ran = run([sys.executable, "-m", "kernforge", *args], cwd=ctx.out, env=env,
+              timeout_s=TOOL_TIMEOUT_S)
+    write_log(ctx.out / "logs" / f"m3b-{log}.log", ran)
+    return ran
+
+
+def _spec_figures(spec: Path) -> list[dict[str, Any]]:
+    doc = parse_json(spec.read_text("utf-8"))
+    out = []
+    for e in doc.get("entries", []):
+        ev = e.get("evidence") or {}
+        if nd.is_native_spec(spec):
+            out.append({"kernel": e["name"], "speedup": ev.get("speedup"), "ci": ev.get("ci"),
+                        "variant": ev.get("variant")})
+        else:
+            out.append({"kernel": e["kernel"]["entry"], "speedup": ev.get("speedup"),
+                        "ci": ev.get("speedup_ci")})
+    return out
+
+
+def _replaced(ctx: Context) -> set[str]:
+    """Kernels an earlier strategy already replaced."""
+    done = set()
+    for o in ctx.earlier.values():
+        for k in o.figures.get("kernels", []):
+            if k.get("matched"):
+                done.add(k["kernel"])
+    return done
+
+
+class TuneStrategy(Strategy):
+    milestone = "M3b"
+    title = "tune and evolve the recorded kernels"
+
+    def apply(self, ctx: Context) -> Outcome:
+        integ = ctx.manifest.integrate
+        skip = _replaced(ctx)
+        todo = [k for k in ctx.candidates() if k["name"] not in skip]
+        if not todo:
+            return Outcome("SKIPPED", "no recorded kernel left to tune"
+                           + (" (the others were replaced by operators)" if skip else ""))
+        native: list[str] = []
+        source: list[str] = []
+        kernels: list[dict[str, Any]] = []
+        for i, k in enumerate(todo):
+            unit = Path(k["units"][0])
+            tag = f"{i}-{unit.name}"[:60]
+            base = ctx.out / "m3b" / tag
+            ctx.progress(f"{ctx.manifest.name}: tuning {k['name'][:60]} ({unit.name})")
+            ran = kernforge(ctx, ["tune", str(unit), "--out", str(base / "tune"), "--trials",
+                                  str(integ.tune_trials), "--preset", integ.tune_preset],
+                            f"{tag}-tune")
+            info: dict[str, Any] = {"kernel": k["name"], "unit": str(unit),
+                                    "share": k.get("share"), "tune_exit": ran.returncode}
+            if ran.returncode != 0:
+                info["reason"] = f"kernforge tune exited {ran.returncode}: {ran.tail(300)}"
+                kernels.append(info)
+                continue
+            run_dir = base / "tune"
+            if integ.evolve_config is not None and k["kind"] == "source":
+                ctx.progress(f"{ctx.manifest.name}: evolving {k['name'][:60]}")
+                ev = kernforge(ctx, ["evolve", str(unit), "--config", str(integ.evolve_config),
+                                     "--out", str(base / "evolve")], f"{tag}-evolve")
+                info["evolve_exit"] = ev.returncode
+                run_dir = base  # export takes the faster of tune and evolve per problem
+            spec = base / "deploy.json"
+            ex = kernforge(ctx, ["export", str(run_dir), "-o", str(spec)], f"{tag}-export")
+            if ex.returncode != 0 or not spec.is_file():
+                info["reason"] = "no significant, verified win: " + ex.tail(300)
+                kernels.append(info)
+                continue
+            info["exported"] = _spec_figures(spec)
+            info["spec"] = str(spec)
+            (native if nd.is_native_spec(spec) else source).append(str(spec))
+            kernels.append(info)
+        figures = {"kernels": kernels}
+        if not native and not source:
+            why = "; ".join(f"{x['kernel'][:40]}: {x.get('reason', '')[:160]}" for x in kernels)
+            return Outcome("FAILED", f"no tuned kernel passed the gate ({why})", figures)
+        wins = ", ".join(f"{e['kernel'][:40]} {e['speedup']:.2f}x" for x in kernels
+                         for e in x.get("exported", []) if e.get("speedup"))
+        return Outcome("DONE", f"tuned and exported: {wins}", figures,
+                       native_specs=tuple(native), source_specs=tuple(source))

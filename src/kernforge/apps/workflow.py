@@ -1,0 +1,233 @@
+"""``kernforge app run``: one application through the states and milestones.
+
+States (ForgeStencil's App-Agent): PENDING -> OUT_OF_SCOPE | BLOCKED | RESEARCH | DROPPED |
+INTEGRATED. Milestones, each persisted with its status, reason and figures
+(:mod:`kernforge.apps.store`) and skipped by a resumed run once settled:
+
+- M1: build; run every dataset; the program's own check passes; baseline timed in
+  interleaved rounds. Fails -> BLOCKED.
+- M2: one dataset recorded; each kernel's share of the run; the Amdahl ceiling. Nothing
+  recorded, or the replaceable kernels under ``min_share`` (5 %) of the run -> OUT_OF_SCOPE.
+- M3: the strategies in order (M3a operator matching, M3b tune/evolve, M3c agent). Nothing
+  to integrate -> RESEARCH.
+- M4: end to end on every dataset, interleaved with and without; own check in both.
+  Below the floor (0.98x) -> DROPPED, else INTEGRATED.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core.jsonio import parse_json, write_json_atomic
+from . import endtoend, recording, tree
+from .harness import AppHarness, RunFailed
+from .manifest import AppManifestError, Manifest
+from .store import FINAL, AppState, AppStore
+from .strategies import Context, Outcome, strategies
+
+Step = tuple[str, str, dict[str, Any], str | None]  # status, reason, figures, new state
+
+
+@dataclass
+class AppRun:
+    manifest: Manifest
+    out: Path
+    resume: bool = False
+    agent: str | None = None
+    progress: Callable[[str], None] = lambda s: None
+
+    def __post_init__(self) -> None:
+        self.out = self.out.resolve()
+        src = self.manifest.source
+        if self.out == src or src in self.out.parents:
+            raise AppManifestError(f"--out {self.out} is inside the program's source {src}",
+                                   hint="write the run somewhere else: kernforge never "
+                                        "writes into the program's directory")
+        self.h = AppHarness(self.manifest, self.out, self.progress)
+        self.agent = self.agent or self.manifest.integrate.agent
+
+    # ---- the run --------------------------------------------------------------------------
+    def run(self) -> AppState:
+        text = self.manifest.path.read_text("utf-8")
+        sha = hashlib.sha256(text.encode()).hexdigest()
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.store = AppStore.open(self.out)
+        try:
+            prior = self.store.app()
+            if prior is not None and not self.resume:
+                raise AppManifestError(f"{self.out} already holds a run of {prior.name} "
+                                       f"({prior.state})",
+                                       hint="pass --resume to continue it, or another --out")
+            if prior is not None and prior.manifest_sha256 != sha:
+                raise AppManifestError(f"{self.manifest.path} changed since the run in "
+                                       f"{self.out} started",
+                                       hint="start a new run (another --out) for the new "
+                                            "manifest")
+            self.store.init(self.manifest.name, text, sha)
+            for name, step in (("M1", self.m1), ("M2", self.m2), ("M3", self.m3),
+                               ("M4", self.m4)):
+                state = self.store.app()
+                assert state is not None
+                if state.state in FINAL:
+                    break
+                self._milestone(name, step)
+            final = self.store.app()
+            assert final is not None
+            return final
+        finally:
+            self.store.close()
+
+    def _milestone(self, name: str, step: Callable[[], Step]) -> None:
+        done = self.store.milestone(name)
+        if done is not None and done.settled:
+            self.progress(f"{self.manifest.name}: {name} already done ({done.reason})")
+            return
+        self.progress(f"{self.manifest.name}: {name} started")
+        self.store.begin(name)
+        try:
+            status, reason, figures, state = step()
+        except AppManifestError as exc:
+            self.store.finish(name, "FAILED", exc.message, {"error": "manifest"})
+            raise
+        self.store.finish(name, status, reason, figures)
+        self.progress(f"{self.manifest.name}: {name} {status.lower()}: {reason}")
+        if state is not None:
+            self.store.set_state(state, f"{name}: {reason}", {"milestone": name})
+            self.progress(f"{self.manifest.name}: {state}")
+
+    def _figures(self, name: str) -> dict[str, Any]:
+        m = self.store.milestone(name)
+        assert m is not None and m.settled, f"{name} is not done"
+        return m.figures
+
+    # ---- M1 -------------------------------------------------------------------------------
+    def m1(self) -> Step:
+        m, h = self.manifest, self.h
+        first = self.out / "original-before-build.json"
+        if not first.is_file():  # taken once: a resumed M1 must not count products as original
+            write_json_atomic(first, tree.snapshot(m.source))
+        before = parse_json(first.read_text("utf-8"))
+        self.progress(f"{m.name}: building")
+        b = h.build(m.source)
+        figures: dict[str, Any] = {"build_s": b.seconds, "build_exit": b.returncode}
+        if b.returncode != 0:
+            return ("FAILED", f"the build failed (exit {b.returncode}): {b.tail(400)}",
+                figures, "BLOCKED")
+        checks = {}
+        for d in m.datasets:
+            self.progress(f"{m.name}: first run of {d.name}")
+            ran = h.run(d, h.original())
+            if ran.returncode != 0:
+                return ("FAILED", f"dataset {d.name} exited {ran.returncode}: {ran.tail(400)}",
+                    figures, "BLOCKED")
+            h.reference(d, ran)
+            v = h.check(d, h.original(), ran)
+            if not v.ok:
+                return ("FAILED", f"dataset {d.name} fails its own check: {v.reason}",
+                    figures, "BLOCKED")
+            checks[d.name] = v.reason
+        tree.save_original(self.out, before, tree.snapshot(m.source))
+        try:
+            base = h.rounds(h.original(), m.measure.rounds)
+        except RunFailed as exc:
+            return "FAILED", f"a baseline run failed: {exc}", figures, "BLOCKED"
+        figures.update(checks=checks, baseline=base, references=h.references)
+        text = ", ".join(f"{n} {b['median_s']:.4g} s" for n, b in base.items())
+        return "DONE", (f"builds, runs and passes its own check on {len(m.datasets)} "
+                       f"dataset(s); baseline medians {text}"), figures, None
+
+    def _load_references(self) -> None:
+        if not self.h.references:
+            self.h.references.update(self._figures("M1").get("references", {}))
+
+    # ---- M2 -------------------------------------------------------------------------------
+    def m2(self) -> Step:
+        m, h = self.manifest, self.h
+        self._load_references()
+        d = m.dataset(m.record_dataset)
+        rec_dir = self.out / "recording"
+        self.progress(f"{m.name}: recording dataset {d.name}")
+        ran, units, problems = recording.record_dataset(h, d, rec_dir)
+        figures: dict[str, Any] = {"dataset": d.name, "recording": str(rec_dir),
+                                   "problems": problems, "threshold": m.measure.min_share}
+        if ran.returncode != 0:
+            return "FAILED", (f"the program failed under the recorder (exit "
+                             f"{ran.returncode}): {ran.tail(400)}"), figures, "BLOCKED"
+        v = h.check(d, h.original(), ran)
+        if not v.ok:
+            return ("FAILED", f"under the recorder the program fails its own check: {v.reason}",
+                figures, "BLOCKED")
+        run_s = self._figures("M1")["baseline"][d.name]["median_s"]
+        s = recording.shares(recording.kernel_times(rec_dir, units), run_s)
+        figures.update(s)
+        if not s["kernels"]:
+            return ("DONE", "no kernel launch was seen (nothing kernforge can replace)",
+                figures, "OUT_OF_SCOPE")
+        f, ceil = s["candidate_share"], s["ceiling"]
+        text = (f"{len(s['kernels'])} kernel(s), {s['units']} unit(s); the recorded kernels "
+                f"take {100 * f:.1f} % of the run (Amdahl ceiling {ceil:.3g}x)")
+        if not s["units"]:
+            return ("DONE", f"{text}: none could be recorded as a unit ({problems[:3]})",
+                figures, "OUT_OF_SCOPE")
+        if f < m.measure.min_share:
+            return ("DONE", f"{text}: below the {100 * m.measure.min_share:g} % threshold",
+                figures, "OUT_OF_SCOPE")
+        return "DONE", text, figures, None
+
+    # ---- M3 -------------------------------------------------------------------------------
+    def _outcomes(self) -> dict[str, Outcome]:
+        """The strategies' outcomes of M3, from the database."""
+        out = {}
+        for name in self.manifest.integrate.strategies:
+            ms = self.store.milestone(strategies.get(name).milestone)
+            if ms is not None:
+                out[name] = Outcome.from_json(ms.status, ms.reason, ms.figures)
+        return out
+
+    def m3(self) -> Step:
+        m = self.manifest
+        self._load_references()
+        m2 = self._figures("M2")
+        earlier: dict[str, Outcome] = {}
+        for name in m.integrate.strategies:
+            cls = strategies.get(name)
+            ms = self.store.milestone(cls.milestone)
+            if ms is not None and ms.status in ("DONE", "SKIPPED", "FAILED"):
+                earlier[name] = Outcome.from_json(ms.status, ms.reason, ms.figures)
+                continue
+            ctx = Context(m, self.h, self.out, m2["kernels"], m2["run_s"], dict(earlier),
+                          self.progress, self.agent)
+            self.progress(f"{m.name}: {cls.milestone} {cls.title}")
+            self.store.begin(cls.milestone)
+            o = cls().apply(ctx)
+            self.store.finish(cls.milestone, o.status, o.reason, o.to_json())
+            self.progress(f"{m.name}: {cls.milestone} {o.status.lower()}: {o.reason}")
+            earlier[name] = o
+        tried = {strategies.get(n).milestone: f"{o.status}: {o.reason}"
+                 for n, o in earlier.items()}
+        used = [n for n, o in earlier.items() if o.integrates]
+        if not used:
+            return "DONE", "no strategy produced anything to integrate: " + "; ".join(
+                f"{k} {v}" for k, v in tried.items()), {"strategies": tried}, "RESEARCH"
+        return "DONE", f"to integrate: {', '.join(used)}", {"strategies": tried,
+                                                            "used": used}, None
+
+    # ---- M4 -------------------------------------------------------------------------------
+    def m4(self) -> Step:
+        m = self.manifest
+        self._load_references()
+        outcomes = [o for n, o in self._outcomes().items() if o.integrates]
+        setup, info = endtoend.integrate(outcomes, self.out, m.source)
+        state, reason, figures = endtoend.measure(self.h, setup, m.measure.e2e_rounds,
+                                                  m.measure.floor)
+        touched = tree.changed(m.source, tree.load_original(self.out))
+        figures.update(integration=info, original_unchanged=not touched,
+                       setup=setup.to_json())
+        if touched:
+            state, reason = "BLOCKED", f"the original program's files changed: {touched[:5]}"
+        endtoend.write_integration(self.out, setup, info, deployed=state == "INTEGRATED")
+        return ("DONE" if state == "INTEGRATED" else "FAILED"), reason, figures, state
