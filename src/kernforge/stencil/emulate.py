@@ -176,8 +176,10 @@ class Module:
     def launch(self, entry: str, arrays: Sequence[np.ndarray], grid: Sequence[int],
                block: Sequence[int], shared_bytes: int = 0,
                order: np.ndarray | None = None) -> None:
-        """Run ``entry<<<grid, block, shared_bytes>>>(arrays...)``; ``order``: the linear
-        block indices in the order to run them (a permutation; None: x fastest, then y, z)."""
+        """Run ``entry<<<grid, block, shared_bytes>>>(arrays...)``: an array for each pointer
+        parameter, a 0-d array (its value, of the parameter's width) for each scalar one;
+        ``order``: the linear block indices in the order to run them (a permutation; None: x
+        fastest, then y, z)."""
         check_launch(entry, tuple(grid), tuple(block), shared_bytes)
         limit = self.bounds.get(entry)
         if limit is not None and int(np.prod(block)) > limit:
@@ -190,6 +192,8 @@ class Module:
             raise LaunchError(f"{entry} takes {len(sizes)} parameters, the launch passes "
                               f"{len(arrays)}", hint="one array per kernel parameter")
         for i, (size, a) in enumerate(zip(sizes, arrays, strict=True)):
+            if size < 0 and a.ndim == 0:  # a scalar parameter, passed by value (its width
+                continue  # is the caller's to match)
             if size < 0 or (size and size != a.dtype.itemsize):
                 what = "a scalar" if size < 0 else f"a pointer to {size}-byte elements"
                 raise LaunchError(f"{entry}: parameter {i} is {what}, the launch passes "
@@ -206,8 +210,9 @@ class Module:
                                   hint=f"np.random.permutation({nblocks})")
         values = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
         args = (ctypes.c_void_p * max(len(arrays), 1))(
-            *[ctypes.addressof(values) + i * ctypes.sizeof(ctypes.c_void_p)
-              for i in range(len(arrays))])
+            *[a.ctypes.data if a.ndim == 0 and size < 0 else
+              ctypes.addressof(values) + i * ctypes.sizeof(ctypes.c_void_p)
+              for i, (size, a) in enumerate(zip(sizes, arrays, strict=True))])
         err = ctypes.create_string_buffer(4096)
         run = _load_runtime()
         thunk = ctypes.cast(self._fn("kf_thunk_", entry), ctypes.c_void_p)
