@@ -2,7 +2,8 @@
 
 A native deployment spec (JSON, signed) lists per kernel the launch it replaces (mangled name,
 grid, block, dynamic shared memory, and the parameter bytes that are not pointers: the problem
-key) and what runs instead (module image, entry, JIT options, geometry, carveout). ``kernforge
+key) and what runs instead (module image, entry, JIT options, geometry, carveout; an entry with
+``entry`` and ``new_shared_mem`` runs another function of the image, with the same parameters). ``kernforge
 run --deploy SPEC -- COMMAND`` checks the signature and every image's hash, writes the
 interposer's line format (record/native/kf_deploy.c) and runs the command with the interposer
 preloaded; launches that match run the tuned configuration, every other launch is unchanged,
@@ -53,6 +54,18 @@ def entry(rec: NativeRecording, variant: Mapping[str, Any], image: str, image_by
             "image_sha256": hashlib.sha256(image_bytes).hexdigest(),
             "jit": dict(variant.get("jit") or {}), "new_grid": grid, "new_block": block,
             "carveout": variant.get("carveout"), "evidence": dict(evidence)}
+
+
+def replacement_entry(rec: NativeRecording, *, image: str, image_bytes: bytes, entry_name: str,
+                      grid: Sequence[int], block: Sequence[int], shared_mem: int,
+                      carveout: int | None, evidence: Mapping[str, Any]) -> dict[str, Any]:
+    """An entry whose launch runs another function: ``entry_name`` of the image (a kernel with
+    the recorded kernel's parameter layout, which receives the original parameter buffer, e.g.
+    an operator adapter, apps/adapter.py) with its own geometry and dynamic shared memory."""
+    e = entry(rec, {"block": list(block)}, image, image_bytes, evidence)
+    e.update({"entry": entry_name, "new_grid": list(grid), "new_block": list(block),
+              "new_shared_mem": int(shared_mem), "carveout": carveout, "jit": {}})
+    return e
 
 
 def write_spec(path: Path, entries: Sequence[dict[str, Any]], images: Mapping[str, bytes]
@@ -112,8 +125,9 @@ def interposer_lines(spec: NativeSpec) -> str:
         carve = -1 if e.get("carveout") is None else int(e["carveout"])
         fields = [e["kernel"], ",".join(map(str, e["grid"])), ",".join(map(str, e["block"])),
                   str(e["shared_mem"]), e["key"] or "*", str(spec.image_path(e).resolve()),
-                  e["kernel"], jit, ",".join(map(str, e["new_grid"])),
-                  ",".join(map(str, e["new_block"])), str(e["shared_mem"]), str(carve)]
+                  e.get("entry", e["kernel"]), jit, ",".join(map(str, e["new_grid"])),
+                  ",".join(map(str, e["new_block"])),
+                  str(e.get("new_shared_mem", e["shared_mem"])), str(carve)]
         if any("\t" in f or "\n" in f for f in fields):
             raise ConfigError(f"{spec.path}: entry {e['name']} holds a tab or newline")
         lines.append("\t".join(fields))

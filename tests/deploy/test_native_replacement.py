@@ -1,0 +1,42 @@
+"""A native deployment entry that runs another function of its image (an operator adapter)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kernforge.core.native import NativeParam, NativeRecording, NativeRegion
+from kernforge.deploy import native as nd
+
+
+def _rec(tmp_path: Path) -> NativeRecording:
+    raw = (64).to_bytes(4, "little") + bytes(4) + (0x7000).to_bytes(8, "little") + \
+        (0x9000).to_bytes(8, "little")
+    regions = (NativeRegion(0x7000, 512, "alloc", "a", None),
+               NativeRegion(0x9000, 512, "alloc", "b", "c"))
+    return NativeRecording(tmp_path / "unit", "_Z5solvejPdS_", "solve", "img", "cubin",
+                           (16, 1, 1), (256, 1, 1), 0,
+                           (NativeParam(0, 4), NativeParam(8, 8, ((8, 0),)),
+                            NativeParam(16, 8, ((16, 1),))), raw, regions,
+                           identity={"device": "fake"})
+
+
+def test_a_replacement_entry_names_its_function_geometry_and_shared_memory(
+        tmp_path: Path) -> None:
+    rec = _rec(tmp_path)
+    e = nd.replacement_entry(rec, image="adapter.cubin", image_bytes=b"\x7fELF...",
+                             entry_name="kf_adapter_0123", grid=(4, 16, 3), block=(32, 8, 1),
+                             shared_mem=1024, carveout=None, evidence={"speedup": 1.3})
+    assert e["key"] == "40000000" + "00" * 4 + "x" * 32  # n compared, pointers not
+    spec = nd.read_spec(nd.write_spec(tmp_path / "spec.json", [e],
+                                      {"adapter.cubin": b"\x7fELF..."}))
+    line = nd.interposer_lines(spec).splitlines()[1].split("\t")
+    assert line[0] == "_Z5solvejPdS_" and line[1:4] == ["16,1,1", "256,1,1", "0"]
+    assert line[6:] == ["kf_adapter_0123", "-", "4,16,3", "32,8,1", "1024", "-1"]
+
+
+def test_entries_without_a_replacement_function_run_the_recorded_one(tmp_path: Path) -> None:
+    rec = _rec(tmp_path)
+    e = nd.entry(rec, {"block": [128, 1, 1], "carveout": 0}, "k.cubin", b"x", {})
+    spec = nd.read_spec(nd.write_spec(tmp_path / "spec.json", [e], {"k.cubin": b"x"}))
+    line = nd.interposer_lines(spec).splitlines()[1].split("\t")
+    assert line[6:] == ["_Z5solvejPdS_", "-", "32,1,1", "128,1,1", "0", "0"]
