@@ -10,7 +10,6 @@ the L2 is flushed by writing a buffer of twice its size.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -34,6 +33,7 @@ from .cupy_hooks import original_class
 from .cxx_names import instantiated_signature, parse_name_expression
 from .fingerprint import CUDA_SOURCE as FINGERPRINT_SOURCE
 from .fingerprint import WORD_DTYPES, word_size
+from .nvrtc import knob_flags
 from .rewrite import rewrite
 from .sanitize import SanitizerRun
 from .sanitize_cuda import run_tools
@@ -220,31 +220,7 @@ class CudaBackend(Backend):
 
     # ---- compile --------------------------------------------------------------------------
     def nvrtc_options(self, variant: Variant) -> tuple[str, ...]:
-        o = variant.options.as_dict()
-        opts = [f"-D{k}={v}" for k, v in variant.defines]
-        if o["maxrregcount"]:
-            opts.append(f"--maxrregcount={o['maxrregcount']}")
-        for knob, flag, default in (("ftz", "--ftz", False), ("prec_div", "--prec-div", True),
-                                    ("prec_sqrt", "--prec-sqrt", True), ("fmad", "--fmad", True)):
-            if o[knob] != default:  # NVRTC's default: no flag (so --use_fast_math implies them)
-                opts.append(f"{flag}={'true' if o[knob] else 'false'}")
-        if o["use_fast_math"]:
-            opts.append("--use_fast_math")
-        if o["extra_device_vectorization"]:
-            opts.append("--extra-device-vectorization")
-        if o["dopt"] != "default":
-            opts.append(f"-dopt={o['dopt']}")
-        ptxas = []
-        if o["ptxas_opt"] != 3:
-            ptxas.append(f"-O{o['ptxas_opt']}")
-        if o["ptxas_dlcm"] != "default":
-            ptxas.append(f"-dlcm={o['ptxas_dlcm']}")
-        if o["ptxas_dscm"] != "default":
-            ptxas.append(f"-dscm={o['ptxas_dscm']}")
-        if ptxas:
-            opts.append("--ptxas-options=" + ",".join(ptxas))
-        opts.extend(shlex.split(str(o["extra_options"])))
-        return tuple(opts)
+        return knob_flags(variant.options.as_dict(), variant.defines)
 
     def final_source(self, variant: Variant, signature: Sequence[Param]) -> str:
         o = variant.options.as_dict()

@@ -16,32 +16,57 @@ from rich.table import Table
 from ..core import ConfigError
 from ..core.fmt import fmt_time
 from ..core.jsonio import parse_json, sign, signature_ok, write_json_atomic
-from ..core.native import NativeRecording
+from ..core.native import NativeRecording, NativeSource
 from ..deploy import native as nd
 from ..deploy.gate import NOISE_BAND, refusal
 from ..record import interposer
 from ..record.native_format import read_native
-from ..replay.native_tune import NativeTuning, tune_native
+from ..replay.native import NativeVariant
+from ..replay.native_build import BindingError, build_image
+from ..replay.native_tune import NativeTuning, bind, tune_native
 from .output import console, err_console
 
 RESULT = "native.json"
 RESULT_FORMAT = "kernforge-native-tune"
 
 
+def bind_units(recs: Sequence[NativeRecording], src: NativeSource) -> dict[Path, NativeSource]:
+    """The units ``src`` (``--source``) builds: each probed once; a file that builds none of
+    them, or builds one wrongly, is a BindingError."""
+    bound = {}
+    for rec in recs:
+        console.print(f"binding {src.program} to {rec.path.name} ({rec.name[:60]})",
+                      markup=False)
+        if bind(rec.path, rec, src):
+            bound[rec.path] = src
+    if not bound:
+        raise BindingError(f"{src.program} defines none of the recorded kernels "
+                           f"({', '.join(sorted({r.entry for r in recs})[:6])})",
+                           hint="bind the file that defines the kernel (--kernels selects "
+                                "the units), with the same name and parameter types")
+    return bound
+
+
 def tune_units(recs: Sequence[NativeRecording], out: Path, *, repeat: int, passes: int,
-               band: float = NOISE_BAND, tolerance: str | None = None) -> list[NativeTuning]:
-    """Tune every native unit; write the signed results to OUT/native.json."""
+               band: float = NOISE_BAND, tolerance: str | None = None,
+               source: NativeSource | None = None,
+               defines: Sequence[Sequence[tuple[str, str]]] = ()) -> list[NativeTuning]:
+    """Tune every native unit (with ``source`` bound to those it builds, and the ``defines``
+    sets tried on every source build); write the signed results to OUT/native.json."""
     out.mkdir(parents=True, exist_ok=True)
     done: list[NativeTuning] = []
+    bound = bind_units(recs, source) if source is not None else {}
 
     def refuse(speedup: float, ci: tuple[float, float]) -> str | None:
         return refusal(verified=True, idle=None, speedup=speedup, ci=ci, band=band)
 
     for i, rec in enumerate(recs, 1):
-        console.print(f"{i}/{len(recs)} tuning native {rec.path.name} ({rec.name[:60]})",
-                      markup=False)
+        src = bound.get(rec.path) or rec.source
+        console.print(f"{i}/{len(recs)} tuning native {rec.path.name} ({rec.name[:60]})"
+                      + (f", source: {src.origin} {src.program}" if src else ""), markup=False)
         t = tune_native(rec.path, rec, repeat=repeat, passes=passes, refuse=refuse,
-                        tolerance=tolerance,
+                        tolerance=tolerance, source=bound.get(rec.path),
+                        defines=defines if src else (),
                         progress=lambda k, n: console.print(f"  {k}/{n} configurations "
                                                             "evaluated", markup=False))
         done.append(t)
@@ -88,7 +113,7 @@ def export(run_dir: Path, spec_path: Path, band: float) -> int:
                               soft_wrap=True)
             continue
         rec = read_native(u["unit"])
-        data = rec.image_bytes()
+        data = _image(rec, u["best"])
         name = hashlib.sha256(data).hexdigest()[:32] + ".bin"
         images[name] = data
         entries.append(nd.entry(rec, u["best"], name, data, {
@@ -102,6 +127,16 @@ def export(run_dir: Path, spec_path: Path, band: float) -> int:
     console.print(f"{len(entries)} native kernel launch(es) exported to {spec_path}",
                   markup=False)
     return 0
+
+
+def _image(rec: NativeRecording, best: dict[str, Any]) -> bytes:
+    """The winner's image: the recorded one, or the one its build makes (from the build cache
+    the tuning filled, else built again the same way)."""
+    v = NativeVariant.from_json(best)
+    if v.build is None:
+        return rec.image_bytes()
+    cc = rec.identity.get("compute_capability") or [0, 0]
+    return build_image(rec, v.build, (int(cc[0]), int(cc[1])))
 
 
 def deploy(spec_path: Path, command: Sequence[str]) -> int:

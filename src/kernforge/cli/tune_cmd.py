@@ -16,6 +16,7 @@ from ..core import ConfigError, Recording
 from ..core.fmt import fmt_time
 from ..core.lock import directory_lock
 from ..harness import by_precision, precision_of
+from ..replay.native_build import bind_source
 from ..replay.tuning import TuningOutcome, tune_recording
 from ..tune import Budget
 from .checks import POSITIVE, float_range, load_units, writable_dir
@@ -54,7 +55,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tolerance", action="append", metavar="[BUF=]SPEC",
                    help="verification policy (allows fast-math-like knobs)")
     p.add_argument("--repeat", type=POSITIVE, default=7, help="timed runs per trial (default 7)")
+    add_source_args(p)
     p.set_defaults(func=run)
+
+
+def add_source_args(p: argparse.ArgumentParser) -> None:
+    """``--source FILE.cu -I DIR -D NAME=VALUE``: bind native units to their source."""
+    g = p.add_argument_group("native units of nvcc-built programs (docs/recording-native.md)")
+    g.add_argument("--source", type=Path, default=None, metavar="FILE.cu",
+                   help="the CUDA file that defines the recorded kernel(s): compiled with "
+                        "nvcc for the device, checked to be the recorded kernel (same mangled "
+                        "name and parameter layout), then tuned from source")
+    g.add_argument("-I", "--include", dest="includes", action="append", default=[],
+                   metavar="DIR", help="include path for --source (repeatable)")
+    g.add_argument("-D", "--define", dest="defines", action="append", default=[],
+                   metavar="NAME[=VALUE]", help="macro the program's build defines, for "
+                                                "--source (repeatable)")
+    g.add_argument("--try-define", dest="try_defines", action="append", default=[],
+                   metavar="NAME=V1,V2,...", help="a tunable macro of the source: each value "
+                                                  "is tried as a candidate build (repeatable)")
+
+
+def define_sets(specs: list[str]) -> list[list[tuple[str, str]]]:
+    """``--try-define NAME=V1,V2``: one candidate define per value."""
+    out = []
+    for spec in specs:
+        name, _, values = spec.partition("=")
+        if not name.isidentifier() or not values:
+            raise ConfigError(f"--try-define {spec!r} is not NAME=V1,V2,...",
+                              hint="e.g. --try-define BLOCK_ROWS=4,8,16")
+        out += [[(name, v)] for v in values.split(",") if v]
+    return out
 
 
 def load_space_file(path: Path | None) -> dict[str, Any] | None:
@@ -90,10 +121,16 @@ def run(args: argparse.Namespace) -> int:
     if not recs and not native:
         raise ConfigError(f"no recorded units to tune under {args.path}",
                           hint="check the path and --kernels")
-    if native:  # no source: geometry, carveout and JIT options, every candidate evaluated
+    if args.source is not None and not native:
+        raise ConfigError("--source binds native units; none under this path",
+                          hint="record the program with kernforge record -- COMMAND")
+    if native:  # geometry, carveout, JIT options, source builds: every candidate evaluated
+        source = bind_source(args.source, includes=args.includes, defines=args.defines) \
+            if args.source is not None else None
         with directory_lock(out, "tuning run directory"):
             tune_native_units(native, Path(out), repeat=args.repeat, passes=7,
-                              tolerance=args.tolerance[0] if args.tolerance else None)
+                              tolerance=args.tolerance[0] if args.tolerance else None,
+                              source=source, defines=define_sets(args.try_defines))
         if not recs:
             return 0
     with directory_lock(out, "tuning run directory"), isolation(args) as iso:

@@ -29,19 +29,23 @@ from ..core import (
     Status,
     Tolerance,
 )
-from ..core.native import NativeRecording
+from ..core.native import NativeBuild, NativeRecording
 from ..harness.compare import ABResult, interleave
 from ..harness.verify import check_buffer
+from .native_build import BindingError, build_image, check_layout, elf_functions
 
 
 @dataclass(frozen=True)
 class NativeVariant:
-    """What can change in a native kernel without its source: the block shape (the grid is
-    scaled so the same threads are launched), PTX JIT options, the shared-memory carveout."""
+    """What can change in a native kernel: the block shape (the grid is scaled so the same
+    threads are launched), PTX JIT options, the shared-memory carveout, and the image itself
+    (``build``: its source compiled again with other options or evolved, or the PTX of its
+    fatbin; see :mod:`.native_build`)."""
 
     block: tuple[int, int, int] | None = None
     jit: tuple[tuple[str, int], ...] = ()
     carveout: int | None = None
+    build: NativeBuild | None = None
 
     def __post_init__(self) -> None:
         for k, _ in self.jit:
@@ -61,24 +65,30 @@ class NativeVariant:
 
     @property
     def is_recorded(self) -> bool:
-        return self.block is None and not self.jit and self.carveout is None
+        return self.block is None and not self.jit and self.carveout is None \
+            and self.build is None
 
     def label(self) -> str:
         parts = [f"block={'x'.join(map(str, self.block))}"] if self.block else []
         parts += [f"{k}={v}" for k, v in self.jit]
         parts += [f"carveout={self.carveout}"] if self.carveout is not None else []
+        parts += [self.build.label()] if self.build is not None else []
         return " ".join(parts) or "recorded"
 
     def to_json(self) -> dict[str, Any]:
-        return {"block": list(self.block) if self.block else None, "jit": dict(self.jit),
-                "carveout": self.carveout}
+        out: dict[str, Any] = {"block": list(self.block) if self.block else None,
+                               "jit": dict(self.jit), "carveout": self.carveout}
+        if self.build is not None:
+            out["build"] = self.build.to_json()
+        return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> NativeVariant:
         b = d.get("block")
         return cls(tuple(b) if b else None,  # type: ignore[arg-type]
                    tuple(sorted((str(k), int(v)) for k, v in (d.get("jit") or {}).items())),
-                   d.get("carveout"))
+                   d.get("carveout"),
+                   NativeBuild.from_json(d["build"]) if d.get("build") else None)
 
 
 class NativeReplay:
@@ -128,12 +138,33 @@ class NativeReplay:
 
     def _function(self, v: NativeVariant) -> Any:
         if v not in self._fns:
-            mod = self.drv.load(self.image, dict(v.jit))
-            fn = self.drv.function(mod, self.rec.entry)
+            if v.build is None:
+                mod = self.drv.load(self.image, dict(v.jit))
+                fn = self.drv.function(mod, self.rec.entry)
+            else:
+                fn = self._built(v)
             if v.carveout is not None:
                 self.drv.set_carveout(fn, v.carveout)
             self._fns[v] = fn
         return self._fns[v]
+
+    def _built(self, v: NativeVariant) -> Any:
+        """The recorded entry of the image ``v.build`` makes, checked to be the recorded kernel."""
+        assert v.build is not None
+        cc = (self.drv.attribute("cc_major"), self.drv.attribute("cc_minor"))
+        image = build_image(self.rec, v.build, cc)
+        mod = self.drv.load(image, dict(v.jit))
+        try:
+            fn = self.drv.function(mod, self.rec.entry)
+        except LaunchError:
+            names = [n for n in elf_functions(image) if n.startswith("_Z") or "(" not in n]
+            raise BindingError(f"the built image does not define the recorded kernel "
+                               f"{self.rec.entry}" + (f" (it defines {', '.join(names[:8])})"
+                                                      if names else ""),
+                               hint="bind the file that defines the kernel, with the same "
+                                    "name, namespace and parameter types") from None
+        check_layout(self.drv.lib, fn, self.rec)
+        return fn
 
     def run(self, v: NativeVariant) -> None:
         grid, block = v.geometry(self.rec)
@@ -166,7 +197,8 @@ class NativeReplay:
 
 def _failed(exc: BaseException, stages: list[tuple[str, float]]) -> Measurement:
     status = Status.RUNTIME_FAILED if isinstance(exc, KernelRuntimeError) else \
-        Status.LAUNCH_FAILED if isinstance(exc, LaunchError) else Status.RUNTIME_FAILED
+        Status.LAUNCH_FAILED if isinstance(exc, LaunchError) else \
+        exc.status if isinstance(exc, KernforgeError) and exc.status else Status.RUNTIME_FAILED
     msg = exc.message if isinstance(exc, KernforgeError) else f"{type(exc).__name__}: {exc}"
     return Measurement(status, msg, stages=tuple(stages))
 

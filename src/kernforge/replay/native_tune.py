@@ -1,5 +1,6 @@
-"""Tuning a native unit without its source: launch geometry, shared-memory carveout, and PTX JIT
-options when the image is PTX.
+"""Tuning a native unit: launch geometry, shared-memory carveout, PTX JIT options (a PTX image,
+or the PTX inside a recorded fatbin), and -- when the unit carries its NVRTC source or a file
+was bound to it (``--source``) -- the source compiled again under the cuda backend's knobs.
 
 The space is small, so every candidate is evaluated (no sampler): each in a child process at the
 recorded addresses, verified bitwise against the recorded outputs before it is timed; a
@@ -11,13 +12,15 @@ ratios, bootstrap CI) and kept only when :func:`kernforge.deploy.gate.refusal` a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..backends import fatbin
 from ..core import Measurement
-from ..core.native import NativeRecording
+from ..core.native import NativeBuild, NativeRecording, NativeSource
 from .native import NativeVariant
+from .native_build import BindingError
 from .native_child import run_isolated
 
 BLOCKS_1D = (64, 128, 256, 512, 1024)
@@ -25,13 +28,44 @@ BLOCKS_2D = ((16, 8), (16, 16), (32, 4), (32, 8), (32, 16), (64, 2), (64, 4), (1
              (128, 4), (256, 1))
 BLOCKS_3D = ((32, 4, 2), (32, 4, 4), (32, 8, 2), (64, 4, 2), (16, 8, 4), (32, 2, 4))
 CARVEOUTS = (0, 100)
+# CUjit_option values: CU_JIT_CACHE_MODE 1 = cache global loads in L2 only (cg), 2 = L1 too (ca)
 PTX_JIT = ((("max_registers", 32),), (("max_registers", 64),), (("max_registers", 128),),
-           (("optimization_level", 3),))
+           (("optimization_level", 3),), (("cache_mode", 1),), (("cache_mode", 2),))
+# cuda backend knobs tried one at a time on a source build (verification decides each)
+SOURCE_KNOBS: tuple[tuple[tuple[str, Any], ...], ...] = (
+    (("maxrregcount", 32),), (("maxrregcount", 64),), (("maxrregcount", 128),),
+    (("extra_device_vectorization", True),), (("ptxas_dlcm", "ca"),), (("ptxas_dlcm", "cg"),),
+    (("ftz", True),))
 
 
-def candidates(rec: NativeRecording) -> list[NativeVariant]:
+def _cc(rec: NativeRecording) -> tuple[int, int] | None:
+    cc = rec.identity.get("compute_capability")
+    return (int(cc[0]), int(cc[1])) if cc and len(cc) == 2 and cc[0] else None
+
+
+def source_knobs(rec: NativeRecording, src: NativeSource, *, tolerant: bool = False
+                 ) -> list[tuple[tuple[str, Any], ...]]:
+    """Knob settings for a source build: registers, vectorization, cache modifiers, denormals,
+    launch bounds of the recorded block, and fast math -- on only with a tolerance (it changes
+    results), off when the program compiled with it."""
+    out = list(SOURCE_KNOBS)
+    tpb = rec.block[0] * rec.block[1] * rec.block[2]
+    out += [(("launch_bounds_max", tpb), ("launch_bounds_min_blocks", m)) for m in (0, 2, 4)]
+    fast = any(o.lstrip("-") == "use_fast_math" for o in src.options)
+    if fast:
+        out.append((("use_fast_math", False),))
+    elif tolerant:
+        out.append((("use_fast_math", True),))
+    return out
+
+
+def candidates(rec: NativeRecording, *, source: NativeSource | None = None,
+               tolerant: bool = False, defines: Sequence[Sequence[tuple[str, str]]] = ()
+               ) -> list[NativeVariant]:
     """The recorded configuration first, then block shapes that launch the same threads per
-    dimension, carveouts, and (PTX images) JIT options."""
+    dimension, carveouts, JIT options (a PTX image, or the PTX of a fatbin), and builds of the
+    source (``source``, else the unit's captured one): as recorded, each knob of
+    :func:`source_knobs`, each set of ``defines``."""
     _, by, bz = rec.block
     if by == bz == 1:
         shapes = [(x, 1, 1) for x in BLOCKS_1D]
@@ -44,7 +78,36 @@ def candidates(rec: NativeRecording) -> list[NativeVariant]:
     out += [NativeVariant(carveout=c) for c in CARVEOUTS]
     if rec.image_kind == "ptx":
         out += [NativeVariant(jit=j) for j in PTX_JIT]
+    elif rec.image_kind == "fatbin" and fatbin.ptx_for(rec.image_bytes(), _cc(rec)) is not None:
+        ptx = NativeBuild(kind="ptx")
+        out += [NativeVariant(build=ptx)] + [NativeVariant(jit=j, build=ptx) for j in PTX_JIT]
+    src = source or rec.source
+    if src is not None:
+        base = NativeBuild(source=src)
+        out.append(NativeVariant(build=base))
+        out += [NativeVariant(build=replace(base, knobs=k))
+                for k in source_knobs(rec, src, tolerant=tolerant)]
+        out += [NativeVariant(build=replace(base, defines=tuple(d))) for d in defines if d]
     return out
+
+
+def combined(variants: Sequence[NativeVariant], results: Sequence[Measurement]
+             ) -> NativeVariant | None:
+    """The fastest verified geometry change (block, carveout) joined with the fastest verified
+    image change (JIT options, build), when both beat the recorded configuration."""
+    base = results[0].median if results and results[0].ok else None
+    if base is None:
+        return None
+    faster = [(m.median, v) for v, m in zip(variants[1:], results[1:])
+              if m.ok and m.median < base]
+    geo = min(((t, v) for t, v in faster if not v.jit and v.build is None),
+              key=lambda tv: tv[0], default=None)
+    img = min(((t, v) for t, v in faster if (v.jit or v.build is not None)
+               and v.block is None and v.carveout is None), key=lambda tv: tv[0], default=None)
+    if geo is None or img is None:
+        return None
+    return NativeVariant(block=geo[1].block, carveout=geo[1].carveout, jit=img[1].jit,
+                         build=img[1].build)
 
 
 def evaluate_all(unit: Path, variants: Sequence[NativeVariant], *, repeat: int = 10,
@@ -102,10 +165,16 @@ class NativeTuning:
 def tune_native(unit: Path, rec: NativeRecording, *, repeat: int = 10, passes: int = 7,
                 refuse: Callable[[float, tuple[float, float]], str | None],
                 progress: Callable[[int, int], None] | None = None,
-                tolerance: str | None = None, dtype: str | None = None) -> NativeTuning:
-    variants = candidates(rec)
+                tolerance: str | None = None, dtype: str | None = None,
+                source: NativeSource | None = None,
+                defines: Sequence[Sequence[tuple[str, str]]] = ()) -> NativeTuning:
+    variants = candidates(rec, source=source, tolerant=tolerance is not None, defines=defines)
     results = evaluate_all(unit, variants, repeat=repeat, progress=progress,
                            tolerance=tolerance, dtype=dtype)
+    both = combined(variants, results)
+    if both is not None and both not in variants:
+        variants.append(both)
+        results += evaluate_all(unit, [both], repeat=repeat, tolerance=tolerance, dtype=dtype)
     t = NativeTuning(unit, rec, variants, results)
     base = results[0]
     if not base.ok:
@@ -130,3 +199,28 @@ def tune_native(unit: Path, rec: NativeRecording, *, repeat: int = 10, passes: i
     t.medians = (cmp["median_a"], cmp["median_b"])
     t.refused = refuse(t.speedup, t.ci)
     return t
+
+
+NOT_DEFINED = "the built image does not define the recorded kernel"
+
+
+def bind(unit: Path, rec: NativeRecording, src: NativeSource) -> bool:
+    """Whether ``src`` (a ``--source`` file) builds ``rec``'s kernel: compiled standalone, the
+    recorded entry defined with the recorded parameter layout, and (run once at the recorded
+    addresses) the recorded results. False when the file does not define the kernel (another
+    unit's, then); :class:`~.native_build.BindingError` for any other mismatch."""
+    m = run_isolated(unit, [NativeVariant(build=NativeBuild(source=src))], repeat=1,
+                     warmup=0)["measurements"][0]
+    if m.ok:
+        return True
+    if NOT_DEFINED in m.message:
+        return False
+    hint = ("compile the file as the program's build did (its -I include paths and -D "
+            "defines); binding needs the kernel's translation unit to compile standalone, with "
+            "the same mangled name and parameters")
+    if m.status.value == "WRONG_RESULT":
+        raise BindingError(f"{src.program} compiles {rec.name}, but the kernel built from it "
+                           f"does not reproduce the recorded results: {m.message[:400]}",
+                           hint=hint)
+    raise BindingError(f"{src.program} cannot stand in for {rec.name}: {m.status.value} "
+                       f"{m.message[:600]}", hint=hint)

@@ -5,7 +5,8 @@ two kernel images from ``fakecuda/fake_kernels.c`` (the plain one, and ``-DKF_TU
 the same results by another route) and ``fake_app`` from ``fakecuda/fake_app.c``, which reaches
 the driver as the CUDA runtime does (dlopen, dlsym, cuGetProcAddress); ``libnvrtc.so`` from
 ``fakecuda/fake_nvrtc.c`` (compiles C "kernels" with the host compiler) and ``fake_nvrtc_app``
-(``fakecuda/fake_nvrtc_app.c``), which compiles its kernel at run time as CuPy does. With the returned
+(``fakecuda/fake_nvrtc_app.c``), which compiles its kernel at run time as CuPy does, and ``nvcc``
+(``fakecuda/fake_nvcc.sh``: a file bound with ``--source`` compiled the same way). With the returned
 :attr:`FakeCuda.env` a process loads the fake instead of a real driver; the interposer, the
 ctypes driver of native replay and the deploy path then run for real on the host.
 """
@@ -40,6 +41,7 @@ class FakeCuda:
                                                       env.get("LD_LIBRARY_PATH", "")) if p)
         env["KERNFORGE_LIBNVRTC"] = str(self.nvrtc)
         env["KFFAKE_NVRTC_DIR"] = str(self.libdir / "nvrtc-out")
+        env["KERNFORGE_NVCC"] = str(self.libdir / "nvcc")
         env.pop("LD_PRELOAD", None)
         return env
 
@@ -88,5 +90,8 @@ def build(out: Path) -> FakeCuda:
         if done.returncode != 0:
             raise RuntimeError(f"building the fake driver failed: {done.stderr[-2000:]}")
     (out / "nvrtc-out").mkdir(exist_ok=True)
+    nvcc = out / "nvcc"  # a fake nvcc: compiles C for the fake driver, writes its image
+    nvcc.write_bytes((src / "fake_nvcc.sh").read_bytes())
+    nvcc.chmod(0o755)
     return FakeCuda(out, out / "kernels.so", out / "kernels_tuned.so", out / "fake_app",
                     out / "fake_nvrtc_app")

@@ -1,8 +1,9 @@
 /* A test application for the fake CUDA driver that reaches the driver as the CUDA runtime does:
  * dlopen("libcuda.so.1"), dlsym("cuGetProcAddress_v2"), then every entry point through it.
- *   fake_app KERNELS.so STEPS [N [kill]]
+ *   fake_app KERNELS.so STEPS [N [kill|fatbin]]
  * prints "checksum <value>" of its final state; exits 0 ("kill": SIGKILLs itself after the
- * heat steps, as a crashing application would). */
+ * heat steps, as a crashing application would; "fatbin": the image is loaded as the PTX entry of
+ * a fatbin, as an nvcc-built program's is). */
 #include <signal.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -38,7 +39,23 @@ int main(int argc, char **argv) {
   char image[4200];
   snprintf(image, sizeof image, "KFFAKE %s", argv[1]);
   void *mod, *heat, *scale, *gather, *offset, *width;
-  CHECK(load(&mod, image));
+  if (argc > 4 && !strcmp(argv[4], "fatbin")) { /* the image inside a fatbin, as PTX */
+    static unsigned char fat[4400];
+    char ptx[4200];
+    unsigned n = (unsigned)snprintf(ptx, sizeof ptx, "KFFAKE %s\n.target fake\n", argv[1]) + 1;
+    unsigned padded = (n + 7) & ~7u;
+    unsigned long long fsize = 64 + padded;
+    unsigned magic = 0xBA55ED50u, ehs = 64, arch = 90;
+    unsigned short version = 1, hs = 16, kind = 1;
+    memcpy(fat, &magic, 4), memcpy(fat + 4, &version, 2), memcpy(fat + 6, &hs, 2);
+    memcpy(fat + 8, &fsize, 8);
+    memcpy(fat + 16, &kind, 2), memcpy(fat + 20, &ehs, 4), memcpy(fat + 24, &padded, 4);
+    memcpy(fat + 32, &n, 4), memcpy(fat + 44, &arch, 4);
+    memcpy(fat + 80, ptx, n);
+    CHECK(load(&mod, fat));
+  } else {
+    CHECK(load(&mod, image));
+  }
   CHECK(getfn(&heat, mod, "heat"));
   CHECK(getfn(&scale, mod, "scale"));
   CHECK(getfn(&gather, mod, "gather"));

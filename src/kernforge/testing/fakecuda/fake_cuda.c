@@ -78,6 +78,21 @@ CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const void *desc, size_t count)
 /* ---- modules and functions ------------------------------------------------------------------ */
 static CUresult load(module_t **m, const void *image) {
   char path[4096];
+  uint32_t magic;
+  memcpy(&magic, image, 4);
+  if (magic == 0xBA55ED50u) { /* a fatbin: the first entry holding a fake image (see fatbin.py) */
+    const uint8_t *p = image;
+    uint16_t hs;
+    uint64_t fs;
+    memcpy(&hs, p + 6, 2), memcpy(&fs, p + 8, 8);
+    for (const uint8_t *e = p + hs; e + 64 <= p + hs + fs;) {
+      uint32_t ehs, padded;
+      memcpy(&ehs, e + 4, 4), memcpy(&padded, e + 8, 4);
+      if (!strncmp((const char *)e + ehs, "KFFAKE ", 7)) return load(m, e + ehs);
+      e += ehs + padded;
+    }
+    return INVALID_IMAGE;
+  }
   if (strncmp(image, "KFFAKE ", 7) || sscanf((const char *)image + 7, "%4095s", path) != 1)
     return INVALID_IMAGE;
   void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
