@@ -76,14 +76,9 @@ def measure(h: AppHarness, setup: Setup, rounds: int, floor: float
                 return "BLOCKED", f"the unmodified program failed in M4: {exc}", figures
             return "DROPPED", (f"with kernforge's changes the program fails its own check on "
                                f"{d.name}: {exc.why}; nothing is deployed"), figures
-        per.append({"dataset": d.name, **r})
+        per.append({"dataset": d.name, **r, **_counts(setup)})
     g, ci = geomean_ci(per)
     figures.update(geomean=g, geomean_ci=list(ci))
-    log = nd.read_log(Path(setup.env["KERNFORGE_DEPLOY_LOG"])) \
-        if "KERNFORGE_DEPLOY_LOG" in setup.env else {}
-    if log:
-        figures["replaced_last_run"] = sum(e.get("replaced", 0) for e in log.get("entries", []))
-        figures["fallbacks_last_run"] = log.get("fallbacks", 0)
     text = ", ".join(f"{x['dataset']} {x['speedup']:.3f}x [{x['ci'][0]:.3f}, {x['ci'][1]:.3f}]"
                      for x in per) + f"; geometric mean {g:.3f}x [{ci[0]:.3f}, {ci[1]:.3f}]"
     low = [x["dataset"] for x in per if x["speedup"] < floor]
@@ -91,6 +86,16 @@ def measure(h: AppHarness, setup: Setup, rounds: int, floor: float
         what = f"{', '.join(low)} below" if low else "the geometric mean below"
         return "DROPPED", f"{what} the {floor:g}x floor: nothing is deployed ({text})", figures
     return "INTEGRATED", f"own check passes on every dataset with and without; {text}", figures
+
+
+def _counts(setup: Setup) -> dict[str, Any]:
+    """The interposer's counts of the dataset's last run with the native deployment:
+    launches that ran the replacement, and launches of deployed kernels that did not."""
+    if "KERNFORGE_DEPLOY_LOG" not in setup.env:
+        return {}
+    log = nd.read_log(Path(setup.env["KERNFORGE_DEPLOY_LOG"]))
+    return {"replaced": sum(e.get("replaced", 0) for e in log.get("entries", [])),
+            "fallbacks": log.get("fallbacks", 0)} if log else {"replaced": None}
 
 
 def write_integration(out: Path, setup: Setup, info: dict[str, Any], deployed: bool) -> Path:

@@ -19,7 +19,7 @@ from typing import Any
 import tomllib
 
 from ..core import ConfigError
-from ..core.strict import strict_keys
+from ..core.strict import strict_keys as _strict_keys
 
 CHECK_KINDS = ("exit", "regex", "files")
 FILE_FORMATS = ("text", "bytes", "float32", "float64")
@@ -112,6 +112,15 @@ def expand(command: str, source: Path) -> list[str]:
 
 TOP = ("name", "source", "build", "datasets", "check", "timer", "switch", "env", "timeout_s",
        "kernels", "record_dataset", "integrate", "measure")
+
+
+def strict_keys(data: Any, allowed: tuple[str, ...], where: str, *, source: str
+                ) -> dict[str, Any]:
+    """:func:`kernforge.core.strict.strict_keys`, its error as an :class:`AppManifestError`."""
+    try:
+        return _strict_keys(data, allowed, where, source=source)
+    except ConfigError as exc:
+        raise AppManifestError(exc.message, hint=exc.hint) from None
 
 
 def _err(where: str, what: str, hint: str) -> AppManifestError:

@@ -1,0 +1,68 @@
+"""Helpers of the application tests: a program on the fake CUDA driver (no GPU needed), built
+from source by its manifest's build command with the host compiler, and its manifest."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from importlib import resources
+from pathlib import Path
+
+from kernforge.testing.fakedriver import FakeCuda
+
+AGENT = Path(__file__).with_name("fake_agent.py")
+
+
+def fake_program(root: Path, sleep: float = 0.05) -> Path:
+    """The fake driver's test application as a program's source directory: its C sources,
+    and ``run.sh`` that wastes ``sleep`` seconds first (what the scripted agent removes)."""
+    src = root / "heat-fake"
+    src.mkdir(parents=True)
+    pkg = resources.files("kernforge.testing") / "fakecuda"
+    for name in ("fake_app.c", "fake_kernels.c"):
+        (src / name).write_bytes((pkg / name).read_bytes())
+    run = src / "run.sh"
+    run.write_text(f"#!/bin/sh\nsleep {sleep}  # SLOW\nexec ./fake_app \"$@\"\n")
+    run.chmod(0o755)
+    return src
+
+
+def write_manifest(path: Path, src: Path, fake: FakeCuda, *, extra: str = "",
+                   check: str | None = None, agent: bool = True) -> Path:
+    check = check or """
+        [check]
+        kind = "regex"
+        pattern = 'checksum ([0-9.eE+-]+)'
+        rel = 1e-12
+        """
+    agent_line = f'agent = "{{python}} {AGENT}"' if agent else ""
+    path.write_text(textwrap.dedent(f"""
+        name = "heat-fake"
+        source = "{src}"
+        build = "sh -c 'cc -O1 -o fake_app fake_app.c -ldl && cc -O1 -fPIC -shared -o kernels.so fake_kernels.c'"
+        env = {{ LD_LIBRARY_PATH = "{fake.libdir}" }}
+        timeout_s = 120
+
+        [[datasets]]
+        name = "small"
+        run = "./run.sh {{source}}/kernels.so 10 1000"
+
+        [[datasets]]
+        name = "large"
+        run = "./run.sh {{source}}/kernels.so 20 4000"
+        {check}
+        [measure]
+        rounds = 2
+        e2e_rounds = 3
+        min_share = 0.0
+
+        [integrate]
+        strategies = ["operator", "tune", "agent"]
+        {agent_line}
+        """) + extra)
+    return path
+
+
+def copy_tree(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst, symlinks=True)
+    return dst

@@ -1,0 +1,25 @@
+"""A scripted agent for the tests of M3c: reads the prompt on stdin, checks that it describes
+the application, and edits run.sh in its working directory (a copy of the program's source).
+
+    fake_agent.py [faster | slower | nothing | vandal PATH]
+
+faster: removes the line marked SLOW; slower: sleeps longer; nothing: changes nothing; vandal:
+also appends to the file PATH (outside its directory: the original program)."""
+
+import sys
+from pathlib import Path
+
+prompt = sys.stdin.read()
+if "heat-fake" not in prompt or "Datasets" not in prompt:
+    sys.exit("the prompt does not describe the application")
+mode = sys.argv[1] if len(sys.argv) > 1 else "faster"
+run = Path("run.sh")
+lines = run.read_text().splitlines(True)
+if mode in ("faster", "vandal"):
+    run.write_text("".join(line for line in lines if "SLOW" not in line))
+elif mode == "slower":
+    run.write_text(lines[0] + "sleep 0.25\n" + "".join(lines[1:]))
+if mode == "vandal":
+    with open(sys.argv[2], "a") as f:
+        f.write("# the agent was here\n")
+print(f"fake agent: {mode}")

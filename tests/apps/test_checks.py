@@ -1,0 +1,92 @@
+"""The program's own check and timer, on real runs of small commands."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernforge.apps.checks import regex_values, seconds, take_reference, verdict
+from kernforge.apps.manifest import AppManifestError, Check, Dataset, Manifest, Timer
+from kernforge.apps.process import plain_env, run
+
+
+def _m(tmp_path: Path, check: Check, timer: Timer | None = None) -> Manifest:
+    timer = timer or Timer()
+    return Manifest(path=tmp_path / "app.toml", name="t", source=tmp_path, build="true",
+                    datasets=(Dataset("d", "true"),), check=check, timer=timer)
+
+
+def _sh(tmp_path: Path, script: str):  # type: ignore[no-untyped-def]
+    return run(["sh", "-c", script], cwd=tmp_path, env=plain_env(), timeout_s=30)
+
+
+def test_regex_values_every_match_in_order() -> None:
+    c = Check("regex", r"err=([-+.\deE]+) max=([-+.\deE]+)")
+    assert regex_values(c, "err=1e-3 max=2\nx\nerr=-4 max=9\n") == [1e-3, 2.0, -4.0, 9.0]
+    assert regex_values(c, "nothing") is None
+
+
+def test_regex_check_against_the_reference_and_its_tolerance(tmp_path: Path) -> None:
+    m = _m(tmp_path, Check("regex", r"sum ([0-9.eE+-]+)", rel=1e-6))
+    d = m.datasets[0]
+    ref = take_reference(m, d, _sh(tmp_path, "echo sum 100.0"), tmp_path, tmp_path)
+    assert ref == {"values": [100.0]}
+    assert verdict(m, d, _sh(tmp_path, "echo sum 100.00001"), tmp_path, tmp_path, ref).ok
+    bad = verdict(m, d, _sh(tmp_path, "echo sum 100.1"), tmp_path, tmp_path, ref)
+    assert not bad.ok and "over the tolerance" in bad.reason and bad.error == pytest.approx(0.1)
+    assert not verdict(m, d, _sh(tmp_path, "echo sum nan"), tmp_path, tmp_path, ref).ok
+    assert not verdict(m, d, _sh(tmp_path, "echo sum 100; exit 3"), tmp_path, tmp_path,
+                       ref).ok
+    with pytest.raises(AppManifestError, match="never matches"):
+        take_reference(m, d, _sh(tmp_path, "echo total 100"), tmp_path, tmp_path)
+
+
+def test_a_pattern_without_groups_only_has_to_match(tmp_path: Path) -> None:
+    m = _m(tmp_path, Check("regex", r"^PASS$"))
+    d = m.datasets[0]
+    assert verdict(m, d, _sh(tmp_path, "echo PASS"), tmp_path, tmp_path, {}).ok
+    assert not verdict(m, d, _sh(tmp_path, "echo FAIL"), tmp_path, tmp_path, {}).ok
+
+
+@pytest.mark.parametrize("fmt", ["text", "float64", "bytes"])
+def test_output_files_under_a_tolerance(tmp_path: Path, fmt: str) -> None:
+    m = _m(tmp_path, Check("files", files=("out.dat",), format=fmt, abs=1e-9))
+    d = m.datasets[0]
+
+    def write(values: list[float]) -> None:
+        if fmt == "text":
+            (tmp_path / "out.dat").write_text(" ".join(f"{v!r}" for v in values))
+        else:
+            np.asarray(values).tofile(tmp_path / "out.dat")
+
+    ok = _sh(tmp_path, "true")
+    write([1.0, 2.0])
+    ref = take_reference(m, d, ok, tmp_path, tmp_path / "run")
+    write([1.0, 2.0 + 1e-12])
+    assert verdict(m, d, ok, tmp_path, tmp_path / "run", ref).ok is (fmt != "bytes")
+    write([1.0, 2.5])
+    assert not verdict(m, d, ok, tmp_path, tmp_path / "run", ref).ok
+    (tmp_path / "out.dat").unlink()
+    assert "did not write" in verdict(m, d, ok, tmp_path, tmp_path / "run", ref).reason
+
+
+def test_timer_wall_or_the_programs_own(tmp_path: Path) -> None:
+    ran = _sh(tmp_path, "echo 'kernel time 12.5 ms'; echo 'kernel time 10 ms'")
+    assert seconds(Timer(), ran) == ran.seconds
+    assert math.isclose(seconds(Timer("regex", r"time ([0-9.]+) ms", "ms"), ran), 0.010)
+    assert seconds(Timer("regex", r"elapsed ([0-9.]+)", "s"), ran) is None
+
+
+def test_a_command_that_hangs_is_killed(tmp_path: Path) -> None:
+    ran = run(["sh", "-c", "sleep 30 & sleep 30"], cwd=tmp_path, env=plain_env(),
+              timeout_s=0.5)
+    assert ran.timed_out and ran.returncode == 124 and ran.seconds < 10
+
+
+def test_the_switch_removes_kernforge_from_the_environment() -> None:
+    env = plain_env({"LD_PRELOAD": "/x/libkfinterpose-1.so:/y/other.so",
+                     "KERNFORGE_DEPLOY": "spec.json", "PATH": "/bin"})
+    assert env == {"LD_PRELOAD": "/y/other.so", "PATH": "/bin"}

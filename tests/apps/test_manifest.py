@@ -1,0 +1,120 @@
+"""The manifest's bad inputs are typed errors (exit 2) naming the key and what to do."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kernforge.apps.manifest import AppManifestError, load_manifest
+from kernforge.cli.main import main
+from kernforge.core import ConfigError
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "apps" / "heat3d_cpu.toml"
+
+
+def _write(tmp_path: Path, body: str) -> Path:
+    (tmp_path / "prog").mkdir(exist_ok=True)
+    p = tmp_path / "app.toml"
+    p.write_text(textwrap.dedent(body))
+    return p
+
+
+GOOD = """
+    name = "prog"
+    source = "prog"
+    build = "true"
+    [[datasets]]
+    name = "small"
+    run = "echo 'result 1.5'"
+    [[datasets]]
+    name = "large"
+    run = "echo 'result 3.0'"
+    expected = [3.0]
+    [check]
+    kind = "regex"
+    pattern = 'result ([0-9.]+)'
+    rel = 1e-6
+    """
+
+
+def test_a_good_manifest_and_the_example_load(tmp_path: Path) -> None:
+    m = load_manifest(_write(tmp_path, GOOD))
+    assert m.name == "prog" and m.source == (tmp_path / "prog").resolve()
+    assert [d.name for d in m.datasets] == ["small", "large"] and m.record_dataset == "small"
+    assert m.check.kind == "regex" and m.datasets[1].expected == (3.0,)
+    assert m.timer.kind == "wall" and m.switch == "environment" and m.measure.floor == 0.98
+    ex = load_manifest(EXAMPLE)
+    assert ex.name == "heat3d-cpu" and (ex.source / "heat3d_cpu.py").is_file()
+    assert ex.record_dataset == "n96" and len(ex.datasets) == 2
+
+
+@pytest.mark.parametrize("body, match, hint", [
+    ("colour = 'red'\n" + GOOD, "unknown key 'colour' in the manifest", "allowed keys"),
+    (GOOD.replace("rel = 1e-6", "rel = 1e-6\nrelative = 1"), "unknown key 'relative' in \\[check\\]", "allowed keys in \\[check\\]"),
+    (GOOD.replace('run = "echo \'result 1.5\'"', ""), "datasets\\[0\\]: missing key 'run'",
+     "command that runs the program"),
+    (GOOD.replace('build = "true"', ""), "missing key 'build'", "build = \\\"true\\\""),
+    (GOOD.replace('source = "prog"', 'source = "nowhere"'), "does not exist",
+     "directory that holds the program"),
+    (GOOD.replace("'result ([0-9.]+)'", "'result ([0-9.]+'"), "not a regular expression",
+     "Python regular expression"),
+    (GOOD.replace('kind = "regex"', 'kind = "eyeball"'), "'kind' is 'eyeball'",
+     "exit, regex, files"),
+    (GOOD.replace("[[datasets]]", "[[sets]]", 1), "unknown key 'sets'", "allowed keys"),
+    ("name = 'x'\nsource = 'prog'\nbuild = 'true'\n", "no \\[\\[datasets\\]\\]",
+     "at least one"),
+    (GOOD + "[measure]\nfloor = 'high'\n", "'floor' must be a number", "floor = 0.98"),
+    (GOOD + "[switch]\nkind = 'patch'\n", "'kind' is 'patch'", "environment"),
+    ("name = 'x'\nsource = [1\n", "not valid TOML", "syntax"),
+])
+def test_bad_manifests_are_typed_errors(tmp_path: Path, body: str, match: str,
+                                        hint: str) -> None:
+    with pytest.raises(AppManifestError, match=match) as exc:
+        load_manifest(_write(tmp_path, body))
+    assert isinstance(exc.value, ConfigError) and exc.value.exit_code == 2
+    assert exc.value.hint is not None
+    import re
+    assert re.search(hint, exc.value.hint), exc.value.hint
+
+
+def test_a_missing_manifest(tmp_path: Path) -> None:
+    with pytest.raises(AppManifestError, match="cannot read the manifest"):
+        load_manifest(tmp_path / "none.toml")
+
+
+def test_the_cli_exits_2_on_a_bad_manifest(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    p = _write(tmp_path, "colour = 'red'\n" + GOOD)
+    assert main(["app", "run", str(p), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown key 'colour'" in err and "hint" in err
+
+
+def test_a_check_that_never_matches_is_rejected_in_m1(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    p = _write(tmp_path, GOOD.replace("'result ([0-9.]+)'", "'checksum ([0-9.]+)'"))
+    assert main(["app", "run", str(p), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "never matches the output of dataset 'small'" in err and "[check]" in err
+    from kernforge.apps.store import AppStore
+    store = AppStore.open(tmp_path / "run")
+    m1 = store.milestone("M1")
+    assert m1 is not None and m1.status == "FAILED" and "never matches" in m1.reason
+    assert store.app().state == "PENDING"  # type: ignore[union-attr]  # bad input, no state
+
+
+def test_a_timer_that_never_matches_is_rejected(tmp_path: Path) -> None:
+    p = _write(tmp_path, GOOD + "[timer]\nkind = 'regex'\npattern = 'took ([0-9.]+) s'\n")
+    assert main(["app", "run", str(p), "--out", str(tmp_path / "run")]) == 2
+
+
+def test_expected_values_are_checked_against_the_program(tmp_path: Path) -> None:
+    p = _write(tmp_path, GOOD.replace("expected = [3.0]", "expected = [3.5]"))
+    assert main(["app", "run", str(p), "--out", str(tmp_path / "run")]) == 0
+    from kernforge.apps.store import AppStore
+    app = AppStore.open(tmp_path / "run").app()
+    assert app is not None and app.state == "BLOCKED" and "large fails its own check" in \
+        app.reason

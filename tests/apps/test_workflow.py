@@ -1,0 +1,147 @@
+"""The workflow end to end on a program on the fake CUDA driver (built by its manifest with the
+host compiler; no GPU): every state, the SQLite record, resume, and the original untouched."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kernforge.apps.manifest import AppManifestError, load_manifest
+from kernforge.apps.store import AppStore
+from kernforge.apps.tree import snapshot
+from kernforge.apps.workflow import AppRun
+from kernforge.cli.main import main
+from kernforge.core.jsonio import parse_json
+from kernforge.testing.fakedriver import FakeCuda
+
+from .app_helpers import AGENT, fake_program, write_manifest
+
+ONLY_AGENT = '\n[integrate]\nstrategies = ["operator", "agent"]\n'
+
+
+def _manifest(tmp_path: Path, fake: FakeCuda, src: Path, **kw: object) -> Path:
+    p = write_manifest(tmp_path / "app.toml", src, fake, **kw)  # type: ignore[arg-type]
+    p.write_text(p.read_text().replace('strategies = ["operator", "tune", "agent"]',
+                                       'strategies = ["operator", "agent"]'))
+    return p
+
+
+def _run(manifest: Path, out: Path, **kw: object) -> str:
+    return AppRun(load_manifest(manifest), out, **kw).run().state  # type: ignore[arg-type]
+
+
+def test_integrated_by_the_agent_and_the_original_untouched(
+        tmp_path: Path, fake: FakeCuda, program: Path) -> None:
+    before = snapshot(program)
+    out = tmp_path / "run"
+    assert _run(_manifest(tmp_path, fake, program), out) == "INTEGRATED"
+    store = AppStore.open(out)
+    ms = {m.name: m for m in store.milestones()}
+    assert [ms[n].status for n in ("M1", "M2", "M3", "M4", "M3c")] == ["DONE"] * 5
+    assert ms["M3a"].status in ("SKIPPED", "FAILED")  # operator matching: no stencil here
+    assert ms["M3c"].figures["changed_files"] == ["run.sh"]
+    assert set(ms["M1"].figures["baseline"]) == {"small", "large"}
+    assert ms["M2"].figures["units"] >= 5 and ms["M2"].figures["kernels"][0]["seen"] > 0
+    m4 = ms["M4"].figures
+    assert [d["dataset"] for d in m4["datasets"]] == ["small", "large"]
+    assert all(d["speedup"] > 1.2 and d["ci"][0] > 1.0 for d in m4["datasets"])
+    assert m4["geomean"] > 1.2 and m4["original_unchanged"] is True
+    after = snapshot(program)  # the build added fake_app and kernels.so, changed nothing
+    assert {k: v for k, v in after.items() if k in before} == before
+    integ = parse_json((out / "integration.json").read_text())
+    assert integ["deployed"] and integ["run_from"] == str(out / "m3c" / "source")
+    states = [e["status"] for e in store.events() if e["kind"] == "state"]
+    assert states == ["PENDING", "INTEGRATED"]
+    n_events, n_logs = len(store.events()), len(list((out / "logs").iterdir()))
+    store.close()
+    # resumed: a finished application is not run again
+    assert _run(_manifest(tmp_path, fake, program), out, resume=True) == "INTEGRATED"
+    store = AppStore.open(out)
+    assert len(store.events()) == n_events and len(list((out / "logs").iterdir())) == n_logs
+    with pytest.raises(AppManifestError, match="already holds a run"):
+        _run(_manifest(tmp_path, fake, program), out)
+
+
+def test_below_the_floor_is_dropped_with_its_figures(tmp_path: Path, fake: FakeCuda,
+                                                     program: Path) -> None:
+    m = _manifest(tmp_path, fake, program)
+    out = tmp_path / "run"
+    assert _run(m, out, agent=f"{{python}} {AGENT} slower") == "DROPPED"
+    app = AppStore.open(out).app()
+    assert app is not None and "below the 0.98x floor: nothing is deployed" in app.reason
+    m4 = AppStore.open(out).milestone("M4")
+    assert m4 is not None and m4.status == "FAILED" and m4.figures["geomean"] < 0.98
+    assert parse_json((out / "integration.json").read_text())["deployed"] is False
+
+
+@pytest.mark.parametrize("agent, why", [
+    ("nothing", "M3c FAILED: the agent changed no file"),
+    ("vandal", "M3c FAILED: the original source changed during the agent step"),
+    (None, "M3c SKIPPED: no agent command"),
+])
+def test_research_when_nothing_integrates(tmp_path: Path, fake: FakeCuda, program: Path,
+                                          agent: str | None, why: str) -> None:
+    m = _manifest(tmp_path, fake, program, agent=False)
+    cmd = None if agent is None else f"{{python}} {AGENT} {agent} {program / 'run.sh'}"
+    assert _run(m, tmp_path / "run", agent=cmd) == "RESEARCH"
+    app = AppStore.open(tmp_path / "run").app()
+    assert app is not None and why in app.reason
+
+
+def test_out_of_scope_below_the_share_threshold(tmp_path: Path, fake: FakeCuda,
+                                                program: Path) -> None:
+    m = _manifest(tmp_path, fake, program)
+    m.write_text(m.read_text().replace("min_share = 0.0", "min_share = 0.5"))
+    assert _run(m, tmp_path / "run") == "OUT_OF_SCOPE"
+    store = AppStore.open(tmp_path / "run")
+    m2 = store.milestone("M2")
+    assert m2 is not None and "below the 50 % threshold" in m2.reason
+    assert m2.figures["candidate_share"] < 0.5 and m2.figures["ceiling"] >= 1.0
+    assert store.milestone("M3") is None
+
+
+def test_blocked_when_the_build_fails(tmp_path: Path, fake: FakeCuda, program: Path) -> None:
+    (program / "fake_app.c").write_text("this is not C\n")
+    assert _run(_manifest(tmp_path, fake, program), tmp_path / "run") == "BLOCKED"
+    m1 = AppStore.open(tmp_path / "run").milestone("M1")
+    assert m1 is not None and m1.status == "FAILED" and "the build failed" in m1.reason
+
+
+def test_killed_then_resumed_redoes_only_the_unfinished_milestone(
+        tmp_path: Path, fake: FakeCuda) -> None:
+    src = fake_program(tmp_path / "src", sleep=0.3)
+    m = _manifest(tmp_path, fake, src)
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "kernforge", "app", "run", str(m), "--out",
+                             str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                with sqlite3.connect(out / "app.db") as c:
+                    row = c.execute("SELECT status FROM milestones WHERE name = 'M4'").fetchone()
+            except sqlite3.Error:
+                row = None
+            if row is not None:
+                break
+            time.sleep(0.05)
+        proc.kill()  # SIGKILL, in the middle of M4
+    finally:
+        proc.wait()
+    store = AppStore.open(out)
+    done = {m.name: m.finished for m in store.milestones()}
+    assert store.milestone("M4").status == "RUNNING"  # type: ignore[union-attr]
+    assert store.app().state == "PENDING"  # type: ignore[union-attr]
+    store.close()
+    assert main(["app", "run", str(m), "--out", str(out), "--resume"]) == 0
+    store = AppStore.open(out)
+    again = {m.name: m.finished for m in store.milestones()}
+    assert {k: again[k] for k in done if k != "M4"} == {k: v for k, v in done.items()
+                                                        if k != "M4"}
+    assert store.app().state == "INTEGRATED"  # type: ignore[union-attr]
+    assert sum(1 for e in store.events() if e["name"] == "M4" and e["status"] == "RUNNING") == 2
