@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Host cost per launch of a native deployment: what the driver interposer adds to a launch.
+
+A small C program (compiled here with the host compiler) reaches the driver as the CUDA runtime
+does (dlopen, cuGetProcAddress), loads one empty kernel and launches it in batches of
+``--batch`` launches; only the enqueueing of each batch is timed (CLOCK_MONOTONIC), the context
+is synchronized between batches untimed, so the figure is host time, not the GPU's. Modes, run
+as separate processes, interleaved over ``--rounds``:
+
+- ``no interposer``: the program alone;
+- ``not covered``: the interposer preloaded in deploy mode, the spec naming another kernel
+  (a function-table lookup, the launch passed through);
+- ``covered, fallback``: the spec names this kernel but another launch geometry (the parameter
+  bytes copied, the entries compared, the original launched, a fallback counted);
+- ``replaced``: the launch matches the entry and runs the deployed image (loaded once per
+  context) with the new geometry.
+
+Prints the median ns per launch of each mode and its difference to ``no interposer``.
+
+    python benchmarks/native_deploy_overhead.py --fake      # CPU: the fake driver, no GPU
+    python benchmarks/native_deploy_overhead.py             # GPU: libcuda.so.1, PTX kernel
+        [--launches 200000] [--batch 256] [--rounds 5] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from kernforge.record import interposer
+
+APP = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+typedef int R;
+typedef R (*gpa_t)(const char *, void **, int, unsigned long long, void *);
+static gpa_t gpa;
+static void *get(const char *n) {
+  void *f = NULL;
+  if (gpa(n, &f, 12000, 0, NULL) || !f) { fprintf(stderr, "no %s\n", n); exit(3); }
+  return f;
+}
+#define CHECK(x) do { if (x) { fprintf(stderr, "%s failed\n", #x); exit(4); } } while (0)
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e9 + t.tv_nsec; }
+int main(int argc, char **argv) {
+  long n = atol(argv[3]), batch = atol(argv[4]);
+  void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (!cuda) { fprintf(stderr, "no libcuda.so.1\n"); return 3; }
+  gpa = (gpa_t)dlsym(cuda, "cuGetProcAddress_v2");
+  R (*init)(unsigned) = get("cuInit");
+  R (*dev)(int *, int) = get("cuDeviceGet");
+  R (*retain)(void **, int) = get("cuDevicePrimaryCtxRetain");
+  R (*setctx)(void *) = get("cuCtxSetCurrent");
+  R (*load)(void **, const void *) = get("cuModuleLoadData");
+  R (*getfn)(void **, void *, const char *) = get("cuModuleGetFunction");
+  R (*alloc)(unsigned long long *, size_t) = get("cuMemAlloc");
+  R (*sync)(void) = get("cuCtxSynchronize");
+  R (*launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+              void *, void **, void **) = get("cuLaunchKernel");
+  FILE *f = fopen(argv[1], "rb");
+  if (!f) return 5;
+  static char image[1 << 16];
+  size_t len = fread(image, 1, sizeof image - 1, f);
+  image[len] = 0;
+  fclose(f);
+  int d; void *ctx, *mod, *fn; unsigned long long p;
+  CHECK(init(0)); CHECK(dev(&d, 0)); CHECK(retain(&ctx, d)); CHECK(setctx(ctx));
+  CHECK(load(&mod, image)); CHECK(getfn(&fn, mod, argv[2])); CHECK(alloc(&p, 256));
+  void *args[] = {&p};
+  for (int i = 0; i < 1000; i++) CHECK(launch(fn, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL));
+  CHECK(sync());
+  double host = 0;
+  for (long done = 0; done < n; done += batch) {
+    double t0 = now();
+    for (long i = 0; i < batch; i++) CHECK(launch(fn, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL));
+    host += now() - t0;
+    CHECK(sync());
+  }
+  printf("ns_per_launch %.2f\n", host / (double)((n + batch - 1) / batch * batch));
+  return 0;
+}
+"""
+PTX = """.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry kf_empty(.param .u64 p)
+{
+  ret;
+}
+"""
+FAKE_KERNEL = """const char *kf_empty_params = "8";
+void kf_empty(const unsigned *g, const unsigned *b, void **p) { (void)g, (void)b, (void)p; }
+"""
+
+
+def _cc(args: list[str]) -> None:
+    done = subprocess.run([os.environ.get("CC", "cc"), *args], capture_output=True, text=True,
+                          check=False)
+    if done.returncode:
+        sys.exit(f"compile failed: {done.stderr[-2000:]}")
+
+
+def _line(name: str, image: Path, grid: str, block: str) -> str:
+    return "\t".join([name, grid, block, "0", "*", str(image), "kf_empty", "-", "1,1,1",
+                      "32,1,1", "0", "-1"]) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--fake", action="store_true", help="the fake driver (no GPU)")
+    ap.add_argument("--launches", type=int, default=200_000)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--json", type=Path, default=None)
+    a = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="kf-native-overhead-"))
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    (tmp / "app.c").write_text(APP)
+    _cc(["-O2", "-o", str(tmp / "app"), str(tmp / "app.c"), "-ldl"])
+    image = tmp / "image"
+    if a.fake:
+        from kernforge.testing.fakedriver import build
+        fake = build(tmp / "fake")
+        (tmp / "k.c").write_text(FAKE_KERNEL)
+        _cc(["-O2", "-fPIC", "-shared", "-o", str(tmp / "k.so"), str(tmp / "k.c")])
+        image.write_text(f"KFFAKE {tmp / 'k.so'}\n")
+        env["LD_LIBRARY_PATH"] = f"{fake.libdir}:{env.get('LD_LIBRARY_PATH', '')}"
+    else:
+        image.write_text(PTX)
+    lib = interposer.build()
+    specs = {"not covered": _line("another_kernel", image, "1,1,1", "32,1,1"),
+             "covered, fallback": _line("kf_empty", image, "2,1,1", "32,1,1"),
+             "replaced": _line("kf_empty", image, "1,1,1", "32,1,1")}
+    modes: dict[str, dict[str, str]] = {"no interposer": env}
+    for mode, line in specs.items():
+        path = tmp / f"{mode.replace(' ', '_').replace(',', '')}.tsv"
+        path.write_text(line)
+        modes[mode] = interposer.preload_env(lib, {"KERNFORGE_DEPLOY": str(path),
+                                                   "KERNFORGE_DEPLOY_LOG": f"{path}.log",
+                                                   "KERNFORGE_QUIET": "1"}, env)
+    cmd = [str(tmp / "app"), str(image), "kf_empty", str(a.launches), str(a.batch)]
+    got: dict[str, list[float]] = {m: [] for m in modes}
+    for r in range(a.rounds):
+        order = list(modes) if r % 2 == 0 else list(reversed(modes))
+        for mode in order:
+            done = subprocess.run(cmd, env=modes[mode], capture_output=True, text=True,
+                                  check=False)
+            if done.returncode:
+                sys.exit(f"{mode}: the program failed: {done.stderr[-1000:]}")
+            got[mode].append(float(done.stdout.split()[-1]))
+    counts = {}  # the interposer's own counts of the last run: proof of each mode
+    for mode, e in modes.items():
+        log = Path(e.get("KERNFORGE_DEPLOY_LOG", "/nonexistent"))
+        if log.is_file():
+            c = json.loads(log.read_text())
+            counts[mode] = (sum(x["replaced"] for x in c["entries"]), c["fallbacks"])
+    base = statistics.median(got["no interposer"])
+    device = "fake driver (CPU)" if a.fake else "libcuda.so.1"
+    print(f"host time per launch, {device}, {a.launches} launches x {a.rounds} rounds "
+          f"(batches of {a.batch}), median:")
+    rows = []
+    for mode, xs in got.items():
+        med = statistics.median(xs)
+        rows.append({"mode": mode, "ns_per_launch": med, "added_ns": med - base, "runs": xs})
+        rep, fb = counts.get(mode, (0, 0))
+        print(f"  {mode:20s} {med:9.1f} ns   added {med - base:+8.1f} ns"
+              + (f"   (replaced {rep}, fallbacks {fb})" if mode in counts else ""))
+    if a.json:
+        a.json.write_text(json.dumps({"device": device, "launches": a.launches,
+                                      "batch": a.batch, "rounds": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
