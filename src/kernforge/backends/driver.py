@@ -24,6 +24,26 @@ JIT_OPTIONS = {"max_registers": 0, "threads_per_block": 1, "optimization_level":
 _ATTR = {"cc_major": 75, "cc_minor": 76, "l2_bytes": 38, "sm_count": 16,
          "max_threads_per_block": 1}
 _FUNC_CARVEOUT = 9  # CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+GATE_US = float(os.environ.get("KERNFORGE_GATE_US", "200"))
+# A kernel that spins on the global timer for its one parameter's nanoseconds.
+_GATE_PTX = b"""
+.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry kf_gate(.param .u64 ns)
+{
+  .reg .u64 %a<4>;
+  .reg .pred %p;
+  ld.param.u64 %a0, [ns];
+  mov.u64 %a1, %globaltimer;
+SPIN:
+  mov.u64 %a2, %globaltimer;
+  sub.u64 %a3, %a2, %a1;
+  setp.lt.u64 %p, %a3, %a0;
+  @%p bra SPIN;
+  ret;
+}
+"""
 
 
 class _Prop(C.Structure):  # CUmemAllocationProp
@@ -62,6 +82,8 @@ class Driver:
         self.lib.cuMemcpyHtoD_v2.argtypes = [CUdeviceptr, C.c_void_p, C.c_size_t]
         self.lib.cuMemsetD8_v2.argtypes = [CUdeviceptr, C.c_ubyte, C.c_size_t]
         self._flush: int | None = None
+        self._gate: Any = None
+        self._events: tuple[C.c_void_p, C.c_void_p] | None = None
         self.refusals: list[str] = []  # why a range could not be mapped at its address
 
     # ---- errors --------------------------------------------------------------------------------
@@ -175,36 +197,73 @@ class Driver:
     def set_carveout(self, fn: C.c_void_p, percent: int) -> None:
         self.check(self.lib.cuFuncSetAttribute(fn, _FUNC_CARVEOUT, percent), "cuFuncSetAttribute")
 
-    def launch(self, fn: C.c_void_p, grid: Sequence[int], block: Sequence[int], shmem: int,
-               params: bytes, attrs: Sequence[bytes] = ()) -> None:
+    def prepare(self, fn: C.c_void_p, grid: Sequence[int], block: Sequence[int], shmem: int,
+                params: bytes, attrs: Sequence[bytes] = ()) -> Any:
+        """A call that launches ``fn`` with every ctypes argument built beforehand, so the host
+        time between it and a preceding event is one driver call."""
         buf = C.create_string_buffer(params, max(len(params), 1))
         size = C.c_size_t(len(params))
         extra = (C.c_void_p * 5)(_PARAM_BUFFER_POINTER, C.cast(buf, C.c_void_p),
                                  _PARAM_BUFFER_SIZE, C.addressof(size), _PARAM_END)
+        keep: list[Any] = [buf, size, extra]
         if attrs:
             raw = C.create_string_buffer(b"".join(attrs), 72 * len(attrs))
             cfg = _LaunchConfig((C.c_uint * 3)(*grid), (C.c_uint * 3)(*block), shmem, None,
                                 C.cast(raw, C.c_void_p), len(attrs))
-            rc = self.lib.cuLaunchKernelEx(C.byref(cfg), fn, None, extra)
+            keep += [raw, cfg]
+            ex, cfg_ref = self.lib.cuLaunchKernelEx, C.byref(cfg)
+
+            def call() -> int:
+                return int(ex(cfg_ref, fn, None, extra))
         else:
-            rc = self.lib.cuLaunchKernel(fn, *[C.c_uint(v) for v in (*grid, *block)],
-                                         C.c_uint(shmem), None, None, extra)
-        self.check(rc, "cuLaunchKernel")
+            dims = [C.c_uint(v) for v in (*grid, *block, shmem)]
+            keep += dims
+            lk = self.lib.cuLaunchKernel
+
+            def call() -> int:
+                return int(lk(fn, *dims, None, None, extra))
+        call.keep = keep  # type: ignore[attr-defined]
+        return call
+
+    def launch(self, fn: C.c_void_p, grid: Sequence[int], block: Sequence[int], shmem: int,
+               params: bytes, attrs: Sequence[bytes] = ()) -> None:
+        self.check(self.prepare(fn, grid, block, shmem, params, attrs)(), "cuLaunchKernel")
+
+    def hold(self, microseconds: float = GATE_US) -> bool:
+        """Keep the stream busy for ``microseconds`` with a spinning kernel, so the launches the
+        host queues meanwhile start back to back, as in an application, instead of each one
+        waiting for the host. False when the driver cannot run the spin kernel (fakes)."""
+        if self._gate is None:
+            try:
+                mod = self.load(_GATE_PTX)
+                self._gate = self.function(mod, "kf_gate")
+            except (LaunchError, KernelRuntimeError):
+                self._gate = False
+        if self._gate is False:
+            return False
+        ns = C.c_ulonglong(int(microseconds * 1000))
+        self.check(self.prepare(self._gate, (1, 1, 1), (1, 1, 1), 0, bytes(ns))(),
+                   "cuLaunchKernel(kf_gate)")
+        return True
 
     def time_launch(self, fn: C.c_void_p, grid: Sequence[int], block: Sequence[int], shmem: int,
                     params: bytes, attrs: Sequence[bytes] = ()) -> float:
-        """Seconds between events around one launch."""
-        e0, e1 = C.c_void_p(), C.c_void_p()
-        self.check(self.lib.cuEventCreate(C.byref(e0), 0), "cuEventCreate")
-        self.check(self.lib.cuEventCreate(C.byref(e1), 0), "cuEventCreate")
-        try:
-            self.check(self.lib.cuEventRecord(e0, None), "cuEventRecord")
-            self.launch(fn, grid, block, shmem, params, attrs)
-            self.check(self.lib.cuEventRecord(e1, None), "cuEventRecord")
-            self.check(self.lib.cuEventSynchronize(e1), "cuEventSynchronize", runtime=True)
-            ms = C.c_float()
-            self.check(self.lib.cuEventElapsedTime(C.byref(ms), e0, e1), "cuEventElapsedTime")
-            return ms.value / 1e3
-        finally:
-            self.lib.cuEventDestroy_v2(e0)
-            self.lib.cuEventDestroy_v2(e1)
+        """Seconds between events around one launch. The launch is prepared first and queued
+        behind a spinning kernel, so the events time the kernel, not Python's call into the
+        driver."""
+        call = self.prepare(fn, grid, block, shmem, params, attrs)
+        if self._events is None:
+            e0, e1 = C.c_void_p(), C.c_void_p()
+            self.check(self.lib.cuEventCreate(C.byref(e0), 0), "cuEventCreate")
+            self.check(self.lib.cuEventCreate(C.byref(e1), 0), "cuEventCreate")
+            self._events = (e0, e1)
+        e0, e1 = self._events
+        self.hold()
+        self.check(self.lib.cuEventRecord(e0, None), "cuEventRecord")
+        rc = call()
+        self.check(self.lib.cuEventRecord(e1, None), "cuEventRecord")
+        self.check(rc, "cuLaunchKernel")
+        self.check(self.lib.cuEventSynchronize(e1), "cuEventSynchronize", runtime=True)
+        ms = C.c_float()
+        self.check(self.lib.cuEventElapsedTime(C.byref(ms), e0, e1), "cuEventElapsedTime")
+        return ms.value / 1e3

@@ -57,6 +57,7 @@ extern kf_driver_t kf_drv;
 void *kf_real_dlsym(void *handle, const char *name);
 void *kf_libcuda(void);
 void kf_resolve_driver(void);
+void kf_hold(CUstream stream); /* queue a spinning kernel (KERNFORGE_GATE_US) */
 void kf_log(const char *fmt, ...);
 
 /* ---- state (kf_state.c) -------------------------------------------------------------------- */

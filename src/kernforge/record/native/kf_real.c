@@ -86,3 +86,42 @@ void kf_log(const char *fmt, ...) {
   w = write(2, buf, (size_t)n);
   (void)w;
 }
+
+/* A kernel that spins on the global timer for its parameter's nanoseconds. Queued before a
+   timed launch, it keeps the stream busy while the host records the start event and launches,
+   so the events time the kernel and not the host's way to it. */
+static const char gate_ptx[] =
+    ".version 7.0\n.target sm_70\n.address_size 64\n"
+    ".visible .entry kf_gate(.param .u64 ns)\n{\n .reg .u64 %a<4>;\n .reg .pred %p;\n"
+    " ld.param.u64 %a0, [ns];\n mov.u64 %a1, %globaltimer;\nSPIN:\n"
+    " mov.u64 %a2, %globaltimer;\n sub.u64 %a3, %a2, %a1;\n setp.lt.u64 %p, %a3, %a0;\n"
+    " @%p bra SPIN;\n ret;\n}\n";
+
+void kf_hold(CUstream stream) {
+  enum { N = 8 };
+  static CUcontext ctxs[N];
+  static CUfunction gates[N]; /* NULL after a failed load: that context runs without a gate */
+  static int n;
+  static long long ns = -1;
+  if (ns < 0) {
+    const char *us = getenv("KERNFORGE_GATE_US");
+    ns = (long long)((us && *us ? atof(us) : 200.0) * 1000);
+  }
+  CUcontext ctx = NULL;
+  if (ns <= 0 || !kf_drv.cuCtxGetCurrent || kf_drv.cuCtxGetCurrent(&ctx) || !ctx) return;
+  int i = 0;
+  while (i < n && ctxs[i] != ctx) i++;
+  if (i == n) {
+    if (n == N || !kf_drv.cuModuleLoadDataEx || !kf_drv.cuModuleGetFunction) return;
+    CUmodule mod = NULL;
+    CUfunction f = NULL;
+    if (kf_drv.cuModuleLoadDataEx(&mod, gate_ptx, 0, NULL, NULL) ||
+        kf_drv.cuModuleGetFunction(&f, mod, "kf_gate"))
+      f = NULL;
+    ctxs[n] = ctx, gates[n++] = f;
+  }
+  if (!gates[i]) return;
+  unsigned long long v = (unsigned long long)ns;
+  void *args[] = {&v};
+  kf_drv.cuLaunchKernel(gates[i], 1, 1, 1, 1, 1, 1, 0, stream, args, NULL);
+}

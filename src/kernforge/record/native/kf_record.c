@@ -284,8 +284,10 @@ static CUresult record_one(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, s
     rc = real(l, ctx);
     goto done;
   }
-  if (kf_drv.cuEventCreate && !kf_drv.cuEventCreate(&e0, 0) && !kf_drv.cuEventCreate(&e1, 0))
+  if (kf_drv.cuEventCreate && !kf_drv.cuEventCreate(&e0, 0) && !kf_drv.cuEventCreate(&e1, 0)) {
+    kf_hold(l->stream);
     kf_drv.cuEventRecord(e0, l->stream);
+  }
   rc = real(l, ctx);
   if (e1) kf_drv.cuEventRecord(e1, l->stream);
   if (rc || kf_drv.cuCtxSynchronize() || copy_regions(r, k, s, 1)) { n_failed++; goto done; }
@@ -314,6 +316,7 @@ static CUresult timed(kf_launch_t *l, kf_fn_t *fn, CUresult (*real)(kf_launch_t 
     if (e0) kf_drv.cuEventDestroy(e0);
     return real(l, ctx);
   }
+  kf_hold(l->stream);
   kf_drv.cuEventRecord(e0, l->stream);
   CUresult rc = real(l, ctx);
   float ms;
