@@ -151,3 +151,15 @@ def test_candidate_shapes_prefer_exact_products() -> None:
     assert shapes[0] == (64, 32, 8)
     assert (64, 64, 64) in candidate_shapes((7,), 64 ** 3, 64 ** 3)
     assert candidate_shapes((), 1, 1) == []
+    assert candidate_shapes((), 1000, 1000)[0] == (1000, 1, 1)  # before the cube root
+
+
+def test_1d_stencil_is_told_apart_from_a_cube_and_refused() -> None:
+    n = 1000
+
+    def heat1d(b: dict[int, np.ndarray]) -> None:
+        u, out = b[0], b[1]
+        out[1:-1] = u[1:-1] + 0.1 * (u[:-2] - 2 * u[1:-1] + u[2:])
+        out[0], out[-1] = u[0], u[-1]
+    r = recognize(target(heat1d, {0: ("float64", n), 1: ("float64", n)}, (n,), "float64"))
+    assert isinstance(r, NotAStencil) and "1D stencil" in r.reason and "copy" in r.reason

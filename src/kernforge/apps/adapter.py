@@ -289,3 +289,23 @@ def compile_cubin(source: str, arch: str = "sm_90", *, ptx: bool = False) -> byt
             raise CompileError(f"nvcc failed on the adapter: {proc.stderr.strip()[-2000:]}",
                                hint="the generated adapter is a bug: report it with the unit")
         return out.read_bytes()
+
+
+def compile_image(source: str, arch: str) -> bytes:
+    """The adapter's module image for ``arch`` (``sm_90``): a cubin from nvcc when there is
+    one, else NVRTC's output through CuPy (the compiler dispatch uses); a CompileError when
+    neither is available or the source does not compile."""
+    if nvcc() is not None:
+        return compile_cubin(source, arch)
+    try:
+        from cupy.cuda import compiler  # type: ignore[import-not-found, import-untyped, unused-ignore]
+    except ImportError:
+        raise CompileError("neither nvcc nor CuPy's NVRTC is available to build the adapter",
+                           hint="install the CUDA toolkit or cupy-cuda12x") from None
+    try:
+        image = compiler.compile_using_nvrtc(source, ("--std=c++17",),
+                                             arch=arch.removeprefix("sm_"))
+    except compiler.CompileException as exc:  # it carries the log
+        raise CompileError(f"NVRTC failed on the adapter: {str(exc)[-2000:]}",
+                           hint="the generated adapter is a bug: report it with the unit") from None
+    return image if isinstance(image, bytes) else str(image).encode()

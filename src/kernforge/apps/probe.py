@@ -63,7 +63,11 @@ class Target(Protocol):
 
 @dataclass(frozen=True)
 class NotAStencil:
+    """Why the kernel is not replaced; ``definite`` when it was recognized (as something the
+    designs do not build), so no other element type is tried."""
+
     reason: str
+    definite: bool = False
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,7 @@ class Recognized:
     shape: tuple[int, int, int]
     kind: str  # star | box
     radius: int
-    dims: int  # 3, or 2: no offset along z (each z-plane on its own)
+    dims: int  # 3; 2: no offset along z (each z-plane on its own); 1: along x only
     weights: Mapping[Offset, float] = field(hash=False)
     boundary: str = "keep"
 
@@ -129,7 +133,8 @@ def _apply(rec: Recognized, g: np.ndarray, pad: str) -> np.ndarray:
 
 
 def radii(rec: Recognized) -> tuple[int, int, int]:
-    return (rec.radius if rec.dims == 3 else 0, rec.radius, rec.radius)
+    """The radius along (z, y, x): 0 along the axes a 2D (or 1D) stencil does not reach."""
+    return (rec.radius if rec.dims == 3 else 0, rec.radius if rec.dims > 1 else 0, rec.radius)
 
 
 def interior_mask(rec: Recognized) -> np.ndarray:
@@ -149,7 +154,8 @@ def tolerance(dtype: str, weights: Mapping[Offset, float], scale: float) -> floa
 
 def candidate_shapes(ints: Sequence[int], n_out: int, cap: int) -> list[tuple[int, int, int]]:
     """(nx, ny, nz) candidates: products of 3 then 2 integer parameters equal to the output's
-    element count, then ones that fit in it, then its cube and square roots."""
+    element count, the element count as a line, its cube and square roots, then products of
+    parameters that fit in it."""
     vals = list(dict.fromkeys(v for v in ints if 2 <= v <= cap))
     exact: list[tuple[int, int, int]] = []
     fits: list[tuple[int, int, int]] = []
@@ -164,7 +170,9 @@ def candidate_shapes(ints: Sequence[int], n_out: int, cap: int) -> list[tuple[in
         for c in (r - 1, r, r + 1):
             if c > 1 and c ** k == n_out:
                 roots.append((c, c, c) if k == 3 else (c, c, 1))
-    out = list(dict.fromkeys(exact + roots + sorted(fits, key=math.prod, reverse=True)))
+    # a 1D grid: told apart (and refused) before a root misreads it
+    line = [(n_out, 1, 1)] if n_out > 2 * RMAX + 1 else []
+    out = list(dict.fromkeys(exact + line + roots + sorted(fits, key=math.prod, reverse=True)))
     return out[:24]
 
 
@@ -205,8 +213,9 @@ class _Prober:
             got = self.t.run({self.inp.param: self._bytes(x, self.inp.nbytes),
                               self.out.param: self._bytes(self.sentinel, self.out.nbytes)})
             n = self.dt.itemsize
-            y = got[self.out.param][:self.n_out * n].view(self.dt).astype(np.float64)
-            xin = got[self.inp.param][:self.n_in * n].view(self.dt).astype(np.float64)
+            with np.errstate(all="ignore"):  # bytes of another type may read as NaN
+                y = got[self.out.param][:self.n_out * n].view(self.dt).astype(np.float64)
+                xin = got[self.inp.param][:self.n_in * n].view(self.dt).astype(np.float64)
             self._cache[key] = (y, xin)
         return self._cache[key]
 
@@ -244,7 +253,7 @@ def recognize(t: Target) -> Recognized | NotAStencil:
     reasons = []
     for dt in dtypes:
         r = _recognize_as(t, inp, out, np.dtype(dt))
-        if isinstance(r, Recognized):
+        if isinstance(r, Recognized) or r.definite:
             return r
         reasons.append(r.reason if len(dtypes) == 1 else f"as {dt}: {r.reason}")
     return NotAStencil("; ".join(reasons))
@@ -281,12 +290,15 @@ def _recognize_as(t: Target, inp: ProbeBuffer, out: ProbeBuffer,
             return NotAStencil("one input element made an output NaN or infinite (nonlinear)")
         rz = max(abs(o[0]) for o in weights)
         r = max(max(abs(o[1]), abs(o[2]), abs(o[0])) for o in weights)
-        dims = 3 if rz else 2
+        dims = 3 if rz else 2 if ny > 1 else 1
         kind = "star" if all(sum(1 for d in o if d) <= 1 for o in weights) else "box"
-        if min(nx, ny) <= 2 * r or (dims == 3 and nz <= 2 * r):
+        if nx <= 2 * r or (dims > 1 and ny <= 2 * r) or (dims == 3 and nz <= 2 * r):
             return NotAStencil(f"grid {nx}x{ny}x{nz} has no interior for radius {r}")
         rec = Recognized(inp.param, out.param, dt.name, (nx, ny, nz), kind, r, dims, weights)
         checked = _check(p, rec, base)
+        if isinstance(checked, Recognized) and dims == 1:
+            return NotAStencil(f"a 1D stencil ({checked.describe()}): the matrix's designs "
+                               "build 2D and 3D grids", definite=True)
         if isinstance(checked, Recognized):
             return checked
         failed = failed or checked
@@ -328,9 +340,9 @@ def _check(p: _Prober, rec: Recognized, base: np.ndarray) -> Recognized | NotASt
 
 def _diagnose(p: _Prober, rec: Recognized, base: np.ndarray, i: int, err: float) -> str:
     """Why an interior point missed: coefficients that vary in space, or a nonlinear kernel."""
-    nx, ny, nz = rec.shape
-    rz, ry, rx = radii(rec)
-    at = ((rz + rec.radius if nz > 1 else 0) * ny + ry + rec.radius) * nx + rx + rec.radius
+    nx, ny, _ = rec.shape
+    cz, cy, cx = (ra + rec.radius if ra else 0 for ra in radii(rec))  # off the centre
+    at = (cz * ny + cy) * nx + cx
     y, _ = p.run(p.impulse(at))
     resp = y - base
     for (dz, dy, dx), w in rec.weights.items():

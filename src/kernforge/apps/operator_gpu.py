@@ -1,0 +1,220 @@
+"""The GPU half of operator matching, run in a child process of its own.
+
+``python -m kernforge.apps.operator_gpu REQUEST.json RESULT.json``: the native unit is placed on
+the device as its replay places it (:class:`~kernforge.replay.native.NativeReplay`), probed
+through :class:`ReplayTarget` (:func:`.probe.recognize`), and each candidate operator's adapter
+is compiled, checked against the recorded outputs and against the original kernel on fresh
+random inputs, screened, and the fastest one timed against the original with the replay's
+interleaved protocol (L2 flushed, written memory restored, events around the launch only).
+A kernel that faults on a probe costs only this process (:mod:`.operator_match` reads the
+cause).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..backends.cxx_names import pointee_dtype
+from ..core import CompileError, ConfigError, KernforgeError, Tolerance
+from ..core.native import NativeRecording
+from ..harness.compare import interleave
+from ..harness.verify import check_buffer
+from ..record.native_format import read_native
+from ..replay.native import NativeReplay, NativeVariant
+from .adapter import Adapter, adapter, candidates, compile_image, layout
+from .probe import NotAStencil, ProbeBuffer, Recognized, recognize, tolerance
+
+RECORDED = NativeVariant()
+FRESH_SEEDS = (11, 12)
+
+
+def int_params(rec: NativeRecording) -> tuple[int, ...]:
+    """The values of the 4- and 8-byte parameters that are not pointers."""
+    out = []
+    for p in rec.params:
+        if p.size in (4, 8) and not p.pointers:
+            out.append(int.from_bytes(rec.param_bytes[p.offset:p.offset + p.size], "little"))
+    return tuple(out)
+
+
+class ReplayTarget:
+    """A native unit as a probe target: each pointer parameter's view of its allocation."""
+
+    def __init__(self, rp: NativeReplay) -> None:
+        rec = rp.rec
+        self.rp = rp
+        self.where: dict[int, tuple[int, int]] = {}  # param -> (region, offset in it)
+        bufs = []
+        for i, p in enumerate(rec.params):
+            if p.size == 8 and len(p.pointers) == 1 and p.pointers[0][0] == p.offset:
+                ri = p.pointers[0][1]
+                ptr = int.from_bytes(rec.param_bytes[p.offset:p.offset + 8], "little")
+                off = ptr - rec.regions[ri].address
+                self.where[i] = (ri, off)
+                bufs.append(ProbeBuffer(i, rec.regions[ri].size - off,
+                                        rec.regions[ri].epilogue is not None, ri))
+        self.buffers = tuple(bufs)
+        self.ints = int_params(rec)
+        self.dtype = pointee_dtype(rec.entry)
+
+    def address(self, param: int) -> int:
+        ri, off = self.where[param]
+        return self.rp.addr[ri] + off
+
+    def place(self, contents: Mapping[int, np.ndarray]) -> None:
+        self.rp.restore()
+        for p, raw in contents.items():
+            self.rp.drv.htod(self.address(p), np.ascontiguousarray(raw, dtype=np.uint8))
+
+    def read(self) -> dict[int, np.ndarray]:
+        return {b.param: np.frombuffer(self.rp.drv.dtoh(self.address(b.param), b.nbytes),
+                                       dtype=np.uint8).copy() for b in self.buffers}
+
+    def run(self, contents: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
+        self.place(contents)
+        self.rp.run(RECORDED)
+        return self.read()
+
+
+class AdapterRun:
+    """The adapter loaded into the replay's context, launched with the recorded parameters."""
+
+    def __init__(self, rp: NativeReplay, ad: Adapter, image: bytes) -> None:
+        self.rp, self.ad = rp, ad
+        self.fn = rp.drv.function(rp.drv.load(image), ad.entry)
+        if ad.carveout >= 0:
+            rp.drv.set_carveout(self.fn, ad.carveout)
+
+    def run(self) -> None:
+        self.rp.drv.launch(self.fn, self.ad.grid, self.ad.block, self.ad.shared_bytes,
+                           self.rp.params, self.rp.rec.launch_attrs)
+        self.rp.drv.synchronize()
+
+    def time(self) -> float:
+        self.rp.restore(only_written=True)
+        self.rp.drv.flush_l2()
+        return self.rp.drv.time_launch(self.fn, self.ad.grid, self.ad.block,
+                                       self.ad.shared_bytes, self.rp.params,
+                                       self.rp.rec.launch_attrs)
+
+
+def policy(r: Recognized, scale: float) -> Tolerance:
+    """The kernel's tolerance: what a reordered sum of its terms may differ by."""
+    eps = float(np.finfo(np.dtype(r.dtype)).eps)
+    return Tolerance("rel", rtol=8 * eps, atol=tolerance(r.dtype, r.weights, scale))
+
+
+def validate(t: ReplayTarget, r: Recognized, run: AdapterRun) -> tuple[str | None, list[str]]:
+    """(why the adapter is wrong or None, what was checked): the recorded outputs under the
+    kernel's tolerance, then the original kernel against the adapter on fresh random inputs."""
+    rp, dt = t.rp, np.dtype(r.dtype)
+    n = r.points * dt.itemsize
+    inb = next(b for b in t.buffers if b.param == r.in_param)
+    rec_in = np.asarray(rp.rec.prologue(t.where[r.in_param][0]), dtype=np.uint8)
+    off = t.where[r.in_param][1]
+    scale = float(np.nanmax(np.abs(rec_in[off:off + n].view(dt)))) if n else 1.0
+    done: list[str] = []
+    rp.restore()
+    run.run()
+    checks = rp.verify(policy(r, scale), r.dtype)
+    bad = [c.describe() for c in checks if not c.passed]
+    if bad:
+        return f"recorded outputs differ: {'; '.join(bad)}", done
+    done.append(f"recorded outputs match ({', '.join(c.describe() for c in checks)})")
+    for seed in FRESH_SEEDS:
+        rng = np.random.default_rng(seed)
+        x = np.zeros(inb.nbytes, dtype=np.uint8)
+        x[:n] = rng.uniform(-1, 1, r.points).astype(dt).view(np.uint8)
+        outb = next(b for b in t.buffers if b.param == r.out_param)
+        y0 = rng.uniform(2, 3, outb.nbytes // dt.itemsize).astype(dt).view(np.uint8)
+        contents = {r.in_param: x, r.out_param: y0}
+        want = t.run(contents)
+        t.place(contents)
+        run.run()
+        got = t.read()
+        for p, ref in want.items():
+            pol = policy(r, 1.0) if p == r.out_param else Tolerance()
+            view = (lambda a: a[:len(a) // dt.itemsize * dt.itemsize].view(dt)) \
+                if p == r.out_param else (lambda a: a)
+            c = check_buffer(f"param{p}", view(got[p]), view(ref), pol)
+            if not c.passed:
+                return f"fresh input (seed {seed}) differs from the original: {c.describe()}", done
+        done.append(f"fresh input seed {seed}: matches the original")
+    return None, done
+
+
+def session(unit: str, out_dir: str, repeat: int, passes: int) -> dict[str, Any]:
+    rec = read_native(unit)
+    rp = NativeReplay(rec)
+    t = ReplayTarget(rp)
+    r = recognize(t)
+    if isinstance(r, NotAStencil):
+        return {"nomatch": r.reason}
+    cc = rp.drv.identity()
+    arch = f"sm_{rp.drv.attribute('cc_major')}{rp.drv.attribute('cc_minor')}"
+    tried: list[dict[str, Any]] = []
+    best: tuple[float, AdapterRun, bytes, list[str]] | None = None
+    for op in candidates(r):
+        row: dict[str, Any] = {"operator": op.key}
+        tried.append(row)
+        try:
+            ad = adapter(op, r, layout(rec), len(rec.param_bytes))
+            image = compile_image(ad.source, arch)
+            run = AdapterRun(rp, ad, image)
+            why, done = validate(t, r, run)
+        except (ConfigError, CompileError, KernforgeError) as exc:
+            row["refused"] = exc.message
+            continue
+        if why:
+            row["refused"] = why
+            continue
+        for _ in range(2):
+            run.time()
+        med = statistics.median(run.time() for _ in range(repeat))
+        row["median_s"] = med
+        if best is None or med < best[0]:
+            best = (med, run, image, done)
+    if best is None:
+        reasons = "; ".join(f"{x['operator']}: {x.get('refused')}" for x in tried)
+        return {"nomatch": f"recognized {r.describe()}, but no operator passed: {reasons}",
+                "recognized": r.describe(), "cell": r.cell.id, "tried": tried}
+    _, run, image, done = best
+    for _ in range(3):
+        rp.time(RECORDED)
+    ab = interleave(lambda: rp.time(RECORDED), run.time, passes=passes, per_pass=3)
+    stem = Path(out_dir) / f"{rec.path.name}.adapter"
+    stem.with_suffix(".cu").write_text(run.ad.source)
+    stem.with_suffix(".cubin").write_bytes(image)
+    return {"recognized": r.describe(), "cell": r.cell.id, "operator": run.ad.operator.key,
+            "entry": run.ad.entry, "grid": list(run.ad.grid), "block": list(run.ad.block),
+            "shared_mem": run.ad.shared_bytes,
+            "carveout": run.ad.carveout if run.ad.carveout >= 0 else None,
+            "image": str(stem.with_suffix(".cubin")), "source": str(stem.with_suffix(".cu")),
+            "arch": arch, "device": cc, "checks": done, "tried": tried,
+            "speedup": ab.speedup, "ci": [ab.ci_low, ab.ci_high],
+            "median_original_s": ab.median_a, "median_adapter_s": ab.median_b,
+            "ratios": list(ab.ratios)}
+
+
+def main(argv: Sequence[str]) -> int:
+    req = json.loads(Path(argv[0]).read_text())
+    try:
+        result = session(req["unit"], req["out_dir"], int(req["repeat"]), int(req["passes"]))
+    except KernforgeError as exc:
+        result = {"nomatch": f"the replay failed: {exc.message}"}
+    tmp = Path(argv[1]).with_suffix(".part")
+    tmp.write_text(json.dumps(result, default=str))
+    os.replace(tmp, argv[1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

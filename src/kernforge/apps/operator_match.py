@@ -1,0 +1,129 @@
+"""Operator matching (M3a): put a matrix stencil operator in place of a recorded kernel.
+
+``match_unit(unit_dir, out_dir=...)`` takes one native unit (a launch recorded from an unchanged
+program by the driver interposer) and either returns an :class:`OperatorMatch`, whose signed
+native deployment spec replaces that kernel's launches by an adapter around a generated
+operator, or a :class:`NoMatch` with the precise reason. How (docs/applications-operators.md):
+
+1. recognize: the replayed kernel is probed on impulses and random inputs
+   (:mod:`.probe`): grid shape, offsets and coefficients, boundary rule; nonlinear, affine,
+   variable-coefficient, multi-output, in-place and reduction kernels are refused;
+2. generate: an operator of the matrix's designs for a stencil spec with *those* coefficients
+   and that grid (the dispatch table's forged parameters first when the grid is a matrix
+   shape), wrapped in an adapter with the kernel's exact parameter layout (:mod:`.adapter`);
+3. accept: the adapter's outputs match the recorded outputs under the kernel's tolerance and
+   match the original kernel on fresh random inputs;
+4. time: the fastest accepted candidate against the original, interleaved (the native
+   replay's protocol); a spec is written only when the win passes the one gate every
+   deployment passes (:func:`kernforge.deploy.gate.refusal`).
+
+The GPU work runs in a child process (:mod:`.operator_gpu`): a kernel that faults on a probe
+costs that process, not the caller.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core import KernforgeError
+from ..deploy import native as nd
+from ..deploy.gate import NOISE_BAND, refusal
+from ..record.native_format import read_native
+
+
+@dataclass(frozen=True)
+class NoMatch:
+    """Why no operator replaces the kernel; ``recognized`` names the stencil when one was
+    recognized (then the reason is a failed check or a win too small to deploy)."""
+
+    reason: str
+    recognized: str | None = None
+
+
+@dataclass(frozen=True)
+class OperatorMatch:
+    """A verified replacement: ``spec_path`` (signed native deployment spec, its adapter image
+    beside it), the interleaved replay ``speedup`` and its 95% ``ci``, the operator's ``cell``
+    id, and a ``note`` saying what was recognized and which operator runs."""
+
+    spec_path: Path
+    speedup: float
+    ci: tuple[float, float]
+    cell: str
+    note: str
+
+
+def _cause(rc: int) -> str:
+    if rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exited with status {rc}"
+
+
+def _child(unit: Path, out_dir: Path, repeat: int, passes: int, timeout_s: float
+           ) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="kf-opmatch-") as tmp:
+        req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
+        req.write_text(json.dumps({"unit": str(unit), "out_dir": str(out_dir),
+                                   "repeat": repeat, "passes": passes}))
+        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        try:
+            proc = subprocess.run([sys.executable, "-m", "kernforge.apps.operator_gpu",
+                                   str(req), str(res)], capture_output=True, text=True,
+                                  timeout=timeout_s, check=False, env=env)
+        except subprocess.TimeoutExpired:
+            return {"nomatch": f"no result within {timeout_s:.0f} s (a probe hung?)"}
+        if res.is_file():
+            return dict(json.loads(res.read_text()))
+        tail = proc.stderr.strip()[-600:]
+        return {"nomatch": f"the probing process {_cause(proc.returncode)} (a kernel that "
+                           f"faults on probe inputs is no stencil we replace): {tail}"}
+
+
+def match_unit(unit_dir: Path, *, out_dir: Path, repeat: int = 10, passes: int = 7,
+               band: float = NOISE_BAND, timeout_s: float = 900.0) -> OperatorMatch | NoMatch:
+    """Match one recorded native unit (see the module docstring); ``repeat`` timed runs
+    screen each candidate, ``passes`` interleaved passes time the winner."""
+    unit_dir = Path(unit_dir)
+    try:
+        rec = read_native(unit_dir)
+    except KernforgeError as exc:
+        return NoMatch(f"not a native unit: {exc.message}")
+    if not any(len(p.pointers) == 1 and p.size == 8 for p in rec.params):
+        return NoMatch("the kernel takes no device pointer the recording followed")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    res = _child(unit_dir.resolve(), out_dir.resolve(), repeat, passes, timeout_s)
+    if "nomatch" in res:
+        return NoMatch(str(res["nomatch"]), res.get("recognized"))
+    speedup, ci = float(res["speedup"]), (float(res["ci"][0]), float(res["ci"][1]))
+    note = (f"{res['recognized']}; operator {res['operator']} for {res['cell']}; "
+            f"{'; '.join(res['checks'])}")
+    why = refusal(verified=True, idle=None, speedup=speedup, ci=ci, band=band)
+    if why is not None:
+        return NoMatch(f"matched by {res['operator']} ({res['cell']}), not deployed: {why}",
+                       res["recognized"])
+    image = Path(res["image"]).read_bytes()
+    name = f"{rec.path.name}.adapter.cubin"
+    evidence = {"method": "operator-match", "verified": True, "idle": None,
+                "speedup": speedup, "ci": list(ci), "median_original_s":
+                res["median_original_s"], "median_tuned_s": res["median_adapter_s"],
+                "ratios": res["ratios"], "recognized": res["recognized"], "cell": res["cell"],
+                "operator": res["operator"], "checks": res["checks"], "unit": rec.path.name,
+                "arch": res["arch"]}
+    entry = nd.replacement_entry(rec, image=name, image_bytes=image, entry_name=res["entry"],
+                                 grid=res["grid"], block=res["block"],
+                                 shared_mem=res["shared_mem"], carveout=res["carveout"],
+                                 evidence=evidence)
+    spec = nd.write_spec(out_dir / f"{rec.path.name}.operator.json", [entry], {name: image})
+    return OperatorMatch(spec, speedup, ci, str(res["cell"]), note)

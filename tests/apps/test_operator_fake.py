@@ -1,0 +1,55 @@
+"""Operator matching's GPU half against the fake CUDA driver: a recorded native unit replayed,
+probed and refused with the probe's reason, in-process and through match_unit's child."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernforge.apps.operator_gpu import ReplayTarget
+from kernforge.apps.operator_match import NoMatch, match_unit
+from kernforge.apps.probe import NotAStencil, recognize
+from kernforge.backends.driver import Driver
+from kernforge.pipeline.run_app import record_command
+from kernforge.record.native_format import read_native
+from kernforge.replay.native import NativeReplay
+from kernforge.testing.fakedriver import FakeCuda, build
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory: pytest.TempPathFactory) -> FakeCuda:
+    return build(tmp_path_factory.mktemp("fakecuda"))
+
+
+@pytest.fixture(scope="module")
+def heat_unit(fake: FakeCuda, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("rec")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("LD_LIBRARY_PATH", str(fake.libdir))
+    try:
+        status, _, problems, _ = record_command(fake.command(), out, kernels="heat",
+                                                max_instances=1)
+    finally:
+        mp.undo()
+    assert status == 0 and not problems
+    return out / "heat-0"
+
+
+def test_the_replayed_unit_is_probed_and_its_1d_stencil_refused(fake: FakeCuda,
+                                                                 heat_unit: Path) -> None:
+    rec = read_native(heat_unit)
+    t = ReplayTarget(NativeReplay(rec, Driver(library=str(fake.libdir / "libcuda.so.1"))))
+    assert [b.written for b in t.buffers] == [False, True] and 1000 in t.ints
+    r = recognize(t)
+    assert isinstance(r, NotAStencil), r
+    assert "1D stencil" in r.reason and "float64" in r.reason and "boundary copy" in r.reason
+
+
+def test_match_unit_reports_the_reason_from_its_child_process(
+        fake: FakeCuda, heat_unit: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERNFORGE_LIBCUDA", str(fake.libdir / "libcuda.so.1"))
+    m = match_unit(heat_unit, out_dir=tmp_path / "m")
+    assert isinstance(m, NoMatch) and "1D stencil" in m.reason
+    assert isinstance(match_unit(tmp_path, out_dir=tmp_path / "m"), NoMatch)  # not a unit
