@@ -28,8 +28,7 @@ def heat_unit(fake: FakeCuda, tmp_path_factory: pytest.TempPathFactory) -> Path:
     mp = pytest.MonkeyPatch()
     mp.setenv("LD_LIBRARY_PATH", str(fake.libdir))
     try:
-        status, _, problems, _ = record_command(fake.command(), out, kernels="heat",
-                                                max_instances=1)
+        status, _, problems, _ = record_command(fake.command(), out, max_instances=1)
     finally:
         mp.undo()
     assert status == 0 and not problems
@@ -53,3 +52,5 @@ def test_match_unit_reports_the_reason_from_its_child_process(
     m = match_unit(heat_unit, out_dir=tmp_path / "m")
     assert isinstance(m, NoMatch) and "1D stencil" in m.reason
     assert isinstance(match_unit(tmp_path, out_dir=tmp_path / "m"), NoMatch)  # not a unit
+    m = match_unit(heat_unit.parent / "gather-0", out_dir=tmp_path / "m")  # double **rows
+    assert isinstance(m, NoMatch) and "table of pointers" in m.reason

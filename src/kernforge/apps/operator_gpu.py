@@ -45,6 +45,15 @@ def int_params(rec: NativeRecording) -> tuple[int, ...]:
     return tuple(out)
 
 
+def pointer_table(rec: NativeRecording, region: int) -> int:
+    """How many 8-byte words of a region's recorded contents point into a recorded region (a
+    table of pointers, as ``double **rows``, is no grid: probing it with numbers would fault)."""
+    raw = np.asarray(rec.prologue(region), dtype=np.uint8)
+    words = raw[:raw.size // 8 * 8].view(np.uint64)
+    return sum(int(np.count_nonzero((words >= r.address) & (words < r.end)))
+               for r in rec.regions)
+
+
 class ReplayTarget:
     """A native unit as a probe target: each pointer parameter's view of its allocation."""
 
@@ -155,6 +164,16 @@ def session(unit: str, out_dir: str, repeat: int, passes: int) -> dict[str, Any]
     rec = read_native(unit)
     rp = NativeReplay(rec)
     t = ReplayTarget(rp)
+    globs = [r for r in rec.regions if r.kind == "global"]
+    if globs:
+        return {"nomatch": f"the kernel's module has {len(globs)} global(s) the program set "
+                           f"({sum(r.size for r in globs)} bytes, e.g. __constant__ "
+                           "coefficients): the deployment's problem key does not see them, "
+                           "so a baked operator could not follow a change"}
+    for b in t.buffers:
+        if (n := pointer_table(rec, b.region)) > 0:
+            return {"nomatch": f"parameter {b.param} points to memory holding {n} device "
+                               "pointers (a table of pointers, not a grid)"}
     r = recognize(t)
     if isinstance(r, NotAStencil):
         return {"nomatch": r.reason}

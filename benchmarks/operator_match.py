@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Operator matching on recorded application kernels (issue 30, M3a), on a GPU machine.
+
+What it measures, per recorded native unit (one launch recorded from an unchanged program by
+``kernforge record``): whether ``kernforge.apps.operator_match.match_unit`` recognizes a
+stencil the matrix's designs build (grid, offsets, coefficients, boundary rule) or why not;
+for a recognized one, which operator's adapter passed both checks (the recorded outputs under
+the kernel's tolerance, the original kernel on fresh random inputs) and its interleaved replay
+speedup over the original with the 95% CI (L2 flushed, written memory restored before each
+run). With ``--app UNIT_DIR=COMMAND`` (and ``--cwd``), the program itself runs plain and with
+the written spec deployed through the interposer (``kernforge run --deploy --print-env``),
+interleaved ``--rounds`` times: wall-clock speedup, how many launches the adapter replaced,
+and whether both runs print the same checked line (``--check REGEX``).
+
+Run::
+
+    kernforge record -o /tmp/R/heat --max-instances 1 -- .kfdev/hec/heat-cuda/main 4096 1000
+    python benchmarks/operator_match.py /tmp/R/heat:solve /tmp/R/heat2d:dev_lapl_iter \\
+        --out /tmp/opm --json /tmp/opm/summary.json --md /tmp/opm/summary.md
+
+A positional argument is ``RECORDING_DIR[:NAME]``: every native unit under the directory whose
+directory name starts with NAME (all units without it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kernforge.apps.operator_match import NoMatch, match_unit
+
+KF = [sys.executable, "-m", "kernforge"]
+
+
+def units(arg: str) -> list[Path]:
+    root, _, name = arg.partition(":")
+    found = sorted(p.parent for p in Path(root).glob("*/manifest.json")
+                   if not name or p.parent.name.startswith(name))
+    if not found:
+        print(f"no units under {root} named {name or '*'}", file=sys.stderr)
+    return found
+
+
+def deploy_env(spec: Path, log: Path) -> dict[str, str]:
+    out = subprocess.run([*KF, "run", "--deploy", str(spec), "--print-env"],
+                         capture_output=True, text=True, check=True).stdout
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    for line in out.splitlines():
+        m = re.match(r"export (\w+)=(\S+)", line)
+        if m:
+            env[m.group(1)] = m.group(2).split("${")[0].strip("'")
+    env["KERNFORGE_DEPLOY_LOG"] = str(log)
+    return env
+
+
+def end_to_end(spec: Path, command: str, cwd: str, rounds: int, check: str,
+               out: Path) -> dict[str, Any]:
+    """The program plain and deployed, interleaved: wall times, replaced launches, checks."""
+    log = out / f"{spec.stem}.deploy-log.json"
+    plain = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    dep = deploy_env(spec, log)
+    argv = shlex.split(command)
+    times: dict[str, list[float]] = {"plain": [], "deployed": []}
+    lines: dict[str, set[str]] = {"plain": set(), "deployed": set()}
+    failed = 0
+    for r in range(rounds + 1):
+        for side in (("plain", "deployed") if r % 2 == 0 else ("deployed", "plain")):
+            t = time.perf_counter()
+            done = subprocess.run(argv, cwd=cwd, env=plain if side == "plain" else dep,
+                                  capture_output=True, text=True, check=False)
+            dt = time.perf_counter() - t
+            failed += done.returncode != 0
+            if r:  # the first round warms caches and is not counted
+                times[side].append(dt)
+            lines[side].update(m.group(0) for m in re.finditer(check, done.stdout))
+    counts = json.loads(log.read_text()) if log.is_file() else {}
+    replaced = sum(e.get("replaced", 0) for e in counts.get("entries", []))
+    ratios = [a / b for a, b in zip(times["plain"], times["deployed"], strict=True)]
+    return {"plain_s": statistics.median(times["plain"]),
+            "deployed_s": statistics.median(times["deployed"]),
+            "speedup": statistics.median(ratios), "replaced_last_run": replaced,
+            "fallbacks_last_run": counts.get("fallbacks"), "nonzero_exits": failed,
+            "checked_lines": {k: sorted(v) for k, v in lines.items()},
+            "same_check": lines["plain"] == lines["deployed"] and bool(lines["plain"])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("recordings", nargs="+", help="RECORDING_DIR[:NAME]")
+    ap.add_argument("--out", type=Path, required=True, help="specs and adapter images")
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--passes", type=int, default=7)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--md", type=Path)
+    ap.add_argument("--app", action="append", default=[], metavar="UNIT_DIR=COMMAND",
+                    help="run the program plain and deployed for the spec of that unit")
+    ap.add_argument("--cwd", default=".", help="working directory of --app commands")
+    ap.add_argument("--check", default=r"PASS|FAIL|[Ee]rror[^\n]*", help="lines compared")
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args(argv)
+    apps = dict(a.split("=", 1) for a in args.app)
+    rows: list[dict[str, Any]] = []
+    for arg in args.recordings:
+        for unit in units(arg):
+            t = time.perf_counter()
+            m = match_unit(unit, out_dir=args.out, repeat=args.repeat, passes=args.passes)
+            row: dict[str, Any] = {"unit": str(unit), "seconds": time.perf_counter() - t}
+            if isinstance(m, NoMatch):
+                row.update(ok=False, reason=m.reason, recognized=m.recognized)
+            else:
+                row.update(ok=True, cell=m.cell, speedup=m.speedup, ci=list(m.ci),
+                           spec=str(m.spec_path), note=m.note)
+                cmd = apps.get(str(unit)) or apps.get(unit.name)
+                if cmd:
+                    row["end_to_end"] = end_to_end(m.spec_path, cmd, args.cwd, args.rounds,
+                                                   args.check, args.out)
+            rows.append(row)
+            print(json.dumps(row, indent=1, default=str), flush=True)
+    md = ["| unit | recognized stencil | cell | match | replay speedup [95% CI] |",
+          "|---|---|---|---|---|"]
+    for r in rows:
+        rec = r.get("note", "").split(";")[0] if r["ok"] else (r.get("recognized") or "-")
+        sp = f"{r['speedup']:.3f}x [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]" if r["ok"] else "-"
+        e2e = r.get("end_to_end")
+        if e2e:
+            sp += (f"; program {e2e['speedup']:.3f}x, {e2e['replaced_last_run']} launches "
+                   f"replaced, same check: {e2e['same_check']}")
+        md.append(f"| {Path(r['unit']).parent.name}/{Path(r['unit']).name} | {rec} | "
+                  f"{r.get('cell', '-')} | {'yes' if r['ok'] else 'no: ' + r['reason']} | "
+                  f"{sp} |")
+    print("\n".join(md))
+    if args.md:
+        args.md.write_text("\n".join(md) + "\n")
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows}, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
