@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 prompt = sys.stdin.read()
-if "heat-fake" not in prompt or "Datasets" not in prompt:
+if "Application: " not in prompt or "./run.sh" not in prompt:
     sys.exit("the prompt does not describe the application")
 mode = sys.argv[1] if len(sys.argv) > 1 else "faster"
 run = Path("run.sh")

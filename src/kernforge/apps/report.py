@@ -50,6 +50,12 @@ def load(out: Path) -> AppResult:
         store.close()
 
 
+def _cell(text: str, n: int) -> str:
+    """Text for one Markdown table cell: one line, no column separators, at most ``n``."""
+    one = " ".join(text.replace("|", "/").split())
+    return one if len(one) <= n else one[:n - 3] + "..."
+
+
 def _ci(d: dict[str, Any]) -> str:
     ci = d.get("ci") or d.get("geomean_ci")
     return f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
@@ -85,7 +91,7 @@ def app_section(r: AppResult) -> list[str]:
            f"Run directory: `{r.out}`", "", "| milestone | status | reason |", "|---|---|---|"]
     for name in sorted(r.milestones):
         m = r.milestones[name]
-        out.append(f"| {name} | {m.status} | {m.reason.replace('|', '/')[:400]} |")
+        out.append(f"| {name} | {m.status} | {_cell(m.reason, 600)} |")
     per = r.m4.get("datasets") or []
     if per:
         out += ["", "| dataset | original | with kernforge | speedup [95% CI] |",
@@ -125,6 +131,7 @@ def plot(results: list[AppResult], path: Path) -> Path:
             ticks.append(x)
         labels.append(r.app.name[:18])
         x += 1.2
+    ax.set_xlim(-0.7, x - 0.3)
     ax.axhline(1.0, color="black", lw=0.8)
     ax.axhline(0.98, color="#c44e52", lw=0.8, ls=":", label="floor 0.98x")
     ax.axhline(FORGESTENCIL_MEDIAN, color="#4c72b0", lw=0.8, ls="--",
@@ -145,6 +152,7 @@ def plot(results: list[AppResult], path: Path) -> Path:
 def write_report(dirs: list[Path], out: Path) -> tuple[Path, Path]:
     """The Markdown report at ``out`` and its chart beside it (``<stem>.png``)."""
     results = [load(d) for d in dirs]
+    out.parent.mkdir(parents=True, exist_ok=True)
     png = plot(results, out.with_suffix(".png"))
     lines = ["# Applications", "",
              (f"Written {time.strftime('%Y-%m-%d %H:%M')} by `kernforge app report` from "
@@ -155,10 +163,9 @@ def write_report(dirs: list[Path], out: Path) -> tuple[Path, Path]:
     for r in results:
         g = f"{r.geomean:.3f}x{_ci(r.m4)}" if r.geomean is not None else "-"
         lines.append(f"| {r.app.name} | {r.app.state} | {_share(r)} | {_how(r)} | {g} | "
-                     f"{r.app.reason.replace('|', '/')[:200]} |")
+                     f"{_cell(r.app.reason, 240)} |")
     lines.append("")
     for r in results:
         lines += app_section(r)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines), "utf-8")
     return out, png

@@ -116,19 +116,19 @@ class AppRun:
         figures: dict[str, Any] = {"build_s": b.seconds, "build_exit": b.returncode}
         if b.returncode != 0:
             return ("FAILED", f"the build failed (exit {b.returncode}): {b.tail(400)}",
-                figures, "BLOCKED")
+                    figures, "BLOCKED")
         checks = {}
         for d in m.datasets:
             self.progress(f"{m.name}: first run of {d.name}")
             ran = h.run(d, h.original())
             if ran.returncode != 0:
-                return ("FAILED", f"dataset {d.name} exited {ran.returncode}: {ran.tail(400)}",
-                    figures, "BLOCKED")
+                return ("FAILED", (f"dataset {d.name} exited {ran.returncode}: "
+                        f"{ran.tail(400)}"), figures, "BLOCKED")
             h.reference(d, ran)
             v = h.check(d, h.original(), ran)
             if not v.ok:
                 return ("FAILED", f"dataset {d.name} fails its own check: {v.reason}",
-                    figures, "BLOCKED")
+                        figures, "BLOCKED")
             checks[d.name] = v.reason
         tree.save_original(self.out, before, tree.snapshot(m.source))
         try:
@@ -146,36 +146,42 @@ class AppRun:
 
     # ---- M2 -------------------------------------------------------------------------------
     def m2(self) -> Step:
+        """Every dataset recorded (a replacement applies to the problem it was made for); the
+        shares measured on the record dataset."""
         m, h = self.manifest, self.h
         self._load_references()
         d = m.dataset(m.record_dataset)
-        rec_dir = self.out / "recording"
-        self.progress(f"{m.name}: recording dataset {d.name}")
-        ran, units, problems = recording.record_dataset(h, d, rec_dir)
-        figures: dict[str, Any] = {"dataset": d.name, "recording": str(rec_dir),
-                                   "problems": problems, "threshold": m.measure.min_share}
-        if ran.returncode != 0:
-            return "FAILED", (f"the program failed under the recorder (exit "
-                             f"{ran.returncode}): {ran.tail(400)}"), figures, "BLOCKED"
-        v = h.check(d, h.original(), ran)
-        if not v.ok:
-            return ("FAILED", f"under the recorder the program fails its own check: {v.reason}",
-                figures, "BLOCKED")
+        figures: dict[str, Any] = {"dataset": d.name, "threshold": m.measure.min_share,
+                                   "recording": str(self.out / "recording"), "problems": []}
+        units: list[Path] = []
+        for ds in sorted(m.datasets, key=lambda x: x.name != d.name):
+            self.progress(f"{m.name}: recording dataset {ds.name}")
+            ran, got, problems = recording.record_dataset(h, ds, self.out / "recording" / ds.name)
+            figures["problems"] += problems
+            if ran.returncode != 0:
+                return ("FAILED", (f"{ds.name}: the program failed under the recorder (exit "
+                        f"{ran.returncode}): {ran.tail(400)}"), figures, "BLOCKED")
+            v = h.check(ds, h.original(), ran)
+            if not v.ok:
+                return ("FAILED", (f"{ds.name}: under the recorder the program fails its own "
+                        f"check: {v.reason}"), figures, "BLOCKED")
+            units += got
         run_s = self._figures("M1")["baseline"][d.name]["median_s"]
-        s = recording.shares(recording.kernel_times(rec_dir, units), run_s)
+        s = recording.shares(recording.kernel_times(self.out / "recording" / d.name, units),
+                             run_s)
         figures.update(s)
         if not s["kernels"]:
             return ("DONE", "no kernel launch was seen (nothing kernforge can replace)",
-                figures, "OUT_OF_SCOPE")
+                    figures, "OUT_OF_SCOPE")
         f, ceil = s["candidate_share"], s["ceiling"]
         text = (f"{len(s['kernels'])} kernel(s), {s['units']} unit(s); the recorded kernels "
-                f"take {100 * f:.1f} % of the run (Amdahl ceiling {ceil:.3g}x)")
+                f"take {100 * f:.1f} % of the run on {d.name} (Amdahl ceiling {ceil:.3g}x)")
         if not s["units"]:
-            return ("DONE", f"{text}: none could be recorded as a unit ({problems[:3]})",
-                figures, "OUT_OF_SCOPE")
+            return ("DONE", (f"{text}: none could be recorded as a unit "
+                    f"({figures['problems'][:3]})"), figures, "OUT_OF_SCOPE")
         if f < m.measure.min_share:
             return ("DONE", f"{text}: below the {100 * m.measure.min_share:g} % threshold",
-                figures, "OUT_OF_SCOPE")
+                    figures, "OUT_OF_SCOPE")
         return "DONE", text, figures, None
 
     # ---- M3 -------------------------------------------------------------------------------

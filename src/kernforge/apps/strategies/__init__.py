@@ -67,6 +67,11 @@ class Context:
             ks = [k for k in ks if (k.get("share") or 0.0) >= least]
         return ks[:limit]
 
+    def units(self) -> list[tuple[dict[str, Any], Path]]:
+        """(kernel, unit) of every candidate kernel: one unit per recorded dataset, since a
+        replacement applies to the problem it was made for (sizes, scalars)."""
+        return [(k, Path(u)) for k in self.candidates() for u in k["units"]]
+
 
 class Strategy(ABC):
     """One way of integrating kernforge's work into the unchanged program."""

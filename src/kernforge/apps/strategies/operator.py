@@ -7,7 +7,6 @@ When that module is not installed the strategy is SKIPPED with the reason."""
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 from typing import Any
 
 from . import Context, Outcome, Strategy
@@ -28,12 +27,11 @@ class OperatorStrategy(Strategy):
                            {"error": f"{type(exc).__name__}: {exc}"})
         tried: list[dict[str, Any]] = []
         specs: list[str] = []
-        for k in ctx.candidates():
-            unit = Path(k["units"][0])
-            ctx.progress(f"{ctx.manifest.name}: matching {k['name'][:60]} against the "
-                         "operator matrix")
+        for k, unit in ctx.units():
+            ctx.progress(f"{ctx.manifest.name}: matching {k['name'][:60]} ({unit.parent.name}/"
+                         f"{unit.name}) against the operator matrix")
             try:
-                r = match_unit(unit, out_dir=ctx.out / "m3a" / unit.name,
+                r = match_unit(unit, out_dir=ctx.out / "m3a" / unit.parent.name / unit.name,
                                repeat=ctx.manifest.integrate.match_repeat)
             except Exception as exc:  # noqa: BLE001 - a matcher failure is this kernel's data
                 tried.append({"kernel": k["name"], "unit": str(unit), "matched": False,

@@ -48,13 +48,9 @@ def _spec_figures(spec: Path) -> list[dict[str, Any]]:
 
 
 def _replaced(ctx: Context) -> set[str]:
-    """Kernels an earlier strategy already replaced."""
-    done = set()
-    for o in ctx.earlier.values():
-        for k in o.figures.get("kernels", []):
-            if k.get("matched"):
-                done.add(k["kernel"])
-    return done
+    """Units an earlier strategy already replaced."""
+    return {k["unit"] for o in ctx.earlier.values() for k in o.figures.get("kernels", [])
+            if k.get("matched")}
 
 
 class TuneStrategy(Strategy):
@@ -64,18 +60,18 @@ class TuneStrategy(Strategy):
     def apply(self, ctx: Context) -> Outcome:
         integ = ctx.manifest.integrate
         skip = _replaced(ctx)
-        todo = [k for k in ctx.candidates() if k["name"] not in skip]
+        todo = [(k, u) for k, u in ctx.units() if str(u) not in skip]
         if not todo:
             return Outcome("SKIPPED", "no recorded kernel left to tune"
                            + (" (the others were replaced by operators)" if skip else ""))
         native: list[str] = []
         source: list[str] = []
         kernels: list[dict[str, Any]] = []
-        for i, k in enumerate(todo):
-            unit = Path(k["units"][0])
-            tag = f"{i}-{unit.name}"[:60]
+        for i, (k, unit) in enumerate(todo):
+            tag = f"{i}-{unit.parent.name}-{unit.name}"[:80]
             base = ctx.out / "m3b" / tag
-            ctx.progress(f"{ctx.manifest.name}: tuning {k['name'][:60]} ({unit.name})")
+            ctx.progress(f"{ctx.manifest.name}: tuning {k['name'][:60]} ({unit.parent.name}/"
+                         f"{unit.name})")
             ran = kernforge(ctx, ["tune", str(unit), "--out", str(base / "tune"), "--trials",
                                   str(integ.tune_trials), "--preset", integ.tune_preset],
                             f"{tag}-tune")

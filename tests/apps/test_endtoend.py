@@ -1,0 +1,108 @@
+"""M3a and M4 with native deployment specs on the fake driver: an operator match's spec (here
+made from the fake driver's second image, which computes the same results another way) and
+tuned kernels' specs merged into one signed spec, deployed through the environment only."""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kernforge.apps.manifest import load_manifest
+from kernforge.apps.store import AppStore
+from kernforge.apps.workflow import AppRun
+from kernforge.core import ConfigError
+from kernforge.core.jsonio import parse_json
+from kernforge.deploy import native as nd
+from kernforge.deploy.merge import merge_native_specs
+from kernforge.record.native_format import read_native
+from kernforge.testing.fakedriver import FakeCuda
+
+from .app_helpers import write_manifest
+
+
+def _spec(fake: FakeCuda, unit: Path, path: Path, speedup: float, block: int = 64) -> Path:
+    rec = read_native(unit)
+    image = fake.image(tuned=True)
+    e = nd.entry(rec, {"block": [block, 1, 1], "carveout": 0}, "tuned.bin", image,
+                 {"speedup": speedup, "ci": [speedup - 0.1, speedup + 0.1]})
+    return nd.write_spec(path, [e], {"tuned.bin": image})
+
+
+@dataclass
+class _Match:  # the interface of kernforge.apps.operator_match.OperatorMatch
+    spec_path: Path
+    speedup: float
+    ci: tuple[float, float]
+    cell: str
+    note: str
+
+
+@dataclass
+class _NoMatch:
+    reason: str
+
+
+@pytest.fixture
+def matcher(fake: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Operator matching as its interface promises: the heat kernel matches (a signed spec
+    with the replacement), every other kernel does not."""
+    calls: list[Path] = []
+
+    def match_unit(unit_dir: Path, *, out_dir: Path, repeat: int = 10) -> object:
+        calls.append(unit_dir)
+        if read_native(unit_dir).entry != "heat":
+            return _NoMatch("not a stencil")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return _Match(_spec(fake, unit_dir, out_dir / "spec.json", 1.6), 1.6, (1.5, 1.7),
+                      "star1d-r1/fp64", "fake")
+
+    mod = types.ModuleType("kernforge.apps.operator_match")
+    mod.match_unit = match_unit  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "kernforge.apps.operator_match", mod)
+    return calls
+
+
+def test_an_operator_match_is_deployed_into_the_unchanged_program(
+        tmp_path: Path, fake: FakeCuda, program: Path, matcher: list[Path]) -> None:
+    m = write_manifest(tmp_path / "app.toml", program, fake, agent=False)
+    m.write_text(m.read_text().replace('["operator", "tune", "agent"]', '["operator", "agent"]')
+                 .replace("[measure]", "[measure]\nfloor = 0.5"))  # the fake is no faster
+    out = tmp_path / "run"
+    assert AppRun(load_manifest(m), out).run().state == "INTEGRATED"
+    store = AppStore.open(out)
+    m3a = store.milestone("M3a")
+    assert m3a is not None and m3a.status == "DONE" and "heat -> star1d-r1/fp64" in m3a.reason
+    assert {k["kernel"]: k["matched"] for k in m3a.figures["kernels"]}["heat"] is True
+    assert store.milestone("M3c").status == "SKIPPED"  # type: ignore[union-attr]
+    m4 = store.milestone("M4").figures  # type: ignore[union-attr]
+    small, large = m4["datasets"]  # every dataset recorded: a replacement for each problem
+    assert small["replaced"] == 10 and large["replaced"] == 20  # every heat launch
+    assert small["fallbacks"] == large["fallbacks"] == 0
+    integ = parse_json((out / "integration.json").read_text())
+    assert integ["deployed"] and integ["entries"] == 2 and integ["run_from"] is None
+    assert set(integ["env"]) == {"LD_PRELOAD", "KERNFORGE_DEPLOY", "KERNFORGE_DEPLOY_LOG"}
+    assert nd.read_spec(Path(integ["spec"])).entries[0]["name"] == "heat"
+
+
+def test_merging_native_specs(tmp_path: Path, fake: FakeCuda, program: Path,
+                              matcher: list[Path]) -> None:
+    m = write_manifest(tmp_path / "app.toml", program, fake, agent=False)
+    m.write_text(m.read_text().replace('["operator", "tune", "agent"]', '["operator"]'))
+    AppRun(load_manifest(m), tmp_path / "run").run()
+    heat = tmp_path / "run" / "recording" / "small" / "heat-0"
+    a = _spec(fake, heat, tmp_path / "a.json", 1.3)
+    b = _spec(fake, heat, tmp_path / "b.json", 1.9, block=32)
+    merged = merge_native_specs([a, b], tmp_path / "m" / "deploy.json")
+    assert merged.entries == 1 and "b.json (speedup 1.900x)" in merged.dropped[0]
+    spec = nd.read_spec(merged.path)  # signed, images copied beside it under their hash
+    assert spec.entries[0]["new_block"] == [32, 1, 1]
+    assert spec.image_path(spec.entries[0]).read_bytes() == fake.image(tuned=True)
+    with pytest.raises(ConfigError, match="no native deployment spec"):
+        merge_native_specs([], tmp_path / "x.json")
+    a.write_text(a.read_text().replace('"carveout": 0', '"carveout": 100'))
+    with pytest.raises(ConfigError, match="signature"):
+        merge_native_specs([a], tmp_path / "y.json")
