@@ -161,3 +161,34 @@ def test_fatbin_ptx_is_found_uncompressed_and_lz4() -> None:
     assert fatbin.ptx_for(image, (9, 0)) == ptx90 + b"\0"
     assert fatbin.ptx_for(image, (8, 6)) == ptx80 + b"\0"
     assert fatbin.ptx_for(_fatbin(_entry(2, 90, b"\x7fELF")), (9, 0)) is None
+
+
+PROPOSER = """import sys
+sys.stdin.read()
+print("<<<<<<< SEARCH\\n#define KF_REPS 64 /* work a tuned build can drop: the same result, "
+      "faster */\\n=======\\n#define KF_REPS 1\\n>>>>>>> REPLACE")
+"""
+
+
+def test_evolve_a_captured_source_then_export_and_deploy(
+        on_fake: FakeCuda, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    import yaml
+    rec_dir, out, spec = tmp_path / "r", tmp_path / "evo", tmp_path / "spec.json"
+    _unit(on_fake.nvrtc_command(), rec_dir)
+    (tmp_path / "p.py").write_text(PROPOSER)
+    cfg = {"evolve": {"seed": 1, "max_iterations": 2, "eval_slots": 1, "llm_slots": 1,
+                      "max_in_flight": 1},
+           "proposers": [{"kind": "command", "command": [sys.executable, str(tmp_path / "p.py")]}],
+           "tuner": {"trials": 1, "repeat": 3}}
+    (tmp_path / "evo.yaml").write_text(yaml.safe_dump(cfg))
+    assert main(["evolve", str(rec_dir), "--config", str(tmp_path / "evo.yaml"),
+                 "--out", str(out)]) == 0
+    assert "speedup" in capfd.readouterr().out
+    result = json.loads((out / "axpy_float" / "native.json").read_text())["units"][0]
+    assert result["win"] and "evolved" in result["best_label"]
+    assert main(["export", str(out / "axpy_float"), "-o", str(spec)]) == 0
+    capfd.readouterr()
+    assert main(["run", "--deploy", str(spec), "--", *on_fake.nvrtc_command()]) == 0
+    assert "3 launch(es) ran a tuned configuration" in capfd.readouterr().err

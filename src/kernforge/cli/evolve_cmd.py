@@ -5,20 +5,28 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from ..core import ConfigError
 from ..core.fmt import fmt_time
 from ..core.lock import directory_lock
 from ..evolve.controller import Progress
 from ..pipeline.evolve import Counters, EvolveOutcome, evolve_path
 from ..pipeline.evolve_config import load_config
+from ..pipeline.native_evolve import evolve_native
+from ..replay.native_build import bind_source
+from ..replay.native_tune import RESULT
 from .checks import writable_dir
 from .isolation import add_isolation_args, isolation
+from .native_cmd import load_native_units
+from .native_deploy_cmd import bind_units
 from .output import console
 from .progress import LineProgress, line_progress
+from .tune_cmd import add_source_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument("--kernels", default=None, metavar="PAT",
                    help="kernel names to evolve (fnmatch; default: the hottest kernel)")
+    p.add_argument("--tolerance", default=None, metavar="SPEC",
+                   help="native units: verify written memory under SPEC (e.g. rel:1e-6)")
     add_isolation_args(p)
+    add_source_args(p, tunable=False)
     p.set_defaults(func=run)
 
 
@@ -96,6 +107,12 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     out = args.out or Path("runs") / time.strftime("evolve-%Y%m%d-%H%M%S")
     writable_dir(out, "--out")
+    native = load_native_units(args.path, args.kernels)
+    if native:
+        return run_native(args, cfg, native, out)
+    if args.source is not None:
+        raise ConfigError("--source binds native units; none under this path",
+                          hint="record the program with kernforge record -- COMMAND")
     display = _Display()
     slots = cfg.evolve_config("").eval_slots
     with directory_lock(out, "evolution run directory"), isolation(args, workers=slots) as iso, \
@@ -109,3 +126,50 @@ def run(args: argparse.Namespace) -> int:
     for o in outcomes:
         print_outcome(o)
     return 0 if all(o.final.best is not None for o in outcomes) else 1
+
+
+def run_native(args: argparse.Namespace, cfg: Any, units: list[Any], out: Path) -> int:
+    """Native units: the kernel's captured NVRTC source, or the --source file, evolved."""
+    groups: dict[str, list[Any]] = {}
+    for u in units:
+        groups.setdefault(u.entry, []).append(u)
+    src = bind_source(args.source, includes=args.includes, defines=args.defines) \
+        if args.source is not None else None
+    if src is not None:
+        bound = bind_units(units, src)
+        groups = {k: g for k, g in groups.items() if g[0].path in bound}
+    else:
+        groups = {k: g for k, g in groups.items() if g[0].source is not None}
+        if not groups:
+            raise ConfigError("no native unit under this path carries source",
+                              hint="kernels compiled with NVRTC carry theirs; for an "
+                                   "nvcc-built program bind the file with --source FILE.cu")
+    if args.kernels is None and len(groups) > 1:  # the kernel with the longest in-app time
+        groups = dict([max(groups.items(), key=lambda kv: kv[1][0].capture.get(
+            "app_time_ms") or 0.0)])
+    status = 0
+    with directory_lock(out, "evolution run directory"), line_progress(console) as lines:
+        for entry, group in groups.items():
+            name = group[0].path.name.rsplit("-", 1)[0]
+            lines.step(f"evolving {group[0].name} ({len(group)} recorded launch(es))")
+
+            def shown(p: Any, c: Any, e: str = entry) -> None:
+                lines.update(f"{e}: iteration {p.applied}, {c.evaluations} evaluations")
+
+            o = evolve_native(group, cfg, out / name, source=src, resume=args.resume,
+                              tolerance=args.tolerance, on_progress=shown)
+            t = o.tuning
+            best = o.result.best
+            console.print(f"[bold]{escape(o.kernel)}[/]: {len(o.result.programs)} programs, "
+                          f"best {fmt_time(best.fitness if best else None)}", soft_wrap=True)
+            if t is None:
+                console.print("  no evolved source beat the recorded one", markup=False)
+                status = 1
+            elif t.win:
+                console.print(f"  speedup {t.speedup:.3f}x over the recorded kernel "
+                              f"(interleaved); result: {o.run_dir / RESULT} (kernforge export "
+                              f"{o.run_dir})", markup=False)
+            else:
+                console.print(f"  not kept: {t.refused}", markup=False)
+                status = 1
+    return status

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from ..core import ConfigError
 from ..core.fmt import fmt_time
-from ..core.jsonio import parse_json, sign, signature_ok, write_json_atomic
+from ..core.jsonio import parse_json, signature_ok
 from ..core.native import NativeRecording, NativeSource
 from ..deploy import native as nd
 from ..deploy.gate import NOISE_BAND, refusal
@@ -23,11 +23,15 @@ from ..record import interposer
 from ..record.native_format import read_native
 from ..replay.native import NativeVariant
 from ..replay.native_build import BindingError, build_image
-from ..replay.native_tune import NativeTuning, bind, tune_native
+from ..replay.native_tune import (
+    RESULT,
+    RESULT_FORMAT,
+    NativeTuning,
+    bind,
+    tune_native,
+    write_results,
+)
 from .output import console, err_console
-
-RESULT = "native.json"
-RESULT_FORMAT = "kernforge-native-tune"
 
 
 def bind_units(recs: Sequence[NativeRecording], src: NativeSource) -> dict[Path, NativeSource]:
@@ -70,9 +74,7 @@ def tune_units(recs: Sequence[NativeRecording], out: Path, *, repeat: int, passe
                         progress=lambda k, n: console.print(f"  {k}/{n} configurations "
                                                             "evaluated", markup=False))
         done.append(t)
-        write_json_atomic(out / RESULT, sign({"format": RESULT_FORMAT, "version": 1,
-                                              "noise_band": band,
-                                              "units": [x.to_json() for x in done]}))
+        write_results(out, done, band)
     _table(done, out)
     return done
 

@@ -59,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def add_source_args(p: argparse.ArgumentParser) -> None:
+def add_source_args(p: argparse.ArgumentParser, tunable: bool = True) -> None:
     """``--source FILE.cu -I DIR -D NAME=VALUE``: bind native units to their source."""
     g = p.add_argument_group("native units of nvcc-built programs (docs/recording-native.md)")
     g.add_argument("--source", type=Path, default=None, metavar="FILE.cu",
@@ -71,6 +71,8 @@ def add_source_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("-D", "--define", dest="defines", action="append", default=[],
                    metavar="NAME[=VALUE]", help="macro the program's build defines, for "
                                                 "--source (repeatable)")
+    if not tunable:
+        return
     g.add_argument("--try-define", dest="try_defines", action="append", default=[],
                    metavar="NAME=V1,V2,...", help="a tunable macro of the source: each value "
                                                   "is tried as a candidate build (repeatable)")

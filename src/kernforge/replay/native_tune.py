@@ -18,6 +18,7 @@ from typing import Any
 
 from ..backends import fatbin
 from ..core import Measurement
+from ..core.jsonio import sign, write_json_atomic
 from ..core.native import NativeBuild, NativeRecording, NativeSource
 from .native import NativeVariant
 from .native_build import BindingError
@@ -199,6 +200,18 @@ def tune_native(unit: Path, rec: NativeRecording, *, repeat: int = 10, passes: i
     t.medians = (cmp["median_a"], cmp["median_b"])
     t.refused = refuse(t.speedup, t.ci)
     return t
+
+
+RESULT = "native.json"  # a run directory's native results (kernforge export reads them)
+RESULT_FORMAT = "kernforge-native-tune"
+
+
+def write_results(out: Path, done: Sequence[NativeTuning], band: float) -> Path:
+    """OUT/native.json, signed: what kernforge export turns into a native deployment spec."""
+    out.mkdir(parents=True, exist_ok=True)
+    return write_json_atomic(out / RESULT, sign({"format": RESULT_FORMAT, "version": 1,
+                                                 "noise_band": band,
+                                                 "units": [x.to_json() for x in done]}))
 
 
 NOT_DEFINED = "the built image does not define the recorded kernel"
