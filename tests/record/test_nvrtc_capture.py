@@ -70,3 +70,12 @@ def test_an_edited_source_does_not_load(on_fake: FakeCuda, tmp_path: Path) -> No
     path.write_text(json.dumps(m))
     with pytest.raises(RecordingFormatError, match="code_sha256"):
         read_native(units[0])
+
+
+def test_inspect_shows_the_captured_source(on_fake: FakeCuda, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from kernforge.cli.main import main
+    record_command(on_fake.nvrtc_command(1, 100), tmp_path)
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path)]) == 0
+    assert "nvrtc source" in capsys.readouterr().out

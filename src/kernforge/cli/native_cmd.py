@@ -83,7 +83,12 @@ def inspect_native(recs: list[NativeRecording]) -> list[dict[str, Any]]:
                          "points_into": sorted({i for _, i in p.pointers})} for p in r.params],
              "regions": [{"address": hex(g.address), "size": g.size, "kind": g.kind,
                           "written": g.epilogue is not None} for g in r.regions],
-             "bytes": r.nbytes, "identity": dict(r.identity), "capture": dict(r.capture)}
+             "bytes": r.nbytes, "identity": dict(r.identity), "capture": dict(r.capture),
+             "source": None if r.source is None else {
+                 "origin": r.source.origin, "program": r.source.program,
+                 "options": list(r.source.options), "name_expression": r.source.name_expression,
+                 "headers": [n for n, _ in r.source.headers],
+                 "lines": r.source.code.count("\n") + 1}}
             for r in recs]
 
 
@@ -93,7 +98,8 @@ def print_native_inspect(recs: list[NativeRecording]) -> None:
         table.add_column(col)
     for r in recs:
         written = sum(1 for g in r.regions if g.epilogue is not None)
-        table.add_row(escape(r.path.name), escape(r.name[:50]), r.image_kind,
+        table.add_row(escape(r.path.name), escape(r.name[:50]),
+                      r.image_kind + (f" + {r.source.origin} source" if r.source else ""),
                       f"grid={r.grid} block={r.block} smem={r.shared_mem}",
                       f"{len(r.params)} ({len(r.param_bytes)} B)", str(len(r.regions)),
                       str(written), f"{r.nbytes / 2**20:.2f} MiB")
