@@ -147,7 +147,7 @@ def ptx_for(image: bytes, cc: tuple[int, int] | None = None) -> bytes | None:
     if not ptx:
         return None
     text = _payload(ptx[-1])
-    if text is None:
+    if text is None or b".target" not in text[:4096]:  # not PTX as read: ask the CUDA tools
         text = _cuobjdump(image, ptx[-1].arch)
     if text is None:
         return None
