@@ -29,6 +29,8 @@ _EXPORTS = {
     "Measurement": "kernforge.core",
     "Tolerance": "kernforge.core",
     "KernforgeError": "kernforge.core",
+    "OperatorKernel": "kernforge.apps.operators",
+    "apply_stencil": "kernforge.apps.operators",
 }
 
 __all__ = ["__version__", "deploy", "record", "replay", *_EXPORTS.keys()]  # noqa: PLE0604
