@@ -100,6 +100,8 @@ def app_section(r: AppResult) -> list[str]:
                 f"{d['speedup']:.3f}x{_ci(d)} |" for d in per]
         if r.geomean is not None:
             out.append(f"| geometric mean | | | {r.geomean:.3f}x{_ci(r.m4)} |")
+    for note in (r.m4.get("integration") or {}).get("dropped", []):
+        out += ["", f"- not deployed: {_cell(note, 300)}"]
     return out + [""]
 
 
