@@ -9,8 +9,9 @@ placeholder of the same size and alignment. Its body:
 - the operator's generated source, unchanged, compiled as a ``__device__`` function (the
   ``__global__`` and ``__launch_bounds__`` macros are redefined around it and restored after),
   runs the interior on the operator's own grid;
-- extra blocks in z (after the operator's) enumerate the boundary points and apply the
-  recognized rule (copy, zero, zero-padded or periodic stencil; ``keep`` needs none);
+- before it, the threads of that grid share the boundary points (a grid-stride loop over
+  their enumeration) and apply the recognized rule (copy, zero, zero-padded or periodic
+  stencil; ``keep`` needs none): no extra blocks, which would cost a wave each;
 - when the grids are not aligned as the operator's vector loads need (the problem key the
   interposer matches holds no pointers), every block instead walks all points with the plain
   per-point formula, so the adapter is correct for any pointers.
@@ -19,7 +20,6 @@ placeholder of the same size and alignment. Its body:
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import shutil
 import subprocess
@@ -35,7 +35,6 @@ from ..stencil.kernels.common import literal
 from ..stencil.operator import Operator
 from .probe import Recognized, radii
 
-MAX_BOUNDARY_SLICES = 8  # z-slices of extra blocks that share the boundary points
 SCALARS = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 
 
@@ -162,7 +161,7 @@ def boundary_points(match: Recognized) -> int:
 
 @dataclass(frozen=True)
 class Adapter:
-    """The adapter's source, entry and launch (the operator's grid plus boundary slices)."""
+    """The adapter's source, entry and launch (the operator's)."""
 
     source: str
     entry: str
@@ -187,10 +186,9 @@ def adapter(op: Operator, match: Recognized, slots: Sequence[Slot], total: int) 
     prec = match.cell.precision
     t, acc = prec.ctype, prec.acc_ctype
     params, structs = _params(slots, match, t)
-    (gx, gy, gz), block = launch.grid, launch.block
+    block = launch.block
     threads = block[0] * block[1] * block[2]
     nb = boundary_points(match)
-    ez = min(MAX_BOUNDARY_SLICES, math.ceil(nb / (gx * gy * threads))) if nb else 0
     # the vector loads of every design but naive need aligned grids (16 bytes, or the vector)
     align = prec.itemsize if op.design == "naive" else \
         max(16, int(op.params.get("vx", 1)) * prec.itemsize)
@@ -205,12 +203,10 @@ def adapter(op: Operator, match: Recognized, slots: Sequence[Slot], total: int) 
     return;
   }}
 """
-    bnd = "" if not ez else f"""  if (blockIdx.z >= {gz}) {{  // the boundary, after the operator's blocks
-    const long nb = {nb}, n = {ez * gx * gy * threads}L;
-    const long b = ((long)(blockIdx.z - {gz}) * {gy} + blockIdx.y) * {gx} + blockIdx.x;
-    for (long k = b * {threads} + kf_tid; k < nb; k += n)
+    bnd = "" if not nb else f"""  {{  // the boundary points, shared by every thread of the operator's grid
+    const long n = (long)gridDim.x * gridDim.y * gridDim.z * {threads};
+    for (long k = kf_block * {threads} + kf_tid; k < {nb}L; k += n)
       kf_point(kf_in, kf_out, kf_boundary(k));
-    return;
   }}
 """
     source = f"""// kernforge operator adapter: {match.describe()}
@@ -231,8 +227,8 @@ extern "C" __global__ void __launch_bounds__({threads}) {entry}({params}) {{
 {guard}{bnd}  {launch.entry}({call});
 }}
 """
-    return Adapter(source, entry, (gx, gy, gz + ez), tuple(block),  # type: ignore[arg-type]
-                   launch.shared_bytes, launch.carveout, op)
+    return Adapter(source, entry, launch.grid, launch.block, launch.shared_bytes,
+                   launch.carveout, op)
 
 
 MAX_STATIC_SHARED = 48 * 1024  # more needs a function attribute the interposer does not set
