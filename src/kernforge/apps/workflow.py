@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core import KernforgeError
 from ..core.jsonio import parse_json, write_json_atomic
 from . import endtoend, recording, tree
 from .harness import AppHarness, RunFailed
@@ -209,7 +210,11 @@ class AppRun:
                           self.progress, self.agent)
             self.progress(f"{m.name}: {cls.milestone} {cls.title}")
             self.store.begin(cls.milestone)
-            o = cls().apply(ctx)
+            try:
+                o = cls().apply(ctx)
+            except KernforgeError as exc:  # a tool's typed refusal: this strategy's failure
+                o = Outcome("FAILED", f"{type(exc).__name__}: {exc.message}",
+                            {"hint": exc.hint})
             self.store.finish(cls.milestone, o.status, o.reason, o.to_json())
             self.progress(f"{m.name}: {cls.milestone} {o.status.lower()}: {o.reason}")
             earlier[name] = o
@@ -227,7 +232,12 @@ class AppRun:
         m = self.manifest
         self._load_references()
         outcomes = [o for n, o in self._outcomes().items() if o.integrates]
-        setup, info = endtoend.integrate(outcomes, self.out, m.source)
+        try:
+            setup, info = endtoend.integrate(outcomes, self.out, m.source)
+        except KernforgeError as exc:  # e.g. a spec that does not read back: deploy nothing
+            endtoend.write_integration(self.out, self.h.original(), {}, deployed=False)
+            return ("FAILED", (f"the integration cannot be put together ({exc.message}): "
+                    "nothing is deployed"), {"hint": exc.hint}, "DROPPED")
         state, reason, figures = endtoend.measure(self.h, setup, m.measure.e2e_rounds,
                                                   m.measure.floor)
         touched = tree.changed(m.source, tree.load_original(self.out))
