@@ -20,6 +20,13 @@ Run::
 
 A positional argument is ``RECORDING_DIR[:NAME]``: every native unit under the directory whose
 directory name starts with NAME (all units without it).
+
+HeCBench programs built outside the repository (``DIR/<name>-cuda/main``), recorded and matched
+in one go (one launch per kernel recorded into ``--record-to``; ``--e2e`` also runs each matched
+program plain and deployed)::
+
+    python benchmarks/operator_match.py --hecbench .kfdev/hec --record-to /tmp/R \
+        --out /tmp/opm --md /tmp/opm/summary.md --json /tmp/opm/summary.json --e2e
 """
 
 from __future__ import annotations
@@ -39,6 +46,36 @@ from typing import Any
 from kernforge.apps.operator_match import NoMatch, match_unit
 
 KF = [sys.executable, "-m", "kernforge"]
+
+
+# name: (arguments, the kernel's unit name); stencil and PDE codes, and ones that must be refused
+HECBENCH = {
+    "heat": (["4096", "1000"], "solve"),
+    "heat2d": (["4096", "4096", "1000"], "dev_lapl_iter"),
+    "laplace3d": (["256", "256", "256", "100", "1"], "laplace3d"),
+    "stencil3d": (["512", "100"], "stencil3d"),
+    "jacobi": ([], "jacobi_step"),
+    "fdtd3d": (["--dimx=192", "--dimy=184", "--timesteps=90"], "finite_difference"),
+}
+
+
+def record_hecbench(root: Path, to: Path) -> tuple[list[str], dict[str, tuple[str, str]]]:
+    """Record one launch per kernel of each program found; (recordings, unit -> (cwd, cmd))."""
+    recs, apps = [], {}
+    for name, (args, unit) in HECBENCH.items():
+        exe = (root / f"{name}-cuda" / "main").resolve()
+        if not exe.is_file():
+            print(f"skipped {name}: no {exe}", file=sys.stderr)
+            continue
+        out = to / name
+        done = subprocess.run([*KF, "record", "-o", str(out), "--max-instances", "1", "--",
+                               str(exe), *args], cwd=exe.parent, capture_output=True,
+                              text=True, check=False)
+        print(f"recorded {name}: exit {done.returncode} {done.stderr.strip()[-300:]}",
+              flush=True)
+        recs.append(f"{out}:{unit}")
+        apps[f"{unit}-0"] = (str(exe.parent), shlex.join([str(exe), *args]))
+    return recs, apps
 
 
 def units(arg: str) -> list[Path]:
@@ -95,7 +132,11 @@ def end_to_end(spec: Path, command: str, cwd: str, rounds: int, check: str,
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("recordings", nargs="+", help="RECORDING_DIR[:NAME]")
+    ap.add_argument("recordings", nargs="*", help="RECORDING_DIR[:NAME]")
+    ap.add_argument("--hecbench", type=Path, help="DIR holding <name>-cuda/main programs")
+    ap.add_argument("--record-to", type=Path, default=Path("/tmp/R"))
+    ap.add_argument("--e2e", action="store_true", help="with --hecbench: run each matched "
+                    "program plain and deployed")
     ap.add_argument("--out", type=Path, required=True, help="specs and adapter images")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--passes", type=int, default=7)
@@ -107,9 +148,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", default=r"PASS|FAIL|[Ee]rror[^\n]*", help="lines compared")
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args(argv)
-    apps = dict(a.split("=", 1) for a in args.app)
+    apps = {k: (args.cwd, v) for k, v in (a.split("=", 1) for a in args.app)}
+    recordings = list(args.recordings)
+    if args.hecbench:
+        recs, hec_apps = record_hecbench(args.hecbench, args.record_to)
+        recordings += recs
+        if args.e2e:
+            apps.update(hec_apps)
     rows: list[dict[str, Any]] = []
-    for arg in args.recordings:
+    for arg in recordings:
         for unit in units(arg):
             t = time.perf_counter()
             m = match_unit(unit, out_dir=args.out, repeat=args.repeat, passes=args.passes)
@@ -119,9 +166,9 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 row.update(ok=True, cell=m.cell, speedup=m.speedup, ci=list(m.ci),
                            spec=str(m.spec_path), note=m.note)
-                cmd = apps.get(str(unit)) or apps.get(unit.name)
-                if cmd:
-                    row["end_to_end"] = end_to_end(m.spec_path, cmd, args.cwd, args.rounds,
+                app = apps.get(str(unit)) or apps.get(unit.name)
+                if app:
+                    row["end_to_end"] = end_to_end(m.spec_path, app[1], app[0], args.rounds,
                                                    args.check, args.out)
             rows.append(row)
             print(json.dumps(row, indent=1, default=str), flush=True)
