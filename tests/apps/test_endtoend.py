@@ -106,3 +106,23 @@ def test_merging_native_specs(tmp_path: Path, fake: FakeCuda, program: Path,
     a.write_text(a.read_text().replace('"carveout": 0', '"carveout": 100'))
     with pytest.raises(ConfigError, match="signature"):
         merge_native_specs([a], tmp_path / "y.json")
+
+
+def test_tuning_native_units_runs_the_tune_and_export_commands(
+        tmp_path: Path, fake: FakeCuda, program: Path) -> None:
+    m = write_manifest(tmp_path / "app.toml", program, fake, agent=False)
+    m.write_text(m.read_text().replace('["operator", "tune", "agent"]', '["tune"]')
+                 .replace("timeout_s = 120", 'timeout_s = 120\nkernels = "heat"'))
+    out = tmp_path / "run"
+    state = AppRun(load_manifest(m), out).run().state
+    m3b = AppStore.open(out).milestone("M3b")
+    assert m3b is not None and m3b.status in ("DONE", "FAILED")
+    tuned = m3b.figures["kernels"]  # the heat unit of each dataset, tuned in its own process
+    assert [Path(k["unit"]).parent.name for k in tuned] == ["small", "large"]
+    assert all(k["tune_exit"] == 0 for k in tuned)
+    assert (out / "m3b" / "0-small-heat-0" / "tune" / "native.json").is_file()
+    if m3b.status == "FAILED":  # on the fake driver a block shape rarely passes the gate
+        assert state == "RESEARCH" and "no tuned kernel passed the gate" in m3b.reason
+        assert all("no significant, verified win" in k["reason"] for k in tuned)
+    else:
+        assert state in ("INTEGRATED", "DROPPED")

@@ -44,7 +44,8 @@ class OperatorStrategy(Strategy):
                               "note": r.note, "spec": str(r.spec_path)})
             else:
                 tried.append({"kernel": k["name"], "unit": str(unit), "matched": False,
-                              "reason": str(r.reason)})
+                              "reason": str(r.reason),
+                              "recognized": getattr(r, "recognized", None)})
         figures = {"kernels": tried}
         if not tried:
             return Outcome("SKIPPED", "no recorded kernel to match", figures)
