@@ -143,7 +143,7 @@ def plot(results: list[AppResult], path: Path) -> Path:
     handles = [Patch(color=c, label=s) for s, c in COLORS.items()
                if any(r.app.state == s for r in results)]
     ax.legend(handles=handles + ax.get_legend_handles_labels()[0], fontsize=7,
-              loc="upper right")
+              loc="best")
     ax.set_title("applications: speedup per dataset, by state", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
