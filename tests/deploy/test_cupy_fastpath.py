@@ -187,11 +187,14 @@ def test_routed_launches_take_the_decisions_of_the_event_path(
     assert dep.routed > len(plan) // 3, dep.routed  # most launches were routed
 
 
+@pytest.mark.reverify  # as in test_deploy_gpu.py: run_both itself must turn the check off
 def test_the_gpu_check_agrees_on_the_stand_in(cp: Any, tmp_path: Path) -> None:
     """route_check.run_both, which test_deploy_gpu.py runs on CuPy, on the stand-in."""
     routed, plain, dep = run_both(cp, tmp_path)
-    assert routed == plain and dep.routed > 10
-    assert routed[-1]["scale"].replaced > 10 and routed[-1]["scale"].fallback > 10
+    counts = routed[-1]["scale"]
+    assert routed == plain and dep.routed > 10, (dep.routed, counts)
+    assert counts.replaced > 10 and counts.fallback > 10, counts
+    assert "re-verification" not in counts.reasons, counts
 
 
 def test_route_keys_leave_what_they_cannot_key_to_events(cp: Any, tmp_path: Path) -> None:

@@ -64,8 +64,9 @@ def _deploy_log(quiet: bool) -> Iterator[None]:
 
 def print_report(report: DeployReport) -> None:
     err_console.print(f"kernforge deploy report ({escape(report.spec)}): {report.replaced} "
-                      f"launch(es) ran a tuned variant, {report.fallback} the original",
-                      soft_wrap=True)
+                      f"launch(es) ran a tuned variant, {report.fallback} the original"
+                      + (f" ({report.verified} more ran the original to re-verify a tuned "
+                         f"variant)" if report.verified else ""), soft_wrap=True)
     for line in report.lines():
         err_console.print(f"  {escape(line)}", soft_wrap=True)
 

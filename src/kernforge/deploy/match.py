@@ -33,7 +33,6 @@ COMPILE = "compile failure"
 LAUNCH = "launch failure"
 INTERNAL = "internal error"
 EVIDENCE = "evidence"  # not verified, measured while busy, or not significant (deploy/gate.py)
-REVERIFIED = "re-verification run"  # an entry's first launch: the original ran, compared
 VERIFY = "re-verification"  # outputs differ from the original kernel's, or cannot be compared
 _RANK = {NOT_IN_SPEC: 0, DEVICE: 1, BUILD: 2, PROBLEM: 3, ALIASING: 3}
 

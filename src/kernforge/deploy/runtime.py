@@ -35,7 +35,7 @@ from .decide import Decider, first_line, label_of
 from .fastpath import Decision, Plan, Tuned
 from .gate import refusal
 from .launcher import prepare
-from .match import COMPILE, EVIDENCE, INTERNAL, LAUNCH, REVERIFIED, VERIFY, Reason
+from .match import COMPILE, EVIDENCE, INTERNAL, LAUNCH, VERIFY, Reason
 from .report import DeployReport, KernelCounts
 from .reverify import VERIFY_ENV, Unverifiable, VariantFailed, reverify, verify_mode
 from .spec import DeploySpec, PathLike, read_spec
@@ -177,8 +177,7 @@ class Deployment:
             self._verified.add(d.index)
             log.info("%s: tuned variant re-verified against the original kernel (which ran "
                      "this first launch)", d.label)
-            self._fallback(d.label, Reason(REVERIFIED, "the first launch ran the original, "
-                                                       "compared with the tuned variant"))
+            self._count(d.label, "", False, verified=True)  # not a fallback: the check
             return True, result
 
     def _refused(self, d: Tuned, exc: BaseException | Reason,
@@ -227,13 +226,17 @@ class Deployment:
         return self._run(decision, args, launch)
 
     # ---- counting and logging ---------------------------------------------------------------
-    def _count(self, label: str, outcome: str, replaced: bool) -> tuple[KernelCounts, bool]:
+    def _count(self, label: str, outcome: str, replaced: bool, verified: bool = False
+               ) -> tuple[KernelCounts, bool]:
         """Count one launch (one lock); the kernel's counts, and True the first time this
-        kernel has this outcome."""
+        kernel has this outcome. ``verified``: the launch that re-verified an entry."""
         with self._lock:
             counts = self._counts.get(label)
             if counts is None:
                 counts = self._counts[label] = KernelCounts()
+            if verified:
+                counts.verified += 1
+                return counts, False
             if replaced:
                 counts.replaced += 1
             else:
@@ -264,7 +267,7 @@ class Deployment:
 
     def report(self) -> DeployReport:
         with self._lock:
-            kernels = {k: KernelCounts(c.replaced, c.fallback, dict(c.reasons))
+            kernels = {k: KernelCounts(c.replaced, c.fallback, dict(c.reasons), c.verified)
                        for k, c in self._counts.items()}
         return DeployReport(self.name, kernels)
 
