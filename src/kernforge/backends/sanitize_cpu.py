@@ -29,10 +29,9 @@ from typing import Any
 import numpy as np
 
 from ..core import Param
-from .sanitize import SanitizerRun
+from .sanitize import TIMEOUT_ENV, SanitizerRun, timeout_s
 
 TOOLS = ("tsan", "asan")
-RUN_TIMEOUT_S = 300.0
 MIN_THREADS = 4
 _FLAGS = {"tsan": ["-fsanitize=thread"], "asan": ["-fsanitize=address"]}
 _ENV = {"tsan": ("TSAN_OPTIONS", "exitcode=66 halt_on_error=0 report_signal_unsafe=0"),
@@ -176,12 +175,15 @@ def run_tool(cc: Sequence[str], code: str, flags: Sequence[str], entry: str,
                                 available=False)
         key, opts = _ENV[tool]
         env = {**os.environ, key: opts, "OMP_DYNAMIC": "false"}
+        limit = timeout_s()
         try:
             run = subprocess.run([str(exe)], check=False, capture_output=True, text=True,
-                                 timeout=RUN_TIMEOUT_S, env=env, cwd=tmp)
+                                 timeout=limit, env=env, cwd=tmp, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
-            return SanitizerRun(tool, True, f"the {tool} build did not finish within "
-                                f"{RUN_TIMEOUT_S:g} s", time.perf_counter() - t0)
+            return SanitizerRun(tool, True, f"the {tool} build of the candidate did not "
+                                f"finish within {limit:g} s; killed. A kernel that never "
+                                f"ends does this; else allow more time with {TIMEOUT_ENV}"
+                                f"=SECONDS", time.perf_counter() - t0, timed_out=True)
         report = run.stderr.replace(tmp + "/", "")
         found = run.returncode != 0 or any(m in report for m in _MARKERS)
         return SanitizerRun(tool, found, _trim(report, run.returncode) if found else "",

@@ -7,6 +7,8 @@ kernforge.backends.sanitize_child REQUEST``, compiles the variant as the backend
 the arguments, launches once and synchronizes. Only the candidate's kernel is checked (the
 ``--kernel-name`` filter), not CuPy's copies. A finding is the tool's report; the tool's cost is
 the process start, the compile and one instrumented launch (seconds, see docs/integrity.md).
+The four run at the same time; each is killed, with the process it watches, after
+``$KERNFORGE_SANITIZER_TIMEOUT_S`` (default 300 s: a ``timed_out`` run, ``sanitizer:timeout``).
 """
 
 from __future__ import annotations
@@ -14,20 +16,22 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from ..core import Variant
-from .sanitize import SanitizerRun
+from .sanitize import TIMEOUT_ENV, SanitizerRun, timeout_s
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 FOUND_EXIT = 86
-RUN_TIMEOUT_S = 600.0
+PARALLEL_ENV = "KERNFORGE_SANITIZER_PARALLEL"
 _EXTRA = {"racecheck": ["--racecheck-report", "hazard"], "initcheck": [], "memcheck": [],
           "synccheck": []}
 
@@ -53,40 +57,64 @@ def write_request(path: Path, backend: str, variant: Variant, args: Sequence[Any
 
 def run_tools(backend: str, variant: Variant, args: Sequence[Any],
               tools: Sequence[str] = TOOLS) -> list[SanitizerRun]:
-    """Each of ``tools`` once on the variant (``args`` in signature order, host arrays)."""
+    """Each of ``tools`` once on the variant (``args`` in signature order, host arrays). The
+    tools run at the same time, one process each (their cost is mostly each process's start,
+    CuPy's and the compile; ``KERNFORGE_SANITIZER_PARALLEL=0``: one after another); a tool
+    that could not run beside the others (no report, no finding) is run again alone."""
     tool = find_tool()
     if tool is None:
         why = ("compute-sanitizer not found (PATH, $CUDA_HOME/bin, "
                "$KERNFORGE_COMPUTE_SANITIZER)")
         return [SanitizerRun(t, False, why, 0.0, available=False) for t in tools]
-    out = []
+    entry = variant.source.entry
     with tempfile.TemporaryDirectory(prefix="kernforge-cs-") as tmp:
         request = Path(tmp) / "request.pkl"
         write_request(request, backend, variant, args)
-        for name in tools:
-            out.append(_run_one(tool, name, variant.source.entry, request))
-    return out
+        if len(tools) < 2 or os.environ.get(PARALLEL_ENV, "1").strip() in ("0", "false", "no"):
+            return [_run_one(tool, name, entry, request) for name in tools]
+        with ThreadPoolExecutor(max_workers=len(tools)) as pool:
+            out = list(pool.map(lambda name: _run_one(tool, name, entry, request), tools))
+        return [r if r.available else _run_one(tool, r.tool, entry, request) for r in out]
 
 
 def _run_one(tool: str, name: str, entry: str, request: Path) -> SanitizerRun:
+    """One tool's run, in a session of its own (stdin closed: nothing waits on a terminal):
+    past :func:`~.sanitize.timeout_s` the whole process group (the tool and the Python it
+    watches, which holds the GPU) is killed and the run is a ``timed_out`` finding."""
     cmd = [tool, "--tool", name, "--error-exitcode", str(FOUND_EXIT), "--kernel-name",
            f"kns={entry}", *_EXTRA[name], sys.executable, "-m",
            "kernforge.backends.sanitize_child", str(request)]
+    limit = timeout_s()
     t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        proc = subprocess.run(cmd, check=False, capture_output=True, text=True,
-                              timeout=RUN_TIMEOUT_S)
+        out, err = proc.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
-        return SanitizerRun(name, True, f"compute-sanitizer --tool {name} did not finish "
-                            f"within {RUN_TIMEOUT_S:g} s", time.perf_counter() - t0)
+        _kill_group(proc)
+        out, err = proc.communicate()
+        tail = "\n".join((out + err).strip().splitlines()[-20:])
+        return SanitizerRun(name, True, (
+            f"compute-sanitizer --tool {name} did not finish within {limit:g} s (its start, "
+            f"the compile and one instrumented launch of the candidate); killed. A kernel "
+            f"that never ends does this; else allow more time with {TIMEOUT_ENV}=SECONDS"
+            + (f"\nlast output:\n{tail}" if tail else "")),
+            time.perf_counter() - t0, timed_out=True)
     seconds = time.perf_counter() - t0
-    report = "\n".join(ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip())
+    report = "\n".join(ln for ln in (out + err).splitlines() if ln.strip())
     if proc.returncode == FOUND_EXIT:
         return SanitizerRun(name, True, _trim(report), seconds)
     if proc.returncode != 0:  # the child itself failed: a crash under the tool is a finding
         crashed = "Program hit" in report or "ERROR SUMMARY" in report
         return SanitizerRun(name, crashed, _trim(report), seconds, available=crashed)
     return SanitizerRun(name, False, "", seconds)
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
 
 
 def _trim(text: str, limit: int = 6000) -> str:

@@ -40,6 +40,8 @@ REASONS: dict[str, str] = {
                                "of uninitialized memory",
     "sanitizer:sync": "the sanitizer run (compute-sanitizer synccheck) found invalid "
                       "barrier use",
+    "sanitizer:timeout": "a sanitizer run did not finish within its time limit "
+                         "($KERNFORGE_SANITIZER_TIMEOUT_S, default 300 s)",
     "config:invalid": "invalid option, define, launch geometry or signature",
     "compile:failed": "the compiler rejected the variant",
     "launch:failed": "the launch failed",

@@ -8,6 +8,7 @@ docs/integrity.md for what it costs."""
 from __future__ import annotations
 
 from ..backends import SanitizerRun
+from ..backends.sanitize import TIMEOUT_ENV, timeout_s
 from ..core import Recording, Status
 from ..harness.integrity import IntegrityError
 from .prepare import Prepared, bind_args
@@ -42,6 +43,13 @@ def sanitizer_gate(recording: Recording, prepared: Prepared) -> str:
     if not runs:
         return f"skipped: the {prepared.backend.name} backend has no sanitizer"
     for r in runs:
+        if r.timed_out:
+            raise IntegrityError(f"{recording.name}: {r.tool} did not finish (one run of the "
+                                 f"candidate on the recorded state):\n{r.report}",
+                                 reason="sanitizer:timeout", status=Status.TIMEOUT,
+                                 hint=f"a kernel that never ends is rejected so; a slow tool "
+                                      f"on a large recorded state needs more time: set "
+                                      f"{TIMEOUT_ENV}=SECONDS (now {timeout_s():g})")
         if r.finding:
             reason, status = FINDINGS[r.tool]
             raise IntegrityError(f"{recording.name}: {r.tool} reports an error in the "
@@ -52,5 +60,6 @@ def sanitizer_gate(recording: Recording, prepared: Prepared) -> str:
 
 def _note(r: SanitizerRun) -> str:
     if not r.available:
-        return f"{r.tool}: unavailable, nothing checked ({r.report.splitlines()[0]})"
+        first = r.report.splitlines()[0] if r.report else "no report"
+        return f"{r.tool}: unavailable, nothing checked ({first})"
     return f"{r.tool}: clean ({r.seconds:.1f} s)"

@@ -15,6 +15,7 @@ backend, the equivalents where they apply). ``scripts/redteam.py`` prints the ta
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,28 +129,39 @@ def run_cheat(cheat: Cheat, recordings: dict[str, Recording], *, static: bool = 
     from ..replay.validate import validate
 
     rec = recordings[cheat.base]
+    t0 = time.perf_counter()
     v = validate(rec, cheat.variant(rec), integrity=Integrity(static=static, seed=seed),
                  case=f"{cheat.base}/{cheat.name}", **kw)
     return Outcome(cheat, v.status, v.reason, v.verdict, v.message,
-                   extra={"speedup": v.speedup})
+                   extra={"speedup": v.speedup, "sanitize": v.notes.get("sanitize"),
+                          "seconds": time.perf_counter() - t0})
+
+
+def reaches_sanitizer(cheat: Cheat, static: bool = True) -> bool:
+    """Whether validating ``cheat`` runs the sanitizer gate (every cheat the static checks do
+    not reject: the gate comes right after them), by its expected reason."""
+    return not (static and cheat.reason.startswith("static:"))
 
 
 def run_suite(cheats: Sequence[Cheat], bases: Sequence[Base], backend: str, *,
               dynamic: bool = False, root: Path | None = None, seed: int = 0,
-              only: Sequence[str] = ()) -> list[Outcome]:
+              only: Sequence[str] = (),
+              progress: Callable[[int, int, Outcome], None] | None = None) -> list[Outcome]:
     """Record the bases, validate every cheat; ``dynamic``: also with static checks off (for
-    the cheats that are safe to run in-process)."""
+    the cheats that are safe to run in-process). ``progress(i, n, row)`` after each cheat."""
+    chosen = [c for c in cheats if not only or c.name in only]
     with tempfile.TemporaryDirectory(prefix="kernforge-redteam-") as tmp:
         recs = record_bases(Path(root or tmp), bases, backend)
         rows = []
-        for cheat in cheats:
-            if only and cheat.name not in only:
-                continue
+        for i, cheat in enumerate(chosen, 1):
             row = run_cheat(cheat, recs, seed=seed)
             if dynamic and cheat.dynamic is not None:
                 d = run_cheat(cheat, recs, static=False, seed=seed)
                 row.dynamic = (d.status, d.reason)
+                row.extra["seconds"] += d.extra["seconds"]
             rows.append(row)
+            if progress is not None:
+                progress(i, len(chosen), row)
         return rows
 
 
