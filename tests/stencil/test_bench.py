@@ -239,8 +239,8 @@ def test_cli_list_and_bench_on_host_device(tmp_path, monkeypatch, capsys):
     assert "star_1/64x64x64/fp32" in out and "box_2/64x64x64/fp32" in out
     monkeypatch.setattr(measure_mod, "GpuDevice", HostDevice)
     j, png, md = tmp_path / "b.json", tmp_path / "b.png", tmp_path / "b.md"
-    rc = main(["stencil", "bench", "--stencils", "star_1,star_1_t4", "--shapes", "16x12x10",
-               "--precisions", "fp32", "--baselines", "naive", "--repeat", "2", "--json",
+    rc = main(["stencil", "bench", "--in-process", "--stencils", "star_1,star_1_t4",
+               "--shapes", "16x12x10", "--precisions", "fp32", "--baselines", "naive", "--repeat", "2", "--json",
                str(j), "--png", str(png), "--md", str(md)])
     assert rc == 0
     data = json.loads(j.read_text())
@@ -256,7 +256,8 @@ def test_a_bench_resumes_where_an_earlier_call_stopped(tmp_path, monkeypatch):
     with other settings or from a file that is not a bench's is refused."""
     monkeypatch.setattr(measure_mod, "GpuDevice", HostDevice)
     j = tmp_path / "b.json"
-    args = ["stencil", "bench", "--stencils", "star_1,varcoeff_star_1", "--shapes", "16x12x10",
+    args = ["stencil", "bench", "--in-process", "--stencils", "star_1,varcoeff_star_1",
+            "--shapes", "16x12x10",
             "--precisions", "fp32", "--baselines", "naive", "--repeat", "2", "--json", str(j)]
     assert main(args + ["--seed", "7"]) == 0
     whole = json.loads(j.read_text())
@@ -293,8 +294,8 @@ def test_cli_bench_dispatches_through_a_given_table(tmp_path, monkeypatch):
         "star_1/16x12x10/fp32": {"design": "naive", "params": {"block": [8, 4, 2]},
                                  "seconds": 1e-3}}})
     j = tmp_path / "b.json"
-    assert main(["stencil", "bench", "--stencils", "star_1", "--shapes", "16x12x10",
-                 "--precisions", "fp32", "--baselines", "", "--table", str(table),
+    assert main(["stencil", "bench", "--in-process", "--stencils", "star_1", "--shapes",
+                 "16x12x10", "--precisions", "fp32", "--baselines", "", "--table", str(table),
                  "--json", str(j)]) == 0
     ours = json.loads(j.read_text())["cells"][0]["runners"][0]
     assert ours["design"] == "naive" and "block=(8, 4, 2)" in ours["key"]
@@ -435,7 +436,8 @@ def test_cli_bench_takes_cell_ids_and_only_the_cells_a_forge_run_changed(tmp_pat
         **{i: entry for i in ids},
         ids[1]: {**entry, "params": {"block": [8, 4, 2]}}}})
     j = tmp_path / "b.json"
-    base = ["stencil", "bench", "--baselines", "", "--repeat", "2", "--json", str(j)]
+    base = ["stencil", "bench", "--in-process", "--baselines", "", "--repeat", "2", "--json",
+            str(j)]
     assert main(base + ["--cell-ids", ",".join(ids)]) == 0
     assert [c["cell"] for c in json.loads(j.read_text())["cells"]] == ids
     assert main(base + ["--cell-ids", ",".join(ids), "--table", str(after),

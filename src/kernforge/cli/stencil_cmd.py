@@ -32,11 +32,13 @@ from ..core import ConfigError
 from ..core.jsonio import write_bytes_atomic, write_json_atomic
 from ..forge import latest, report, spread
 from ..forge.bench import BASELINES, BenchConfig, bench, operator_for
+from ..forge.bench_isolated import IsolatedBench
 from ..forge.check import check_cells
 from ..forge.compile_check import compile_only
 from ..stencil.spec import Cell, matrix
 from . import stencil_forge_cmd, stencil_tools_cmd
 from .checks import writable_file
+from .isolation import add_isolation_args, isolation
 from .output import console, err_console
 from .progress import line_progress
 
@@ -118,6 +120,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--resume", action="store_true",
                    help="go on with the unfinished run in --json (same settings; its cells are "
                         "kept, its seed reused); starts afresh when that file does not exist")
+    add_isolation_args(b)
     b.set_defaults(func=run_bench)
     m = cmds.add_parser("merge", help="merge bench JSON files: the latest row per cell, summary, "
                                       "baseline drift")
@@ -260,11 +263,12 @@ def run_bench(args: argparse.Namespace) -> int:
                          passes=args.passes, points=args.points, seed=args.seed,
                          table=_table(args))
     earlier = _earlier(args)
-    with _progress(len(cells), "bench") as update:
+    with _progress(len(cells), "bench") as update, isolation(args) as iso:
         results = bench(cells, config, progress=update, resume=earlier,
                         log=lambda msg: err_console.print(escape(msg), soft_wrap=True),
                         on_cell=(lambda res: write_json_atomic(args.json, res))
-                        if args.json else None)
+                        if args.json else None,
+                        isolate=IsolatedBench(iso) if iso is not None else None)
     for table in report.rich_tables(results):
         console.print(table)
     if args.json:

@@ -23,6 +23,7 @@ from ..forge.parallel import forge_parallel
 from ..forge.run import BUILDS, forge_run
 from ..stencil.matrix import TABLE_PATH
 from ..stencil.spec import Cell
+from .isolation import add_isolation_args, isolation
 from .output import console
 
 
@@ -66,6 +67,12 @@ def add_parser(cmds: argparse._SubParsersAction, filters: Any, cells: Any) -> No
     f.add_argument("--gpus", type=int, default=1,
                    help="forge processes, one per visible GPU, over balanced shares of the "
                         "cells (default 1)")
+    f.add_argument("--resume", action="store_true",
+                   help="go on with the run journaled in --out (same options): finished "
+                        "evaluations are not run again, one that never finished (it killed "
+                        "its worker or the run) is quarantined as RUNTIME_FAILED; a fresh run "
+                        "when --out holds none")
+    add_isolation_args(f)
     f.set_defaults(func=run_forge, cells=cells)
     a = cmds.add_parser(
         "adopt", help="copy forge tables' changed operators into a dispatch table, where a "
@@ -154,19 +161,28 @@ def run_forge(args: argparse.Namespace) -> int:
         console.print(f"[dim]{time.time() - t0:7.1f}s[/] {escape(m)}")
 
     if args.gpus > 1:
+        extra = ["--resume"] * args.resume + ["--in-process"] * args.in_process
+        if args.eval_timeout is not None:
+            extra += ["--eval-timeout", str(args.eval_timeout)]
         summary = forge_parallel(cells, args.out, gpus=args.gpus, start_table=args.table,
                                  rounds=args.rounds, band=args.band, budget_s=args.budget,
                                  emulate=args.emulate, changes=changes,
                                  seed_design=args.seed_design, say=say, build=args.build,
-                                 seeds=seeds)
+                                 seeds=seeds, extra=extra)
         if summary["failed"]:
             console.print(f"[red]forge processes failed: {', '.join(summary['failed'])}[/] "
                           f"(their logs are above; their accepted cells are merged)")
     else:
-        summary = forge_run(cells, args.out, start_table=args.table, rounds=args.rounds,
-                            band=args.band, emulate=args.emulate, budget_s=args.budget,
-                            changes=changes, seed_design=args.seed_design, say=say,
-                            build=args.build, seeds=seeds)
+        with isolation(args) as iso:
+            summary = forge_run(cells, args.out, start_table=args.table, rounds=args.rounds,
+                                band=args.band, emulate=args.emulate, budget_s=args.budget,
+                                changes=changes, seed_design=args.seed_design, say=say,
+                                build=args.build, seeds=seeds, isolate=iso,
+                                resume=args.resume)
+        for q in summary.get("quarantined", []):
+            console.print(f"[yellow]quarantined:[/] {escape(q['cell'])} "
+                          f"{escape(' '.join(q['evaluation']))} (RUNTIME_FAILED: it killed its "
+                          f"worker or the run before; not run again)")
     table = Table(title=f"forge: {len(cells)} cells, {args.rounds} rounds "
                         f"({time.time() - t0:.0f} s)")
     for h in ("round", "change", "accepted", "rejected", "unchanged"):

@@ -87,3 +87,14 @@ class WrongResultError(KernforgeError):
 
     exit_code = 5
     status = Status.WRONG_RESULT
+
+
+class WorkerLost(Exception):
+    """A supervised worker process died (a signal, an exit) or was killed at its time limit
+    while it ran a candidate; ``status`` (RUNTIME_FAILED or TIMEOUT), ``message`` and ``cause``
+    say why. The supervisor's signal to its caller, which turns it into that candidate's
+    typed failure (it never reaches the user as such)."""
+
+    def __init__(self, status: Status, message: str, cause: str) -> None:
+        super().__init__(message)
+        self.status, self.message, self.cause = status, message, cause

@@ -199,18 +199,28 @@ def _kind(name: str) -> str:
     return {"ours": "ours", FUSED: "ours-fused"}.get(name, "baseline")
 
 
-def bench_cell(device: Device, cell: Cell, index: int, config: BenchConfig,
-               log: Log) -> dict[str, Any]:
+def bench_cell(device: Device, cell: Cell, index: int, config: BenchConfig, log: Log,
+               skip: dict[str, dict[str, Any]] | None = None,
+               on_stage: Log | None = None) -> dict[str, Any]:
+    """One cell's row; ``skip``: runners not run, with their entry (one that killed its worker,
+    :mod:`.bench_isolated`); ``on_stage``: told the runner about to be built or run."""
+    skip, stage = skip or {}, on_stage or (lambda _name: None)
     before = gpu_state()
     copy = device.copy_bandwidth(cell.shape.points * cell.precision.itemsize)
     dcell = device.allocate(cell, _seed(config, index, 0))
-    ours, info = _ours(device, cell, dcell, config.table)
+    stage("ours")
+    ours, info = (None, skip["ours"]) if "ours" in skip else \
+        _ours(device, cell, dcell, config.table)
     runners: list[tuple[str, Runner | None, dict[str, Any]]] = [("ours", ours, info)]
     if cell.stencil.temporal and info.get("design") != "temporal":
-        runners.append(_fused(device, cell, dcell))  # temporal blocking, reported beside
+        stage(FUSED)
+        runners.append((FUSED, None, skip[FUSED]) if FUSED in skip
+                       else _fused(device, cell, dcell))  # temporal blocking, beside
     for name in config.baselines:
         try:
-            runners.append((name, baseline_runner(name, cell, dcell, device), {}))
+            stage(name)
+            runners.append((name, None, skip[name]) if name in skip
+                           else (name, baseline_runner(name, cell, dcell, device), {}))
         except Exception as exc:  # noqa: BLE001 - missing library, unsupported case: skipped
             reason = f"{type(exc).__name__}: {getattr(exc, 'message', exc)}"
             log(f"{cell.id}: baseline {name} skipped: {reason}")
@@ -225,7 +235,8 @@ def bench_cell(device: Device, cell: Cell, index: int, config: BenchConfig,
         loaded = getattr(getattr(runner, "loaded", None), "info", None)
         if isinstance(loaded, dict):  # our kernels and naive: registers, spills per entry
             entry["built"] = {"kernels": loaded}
-        if runner is not None:
+        if runner is not None and name not in skip:
+            stage(name)
             entry.update(_run_one(device, cell, dcell, runner, _seed(config, index, i),
                                   config, copy.bytes_per_s), name=name)
         if entry.get("status") not in ("ok", "skipped"):
@@ -242,6 +253,7 @@ def bench_cell(device: Device, cell: Cell, index: int, config: BenchConfig,
         for r in results:
             if r.get("status") == "ok":
                 r["pct_peak_flops"] = 100.0 * cell.flops / r["time_s"] / roof["peak"]
+    stage("compare")
     row.update(_speedup(device, runners, results, config, index))
     del runners  # the baselines' memory back before the paired copy allocates its own
     if ours is not None and results[0].get("status") == "ok":
@@ -340,8 +352,9 @@ def bench(cells: Sequence[Cell], config: BenchConfig | None = None, *,
           device: Device | None = None, log: Log | None = None,
           progress: Progress | None = None,
           on_cell: Callable[[dict[str, Any]], object] | None = None,
-          resume: dict[str, Any] | None = None) -> dict[str, Any]:
+          resume: dict[str, Any] | None = None, isolate: Any = None) -> dict[str, Any]:
     """Run the bench over ``cells`` (see the module docstring); returns the results JSON.
+    ``isolate``: cells benched in workers instead (:class:`.bench_isolated.IsolatedBench`).
 
     ``on_cell`` receives the results so far after every cell (a caller writes them, so a run
     stopped by a time limit keeps every finished cell). ``resume``: the results of an earlier,
@@ -349,12 +362,13 @@ def bench(cells: Sequence[Cell], config: BenchConfig | None = None, *,
     not run again, and its seed is reused, so every cell gets the inputs it would have had in
     one uninterrupted run."""
     config = config or BenchConfig()
-    if device is None:
+    if device is None and isolate is None:
         from .measure import GpuDevice
         device = GpuDevice()
+    ident = isolate.identity() if isolate is not None else device.identity()  # type: ignore[union-attr]
     done: dict[str, dict[str, Any]] = {}
     if resume is not None:  # before a seed is drawn: the earlier run's is reused
-        seed = resumable_seed(resume, asdict(config), SCHEMA, device.identity())
+        seed = resumable_seed(resume, asdict(config), SCHEMA, ident)
         config = replace(config, seed=seed)
         done = {r["cell"]: r for r in resume["cells"]}
     config = _resolved(config)
@@ -365,7 +379,7 @@ def bench(cells: Sequence[Cell], config: BenchConfig | None = None, *,
     def results() -> dict[str, Any]:
         out = {"schema": SCHEMA,
                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-               "seconds": time.time() - started, "device": device.identity(),
+               "seconds": time.time() - started, "device": ident,
                "config": asdict(config), "cells": rows, "summary": summary(rows)}
         return out if resume is None else {**out, **resumed_fields(resume, out)}
 
@@ -376,7 +390,8 @@ def bench(cells: Sequence[Cell], config: BenchConfig | None = None, *,
             rows.append(done[cell.id])
             continue
         t0 = time.time()
-        rows.append(bench_cell(device, cell, i, config, log))
+        rows.append(isolate.cell(cell, i, config, log) if isolate is not None
+                    else bench_cell(device, cell, i, config, log))  # type: ignore[arg-type]
         rows[-1]["bench_seconds"] = round(time.time() - t0, 2)
         if on_cell:
             on_cell(results())

@@ -22,12 +22,13 @@ import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..core import CompileError, LaunchError, Measurement, Status
+from ..core import Measurement, Status
 from ..stencil import matrix as mx
 from ..stencil.operator import Operator
 from ..stencil.spec import Cell
 from ..tune.space import SearchSpace
 from .ideas import describe
+from .isolated import RUN_ERRORS, describe_failure
 
 if TYPE_CHECKING:
     from .compile import Built
@@ -197,10 +198,10 @@ class _Search:
                 if key not in self.screened and key not in self.failed:
                     try:
                         self.screened[key] = (session.screen(b), b)
-                    except (LaunchError, CompileError) as exc:
-                        self.failed[key] = (Status.LAUNCH_FAILED, str(exc))
+                    except RUN_ERRORS as exc:
+                        self.failed[key] = (exc.status or Status.LAUNCH_FAILED, str(exc))
                         forge._log({**base, "to": key, "verdict": "rejected",
-                                    "reason": f"{type(exc).__name__}: {exc}"})
+                                    "reason": describe_failure(exc)})
                 self.study.tell(trial, self.result(key))
 
 

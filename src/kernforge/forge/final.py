@@ -7,8 +7,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from ..core import BackendUnavailableError, CompileError, LaunchError
+from ..core import BackendUnavailableError, CompileError
 from ..stencil import matrix as mx
+from .isolated import RUN_ERRORS
 
 if TYPE_CHECKING:
     from .loop import Forge
@@ -53,7 +54,7 @@ def regressions(forge: Forge) -> list[dict[str, Any]]:
             try:
                 now = session.screen(final)
                 good, err, detail = session.check(final)
-            except (LaunchError, CompileError) as exc:
+            except RUN_ERRORS as exc:
                 now, good, err, detail = float("inf"), False, float("nan"), str(exc)
             if start is not None and math.isfinite(now):  # the final one built and ran
                 try:
@@ -65,7 +66,7 @@ def regressions(forge: Forge) -> list[dict[str, Any]]:
                     if forge.originals.get(cell.id) is None:
                         ok_s, err_s, _ = session.check(start)  # it may become the entry
                         rec.update(start_ok=ok_s, start_error=err_s)
-                except (LaunchError, CompileError) as exc:
+                except RUN_ERRORS as exc:
                     rec.update(start=start.op.key, start_failed=str(exc)[-300:])
         rec.setdefault("now_s", now)
         rec.update(ratio=rec["now_s"] / prior, oracle_ok=good, error=err, detail=detail,

@@ -32,14 +32,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..core import CompileError, ConfigError, LaunchError
 from ..core.jsonio import write_json_atomic
 from ..stencil import matrix as mx
 from ..stencil.operator import Operator
 from ..stencil.spec import Cell
 from .compile import Built
-from .ideas import describe, is_tpe, known, names
+from .ideas import describe, is_tpe
+from .isolated import RUN_ERRORS, describe_failure
 from .pairs import PAIR_LIMIT, pair_candidates
+from .plan import check_plan, parse_seeds, round_plan  # noqa: F401 - their home was here
 
 
 class Session(Protocol):
@@ -122,54 +123,6 @@ def _candidates(cell: Cell, inc: Incumbent, change: str) -> list[Operator]:
             keys.add(op.key)
             ops.append(op)
     return ops
-
-
-def round_plan(rounds: int, changes: Sequence[str] | None = None) -> list[str]:
-    """The changes of rounds 1..N: the design first, then parameters in a fixed order; or
-    ``changes`` as given (one round each; every name must be a known change)."""
-    if changes:
-        unknown = [c for c in changes if not known(c)]
-        if unknown:
-            raise ConfigError(f"unknown forge change(s): {', '.join(unknown)}",
-                              hint=f"choose from {names()}")
-        return list(changes)
-    # the likeliest wins first (the H200's first run: parallelism and bytes in flight)
-    order = ["design", "pf", "lz", "vx", "ry", "h2", "cx", "ty", "tx", "cy", "fs", "smem",
-             "minb", "pipe", "block", "st", "xs", "pn", "cw", "lz", "pf"]
-    return order[:rounds]
-
-
-def check_plan(rounds: int, changes: Sequence[str] | None, seed_design: str | None,
-               seeds: dict[str, str] | None = None, cells: Sequence[Cell] = ()) -> None:
-    """A typed error for a run's plan before any work (an output directory, a process)."""
-    round_plan(rounds, changes)
-    if seed_design is not None and seed_design not in mx.DESIGNS:
-        raise ConfigError(f"unknown stencil design {seed_design!r}",
-                          hint=f"one of {', '.join(mx.DESIGNS)}")
-    by_id = {c.id: c for c in cells}
-    for cid, key in (seeds or {}).items():
-        if cid not in by_id:
-            raise ConfigError(f"a seed operator for {cid}, which this run does not forge",
-                              hint="add the cell to --cell-ids (or the filters), or drop its "
-                                   "--seed-operator")
-        mx.from_key(by_id[cid], key)  # a ConfigError unless it builds with exactly that key
-
-
-def parse_seeds(specs: Sequence[str]) -> dict[str, str]:
-    """``CELL=KEY`` items (``--seed-operator``) as {cell id: operator key}."""
-    seeds: dict[str, str] = {}
-    for spec in specs:
-        cid, sep, key = spec.partition("=")
-        if not sep or "[" not in key:
-            raise ConfigError(f"--seed-operator {spec!r}: not CELL=KEY",
-                              hint="e.g. star_2/1024x1024x32/fp32=planesweep[ca=1,lz=28,...] "
-                                   "with the key as the forge or the bench printed it")
-        cell_id = Cell.parse(cid.strip()).id  # as --cell-ids spells it (a typed error if bad)
-        if cell_id in seeds:
-            raise ConfigError(f"--seed-operator: two seeds for {cell_id}",
-                              hint="one --seed-operator per cell")
-        seeds[cell_id] = key.strip()
-    return seeds
 
 
 @dataclass
@@ -335,6 +288,15 @@ class Forge:
             counts[verdict] += 1
         return counts
 
+    def _try(self, rec: dict[str, Any], what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, or None after logging ``rec`` rejected: a typed failure of the
+        candidate (compile, launch, a fault, or a crash or hang in its worker)."""
+        try:
+            return fn(*args)
+        except RUN_ERRORS as exc:
+            self._log({**rec, "verdict": "rejected", "reason": what + describe_failure(exc)})
+            return None
+
     def _gate(self, cell: Cell, rnd: int, change: str, inc: Built, cands: list[Built]) -> str:
         base = {"round": rnd, "change": change, "idea": describe(change),
                 "cell": cell.id, "from": inc.op.key, "date": _now(), "device": self.device}
@@ -345,13 +307,12 @@ class Forge:
         if not ok:
             return "rejected"
         with self.sessions(cell) as session:
-            try:
-                t_inc = session.screen(inc)
-            except (LaunchError, CompileError) as exc:
-                self._log({**base, "verdict": "rejected", "reason": f"incumbent: {exc}"})
+            t_inc = self._try(base, "incumbent: ", session.screen, inc)
+            if t_inc is None:
                 return "rejected"
             if self.incumbents[cell.id].seconds is None:
-                good, err, detail = session.check(inc)
+                good, err, detail = self._try(base, "incumbent: ", session.check, inc) \
+                    or (False, float("nan"), "it failed to run")
                 if not good:
                     self._log({**base, "verdict": "incumbent wrong", "error": err,
                                "reason": detail})
@@ -359,22 +320,27 @@ class Forge:
                 self._save(cell, inc.op, t_inc, err, 0)
                 self.incumbents[cell.id].seconds = t_inc
             timed = []
-            for i, c in enumerate(ok):  # a variant that cannot launch is rejected, not fatal
-                try:
-                    timed.append((session.screen(c), i, c))
-                except (LaunchError, CompileError) as exc:
-                    self._log({**base, "to": c.op.key, "verdict": "rejected",
-                               "reason": f"{type(exc).__name__}: {exc}"})
+            for i, c in enumerate(ok):  # a variant that cannot run is rejected, not fatal
+                t = self._try({**base, "to": c.op.key}, "", session.screen, c)
+                if t is not None:
+                    timed.append((t, i, c))
             timed.sort(key=lambda t: (t[0], t[1]))
             for t_c, _, cand in timed[:2]:  # the fastest; the runner-up if the fastest is wrong
                 if t_c >= t_inc * (1.0 - self.band / 2):
                     break
-                good, err, detail = session.check(cand)
+                checked = self._try({**base, "to": cand.op.key}, "", session.check, cand)
+                if checked is None:
+                    continue
+                good, err, detail = checked
                 if not good:
                     self._log({**base, "to": cand.op.key, "verdict": "rejected",
                                "reason": f"oracle: {detail}", "error": err})
                     continue
-                speedup, lo, hi, t_a, t_b = session.compare(inc, cand)
+                compared = self._try({**base, "to": cand.op.key}, "", session.compare, inc,
+                                     cand)
+                if compared is None:
+                    return "rejected"
+                speedup, lo, hi, t_a, t_b = compared
                 rec = {**base, "to": cand.op.key, "speedup": speedup, "ci": [lo, hi],
                        "seconds_from": t_a, "seconds_to": t_b, "error": err}
                 if speedup >= 1.0 + self.band and lo > 1.0:

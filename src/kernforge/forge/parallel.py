@@ -68,8 +68,11 @@ def forge_parallel(cells: list[Cell], out: Path, *, gpus: int, start_table: Path
                    emulate: bool = False, devices: list[str] | None = None,
                    changes: Sequence[str] | None = None, seed_design: str | None = None,
                    say: Callable[[str], None] = print, build: str = "nvrtc",
-                   seeds: dict[str, str] | None = None) -> dict[str, Any]:
-    """Forge ``cells`` over ``gpus`` processes (one GPU each) and merge their outputs."""
+                   seeds: dict[str, str] | None = None,
+                   extra: Sequence[str] = ()) -> dict[str, Any]:
+    """Forge ``cells`` over ``gpus`` processes (one GPU each) and merge their outputs;
+    ``extra``: more ``kernforge stencil forge`` options for each (``--resume``,
+    ``--in-process``, ``--eval-timeout S``)."""
     check_plan(rounds, changes, seed_design, seeds, cells)  # before any process starts
     check_build(build)
     devices = devices if devices is not None else visible_gpus()
@@ -93,6 +96,7 @@ def forge_parallel(cells: list[Cell], out: Path, *, gpus: int, start_table: Path
             cmd += ["--changes", ",".join(changes)]
         if seed_design:
             cmd += ["--seed-design", seed_design]
+        cmd += list(extra)
         for cid in dict.fromkeys(c.id for c in group):  # each process: its own cells' seeds
             if cid in (seeds or {}):
                 cmd += ["--seed-operator", f"{cid}={(seeds or {})[cid]}"]

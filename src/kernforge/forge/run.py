@@ -23,6 +23,8 @@ from ..stencil.spec import Cell
 from .compile import compile_all
 from .final import regressions
 from .ideas import describe
+from .isolated import IsolatedSessions, Supervisor
+from .journal import Journal, journaled
 from .loop import Compiler, Forge, SessionFactory, check_plan, round_plan
 
 EMULATE_MAX_POINTS = 1 << 16  # the emulator runs a host thread per CUDA thread
@@ -45,10 +47,19 @@ def forge_run(cells: list[Cell], out: Path, *, start_table: Path | None, rounds:
               band: float = 0.02, emulate: bool = False, cache: Path | None = None,
               budget_s: float | None = None, changes: Sequence[str] | None = None,
               seed_design: str | None = None, say: Callable[[str], None] = print,
-              build: str = "nvrtc", seeds: dict[str, str] | None = None) -> dict[str, Any]:
+              build: str = "nvrtc", seeds: dict[str, str] | None = None,
+              isolate: Supervisor | None = None, resume: bool = False,
+              compiler: Compiler | None = None) -> dict[str, Any]:
     """A whole forge run into ``out`` (matrix.json, perf-log.jsonl, ideas.md,
-    forge-summary.json), starting from ``start_table`` (the prior best) when it exists: on the
-    GPU, or with ``emulate`` on the host emulator (small grids; timings meaningless).
+    forge-summary.json, evaluations.jsonl), starting from ``start_table`` (the prior best) when
+    it exists: on the GPU, or with ``emulate`` on the host emulator (small grids; timings
+    meaningless).
+
+    ``isolate``: the supervisor whose workers run every candidate (:mod:`.isolated`; None: in
+    this process, for debugging). ``resume``: go on with the run journaled in ``out``
+    (:mod:`.journal`: finished evaluations replayed, one that never finished quarantined); a
+    fresh run when there is none. ``compiler``: the caller's own build of the rounds'
+    candidates instead of ``build``'s (tests inject faulty operators through it).
 
     ``build``: "nvrtc" (default) builds candidates as dispatch does (:mod:`.nvrtc`, on the
     GPU machine), so the rounds time the deployed code; "nvcc" compiles cubins with nvcc
@@ -67,37 +78,90 @@ def forge_run(cells: list[Cell], out: Path, *, start_table: Path | None, rounds:
                           hint="pass small --shapes with --emulate, e.g. 40x20x16")
     out.mkdir(parents=True, exist_ok=True)
     table = out / "matrix.json"
-    if start_table is not None and start_table.exists() \
-            and start_table.resolve() != table.resolve():
-        shutil.copy(start_table, table)
+    plan = {"cells": [c.id for c in cells], "rounds": round_plan(rounds, changes),
+            "band": band, "seed_design": seed_design, "seeds": dict(seeds or {}),
+            "build": build, "emulate": emulate}
+    journal = Journal(out / "evaluations.jsonl", plan, resume)
+    if journal.resumed:
+        say(f"resuming the run in {out}: {len(journal.past)} journaled evaluations replayed")
+        _restart(out, journal.header)
+    else:
+        if start_table is not None and start_table.exists() \
+                and start_table.resolve() != table.resolve():
+            shutil.copy(start_table, table)
+        _snapshot(out, journal)
     if emulate:
         from .sessions import emulated_compiler, emulated_sessions
 
         sessions: SessionFactory = emulated_sessions
         final: Compiler | None = None  # one build on the host: the rounds' is deployed
-        compiler: Compiler = emulated_compiler
+        rounds_compiler: Compiler = emulated_compiler
         device = "host emulator"
+        if isolate is not None:
+            sessions = IsolatedSessions(isolate, "emulated")
     else:
-        from .measure import GpuDevice
         from .sessions import gpu_sessions
 
-        gpu = GpuDevice()
-        ident = gpu.identity()
+        if isolate is not None:  # this process needs no device context of its own
+            sessions = IsolatedSessions(isolate, "gpu")
+            ident = sessions.identity()
+        else:
+            from .measure import GpuDevice
+
+            gpu = GpuDevice()
+            ident = gpu.identity()
+            sessions = functools.partial(gpu_sessions, gpu)
         device = str(ident.get("device", ident.get("name", "cuda")))
-        sessions = functools.partial(gpu_sessions, gpu)
         from .nvrtc import build_deployed
 
         if build == "nvrtc":  # the rounds time the deployed build: the final pass too
-            final, compiler = None, build_deployed
+            final, rounds_compiler = None, build_deployed
         else:  # nvcc cubins in the rounds; the final pass times the deployed (NVRTC) build
-            final, compiler = build_deployed, default_compiler(cache or cache_path("cubins"))
-    summary = forge_matrix(cells, sessions=sessions, final_compiler=final, compiler=compiler,
+            final = build_deployed
+            rounds_compiler = default_compiler(cache or cache_path("cubins"))
+    summary = forge_matrix(cells, sessions=sessions, final_compiler=final,
+                           compiler=compiler or rounds_compiler,
                            table_path=table,
                            perf_log=out / "perf-log.jsonl", idea_log=out / "ideas.md",
                            rounds=rounds, band=band, device=device, budget_s=budget_s,
-                           changes=changes, seed_design=seed_design, say=say, seeds=seeds)
+                           changes=changes, seed_design=seed_design, say=say, seeds=seeds,
+                           journal=journal)
     write_json_atomic(out / "forge-summary.json", summary)
     return summary
+
+
+_LOGS = ("perf-log.jsonl", "ideas.md")
+
+
+def _snapshot(out: Path, journal: Journal) -> None:
+    """A fresh run's start (its table, its logs' sizes), for a later ``--resume``."""
+    import shutil
+
+    start = out / "start-matrix.json"
+    if (out / "matrix.json").exists():
+        shutil.copy(out / "matrix.json", start)
+    else:
+        start.unlink(missing_ok=True)
+    sizes = {name: (out / name).stat().st_size if (out / name).exists() else 0
+             for name in _LOGS}
+    journal.write_header(logs=sizes)
+
+
+def _restart(out: Path, header: dict[str, Any]) -> None:
+    """The run's directory as the journaled run started: its start table back, the lines its
+    logs got since cut (the replay writes them again)."""
+    import shutil
+
+    start = out / "start-matrix.json"
+    if start.exists():
+        shutil.copy(start, out / "matrix.json")
+    else:
+        (out / "matrix.json").unlink(missing_ok=True)
+    for name, size in (header.get("logs") or {}).items():
+        path = out / name
+        if path.exists() and path.stat().st_size > size:
+            with open(path, "r+b") as fh:
+                fh.truncate(size)
 
 
 def forge_matrix(cells: list[Cell], *, sessions: SessionFactory, compiler: Compiler,
@@ -107,15 +171,20 @@ def forge_matrix(cells: list[Cell], *, sessions: SessionFactory, compiler: Compi
                  clock: Callable[[], float] = time.monotonic,
                  say: Callable[[str], None] = print,
                  final_compiler: Compiler | None = None,
-                 seeds: dict[str, str] | None = None) -> dict[str, Any]:
+                 seeds: dict[str, str] | None = None,
+                 journal: Journal | None = None) -> dict[str, Any]:
     """Forge ``rounds`` rounds over ``cells``; returns a summary (also appended to the idea log).
 
     With ``budget_s``, a round starts only when, judged by the rounds so far, it and the final
     zero-regression pass still end inside the budget (so a time-boxed run always ends with the
     pass and its logs instead of being killed mid-round). ``final_compiler``: the final pass's
-    builds when the rounds do not measure the deployed build (:class:`Forge`).
+    builds when the rounds do not measure the deployed build (:class:`Forge`). ``journal``:
+    every evaluation journaled (and a resumed run's replayed, :mod:`.journal`); ``sessions``
+    must then take ``seed=`` as the built-in factories do.
     """
     check_plan(rounds, changes, seed_design, seeds, cells)
+    if journal is not None:
+        sessions = journaled(journal, sessions)
     forge = Forge(cells, table_path, perf_log, compiler, sessions, band=band, device=device,
                   say=say, seed_design=seed_design, seeds=dict(seeds or {}), clock=clock,
                   final_compiler=final_compiler)
@@ -150,10 +219,15 @@ def forge_matrix(cells: list[Cell], *, sessions: SessionFactory, compiler: Compi
         say(f"{cid}: the seeded {forge.seeds.get(cid, forge.seed_design)} was never measured "
             f"(no round had a candidate for it); its table entry is unchanged")
     bad = [r for r in final if r["regressed"]]
+    quarantined = journal.quarantined if journal is not None else []
+    for q in quarantined:
+        say(f"{q['cell']}: {' '.join(q['evaluation'])} never finished in the run being resumed: "
+            f"quarantined (RUNTIME_FAILED), not run again")
     _append_ideas(idea_log, outcome, final, device, len(cells), stopped)
     return {"rounds": [{"round": r, "change": c, **k} for r, c, k in outcome],
             "seconds": [round(t, 1) for t in took], "stopped": stopped,
-            "final": final, "regressed": [r["cell"] for r in bad]}
+            "final": final, "regressed": [r["cell"] for r in bad],
+            "quarantined": quarantined}
 
 
 def _append_ideas(path: Path, outcome: list[tuple[int, str, dict[str, int]]],

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..core import CompileError, LaunchError
+from ..core import CompileError, KernelRuntimeError, KernforgeError, LaunchError
 from ..harness.compare import interleave
 from ..harness.stats import median
 from ..stencil import emulate, oracle
@@ -52,11 +52,31 @@ def load_cubin(built: Built) -> LoadedOperator:
     return LoadedOperator(built.op, fns, info)
 
 
+def _seed(seed: int | None) -> int:
+    """``seed``, or the run's next one (a caller that replays or isolates sessions draws them
+    itself, in the same order, so that every check gets the inputs of an in-process run)."""
+    return next(_SEEDS) if seed is None else seed
+
+
+@contextlib.contextmanager
+def _typed(what: str) -> Iterator[None]:
+    """A CUDA error that is not yet a typed one (a fault seen at a synchronize) as the
+    candidate's :class:`KernelRuntimeError`."""
+    try:
+        yield
+    except KernforgeError:
+        raise
+    except Exception as exc:  # CUDADriverError, CUDARuntimeError, ...
+        raise KernelRuntimeError(f"{what} failed on the device: {exc}",
+                                 hint="the CUDA context is unusable after this; run it under "
+                                      "compute-sanitizer to see where it fails") from exc
+
+
 class GpuSession:
     def __init__(self, device: GpuDevice, cell: Cell, *, screen_repeat: int = 5,
-                 passes: int = 5) -> None:
+                 passes: int = 5, seed: int | None = None) -> None:
         self.device = device
-        self.dcell = DeviceCell.allocate(cell, next(_SEEDS), xp=device.cp)
+        self.dcell = DeviceCell.allocate(cell, _seed(seed), xp=device.cp)
         self.screen_repeat = screen_repeat
         self.passes = passes
         self._runners: dict[str, OperatorRunner] = {}
@@ -71,19 +91,22 @@ class GpuSession:
         return self._runners[built.op.key]
 
     def screen(self, built: Built) -> float:
-        return median(self.device.measure(self._runner(built), warmup=2,
-                                          repeat=self.screen_repeat))
+        with _typed(built.op.key):
+            return median(self.device.measure(self._runner(built), warmup=2,
+                                              repeat=self.screen_repeat))
 
     def compare(self, a: Built, b: Built) -> tuple[float, float, float, float, float]:
-        r = self.device.compare(self._runner(a), self._runner(b), passes=self.passes)
+        with _typed(f"{a.op.key} against {b.op.key}"):
+            r = self.device.compare(self._runner(a), self._runner(b), passes=self.passes)
         return r.speedup, r.ci_low, r.ci_high, r.median_a, r.median_b
 
-    def check(self, built: Built) -> tuple[bool, float, str]:
-        runner = self._runner(built)
-        self.dcell.refresh(next(_SEEDS))
-        runner.run()
-        self.device.synchronize()
-        res = self.dcell.check(runner.output())
+    def check(self, built: Built, seed: int | None = None) -> tuple[bool, float, str]:
+        with _typed(built.op.key):
+            runner = self._runner(built)
+            self.dcell.refresh(_seed(seed))
+            runner.run()
+            self.device.synchronize()
+            res = self.dcell.check(runner.output())
         return bool(res.ok), float(res.error), str(res.detail)
 
 
@@ -102,12 +125,12 @@ class EmulatedSession:
     """The loop's plumbing on a machine without a GPU: real kernels (emulated), real oracle,
     wall-clock timings of the emulator (meaningless as performance)."""
 
-    def __init__(self, cell: Cell) -> None:
+    def __init__(self, cell: Cell, seed: int | None = None) -> None:
         import numpy as np
 
         self.cell = cell
         self.np = np
-        self.dcell = DeviceCell.allocate(cell, next(_SEEDS), xp=np, tmp=True)
+        self.dcell = DeviceCell.allocate(cell, _seed(seed), xp=np, tmp=True)
 
     def _apply(self, built: Built) -> float:
         arrays = {role: a for role, a in self.dcell.fields.items()}
@@ -122,8 +145,8 @@ class EmulatedSession:
         r = interleave(lambda: self._apply(a), lambda: self._apply(b), passes=2, per_pass=1)
         return r.speedup, r.ci_low, r.ci_high, r.median_a, r.median_b
 
-    def check(self, built: Built) -> tuple[bool, float, str]:
-        self.dcell.refresh(next(_SEEDS))
+    def check(self, built: Built, seed: int | None = None) -> tuple[bool, float, str]:
+        self.dcell.refresh(_seed(seed))
         self._apply(built)
         res = oracle.check(self.cell, self.dcell.fields, self.dcell.fields["out"],
                            seed=self.dcell.seed)
@@ -131,8 +154,8 @@ class EmulatedSession:
 
 
 @contextlib.contextmanager
-def emulated_sessions(cell: Cell) -> Iterator[EmulatedSession]:
-    yield EmulatedSession(cell)
+def emulated_sessions(cell: Cell, seed: int | None = None) -> Iterator[EmulatedSession]:
+    yield EmulatedSession(cell, seed)
 
 
 def emulated_compiler(ops: Any) -> list[Built]:

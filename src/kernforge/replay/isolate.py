@@ -15,7 +15,8 @@ request makes, and at least ``min_timeout_s``; before any OK evaluation of a rec
 
 Use ``with Isolation() as iso: evaluate_variant(rec, v, isolate=iso)`` (also ``replay``,
 ``validate``, ``tune_recording`` and the evolve evaluator take ``isolate=``); the CLI commands
-use it unless given ``--in-process``.
+use it unless given ``--in-process``. The stencil forge and bench reuse the pool through
+:meth:`Isolation.call` (``kernforge.forge.isolated``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import KernforgeError, Measurement, Recording, Status, Variant
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, WorkerLost
 
 HINT = ("the worker was replaced and the run went on; run the candidate with --in-process "
         "under a debugger (gdb, compute-sanitizer) to see where it fails")
@@ -55,14 +56,6 @@ class Limits:
         if baseline_s is None:
             return self.first_timeout_s
         return max(self.min_timeout_s, self.timeout_factor * baseline_s * max(1, runs))
-
-
-class WorkerLost(Exception):
-    """The worker died or was killed; ``status`` and ``message`` say why (internal)."""
-
-    def __init__(self, status: Status, message: str, cause: str) -> None:
-        super().__init__(message)
-        self.status, self.message, self.cause = status, message, cause
 
 
 def _signal_name(code: int) -> tuple[str, str]:
@@ -119,7 +112,10 @@ class _Worker:
                 stage, deadline = reply[1], time.monotonic() + run_limit
                 continue
             if reply[0] == "raise":
-                raise _rebuild(reply[1])
+                err = _rebuild(reply[1])
+                if reply[2]:  # the worker ends itself: its device context is unusable
+                    self.close()
+                raise err
             return reply[1], bool(reply[2])
 
     def _lost(self, stage: str) -> WorkerLost:
@@ -252,6 +248,12 @@ class Isolation:
             w = None
             with self._lock:
                 self.replaced += 1
+            raise
+        except KernforgeError:
+            if w is not None and not w.alive():  # it ended itself after a sticky fault
+                w = None
+                with self._lock:
+                    self.replaced += 1
             raise
         finally:
             self._idle.put(w)

@@ -148,8 +148,10 @@ def main(conn: Any, crash_file: str) -> None:
                 value, recycle = _KINDS[kind](conn, *args)
                 conn.send(("ok", value, recycle))
             except BaseException as exc:  # noqa: BLE001 - every error goes back as data
-                conn.send(("raise", _error(exc), False))
-                recycle = False
+                # a called function marks an error that left this process unusable (a sticky
+                # CUDA fault): answered, then this worker ends, as after a failed evaluation
+                recycle = bool(getattr(exc, "recycle", False))
+                conn.send(("raise", _error(exc), recycle))
             if recycle:
                 break
         faulthandler.disable()

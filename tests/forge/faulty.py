@@ -1,0 +1,73 @@
+"""Faulty stencil candidates for the supervised-forge tests: a compiler that builds some of a
+round's operators with a fault injected at the top of their first kernel (thread 0 of block
+0): a segmentation fault, an abort, a spin that never ends, or a slow spin then a segfault."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from kernforge.forge.compile import Built
+from kernforge.forge.sessions import emulated_compiler
+from kernforge.stencil.operator import Operator
+from kernforge.stencil.spec import STENCILS, Cell, Precision, Shape
+
+CELL = Cell(STENCILS["star_1"], Shape(32, 12, 10), Precision.FP32)
+# the design round's candidates for CELL from naive: zmarch, ztile, planesweep
+FAULTS = {
+    "segv": "*(volatile int*)0 = 1;",
+    "abort": "__builtin_abort();",
+    "hang": "volatile int kf_spin = 1; while (kf_spin) {}",
+    "slow-segv": "for (volatile long kf_i = 0; kf_i < 3000000000L; kf_i = kf_i + 1) {} "
+                 "*(volatile int*)0 = 1;",
+    # on the GPU: a read far out of bounds (an illegal address), a trap
+    "oob": "volatile float kf_x = *(volatile float*)0x7f0000000000ULL; (void)kf_x;",
+    "trap": "__trap();",
+}
+_FIRST = ("if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0 && blockIdx.x == 0 "
+          "&& blockIdx.y == 0 && blockIdx.z == 0) { %s }")
+
+
+def inject(op: Operator, fault: str) -> Operator:
+    """``op`` with ``FAULTS[fault]`` at the top of its first kernel's body."""
+    m = re.search(r"__global__[^{]*\{", op.source)
+    assert m is not None, op.key
+    code = f"\n/* injected fault: {fault} */ " + _FIRST % FAULTS[fault] + "\n"
+    return replace(op, source=op.source[:m.end()] + code + op.source[m.end():])
+
+
+def faulty_compiler(faults: dict[str, str], base: Callable[..., list[Built]] = emulated_compiler
+                    ) -> Callable[[Sequence[Operator]], list[Built]]:
+    """``base`` (the host emulator's build), with ``faults`` ({design: fault}, or
+    {"CELL|design": fault} for one cell) injected into every operator of those designs."""
+
+    def fault(op: Operator) -> str | None:
+        return faults.get(f"{op.cell_id}|{op.design}", faults.get(op.design))
+
+    def build(ops: Sequence[Operator]) -> list[Built]:
+        return base([inject(op, f) if (f := fault(op)) else op for op in ops])
+
+    return build
+
+
+def run(out: Path, faults: dict[str, str], *, resume: bool = False, timeout_s: float = 3.0,
+        in_process: bool = False) -> dict[str, Any]:
+    """One design round over CELL on the host emulator into ``out``, supervised."""
+    from kernforge.forge.run import forge_run
+    from kernforge.replay.isolate import Isolation, Limits
+
+    kw: dict[str, Any] = {"start_table": None, "rounds": 1, "emulate": True, "resume": resume,
+                          "compiler": faulty_compiler(faults), "say": lambda m: None}
+    if in_process:
+        return forge_run([CELL], out, **kw)
+    with Isolation(limits=Limits(min_timeout_s=timeout_s, timeout_factor=10,
+                                 first_timeout_s=60)) as iso:
+        return forge_run([CELL], out, isolate=iso, **kw)
+
+
+if __name__ == "__main__":  # python tests/forge/faulty.py OUT DESIGN=FAULT ...
+    run(Path(sys.argv[1]), dict(a.split("=", 1) for a in sys.argv[2:]))
