@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import KernforgeError
+from ..core.errors import exit_cause
 from ..deploy import native as nd
 from ..deploy.gate import NOISE_BAND, refusal
 from ..record.native_format import read_native
@@ -61,15 +61,6 @@ class OperatorMatch:
     note: str
 
 
-def _cause(rc: int) -> str:
-    if rc < 0:
-        try:
-            return f"killed by {signal.Signals(-rc).name}"
-        except ValueError:
-            return f"killed by signal {-rc}"
-    return f"exited with status {rc}"
-
-
 def _child(unit: Path, out_dir: Path, repeat: int, passes: int, timeout_s: float
            ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="kf-opmatch-") as tmp:
@@ -86,7 +77,7 @@ def _child(unit: Path, out_dir: Path, repeat: int, passes: int, timeout_s: float
         if res.is_file():
             return dict(json.loads(res.read_text()))
         tail = proc.stderr.strip()[-600:]
-        return {"nomatch": f"the probing process {_cause(proc.returncode)} (a kernel that "
+        return {"nomatch": f"the probing process {exit_cause(proc.returncode)} (a kernel that "
                            f"faults on probe inputs is no stencil we replace): {tail}"}
 
 

@@ -98,3 +98,15 @@ class WorkerLost(Exception):
     def __init__(self, status: Status, message: str, cause: str) -> None:
         super().__init__(message)
         self.status, self.message, self.cause = status, message, cause
+
+
+def exit_cause(returncode: int) -> str:
+    """How a child process ended, for messages: "killed by SIGSEGV" or "exited with status 3"."""
+    import signal
+
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with status {returncode}"

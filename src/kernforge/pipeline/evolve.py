@@ -97,10 +97,15 @@ def build_proposers(cfg: RunConfig, target: EvolveTarget, counters: Counters,
                     seed: int = 0) -> list[Proposer]:
     rec = target.primary
     language = "cuda" if rec.backend == "cuda" else "c"
-    static = PromptStatic(
-        task=cfg.prompt.task or PromptStatic.task, language=language,
-        hardware=cfg.prompt.hardware or str(rec.identity.get("device", "")),
-        reference=target.original_code)
+    return proposers_for(cfg, language, str(rec.identity.get("device", "")),
+                         target.original_code, counters, seed)
+
+
+def proposers_for(cfg: RunConfig, language: str, device: str, reference: str,
+                  counters: Counters, seed: int = 0) -> list[Proposer]:
+    """The configured proposers, counted, with the prompt's static part for ``reference``."""
+    static = PromptStatic(task=cfg.prompt.task or PromptStatic.task, language=language,
+                          hardware=cfg.prompt.hardware or device, reference=reference)
     out: list[Proposer] = []
     for spec in cfg.proposers:
         s = dict(spec.settings)

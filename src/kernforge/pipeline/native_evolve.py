@@ -21,13 +21,11 @@ from ..core import ConfigError, Status
 from ..core.native import NativeBuild, NativeRecording, NativeSource
 from ..deploy.gate import NOISE_BAND, refusal
 from ..evolve.controller import Progress, RunResult, run
-from ..evolve.prompts import PromptStatic
-from ..evolve.proposers import make_proposer
 from ..evolve.types import EvalResult, Proposer, RecordingResult
 from ..replay.native import NativeVariant
 from ..replay.native_child import run_isolated
 from ..replay.native_tune import NativeTuning, write_results
-from .evolve import Counters, CountingProposer, counting_evaluator
+from .evolve import Counters, counting_evaluator, proposers_for
 from .evolve_config import RunConfig
 from .evolve_eval import Evaluate
 
@@ -64,23 +62,8 @@ def contract(rec: NativeRecording, src: NativeSource) -> str:
 
 def proposers(cfg: RunConfig, rec: NativeRecording, src: NativeSource, counters: Counters,
               seed: int = 0) -> list[Proposer]:
-    static = PromptStatic(task=cfg.prompt.task or PromptStatic.task, language="cuda",
-                          hardware=cfg.prompt.hardware or str(rec.identity.get("device", "")),
-                          reference=src.code)
-    out: list[Proposer] = []
-    for spec in cfg.proposers:
-        s = dict(spec.settings)
-        if spec.kind == "llm":
-            p = make_proposer("llm", config=spec.llm_config(), static=static,
-                              retries=int(s.get("retries", 1)), seed=seed,
-                              runtime_aware=bool(s.get("runtime_aware", False)))
-        elif spec.kind == "command":
-            p = make_proposer("command", command=s["command"],
-                              timeout_s=float(s.get("timeout_s", 600.0)), static=static)
-        else:
-            p = make_proposer(spec.kind, language="cuda", **s)
-        out.append(CountingProposer(p, counters))
-    return out
+    return proposers_for(cfg, "cuda", str(rec.identity.get("device", "")), src.code, counters,
+                         seed)
 
 
 @dataclass

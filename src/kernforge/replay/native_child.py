@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,7 @@ from typing import Any
 
 from ..backends.cxx_names import pointee_dtype
 from ..core import KernforgeError, Measurement, Status, Tolerance
+from ..core.errors import exit_cause
 from ..record.native_format import read_native
 from .native import NativeReplay, NativeVariant, compare, evaluate
 
@@ -52,15 +52,6 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _cause(rc: int) -> str:
-    if rc < 0:
-        try:
-            return f"killed by {signal.Signals(-rc).name}"
-        except ValueError:
-            return f"killed by signal {-rc}"
-    return f"exited with status {rc}"
-
-
 def run_isolated(unit: str | Path, variants: Sequence[NativeVariant], *, warmup: int = 3,
                  repeat: int = 10, tolerance: str | None = None, dtype: str | None = None,
                  compare_pair: tuple[int, int] | None = None, passes: int = 7,
@@ -82,7 +73,7 @@ def run_isolated(unit: str | Path, variants: Sequence[NativeVariant], *, warmup:
                                    str(req), str(res)], check=False, capture_output=True,
                                   text=True, timeout=timeout_s, env=env)
             cause = None if proc.returncode == 0 else \
-                f"{_cause(proc.returncode)}: {proc.stderr.strip()[-500:]}"
+                f"{exit_cause(proc.returncode)}: {proc.stderr.strip()[-500:]}"
             status = Status.RUNTIME_FAILED
         except subprocess.TimeoutExpired:
             cause, status = f"no result within {timeout_s:.0f} s", Status.TIMEOUT
