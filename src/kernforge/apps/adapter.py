@@ -234,11 +234,18 @@ extern "C" __global__ void __launch_bounds__({threads}) {entry}({params}) {{
 MAX_STATIC_SHARED = 48 * 1024  # more needs a function attribute the interposer does not set
 
 
-def candidates(match: Recognized, limit: int = 3) -> list[Operator]:
+PLANAR_LIMIT = 5  # no forged entry exists for a planar cell: presets stand in for a search
+
+
+def candidates(match: Recognized, limit: int | None = None) -> list[Operator]:
     """Operators to try for the recognized stencil, best guess first: the forged parameters of
     the matrix cell of the same family, radius, grid and precision (when the dispatch table has
-    one), then each applicable single-launch design at its defaults, naive last."""
+    one), then each applicable single-launch design at its presets (its defaults where it
+    declares none), naive last. ``limit``: at most that many (3 for a 3D stencil,
+    :data:`PLANAR_LIMIT` for a planar one, whose designs bring several presets: each costs a
+    compile and a few checked and timed launches)."""
     cell = match.cell
+    limit = limit or (3 if match.dims == 3 else PLANAR_LIMIT)
     tried: list[tuple[str, dict[str, object]]] = []
     if match.dims == 3:
         entry = mx.load_table().get(f"{match.kind}_{match.radius}/{cell.shape.name}/"
@@ -246,7 +253,7 @@ def candidates(match: Recognized, limit: int = 3) -> list[Operator]:
         if entry is not None:
             tried.append((entry["design"], dict(entry["params"])))
     designs = [d for d in mx.applicable(cell) if d != "temporal"]
-    tried += [(d, mx.defaults(d, cell)) for d in designs]
+    tried += [(d, params) for d in designs for params in mx.presets(d, cell)]
     out: list[Operator] = []
     for design, params in tried:
         op = mx.build(design, cell, params)

@@ -5,7 +5,7 @@ knob to a design is its space and its generator, both in that design's module.""
 from __future__ import annotations
 
 from ..core import ConfigError
-from .kernels import naive, planesweep, temporal, zbox, zmarch, ztile
+from .kernels import naive, planesweep, temporal, ymarch, zbox, zmarch, ztile
 from .kernels.design import Design
 from .spec import Cell
 
@@ -16,6 +16,7 @@ REGISTRY: dict[str, Design] = {d.name: d for d in (
     temporal.DESIGN,
     ztile.DESIGN,
     zbox.DESIGN,
+    ymarch.DESIGN,  # planar stencils only
 )}
 
 

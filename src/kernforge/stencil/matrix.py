@@ -64,6 +64,13 @@ def defaults(design: str, cell: Cell) -> dict[str, Any]:
     return params
 
 
+def presets(design: str, cell: Cell) -> list[dict[str, Any]]:
+    """Parameter sets to try for a cell no search has tuned, best guess first: the design's
+    presets where it declares them, else its :func:`defaults`."""
+    d = designs.get(design)
+    return d.presets(cell) if d.presets is not None else [defaults(design, cell)]
+
+
 def build(design: str, cell: Cell, params: dict[str, Any]) -> Operator | None:
     """The operator, or None when these parameters do not fit the cell (the generator raised
     :class:`DoesNotFit`: too much shared memory, a vector width that does not divide the row,
@@ -71,8 +78,9 @@ def build(design: str, cell: Cell, params: dict[str, Any]) -> Operator | None:
     if design not in DESIGNS:
         raise ConfigError(f"unknown stencil design {design!r}",
                           hint=f"one of {', '.join(DESIGNS)}")
-    if cell.stencil.dims != 3 and not designs.get(design).planar:
-        return None  # a 3D design does not build a planar stencil
+    d = designs.get(design)
+    if (cell.stencil.dims != 3 and not d.planar) or (cell.stencil.dims == 3 and d.planar_only):
+        return None  # a 3D design does not build a planar stencil, nor a planar one a 3D one
     clean = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()
              if k != "steps"}
     names = space(design, cell)

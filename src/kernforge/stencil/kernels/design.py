@@ -1,11 +1,11 @@
 """What a stencil design declares: where it applies, its parameter space, its generator.
 
 Each design is one module of this package (``naive``, ``zmarch``, ``planesweep``, ``temporal``,
-``ztile``, ``zbox``) ending in a ``DESIGN = Design(...)``; :mod:`kernforge.stencil.designs`
-lists them, one line each. A parameter (a *knob*) is declared once: its values in the design's
-``space`` (the first value is the default and the behaviour from before the knob existed, so
-existing operators keep their keys and sources), its meaning in the design's generator, which
-takes it as a keyword argument. The forge, the tuner and dispatch read the space from here.
+``ztile``, ``zbox``; ``ymarch`` for planar stencils) ending in a ``DESIGN = Design(...)``;
+:mod:`kernforge.stencil.designs` lists them, one line each. A parameter (a *knob*) is declared
+once: its values in the design's ``space`` (the first value is the default and the behaviour
+from before the knob existed, so existing operators keep their keys and sources), its meaning
+in the design's generator, which takes it as a keyword argument. The forge, the tuner and dispatch read the space from here.
 
 A generator that cannot build a cell with the given parameters (too much shared memory, a vector
 width that does not divide the row, ...) raises :class:`DoesNotFit`; ``matrix.build`` turns
@@ -61,14 +61,18 @@ class Design:
     """One design: ``where`` maps each stencil family it builds to its rank there (0: the
     preferred design), ``space`` gives each parameter's values for a cell (the default first),
     ``generate(cell, **params)`` builds the operator or raises :class:`DoesNotFit`; ``planar``:
-    it also builds planar stencils (``StencilSpec.dims == 2``), the others only 3D ones."""
+    it also builds planar stencils (``StencilSpec.dims == 2``), the others only 3D ones;
+    ``planar_only``: it builds planar stencils only (no matrix cell, so no pinned source);
+    ``presets(cell)``: parameter sets to try, best guess first, where no search has run
+    (operator matching), instead of the defaults alone."""
 
     name: str
     where: Mapping[str, int]
     space: Callable[[Cell], Space]
     generate: Callable[..., Operator]
     planar: bool = False  # also builds planar (dims=2) stencils
-
+    planar_only: bool = False  # builds planar stencils only
+    presets: Callable[[Cell], list[dict[str, Any]]] | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.where) - set(FAMILIES))
@@ -78,5 +82,7 @@ class Design:
     def rank(self, cell: Cell) -> int | None:
         """Its rank for the cell, or None where it does not apply."""
         if cell.stencil.dims != 3 and not self.planar:
+            return None
+        if cell.stencil.dims == 3 and self.planar_only:
             return None
         return self.where.get(family(cell))
