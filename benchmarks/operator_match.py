@@ -7,7 +7,8 @@ stencil the matrix's designs build (grid, offsets, coefficients, boundary rule) 
 for a recognized one, which operator's adapter passed both checks (the recorded outputs under
 the kernel's tolerance, the original kernel on fresh random inputs) and its interleaved replay
 speedup over the original with the 95% CI (L2 flushed, written memory restored before each
-run). With ``--app UNIT_DIR=COMMAND`` (and ``--cwd``), the program itself runs plain and with
+run); and every candidate tried, in order, with its screened speedup over the original (median
+of ``--repeat`` runs each) or why it was refused (a line per candidate, and a second table). With ``--app UNIT_DIR=COMMAND`` (and ``--cwd``), the program itself runs plain and with
 the written spec deployed through the interposer (``kernforge run --deploy --print-env``),
 interleaved ``--rounds`` times: wall-clock speedup, how many launches the adapter replaced,
 and whether both runs print the same checked line (``--check REGEX``).
@@ -162,16 +163,21 @@ def main(argv: list[str] | None = None) -> int:
             m = match_unit(unit, out_dir=args.out, repeat=args.repeat, passes=args.passes)
             row: dict[str, Any] = {"unit": str(unit), "seconds": time.perf_counter() - t}
             if isinstance(m, NoMatch):
-                row.update(ok=False, reason=m.reason, recognized=m.recognized)
+                row.update(ok=False, reason=m.reason, recognized=m.recognized,
+                           tried=list(m.tried))
             else:
                 row.update(ok=True, cell=m.cell, speedup=m.speedup, ci=list(m.ci),
-                           spec=str(m.spec_path), note=m.note)
+                           spec=str(m.spec_path), note=m.note, tried=list(m.tried))
                 app = apps.get(str(unit)) or apps.get(unit.name)
                 if app:
                     row["end_to_end"] = end_to_end(m.spec_path, app[1], app[0], args.rounds,
                                                    args.check, args.out)
             rows.append(row)
             print(json.dumps(row, indent=1, default=str), flush=True)
+            for c in row["tried"]:  # every candidate's screened speedup over the original
+                print(f"  candidate {c['operator']}: " + (
+                    f"{c['screen_speedup']:.3f}x (median {c['median_s'] * 1e6:.1f} us)"
+                    if c.get("screen_speedup") else f"refused: {c.get('refused')}"), flush=True)
     md = ["| unit | recognized stencil | cell | match | replay speedup [95% CI] |",
           "|---|---|---|---|---|"]
     for r in rows:
@@ -184,6 +190,13 @@ def main(argv: list[str] | None = None) -> int:
         md.append(f"| {Path(r['unit']).parent.name}/{Path(r['unit']).name} | {rec} | "
                   f"{r.get('cell', '-')} | {'yes' if r['ok'] else 'no: ' + r['reason']} | "
                   f"{sp} |")
+    cand = [f"| {Path(r['unit']).name} | {c['operator']} | " + (
+        f"{c['screen_speedup']:.3f}x | {c['median_s'] * 1e6:.1f} us |"
+        if c.get("screen_speedup") else f"refused: {c.get('refused')} | - |")
+        for r in rows for c in r["tried"]]
+    if cand:
+        head = "| unit | candidate (tried in order) | screened speedup over the original | median |"
+        md += ["", head, "|---|---|---|---|", *cand]
     print("\n".join(md))
     if args.md:
         args.md.write_text("\n".join(md) + "\n")

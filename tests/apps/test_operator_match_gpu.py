@@ -93,6 +93,10 @@ def test_recorded_stencils_are_matched_and_deployed(app: Path, tmp_path: Path,
     heat, lap, jac = got["heat-0"], got["lap-0"], got["jac-0"]
     assert isinstance(heat, OperatorMatch), heat
     assert "2D star radius 1" in heat.note and "zeropad" in heat.note
+    # the planar candidates: y-marching presets first, each checked and screened (none refused)
+    assert heat.tried[0]["operator"].startswith("ymarch[") and heat.tried[-1]["operator"] \
+        .startswith("naive["), heat.tried
+    assert all(t.get("screen_speedup") for t in heat.tried), heat.tried
     assert isinstance(lap, OperatorMatch), lap
     assert "3D star radius 1" in lap.note and "copy" in lap.note
     assert isinstance(jac, NoMatch) and "wrote 2 buffers" in jac.reason

@@ -4,7 +4,8 @@
 the device as its replay places it (:class:`~kernforge.replay.native.NativeReplay`), probed
 through :class:`ReplayTarget` (:func:`.probe.recognize`), and each candidate operator's adapter
 is compiled, checked against the recorded outputs and against the original kernel on fresh
-random inputs, screened, and the fastest one timed against the original with the replay's
+random inputs, screened (each row of ``tried`` gets its median and its ratio to the original's,
+screened the same way), and the fastest one timed against the original with the replay's
 interleaved protocol (L2 flushed, written memory restored, events around the launch only).
 A kernel that faults on a probe costs only this process (:mod:`.operator_match` reads the
 cause).
@@ -181,6 +182,9 @@ def session(unit: str, out_dir: str, repeat: int, passes: int) -> dict[str, Any]
     arch = f"sm_{rp.drv.attribute('cc_major')}{rp.drv.attribute('cc_minor')}"
     tried: list[dict[str, Any]] = []
     best: tuple[float, AdapterRun, bytes, list[str]] | None = None
+    for _ in range(2):  # the original, screened as each candidate is: its speedup per row
+        rp.time(RECORDED)
+    original = statistics.median(rp.time(RECORDED) for _ in range(repeat))
     for op in candidates(r):
         row: dict[str, Any] = {"operator": op.key}
         tried.append(row)
@@ -199,12 +203,14 @@ def session(unit: str, out_dir: str, repeat: int, passes: int) -> dict[str, Any]
             run.time()
         med = statistics.median(run.time() for _ in range(repeat))
         row["median_s"] = med
+        row["screen_speedup"] = original / med if med > 0 else None
         if best is None or med < best[0]:
             best = (med, run, image, done)
     if best is None:
         reasons = "; ".join(f"{x['operator']}: {x.get('refused')}" for x in tried)
         return {"nomatch": f"recognized {r.describe()}, but no operator passed: {reasons}",
-                "recognized": r.describe(), "cell": r.cell.id, "tried": tried}
+                "recognized": r.describe(), "cell": r.cell.id, "tried": tried,
+                "original_screen_s": original}
     _, run, image, done = best
     for _ in range(3):
         rp.time(RECORDED)
@@ -218,6 +224,7 @@ def session(unit: str, out_dir: str, repeat: int, passes: int) -> dict[str, Any]
             "carveout": run.ad.carveout if run.ad.carveout >= 0 else None,
             "image": str(stem.with_suffix(".cubin")), "source": str(stem.with_suffix(".cu")),
             "arch": arch, "device": cc, "checks": done, "tried": tried,
+            "original_screen_s": original,
             "speedup": ab.speedup, "ci": [ab.ci_low, ab.ci_high],
             "median_original_s": ab.median_a, "median_adapter_s": ab.median_b,
             "ratios": list(ab.ratios)}

@@ -42,23 +42,28 @@ from ..record.native_format import read_native
 @dataclass(frozen=True)
 class NoMatch:
     """Why no operator replaces the kernel; ``recognized`` names the stencil when one was
-    recognized (then the reason is a failed check or a win too small to deploy)."""
+    recognized (then the reason is a failed check or a win too small to deploy); ``tried``:
+    one row per candidate operator (its key, why it was refused or its screened median and
+    ``screen_speedup`` over the original)."""
 
     reason: str
     recognized: str | None = None
+    tried: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
 class OperatorMatch:
     """A verified replacement: ``spec_path`` (signed native deployment spec, its adapter image
     beside it), the interleaved replay ``speedup`` and its 95% ``ci``, the operator's ``cell``
-    id, and a ``note`` saying what was recognized and which operator runs."""
+    id, a ``note`` saying what was recognized and which operator runs, and ``tried`` (as
+    :class:`NoMatch`'s)."""
 
     spec_path: Path
     speedup: float
     ci: tuple[float, float]
     cell: str
     note: str
+    tried: tuple[dict[str, Any], ...] = ()
 
 
 def _child(unit: Path, out_dir: Path, repeat: int, passes: int, timeout_s: float
@@ -95,15 +100,16 @@ def match_unit(unit_dir: Path, *, out_dir: Path, repeat: int = 10, passes: int =
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     res = _child(unit_dir.resolve(), out_dir.resolve(), repeat, passes, timeout_s)
+    tried = tuple(res.get("tried") or ())
     if "nomatch" in res:
-        return NoMatch(str(res["nomatch"]), res.get("recognized"))
+        return NoMatch(str(res["nomatch"]), res.get("recognized"), tried)
     speedup, ci = float(res["speedup"]), (float(res["ci"][0]), float(res["ci"][1]))
     note = (f"{res['recognized']}; operator {res['operator']} for {res['cell']}; "
             f"{'; '.join(res['checks'])}")
     why = refusal(verified=True, idle=None, speedup=speedup, ci=ci, band=band)
     if why is not None:
         return NoMatch(f"matched by {res['operator']} ({res['cell']}), not deployed: {why}",
-                       res["recognized"])
+                       res["recognized"], tried)
     image = Path(res["image"]).read_bytes()
     name = f"{rec.path.name}.adapter.cubin"
     evidence = {"method": "operator-match", "verified": True, "idle": None,
@@ -117,4 +123,4 @@ def match_unit(unit_dir: Path, *, out_dir: Path, repeat: int = 10, passes: int =
                                  shared_mem=res["shared_mem"], carveout=res["carveout"],
                                  evidence=evidence)
     spec = nd.write_spec(out_dir / f"{rec.path.name}.operator.json", [entry], {name: image})
-    return OperatorMatch(spec, speedup, ci, str(res["cell"]), note)
+    return OperatorMatch(spec, speedup, ci, str(res["cell"]), note, tried)
