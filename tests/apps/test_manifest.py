@@ -68,6 +68,23 @@ def test_a_good_manifest_and_the_example_load(tmp_path: Path) -> None:
     (GOOD + "[measure]\nfloor = 'high'\n", "'floor' must be a number", "floor = 0.98"),
     (GOOD + "[switch]\nkind = 'patch'\n", "'kind' is 'patch'", "environment"),
     ("name = 'x'\nsource = [1\n", "not valid TOML", "syntax"),
+    # found in review: each of these was a traceback, an escape from --out or a late failure
+    (GOOD.replace("run = \"echo 'result 1.5'\"", "run = \"echo 'result\""),
+     "cannot be split into words", "close every quote"),
+    (GOOD.replace('build = "true"', "build = \"sh -c 'make\""), "build = .* cannot be split",
+     "close every quote"),
+    (GOOD + "[timer]\nkind = 'regex'\npattern = 'took (['\n", "\\[timer\\]: .*not a regular",
+     "Python regular expression"),
+    (GOOD.replace('name = "small"', 'name = "../../elsewhere"'), "not a plain name",
+     "letters, digits"),
+    (GOOD.replace("rel = 1e-6", "rel = nan"), "'rel' must be a number >= 0, not nan",
+     "rel = 0.0"),
+    (GOOD + "[integrate]\nevolve_config = 'evolve.yaml'\n", "evolve_config .*no file",
+     "evolve YAML"),
+    (GOOD + "[integrate]\nagent = \"my-agent '\"\n", "agent = .* cannot be split",
+     "close every quote"),
+    (GOOD.replace('expected = [3.0]', 'expected = [3.0]\ntimeout_s = 10'),
+     "'timeout_s' is read as a key of this dataset", "above the first \\[\\[datasets"),
 ])
 def test_bad_manifests_are_typed_errors(tmp_path: Path, body: str, match: str,
                                         hint: str) -> None:

@@ -8,6 +8,7 @@ output) is checked in milestone M1 and raises the same error. See docs/applicati
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import sys
@@ -144,11 +145,26 @@ def _num(d: Mapping[str, Any], key: str, where: str, default: float, *, lo: floa
          integer: bool = False) -> Any:
     v = d.get(key, default)
     ok = isinstance(v, int) if integer else isinstance(v, (int, float))
-    if isinstance(v, bool) or not ok or v < lo:
+    if isinstance(v, bool) or not ok or math.isnan(v) or v < lo:
         kind = "an integer" if integer else "a number"
         raise _err(where, f"{key!r} must be {kind} >= {lo:g}, not {v!r}",
                    f"write {key} = {default}")
     return int(v) if integer else float(v)
+
+
+def _command(command: str, key: str, where: str) -> str:
+    """A command line that splits as a shell would split it (a quote left open would only
+    fail when the command runs)."""
+    try:
+        if not shlex.split(command):
+            raise ValueError("no words")
+    except ValueError as exc:
+        raise _err(where, f"{key} = {command!r} cannot be split into words ({exc})",
+                   "close every quote; write sh -c '...' for pipes or &&") from None
+    return command
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def _choice(d: Mapping[str, Any], key: str, where: str, allowed: tuple[str, ...],
@@ -197,7 +213,7 @@ def _timer(d: Any, src: str) -> Timer:
     pattern = _str(d, "pattern", where, required=kind == "regex",
                    hint="give the regular expression with one group around the printed time, "
                         "e.g. pattern = 'time: ([0-9.eE+-]+) s'")
-    if pattern and re.compile(pattern).groups < 1:
+    if pattern and re.compile(_regex(pattern, where)).groups < 1:
         raise _err(where, f"pattern {pattern!r} has no group around the time",
                    "put the number in parentheses: '([0-9.eE+-]+)'")
     return Timer(kind, _regex(pattern, where) if pattern else None,
@@ -211,10 +227,20 @@ def _datasets(raw: Any, src: str) -> tuple[Dataset, ...]:
     out: list[Dataset] = []
     for i, d in enumerate(raw):
         where = f"{src}: datasets[{i}]"
+        misplaced = [k for k in (d if isinstance(d, dict) else ()) if k in TOP and k != "name"]
+        if misplaced:  # TOML puts keys written after [[datasets]] into that table
+            raise _err(where, f"{misplaced[0]!r} is read as a key of this dataset",
+                       f"move {misplaced[0]} above the first [[datasets]]: in TOML, keys "
+                       "written after [[datasets]] belong to that dataset")
         d = strict_keys(d, ("name", "run", "expected"), f"datasets[{i}]", source=src)
         name = _str(d, "name", where, hint="give each dataset a short name, e.g. \"small\"")
         run = _str(d, "run", where, hint="give the command that runs the program on this "
                                          "dataset, e.g. run = \"./app 1024 100\"")
+        if not _NAME.fullmatch(str(name)):
+            raise _err(where, f"dataset name {name!r} is not a plain name (it names the "
+                              "dataset's directories and logs in the run directory)",
+                       "use letters, digits, '.', '_' and '-', e.g. name = \"n4096\"")
+        _command(str(run), "run", where)
         exp = d.get("expected", [])
         if not isinstance(exp, list) or not all(isinstance(x, (int, float))
                                                 and not isinstance(x, bool) for x in exp):
@@ -235,12 +261,16 @@ def _integrate(d: Any, src: str, base: Path) -> Integrate:
         raise _err(where, f"strategies {strategies!r}",
                    f"list some of: {', '.join(STRATEGIES)} (tried in that order)")
     evolve = _str(d, "evolve_config", where, required=False)
+    if evolve and not (base / evolve).is_file():
+        raise _err(where, f"evolve_config {evolve!r}: no file {(base / evolve).resolve()}",
+                   "give the evolve YAML (relative to the manifest), or remove evolve_config")
+    agent = _str(d, "agent", where, required=False)
     return Integrate(
         strategies=tuple(s for s in STRATEGIES if s in strategies),
         tune_trials=_num(d, "tune_trials", where, 20, lo=1, integer=True),
         tune_preset=_choice(d, "tune_preset", where, ("quick", "standard", "full"), "quick"),
         evolve_config=(base / evolve).resolve() if evolve else None,
-        agent=_str(d, "agent", where, required=False),
+        agent=_command(agent, "agent", where) if agent else None,
         agent_timeout_s=_num(d, "agent_timeout_s", where, 1800.0, lo=1.0),
         match_repeat=_num(d, "match_repeat", where, 10, lo=1, integer=True))
 
@@ -279,6 +309,7 @@ def load_manifest(path: str | Path) -> Manifest:
                    "give the directory that holds the program (relative to the manifest)")
     build = _str(doc, "build", src, hint="add build = \"make\" (run in the source directory; "
                                          "build = \"true\" when there is nothing to build)")
+    _command(str(build), "build", src)
     datasets = _datasets(doc.get("datasets"), src)
     env = doc.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
