@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core import ConfigError
+
 STATES = ("PENDING", "OUT_OF_SCOPE", "BLOCKED", "RESEARCH", "DROPPED", "INTEGRATED")
 FINAL = frozenset(STATES[1:])
 DB_NAME = "app.db"
@@ -33,6 +35,10 @@ CREATE TABLE IF NOT EXISTS events (
   seq INTEGER PRIMARY KEY AUTOINCREMENT, t REAL NOT NULL, kind TEXT NOT NULL,
   name TEXT NOT NULL, status TEXT NOT NULL, reason TEXT NOT NULL, figures TEXT NOT NULL);
 """
+
+_PROBES = ("SELECT name, manifest, manifest_sha256, state, reason, figures, updated FROM app",
+           "SELECT name, status, reason, figures, started, finished FROM milestones",
+           "SELECT seq, t, kind, name, status, reason, figures FROM events")
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,10 @@ def _dump(figures: dict[str, Any] | None) -> str:
     return json.dumps(figures or {}, sort_keys=True, default=str)
 
 
+class AppStoreError(ConfigError):
+    """A run directory whose ``app.db`` is not a readable run database (exit 2)."""
+
+
 class AppStore:
     """One application's run database."""
 
@@ -72,9 +82,18 @@ class AppStore:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self.conn = sqlite3.connect(str(path), isolation_level=None, timeout=30.0)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=FULL")
-        self.conn.executescript(_SCHEMA)
+        try:
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=FULL")
+            self.conn.executescript(_SCHEMA)
+            for probe in _PROBES:
+                self.conn.execute(probe + " LIMIT 1").fetchall()
+        except sqlite3.DatabaseError as exc:
+            self.conn.close()
+            raise AppStoreError(
+                f"{path}: not a readable run database ({exc})",
+                hint="the run's state is lost (its logs/ and recording/ are still there to "
+                     "read): start the application again with another --out") from None
 
     @classmethod
     def open(cls, out: Path) -> AppStore:
