@@ -16,13 +16,15 @@ INTEGRATED. Milestones, each persisted with its status, reason and figures
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core import KernforgeError
+from ..core import ConfigError, KernforgeError
 from ..core.jsonio import parse_json, write_json_atomic
 from . import endtoend, recording, tree
 from .harness import AppHarness, RunFailed
@@ -56,7 +58,12 @@ class AppRun:
         text = self.manifest.path.read_text("utf-8")
         sha = hashlib.sha256(text.encode()).hexdigest()
         self.out.mkdir(parents=True, exist_ok=True)
-        self.store = AppStore.open(self.out)
+        lock = _lock(self.out)
+        try:
+            self.store = AppStore.open(self.out)
+        except BaseException:
+            os.close(lock)
+            raise
         try:
             prior = self.store.app()
             if prior is not None and not self.resume:
@@ -81,6 +88,7 @@ class AppRun:
             return final
         finally:
             self.store.close()
+            os.close(lock)
 
     def _milestone(self, name: str, step: Callable[[], Step]) -> None:
         done = self.store.milestone(name)
@@ -247,3 +255,25 @@ class AppRun:
             state, reason = "BLOCKED", f"the original program's files changed: {touched[:5]}"
         endtoend.write_integration(self.out, setup, info, deployed=state == "INTEGRATED")
         return ("DONE" if state == "INTEGRATED" else "FAILED"), reason, figures, state
+
+
+LOCK_NAME = "app.lock"
+
+
+def _lock(out: Path) -> int:
+    """An exclusive lock on the run directory for as long as this run holds it (released
+    by the kernel when the process dies, so a killed run leaves nothing to clean up): two
+    runs on one --out would redo the same milestones and overwrite each other's logs."""
+    fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        os.close(fd)
+        raise ConfigError(f"{out} is in use by another kernforge app run"
+                          + (f" (pid {holder})" if holder else ""),
+                          hint="wait for it to finish (then --resume if needed), or give "
+                               "another --out") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd

@@ -10,7 +10,7 @@ from ..apps.manifest import load_manifest
 from ..apps.report import write_report
 from ..apps.workflow import AppRun
 from ..core import ConfigError
-from .checks import writable_file
+from .checks import writable_dir, writable_file
 from .output import console
 from .progress import line_progress
 
@@ -47,6 +47,7 @@ def _help(p: argparse.ArgumentParser) -> int:
 
 def run(args: argparse.Namespace) -> int:
     manifest = load_manifest(args.manifest)
+    writable_dir(args.out, "--out")
     with line_progress(console, enabled=True) as lines:  # also on a terminal: a long run
         final = AppRun(manifest, args.out, resume=args.resume, agent=args.agent,
                        progress=lines.step).run()
