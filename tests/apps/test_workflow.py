@@ -145,3 +145,64 @@ def test_killed_then_resumed_redoes_only_the_unfinished_milestone(
                                                         if k != "M4"}
     assert store.app().state == "INTEGRATED"  # type: ignore[union-attr]
     assert sum(1 for e in store.events() if e["name"] == "M4" and e["status"] == "RUNNING") == 2
+
+
+# ---- the run directory: found in review ----------------------------------------------------
+ECHO = """
+name = "echo"
+source = "prog"
+build = "true"
+[[datasets]]
+name = "a"
+run = "echo 'result 1.5'"
+[check]
+kind = "regex"
+pattern = 'result ([0-9.]+)'
+[measure]
+rounds = 1
+"""
+
+
+def _echo(tmp_path: Path) -> Path:
+    (tmp_path / "prog").mkdir()
+    p = tmp_path / "echo.toml"
+    p.write_text(ECHO)
+    return p
+
+
+def test_a_second_run_on_the_same_out_is_refused_while_the_first_holds_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kernforge.apps.workflow import _lock
+    m, out = _echo(tmp_path), tmp_path / "run"
+    out.mkdir()
+    held = _lock(out)  # as a running `kernforge app run` holds it
+    try:
+        assert main(["app", "run", str(m), "--out", str(out), "--resume"]) == 2
+        err = capsys.readouterr().err
+        assert "in use by another kernforge app run" in err and "pid" in err
+        assert not (out / "app.db").exists()  # nothing was touched
+    finally:
+        import os
+        os.close(held)
+    assert main(["app", "run", str(m), "--out", str(out)]) == 0  # released: it runs
+
+
+def test_out_that_is_a_file_is_bad_input(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    m = _echo(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    assert main(["app", "run", str(m), "--out", str(tmp_path / "afile")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+
+
+def test_a_resumed_run_keeps_the_logs_of_the_run_before(tmp_path: Path) -> None:
+    m, out = _echo(tmp_path), tmp_path / "run"
+    assert main(["app", "run", str(m), "--out", str(out)]) == 0
+    first = {p.name: p.read_text() for p in (out / "logs").iterdir()}
+    store = AppStore.open(out)  # as if killed in M2: resumed, M2 runs again
+    store.begin("M2")
+    store.conn.execute("UPDATE app SET state = 'PENDING'")
+    store.close()
+    assert main(["app", "run", str(m), "--out", str(out), "--resume"]) == 0
+    after = {p.name: p.read_text() for p in (out / "logs").iterdir()}
+    assert {k: after[k] for k in first} == first and len(after) > len(first)

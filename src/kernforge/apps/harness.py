@@ -52,7 +52,7 @@ class AppHarness:
                  progress: Callable[[str], None] = lambda s: None) -> None:
         self.m, self.out, self.progress = manifest, out, progress
         self.references: dict[str, dict[str, Any]] = {}
-        self._n = 0
+        self._n = _last_log(out / "logs")  # a resumed run adds logs after the killed run's
 
     def original(self) -> Setup:
         return Setup("original", self.m.source)
@@ -141,6 +141,13 @@ class AppHarness:
         return {"speedup": ab.speedup, "ci": [ab.ci_low, ab.ci_high],
                 "original_s": ab.median_a, "deployed_s": ab.median_b,
                 "ratios": list(ab.ratios), "first": list(ab.first)}
+
+
+def _last_log(logs: Path) -> int:
+    """The number of the last ``NNNN-*.log`` in ``logs`` (0 when there is none)."""
+    nums = [int(p.name[:4]) for p in logs.glob("[0-9][0-9][0-9][0-9]-*.log")] \
+        if logs.is_dir() else []
+    return max(nums, default=0)
 
 
 def geomean_ci(per_dataset: list[dict[str, Any]], *, n: int = 2000, seed: int = 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import statistics
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,10 @@ def is_python(argv: list[str]) -> bool:
 def record_dataset(h: AppHarness, dataset: Dataset, out: Path, *, max_instances: int = 1
                    ) -> tuple[Ran, list[Path], list[str]]:
     """Run ``dataset`` of the unmodified program under the captures into ``out``; the run,
-    the units and the spool units that could not be turned into units."""
+    the units and the spool units that could not be turned into units. What an earlier,
+    killed attempt left in ``out`` is removed first: its units and counts are not this run's."""
+    if out.exists():
+        shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     setup = h.original()
     argv = dataset.argv(setup.source)
