@@ -72,6 +72,16 @@ def test_pointers_in_structs_and_in_device_memory_are_followed(recorded: Path) -
     assert int.from_bytes(offset.param_bytes[:8], "little") == r.address + 16 * 8
 
 
+def test_a_second_recording_into_the_same_directory_counts_only_its_own_launches(
+        on_fake: FakeCuda, tmp_path: Path) -> None:
+    _, _, _, first = record_command(on_fake.command(), tmp_path / "r", kernels="heat",
+                                    max_instances=1)
+    _, units, _, second = record_command(on_fake.command(), tmp_path / "r", kernels="heat",
+                                         max_instances=1)
+    assert len(units) == 1 and len(second) == 1  # not the first command's counts again
+    assert second[0]["launches"] == first[0]["launches"] == 14
+
+
 def test_filters_and_budget(on_fake: FakeCuda, tmp_path: Path) -> None:
     _, units, _, _ = record_command(on_fake.command(), tmp_path / "a", kernels="he*",
                                     max_instances=2, skip=3)

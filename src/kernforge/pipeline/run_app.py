@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import re
 import runpy
@@ -116,7 +117,7 @@ def record_command(command: Sequence[str], out: str | Path, *, kernels: str | No
     """Run any command with the driver interposer preloaded (Python applications also under
     the in-process capture), then turn what it recorded into units. Returns the exit status,
     the new units (of both captures), problems with spool units, and the interposer's
-    per-process counts."""
+    per-process counts of this command (not those an earlier recording into ``out`` left)."""
     cmd = list(command)
     if not cmd:
         raise ConfigError("no application command given",
@@ -129,10 +130,12 @@ def record_command(command: Sequence[str], out: str | Path, *, kernels: str | No
         split_command(cmd)  # a missing script is a clear error before anything runs
         cmd = interposer.python_child(cmd)
     before = set(Path(out).rglob("manifest.json"))
+    counted = {json.dumps(s, sort_keys=True) for s in spool_summaries(out)}  # earlier runs'
     status = interposer.run_preloaded(cmd, interposer.preload_env(lib, env))
     _, problems = finalize_spool(out)
     new = sorted(p.parent for p in set(Path(out).rglob("manifest.json")) - before)
-    return status, new, problems, spool_summaries(out)
+    return status, new, problems, [s for s in spool_summaries(out)
+                                   if json.dumps(s, sort_keys=True) not in counted]
 
 
 def pyrun_main(argv: Sequence[str]) -> int:
