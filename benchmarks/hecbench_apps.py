@@ -93,12 +93,17 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", help="these programs only")
     a = ap.parse_args()
     bindir = a.bin.resolve()
+    if not bindir.is_dir():
+        print(f"--bin {a.bin}: no such directory (the directory of <name>-cuda binaries)",
+              file=sys.stderr)
+        return 2
     names = a.only or list(APPS)
     unknown = [n for n in names if n not in APPS]
     if unknown:
         print(f"unknown program(s) {unknown}; known: {', '.join(APPS)}", file=sys.stderr)
         return 2
     a.out.mkdir(parents=True, exist_ok=True)
+    written = 0
     for name in names:
         if not (bindir / f"{name}-cuda").is_file():
             print(f"skipped {name}: no {bindir / (name + '-cuda')}", file=sys.stderr)
@@ -107,6 +112,10 @@ def main() -> int:
             hotspot_inputs(bindir)
         (a.out / f"{name}.toml").write_text(manifest(name, bindir))
         print(f"wrote {a.out / (name + '.toml')}")
+        written += 1
+    if not written:
+        print(f"no manifest written: none of the programs is in {bindir}", file=sys.stderr)
+        return 1
     return 0
 
 
