@@ -25,9 +25,12 @@ void fill(double *y, long n) {
 """
 HANG = CODE.replace("y[i] = (double)i;", "y[i] = (double)i; while (*(volatile double *)y == 0) { }")
 # compute-sanitizer's command line: ... --kernel-name kns=ENTRY [extra] PYTHON -m MODULE REQUEST;
-# the stand-in records its pid and runs PYTHON -m MODULE REQUEST as a child
+# the stand-in records its pid and runs PYTHON -m MODULE REQUEST as a child. FAKE_TOOL_SAY: the
+# tool that prints FAKE_TOOL_LINES first (block-buffered into a pipe, line-buffered into a
+# terminal, as a C program's stdio); FAKE_TOOL_THEN: what it does after the child:
+# "flood" (a hazard report per line, for ever), "sleep" (120 s), or exit with FAKE_TOOL_EXIT
 TOOL = """#!{python}
-import os, subprocess, sys
+import os, subprocess, sys, time
 args = sys.argv[1:]
 start = args.index("-m") - 1
 open(os.environ["FAKE_TOOL_PIDS"], "a").write(f"{{os.getpid()}}\\n")
@@ -35,8 +38,26 @@ once = os.environ.get("FAKE_TOOL_FAIL_ONCE", "")  # a tool that cannot start the
 if once and args[1] == once and not os.path.exists(os.environ["FAKE_TOOL_PIDS"] + ".failed"):
     open(os.environ["FAKE_TOOL_PIDS"] + ".failed", "w").close()
     sys.exit(3)
-sys.exit(subprocess.call(args[start:]))
+say = os.environ.get("FAKE_TOOL_SAY") == args[1]
+out = os.fdopen(os.dup(1), "w", buffering=1 if os.isatty(1) else 65536)  # as C's stdio
+if say:
+    print(os.environ["FAKE_TOOL_LINES"], file=out)
+code = subprocess.call(args[start:])
+then = os.environ.get("FAKE_TOOL_THEN", "") if say else ""
+if then == "flood":
+    while True:
+        print("========= Error: Potential RAW hazard detected at __shared__ 0x4 in block "
+              "(9,0,0) :", file=out)
+if then == "sleep":
+    time.sleep(120)
+out.flush()
+sys.exit(int(os.environ.get("FAKE_TOOL_EXIT", code)) if say else code)
 """
+HAZARD = """========= COMPUTE-SANITIZER
+========= Error: Potential RAW hazard detected at __shared__ 0x84 in block (0,0,0) :
+=========     Write Thread (33,0,0) at saxpy+0x90
+=========     Read Thread (0,0,0) at saxpy+0xb0
+=========     Current Value : 0"""
 
 
 def _variant(code: str) -> Variant:
@@ -113,3 +134,86 @@ def test_the_gate_rejects_a_timed_out_run_as_a_timeout(tmp_path: Path,
     v = validate(rec, rec.variant, passes=1, per_pass=1, warmup=0)
     assert (v.verdict, v.status, v.reason) == ("rejected", Status.TIMEOUT, "sanitizer:timeout")
     assert "did not finish" in v.message
+
+
+def _gone(pids: Path) -> None:
+    time.sleep(0.5)
+    for pid in pids.read_text().split():  # the stand-in (and so its child's group) is gone
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(pid), 0)
+
+
+@pytest.mark.parametrize("then", ["flood", "sleep"])
+def test_the_first_hazard_stops_the_run(tool: Path, monkeypatch: pytest.MonkeyPatch,
+                                        then: str) -> None:
+    """A racy kernel on a large grid: racecheck reports a hazard in every block, for minutes
+    ("flood"), or its reports sit in its buffer while it works on ("sleep": unflushed output,
+    seen only through the terminal the watcher gives it). The first report is enough: the run
+    stops seconds after it, a finding (not a timeout) with that report."""
+    monkeypatch.setenv(TIMEOUT_ENV, "60")
+    monkeypatch.setenv("FAKE_TOOL_SAY", "racecheck")
+    monkeypatch.setenv("FAKE_TOOL_LINES", HAZARD)
+    monkeypatch.setenv("FAKE_TOOL_THEN", then)
+    t0 = time.monotonic()
+    (r,) = run_tools("cpu", _variant(CODE), [np.zeros(8), 8], tools=("racecheck",))
+    assert time.monotonic() - t0 < 30, r
+    assert r.finding and r.available and not r.timed_out, r
+    assert r.report.startswith("========= Error: Potential RAW hazard detected"), r.report
+    assert "Write Thread (33,0,0)" in r.report and "[the first report;" in r.report
+    assert len(r.report) < 7000
+    _gone(tool)
+
+
+def test_a_finding_left_to_the_exit_status(tool: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A racecheck warning does not stop the run early; the tool's exit status decides (86: a
+    finding, with the whole report), and clean summaries are no finding."""
+    monkeypatch.setenv("FAKE_TOOL_SAY", "racecheck")
+    warning = HAZARD.replace("Error: Potential", "Warning: Potential")
+    monkeypatch.setenv("FAKE_TOOL_LINES", warning)
+    monkeypatch.setenv("FAKE_TOOL_EXIT", "86")
+    (r,) = run_tools("cpu", _variant(CODE), [np.zeros(8), 8], tools=("racecheck",))
+    assert r.finding and not r.timed_out and "Warning: Potential RAW" in r.report, r
+    assert "[the first report;" not in r.report
+    monkeypatch.setenv("FAKE_TOOL_LINES", "========= COMPUTE-SANITIZER\n========= RACECHECK "
+                       "SUMMARY: 0 hazards displayed (0 errors, 0 warnings)")
+    monkeypatch.setenv("FAKE_TOOL_EXIT", "0")
+    (r,) = run_tools("cpu", _variant(CODE), [np.zeros(8), 8], tools=("racecheck",))
+    assert not r.finding and not r.timed_out, r
+
+
+@pytest.mark.parametrize(("line", "first"), [
+    ("========= Error: Potential WAW hazard detected at __shared__ 0x0 in block (0,0,0) :", True),
+    ("========= ERROR: Potential RAW hazard detected at __shared__ 0x0 in block (1,0,0) :", True),
+    ("========= Error: Race reported between Write access at saxpy+0x90", True),
+    ("========= Invalid __global__ read of size 4 bytes", True),
+    ("========= Uninitialized __global__ memory read of size 4 bytes", True),
+    ("========= Barrier error detected. Divergent thread(s) in warp", True),
+    ("========= WARNING: Race reported between Write access at RAW()+0xf0", False),
+    ("========= Warning: Potential RAW hazard detected at __shared__ 0x0 in block (0,0,0) :",
+     False),
+    ("========= COMPUTE-SANITIZER", False),
+    ("========= ERROR SUMMARY: 0 errors", False),
+    ("========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)", False),
+    ("Invalid __global__ read of size 4 bytes", False),  # not the tool's line
+])
+def test_which_lines_open_a_finding(line: str, first: bool) -> None:
+    from kernforge.backends.sanitize_cuda import FIRST_FINDING
+
+    assert bool(FIRST_FINDING.search(line)) is first
+
+
+def test_a_finding_decides_before_another_tools_timeout(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernforge.backends import SanitizerRun, get_backend
+    from kernforge.core import Status
+    from kernforge.replay.validate import validate
+    from kernforge.testing.redteam import record_bases
+    from kernforge.testing.redteam_c import BASES
+
+    rec = record_bases(tmp_path, [b for b in BASES if b.name == "saxpy"], "cpu")["saxpy"]
+    be = get_backend("cpu")
+    runs = [SanitizerRun("asan", True, "did not finish within 3 s", 3.0, timed_out=True),
+            SanitizerRun("tsan", True, "WARNING: ThreadSanitizer: data race", 1.0)]
+    monkeypatch.setattr(type(be), "sanitize", lambda self, compiled, args: runs)
+    v = validate(rec, rec.variant, passes=1, per_pass=1, warmup=0)
+    assert (v.verdict, v.status, v.reason) == ("rejected", Status.WRONG_RESULT, "sanitizer:race")

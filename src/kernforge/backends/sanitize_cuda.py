@@ -7,20 +7,20 @@ kernforge.backends.sanitize_child REQUEST``, compiles the variant as the backend
 the arguments, launches once and synchronizes. Only the candidate's kernel is checked (the
 ``--kernel-name`` filter), not CuPy's copies. A finding is the tool's report; the tool's cost is
 the process start, the compile and one instrumented launch (seconds, see docs/integrity.md).
-The four run at the same time; each is killed, with the process it watches, after
-``$KERNFORGE_SANITIZER_TIMEOUT_S`` (default 300 s: a ``timed_out`` run, ``sanitizer:timeout``).
+The four run at the same time. Each is watched as it prints and stopped at its first finding
+(one rejects the candidate: a racy kernel on a large grid would otherwise make racecheck report
+for minutes), else killed, with the process it watches, after ``$KERNFORGE_SANITIZER_TIMEOUT_S``
+(default 300 s: a ``timed_out`` run, ``sanitizer:timeout``).
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,12 +28,23 @@ from typing import Any
 
 from ..core import Variant
 from .sanitize import TIMEOUT_ENV, SanitizerRun, timeout_s
+from .sanitize_watch import watch
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 FOUND_EXIT = 86
 PARALLEL_ENV = "KERNFORGE_SANITIZER_PARALLEL"
-_EXTRA = {"racecheck": ["--racecheck-report", "hazard"], "initcheck": [], "memcheck": [],
-          "synccheck": []}
+# racecheck: one report per hazard, printed as the tool processes them, so that the watcher
+# sees the first one early (an analysis report sums up the launch's hazards: it can come only
+# once all of them, one per byte and block on a racy large grid, were processed); no host
+# backtrace of the launch with each report (it is always the sanitizer child's)
+_EXTRA = {"racecheck": ["--racecheck-report", "hazard", "--show-backtrace", "device"],
+          "initcheck": [], "memcheck": [], "synccheck": []}
+# the first line of a report that is a finding, as the tools word it (error level: a racecheck
+# warning, or a finding worded otherwise, is decided by the exit status when the tool ends)
+FIRST_FINDING = re.compile(
+    r"^=+ +(?:error: +)?(?:potential (?:raw|war|waw) hazard|race reported between"
+    r"|invalid __\w+__ (?:read|write|atomic)|uninitialized __\w+__ memory|barrier error"
+    r"|misaligned address|out-of-range (?:shared|local))", re.IGNORECASE)
 
 
 def find_tool() -> str | None:
@@ -78,43 +89,35 @@ def run_tools(backend: str, variant: Variant, args: Sequence[Any],
 
 
 def _run_one(tool: str, name: str, entry: str, request: Path) -> SanitizerRun:
-    """One tool's run, in a session of its own (stdin closed: nothing waits on a terminal):
-    past :func:`~.sanitize.timeout_s` the whole process group (the tool and the Python it
-    watches, which holds the GPU) is killed and the run is a ``timed_out`` finding."""
+    """One tool's run, watched as it prints (:func:`~.sanitize_watch.watch`): stopped after
+    its first finding (the candidate is rejected on it, with that report); past
+    :func:`~.sanitize.timeout_s` the tool and the Python it watches are killed and the run is
+    a ``timed_out`` finding."""
     cmd = [tool, "--tool", name, "--error-exitcode", str(FOUND_EXIT), "--kernel-name",
            f"kns={entry}", *_EXTRA[name], sys.executable, "-m",
            "kernforge.backends.sanitize_child", str(request)]
     limit = timeout_s()
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=limit)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        out, err = proc.communicate()
-        tail = "\n".join((out + err).strip().splitlines()[-20:])
+    w = watch(cmd, limit, FIRST_FINDING)
+    if w.how == "timeout":
+        tail = "\n".join(w.output.strip().splitlines()[-20:])
         return SanitizerRun(name, True, (
             f"compute-sanitizer --tool {name} did not finish within {limit:g} s (its start, "
-            f"the compile and one instrumented launch of the candidate); killed. A kernel "
-            f"that never ends does this; else allow more time with {TIMEOUT_ENV}=SECONDS"
-            + (f"\nlast output:\n{tail}" if tail else "")),
-            time.perf_counter() - t0, timed_out=True)
-    seconds = time.perf_counter() - t0
-    report = "\n".join(ln for ln in (out + err).splitlines() if ln.strip())
-    if proc.returncode == FOUND_EXIT:
-        return SanitizerRun(name, True, _trim(report), seconds)
-    if proc.returncode != 0:  # the child itself failed: a crash under the tool is a finding
+            f"the compile and one instrumented launch of the candidate) and reported no "
+            f"finding; killed. A kernel that never ends does this; else allow more time with "
+            f"{TIMEOUT_ENV}=SECONDS" + (f"\nlast output:\n{tail}" if tail else "")),
+            w.seconds, timed_out=True)
+    if w.how == "finding":
+        return SanitizerRun(name, True, _trim(
+            f"{w.first}\n[the first report; compute-sanitizer --tool {name} was stopped "
+            f"there, {w.seconds:.1f} s after its start: one finding rejects the candidate]"),
+            w.seconds)
+    report = "\n".join(ln for ln in w.output.splitlines() if ln.strip())
+    if w.returncode == FOUND_EXIT:
+        return SanitizerRun(name, True, _trim(report), w.seconds)
+    if w.returncode != 0:  # the child itself failed: a crash under the tool is a finding
         crashed = "Program hit" in report or "ERROR SUMMARY" in report
-        return SanitizerRun(name, crashed, _trim(report), seconds, available=crashed)
-    return SanitizerRun(name, False, "", seconds)
-
-
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
+        return SanitizerRun(name, crashed, _trim(report), w.seconds, available=crashed)
+    return SanitizerRun(name, False, "", w.seconds)
 
 
 def _trim(text: str, limit: int = 6000) -> str:

@@ -42,7 +42,8 @@ def sanitizer_gate(recording: Recording, prepared: Prepared) -> str:
     runs = prepared.backend.sanitize(prepared.compiled, args)
     if not runs:
         return f"skipped: the {prepared.backend.name} backend has no sanitizer"
-    for r in runs:
+    # a tool's finding decides before another tool's timeout (which says nothing of the code)
+    for r in sorted(runs, key=lambda r: r.timed_out):
         if r.timed_out:
             raise IntegrityError(f"{recording.name}: {r.tool} did not finish (one run of the "
                                  f"candidate on the recorded state):\n{r.report}",
