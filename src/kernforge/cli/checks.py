@@ -18,8 +18,9 @@ from rich.markup import escape
 
 from ..core import ConfigError, Recording, RecordingError
 from ..core.model import MAX_THREADS
+from ..core.native import NativeRecording
 from ..record import find_recordings, load_recording
-from ..record.native_format import is_native_unit
+from ..record.native_format import finalize_spool, is_native_unit, read_native
 from .output import err_console
 
 
@@ -130,6 +131,54 @@ def check_defines(unit: str, code: str, defines: Mapping[str, str], *, allow: bo
                       f"would measure the unchanged kernel",
                       hint="check the spelling (kernforge inspect shows the recorded "
                            "defines), or pass --allow-unused-define")
+
+
+def native_matches(rec: NativeRecording, pattern: str | None) -> bool:
+    return not pattern or any(fnmatchcase(s, pattern) for s in (rec.entry, rec.name,
+                                                                 rec.path.name))
+
+
+def warn_damaged(exc: RecordingError) -> None:
+    err_console.print(f"[yellow]warning: skipped a damaged unit:[/] {escape(exc.message)}",
+                      soft_wrap=True)
+
+
+def load_all_units(path: str | Path, pattern: str | None = None
+                   ) -> tuple[list[Recording], list[NativeRecording]]:
+    """Every recorded unit under ``path``, v1 and native, whose kernel matches ``pattern``
+    (native units also by readable name or unit directory); spool units a killed recording
+    left are turned into units first. A damaged unit of either kind (a manifest too damaged
+    to tell its kind included) is skipped with a warning naming it while other units remain;
+    when none remains, its error is raised. One unit named directly is loaded strictly. A
+    directory holding no unit at all is a ConfigError."""
+    if Path(path).is_dir():
+        finalize_spool(path)
+    paths = find_recordings(path)
+    if not paths:
+        raise ConfigError(f"no recorded units in {path}: record with kernforge record "
+                          f"-o {path} -- COMMAND")
+    recs: list[Recording] = []
+    native: list[NativeRecording] = []
+    damaged: list[RecordingError] = []
+    for p in paths:
+        try:
+            if is_native_unit(p):
+                n = read_native(p)
+                if native_matches(n, pattern):
+                    native.append(n)
+            else:
+                rec = load_recording(p)
+                if not pattern or fnmatchcase(rec.source.entry, pattern):
+                    recs.append(rec)
+        except RecordingError as exc:
+            if len(paths) == 1:
+                raise
+            damaged.append(exc)
+    if damaged and not recs and not native:
+        raise damaged[0]
+    for bad in damaged:
+        warn_damaged(bad)
+    return recs, native
 
 
 def load_units(path: str | Path, pattern: str | None = None) -> list[Recording]:

@@ -8,8 +8,8 @@ import json
 from rich.table import Table
 
 from ..record import clean_partial
-from .checks import load_units
-from .native_cmd import inspect_native, load_native_units, print_native_inspect
+from .checks import load_all_units
+from .native_cmd import inspect_native, print_native_inspect
 from .output import console
 
 
@@ -34,8 +34,7 @@ def run(args: argparse.Namespace) -> int:
     if args.clean:
         for p in clean_partial(args.path):
             console.print(f"removed partial unit {p}")
-    recs = load_units(args.path)
-    native = load_native_units(args.path)
+    recs, native = load_all_units(args.path)
     if args.json:
         print(json.dumps(inspect_native(native) + [{
             "path": str(r.path), "kernel": r.source.entry, "backend": r.backend,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +15,8 @@ from ..record import find_recordings
 from ..record.native_format import finalize_spool, is_native_unit, read_native
 from ..replay.native import NativeVariant
 from ..replay.native_child import run_isolated
-from .output import console, err_console
-
-
-def _matches(rec: NativeRecording, pattern: str | None) -> bool:
-    return not pattern or any(fnmatchcase(s, pattern) for s in (rec.entry, rec.name,
-                                                                 rec.path.name))
+from .checks import native_matches, warn_damaged
+from .output import console
 
 
 def load_native_units(path: str | Path, pattern: str | None = None) -> list[NativeRecording]:
@@ -36,26 +31,37 @@ def load_native_units(path: str | Path, pattern: str | None = None) -> list[Nati
         try:
             rec = read_native(p)
         except RecordingError as exc:
-            err_console.print(f"[yellow]warning: skipped a damaged unit:[/] {escape(exc.message)}",
-                              soft_wrap=True)
+            warn_damaged(exc)
             continue
-        if _matches(rec, pattern):
+        if native_matches(rec, pattern):
             out.append(rec)
     return out
 
 
 def replay_native(recs: list[NativeRecording], *, warmup: int, repeat: int,
-                  tolerance: str | None, dtype: str | None, flush: bool = True
-                  ) -> list[tuple[str, str, Measurement, dict[str, Any]]]:
-    """Each unit replayed in its own process at its recorded addresses: verify, time."""
+                  tolerance: str | None, dtype: str | None, flush: bool = True,
+                  others: bool = False) -> list[tuple[str, str, Measurement, dict[str, Any]]]:
+    """Each unit replayed in its own process at its recorded addresses: verify, time. A unit
+    whose data turns out damaged (a blob failing its hash) is skipped with a warning while
+    other units replay (``others``: units of another kind did); with none left, its
+    RecordingError is raised."""
     rows = []
+    damaged: list[RecordingError] = []
     for rec in recs:
-        out = run_isolated(rec.path, [NativeVariant()], warmup=warmup, repeat=repeat,
-                           tolerance=tolerance, dtype=dtype, flush=flush)
+        try:
+            out = run_isolated(rec.path, [NativeVariant()], warmup=warmup, repeat=repeat,
+                               tolerance=tolerance, dtype=dtype, flush=flush)
+        except RecordingError as exc:
+            damaged.append(exc)
+            continue
         m = out["measurements"][0]
         info = {"relocated": out.get("relocated") or [], "refusals": out.get("refusals") or [],
                 "app_time_ms": rec.capture.get("app_time_ms")}
         rows.append((rec.path.name, rec.name, m, info))
+    if damaged and not rows and not others:
+        raise damaged[0]
+    for bad in damaged:
+        warn_damaged(bad)
     return rows
 
 

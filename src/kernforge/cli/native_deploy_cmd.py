@@ -13,7 +13,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from ..core import ConfigError
+from ..core import ConfigError, RecordingError
 from ..core.fmt import fmt_time
 from ..core.jsonio import parse_json, signature_ok
 from ..core.native import NativeRecording, NativeSource
@@ -31,6 +31,7 @@ from ..replay.native_tune import (
     tune_native,
     write_results,
 )
+from .checks import warn_damaged
 from .output import console, err_console
 
 
@@ -54,11 +55,15 @@ def bind_units(recs: Sequence[NativeRecording], src: NativeSource) -> dict[Path,
 def tune_units(recs: Sequence[NativeRecording], out: Path, *, repeat: int, passes: int,
                band: float = NOISE_BAND, tolerance: str | None = None,
                source: NativeSource | None = None,
-               defines: Sequence[Sequence[tuple[str, str]]] = ()) -> list[NativeTuning]:
+               defines: Sequence[Sequence[tuple[str, str]]] = (),
+               others: bool = False) -> list[NativeTuning]:
     """Tune every native unit (with ``source`` bound to those it builds, and the ``defines``
-    sets tried on every source build); write the signed results to OUT/native.json."""
+    sets tried on every source build); write the signed results to OUT/native.json. A unit
+    whose data turns out damaged is skipped with a warning while others remain (``others``:
+    units of another kind are tuned too); with none left, its RecordingError is raised."""
     out.mkdir(parents=True, exist_ok=True)
     done: list[NativeTuning] = []
+    damaged: list[RecordingError] = []
     bound = bind_units(recs, source) if source is not None else {}
 
     def refuse(speedup: float, ci: tuple[float, float]) -> str | None:
@@ -68,13 +73,21 @@ def tune_units(recs: Sequence[NativeRecording], out: Path, *, repeat: int, passe
         src = bound.get(rec.path) or rec.source
         console.print(f"{i}/{len(recs)} tuning native {rec.path.name} ({rec.name[:60]})"
                       + (f", source: {src.origin} {src.program}" if src else ""), markup=False)
-        t = tune_native(rec.path, rec, repeat=repeat, passes=passes, refuse=refuse,
-                        tolerance=tolerance, source=bound.get(rec.path),
-                        defines=defines if src else (),
-                        progress=lambda k, n: console.print(f"  {k}/{n} configurations "
-                                                            "evaluated", markup=False))
+        try:
+            t = tune_native(rec.path, rec, repeat=repeat, passes=passes, refuse=refuse,
+                            tolerance=tolerance, source=bound.get(rec.path),
+                            defines=defines if src else (),
+                            progress=lambda k, n: console.print(f"  {k}/{n} configurations "
+                                                                "evaluated", markup=False))
+        except RecordingError as exc:
+            damaged.append(exc)
+            continue
         done.append(t)
         write_results(out, done, band)
+    if damaged and not done and not others:
+        raise damaged[0]
+    for bad in damaged:
+        warn_damaged(bad)
     _table(done, out)
     return done
 

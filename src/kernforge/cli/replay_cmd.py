@@ -12,9 +12,9 @@ from ..core import ConfigError, LaunchConfig, Measurement, Status, Tolerance
 from ..core.fmt import fmt_time
 from ..core.jsonio import write_json_atomic
 from ..replay import replay
-from .checks import NON_NEGATIVE, POSITIVE, THREADS, check_defines, load_units, writable_file
+from .checks import NON_NEGATIVE, POSITIVE, THREADS, check_defines, load_all_units, writable_file
 from .isolation import add_isolation_args, isolation
-from .native_cmd import load_native_units, print_native_replay, replay_native
+from .native_cmd import print_native_replay, replay_native
 from .output import console, err_console, fmt_error, parse_pairs
 
 
@@ -72,8 +72,7 @@ def run(args: argparse.Namespace) -> int:
     options = parse_pairs(args.opt, "opt", typed=True)
     tolerance = tolerance_overrides(args.tolerance)
     writable_file(args.json, "--json")
-    recs = load_units(args.path, args.kernels)
-    native = load_native_units(args.path, args.kernels)
+    recs, native = load_all_units(args.path, args.kernels)
     for rec in recs:
         check_defines(rec.name, rec.source.code, defines, allow=args.allow_unused_define)
     results: list[tuple[str, str, Measurement]] = []
@@ -85,12 +84,13 @@ def run(args: argparse.Namespace) -> int:
                        tolerance=tolerance, warmup=args.warmup, repeat=args.repeat,
                        flush=not args.no_flush, isolate=iso)
             results.append((rec.name, rec.source.entry, m))
-    if recs or not native:
+    if recs:
         _print_table(args.path, results)
     if native:
         rows = replay_native(native, warmup=args.warmup, repeat=args.repeat,
                              tolerance=args.tolerance[0] if args.tolerance else None,
-                             dtype=args.dtype, flush=not args.no_flush)
+                             dtype=args.dtype, flush=not args.no_flush,
+                             others=bool(results))
         print_native_replay(rows)
         results += [(u, k, m) for u, k, m, _ in rows]
         info = {u: i for u, _, _, i in rows}

@@ -19,9 +19,8 @@ from ..harness import by_precision, precision_of
 from ..replay.native_build import bind_source
 from ..replay.tuning import TuningOutcome, tune_recording
 from ..tune import Budget
-from .checks import POSITIVE, float_range, load_units, writable_dir
+from .checks import POSITIVE, float_range, load_all_units, writable_dir
 from .isolation import add_isolation_args, isolation
-from .native_cmd import load_native_units
 from .native_deploy_cmd import tune_units as tune_native_units
 from .output import console
 from .progress import line_progress
@@ -118,8 +117,7 @@ def run(args: argparse.Namespace) -> int:
     user = load_space_file(args.space)
     budget = Budget(trials=args.trials, seconds=args.seconds, patience=args.patience)
     tolerance = tolerance_overrides(args.tolerance)
-    recs = load_units(args.path, args.kernels)
-    native = load_native_units(args.path, args.kernels)
+    recs, native = load_all_units(args.path, args.kernels)
     if not recs and not native:
         raise ConfigError(f"no recorded units to tune under {args.path}",
                           hint="check the path and --kernels")
@@ -132,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
         with directory_lock(out, "tuning run directory"):
             tune_native_units(native, Path(out), repeat=args.repeat, passes=7,
                               tolerance=args.tolerance[0] if args.tolerance else None,
-                              source=source, defines=define_sets(args.try_defines))
+                              source=source, defines=define_sets(args.try_defines),
+                              others=bool(recs))
         if not recs:
             return 0
     with directory_lock(out, "tuning run directory"), isolation(args) as iso:

@@ -1,0 +1,82 @@
+"""A damaged unit among others is skipped with a warning naming it (issue 32 item 5, for
+native units too); a directory with no unit at all is one clear line and exit 2."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kernforge.cli.main import main
+from kernforge.pipeline.run_app import record_command
+from kernforge.testing.fakedriver import FakeCuda, build
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory: pytest.TempPathFactory) -> FakeCuda:
+    return build(tmp_path_factory.mktemp("fakecuda"))
+
+
+@pytest.fixture(scope="module")
+def recorded(fake: FakeCuda, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("rec")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("LD_LIBRARY_PATH", str(fake.libdir))
+    try:
+        status, _, problems, _ = record_command(fake.command(), out, max_instances=1,
+                                                kernels="*heat*")
+    finally:
+        mp.undo()
+    assert status == 0 and not problems
+    return out
+
+
+@pytest.fixture
+def two_units(fake: FakeCuda, recorded: Path, tmp_path: Path,
+              monkeypatch: pytest.MonkeyPatch) -> Path:
+    """heat-0 and a copy of it, heat-1, whose manifest is too damaged to tell its kind."""
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(fake.libdir))
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    rec = tmp_path / "rec"
+    shutil.copytree(recorded / "heat-0", rec / "heat-0")
+    shutil.copytree(recorded / "heat-0", rec / "heat-1")
+    (rec / "heat-1" / "manifest.json").write_text("garbage")
+    return rec
+
+
+@pytest.mark.parametrize("command", [["replay"], ["inspect"]])
+def test_a_damaged_native_unit_is_skipped_and_the_others_run(
+        two_units: Path, command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*command, str(two_units)]) == 0
+    out, err = capsys.readouterr()
+    assert "heat-0" in out
+    assert "warning: skipped a damaged unit" in err and "heat-1" in err
+    assert "not valid JSON" in err
+
+
+def test_tune_skips_a_damaged_native_unit(two_units: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tune", str(two_units), "--out", str(tmp_path / "t"), "--repeat", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert "tuning native heat-0" in out and "heat-1" in err
+
+
+def test_only_damaged_units_left_is_the_recording_error(
+        two_units: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # --kernels selecting none of the good units: nothing usable is left
+    assert main(["replay", str(two_units), "--kernels", "nothing*"]) == 4
+    assert "heat-1" in capsys.readouterr().err
+    shutil.rmtree(two_units / "heat-0")
+    assert main(["replay", str(two_units)]) == 4
+    assert main(["inspect", str(two_units)]) == 4
+
+
+@pytest.mark.parametrize("command", ["replay", "inspect"])
+def test_a_directory_without_units_is_one_line_and_exit_2(
+        tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([command, str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.strip() == (f"error: no recorded units in {tmp_path}: record with kernforge "
+                           f"record -o {tmp_path} -- COMMAND")
