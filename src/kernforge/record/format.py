@@ -292,7 +292,9 @@ def _npy_header(path: Path) -> tuple[tuple[int, ...], np.dtype]:
     return tuple(shape), dtype
 
 
-def _check_blobs(unit: Path, m: dict[str, Any]) -> None:
+def check_blob_files(unit: Path, m: dict[str, Any]) -> None:
+    """Each blob the manifest lists exists with its recorded size, dtype and shape (cheap: no
+    hashing; contents are hash-checked on first load)."""
     mpath = unit / MANIFEST
     for blob_id, info in m["blobs"].items():
         _require(mpath, info, _BLOB_KEYS, f"blobs[{blob_id!r}]")
@@ -309,6 +311,11 @@ def _check_blobs(unit: Path, m: dict[str, Any]) -> None:
         if list(shape) != list(info["shape"]) or dtype.name != info["dtype"]:
             raise _bad(path, f"blob holds {dtype.name}{list(shape)}, manifest.json says "
                        f"{info['dtype']}{list(info['shape'])}")
+
+
+def _check_blobs(unit: Path, m: dict[str, Any]) -> None:
+    mpath = unit / MANIFEST
+    check_blob_files(unit, m)
     for a in m["args"]:
         for blob_id in (a["prologue"], a["epilogue"]):
             if blob_id is None:

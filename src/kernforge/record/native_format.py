@@ -26,7 +26,7 @@ from ..core import KernforgeError, RecordingError, RecordingFormatError
 from ..core.jsonio import DamagedJSON, parse_json
 from ..core.native import ALLOC_KINDS, NativeParam, NativeRecording, NativeRegion, NativeSource
 from ._layout import FORMAT, MANIFEST, TMP_PREFIX, PathLike, fsync_dir, manifest_checksum
-from .format import _BlobStore, _make_loader, _next_instance, _publish
+from .format import _BlobStore, _make_loader, _next_instance, _publish, check_blob_files
 
 NATIVE_SCHEMA = 2
 SPOOL = ".spool"
@@ -229,6 +229,20 @@ def load_native(unit: Path, m: dict[str, Any], *, verify: bool = False) -> Nativ
             instance=int(m.get("instance", 0)), created=m.get("created", ""),
             kernforge_version=m.get("kernforge_version", ""), loader=loader,
             source=NativeSource.from_json(m["source"]) if m.get("source") else None)
+        check_blob_files(unit, m)  # sizes and headers now, before anything runs
+        for what, blob_id, size in [("the module image", rec.image, None)] + [
+                (f"region {i}", b, r.size) for i, r in enumerate(rec.regions)
+                for b in (r.prologue, r.epilogue) if b is not None]:
+            info = m["blobs"].get(blob_id)
+            if info is None:
+                raise _bad(path, f"{what} references blob {blob_id} which is not listed "
+                                 "under blobs")
+            if size is not None and int(np.prod(info["shape"])) * \
+                    np.dtype(info["dtype"]).itemsize != size:
+                raise _bad(path, f"{what} is {size} bytes but its blob {blob_id} holds "
+                                 f"{info['dtype']}{info['shape']}")
+    except RecordingFormatError:
+        raise
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
         raise _bad(path, f"malformed value: {type(exc).__name__}: {exc}") from exc
     src = m.get("source")

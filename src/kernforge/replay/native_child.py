@@ -4,7 +4,8 @@
 unit, the variants, the protocol and optionally an interleaved comparison; the child writes one
 measurement per variant (and the comparison) as JSON. :func:`run_isolated` is the caller's side:
 a child killed by a signal, or one that outlives its timeout, costs only its own evaluations
-(RUNTIME_FAILED or TIMEOUT, with the cause).
+(RUNTIME_FAILED or TIMEOUT, with the cause); a unit whose data fails its hash checks is a
+RecordingFormatError, raised before any variant runs.
 """
 
 from __future__ import annotations
@@ -19,14 +20,24 @@ from pathlib import Path
 from typing import Any
 
 from ..backends.cxx_names import pointee_dtype
-from ..core import KernforgeError, Measurement, Status, Tolerance
+from ..core import (
+    KernforgeError,
+    Measurement,
+    RecordingError,
+    RecordingFormatError,
+    Status,
+    Tolerance,
+)
 from ..core.errors import exit_cause
 from ..record.native_format import read_native
 from .native import NativeReplay, NativeVariant, compare, evaluate
 
 
 def _child(request: dict[str, Any]) -> dict[str, Any]:
-    rec = read_native(request["unit"])
+    try:  # every blob hash-checked before anything runs: damaged data is no variant's fault
+        rec = read_native(request["unit"], verify=True)
+    except RecordingError as exc:
+        return {"recording_error": exc.message, "hint": exc.hint}
     tol = Tolerance.parse(request["tolerance"]) if request.get("tolerance") else None
     try:
         rp = NativeReplay(rec, fixed=request.get("fixed", True))
@@ -78,6 +89,8 @@ def run_isolated(unit: str | Path, variants: Sequence[NativeVariant], *, warmup:
         except subprocess.TimeoutExpired:
             cause, status = f"no result within {timeout_s:.0f} s", Status.TIMEOUT
         out = json.loads(res.read_text()) if res.is_file() else {"results": []}
+    if "recording_error" in out:
+        raise RecordingFormatError(out["recording_error"], hint=out.get("hint"))
     done = [Measurement.from_json(r) for r in out.get("results", [])]
     if "error" in out:
         done = [Measurement(Status(out["status"]), out["error"]) for _ in variants]
