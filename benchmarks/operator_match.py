@@ -64,7 +64,9 @@ def record_hecbench(root: Path, to: Path) -> tuple[list[str], dict[str, tuple[st
     """Record one launch per kernel of each program found; (recordings, unit -> (cwd, cmd))."""
     recs, apps = [], {}
     for name, (args, unit) in HECBENCH.items():
-        exe = (root / f"{name}-cuda" / "main").resolve()
+        exe = (root / f"{name}-cuda").resolve()  # a binary, or HeCBench's build directory
+        if not exe.is_file():
+            exe = exe / "main"
         if not exe.is_file():
             print(f"skipped {name}: no {exe}", file=sys.stderr)
             continue
@@ -134,7 +136,7 @@ def end_to_end(spec: Path, command: str, cwd: str, rounds: int, check: str,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("recordings", nargs="*", help="RECORDING_DIR[:NAME]")
-    ap.add_argument("--hecbench", type=Path, help="DIR holding <name>-cuda/main programs")
+    ap.add_argument("--hecbench", type=Path, help="DIR holding <name>-cuda/main programs (or <name>-cuda binaries)")
     ap.add_argument("--record-to", type=Path, default=Path("/tmp/R"))
     ap.add_argument("--e2e", action="store_true", help="with --hecbench: run each matched "
                     "program plain and deployed")
