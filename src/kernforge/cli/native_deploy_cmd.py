@@ -177,8 +177,10 @@ def deploy(spec_path: Path, command: Sequence[str]) -> int:
                              if e.get("load_failures") else "")
                           + (", the tuned launch failed: the original ran instead"
                              if e.get("launch_failures") else ""), soft_wrap=True)
-    if not counts:
-        err_console.print("  (no counts: the program did not exit normally)")
+    if not counts:  # each process that used the driver writes them when it exits normally
+        err_console.print(f"  (no counts: the program exited with status {status}; no process "
+                          "of it reported any: none used the CUDA driver, or the one that did "
+                          "was killed or ended through _exit)", soft_wrap=True)
     return status
 
 

@@ -152,5 +152,7 @@ int kf_deploy_covers(kf_fn_t *fn); /* cached per function */
 /* returns 1 when the launch was replaced (result in *rc), 0 to run the original */
 int kf_deploy_try(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psize, CUresult *rc,
                   CUresult (*real)(kf_launch_t *, void *), void *ctx);
+/* counts to KERNFORGE_DEPLOY_LOG, only from a process that looked up the driver API (so a
+ * shell that started the program, exiting after it, does not overwrite its counts) */
 void kf_deploy_report(void);
 #endif

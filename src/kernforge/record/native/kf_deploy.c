@@ -8,7 +8,8 @@
  * ids) or "-"; carveout a percentage, or -1 to leave it.
  * A launch of `name` with the same geometry and key runs `entry` of `image` (loaded once per
  * context with those JIT options) with the new geometry and the same parameters. Counts go to
- * KERNFORGE_DEPLOY_LOG (JSON) at exit.
+ * KERNFORGE_DEPLOY_LOG (JSON) when a process that used the driver exits through exit(); a
+ * process that never looked up a driver function writes nothing.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -188,6 +189,7 @@ int kf_deploy_try(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psi
 }
 
 void kf_deploy_report(void) {
+  if (state <= 0) return; /* never used the driver (a shell, a tool): its counts are not news */
   const char *path = getenv("KERNFORGE_DEPLOY_LOG");
   FILE *fp = path && *path ? fopen(path, "w") : NULL;
   if (fp) fprintf(fp, "{\"fallbacks\": %lu, \"entries\": [", fallbacks);
