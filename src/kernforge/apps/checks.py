@@ -81,7 +81,7 @@ def take_reference(m: Manifest, dataset: Dataset, ran: Ran, cwd: Path, out: Path
         if vals is None:
             raise AppManifestError(
                 f"{m.path}: the check pattern {check.pattern!r} never matches the output of "
-                f"dataset {dataset.name!r} (exit {ran.returncode}); output ends: "
+                f"dataset {dataset.name!r} ({ran.ended}); output ends: "
                 f"{ran.tail(300)!r}",
                 hint="fix [check] pattern so that it matches the line where the program "
                      "reports its own check")
@@ -111,9 +111,7 @@ def verdict(m: Manifest, dataset: Dataset, ran: Ran, cwd: Path, out: Path,
             reference: dict[str, Any]) -> Verdict:
     """Does this run pass the program's own check?"""
     if ran.returncode != 0:
-        return Verdict(False, f"exit status {ran.returncode}"
-                              + (" (time-out)" if ran.timed_out else "")
-                              + (f": {ran.tail(200)}" if ran.tail(200) else ""))
+        return Verdict(False, ran.ended + (f": {ran.tail(200)}" if ran.tail(200) else ""))
     check = m.check
     if check.kind == "exit":
         return Verdict(True, "exit status 0")

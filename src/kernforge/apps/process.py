@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.errors import exit_cause
+
 KERNFORGE_VARS = ("KERNFORGE_DEPLOY", "KERNFORGE_DEPLOY_LOG", "KERNFORGE_RECORD_DIR",
                   "KERNFORGE_KERNELS", "KERNFORGE_MAX_INSTANCES", "KERNFORGE_SKIP",
                   "KERNFORGE_MAX_MB", "KERNFORGE_RECORD_ALL", "KERNFORGE_DEPLOY_VERIFY")
@@ -28,6 +30,17 @@ class Ran:
     stderr: str
     seconds: float
     timed_out: bool = False
+    killed_by: int = 0  # the signal that killed it (returncode is then 128 + signal)
+    timeout_s: float | None = None  # the limit it ran under
+
+    @property
+    def ended(self) -> str:
+        """How it ended, for reasons: "timed out after 60 s", "killed by SIGSEGV" or
+        "exited with status 3" (never a bare 124 or 139)."""
+        if self.timed_out:
+            return (f"timed out after {self.timeout_s:g} s" if self.timeout_s is not None
+                    else "timed out")
+        return exit_cause(-self.killed_by if self.killed_by else self.returncode)
 
     @property
     def output(self) -> str:
@@ -70,13 +83,14 @@ def run(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout_s: fl
         _kill(proc)
         out, err = proc.communicate()
         return Ran(tuple(argv), 124, out or "", (err or "") + f"\n(killed after {timeout_s:g} s)",
-                   time.perf_counter() - t0, timed_out=True)
+                   time.perf_counter() - t0, timed_out=True, timeout_s=timeout_s)
     except BaseException:
         _kill(proc)
         raise
     seconds = time.perf_counter() - t0
     rc = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
-    return Ran(tuple(argv), rc, out, err, seconds)
+    return Ran(tuple(argv), rc, out, err, seconds, killed_by=max(0, -proc.returncode),
+               timeout_s=timeout_s)
 
 
 def _kill(proc: subprocess.Popen[str]) -> None:
@@ -89,5 +103,6 @@ def _kill(proc: subprocess.Popen[str]) -> None:
 def write_log(path: Path, ran: Ran) -> None:
     """The command, its status and its output, for the person reading the run directory."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"$ {' '.join(ran.argv)}\n# exit {ran.returncode}, {ran.seconds:.3f} s\n"
+    path.write_text(f"$ {' '.join(ran.argv)}\n# {ran.ended} (exit {ran.returncode}), "
+                    f"{ran.seconds:.3f} s\n"
                     f"--- stdout\n{ran.stdout}\n--- stderr\n{ran.stderr}\n", "utf-8")

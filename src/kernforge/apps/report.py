@@ -82,12 +82,36 @@ def _share(r: AppResult) -> str:
 
 
 def _how(r: AppResult) -> str:
+    """The strategies that integrated the application; nothing when it was not integrated
+    (a DROPPED run's strategies produced what the end-to-end gate refused)."""
     m3 = r.milestones.get("M3")
-    return ", ".join(m3.figures.get("used", [])) if m3 is not None else "-"
+    used = ", ".join(m3.figures.get("used", [])) if m3 is not None else ""
+    if not used:
+        return "-"
+    return used if r.app.state == "INTEGRATED" else f"{used} ({r.app.state.lower()})"
+
+
+def in_flight(r: AppResult) -> Milestone | None:
+    """The milestone a run left RUNNING (killed or interrupted in it, or still running)."""
+    return next((m for m in r.milestones.values() if m.status == "RUNNING"), None)
+
+
+def state_reason(r: AppResult) -> tuple[str, str]:
+    """The state and reason to show: a run stopped in a milestone says which, not the
+    PENDING row's "not started"."""
+    m = in_flight(r)
+    if m is None or r.app.state != "PENDING":
+        return r.app.state, r.app.reason
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(m.started))
+    return r.app.state, (f"{m.name} RUNNING since {when}: the run was interrupted in it (or "
+                         f"is still running); kernforge app run --resume continues it")
 
 
 def app_section(r: AppResult) -> list[str]:
-    out = [f"## {r.app.name}: {r.app.state}", "", f"{r.app.reason}", "",
+    state, reason = state_reason(r)
+    m = in_flight(r)
+    out = [f"## {r.app.name}: {state}" + (f" ({m.name} in flight)" if m else ""), "", reason,
+           "",
            f"Run directory: `{r.out}`", "", "| milestone | status | reason |", "|---|---|---|"]
     for name in sorted(r.milestones):
         m = r.milestones[name]
@@ -164,8 +188,12 @@ def write_report(dirs: list[Path], out: Path) -> tuple[Path, Path]:
              "end-to-end speedup (geometric mean) | reason |"), "|---|---|---|---|---|---|"]
     for r in results:
         g = f"{r.geomean:.3f}x{_ci(r.m4)}" if r.geomean is not None else "-"
-        lines.append(f"| {r.app.name} | {r.app.state} | {_share(r)} | {_how(r)} | {g} | "
-                     f"{_cell(r.app.reason, 240)} |")
+        state, reason = state_reason(r)
+        m = in_flight(r)
+        if m is not None:
+            state = f"{state} ({m.name} RUNNING)"
+        lines.append(f"| {r.app.name} | {state} | {_share(r)} | {_how(r)} | {g} | "
+                     f"{_cell(reason, 240)} |")
     lines.append("")
     for r in results:
         lines += app_section(r)

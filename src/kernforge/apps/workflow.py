@@ -124,14 +124,14 @@ class AppRun:
         b = h.build(m.source)
         figures: dict[str, Any] = {"build_s": b.seconds, "build_exit": b.returncode}
         if b.returncode != 0:
-            return ("FAILED", f"the build failed (exit {b.returncode}): {b.tail(400)}",
+            return ("FAILED", f"the build failed ({b.ended}): {b.tail(400)}",
                     figures, "BLOCKED")
         checks = {}
         for d in m.datasets:
             self.progress(f"{m.name}: first run of {d.name}")
             ran = h.run(d, h.original())
             if ran.returncode != 0:
-                return ("FAILED", (f"dataset {d.name} exited {ran.returncode}: "
+                return ("FAILED", (f"dataset {d.name} {ran.ended}: "
                         f"{ran.tail(400)}"), figures, "BLOCKED")
             h.reference(d, ran)
             v = h.check(d, h.original(), ran)
@@ -168,8 +168,8 @@ class AppRun:
             ran, got, problems = recording.record_dataset(h, ds, self.out / "recording" / ds.name)
             figures["problems"] += problems
             if ran.returncode != 0:
-                return ("FAILED", (f"{ds.name}: the program failed under the recorder (exit "
-                        f"{ran.returncode}): {ran.tail(400)}"), figures, "BLOCKED")
+                return ("FAILED", (f"{ds.name}: the program failed under the recorder "
+                        f"({ran.ended}): {ran.tail(400)}"), figures, "BLOCKED")
             v = h.check(ds, h.original(), ran)
             if not v.ok:
                 return ("FAILED", (f"{ds.name}: under the recorder the program fails its own "

@@ -90,15 +90,15 @@ class AgentStrategy(Strategy):
         edits = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
         figures["changed_files"] = edits
         if ran.returncode != 0:
-            return Outcome("FAILED", f"the agent exited {ran.returncode}: {ran.tail(300)}",
+            return Outcome("FAILED", f"the agent {ran.ended}: {ran.tail(300)}",
                            figures)
         if not edits:
             return Outcome("FAILED", "the agent changed no file", figures)
         ctx.progress(f"{m.name}: building the agent's version")
         b = h.build(copy)
         if b.returncode != 0:
-            return Outcome("FAILED", f"the agent's version does not build (exit "
-                                     f"{b.returncode}): {b.tail(300)}", figures)
+            return Outcome("FAILED", f"the agent's version does not build "
+                                     f"({b.ended}): {b.tail(300)}", figures)
         setup = Setup("agent", copy)
         try:
             times = {d.name: h.timed(d, setup) for d in m.datasets}

@@ -78,7 +78,7 @@ class TuneStrategy(Strategy):
             info: dict[str, Any] = {"kernel": k["name"], "unit": str(unit),
                                     "share": k.get("share"), "tune_exit": ran.returncode}
             if ran.returncode != 0:
-                info["reason"] = f"kernforge tune exited {ran.returncode}: {ran.tail(300)}"
+                info["reason"] = f"kernforge tune {ran.ended}: {ran.tail(300)}"
                 kernels.append(info)
                 continue
             run_dir = base / "tune"

@@ -1,0 +1,28 @@
+"""How a command of an application ended, in words: a time-out and a signal are named, never
+a bare 124 or 139."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kernforge.apps.process import Ran, run, write_log
+
+
+def test_a_time_out_is_named_with_its_limit(tmp_path: Path) -> None:
+    ran = run(["sleep", "5"], cwd=tmp_path, env=os.environ, timeout_s=0.2)
+    assert ran.returncode == 124 and ran.timed_out
+    assert ran.ended == "timed out after 0.2 s"
+
+
+def test_a_crash_is_named_by_its_signal(tmp_path: Path) -> None:
+    ran = run(["sh", "-c", "kill -SEGV $$"], cwd=tmp_path, env=os.environ, timeout_s=10)
+    assert ran.returncode == 139 and ran.ended == "killed by SIGSEGV"
+    write_log(tmp_path / "log.txt", ran)
+    assert "# killed by SIGSEGV (exit 139)" in (tmp_path / "log.txt").read_text()
+
+
+def test_a_plain_exit_status_stays_one(tmp_path: Path) -> None:
+    ran = run(["sh", "-c", "exit 124"], cwd=tmp_path, env=os.environ, timeout_s=10)
+    assert ran.ended == "exited with status 124"  # the program's own 124 is no time-out
+    assert Ran(("x",), 3, "", "", 0.0).ended == "exited with status 3"
