@@ -85,6 +85,9 @@ def test_a_good_manifest_and_the_example_load(tmp_path: Path) -> None:
      "close every quote"),
     (GOOD.replace('expected = [3.0]', 'expected = [3.0]\ntimeout_s = 10'),
      "'timeout_s' is read as a key of this dataset", "above the first \\[\\[datasets"),
+    # an empty list used to be accepted: nothing integrated, the app ended RESEARCH silently
+    (GOOD + "[integrate]\nstrategies = []\n", "strategies = \\[\\] names no strategy",
+     "operator, .*tune"),
 ])
 def test_bad_manifests_are_typed_errors(tmp_path: Path, body: str, match: str,
                                         hint: str) -> None:

@@ -260,6 +260,10 @@ def _integrate(d: Any, src: str, base: Path) -> Integrate:
     if not isinstance(strategies, list) or any(s not in STRATEGIES for s in strategies):
         raise _err(where, f"strategies {strategies!r}",
                    f"list some of: {', '.join(STRATEGIES)} (tried in that order)")
+    if not strategies:  # nothing could integrate it: the run would end RESEARCH, silently
+        raise _err(where, "strategies = [] names no strategy: nothing would integrate the "
+                          "application", f"list at least one of: {', '.join(STRATEGIES)} (tried "
+                          "in that order), or remove the key to try them all")
     evolve = _str(d, "evolve_config", where, required=False)
     if evolve and not (base / evolve).is_file():
         raise _err(where, f"evolve_config {evolve!r}: no file {(base / evolve).resolve()}",
