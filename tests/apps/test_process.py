@@ -4,7 +4,14 @@ a bare 124 or 139."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
+
+import pytest
 
 from kernforge.apps.process import Ran, run, write_log
 
@@ -26,3 +33,39 @@ def test_a_plain_exit_status_stays_one(tmp_path: Path) -> None:
     ran = run(["sh", "-c", "exit 124"], cwd=tmp_path, env=os.environ, timeout_s=10)
     assert ran.ended == "exited with status 124"  # the program's own 124 is no time-out
     assert Ran(("x",), 3, "", "", 0.0).ended == "exited with status 3"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_command_dies_with_a_killed_kernforge(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os
+        from pathlib import Path
+        from kernforge.apps.process import run
+        run(["sh", "-c", "echo $$ > {pidfile}; exec sleep 60"], cwd=Path("."),
+            env=os.environ, timeout_s=120)
+        """)])
+    try:
+        deadline = time.monotonic() + 30
+        while not (pidfile.is_file() and pidfile.read_text().strip()):
+            assert time.monotonic() < deadline and parent.poll() is None
+            time.sleep(0.05)
+        child = int(pidfile.read_text())
+        assert _alive(child)
+        parent.send_signal(signal.SIGKILL)  # no cleanup of kernforge's runs
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child), "the command outlived kernforge"
+    finally:
+        parent.kill()
+        parent.wait()

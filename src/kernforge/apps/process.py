@@ -1,17 +1,21 @@
 """Running one command of an application: its directory, its environment, a time limit.
 
 A command runs in its own session, so a time-out kills the whole process group (an ``mpirun``
-or a shell script's children too). Output is captured (and kept in the run's log directory by
+or a shell script's children too). On Linux the command's direct child is also killed when
+kernforge dies (PR_SET_PDEATHSIG), even by ``kill -9``; its own children may survive that, as
+they are no children of kernforge (docs/applications.md). Output is captured (and kept in the run's log directory by
 the caller); the wall time is measured around the process only.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +68,29 @@ def plain_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking Linux to SIGKILL the child when this process dies (even by
+    SIGKILL, when no cleanup of ours runs); None where prctl is not to be had. The signal is
+    tied to the forking *thread*: call it from a thread that outlives the child."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # kernforge died before prctl took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
 def run(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout_s: float,
         stdin: str | None = None) -> Ran:
     """Run ``argv`` in ``cwd``; a missing program is returncode 127 with the reason."""
@@ -73,6 +100,7 @@ def run(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout_s: fl
                                 stdin=subprocess.PIPE if stdin is not None else
                                 subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True,
+                                preexec_fn=die_with_parent(),  # noqa: PLW1509 (no threads)
                                 errors="replace")
     except OSError as exc:
         return Ran(tuple(argv), 127, "", f"cannot run {argv[0]!r}: {exc}",
