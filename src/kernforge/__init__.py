@@ -55,13 +55,14 @@ def __dir__() -> list[str]:
 
 
 # A deployment spec named by the environment is activated when kernforge is imported
-# (docs/deploy.md); without the variable nothing of kernforge.deploy is imported.
-# Whatever goes wrong there is warned about and the application runs unchanged.
+# (docs/deploy.md); without the variable nothing of kernforge.deploy is imported. With it, the
+# spec is checked here and the rest waits for a launch (deploy/startup.py: every process pays
+# for this). Whatever goes wrong there is warned about and the application runs unchanged.
 if _os.environ.get("KERNFORGE_DEPLOY"):
     try:
-        from .deploy.runtime import use_from_environment as _use_from_environment
+        from .deploy.startup import activate as _activate
 
-        _use_from_environment()
+        _activate()
     except Exception as _exc:  # noqa: BLE001 - a deployment never breaks the application
         import warnings as _warnings
 

@@ -31,13 +31,9 @@ from .match import (
     tuned_variant,
 )
 from .spec import DeploySpec
+from .specdoc import label_of, no_entry
 
 _ID_CACHE = 4096
-
-
-def label_of(source: KernelSource, options: CompileOptions) -> str:
-    """How the report names a kernel: its name expression, else its entry point."""
-    return str(options.get("name_expression") or "") or source.entry
 
 
 def _kind(dtype: str) -> str:
@@ -163,7 +159,7 @@ class Decider:
         key = lookup_key(backend, source, options.as_dict(), code_sha256(source.code))
         indices = self._index.get(key)
         if not indices:
-            return Reason(NOT_IN_SPEC, f"no entry for this kernel in {self.name}")
+            return Reason(NOT_IN_SPEC, no_entry(self.name))
         if backend.name not in self._devices:
             self._devices[backend.name] = backend.deploy_identity()
         return static_candidates([(i, self.spec.entries[i]) for i in indices],

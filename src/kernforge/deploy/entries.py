@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -14,12 +13,9 @@ from ..backends import BACKENDS, LaunchEvent
 from ..backends.base import cached_dtype
 from ..core import ConfigError, KernelSource, LaunchConfig, Recording, Variant
 from .spec import DeployEntry, Evidence, KernelKey, Problem, ProblemArg, TunedVariant, json_scalar
+from .specdoc import code_sha256
 
 VALUE_KINDS = "iub"  # scalar dtypes matched by value: integers and bools
-
-
-def code_sha256(code: str) -> str:
-    return hashlib.sha256(code.encode()).hexdigest()
 
 
 def name_expression(options: Mapping[str, Any]) -> str | None:

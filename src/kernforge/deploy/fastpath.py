@@ -43,9 +43,9 @@ import numpy as np
 
 from ..backends import Backend, Compiled, LaunchEvent
 from ..core import CompileOptions, KernelSource, LaunchConfig, Param, Tolerance, Variant
+from .counts import KernelCounts
 from .launcher import FastLaunch
 from .match import Reason, overlap_bits
-from .report import KernelCounts
 from .spec import DeployEntry
 
 MAX_DECISIONS = 1024  # per plan; emptied when full (an application with ever-new buffers)

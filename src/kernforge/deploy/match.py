@@ -21,10 +21,11 @@ import numpy as np
 
 from ..backends import Backend, LaunchEvent
 from ..core import CompileOptions, KernelSource, LaunchConfig, Variant
+from . import specdoc
 from .spec import DeployEntry, ProblemArg
 
 # Fallback categories, from the least to the most specific (the report names the furthest).
-NOT_IN_SPEC = "not in the spec"
+NOT_IN_SPEC = specdoc.NOT_IN_SPEC
 DEVICE = "device mismatch"
 BUILD = "build mismatch"
 PROBLEM = "problem mismatch"
@@ -235,5 +236,4 @@ def tuned_launch(entry: DeployEntry, event: LaunchEvent) -> LaunchConfig:
 
 def lookup_key(backend: Backend, source: KernelSource, options: Mapping[str, Any],
                sha: str) -> tuple[str, str, str, str, str | None]:
-    expr = str(options.get("name_expression") or "") or None
-    return (backend.name, source.language, source.entry, sha, expr)
+    return specdoc.lookup_key(backend.name, source.language, source.entry, sha, options)

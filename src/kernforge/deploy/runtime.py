@@ -31,17 +31,19 @@ from typing import Any
 from ..backends import Backend, LaunchEvent, cupy_hooks
 from ..backends.events import set_substituter
 from ..core import CompileOptions, KernelSource, KernforgeError, Param
-from .decide import Decider, first_line, label_of
+from . import startup
+from .counts import DeployReport, KernelCounts
+from .decide import Decider, first_line
 from .fastpath import Decision, Plan, Tuned
 from .gate import refusal
 from .launcher import prepare
-from .match import COMPILE, EVIDENCE, INTERNAL, LAUNCH, VERIFY, Reason
-from .report import DeployReport, KernelCounts
+from .match import COMPILE, EVIDENCE, INTERNAL, LAUNCH, NOT_IN_SPEC, VERIFY, Reason
 from .reverify import VERIFY_ENV, Unverifiable, VariantFailed, reverify, verify_mode
 from .spec import DeploySpec, PathLike, read_spec
+from .specdoc import label_of
 
 log = logging.getLogger("kernforge.deploy")
-ENV_VAR = "KERNFORGE_DEPLOY"
+ENV_VAR = startup.ENV_VAR
 _WARN = (COMPILE, LAUNCH, INTERNAL, VERIFY, EVIDENCE)
 
 _state_lock = threading.Lock()
@@ -95,6 +97,16 @@ class Deployment:
     @property
     def name(self) -> str:
         return self._decider.name
+
+    def adopt_fallbacks(self, fallbacks: dict[str, int]) -> None:
+        """Count launches that ran the original because no entry is for their kernel, as
+        :mod:`.startup` counted (and logged) them before this deployment was made."""
+        with self._lock:
+            for label, n in fallbacks.items():
+                c = self._counts.setdefault(label, KernelCounts())
+                c.fallback += n
+                c.reasons[NOT_IN_SPEC] = c.reasons.get(NOT_IN_SPEC, 0) + n
+                self._logged.add((label, NOT_IN_SPEC))
 
     # ---- the launch substituter -------------------------------------------------------------
     def substitute(self, event: LaunchEvent, launch: Callable[[], Any]
@@ -275,6 +287,7 @@ class Deployment:
     def start(self, cupy: bool | None = None) -> Deployment:
         """Make this the active deployment (stopping another one); see :func:`use`."""
         global _current
+        startup.settle()  # a pending $KERNFORGE_DEPLOY is made first, then replaced
         with _state_lock:
             previous, _current = _current, self
         if previous is not None and previous is not self:
@@ -345,37 +358,35 @@ def use(spec: DeploySpec | PathLike, *, cupy: bool | None = None,
 
 def stop() -> DeployReport | None:
     """Stop the active deployment; returns its report (None when none was active)."""
+    startup.settle()
     with _state_lock:
         dep = _current
     return dep.stop() if dep is not None else None
 
 
 def current() -> Deployment | None:
+    startup.settle()
     return _current
 
 
 def report() -> DeployReport:
     """The counts of the active deployment, else of the last one stopped (else empty)."""
+    startup.settle()
     dep = _current or _last
     return dep.report() if dep is not None else DeployReport("", {})
 
 
 def use_from_environment() -> Deployment | None:
-    """Activate ``$KERNFORGE_DEPLOY`` (called by ``import kernforge`` when it is set). An
-    unreadable spec is logged and warned about; the application then runs unchanged."""
+    """Activate ``$KERNFORGE_DEPLOY`` now, in full (``import kernforge`` activates it through
+    :func:`.startup.activate`, which defers what it can to the first launch). An unreadable
+    spec is logged and warned about; the application then runs unchanged."""
     path = os.environ.get(ENV_VAR, "")
     if not path:
         return None
     try:
         dep = use(path)
     except Exception as exc:  # noqa: BLE001 - the application then runs unchanged
-        import warnings
-
-        if not isinstance(exc, KernforgeError):
-            exc = KernforgeError(f"{type(exc).__name__}: {exc}")
-        log.error("%s=%s not deployed: %s", ENV_VAR, path, exc)
-        warnings.warn(f"kernforge: {ENV_VAR}={path} not deployed: {exc}", RuntimeWarning,
-                      stacklevel=2)
+        startup.not_deployed(path, exc)
         return None
     atexit.register(_log_report, dep)
     return dep

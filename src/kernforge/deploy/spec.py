@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -24,19 +23,17 @@ import numpy as np
 
 from .._version import __version__
 from ..core import ConfigError, LaunchConfig
-from ..core.jsonio import DamagedJSON, canonical_checksum, parse_json, write_bytes_atomic
-
-FORMAT = "kernforge-deploy"
-SCHEMA_VERSION = 1
-READABLE_VERSIONS = (1,)
-ENTRY_KEYS = ("kernel", "device", "problem", "variant", "evidence")
-_REEXPORT = "export the spec again (kernforge export RUN_DIR -o SPEC)"
-
-PathLike = str | os.PathLike
-
-
-class DeploySpecError(ConfigError):
-    """A deployment spec on disk is missing, truncated, edited, or of an unknown version."""
+from ..core.jsonio import canonical_checksum, write_bytes_atomic
+from .specdoc import (  # noqa: F401 - FORMAT..ENTRY_KEYS: names of this module too
+    ENTRY_KEYS,
+    FORMAT,
+    READABLE_VERSIONS,
+    SCHEMA_VERSION,
+    DeploySpecError,
+    PathLike,
+    bad,
+    load_document,
+)
 
 
 # ---- the data model ---------------------------------------------------------------------------
@@ -226,52 +223,22 @@ def write_spec(path: PathLike, entries: Sequence[DeployEntry]) -> Path:
                               hint="check free disk space and write permission") from exc
 
 
-def _bad(path: Path, problem: str, hint: str = _REEXPORT) -> DeploySpecError:
-    return DeploySpecError(f"{path}: {problem}", hint=hint)
-
-
-def _load_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise _bad(path, "no such deployment spec",
-                   "give the file written by kernforge export (e.g. RUN_DIR/deploy.json)")
-    text = path.read_text("utf-8", errors="replace")
-    try:
-        doc = parse_json(text)
-    except DamagedJSON as exc:
-        raise _bad(path, str(exc)) from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-        raise _bad(path, f"not a kernforge deployment spec (format is {found!r}, expected "
-                   f"{FORMAT!r})", "give the file written by kernforge export")
-    return doc
-
-
 def read_spec(path: PathLike) -> DeploySpec:
     """Read and validate a spec; raise :class:`DeploySpecError` naming the file and the
     problem (missing, not JSON or truncated, another format, an unknown schema_version, a
     checksum that does not match -- the file was edited -- or malformed entries)."""
     p = Path(path)
-    doc = _load_json(p)
-    if doc.get("schema_version") not in READABLE_VERSIONS:
-        raise _bad(p, f"unknown schema_version {doc.get('schema_version')!r}; this kernforge "
-                   f"({__version__}) reads versions {', '.join(map(str, READABLE_VERSIONS))}",
-                   "upgrade kernforge (pip install -U kernforge) to read this spec")
-    if "checksum" not in doc:
-        raise _bad(p, "has no checksum field")
-    if doc["checksum"] != canonical_checksum({k: v for k, v in doc.items() if k != "checksum"}):
-        raise _bad(p, "checksum mismatch: the spec was modified after it was exported",
-                   f"do not edit a spec by hand; {_REEXPORT}")
-    raw = doc.get("entries")
-    if not isinstance(raw, list):
-        raise _bad(p, "has no entries list")
+    return spec_from_document(p, load_document(p))
+
+
+def spec_from_document(path: Path, doc: Mapping[str, Any]) -> DeploySpec:
+    """The spec of a document :func:`~.specdoc.load_document` checked (raises
+    :class:`DeploySpecError` for a malformed entry)."""
     entries = []
-    for i, e in enumerate(raw):
-        missing = [k for k in ENTRY_KEYS if not isinstance(e, dict) or k not in e]
-        if missing:
-            raise _bad(p, f"entries[{i}] lacks required key(s) {', '.join(missing)}")
+    for i, e in enumerate(doc["entries"]):
         try:
             entries.append(entry_from_json(e))
         except (KeyError, TypeError, ValueError, AttributeError, ConfigError) as exc:
-            raise _bad(p, f"entries[{i}] is malformed: {type(exc).__name__}: {exc}") from None
-    return DeploySpec(tuple(entries), p, str(doc.get("kernforge_version", "")),
+            raise bad(path, f"entries[{i}] is malformed: {type(exc).__name__}: {exc}") from None
+    return DeploySpec(tuple(entries), path, str(doc.get("kernforge_version", "")),
                       str(doc.get("created", "")))

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Start-up cost of deploying through the environment (``KERNFORGE_DEPLOY=spec.json``).
+
+``kernforge run --deploy --print-env`` and ``kernforge app`` (M4) deploy into a Python program
+by setting ``KERNFORGE_DEPLOY``: ``import kernforge`` then activates the spec. Every process
+pays for that, also when no entry of the spec matches, so a short run can lose more to the
+start-up than a tuned kernel wins (docs/deploy.md, "Start-up cost").
+
+The unchanged example examples/heat3d_cpu.py (``--n 64 --steps 30 --diag-every 0``, the
+``n64`` dataset of examples/apps/heat3d_cpu.toml) runs as a whole process, in rounds, once per
+mode and round, the order of the modes rotating every round:
+
+- ``plain``: without ``KERNFORGE_DEPLOY``;
+- ``deploy, no match``: a spec whose one entry is ``heat_step`` recorded at ``--n 16``: the
+  kernel launches, its problem never matches (the finding this measures);
+- ``deploy, never launched``: a spec whose one entry is ``max_change``, which this run never
+  launches (``--diag-every 0``);
+- ``import only`` / ``import only, deploy``: ``python -c "import kernforge"`` without and with
+  the first spec (the start-up alone, less noisy than the run).
+
+The table gives each mode's median wall time over the rounds, and the median over the rounds of
+the difference to its plain counterpart (the run's ``plain``, or ``import only``), in wall time
+and in CPU time (user + system of the process: less disturbed by a busy machine). The specs
+are made here (a recording of the example at ``--n 16`` and an ``-O3`` variant; they are not
+tuned, as this measures only matching) unless ``--spec`` names one to use for both deploy modes.
+
+    python benchmarks/bench_deploy_startup.py [--rounds 15] [--spec deploy.json] [--json out]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+APP_ARGS = ["heat3d_cpu.py", "--n", "64", "--steps", "30", "--diag-every", "0"]
+
+
+def make_specs(work: Path) -> tuple[Path, Path]:
+    """(a spec for heat_step at n=16, a spec for max_change): entries as export writes them."""
+    sys.path.insert(0, str(EXAMPLES))
+    import heat3d_cpu  # type: ignore[import-not-found]
+
+    from kernforge.deploy import entry_from_recording, write_spec
+    from kernforge.record import load_recording, record
+
+    with record(work / "rec") as rec:
+        heat3d_cpu.run(16, 2, 1, None, True)
+    units = {load_recording(p).name.rsplit("-", 1)[0]: load_recording(p) for p in rec.paths}
+    paths = []
+    for kernel in ("heat_step", "max_change"):
+        r = units[kernel]
+        entry = entry_from_recording(r, r.variant.with_(options={"opt_level": "O3"}),
+                                     baseline_s=2e-3, tuned_s=1e-3, speedup=2.0,
+                                     speedup_ci=(1.9, 2.1))
+        paths.append(write_spec(work / f"{kernel}.json", [entry]))
+    return paths[0], paths[1]
+
+
+def timed(argv: list[str], spec: Path | None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system) of one process."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNFORGE_")}
+    if spec is not None:
+        env["KERNFORGE_DEPLOY"] = str(spec)
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, cwd=EXAMPLES, env=env, capture_output=True, text=True,
+                          check=False)
+    seconds = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    if proc.returncode != 0 or "not deployed" in proc.stderr:
+        sys.exit(f"{argv} failed (exit {proc.returncode}):\n{proc.stderr}")
+    return seconds, cpu
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=15, help="rounds (default 15)")
+    ap.add_argument("--spec", type=Path, default=None, help="use this spec for both")
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="kernforge-startup-"))
+    nomatch, unused = (args.spec, args.spec) if args.spec else make_specs(work)
+    py = sys.executable
+    modes = {
+        "plain": ([py, *APP_ARGS], None, None),
+        "deploy, no match": ([py, *APP_ARGS], nomatch, "plain"),
+        "deploy, never launched": ([py, *APP_ARGS], unused, "plain"),
+        "import only": ([py, "-c", "import kernforge"], None, None),
+        "import only, deploy": ([py, "-c", "import kernforge"], nomatch, "import only"),
+    }
+    for argv, spec, _ in modes.values():  # warm the compile caches and the file cache
+        timed(argv, spec)
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    cpus: dict[str, list[float]] = {m: [] for m in modes}
+    names = list(modes)
+    for r in range(args.rounds):
+        for m in names[r % len(names):] + names[:r % len(names)]:
+            argv, spec, _ = modes[m]
+            wall, cpu = timed(argv, spec)
+            times[m].append(wall)
+            cpus[m].append(cpu)
+    rows = []
+    print(f"{len(times['plain'])} rounds, {os.cpu_count()} cores, python "
+          f"{sys.version.split()[0]}, PYTHONDONTWRITEBYTECODE="
+          f"{os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r}")
+    print(f"{'mode':<26}{'median s':>10}{'added ms':>10}{'(min, max) ms':>16}"
+          f"{'cpu s':>8}{'added cpu ms':>14}")
+    for m, (_, _, base) in modes.items():
+        med = statistics.median(times[m])
+        cpu = statistics.median(cpus[m])
+        added = added_cpu = None
+        spread = ""
+        if base is not None:
+            diffs = [1e3 * (a - b) for a, b in zip(times[m], times[base])]
+            added = statistics.median(diffs)
+            added_cpu = statistics.median(1e3 * (a - b) for a, b in zip(cpus[m], cpus[base]))
+            spread = f"({min(diffs):.0f}, {max(diffs):.0f})"
+        rows.append({"mode": m, "median_s": med, "added_ms": added, "times_s": times[m],
+                     "cpu_s": cpu, "added_cpu_ms": added_cpu, "cpus_s": cpus[m]})
+        print(f"{m:<26}{med:>10.4f}{'' if added is None else f'{added:.1f}':>10}{spread:>16}"
+              f"{cpu:>8.3f}{'' if added_cpu is None else f'{added_cpu:.1f}':>14}")
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
