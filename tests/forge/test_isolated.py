@@ -47,7 +47,12 @@ def test_a_faulty_candidate_costs_only_itself(tmp_path: Path, fault: str, reason
     # the others were screened in a fresh worker, the best gated and accepted
     screened = {e["start"][2] for e in _journal(tmp_path) if e.get("start", [0, 0])[1] == "screen"}
     assert {"ztile[lz=8,st=2,tx=32,ty=8,vx=4]", "planesweep[lz=8,ry=4,tx=32,ty=4,vx=1]"} <= screened
-    assert summary["rounds"][0]["accepted"] == 1 and not summary["regressed"]
+    # whether the best one beats the incumbent is a speed result (luck on a busy machine);
+    # what isolation owes is that every other candidate was evaluated, not lost to the fault
+    others = {k: v for k, v in perf.items() if k != FAULTY}
+    assert others and not any(str(v.get("reason", "")).startswith(("RUNTIME_FAILED", "TIMEOUT"))
+                              for v in others.values()), others
+    assert not summary["regressed"]
     assert [r["oracle_ok"] for r in summary["final"]] == [True]
 
 
