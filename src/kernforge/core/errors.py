@@ -7,6 +7,8 @@ the replay engine can turn them into typed data instead of letting them escape.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .status import Status
 
 
@@ -110,3 +112,29 @@ def exit_cause(returncode: int) -> str:
         except ValueError:
             return f"killed by signal {-returncode}"
     return f"exited with status {returncode}"
+
+
+def error_to_json(exc: KernforgeError) -> dict[str, Any]:
+    """A typed error as JSON (its class by module and name, message, hint and status), to cross
+    a process boundary or be journaled; :func:`error_from_json` raises it again."""
+    return {"module": type(exc).__module__, "cls": type(exc).__qualname__,
+            "message": exc.message, "hint": exc.hint,
+            "status": exc.status.value if exc.status else None}
+
+
+def error_from_json(err: dict[str, Any]) -> KernforgeError:
+    """The error :func:`error_to_json` wrote, of its class when that still imports."""
+    import importlib
+
+    cls: Any = KernforgeError
+    try:
+        found = getattr(importlib.import_module(err["module"]), err["cls"])
+        if isinstance(found, type) and issubclass(found, KernforgeError):
+            cls = found
+    except (ImportError, AttributeError):
+        pass
+    exc = cls.__new__(cls)
+    KernforgeError.__init__(exc, err["message"], hint=err["hint"])
+    if err.get("status"):
+        exc.status = Status(err["status"])
+    return exc

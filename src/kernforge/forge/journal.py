@@ -18,13 +18,13 @@ inputs they would have seen.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..core import ConfigError, KernelRuntimeError, KernforgeError, Status
+from ..core import ConfigError, KernelRuntimeError, KernforgeError
+from ..core.errors import error_from_json, error_to_json
 from ..core.jsonio import write_bytes_atomic
 from ..stencil.spec import Cell
 from .compile import Built
@@ -33,27 +33,6 @@ QUARANTINE = ("quarantined on resume: its evaluation started in an earlier call 
               "finished (it killed its worker or the run)")
 HINT = ("it is not run again; run it alone with --in-process under gdb or compute-sanitizer "
         "to see where it fails")
-
-
-def _error(exc: KernforgeError) -> dict[str, Any]:
-    return {"module": type(exc).__module__, "cls": type(exc).__qualname__,
-            "message": exc.message, "hint": exc.hint,
-            "status": exc.status.value if exc.status else None}
-
-
-def _rebuild(err: dict[str, Any]) -> KernforgeError:
-    cls: Any = KernforgeError
-    try:
-        found = getattr(importlib.import_module(err["module"]), err["cls"])
-        if isinstance(found, type) and issubclass(found, KernforgeError):
-            cls = found
-    except (ImportError, AttributeError):
-        pass
-    exc = cls.__new__(cls)
-    KernforgeError.__init__(exc, err["message"], hint=err["hint"])
-    if err.get("status"):
-        exc.status = Status(err["status"])
-    return exc
 
 
 class Journal:
@@ -111,18 +90,18 @@ class Journal:
                 if done is None:  # it never finished: quarantined, recorded, not run again
                     err = KernelRuntimeError(f"{what[1]} of {' vs '.join(what[2:])}: "
                                              f"{QUARANTINE}", hint=HINT)
-                    e["done"] = done = {"error": _error(err)}
+                    e["done"] = done = {"error": error_to_json(err)}
                     self._append({"n": n, "done": done})
                     self.quarantined.append({"cell": what[0], "evaluation": what[1:]})
                 if "error" in done:
-                    raise _rebuild(done["error"])
+                    raise error_from_json(done["error"])
                 return done["value"]
             self._rewrite(n)  # the run went another way here: live from now on
         self._append({"n": n, "start": what})
         try:
             value = fn()
         except KernforgeError as exc:
-            self._append({"n": n, "done": {"error": _error(exc)}})
+            self._append({"n": n, "done": {"error": error_to_json(exc)}})
             raise
         self._append({"n": n, "done": {"value": value}})
         return value

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import KernforgeError, Measurement, Recording, Status, Variant
-from ..core.errors import ConfigError, WorkerLost
+from ..core.errors import ConfigError, WorkerLost, error_from_json
 
 HINT = ("the worker was replaced and the run went on; run the candidate with --in-process "
         "under a debugger (gdb, compute-sanitizer) to see where it fails")
@@ -112,7 +112,7 @@ class _Worker:
                 stage, deadline = reply[1], time.monotonic() + run_limit
                 continue
             if reply[0] == "raise":
-                err = _rebuild(reply[1])
+                err = error_from_json(reply[1])
                 if reply[2]:  # the worker ends itself: its device context is unusable
                     self.close()
                 raise err
@@ -158,24 +158,6 @@ class _Worker:
                 self.kill()
         for path in (self.crash, self.out):
             path.unlink(missing_ok=True)
-
-
-def _rebuild(err: dict[str, Any]) -> KernforgeError:
-    """The worker's typed error, raised again here (its class, message and hint)."""
-    import importlib
-
-    cls: Any = KernforgeError
-    try:
-        found = getattr(importlib.import_module(err["module"]), err["cls"])
-        if isinstance(found, type) and issubclass(found, KernforgeError):
-            cls = found
-    except (ImportError, AttributeError):
-        pass
-    exc = cls.__new__(cls)
-    KernforgeError.__init__(exc, err["message"], hint=err["hint"])
-    if err.get("status"):
-        exc.status = Status(err["status"])
-    return exc
 
 
 def lost_measurement(lost: WorkerLost) -> Measurement:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import KernforgeError, Measurement, Recording, Status, Variant
+from ..core.errors import error_to_json
 
 _RECORDINGS: dict[str, Recording] = {}
 _FAILED = (Status.RUNTIME_FAILED, Status.LAUNCH_FAILED, Status.TIMEOUT)
@@ -104,9 +105,7 @@ _KINDS: dict[str, Callable[..., tuple[Any, bool]]] = {
 
 def _error(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, KernforgeError):
-        return {"module": type(exc).__module__, "cls": type(exc).__qualname__,
-                "message": exc.message, "hint": exc.hint,
-                "status": exc.status.value if exc.status else None}
+        return error_to_json(exc)
     last = traceback.format_exception_only(type(exc), exc)[-1].strip()
     return {"module": "kernforge.core.errors", "cls": "KernforgeError",
             "message": f"the evaluation worker failed: {last}",
