@@ -83,6 +83,8 @@ def test_latency_per_model_and_models_route() -> None:
 def test_config_is_strict() -> None:
     with pytest.raises(ConfigError, match="unknown key"):
         LLMConfig.from_mapping({"models": [{"name": "a", "wieght": 1}]})
+    with pytest.raises(ConfigError, match="unknown key 'prmpt' in a price"):
+        LLMConfig.from_mapping({"models": [{"name": "a", "price": {"prmpt": 1.0}}]})
     with pytest.raises(ConfigError, match="empty"):
         LLMConfig.from_mapping({"models": []})
     cfg = LLMConfig.from_mapping({"models": [{"name": "a", "weight": 3}, {"name": "b"}]})

@@ -26,6 +26,12 @@ def test_config_rejects_unknown_keys_and_bad_values(tmp_path: Path) -> None:
     f.write_text('[service]\ncluster = "slurm"\njobs = 3\n[service.jobqueue]\ncores = 8\n')
     cfg = ServiceConfig.from_file(f)
     assert cfg.jobs == 3 and cfg.jobqueue == {"cores": 8}
+    f.write_text('workers = 1\n[service]\ncluster = "slurm"\n')  # a key beside [service]
+    with pytest.raises(ConfigError, match="unknown key 'workers' in the top level"):
+        ServiceConfig.from_file(f)
+    f.write_text('cluster = "local"\nworker = 1\n')
+    with pytest.raises(ConfigError, match="svc.toml: unknown key 'worker'"):
+        ServiceConfig.from_file(f)
     assert ServiceConfig(min_timeout_s=1, timeout_factor=50).run_timeout(0.1) == 5.0
     assert ServiceConfig().run_timeout(0.001) == 1.0
 

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..core import ConfigError
+from ..core.strict import field_names, strict_keys
 
 
 @dataclass(frozen=True)
@@ -26,11 +26,9 @@ class Price:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, float]) -> Price:
-        unknown = set(data) - {"prompt", "completion", "cached"}
-        if unknown:
-            raise ConfigError(f"unknown price key(s) {sorted(unknown)}",
-                              hint="a price has: prompt, completion, cached (USD per 1M tokens)")
-        return cls(**{k: float(v) for k, v in data.items()})
+        d = strict_keys(data, field_names(cls), "a price",
+                        hint="a price has: prompt, completion, cached (USD per 1M tokens)")
+        return cls(**{k: float(v) for k, v in d.items()})
 
 
 @dataclass

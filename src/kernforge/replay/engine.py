@@ -41,6 +41,7 @@ from ..core import (
     Variant,
     WrongResultError,
 )
+from ..core.strict import strict_keys
 from ..harness import ABResult, Protocol, interleave, median
 from ..harness.integrity import IntegrityError, reason_for_status
 from .checks import Integrity, roofline_gate, run_checks
@@ -241,10 +242,7 @@ def _variant(recording: Recording, spec: Variant | Mapping[str, Any]) -> Variant
     KernelSource | str}``; a string source replaces the recorded code)."""
     if isinstance(spec, Variant):
         return spec
-    unknown = sorted(set(spec) - set(_OVERRIDE_KEYS))
-    if unknown:
-        raise ConfigError(f"unknown variant override(s): {', '.join(unknown)}",
-                          hint=f"use any of: {', '.join(_OVERRIDE_KEYS)}")
+    spec = strict_keys(spec, _OVERRIDE_KEYS, "the variant overrides")
     launch = spec.get("launch")
     if isinstance(launch, Mapping):
         launch = LaunchConfig.from_json(launch)

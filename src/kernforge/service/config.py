@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import ConfigError
+from ..core.strict import field_names, strict_keys
 
 CLUSTERS = ("local", "slurm", "pbs", "lsf")
 BACKENDS = ("cpu", "cuda", "null")
@@ -77,12 +78,7 @@ class ServiceConfig:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> ServiceConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"unknown service configuration key(s): {', '.join(unknown)}",
-                              hint=f"known keys: {', '.join(sorted(known))}")
-        return cls(**dict(data))
+        return cls(**strict_keys(data, field_names(cls), "the service configuration"))
 
     @classmethod
     def from_file(cls, path: Path) -> ServiceConfig:
@@ -103,9 +99,10 @@ class ServiceConfig:
         except Exception as exc:  # any parser's error is the user's input
             raise ConfigError(f"cannot parse service configuration {path}: {exc}",
                               hint="check its syntax (YAML, TOML or JSON by extension)") from exc
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"service configuration {path} is not a mapping")
-        return cls.from_mapping(data.get("service", data))
+        if isinstance(data, Mapping) and "service" in data:  # the optional top-level table
+            data = strict_keys(data, ("service",), "the top level", source=str(path))["service"]
+        return cls(**strict_keys(data, field_names(cls), "the service configuration",
+                                 source=str(path)))
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: (dict(v) if isinstance(v := getattr(self, f.name), Mapping) else v)
