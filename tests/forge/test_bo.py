@@ -57,6 +57,31 @@ def test_the_search_space_is_the_designs_with_the_incumbent_as_baseline() -> Non
     assert bo._config_params("zmarch", cell, off.baseline)["l1"] == 1
 
 
+
+def test_the_seed_is_a_parameter_hashed_as_its_round_name_was(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 1 (``tpe``) hashes the cell's id, seed N the id and ``#tpeN``: a rerun of a recorded
+    round asks what it asked before the seed became a parameter."""
+    import zlib
+
+    from kernforge.tune.samplers import tpe
+
+    seeds: list[int | None] = []
+    real = tpe.TPE
+
+    def spy(space, *, seed=None, **kw):
+        seeds.append(seed)
+        return real(space, seed=seed, **kw)
+
+    monkeypatch.setattr(tpe, "TPE", spy)
+    cell = CELLS[0]
+    space = bo.search_space("zmarch", cell, mx.defaults("zmarch", cell))
+    assert space is not None
+    for seed in (1, 2, 9):
+        bo._study(cell, space, seed)
+    assert seeds == [zlib.crc32(cell.id.encode()), zlib.crc32(f"{cell.id}#tpe2".encode()),
+                     zlib.crc32(f"{cell.id}#tpe9".encode())]
+
 @pytest.mark.slow
 def test_a_tpe_round_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Lockstep batches; every trial told (none left running), also the failing ones: a
@@ -67,8 +92,8 @@ def test_a_tpe_round_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyP
     studies: list = []
     real_study = bo._study
 
-    def keep(cell, space, change="tpe"):
-        studies.append(real_study(cell, space, change))
+    def keep(cell, space, seed=1):
+        studies.append(real_study(cell, space, seed))
         return studies[-1]
 
     monkeypatch.setattr(bo, "_study", keep)
@@ -208,8 +233,8 @@ def test_tpe2_asks_other_points_from_the_same_incumbent(tmp_path: Path) -> None:
     params = mx.defaults("zmarch", cell)
     first = {op.key for op in bo.first_batch(cell, "zmarch", params)}
     again = {op.key for op in bo.first_batch(cell, "zmarch", params)}
-    second = {op.key for op in bo.first_batch(cell, "zmarch", params, "tpe2")}
-    others = [{op.key for op in bo.first_batch(cell, "zmarch", params, f"tpe{i}")}
+    second = {op.key for op in bo.first_batch(cell, "zmarch", params, seed=2)}
+    others = [{op.key for op in bo.first_batch(cell, "zmarch", params, seed=i)}
               for i in range(3, 7)]
     inc = mx.build("zmarch", cell, params)
     assert inc is not None and first == again and inc.key in first & second

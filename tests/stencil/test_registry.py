@@ -8,7 +8,7 @@ import inspect
 import pytest
 
 from kernforge.core import ConfigError
-from kernforge.forge.ideas import describe, is_tpe, known
+from kernforge.forge.ideas import describe, is_tpe, known, tpe_name, tpe_seed
 from kernforge.stencil import designs
 from kernforge.stencil import matrix as mx
 from kernforge.stencil.kernels.design import LAUNCH_ATTRIBUTES, DoesNotFit
@@ -62,8 +62,14 @@ def test_an_unknown_design_names_the_known_ones() -> None:
     assert "zmarch" in (exc.value.hint or "")
 
 
-def test_the_tpe_seed_is_part_of_the_round_name() -> None:
+def test_the_tpe_seed_is_a_parameter_spelt_in_the_round_name() -> None:
     assert is_tpe("tpe") and is_tpe("tpe2") and is_tpe("tpe17")
     assert not is_tpe("tpe1") and not is_tpe("tpe0") and not is_tpe("tpe02")
     assert known("tpe9") and not known("tpe1") and known("l2p")
     assert "seed 9" in describe("tpe9")
+    assert [tpe_seed(n) for n in ("tpe", "tpe2", "tpe17", "tpe1", "lz")] == [1, 2, 17, None, None]
+    assert [tpe_name(s) for s in (1, 2, 17)] == ["tpe", "tpe2", "tpe17"]
+    for bad in (0, -3, 2.0):
+        with pytest.raises(ConfigError) as exc:
+            tpe_name(bad)  # type: ignore[arg-type]
+        assert exc.value.hint

@@ -4,7 +4,9 @@ A one-change round moves one parameter, a pair round two; on the H200 the pair r
 accepted in 19 of 80 cell rounds where one-change rounds had converged, so the
 parameters interact. This round searches every parameter of the incumbent's design at once with
 the tune layer's TPE sampler (:class:`kernforge.tune.samplers.tpe.TPE`: multivariate, grouped,
-constant liar), one study per cell, seeded by the cell's id, its first trial the incumbent.
+constant liar), one study per cell, seeded by the cell's id and the round's ``seed`` (a
+parameter: ``tpe`` on the command line is seed 1, ``tpeN`` seed N), its first trial the
+incumbent.
 
 The cells' studies run in lockstep: each of :data:`BATCHES` batches asks every study for
 :data:`PER_BATCH` configurations, compiles all of them at once (parallel nvcc, as every round
@@ -27,7 +29,7 @@ from ..stencil import matrix as mx
 from ..stencil.operator import Operator
 from ..stencil.spec import Cell
 from ..tune.space import SearchSpace
-from .ideas import describe
+from .ideas import describe, tpe_name
 from .isolated import RUN_ERRORS, describe_failure
 
 if TYPE_CHECKING:
@@ -109,18 +111,19 @@ def _config_params(design: str, cell: Cell, config: dict[str, Any]) -> dict[str,
     return out
 
 
-def _study(cell: Cell, space: SearchSpace, change: str = "tpe") -> Any:
-    """The cell's study: in memory, seeded by the cell's id and the round's name (a rerun
-    from the same incumbent asks the same first batch: no time is known yet when it is asked
-    for; ``tpe2`` asks another)."""
+def _study(cell: Cell, space: SearchSpace, seed: int = 1) -> Any:
+    """The cell's study: in memory, seeded by the cell's id and ``seed`` (a rerun from the
+    same incumbent asks the same first batch: no time is known yet when it is asked for;
+    another seed asks another). Seed 1 hashes the cell's id alone, seed N the id and the
+    round's name ``#tpeN``, so every seed asks what its round name asked before."""
     from ..tune.samplers.tpe import TPE
 
-    salt = "" if change == "tpe" else f"#{change}"
+    salt = "" if seed == 1 else f"#{tpe_name(seed)}"
     return TPE(space, seed=zlib.crc32((cell.id + salt).encode()), study_name=f"forge-{cell.id}")
 
 
 def first_batch(cell: Cell, design: str, params: dict[str, Any],
-                change: str = "tpe") -> list[Operator]:
+                seed: int = 1) -> list[Operator]:
     """The operators a ``tpe`` round compiles first for this incumbent: the incumbent (the
     study's first trial) and up to :data:`PER_BATCH` - 1 others, distinct. The same every time:
     no time is known yet when they are asked for, and the study is seeded by the cell's id, so
@@ -128,7 +131,7 @@ def first_batch(cell: Cell, design: str, params: dict[str, Any],
     space = search_space(design, cell, params)
     if space is None or space.size() <= 1:
         return []
-    ops = {op.key: op for _, op in _Search(cell, design, _study(cell, space, change)).ask()}
+    ops = {op.key: op for _, op in _Search(cell, design, _study(cell, space, seed)).ask()}
     return list(ops.values())
 
 
@@ -205,12 +208,14 @@ class _Search:
                 self.study.tell(trial, self.result(key))
 
 
-def tpe_round(forge: Forge, rnd: int, change: str = "tpe") -> dict[str, int]:
-    """One matrix-wide TPE round over ``forge``'s cells; accepted / rejected / unchanged.
+def tpe_round(forge: Forge, rnd: int, seed: int = 1) -> dict[str, int]:
+    """One matrix-wide TPE round over ``forge``'s cells with the studies' ``seed``; accepted /
+    rejected / unchanged. Logged under the round's name (:func:`.ideas.tpe_name`).
 
     With a deadline (the run's time budget), no batch after the first starts unless the time
     of the slowest batch so far, twice over (the batch, then the gate and the final pass),
     still fits; the round then gates what it has screened."""
+    change = tpe_name(seed)
     counts = {"accepted": 0, "rejected": 0, "unchanged": 0}
     searches: dict[str, _Search] = {}
     incs: dict[str, Operator] = {}
@@ -220,7 +225,7 @@ def tpe_round(forge: Forge, rnd: int, change: str = "tpe") -> dict[str, int]:
         if space is None or space.size() <= 1:
             counts["unchanged"] += 1
             continue
-        searches[cell.id] = _Search(cell, inc.design, _study(cell, space, change))
+        searches[cell.id] = _Search(cell, inc.design, _study(cell, space, seed))
         incs[cell.id] = forge._op(cell)
     cells = [c for c in forge.cells if c.id in searches]
     bases = {c.id: {"round": rnd, "change": change, "idea": describe(change), "cell": c.id,

@@ -1,14 +1,17 @@
 """What each forge change tries, in words: the idea log's and the performance log's text, and
 the names ``--changes`` accepts (``loop.round_plan`` checks them here with :func:`known`).
 
-The TPE round takes its seed as part of its name: ``tpe`` is the first seed, ``tpeN`` (N >= 2)
-the same search seeded apart (``forge/bo.py``: by the cell's id and the name), so a run from an
-unchanged incumbent asks other points of the same space.
+The TPE round's seed is a parameter of the round (``forge/bo.py``: ``tpe_round(..., seed)``),
+spelt in its name on the command line: ``tpe`` is seed 1, ``tpeN`` (N >= 2) seed N, the same
+search seeded apart (by the cell's id and the seed), so a run from an unchanged incumbent asks
+other points of the same space. :func:`tpe_seed` and :func:`tpe_name` convert between the two.
 """
 
 from __future__ import annotations
 
 import re
+
+from ..core import ConfigError
 
 _TPE = re.compile(r"tpe([2-9]|[1-9][0-9]+)?")
 
@@ -16,6 +19,21 @@ _TPE = re.compile(r"tpe([2-9]|[1-9][0-9]+)?")
 def is_tpe(change: str) -> bool:
     """``tpe`` or ``tpeN`` for a seed N >= 2."""
     return _TPE.fullmatch(change) is not None
+
+
+def tpe_seed(change: str) -> int | None:
+    """The seed of a TPE round's name (``tpe``: 1, ``tpeN``: N); None for any other change."""
+    m = _TPE.fullmatch(change)
+    return None if m is None else int(m.group(1) or 1)
+
+
+def tpe_name(seed: int) -> str:
+    """The round name of a TPE seed, as ``--changes`` spells it (the inverse of
+    :func:`tpe_seed`)."""
+    if type(seed) is not int or seed < 1:
+        raise ConfigError(f"TPE seed {seed!r}: a whole number >= 1",
+                          hint="tpe is seed 1, tpeN seed N (N >= 2)")
+    return "tpe" if seed == 1 else f"tpe{seed}"
 
 
 def known(change: str) -> bool:
@@ -27,8 +45,9 @@ def describe(change: str) -> str:
     """The idea log's words for a change."""
     if change in IDEAS:
         return IDEAS[change]
-    if is_tpe(change):
-        return f"the tpe round with seed {change[3:]}: other points of the same space"
+    seed = tpe_seed(change)
+    if seed is not None and seed > 1:
+        return f"the tpe round with seed {seed}: other points of the same space"
     return change
 
 

@@ -37,7 +37,7 @@ from ..stencil import matrix as mx
 from ..stencil.operator import Operator
 from ..stencil.spec import Cell
 from .compile import Built
-from .ideas import describe, is_tpe
+from .ideas import describe, tpe_seed
 from .isolated import RUN_ERRORS, describe_failure
 from .pairs import PAIR_LIMIT, pair_candidates
 from .plan import check_plan, parse_seeds, round_plan  # noqa: F401 - their home was here
@@ -267,10 +267,11 @@ class Forge:
 
     def run_round(self, rnd: int, change: str) -> dict[str, int]:
         """One matrix-wide round; returns counts of accepted / rejected / unchanged cells."""
-        if is_tpe(change):
+        seed = tpe_seed(change)
+        if seed is not None:
             from .bo import tpe_round
 
-            return tpe_round(self, rnd, change)
+            return tpe_round(self, rnd, seed)
         plans = {c.id: _candidates(c, self.incumbents[c.id], change) for c in self.cells}
         todo = [op for ops in plans.values() for op in ops]
         todo += [self._op(c) for c in self.cells if plans[c.id]]

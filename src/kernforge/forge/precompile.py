@@ -26,7 +26,7 @@ from ..stencil.matrix import TABLE_PATH
 from ..stencil.spec import Cell, matrix
 from .bo import first_batch
 from .compile import compile_all
-from .ideas import is_tpe, known, names
+from .ideas import known, names, tpe_seed
 from .loop import Forge, _candidates
 from .run import default_compiler
 
@@ -58,11 +58,12 @@ def run(args: argparse.Namespace) -> int:
     forge = Forge(cells, args.table, Path(os.devnull), default_compiler(args.cache),
                   _no_sessions, seed_design=args.seed_design)
     ops = []
+    seed = tpe_seed(change)
     for cell in cells:
         inc = forge.incumbents[cell.id]
         ops.append(forge._op(cell))
-        ops.extend(first_batch(cell, inc.design, inc.params, change)
-                   if is_tpe(change) else _candidates(cell, inc, change))
+        ops.extend(first_batch(cell, inc.design, inc.params, seed)
+                   if seed is not None else _candidates(cell, inc, change))
     t0 = time.time()
     unique = list({(op.cell_id, op.key): op for op in ops}.values())
     print(f"{change}: compiling {len(unique)} operators into {args.cache}", flush=True)
