@@ -5,7 +5,8 @@
 - ``list``: the cells (stencil x shape x precision) with their sizes;
 - ``check --compile-only``: compile every cell's operator and the naive baseline with the host
   ``nvcc`` (no GPU needed; exit 6 on a failure); without ``--compile-only``: the oracle gate on
-  the GPU (exit 5 when an operator fails it);
+  the GPU, each cell in a supervised worker unless ``--in-process`` (exit 5 when an operator
+  fails it, 6 on other failures: compile, launch, a crash or a hang);
 - ``forge``: the forge loop (:mod:`.stencil_forge_cmd`);
 - ``bench``: check and time our operators and the baselines on the GPU, print the matrix, write
   JSON / PNG / Markdown (exit 5 when one of our operators fails the oracle, 6 on other
@@ -34,6 +35,7 @@ from ..forge import latest, report, spread
 from ..forge.bench import BASELINES, BenchConfig, bench, operator_for
 from ..forge.bench_isolated import IsolatedBench
 from ..forge.check import check_cells
+from ..forge.check_isolated import IsolatedCheck
 from ..forge.compile_check import compile_only
 from ..stencil.spec import Cell, matrix
 from . import stencil_forge_cmd, stencil_tools_cmd
@@ -93,6 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ck.add_argument("--seed", type=int, default=None,
                     help="seed of the inputs (default: random, printed per check)")
     ck.add_argument("--json", type=Path, default=None, help="write the results here")
+    add_isolation_args(ck)
     ck.set_defaults(func=run_check)
     stencil_forge_cmd.add_parser(cmds, _filters, _cells)
     stencil_tools_cmd.add_parsers(cmds)
@@ -183,14 +186,19 @@ def _progress(total: int, what: str) -> Iterator[Any]:
         lines.step(f"{what}: finished")
 
 
+def _say(message: str) -> None:
+    err_console.print(escape(message), soft_wrap=True)
+
+
 def run_check(args: argparse.Namespace) -> int:
     _check_outputs(args)
     cells = _cells(args)
     if args.compile_only:
         return _compile_only(args, cells)
-    with _progress(len(cells), "check") as update:
+    with _progress(len(cells), "check") as update, isolation(args) as iso:
         results = check_cells(cells, points=args.points, seed=args.seed,
-                              include_naive=not args.no_naive, progress=update)
+                              include_naive=not args.no_naive, progress=update,
+                              isolate=IsolatedCheck(iso, log=_say) if iso is not None else None)
     table = Table(title="oracle checks")
     for col in ("cell", "runner", "status", "error", "tolerance", "points", "seed"):
         table.add_column(col)
@@ -204,7 +212,9 @@ def run_check(args: argparse.Namespace) -> int:
     console.print(table)
     if args.json:
         write_json_atomic(args.json, {"checks": results})
-    return 0 if all(r.get("status") == "ok" for r in results) else 5
+    if any(r.get("status") == "failed-oracle" for r in results):
+        return 5
+    return 0 if all(r.get("status") == "ok" for r in results) else 6
 
 
 def _compile_only(args: argparse.Namespace, cells: list[Cell]) -> int:

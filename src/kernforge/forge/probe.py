@@ -1,7 +1,10 @@
 """Probe a stencil cell on the GPU: its dispatched operator against variants, timed the way the
 bench times (L2 flushed and stream held before each run, CUDA events, interleaved passes,
 median), every variant checked against the float64 oracle first, % of the harness's copy
-bandwidth of the same bytes. For questions a forge round would take longer to answer.
+bandwidth of the same bytes. For questions a forge round would take longer to answer. The
+variants run in a supervised worker process (``--in-process``: in this one, to debug): one that
+crashes, hangs or fails to build is reported with its Status and cause, the rest are timed, and
+the probe exits 6 (:mod:`kernforge.forge.probe_run`).
 
     kernforge stencil probe CELL [VARIANT ...] [--passes 25]
 
@@ -33,6 +36,7 @@ import dataclasses
 import re
 import statistics
 from collections.abc import Callable
+from typing import Any
 
 from ..core import ConfigError
 from ..stencil import matrix as mx
@@ -198,38 +202,39 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--passes", type=int, default=25, help="interleaved timed passes")
 
 
-def run(args: argparse.Namespace, say: Callable[[str], None] = print) -> int:
-    """Time the cell's dispatched operator against the variants on the GPU (a
-    :class:`ConfigError` for a variant that does not build or fails the oracle)."""
-    from .measure import GpuDevice
+def run(args: argparse.Namespace, say: Callable[[str], None] = print, isolate: Any = None,
+        device: str | None = None) -> int:
+    """Time the cell's dispatched operator against the variants on the GPU (``device``: the
+    ``module:factory`` of another device). With ``isolate`` (the command's supervisor, its
+    default) they run in a worker (:mod:`.probe_run`): a variant that crashes, hangs or fails
+    to build or run is reported with its Status and cause, the others are timed, exit 6. A
+    variant that does not generate or fails the oracle is a :class:`ConfigError`."""
+    from . import probe_run
+    from .probe_run import ProbeRuns, name_of
 
     cell = Cell.parse(args.cell)
     ops = [variant(cell, s) for s in ["", *args.variants]]
-    dev = GpuDevice()
-    copy = dev.copy_bandwidth(cell.shape.points * cell.precision.itemsize)
-    dcell = dev.allocate(cell, seed=7)
-    runs = []
-    for op in ops:
-        name = op.key + (f"+{op.notes}" if op.notes else "")
-        runner = dev.operator_runner(op, dcell, name)
-        runner.run()
-        dev.synchronize()
-        res = dcell.check(runner.output())
-        if not res.ok:
-            raise ConfigError(f"{name} fails the oracle: {res}",
-                              hint="a probe must keep the operator's results")
-        runs.append((name, runner))
-    for _, runner in runs:
-        for _ in range(3):
-            runner.run()
-    times: list[list[float]] = [[] for _ in runs]  # by position: a repeated variant is its own
-    for _ in range(args.passes):
-        for i, (_, runner) in enumerate(runs):
-            times[i].append(dev.once(runner))
-    base = statistics.median(times[0])
-    for (name, _), samples in zip(runs, times, strict=True):
-        t = statistics.median(samples)
-        say(f"{cell.id:28s} {name:58s} {t * 1e6:10.2f} us "
-            f"{100 * cell.compulsory_bytes / t / copy.bytes_per_s:6.1f}% of copy  {base / t:6.3f}x")
-    say(f"{cell.id:28s} copy: {copy.method} {copy.bytes_per_s / 1e9:.0f} GB/s")
-    return 0
+    runs = ProbeRuns(cell, isolate, device or probe_run.DEVICE)
+    try:
+        copy_bps, method = runs.open()
+        for i, op in enumerate(ops):
+            runs.add(i, op)
+        times = runs.time(args.passes)
+    finally:
+        runs.close()
+    first = min(times, default=None)
+    base = statistics.median(times[first]) if first is not None else 0.0
+    for i, op in enumerate(ops):
+        name = name_of(op)
+        if i in times:
+            t = statistics.median(times[i])
+            say(f"{cell.id:28s} {name:58s} {t * 1e6:10.2f} us "
+                f"{100 * cell.compulsory_bytes / t / copy_bps:6.1f}% of copy  {base / t:6.3f}x")
+        else:
+            lost = runs.lost[i]
+            say(f"{cell.id:28s} {name:58s} {lost.status.name} ({lost.cause}): {lost.message}")
+    if first is not None and first != 0:
+        say(f"{cell.id:28s} ratios against {name_of(ops[first])}: the dispatched operator "
+            f"was lost")
+    say(f"{cell.id:28s} copy: {method} {copy_bps / 1e9:.0f} GB/s")
+    return 6 if runs.lost else 0
