@@ -4,6 +4,7 @@ typed refusal that ``matrix.build`` turns into "no operator"."""
 from __future__ import annotations
 
 import inspect
+import re
 
 import pytest
 
@@ -73,3 +74,39 @@ def test_the_tpe_seed_is_a_parameter_spelt_in_the_round_name() -> None:
         with pytest.raises(ConfigError) as exc:
             tpe_name(bad)  # type: ignore[arg-type]
         assert exc.value.hint
+
+
+_AXES = re.compile(r"\bblockIdx\.([xyz])\b")
+
+
+@pytest.mark.parametrize("name", [n for n, d in designs.REGISTRY.items()
+                                  if "zo" in d.space(_cell("star_1_t4" if n == "temporal"
+                                                           else "box_1" if n == "zbox"
+                                                           else "star_1"))])
+def test_the_launch_order_is_emitted_not_patched(name: str) -> None:
+    """``zo=1`` emits the tile coordinates from the rotated ``blockIdx`` components: its source
+    is the ``zo=0`` source with every ``blockIdx`` axis renamed x->y->z->x (what a pass over the
+    text would give), in every kernel a design's options select."""
+    rotate = {"x": "y", "y": "z", "z": "x"}
+    checked = 0
+    for stencil in ("star_1", "star_2", "box_1", "varcoeff_star_1", "star_1_t4"):
+        for precision in Precision:
+            cell = _cell(stencil, precision)
+            if designs.REGISTRY[name].rank(cell) is None:
+                continue
+            base = mx.defaults(name, cell)
+            space = mx.space(name, cell)
+            for k, vals in space.items():
+                for v in vals:
+                    plain = mx.build(name, cell, {**base, k: v, "zo": 0})
+                    ordered = mx.build(name, cell, {**base, k: v, "zo": 1})
+                    if plain is None or k in ("zo", "l1"):  # l1: a first line of its own
+                        continue
+                    assert ordered is not None and ordered.params["zo"] == 1
+                    renamed = _AXES.sub(lambda m: f"blockIdx.{rotate[m.group(1)]}", plain.source)
+                    first, _, rest = ordered.source.partition("\n")
+                    assert "launch order" in first and rest == renamed, (cell.id, k, v)
+                    assert [la.grid for la in ordered.launches] == [
+                        (la.grid[2], la.grid[0], la.grid[1]) for la in plain.launches]
+                    checked += 1
+    assert checked > 20

@@ -16,7 +16,7 @@ from typing import Any
 from ..core import ConfigError
 from ..core.jsonio import DamagedJSON, parse_json
 from . import designs
-from .kernels.common import DoesNotFit, largest_l1, z_first
+from .kernels.common import DoesNotFit, largest_l1
 from .operator import Operator
 from .spec import Cell
 
@@ -83,16 +83,12 @@ def build(design: str, cell: Cell, params: dict[str, Any]) -> Operator | None:
         return None  # a 3D design does not build a planar stencil, nor a planar one a 3D one
     clean = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()
              if k != "steps"}
-    names = space(design, cell)
-    # launch attributes, the same for every design that lists them
-    l1 = clean.pop("l1", 0) if "l1" in names else 0
-    zo = clean.pop("zo", 0) if "zo" in names else 0
-    if l1 not in (0, 1) or zo not in (0, 1):
+    # the launch attribute, the same for every design that lists it
+    l1 = clean.pop("l1", 0) if "l1" in space(design, cell) else 0
+    if l1 not in (0, 1):
         return None
     try:
-        op = DESIGNS[design](cell, **clean)
-        if zo:
-            op = z_first(op)
+        op = d.generate(cell, **clean)
     except DoesNotFit:
         return None
     if l1:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -60,21 +60,41 @@ def largest_l1(op: Operator) -> Operator:
         launches=tuple(dataclasses.replace(launch, carveout=0) for launch in op.launches))
 
 
-_BLOCK_AXES = re.compile(r"\bblockIdx\.([xyz])\b")
+@dataclass(frozen=True)
+class TileIndex:
+    """Where a kernel finds its tile coordinates: the ``blockIdx`` component holding the tile's
+    x, its y and its z-chunk. Templates write ``{bi.x}``, ``{bi.y}``, ``{bi.z}``, never
+    ``blockIdx`` itself, so the launch order is chosen when the source is emitted
+    (:func:`tile_index`), not by a pass over it afterwards."""
+
+    x: str = "blockIdx.x"
+    y: str = "blockIdx.y"
+    z: str = "blockIdx.z"
 
 
-def z_first(op: Operator) -> Operator:
-    """``op`` with its z-chunks first in the launch order (``zo=1``): the grid becomes
-    (z, x, y) and every ``blockIdx`` of the source is renamed to match, so blocks that share
-    halo planes (the same column, neighbouring chunks) are issued together and meet in the L2,
-    instead of a whole plane of tiles apart. The hardware issues blocks x first; the kernels use
-    ``blockIdx`` only as tile coordinates, so the result is the same operator, reordered. Where
-    every launch has one z-chunk (or one tile) the order is unchanged (x first: (gx, gy, 1) ->
-    (1, gx, gy) issues x + gx y as before): the same kernel under another key; two table
-    entries are such. A launch attribute, the same for every design:
-    :func:`kernforge.stencil.matrix.build` applies it."""
-    rename = {"x": "y", "y": "z", "z": "x"}
-    source = _BLOCK_AXES.sub(lambda m: f"blockIdx.{rename[m.group(1)]}", op.source)
+XYZ = TileIndex()  # the hardware issues blocks x first: a plane of tiles, then the next chunk
+ZXY = TileIndex("blockIdx.y", "blockIdx.z", "blockIdx.x")  # zo=1: grid (z, x, y)
+
+
+def tile_index(zo: int) -> TileIndex:
+    """The tile coordinates of launch order ``zo`` (0: grid (x, y, z); 1: the z-chunks first,
+    grid (z, x, y)); :class:`DoesNotFit` for other values."""
+    if zo not in (0, 1):
+        raise DoesNotFit(f"zo={zo!r}: the launch order is 0 (x first) or 1 (z-chunks first)")
+    return ZXY if zo else XYZ
+
+
+def launch_order(op: Operator, zo: int) -> Operator:
+    """``op`` (its source emitted with :func:`tile_index` of ``zo``) in launch order ``zo``:
+    with ``zo=1`` the z-chunks first, the grid (z, x, y), ``zo=1`` among its parameters and a
+    first source line naming the order. Blocks that share halo planes (the same column,
+    neighbouring chunks) are then issued together and meet in the L2, instead of a whole plane
+    of tiles apart. The kernels use ``blockIdx`` only as tile coordinates, so the result is the
+    same operator, reordered. Where every launch has one z-chunk (or one tile) the order is
+    unchanged (x first: (gx, gy, 1) -> (1, gx, gy) issues x + gx y as before): the same kernel
+    under another key; two table entries are such. ``zo=0``: ``op`` as it is."""
+    if not zo:
+        return op
     launches = []
     for launch in op.launches:
         gx, gy, gz = launch.grid
@@ -83,7 +103,7 @@ def z_first(op: Operator) -> Operator:
         launches.append(dataclasses.replace(launch, grid=(gz, gx, gy)))
     return dataclasses.replace(
         op, params={**op.params, "zo": 1},
-        source="// launch order: z-chunks first (grid z, x, y)\n" + source,
+        source="// launch order: z-chunks first (grid z, x, y)\n" + op.source,
         launches=tuple(launches))
 
 

@@ -30,7 +30,7 @@ BIT = (0, 1)  # an option, off by default
 # the generator): blocks of 64-512 threads have different useful values
 MINB = (1, 2, 3, 4, 6, 8, 12, 16)
 L2P = L2_PREFETCH  # an L2 prefetch size on the plane loads (bytes; 0: none)
-LAUNCH_ATTRIBUTES = ("l1", "zo")  # applied by matrix.build to any design that lists them
+LAUNCH_ATTRIBUTES = ("l1",)  # applied by matrix.build to any design that lists them
 
 Space = dict[str, tuple[Any, ...]]
 

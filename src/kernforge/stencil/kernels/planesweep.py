@@ -37,7 +37,9 @@ from __future__ import annotations
 from ..operator import Launch, Operator
 from ..spec import Cell, Precision
 from .common import (
+    XYZ,
     DoesNotFit,
+    TileIndex,
     bounds,
     cdiv,
     check_minb,
@@ -46,9 +48,11 @@ from .common import (
     half2_chain,
     header,
     l2_prefetch,
+    launch_order,
     load,
     prefetching_load,
     store,
+    tile_index,
     weight_names,
 )
 from .design import BIT, L2P, MINB, Design, Space, precision_options
@@ -107,7 +111,7 @@ def accumulate_h2(cell: Cell, vx: int, ry: int, buf: str) -> list[str]:
 
 
 def _source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int = 0,
-            cw: int = 0, minb: int = 1, l2p: int = 0, sc: int = 0) -> str:
+            cw: int = 0, minb: int = 1, l2p: int = 0, sc: int = 0, bi: TileIndex = XYZ) -> str:
     p = cell.precision
     t = p.ctype
     r = cell.radius
@@ -131,9 +135,9 @@ def _source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int = 0
 planesweep(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
   __shared__ {stage} tile[2][SH * SW];{halves}
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * {tx} + tx;
-  const long ox = (long)blockIdx.x * {bx} - R, oy = (long)blockIdx.y * {by} - R;
+  const long ox = (long){bi.x} * {bx} - R, oy = (long){bi.y} * {by} - R;
   const long gx0 = ox + R + tx * {vx}, gy0 = oy + R + ty * {ry};
-  const long zb = R + (long)blockIdx.z * {lz};
+  const long zb = R + (long){bi.z} * {lz};
   const long ze = zb + {lz} < NZ - R ? zb + {lz} : NZ - R;
 {init}
   {stage} pre[PER];
@@ -233,7 +237,7 @@ def shared_bytes(cell: Cell, tx: int, ty: int, vx: int, ry: int, h2: int = 0) ->
 
 def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
              lz: int = 0, h2: int = 0, cw: int = 0, minb: int = 1, st: int = 0,
-             ca: int = 0, l2p: int = 0, sc: int = 0) -> Operator:
+             ca: int = 0, l2p: int = 0, sc: int = 0, zo: int = 0) -> Operator:
     if cell.stencil.temporal or cell.stencil.kind == "varcoeff":
         raise DoesNotFit(f"planesweep handles single-step constant-coefficient stencils, "
                          f"not {cell.stencil.name}")
@@ -244,6 +248,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
     check_minb(tx * ty, minb)
     if sc not in (0, 1):
         raise DoesNotFit("sc (streaming stores) is 0 or 1")
+    bi = tile_index(zo)  # the launch order: where the tile coordinates are
     nz_int = cell.shape.nz - 2 * cell.radius
     lz = nz_int if lz <= 0 else min(lz, nz_int)
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty * ry), cdiv(nz_int, lz))
@@ -252,12 +257,12 @@ def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
 
         pa.check(cell, tx, ty, vx, ry, h2, st, ca)
         shared = pa.shared_bytes(cell, tx, ty, vx, ry, st)
-        source = pa.source(cell, tx, ty, vx, ry, lz, h2, cw, minb, st, ca, l2p, sc)
+        source = pa.source(cell, tx, ty, vx, ry, lz, h2, cw, minb, st, ca, l2p, sc, bi)
         launch = Launch("planesweep", grid, (tx, ty, 1), ("in", "out"), shared)
     else:
         if shared_bytes(cell, tx, ty, vx, ry, h2) > 48 * 1024:
             raise DoesNotFit("the staged planes exceed 48 KiB of static shared memory")
-        source = _source(cell, tx, ty, vx, ry, lz, h2, cw, minb, l2p, sc)
+        source = _source(cell, tx, ty, vx, ry, lz, h2, cw, minb, l2p, sc, bi)
         launch = Launch("planesweep", grid, (tx, ty, 1), ("in", "out"))
     params = {"tx": tx, "ty": ty, "vx": vx, "ry": ry, "lz": lz}
     # absent at their first value: the operators of earlier tables keep their keys
@@ -268,7 +273,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 4, vx: int = 1, ry: int = 4,
         params["minb"] = minb
     if l2p:
         params["l2p"] = l2p
-    return Operator(cell.id, "planesweep", params, source, (launch,))
+    return launch_order(Operator(cell.id, "planesweep", params, source, (launch,)), zo)
 
 
 def space(cell: Cell) -> Space:

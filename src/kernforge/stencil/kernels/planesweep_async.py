@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from ..spec import Cell, Precision
 from . import planesweep
-from .common import DoesNotFit, bounds, extents, header
+from .common import XYZ, DoesNotFit, TileIndex, bounds, extents, header
 from .ztile import CHUNKS, MAX_SHARED, copies, stage
 
 
@@ -53,7 +53,7 @@ def check(cell: Cell, tx: int, ty: int, vx: int, ry: int, h2: int, st: int, ca: 
 
 
 def source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int, cw: int,
-           minb: int, st: int, ca: int, l2p: int = 0, sc: int = 0) -> str:
+           minb: int, st: int, ca: int, l2p: int = 0, sc: int = 0, bi: TileIndex = XYZ) -> str:
     p = cell.precision
     t = p.ctype
     r = cell.radius
@@ -75,9 +75,9 @@ planesweep(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
   extern __shared__ __align__(16) unsigned char kf_smem[];
   {t}* const S = reinterpret_cast<{t}*>(kf_smem);{halves}
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * {tx} + tx;
-  const long bx0 = (long)blockIdx.x * {bx}, by0 = (long)blockIdx.y * {by};
+  const long bx0 = (long){bi.x} * {bx}, by0 = (long){bi.y} * {by};
   const long gx0 = bx0 + tx * {vx}, gy0 = by0 + ty * {ry};
-  const long zb = R + (long)blockIdx.z * {lz};
+  const long zb = R + (long){bi.z} * {lz};
   const long ze = zb + {lz} < NZ - R ? zb + {lz} : NZ - R;
 {CHUNKS}{init}
   // planes zb - R .. zb - R + ST - 1 requested, one commit group each

@@ -25,7 +25,21 @@ from __future__ import annotations
 from ..operator import Launch, Operator
 from ..spec import Cell, Precision
 from . import temporal_pipe
-from .common import DoesNotFit, cdiv, extents, header, literal, load, ping_pong, store, weight_names
+from .common import (
+    XYZ,
+    DoesNotFit,
+    TileIndex,
+    cdiv,
+    extents,
+    header,
+    launch_order,
+    literal,
+    load,
+    ping_pong,
+    store,
+    tile_index,
+    weight_names,
+)
 from .design import BIT, Design, Space, precision_options
 
 FIRST = {"pipe": 0, "fs": 0, "minb": 1, "pf": 1, "cx": 1, "cy": 1, "fi": 0, "h2": 0}  # the first design's
@@ -57,7 +71,8 @@ def _stage(cell: Cell, s: int, steps: int) -> str:
 """
 
 
-def _source(cell: Cell, tx: int, ty: int, lz: int, steps: int, minb: int) -> str:
+def _source(cell: Cell, tx: int, ty: int, lz: int, steps: int, minb: int,
+            bi: TileIndex = XYZ) -> str:
     p = cell.precision
     bx, by = tx - 2 * steps, ty - 2 * steps
     weights = "".join(f"constexpr ACC {n} = {literal(w, p)};\n"
@@ -77,12 +92,12 @@ temporal(const {p.ctype}* __restrict__ src, {p.ctype}* __restrict__ dst) {{
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int xm = tx > 0 ? tx - 1 : 0, xp = tx < {tx - 1} ? tx + 1 : {tx - 1};
   const int ym = ty > 0 ? ty - 1 : 0, yp = ty < {ty - 1} ? ty + 1 : {ty - 1};
-  const long gx = 1 + (long)blockIdx.x * {bx} - T + tx;
-  const long gy = 1 + (long)blockIdx.y * {by} - T + ty;
+  const long gx = 1 + (long){bi.x} * {bx} - T + tx;
+  const long gy = 1 + (long){bi.y} * {by} - T + ty;
   const bool in_grid = gx >= 0 && gx < NX && gy >= 0 && gy < NY;
   const bool inner = gx >= 1 && gx < NX - 1 && gy >= 1 && gy < NY - 1;
   const bool owner = inner && tx >= T && tx < T + {bx} && ty >= T && ty < T + {by};
-  const long z0 = 1 + (long)blockIdx.z * {lz};
+  const long z0 = 1 + (long){bi.z} * {lz};
   const long z1 = z0 + {lz} < NZ - 1 ? z0 + {lz} : NZ - 1;
 {bounds}
   {queues}
@@ -106,8 +121,8 @@ def shared_bytes(cell: Cell, tx: int, ty: int, steps: int | None = None) -> int:
 
 
 def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0, fs: int = 0,
-             minb: int = 1, pf: int = 1, cx: int = 1, cy: int = 1, fi: int = 0, h2: int = 0
-             ) -> Operator:
+             minb: int = 1, pf: int = 1, cx: int = 1, cy: int = 1, fi: int = 0, h2: int = 0,
+             zo: int = 0) -> Operator:
     st = cell.stencil
     if not st.temporal or st.kind != "star" or st.radius != 1:
         raise DoesNotFit(f"temporal handles multi-step star_1 stencils, not {st.name}")
@@ -120,6 +135,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0,
         raise DoesNotFit("h2 (half2 arithmetic) is 0 or 1, with pipe=1")
     if tx * ty > 1024 or tx * ty * minb > 2048:
         raise DoesNotFit(f"a {tx}x{ty} block has too many threads (for {minb} per SM)")
+    bi = tile_index(zo)  # the launch order: where the tile coordinates are
     nz_int = cell.shape.nz - 2
     lz = nz_int if lz <= 0 else min(lz, nz_int)
     params = {"tx": tx, "ty": ty, "lz": lz, "steps": st.steps}
@@ -130,7 +146,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0,
     params.update({k: v for k, v in extra.items() if v != FIRST[k]})
     if pipe:
         temporal_pipe.check(cell, fs, tx, ty, cx, cy, pf, minb, h2)
-        source = temporal_pipe.source(cell, fs, tx, ty, cx, cy, lz, pf, minb, fi, h2)
+        source = temporal_pipe.source(cell, fs, tx, ty, cx, cy, lz, pf, minb, fi, h2, bi)
         grid = temporal_pipe.grid(cell, fs, tx, ty, cx, cy, lz)
         smem = temporal_pipe.shared_bytes(cell, fs, tx, ty, cx, cy, h2)
     else:
@@ -141,12 +157,12 @@ def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0,
         if shared_bytes(cell, tx, ty, fs) > 48 * 1024:
             raise DoesNotFit(f"a {tx}x{ty} tile needs too much static shared memory")
         bx, by = tx - 2 * fs, ty - 2 * fs
-        source = _source(cell, tx, ty, lz, fs, minb)
+        source = _source(cell, tx, ty, lz, fs, minb, bi)
         grid = (cdiv(cell.shape.nx - 2, bx), cdiv(cell.shape.ny - 2, by), cdiv(nz_int, lz))
         smem = 0
     launches = tuple(Launch("temporal", grid, (tx, ty, 1), (a, b), smem)
                      for a, b in ping_pong(st.steps // fs))
-    return Operator(cell.id, "temporal", params, source, launches)
+    return launch_order(Operator(cell.id, "temporal", params, source, launches), zo)
 
 
 def space(cell: Cell) -> Space:

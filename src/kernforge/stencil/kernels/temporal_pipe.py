@@ -49,7 +49,9 @@ from math import lcm
 
 from ..spec import Cell
 from .common import (
+    XYZ,
     DoesNotFit,
+    TileIndex,
     cdiv,
     extents,
     half2_weights,
@@ -233,7 +235,7 @@ def _sub(cell: Cell, j: int, steps: int, cx: int, cy: int, pf: int, fast: bool =
 
 
 def source(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, lz: int, pf: int,
-           minb: int, fi: int = 0, h2: int = 0) -> str:
+           minb: int, fi: int = 0, h2: int = 0, bi: TileIndex = XYZ) -> str:
     p = cell.precision
     t, acc = p.ctype, p.acc_ctype
     w, h, m, bw, bh = geometry(cell, steps, tx, ty, cx, cy)
@@ -273,7 +275,7 @@ def source(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, lz: int, 
         fast = "".join(_sub(cell, j, steps, cx, cy, pf, fast=True, h2=h2) for j in range(u))
         body = (f"    if (fast_xy && k - 2 * T >= 1 && k + {u - 3} <= NZ - 2) {{\n{fast}"
                 f"    }} else {{\n{body}    }}\n")
-    tile_x = f"{1 - steps - m} + (int)blockIdx.x * {bw}"
+    tile_x = f"{1 - steps - m} + (int){bi.x} * {bw}"
     fast_xy = (f"  const bool fast_xy = {tile_x} >= 1 && {tile_x} + {w - 1} <= NX - 2 && oy >= 1 && "
                f"oy + {h - 1} <= NY - 2;  // the whole tile inside the grid\n" if fi else "")
     nl = "\n"
@@ -290,12 +292,12 @@ extern "C" __global__ void __launch_bounds__({bounds})
 temporal(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
   extern __shared__ __align__(16) {'__half' if h2 else 'ACC'} sm[];  // [2][T][{h}][{w}]
 {half2_weights(cell) if h2 else ""}  const int tx = threadIdx.x, ty = threadIdx.y, c0 = tx * {cx};
-  const int gx0 = {1 - steps - m} + (int)blockIdx.x * {bw} + c0;
-  const int oy = {1 - steps} + (int)blockIdx.y * {bh};
+  const int gx0 = {1 - steps - m} + (int){bi.x} * {bw} + c0;
+  const int oy = {1 - steps} + (int){bi.y} * {bh};
 {fast_xy}  const int oym = (ty > 0 ? ty * {cy} - 1 : 0) * {w} + c0;
   const int oyp = (ty < {ty - 1} ? ty * {cy} + {cy} : {h - 1}) * {w} + c0;
 {nl.join(decl)}
-  const int z0 = 1 + (int)blockIdx.z * {lz};
+  const int z0 = 1 + (int){bi.z} * {lz};
   const int z1 = z0 + {lz} < NZ - 1 ? z0 + {lz} : NZ - 1;
   const int lo0 = z0 - T > 0 ? z0 - T : 0;
   const int hi0 = z1 + T < NZ ? z1 + T : NZ;

@@ -32,7 +32,9 @@ from __future__ import annotations
 from ..operator import Launch, Operator
 from ..spec import Cell, Precision
 from .common import (
+    XYZ,
     DoesNotFit,
+    TileIndex,
     bounds,
     cdiv,
     check_minb,
@@ -42,8 +44,10 @@ from .common import (
     half2_weights,
     header,
     lane_stores,
+    launch_order,
     load,
     store,
+    tile_index,
     vec_loads,
     weight_defs,
     weight_names,
@@ -144,7 +148,7 @@ def _accumulate_h2(cell: Cell, vx: int) -> list[str]:
 
 
 def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pn: int, h2: int = 0,
-            pw: int = 0, minb: int = 1, l2p: int = 0) -> str:
+            pw: int = 0, minb: int = 1, l2p: int = 0, bi: TileIndex = XYZ) -> str:
     p = cell.precision
     t, acc = p.ctype, p.acc_ctype
     r = cell.radius
@@ -186,10 +190,10 @@ def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pn: int, h2: int = 0
     return f"""typedef {acc} ACC;
 {helper}extern "C" __global__ void __launch_bounds__({bounds(tx * ty, minb)})
 zbox(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
-{half2_weights(cell) if h2 else ""}  const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * {vx};
-  const long y = (long)blockIdx.y * {ty} + threadIdx.y;
+{half2_weights(cell) if h2 else ""}  const long x0 = ((long){bi.x} * {tx} + threadIdx.x) * {vx};
+  const long y = (long){bi.y} * {ty} + threadIdx.y;
   if (y < R || y >= NY - R || x0 >= NX - R || x0 + {vx} <= R) return;
-  const long zb = R + (long)blockIdx.z * {lz};
+  const long zb = R + (long){bi.z} * {lz};
   const long ze = zb + {lz} < NZ - R ? zb + {lz} : NZ - R;
   const long ke = ze + R;  // input planes zb - R .. ze + R - 1
   ACC a[{nm}][{vx}] = {{}};
@@ -200,7 +204,8 @@ zbox(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
 
 
 def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
-             pn: int = 1, h2: int = 0, pw: int = 0, minb: int = 1, l2p: int = 0) -> Operator:
+             pn: int = 1, h2: int = 0, pw: int = 0, minb: int = 1, l2p: int = 0,
+             zo: int = 0) -> Operator:
     if cell.stencil.kind != "box" or cell.stencil.temporal:
         raise DoesNotFit(f"zbox handles single-step box stencils, not {cell.stencil.name}")
     if vx not in (1, 2, 4, 8) or cell.shape.nx % vx:
@@ -214,6 +219,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
     if h2 and (cell.precision is not Precision.FP16 or vx % 2):
         raise DoesNotFit("h2 needs fp16 storage and an even vx (lane pairs)")
     check_minb(tx * ty, minb)
+    bi = tile_index(zo)  # the launch order: where the tile coordinates are
     nz_int = cell.shape.nz - 2 * cell.radius
     lz = nz_int if lz <= 0 else min(lz, nz_int)
     align = cell.precision.itemsize * vx
@@ -221,7 +227,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
     weights = (constant_weight_defs(cell) if cell.precision is Precision.FP64
                else weight_defs(cell))
     source = (header(cell) + extents(cell) + weights + vec
-              + _kernel(cell, tx, ty, vx, lz, pn, h2, pw, minb, l2p))
+              + _kernel(cell, tx, ty, vx, lz, pn, h2, pw, minb, l2p, bi))
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty), cdiv(nz_int, lz))
     launch = Launch("zbox", grid, (tx, ty, 1), ("in", "out"))
     params = {"tx": tx, "ty": ty, "vx": vx, "lz": lz, "pn": pn}
@@ -233,7 +239,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
         params["minb"] = minb
     if l2p:
         params["l2p"] = l2p
-    return Operator(cell.id, "zbox", params, source, (launch,))
+    return launch_order(Operator(cell.id, "zbox", params, source, (launch,)), zo)
 
 
 # 16-byte loads at most (ptxas for sm_90, box_1 512^3: fp32 vx=4 46 registers and 44.5

@@ -17,9 +17,11 @@ thread) and ``sc`` (streaming stores): see :mod:`.zmarch_rows`; ``l2p`` (every k
 vector loads from the global arrays carry an L2 prefetch size (:func:`.common.vec_loads`);
 ``minb`` (every kernel):
 ``__launch_bounds__`` minimum resident blocks per SM, a register cap (:func:`.common.bounds`);
+``zo`` (every kernel): the z-chunks first in the launch order, the tile coordinates emitted
+from the other ``blockIdx`` components (:func:`.common.tile_index`, :func:`.common.launch_order`);
 ``pf=1, smem=0, xs=0, pn=0, h2=0, ry=1, sc=0, minb=1`` is this module's kernel. (``l1``, the
-largest L1, and ``zo``, the z-chunks first in the launch order, are launch attributes that
-:func:`..matrix.build` applies: :func:`.common.largest_l1`, :func:`.common.z_first`.)
+largest L1, is a launch attribute that :func:`..matrix.build` applies:
+:func:`.common.largest_l1`.)
 """
 
 from __future__ import annotations
@@ -29,16 +31,20 @@ from ..spec import Cell, Precision
 from . import zmarch_h2, zmarch_rows, zmarch_staged
 from .common import (
     GLOBAL_VEC,
+    XYZ,
     DoesNotFit,
+    TileIndex,
     bounds,
     cdiv,
     check_minb,
     constant_weight_defs,
     extents,
     header,
+    launch_order,
     load,
     ping_pong,
     store,
+    tile_index,
     vec_loads,
     weight_defs,
 )
@@ -74,7 +80,7 @@ def _body(cell: Cell, vx: int, ld: str = GLOBAL_VEC) -> str:
 
 
 def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, lb: str, pre: str = "",
-            ld: str = GLOBAL_VEC) -> str:
+            ld: str = GLOBAL_VEC, bi: TileIndex = XYZ) -> str:
     p = cell.precision
     t, acc = p.ctype, p.acc_ctype
     r = cell.radius
@@ -94,10 +100,10 @@ def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, lb: str, pre: str = 
     return f"""
 {pre}extern "C" __global__ void __launch_bounds__({lb})
 zmarch(const {t}* __restrict__ src, {coef}{t}* __restrict__ dst) {{
-  const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * {vx};
-  const long y = (long)blockIdx.y * {ty} + threadIdx.y;
+  const long x0 = ((long){bi.x} * {tx} + threadIdx.x) * {vx};
+  const long y = (long){bi.y} * {ty} + threadIdx.y;
   if (y < R || y >= NY - R || x0 >= NX - R || x0 + {vx} <= R) return;
-  const long zb = R + (long)blockIdx.z * {lz};
+  const long zb = R + (long){bi.z} * {lz};
   const long ze = zb + {lz} < NZ - R ? zb + {lz} : NZ - R;
   {acc} q[{qn}][{vx}];
   #pragma unroll
@@ -128,7 +134,7 @@ zmarch(const {t}* __restrict__ src, {coef}{t}* __restrict__ dst) {{
 
 def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf: int = 1,
              smem: int = 0, xs: int = 0, pn: int = 0, h2: int = 0, cw: int = 0, ry: int = 1,
-             sc: int = 0, minb: int = 1, l2p: int = 0) -> Operator:
+             sc: int = 0, minb: int = 1, l2p: int = 0, zo: int = 0) -> Operator:
     if cell.stencil.kind not in ("star", "varcoeff"):
         raise DoesNotFit(f"zmarch handles star stencils, not {cell.stencil.name}")
     if cell.shape.nx % vx:
@@ -154,6 +160,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf
     if smem and (ty < 2 * cell.radius or tx < 2):
         raise DoesNotFit(f"smem=1 needs ty >= {2 * cell.radius} and tx >= 2 (halo loads)")
     check_minb(tx * ty, minb)
+    bi = tile_index(zo)  # the launch order: where the tile coordinates are
     nz_int = cell.shape.nz - 2 * cell.radius
     lz = nz_int if lz <= 0 else min(lz, nz_int)
     weights = constant_weight_defs(cell) if cw else weight_defs(cell)
@@ -171,20 +178,20 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0, pf
     lb = bounds(tx * ty, minb)
     pre, ld = vec_loads(cell.precision.ctype, vx, l2p)  # the global Vec loads, with l2p
     if h2:
-        source = head + zmarch_h2.kernel(cell, tx, ty, vx, lz, pf, lb, pre, ld)
+        source = head + zmarch_h2.kernel(cell, tx, ty, vx, lz, pf, lb, pre, ld, bi)
     elif ry > 1 or sc:
-        source = head + zmarch_rows.kernel(cell, tx, ty, vx, lz, ry, sc, lb, pre, ld)
+        source = head + zmarch_rows.kernel(cell, tx, ty, vx, lz, ry, sc, lb, pre, ld, bi)
     elif pf == 1 and not smem and not xs and not pn:
-        source = head + _kernel(cell, tx, ty, vx, lz, lb, pre, ld)
+        source = head + _kernel(cell, tx, ty, vx, lz, lb, pre, ld, bi)
     else:
         source = head + zmarch_staged.kernel(cell, tx, ty, vx, lz, pf, smem, xs, pn, lb=lb,
-                                             pre_kernel=pre, ld=ld)
+                                             pre_kernel=pre, ld=ld, bi=bi)
     rows = cell.shape.ny if ry == 1 and not sc else cell.shape.ny - 2 * cell.radius
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(rows, ty * ry), cdiv(nz_int, lz))
     coef = ("coef",) if cell.stencil.kind == "varcoeff" else ()
     launches = tuple(Launch("zmarch", grid, (tx, ty, 1), (a,) + coef + (b,), shared)
                      for a, b in ping_pong(cell.stencil.steps))  # a temporal cell: one per step
-    return Operator(cell.id, "zmarch", params, source, launches)
+    return launch_order(Operator(cell.id, "zmarch", params, source, launches), zo)
 
 
 VX = {Precision.FP16: (8, 4), Precision.FP32: (4, 2), Precision.FP64: (2, 4)}

@@ -20,7 +20,7 @@ inside the fp16 gate (1e-2) for the star stencils here (7 and 13 points).
 from __future__ import annotations
 
 from ..spec import Cell
-from .common import GLOBAL_VEC, half2_weights, lane_stores, weight_names
+from .common import GLOBAL_VEC, XYZ, TileIndex, half2_weights, lane_stores, weight_names
 
 
 def lane(vx: int, i: int, plane: str) -> str:
@@ -104,7 +104,7 @@ def _sub(cell: Cell, u: int, vx: int, pf: int, ld: str) -> str:
 
 
 def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, lb: str, pre_kernel: str = "",
-           ld: str = GLOBAL_VEC) -> str:
+           ld: str = GLOBAL_VEC, bi: TileIndex = XYZ) -> str:
     """The ``zmarch`` entry in half2 arithmetic; source after the common header and ``Vec``
     (``pre_kernel``, ``ld``: the global ``Vec`` loads' helper and opening,
     :func:`.common.vec_loads`)."""
@@ -134,9 +134,9 @@ def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, lb: str, pre
     return f"""constexpr int VX = {vx}, PF = {pf};
 {pre_kernel}extern "C" __global__ void __launch_bounds__({lb})
 zmarch(const __half* __restrict__ src, {coef}__half* __restrict__ dst) {{
-{half2_weights(cell)}  const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * VX;
-  const long y = (long)blockIdx.y * {ty} + threadIdx.y;
-  const long zb = R + (long)blockIdx.z * {lz};
+{half2_weights(cell)}  const long x0 = ((long){bi.x} * {tx} + threadIdx.x) * VX;
+  const long y = (long){bi.y} * {ty} + threadIdx.y;
+  const long zb = R + (long){bi.z} * {lz};
   const long ze = zb + {lz} < NZ - R ? zb + {lz} : NZ - R;
 {nl.join(pre)}
   for (long z = zb; z < ze; z += PF) {{

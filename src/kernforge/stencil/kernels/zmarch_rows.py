@@ -19,7 +19,7 @@ offset is a constant.
 from __future__ import annotations
 
 from ..spec import Cell
-from .common import GLOBAL_VEC, lane_stores, load, store
+from .common import GLOBAL_VEC, XYZ, TileIndex, lane_stores, load, store
 from .zmarch_staged import lane_sums
 
 _STORE_TYPES = {16: "uint4", 8: "uint2", 4: "unsigned int", 2: "unsigned short"}
@@ -46,7 +46,7 @@ def store_whole(cell: Cell, vx: int, sc: int, at: str = "at") -> str:
 
 
 def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, ry: int, sc: int, lb: str,
-           pre_kernel: str = "", ld: str = GLOBAL_VEC) -> str:
+           pre_kernel: str = "", ld: str = GLOBAL_VEC, bi: TileIndex = XYZ) -> str:
     """Rows per thread (``ry``) and streaming stores (``sc``); ``pre_kernel``, ``ld``: the
     global ``Vec`` loads' helper and opening (:func:`.common.vec_loads`)."""
     p = cell.precision
@@ -103,14 +103,14 @@ def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, ry: int, sc: int, lb:
     return f"""
 {pre_kernel}extern "C" __global__ void __launch_bounds__({lb})
 zmarch(const {t}* __restrict__ src, {coef}{t}* __restrict__ dst) {{
-  const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * {vx};
-  long y0 = R + ((long)blockIdx.y * {ty} + threadIdx.y) * {ry};
+  const long x0 = ((long){bi.x} * {tx} + threadIdx.x) * {vx};
+  long y0 = R + ((long){bi.y} * {ty} + threadIdx.y) * {ry};
   if (y0 >= NY - R || x0 >= NX - R || x0 + {vx} <= R) return;
   // the last rows: a block of {ry} rows shifted down to end at the last interior row (it
   // overlaps its neighbour's, which stores the same values), so every load is inside
   if (y0 > NY - R - {ry}) y0 = NY - R - {ry};
   const long col = y0 * NX + x0;
-  const long zb = R + (long)blockIdx.z * {lz};
+  const long zb = R + (long){bi.z} * {lz};
   const long ze = zb + {lz} < NZ - R ? zb + {lz} : NZ - R;
   {acc} q[{qn}][{ry}][{vx}];
   #pragma unroll

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..spec import Cell
-from .common import GLOBAL_VEC, lane_stores, load, store, weight_names
+from .common import GLOBAL_VEC, XYZ, TileIndex, lane_stores, load, store, weight_names
 
 MAX_SHARED = 227 * 1024
 
@@ -198,7 +198,7 @@ def _sub(cell: Cell, u: int, vx: int, pf: int, smem: bool, stores: str,
 
 def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, smem: int,
            xs: int = 0, pn: int = 0, *, lb: str, pre_kernel: str = "",
-           ld: str = GLOBAL_VEC) -> str:
+           ld: str = GLOBAL_VEC, bi: TileIndex = XYZ) -> str:
     """The ``zmarch`` entry (see the module docstring); source after the common header
     (``pre_kernel``, ``ld``: the global ``Vec`` loads' helper and opening,
     :func:`.common.vec_loads`)."""
@@ -277,9 +277,9 @@ def kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, pf: int, smem: int,
 {nl.join(h for h in head if h)}
 {pre_kernel}extern "C" __global__ void __launch_bounds__({lb})
 zmarch(const {t}* __restrict__ src, {coef}{t}* __restrict__ dst) {{
-  const long x0 = ((long)blockIdx.x * {tx} + threadIdx.x) * VX;
-  const long y = (long)blockIdx.y * {ty} + threadIdx.y;
-  const long zb = R + (long)blockIdx.z * {lz};
+  const long x0 = ((long){bi.x} * {tx} + threadIdx.x) * VX;
+  const long y = (long){bi.y} * {ty} + threadIdx.y;
+  const long zb = R + (long){bi.z} * {lz};
   const long ze = zb + {lz} < NZ - R ? zb + {lz} : NZ - R;
 {nl.join(x for x in pre if x)}
   for (long z = zb; z < ze; z += PF) {{

@@ -48,16 +48,20 @@ from ..operator import Launch, Operator
 from ..spec import Cell, Precision
 from . import zmarch_h2, zmarch_rows, zmarch_staged
 from .common import (
+    XYZ,
     DoesNotFit,
+    TileIndex,
     cdiv,
     extents,
     half2_weights,
     header,
     l2_prefetch,
     lane_stores,
+    launch_order,
     load,
     ping_pong,
     store,
+    tile_index,
     weight_defs,
 )
 from .design import BIT, L2P, Design, Space, precision_options
@@ -116,7 +120,7 @@ def stage(slot: str, plane: str) -> str:
 
 
 def _kernel(cell: Cell, tx: int, ty: int, vx: int, lz: int, st: int, h2: int = 0,
-            sc: int = 0) -> str:
+            sc: int = 0, bi: TileIndex = XYZ) -> str:
     p = cell.precision
     t = p.ctype
     r = cell.radius
@@ -158,9 +162,9 @@ ztile(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
 {weights}  extern __shared__ __align__(16) unsigned char kf_smem[];
   {t}* const S = reinterpret_cast<{t}*>(kf_smem);
   const int tid = threadIdx.y * {tx} + threadIdx.x;
-  const long bx0 = (long)blockIdx.x * {tx * vx}, by0 = (long)blockIdx.y * {ty};
+  const long bx0 = (long){bi.x} * {tx * vx}, by0 = (long){bi.y} * {ty};
   const long x0 = bx0 + threadIdx.x * VX, y = by0 + threadIdx.y;
-  const long zb = R + (long)blockIdx.z * {lz};
+  const long zb = R + (long){bi.z} * {lz};
   const long ze = zb + {lz} < NZ - R ? zb + {lz} : NZ - R;
   const bool col = y < NY && x0 < NX;
   const bool act = y >= R && y < NY - R && x0 < NX - R && x0 + VX > R;
@@ -209,7 +213,8 @@ ztile(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
 
 
 def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
-             st: int = 2, ca: int = 0, h2: int = 0, l2p: int = 0, sc: int = 0) -> Operator:
+             st: int = 2, ca: int = 0, h2: int = 0, l2p: int = 0, sc: int = 0,
+             zo: int = 0) -> Operator:
     if cell.stencil.kind != "star":
         raise DoesNotFit(f"ztile handles star stencils, not {cell.stencil.name}")
     item = cell.precision.itemsize
@@ -225,6 +230,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
         raise DoesNotFit("ca (copies cached in L1 too) and sc (streaming stores) are 0 or 1")
     if h2 not in (0, 1) or (h2 and (cell.precision is not Precision.FP16 or vx % 2)):
         raise DoesNotFit("h2 (half2 arithmetic) is 0 or 1, and 1 needs fp16 and an even vx")
+    bi = tile_index(zo)  # the launch order: where the tile coordinates are
     shared = shared_bytes(cell, tx, ty, vx, st)
     if shared > MAX_SHARED:
         raise DoesNotFit("the stages exceed the shared memory of a block")
@@ -240,14 +246,14 @@ def generate(cell: Cell, tx: int = 32, ty: int = 8, vx: int = 4, lz: int = 0,
               f"struct __align__({item * vx}) Vec {{ {cell.precision.ctype} v[{vx}]; }};\n")
     source = (header(cell) + extents(cell) + weight_defs(cell) + consts
               + copies(cell.precision.ctype, ca, l2p)
-              + _kernel(cell, tx, ty, vx, lz, st, h2, sc))
+              + _kernel(cell, tx, ty, vx, lz, st, h2, sc, bi))
     grid = (cdiv(cell.shape.nx, tx * vx), cdiv(cell.shape.ny, ty), cdiv(nz_int, lz))
     launches = tuple(Launch("ztile", grid, (tx, ty, 1), (a, b), shared)
                      for a, b in ping_pong(cell.stencil.steps))
     params = {"tx": tx, "ty": ty, "vx": vx, "lz": lz, "st": st, **({"ca": 1} if ca else {}),
               **({"h2": 1} if h2 else {}), **({"l2p": l2p} if l2p else {}),
               **({"sc": 1} if sc else {})}
-    return Operator(cell.id, "ztile", params, source, launches)
+    return launch_order(Operator(cell.id, "ztile", params, source, launches), zo)
 
 
 WIDTHS = {Precision.FP16: (8, 4), Precision.FP32: (4, 2), Precision.FP64: (2,)}  # 16 bytes
