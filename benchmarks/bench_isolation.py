@@ -27,18 +27,21 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-APPS = {"cpu": ("heat3d_cpu.py", ["--n", "32", "--steps", "4"]),
-        "cuda": ("heat3d_cupy.py", ["--n", "128", "--steps", "4"])}
+APPS = {"cpu": ("heat3d_cpu.py", ["--n", "32", "--steps", "4"], "heat_step"),
+        "cuda": ("heat3d_cupy.py", ["--n", "128", "--steps", "4"], "heat_stencil")}
 
 
 def record(backend: str, out: Path) -> Path:
-    script, args = APPS[backend]
+    script, args, kernel = APPS[backend]
     subprocess.run([sys.executable, "-m", "kernforge", "record", "-o", str(out), "--",
                     sys.executable, str(ROOT / "examples" / script), *args], check=True,
                    cwd=ROOT, capture_output=True, text=True)
     from kernforge.record import find_recordings
 
-    return next(p for p in find_recordings(out) if "heat_step" in p.name)
+    units = [p for p in find_recordings(out) if kernel in p.name]
+    if not units:
+        raise SystemExit(f"recording {script} gave no {kernel} unit in {out}")
+    return units[0]
 
 
 def one_tune(unit: Path, isolated: bool, trials: int, cache: Path) -> tuple[int, float]:
