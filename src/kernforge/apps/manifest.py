@@ -60,6 +60,12 @@ class Timer:
     pattern: str | None = None
     unit: str = "s"
 
+    def describe(self) -> str:
+        """How the program's time is read, for reports."""
+        if self.kind == "wall":
+            return "wall clock"
+        return f"its own printed timer '{self.pattern}' ({self.unit})"
+
 
 @dataclass(frozen=True)
 class Integrate:

@@ -144,10 +144,12 @@ class AppRun:
             base = h.rounds(h.original(), m.measure.rounds)
         except RunFailed as exc:
             return "FAILED", f"a baseline run failed: {exc}", figures, "BLOCKED"
-        figures.update(checks=checks, baseline=base, references=h.references)
+        figures.update(checks=checks, baseline=base, references=h.references,
+                       timed_by=m.timer.describe())
         text = ", ".join(f"{n} {b['median_s']:.4g} s" for n, b in base.items())
-        return "DONE", (f"builds, runs and passes its own check on {len(m.datasets)} "
-                       f"dataset(s); baseline medians {text}"), figures, None
+        why = (f"builds, runs and passes its own check on {len(m.datasets)} dataset(s); "
+               f"baseline medians {text} ({m.timer.describe()})")
+        return "DONE", why, figures, None
 
     def _load_references(self) -> None:
         if not self.h.references:
