@@ -21,7 +21,7 @@ def test_a_crashing_or_hanging_runner_costs_only_itself() -> None:
     cells = [Cell.parse(c) for c in (SEGV_CELL, HANG_CELL, "star_2/18x12x10/fp64")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     logs: list[str] = []
-    with Isolation(limits=Limits(first_timeout_s=3, validate_timeout_s=60), env=env) as iso:
+    with Isolation(limits=Limits(first_timeout_s=10, validate_timeout_s=60), env=env) as iso:
         res = bench(cells, BenchConfig(baselines=("naive",), repeat=2, passes=2, seed=3),
                     log=logs.append, isolate=IsolatedBench(
                         iso, "tests.stencil.crashing_device:CrashingDevice"))
