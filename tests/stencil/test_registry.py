@@ -12,8 +12,8 @@ from kernforge.core import ConfigError
 from kernforge.forge.ideas import describe, is_tpe, known, tpe_name, tpe_seed
 from kernforge.stencil import designs
 from kernforge.stencil import matrix as mx
-from kernforge.stencil.kernels.design import LAUNCH_ATTRIBUTES, DoesNotFit
-from kernforge.stencil.spec import Cell, Precision, Shape, stencil_by_name
+from kernforge.stencil.kernels.design import LAUNCH_ATTRIBUTES, Design, DoesNotFit
+from kernforge.stencil.spec import Cell, Precision, Shape, custom, stencil_by_name
 
 
 def _cell(stencil: str, precision: Precision = Precision.FP32) -> Cell:
@@ -31,19 +31,39 @@ def test_each_family_gets_its_designs_in_preference_order(stencil: str, order: l
     assert mx.applicable(_cell(stencil)) == order
 
 
+def _cells(design: Design) -> list[Cell]:
+    """A cell of every family and precision the design builds, planar ones included."""
+    stencils = [stencil_by_name(n) for n in ("star_1", "box_1", "varcoeff_star_1", "star_1_t4")]
+    stencils += [custom(kind, 1, {}, dims=2) for kind in ("star", "box")]
+    cells = [Cell(st, Shape(64, 32, 16), p) for st in stencils for p in Precision]
+    return [c for c in cells if design.rank(c) is not None]
+
+
 @pytest.mark.parametrize("name", list(designs.REGISTRY))
-def test_every_knob_of_a_space_is_a_parameter_of_its_generator(name: str) -> None:
-    """A knob is declared once: its values in the space, its meaning in the generator."""
+def test_every_knob_is_declared_in_its_design_module(name: str) -> None:
+    """A knob is declared once, in its design's module: its values in the space, its words in
+    the design's knobs (each worded knob in some space), its effect in the generator."""
     design = designs.REGISTRY[name]
     accepted = set(inspect.signature(design.generate).parameters) - {"cell"}
-    for precision in Precision:
-        for stencil in ("star_1", "box_1", "varcoeff_star_1", "star_1_t4"):
-            cell = _cell(stencil, precision)
-            if design.rank(cell) is None:
-                continue
-            space = design.space(cell)
-            assert set(space) - set(LAUNCH_ATTRIBUTES) <= accepted, (name, cell.id)
-            assert all(len(v) == len(set(v)) and v for v in space.values()), (name, cell.id)
+    seen: set[str] = set()
+    assert _cells(design)
+    for cell in _cells(design):
+        space = design.space(cell)
+        assert set(space) - set(LAUNCH_ATTRIBUTES) <= accepted, (name, cell.id)
+        assert all(len(v) == len(set(v)) and v for v in space.values()), (name, cell.id)
+        assert set(space) <= set(design.knobs), (name, cell.id, set(space) - set(design.knobs))
+        seen |= set(space)
+    assert seen == set(design.knobs), sorted(set(design.knobs) - seen)
+    assert all(": " in text for text in design.knobs.values())  # a readable name, then the idea
+
+
+def test_the_forge_takes_each_knob_in_its_designs_words() -> None:
+    for knob in designs.knob_names():
+        assert known(knob) and describe(knob) == designs.meaning(knob)
+    assert describe("pw") == "zbox: " + designs.get("zbox").knobs["pw"]
+    ry = describe("ry")  # worded apart by the two designs that have it
+    assert ry.startswith("zmarch: rows per thread") and "; planesweep: register blocking" in ry
+    assert not known("nope") and designs.meaning("nope") is None
 
 
 def test_a_refusal_is_typed_and_build_turns_only_that_into_none() -> None:

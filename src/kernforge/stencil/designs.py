@@ -1,6 +1,7 @@
 """The registry of stencil designs: one line per design module (each ends in ``DESIGN``, see
 :mod:`kernforge.stencil.kernels.design`). Adding a design is a module and a line here; adding a
-knob to a design is its space and its generator, both in that design's module."""
+knob to a design is its values, its words and its effect, all in that design's module: the
+forge's change names and idea log come from here (:func:`knob_names`, :func:`meaning`)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,18 @@ def applicable(cell: Cell) -> list[str]:
     ranked = [(rank, name) for name, d in REGISTRY.items()
               if (rank := d.rank(cell)) is not None]
     return [name for _, name in sorted(ranked)]
+
+
+def knob_names() -> list[str]:
+    """Every knob of every design, each once, in registry order."""
+    return list(dict.fromkeys(k for d in REGISTRY.values() for k in d.knobs))
+
+
+def meaning(knob: str) -> str | None:
+    """What ``knob`` does, in words, with the designs that have it (``zmarch, ztile: ...;
+    planesweep: ...`` where designs word it differently); None for a name no design has."""
+    by_text: dict[str, list[str]] = {}
+    for d in REGISTRY.values():
+        if knob in d.knobs:
+            by_text.setdefault(d.knobs[knob], []).append(d.name)
+    return "; ".join(f"{', '.join(names)}: {text}" for text, names in by_text.items()) or None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..operator import Launch, Operator
 from ..spec import Cell
 from .common import cdiv, extents, header, load, ping_pong, store, weight_defs, weight_names
-from .design import Design, Space
+from .design import Design, Space, knobs
 
 
 def _sum(cell: Cell, src: str) -> str:
@@ -60,5 +60,7 @@ def space(cell: Cell) -> Space:
 
 
 # one thread per point: builds every cell, the fallback last
+KNOBS = knobs(block="block shape: the thread block of the one-thread-per-point kernel")
+
 DESIGN = Design("naive", {"star": 9, "box": 9, "varcoeff": 9, "temporal": 9}, space, generate,
-                planar=True)
+                KNOBS, planar=True)

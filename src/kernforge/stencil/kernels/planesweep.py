@@ -55,7 +55,7 @@ from .common import (
     tile_index,
     weight_names,
 )
-from .design import BIT, L2P, MINB, Design, Space, precision_options
+from .design import BIT, L2P, MINB, Design, Space, knobs, precision_options
 
 
 def _weight_table(cell: Cell) -> dict[tuple[int, int, int], str]:
@@ -285,4 +285,12 @@ def space(cell: Cell) -> Space:
     return {**sp, **precision_options(cell)}
 
 
-DESIGN = Design("planesweep", {"box": 0, "star": 2}, space, generate)
+KNOBS = knobs(
+    "vx", "lz", "ty", "tx", "minb", "l1", "zo", "l2p", "sc", "cw", "ca",
+    ry="register blocking along y: output rows per thread, fewer shared-memory reads per output",
+    st="asynchronous staging: planes requested ahead by cp.async copies into a shared-memory "
+       "ring (st=0: the synchronous staging)",
+    h2="fp16 pairs: __half2 arithmetic (HFMA2) on vertical output pairs, per-plane partial sums "
+       "added into fp32 accumulators")
+
+DESIGN = Design("planesweep", {"box": 0, "star": 2}, space, generate, KNOBS)

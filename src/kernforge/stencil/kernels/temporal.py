@@ -40,7 +40,7 @@ from .common import (
     tile_index,
     weight_names,
 )
-from .design import BIT, Design, Space, precision_options
+from .design import BIT, Design, Space, knobs, precision_options
 
 FIRST = {"pipe": 0, "fs": 0, "minb": 1, "pf": 1, "cx": 1, "cy": 1, "fi": 0, "h2": 0}  # the first design's
 
@@ -175,4 +175,15 @@ def space(cell: Cell) -> Space:
     return {**tp, **precision_options(cell, cw=False)}
 
 
-DESIGN = Design("temporal", {"temporal": 0}, space, generate)
+KNOBS = knobs(
+    "lz", "ty", "tx", "pf", "minb", "zo",
+    pipe="pipelined kernel: uniform stages statically unrolled (no range predicates, no moves)",
+    cx="x points per thread: register blocking, wider loads, a smaller halo share",
+    cy="y points per thread: register blocking, fewer shared-memory reads",
+    fs="fused steps: steps per launch (a smaller halo, more DRAM traffic)",
+    fi="boundary-free body: a copy of the loop body without the boundary selects, run by the "
+       "blocks and iteration groups that touch no boundary (a fifth to a half fewer SASS "
+       "instructions there)",
+    h2="fp16 pairs: __half2 arithmetic over lane pairs in every step (the pipelined kernel)")
+
+DESIGN = Design("temporal", {"temporal": 0}, space, generate, KNOBS)

@@ -44,7 +44,7 @@ from .common import (
     weight_defs,
     weight_names,
 )
-from .design import MINB, Design, Space
+from .design import MINB, Design, Space, knobs
 
 THREADS = 1 << 19  # about two waves of the H200 at full occupancy: ly=0's target
 LY = (32, 16, 8, 4, 2, 1)  # the chunk lengths ly=0 chooses from, longest first
@@ -201,5 +201,11 @@ def presets(cell: Cell) -> list[dict[str, Any]]:
             {**base, "vx": 1, "tx": 128, "ty": 1}]
 
 
-DESIGN = Design("ymarch", {"star": 0, "box": 0}, space, generate, planar=True,
+KNOBS = knobs(
+    "vx", "tx", "minb", "cw",
+    ty="block height: chunks stacked in y, sharing the rows between them in L1",
+    ly="y-chunk length: rows per thread (0: from the grid's shape)",
+    pf="rows in flight: rows loaded ahead of the one summed (a prefetch ring in the queue)")
+
+DESIGN = Design("ymarch", {"star": 0, "box": 0}, space, generate, KNOBS, planar=True,
                 planar_only=True, presets=presets)

@@ -52,7 +52,7 @@ from .common import (
     weight_defs,
     weight_names,
 )
-from .design import BIT, L2P, MINB, Design, Space, precision_options
+from .design import BIT, L2P, MINB, Design, Space, knobs, precision_options
 
 
 def _rows(cell: Cell, vx: int, prefix: str, plane: str, ld: str) -> list[str]:
@@ -257,4 +257,13 @@ def space(cell: Cell) -> Space:
     return {**zb, **precision_options(cell, cw=False)}
 
 
-DESIGN = Design("zbox", {"box": 1}, space, generate)
+KNOBS = knobs(
+    "vx", "lz", "ty", "tx", "minb", "l1", "zo", "l2p",
+    pn="next plane in flight: its rows loaded while this plane is summed (a register double "
+       "buffer)",
+    pw="warm-up peeled: the warm-up planes in a loop of their own (the steady loop stores "
+       "without a test; fewer instructions per plane, more registers)",
+    h2="fp16 pairs: __half2 arithmetic (HFMA2) per lane pair, each plane's terms added into "
+       "fp32 accumulators")
+
+DESIGN = Design("zbox", {"box": 1}, space, generate, KNOBS)

@@ -48,7 +48,7 @@ from .common import (
     vec_loads,
     weight_defs,
 )
-from .design import BIT, L2P, MINB, Design, Space, precision_options
+from .design import BIT, L2P, MINB, Design, Space, knobs, precision_options
 
 
 def _vec_struct(cell: Cell, vx: int) -> str:
@@ -209,4 +209,15 @@ def space(cell: Cell) -> Space:
 # z-chunks longer than 128 planes are not offered: whole columns ran 1.03-2.1x slower than the
 # incumbents in every 1024^3 cell on the H200 (parallelism and the streaming order matter more
 # there than the z halo re-read through L2)
-DESIGN = Design("zmarch", {"star": 0, "varcoeff": 0, "temporal": 1}, space, generate)
+KNOBS = knobs(
+    "vx", "lz", "ty", "tx", "pf", "sc", "minb", "l1", "zo", "l2p", "cw",
+    smem="staged planes: each plane's tile in shared memory (2.5D) for the x/y neighbours",
+    xs="x halo by warp shuffles: from the neighbouring lanes (fewer L1/L2 requests per point: "
+       "the star kernels are L2-throughput-bound on the H200)",
+    pn="neighbours a plane ahead: the x/y neighbours of the next plane loaded during this one "
+       "(latency of L1 misses off the critical path; more registers)",
+    ry="rows per thread: y neighbours from the thread's own queues (fewer L1/L2 requests per "
+       "output)",
+    h2="fp16 pairs: __half2 arithmetic (HFMA2) over lane pairs, fp16 sums")
+
+DESIGN = Design("zmarch", {"star": 0, "varcoeff": 0, "temporal": 1}, space, generate, KNOBS)

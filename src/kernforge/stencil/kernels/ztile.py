@@ -64,7 +64,7 @@ from .common import (
     tile_index,
     weight_defs,
 )
-from .design import BIT, L2P, Design, Space, precision_options
+from .design import BIT, L2P, Design, Space, knobs, precision_options
 
 MAX_SHARED = zmarch_staged.MAX_SHARED
 
@@ -267,4 +267,9 @@ def space(cell: Cell) -> Space:
             "l2p": L2P, "sc": BIT, **precision_options(cell, cw=False)}
 
 
-DESIGN = Design("ztile", {"star": 1, "temporal": 2}, space, generate)
+KNOBS = knobs(
+    "vx", "lz", "ty", "tx", "zo", "ca", "l1", "l2p", "sc",
+    st="planes ahead: requested by asynchronous copies into a shared-memory ring",
+    h2="fp16 pairs: __half2 arithmetic (HFMA2) over lane pairs, fp16 sums")
+
+DESIGN = Design("ztile", {"star": 1, "temporal": 2}, space, generate, KNOBS)
