@@ -97,6 +97,16 @@ def test_the_bound_is_the_requests(one: Client, rec_path: Path, tmp_path: Path) 
         one.limits = limits
 
 
+def test_workers_are_asked_afresh_not_read_from_dasks_cache(
+        one: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """dask's ``scheduler_info()`` returns a cache that a periodic refresh without workers
+    overwrites; on a loaded machine it read as no workers at all (a failure of the test
+    above). The client asks the scheduler each time, so that cache cannot matter."""
+    monkeypatch.setattr(one.dask, "scheduler_info", lambda *a, **k: {"workers": {}})
+    assert len(one.workers()) == 1 and one.replay_workers() == 1
+    assert len(one.worker_info()) == 1
+
+
 def test_a_state_whose_pristine_copies_changed_is_dropped(rec) -> None:
     """In process: a candidate that wrote into the pristine copies fails, and the worker
     builds the unit's state again for the next request."""

@@ -114,8 +114,15 @@ class Client:
     def address(self) -> str:
         return str(self.dask.scheduler.address)
 
+    def worker_info(self) -> dict[str, dict[str, Any]]:
+        """The scheduler's record of every worker, by address, asked afresh. Not
+        ``dask.Client.scheduler_info()``: a periodic refresh without workers overwrites its
+        cache, so on a loaded machine it could read as no workers at all."""
+        identity = self.dask.sync(self.dask.scheduler.identity, n_workers=-1)
+        return dict(identity.get("workers", {}))
+
     def _check_workers(self) -> None:
-        workers = self.dask.scheduler_info(n_workers=-1).get("workers", {})
+        workers = self.worker_info()
         if workers and not any(RESOURCE in w.get("resources", {}) for w in workers.values()):
             raise ConfigError(
                 f"no worker of {self.address} offers the resource {RESOURCE!r}",
@@ -228,7 +235,7 @@ class Client:
 
     def workers(self) -> list[dict[str, Any]]:
         """Every worker: name, address, resources, and what its replay state holds."""
-        info = self.dask.scheduler_info(n_workers=-1).get("workers", {})
+        info = self.worker_info()
         try:
             states = self.dask.run(worker_summary, on_error="return")
         except TypeError:  # older distributed
@@ -243,7 +250,7 @@ class Client:
 
     def replay_workers(self) -> int:
         """How many workers offer the replay resource now."""
-        workers = self.dask.scheduler_info(n_workers=-1).get("workers", {})
+        workers = self.worker_info()
         return sum(1 for w in workers.values() if RESOURCE in w.get("resources", {}))
 
     def wait_for_workers(self, n: int = 1, timeout: float = 120.0) -> None:

@@ -76,7 +76,7 @@ def tune_remote(client: Client, recording: Any, *, preset: str = "standard",
         storage = storage or directory
     space = client.call(space_task, path, preset, dict(user_space) if user_space else None,
                         tolerance, key="space")
-    n = evaluators or max(1, len(client.dask.scheduler_info(n_workers=-1)["workers"]))
+    n = evaluators or max(1, len(client.worker_info()))
     kw = {"tolerance": tolerance, "warmup": warmup, "repeat": repeat, "flush": flush}
     study = tune(space, [_evaluator(client, path, kw) for _ in range(n)], sampler=sampler,
                  budget=budget, storage=storage, study_name=unit, seed=seed, on_trial=on_trial)
