@@ -109,6 +109,8 @@ def test_heat_cuda_gets_the_y_marching_presets_first() -> None:
     assert [o.key for o in candidates(big, limit=2)] == [keys[0], keys[-1]]
 
 
+# nvcc builds; what the adapters compute: test_every_planar_candidate_matches_the_kernel
+@pytest.mark.slow
 @pytest.mark.skipif(nvcc() is None, reason="nvcc not installed")
 @pytest.mark.parametrize(("kind", "radius", "dtype", "boundary"), [
     ("star", 1, "float64", "zeropad"), ("star", 1, "float32", "periodic"),

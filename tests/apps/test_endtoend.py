@@ -108,6 +108,8 @@ def test_merging_native_specs(tmp_path: Path, fake: FakeCuda, program: Path,
         merge_native_specs([a], tmp_path / "y.json")
 
 
+# end to end through the commands; tune + export of native units: test_native_source.py
+@pytest.mark.slow
 def test_tuning_native_units_runs_the_tune_and_export_commands(
         tmp_path: Path, fake: FakeCuda, program: Path) -> None:
     m = write_manifest(tmp_path / "app.toml", program, fake, agent=False)

@@ -107,6 +107,8 @@ def test_a_crashing_application_still_lists_what_was_recorded(tmp_path: Path) ->
     assert "recorded 1 kernel launch" in r.stdout and "z-0" in r.stdout
 
 
+# end to end; tuning and its resume: tests/replay/test_tuning.py
+@pytest.mark.slow
 def test_tune_finds_a_verified_configuration_and_resumes(recorded: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     r = kf("tune", str(recorded), "--kernels", "heat_step", "--preset", "quick", "--trials", "5",
@@ -121,6 +123,8 @@ def test_tune_finds_a_verified_configuration_and_resumes(recorded: Path, tmp_pat
     assert r.returncode == 2 and "--resume" in r.stderr
 
 
+# end to end; its steps: tests/pipeline/test_demo_*.py, tests/cli/test_demo_cmd.py
+@pytest.mark.slow
 def test_demo_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     r = kf("demo", "--backend", "cpu", "--n", "24", "--steps", "6", "--trials", "4",
            "--repeat", "2", "--iterations", "3", "--inner-trials", "2", "--rounds", "1",

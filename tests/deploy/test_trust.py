@@ -152,6 +152,8 @@ def kf(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=300, check=False)
 
 
+# end to end; the refusal in-process: test_a_wrong_variant_in_a_signed_spec_is_refused...
+@pytest.mark.slow
 def test_run_deploy_of_a_wrong_signed_variant_keeps_the_applications_result(tmp_path: Path
                                                                           ) -> None:
     """A result (signed, as a producer with a bug would write it) whose variant is

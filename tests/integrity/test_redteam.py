@@ -33,6 +33,9 @@ def test_cheat_is_rejected_with_the_right_reason(cheat, recordings) -> None:
 DYNAMIC = [c for c in CHEATS if c.dynamic is not None]
 
 
+# defence in depth: every cheat is rejected by default above; each dynamic gate alone:
+# test_gates.py and test_poison_fresh.py
+@pytest.mark.slow
 @pytest.mark.parametrize("cheat", DYNAMIC, ids=[c.name for c in DYNAMIC])
 def test_without_static_checks_the_dynamic_gates_catch_it(cheat, recordings) -> None:
     row = run_cheat(cheat, recordings, static=False)

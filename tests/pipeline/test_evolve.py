@@ -95,6 +95,8 @@ def test_llm_evolution_completes_with_report(heat_recordings: Path, tmp_path: Pa
     assert "```diff" in (run / "report.md").read_text() or out.final.best.id == "seed"
 
 
+# end to end; the same in the controller: tests/evolve/test_resume.py
+@pytest.mark.slow
 def test_kill9_mid_run_resumes_quarantining_what_was_in_flight(heat_recordings: Path,
                                                       tmp_path: Path) -> None:
     recs = _recs(heat_recordings)
@@ -167,6 +169,8 @@ def test_example_configs_load() -> None:
         assert cfg.proposers and cfg.evolve.max_iterations > 0
 
 
+# end to end through the CLI; the same run in-process: test_llm_evolution_completes...
+@pytest.mark.slow
 def test_cli_runs_offline_and_export_picks_up_the_result(heat_recordings: Path,
                                                          tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"

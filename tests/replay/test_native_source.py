@@ -104,6 +104,8 @@ def test_source_binding_checks_the_kernel_and_its_parameters(on_fake: FakeCuda,
     assert not bind(unit, rec, bind_source(other))
 
 
+# the CLI around test_source_binding_checks_the_kernel_and_its_parameters
+@pytest.mark.slow
 def test_cli_source_binding(on_fake: FakeCuda, tmp_path: Path,
                             capsys: pytest.CaptureFixture[str]) -> None:
     rec_dir = tmp_path / "r"

@@ -7,7 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from kernforge.service import Client
+
+# end to end through a daemon; stopping the process group: test_service_units.py
+pytestmark = pytest.mark.slow
 
 
 def kf(*args: str) -> subprocess.CompletedProcess[str]:

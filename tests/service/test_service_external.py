@@ -25,6 +25,11 @@ def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
                             stdin=subprocess.DEVNULL)
 
 
+# end to end against a separate scheduler; the same client calls on a local cluster:
+# test_service_local.py
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("dask")

@@ -6,6 +6,7 @@ import random
 import time
 
 import dask
+import pytest
 
 from kernforge.core import Status
 from kernforge.service import Client, ServiceConfig
@@ -15,6 +16,8 @@ from kernforge.service.samples import CPU_KERNEL, fault, good_variants
 PROTOCOL = {"warmup": 1, "repeat": 3}
 
 
+# end to end; each fault alone: the other tests here and test_service_batch.py
+@pytest.mark.slow
 def test_a_stream_of_100_with_a_segfault_and_a_hang(client: Client, rec) -> None:
     """98 correct results; the segfault RUNTIME_FAILED, the hang TIMEOUT; nobody intervenes."""
     restarts = client.metrics().worker_restarts

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from kernforge.forge.bench import BenchConfig, bench
 from kernforge.forge.bench_isolated import IsolatedBench
 from kernforge.replay.isolate import Isolation, Limits
@@ -17,6 +19,7 @@ from .crashing_device import HANG_CELL, SEGV_CELL
 ROOT = str(Path(__file__).resolve().parents[2])
 
 
+@pytest.mark.slow
 def test_a_crashing_or_hanging_runner_costs_only_itself() -> None:
     cells = [Cell.parse(c) for c in (SEGV_CELL, HANG_CELL, "star_2/18x12x10/fp64")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
