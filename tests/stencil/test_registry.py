@@ -77,6 +77,13 @@ def test_a_refusal_is_typed_and_build_turns_only_that_into_none() -> None:
         mx.build("zmarch", cell, {**mx.defaults("zmarch", cell), "nope": 1})
 
 
+def test_a_design_for_an_unknown_family_is_a_typed_error() -> None:
+    naive = designs.get("naive")
+    with pytest.raises(ConfigError, match="unknown families") as exc:
+        Design("odd", {"hexagonal": 0}, naive.space, naive.generate)
+    assert "star" in (exc.value.hint or "")
+
+
 def test_an_unknown_design_names_the_known_ones() -> None:
     with pytest.raises(ConfigError, match="unknown stencil design 'nope'") as exc:
         designs.get("nope")

@@ -34,7 +34,7 @@ MAX_THREADS_PER_SM = 2048  # sm_80 and sm_90
 
 
 def check_minb(threads: int, minb: int) -> None:
-    """``minb`` blocks of ``threads`` must fit one SM (a ValueError: the operator does not fit)."""
+    """``minb`` blocks of ``threads`` must fit one SM (else :class:`DoesNotFit`)."""
     if not 1 <= minb <= 32 or threads * minb > MAX_THREADS_PER_SM:
         raise DoesNotFit(f"minb={minb}: 1-32 resident blocks of {threads} threads, at most "
                          f"{MAX_THREADS_PER_SM} threads per SM")
@@ -206,8 +206,8 @@ L2_PREFETCH = (0, 128, 256)  # l2p: bytes the L2 fetches from DRAM around a miss
 def l2_prefetch(l2p: int) -> str:
     """The PTX qualifier of ``l2p`` (``.L2::128B``, ``.L2::256B``; ``""`` for 0): on a miss the
     L2 requests that many aligned bytes from DRAM, not only the missed 32-byte sectors, so a
-    row's later sectors are already on their way (more bytes in flight per load issued). A
-    ValueError for other values."""
+    row's later sectors are already on their way (more bytes in flight per load issued).
+    :class:`DoesNotFit` for other values."""
     if type(l2p) is not int or l2p not in L2_PREFETCH:  # 128.0 would print as .L2::128.0B
         raise DoesNotFit(f"l2p={l2p!r}: the L2 prefetch size is one of {L2_PREFETCH}")
     return f".L2::{l2p}B" if l2p else ""

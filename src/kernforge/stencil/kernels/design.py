@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...core import ConfigError
 from ..operator import Operator
 from ..spec import Cell, Precision
 from .common import L2_PREFETCH, DoesNotFit
@@ -114,7 +115,8 @@ class Design:
     def __post_init__(self) -> None:
         unknown = sorted(set(self.where) - set(FAMILIES))
         if unknown:
-            raise ValueError(f"design {self.name}: unknown families {unknown}; use {FAMILIES}")
+            raise ConfigError(f"design {self.name}: unknown families {unknown}",
+                              hint=f"a design's where names some of {', '.join(FAMILIES)}")
 
     def rank(self, cell: Cell) -> int | None:
         """Its rank for the cell, or None where it does not apply."""

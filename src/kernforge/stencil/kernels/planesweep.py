@@ -120,7 +120,7 @@ def _source(cell: Cell, tx: int, ty: int, vx: int, ry: int, lz: int, h2: int = 0
     per = cdiv(sw * sh, tx * ty)
     weights, halves = weight_decls(cell, h2, cw)
     # the staged planes: ACC values (converted on load), or raw __half with half2 weights (h2)
-    hint = l2_prefetch(l2p)  # "" for 0; a ValueError for a size the L2 does not prefetch
+    hint = l2_prefetch(l2p)  # "" for 0; DoesNotFit for a size the L2 does not prefetch
     at = "kf_ld(src + (k * NY + gy) * NX + gx)" if hint else "src[(k * NY + gy) * NX + gx]"
     ld = prefetching_load(t, l2p) if hint else ""
     stage, value, zero = "ACC", load(p, at), "(ACC)0"

@@ -36,7 +36,7 @@ def shared_bytes(cell: Cell, tx: int, ty: int, vx: int, ry: int, st: int) -> int
 
 
 def check(cell: Cell, tx: int, ty: int, vx: int, ry: int, h2: int, st: int, ca: int) -> None:
-    """ValueError unless the asynchronous sweep can build this layout."""
+    """:class:`.common.DoesNotFit` unless the asynchronous sweep can build this layout."""
     ch = 16 // cell.precision.itemsize
     if st not in (1, 2, 3) or ca not in (0, 1):
         raise DoesNotFit("st (planes requested ahead) in 1-3 (0: the synchronous sweep), "

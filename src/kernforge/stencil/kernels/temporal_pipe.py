@@ -85,10 +85,10 @@ QUEUE_MARGIN = 20  # registers beside the queues (ptxas, sm_90: 12 queue registe
 
 def check(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, pf: int,
           minb: int = 1, h2: int = 0) -> None:
-    """Raise ValueError when these parameters cannot build the cell, or would spill: the
-    queues (``3*T*cx*cy`` values) plus :data:`QUEUE_MARGIN`, twice that in fp64, must fit the
-    register cap of ``minb`` blocks (measured with ptxas on the 512^3 cells: every combination
-    this refuses spilled, every one it keeps did not, ``pf=4`` in fp64 aside).
+    """Raise :class:`.common.DoesNotFit` when these parameters cannot build the cell, or would
+    spill: the queues (``3*T*cx*cy`` values) plus :data:`QUEUE_MARGIN`, twice that in fp64,
+    must fit the register cap of ``minb`` blocks (measured with ptxas on the 512^3 cells: every
+    combination this refuses spilled, every one it keeps did not, ``pf=4`` in fp64 aside).
 
     With ``h2`` (a pair per queue register) the rule is no spill guarantee: ptxas (CUDA 13.0,
     sm_90) spills in 90 of the 320 layouts it keeps for star_1_t4 fp16 512^3 (4-726 bytes;
