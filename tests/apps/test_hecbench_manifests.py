@@ -38,3 +38,13 @@ def test_a_written_manifest_loads(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     m = load_manifest(tmp_path / "m" / "heat.toml")
     assert m.name == "heat" and [d.name for d in m.datasets] == ["d0", "d1"]
+
+
+def test_a_program_timed_by_its_own_timer(tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "heat2d-cuda").write_text("")
+    r = _run("--bin", str(tmp_path / "bin"), "--out", str(tmp_path / "m"), "--only", "heat2d")
+    assert r.returncode == 0, r.stderr
+    timer = load_manifest(tmp_path / "m" / "heat2d.toml").timer
+    assert timer.kind == "regex" and timer.unit == "us"
+    assert timer.pattern is not None and timer.describe().startswith("the program's own")

@@ -63,8 +63,8 @@ class Timer:
     def describe(self) -> str:
         """How the program's time is read, for reports."""
         if self.kind == "wall":
-            return "wall clock"
-        return f"its own printed timer '{self.pattern}' ({self.unit})"
+            return "the wall clock"
+        return f"the program's own printed timer '{self.pattern}' ({self.unit})"
 
 
 @dataclass(frozen=True)

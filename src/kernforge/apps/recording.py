@@ -101,6 +101,12 @@ def kernel_times(out: Path, units: list[Path]) -> list[dict[str, Any]]:
     return sorted(by_name.values(), key=lambda d: -(d["total_ms"] or 0.0))
 
 
+def ceiling_text(ceiling: float) -> str:
+    """The Amdahl ceiling for reports: unbounded when the replaceable kernels are the whole
+    timed run (a program timed by its own timer around its GPU loop)."""
+    return "unbounded" if ceiling == float("inf") else f"{ceiling:.3g}x"
+
+
 def shares(kernels: list[dict[str, Any]], run_s: float) -> dict[str, Any]:
     """Each kernel's share of the run; the share ``f`` of the replaceable ones (those with
     units) and the Amdahl ceiling ``1 / (1 - f)``."""

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import ConfigError
+from .recording import ceiling_text
 from .store import DB_NAME, STATES, AppState, AppStore, Milestone
 
 FORGESTENCIL_MEDIAN = 1.41
@@ -78,7 +79,7 @@ def _share(r: AppResult) -> str:
     if m2 is None or "candidate_share" not in m2.figures:
         return "-"
     f = m2.figures
-    return f"{100 * f['candidate_share']:.1f} % (ceiling {f['ceiling']:.3g}x)"
+    return f"{100 * f['candidate_share']:.1f} % (ceiling {ceiling_text(f['ceiling'])})"
 
 
 def _how(r: AppResult) -> str:
@@ -114,7 +115,7 @@ def app_section(r: AppResult) -> list[str]:
     timed = m1.figures.get("timed_by") if m1 is not None else None
     out = [f"## {r.app.name}: {state}" + (f" ({m.name} in flight)" if m else ""), "", reason,
            "",
-           f"Run directory: `{r.out}`" + (f"; time read from the {timed}" if timed else ""), "", "| milestone | status | reason |", "|---|---|---|"]
+           f"Run directory: `{r.out}`" + (f"; time read from {timed}" if timed else ""), "", "| milestone | status | reason |", "|---|---|---|"]
     for name in sorted(r.milestones):
         m = r.milestones[name]
         out.append(f"| {name} | {m.status} | {_cell(m.reason, 600)} |")

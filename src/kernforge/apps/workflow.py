@@ -148,7 +148,7 @@ class AppRun:
                        timed_by=m.timer.describe())
         text = ", ".join(f"{n} {b['median_s']:.4g} s" for n, b in base.items())
         why = (f"builds, runs and passes its own check on {len(m.datasets)} dataset(s); "
-               f"baseline medians {text} ({m.timer.describe()})")
+               f"baseline medians {text} (time read from {m.timer.describe()})")
         return "DONE", why, figures, None
 
     def _load_references(self) -> None:
@@ -184,9 +184,9 @@ class AppRun:
         if not s["kernels"]:
             return ("DONE", "no kernel launch was seen (nothing kernforge can replace)",
                     figures, "OUT_OF_SCOPE")
-        f, ceil = s["candidate_share"], s["ceiling"]
+        f, ceil = s["candidate_share"], recording.ceiling_text(s["ceiling"])
         text = (f"{len(s['kernels'])} kernel(s), {s['units']} unit(s); the recorded kernels "
-                f"take {100 * f:.1f} % of the run on {d.name} (Amdahl ceiling {ceil:.3g}x)")
+                f"take {100 * f:.1f} % of the run on {d.name} (Amdahl ceiling {ceil})")
         if not s["units"]:
             return ("DONE", (f"{text}: none could be recorded as a unit "
                     f"({figures['problems'][:3]})"), figures, "OUT_OF_SCOPE")
