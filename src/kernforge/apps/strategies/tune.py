@@ -91,7 +91,7 @@ class TuneStrategy(Strategy):
             spec = base / "deploy.json"
             ex = kernforge(ctx, ["export", str(run_dir), "-o", str(spec)], f"{tag}-export")
             if ex.returncode != 0 or not spec.is_file():
-                info["reason"] = "no significant, verified win: " + ex.tail(300)
+                info["reason"] = "no significant, verified win: " + " ".join(ex.tail(300).split())
                 kernels.append(info)
                 continue
             info["exported"] = _spec_figures(spec)
@@ -100,9 +100,14 @@ class TuneStrategy(Strategy):
             kernels.append(info)
         figures = {"kernels": kernels}
         if not native and not source:
-            why = "; ".join(f"{x['kernel'][:40]}: {x.get('reason', '')[:160]}" for x in kernels)
+            why = "; ".join(f"{x['kernel'][:40]}: {_clip(x.get('reason', ''), 240)}" for x in kernels)
             return Outcome("FAILED", f"no tuned kernel passed the gate ({why})", figures)
         wins = ", ".join(f"{e['kernel'][:40]} {e['speedup']:.2f}x" for x in kernels
                          for e in x.get("exported", []) if e.get("speedup"))
         return Outcome("DONE", f"tuned and exported: {wins}", figures,
                        native_specs=tuple(native), source_specs=tuple(source))
+
+
+def _clip(text: str, n: int) -> str:
+    """At most ``n`` characters, saying so when cut."""
+    return text if len(text) <= n else text[:n - 3] + "..."
