@@ -22,7 +22,7 @@ from typing import Any
 from ..core.jsonio import write_json_atomic
 from ..deploy import native as nd
 from ..deploy.merge import merge_native_specs, merge_source_specs
-from ..record import interposer
+from ..replay.native_deploy import deploy_env
 from .harness import AppHarness, RunFailed, Setup, geomean_ci
 from .strategies import Outcome
 
@@ -41,12 +41,8 @@ def integrate(outcomes: list[Outcome], out: Path, original: Path
     info: dict[str, Any] = {"native_specs": native, "source_specs": source, "dropped": []}
     if native:
         merged = merge_native_specs([Path(p) for p in native], d / "deploy.json")
-        spec = nd.read_spec(merged.path)
-        lines = d / "deploy.interposer.tsv"
-        lines.write_text(nd.interposer_lines(spec))
-        lib = interposer.build()
-        env.update({"LD_PRELOAD": str(lib), "KERNFORGE_DEPLOY": str(lines.resolve()),
-                    "KERNFORGE_DEPLOY_LOG": str((d / "deploy-log.json").resolve())})
+        lib, extra = deploy_env(merged.path, d / "deploy.interposer.tsv", d / "deploy-log.json")
+        env.update({"LD_PRELOAD": str(lib), **extra})
         info.update(spec=str(merged.path), entries=merged.entries, dropped=merged.dropped)
     if source:
         merged_src = merge_source_specs([Path(p) for p in source], d / "deploy-source.json")

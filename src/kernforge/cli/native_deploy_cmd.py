@@ -23,6 +23,7 @@ from ..record import interposer
 from ..record.native_format import read_native
 from ..replay.native import NativeVariant
 from ..replay.native_build import BindingError, build_image
+from ..replay.native_deploy import deploy_env
 from ..replay.native_tune import (
     RESULT,
     RESULT_FORMAT,
@@ -156,13 +157,10 @@ def _image(rec: NativeRecording, best: dict[str, Any]) -> bytes:
 
 def deploy(spec_path: Path, command: Sequence[str]) -> int:
     """Run ``command`` with the interposer replacing the spec's launches; print its counts."""
-    spec = nd.read_spec(spec_path)
-    lib = interposer.build()
     with tempfile.TemporaryDirectory(prefix="kf-deploy-") as tmp:
-        lines, log = Path(tmp) / "deploy.tsv", Path(tmp) / "log.json"
-        lines.write_text(nd.interposer_lines(spec))
-        env = interposer.preload_env(lib, {"KERNFORGE_DEPLOY": str(lines),
-                                           "KERNFORGE_DEPLOY_LOG": str(log)})
+        log = Path(tmp) / "log.json"
+        lib, extra = deploy_env(spec_path, Path(tmp) / "deploy.tsv", log)
+        env = interposer.preload_env(lib, extra)
         env.pop("KERNFORGE_RECORD_DIR", None)
         status = interposer.run_preloaded(list(command), env)
         counts: dict[str, Any] = nd.read_log(log)
@@ -187,12 +185,9 @@ def deploy(spec_path: Path, command: Sequence[str]) -> int:
 def print_env(spec_path: Path) -> int:
     """Shell lines that deploy the spec into any command started after them (job scripts),
     with the interposer's line file written beside the spec."""
-    spec = nd.read_spec(spec_path)
-    lib = interposer.build()
-    lines = spec_path.with_suffix(".interposer.tsv")
-    lines.write_text(nd.interposer_lines(spec))
+    lib, extra = deploy_env(spec_path, spec_path.with_suffix(".interposer.tsv"))
     print(f"export LD_PRELOAD={shlex.quote(str(lib))}${{LD_PRELOAD:+:$LD_PRELOAD}}")
-    print(f"export KERNFORGE_DEPLOY={shlex.quote(str(lines.resolve()))}")
+    print(f"export KERNFORGE_DEPLOY={shlex.quote(extra['KERNFORGE_DEPLOY'])}")
     print("# optional: export KERNFORGE_DEPLOY_LOG=deploy-log.json  (counts, written at exit)")
     return 0
 
