@@ -95,7 +95,7 @@ def run_validate(args: argparse.Namespace) -> int:
     variant = rec.variant.with_(options=parse_pairs(args.opt, "opt", typed=True),
                                 defines=defines,
                                 launch=launch, source=source)
-    with isolation(args) as iso:
+    with isolation(args, backends=(rec.backend,)) as iso:
         v = validate(rec, variant, tolerance=tolerance_overrides(args.tolerance),
                      integrity=Integrity(static=not args.no_static, seed=args.seed),
                      passes=args.passes, band=args.band, claimed=args.claimed,

@@ -5,7 +5,7 @@ shares: by default candidates run in supervised worker processes
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from ..replay.isolate import Isolation, Limits
@@ -22,13 +22,16 @@ def add_isolation_args(p: argparse.ArgumentParser) -> None:
 
 
 @contextmanager
-def isolation(args: argparse.Namespace, workers: int = 1) -> Iterator[Isolation | None]:
-    """The command's worker pool (None with ``--in-process``), closed at the end."""
+def isolation(args: argparse.Namespace, workers: int = 1,
+              backends: Iterable[str] = ()) -> Iterator[Isolation | None]:
+    """The command's worker pool (None with ``--in-process``), closed at the end. Its
+    workers make ``backends`` (those of the units the command will evaluate) ready while the
+    command sets itself up."""
     if getattr(args, "in_process", False):
         yield None
         return
     timeout = getattr(args, "eval_timeout", None)
     limits = Limits() if timeout is None else Limits(min_timeout_s=timeout,
                                                      first_timeout_s=max(timeout, 1.0) * 12)
-    with Isolation(workers=workers, limits=limits) as iso:
+    with Isolation(workers=workers, limits=limits, warm=tuple(backends)) as iso:
         yield iso

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     for rec in recs:
         check_defines(rec.name, rec.source.code, defines, allow=args.allow_unused_define)
     results: list[tuple[str, str, Measurement]] = []
-    with isolation(args) as iso:
+    with isolation(args, backends=sorted({r.backend for r in recs})) as iso:
         for rec in recs:
             launch = (LaunchConfig(rec.launch.grid, rec.launch.block, rec.launch.shared_mem,
                                    args.threads) if args.threads is not None else None)

@@ -134,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
                               others=bool(recs))
         if not recs:
             return 0
-    with directory_lock(out, "tuning run directory"), isolation(args) as iso:
+    with directory_lock(out, "tuning run directory"), isolation(
+            args, backends=sorted({r.backend for r in recs})) as iso:
         outcomes = _tune_all(args, recs, out, user, budget, tolerance, iso)
     _summary(out, outcomes)
     return 0

@@ -13,6 +13,15 @@ first run seen for that recording (the baseline, learned from OK evaluations) ti
 request makes, and at least ``min_timeout_s``; before any OK evaluation of a recording it is
 ``first_timeout_s``. Validation gets ``validate_timeout_s`` for its run stage.
 
+Start-up. A worker imports kernforge and, for each backend in ``warm`` (and every backend the
+pool was asked for before it started, when it replaces a lost worker), makes that backend ready
+before it reads its first request: on CUDA, CuPy imported, the context created, NVRTC loaded,
+the fingerprint kernels built, the cache-flush buffer allocated. Started with the pool (the CLI
+starts it before it loads its own backend), that overlaps the caller's own set-up (loading
+recordings, its own backend, the search space) instead of delaying the first candidate. A
+request carries the recording's path, never its arrays; the worker loads each recording once and
+keeps it.
+
 Use ``with Isolation() as iso: evaluate_variant(rec, v, isolate=iso)`` (also ``replay``,
 ``validate``, ``tune_recording`` and the evolve evaluator take ``isolate=``); the CLI commands
 use it unless given ``--in-process``. The stencil forge and bench reuse the pool through
@@ -77,12 +86,13 @@ def _tail(path: Path, limit: int = 1500) -> str:
 class _Worker:
     """One worker process and the socket to it."""
 
-    def __init__(self, directory: Path, env: dict[str, str] | None) -> None:
+    def __init__(self, directory: Path, env: dict[str, str] | None,
+                 warm: tuple[str, ...] = ()) -> None:
         self.crash = Path(tempfile.mkstemp(dir=directory, prefix="worker-", suffix=".crash")[1])
         self.out = self.crash.with_suffix(".out")
         ours, theirs = socket.socketpair()
         code = ("from kernforge.replay.isolate_worker import serve; "
-                f"serve({theirs.fileno()}, {str(self.crash)!r})")
+                f"serve({theirs.fileno()}, {str(self.crash)!r}, {tuple(warm)!r})")
         with open(self.out, "wb") as out:
             self.proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(theirs.fileno(),),
                                          stdin=subprocess.DEVNULL, stdout=out, stderr=out,
@@ -146,11 +156,15 @@ class _Worker:
         self.proc.wait()
         self.close()
 
-    def close(self) -> None:
+    def hang_up(self) -> None:
+        """Close the socket: an idle worker reads the end of it and exits."""
         try:
             self.conn.close()
         except OSError:
             pass
+
+    def close(self) -> None:
+        self.hang_up()
         if self.proc.poll() is None:
             try:
                 self.proc.wait(timeout=30)
@@ -171,23 +185,39 @@ def lost_measurement(lost: WorkerLost) -> Measurement:
 @dataclass
 class Isolation:
     """A pool of ``workers`` supervised worker processes (started at once; a worker that a
-    candidate killed is replaced on the next request)."""
+    candidate killed is replaced on the next request). ``warm``: backends (``"cuda"``) each
+    worker makes ready as it starts, before its first request."""
 
     workers: int = 1
     limits: Limits = field(default_factory=Limits)
     env: dict[str, str] | None = None
+    warm: tuple[str, ...] = ()
     replaced: int = 0  # workers replaced after a crash, a hang or a sticky fault
+    started: int = 0  # worker processes started, the first ones and every replacement
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ConfigError(f"Isolation(workers={self.workers}) needs at least one worker")
+        self.warm = tuple(dict.fromkeys(self.warm))
         self._dir = Path(tempfile.mkdtemp(prefix="kernforge-workers-"))
         self._idle: queue.Queue[_Worker | None] = queue.Queue()
-        for _ in range(self.workers):  # started now: they import while the caller works
-            self._idle.put(_Worker(self._dir, self.env))
         self._baseline: dict[str, float] = {}
         self._lock = threading.Lock()
         self._closed = False
+        for _ in range(self.workers):  # started now: they get ready while the caller works
+            self._idle.put(self._start())
+
+    def _start(self) -> _Worker:
+        with self._lock:
+            self.started += 1
+            warm = self.warm
+        return _Worker(self._dir, self.env, warm)
+
+    def _warm_also(self, backend: str | None) -> None:
+        """Replacements make ready what this pool was asked for (a named backend)."""
+        if backend is not None and backend not in self.warm:
+            with self._lock:
+                self.warm = (*self.warm, backend)
 
     def __enter__(self) -> Isolation:  # noqa: PYI034
         return self
@@ -197,13 +227,18 @@ class Isolation:
 
     def close(self) -> None:
         self._closed = True
+        idle: list[_Worker] = []
         while True:
             try:
                 w = self._idle.get_nowait()
             except queue.Empty:
                 break
             if w is not None:
-                w.close()
+                idle.append(w)
+        for w in idle:  # every worker told to end first: they tear down side by side
+            w.hang_up()
+        for w in idle:
+            w.close()
         try:
             self._dir.rmdir()
         except OSError:
@@ -216,7 +251,7 @@ class Isolation:
         w = self._idle.get()
         try:
             if w is None or not w.alive():
-                w = _Worker(self._dir, self.env)
+                w = self._start()
             value, recycle = w.request(msg, first_limit, run_limit)
             if recycle:  # the worker ends itself: its device context is unusable
                 w.close()
@@ -251,6 +286,7 @@ class Isolation:
         """:func:`kernforge.replay.engine.evaluate_variant` in a worker; a crash or a hang is
         the candidate's RUNTIME_FAILED or TIMEOUT."""
         key = str(Path(recording.path).resolve())
+        self._warm_also(backend or recording.backend)
         runs = 1 if kw.get("verify_only") else int(kw.get("warmup", 3)) + \
             int(kw.get("repeat", 10)) + 2
         if kw.get("integrity") not in (None, "basic"):
@@ -273,6 +309,7 @@ class Isolation:
         from .validate import lost_validation
 
         key = str(Path(recording.path).resolve())
+        self._warm_also(backend or recording.backend)
         try:
             return self._run(("validate", key, variant, backend, kw),
                              self.limits.compile_timeout_s, self.limits.validate_timeout_s)

@@ -2,13 +2,15 @@
 supervisor asks, one request at a time, in a process of its own.
 
 The worker keeps what makes an evaluation cheap: recordings (loaded once per path) and the
-backend's in-process compile cache. It compiles a candidate first and tells the supervisor
-(``("stage", "run")``), so that the supervisor can hold the run stage to a limit derived from
-the baseline's run time instead of the compile limit. A fatal signal writes Python's stacks
-(:mod:`faulthandler`) to the worker's crash file, which the supervisor reads to say where the
-candidate died. After a failure on a backend whose faults are sticky (a CUDA context after an
-illegal address or a trap), the worker answers and then ends itself, so the next candidate gets
-a fresh context.
+backend's in-process compile cache. Before its first request it makes the backends it was told
+to warm ready (:func:`warm`: on CUDA, CuPy imported, the context created, the helper kernels
+built), so that this cost overlaps the supervisor's own set-up. It compiles a candidate first
+and tells the supervisor (``("stage", "run")``), so that the supervisor can hold the run stage
+to a limit derived from the baseline's run time instead of the compile limit. A fatal signal
+writes Python's stacks (:mod:`faulthandler`) to the worker's crash file, which the supervisor
+reads to say where the candidate died. After a failure on a backend whose faults are sticky (a
+CUDA context after an illegal address or a trap), the worker answers and then ends itself, so
+the next candidate gets a fresh context.
 """
 
 from __future__ import annotations
@@ -38,6 +40,15 @@ def recording(path: str) -> Recording:
 
         rec = _RECORDINGS[path] = load_recording(path)
     return rec
+
+
+def held() -> dict[str, Any]:
+    """What this worker keeps between requests (for the supervisor's tests and diagnosis): its
+    pid, the backends made so far, each loaded recording's path and object id."""
+    from ..backends.base import _instances
+
+    return {"pid": os.getpid(), "backends": sorted(_instances),
+            "recordings": {path: id(rec) for path, rec in _RECORDINGS.items()}}
 
 
 def _sticky(backend: Any) -> bool:
@@ -121,8 +132,29 @@ def _orphan_watch(parent: int) -> None:
     os._exit(1)
 
 
-def serve(fd: int, crash_file: str) -> None:
-    """The worker process's entry point: requests arrive on the socket ``fd``."""
+def warm(backends: tuple[str, ...]) -> list[str]:
+    """Make each named backend ready for a first evaluation: created (CUDA: CuPy imported,
+    the context made), its device fingerprint kernels built (CUDA: NVRTC loaded), its cache
+    flush buffer allocated. Returns those that are ready; one that cannot start here is left
+    alone, and the first request for it reports why."""
+    from ..backends import get_backend
+
+    ready = []
+    for name in backends:
+        try:
+            be = get_backend(name)
+            be.fingerprints([])
+            be.flush_cache()
+            be.synchronize()
+        except Exception:  # noqa: BLE001, S112 - reported by the request that needs it
+            continue
+        ready.append(name)
+    return ready
+
+
+def serve(fd: int, crash_file: str, backends: tuple[str, ...] = ()) -> None:
+    """The worker process's entry point: requests arrive on the socket ``fd``; the
+    ``backends`` are made ready first (their requests may already be waiting on the socket)."""
     import threading
     from multiprocessing.connection import Connection
 
@@ -130,13 +162,15 @@ def serve(fd: int, crash_file: str) -> None:
                      name="kernforge-orphan-watch").start()
     from ..record import load_recording  # noqa: F401 - warm: imported before the first request
     from .engine import evaluate_variant  # noqa: F401
-    main(Connection(fd), crash_file)
+    main(Connection(fd), crash_file, backends)
 
 
-def main(conn: Any, crash_file: str) -> None:
-    """Serve requests until the supervisor closes the pipe (or a candidate kills us)."""
+def main(conn: Any, crash_file: str, backends: tuple[str, ...] = ()) -> None:
+    """Make ``backends`` ready, then serve requests until the supervisor closes the pipe (or
+    a candidate kills us)."""
     with open(crash_file, "w") as log:
         faulthandler.enable(file=log, all_threads=True)
+        warm(backends)
         while True:
             try:
                 msg = conn.recv()

@@ -1,0 +1,96 @@
+"""What a supervised worker keeps and when it gets ready (issue 29's cost goal), checked by
+structure, never by wall time: a request carries the recording's path, not its arrays; the
+worker loads each recording once and keeps it across requests; the backends a pool is told to
+warm (and those it was asked for, in a replacement worker) are made before the first request;
+closing a pool ends every worker."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kernforge import Kernel
+from kernforge.core import Recording, Status
+from kernforge.record import find_recordings, load_recording, record
+from kernforge.replay import evaluate_variant
+from kernforge.replay.isolate import Isolation, _Worker
+
+CODE = r"""
+void twice(const double *x, double *y, long n) {
+    for (long i = 0; i < n; i++) y[i] = 2.0 * x[i];
+}
+"""
+N = 1 << 20  # two 8 MiB arrays: far more than any request may carry
+HELD = "kernforge.replay.isolate_worker:held"
+
+
+@pytest.fixture(scope="module")
+def rec(tmp_path_factory: pytest.TempPathFactory) -> Recording:
+    where = tmp_path_factory.mktemp("isolate-warm") / "rec"
+    k = Kernel(CODE, "twice", backend="cpu")
+    x, y = np.arange(N, dtype=np.float64), np.zeros(N)
+    with record(where, kernels="twice"):
+        k(x, y, np.int64(N))
+    return load_recording(find_recordings(where)[0])
+
+
+def test_requests_carry_the_path_and_the_worker_keeps_the_recording(
+        rec: Recording, monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[tuple[Any, ...]] = []
+    request = _Worker.request
+
+    def spy(self: _Worker, msg: tuple[Any, ...], *a: Any) -> Any:
+        sent.append(msg)
+        return request(self, msg, *a)
+
+    monkeypatch.setattr(_Worker, "request", spy)
+    with Isolation() as iso:
+        for _ in range(3):
+            m = evaluate_variant(rec, rec.variant, isolate=iso, warmup=0, repeat=1)
+            assert m.status is Status.OK, m.message
+        kept = iso.call(HELD)
+        assert iso.call(HELD)["recordings"] == kept["recordings"]  # the same objects
+        assert iso.started == 1
+    evaluations = [msg for msg in sent if msg[0] == "evaluate"]
+    assert len(evaluations) == 3
+    assert all(len(pickle.dumps(msg)) < 64 << 10 for msg in evaluations)  # vs 16 MiB of arrays
+    assert rec.nbytes >= 16 << 20
+    assert list(kept["recordings"]) == [str(Path(rec.path).resolve())]
+
+
+def test_a_pool_makes_the_backends_it_is_told_to_warm_before_the_first_request() -> None:
+    with Isolation(warm=("cpu", "cpu")) as iso:
+        assert iso.warm == ("cpu",)
+        assert iso.call(HELD)["backends"] == ["cpu"]  # the first request it reads
+    with Isolation() as iso:
+        assert iso.call(HELD)["backends"] == []
+
+
+def test_a_backend_that_cannot_start_is_left_to_the_request_that_needs_it() -> None:
+    with Isolation(warm=("no-such-backend", "cpu")) as iso:
+        assert iso.call(HELD)["backends"] == ["cpu"]
+
+
+def test_a_replacement_worker_warms_what_the_pool_was_asked_for(rec: Recording) -> None:
+    crash = rec.source.with_code(CODE.replace("    for", "    *(volatile double *)0 = 1.0;\n"
+                                                         "    for"))
+    with Isolation() as iso:
+        assert evaluate_variant(rec, rec.variant, isolate=iso, verify_only=True).ok
+        assert iso.warm == ("cpu",)
+        m = evaluate_variant(rec, rec.variant.with_(source=crash), isolate=iso,
+                             verify_only=True)
+        assert m.status is Status.RUNTIME_FAILED
+        assert iso.call(HELD)["backends"] == ["cpu"]  # ready before anything asked for it
+        assert (iso.started, iso.replaced) == (2, 1)
+
+
+def test_closing_a_pool_ends_every_worker() -> None:
+    iso = Isolation(workers=2)
+    workers = [w for w in iso._idle.queue if w is not None]
+    assert len(workers) == 2
+    iso.close()
+    assert all(w.proc.poll() is not None for w in workers)
