@@ -2,11 +2,15 @@
 structure, never by wall time: a request carries the recording's path, not its arrays; the
 worker loads each recording once and keeps it across requests; the backends a pool is told to
 warm (and those it was asked for, in a replacement worker) are made before the first request;
-closing a pool ends every worker."""
+closing a pool ends every worker (without waiting for it: a worker's exit tears down its device
+context)."""
 
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +21,7 @@ from kernforge import Kernel
 from kernforge.core import Recording, Status
 from kernforge.record import find_recordings, load_recording, record
 from kernforge.replay import evaluate_variant
-from kernforge.replay.isolate import Isolation, _Worker
+from kernforge.replay.isolate import REAPER, Isolation, _Worker
 
 CODE = r"""
 void twice(const double *x, double *y, long n) {
@@ -92,5 +96,20 @@ def test_closing_a_pool_ends_every_worker() -> None:
     iso = Isolation(workers=2)
     workers = [w for w in iso._idle.queue if w is not None]
     assert len(workers) == 2
-    iso.close()
-    assert all(w.proc.poll() is not None for w in workers)
+    iso.close()  # returns at once; each worker read the end of its socket and exits
+    assert [w.proc.wait(timeout=60) for w in workers] == [0, 0]  # a clean exit each
+    for t in threading.enumerate():  # the reapers remove the pool's files, then its folder
+        if t.name == REAPER:
+            t.join(timeout=60)
+    assert not iso._dir.exists()
+
+
+def test_a_process_that_exits_right_after_closing_leaves_nothing_behind() -> None:
+    code = ("from kernforge.replay.isolate import Isolation\n"
+            "iso = Isolation(workers=2)\n"
+            "iso.call('os:getpid')\n"
+            "iso.close()\n"
+            "print(iso._dir)\n")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True, timeout=120).stdout.strip()
+    assert out and not Path(out).exists()  # the reapers ran before the interpreter ended

@@ -20,7 +20,8 @@ the fingerprint kernels built, the cache-flush buffer allocated. Started with th
 starts it before it loads its own backend), that overlaps the caller's own set-up (loading
 recordings, its own backend, the search space) instead of delaying the first candidate. A
 request carries the recording's path, never its arrays; the worker loads each recording once and
-keeps it.
+keeps it. Closing the pool hangs up on its workers and does not wait for their exits (each tears
+down a device context); they are reaped in the background.
 
 Use ``with Isolation() as iso: evaluate_variant(rec, v, isolate=iso)`` (also ``replay``,
 ``validate``, ``tune_recording`` and the evolve evaluator take ``isolate=``); the CLI commands
@@ -47,6 +48,7 @@ from typing import Any
 from ..core import KernforgeError, Measurement, Recording, Status, Variant
 from ..core.errors import ConfigError, WorkerLost, error_from_json
 
+REAPER = "kernforge-reap"  # the name of the threads that wait for closed workers to exit
 HINT = ("the worker was replaced and the run went on; run the candidate with --in-process "
         "under a debugger (gdb, compute-sanitizer) to see where it fails")
 
@@ -87,7 +89,8 @@ class _Worker:
     """One worker process and the socket to it."""
 
     def __init__(self, directory: Path, env: dict[str, str] | None,
-                 warm: tuple[str, ...] = ()) -> None:
+                 warm: tuple[str, ...] = (), pool_closed: threading.Event | None = None) -> None:
+        self.pool_closed = pool_closed or threading.Event()
         self.crash = Path(tempfile.mkstemp(dir=directory, prefix="worker-", suffix=".crash")[1])
         self.out = self.crash.with_suffix(".out")
         ours, theirs = socket.socketpair()
@@ -145,7 +148,8 @@ class _Worker:
                           f"the {stage} stage: {cause}{detail}", name)
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        """Running and not hung up on (a closed worker may take a moment to exit)."""
+        return not self.conn.closed and self.proc.poll() is None
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -156,20 +160,35 @@ class _Worker:
         self.proc.wait()
         self.close()
 
-    def hang_up(self) -> None:
-        """Close the socket: an idle worker reads the end of it and exits."""
+    def close(self) -> None:
+        """Hang up; the worker, idle or ending itself, exits on its own. A thread reaps it
+        (its exit tears down its device context: no reason to hold the caller, whose next
+        candidate needs a new worker anyway), kills it if still there after 30 s and removes
+        its files. A hung worker is killed and waited for instead (:meth:`kill`): its kernel
+        may still be running on the device."""
         try:
             self.conn.close()
         except OSError:
             pass
-
-    def close(self) -> None:
-        self.hang_up()
         if self.proc.poll() is None:
+            # not a daemon: an interpreter that exits first waits for it (no files left)
+            threading.Thread(target=self._reap, name=REAPER).start()
+        else:
+            self._remove_files()
+
+    def _reap(self) -> None:
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self._remove_files()
+        if self.pool_closed.is_set():  # the pool's directory, once its last worker is gone
             try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
+                self.crash.parent.rmdir()
+            except OSError:
+                pass
+
+    def _remove_files(self) -> None:
         for path in (self.crash, self.out):
             path.unlink(missing_ok=True)
 
@@ -203,7 +222,7 @@ class Isolation:
         self._idle: queue.Queue[_Worker | None] = queue.Queue()
         self._baseline: dict[str, float] = {}
         self._lock = threading.Lock()
-        self._closed = False
+        self._closed = threading.Event()  # set: no new requests; reapers remove the directory
         for _ in range(self.workers):  # started now: they get ready while the caller works
             self._idle.put(self._start())
 
@@ -211,7 +230,7 @@ class Isolation:
         with self._lock:
             self.started += 1
             warm = self.warm
-        return _Worker(self._dir, self.env, warm)
+        return _Worker(self._dir, self.env, warm, self._closed)
 
     def _warm_also(self, backend: str | None) -> None:
         """Replacements make ready what this pool was asked for (a named backend)."""
@@ -226,19 +245,14 @@ class Isolation:
         self.close()
 
     def close(self) -> None:
-        self._closed = True
-        idle: list[_Worker] = []
+        self._closed.set()
         while True:
             try:
                 w = self._idle.get_nowait()
             except queue.Empty:
                 break
             if w is not None:
-                idle.append(w)
-        for w in idle:  # every worker told to end first: they tear down side by side
-            w.hang_up()
-        for w in idle:
-            w.close()
+                w.close()  # no wait: each ends on its own, side by side
         try:
             self._dir.rmdir()
         except OSError:
@@ -246,7 +260,7 @@ class Isolation:
 
     # ---- requests ---------------------------------------------------------------------------
     def _run(self, msg: tuple[Any, ...], first_limit: float, run_limit: float) -> Any:
-        if self._closed:
+        if self._closed.is_set():
             raise ConfigError("this Isolation pool is closed", hint="use a new Isolation()")
         w = self._idle.get()
         try:
