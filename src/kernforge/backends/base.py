@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -139,11 +139,19 @@ class Backend(ABC):
         """Wait for all launched work (no-op for synchronous backends)."""
 
     def time_launch(self, compiled: Compiled, args: Sequence[Any], launch: LaunchConfig) -> float:
-        """Seconds taken by one launch, synchronized on both sides; nothing else is timed."""
+        """Seconds taken by one launch (:meth:`time_run` around it); nothing else is timed."""
         conv = self.convert_args(compiled, args)
+        return self.time_run(lambda: self._launch(compiled.handle, conv, launch))
+
+    def time_run(self, run: Callable[[], None], *, hold_s: float | None = None,
+                 what: str = "kernel") -> float:
+        """Seconds of the work ``run()`` issues (one launch, or several: a stencil operator),
+        synchronized on both sides by the host clock. ``hold_s`` (how long a device queue is
+        held first, see the cuda backend) and ``what`` (the name in a device fault) mean
+        nothing to a synchronous backend."""
         self.synchronize()
         t0 = time.perf_counter()
-        self._launch(compiled.handle, conv, launch)
+        run()
         self.synchronize()
         return time.perf_counter() - t0
 

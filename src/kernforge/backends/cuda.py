@@ -339,18 +339,22 @@ class CudaBackend(Backend):
             self._spin = mod.get_function("kf_spin")
         self._spin((1,), (1,), (np.uint64(seconds * 1e9),))
 
-    def time_launch(self, compiled: Compiled, args: Sequence[Any], launch: LaunchConfig) -> float:
-        """Kernel time from CUDA events, the stream held until everything is enqueued."""
-        conv = self.convert_args(compiled, args)
+    def time_run(self, run: Callable[[], None], *, hold_s: float | None = None,
+                 what: str = "kernel") -> float:
+        """Seconds between CUDA events around the work ``run()`` enqueues on the current
+        stream, the stream held ``hold_s`` first (default :data:`HOLD_S`) so that the start
+        event, the work and the end event are all queued before the start event is reached."""
         start, end = self._events
-        self.hold_stream()
+        self.hold_stream(HOLD_S if hold_s is None else hold_s)
         start.record()
-        self._launch(compiled.handle, conv, launch)
+        run()
         end.record()
         try:
             end.synchronize()
         except Exception as exc:
-            raise KernelRuntimeError(f"kernel failed on the device: {exc}") from exc
+            raise KernelRuntimeError(f"{what} failed on the device: {exc}",
+                                     hint="the CUDA context is unusable after this; restart "
+                                          "the process") from exc
         return float(self.cp.cuda.get_elapsed_time(start, end)) * 1e-3
 
     def flush_cache(self) -> None:

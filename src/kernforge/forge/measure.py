@@ -8,7 +8,9 @@
   (``cupy.RawModule``, the operator's options; entries are ``extern "C"``);
   :class:`OperatorRunner` applies it (its launches in order, roles mapped to the cell's fields).
 - :class:`Runner`: what timing takes, so baselines plug in; :class:`GpuDevice` times any runner
-  the harness way (warm-up; before each timed run the L2 flushed and the stream held by the
+  through the harness's protocol (:func:`kernforge.harness.timing.measure_runs` and
+  :func:`~kernforge.harness.timing.time_once` with the settings :data:`PROTOCOL`: warm-up runs
+  queued back to back; before each timed run the L2 flushed and the stream held 1 ms by the
   backend's spin kernel; CUDA events; median of ``repeat``), compares two runners interleaved
   (:func:`kernforge.harness.compare.interleave`) and measures the device-to-device copy
   bandwidth with the same protocol.
@@ -18,8 +20,7 @@ CuPy is imported only when a :class:`GpuDevice` is made (or a cupy :class:`Devic
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -28,16 +29,22 @@ from ..backends.cupy_hooks import original_class
 from ..core import (
     CompileError,
     ConfigError,
-    KernelRuntimeError,
     LaunchError,
 )
 from ..harness.compare import ABResult, interleave
 from ..harness.stats import median
+from ..harness.timing import Protocol as Timing
+from ..harness.timing import measure_runs, time_once
 from ..stencil import oracle
 from ..stencil.operator import Operator
 from ..stencil.spec import Cell
 
-HOLD_S = 1e-3  # the stream is held this long before each timed run (multi-launch runners)
+# The forge's, the bench's and the probe's settings of the harness protocol; every stencil figure
+# in docs/benchmarks/ was timed with them. The stream is held 1 ms (not the backend's 50 us)
+# so that a runner of several launches or a library call is wholly enqueued before the start
+# event is reached; warm-up runs are queued back to back (docs/stencil.md, "Measuring").
+PROTOCOL = Timing(warmup=3, repeat=10, flush=True, passes=7, per_pass=3, hold_s=1e-3,
+                    warmup_queued=True)
 MAX_COPY_BYTES = 2 << 30
 
 
@@ -283,25 +290,27 @@ class CopyBandwidth:
 
 
 class GpuDevice:
-    """Timing on the current CUDA device with the harness protocol (see the module docstring).
+    """Timing on the current CUDA device through the harness protocol (see the module
+    docstring) with the settings ``protocol`` (default :data:`PROTOCOL`).
 
-    The L2 flush and the stream hold are the cuda backend's own
-    (:meth:`CudaBackend.flush_cache`, :meth:`CudaBackend.hold_stream`).
-    """
+    The clock, the L2 flush and the stream hold are the cuda backend's own
+    (:meth:`CudaBackend.time_run`, :meth:`CudaBackend.flush_cache`,
+    :meth:`CudaBackend.hold_stream`); ``backend``: another one with an array module ``cp``
+    (tests)."""
 
-    def __init__(self, *, hold_s: float = HOLD_S, flush: bool = True) -> None:
-        from ..backends.cuda import CudaBackend
+    def __init__(self, *, protocol: Timing = PROTOCOL, backend: Any = None) -> None:
+        if backend is None:
+            from ..backends.cuda import CudaBackend
 
-        self.backend = CudaBackend()
-        self.cp = self.backend.cp
+            backend = CudaBackend()
+        self.backend = backend
+        self.cp = backend.cp
         self.xp = self.cp
-        self.hold_s = hold_s
-        self.flush = flush
-        self._events = (self.cp.cuda.Event(), self.cp.cuda.Event())
+        self.protocol = protocol
         self._copies: dict[int, CopyBandwidth] = {}
 
     def identity(self) -> dict[str, Any]:
-        return self.backend.identity()
+        return dict(self.backend.identity())
 
     def allocate(self, cell: Cell, seed: int) -> DeviceCell:
         return DeviceCell.allocate(cell, seed, xp=self.cp)
@@ -313,39 +322,26 @@ class GpuDevice:
         self.backend.synchronize()
 
     def once(self, runner: Runner) -> float:
-        """Seconds of one application: cache flushed, stream held, CUDA events around it.
+        """Seconds of one application: cache flushed, stream held, CUDA events around it
+        (:func:`~kernforge.harness.timing.time_once`).
 
         A runner that works in its own CUDA context and blocks until done (``synchronous``:
         Halide) is timed by the wall clock around ``run()`` after the flush has finished; that
         time includes its call and launch overheads (a few microseconds per launch)."""
-        start, end = self._events
-        if self.flush:
-            self.backend.flush_cache()
-        if getattr(runner, "synchronous", False):
-            self.synchronize()
-            t0 = time.perf_counter()
-            runner.run()
-            return time.perf_counter() - t0
-        self.backend.hold_stream(self.hold_s)
-        start.record()
-        runner.run()
-        end.record()
-        try:
-            end.synchronize()
-        except Exception as exc:
-            raise KernelRuntimeError(f"{runner.name} failed on the device: {exc}",
-                                     hint="the CUDA context is unusable after this") from exc
-        return float(self.cp.cuda.get_elapsed_time(start, end)) * 1e-3
+        return time_once(self.backend, runner.run, self.protocol,
+                         synchronous=bool(getattr(runner, "synchronous", False)),
+                         what=runner.name)
 
     def measure(self, runner: Runner, *, warmup: int = 3, repeat: int = 10) -> list[float]:
-        """Seconds of ``repeat`` timed runs after ``warmup`` untimed ones."""
+        """Seconds of ``repeat`` timed runs after ``warmup`` untimed ones
+        (:func:`~kernforge.harness.timing.measure_runs`)."""
         if warmup < 0 or repeat < 1:
             raise ConfigError(f"warmup={warmup} and repeat={repeat}: need warmup >= 0 and "
                               f"repeat >= 1", hint="e.g. --warmup 3 --repeat 10")
-        for _ in range(warmup):
-            runner.run()
-        self.synchronize()
-        return [self.once(runner) for _ in range(repeat)]
+        return measure_runs(self.backend, runner.run,
+                            replace(self.protocol, warmup=warmup, repeat=repeat),
+                            synchronous=bool(getattr(runner, "synchronous", False)),
+                            what=runner.name)
 
     def compare(self, a: Runner, b: Runner, *, passes: int = 7, per_pass: int = 3,
                 seed: int = 0) -> ABResult:

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..core import CompileError, ConfigError, KernelRuntimeError, LaunchError, Status
 from ..core.errors import WorkerLost
+from ..harness.compare import round_robin
 from ..stencil.operator import Operator
 from ..stencil.spec import Cell
 from .bench_isolated import DEVICE, _device
@@ -65,12 +66,16 @@ def _time(st: dict[str, Any], order: list[int], passes: int, stage: Any) -> dict
         for _ in range(WARMUP):
             runs[i].run()
         dev.synchronize()
-    times: dict[int, list[float]] = {i: [] for i in order}  # by position: a repeat is its own
-    for _ in range(passes):
-        for i in order:
+
+    def timed(i: int) -> Any:
+        def run() -> float:
             stage(str(i))
-            times[i].append(dev.once(runs[i]))
-    return times
+            return float(dev.once(runs[i]))
+        return run
+
+    # by position: a repeat is its own; each pass one run of every variant, in order
+    samples = round_robin([timed(i) for i in order], passes=passes)
+    return dict(zip(order, samples, strict=True))
 
 
 def close() -> None:

@@ -8,7 +8,7 @@ ratios, with a bootstrap confidence interval of that median.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,3 +85,16 @@ def interleave(run_a: Callable[[], float], run_b: Callable[[], float], *, passes
         first.append("a" if a_first else "b")
     lo, hi = bootstrap_ci(ratios, seed=seed)
     return ABResult(tuple(ratios), tuple(all_a), tuple(all_b), tuple(first), lo, hi)
+
+
+def round_robin(runs: Sequence[Callable[[], float]], *, passes: int) -> list[list[float]]:
+    """Several measured callables in ``passes`` passes, each pass one run of every callable in
+    the order given: per callable, its samples (drift spreads over all of them alike)."""
+    if passes < 1 or not runs:
+        raise ConfigError(f"passes={passes} over {len(runs)} runner(s)",
+                          hint="at least one pass over at least one runner")
+    samples: list[list[float]] = [[] for _ in runs]
+    for _ in range(passes):
+        for i, run in enumerate(runs):
+            samples[i].append(float(run()))
+    return samples
