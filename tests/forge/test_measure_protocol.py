@@ -181,7 +181,14 @@ def test_replay_settings_time_each_warm_up_as_a_protocol_run() -> None:
 
 def test_round_robin_runs_every_runner_once_per_pass_in_order() -> None:
     order: list[str] = []
-    runs = [lambda name=name: order.append(name) or 1.0 for name in "abc"]
+
+    def runner(name: str) -> Any:
+        def run() -> float:
+            order.append(name)
+            return 1.0
+        return run
+
+    runs = [runner(name) for name in "abc"]
     samples = round_robin(runs, passes=2)
     assert order == list("abcabc") and samples == [[1.0, 1.0]] * 3
     with pytest.raises(ConfigError):
