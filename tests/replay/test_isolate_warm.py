@@ -104,6 +104,22 @@ def test_closing_a_pool_ends_every_worker() -> None:
     assert not iso._dir.exists()
 
 
+def test_closing_a_pool_while_a_request_runs_ends_that_worker_too() -> None:
+    iso = Isolation(workers=1)
+    (worker,) = [w for w in iso._idle.queue if w is not None]
+    busy = threading.Thread(target=iso.call, args=("time:sleep", 1.0))
+    busy.start()
+    while iso._idle.qsize():  # the request has taken the worker
+        threading.Event().wait(0.01)
+    iso.close()  # nothing idle to close yet: the request hands its worker back after this
+    busy.join(timeout=60)
+    assert worker.proc.wait(timeout=60) == 0
+    for t in threading.enumerate():
+        if t.name == REAPER:
+            t.join(timeout=60)
+    assert not iso._dir.exists()
+
+
 def test_a_process_that_exits_right_after_closing_leaves_nothing_behind() -> None:
     code = ("from kernforge.replay.isolate import Isolation\n"
             "iso = Isolation(workers=2)\n"

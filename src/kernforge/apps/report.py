@@ -115,7 +115,8 @@ def app_section(r: AppResult) -> list[str]:
     timed = m1.figures.get("timed_by") if m1 is not None else None
     out = [f"## {r.app.name}: {state}" + (f" ({m.name} in flight)" if m else ""), "", reason,
            "",
-           f"Run directory: `{r.out}`" + (f"; time read from {timed}" if timed else ""), "", "| milestone | status | reason |", "|---|---|---|"]
+           f"Run directory: `{r.out}`" + (f"; time read from {timed}" if timed else ""), "",
+           "| milestone | status | reason |", "|---|---|---|"]
     for name in sorted(r.milestones):
         m = r.milestones[name]
         out.append(f"| {name} | {m.status} | {_cell(m.reason, 600)} |")

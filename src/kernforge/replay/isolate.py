@@ -265,6 +265,8 @@ class Isolation:
         w = self._idle.get()
         try:
             if w is None or not w.alive():
+                if w is not None:
+                    w.close()  # it died idle: its socket and files go with it
                 w = self._start()
             value, recycle = w.request(msg, first_limit, run_limit)
             if recycle:  # the worker ends itself: its device context is unusable
@@ -287,6 +289,9 @@ class Isolation:
                     self.replaced += 1
             raise
         finally:
+            if self._closed.is_set() and w is not None:
+                w.close()  # the pool was closed while this request ran: no one will take it
+                w = None
             self._idle.put(w)
 
     def _learn(self, key: str, m: Measurement) -> None:

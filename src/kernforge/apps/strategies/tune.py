@@ -100,7 +100,8 @@ class TuneStrategy(Strategy):
             kernels.append(info)
         figures = {"kernels": kernels}
         if not native and not source:
-            why = "; ".join(f"{x['kernel'][:40]}: {_clip(x.get('reason', ''), 240)}" for x in kernels)
+            why = "; ".join(f"{x['kernel'][:40]}: {_clip(x.get('reason', ''), 240)}"
+                            for x in kernels)
             return Outcome("FAILED", f"no tuned kernel passed the gate ({why})", figures)
         wins = ", ".join(f"{e['kernel'][:40]} {e['speedup']:.2f}x" for x in kernels
                          for e in x.get("exported", []) if e.get("speedup"))
