@@ -186,6 +186,8 @@ class ProbeRuns:
             self.held = [(i, op) for i, op in self.held if i != int(index)]
             if action == "add" and int(index) == arg[0]:
                 return None
+            if action == "time" and not self.held:
+                return {}  # the last variant was lost while timed: nothing left to time
 
     def open(self) -> tuple[float, str]:
         bps, method = self._call("open", None)
