@@ -88,6 +88,8 @@ def test_what_is_not_one_variant_of_this_unit_is_refused(recording) -> None:
     with pytest.raises(ConfigError, match="4 launches") as info:
         operator_variant(chained)
     assert "fused" in (info.value.hint or "")
+    with pytest.raises(ConfigError, match="carveout"):  # a Variant would drop it
+        operator_variant(mx.from_key(CELL, "zmarch[l1=1,lz=8,tx=32,ty=8,vx=4]"))
     elsewhere = mx.operator_for(Cell.parse("star_1/40x20x24/fp32"))
     with pytest.raises(ConfigError, match="shape"):
         validate_operator(elsewhere, recording)

@@ -45,8 +45,15 @@ ORIGIN = "kernforge.apps.operator_unit"
 
 
 def operator_variant(op: Operator) -> Variant:
-    """The cuda-backend variant of a one-launch operator (ConfigError for several)."""
-    return single(op).variant
+    """The cuda-backend variant of a one-launch operator (ConfigError for several, or for one
+    that asks for a shared-memory carveout: a Variant does not carry it, so what would be
+    validated and deployed is not what the forge timed)."""
+    lv = single(op)
+    if lv.carveout >= 0:
+        raise ConfigError(f"{op.cell_id} {op.key} asks for a shared-memory carveout of "
+                          f"{lv.carveout} %, which a kernel variant does not carry",
+                          hint="validate the operator without its carveout knob (l1=0)")
+    return lv.variant
 
 
 def gate_policy(expected: np.ndarray, gate: float) -> Tolerance:
