@@ -63,9 +63,11 @@ class Device(Protocol):
 
     def once(self, runner: Runner) -> float: ...
 
-    def measure(self, runner: Runner, *, warmup: int = 3, repeat: int = 10) -> list[float]: ...
+    def measure(self, runner: Runner, *, warmup: int = PROTOCOL.warmup,
+                repeat: int = PROTOCOL.repeat) -> list[float]: ...
 
-    def compare(self, a: Runner, b: Runner, *, passes: int = 7, per_pass: int = 3,
+    def compare(self, a: Runner, b: Runner, *, passes: int = PROTOCOL.passes,
+                per_pass: int = PROTOCOL.per_pass,
                 seed: int = 0) -> ABResult: ...
 
     def copy_bandwidth(self, nbytes: int, *, repeat: int = 10) -> CopyBandwidth: ...
@@ -332,7 +334,8 @@ class GpuDevice:
                          synchronous=bool(getattr(runner, "synchronous", False)),
                          what=runner.name)
 
-    def measure(self, runner: Runner, *, warmup: int = 3, repeat: int = 10) -> list[float]:
+    def measure(self, runner: Runner, *, warmup: int = PROTOCOL.warmup,
+                repeat: int = PROTOCOL.repeat) -> list[float]:
         """Seconds of ``repeat`` timed runs after ``warmup`` untimed ones
         (:func:`~kernforge.harness.timing.measure_runs`)."""
         if warmup < 0 or repeat < 1:
@@ -343,7 +346,8 @@ class GpuDevice:
                             synchronous=bool(getattr(runner, "synchronous", False)),
                             what=runner.name)
 
-    def compare(self, a: Runner, b: Runner, *, passes: int = 7, per_pass: int = 3,
+    def compare(self, a: Runner, b: Runner, *, passes: int = PROTOCOL.passes,
+                per_pass: int = PROTOCOL.per_pass,
                 seed: int = 0) -> ABResult:
         """Interleaved A/B: ``speedup`` > 1 when ``b`` is faster than ``a``."""
         return interleave(lambda: self.once(a), lambda: self.once(b), passes=passes,
