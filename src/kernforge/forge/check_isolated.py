@@ -132,8 +132,8 @@ class IsolatedCheck:
 
     def _limit(self) -> float:
         lim = self.sup.limits
-        if self.slowest is None:
-            return float(lim.validate_timeout_s)
+        if self.slowest is None:  # the first cell also compiles: the compile limit at least
+            return max(float(lim.first_timeout_s), float(lim.compile_timeout_s))
         return max(float(lim.first_timeout_s), 10.0 * self.slowest)
 
     def cell(self, cell: Cell, index: int, config: Any,
