@@ -9,7 +9,7 @@ races, timing tampering. :func:`run_cheat` validates it (:func:`kernforge.replay
 validate`) and the suite asserts the Status and reason code it is rejected with.
 
 The catalogs are :mod:`.redteam_c` (CPU backend, C + OpenMP) and :mod:`.redteam_cuda` (CUDA
-backend, the equivalents where they apply). ``scripts/redteam.py`` prints the table.
+backend, the equivalents where they apply). ``kernforge integrity redteam`` prints the table.
 """
 
 from __future__ import annotations

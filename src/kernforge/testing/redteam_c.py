@@ -235,7 +235,7 @@ CHEATS = (
           SKIP_REPEAT, INV, "static:state", dynamic="verify:nondeterministic"),
     Cheat("async_thread", "saxpy", "does the work in a detached thread after returning",
           ASYNC, INV, "static:thread", note="with static checks off it is not run in the "
-          "test process (a detached thread may write freed memory); scripts/redteam.py "
+          "test process (a detached thread may write freed memory); kernforge integrity redteam "
           "--dynamic runs it in a child process, where the outcome depends on timing"),
     Cheat("partial_write", "jacobi", "skips the boundary writes (the stale values are right)",
           PARTIAL, W, "poison:unwritten", dynamic="poison:unwritten"),
