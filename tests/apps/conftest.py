@@ -6,14 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kernforge.testing.fakedriver import FakeCuda, build
-
 from .app_helpers import fake_program
-
-
-@pytest.fixture(scope="session")
-def fake(tmp_path_factory: pytest.TempPathFactory) -> FakeCuda:
-    return build(tmp_path_factory.mktemp("fakecuda"))
 
 
 @pytest.fixture

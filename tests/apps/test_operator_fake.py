@@ -3,7 +3,9 @@ probed and refused with the probe's reason, in-process and through match_unit's 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,26 +13,16 @@ from kernforge.apps.operator_gpu import ReplayTarget
 from kernforge.apps.operator_match import NoMatch, match_unit
 from kernforge.apps.probe import NotAStencil, recognize
 from kernforge.backends.driver import Driver
-from kernforge.pipeline.run_app import record_command
 from kernforge.record.native_format import read_native
 from kernforge.replay.native import NativeReplay
-from kernforge.testing.fakedriver import FakeCuda, build
+from kernforge.testing.fakedriver import FakeCuda
 
 
 @pytest.fixture(scope="module")
-def fake(tmp_path_factory: pytest.TempPathFactory) -> FakeCuda:
-    return build(tmp_path_factory.mktemp("fakecuda"))
-
-
-@pytest.fixture(scope="module")
-def heat_unit(fake: FakeCuda, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def heat_unit(record_fake: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory
+              ) -> Path:
     out = tmp_path_factory.mktemp("rec")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("LD_LIBRARY_PATH", str(fake.libdir))
-    try:
-        status, _, problems, _ = record_command(fake.command(), out, max_instances=1)
-    finally:
-        mp.undo()
+    status, _, problems, _ = record_fake(out, max_instances=1)
     assert status == 0 and not problems
     return out / "heat-0"
 

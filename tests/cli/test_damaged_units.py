@@ -4,30 +4,21 @@ native units too); a directory with no unit at all is one clear line and exit 2.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kernforge.cli.main import main
-from kernforge.pipeline.run_app import record_command
-from kernforge.testing.fakedriver import FakeCuda, build
+from kernforge.testing.fakedriver import FakeCuda
 
 
 @pytest.fixture(scope="module")
-def fake(tmp_path_factory: pytest.TempPathFactory) -> FakeCuda:
-    return build(tmp_path_factory.mktemp("fakecuda"))
-
-
-@pytest.fixture(scope="module")
-def recorded(fake: FakeCuda, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def recorded(record_fake: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory
+             ) -> Path:
     out = tmp_path_factory.mktemp("rec")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("LD_LIBRARY_PATH", str(fake.libdir))
-    try:
-        status, _, problems, _ = record_command(fake.command(), out, max_instances=1,
-                                                kernels="*heat*")
-    finally:
-        mp.undo()
+    status, _, problems, _ = record_fake(out, max_instances=1, kernels="*heat*")
     assert status == 0 and not problems
     return out
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,12 +15,7 @@ from kernforge.pipeline.run_app import record_command
 from kernforge.record.native_format import SPOOL, finalize_spool, read_native
 from kernforge.replay.native import NativeVariant
 from kernforge.replay.native_child import run_isolated
-from kernforge.testing.fakedriver import FakeCuda, build
-
-
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory: pytest.TempPathFactory) -> FakeCuda:
-    return build(tmp_path_factory.mktemp("fakecuda"))
+from kernforge.testing.fakedriver import FakeCuda
 
 
 @pytest.fixture
@@ -29,14 +26,10 @@ def on_fake(fake: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
 
 
 @pytest.fixture(scope="module")
-def recorded(fake: FakeCuda, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def recorded(record_fake: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory
+             ) -> Path:
     out = tmp_path_factory.mktemp("rec")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("LD_LIBRARY_PATH", str(fake.libdir))
-    try:
-        status, _, problems, _ = record_command(fake.command(), out, max_instances=2)
-    finally:
-        mp.undo()
+    status, _, problems, _ = record_fake(out, max_instances=2)
     assert status == 0 and not problems
     return out
 

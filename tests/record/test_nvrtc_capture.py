@@ -10,12 +10,7 @@ import pytest
 
 from kernforge.pipeline.run_app import record_command
 from kernforge.record.native_format import read_native
-from kernforge.testing.fakedriver import FakeCuda, build
-
-
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory: pytest.TempPathFactory) -> FakeCuda:
-    return build(tmp_path_factory.mktemp("fakecuda"))
+from kernforge.testing.fakedriver import FakeCuda
 
 
 @pytest.fixture

@@ -14,12 +14,7 @@ from kernforge.pipeline.run_app import record_command
 from kernforge.record.native_format import read_native
 from kernforge.replay.native import NativeVariant
 from kernforge.replay.native_child import run_isolated
-from kernforge.testing.fakedriver import FakeCuda, build
-
-
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory: pytest.TempPathFactory) -> FakeCuda:
-    return build(tmp_path_factory.mktemp("fakecuda"))
+from kernforge.testing.fakedriver import FakeCuda
 
 
 @pytest.fixture

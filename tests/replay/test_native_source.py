@@ -19,14 +19,9 @@ from kernforge.replay.native import NativeVariant
 from kernforge.replay.native_build import BindingError, bind_source, options_for
 from kernforge.replay.native_child import run_isolated
 from kernforge.replay.native_tune import bind, candidates
-from kernforge.testing.fakedriver import FakeCuda, build
+from kernforge.testing.fakedriver import FakeCuda
 
 ENV = ("LD_LIBRARY_PATH", "KERNFORGE_LIBNVRTC", "KFFAKE_NVRTC_DIR", "KERNFORGE_NVCC")
-
-
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory: pytest.TempPathFactory) -> FakeCuda:
-    return build(tmp_path_factory.mktemp("fakecuda"))
 
 
 @pytest.fixture

@@ -1,0 +1,32 @@
+"""Fixtures shared across the test packages: the fake CUDA driver
+(:mod:`kernforge.testing.fakedriver`) and recording its application."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernforge.pipeline.run_app import record_command
+from kernforge.testing.fakedriver import FakeCuda, build
+
+
+@pytest.fixture(scope="session")
+def fake(tmp_path_factory: pytest.TempPathFactory) -> FakeCuda:
+    """The fake libcuda, its kernels and its application, built once per run."""
+    return build(tmp_path_factory.mktemp("fakecuda"))
+
+
+@pytest.fixture(scope="session")
+def record_fake(fake: FakeCuda) -> Callable[..., tuple[int, list[Path], list[str], list[dict]]]:
+    """``record_fake(out, **filters)``: ``kernforge record`` of the fake application into
+    ``out`` (what :func:`record_command` returns), on the fake driver with nothing preloaded;
+    the environment is restored afterwards, so module-scoped fixtures can use it."""
+    def rec(out: Path, **kw: Any) -> tuple[int, list[Path], list[str], list[dict]]:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("LD_LIBRARY_PATH", str(fake.libdir))
+            mp.delenv("LD_PRELOAD", raising=False)
+            return record_command(fake.command(), out, **kw)
+    return rec
