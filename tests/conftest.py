@@ -19,6 +19,14 @@ def fake(tmp_path_factory: pytest.TempPathFactory) -> FakeCuda:
     return build(tmp_path_factory.mktemp("fakecuda"))
 
 
+@pytest.fixture
+def on_fake(fake: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
+    """The fake driver is the test's libcuda (``LD_LIBRARY_PATH``), nothing preloaded."""
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(fake.libdir))
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    return fake
+
+
 @pytest.fixture(scope="session")
 def record_fake(fake: FakeCuda) -> Callable[..., tuple[int, list[Path], list[str], list[dict]]]:
     """``record_fake(out, **filters)``: ``kernforge record`` of the fake application into

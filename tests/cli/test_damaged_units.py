@@ -24,11 +24,8 @@ def recorded(record_fake: Callable[..., Any], tmp_path_factory: pytest.TempPathF
 
 
 @pytest.fixture
-def two_units(fake: FakeCuda, recorded: Path, tmp_path: Path,
-              monkeypatch: pytest.MonkeyPatch) -> Path:
+def two_units(on_fake: FakeCuda, recorded: Path, tmp_path: Path) -> Path:
     """heat-0 and a copy of it, heat-1, whose manifest is too damaged to tell its kind."""
-    monkeypatch.setenv("LD_LIBRARY_PATH", str(fake.libdir))
-    monkeypatch.delenv("LD_PRELOAD", raising=False)
     rec = tmp_path / "rec"
     shutil.copytree(recorded / "heat-0", rec / "heat-0")
     shutil.copytree(recorded / "heat-0", rec / "heat-1")

@@ -15,9 +15,8 @@ from kernforge.testing.fakedriver import FakeCuda
 
 
 @pytest.fixture
-def spec(fake: FakeCuda, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("LD_LIBRARY_PATH", str(fake.libdir))
-    monkeypatch.delenv("LD_PRELOAD", raising=False)
+def spec(on_fake: FakeCuda, tmp_path: Path) -> Path:
+    fake = on_fake
     status, units, _, _ = record_command(fake.command(), tmp_path / "rec", max_instances=1,
                                          kernels="heat")
     assert status == 0 and len(units) == 1

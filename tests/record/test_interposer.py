@@ -18,13 +18,6 @@ from kernforge.replay.native_child import run_isolated
 from kernforge.testing.fakedriver import FakeCuda
 
 
-@pytest.fixture
-def on_fake(fake: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
-    monkeypatch.setenv("LD_LIBRARY_PATH", str(fake.libdir))
-    monkeypatch.delenv("LD_PRELOAD", raising=False)
-    return fake
-
-
 @pytest.fixture(scope="module")
 def recorded(record_fake: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory
              ) -> Path:

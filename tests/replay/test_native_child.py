@@ -18,10 +18,8 @@ from kernforge.testing.fakedriver import FakeCuda
 
 
 @pytest.fixture
-def unit(fake: FakeCuda, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("LD_LIBRARY_PATH", str(fake.libdir))
-    monkeypatch.delenv("LD_PRELOAD", raising=False)
-    status, units, problems, _ = record_command(fake.command(), tmp_path / "rec",
+def unit(on_fake: FakeCuda, tmp_path: Path) -> Path:
+    status, units, problems, _ = record_command(on_fake.command(), tmp_path / "rec",
                                                 max_instances=1, kernels="*heat*")
     assert status == 0 and not problems and len(units) == 1
     return units[0]
