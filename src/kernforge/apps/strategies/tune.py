@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from textwrap import shorten
 from typing import Any
 
 from ...core.jsonio import parse_json
@@ -100,15 +101,10 @@ class TuneStrategy(Strategy):
             kernels.append(info)
         figures = {"kernels": kernels}
         if not native and not source:
-            why = "; ".join(f"{x['kernel'][:40]}: {_clip(x.get('reason', ''), 240)}"
+            why = "; ".join(f"{x['kernel'][:40]}: {shorten(x.get('reason', ''), 240, placeholder='...')}"
                             for x in kernels)
             return Outcome("FAILED", f"no tuned kernel passed the gate ({why})", figures)
         wins = ", ".join(f"{e['kernel'][:40]} {e['speedup']:.2f}x" for x in kernels
                          for e in x.get("exported", []) if e.get("speedup"))
         return Outcome("DONE", f"tuned and exported: {wins}", figures,
                        native_specs=tuple(native), source_specs=tuple(source))
-
-
-def _clip(text: str, n: int) -> str:
-    """At most ``n`` characters, saying so when cut."""
-    return text if len(text) <= n else text[:n - 3] + "..."
