@@ -129,3 +129,50 @@ def test_a_process_that_exits_right_after_closing_leaves_nothing_behind() -> Non
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                          text=True, timeout=120).stdout.strip()
     assert out and not Path(out).exists()  # the reapers ran before the interpreter ended
+
+
+def test_the_worker_reuses_the_device_state_while_its_pristine_copies_are_intact(
+        rec: Recording, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's evaluation in this process, on a CPU backend given device-style
+    fingerprints: the prologue is uploaded once for evaluations of one recording; a pristine
+    copy changed behind its back (a candidate writing past its buffers) is noticed, and the
+    state is made again, so that the next candidate is still verified right."""
+    import zlib
+
+    from kernforge.backends import get_backend
+    from kernforge.replay import isolate_worker as worker
+
+    be = get_backend("cpu")
+    uploads: list[int] = []
+    to_device = be.to_device
+
+    def counted(array: np.ndarray) -> Any:
+        uploads.append(array.nbytes)
+        return to_device(array)
+
+    monkeypatch.setattr(be, "fingerprints", lambda bufs: [
+        (zlib.crc32(np.ascontiguousarray(b).tobytes()), int(b.nbytes)) for b in bufs])
+    monkeypatch.setattr(be, "to_device", counted)
+    monkeypatch.setattr(worker, "_STATE", {})
+    path = str(Path(rec.path).resolve())
+    monkeypatch.setitem(worker._RECORDINGS, path, rec)
+
+    class Conn:
+        def send(self, msg: Any) -> None:
+            pass
+
+    def evaluate() -> Any:
+        m, recycle = worker.evaluate(Conn(), path, rec.variant, "cpu", {"warmup": 0, "repeat": 1})
+        assert m.status is Status.OK and not recycle, m.message
+        return m
+
+    evaluate()
+    first = len(uploads)
+    assert first > 0 and worker.held()["state"] == path
+    kept = worker._STATE["state"]
+    for _ in range(2):
+        evaluate()
+    assert len(uploads) == first and worker._STATE["state"] is kept  # nothing uploaded again
+    kept.pristine["x"][7] = -1.0  # as a candidate writing out of bounds might
+    evaluate()  # verified right: not restored from the changed copy
+    assert len(uploads) > first and worker._STATE["state"] is not kept

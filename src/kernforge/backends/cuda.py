@@ -131,7 +131,9 @@ class CudaBackend(Backend):
         self._flush: Any = None
         self._fp: dict[int, Any] = {}
         self._spin: Any = None
-        self._events = (self.cp.cuda.Event(), self.cp.cuda.Event())
+        # created on first timing: a process that only plans (a tuner whose candidates run in
+        # supervised workers) makes no CUDA context of its own
+        self._events: tuple[Any, Any] | None = None
         self.xp = self.cp  # array module for on-device verification
 
     def tuning_dimensions(self, variant: Variant, preset: str) -> dict[str, tuple[Any, ...]]:
@@ -344,6 +346,8 @@ class CudaBackend(Backend):
         """Seconds between CUDA events around the work ``run()`` enqueues on the current
         stream, the stream held ``hold_s`` first (default :data:`HOLD_S`) so that the start
         event, the work and the end event are all queued before the start event is reached."""
+        if self._events is None:
+            self._events = (self.cp.cuda.Event(), self.cp.cuda.Event())
         start, end = self._events
         self.hold_stream(HOLD_S if hold_s is None else hold_s)
         start.record()

@@ -1,8 +1,10 @@
 """The child side of supervised evaluation (:mod:`.isolate`): a loop that runs what the
 supervisor asks, one request at a time, in a process of its own.
 
-The worker keeps what makes an evaluation cheap: recordings (loaded once per path) and the
-backend's in-process compile cache. Before its first request it makes the backends it was told
+The worker keeps what makes an evaluation cheap: recordings (loaded once per path), the
+backend's in-process compile cache and, where the backend fingerprints buffers on the device,
+the last recording's device state (the prologue uploaded once, reused while its pristine copies
+are intact). Before its first request it makes the backends it was told
 to warm ready (:func:`warm`: on CUDA, CuPy imported, the context created, the helper kernels
 built), so that this cost overlaps the supervisor's own set-up. It compiles a candidate first
 and tells the supervisor (``("stage", "run")``), so that the supervisor can hold the run stage
@@ -29,6 +31,9 @@ from ..core import KernforgeError, Measurement, Recording, Status, Variant
 from ..core.errors import error_to_json
 
 _RECORDINGS: dict[str, Recording] = {}
+# the last recording's device state (buffers, pristine copies, expected fingerprints), kept for
+# the next evaluation of it with the fingerprints of its pristine copies: {"path", "state", "fp"}
+_STATE: dict[str, Any] = {}
 _FAILED = (Status.RUNTIME_FAILED, Status.LAUNCH_FAILED, Status.TIMEOUT)
 
 
@@ -44,11 +49,36 @@ def recording(path: str) -> Recording:
 
 def held() -> dict[str, Any]:
     """What this worker keeps between requests (for the supervisor's tests and diagnosis): its
-    pid, the backends made so far, each loaded recording's path and object id."""
+    pid, the backends made so far, each loaded recording's path and object id, the path whose
+    device state is kept."""
     from ..backends.base import _instances
 
     return {"pid": os.getpid(), "backends": sorted(_instances),
-            "recordings": {path: id(rec) for path, rec in _RECORDINGS.items()}}
+            "recordings": {path: id(rec) for path, rec in _RECORDINGS.items()},
+            "state": _STATE.get("path")}
+
+
+def _state(path: str, rec: Recording, be: Any, kw: dict[str, Any]) -> Any:
+    """A prepared device state of ``rec`` to evaluate on, reused from the last evaluation of
+    it when its pristine copies are intact (their fingerprints, on the device, unchanged since
+    it was made: a candidate writing past its buffers may have changed them); None when the
+    backend has no device fingerprints or the evaluation runs the integrity gates (they make
+    their own states). Keeping it spares each evaluation the prologue's upload."""
+    from .prepare import prepare
+
+    if kw.get("integrity") not in (None, "basic") or be.fingerprints([]) is None:
+        return None
+    held = _STATE
+    if held.get("path") == path and held["state"].backend is be and \
+            be.fingerprints(list(held["state"].pristine.values())) == held["fp"]:
+        return held["state"]
+    held.clear()  # another recording, or a copy changed: made again
+    try:
+        state = prepare(rec, backend=be, tolerance=kw.get("tolerance"))
+    except KernforgeError:
+        return None  # the recorded variant does not build here: each evaluation prepares
+    held.update(path=path, state=state, fp=be.fingerprints(list(state.pristine.values())))
+    return state
 
 
 def _sticky(backend: Any) -> bool:
@@ -75,7 +105,8 @@ def evaluate(conn: Any, path: str, variant: Variant, backend: str | None,
         return _failure(exc, []), False
     compile_s = time.perf_counter() - t0
     conn.send(("stage", "run"))
-    m = evaluate_variant(rec, variant, backend=be, **kw)
+    state = _state(path, rec, be, kw)
+    m = evaluate_variant(rec, variant, backend=be, state=state, **kw)
     if kw.get("integrity") is None:  # the compile was a cache hit there: report ours
         stages = tuple(("compile", compile_s) if k == "compile" else (k, s)
                        for k, s in m.stages)
