@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 APPS = {"cpu": ("heat3d_cpu.py", ["--n", "32", "--steps", "4"], "heat_step"),
@@ -51,7 +52,10 @@ def record(backend: str, out: Path) -> Path:
     return units[0]
 
 
-def one_tune(unit: Path, isolated: bool, trials: int, cache: Path) -> dict[str, float]:
+STAGES = ("sampler", "wall", "compile", "restore", "run", "verify", "measure", "other")
+
+
+def one_tune(unit: Path, isolated: bool, trials: int, cache: Path) -> dict[str, Any]:
     """One tune in a fresh compile cache: its evaluations, the span's seconds, seconds to the
     first evaluation's answer and from there to the last, the close, the workers started."""
     os.environ["KERNFORGE_CACHE_DIR"] = str(cache)
@@ -66,14 +70,21 @@ def one_tune(unit: Path, isolated: bool, trials: int, cache: Path) -> dict[str, 
     # the pool before this process's backend, as `kernforge tune` starts it
     iso = Isolation(warm=(rec.backend,)) if isolated else None
     done: list[float] = []
+    per: list[dict[str, float]] = []  # each evaluation: its wall time, the sampler's, stages
     try:
         be = get_backend(rec.backend)
         space = build_space(rec, be, preset="standard")
         evaluate = make_evaluator(rec, be, isolate=iso)
 
         def timed(config: dict[str, object]) -> object:
+            start = time.perf_counter()
             m = evaluate(config)
-            done.append(time.perf_counter())
+            end = time.perf_counter()
+            row = {"wall": end - start, "sampler": start - done[-1] if done else float("nan")}
+            row.update(dict(m.stages))
+            row["other"] = row["wall"] - sum(dict(m.stages).values())
+            per.append(row)
+            done.append(end)
             return m
 
         study = tune(space, timed, budget=Budget(trials=trials), seed=0)
@@ -90,10 +101,12 @@ def one_tune(unit: Path, isolated: bool, trials: int, cache: Path) -> dict[str, 
             "steady_s": done[-1] - done[0] if len(done) > 1 else float("nan"),
             "steady_n": len(done) - 1, "close_s": t_closed - t_end,
             "exit_s": time.perf_counter() - t_closed,
-            "started": iso.started if iso is not None else 0}
+            "started": iso.started if iso is not None else 0,
+            "per_eval_ms": {k: 1e3 * statistics.median(r[k] for r in per[1:] if k in r)
+                            for k in STAGES if any(k in r for r in per[1:])}}
 
 
-def fresh_tune(unit: Path, isolated: bool, trials: int, cache: Path) -> dict[str, float]:
+def fresh_tune(unit: Path, isolated: bool, trials: int, cache: Path) -> dict[str, Any]:
     """:func:`one_tune` in a new Python process (nothing warm from an earlier tune)."""
     code = ("import json, sys; sys.path.insert(0, sys.argv[1]); "
             "from bench_isolation import one_tune; from pathlib import Path; "
@@ -117,6 +130,7 @@ def main() -> int:
             fresh_tune(unit, False, args.trials, Path(tmp) / "cache-warm")
         rates: dict[str, list[float]] = {"in-process": [], "isolated": []}
         steady: dict[str, list[float]] = {"in-process": [], "isolated": []}
+        parts: dict[str, list[dict[str, float]]] = {"in-process": [], "isolated": []}
         for r in range(args.rounds):
             order = (False, True) if r % 2 == 0 else (True, False)
             for isolated in order:
@@ -125,6 +139,7 @@ def main() -> int:
                 name = "isolated" if isolated else "in-process"
                 rates[name].append(60.0 * t["evaluations"] / t["seconds"])
                 steady[name].append(60.0 * t["steady_n"] / t["steady_s"])
+                parts[name].append(t["per_eval_ms"])
                 workers = (f", {t['started']:.0f} worker(s) started, gone {t['exit_s']:4.2f} s "
                            f"after" if isolated else "")
                 print(f"round {r + 1} {name:10s}: {t['evaluations']:.0f} evaluations in "
@@ -138,6 +153,14 @@ def main() -> int:
         a, b = statistics.median(figures["in-process"]), statistics.median(figures["isolated"])
         print(f"  {label:22s} {a:10.1f}/m {b:10.1f}/m {b / a:7.3f}x")
     print("  (goal: whole tune >= 0.9x)")
+    print("\nwhere an evaluation's time goes, after the first (ms, median over evaluations, "
+          "then over rounds;\n'sampler': the tuner between two evaluations; 'other': the "
+          "evaluation's wall time outside its stages)")
+    for stage in STAGES:
+        cols = [[p[stage] for p in parts[n] if stage in p] for n in ("in-process", "isolated")]
+        if all(cols):
+            a, b = (statistics.median(c) for c in cols)
+            print(f"  {stage:22s} {a:10.2f}ms {b:10.2f}ms {b - a:+8.2f}")
     return 0
 
 

@@ -40,6 +40,19 @@ def sh(cmd: list[str], cwd: str | Path | None = None, env: dict[str, str] | None
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
 
 
+def step(label: str, cmd: list[str], cwd: str | Path | None = None
+         ) -> subprocess.CompletedProcess[str]:
+    """One kernforge command, its duration and outcome printed (the tail of its stderr when
+    it failed), so that a long program shows where it is."""
+    t = time.perf_counter()
+    done = sh(cmd, cwd)
+    print(f"  {label}: exit {done.returncode} after {time.perf_counter() - t:.1f} s", flush=True)
+    if done.returncode != 0:
+        for line in done.stderr.strip().splitlines()[-4:]:
+            print(f"    {line[:200]}", flush=True)
+    return done
+
+
 def wall(p: dict[str, Any], env: dict[str, str]) -> tuple[float, bool]:
     t = time.perf_counter()
     done = sh(p["command"], p["cwd"], env)
@@ -76,21 +89,25 @@ def deploy_env(spec: Path, log: Path) -> dict[str, str]:
 def one(p: dict[str, Any], out: Path, rounds: int) -> dict[str, Any]:
     rec, run = out / "rec" / p["name"], out / "tune" / p["name"]
     tol = ["--tolerance", p["tolerance"]] if p.get("tolerance") else []
-    sh([*KF, "record", "-o", str(rec), "--kernels", p.get("kernels") or "*",
-        "--max-instances", "1", "--", *p["command"]], p["cwd"])
+    step("record", [*KF, "record", "-o", str(rec), "--kernels", p.get("kernels") or "*",
+                    "--max-instances", "1", "--", *p["command"]], p["cwd"])
     res: dict[str, Any] = {"name": p["name"]}
     for flush in (True, False):
         js = out / f"{p['name']}-{'flush' if flush else 'warm'}.json"
-        sh([*KF, "replay", str(rec), "--json", str(js), *tol, *([] if flush else ["--no-flush"])])
+        step(f"replay ({'flushed' if flush else 'warm'})",
+             [*KF, "replay", str(rec), "--json", str(js), *tol, *([] if flush else ["--no-flush"])])
         res["flush" if flush else "warm"] = json.loads(js.read_text()) if js.is_file() else []
-    sh([*KF, "tune", str(rec), "--out", str(run), *tol])
+    step("tune", [*KF, "tune", str(rec), "--out", str(run), *tol])
     tuned = run / "native.json"
     res["tuning"] = json.loads(tuned.read_text())["units"] if tuned.is_file() else []
     spec = run / "spec.json"
-    if sh([*KF, "export", str(run), "-o", str(spec)]).returncode == 0:
+    if step("export", [*KF, "export", str(run), "-o", str(spec)]).returncode == 0:
         log = out / f"{p['name']}-deploy-log.json"
         plain = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        t = time.perf_counter()
         res["e2e"] = interleaved(p, plain, deploy_env(spec, log), rounds)
+        print(f"  plain vs deployed, {rounds} interleaved rounds: "
+              f"{time.perf_counter() - t:.1f} s", flush=True)
         res["e2e"]["interposer"] = json.loads(log.read_text()) if log.is_file() else {}
     return res
 

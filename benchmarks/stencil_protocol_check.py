@@ -70,12 +70,17 @@ def plan(ids: list[str], out: Path, runs: int, before: Path | None,
         sides = ["after"] if before is None else (["before", "after"] if r % 2 == 0
                                                   else ["after", "before"])
         for side in sides:
-            env = {} if before is None or side == "after" else \
-                {"PYTHONPATH": str(before.resolve())}
+            env = {} if before is None or side == "after" else before_env(before)
             path = out / f"{side}-{r + 1}.json"
             steps.append((side, path, bench_command(ids, path, variants and side == "after"),
                           env))
     return steps
+
+
+def before_env(before: Path) -> dict[str, str]:
+    """The other tree first on PYTHONPATH, the rest kept (where the dependencies may be)."""
+    rest = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": str(before.resolve()) + (os.pathsep + rest if rest else "")}
 
 
 def imported_from(env: dict[str, str]) -> str:
@@ -226,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
     if args.before is not None:
-        where = imported_from({"PYTHONPATH": str(args.before.resolve())})
+        where = imported_from(before_env(args.before))
         if not where.startswith(str(args.before.resolve())):
             print(f"--before {args.before}: the child imports kernforge from {where}; give the "
                   f"src/ directory of the other tree (git archive <commit> src | tar -x -C DIR)")

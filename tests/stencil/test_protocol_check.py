@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,8 @@ def test_the_sixty_cells_and_their_operators_are_the_merged_ones(pc) -> None:
     assert pc.preflight(rows) == []  # the table still dispatches every merged operator
 
 
-def test_dry_run_and_plan(pc, capsys, tmp_path: Path) -> None:
+def test_dry_run_and_plan(pc, capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("PYTHONPATH", raising=False)
     assert pc.main(["--dry-run", "--runs", "2", "--before", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "60 memory-bound single-sweep cells; committed median 85.2%" in out
@@ -42,6 +44,10 @@ def test_dry_run_and_plan(pc, capsys, tmp_path: Path) -> None:
     assert env == {"PYTHONPATH": str((tmp_path / "src").resolve())}
     assert cmd[-6:] == ["--cell-ids", "a/1x1x1/fp32,b", "--baselines", "", "--json",
                         str(tmp_path / "before-1.json")]
+    # the other tree goes first; where the dependencies are stays on the path
+    monkeypatch.setenv("PYTHONPATH", "/deps")
+    assert pc.before_env(tmp_path / "src") == {
+        "PYTHONPATH": f"{(tmp_path / 'src').resolve()}{os.pathsep}/deps"}
     variant = pc.plan(["a"], tmp_path, 1, tmp_path, True)
     assert "--_variant-run" in variant[1][2] and "--_variant-run" not in variant[0][2]
 
