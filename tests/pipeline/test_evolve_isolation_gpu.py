@@ -28,11 +28,15 @@ SEED = r"""
 extern "C" __global__ void smooth(const float *x, float *y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    volatile float waste = 0.0f;
+    float waste = 0.0f;
     for (int r = 0; r < 4000; r++) waste += x[i] * r;
-    y[i] = 2.0f * x[i] + 1.0f;
+    y[i] = 2.0f * x[i] + 1.0f + waste * 0.0f;
 }
 """
+# The waste reaches the result (times zero: the same bits for finite x, which the compiler cannot
+# assume without fast math), so the loop stays: 4,000 instructions per thread against 32 once it
+# is removed. A volatile local that reaches nothing is dropped by CUDA 13's ptxas (the two
+# compiled to the same 32 instructions), and the "faster" rewrite then tied with the seed.
 WASTE = "    for (int r = 0; r < 4000; r++) waste += x[i] * r;"
 ANCHOR = "    if (i >= n) return;"
 BAD = {"oob": "    if (x[(long long)i + (1LL << 36)] == 12345.0f) y[i] = 0.0f;",  # 256 GiB on
