@@ -7,18 +7,34 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 from ..replay.isolate import Isolation, Limits
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:  # also NaN
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
 
 
 def add_isolation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--in-process", action="store_true",
                    help="run candidate code in this process (for debugging: a crashing "
                         "candidate then ends the command)")
-    p.add_argument("--eval-timeout", type=float, default=None, metavar="S",
+    p.add_argument("--eval-timeout", type=_seconds, default=None, metavar="S",
                    help="the shortest run-stage limit of one evaluation in seconds "
                         f"(default {Limits().min_timeout_s:g}; the limit is "
-                        f"{Limits().timeout_factor:g}x the baseline's run time, at least this)")
+                        f"{Limits().timeout_factor:g}x the baseline's run time, at least this; "
+                        "12x this before any baseline)")
+    p.add_argument("--compile-timeout", type=_seconds, default=None, metavar="S",
+                   help="the limit of one candidate's compile stage in seconds (default "
+                        f"{Limits().compile_timeout_s:g}; also the least a stencil check "
+                        "gives its first cell)")
 
 
 @contextmanager
@@ -30,8 +46,17 @@ def isolation(args: argparse.Namespace, workers: int = 1,
     if getattr(args, "in_process", False):
         yield None
         return
-    timeout = getattr(args, "eval_timeout", None)
-    limits = Limits() if timeout is None else Limits(min_timeout_s=timeout,
-                                                     first_timeout_s=max(timeout, 1.0) * 12)
-    with Isolation(workers=workers, limits=limits, warm=tuple(backends)) as iso:
+    with Isolation(workers=workers, limits=limits_of(args), warm=tuple(backends)) as iso:
         yield iso
+
+
+def limits_of(args: argparse.Namespace) -> Limits:
+    """The supervisor's limits that ``--eval-timeout`` and ``--compile-timeout`` ask for."""
+    limits = Limits()
+    timeout = getattr(args, "eval_timeout", None)
+    if timeout is not None:
+        limits = replace(limits, min_timeout_s=timeout, first_timeout_s=max(timeout, 1.0) * 12)
+    compile_s = getattr(args, "compile_timeout", None)
+    if compile_s is not None:
+        limits = replace(limits, compile_timeout_s=compile_s)
+    return limits

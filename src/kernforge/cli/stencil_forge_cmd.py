@@ -164,6 +164,8 @@ def run_forge(args: argparse.Namespace) -> int:
         extra = ["--resume"] * args.resume + ["--in-process"] * args.in_process
         if args.eval_timeout is not None:
             extra += ["--eval-timeout", str(args.eval_timeout)]
+        if args.compile_timeout is not None:
+            extra += ["--compile-timeout", str(args.compile_timeout)]
         summary = forge_parallel(cells, args.out, gpus=args.gpus, start_table=args.table,
                                  rounds=args.rounds, band=args.band, budget_s=args.budget,
                                  emulate=args.emulate, changes=changes,

@@ -12,9 +12,11 @@ runner, answers with a KernelRuntimeError marked ``recycle`` and ends itself, an
 checked again in the same way. A loss outside a runner (allocating the cell's fields) fails
 every runner of the cell.
 
-Limits: the first cell (a worker start, imports, a device context) ``validate_timeout_s``;
-after that ``first_timeout_s`` or ten times the slowest cell so far, whichever is longer
-(``--eval-timeout S`` makes ``first_timeout_s`` 12 S).
+Limits: the first cell (a worker start, imports, a device context, the first compiles)
+``first_timeout_s`` or ``compile_timeout_s``, whichever is longer; after that
+``first_timeout_s`` or ten times the slowest cell so far, whichever is longer
+(``--eval-timeout S`` makes ``first_timeout_s`` 12 S; ``--compile-timeout S`` sets
+``compile_timeout_s``, 300 s by default).
 """
 
 from __future__ import annotations
