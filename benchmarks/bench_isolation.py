@@ -14,7 +14,11 @@ the worker makes its backend ready meanwhile), and closed inside the span (a clo
 exit, which tears down its device context, is not waited for: printed as "gone ... after"). Each
 round prints the whole span, when the first evaluation answered (the start-up), the rate after
 it (per-evaluation cost alone), the pool's close and the workers started (more than one: a
-worker was replaced after a failed candidate).
+worker was replaced after a failed candidate). Then, per mode, the median of each stage of an
+evaluation after the first (compile, restore, run, verify, measure; "other": its wall time
+outside them; "sampler": the tuner between two evaluations). A worker keeps each recording's
+device state between evaluations (:mod:`kernforge.replay.devstate`); the in-process path
+prepares it, uploading the prologue, for every evaluation.
 
     python benchmarks/bench_isolation.py                     # cpu, 30 trials, 2 rounds
     python benchmarks/bench_isolation.py --backend cuda      # on the GPU machine
@@ -152,7 +156,9 @@ def main() -> int:
     for label, figures in (("whole tune", rates), ("after the first answer", steady)):
         a, b = statistics.median(figures["in-process"]), statistics.median(figures["isolated"])
         print(f"  {label:22s} {a:10.1f}/m {b:10.1f}/m {b / a:7.3f}x")
-    print("  (goal: whole tune >= 0.9x)")
+    print("  (goal: whole tune >= 0.9x; a worker keeps each recording's device state between "
+          "evaluations,\n   the in-process path prepares it for every evaluation: see "
+          "'other' below)")
     print("\nwhere an evaluation's time goes, after the first (ms, median over evaluations, "
           "then over rounds;\n'sampler': the tuner between two evaluations; 'other': the "
           "evaluation's wall time outside its stages)")

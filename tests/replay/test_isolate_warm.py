@@ -131,16 +131,16 @@ def test_a_process_that_exits_right_after_closing_leaves_nothing_behind() -> Non
     assert out and not Path(out).exists()  # the reapers ran before the interpreter ended
 
 
-def test_the_worker_reuses_the_device_state_while_its_pristine_copies_are_intact(
+def test_the_worker_reuses_the_device_state_and_fails_a_candidate_that_changes_it(
         rec: Recording, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The worker's evaluation in this process, on a CPU backend given device-style
-    fingerprints: the prologue is uploaded once for evaluations of one recording; a pristine
-    copy changed behind its back (a candidate writing past its buffers) is noticed, and the
-    state is made again, so that the next candidate is still verified right."""
-    import zlib
-
+    """The worker's evaluation in this process: the prologue is uploaded once for evaluations
+    of one recording; an evaluation during which a pristine copy changed (its candidate wrote
+    outside its arguments) fails as RUNTIME_FAILED, and the next one is verified on a state
+    made afresh."""
     from kernforge.backends import get_backend
+    from kernforge.replay import engine
     from kernforge.replay import isolate_worker as worker
+    from kernforge.replay.devstate import DeviceStates
 
     be = get_backend("cpu")
     uploads: list[int] = []
@@ -150,10 +150,8 @@ def test_the_worker_reuses_the_device_state_while_its_pristine_copies_are_intact
         uploads.append(array.nbytes)
         return to_device(array)
 
-    monkeypatch.setattr(be, "fingerprints", lambda bufs: [
-        (zlib.crc32(np.ascontiguousarray(b).tobytes()), int(b.nbytes)) for b in bufs])
     monkeypatch.setattr(be, "to_device", counted)
-    monkeypatch.setattr(worker, "_STATE", {})
+    monkeypatch.setattr(worker, "_STATES", DeviceStates())
     path = str(Path(rec.path).resolve())
     monkeypatch.setitem(worker._RECORDINGS, path, rec)
 
@@ -163,16 +161,27 @@ def test_the_worker_reuses_the_device_state_while_its_pristine_copies_are_intact
 
     def evaluate() -> Any:
         m, recycle = worker.evaluate(Conn(), path, rec.variant, "cpu", {"warmup": 0, "repeat": 1})
-        assert m.status is Status.OK and not recycle, m.message
+        assert not recycle
         return m
 
-    evaluate()
+    assert evaluate().status is Status.OK
     first = len(uploads)
-    assert first > 0 and worker.held()["state"] == path
-    kept = worker._STATE["state"]
+    assert first > 0
     for _ in range(2):
-        evaluate()
-    assert len(uploads) == first and worker._STATE["state"] is kept  # nothing uploaded again
-    kept.pristine["x"][7] = -1.0  # as a candidate writing out of bounds might
-    evaluate()  # verified right: not restored from the changed copy
-    assert len(uploads) > first and worker._STATE["state"] is not kept
+        assert evaluate().status is Status.OK
+    assert len(uploads) == first  # nothing uploaded again
+    assert worker.held()["states"]["reuses"] == 2
+
+    real = engine.evaluate_variant
+
+    def writes_outside(*a: Any, **kw: Any) -> Any:
+        m = real(*a, **kw)
+        kw["state"].pristine["x"][7] = -1.0  # as a candidate writing past its buffers might
+        return m
+
+    monkeypatch.setattr(engine, "evaluate_variant", writes_outside)
+    bad = evaluate()
+    assert bad.status is Status.RUNTIME_FAILED and "wrote outside its arguments" in bad.message
+    monkeypatch.setattr(engine, "evaluate_variant", real)
+    assert evaluate().status is Status.OK  # a state made afresh, not the changed one
+    assert len(uploads) > first and worker.held()["states"]["discarded"] == 1

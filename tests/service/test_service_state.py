@@ -112,7 +112,7 @@ def test_a_state_whose_pristine_copies_changed_is_dropped(rec) -> None:
     builds the unit's state again for the next request."""
     from kernforge.core import Measurement
     from kernforge.replay import prepare
-    from kernforge.service.devstate import state_key
+    from kernforge.replay.devstate import state_key
     from kernforge.service.tasks import _checkin
     from kernforge.service.worker import WorkerState
 

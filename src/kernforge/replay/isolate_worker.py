@@ -29,11 +29,10 @@ from typing import Any
 
 from ..core import KernforgeError, Measurement, Recording, Status, Variant
 from ..core.errors import error_to_json
+from .devstate import DeviceStates, Held, state_key
 
 _RECORDINGS: dict[str, Recording] = {}
-# the last recording's device state (buffers, pristine copies, expected fingerprints), kept for
-# the next evaluation of it with the fingerprints of its pristine copies: {"path", "state", "fp"}
-_STATE: dict[str, Any] = {}
+_STATES = DeviceStates()  # each recording's prepared device state, kept between evaluations
 _FAILED = (Status.RUNTIME_FAILED, Status.LAUNCH_FAILED, Status.TIMEOUT)
 
 
@@ -49,36 +48,28 @@ def recording(path: str) -> Recording:
 
 def held() -> dict[str, Any]:
     """What this worker keeps between requests (for the supervisor's tests and diagnosis): its
-    pid, the backends made so far, each loaded recording's path and object id, the path whose
-    device state is kept."""
+    pid, the backends made so far, each loaded recording's path and object id, the device states
+    kept (:meth:`.devstate.DeviceStates.summary`)."""
     from ..backends.base import _instances
 
     return {"pid": os.getpid(), "backends": sorted(_instances),
             "recordings": {path: id(rec) for path, rec in _RECORDINGS.items()},
-            "state": _STATE.get("path")}
+            "states": _STATES.summary()}
 
 
-def _state(path: str, rec: Recording, be: Any, kw: dict[str, Any]) -> Any:
-    """A prepared device state of ``rec`` to evaluate on, reused from the last evaluation of
-    it when its pristine copies are intact (their fingerprints, on the device, unchanged since
-    it was made: a candidate writing past its buffers may have changed them); None when the
-    backend has no device fingerprints or the evaluation runs the integrity gates (they make
-    their own states). Keeping it spares each evaluation the prologue's upload."""
+def _checkout(path: str, rec: Recording, be: Any, kw: dict[str, Any]) -> Held | None:
+    """The device state of ``rec`` to evaluate on (:mod:`.devstate`: built once, reused while
+    its pristine copies are intact), or None for the integrity gates (they make their own) or
+    when it cannot be built (the evaluation then prepares its own and says why)."""
     from .prepare import prepare
 
-    if kw.get("integrity") not in (None, "basic") or be.fingerprints([]) is None:
+    if kw.get("integrity") not in (None, "basic"):
         return None
-    held = _STATE
-    if held.get("path") == path and held["state"].backend is be and \
-            be.fingerprints(list(held["state"].pristine.values())) == held["fp"]:
-        return held["state"]
-    held.clear()  # another recording, or a copy changed: made again
     try:
-        state = prepare(rec, backend=be, tolerance=kw.get("tolerance"))
-    except KernforgeError:
-        return None  # the recorded variant does not build here: each evaluation prepares
-    held.update(path=path, state=state, fp=be.fingerprints(list(state.pristine.values())))
-    return state
+        return _STATES.checkout(state_key(path, rec, be.name),
+                                lambda: prepare(rec, backend=be), 2 * rec.nbytes)
+    except Exception:  # noqa: BLE001 - e.g. out of device memory: evaluate without reuse
+        return None
 
 
 def _sticky(backend: Any) -> bool:
@@ -104,14 +95,16 @@ def evaluate(conn: Any, path: str, variant: Variant, backend: str | None,
             raise
         return _failure(exc, []), False
     compile_s = time.perf_counter() - t0
+    held = _checkout(path, rec, be, kw)  # its build (the recorded variant) is not the run
     conn.send(("stage", "run"))
-    state = _state(path, rec, be, kw)
-    m = evaluate_variant(rec, variant, backend=be, state=state, **kw)
+    m = evaluate_variant(rec, variant, backend=be, state=held.prepared if held else None, **kw)
     if kw.get("integrity") is None:  # the compile was a cache hit there: report ours
         stages = tuple(("compile", compile_s) if k == "compile" else (k, s)
                        for k, s in m.stages)
         m = replace(m, stages=stages)
-    return m, m.status in _FAILED and _sticky(be)
+    if m.status in _FAILED and _sticky(be):
+        return m, True  # the context is unusable: its state goes with this worker
+    return _STATES.settle(held, m), False
 
 
 def validate(conn: Any, path: str, variant: Variant | None, backend: str | None,
@@ -121,6 +114,7 @@ def validate(conn: Any, path: str, variant: Variant | None, backend: str | None,
     from ..backends import get_backend
     from .validate import validate as run_validate
 
+    _STATES.clear()  # validation makes its own states: the memory is theirs
     rec = recording(path)
     be = get_backend(backend or rec.backend)
     try:
@@ -135,6 +129,7 @@ def validate(conn: Any, path: str, variant: Variant | None, backend: str | None,
 def call(conn: Any, target: str, args: tuple[Any, ...], kwargs: dict[str, Any]
          ) -> tuple[Any, bool]:
     """Any importable function (``module:name``), e.g. a whole evolve evaluation."""
+    _STATES.clear()  # what it allocates has the device to itself
     module, _, name = target.partition(":")
     fn = getattr(importlib.import_module(module), name)
     conn.send(("stage", "run"))

@@ -27,13 +27,13 @@ from typing import Any
 
 from ..core import ConfigError
 from ..core.strict import field_names, strict_keys
+from ..replay.devstate import DEFAULT_STATE_CACHE_MB
 
 CLUSTERS = ("local", "slurm", "pbs", "lsf")
 BACKENDS = ("cpu", "cuda", "null")
 #: the Dask resource every replay worker offers once (one evaluation at a time per worker)
 RESOURCE = "replay"
 #: default bound of each worker's device-state cache, MiB (buffers + pristine copies)
-DEFAULT_STATE_CACHE_MB = 8192
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,13 @@ from typing import Any
 from distributed import get_worker
 
 from ..core import KernforgeError, Measurement, Status, Variant
+from ..replay.devstate import Held
 from ..replay.engine import evaluate_variant
 from ..replay.prepare import Prepared, TolerancePolicy, is_tolerant, prepare, resolve_policies
 from ..replay.tuning import build_space
 from ..replay.validate import Validation, validate
 from ..tune import SearchSpace
 from .config import DEFAULT_STATE_CACHE_MB
-from .devstate import Held
 from .guard import Guard
 from .worker import Loaded, WorkerState, state
 
@@ -108,13 +108,7 @@ def _checkout(st: WorkerState, loaded: Loaded, req: Request, guard: Guard) -> He
 
 def _checkin(st: WorkerState, held: Held | None, m: Measurement) -> Measurement:
     """Give the state back; an evaluation that changed its pristine copies fails."""
-    if held is None or st.states.checkin(held):
-        return m
-    return replace(m, status=Status.RUNTIME_FAILED, samples=(), message=(
-        "the candidate wrote outside its arguments: the pristine copies of the prologue "
-        "changed during its evaluation (the worker dropped that device state)"
-        + (f"\n{m.message}" if m.message else "")),
-        extra=m.extra + (("reason", "runtime:failed"),))
+    return st.states.settle(held, m)
 
 
 def _baseline_s(loaded: Loaded, req: Request, guard: Guard, held: Held | None) -> float:

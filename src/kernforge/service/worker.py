@@ -21,7 +21,7 @@ from ..backends import Backend, get_backend
 from ..core import Recording
 from ..record import load_recording
 from ..record.format import MANIFEST
-from .devstate import DeviceStates, StateKey, state_key
+from ..replay.devstate import DeviceStates, StateKey, state_key
 from .guard import install_crash_log, remove_crash_log
 
 log = logging.getLogger("kernforge.service")

@@ -1,4 +1,5 @@
-"""Device state a worker keeps between requests: one prepared replay per recording unit.
+"""Device state a worker keeps between requests: one prepared replay per recording unit (the
+service's workers and the supervised workers of :mod:`.isolate` both keep one).
 
 Preparing a recording (:func:`kernforge.replay.prepare.prepare`) allocates its buffers on the
 device, uploads the prologue twice (working buffers and pristine copies) and, on backends that
@@ -22,14 +23,15 @@ import hashlib
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from ..core import Recording
-from ..replay.prepare import Prepared
-from .config import DEFAULT_STATE_CACHE_MB
+from ..core import Measurement, Recording, Status
+from .prepare import Prepared
+
+DEFAULT_STATE_CACHE_MB = 8192  # per worker: the bound of the states kept (buffers + pristine)
 
 StateKey = tuple[str, str, str]  # (unit path, content digest, backend name)
 
@@ -140,6 +142,18 @@ class DeviceStates:
         with self._lock:
             for key in [k for k in self._held if k[0] == path]:
                 del self._held[key]
+
+    def settle(self, held: Held | None, m: Measurement) -> Measurement:
+        """Give ``held`` back after the evaluation ``m`` ran on it (:meth:`checkin`); an
+        evaluation that changed the pristine copies fails: its candidate wrote outside its
+        arguments."""
+        if held is None or self.checkin(held):
+            return m
+        return replace(m, status=Status.RUNTIME_FAILED, samples=(), message=(
+            "the candidate wrote outside its arguments: the pristine copies of the prologue "
+            "changed during its evaluation (the worker dropped that device state)"
+            + (f"\n{m.message}" if m.message else "")),
+            extra=m.extra + (("reason", "runtime:failed"),))
 
     def clear(self) -> None:
         with self._lock:
