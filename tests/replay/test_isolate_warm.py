@@ -58,6 +58,7 @@ def test_requests_carry_the_path_and_the_worker_keeps_the_recording(
             assert m.status is Status.OK, m.message
         kept = iso.call(HELD)
         assert iso.call(HELD)["recordings"] == kept["recordings"]  # the same objects
+        assert kept["argv"] == sys.argv  # provenance written there names this command
         assert iso.started == 1
     evaluations = [msg for msg in sent if msg[0] == "evaluate"]
     assert len(evaluations) == 3

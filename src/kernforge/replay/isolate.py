@@ -94,8 +94,10 @@ class _Worker:
         self.crash = Path(tempfile.mkstemp(dir=directory, prefix="worker-", suffix=".crash")[1])
         self.out = self.crash.with_suffix(".out")
         ours, theirs = socket.socketpair()
+        # the supervisor's command line, so that provenance written in the worker names it
         code = ("from kernforge.replay.isolate_worker import serve; "
-                f"serve({theirs.fileno()}, {str(self.crash)!r}, {tuple(warm)!r})")
+                f"serve({theirs.fileno()}, {str(self.crash)!r}, {tuple(warm)!r}, "
+                f"{list(sys.argv)!r})")
         with open(self.out, "wb") as out:
             self.proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(theirs.fileno(),),
                                          stdin=subprocess.DEVNULL, stdout=out, stderr=out,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import faulthandler
 import importlib
 import os
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -49,12 +50,12 @@ def recording(path: str) -> Recording:
 def held() -> dict[str, Any]:
     """What this worker keeps between requests (for the supervisor's tests and diagnosis): its
     pid, the backends made so far, each loaded recording's path and object id, the device states
-    kept (:meth:`.devstate.DeviceStates.summary`)."""
+    kept (:meth:`.devstate.DeviceStates.summary`), its command line (the supervisor's)."""
     from ..backends.base import _instances
 
     return {"pid": os.getpid(), "backends": sorted(_instances),
             "recordings": {path: id(rec) for path, rec in _RECORDINGS.items()},
-            "states": _STATES.summary()}
+            "states": _STATES.summary(), "argv": list(sys.argv)}
 
 
 def _checkout(path: str, rec: Recording, be: Any, kw: dict[str, Any]) -> Held | None:
@@ -178,11 +179,16 @@ def warm(backends: tuple[str, ...]) -> list[str]:
     return ready
 
 
-def serve(fd: int, crash_file: str, backends: tuple[str, ...] = ()) -> None:
+def serve(fd: int, crash_file: str, backends: tuple[str, ...] = (),
+          argv: list[str] | None = None) -> None:
     """The worker process's entry point: requests arrive on the socket ``fd``; the
-    ``backends`` are made ready first (their requests may already be waiting on the socket)."""
+    ``backends`` are made ready first (their requests may already be waiting on the socket).
+    ``argv``: the supervisor's command line, taken as this process's (provenance records it)."""
     import threading
     from multiprocessing.connection import Connection
+
+    if argv:
+        sys.argv[:] = argv
 
     threading.Thread(target=_orphan_watch, args=(os.getppid(),), daemon=True,
                      name="kernforge-orphan-watch").start()
