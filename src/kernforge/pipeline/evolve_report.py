@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,15 @@ class Report:
     evaluations_per_hour: float
     lineage: list[dict[str, Any]] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
+    # why proposer calls gave no usable code: (first line of the error, calls), commonest first
+    llm_error_kinds: list[tuple[str, int]] = field(default_factory=list)
+
+
+def error_kinds(calls: list[dict[str, Any]], most: int = 3) -> list[tuple[str, int]]:
+    """The commonest reasons proposer calls failed, by the first line of their error."""
+    count = Counter(str(c["error"]).strip().splitlines()[0][:300] if str(c["error"]).strip()
+                    else "(no message)" for c in calls if c["error"] is not None)
+    return count.most_common(most)
 
 
 def lineage(programs: dict[str, Program], best_id: str | None) -> list[dict[str, Any]]:
@@ -98,7 +108,7 @@ def build_report(store: Store, kernel: str, final: Final) -> tuple[Report, list[
                  wall_s=wall, llm_s=sum(c["latency_s"] for c in calls), compile_s=compile_s,
                  evaluation_s=eval_s,
                  evaluations_per_hour=n / wall * 3600 if wall > 0 else 0.0,
-                 lineage=lineage(programs, best_id))
+                 lineage=lineage(programs, best_id), llm_error_kinds=error_kinds(calls))
     return rep, [points, t0]
 
 
@@ -111,6 +121,8 @@ def _markdown(r: Report, final: Final) -> str:
              (f"- programs: {r.programs}; evaluations: {r.evaluations} "
              f"({r.evaluations_failed} rejected); proposer calls: {r.llm_calls} "
              f"({r.llm_errors} without usable code)"),
+             *[f"- proposer error ({n} call{'s' if n > 1 else ''}): {why}"
+               for why, n in r.llm_error_kinds],
              f"- wall time {r.wall_s:.1f} s; {r.evaluations_per_hour:.0f} evaluations/hour",
              (f"- time: LLM/proposers {r.llm_s:.1f} s, compile {r.compile_s:.1f} s, "
              f"evaluation (verify + tune + time, incl. compile) {r.evaluation_s:.1f} s"),
