@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "that is signed and unaltered, with status OK, validated "
                                    "(every integrity gate passed), measured on an idle device "
                                    "and significant (the lower end of the interleaved "
-                                   "speedup's 95%% CI above 1 + --noise-band) and above "
+                                   "speedup's 95% CI above 1 + --noise-band) and above "
                                    "--min-speedup, and write a deployment spec: per kernel, "
                                    "device and problem, the tuned variant and its evidence. "
                                    "Run an application with it: kernforge run --deploy SPEC "

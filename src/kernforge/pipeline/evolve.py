@@ -77,6 +77,10 @@ def group_by_kernel(recordings: Sequence[Recording], pattern: str | None = None
     for r in sorted(recordings, key=lambda r: r.name):
         if pattern is None or fnmatch.fnmatch(r.source.entry, pattern):
             groups.setdefault(r.source.entry, []).append(r)
+    if not recordings:
+        raise ConfigError("there are no recorded units to evolve",
+                          hint="record the application first (kernforge record -o DIR -- "
+                               "COMMAND) and give DIR or one of its units")
     if not groups:
         names = sorted({r.source.entry for r in recordings})
         raise ConfigError(f"no recorded kernel matches {pattern!r}",

@@ -168,6 +168,10 @@ def config_from_dict(data: Any, source: str = "<dict>") -> RunConfig:
 def load_config(path: str | Path) -> RunConfig:
     """Read a ``.yaml``/``.yml`` or ``.toml`` file strictly (see the module docstring)."""
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"config file {p} is a directory",
+                          hint="give the .yaml or .toml file of the run (--config FILE); the "
+                               "recordings are the positional argument")
     if not p.is_file():
         raise ConfigError(f"config file {p} not found", hint="give a .yaml or .toml file")
     try:
