@@ -51,6 +51,17 @@ def test_ledger_appends_and_survives_a_torn_line(tmp_path: Path) -> None:
     assert Ledger(tmp_path / "none.jsonl").entries() == []
 
 
+def test_a_file_that_is_not_a_ledger_is_an_error(tmp_path: Path) -> None:
+    other = tmp_path / "evo.yaml"
+    other.write_text("evolve:\n  seed: 1\n")
+    with pytest.raises(ConfigError, match="is not a ledger: line 1"):
+        Ledger(other).entries(must_exist=True)
+    listed = tmp_path / "list.jsonl"
+    listed.write_text('{"case": "a"}\n[1, 2]\n')
+    with pytest.raises(ConfigError, match="line 2"):
+        Ledger(listed).entries()
+
+
 def test_an_append_after_a_torn_line_stays_intact(tmp_path: Path) -> None:
     path = tmp_path / "ledger.jsonl"
     book = Ledger(path)

@@ -147,8 +147,9 @@ class Ledger:
                 os.close(fd)
 
     def entries(self, *, must_exist: bool = False) -> list[dict[str, Any]]:
-        """Every entry; a torn last line (a crash mid-write) is skipped. A missing ledger is
-        empty (an error with ``must_exist``); one that is not UTF-8 text is an error."""
+        """Every entry; a torn line (a crash mid-write: the start of a JSON object) is skipped.
+        A missing ledger is empty (an error with ``must_exist``); one that is not UTF-8 text,
+        or holds a line that is neither a JSON object nor a torn one, is an error."""
         if not self.path.exists():
             if must_exist:
                 raise ConfigError(f"ledger {self.path} not found",
@@ -162,9 +163,17 @@ class Ledger:
                               hint="a ledger is UTF-8 JSON lines; point at one kernforge "
                                    "wrote, or restore it") from None
         out = []
-        for raw in text.splitlines():
-            try:
-                out.append(json.loads(raw))
-            except json.JSONDecodeError:
+        for i, raw in enumerate(text.splitlines()):
+            if not raw.strip():
                 continue
+            try:
+                entry = json.loads(raw)
+            except json.JSONDecodeError:
+                entry = None
+            if isinstance(entry, dict):
+                out.append(entry)
+            elif entry is not None or not raw.lstrip().startswith("{"):  # not a torn write
+                raise ConfigError(f"{self.path} is not a ledger: line {i + 1} is not a JSON "
+                                  f"object", hint="give the path of a ledger written by "
+                                                  "kernforge integrity validate --ledger FILE")
         return out
