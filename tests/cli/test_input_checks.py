@@ -193,3 +193,20 @@ def test_stencil_outputs_are_checked_first(argv: list[str], tmp_path: Path,
     code = run(*argv, str(tmp_path / "afile" / "out"))
     assert code == 2
     assert "is a file, not a directory" in capsys.readouterr().err
+
+
+def test_the_max_error_column_names_a_buffer_only_when_one_differs() -> None:
+    from kernforge.cli.output import fmt_error
+    from kernforge.core import BufferCheck, Measurement, Status
+
+    same = Measurement(Status.OK, checks=(BufferCheck("u", True, "bitwise", 8),
+                                          BufferCheck("v", True, "bitwise", 8)))
+    assert fmt_error(same) == "0 (bitwise)"
+    near = Measurement(Status.OK, checks=(BufferCheck("u", True, "bitwise", 8),
+                                          BufferCheck("v", True, "rel", 8, max_abs=3e-7)))
+    assert fmt_error(near) == "3.00e-07 (v)"
+    bad = Measurement(Status.WRONG_RESULT, checks=(
+        BufferCheck("u", False, "bitwise", 8, mismatches=1, max_abs=1e-9),
+        BufferCheck("v", True, "rel", 8, max_abs=3e-7)))
+    assert fmt_error(bad) == "1.00e-09 (u)"
+    assert fmt_error(Measurement(Status.OK)) == "-"

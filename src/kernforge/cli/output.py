@@ -19,6 +19,8 @@ def fmt_error(m: Measurement) -> str:
     if not m.checks:
         return "-"
     worst = max(m.checks, key=lambda c: (not c.passed, c.max_abs))
+    if worst.passed and worst.max_abs == 0.0:
+        return "0 (bitwise)"  # every buffer equal: no one buffer to name
     return f"{worst.max_abs:.2e} ({worst.name})"
 
 
