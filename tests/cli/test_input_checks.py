@@ -83,6 +83,8 @@ def test_tune_numeric_arguments(rec_dir: Path, tmp_path: Path) -> None:
 def test_unknown_option_is_bad_input_like_a_malformed_one(rec_dir: Path) -> None:
     assert run("replay", str(rec_dir), "--in-process", "--opt", "nosuch=1") == 2
     assert run("replay", str(rec_dir), "--in-process", "--opt", "bad") == 2
+    unit = next(p for p in rec_dir.rglob("manifest.json")).parent
+    assert run("integrity", "validate", str(unit), "--in-process", "--opt", "nosuch=1") == 2
 
 
 @pytest.mark.parametrize("where", ["/proc/kernforge-x.json", "{file}/x.json", "{dir}"])

@@ -104,7 +104,10 @@ def run_validate(args: argparse.Namespace) -> int:
     _print_validation(v)
     if v.accepted:
         return 0
-    return 5 if v.status is Status.WRONG_RESULT or v.reason.startswith("static:") else 6
+    if v.status is Status.WRONG_RESULT or v.reason.startswith("static:"):
+        return 5
+    # a variant the backend refuses (unknown or malformed option): bad input, as in replay
+    return 2 if v.status is Status.INVALID_CONFIG else 6
 
 
 def _command(args: argparse.Namespace) -> list[str]:
