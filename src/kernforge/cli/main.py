@@ -60,8 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.hint:
             err_console.print(f"  [yellow]hint:[/] {escape(exc.hint)}", soft_wrap=True)
         return exc.exit_code
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
+    except KeyboardInterrupt as exc:  # an Interrupted one says what was kept
+        what = getattr(exc, "message", "")
+        err_console.print(f"interrupted: {what}" if what else "interrupted", markup=False,
+                          soft_wrap=True)
         return 130
 
 

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
+from ..core.errors import Interrupted
 from ..pipeline.run_app import record_command
+from ..record import find_recordings
+from ..record.native_format import SPOOL, finalize_interrupted, spool_entries
+from .checks import writable_dir
 from .output import console
 
 
@@ -54,11 +59,34 @@ def _summary(summaries: list[dict[str, Any]]) -> str:
             + (f"; {', '.join(extra)}" if extra else ""))
 
 
+def _units(out: Path) -> set[Path]:
+    return set(find_recordings(out)) if out.is_dir() else set()
+
+
+def _interrupted(out: Path, before: set[Path], earlier: set[str]) -> Interrupted:
+    """Ctrl-C: what the application recorded is kept (units complete or absent, the spool's
+    complete units turned into units, the spool then removed), and said so."""
+    problems = finalize_interrupted(out, earlier)
+    n = len(_units(out) - before)
+    what = (f"{n} unit recorded is kept" if n == 1 else f"{n} units recorded are kept") + \
+        f" in {out}"
+    if problems:
+        what += (f"; {len(problems)} spooled launch(es) could not be turned into units "
+                 f"(left in {out / SPOOL})")
+    return Interrupted(what)
+
+
 def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    status, paths, problems, summaries = record_command(
-        command, args.out, kernels=args.kernels, max_instances=args.max_instances,
-        skip=args.skip, max_mb=args.max_mb, record_all=args.all_allocations)
+    writable_dir(args.out, "-o")  # before the application runs, not after it
+    out = Path(args.out)
+    before, earlier = _units(out), spool_entries(out)
+    try:
+        status, paths, problems, summaries = record_command(
+            command, out, kernels=args.kernels, max_instances=args.max_instances,
+            skip=args.skip, max_mb=args.max_mb, record_all=args.all_allocations)
+    except KeyboardInterrupt:
+        raise _interrupted(out, before, earlier) from None
     tail = "" if status == 0 else f" (the application exited with status {status})"
     if summaries:
         console.print(f"driver: {_summary(summaries)}", markup=False)

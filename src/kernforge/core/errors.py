@@ -91,6 +91,16 @@ class WrongResultError(KernforgeError):
     status = Status.WRONG_RESULT
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, raised again once the interrupted work was left consistent; ``message`` says
+    what was kept. The CLI prints ``interrupted: MESSAGE`` and exits 130, as for a bare
+    KeyboardInterrupt (of which this is one, so any handler of those handles it)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 class WorkerLost(Exception):
     """A supervised worker process died (a signal, an exit) or was killed at its time limit
     while it ran a candidate; ``status`` (RUNTIME_FAILED or TIMEOUT), ``message`` and ``cause``

@@ -3,7 +3,10 @@ in-process capture, beside the preloaded driver interposer (see kernforge.record
 
 import sys
 
-from .run_app import pyrun_main
-
 if __name__ == "__main__":
-    sys.exit(pyrun_main(sys.argv[1:]))
+    try:
+        from .run_app import pyrun_main
+
+        sys.exit(pyrun_main(sys.argv[1:]))
+    except KeyboardInterrupt:  # Ctrl-C: kernforge record says what was kept (no traceback
+        sys.exit(130)  # through kernforge here); units written so far are complete

@@ -14,6 +14,7 @@ import functools
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -112,11 +113,41 @@ def run_preloaded(command: Sequence[str], env: Mapping[str, str]) -> int:
     if os.sep not in exe and shutil.which(exe) is None:
         raise ConfigError(f"command {exe!r} not found", hint="give a path or a command on PATH")
     try:
-        proc = subprocess.run(list(command), check=False, env=dict(env))
+        proc = subprocess.Popen(list(command), env=dict(env))
     except OSError as exc:
         raise ConfigError(f"cannot run {exe!r}: {exc}", hint="check the path and permissions"
                           ) from None
-    return proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        stop_child(proc)
+        raise
+    return code if code >= 0 else 128 - code
+
+
+# After Ctrl-C: how long the command may take to end on its own, then after SIGINT, SIGTERM
+STOP_GRACE_S = (2.0, 3.0, 3.0)
+
+
+def stop_child(proc: subprocess.Popen) -> None:
+    """End ``proc`` after Ctrl-C. The terminal sent SIGINT to it too (one process group): it
+    gets time to end on its own (a Python application under the capture finishes the unit it
+    writes or drops it), then SIGINT (for a signal sent to kernforge alone), SIGTERM, and
+    SIGKILL; anything recorded stays consistent however it ends (units appear by an atomic
+    rename). A second Ctrl-C kills it at once."""
+    try:
+        for sig, grace in zip((None, signal.SIGINT, signal.SIGTERM), STOP_GRACE_S):
+            if sig is not None:
+                proc.send_signal(sig)
+            try:
+                proc.wait(timeout=grace)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def python_child(command: Sequence[str]) -> list[str]:

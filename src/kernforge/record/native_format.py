@@ -10,6 +10,7 @@ blobs, written atomically like v1 units) and removes it. See docs/recording-form
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
@@ -184,6 +185,30 @@ def finalize_spool(root: PathLike) -> tuple[list[Path], list[str]]:
         for p in spool.glob(f"{TMP_PREFIX}*"):  # left by a killed writer: incomplete
             shutil.rmtree(p, ignore_errors=True)
     return units, problems
+
+
+def spool_entries(root: PathLike) -> set[str]:
+    """The names the spool under ``root`` holds now (none when there is no spool)."""
+    spool = Path(root) / SPOOL
+    return {p.name for p in spool.iterdir()} if spool.is_dir() else set()
+
+
+def finalize_interrupted(root: PathLike, earlier: set[str]) -> list[str]:
+    """After an interrupted recording into ``root``: its complete spool units become units as
+    after a normal run (an incomplete one never appeared in the spool); the counts its
+    processes left (``summary-*``/``inprocess-*`` JSON, of a run cut short) are dropped,
+    those of earlier runs (``earlier``: :func:`spool_entries` before it) kept, and the spool
+    is removed when nothing is left in it. Returns :func:`finalize_spool`'s problem lines."""
+    _, problems = finalize_spool(root)
+    spool = Path(root) / SPOOL
+    if not spool.is_dir():
+        return problems
+    for p in spool.glob("*.json"):
+        if p.name not in earlier and p.name.startswith(("summary-", "inprocess-")):
+            p.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        spool.rmdir()  # only when empty
+    return problems
 
 
 def spool_summaries(root: PathLike) -> list[dict[str, Any]]:

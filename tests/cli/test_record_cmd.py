@@ -1,0 +1,165 @@
+"""``kernforge record``: an unusable -o is a typed error before the application starts, and
+Ctrl-C keeps what was recorded (exit 130, a one-line message, no traceback, no spool left)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kernforge.record import find_recordings, load_recording
+from kernforge.record.native_format import SPOOL, read_native
+from kernforge.testing.fakedriver import FakeCuda
+
+KERNFORGE = [sys.executable, "-m", "kernforge"]
+
+# A Python application: one marker file when it starts, then kernel launches until stopped.
+APP = r'''
+import pathlib, sys
+import numpy as np
+import kernforge
+
+pathlib.Path(sys.argv[1]).write_text("started")
+SRC = """
+def axpy(x: "const double *", y: "double *", a: "double", n: "int") -> None:
+    y[:n] = a * x[:n] + y[:n]
+"""
+k = kernforge.Kernel(SRC, "axpy", backend="null")
+x, y = np.ones(4096), np.zeros(4096)
+while True:
+    k(x, y, 0.5, 4096)
+'''
+
+
+# exec the command with SIGINT's default action (a shell's background job ignores it, and
+# Python then never raises KeyboardInterrupt)
+_EXEC = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+         "os.execv(sys.argv[1], sys.argv[1:])")
+SIGINT_DEFAULT = [sys.executable, "-c", _EXEC]
+
+
+def _unprivileged() -> list[str]:
+    """A command prefix under which file permissions apply: root passes them, so root runs
+    without the capabilities that override them (setpriv), else the test is skipped."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("root ignores file permissions, and setpriv is not there to drop that")
+    return [setpriv, "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--"]
+
+
+def _record(out: Path, app: Path, marker: Path, *prefix: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*prefix, *KERNFORGE, "record", "-o", str(out), "--", "python",
+                           str(app), str(marker)], capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Path:
+    path = tmp_path / "app.py"
+    path.write_text(APP)
+    return path
+
+
+def test_an_out_path_that_is_a_file_is_refused_before_the_application_runs(
+        tmp_path: Path, app: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    marker = tmp_path / "started"
+    for out in (afile, afile / "sub"):
+        done = _record(out, app, marker)
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr
+        assert f"-o: {afile}" in done.stderr and "not a directory" in done.stderr
+        assert "hint:" in done.stderr
+        assert not marker.exists()  # refused before the application started
+
+
+def test_a_read_only_out_is_refused_before_the_application_runs(tmp_path: Path,
+                                                                app: Path) -> None:
+    prefix = _unprivileged()
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    marker = tmp_path / "started"
+    try:
+        for out in (ro / "r", ro):  # a directory to create in it, and the directory itself
+            done = _record(out, app, marker, *prefix)
+            assert done.returncode == 2, done.stderr
+            assert "Traceback" not in done.stderr
+            assert f"-o: cannot write into {ro}" in done.stderr and "hint:" in done.stderr
+            assert "the application exited" not in done.stderr + done.stdout
+            assert not marker.exists()
+    finally:
+        ro.chmod(0o755)
+
+
+def _interrupt(cmd: list[str], ready: Callable[[], bool], env: dict[str, str] | None = None
+               ) -> subprocess.CompletedProcess:
+    """Run ``cmd`` as a terminal would, then press Ctrl-C (SIGINT to its process group) once
+    ``ready()``."""
+    proc = subprocess.Popen([*SIGINT_DEFAULT, *cmd], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not ready():
+            if proc.poll() is not None:
+                pytest.fail(f"exited early: {proc.communicate()[1][-2000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail("nothing recorded within 90 s")
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _units(out: Path) -> list[Path]:
+    return find_recordings(out) if out.is_dir() else []
+
+
+def test_ctrl_c_keeps_the_recorded_units_and_removes_the_spool(tmp_path: Path,
+                                                                app: Path) -> None:
+    out = tmp_path / "rec"
+    cmd = [*KERNFORGE, "record", "-o", str(out), "--max-instances", "3", "--", "python",
+           str(app), str(tmp_path / "started")]
+    done = _interrupt(cmd, lambda: len(_units(out)) == 3)
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == f"interrupted: 3 units recorded are kept in {out}"
+    assert not (out / SPOOL).exists()
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+    for unit in _units(out):
+        assert load_recording(unit, verify=True).source.entry == "axpy"
+
+
+def test_ctrl_c_turns_the_spooled_launches_of_a_native_program_into_units(
+        fake: FakeCuda, tmp_path: Path) -> None:
+    out = tmp_path / "rec"
+    spool = out / SPOOL
+    cmd = [*KERNFORGE, "record", "-o", str(out), "--kernels", "heat", "--max-instances", "2",
+           "--", *fake.command(2_000_000_000)]
+
+    def spooled() -> bool:
+        return spool.is_dir() and len([p for p in spool.iterdir()
+                                       if p.name[:1].isdigit()]) == 2
+
+    done = _interrupt(cmd, spooled, env=fake.env)
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == f"interrupted: 2 units recorded are kept in {out}"
+    assert not spool.exists()
+    assert sorted(u.name for u in _units(out)) == ["heat-0", "heat-1"]
+    for unit in _units(out):
+        assert read_native(unit, verify=True).entry == "heat"
