@@ -143,3 +143,38 @@ def test_wait_idle_says_it_waited_and_that_the_machine_stayed_busy(
             b.wait()
     out = " ".join(capsys.readouterr().out.split())
     assert "for an idle machine: still" in out and "are not deployed" in out
+
+
+TINY = ["--backend", "cpu", "--n", "3", "--steps", "2", "--trials", "1", "--repeat", "1",
+        "--iterations", "1", "--inner-trials", "1", "--rounds", "1", "--confirm-rounds", "0"]
+
+
+def test_demo_refuses_an_out_that_holds_an_earlier_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kernforge.cli.main import main
+
+    out = tmp_path / "demoint"
+    (out / "recordings" / "heat_step-0").mkdir(parents=True)  # an interrupted demo's
+    before = sorted(out.rglob("*"))
+    rc = main(["demo", "--out", str(out), *TINY])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2, err
+    assert f"--out {out} is not empty (it holds recordings)" in err
+    assert "choose another --out" in err and f"or remove {out}" in err
+    assert sorted(out.rglob("*")) == before
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--n", "2", "at least 3 (the stencil updates the interior points 1..n-2"),
+    ("--n", "-1", "at least 3"),
+    ("--steps", "1", "at least 2 (the demo records each kernel from its second launch on)")])
+def test_demo_refuses_a_problem_it_cannot_show_before_any_work(
+        option: str, value: str, message: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from kernforge.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:  # the last --n / --steps counts
+        main(["demo", "--out", str(tmp_path / "d"), *TINY, option, value])
+    assert exc.value.code == 2
+    assert message in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "d").exists()

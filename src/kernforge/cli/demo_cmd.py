@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.markup import escape
@@ -15,7 +16,8 @@ from ..core.fmt import fmt_time
 from ..deploy.gate import NOISE_BAND
 from ..harness import ABResult
 from ..pipeline.demo import DemoResult, run_demo
-from .checks import NON_NEGATIVE, POSITIVE, float_range, writable_dir
+from ..pipeline.demo_checks import MIN_N, MIN_STEPS, WHY_MIN_N, WHY_MIN_STEPS, check_out
+from .checks import NON_NEGATIVE, POSITIVE, float_range, int_range, writable_dir
 from .output import console, fmt_error
 from .progress import line_progress
 
@@ -31,11 +33,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "spec, run the application with it and print the end-to-end "
                                    "speedup (or that nothing was deployed); show "
                                    "that a variant which changes the arithmetic is caught.")
-    p.add_argument("--out", type=Path, default=None, help="run directory (default runs/demo-*)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="run directory, absent or empty (default: a new runs/demo-DATE-TIME)")
     p.add_argument("--backend", choices=("cpu", "cuda"), default=None,
                    help="default: cuda when a GPU is usable, else cpu")
-    p.add_argument("--n", type=POSITIVE, default=None, help="grid points per axis")
-    p.add_argument("--steps", type=POSITIVE, default=20, help="time steps (default 20)")
+    p.add_argument("--n", type=_at_least(MIN_N, WHY_MIN_N), default=None,
+                   help=f"grid points per axis, at least {MIN_N} (default 256 for the CUDA "
+                        f"example, 128 for the CPU one)")
+    p.add_argument("--steps", type=_at_least(MIN_STEPS, WHY_MIN_STEPS), default=20,
+                   help=f"time steps, at least {MIN_STEPS} (default 20)")
     p.add_argument("--trials", type=POSITIVE, default=12, help="tuning trials (default 12)")
     p.add_argument("--repeat", type=POSITIVE, default=7, help="timed runs per replay (default 7)")
     p.add_argument("--iterations", type=POSITIVE, default=12,
@@ -67,8 +73,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _at_least(lo: int, why: str) -> Callable[[str], int]:
+    """An argparse ``type``: an integer of at least ``lo``, the message saying why."""
+    check = int_range(lo)
+
+    def parse(text: str) -> int:
+        try:
+            return check(text)
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"{exc} ({why})") from None
+
+    parse.__name__ = "int"
+    return parse
+
+
 def run(args: argparse.Namespace) -> int:
     writable_dir(args.out, "--out")
+    check_out(args.out)  # before any wait or work: an earlier run's directory is refused
     if args.wait_idle > 0:
         wait_for_idle(args.backend or "cpu", args.wait_idle)
     with console.status("starting") as status, line_progress(console) as lines:

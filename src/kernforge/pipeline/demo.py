@@ -20,7 +20,6 @@ Everything lands in a run directory.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,7 @@ from ..replay import replay
 from ..replay.isolate import Isolation
 from ..replay.tuning import TuningOutcome, tune_recording
 from ..tune import Budget
+from .demo_checks import check_problem, fresh_run_dir
 from .demo_deploy import (
     Confirmed,
     EndToEnd,
@@ -177,14 +177,18 @@ def pick_winners(result: DemoResult) -> list[Winner]:
     return list(best.values())
 
 
-def run_demo(*args: Any, isolate: bool = True, **kw: Any) -> DemoResult:
-    """The main job (see :func:`_run_demo` for the arguments). ``isolate``: candidate code
-    (tuning trials, the wrong variant, every evolved candidate) runs in supervised worker
-    processes, so a crashing or hanging candidate costs only itself; False runs it here."""
+def run_demo(out: Path | None = None, *args: Any, isolate: bool = True, **kw: Any
+             ) -> DemoResult:
+    """The main job (see :func:`_run_demo` for the arguments) in a fresh run directory
+    (:func:`fresh_run_dir`). ``isolate``: candidate code (tuning trials, the wrong variant,
+    every evolved candidate) runs in supervised worker processes, so a crashing or hanging
+    candidate costs only itself; False runs it here."""
+    check_problem(kw.get("n"), kw.get("steps", 20))
+    out = fresh_run_dir(out)
     if not isolate:
-        return _run_demo(*args, iso=None, **kw)
+        return _run_demo(out, *args, iso=None, **kw)
     with Isolation() as iso:
-        return _run_demo(*args, iso=iso, **kw)
+        return _run_demo(out, *args, iso=iso, **kw)
 
 
 def _run_demo(out: Path | None = None, *, backend: str | None = None, n: int | None = None,
@@ -200,7 +204,7 @@ def _run_demo(out: Path | None = None, *, backend: str | None = None, n: int | N
     if not script.is_file():
         raise ConfigError(f"example application {script} not found",
                           hint="run the demo from a clone of kernforge")
-    run_dir = out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
+    run_dir = out or fresh_run_dir(None)
     rec_dir = run_dir / "recordings"
     size = n or app.default_n
     progress(f"recording {app.script} (n={size}, {steps} steps) into {rec_dir}")
