@@ -5,14 +5,23 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 from rich.markup import escape
 
+from ..core import ConfigError
 from ..core.jsonio import write_json_atomic
 from ..deploy import DeployReport, read_spec, use
-from ..pipeline.run_app import cupy_hooks_if_available, run_application
+from ..pipeline.run_app import (
+    PythonCommand,
+    cupy_hooks_if_available,
+    is_python_application,
+    parse_python,
+    run_application,
+)
 from . import native_deploy_cmd
 from .checks import writable_file
 from .output import err_console
@@ -26,7 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "entry (kernel, device, problem) run the tuned variant, "
                                    "everything else runs unchanged. Which kernels were "
                                    "replaced, and why others were not, is logged once per "
-                                   "kernel and summarized at the end (on stderr).")
+                                   "kernel and summarized at the end (on stderr). The "
+                                   "command: python [-u, -X OPT, -W ARG, ...] app.py ARGS (or "
+                                   "-m MODULE); with a native spec, any program.")
     p.add_argument("--deploy", required=True, metavar="SPEC", help="the deployment spec")
     p.add_argument("--report", metavar="FILE", default=None,
                    help="also write the deployment report as JSON")
@@ -72,14 +83,32 @@ def print_report(report: DeployReport) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if native_deploy_cmd.spec_is_native(args.deploy):  # any program, through the interposer
         if args.print_env:
             return native_deploy_cmd.print_env(Path(args.deploy))
-        command = args.command[1:] if args.command[:1] == ["--"] else args.command
+        _need_command(command, "./app ARGS")
         return native_deploy_cmd.deploy(Path(args.deploy), command)
     spec = read_spec(args.deploy)  # an unusable spec is an error before the app starts
+    if args.print_env:
+        raise ConfigError(f"--print-env: {args.deploy} is not a native spec (it deploys "
+                          f"kernforge.Kernel and CuPy kernels inside Python processes)",
+                          hint=f"for a job script: export KERNFORGE_DEPLOY={args.deploy} (the "
+                               f"application must import kernforge; docs/deploy.md)")
     writable_file(args.report, "--report")
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    _need_command(command, "python app.py ARGS")
+    if not is_python_application(command):
+        raise ConfigError(
+            f"{command[0]!r} is not a Python application, and {args.deploy} is not a native "
+            f"spec: it deploys kernforge.Kernel and CuPy kernels into a Python application "
+            f"(a script, python app.py or python -m module), run in kernforge's process",
+            hint=f"run a Python application: kernforge run --deploy {args.deploy} -- python "
+                 f"app.py ARGS; a native program needs a native spec (kernforge record -o rec "
+                 f"-- {command[0]} ...; kernforge tune rec --out runs/n; kernforge export "
+                 f"runs/n -o spec.json; docs/recording-native.md)")
+    py = parse_python(command)  # a missing script or an unsupported option: an error here
+    if py.options:  # python -u app.py: they apply to a new interpreter, which runs kernforge
+        return _with_interpreter_options(args, py)
     cuda = any(e.kernel.backend == "cuda" for e in spec.entries)
     hooks = cupy_hooks_if_available() if cuda else contextlib.nullcontext()
     with _deploy_log(args.quiet), hooks:
@@ -93,3 +122,28 @@ def run(args: argparse.Namespace) -> int:
     if args.report:
         write_json_atomic(Path(args.report), report.to_json())
     return status
+
+
+def _need_command(command: list[str], example: str) -> None:
+    if not command:
+        raise ConfigError("no application command given",
+                          hint=f"write it after --, e.g. kernforge run --deploy SPEC -- "
+                               f"{example}")
+
+
+def _with_interpreter_options(args: argparse.Namespace, py: PythonCommand) -> int:
+    """``kernforge run`` again, in an interpreter started with the application's options
+    (``python -X dev -m kernforge run --deploy SPEC -- app.py ARGS``); its exit status."""
+    flags = [*(["--report", args.report] if args.report else []),
+             *(["--allow-unverifiable"] if args.allow_unverifiable else []),
+             *(["-q"] if args.quiet else [])]
+    child = [sys.executable, *py.options, "-m", "kernforge", "run", "--deploy", args.deploy,
+             *flags, "--", *py.program]
+    proc = subprocess.Popen(child)
+    while True:
+        try:
+            code = proc.wait()
+            break
+        except KeyboardInterrupt:  # the child got it too: its report and status end the run
+            continue
+    return code if code >= 0 else 128 - code

@@ -12,6 +12,7 @@ import sys
 import traceback
 import warnings
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import ConfigError
@@ -19,23 +20,90 @@ from ..core.jsonio import write_json_atomic
 from ..record import install_cupy_hooks, interposer, record, uninstall_cupy_hooks
 from ..record.native_format import SPOOL, finalize_spool, spool_summaries
 
+# the interpreter's own options accepted before the script (or -m MODULE): they are given to
+# the interpreter that runs the application (kernforge record: the capture's child; kernforge
+# run: a new kernforge process); -P exists from Python 3.11 on
+FLAGS = "bBdEIOqRsuv" + ("P" if sys.version_info >= (3, 11) else "")
+WITH_VALUE = "WX"
+SUPPORTED = ("-u, -B, -O, -OO, -E, -s, -I, -b, -d, -q, -R, -v"
+             + (", -P" if "P" in FLAGS else "") + ", -W ARG, -X OPT")
+_WHY_NOT = {"c": "put the code in a script", "i": "the application runs to its end",
+            "S": "kernforge itself is imported through site", "x": "remove the first line",
+            "h": "no application to run", "V": "no application to run"}
 
-def split_command(command: Sequence[str]) -> tuple[str, str, list[str]]:
-    """``python app.py a b`` / ``app.py a b`` / ``python -m pkg a`` -> (kind, target, argv)."""
+
+@dataclass(frozen=True)
+class PythonCommand:
+    """``python [OPTIONS] app.py ARGS`` / ``app.py ARGS`` / ``python [OPTIONS] -m pkg ARGS``."""
+
+    options: tuple[str, ...]  # the interpreter's own options, one per word (-X dev -> -Xdev)
+    kind: str  # "path" | "module"
+    target: str  # the script's path, or the module's name
+    argv: list[str]  # the application's sys.argv (a module's: its name first)
+
+    @property
+    def program(self) -> list[str]:
+        """The command without the interpreter and its options (``app.py ARGS``)."""
+        return ["-m", *self.argv] if self.kind == "module" else list(self.argv)
+
+
+def _unsupported(word: str, letter: str) -> ConfigError:
+    why = _WHY_NOT.get(letter)
+    return ConfigError(f"python option {word!r} is not supported by kernforge"
+                       + (f" ({why})" if why else ""),
+                       hint=f"supported before the script or -m MODULE: {SUPPORTED}")
+
+
+def parse_python(command: Sequence[str]) -> PythonCommand:
+    """Split a Python application's command line as the interpreter does: its options (the
+    supported ones, :data:`SUPPORTED`; any other is a ConfigError naming them), then the
+    script or ``-m MODULE``, then the application's arguments."""
     cmd = list(command)
     if cmd and re.fullmatch(r"python[\d.]*", Path(cmd[0]).name):
         cmd = cmd[1:]
     if not cmd:
         raise ConfigError("no application command given",
-                          hint="write it after --, e.g. kernforge record -- python app.py")
-    if cmd[0] == "-m":
-        if len(cmd) < 2:
-            raise ConfigError("python -m needs a module name")
-        return "module", cmd[1], cmd[1:]
+                          hint="write it after --, e.g. -- python app.py ARGS")
+    options: list[str] = []
+    while cmd and cmd[0].startswith("-"):
+        word = cmd.pop(0)
+        if word == "--":
+            break
+        if word == "-" or word.startswith("--"):
+            raise _unsupported(word, "")
+        for i, letter in enumerate(word[1:], 1):
+            rest = word[i + 1:]
+            if letter in FLAGS:
+                options.append("-" + letter)
+            elif letter in WITH_VALUE or letter == "m":
+                if not rest and not cmd:
+                    raise ConfigError(f"python -{letter} needs "
+                                      + ("a module name" if letter == "m" else "an argument"))
+                value = rest or cmd.pop(0)
+                if letter == "m":
+                    return PythonCommand(tuple(options), "module", value, [value, *cmd])
+                options.append(f"-{letter}{value}")
+                break
+            else:
+                raise _unsupported(word, letter)
+    if not cmd:
+        raise ConfigError("no application script given after the interpreter's options",
+                          hint="e.g. -- python -u app.py ARGS")
     if not Path(cmd[0]).is_file():
         raise ConfigError(f"application script {cmd[0]!r} not found",
                           hint="give the path of a Python script (or python -m module)")
-    return "path", cmd[0], cmd
+    return PythonCommand(tuple(options), "path", cmd[0], cmd)
+
+
+def split_command(command: Sequence[str]) -> tuple[str, str, list[str]]:
+    """``python app.py a b`` / ``app.py a b`` / ``python -m pkg a`` -> (kind, target, argv),
+    to run in this process: the interpreter's options cannot apply here (ConfigError)."""
+    py = parse_python(command)
+    if py.options:
+        raise ConfigError(f"the interpreter options {' '.join(py.options)} cannot apply to "
+                          f"an application run in this process",
+                          hint="start it in a new interpreter with them")
+    return py.kind, py.target, py.argv
 
 
 @contextlib.contextmanager
@@ -53,8 +121,10 @@ def _argv(argv: list[str], script_dir: str | None) -> Iterator[None]:
 def run_application(command: Sequence[str]) -> int:
     """Run the application as ``__main__``; returns its exit status (SystemExit honoured)."""
     kind, target, argv = split_command(command)
-    script_dir = os.path.dirname(os.path.abspath(target)) if kind == "path" else None
-    with _argv(argv, script_dir):
+    # sys.path[0] as the interpreter sets it: the script's directory, or for -m the current
+    # one; none under -P / -I (sys.flags.safe_path, Python 3.11+)
+    first = os.path.dirname(os.path.abspath(target)) if kind == "path" else os.getcwd()
+    with _argv(argv, None if getattr(sys.flags, "safe_path", False) else first):
         try:
             if kind == "path":
                 runpy.run_path(target, run_name="__main__")
@@ -111,6 +181,20 @@ def is_python_command(command: Sequence[str]) -> bool:
                               or command[0].endswith(".py"))
 
 
+def is_python_application(command: Sequence[str]) -> bool:
+    """What kernforge can run as a Python application: a :func:`is_python_command`, the
+    interpreter's options or ``-m`` first, or a file whose ``#!`` line names python (not a
+    binary, nor a shell script)."""
+    if is_python_command(command) or (bool(command) and command[0].startswith("-")):
+        return True
+    try:
+        with open(command[0], "rb") as f:
+            first = f.readline(256)
+    except (OSError, IndexError):
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
 def record_command(command: Sequence[str], out: str | Path, *, kernels: str | None = None,
                    max_instances: int = 4, skip: int = 0, max_mb: int = 16384,
                    record_all: bool = False) -> tuple[int, list[Path], list[str], list[dict]]:
@@ -127,8 +211,9 @@ def record_command(command: Sequence[str], out: str | Path, *, kernels: str | No
                                  max_mb=max_mb, record_all=record_all)
     lib = interposer.build()
     if is_python_command(cmd):
-        split_command(cmd)  # a missing script is a clear error before anything runs
-        cmd = interposer.python_child(cmd)
+        py = parse_python(cmd)  # a missing script is a clear error before anything runs
+        cmd = interposer.python_child(py.program)
+        cmd[1:1] = py.options  # python -u app.py: the capture's interpreter gets -u
     before = set(Path(out).rglob("manifest.json"))
     counted = {json.dumps(s, sort_keys=True) for s in spool_summaries(out)}  # earlier runs'
     status = interposer.run_preloaded(cmd, interposer.preload_env(lib, env))

@@ -1,0 +1,97 @@
+"""``kernforge run --deploy SPEC -- COMMAND``: which commands a (non-native) spec deploys into,
+and the interpreter's own options before the script; the real CLI in subprocesses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernforge.backends import Kernel
+from kernforge.deploy import entry_from_recording, write_spec
+from kernforge.record import load_recording, record
+
+AXPY = '''
+def axpy(x: "const double *", y: "double *", a: "double", n: "int") -> None:
+    y[:n] = a * x[:n] + y[:n] + BIAS
+'''
+APP = f"""import sys
+import numpy as np
+from kernforge.backends import Kernel
+y = np.ones(4)
+Kernel({AXPY!r}, "axpy", backend="null", defines={{"BIAS": 0}})(np.arange(4.0), y, 2.0, 4)
+print("y", y.tolist(), "dev", sys.flags.dev_mode, "optimize", sys.flags.optimize,
+      "write_through", sys.stdout.write_through, "argv", sys.argv[1:])
+"""
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A spec of the null backend's axpy (n = 4), tuned to BIAS=100: a replaced launch shows."""
+    root = tmp_path_factory.mktemp("run-cmd")
+    with record(root / "rec") as rec:
+        Kernel(AXPY, "axpy", backend="null", defines={"BIAS": 0})(np.arange(4.0), np.ones(4),
+                                                                   2.0, 4)
+    unit = load_recording(rec.paths[0])
+    entry = entry_from_recording(unit, unit.variant.with_(defines={"BIAS": 100}),
+                                 baseline_s=2e-3, tuned_s=1e-3, speedup=2.0,
+                                 speedup_ci=(1.9, 2.1))
+    write_spec(root / "spec.json", [entry])
+    (root / "app.py").write_text(APP)
+    return root / "spec.json"
+
+
+def kf(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KERNFORGE_DEPLOY_VERIFY": "off"}  # BIAS=100 changes results
+    env.pop("PYTHONUNBUFFERED", None)  # what -u does shows
+    return subprocess.run([sys.executable, "-m", "kernforge", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.mark.parametrize("kind", ["binary", "shell script", "missing program"])
+def test_a_python_spec_refuses_a_command_that_is_not_python(spec: Path, tmp_path: Path,
+                                                            kind: str) -> None:
+    shell = tmp_path / "run.sh"
+    shell.write_text("#!/bin/sh\necho ran\n")
+    shell.chmod(0o755)
+    cmd = {"binary": "/bin/true", "shell script": str(shell), "missing program": "./heat2d"}
+    r = kf("run", "--deploy", str(spec), "--", cmd[kind], "4096", cwd=tmp_path)
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and "SyntaxError" not in r.stderr
+    assert f"error: '{cmd[kind]}' is not a Python application, and {spec} is not a native " \
+           f"spec" in err
+    assert f"kernforge run --deploy {spec} -- python app.py ARGS" in err
+    assert "a native program needs a native spec" in err and "ran" not in r.stdout
+
+
+def test_without_a_command_the_hint_is_kernforges_run(spec: Path, tmp_path: Path) -> None:
+    r = kf("run", "--deploy", str(spec), cwd=tmp_path)
+    assert r.returncode == 2 and "no application command given" in r.stderr
+    assert "kernforge run --deploy SPEC -- python app.py ARGS" in " ".join(r.stderr.split())
+    assert "kernforge record" not in r.stderr
+
+
+def test_the_interpreters_options_apply_and_the_spec_deploys(spec: Path) -> None:
+    app = spec.parent / "app.py"
+    plain = kf("run", "--deploy", str(spec), "--", "python", str(app), "-u", cwd=spec.parent)
+    assert plain.returncode == 0, plain.stderr
+    assert "y [101.0, 103.0, 105.0, 107.0] dev False optimize 0 write_through False" \
+        in plain.stdout
+    r = kf("run", "--deploy", str(spec), "-q", "--", "python", "-u", "-X", "dev", "-W",
+           "ignore", "-O", str(app), "-u", cwd=spec.parent)
+    assert r.returncode == 0, r.stderr
+    assert ("y [101.0, 103.0, 105.0, 107.0] dev True optimize 1 write_through True argv "
+            "['-u']") in r.stdout
+    assert "1 launch(es) ran a tuned variant" in r.stderr
+    assert "application script '-u' not found" not in r.stderr
+
+
+def test_an_unsupported_option_names_the_supported_ones(spec: Path) -> None:
+    r = kf("run", "--deploy", str(spec), "--", "python", "-c", "print(1)", cwd=spec.parent)
+    assert r.returncode == 2 and "python option '-c' is not supported" in r.stderr
+    assert "-W ARG, -X OPT" in " ".join(r.stderr.split())
