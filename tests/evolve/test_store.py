@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import random
 
-from kernforge.core import Status
+import pytest
+
+from kernforge.core import ConfigError, Status
 from kernforge.evolve.store import Store
 from kernforge.evolve.types import EvalResult, Program, Proposal, RecordingResult
 
@@ -64,3 +66,13 @@ def test_transaction_rolls_back(tmp_path):
         except RuntimeError:
             pass
         assert s.programs() == [] and s.events() == []
+
+
+def test_a_damaged_database_is_a_config_error_naming_it(tmp_path):
+    path = tmp_path / "evolve.db"
+    with Store(path) as s:
+        s.add_program(_prog("a"), "ha", -1)
+    path.write_bytes(bytes(range(256)) * 32)  # overwritten with something else
+    with pytest.raises(ConfigError, match="evolve.db: not a usable evolution database") as exc:
+        Store(path)
+    assert "move the file away" in exc.value.hint and "--out" in exc.value.hint

@@ -245,6 +245,19 @@ def test_resume_with_another_space_is_refused(tmp_path: Any) -> None:
         tune(other, bowl_evaluate_small, sampler="random", storage=tmp_path)
 
 
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_resume_of_a_damaged_study_database_is_a_config_error(tmp_path: Any,
+                                                                damage: str) -> None:
+    tune(small_space(), bowl_evaluate_small, sampler="tpe", budget=Budget(trials=2),
+         storage=tmp_path)
+    db = tmp_path / "study.db"
+    data = db.read_bytes()
+    db.write_bytes(bytes(range(256)) * 32 if damage == "garbage" else data[:len(data) // 2])
+    with pytest.raises(ConfigError, match=r"study\.db: not a usable study database") as exc:
+        tune(small_space(), bowl_evaluate_small, sampler="tpe", storage=tmp_path)
+    assert str(db.resolve()) in exc.value.message and "move the file away" in exc.value.hint
+
+
 def bowl_evaluate_small(config: dict[str, Any]) -> Measurement:
     return ok(float(config["opt.unroll"]))
 

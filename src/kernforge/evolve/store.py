@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from kernforge.core import Status
+from kernforge.core import ConfigError, Status
 
 from .types import EvalResult, Program, Proposal, RecordingResult
 
@@ -74,18 +74,26 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.conn = sqlite3.connect(str(self.path), isolation_level=None,
                                     check_same_thread=False)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=FULL")
         self._depth = 0
-        with self.tx() as c:
-            for stmt in SCHEMA.split(";"):
-                if stmt.strip():
-                    c.execute(stmt)
-            cols = {r[1] for r in c.execute("PRAGMA table_info(llm_calls)")}
-            if "backfill" not in cols:  # a store written before the column existed
-                c.execute("ALTER TABLE llm_calls ADD COLUMN backfill INTEGER NOT NULL DEFAULT 0")
-            if self.get_state("schema_version") is None:
-                self.set_state("schema_version", SCHEMA_VERSION)
+        try:
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=FULL")
+            with self.tx() as c:
+                for stmt in SCHEMA.split(";"):
+                    if stmt.strip():
+                        c.execute(stmt)
+                cols = {r[1] for r in c.execute("PRAGMA table_info(llm_calls)")}
+                if "backfill" not in cols:  # a store written before the column existed
+                    c.execute("ALTER TABLE llm_calls ADD COLUMN backfill INTEGER NOT NULL "
+                              "DEFAULT 0")
+                if self.get_state("schema_version") is None:
+                    self.set_state("schema_version", SCHEMA_VERSION)
+        except sqlite3.DatabaseError as exc:  # overwritten, truncated: not an SQLite database
+            self.conn.close()
+            raise ConfigError(f"{self.path}: not a usable evolution database ({exc})",
+                              hint="its programs cannot be read: move the file away to start "
+                                   "this kernel's evolution afresh, or evolve into a new run "
+                                   "directory (another --out)") from None
 
     def close(self) -> None:
         self.conn.close()

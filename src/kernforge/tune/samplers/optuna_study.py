@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import sqlite3
 from abc import abstractmethod
 from typing import Any
 
@@ -30,6 +31,25 @@ QUARANTINED = ("quarantined on resume: its evaluation started and never finished
                "its worker or the run; it is not run again")
 
 
+def _sqlite_error(exc: BaseException) -> sqlite3.DatabaseError | None:
+    """The SQLite error under ``exc`` (SQLAlchemy keeps it as ``orig``), if there is one."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        for e in (seen, getattr(seen, "orig", None)):
+            if isinstance(e, sqlite3.DatabaseError):
+                return e
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _unusable_storage(storage: str | None, exc: sqlite3.DatabaseError) -> ConfigError:
+    """A study database SQLite cannot read (overwritten, truncated): name it, and what to do."""
+    where = storage.removeprefix("sqlite:///") if storage else "the study storage"
+    return ConfigError(f"{where}: not a usable study database ({exc})",
+                       hint="its trials cannot be read: move the file away to start this "
+                            "study afresh, or tune into a new run directory (another --out)")
+
+
 class OptunaSampler(Sampler):
     """A :class:`Sampler` over an Optuna study; subclasses choose the Optuna sampler."""
 
@@ -38,12 +58,18 @@ class OptunaSampler(Sampler):
         super().__init__(space, storage=storage, study_name=study_name, seed=seed)
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "value: inf" lines
         self.encoding = Encoding(space)
-        self.study = optuna.create_study(
-            storage=storage, study_name=study_name, direction="minimize",
-            load_if_exists=True, sampler=optuna.samplers.RandomSampler(seed=0))
-        fresh = not self.study.get_trials(deepcopy=False)
-        self._check_space(fresh)
-        self.recovered = self._recover()
+        try:
+            self.study = optuna.create_study(
+                storage=storage, study_name=study_name, direction="minimize",
+                load_if_exists=True, sampler=optuna.samplers.RandomSampler(seed=0))
+            fresh = not self.study.get_trials(deepcopy=False)
+            self._check_space(fresh)
+            self.recovered = self._recover()
+        except Exception as exc:
+            bad = _sqlite_error(exc)
+            if bad is None:
+                raise
+            raise _unusable_storage(storage, bad) from None
         if fresh:
             self.study.enqueue_trial(self.encoding.encode(space.baseline),
                                      user_attrs={PREFIX + "baseline": True})
