@@ -107,6 +107,20 @@ def writable_dir(path: Path | str | None, what: str) -> None:
     _probe_dir(p, what)
 
 
+def resumable_dir(out: Path | str | None, resume: bool) -> None:
+    """With ``--resume``, ``--out`` must name a run that exists: a mistyped or never-created
+    directory would otherwise silently start a fresh run there."""
+    if not resume:
+        return
+    if out is None:
+        raise ConfigError("--resume needs --out naming the run directory to continue")
+    if not Path(out).exists():
+        raise ConfigError(f"--resume: {out} does not exist, so there is no run to resume "
+                          "there",
+                          hint="check the --out path of the run to continue, or drop --resume "
+                               "to start a new run")
+
+
 def unused_defines(code: str, defines: Iterable[str]) -> list[str]:
     """The names among ``defines`` that ``code`` never mentions (a typo, or a macro of
     another kernel): defining them cannot change the kernel."""

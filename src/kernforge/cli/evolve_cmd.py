@@ -20,7 +20,7 @@ from ..pipeline.evolve_config import load_config
 from ..pipeline.native_evolve import evolve_native
 from ..replay.native_build import bind_source
 from ..replay.native_tune import RESULT
-from .checks import writable_dir
+from .checks import resumable_dir, writable_dir
 from .isolation import add_isolation_args, isolation
 from .native_cmd import load_native_units
 from .native_deploy_cmd import bind_units
@@ -104,6 +104,7 @@ def print_outcome(o: EvolveOutcome) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    resumable_dir(args.out, args.resume)
     cfg = load_config(args.config)
     out = args.out or Path("runs") / time.strftime("evolve-%Y%m%d-%H%M%S")
     writable_dir(out, "--out")

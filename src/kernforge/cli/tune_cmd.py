@@ -19,7 +19,7 @@ from ..harness import by_precision, precision_of
 from ..replay.native_build import bind_source
 from ..replay.tuning import TuningOutcome, tune_recording
 from ..tune import Budget
-from .checks import POSITIVE, float_range, load_all_units, writable_dir
+from .checks import POSITIVE, float_range, load_all_units, resumable_dir, writable_dir
 from .isolation import add_isolation_args, isolation
 from .native_deploy_cmd import tune_units as tune_native_units
 from .output import console
@@ -110,8 +110,7 @@ def load_space_file(path: Path | None) -> dict[str, Any] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.resume and args.out is None:
-        raise ConfigError("--resume needs --out naming the run directory to continue")
+    resumable_dir(args.out, args.resume)
     out = args.out or Path("runs") / time.strftime("tune-%Y%m%d-%H%M%S")
     writable_dir(out, "--out")
     user = load_space_file(args.space)
