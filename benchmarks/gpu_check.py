@@ -27,8 +27,9 @@ def steps(out: Path) -> dict[str, tuple[int, list[str]]]:
                              "tests"]),
         "bench-replay": (300, [PY, "benchmarks/bench_replay_gpu.py", "--n", "512",
                                "--rounds", "5", "--out", str(out / "replay")]),
+        # a fresh folder per check: the demo refuses an --out that holds an earlier run
         "demo": (300, [PY, "-m", "kernforge", "demo", "--backend", "cuda",
-                       "--out", str(out / "demo")]),
+                       "--out", str(out / time.strftime("demo-%Y%m%d-%H%M%S"))]),
         "deploy-overhead": (120, [PY, "benchmarks/bench_deploy_overhead.py", "--backend", "cuda",
                                   "--json", str(out / "deploy-overhead-cuda.json")]),
         "redteam": (180, [PY, "-m", "kernforge", "integrity", "redteam", "--backend", "cuda",
