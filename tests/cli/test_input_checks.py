@@ -185,6 +185,10 @@ def test_non_utf8_space_and_config_files_are_config_errors(rec_dir: Path, tmp_pa
     assert run("evolve", str(rec_dir), "--config", str(cfg), "--out", str(tmp_path / "e")) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "unreadable" in err
+    space.write_text("def.X: {ordinal: [4, 8], defualt: 4}\n")  # a misspelled key
+    assert run("tune", str(rec_dir), "--space", str(space), "--out", str(tmp_path / "t2")) == 2
+    err = capsys.readouterr().err
+    assert f"space file {space}" in err and "def.X" in err
 
 
 @pytest.mark.parametrize("argv", [["stencil", "check", "--compile-only", "--json"],

@@ -15,10 +15,11 @@ from rich.table import Table
 from ..core import ConfigError, Recording
 from ..core.fmt import fmt_time
 from ..core.lock import directory_lock
+from ..deploy.gate import idle_of, refusal
 from ..harness import by_precision, precision_of
 from ..replay.native_build import bind_source
 from ..replay.tuning import TuningOutcome, tune_recording
-from ..tune import Budget
+from ..tune import Budget, SearchSpace
 from .checks import POSITIVE, float_range, load_all_units, resumable_dir, writable_dir
 from .isolation import add_isolation_args, isolation
 from .native_deploy_cmd import tune_units as tune_native_units
@@ -99,14 +100,20 @@ def load_space_file(path: Path | None) -> dict[str, Any] | None:
         text = path.read_text("utf-8")
         if path.suffix in (".yaml", ".yml"):
             import yaml
-            return dict(yaml.safe_load(text) or {})
-        if path.suffix == ".toml":
+            data = dict(yaml.safe_load(text) or {})
+        elif path.suffix == ".toml":
             import tomllib
-            return tomllib.loads(text)
-        return dict(json.loads(text))
+            data = tomllib.loads(text)
+        else:
+            data = dict(json.loads(text))
     except Exception as exc:
         raise ConfigError(f"cannot parse space file {path}: {exc}",
                           hint="check its syntax (YAML, TOML or JSON by extension)") from exc
+    try:
+        SearchSpace.from_mapping(data)  # its dimensions checked now, with the file named
+    except ConfigError as exc:
+        raise ConfigError(f"space file {path}: {exc.message}", hint=exc.hint) from None
+    return data
 
 
 def run(args: argparse.Namespace) -> int:
@@ -187,26 +194,48 @@ class _Seen:
                 f"{fmt_time(self.best if self.best < float('inf') else None)}")
 
 
+def _verdict(o: TuningOutcome) -> tuple[str, bool]:
+    """What export will make of this unit's result (and whether its figures count)."""
+    v = o.validation
+    if v is not None and not v.accepted:
+        return f"REJECTED ({v.reason or v.status.value})", False
+    if o.ab is None:
+        return "the recorded configuration stayed best", True
+    idle, util = idle_of(v.to_json() if v is not None else None)
+    why = refusal(verified=v.accepted if v is not None else None, idle=idle,
+                  speedup=o.ab.speedup, ci=(o.ab.ci_low, o.ab.ci_high), utilisation=util)
+    return ("exportable" if why is None else f"not exportable: {why}"), idle is not False
+
+
 def _summary(out: Path, outcomes: list[TuningOutcome]) -> None:
     t = Table(title=f"tuning results in {out} (speedup: median of the per-pass ratios of an "
                     f"interleaved re-measurement, recorded vs best; times: its medians)")
     for col in ("unit", "evaluations (cache hits)", "recorded", "best", "speedup [95% CI]",
-                "best configuration"):
+                "best configuration", "verdict"):
         t.add_column(col)
+    busy = 0
     for o in outcomes:
-        ci = f" [{o.ab.ci_low:.3f}, {o.ab.ci_high:.3f}]" if o.ab else ""
+        verdict, counts = _verdict(o)
+        busy += not counts and not verdict.startswith("REJECTED")
+        rejected = verdict.startswith("REJECTED")
+        ci = f" [{o.ab.ci_low:.3f}, {o.ab.ci_high:.3f}]" if o.ab and not rejected else ""
         best = o.study.best_trial
         changed = {k: v for k, v in (best.config.items() if best else ())
                    if o.study.baseline is None or o.study.baseline.config.get(k) != v}
         hits = sum(1 for tr in o.study.trials if tr.cached)
         base_s, best_s = (o.ab.median_a, o.ab.median_b) if o.ab else (o.baseline_s, o.best_s)
         t.add_row(o.recording.name, f"{o.study.evaluations} ({hits})", fmt_time(base_s),
-                  fmt_time(best_s), f"{o.speedup:.3f}x{ci}",
-                  escape(", ".join(f"{k}={v}" for k, v in changed.items()) or "(recorded)"))
+                  "-" if rejected else fmt_time(best_s), f"{o.speedup:.3f}x{ci}",
+                  escape(", ".join(f"{k}={v}" for k, v in changed.items()) or "(recorded)"),
+                  escape(verdict))
     console.print(t)
     split = by_precision([(precision_of([a.dtype for a in o.recording.args if a.written]),
                            o.speedup) for o in outcomes])
     for label, s in split.items():
         console.print(f"{label}: geometric mean speedup {s['geomean']:.3f}x over {s['n']} "
                       f"unit(s) (median {s['median']:.3f}x)", markup=False)
+    if busy:
+        console.print(f"{busy} of {len(outcomes)} unit(s) were measured while the device was "
+                      f"busy: their speedups are shown but export will refuse them; tune again "
+                      f"on an idle machine", markup=False)
     console.print(f"per unit: result.json, history.png, study.db under {out}", markup=False)

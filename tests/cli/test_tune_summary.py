@@ -1,0 +1,41 @@
+"""The tune summary's verdict column: what export will make of each unit's result, so that a
+rejected winner or one measured on a busy device does not read as a win."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from kernforge.cli.tune_cmd import _verdict
+from kernforge.core import Status
+from kernforge.harness.compare import ABResult
+from kernforge.harness.provenance import IdleCheck
+from kernforge.replay.validate import Validation
+
+
+def _ab(speedup: float, lo: float, hi: float) -> ABResult:
+    return ABResult((speedup,) * 7, ((1.0,),) * 7, ((1.0,),) * 7, ("a",) * 7, lo, hi)
+
+
+def _outcome(ab: ABResult | None, validation: Validation | None) -> Any:
+    return SimpleNamespace(ab=ab, validation=validation, directory=Path("."))
+
+
+def _validation(verdict: str, *, idle: bool | None = True, reason: str = "") -> Validation:
+    return Validation("c", "v", verdict, Status.OK if verdict != "rejected"
+                      else Status.WRONG_RESULT, reason,
+                      idle=IdleCheck(idle, 0.9 if idle is False else 0.0, "nvml"))
+
+
+def test_each_verdict() -> None:
+    ok = _validation("accepted")
+    assert _verdict(_outcome(_ab(1.3, 1.2, 1.4), ok)) == ("exportable", True)
+    words, counts = _verdict(_outcome(_ab(1.01, 1.0, 1.02), ok))
+    assert words.startswith("not exportable: not significant") and counts
+    words, counts = _verdict(_outcome(_ab(5.0, 4.0, 6.0), _validation("accepted", idle=False)))
+    assert "busy" in words and not counts
+    words, counts = _verdict(_outcome(_ab(1.3, 0.7, 1.06),
+                                      _validation("rejected", reason="verify:fresh")))
+    assert words == "REJECTED (verify:fresh)" and not counts
+    assert _verdict(_outcome(None, None)) == ("the recorded configuration stayed best", True)
