@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from kernforge.cli.evolve_cmd import print_outcome
 from kernforge.pipeline.evolve import evolve_kernel
 from kernforge.pipeline.evolve_config import config_from_dict
 from kernforge.pipeline.evolve_report import error_kinds
@@ -21,8 +24,8 @@ def test_error_kinds_count_first_lines_commonest_first() -> None:
     assert error_kinds(calls, most=1) == [("could not run x: no such file", 2)]
 
 
-def test_a_proposer_that_cannot_run_is_named_in_the_report(heat_recordings: Path,
-                                                            tmp_path: Path) -> None:
+def test_a_proposer_that_cannot_run_is_named_in_the_report(
+        heat_recordings: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     recs = [load_recording(p) for p in find_recordings(heat_recordings)][:1]
     cfg = config_from_dict({"evolve": {"seed": 1, "max_iterations": 2, "eval_slots": 1,
                                        "llm_slots": 1, "max_in_flight": 1},
@@ -36,3 +39,6 @@ def test_a_proposer_that_cannot_run_is_named_in_the_report(heat_recordings: Path
     md = (tmp_path / "run" / "report.md").read_text()
     assert f"proposer error ({n} call" in md and "no-such-agent" in md
     assert out.report.llm_error_kinds == [(why, n)]
+    print_outcome(out)  # what `kernforge evolve` prints at the end
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"proposer error ({n} of {n} calls): could not run" in said and "no-such-agent" in said

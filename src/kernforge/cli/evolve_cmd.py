@@ -91,6 +91,8 @@ def print_outcome(o: EvolveOutcome) -> None:
                   f"calls, {r.evaluations_per_hour:.0f} evaluations/hour")
     console.print(f"  time: proposers {r.llm_s:.1f} s, compile {r.compile_s:.1f} s, "
                   f"evaluation {r.evaluation_s:.1f} s (wall {r.wall_s:.1f} s)")
+    for why, n in r.llm_error_kinds:  # a proposer that cannot work must not pass unnoticed
+        console.print(f"  [yellow]proposer error[/] ({n} of {r.llm_calls} calls): {escape(why)}")
     ci = f" (95% CI {f.ab.ci_low:.3f}-{f.ab.ci_high:.3f})" if f.ab else ""
     console.print(f"  best: {f.best.id if f.best else '-'}, {f.status}, speedup over the "
                   f"recorded kernel {f.speedup:.3f}x{ci} (interleaved)", markup=False)
