@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kernforge.apps.process import Ran, run, write_log
+from kernforge.apps.process import Ran, head_text, run, tail_text, write_log
 
 
 def test_a_time_out_is_named_with_its_limit(tmp_path: Path) -> None:
@@ -69,3 +69,36 @@ def test_the_command_dies_with_a_killed_kernforge(tmp_path: Path) -> None:
     finally:
         parent.kill()
         parent.wait()
+
+
+# ---- the end of a command's output in a reason: whole words ---------------------------------
+EXPORT_OUT = ("skipped runs/app/m3b/1-n64-heat_step-0/tune/heat_step-0/result.json: measured "
+              "while the device was busy (50% busy): re-run it on an idle machine\nnothing to "
+              "export: no result under runs/app/m3b/1-n64-heat_step-0/tune is signed, OK, "
+              "validated, idle-measured and significant with a speedup above 1")
+
+
+@pytest.mark.parametrize("n", [40, 77, 120, 150, 200])
+def test_the_tail_of_an_output_begins_at_a_whole_word(tmp_path: Path, n: int) -> None:
+    ran = run(["sh", "-c", 'printf "%s" "$0" >&2', EXPORT_OUT], cwd=tmp_path, env=os.environ,
+              timeout_s=10)
+    tail = ran.tail(n)
+    assert len(tail) <= n and tail.startswith("... ")
+    words = tail.removeprefix("... ").split()
+    assert words and all(w in EXPORT_OUT.split() for w in words)  # none cut in the middle
+    assert EXPORT_OUT.endswith(tail.removeprefix("... "))
+    assert ran.tail(len(EXPORT_OUT)) == EXPORT_OUT  # uncut: as it is, no marker
+
+
+def test_tail_and_head_of_a_single_long_word() -> None:
+    word = "x" * 50
+    assert tail_text(word, 10) == "..." + "x" * 7  # no whole word fits: its end, marked
+    assert head_text(word, 10) == "x" * 7 + "..."
+    assert tail_text("  short  ", 10) == "short"
+
+
+def test_a_long_kernel_name_is_cut_at_a_word_and_says_so() -> None:
+    name = "void heat_kernel<float, 3>(float*, float const*, int)"
+    assert head_text(name, 100) == name
+    cut = head_text(name, 30)
+    assert len(cut) <= 30 and cut == "void heat_kernel<float,..."

@@ -34,6 +34,7 @@ from ..stencil import matrix as mx
 from ..stencil.kernels.common import literal
 from ..stencil.operator import Operator
 from .probe import Recognized, radii
+from .process import tail_text
 
 SCALARS = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 
@@ -289,7 +290,7 @@ def compile_cubin(source: str, arch: str = "sm_90", *, ptx: bool = False) -> byt
                "-o", str(out), str(src)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise CompileError(f"nvcc failed on the adapter: {proc.stderr.strip()[-2000:]}",
+            raise CompileError(f"nvcc failed on the adapter: {tail_text(proc.stderr, 2000)}",
                                hint="the generated adapter is a bug: report it with the unit")
         return out.read_bytes()
 
@@ -309,6 +310,6 @@ def compile_image(source: str, arch: str) -> bytes:
         image = compiler.compile_using_nvrtc(source, ("--std=c++17",),
                                              arch=arch.removeprefix("sm_"))
     except compiler.CompileException as exc:  # it carries the log
-        raise CompileError(f"NVRTC failed on the adapter: {str(exc)[-2000:]}",
+        raise CompileError(f"NVRTC failed on the adapter: {tail_text(str(exc), 2000)}",
                            hint="the generated adapter is a bug: report it with the unit") from None
     return image if isinstance(image, bytes) else str(image).encode()

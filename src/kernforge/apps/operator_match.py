@@ -37,6 +37,7 @@ from ..core.errors import exit_cause
 from ..deploy import native as nd
 from ..deploy.gate import NOISE_BAND, refusal
 from ..record.native_format import read_native
+from .process import tail_text
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ def _child(unit: Path, out_dir: Path, repeat: int, passes: int, timeout_s: float
             return {"nomatch": f"no result within {timeout_s:.0f} s (a probe hung?)"}
         if res.is_file():
             return dict(json.loads(res.read_text()))
-        tail = proc.stderr.strip()[-600:]
+        tail = tail_text(proc.stderr, 600)
         return {"nomatch": f"the probing process {exit_cause(proc.returncode)} (a kernel that "
                            f"faults on probe inputs is no stencil we replace): {tail}"}
 

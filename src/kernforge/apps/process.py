@@ -51,7 +51,42 @@ class Ran:
         return self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr
 
     def tail(self, n: int = 600) -> str:
-        return self.output.strip()[-n:]
+        """The end of the output for a reason: at most ``n`` characters, beginning at a whole
+        word (see :func:`tail_text`)."""
+        return tail_text(self.output, n)
+
+
+CUT = "..."
+
+
+def tail_text(text: str, n: int) -> str:
+    """The end of ``text`` (stripped) in at most ``n`` characters for a reason or message:
+    where it is cut, it begins at a whole word after "... " (never in the middle of one,
+    unless a single word is longer than ``n``: then its end)."""
+    text = text.strip()
+    if len(text) <= n:
+        return text
+    room = max(1, n - len(CUT) - 1)
+    start = len(text) - room
+    if not text[start - 1].isspace():  # inside a word: begin at the next one
+        gap = next((i for i in range(start, len(text)) if text[i].isspace()), None)
+        if gap is None:
+            return CUT + text[len(text) - max(1, n - len(CUT)):]
+        start = gap
+    return f"{CUT} {text[start:].lstrip()}"
+
+
+def head_text(text: str, n: int) -> str:
+    """The beginning of ``text`` in at most ``n`` characters (a kernel's name in a reason):
+    where it is cut, it ends at a whole word, or in the middle of one only when no space is
+    near, and says so with "..."."""
+    if len(text) <= n:
+        return text
+    keep = text[:max(1, n - len(CUT))]
+    space = keep.rfind(" ")
+    if space >= len(keep) // 2:
+        keep = keep[:space]
+    return keep.rstrip() + CUT
 
 
 def plain_env(base: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..harness import RunFailed, Setup
 from ..manifest import expand
-from ..process import run, write_log
+from ..process import head_text, run, write_log
 from ..tree import changed, load_original, snapshot
 from . import Context, Outcome, Strategy
 
@@ -43,7 +43,7 @@ When you are done, exit 0.
 
 def _prompt(ctx: Context) -> str:
     m = ctx.manifest
-    ks = "\n".join(f"- {k['name'][:100]}: {k['seen']} launches, "
+    ks = "\n".join(f"- {head_text(k['name'], 100)}: {k['seen']} launches, "
                    + (f"{100 * k['share']:.1f} % of the run" if k.get("share") is not None
                       else "time unknown") for k in ctx.kernels[:12]) or "- (no kernel seen)"
     check = m.check.kind + (f" pattern {m.check.pattern!r}" if m.check.pattern else "") + (

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from ..process import head_text
 from . import Context, Outcome, Strategy
 
 MODULE = "kernforge.apps.operator_match"
@@ -50,9 +51,9 @@ class OperatorStrategy(Strategy):
         if not tried:
             return Outcome("SKIPPED", "no recorded kernel to match", figures)
         if not specs:
-            why = "; ".join(f"{t['kernel'][:40]}: {t['reason']}" for t in tried)
+            why = "; ".join(f"{head_text(t['kernel'], 40)}: {t['reason']}" for t in tried)
             return Outcome("FAILED", f"no kernel matched an operator ({why})", figures)
-        cells = ", ".join(f"{t['kernel'][:40]} -> {t['cell']} ({t['speedup']:.2f}x)"
+        cells = ", ".join(f"{head_text(t['kernel'], 40)} -> {t['cell']} ({t['speedup']:.2f}x)"
                           for t in tried if t["matched"])
         return Outcome("DONE", f"{len(specs)} kernel(s) matched: {cells}", figures,
                        native_specs=tuple(specs))

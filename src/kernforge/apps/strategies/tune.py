@@ -18,7 +18,7 @@ from typing import Any
 
 from ...core.jsonio import parse_json
 from ...deploy import native as nd
-from ..process import Ran, run, write_log
+from ..process import Ran, head_text, run, write_log
 from . import Context, Outcome, Strategy
 
 TOOL_TIMEOUT_S = 4 * 3600.0
@@ -79,7 +79,7 @@ class TuneStrategy(Strategy):
             info: dict[str, Any] = {"kernel": k["name"], "unit": str(unit),
                                     "share": k.get("share"), "tune_exit": ran.returncode}
             if ran.returncode != 0:
-                info["reason"] = f"kernforge tune {ran.ended}: {ran.tail(300)}"
+                info["reason"] = f"kernforge tune {ran.ended}: " + " ".join(ran.tail(300).split())
                 kernels.append(info)
                 continue
             run_dir = base / "tune"
@@ -101,10 +101,11 @@ class TuneStrategy(Strategy):
             kernels.append(info)
         figures = {"kernels": kernels}
         if not native and not source:
-            why = "; ".join(f"{x['kernel'][:40]}: {shorten(x.get('reason', ''), 240, placeholder='...')}"
+            why = "; ".join(f"{head_text(x['kernel'], 40)}: "
+                            f"{shorten(x.get('reason', ''), 240, placeholder='...')}"
                             for x in kernels)
             return Outcome("FAILED", f"no tuned kernel passed the gate ({why})", figures)
-        wins = ", ".join(f"{e['kernel'][:40]} {e['speedup']:.2f}x" for x in kernels
+        wins = ", ".join(f"{head_text(e['kernel'], 40)} {e['speedup']:.2f}x" for x in kernels
                          for e in x.get("exported", []) if e.get("speedup"))
         return Outcome("DONE", f"tuned and exported: {wins}", figures,
                        native_specs=tuple(native), source_specs=tuple(source))
