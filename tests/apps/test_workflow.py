@@ -3,6 +3,7 @@ host compiler; no GPU): every state, the SQLite record, resume, and the original
 
 from __future__ import annotations
 
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from kernforge.apps.store import AppStore
 from kernforge.apps.tree import snapshot
 from kernforge.apps.workflow import AppRun
 from kernforge.cli.main import main
+from kernforge.core import ConfigError
 from kernforge.core.jsonio import parse_json
 from kernforge.testing.fakedriver import FakeCuda
 
@@ -211,3 +213,92 @@ def test_a_resumed_run_keeps_the_logs_of_the_run_before(tmp_path: Path) -> None:
     assert main(["app", "run", str(m), "--out", str(out), "--resume"]) == 0
     after = {p.name: p.read_text() for p in (out / "logs").iterdir()}
     assert {k: after[k] for k in first} == first and len(after) > len(first)
+
+
+def test_resume_where_no_run_was_started_is_bad_input(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    m = _echo(tmp_path)
+    typo = tmp_path / "rnu"
+    assert main(["app", "run", str(m), "--out", str(typo), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "nothing to resume there" in err and "drop --resume to start a run" in err
+    assert not typo.exists()  # nothing was started, nor created
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigError, match="nothing to resume there"):
+        _run(m, empty, resume=True)
+    assert not (empty / "app.db").exists()
+    assert main(["app", "run", str(m), "--out", str(typo)]) == 0  # without --resume: runs
+    assert main(["app", "run", str(m), "--out", str(typo), "--resume"]) == 0  # now it resumes
+
+
+def test_an_agent_step_redone_after_an_interruption_starts_from_scratch(
+        tmp_path: Path, fake: FakeCuda, program: Path) -> None:
+    m = _manifest(tmp_path, fake, program, agent=False)
+    out = tmp_path / "run"
+    assert _run(m, out, agent=f"{{python}} {AGENT} faster") == "INTEGRATED"
+    assert (out / "m3c" / "changes.diff").read_text()
+    store = AppStore.open(out)  # as if interrupted in M3c, once the agent's diff was written
+    store.begin("M3")
+    store.begin("M3c")
+    store.conn.execute("DELETE FROM milestones WHERE name = 'M4'")
+    store.conn.execute("UPDATE app SET state = 'PENDING'")
+    store.close()
+    (out / "m4" / "stale.json").write_text("{}")
+    assert _run(m, out, resume=True, agent=f"{{python}} {AGENT} nothing") == "RESEARCH"
+    m3c = AppStore.open(out).milestone("M3c")
+    assert m3c is not None and m3c.status == "FAILED" and "changed no file" in m3c.reason
+    assert not (out / "m3c" / "changes.diff").exists()  # not the interrupted attempt's diff
+
+
+CPU_APP = Path(__file__).with_name("cpu_app")
+
+
+def test_interrupted_while_tuning_then_resumed_tunes_again(tmp_path: Path) -> None:
+    m = tmp_path / "blur.toml"
+    m.write_text(f"""
+name = "blur2d-cpu"
+source = "{CPU_APP}"
+build = "true"
+[[datasets]]
+name = "n256"
+run = "{{python}} blur2d.py --n 256 --steps 60"
+[check]
+kind = "regex"
+pattern = 'checksum ([0-9.eE+-]+)'
+rel = 1e-12
+[measure]
+rounds = 1
+e2e_rounds = 2
+min_share = 0.0
+[integrate]
+strategies = ["tune"]
+tune_trials = 3
+""")
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "kernforge", "app", "run", str(m), "--out",
+                             str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None:
+            if any((out / "m3b").glob("*/tune/*/study.db")):  # the inner tune's study began
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C, in the middle of M3b
+        assert proc.wait(60) == 130
+    finally:
+        proc.kill()
+        proc.wait()
+    store = AppStore.open(out)
+    assert store.milestone("M3b").status == "RUNNING"  # type: ignore[union-attr]
+    store.close()
+    assert main(["app", "run", str(m), "--out", str(out), "--resume"]) == 0
+    store = AppStore.open(out)
+    m3b = store.milestone("M3b")
+    assert m3b is not None and m3b.status in ("DONE", "FAILED")
+    assert "already holds" not in m3b.reason
+    assert [k["tune_exit"] for k in m3b.figures["kernels"]] == [0]  # tuned again, from scratch
+    app = store.app()
+    assert app is not None and app.state in ("INTEGRATED", "DROPPED", "RESEARCH")
+    if m3b.status == "DONE":  # RESEARCH only when export's gate found the machine busy
+        assert app.state in ("INTEGRATED", "DROPPED"), app.reason

@@ -19,6 +19,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,7 @@ from ..core.jsonio import parse_json, write_json_atomic
 from . import endtoend, recording, tree
 from .harness import AppHarness, RunFailed
 from .manifest import AppManifestError, Manifest
-from .store import FINAL, AppState, AppStore
+from .store import DB_NAME, FINAL, AppState, AppStore
 from .strategies import Context, Outcome, strategies
 
 Step = tuple[str, str, dict[str, Any], str | None]  # status, reason, figures, new state
@@ -57,15 +58,21 @@ class AppRun:
     def run(self) -> AppState:
         text = self.manifest.path.read_text("utf-8")
         sha = hashlib.sha256(text.encode()).hexdigest()
+        if self.resume and not self.out.is_dir():  # a typo must not start a run from zero
+            raise self._nothing_to_resume()
         self.out.mkdir(parents=True, exist_ok=True)
         lock = _lock(self.out)
         try:
+            if self.resume and not (self.out / DB_NAME).is_file():
+                raise self._nothing_to_resume()
             self.store = AppStore.open(self.out)
         except BaseException:
             os.close(lock)
             raise
         try:
             prior = self.store.app()
+            if prior is None and self.resume:  # created, killed before its first row
+                raise self._nothing_to_resume()
             if prior is not None and not self.resume:
                 raise AppManifestError(f"{self.out} already holds a run of {prior.name} "
                                        f"({prior.state})",
@@ -89,6 +96,11 @@ class AppRun:
         finally:
             self.store.close()
             os.close(lock)
+
+    def _nothing_to_resume(self) -> ConfigError:
+        return ConfigError(f"--out {self.out}: nothing to resume there (no run of "
+                           f"kernforge app run was started in it)",
+                           hint="check the path, or drop --resume to start a run there")
 
     def _milestone(self, name: str, step: Callable[[], Step]) -> None:
         done = self.store.milestone(name)
@@ -220,6 +232,7 @@ class AppRun:
                           self.progress, self.agent)
             self.progress(f"{m.name}: {cls.milestone} {cls.title}")
             self.store.begin(cls.milestone)
+            _empty(cls.workdir(self.out))  # redone after an interrupted run: from scratch
             try:
                 o = cls().apply(ctx)
             except KernforgeError as exc:  # a tool's typed refusal: this strategy's failure
@@ -242,6 +255,7 @@ class AppRun:
         m = self.manifest
         self._load_references()
         outcomes = [o for n, o in self._outcomes().items() if o.integrates]
+        _empty(self.out / "m4")  # what an interrupted M4 merged or logged is not this one's
         try:
             setup, info = endtoend.integrate(outcomes, self.out, m.source)
         except KernforgeError as exc:  # e.g. a spec that does not read back: deploy nothing
@@ -257,6 +271,14 @@ class AppRun:
             state, reason = "BLOCKED", f"the original program's files changed: {touched[:5]}"
         endtoend.write_integration(self.out, setup, info, deployed=state == "INTEGRATED")
         return ("DONE" if state == "INTEGRATED" else "FAILED"), reason, figures, state
+
+
+def _empty(directory: Path) -> None:
+    """Remove what an earlier, interrupted attempt of a milestone left in ``directory``."""
+    if directory.is_dir() and not directory.is_symlink():
+        shutil.rmtree(directory)
+    elif directory.exists() or directory.is_symlink():
+        directory.unlink()
 
 
 LOCK_NAME = "app.lock"

@@ -79,6 +79,13 @@ class Strategy(ABC):
     milestone: str = "M3?"
     title: str = ""
 
+    @classmethod
+    def workdir(cls, out: Path) -> Path:
+        """Where it writes in the run directory (``OUT/m3a``, ...). The workflow empties it
+        before the strategy starts: a strategy redone after an interrupted run starts from
+        scratch, not on what the interrupted attempt left (a tuning study, a half copy)."""
+        return out / cls.milestone.lower()
+
     @abstractmethod
     def apply(self, ctx: Context) -> Outcome:
         """Try it; never raises for a failure of the program or the tools (that is data)."""

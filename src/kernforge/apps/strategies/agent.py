@@ -66,7 +66,7 @@ class AgentStrategy(Strategy):
         if any(o.integrates for o in ctx.earlier.values()):
             return Outcome("SKIPPED", "an earlier strategy already integrated a change")
         m, h = ctx.manifest, ctx.harness
-        copy = ctx.out / "m3c" / "source"
+        copy = self.workdir(ctx.out) / "source"
         if copy.exists():
             shutil.rmtree(copy)
         copy.parent.mkdir(parents=True, exist_ok=True)
@@ -105,7 +105,7 @@ class AgentStrategy(Strategy):
         except RunFailed as exc:
             return Outcome("FAILED", f"the agent's version fails: {exc}", figures)
         figures["screen_s"] = times
-        _diff(m.source, copy, edits, ctx.out / "m3c" / "changes.diff")
+        _diff(m.source, copy, edits, self.workdir(ctx.out) / "changes.diff")
         return Outcome("DONE", f"the agent changed {len(edits)} file(s) "
                                f"({', '.join(edits[:4])}); it builds and passes its check on "
                                f"every dataset", figures, source=str(copy))

@@ -32,7 +32,7 @@ class OperatorStrategy(Strategy):
             ctx.progress(f"{ctx.manifest.name}: matching {k['name'][:60]} ({unit.parent.name}/"
                          f"{unit.name}) against the operator matrix")
             try:
-                r = match_unit(unit, out_dir=ctx.out / "m3a" / unit.parent.name / unit.name,
+                r = match_unit(unit, out_dir=self.workdir(ctx.out) / unit.parent.name / unit.name,
                                repeat=ctx.manifest.integrate.match_repeat)
             except Exception as exc:  # noqa: BLE001 - a matcher failure is this kernel's data
                 tried.append({"kernel": k["name"], "unit": str(unit), "matched": False,

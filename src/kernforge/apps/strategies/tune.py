@@ -70,7 +70,7 @@ class TuneStrategy(Strategy):
         kernels: list[dict[str, Any]] = []
         for i, (k, unit) in enumerate(todo):
             tag = f"{i}-{unit.parent.name}-{unit.name}"[:80]
-            base = ctx.out / "m3b" / tag
+            base = self.workdir(ctx.out) / tag
             ctx.progress(f"{ctx.manifest.name}: tuning {k['name'][:60]} ({unit.parent.name}/"
                          f"{unit.name})")
             ran = kernforge(ctx, ["tune", str(unit), "--out", str(base / "tune"), "--trials",
