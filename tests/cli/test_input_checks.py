@@ -216,3 +216,13 @@ def test_the_max_error_column_names_a_buffer_only_when_one_differs() -> None:
         BufferCheck("v", True, "rel", 8, max_abs=3e-7)))
     assert fmt_error(bad) == "1.00e-09 (u)"
     assert fmt_error(Measurement(Status.OK)) == "-"
+
+
+def test_kernels_that_match_nothing_name_the_recorded_ones(rec_dir: Path,
+                                                            capsys: pytest.CaptureFixture[str]
+                                                            ) -> None:
+    for cmd in ("replay", "tune"):
+        assert run(cmd, str(rec_dir), "--kernels", "nosuch*", "--in-process") == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert "matches --kernels 'nosuch*'" in err and "recorded kernels:" in err, err
+        assert "recorded kernels: scale" in err

@@ -174,14 +174,17 @@ def load_all_units(path: str | Path, pattern: str | None = None
     recs: list[Recording] = []
     native: list[NativeRecording] = []
     damaged: list[RecordingError] = []
+    seen: set[str] = set()  # every kernel recorded, for a pattern that matches none
     for p in paths:
         try:
             if is_native_unit(p):
                 n = read_native(p)
+                seen.add(n.name or n.entry)
                 if native_matches(n, pattern):
                     native.append(n)
             else:
                 rec = load_recording(p)
+                seen.add(rec.source.entry)
                 if not pattern or fnmatchcase(rec.source.entry, pattern):
                     recs.append(rec)
         except RecordingError as exc:
@@ -190,6 +193,11 @@ def load_all_units(path: str | Path, pattern: str | None = None
             damaged.append(exc)
     if damaged and not recs and not native:
         raise damaged[0]
+    if pattern and seen and not recs and not native:
+        shown = sorted(seen)
+        raise ConfigError(f"no recorded kernel under {path} matches --kernels {pattern!r}",
+                          hint=f"recorded kernels: {', '.join(shown[:12])}"
+                               + (f" and {len(shown) - 12} more" if len(shown) > 12 else ""))
     for bad in damaged:
         warn_damaged(bad)
     return recs, native
