@@ -91,6 +91,8 @@ def test_unknown_version_is_refused(spec_path: Path) -> None:
 def test_other_files_are_refused(tmp_path: Path, spec_path: Path) -> None:
     with pytest.raises(DeploySpecError, match="no such deployment spec"):
         read_spec(tmp_path / "missing.json")
+    with pytest.raises(DeploySpecError, match="is a directory, not a deployment spec"):
+        read_spec(tmp_path)
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"format": "kernforge-recording"}))
     with pytest.raises(DeploySpecError, match="not a kernforge deployment spec"):

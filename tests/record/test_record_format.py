@@ -159,6 +159,10 @@ def test_find_recordings_ignores_tmp_and_sorts(tmp_path: Path, one_unit: Path) -
     assert find_recordings(tmp) == []
     with pytest.raises(RecordingError, match="no such recordings directory"):
         find_recordings(root / "nope")
+    (root / "evo.yaml").write_text("evolve: {}\n")
+    with pytest.raises(RecordingError, match="is a file, not a recordings directory"):
+        find_recordings(root / "evo.yaml")
+    (root / "evo.yaml").unlink()
     assert clean_partial(root) == [tmp]
     assert not tmp.exists() and len(find_recordings(root)) == 4
 

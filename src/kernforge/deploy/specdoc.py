@@ -39,6 +39,10 @@ def bad(path: Path, problem: str, hint: str = REEXPORT) -> DeploySpecError:
 
 
 def _load_json(path: Path) -> dict[str, Any]:
+    if path.is_dir():
+        raise bad(path, "is a directory, not a deployment spec",
+                  "give the file written by kernforge export (e.g. RUN_DIR/deploy.json, or "
+                  "run kernforge export on this directory if it is a tuning run)")
     if not path.is_file():
         raise bad(path, "no such deployment spec",
                   "give the file written by kernforge export (e.g. RUN_DIR/deploy.json)")

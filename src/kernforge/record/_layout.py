@@ -51,6 +51,10 @@ def _walk_dirs(root: Path) -> list[Path]:
 def find_recordings(path: PathLike) -> list[Path]:
     """``path`` itself if it is a unit, else every unit under it (sorted; .tmp-* ignored)."""
     p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise RecordingError(f"{p} is a file, not a recordings directory",
+                             hint="give a directory written by kernforge record, or one unit "
+                                  "in it")
     if not p.is_dir():
         raise RecordingError(f"{p}: no such recordings directory",
                              hint="give a directory written by kernforge record, or one unit")
