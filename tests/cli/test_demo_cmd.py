@@ -178,3 +178,18 @@ def test_demo_refuses_a_problem_it_cannot_show_before_any_work(
     assert exc.value.code == 2
     assert message in " ".join(capsys.readouterr().err.split())
     assert not (tmp_path / "d").exists()
+
+
+def test_demo_on_cuda_without_cupy_is_backend_unavailable_before_any_work(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        import cupy  # noqa: F401
+        pytest.skip("CuPy imports here")
+    except ImportError:
+        pass
+    from kernforge.cli.main import main
+
+    rc = main(["demo", "--out", str(tmp_path / "d"), *TINY, "--backend", "cuda"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 3 and "needs CuPy and an NVIDIA GPU" in err and "Traceback" not in err, err
+    assert not (tmp_path / "d" / "recordings").exists()

@@ -90,6 +90,12 @@ def _at_least(lo: int, why: str) -> Callable[[str], int]:
 def run(args: argparse.Namespace) -> int:
     writable_dir(args.out, "--out")
     check_out(args.out)  # before any wait or work: an earlier run's directory is refused
+    if args.backend == "cuda":  # before the application runs: exit 3, not a traceback later
+        from ..backends.cuda import require_cupy
+
+        require_cupy("kernforge demo --backend cuda",
+                     "install cupy-cuda13x on a machine with a GPU, or leave --backend out "
+                     "(the CPU backend is used when no GPU is present)")
     if args.wait_idle > 0:
         wait_for_idle(args.backend or "cpu", args.wait_idle)
     with console.status("starting") as status, line_progress(console) as lines:
