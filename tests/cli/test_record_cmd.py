@@ -163,3 +163,22 @@ def test_ctrl_c_turns_the_spooled_launches_of_a_native_program_into_units(
     assert sorted(u.name for u in _units(out)) == ["heat-0", "heat-1"]
     for unit in _units(out):
         assert read_native(unit, verify=True).entry == "heat"
+
+
+def test_recording_into_a_directory_that_holds_units_says_so(tmp_path: Path) -> None:
+    app = tmp_path / "once.py"
+    app.write_text('import numpy as np, kernforge\n'
+                   'k = kernforge.Kernel("def twice(x: \\"const double *\\", y: \\"double *\\", '
+                   'n: \\"int\\") -> None:\\n    y[:n] = 2 * x[:n]\\n", "twice", '
+                   'backend="null")\n'
+                   'x, y = np.ones(64), np.zeros(64)\n'
+                   'k(x, y, 64)\nk(x, y, 64)\n')
+    out = tmp_path / "rec"
+    runs = [subprocess.run([*KERNFORGE, "record", "-o", str(out), "--", "python", str(app)],
+                           capture_output=True, text=True, timeout=120, check=False)
+            for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs[1].stderr
+    assert "already held" not in runs[0].stdout
+    said = " ".join(runs[1].stdout.split())
+    assert f"note: {out} already held" in said and "new -o" in said
+    assert len(find_recordings(out)) > 1

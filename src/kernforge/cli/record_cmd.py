@@ -97,4 +97,9 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"  {p}", markup=False)
     for line in problems:
         console.print(f"  not turned into a unit: {line}", markup=False)
+    if before and paths:  # not an error (one directory may gather runs), but not silent
+        console.print(f"note: {args.out} already held {len(before)} unit(s) from an earlier "
+                      f"recording; the new ones are beside them, and every command given "
+                      f"{args.out} uses both (record into a new -o to keep runs apart)",
+                      markup=False)
     return status
