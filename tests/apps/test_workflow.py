@@ -251,6 +251,24 @@ def test_an_agent_step_redone_after_an_interruption_starts_from_scratch(
     assert not (out / "m3c" / "changes.diff").exists()  # not the interrupted attempt's diff
 
 
+def test_only_an_interrupted_milestone_has_its_folder_emptied(
+        tmp_path: Path, fake: FakeCuda, program: Path) -> None:
+    m = _manifest(tmp_path, fake, program, agent=False)
+    out = tmp_path / "run"
+    for mine in (out / "m3c" / "notes.txt", out / "m4" / "keep.txt"):  # the user's own
+        mine.parent.mkdir(parents=True, exist_ok=True)
+        mine.write_text("mine")
+    assert _run(m, out, agent=f"{{python}} {AGENT} faster") == "INTEGRATED"
+    assert (out / "m3c" / "notes.txt").is_file() and (out / "m4" / "keep.txt").is_file()
+    store = AppStore.open(out)  # as if killed during M4
+    store.begin("M4")
+    store.conn.execute("UPDATE app SET state = 'PENDING'")
+    store.close()
+    assert _run(m, out, resume=True, agent=f"{{python}} {AGENT} faster") == "INTEGRATED"
+    assert not (out / "m4" / "keep.txt").exists()  # M4 redone from scratch
+    assert (out / "m3c" / "notes.txt").is_file()  # M3c was settled: untouched
+
+
 CPU_APP = Path(__file__).with_name("cpu_app")
 
 

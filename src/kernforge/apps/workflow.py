@@ -53,6 +53,7 @@ class AppRun:
                                         "writes into the program's directory")
         self.h = AppHarness(self.manifest, self.out, self.progress)
         self.agent = self.agent or self.manifest.integrate.agent
+        self._interrupted = False  # the milestone in flight was begun by a killed run
 
     # ---- the run --------------------------------------------------------------------------
     def run(self) -> AppState:
@@ -108,6 +109,7 @@ class AppRun:
             self.progress(f"{self.manifest.name}: {name} already done ({done.reason})")
             return
         self.progress(f"{self.manifest.name}: {name} started")
+        self._interrupted = done is not None  # begun by a run that was killed: redo it
         self.store.begin(name)
         try:
             status, reason, figures, state = step()
@@ -231,8 +233,9 @@ class AppRun:
             ctx = Context(m, self.h, self.out, m2["kernels"], m2["run_s"], dict(earlier),
                           self.progress, self.agent)
             self.progress(f"{m.name}: {cls.milestone} {cls.title}")
+            if ms is not None:  # begun by a run that was killed: redone from scratch
+                _empty(cls.workdir(self.out))
             self.store.begin(cls.milestone)
-            _empty(cls.workdir(self.out))  # redone after an interrupted run: from scratch
             try:
                 o = cls().apply(ctx)
             except KernforgeError as exc:  # a tool's typed refusal: this strategy's failure
@@ -255,7 +258,8 @@ class AppRun:
         m = self.manifest
         self._load_references()
         outcomes = [o for n, o in self._outcomes().items() if o.integrates]
-        _empty(self.out / "m4")  # what an interrupted M4 merged or logged is not this one's
+        if self._interrupted:  # what an interrupted M4 merged or logged is not this one's
+            _empty(self.out / "m4")
         try:
             setup, info = endtoend.integrate(outcomes, self.out, m.source)
         except KernforgeError as exc:  # e.g. a spec that does not read back: deploy nothing
