@@ -76,3 +76,25 @@ def test_a_damaged_database_is_a_config_error_naming_it(tmp_path):
     with pytest.raises(ConfigError, match="evolve.db: not a usable evolution database") as exc:
         Store(path)
     assert "move the file away" in exc.value.hint and "--out" in exc.value.hint
+
+
+def test_a_locked_database_is_kept_not_called_damaged(tmp_path):
+    import sqlite3
+
+    from kernforge.core.errors import damaged_database
+
+    path = tmp_path / "evolve.db"
+    with Store(path) as s:
+        s.add_program(_prog("a"), "ha", -1)
+    holder = sqlite3.connect(path, timeout=0)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(ConfigError, match="cannot use the evolution database") as exc:
+            Store(path)
+        assert "kept as it is" in exc.value.hint and "move the file away" not in exc.value.hint
+    finally:
+        holder.rollback()
+        holder.close()
+    with Store(path) as s:  # the file was fine all along
+        assert [p.id for p in s.programs()] == ["a"]
+    assert not damaged_database(sqlite3.OperationalError("database is locked"))

@@ -148,3 +148,10 @@ def error_from_json(err: dict[str, Any]) -> KernforgeError:
     if err.get("status"):
         exc.status = Status(err["status"])
     return exc
+
+
+def damaged_database(exc: BaseException) -> bool:
+    """True when ``exc`` is SQLite saying the file is not a database or is corrupt (not busy,
+    locked, full or failing to read: the file may be fine then)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and (code & 0xFF) in (11, 26)  # SQLITE_CORRUPT, _NOTADB

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kernforge.core import ConfigError, Status
+from kernforge.core.errors import damaged_database
 
 from .types import EvalResult, Program, Proposal, RecordingResult
 
@@ -88,8 +89,12 @@ class Store:
                               "DEFAULT 0")
                 if self.get_state("schema_version") is None:
                     self.set_state("schema_version", SCHEMA_VERSION)
-        except sqlite3.DatabaseError as exc:  # overwritten, truncated: not an SQLite database
+        except sqlite3.DatabaseError as exc:
             self.conn.close()
+            if not damaged_database(exc):  # locked, full, an I/O error: the file may be fine
+                raise ConfigError(f"{self.path}: cannot use the evolution database ({exc})",
+                                  hint="another process may hold it, or the disk is full or "
+                                       "failing; the file is kept as it is") from None
             raise ConfigError(f"{self.path}: not a usable evolution database ({exc})",
                               hint="its programs cannot be read: move the file away to start "
                                    "this kernel's evolution afresh, or evolve into a new run "

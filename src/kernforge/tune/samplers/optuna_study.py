@@ -22,6 +22,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ...core import ConfigError, Measurement, Status
+from ...core.errors import damaged_database
 from ..space import SearchSpace, canonical
 from .base import ORIGINS, Sampler, Trial, TrialRecord
 from .encoding import Encoding
@@ -43,8 +44,13 @@ def _sqlite_error(exc: BaseException) -> sqlite3.DatabaseError | None:
 
 
 def _unusable_storage(storage: str | None, exc: sqlite3.DatabaseError) -> ConfigError:
-    """A study database SQLite cannot read (overwritten, truncated): name it, and what to do."""
+    """A study database SQLite cannot read (overwritten, truncated): name it, and what to do;
+    one it cannot use now (locked, disk full, an I/O error) is kept and said so."""
     where = storage.removeprefix("sqlite:///") if storage else "the study storage"
+    if not damaged_database(exc):
+        return ConfigError(f"{where}: cannot use the study database ({exc})",
+                           hint="another process may hold it, or the disk is full or "
+                                "failing; the file is kept as it is")
     return ConfigError(f"{where}: not a usable study database ({exc})",
                        hint="its trials cannot be read: move the file away to start this "
                             "study afresh, or tune into a new run directory (another --out)")
