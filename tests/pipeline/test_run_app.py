@@ -103,8 +103,17 @@ def test_which_commands_are_python_applications(app: Path, tmp_path: Path) -> No
     script.write_text("#!/usr/bin/env python3\nprint(1)\n")
     shell = tmp_path / "run.sh"
     shell.write_text("#!/bin/sh\necho 1\n")
+    # what pip writes when the interpreter's path is too long for a #! line
+    launcher = tmp_path / "train"
+    launcher.write_text("#!/bin/sh\n'''exec' /a/very/long/path/bin/python \"$0\" \"$@\"\n"
+                        "' '''\nimport sys\nprint(sys.argv)\n")
+    bare = tmp_path / "bare"
+    bare.write_text("import sys\nprint(sys.argv)\n")
+    one_word = tmp_path / "one.sh"
+    one_word.write_text("#!/bin/sh\ntrue\n")  # valid Python after its #! line, yet a shell's
     for cmd in (["python", "x"], [str(app)], ["-m", "json.tool"], ["-u", str(app)],
-                [str(script)], ["missing.py"]):
+                [str(script)], ["missing.py"], [str(launcher)], [str(bare)]):
         assert is_python_application(cmd), cmd
-    for cmd in (["/bin/true"], [str(shell)], ["./heat2d", "4096"], [str(tmp_path)]):
+    for cmd in (["/bin/true"], [str(shell)], ["./heat2d", "4096"], [str(tmp_path)],
+                [str(one_word)]):
         assert not is_python_application(cmd), cmd

@@ -183,16 +183,29 @@ def is_python_command(command: Sequence[str]) -> bool:
 
 def is_python_application(command: Sequence[str]) -> bool:
     """What kernforge can run as a Python application: a :func:`is_python_command`, the
-    interpreter's options or ``-m`` first, or a file whose ``#!`` line names python (not a
-    binary, nor a shell script)."""
+    interpreter's options or ``-m`` first, a file whose ``#!`` line names python, or a text
+    file that compiles as Python (pip's launcher for a long interpreter path starts with a
+    ``/bin/sh`` line); not a binary, nor a shell script."""
     if is_python_command(command) or (bool(command) and command[0].startswith("-")):
         return True
     try:
         with open(command[0], "rb") as f:
-            first = f.readline(256)
+            head = f.read(1 << 20)
     except (OSError, IndexError):
         return False
-    return first.startswith(b"#!") and b"python" in first
+    lines = head.split(b"\n", 2)
+    if lines[0].startswith(b"#!"):
+        # python, or the launcher pip writes when the interpreter's path is too long for a #!
+        # line: /bin/sh, then a line that re-executes the file under python
+        return b"python" in lines[0] or (len(lines) > 1 and lines[1].startswith(b"'''exec'"))
+    # no #! line: a Python script compiles; a binary or a shell script does not
+    if b"\0" in head:
+        return False
+    try:
+        compile(head.decode("utf-8"), command[0], "exec")
+    except (SyntaxError, ValueError, UnicodeDecodeError):
+        return False
+    return True
 
 
 def record_command(command: Sequence[str], out: str | Path, *, kernels: str | None = None,
