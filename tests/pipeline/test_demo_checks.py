@@ -35,10 +35,24 @@ def test_an_absent_or_empty_out_is_used(tmp_path: Path) -> None:
 
 def test_the_default_run_directory_is_new_each_time(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from kernforge.pipeline import demo_checks
+
     monkeypatch.chdir(tmp_path)
-    dirs = [fresh_run_dir(None) for _ in range(3)]  # within a second: -2, -3
+    monkeypatch.setattr(demo_checks.time, "strftime", lambda fmt: "demo-20261203-164500")
+    dirs = [fresh_run_dir(None) for _ in range(3)]  # in one second: -2, -3
     assert len(set(dirs)) == 3 and all(d.is_dir() and d.parent == Path("runs") for d in dirs)
-    assert dirs[1].name == dirs[0].name + "-2"
+    assert [d.name for d in dirs] == ["demo-20261203-164500", "demo-20261203-164500-2",
+                                      "demo-20261203-164500-3"]
+    got: list[Path] = []  # demos started together: each its own directory
+    threads = [threading.Thread(target=lambda: got.append(fresh_run_dir(None)))
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(got)) == 8
 
 
 @pytest.mark.parametrize(("n", "steps", "message"), [(2, 20, "n <= 2 has none"),

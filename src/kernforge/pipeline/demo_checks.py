@@ -49,10 +49,15 @@ def fresh_run_dir(out: Path | None) -> Path:
     """The demo's run directory, created: ``out`` (:func:`check_out`), by default a new
     ``runs/demo-DATE-TIME`` (``-2``, ``-3``, ... for demos started in the same second)."""
     check_out(out)
-    if out is None:
-        base = Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
-        out, i = base, 2
-        while out.exists():
-            out, i = base.with_name(f"{base.name}-{i}"), i + 1
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        return out
+    base = Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
+    base.parent.mkdir(parents=True, exist_ok=True)
+    candidate, i = base, 2
+    while True:  # created, not tested: two demos started together never share one
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            candidate, i = base.with_name(f"{base.name}-{i}"), i + 1
