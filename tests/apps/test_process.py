@@ -95,6 +95,10 @@ def test_tail_and_head_of_a_single_long_word() -> None:
     assert tail_text(word, 10) == "..." + "x" * 7  # no whole word fits: its end, marked
     assert head_text(word, 10) == "x" * 7 + "..."
     assert tail_text("  short  ", 10) == "short"
+    # a long last word (a path) that would leave almost nothing after the next space: its end
+    text = "error: " + "words " * 20 + "/very/" + "long/" * 120 + "file.py (exit 1)"
+    tail = tail_text(text, 600)
+    assert len(tail) <= 600 and tail.endswith("file.py (exit 1)") and len(tail) > 300
 
 
 def test_a_long_kernel_name_is_cut_at_a_word_and_says_so() -> None:

@@ -61,8 +61,8 @@ CUT = "..."
 
 def tail_text(text: str, n: int) -> str:
     """The end of ``text`` (stripped) in at most ``n`` characters for a reason or message:
-    where it is cut, it begins at a whole word after "... " (never in the middle of one,
-    unless a single word is longer than ``n``: then its end)."""
+    where it is cut, it begins at a whole word after "... " (in the middle of one only when
+    the next word would leave less than half the room, e.g. a long path: then its end)."""
     text = text.strip()
     if len(text) <= n:
         return text
@@ -70,7 +70,7 @@ def tail_text(text: str, n: int) -> str:
     start = len(text) - room
     if not text[start - 1].isspace():  # inside a word: begin at the next one
         gap = next((i for i in range(start, len(text)) if text[i].isspace()), None)
-        if gap is None:
+        if gap is None or gap - start > room // 2:  # that would drop most of the room
             return CUT + text[len(text) - max(1, n - len(CUT)):]
         start = gap
     return f"{CUT} {text[start:].lstrip()}"
