@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 import kernforge
-from kernforge.cli.main import main
 from kernforge.core import ConfigError
 from kernforge.core.lock import directory_lock
 from kernforge.harness.ledger import Ledger
+
+from .cli_helpers import run
 
 SCALE = r"""
 #ifndef FACTOR
@@ -37,13 +38,6 @@ def rec_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         k(x, np.zeros(256), 256)
         k(x, np.ones(256), 256)
     return root
-
-
-def run(*argv: str) -> int:
-    try:
-        return main(list(argv))
-    except SystemExit as exc:  # argparse: usage errors
-        return int(exc.code or 0)
 
 
 def test_a_define_the_source_never_references_is_an_error(rec_dir: Path,

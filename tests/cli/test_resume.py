@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import kernforge
-from kernforge.cli.main import main
+
+from .cli_helpers import run
 
 SCALE = r"""
 void scale(const double *restrict x, double *restrict y, long n) {
@@ -27,13 +28,6 @@ def rec_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with kernforge.record(root):
         kernforge.Kernel(SCALE, "scale", backend="cpu")(np.arange(64.0), np.zeros(64), 64)
     return root
-
-
-def run(*argv: str) -> int:
-    try:
-        return main(list(argv))
-    except SystemExit as exc:  # argparse: usage errors
-        return int(exc.code or 0)
 
 
 def _command(kind: str, rec_dir: Path, out: Path, *extra: str) -> list[str]:
