@@ -10,28 +10,21 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from ..replay.isolate import Isolation, Limits
+from .checks import float_range
 
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value > 0:  # also NaN
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
-    return value
+SECONDS = float_range(0.001)  # a limit: a positive, finite number of seconds
 
 
 def add_isolation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--in-process", action="store_true",
                    help="run candidate code in this process (for debugging: a crashing "
                         "candidate then ends the command)")
-    p.add_argument("--eval-timeout", type=_seconds, default=None, metavar="S",
+    p.add_argument("--eval-timeout", type=SECONDS, default=None, metavar="S",
                    help="the shortest run-stage limit of one evaluation in seconds "
                         f"(default {Limits().min_timeout_s:g}; the limit is "
                         f"{Limits().timeout_factor:g}x the baseline's run time, at least this; "
                         "12x this before any baseline)")
-    p.add_argument("--compile-timeout", type=_seconds, default=None, metavar="S",
+    p.add_argument("--compile-timeout", type=SECONDS, default=None, metavar="S",
                    help="the limit of one candidate's compile stage in seconds (default "
                         f"{Limits().compile_timeout_s:g}; also the least a stencil check "
                         "gives its first cell)")
