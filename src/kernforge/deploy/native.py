@@ -23,16 +23,19 @@ from ..backends.driver import JIT_OPTIONS
 from ..core import ConfigError
 from ..core.jsonio import parse_json, sign, signature_ok, write_json_atomic
 from ..core.native import NativeRecording
+from .scratch import scratch_ranges
 
 FORMAT = "kernforge-native-deploy"
 
 
 def problem_key(rec: NativeRecording) -> str:
-    """The recorded parameter bytes as hex, with every pointer word as ``xx`` (not compared)."""
+    """The recorded parameter bytes as hex, with every pointer word and every byte the kernel
+    writes before reading it (deploy/scratch.py) as ``xx`` (not compared)."""
     raw = rec.param_bytes.hex()
     masked = list(raw)
-    for off, _ in rec.pointer_words():
-        masked[2 * off:2 * off + 16] = "x" * 16
+    ignored = [(off, 8) for off, _ in rec.pointer_words()] + list(scratch_ranges(rec))
+    for off, size in ignored:
+        masked[2 * off:2 * (off + size)] = "x" * (2 * size)
     return "".join(masked)
 
 
