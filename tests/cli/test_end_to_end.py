@@ -73,8 +73,8 @@ def test_behaviour_preserving_define_and_options_verify(recorded: Path, tmp_path
 
 
 def test_bad_input_gets_typed_errors(recorded: Path, tmp_path: Path) -> None:
-    r = kf("replay", str(tmp_path / "nowhere"), cwd=tmp_path)
-    assert r.returncode == 4 and "hint:" in r.stderr
+    r = kf("replay", str(tmp_path / "nowhere"), cwd=tmp_path)  # a path that does not exist
+    assert r.returncode == 2 and "hint:" in r.stderr  # is bad input (4: an unusable recording)
     r = kf("replay", str(recorded), "--opt", "opt_level=O9", "--repeat", "1", cwd=tmp_path)
     # a value the backend refuses is bad input, like a malformed one (issue 32): exit 2
     assert r.returncode == 2 and "INVALID_CONFIG" in r.stdout + r.stderr

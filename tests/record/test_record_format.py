@@ -17,10 +17,12 @@ from kernforge.core import (
     LaunchConfig,
     RecordingError,
     RecordingFormatError,
+    RecordingNotFoundError,
     Variant,
 )
 from kernforge.record import clean_partial, find_recordings, load_recording, write_recording
 from kernforge.record.format import canonical_json, manifest_checksum
+from kernforge.record.native_format import read_native
 
 
 def _blob(unit: Path, arg: str = "y", which: str = "prologue") -> Path:
@@ -49,7 +51,17 @@ def test_missing_manifest(tmp_path: Path) -> None:
     (tmp_path / "axpy-0").mkdir()
     with pytest.raises(RecordingFormatError, match=r"axpy-0/manifest.json: missing") as e:
         load_recording(tmp_path / "axpy-0")
-    assert e.value.hint
+    assert e.value.hint and e.value.exit_code == 4  # it exists: an unusable recording
+
+
+def test_a_path_that_does_not_exist_is_bad_input(tmp_path: Path) -> None:
+    """Exit 2 as a ConfigError, yet a RecordingError for the code that catches those."""
+    said = r"nope: no such record(ings directory|ed unit)"
+    for read in (find_recordings, load_recording, read_native):
+        with pytest.raises(RecordingNotFoundError, match=said) as e:
+            read(tmp_path / "nope")
+        assert isinstance(e.value, RecordingError) and e.value.exit_code == 2
+        assert e.value.hint
 
 
 def test_truncated_manifest(one_unit: Path) -> None:

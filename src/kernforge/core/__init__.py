@@ -11,6 +11,7 @@ from .errors import (
                      PluginNotFoundError,
                      RecordingError,
                      RecordingFormatError,
+                     RecordingNotFoundError,
                      SignatureError,
                      WrongResultError,
 )
@@ -24,6 +25,6 @@ __all__ = [
     "ArgumentError", "BackendUnavailableError", "BufferCheck", "CompileError", "CompileOptions",
     "ConfigError", "KernelRuntimeError", "KernelSource", "KernforgeError", "LaunchConfig",
     "LaunchError", "Measurement", "Param", "PluginNotFoundError", "RecordedArg", "Recording",
-    "RecordingError", "RecordingFormatError", "Registry", "SignatureError", "Status",
-    "Tolerance", "Variant", "WrongResultError",
+    "RecordingError", "RecordingFormatError", "RecordingNotFoundError", "Registry",
+    "SignatureError", "Status", "Tolerance", "Variant", "WrongResultError",
 ]

@@ -84,6 +84,14 @@ class RecordingFormatError(RecordingError):
     """A recording on disk is corrupt, truncated, edited, or of an unknown version."""
 
 
+class RecordingNotFoundError(RecordingError):
+    """The recordings directory or unit the user named does not exist. Bad input, so exit 2
+    as for a :class:`ConfigError` (exit 4 is for a recording that exists but is unusable); a
+    RecordingError still, for the code that catches those."""
+
+    exit_code = 2
+
+
 class WrongResultError(KernforgeError):
     """A variant produced outputs that fail verification against the recording."""
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..core import RecordingError
+from ..core import RecordingError, RecordingNotFoundError
 from ..core.jsonio import canonical_checksum, canonical_json, fsync_dir  # noqa: F401 (re-exported)
 
 FORMAT = "kernforge-recording"
@@ -28,6 +28,14 @@ PathLike = str | os.PathLike
 def manifest_checksum(manifest: Mapping[str, Any]) -> str:
     """The checksum over the canonical form of the manifest without its checksum field."""
     return canonical_checksum({k: v for k, v in manifest.items() if k != "checksum"})
+
+
+def no_such_unit(p: Path) -> RecordingNotFoundError:
+    """The error for a unit path that does not exist (a directory without a manifest exists:
+    that one is a RecordingFormatError, an unusable recording)."""
+    return RecordingNotFoundError(f"{p}: no such recorded unit",
+                                  hint="give a unit directory written by kernforge record (it "
+                                       "holds manifest.json)")
 
 
 def _unit_key(p: Path) -> tuple[Any, ...]:
@@ -49,14 +57,15 @@ def _walk_dirs(root: Path) -> list[Path]:
 
 
 def find_recordings(path: PathLike) -> list[Path]:
-    """``path`` itself if it is a unit, else every unit under it (sorted; .tmp-* ignored)."""
+    """``path`` itself if it is a unit, else every unit under it (sorted; .tmp-* ignored).
+    A path that does not exist is a :class:`RecordingNotFoundError` (bad input, exit 2)."""
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise RecordingError(f"{p} is a file, not a recordings directory",
                              hint="give a directory written by kernforge record, or one unit "
                                   "in it")
     if not p.is_dir():
-        raise RecordingError(f"{p}: no such recordings directory",
+        raise RecordingNotFoundError(f"{p}: no such recordings directory",
                              hint="give a directory written by kernforge record, or one unit")
     if (p / MANIFEST).is_file() and not p.name.startswith(TMP_PREFIX):
         return [p]

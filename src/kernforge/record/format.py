@@ -52,6 +52,7 @@ from ._layout import (
     find_recordings,
     fsync_dir,
     manifest_checksum,
+    no_such_unit,
 )
 
 __all__ = ["BLOBS", "FORMAT", "MANIFEST", "READABLE_VERSIONS", "SCHEMA_VERSION", "TMP_PREFIX",
@@ -246,6 +247,8 @@ def _bad(path: Path, problem: str, hint: str = _REWRITE) -> RecordingFormatError
 
 def _read_manifest(unit: Path) -> dict[str, Any]:
     path = unit / MANIFEST
+    if not unit.exists():
+        raise no_such_unit(unit)
     if not path.is_file():
         raise _bad(path, "missing: this directory is not a recorded unit",
                    "point at a unit directory (it holds manifest.json) or at a recordings root")

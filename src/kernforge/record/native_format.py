@@ -26,7 +26,15 @@ from ..backends.cxx_names import short_name
 from ..core import KernforgeError, RecordingError, RecordingFormatError
 from ..core.jsonio import DamagedJSON, parse_json
 from ..core.native import ALLOC_KINDS, NativeParam, NativeRecording, NativeRegion, NativeSource
-from ._layout import FORMAT, MANIFEST, TMP_PREFIX, PathLike, fsync_dir, manifest_checksum
+from ._layout import (
+    FORMAT,
+    MANIFEST,
+    TMP_PREFIX,
+    PathLike,
+    fsync_dir,
+    manifest_checksum,
+    no_such_unit,
+)
 from .format import _BlobStore, _make_loader, _next_instance, _publish, check_blob_files
 
 NATIVE_SCHEMA = 2
@@ -296,6 +304,8 @@ def read_native(path: PathLike, *, verify: bool = False) -> NativeRecording:
     try:
         m = parse_json(mpath.read_text("utf-8", errors="replace"))
     except FileNotFoundError:
+        if not unit.exists():
+            raise no_such_unit(unit) from None
         raise _bad(mpath, "missing: this directory is not a recorded unit") from None
     except DamagedJSON as exc:
         raise _bad(mpath, str(exc)) from None

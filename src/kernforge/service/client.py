@@ -26,6 +26,7 @@ from ..core import (
     Measurement,
     Recording,
     RecordingError,
+    RecordingNotFoundError,
     Variant,
 )
 from .batch import Pending, ServiceError, batch_size, death_measurement, reraise, submit_batches
@@ -224,8 +225,8 @@ class Client:
         paths = [_path(r) for r in recordings]
         for p in paths:
             if not Path(p).is_dir():
-                raise RecordingError(f"no recording at {p}", hint="give recorded unit "
-                                                                  "directories")
+                cls = RecordingError if Path(p).exists() else RecordingNotFoundError
+                raise cls(f"no recording at {p}", hint="give recorded unit directories")
         known = list(self.dask.get_metadata(PRELOAD_KEY, default=[]) or [])
         self.dask.set_metadata(PRELOAD_KEY, known + [p for p in paths if p not in known])
         self.dask.run(preload, paths)
