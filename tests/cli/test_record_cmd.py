@@ -18,6 +18,8 @@ from kernforge.record import find_recordings, load_recording
 from kernforge.record.native_format import SPOOL, read_native
 from kernforge.testing.fakedriver import FakeCuda
 
+from .cli_helpers import run
+
 KERNFORGE = [sys.executable, "-m", "kernforge"]
 
 # A Python application: one marker file when it starts, then kernel launches until stopped.
@@ -165,14 +167,17 @@ def test_ctrl_c_turns_the_spooled_launches_of_a_native_program_into_units(
         assert read_native(unit, verify=True).entry == "heat"
 
 
+# two launches of one null-backend kernel: the in-process capture records them, not the driver
+ONCE = ('import numpy as np, kernforge\n'
+        'k = kernforge.Kernel("def twice(x: \\"const double *\\", y: \\"double *\\", '
+        'n: \\"int\\") -> None:\\n    y[:n] = 2 * x[:n]\\n", "twice", backend="null")\n'
+        'x, y = np.ones(64), np.zeros(64)\n'
+        'k(x, y, 64)\nk(x, y, 64)\n')
+
+
 def test_recording_into_a_directory_that_holds_units_says_so(tmp_path: Path) -> None:
     app = tmp_path / "once.py"
-    app.write_text('import numpy as np, kernforge\n'
-                   'k = kernforge.Kernel("def twice(x: \\"const double *\\", y: \\"double *\\", '
-                   'n: \\"int\\") -> None:\\n    y[:n] = 2 * x[:n]\\n", "twice", '
-                   'backend="null")\n'
-                   'x, y = np.ones(64), np.zeros(64)\n'
-                   'k(x, y, 64)\nk(x, y, 64)\n')
+    app.write_text(ONCE)
     out = tmp_path / "rec"
     runs = [subprocess.run([*KERNFORGE, "record", "-o", str(out), "--", "python", str(app)],
                            capture_output=True, text=True, timeout=120, check=False)
@@ -182,3 +187,25 @@ def test_recording_into_a_directory_that_holds_units_says_so(tmp_path: Path) -> 
     said = " ".join(runs[1].stdout.split())
     assert f"note: {out} already held" in said and "new -o" in said
     assert len(find_recordings(out)) > 1
+
+
+def test_a_script_that_starts_python_says_why_it_recorded_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    app = tmp_path / "once.py"
+    app.write_text(ONCE)
+    script = tmp_path / "app.sh"
+    script.write_text(f"#!/bin/sh\n{sys.executable} {app}\nexit 3\n")
+    script.chmod(0o755)
+    for n, cmd in enumerate(([str(script)], ["env", "KF_T=1", str(script)])):
+        assert run("record", "-o", str(tmp_path / f"r{n}"), "--", *cmd) == 3  # the app's
+        said = " ".join(capsys.readouterr().out.split())
+        assert "recorded 0 kernel launch(es)" in said
+        assert f"note: nothing was recorded. {cmd[0]} is not a Python command" in said
+        assert "kernforge.Kernel launches (the CPU backend)" in said
+        assert "kernforge record -o DIR -- python app.py ARGS" in said
+    # what the note advises: the application itself, env's variables before it understood
+    assert run("record", "-o", str(tmp_path / "r"), "--", "env", "KF_T=1", sys.executable,
+               str(app)) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "recorded 2 kernel launch(es)" in said and "note:" not in said
+    assert len(find_recordings(tmp_path / "r")) == 2

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import Interrupted
-from ..pipeline.run_app import record_command
+from ..pipeline.run_app import record_command, runs_in_process
 from ..record import find_recordings
 from ..record.native_format import SPOOL, finalize_interrupted, spool_entries
 from .checks import writable_dir
@@ -20,9 +20,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "kernforge's driver interposer preloaded: every kernel launch "
                                    "through the CUDA driver that matches the filters becomes a "
                                    "replay unit (native programs, CuPy, cupyx, PyTorch, Triton). "
-                                   "A Python application also runs under the in-process capture "
-                                   "(kernforge.Kernel, and CuPy RawKernel/RawModule with their "
-                                   "source); a launch is recorded once.")
+                                   "A Python command (python ..., app.py, or either after env "
+                                   "[-i] [-u NAME] NAME=VALUE...) also runs under the "
+                                   "in-process capture (kernforge.Kernel, and CuPy "
+                                   "RawKernel/RawModule with their source); a launch is "
+                                   "recorded once. A Python application started by another "
+                                   "command (a shell script) is recorded at the driver level "
+                                   "only.")
     p.add_argument("-o", "--out", default="recordings", help="recordings directory "
                                                             "(default: recordings)")
     p.add_argument("--kernels", default=None, metavar="PATTERN",
@@ -41,6 +45,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="the application command, after --")
     p.set_defaults(func=run)
+
+
+# why a command that is not Python (a shell script, a binary, env ... ./app.sh) may record
+# nothing: a Python application it starts is seen only by the interposer
+_DRIVER_ONLY = ("note: nothing was recorded. {command} is not a Python command, so it was "
+                "recorded at the driver level only (launches through the CUDA driver); a Python "
+                "application it starts runs without the in-process capture, and its "
+                "kernforge.Kernel launches (the CPU backend) and CuPy kernels' source are not "
+                "recorded. Record the application directly: kernforge record -o DIR -- python "
+                "app.py ARGS (env NAME=VALUE ... before python is understood)")
 
 
 def _summary(summaries: list[dict[str, Any]]) -> str:
@@ -93,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
     elif not paths:
         console.print("nothing was launched through the CUDA driver", markup=False)
     console.print(f"recorded {len(paths)} kernel launch(es) into {args.out}{tail}", markup=False)
+    if not paths and not runs_in_process(command):
+        console.print(_DRIVER_ONLY.format(command=command[0]), markup=False, soft_wrap=True)
     for p in paths:
         console.print(f"  {p}", markup=False)
     for line in problems:

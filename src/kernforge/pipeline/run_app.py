@@ -19,6 +19,8 @@ from ..core import ConfigError
 from ..core.jsonio import write_json_atomic
 from ..record import install_cupy_hooks, interposer, record, uninstall_cupy_hooks
 from ..record.native_format import SPOOL, finalize_spool, spool_summaries
+from .env_prefix import SUPPORTED as ENV_SUPPORTED
+from .env_prefix import EnvPrefix, split_env
 
 # the interpreter's own options accepted before the script (or -m MODULE): they are given to
 # the interpreter that runs the application (kernforge record: the capture's child; kernforge
@@ -181,6 +183,25 @@ def is_python_command(command: Sequence[str]) -> bool:
                               or command[0].endswith(".py"))
 
 
+def env_python(command: Sequence[str]) -> tuple[EnvPrefix | None, list[str]]:
+    """``env [-i] [-u NAME]... [NAME=VALUE]... PYTHON-COMMAND`` -> (env's prefix, the
+    :func:`is_python_command` it runs), for ``kernforge record`` to run that under the
+    in-process capture with env's environment; (None, the command as it stands) for any other
+    command, env running something else included. Another env option before a Python
+    command is a ConfigError naming it (kernforge would not apply it)."""
+    prefix, rest = split_env(command)
+    if prefix is None:
+        return None, list(command)
+    if prefix.unsupported is not None:
+        if any(is_python_command([word]) for word in rest):
+            raise ConfigError(f"env option {prefix.unsupported!r} is not supported before a "
+                              f"Python application", hint=f"supported: {ENV_SUPPORTED}; or "
+                              "set the environment first and run: kernforge record -o DIR "
+                              "-- python app.py ARGS")
+        return None, list(command)
+    return (prefix, rest) if is_python_command(rest) else (None, list(command))
+
+
 def is_python_application(command: Sequence[str]) -> bool:
     """What kernforge can run as a Python application: a :func:`is_python_command`, the
     interpreter's options or ``-m`` first, a file whose ``#!`` line names python, or a text
@@ -208,28 +229,39 @@ def is_python_application(command: Sequence[str]) -> bool:
     return True
 
 
+def runs_in_process(command: Sequence[str]) -> bool:
+    """Whether :func:`record_command` runs ``command`` under the in-process capture as well as
+    the interposer: ``python ...``, a ``*.py`` script, or either after ``env``'s variables.
+    Any other command (a binary, a shell script) is recorded at the driver level only, the
+    Python applications it starts included."""
+    return is_python_command(env_python(command)[1])
+
+
 def record_command(command: Sequence[str], out: str | Path, *, kernels: str | None = None,
                    max_instances: int = 4, skip: int = 0, max_mb: int = 16384,
                    record_all: bool = False) -> tuple[int, list[Path], list[str], list[dict]]:
-    """Run any command with the driver interposer preloaded (Python applications also under
-    the in-process capture), then turn what it recorded into units. Returns the exit status,
+    """Run any command with the driver interposer preloaded (Python applications, also after
+    ``env``'s variables, under the in-process capture too: :func:`runs_in_process`), then
+    turn what it recorded into units. Returns the exit status,
     the new units (of both captures), problems with spool units, and the interposer's
     per-process counts of this command (not those an earlier recording into ``out`` left)."""
     cmd = list(command)
     if not cmd:
         raise ConfigError("no application command given",
                           hint="write it after --, e.g. kernforge record -o DIR -- ./app ARGS")
+    prefix, app = env_python(cmd)  # env FOO=1 python app.py: kernforge applies env's part
+    base = prefix.apply(os.environ) if prefix is not None else dict(os.environ)
     Path(out).mkdir(parents=True, exist_ok=True)
     env = interposer.environment(out, kernels=kernels, max_instances=max_instances, skip=skip,
-                                 max_mb=max_mb, record_all=record_all)
+                                 max_mb=max_mb, record_all=record_all, base=base)
     lib = interposer.build()
-    if is_python_command(cmd):
-        py = parse_python(cmd)  # a missing script is a clear error before anything runs
+    if is_python_command(app):
+        py = parse_python(app)  # a missing script is a clear error before anything runs
         cmd = interposer.python_child(py.program)
         cmd[1:1] = py.options  # python -u app.py: the capture's interpreter gets -u
     before = set(Path(out).rglob("manifest.json"))
     counted = {json.dumps(s, sort_keys=True) for s in spool_summaries(out)}  # earlier runs'
-    status = interposer.run_preloaded(cmd, interposer.preload_env(lib, env))
+    status = interposer.run_preloaded(cmd, interposer.preload_env(lib, env, base=base))
     _, problems = finalize_spool(out)
     new = sorted(p.parent for p in set(Path(out).rglob("manifest.json")) - before)
     return status, new, problems, [s for s in spool_summaries(out)

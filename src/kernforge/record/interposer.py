@@ -76,8 +76,10 @@ def build(out_dir: Path | None = None) -> Path:
 
 
 def environment(out: Path | str, *, kernels: str | None = None, max_instances: int | None = 4,
-                skip: int = 0, max_mb: int = 16384, record_all: bool = False) -> dict[str, str]:
-    """The environment that makes a preloaded interposer record into ``out``."""
+                skip: int = 0, max_mb: int = 16384, record_all: bool = False,
+                base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment that makes a preloaded interposer record into ``out``, added to
+    ``base`` (default: this process's environment)."""
     if max_instances is not None and max_instances < 0:
         raise ConfigError(f"--max-instances {max_instances} must be >= 0")
     if skip < 0:
@@ -91,8 +93,9 @@ def environment(out: Path | str, *, kernels: str | None = None, max_instances: i
            "KERNFORGE_RECORD_ALL": "1" if record_all else "0"}
     if kernels:
         env["KERNFORGE_KERNELS"] = kernels
-    if "CUPY_CACHE_IN_MEMORY" not in os.environ:  # CuPy then compiles with NVRTC in the
-        env["CUPY_CACHE_IN_MEMORY"] = "1"  # recorded process, so the source is captured
+    if "CUPY_CACHE_IN_MEMORY" not in (os.environ if base is None else base):  # CuPy then
+        # compiles with NVRTC in the recorded process, so the source is captured
+        env["CUPY_CACHE_IN_MEMORY"] = "1"
     return env
 
 
