@@ -104,10 +104,10 @@ def test_a_read_only_out_is_refused_before_the_application_runs(tmp_path: Path,
         ro.chmod(0o755)
 
 
-def _interrupt(cmd: list[str], ready: Callable[[], bool], env: dict[str, str] | None = None
-               ) -> subprocess.CompletedProcess:
+def _interrupt(cmd: list[str], ready: Callable[[], bool], env: dict[str, str] | None = None,
+               sig: signal.Signals = signal.SIGINT) -> subprocess.CompletedProcess:
     """Run ``cmd`` as a terminal would, then press Ctrl-C (SIGINT to its process group) once
-    ``ready()``."""
+    ``ready()``; or send ``sig`` instead (SIGKILL: kill -9 of the whole group)."""
     proc = subprocess.Popen([*SIGINT_DEFAULT, *cmd], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
@@ -118,7 +118,7 @@ def _interrupt(cmd: list[str], ready: Callable[[], bool], env: dict[str, str] | 
             if time.monotonic() > deadline:
                 pytest.fail("nothing recorded within 90 s")
             time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, sig)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -173,6 +173,45 @@ ONCE = ('import numpy as np, kernforge\n'
         'n: \\"int\\") -> None:\\n    y[:n] = 2 * x[:n]\\n", "twice", backend="null")\n'
         'x, y = np.ones(64), np.zeros(64)\n'
         'k(x, y, 64)\nk(x, y, 64)\n')
+
+
+def test_kill_9_leaves_every_spooled_launch_to_become_a_unit(fake: FakeCuda,
+                                                             tmp_path: Path) -> None:
+    out = tmp_path / "rec"
+    spool = out / SPOOL
+    cmd = [*KERNFORGE, "record", "-o", str(out), "--kernels", "heat", "--max-instances", "2",
+           "--", *fake.command(2_000_000_000)]
+
+    def spooled() -> bool:
+        return spool.is_dir() and len([p for p in spool.iterdir()
+                                       if p.name[:1].isdigit()]) == 2
+
+    done = _interrupt(cmd, spooled, env=fake.env, sig=signal.SIGKILL)
+    assert done.returncode == -signal.SIGKILL
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LD_LIBRARY_PATH", str(fake.libdir))
+        assert run("inspect", str(out)) == 0  # finishes the spool the kill left
+    assert sorted(u.name for u in _units(out)) == ["heat-0", "heat-1"]
+    for unit in _units(out):
+        assert read_native(unit, verify=True).entry == "heat"
+
+
+def test_a_finished_recording_leaves_its_units_and_no_spool(tmp_path: Path) -> None:
+    """The in-process capture's counts (.spool/inprocess-PID.json) are read by no one once
+    the command ended: removed, with the spool. Another run's files there are not this run's
+    to remove."""
+    app = tmp_path / "once.py"
+    app.write_text(ONCE)
+    out = tmp_path / "rec"
+    assert run("record", "-o", str(out), "--", sys.executable, str(app)) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["twice-0", "twice-1"]
+    for unit in find_recordings(out):
+        assert load_recording(unit, verify=True).source.entry == "twice"
+    older = out / SPOOL / "inprocess-1.json"  # left by an earlier kernforge, or a kill
+    older.parent.mkdir()
+    older.write_text("{}")
+    assert run("record", "-o", str(out), "--", sys.executable, str(app)) == 0
+    assert len(find_recordings(out)) == 4 and list(older.parent.iterdir()) == [older]
 
 
 def test_recording_into_a_directory_that_holds_units_says_so(tmp_path: Path) -> None:

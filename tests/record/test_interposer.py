@@ -68,6 +68,25 @@ def test_a_second_recording_into_the_same_directory_counts_only_its_own_launches
     assert second[0]["launches"] == first[0]["launches"] == 14
 
 
+def test_the_runs_counts_go_once_every_spooled_launch_is_a_unit(on_fake: FakeCuda,
+                                                               tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    _, units, problems, summaries = record_command(on_fake.command(), out, kernels="heat",
+                                                   max_instances=1)
+    assert len(units) == 1 and not problems and summaries[0]["launches"] == 14  # read first
+    assert sorted(p.name for p in out.iterdir()) == ["heat-0"]  # no .spool left behind
+    # a spool unit that cannot become a unit yet: the interposer's counts stay, to time it
+    # when a later finalize_spool can
+    stuck = out / SPOOL / "1-000001"
+    stuck.mkdir(parents=True)
+    (stuck / "unit.json").write_text('{"image": null}')
+    (stuck / "params.bin").write_bytes(b"")
+    _, units, problems, summaries = record_command(on_fake.command(), out, kernels="heat",
+                                                   max_instances=1)
+    assert len(units) == 1 and len(problems) == 1 and "image was not seen" in problems[0]
+    assert stuck.is_dir() and (out / SPOOL / f"summary-{summaries[0]['pid']}.json").is_file()
+
+
 def test_filters_and_budget(on_fake: FakeCuda, tmp_path: Path) -> None:
     _, units, _, _ = record_command(on_fake.command(), tmp_path / "a", kernels="he*",
                                     max_instances=2, skip=3)
@@ -83,7 +102,7 @@ def test_a_killed_application_leaves_every_completed_unit(on_fake: FakeCuda,
                                                 tmp_path, max_instances=None)
     assert status == 128 + 9 and not problems
     assert sorted(u.name for u in units) == [f"heat-{i}" for i in range(10)]
-    (tmp_path / SPOOL / ".tmp-1-000099").mkdir()  # a writer killed half-way
+    (tmp_path / SPOOL / ".tmp-1-000099").mkdir(parents=True)  # a writer killed half-way
     assert finalize_spool(tmp_path) == ([], [])
     assert not (tmp_path / SPOOL / ".tmp-1-000099").exists()
 

@@ -18,7 +18,13 @@ from pathlib import Path
 from ..core import ConfigError
 from ..core.jsonio import write_json_atomic
 from ..record import install_cupy_hooks, interposer, record, uninstall_cupy_hooks
-from ..record.native_format import SPOOL, finalize_spool, spool_summaries
+from ..record.native_format import (
+    SPOOL,
+    drop_spent_counts,
+    finalize_spool,
+    spool_entries,
+    spool_summaries,
+)
 from .env_prefix import SUPPORTED as ENV_SUPPORTED
 from .env_prefix import EnvPrefix, split_env
 
@@ -259,13 +265,14 @@ def record_command(command: Sequence[str], out: str | Path, *, kernels: str | No
         py = parse_python(app)  # a missing script is a clear error before anything runs
         cmd = interposer.python_child(py.program)
         cmd[1:1] = py.options  # python -u app.py: the capture's interpreter gets -u
-    before = set(Path(out).rglob("manifest.json"))
+    before, earlier = set(Path(out).rglob("manifest.json")), spool_entries(out)
     counted = {json.dumps(s, sort_keys=True) for s in spool_summaries(out)}  # earlier runs'
     status = interposer.run_preloaded(cmd, interposer.preload_env(lib, env, base=base))
     _, problems = finalize_spool(out)
     new = sorted(p.parent for p in set(Path(out).rglob("manifest.json")) - before)
-    return status, new, problems, [s for s in spool_summaries(out)
-                                   if json.dumps(s, sort_keys=True) not in counted]
+    summaries = [s for s in spool_summaries(out) if json.dumps(s, sort_keys=True) not in counted]
+    drop_spent_counts(out, earlier)  # this run's counts, read: no .spool left behind
+    return status, new, problems, summaries
 
 
 def pyrun_main(argv: Sequence[str]) -> int:

@@ -5,7 +5,9 @@ The driver interposer writes each recorded launch as a *spool unit* under
 each module image once under ``<root>/.spool/images/``; a spool unit appears by an atomic rename
 only when complete, so a killed application leaves only complete ones. :func:`finalize_spool`
 turns each into a recording unit ``<root>/<name>-<n>/`` (manifest.json + content-addressed
-blobs, written atomically like v1 units) and removes it. See docs/recording-format.md.
+blobs, written atomically like v1 units) and removes it; :func:`drop_spent_counts` then removes
+the counts a finished run left beside them (and the spool once empty). See
+docs/recording-format.md and docs/recording-native.md.
 """
 
 from __future__ import annotations
@@ -208,15 +210,35 @@ def finalize_interrupted(root: PathLike, earlier: set[str]) -> list[str]:
     those of earlier runs (``earlier``: :func:`spool_entries` before it) kept, and the spool
     is removed when nothing is left in it. Returns :func:`finalize_spool`'s problem lines."""
     _, problems = finalize_spool(root)
+    _drop_counts(Path(root) / SPOOL, earlier, ("summary-", "inprocess-"))
+    return problems
+
+
+def drop_spent_counts(root: PathLike, earlier: set[str]) -> None:
+    """After a recording into ``root`` ended and :func:`finalize_spool` ran: the counts its
+    processes left (names not in ``earlier``, :func:`spool_entries` before it) are spent, and
+    removed, with the spool when nothing is left in it. No reader needs them after the run:
+    the launches' times in the application are in the units' manifests (``capture``), and the
+    run's counts were read (:func:`spool_summaries`) before this is called; ``inprocess-*``
+    is read only by the application workflow, in a directory of its own, before it is done
+    (``apps/recording.py``). Only while spool units remain (they could not be turned into
+    units yet) are the interposer's ``summary-*`` kept: a later :func:`finalize_spool` times
+    those units with them. Removing a file changes no unit: a kill at any point leaves every
+    unit as it was, at worst a count behind."""
     spool = Path(root) / SPOOL
+    pending = spool.is_dir() and any(p.is_dir() and p.name[:1].isdigit()
+                                     for p in spool.iterdir())
+    _drop_counts(spool, earlier, ("inprocess-",) if pending else ("summary-", "inprocess-"))
+
+
+def _drop_counts(spool: Path, earlier: set[str], prefixes: tuple[str, ...]) -> None:
     if not spool.is_dir():
-        return problems
+        return
     for p in spool.glob("*.json"):
-        if p.name not in earlier and p.name.startswith(("summary-", "inprocess-")):
+        if p.name not in earlier and p.name.startswith(prefixes):
             p.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         spool.rmdir()  # only when empty
-    return problems
 
 
 def spool_summaries(root: PathLike) -> list[dict[str, Any]]:
