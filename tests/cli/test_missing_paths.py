@@ -36,3 +36,13 @@ def test_a_directory_that_is_no_unit_is_still_an_unusable_recording(
     (tmp_path / "axpy-0").mkdir()
     assert run("integrity", "validate", str(tmp_path / "axpy-0")) == 4
     assert "manifest.json: missing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["inspect", "replay"])
+def test_a_file_given_as_the_recordings_path_exits_2(command: str, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a recording\n")
+    assert run(command, str(notes)) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "is a file, not a recordings directory" in err and "hint:" in err

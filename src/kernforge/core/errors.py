@@ -85,9 +85,9 @@ class RecordingFormatError(RecordingError):
 
 
 class RecordingNotFoundError(RecordingError):
-    """The recordings directory or unit the user named does not exist. Bad input, so exit 2
-    as for a :class:`ConfigError` (exit 4 is for a recording that exists but is unusable); a
-    RecordingError still, for the code that catches those."""
+    """The recordings directory or unit the user named does not exist, or is a plain file. Bad
+    input, so exit 2 as for a :class:`ConfigError` (exit 4 is for a recording that exists but
+    is unusable); a RecordingError still, for the code that catches those."""
 
     exit_code = 2
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..core import RecordingError, RecordingNotFoundError
+from ..core import RecordingNotFoundError
 from ..core.jsonio import canonical_checksum, canonical_json, fsync_dir  # noqa: F401 (re-exported)
 
 FORMAT = "kernforge-recording"
@@ -58,10 +58,11 @@ def _walk_dirs(root: Path) -> list[Path]:
 
 def find_recordings(path: PathLike) -> list[Path]:
     """``path`` itself if it is a unit, else every unit under it (sorted; .tmp-* ignored).
-    A path that does not exist is a :class:`RecordingNotFoundError` (bad input, exit 2)."""
+    A path that does not exist, or is a file, is a :class:`RecordingNotFoundError` (bad
+    input, exit 2)."""
     p = Path(path)
     if p.exists() and not p.is_dir():
-        raise RecordingError(f"{p} is a file, not a recordings directory",
+        raise RecordingNotFoundError(f"{p} is a file, not a recordings directory",
                              hint="give a directory written by kernforge record, or one unit "
                                   "in it")
     if not p.is_dir():
