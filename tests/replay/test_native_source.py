@@ -82,6 +82,32 @@ def test_a_source_build_is_tuned_exported_and_deployed(
     assert got.out == plain and "3 launch(es) ran a tuned configuration" in got.err
 
 
+def test_launches_with_a_changing_scalar_are_deployed_by_one_entry(
+        on_fake: FakeCuda, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """The program passes another `a` in every launch: the two recorded launches, tuned to the
+    same winner, export as one entry that also replaces the third, unrecorded one."""
+    rec_dir, run, spec = tmp_path / "r", tmp_path / "t", tmp_path / "spec.json"
+    cmd = on_fake.nvrtc_command(3, 1000, "vary")
+    status, units, problems, _ = record_command(cmd, rec_dir, max_instances=2)
+    assert status == 0 and not problems and len(units) == 2
+    capfd.readouterr()
+    assert main(["tune", str(rec_dir), "--out", str(run), "--repeat", "5",
+                 "--try-define", "KF_REPS=1"]) == 0
+    results = json.loads((run / "native.json").read_text())["units"]
+    assert [("KF_REPS=1" in r["best_label"], r["win"]) for r in results] == [(True, True)] * 2
+    capfd.readouterr()
+    assert main(["export", str(run), "-o", str(spec)]) == 0
+    out = " ".join(capfd.readouterr().out.split())
+    assert "one entry for 2 recorded launches" in out and "bytes 16-19 differ" in out, out
+    (entry,) = json.loads(spec.read_text())["entries"]
+    assert entry["key"][32:40] == "x" * 8 and entry["key"][40:] == (1000).to_bytes(4, "little").hex()
+    assert main(["run", "--deploy", str(spec), "--", *cmd]) == 0
+    got = capfd.readouterr()
+    plain = subprocess.run(cmd, env=on_fake.env, capture_output=True, text=True,
+                           check=True).stdout
+    assert got.out == plain and "3 launch(es) ran a tuned configuration" in got.err
+
+
 def test_source_binding_checks_the_kernel_and_its_parameters(on_fake: FakeCuda,
                                                             tmp_path: Path) -> None:
     unit = _unit(on_fake.command(2, 1000), tmp_path / "r", kernels="heat")

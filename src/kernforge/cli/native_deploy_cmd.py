@@ -19,11 +19,13 @@ from ..core.jsonio import parse_json, signature_ok
 from ..core.native import NativeRecording, NativeSource
 from ..deploy import native as nd
 from ..deploy.gate import NOISE_BAND, refusal
+from ..deploy.generalize import generalize
 from ..record import interposer
 from ..record.native_format import read_native
 from ..replay.native import NativeVariant
 from ..replay.native_build import BindingError, build_image
 from ..replay.native_deploy import deploy_env
+from ..replay.native_share import share_winners
 from ..replay.native_tune import (
     RESULT,
     RESULT_FORMAT,
@@ -89,6 +91,9 @@ def tune_units(recs: Sequence[NativeRecording], out: Path, *, repeat: int, passe
         raise damaged[0]
     for bad in damaged:
         warn_damaged(bad)
+    if share_winners(done, refuse=refuse, passes=passes, repeat=repeat, tolerance=tolerance,
+                     say=lambda line: console.print(line, markup=False)):
+        write_results(out, done, band)
     _table(done, out)
     return done
 
@@ -119,7 +124,7 @@ def export(run_dir: Path, spec_path: Path, band: float) -> int:
             signature_ok(doc) is not True:
         raise ConfigError(f"{run_dir / RESULT}: not signed by kernforge tune, or altered",
                           hint="tune again; results are not edited by hand")
-    entries, images = [], {}
+    entries, images, params = [], {}, []
     for u in doc["units"]:
         why = "not a win" if u["best"] is None else refusal(
             verified=True, idle=None, speedup=u["speedup"],
@@ -135,13 +140,18 @@ def export(run_dir: Path, spec_path: Path, band: float) -> int:
         entries.append(nd.entry(rec, u["best"], name, data, {
             "unit": u["unit"], "speedup": u["speedup"], "ci": u["ci"],
             "medians": u["medians"], "variant": u["best_label"]}))
+        params.append([(p.offset, p.size) for p in rec.params])
     if not entries:
         err_console.print("[bold red]nothing to export:[/] no native result is a significant, "
                           "verified win (the reasons are above)")
         return 1
+    launches = len(entries)
+    entries, merges = generalize(entries, params)
+    for line in merges:
+        console.print(line, markup=False, soft_wrap=True)
     nd.write_spec(spec_path, entries, images)
-    console.print(f"{len(entries)} native kernel launch(es) exported to {spec_path}",
-                  markup=False)
+    console.print(f"{len(entries)} native deployment entr{'y' if len(entries) == 1 else 'ies'} "
+                  f"({launches} recorded launch(es)) exported to {spec_path}", markup=False)
     return 0
 
 

@@ -3,8 +3,9 @@
  * header, options and a name expression, loads the image NVRTC hands back with
  * cuModuleLoadData and launches the lowered name. Against the fake NVRTC (fake_nvrtc.c) the
  * "source" is C for the fake driver.
- *   fake_nvrtc_app STEPS N [ptx]
- * prints "checksum <value>" of y after STEPS launches of y = a * x + y. */
+ *   fake_nvrtc_app STEPS N [ptx] [vary]
+ * prints "checksum <value>" of y after STEPS launches of y = a * x + y (a = 0.5, or with
+ * `vary` 0.5 + 0.125 * step: a scalar parameter that changes from launch to launch). */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,8 +48,9 @@ static void *sym(void *lib, const char *name) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 3) { fprintf(stderr, "usage: fake_nvrtc_app STEPS N [ptx]\n"); return 2; }
-  int steps = atoi(argv[1]), n = atoi(argv[2]), ptx = argc > 3 && !strcmp(argv[3], "ptx");
+  if (argc < 3) { fprintf(stderr, "usage: fake_nvrtc_app STEPS N [ptx] [vary]\n"); return 2; }
+  int steps = atoi(argv[1]), n = atoi(argv[2]), ptx = 0, vary = 0;
+  for (int i = 3; i < argc; i++) ptx |= !strcmp(argv[i], "ptx"), vary |= !strcmp(argv[i], "vary");
   void *nv = dlopen("libnvrtc.so", RTLD_NOW | RTLD_LOCAL);
   if (!nv) { fprintf(stderr, "no libnvrtc.so\n"); return 3; }
   int (*create)(void **, const char *, const char *, int, const char *const *,
@@ -105,6 +107,7 @@ int main(int argc, char **argv) {
   float a = 0.5f;
   unsigned block = 128, grid = (n + block - 1) / block;
   for (int s = 0; s < steps; s++) {
+    if (vary) a = 0.5f + 0.125f * (float)s;
     void *args[] = {&x, &y, &a, &n};
     CHECK(launch(axpy, grid, 1, 1, block, 1, 1, 0, NULL, args, NULL));
   }
