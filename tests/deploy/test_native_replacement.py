@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from kernforge.core.native import NativeParam, NativeRecording, NativeRegion
 from kernforge.deploy import native as nd
 
@@ -17,7 +19,8 @@ def _rec(tmp_path: Path) -> NativeRecording:
                            (16, 1, 1), (256, 1, 1), 0,
                            (NativeParam(0, 4), NativeParam(8, 8, ((8, 0),)),
                             NativeParam(16, 8, ((16, 1),))), raw, regions,
-                           identity={"device": "fake"})
+                           identity={"device": "fake"},
+                           loader=lambda blob: np.frombuffer(b"KFFAKE image", dtype=np.uint8))
 
 
 def test_a_replacement_entry_names_its_function_geometry_and_shared_memory(
@@ -31,7 +34,8 @@ def test_a_replacement_entry_names_its_function_geometry_and_shared_memory(
                                       {"adapter.cubin": b"\x7fELF..."}))
     line = nd.interposer_lines(spec).splitlines()[1].split("\t")
     assert line[0] == "_Z5solvejPdS_" and line[1:4] == ["16,1,1", "256,1,1", "0"]
-    assert line[6:] == ["kf_adapter_0123", "-", "4,16,3", "32,8,1", "1024", "-1"]
+    assert line[6:] == ["kf_adapter_0123", "-", "4,16,3", "32,8,1", "1024", "-1",
+                        nd.image_id(b"KFFAKE image")]
 
 
 def test_entries_without_a_replacement_function_run_the_recorded_one(tmp_path: Path) -> None:
@@ -39,4 +43,11 @@ def test_entries_without_a_replacement_function_run_the_recorded_one(tmp_path: P
     e = nd.entry(rec, {"block": [128, 1, 1], "carveout": 0}, "k.cubin", b"x", {})
     spec = nd.read_spec(nd.write_spec(tmp_path / "spec.json", [e], {"k.cubin": b"x"}))
     line = nd.interposer_lines(spec).splitlines()[1].split("\t")
-    assert line[6:] == ["_Z5solvejPdS_", "-", "32,1,1", "128,1,1", "0", "0"]
+    assert line[6:] == ["_Z5solvejPdS_", "-", "32,1,1", "128,1,1", "0", "0",
+                        nd.image_id(b"KFFAKE image")]
+
+
+def test_the_image_id_is_the_interposers_fnv1a() -> None:
+    # FNV-1a 64 reference values: the empty input is the offset basis; "a" a published vector
+    assert nd.image_id(b"") == "cbf29ce484222325"
+    assert nd.image_id(b"a") == "af63dc4c8601ec8c"

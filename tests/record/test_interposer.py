@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -172,6 +173,30 @@ def test_deploy_replaces_matching_launches_in_the_unchanged_program(
     assert main(["run", "--deploy", str(spec), "--", *on_fake.command(10, 500)]) == 0
     err = capfd.readouterr().err
     assert "0 launch(es) ran a tuned configuration; 10 launch(es)" in err
+
+
+def test_deploy_replaces_launches_of_the_recorded_image_only(
+        on_fake: FakeCuda, recorded: Path, tmp_path: Path,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """A kernel of the same name, geometry and parameter bytes from another image (CuPy builds
+    one per dtype under one name) runs unchanged; a spec without the image id (written before
+    it existed) replaces by name, geometry and key as it did."""
+    from kernforge.core.jsonio import sign, write_json_atomic
+
+    spec = _spec(on_fake, recorded, tmp_path / "spec.json")
+    doc = json.loads(spec.read_text())
+    for source, replaced in (("00000000000000aa", 0), (None, 10)):
+        for e in doc["entries"]:
+            e.pop("source_image", None)
+            if source:
+                e["source_image"] = source
+        doc.pop("checksum", None)
+        write_json_atomic(spec, sign(doc))
+        assert main(["run", "--deploy", str(spec), "--", *on_fake.command()]) == 0
+        out = capfd.readouterr()
+        assert out.out == _plain(on_fake)
+        assert f"{replaced} launch(es) ran a tuned configuration; {10 - replaced} launch" \
+            in out.err, out.err
 
 
 def test_deploy_refuses_an_altered_spec(on_fake: FakeCuda, recorded: Path,

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from typing import Any
 
 # what the launch replaced and what runs instead must be the same for entries to be merged
-_SAME = ("kernel", "grid", "block", "shared_mem", "device", "image_sha256", "jit", "new_grid",
-         "new_block", "carveout", "entry", "new_shared_mem")
+_SAME = ("kernel", "source_image", "grid", "block", "shared_mem", "device", "image_sha256", "jit",
+         "new_grid", "new_block", "carveout", "entry", "new_shared_mem")
 
 
 def differing_bytes(keys: Sequence[str]) -> list[int]:

@@ -36,7 +36,8 @@ def _speedup(e: dict[str, Any]) -> float:
 
 
 def _launch_key(e: dict[str, Any]) -> tuple[Any, ...]:
-    return (e["kernel"], tuple(e["grid"]), tuple(e["block"]), e["shared_mem"], e["key"])
+    return (e["kernel"], e.get("source_image"), tuple(e["grid"]), tuple(e["block"]),
+            e["shared_mem"], e["key"])
 
 
 def merge_native_specs(specs: Sequence[Path], out: Path) -> Merged:

@@ -1,8 +1,8 @@
 """Deploying tuned native kernels into an unchanged program, through the driver interposer.
 
 A native deployment spec (JSON, signed) lists per kernel the launch it replaces (mangled name,
-grid, block, dynamic shared memory, and the parameter bytes that are not pointers: the problem
-key) and what runs instead (module image, entry, JIT options, geometry, carveout; an entry with
+the id of the image it came from, grid, block, dynamic shared memory, and the parameter bytes
+that are not pointers: the problem key) and what runs instead (module image, entry, JIT options, geometry, carveout; an entry with
 ``entry`` and ``new_shared_mem`` runs another function of the image, with the same parameters). ``kernforge
 run --deploy SPEC -- COMMAND`` checks the signature and every image's hash, writes the
 interposer's line format (record/native/kf_deploy.c) and runs the command with the interposer
@@ -39,6 +39,16 @@ def problem_key(rec: NativeRecording) -> str:
     return "".join(masked)
 
 
+def image_id(image: bytes) -> str:
+    """The interposer's id of a module image (FNV-1a 64 of its bytes, 0 written as 1:
+    ``kf_image_id``), as 16 hex digits: a deployment entry replaces launches of kernels from
+    that image only."""
+    h = 0xCBF29CE484222325
+    for b in image:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h or 1:016x}"
+
+
 def new_geometry(rec: NativeRecording, variant: Mapping[str, Any]
                  ) -> tuple[list[int], list[int]]:
     block = variant.get("block") or list(rec.block)
@@ -53,7 +63,8 @@ def entry(rec: NativeRecording, variant: Mapping[str, Any], image: str, image_by
     grid, block = new_geometry(rec, variant)
     return {"kernel": rec.entry, "name": rec.name, "grid": list(rec.grid),
             "block": list(rec.block), "shared_mem": rec.shared_mem, "key": problem_key(rec),
-            "device": rec.identity.get("device"), "image": image,
+            "device": rec.identity.get("device"), "source_image": image_id(rec.image_bytes()),
+            "image": image,
             "image_sha256": hashlib.sha256(image_bytes).hexdigest(),
             "jit": dict(variant.get("jit") or {}), "new_grid": grid, "new_block": block,
             "carveout": variant.get("carveout"), "evidence": dict(evidence)}
@@ -130,7 +141,8 @@ def interposer_lines(spec: NativeSpec) -> str:
                   str(e["shared_mem"]), e["key"] or "*", str(spec.image_path(e).resolve()),
                   e.get("entry", e["kernel"]), jit, ",".join(map(str, e["new_grid"])),
                   ",".join(map(str, e["new_block"])),
-                  str(e.get("new_shared_mem", e["shared_mem"])), str(carve)]
+                  str(e.get("new_shared_mem", e["shared_mem"])), str(carve),
+                  e.get("source_image") or "-"]
         if any("\t" in f or "\n" in f for f in fields):
             raise ConfigError(f"{spec.path}: entry {e['name']} holds a tab or newline")
         lines.append("\t".join(fields))

@@ -98,6 +98,7 @@ typedef struct {
 void kf_handle_image(const void *handle, uint64_t image, const char *how);
 void kf_handle_link(const void *child, const void *parent);
 int kf_handle_lookup(const void *handle, kf_image_ref_t *out);
+void kf_fn_image(CUfunction f, kf_image_ref_t *out); /* a launched function's image */
 
 /* per-function cache: name, filter decision, counters, parameter layout */
 #define KF_APP_TIMED 5
@@ -110,6 +111,8 @@ typedef struct {
   int nparams;
   size_t *off, *size;
   int deployed; /* 0 not asked, 1 a deployment entry names it, -1 none does */
+  uint64_t image; /* its image id, for deployment (asked once: image_asked) */
+  int image_asked;
   float app_ms[KF_APP_TIMED]; /* unrecorded launches timed with events, the first excluded */
   int napp;
 } kf_fn_t;

@@ -3,11 +3,16 @@
  * KERNFORGE_DEPLOY names a text file written by kernforge (deploy/native.py), one entry a line,
  * fields separated by tabs:
  *   name  grid  block  shmem  key  image  entry  jit  new_grid  new_block  new_shmem  carveout
+ *   [source]
  * grid/block are "x,y,z"; key is the hex of the launch's parameter bytes, "xx" for bytes not
  * compared (pointers), or "*" for any; image a file path; jit "id=value,..." (CUjit_option
- * ids) or "-"; carveout a percentage, or -1 to leave it.
- * A launch of `name` with the same geometry and key runs `entry` of `image` (loaded once per
- * context with those JIT options) with the new geometry and the same parameters. Counts go to
+ * ids) or "-"; carveout a percentage, or -1 to leave it; source the id (16 hex digits, FNV-1a
+ * of its bytes, as kf_image_id) of the image the recorded kernel came from, or "-" (absent in
+ * lines written before it existed) for any.
+ * A launch of `name` from that image with the same geometry and key runs `entry` of `image`
+ * (loaded once per context with those JIT options) with the new geometry and the same
+ * parameters. The source image tells apart kernels of one name compiled for other types (CuPy
+ * builds an elementwise kernel per dtype under one name, with the same parameter bytes). Counts go to
  * KERNFORGE_DEPLOY_LOG (JSON) when a process that used the driver exits through exit(); a
  * process that never looked up a driver function writes nothing.
  */
@@ -24,6 +29,7 @@ typedef struct {
   uint8_t *key, *mask;
   size_t keylen;
   int any_key, njit, carveout;
+  uint64_t source; /* the recorded kernel's image id, 0 = any */
   CUjit_option jit[8];
   long jitv[8];
   CUcontext ctx[MAX_CTX];
@@ -57,12 +63,12 @@ static int parse_key(entry_t *e, const char *hex) {
 }
 
 static int parse_line(char *line, entry_t *e) {
-  char *f[12];
+  char *f[13];
   int n = 0;
-  for (char *save = NULL, *t = strtok_r(line, "\t\n", &save); t && n < 12;
+  for (char *save = NULL, *t = strtok_r(line, "\t\n", &save); t && n < 13;
        t = strtok_r(NULL, "\t\n", &save))
     f[n++] = t;
-  if (n != 12) return -1;
+  if (n != 12 && n != 13) return -1;
   memset(e, 0, sizeof *e);
   snprintf(e->name, sizeof e->name, "%s", f[0]);
   snprintf(e->image, sizeof e->image, "%s", f[5]);
@@ -73,6 +79,11 @@ static int parse_line(char *line, entry_t *e) {
   e->shmem = (unsigned)strtoul(f[3], NULL, 10);
   e->nshmem = (unsigned)strtoul(f[10], NULL, 10);
   e->carveout = (int)strtol(f[11], NULL, 10);
+  if (n == 13 && strcmp(f[12], "-")) {
+    char *end;
+    e->source = strtoull(f[12], &end, 16);
+    if (*end || !e->source) return -1;
+  }
   if (strcmp(f[7], "-"))
     for (char *save = NULL, *t = strtok_r(f[7], ",", &save); t && e->njit < 8;
          t = strtok_r(NULL, ",", &save))
@@ -152,6 +163,15 @@ static CUfunction function_for(entry_t *e) {
   return f;
 }
 
+static uint64_t launch_image(const kf_launch_t *l, kf_fn_t *fn) {
+  if (!fn->image_asked) {
+    kf_image_ref_t img;
+    kf_fn_image(l->f, &img);
+    fn->image = img.image, fn->image_asked = 1;
+  }
+  return fn->image;
+}
+
 int kf_deploy_try(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psize,
                   CUresult *rc, CUresult (*real)(kf_launch_t *, void *), void *ctx) {
   int named = 0;
@@ -163,6 +183,7 @@ int kf_deploy_try(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psi
     if (memcmp(e->grid, l->grid, sizeof e->grid) || memcmp(e->block, l->block, sizeof e->block) ||
         e->shmem != l->shmem || !key_matches(e, params, psize))
       continue;
+    if (e->source && launch_image(l, fn) != e->source) continue; /* another image (a dtype) */
     CUfunction f = function_for(e);
     if (!f) {
       if (!e->failed++) kf_log("deploy: cannot load %s from %s; the original runs", e->entry, e->image);

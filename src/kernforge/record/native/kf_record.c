@@ -258,14 +258,8 @@ static int write_unit(const kf_launch_t *l, const kf_fn_t *fn, const kf_image_re
 
 static CUresult record_one(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psize,
                            unsigned long call, CUresult (*real)(kf_launch_t *, void *), void *ctx) {
-  kf_image_ref_t img = {0, NULL};
-  if (!kf_handle_lookup(l->f, &img)) {
-    CUmodule m;
-    CUlibrary lib;
-    if (kf_drv.cuFuncGetModule && !kf_drv.cuFuncGetModule(&m, l->f)) kf_handle_lookup(m, &img);
-    if (!img.image && kf_drv.cuKernelGetLibrary && !kf_drv.cuKernelGetLibrary(&lib, l->f))
-      kf_handle_lookup(lib, &img);
-  }
+  kf_image_ref_t img;
+  kf_fn_image(l->f, &img);
   kf_alloc_t *r = NULL;
   if (kf_drv.cuCtxSynchronize()) { n_failed++; return real(l, ctx); }
   size_t k = regions(params, psize, img.image, &r), total = 0;

@@ -262,6 +262,18 @@ int kf_handle_lookup(const void *handle, kf_image_ref_t *out) {
   return 0;
 }
 
+/* the image a launched function comes from: its own link, else through its module (a
+ * CUfunction) or its library (a CUkernel passed as a CUfunction) */
+void kf_fn_image(CUfunction f, kf_image_ref_t *out) {
+  *out = (kf_image_ref_t){0, NULL};
+  if (kf_handle_lookup(f, out)) return;
+  CUmodule m;
+  CUlibrary lib;
+  if (kf_drv.cuFuncGetModule && !kf_drv.cuFuncGetModule(&m, f)) kf_handle_lookup(m, out);
+  if (!out->image && kf_drv.cuKernelGetLibrary && !kf_drv.cuKernelGetLibrary(&lib, f))
+    kf_handle_lookup(lib, out);
+}
+
 /* ---- functions: name, filter decision ------------------------------------------------------- */
 void kf_base_name(const char *m, char *out, size_t cap) {
   const char *p = m;

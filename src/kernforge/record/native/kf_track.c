@@ -22,6 +22,12 @@ void *kf_slot(void **slot, const char *name, void *self) {
   CUresult rc = real(__VA_ARGS__)
 
 #define TRACKING (kf_recording())
+/* which image each function comes from is also kept while deploying (a deployment entry
+ * replaces only launches of the image it was tuned on), by its id alone: nothing is copied */
+#define LINKING (kf_recording() || kf_deploy_active())
+static uint64_t image_of(const void *image, const char *how) {
+  return TRACKING ? kf_image_add(image, how) : kf_image_id(image);
+}
 
 /* ---- modules and libraries ------------------------------------------------------------------ */
 void *kf_real_cuModuleLoadData, *kf_real_cuModuleLoadDataEx, *kf_real_cuModuleLoadFatBinary,
@@ -31,22 +37,22 @@ void *kf_real_cuModuleLoadData, *kf_real_cuModuleLoadDataEx, *kf_real_cuModuleLo
 
 CUresult cuModuleLoadData(CUmodule *m, const void *image) {
   CALL(cuModuleLoadData, CUresult (*)(CUmodule *, const void *), m, image);
-  if (!rc && TRACKING) kf_handle_image(*m, kf_image_add(image, "cuModuleLoadData"), "cuModuleLoadData");
+  if (!rc && LINKING) kf_handle_image(*m, image_of(image, "cuModuleLoadData"), "cuModuleLoadData");
   return rc;
 }
 
 CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, CUjit_option *o, void **v) {
   CALL(cuModuleLoadDataEx, CUresult (*)(CUmodule *, const void *, unsigned, CUjit_option *, void **),
        m, image, n, o, v);
-  if (!rc && TRACKING)
-    kf_handle_image(*m, kf_image_add(image, "cuModuleLoadDataEx"), "cuModuleLoadDataEx");
+  if (!rc && LINKING)
+    kf_handle_image(*m, image_of(image, "cuModuleLoadDataEx"), "cuModuleLoadDataEx");
   return rc;
 }
 
 CUresult cuModuleLoadFatBinary(CUmodule *m, const void *image) {
   CALL(cuModuleLoadFatBinary, CUresult (*)(CUmodule *, const void *), m, image);
-  if (!rc && TRACKING)
-    kf_handle_image(*m, kf_image_add(image, "cuModuleLoadFatBinary"), "cuModuleLoadFatBinary");
+  if (!rc && LINKING)
+    kf_handle_image(*m, image_of(image, "cuModuleLoadFatBinary"), "cuModuleLoadFatBinary");
   return rc;
 }
 
@@ -55,32 +61,32 @@ CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, CUjit_option *jo, v
   CALL(cuLibraryLoadData, CUresult (*)(CUlibrary *, const void *, CUjit_option *, void **,
                                        unsigned, CUlibraryOption *, void **, unsigned),
        lib, code, jo, jv, nj, lo, lv, nl);
-  if (!rc && TRACKING)
-    kf_handle_image(*lib, kf_image_add(code, "cuLibraryLoadData"), "cuLibraryLoadData");
+  if (!rc && LINKING)
+    kf_handle_image(*lib, image_of(code, "cuLibraryLoadData"), "cuLibraryLoadData");
   return rc;
 }
 
 CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
   CALL(cuModuleGetFunction, CUresult (*)(CUfunction *, CUmodule, const char *), f, m, name);
-  if (!rc && TRACKING) kf_handle_link(*f, m);
+  if (!rc && LINKING) kf_handle_link(*f, m);
   return rc;
 }
 
 CUresult cuLibraryGetKernel(CUkernel *k, CUlibrary lib, const char *name) {
   CALL(cuLibraryGetKernel, CUresult (*)(CUkernel *, CUlibrary, const char *), k, lib, name);
-  if (!rc && TRACKING) kf_handle_link(*k, lib);
+  if (!rc && LINKING) kf_handle_link(*k, lib);
   return rc;
 }
 
 CUresult cuLibraryGetModule(CUmodule *m, CUlibrary lib) {
   CALL(cuLibraryGetModule, CUresult (*)(CUmodule *, CUlibrary), m, lib);
-  if (!rc && TRACKING) kf_handle_link(*m, lib);
+  if (!rc && LINKING) kf_handle_link(*m, lib);
   return rc;
 }
 
 CUresult cuKernelGetFunction(CUfunction *f, CUkernel k) {
   CALL(cuKernelGetFunction, CUresult (*)(CUfunction *, CUkernel), f, k);
-  if (!rc && TRACKING) kf_handle_link(*f, k);
+  if (!rc && LINKING) kf_handle_link(*f, k);
   return rc;
 }
 
