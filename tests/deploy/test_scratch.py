@@ -50,6 +50,14 @@ def test_the_cindexer_index_slots_are_left_out_of_the_key(tmp_path: Path) -> Non
     assert nd.problem_key(_rec(tmp_path, ZOOM, garbage=0x1234)) == key
 
 
+def test_the_key_never_grows_past_the_parameter_buffer(tmp_path: Path) -> None:
+    rec = _rec(tmp_path, ZOOM)
+    short = NativeRecording(rec.path, rec.entry, rec.name, rec.image, rec.image_kind, rec.grid,
+                            rec.block, 0, rec.params, rec.param_bytes[:140], (),
+                            source=rec.source)
+    assert len(nd.problem_key(short)) == 2 * 140
+
+
 def test_a_3d_indexer_leaves_out_its_three_slots(tmp_path: Path) -> None:
     code = ZOOM.replace("CIndexer<1, 1>", "CIndexer<3>")
     rec = _rec(tmp_path, code, sizes=(64, 32, 32, 56))
@@ -62,6 +70,8 @@ def test_a_3d_indexer_leaves_out_its_three_slots(tmp_path: Path) -> None:
     (ZOOM, "zoom3", (64, 32, 32, 20)),  # a size that is not the indexer's layout
     (ZOOM.replace("CIndexer<1, 1>", "CIndexer<0>"), "zoom3", SIZES),
     (ZOOM.replace("CIndexer<1, 1>", "MyIndexer<1, 1>"), "zoom3", SIZES),
+    (ZOOM.replace("#include <cupy/carray.cuh>", ""), "zoom3", SIZES),  # not CuPy's CIndexer
+    (ZOOM.replace("CIndexer<1, 1> _ind", "CIndexer<1, 1> &_ind"), "zoom3", SIZES),
 ])
 def test_nothing_is_left_out_without_a_known_indexer(tmp_path: Path, code: str | None,
                                                      entry: str,

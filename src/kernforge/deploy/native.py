@@ -34,8 +34,10 @@ def problem_key(rec: NativeRecording) -> str:
     raw = rec.param_bytes.hex()
     masked = list(raw)
     ignored = [(off, 8) for off, _ in rec.pointer_words()] + list(scratch_ranges(rec))
+    n = len(rec.param_bytes)
     for off, size in ignored:
-        masked[2 * off:2 * (off + size)] = "x" * (2 * size)
+        lo, hi = min(off, n), min(off + size, n)  # never past the parameter buffer
+        masked[2 * lo:2 * hi] = "x" * (2 * (hi - lo))
     return "".join(masked)
 
 

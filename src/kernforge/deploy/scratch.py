@@ -10,9 +10,10 @@ before ``get()`` reads them. A key that compared them would match in no run but 
 one, so every launch would fall back.
 
 The parameter's type is read from the source that the program compiled with NVRTC (the
-recording keeps it); its layout from the parameter's size: ``(1 + 2 * ndim)`` words of equal
-width, the index slots last. Without captured source, or when the size does not fit that
-layout, nothing is left out.
+recording keeps it), only when that source includes CuPy's ``cupy/carray.cuh`` (another
+``CIndexer`` is not CuPy's) and the parameter is passed by value under a plain name; its layout
+from the parameter's size: ``(1 + 2 * ndim)`` words of equal width, the index slots last.
+Without captured source, or when the size does not fit that layout, nothing is left out.
 """
 
 from __future__ import annotations
@@ -40,15 +41,18 @@ def param_types(code: str, entry: str) -> list[str] | None:
     for c in decl.child_by_field_name("parameters").named_children:
         if c.type != "parameter_declaration":
             continue
-        typ = c.child_by_field_name("type")
-        out.append(" ".join(w for w in (text(typ) if typ else "").split() if w not in QUALIFIERS))
+        typ, name = c.child_by_field_name("type"), c.child_by_field_name("declarator")
+        if typ is None or name is None or name.type != "identifier":  # a pointer, a reference
+            out.append("")
+            continue
+        out.append(" ".join(w for w in text(typ).split() if w not in QUALIFIERS))
     return out
 
 
 def scratch_ranges(rec: NativeRecording) -> tuple[tuple[int, int], ...]:
     """(offset, size) of every byte range of the parameter buffer that the kernel overwrites
     before reading it (the index slots of a CuPy ``CIndexer``); empty when none is known."""
-    if rec.source is None or not rec.params:
+    if rec.source is None or not rec.params or "cupy/carray.cuh" not in rec.source.code:
         return ()
     types = param_types(rec.source.code, rec.entry)
     if types is None or len(types) != len(rec.params):
