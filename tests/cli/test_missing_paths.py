@@ -38,11 +38,12 @@ def test_a_directory_that_is_no_unit_is_still_an_unusable_recording(
     assert "manifest.json: missing" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", ["inspect", "replay"])
-def test_a_file_given_as_the_recordings_path_exits_2(command: str, tmp_path: Path,
+@pytest.mark.parametrize("argv", [["inspect"], ["replay"], ["integrity", "validate"]],
+                         ids=" ".join)
+def test_a_file_given_as_the_recordings_path_exits_2(argv: list[str], tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     notes = tmp_path / "notes.txt"
     notes.write_text("not a recording\n")
-    assert run(command, str(notes)) == 2
+    assert run(*argv, str(notes)) == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert "is a file, not a recordings directory" in err and "hint:" in err
+    assert "is a file, not a record" in err and "hint:" in err

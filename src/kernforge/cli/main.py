@@ -1,9 +1,9 @@
 """The ``kernforge`` command: one module per command group, errors mapped to exit codes.
 
 Exit codes: 0 success; 1 other kernforge error; 2 bad input or configuration (a path that
-does not exist or a file given as a recordings directory); 3 backend unavailable; 4 unusable recording (one that
-exists); 5 a replayed variant produced wrong results; 6 a replayed variant failed otherwise
-(compile, launch, runtime, timeout); 130 interrupted.
+does not exist, or a file given as a recordings directory); 3 backend unavailable; 4 unusable
+recording (one that exists); 5 a replayed variant produced wrong results; 6 a replayed variant
+failed otherwise (compile, launch, runtime, timeout); 130 interrupted.
 """
 
 from __future__ import annotations

@@ -31,11 +31,11 @@ def manifest_checksum(manifest: Mapping[str, Any]) -> str:
 
 
 def no_such_unit(p: Path) -> RecordingNotFoundError:
-    """The error for a unit path that does not exist (a directory without a manifest exists:
-    that one is a RecordingFormatError, an unusable recording)."""
-    return RecordingNotFoundError(f"{p}: no such recorded unit",
-                                  hint="give a unit directory written by kernforge record (it "
-                                       "holds manifest.json)")
+    """The error for a unit path that does not exist or is a file (a directory without a
+    manifest exists: that one is a RecordingFormatError, an unusable recording)."""
+    what = f"{p} is a file, not a recorded unit" if p.exists() else f"{p}: no such recorded unit"
+    return RecordingNotFoundError(what, hint="give a unit directory written by kernforge record "
+                                             "(it holds manifest.json)")
 
 
 def _unit_key(p: Path) -> tuple[Any, ...]:

@@ -247,7 +247,7 @@ def _bad(path: Path, problem: str, hint: str = _REWRITE) -> RecordingFormatError
 
 def _read_manifest(unit: Path) -> dict[str, Any]:
     path = unit / MANIFEST
-    if not unit.exists():
+    if not unit.is_dir():
         raise no_such_unit(unit)
     if not path.is_file():
         raise _bad(path, "missing: this directory is not a recorded unit",

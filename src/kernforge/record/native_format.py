@@ -325,8 +325,8 @@ def read_native(path: PathLike, *, verify: bool = False) -> NativeRecording:
     mpath = unit / MANIFEST
     try:
         m = parse_json(mpath.read_text("utf-8", errors="replace"))
-    except FileNotFoundError:
-        if not unit.exists():
+    except (FileNotFoundError, NotADirectoryError):
+        if not unit.is_dir():
             raise no_such_unit(unit) from None
         raise _bad(mpath, "missing: this directory is not a recorded unit") from None
     except DamagedJSON as exc:

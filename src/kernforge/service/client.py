@@ -25,7 +25,6 @@ from ..core import (
     ConfigError,
     Measurement,
     Recording,
-    RecordingError,
     RecordingNotFoundError,
     Variant,
 )
@@ -225,8 +224,9 @@ class Client:
         paths = [_path(r) for r in recordings]
         for p in paths:
             if not Path(p).is_dir():
-                cls = RecordingError if Path(p).exists() else RecordingNotFoundError
-                raise cls(f"no recording at {p}", hint="give recorded unit directories")
+                what = "a file, not a recording" if Path(p).exists() else "no recording"
+                raise RecordingNotFoundError(f"{what} at {p}",
+                                             hint="give recorded unit directories")
         known = list(self.dask.get_metadata(PRELOAD_KEY, default=[]) or [])
         self.dask.set_metadata(PRELOAD_KEY, known + [p for p in paths if p not in known])
         self.dask.run(preload, paths)
