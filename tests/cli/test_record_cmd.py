@@ -248,3 +248,15 @@ def test_a_script_that_starts_python_says_why_it_recorded_nothing(
     said = " ".join(capsys.readouterr().out.split())
     assert "recorded 2 kernel launch(es)" in said and "note:" not in said
     assert len(find_recordings(tmp_path / "r")) == 2
+
+
+def test_env_without_a_command_is_refused_before_anything_runs(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """env alone would print the whole environment (the interposer's variables included);
+    env -u X alone exits 125."""
+    for n, env in enumerate((["env"], ["env", "-i"], ["env", "-u", "X"])):
+        assert run("record", "-o", str(tmp_path / f"r{n}"), "--", *env) == 2
+        said = capfd.readouterr()
+        assert "env is given no command to run" in " ".join(said.err.split())
+        assert "LD_PRELOAD" not in said.out + said.err
+        assert not _units(tmp_path / f"r{n}")

@@ -189,23 +189,57 @@ def is_python_command(command: Sequence[str]) -> bool:
                               or command[0].endswith(".py"))
 
 
-def env_python(command: Sequence[str]) -> tuple[EnvPrefix | None, list[str]]:
-    """``env [-i] [-u NAME]... [NAME=VALUE]... PYTHON-COMMAND`` -> (env's prefix, the
-    :func:`is_python_command` it runs), for ``kernforge record`` to run that under the
-    in-process capture with env's environment; (None, the command as it stands) for any other
-    command, env running something else included. Another env option before a Python
-    command is a ConfigError naming it (kernforge would not apply it)."""
+def env_command(command: Sequence[str]) -> tuple[EnvPrefix | None, list[str]]:
+    """``env [-i] [-u NAME]... [NAME=VALUE]... COMMAND`` -> (env's prefix, COMMAND), for
+    ``kernforge record`` to run COMMAND with env's environment applied by kernforge, the
+    interposer's added to it (and a Python COMMAND under the in-process capture too); env
+    before env is read the same way (``env A=1 env -i ./app``: both applied). (None, the
+    command as it stands) for a command that does not start with env, and for env with
+    another option (-C DIR, -S STRING, ...: env runs as given). ConfigError: env without a
+    command; env's other options before a Python command (kernforge would not apply them),
+    or before any command together with a change that would remove the interposer's
+    environment (-i, -u LD_PRELOAD, KERNFORGE_*: env would make it itself)."""
     prefix, rest = split_env(command)
     if prefix is None:
         return None, list(command)
-    if prefix.unsupported is not None:
-        if any(is_python_command([word]) for word in rest):
-            raise ConfigError(f"env option {prefix.unsupported!r} is not supported before a "
-                              f"Python application", hint=f"supported: {ENV_SUPPORTED}; or "
-                              "set the environment first and run: kernforge record -o DIR "
-                              "-- python app.py ARGS")
-        return None, list(command)
-    return (prefix, rest) if is_python_command(rest) else (None, list(command))
+    if not rest and not prefix.unknown:
+        raise ConfigError(f"{command[0]} is given no command to run (env alone prints the "
+                          f"environment, the interposer's included): there is nothing to "
+                          f"record", hint="name the application after env's variables: "
+                          "kernforge record -o DIR -- env NAME=VALUE... ./app ARGS")
+    if prefix.unsupported is None:
+        inner, app = env_command(rest)
+        return (prefix if inner is None else prefix.then(inner)), app
+    # env runs as given (and so does an env it runs): what it runs must not need kernforge
+    # to apply env's changes
+    word = prefix.unsupported
+    inner, app = (None, rest) if prefix.unknown else env_command(rest)
+    if (any(is_python_command([w]) for w in rest) if prefix.unknown
+            else is_python_command(app)):
+        raise ConfigError(f"env option {word!r} is not supported before a Python "
+                          f"application", hint=f"supported: {ENV_SUPPORTED}; or "
+                          "set the environment first and run: kernforge record -o DIR "
+                          "-- python app.py ARGS")
+    removes = prefix.removes_interposer() or (inner and inner.removes_interposer())
+    if removes:
+        raise ConfigError(f"env {removes} would remove the interposer's environment "
+                          f"(LD_PRELOAD, KERNFORGE_*), so nothing would be recorded: with the "
+                          f"option {word!r}, which kernforge does not apply, env runs as "
+                          f"given and makes its changes itself, after kernforge set that "
+                          f"environment", hint=f"leave out {word}"
+                          + (" (cd DIR first)" if word.startswith(("-C", "--c")) else "")
+                          + f", and kernforge applies env's {ENV_SUPPORTED} itself before "
+                          "it adds the interposer's")
+    return None, list(command)
+
+
+def command_program(command: Sequence[str]) -> str:
+    """The program ``command`` runs: env's command after its options and assignments (env
+    before env too), where that is known; else the command's first word."""
+    prefix, rest = split_env(command)
+    if prefix is None or prefix.unknown or not rest:
+        return command[0] if command else ""
+    return command_program(rest)
 
 
 def is_python_application(command: Sequence[str]) -> bool:
@@ -240,14 +274,15 @@ def runs_in_process(command: Sequence[str]) -> bool:
     the interposer: ``python ...``, a ``*.py`` script, or either after ``env``'s variables.
     Any other command (a binary, a shell script) is recorded at the driver level only, the
     Python applications it starts included."""
-    return is_python_command(env_python(command)[1])
+    return is_python_command(env_command(command)[1])
 
 
 def record_command(command: Sequence[str], out: str | Path, *, kernels: str | None = None,
                    max_instances: int = 4, skip: int = 0, max_mb: int = 16384,
                    record_all: bool = False) -> tuple[int, list[Path], list[str], list[dict]]:
-    """Run any command with the driver interposer preloaded (Python applications, also after
-    ``env``'s variables, under the in-process capture too: :func:`runs_in_process`), then
+    """Run any command with the driver interposer preloaded (env's environment applied by
+    kernforge: :func:`env_command`; Python applications, also after env's variables, under
+    the in-process capture too: :func:`runs_in_process`), then
     turn what it recorded into units. Returns the exit status,
     the new units (of both captures), problems with spool units, and the interposer's
     per-process counts of this command (not those an earlier recording into ``out`` left)."""
@@ -255,14 +290,14 @@ def record_command(command: Sequence[str], out: str | Path, *, kernels: str | No
     if not cmd:
         raise ConfigError("no application command given",
                           hint="write it after --, e.g. kernforge record -o DIR -- ./app ARGS")
-    prefix, app = env_python(cmd)  # env FOO=1 python app.py: kernforge applies env's part
+    prefix, cmd = env_command(cmd)  # env -i FOO=1 ./app: kernforge applies env's part
     base = prefix.apply(os.environ) if prefix is not None else dict(os.environ)
     Path(out).mkdir(parents=True, exist_ok=True)
     env = interposer.environment(out, kernels=kernels, max_instances=max_instances, skip=skip,
                                  max_mb=max_mb, record_all=record_all, base=base)
     lib = interposer.build()
-    if is_python_command(app):
-        py = parse_python(app)  # a missing script is a clear error before anything runs
+    if is_python_command(cmd):
+        py = parse_python(cmd)  # a missing script is a clear error before anything runs
         cmd = interposer.python_child(py.program)
         cmd[1:1] = py.options  # python -u app.py: the capture's interpreter gets -u
     before, earlier = set(Path(out).rglob("manifest.json")), spool_entries(out)

@@ -113,7 +113,9 @@ def run_preloaded(command: Sequence[str], env: Mapping[str, str]) -> int:
         raise ConfigError("no command given", hint="write it after --, e.g. "
                           "kernforge record -o DIR -- ./app ARGS")
     exe = command[0]
-    if os.sep not in exe and shutil.which(exe) is None:
+    # looked up on the command's PATH, as it is started (env -i PATH=DIR app: DIR's app)
+    path = os.pathsep.join(os.get_exec_path(dict(env)))
+    if os.sep not in exe and shutil.which(exe, path=path) is None:
         raise ConfigError(f"command {exe!r} not found", hint="give a path or a command on PATH")
     try:
         proc = subprocess.Popen(list(command), env=dict(env))
