@@ -235,12 +235,17 @@ def test_a_script_that_starts_python_says_why_it_recorded_nothing(
     script = tmp_path / "app.sh"
     script.write_text(f"#!/bin/sh\n{sys.executable} {app}\nexit 3\n")
     script.chmod(0o755)
-    for n, cmd in enumerate(([str(script)], ["env", "KF_T=1", str(script)])):
+    for n, cmd in enumerate(([str(script)], ["env", "KF_T=1", str(script)],
+                             ["env", "-C", str(tmp_path), "./app.sh", "a.py"])):
         assert run("record", "-o", str(tmp_path / f"r{n}"), "--", *cmd) == 3  # the app's
         said = " ".join(capsys.readouterr().out.split())
         assert "recorded 0 kernel launch(es)" in said
-        assert f"note: nothing was recorded. {cmd[0]} is not a Python command" in said
-        assert "kernforge.Kernel launches (the CPU backend)" in said
+        # the command env runs is named, not env
+        assert (f"note: nothing was recorded: no kernel launch reached the CUDA driver. "
+                f"{cmd[-2] if '-C' in cmd else cmd[-1]} is not a Python command") in said
+        assert "kernforge.Kernel launches (the CPU backend), which do not go through the " \
+            "driver, are not recorded" in said
+        assert "source are not recorded" not in said  # CuPy's is, by the interposer
         assert "kernforge record -o DIR -- python app.py ARGS" in said
     # what the note advises: the application itself, env's variables before it understood
     assert run("record", "-o", str(tmp_path / "r"), "--", "env", "KF_T=1", sys.executable,
@@ -248,6 +253,18 @@ def test_a_script_that_starts_python_says_why_it_recorded_nothing(
     said = " ".join(capsys.readouterr().out.split())
     assert "recorded 2 kernel launch(es)" in said and "note:" not in said
     assert len(find_recordings(tmp_path / "r")) == 2
+
+
+def test_a_native_program_whose_launches_the_filters_left_out_gets_no_note(
+        on_fake: FakeCuda, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The driver saw its launches: nothing in the note (a Python application without the
+    in-process capture) would be true of it."""
+    for n, filters in enumerate((["--kernels", "nomatch"], ["--skip", "1000"])):
+        assert run("record", "-o", str(tmp_path / f"r{n}"), *filters, "--",
+                   *on_fake.command(2)) == 0
+        said = " ".join(capsys.readouterr().out.split())
+        assert "driver: " in said and "recorded 0 kernel launch(es)" in said
+        assert "note:" not in said
 
 
 def test_env_without_a_command_is_refused_before_anything_runs(

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import Interrupted
-from ..pipeline.run_app import record_command, runs_in_process
+from ..pipeline.run_app import command_program, record_command, runs_in_process
 from ..record import find_recordings
 from ..record.native_format import SPOOL, finalize_interrupted, spool_entries
 from .checks import writable_dir
@@ -20,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "kernforge's driver interposer preloaded: every kernel launch "
                                    "through the CUDA driver that matches the filters becomes a "
                                    "replay unit (native programs, CuPy, cupyx, PyTorch, Triton). "
+                                   "Before any command, env's -i, -u NAME and NAME=VALUE are "
+                                   "applied by kernforge, the interposer's environment added "
+                                   "to env's. "
                                    "A Python command (python ..., app.py, or either after env "
                                    "[-i] [-u NAME] NAME=VALUE...) also runs under the "
                                    "in-process capture (kernforge.Kernel, and CuPy "
@@ -48,13 +51,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 # why a command that is not Python (a shell script, a binary, env ... ./app.sh) may record
-# nothing: a Python application it starts is seen only by the interposer
-_DRIVER_ONLY = ("note: nothing was recorded. {command} is not a Python command, so it was "
-                "recorded at the driver level only (launches through the CUDA driver); a Python "
-                "application it starts runs without the in-process capture, and its "
-                "kernforge.Kernel launches (the CPU backend) and CuPy kernels' source are not "
-                "recorded. Record the application directly: kernforge record -o DIR -- python "
-                "app.py ARGS (env NAME=VALUE ... before python is understood)")
+# nothing although it ran: no launch reached the driver, and a Python application it starts
+# runs without the in-process capture, which records the launches that never reach the driver
+_DRIVER_ONLY = ("note: nothing was recorded: no kernel launch reached the CUDA driver. "
+                "{command} is not a Python command, so only the driver interposer watched it; "
+                "a Python application it starts runs without the in-process capture, and its "
+                "kernforge.Kernel launches (the CPU backend), which do not go through the "
+                "driver, are not recorded (CuPy kernels, RawKernel/RawModule included, would "
+                "be: at the driver level, with the source NVRTC compiled). Record the application directly: kernforge "
+                "record -o DIR -- python app.py ARGS (env NAME=VALUE ... before python is "
+                "understood)")
 
 
 def _summary(summaries: list[dict[str, Any]]) -> str:
@@ -71,6 +77,11 @@ def _summary(summaries: list[dict[str, Any]]) -> str:
             extra.append(f"{n} {what}")
     return (f"{launches} launch(es) of {len(kernels)} kernel(s) seen"
             + (f"; {', '.join(extra)}" if extra else ""))
+
+
+def _launched(summaries: list[dict[str, Any]]) -> bool:
+    """Whether any launch reached the driver (recorded, filtered out, or only counted)."""
+    return any(s.get(key, 0) for s in summaries for key in ("launches", "cooperative", "graphs"))
 
 
 def _units(out: Path) -> set[Path]:
@@ -107,8 +118,9 @@ def run(args: argparse.Namespace) -> int:
     elif not paths:
         console.print("nothing was launched through the CUDA driver", markup=False)
     console.print(f"recorded {len(paths)} kernel launch(es) into {args.out}{tail}", markup=False)
-    if not paths and not runs_in_process(command):
-        console.print(_DRIVER_ONLY.format(command=command[0]), markup=False, soft_wrap=True)
+    if not paths and not _launched(summaries) and not runs_in_process(command):
+        console.print(_DRIVER_ONLY.format(command=command_program(command)), markup=False,
+                      soft_wrap=True)
     for p in paths:
         console.print(f"  {p}", markup=False)
     for line in problems:
