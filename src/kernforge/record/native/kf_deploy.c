@@ -34,7 +34,7 @@ typedef struct {
   long jitv[8];
   CUcontext ctx[MAX_CTX];
   CUfunction fn[MAX_CTX];
-  unsigned long used, failed, launch_failed;
+  unsigned long used, failed, launch_failed, unknown_image;
   int disabled;
 } entry_t;
 
@@ -183,7 +183,11 @@ int kf_deploy_try(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psi
     if (memcmp(e->grid, l->grid, sizeof e->grid) || memcmp(e->block, l->block, sizeof e->block) ||
         e->shmem != l->shmem || !key_matches(e, params, psize))
       continue;
-    if (e->source && launch_image(l, fn) != e->source) continue; /* another image (a dtype) */
+    if (e->source && launch_image(l, fn) != e->source) { /* another image (a dtype) */
+      if (!fn->image && !e->unknown_image++)
+        kf_log("deploy: which image %s comes from is not known; it runs unchanged", e->name);
+      continue;
+    }
     CUfunction f = function_for(e);
     if (!f) {
       if (!e->failed++) kf_log("deploy: cannot load %s from %s; the original runs", e->entry, e->image);
