@@ -27,6 +27,17 @@ def on_fake(fake: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
     return fake
 
 
+@pytest.fixture
+def on_fake_nvrtc(fake: FakeCuda, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeCuda:
+    """:func:`on_fake` with the fake NVRTC and nvcc as the ones kernforge builds sources with,
+    and a kernforge cache of the test's own (built images are cached there)."""
+    for k in ("LD_LIBRARY_PATH", "KERNFORGE_LIBNVRTC", "KFFAKE_NVRTC_DIR", "KERNFORGE_NVCC"):
+        monkeypatch.setenv(k, fake.env[k])
+    monkeypatch.setenv("KERNFORGE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    return fake
+
+
 @pytest.fixture(scope="session")
 def record_fake(fake: FakeCuda) -> Callable[..., tuple[int, list[Path], list[str], list[dict]]]:
     """``record_fake(out, **filters)``: ``kernforge record`` of the fake application into

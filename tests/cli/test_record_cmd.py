@@ -146,18 +146,25 @@ def test_ctrl_c_keeps_the_recorded_units_and_removes_the_spool(tmp_path: Path,
         assert load_recording(unit, verify=True).source.entry == "axpy"
 
 
-def test_ctrl_c_turns_the_spooled_launches_of_a_native_program_into_units(
-        fake: FakeCuda, tmp_path: Path) -> None:
-    out = tmp_path / "rec"
-    spool = out / SPOOL
+def _two_spooled(fake: FakeCuda, out: Path) -> tuple[list[str], Callable[[], bool]]:
+    """``kernforge record`` of the fake program running for ever, two launches of ``heat``
+    recorded into ``out``; and a test of when both are in the spool."""
     cmd = [*KERNFORGE, "record", "-o", str(out), "--kernels", "heat", "--max-instances", "2",
            "--", *fake.command(2_000_000_000)]
+    spool = out / SPOOL
 
     def spooled() -> bool:
         return spool.is_dir() and len([p for p in spool.iterdir()
                                        if p.name[:1].isdigit()]) == 2
 
-    done = _interrupt(cmd, spooled, env=fake.env)
+    return cmd, spooled
+
+
+def test_ctrl_c_turns_the_spooled_launches_of_a_native_program_into_units(
+        fake: FakeCuda, tmp_path: Path) -> None:
+    out = tmp_path / "rec"
+    spool = out / SPOOL
+    done = _interrupt(*_two_spooled(fake, out), env=fake.env)
     assert done.returncode == 130, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     assert done.stderr.strip() == f"interrupted: 2 units recorded are kept in {out}"
@@ -178,15 +185,7 @@ ONCE = ('import numpy as np, kernforge\n'
 def test_kill_9_leaves_every_spooled_launch_to_become_a_unit(fake: FakeCuda,
                                                              tmp_path: Path) -> None:
     out = tmp_path / "rec"
-    spool = out / SPOOL
-    cmd = [*KERNFORGE, "record", "-o", str(out), "--kernels", "heat", "--max-instances", "2",
-           "--", *fake.command(2_000_000_000)]
-
-    def spooled() -> bool:
-        return spool.is_dir() and len([p for p in spool.iterdir()
-                                       if p.name[:1].isdigit()]) == 2
-
-    done = _interrupt(cmd, spooled, env=fake.env, sig=signal.SIGKILL)
+    done = _interrupt(*_two_spooled(fake, out), env=fake.env, sig=signal.SIGKILL)
     assert done.returncode == -signal.SIGKILL
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LD_LIBRARY_PATH", str(fake.libdir))

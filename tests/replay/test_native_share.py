@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from kernforge.deploy.gate import refusal
 from kernforge.pipeline.run_app import record_command
 from kernforge.record.native_format import read_native
@@ -14,24 +12,13 @@ from kernforge.replay.native_share import share_winners
 from kernforge.replay.native_tune import tune_native
 from kernforge.testing.fakedriver import FakeCuda
 
-ENV = ("LD_LIBRARY_PATH", "KERNFORGE_LIBNVRTC", "KFFAKE_NVRTC_DIR", "KERNFORGE_NVCC")
-
 
 def _refuse(speedup: float, ci: tuple[float, float]) -> str | None:
     return refusal(verified=True, idle=None, speedup=speedup, ci=ci)
 
 
-@pytest.fixture
-def on_fake(fake: FakeCuda, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeCuda:
-    for k in ENV:
-        monkeypatch.setenv(k, fake.env[k])
-    monkeypatch.setenv("KERNFORGE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("LD_PRELOAD", raising=False)
-    return fake
-
-
-def test_the_surest_winner_is_shared(on_fake: FakeCuda, tmp_path: Path) -> None:
-    status, units, problems, _ = record_command(on_fake.nvrtc_command(3, 1000, "vary"),
+def test_the_surest_winner_is_shared(on_fake_nvrtc: FakeCuda, tmp_path: Path) -> None:
+    status, units, problems, _ = record_command(on_fake_nvrtc.nvrtc_command(3, 1000, "vary"),
                                                 tmp_path / "r", max_instances=2)
     assert status == 0 and not problems and len(units) == 2
     done = [tune_native(u, read_native(u), repeat=3, passes=5, refuse=_refuse,
@@ -52,9 +39,9 @@ def test_the_surest_winner_is_shared(on_fake: FakeCuda, tmp_path: Path) -> None:
     assert share_winners(done, refuse=_refuse, passes=5, repeat=3) == 0
 
 
-def test_a_winner_the_gate_refuses_on_another_launch_is_not_shared(on_fake: FakeCuda,
+def test_a_winner_the_gate_refuses_on_another_launch_is_not_shared(on_fake_nvrtc: FakeCuda,
                                                                     tmp_path: Path) -> None:
-    _, units, _, _ = record_command(on_fake.nvrtc_command(3, 1000, "vary"),
+    _, units, _, _ = record_command(on_fake_nvrtc.nvrtc_command(3, 1000, "vary"),
                                     tmp_path / "r", max_instances=2)
     done = [tune_native(u, read_native(u), repeat=3, passes=5, refuse=_refuse,
                         defines=[[("KF_REPS", "1")]]) for u in units]

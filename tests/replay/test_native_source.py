@@ -21,17 +21,6 @@ from kernforge.replay.native_child import run_isolated
 from kernforge.replay.native_tune import bind, candidates
 from kernforge.testing.fakedriver import FakeCuda
 
-ENV = ("LD_LIBRARY_PATH", "KERNFORGE_LIBNVRTC", "KFFAKE_NVRTC_DIR", "KERNFORGE_NVCC")
-
-
-@pytest.fixture
-def on_fake(fake: FakeCuda, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeCuda:
-    for k in ENV:
-        monkeypatch.setenv(k, fake.env[k])
-    monkeypatch.setenv("KERNFORGE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("LD_PRELOAD", raising=False)
-    return fake
-
 
 def _unit(cmd: list[str], out: Path, **kw: object) -> Path:
     status, units, problems, _ = record_command(cmd, out, max_instances=1, **kw)  # type: ignore[arg-type]
@@ -39,9 +28,9 @@ def _unit(cmd: list[str], out: Path, **kw: object) -> Path:
     return units[0]
 
 
-def test_a_captured_source_is_rebuilt_under_the_cuda_knobs(on_fake: FakeCuda,
+def test_a_captured_source_is_rebuilt_under_the_cuda_knobs(on_fake_nvrtc: FakeCuda,
                                                            tmp_path: Path) -> None:
-    unit = _unit(on_fake.nvrtc_command(), tmp_path / "r")
+    unit = _unit(on_fake_nvrtc.nvrtc_command(), tmp_path / "r")
     rec = read_native(unit)
     labels = [v.label() for v in candidates(rec)]
     assert "nvrtc" in labels and "nvrtc(maxrregcount=64)" in labels
@@ -62,9 +51,9 @@ def test_a_captured_source_is_rebuilt_under_the_cuda_knobs(on_fake: FakeCuda,
 
 
 def test_a_source_build_is_tuned_exported_and_deployed(
-        on_fake: FakeCuda, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+        on_fake_nvrtc: FakeCuda, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     rec_dir, run, spec = tmp_path / "r", tmp_path / "t", tmp_path / "spec.json"
-    _unit(on_fake.nvrtc_command(), rec_dir)
+    _unit(on_fake_nvrtc.nvrtc_command(), rec_dir)
     capfd.readouterr()
     assert main(["tune", str(rec_dir), "--out", str(run), "--repeat", "5",
                  "--try-define", "KF_REPS=1"]) == 0
@@ -75,19 +64,19 @@ def test_a_source_build_is_tuned_exported_and_deployed(
     assert image.startswith(b"KFFAKE ") and image != read_native(next(
         p for p in rec_dir.iterdir() if p.is_dir() and not p.name.startswith("."))).image_bytes()
     capfd.readouterr()
-    assert main(["run", "--deploy", str(spec), "--", *on_fake.nvrtc_command()]) == 0
+    assert main(["run", "--deploy", str(spec), "--", *on_fake_nvrtc.nvrtc_command()]) == 0
     got = capfd.readouterr()
-    plain = subprocess.run(on_fake.nvrtc_command(), env=on_fake.env, capture_output=True,
+    plain = subprocess.run(on_fake_nvrtc.nvrtc_command(), env=on_fake_nvrtc.env, capture_output=True,
                            text=True, check=True).stdout
     assert got.out == plain and "3 launch(es) ran a tuned configuration" in got.err
 
 
 def test_launches_with_a_changing_scalar_are_deployed_by_one_entry(
-        on_fake: FakeCuda, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+        on_fake_nvrtc: FakeCuda, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """The program passes another `a` in every launch: the two recorded launches, tuned to the
     same winner, export as one entry that also replaces the third, unrecorded one."""
     rec_dir, run, spec = tmp_path / "r", tmp_path / "t", tmp_path / "spec.json"
-    cmd = on_fake.nvrtc_command(3, 1000, "vary")
+    cmd = on_fake_nvrtc.nvrtc_command(3, 1000, "vary")
     status, units, problems, _ = record_command(cmd, rec_dir, max_instances=2)
     assert status == 0 and not problems and len(units) == 2
     capfd.readouterr()
@@ -103,16 +92,16 @@ def test_launches_with_a_changing_scalar_are_deployed_by_one_entry(
     assert entry["key"][32:40] == "x" * 8 and entry["key"][40:] == (1000).to_bytes(4, "little").hex()
     assert main(["run", "--deploy", str(spec), "--", *cmd]) == 0
     got = capfd.readouterr()
-    plain = subprocess.run(cmd, env=on_fake.env, capture_output=True, text=True,
+    plain = subprocess.run(cmd, env=on_fake_nvrtc.env, capture_output=True, text=True,
                            check=True).stdout
     assert got.out == plain and "3 launch(es) ran a tuned configuration" in got.err
 
 
-def test_source_binding_checks_the_kernel_and_its_parameters(on_fake: FakeCuda,
+def test_source_binding_checks_the_kernel_and_its_parameters(on_fake_nvrtc: FakeCuda,
                                                             tmp_path: Path) -> None:
-    unit = _unit(on_fake.command(2, 1000), tmp_path / "r", kernels="heat")
+    unit = _unit(on_fake_nvrtc.command(2, 1000), tmp_path / "r", kernels="heat")
     rec = read_native(unit)
-    good = on_fake.libdir / "fake_kernels.c"
+    good = on_fake_nvrtc.libdir / "fake_kernels.c"
     assert bind(unit, rec, bind_source(good))
     labels = [v.label() for v in candidates(rec, source=bind_source(good))]
     assert "nvcc" in labels and "nvcc(maxrregcount=32)" in labels
@@ -127,16 +116,16 @@ def test_source_binding_checks_the_kernel_and_its_parameters(on_fake: FakeCuda,
 
 # the CLI around test_source_binding_checks_the_kernel_and_its_parameters
 @pytest.mark.slow
-def test_cli_source_binding(on_fake: FakeCuda, tmp_path: Path,
+def test_cli_source_binding(on_fake_nvrtc: FakeCuda, tmp_path: Path,
                             capsys: pytest.CaptureFixture[str]) -> None:
     rec_dir = tmp_path / "r"
-    _unit(on_fake.command(2, 1000), rec_dir, kernels="heat")
+    _unit(on_fake_nvrtc.command(2, 1000), rec_dir, kernels="heat")
     other = tmp_path / "other.c"
     other.write_text('const char *scale_params = "24";\nvoid scale(void) {}\n')
     assert main(["tune", str(rec_dir), "--out", str(tmp_path / "a"), "--source",
                  str(other)]) == 2
     assert "defines none of the recorded kernels" in capsys.readouterr().err
-    good = on_fake.libdir / "fake_kernels.c"
+    good = on_fake_nvrtc.libdir / "fake_kernels.c"
     assert main(["tune", str(rec_dir), "--out", str(tmp_path / "b"), "--repeat", "2",
                  "--source", str(good), "-D", "KF_UNUSED=1"]) == 0
     evals = json.loads((tmp_path / "b" / "native.json").read_text())["units"][0]["evaluations"]
@@ -145,8 +134,8 @@ def test_cli_source_binding(on_fake: FakeCuda, tmp_path: Path,
     assert built and all(e["status"] == "OK" for e in built)
 
 
-def test_the_ptx_of_a_fatbin_is_jit_tuned(on_fake: FakeCuda, tmp_path: Path) -> None:
-    unit = _unit([*on_fake.command(2, 1000), "fatbin"], tmp_path / "r", kernels="heat")
+def test_the_ptx_of_a_fatbin_is_jit_tuned(on_fake_nvrtc: FakeCuda, tmp_path: Path) -> None:
+    unit = _unit([*on_fake_nvrtc.command(2, 1000), "fatbin"], tmp_path / "r", kernels="heat")
     rec = read_native(unit)
     assert rec.image_kind == "fatbin"
     jit = [v for v in candidates(rec) if v.build is not None and v.build.kind == "ptx"]
@@ -194,12 +183,12 @@ print("<<<<<<< SEARCH\\n#define KF_REPS 64 /* work a tuned build can drop: the s
 
 
 def test_evolve_a_captured_source_then_export_and_deploy(
-        on_fake: FakeCuda, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+        on_fake_nvrtc: FakeCuda, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     import sys
 
     import yaml
     rec_dir, out, spec = tmp_path / "r", tmp_path / "evo", tmp_path / "spec.json"
-    _unit(on_fake.nvrtc_command(), rec_dir)
+    _unit(on_fake_nvrtc.nvrtc_command(), rec_dir)
     (tmp_path / "p.py").write_text(PROPOSER)
     cfg = {"evolve": {"seed": 1, "max_iterations": 2, "eval_slots": 1, "llm_slots": 1,
                       "max_in_flight": 1},
@@ -213,5 +202,5 @@ def test_evolve_a_captured_source_then_export_and_deploy(
     assert result["win"] and "evolved" in result["best_label"]
     assert main(["export", str(out / "axpy_float"), "-o", str(spec)]) == 0
     capfd.readouterr()
-    assert main(["run", "--deploy", str(spec), "--", *on_fake.nvrtc_command()]) == 0
+    assert main(["run", "--deploy", str(spec), "--", *on_fake_nvrtc.nvrtc_command()]) == 0
     assert "3 launch(es) ran a tuned configuration" in capfd.readouterr().err
