@@ -184,10 +184,7 @@ def load_config(path: str | Path) -> RunConfig:
 
 def _parse(p: Path, text: str) -> Any:
     if p.suffix == ".toml":
-        try:
-            import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            import tomli as tomllib  # type: ignore[no-redef]
+        import tomllib
         try:
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
