@@ -5,7 +5,8 @@ benchmark pages included):
 
 - a relative Markdown link or image, ``[text](path)``, resolved against the page's folder;
 - a repository path in backticks (inline or in a fenced block) that starts with one of
-  :data:`TREES`, resolved against the repository root. A glob (``tests/forge/test_*.py``)
+  :data:`TREES`, resolved against the repository root; or a package path written without
+  ``src/`` (``kernforge/forge/loop.py``) or without ``src/kernforge/`` (``forge/loop.py``). A glob (``tests/forge/test_*.py``)
   must match at least one file; a pytest node id (``path::test``) or a line number
   (``path:42``) is checked for its path.
 
@@ -34,6 +35,13 @@ def path_token(prefixes: tuple[str, ...], chars: str) -> re.Pattern[str]:
 
 
 PATH_TOKEN = path_token(TREES, r"\w./*\-{},")
+# a package path without ``src/`` (``kernforge/forge/loop.py``) or without ``src/kernforge/``
+# (``forge/loop.py``, a file of one of the package's subpackages)
+SUBPACKAGES = tuple(sorted(f"{p.name}/" for p in (ROOT / "src" / "kernforge").iterdir()
+                           if (p / "__init__.py").exists()))
+PACKAGE_TOKEN = path_token(("kernforge/",), r"\w./*\-")
+MODULE_TOKEN = path_token(SUBPACKAGES, r"\w./*\-")
+SOURCE_SUFFIXES = (".py", ".c", ".h")
 
 
 def pages() -> list[Path]:
@@ -85,10 +93,17 @@ def broken_links(page: Path) -> list[str]:
     return bad
 
 
+def tokens(span: str) -> list[str]:
+    """Repository paths in one code span, relative to the repository's root."""
+    return (PATH_TOKEN.findall(span) + ["src/" + t for t in PACKAGE_TOKEN.findall(span)]
+            + ["src/kernforge/" + t for t in MODULE_TOKEN.findall(span)
+               if t.rstrip(".,;)").endswith(SOURCE_SUFFIXES)])
+
+
 def named_paths(text: str) -> list[str]:
     out = []
     for span in code_spans(text):
-        for token in PATH_TOKEN.findall(span):
+        for token in tokens(span):
             token = re.sub(r"::.*$", "", token)  # pytest node id
             token = re.sub(r":\d+(-\d+)?$", "", token)  # line number
             token = token.rstrip(".,;)")
@@ -106,11 +121,14 @@ def test_the_checker_finds_a_missing_file(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text("See [it](gone.md), [that](#anchor), [web](https://x.org/a.md).\n"
                     "Run `python benchmarks/no_such_bench.py --x` and "
-                    "`tests/core/test_model.py::test_x`.\n```\npython tools/missing.py\n```\n")
+                    "`tests/core/test_model.py::test_x`, `forge/gone.py`, `kernforge/core/model.py`,"
+                    " `out/forge/x.py`.\n```\npython tools/missing.py\n```\n")
     assert broken_links(page) == ["link (gone.md)"]
-    assert sorted(named_paths(page.read_text())) == ["benchmarks/no_such_bench.py",
-                                                     "tests/core/test_model.py", "tools/missing.py"]
-    assert sorted(broken_paths(page)) == ["`benchmarks/no_such_bench.py`", "`tools/missing.py`"]
+    assert sorted(named_paths(page.read_text())) == [
+        "benchmarks/no_such_bench.py", "src/kernforge/core/model.py", "src/kernforge/forge/gone.py",
+        "tests/core/test_model.py", "tools/missing.py"]
+    assert sorted(broken_paths(page)) == ["`benchmarks/no_such_bench.py`",
+                                          "`src/kernforge/forge/gone.py`", "`tools/missing.py`"]
 
 
 def test_build_files_name_only_existing_paths() -> None:
