@@ -1,10 +1,12 @@
 /* kernforge driver interposer: finding the real dlsym and the real CUDA driver. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 #include "kf.h"
 
@@ -27,12 +29,75 @@ void *kf_real_dlsym(void *handle, const char *name) {
   return real_dlsym_fn(handle, name);
 }
 
-void *kf_libcuda(void) {
-  if (!libcuda_handle) {
-    const char *path = getenv("KERNFORGE_LIBCUDA");
-    libcuda_handle = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+/* dlsym(RTLD_NEXT, name) as `caller` would see it: the first definition in an object loaded
+ * after the caller's. The real dlsym(RTLD_NEXT) answers relative to its own caller, which is
+ * this library when a preload library's dlsym reaches it through the interposer's dlsym: it
+ * would find that library's own wrapper again and recurse. */
+void *kf_next_dlsym(const void *caller, const char *name) {
+  Dl_info info;
+  struct link_map *self = NULL;
+  if (!dladdr1(caller, &info, (void **)&self, RTLD_DL_LINKMAP) || !self)
+    return kf_real_dlsym(RTLD_NEXT, name); /* not in a loaded object: after the interposer */
+  for (struct link_map *m = self->l_next; m; m = m->l_next) {
+    void *p = kf_real_dlsym(m, name); /* m and its dependencies: keep m's own definition */
+    struct link_map *owner = NULL;
+    if (p && dladdr1(p, &info, (void **)&owner, RTLD_DL_LINKMAP) && owner == m) return p;
   }
-  return libcuda_handle;
+  return NULL;
+}
+
+/* what the interposer's wrapper `self` of `name` calls: the next definition after the
+ * interposer (another preload library's wrapper, or the driver), else the driver's */
+void *kf_driver_sym(const char *name, void *self) {
+  void *p = kf_next_dlsym((const void *)kf_driver_sym, name);
+  if (!p || p == self) {
+    void *h = kf_libcuda();
+    p = h ? kf_real_dlsym(h, name) : NULL;
+  }
+  return p == self ? NULL : p;
+}
+
+/* entry points every CUDA driver has (since CUDA 4) and the interposer calls unguarded: a
+ * library without one of them is not a driver */
+static const char *const required[] = {"cuLaunchKernel", "cuModuleLoadDataEx",
+                                       "cuModuleGetFunction", "cuCtxGetCurrent",
+                                       "cuCtxSynchronize", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2"};
+
+static void *open_driver(const char *path, int named) {
+  static int told; /* one message for a refused library */
+  void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+  if (!h) return NULL;
+  for (size_t i = 0; i < sizeof required / sizeof *required; i++)
+    if (!kf_real_dlsym(h, required[i])) {
+      if (!__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+        kf_log("%s%s has no %s: it is not a CUDA driver and is not used%s",
+               named ? "KERNFORGE_LIBCUDA=" : "", path, required[i],
+               named ? "; libcuda.so.1 is used instead" : "");
+      dlclose(h);
+      return NULL;
+    }
+  return h;
+}
+
+/* the driver library: KERNFORGE_LIBCUDA if it is one, else libcuda.so.1 (NULL: none yet) */
+void *kf_libcuda(void) {
+  static int refused; /* KERNFORGE_LIBCUDA was tried and refused */
+  void *h = __atomic_load_n(&libcuda_handle, __ATOMIC_ACQUIRE);
+  if (h) return h;
+  const char *path = getenv("KERNFORGE_LIBCUDA");
+  if (path && *path && !__atomic_load_n(&refused, __ATOMIC_RELAXED)) {
+    h = open_driver(path, 1);
+    if (!h) __atomic_store_n(&refused, 1, __ATOMIC_RELAXED);
+  }
+  if (!h) h = open_driver("libcuda.so.1", 0);
+  if (!h) return NULL; /* no driver (yet): asked again next time */
+  void *none = NULL; /* another thread may have opened it meanwhile: one handle is kept */
+  if (!__atomic_compare_exchange_n(&libcuda_handle, &none, h, 0, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_ACQUIRE)) {
+    dlclose(h);
+    h = none;
+  }
+  return h;
 }
 
 static void *sym(const char *name) {
@@ -66,13 +131,27 @@ static void resolve(void) {
   R(cuEventDestroy, "cuEventDestroy_v2");
   R(cuFuncSetAttribute, "cuFuncSetAttribute");
 #undef R
+  /* the events are used together: one missing, none is used */
+  if (!kf_drv.cuEventCreate || !kf_drv.cuEventRecord || !kf_drv.cuEventSynchronize ||
+      !kf_drv.cuEventElapsedTime || !kf_drv.cuEventDestroy)
+    kf_drv.cuEventCreate = NULL;
 }
 
 void kf_resolve_driver(void) { pthread_once(&resolve_once, resolve); }
 
+/* KERNFORGE_QUIET: set to anything but "", 0, false, no or off silences the messages */
+static int quiet_env(void) {
+  const char *q = getenv("KERNFORGE_QUIET");
+  static const char *const off[] = {"", "0", "false", "no", "off"};
+  if (!q) return 0;
+  for (size_t i = 0; i < sizeof off / sizeof *off; i++)
+    if (!strcasecmp(q, off[i])) return 0;
+  return 1;
+}
+
 void kf_log(const char *fmt, ...) {
   static int quiet = -1;
-  if (quiet < 0) quiet = getenv("KERNFORGE_QUIET") != NULL;
+  if (quiet < 0) quiet = quiet_env();
   if (quiet) return;
   char buf[1024];
   va_list ap;
