@@ -65,8 +65,10 @@ def build(out_dir: Path | None = None, extra_flags: Sequence[str] = ()) -> Path:
             for name, data in srcs.items():
                 (work / name).write_bytes(data)
             part = work / "lib.so"
+            # -Bsymbolic-functions: the wrappers' own addresses are the interposer's even where
+            # a library preloaded before it exports the same names (kf_hooks.c compares them)
             cmd = [compiler(), "-std=gnu11", "-O2", "-fPIC", "-shared", "-Wall",
-                   "-Wno-format-truncation", *flags, "-o", str(part),
+                   "-Wno-format-truncation", "-Wl,-Bsymbolic-functions", *flags, "-o", str(part),
                    *[str(work / n) for n in SOURCES if n.endswith(".c")], "-ldl", "-lpthread"]
             done = subprocess.run(cmd, check=False, capture_output=True, text=True)
             if done.returncode != 0:

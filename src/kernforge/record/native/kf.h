@@ -26,6 +26,19 @@ typedef struct {
 #define KF_OK 0
 #define KF_PTDS_FLAG 2ULL /* CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM */
 
+/* dlsym and what it calls run before a preloaded sanitizer runtime is ready (it resolves its
+ * own interceptors through dlsym): they stay uninstrumented in a sanitizer build */
+#define KF_RAW __attribute__((no_sanitize("address", "undefined")))
+/* and compare strings themselves: the sanitizer's strcmp is not ready either */
+KF_RAW static inline int kf_prefix(const char *s, const char *prefix) {
+  while (*prefix && *s == *prefix) s++, prefix++;
+  return !*prefix;
+}
+KF_RAW static inline int kf_same(const char *a, const char *b) {
+  while (*a && *a == *b) a++, b++;
+  return *a == *b;
+}
+
 /* ---- the real driver (kf_real.c) ----------------------------------------------------------- */
 typedef struct {
   CUresult (*cuCtxSynchronize)(void);
@@ -54,9 +67,10 @@ typedef struct {
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
 } kf_driver_t;
 extern kf_driver_t kf_drv;
-void *kf_real_dlsym(void *handle, const char *name);
-void *kf_next_dlsym(const void *caller, const char *name); /* dlsym(RTLD_NEXT) as `caller` */
+KF_RAW void *kf_real_dlsym(void *handle, const char *name);
+KF_RAW void *kf_next_dlsym(const void *caller, const char *name); /* dlsym(RTLD_NEXT) as `caller` */
 void *kf_driver_sym(const char *name, void *self); /* what a wrapper `self` of `name` calls */
+KF_RAW void *kf_own_symbol(const char *name); /* the interposer's own export of `name`, or NULL */
 void *kf_libcuda(void);
 void kf_resolve_driver(void);
 void kf_hold(CUstream stream); /* queue a spinning kernel (KERNFORGE_GATE_US) */

@@ -15,7 +15,7 @@ static void *(*real_dlsym_fn)(void *, const char *);
 static void *libcuda_handle;
 static pthread_once_t resolve_once = PTHREAD_ONCE_INIT;
 
-void *kf_real_dlsym(void *handle, const char *name) {
+KF_RAW void *kf_real_dlsym(void *handle, const char *name) {
   if (!real_dlsym_fn) {
     /* dlsym is versioned in glibc; ask for it by version so that our own dlsym is skipped */
     static const char *versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0"};
@@ -29,19 +29,53 @@ void *kf_real_dlsym(void *handle, const char *name) {
   return real_dlsym_fn(handle, name);
 }
 
-/* dlsym(RTLD_NEXT, name) as `caller` would see it: the first definition in an object loaded
- * after the caller's. The real dlsym(RTLD_NEXT) answers relative to its own caller, which is
- * this library when a preload library's dlsym reaches it through the interposer's dlsym: it
- * would find that library's own wrapper again and recurse. */
-void *kf_next_dlsym(const void *caller, const char *name) {
+/* ---- dlsym(RTLD_NEXT) for another caller ------------------------------------------------- */
+KF_RAW static struct link_map *map_of(const void *addr) {
   Dl_info info;
-  struct link_map *self = NULL;
-  if (!dladdr1(caller, &info, (void **)&self, RTLD_DL_LINKMAP) || !self)
-    return kf_real_dlsym(RTLD_NEXT, name); /* not in a loaded object: after the interposer */
-  for (struct link_map *m = self->l_next; m; m = m->l_next) {
-    void *p = kf_real_dlsym(m, name); /* m and its dependencies: keep m's own definition */
-    struct link_map *owner = NULL;
-    if (p && dladdr1(p, &info, (void **)&owner, RTLD_DL_LINKMAP) && owner == m) return p;
+  struct link_map *m = NULL;
+  return dladdr1(addr, &info, (void **)&m, RTLD_DL_LINKMAP) ? m : NULL;
+}
+
+KF_RAW static int comes_after(const struct link_map *a, const struct link_map *b) {
+  for (const struct link_map *m = b->l_next; m; m = m->l_next)
+    if (m == a) return 1;
+  return 0;
+}
+
+/* name's definition in object m itself (not in its dependencies) */
+KF_RAW static void *defined_in(struct link_map *m, const char *name) {
+  if (!m->l_name || !m->l_name[0]) return NULL;
+  void *h = dlopen(m->l_name, RTLD_NOLOAD | RTLD_LAZY); /* a handle a link map is not */
+  if (!h) return NULL;
+  void *p = kf_real_dlsym(h, name);
+  if (p && map_of(p) != m) p = NULL;
+  dlclose(h);
+  return p;
+}
+
+/* dlsym(RTLD_NEXT, name) as `caller` would see it: the first definition in an object after the
+ * caller's. The real dlsym(RTLD_NEXT) answers relative to its own caller, this library, when a
+ * preload library's dlsym reaches it through the interposer's: a library after the interposer
+ * got its own wrapper back and recursed. The real answer (after the interposer) is taken
+ * whenever it is also the caller's; objects are searched one by one only where it is not. */
+KF_RAW void *kf_next_dlsym(const void *caller, const char *name) {
+  void *beyond = kf_real_dlsym(RTLD_NEXT, name); /* the first definition after this library */
+  struct link_map *from = map_of(caller), *self = map_of((const void *)kf_next_dlsym);
+  if (!from || !self || from == self) return beyond;
+  if (comes_after(self, from)) { /* the caller comes first: what lies between, then this */
+    for (struct link_map *m = from->l_next; m && m != self; m = m->l_next) {
+      void *p = defined_in(m, name);
+      if (p) return p;
+    }
+    void *own = kf_own_symbol(name);
+    if (!own && kf_prefix(name, "nvrtc")) own = defined_in(self, name);
+    return own ? own : beyond;
+  }
+  struct link_map *owner = beyond ? map_of(beyond) : NULL;
+  if (!beyond || (owner && comes_after(owner, from))) return beyond;
+  for (struct link_map *m = from->l_next; m; m = m->l_next) { /* beyond is at or before it */
+    void *p = defined_in(m, name);
+    if (p) return p;
   }
   return NULL;
 }
@@ -49,7 +83,7 @@ void *kf_next_dlsym(const void *caller, const char *name) {
 /* what the interposer's wrapper `self` of `name` calls: the next definition after the
  * interposer (another preload library's wrapper, or the driver), else the driver's */
 void *kf_driver_sym(const char *name, void *self) {
-  void *p = kf_next_dlsym((const void *)kf_driver_sym, name);
+  void *p = kf_real_dlsym(RTLD_NEXT, name);
   if (!p || p == self) {
     void *h = kf_libcuda();
     p = h ? kf_real_dlsym(h, name) : NULL;
