@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+from kernforge.core import ConfigError
 from kernforge.core.native import NativeParam, NativeRecording, NativeRegion
 from kernforge.deploy import native as nd
 
@@ -51,3 +53,22 @@ def test_the_image_id_is_the_interposers_fnv1a() -> None:
     # FNV-1a 64 reference values: the empty input is the offset basis; "a" a published vector
     assert nd.image_id(b"") == "cbf29ce484222325"
     assert nd.image_id(b"a") == "af63dc4c8601ec8c"
+
+
+def test_lines_refuse_what_the_interposer_would_skip(tmp_path: Path) -> None:
+    """An entry the interposer would skip (a JIT option it does not apply, a field with a line
+    break) is refused when the line file is written, with the reason."""
+    rec = _rec(tmp_path)
+    for variant, match in (({"jit": {"max_registers": 64, "fast_math": 1}}, "fast_math"),
+                           ({"jit": {}}, "line break")):
+        e = nd.entry(rec, {"block": [128, 1, 1], **variant}, "k.cubin", b"x", {})
+        if match == "line break":
+            e["kernel"] = "_Z5solve\r"
+        spec = nd.read_spec(nd.write_spec(tmp_path / "spec.json", [e], {"k.cubin": b"x"}))
+        with pytest.raises(ConfigError, match=match):
+            nd.interposer_lines(spec)
+    ok = nd.entry(rec, {"block": [128, 1, 1], "jit": {"max_registers": 64,
+                                                       "optimization_level": 3}},
+                  "k.cubin", b"x", {})
+    spec = nd.read_spec(nd.write_spec(tmp_path / "spec.json", [ok], {"k.cubin": b"x"}))
+    assert nd.interposer_lines(spec).splitlines()[1].split("\t")[7] == "0=64,7=3"

@@ -146,8 +146,14 @@ def read_spec(path: Path) -> NativeSpec:
 
 def interposer_lines(spec: NativeSpec) -> str:
     """The interposer's deployment file (one tab-separated line an entry)."""
-    lines = ["# written by kernforge from " + str(spec.path)]
+    lines = ["# written by kernforge from " + str(spec.path).replace("\n", " ")]
     for e in spec.entries:
+        unknown = sorted(set(e["jit"]) - set(JIT_OPTIONS))
+        if unknown:
+            raise ConfigError(f"{spec.path}: entry {e['name']} has JIT options the interposer "
+                              f"does not apply: {', '.join(unknown)}",
+                              hint=f"kernforge writes only {', '.join(JIT_OPTIONS)}; export "
+                                   "the spec again from the tuning run")
         jit = ",".join(f"{JIT_OPTIONS[k]}={int(v)}" for k, v in e["jit"].items()) or "-"
         carve = -1 if e.get("carveout") is None else int(e["carveout"])
         fields = [e["kernel"], ",".join(map(str, e["grid"])), ",".join(map(str, e["block"])),
@@ -156,8 +162,11 @@ def interposer_lines(spec: NativeSpec) -> str:
                   ",".join(map(str, e["new_block"])),
                   str(e.get("new_shared_mem", e["shared_mem"])), str(carve),
                   e.get("source_image") or "-"]
-        if any("\t" in f or "\n" in f for f in fields):
-            raise ConfigError(f"{spec.path}: entry {e['name']} holds a tab or newline")
+        if any(not f or "\t" in f or "\n" in f or "\r" in f or "\0" in f for f in fields):
+            raise ConfigError(f"{spec.path}: entry {e['name']} has an empty field or one "
+                              "holding a tab, a line break or a NUL byte",
+                              hint="the interposer reads one entry a line, fields "
+                                   "separated by tabs; export the spec again")
         lines.append("\t".join(fields))
     return "\n".join(lines) + "\n"
 

@@ -27,8 +27,8 @@ from typing import Any
 from ..core import BackendUnavailableError, ConfigError
 from ..core.paths import cache_path
 
-SOURCES = ("kf.h", "kf_real.c", "kf_state.c", "kf_track.c", "kf_hooks.c", "kf_record.c",
-           "kf_io.c", "kf_deploy.c", "kf_nvrtc.c")
+SOURCES = ("kf.h", "kf_deploy.h", "kf_real.c", "kf_state.c", "kf_track.c", "kf_hooks.c",
+           "kf_record.c", "kf_io.c", "kf_deploy.c", "kf_spec.c", "kf_nvrtc.c")
 _lock = threading.Lock()
 
 
@@ -45,10 +45,14 @@ def compiler() -> str:
     return cc
 
 
-def build(out_dir: Path | None = None) -> Path:
-    """The interposer library, built now if its sources changed since the last build."""
+def build(out_dir: Path | None = None, extra_flags: Sequence[str] = ()) -> Path:
+    """The interposer library, built now if its sources changed since the last build.
+    ``extra_flags`` go to the compiler (e.g. ``-fsanitize=address,undefined``); a build with
+    them is cached apart from the plain one."""
     srcs = _sources()
-    digest = hashlib.sha256(b"".join(n.encode() + b"\0" + srcs[n] for n in SOURCES)).hexdigest()
+    flags = list(extra_flags)
+    digest = hashlib.sha256(b"".join(n.encode() + b"\0" + srcs[n] for n in SOURCES)
+                            + "\0".join(flags).encode()).hexdigest()
     target_dir = out_dir or cache_path("interposer")
     lib = target_dir / f"libkfinterpose-{digest[:16]}.so"
     with _lock:
@@ -61,14 +65,17 @@ def build(out_dir: Path | None = None) -> Path:
             for name, data in srcs.items():
                 (work / name).write_bytes(data)
             part = work / "lib.so"
+            # -Bsymbolic-functions: the wrappers' own addresses are the interposer's even where
+            # a library preloaded before it exports the same names (kf_hooks.c compares them)
             cmd = [compiler(), "-std=gnu11", "-O2", "-fPIC", "-shared", "-Wall",
-                   "-Wno-format-truncation", "-o", str(part),
+                   "-Wno-format-truncation", "-Wl,-Bsymbolic-functions", *flags, "-o", str(part),
                    *[str(work / n) for n in SOURCES if n.endswith(".c")], "-ldl", "-lpthread"]
             done = subprocess.run(cmd, check=False, capture_output=True, text=True)
             if done.returncode != 0:
                 raise BackendUnavailableError(
                     f"building the driver interposer failed:\n{done.stderr.strip()[-2000:]}",
-                    hint="kernforge builds it with the host C compiler (gcc); check CC")
+                    hint="kernforge builds it with the host C compiler (gcc); check CC"
+                    + (f" and the extra flags {' '.join(flags)}" if flags else ""))
             os.replace(part, lib)
         finally:
             shutil.rmtree(work, ignore_errors=True)

@@ -5,7 +5,9 @@ two kernel images from ``fakecuda/fake_kernels.c`` (the plain one, and ``-DKF_TU
 the same results by another route) and ``fake_app`` from ``fakecuda/fake_app.c``, which reaches
 the driver as the CUDA runtime does (dlopen, dlsym, cuGetProcAddress); ``libnvrtc.so`` from
 ``fakecuda/fake_nvrtc.c`` (compiles C "kernels" with the host compiler) and ``fake_nvrtc_app``
-(``fakecuda/fake_nvrtc_app.c``), which compiles its kernel at run time as CuPy does, and ``nvcc``
+(``fakecuda/fake_nvrtc_app.c``), which compiles its kernel at run time as CuPy does,
+``fake_threads`` (``fakecuda/fake_threads.c``: many threads launching at once, linked against
+libcuda so its driver calls bind by symbol) and ``nvcc``
 (``fakecuda/fake_nvcc.sh``: a file bound with ``--source`` compiled the same way). With the returned
 :attr:`FakeCuda.env` a process loads the fake instead of a real driver; the interposer, the
 ctypes driver of native replay and the deploy path then run for real on the host.
@@ -28,6 +30,7 @@ class FakeCuda:
     tuned: Path  # the same kernels built with -DKF_TUNED
     app: Path
     nvrtc_app: Path | None = None
+    threads_app: Path | None = None
 
     @property
     def nvrtc(self) -> Path:
@@ -56,6 +59,14 @@ class FakeCuda:
     def command(self, steps: int = 10, n: int = 1000, *extra: str) -> list[str]:
         return [str(self.app), str(self.kernels), str(steps), str(n), *extra]
 
+    def threads_command(self, threads: int, launches: int, n: int = 1000,
+                        kernels: Path | None = None, kernel: str = "heat") -> list[str]:
+        """``fake_threads``: ``threads`` threads, started together, each launching ``kernel``
+        (heat's parameters) ``launches`` times; driver calls bound by symbol (-lcuda)."""
+        assert self.threads_app is not None
+        return [str(self.threads_app), str(kernels or self.kernels), str(threads), str(launches),
+                str(n), kernel]
+
 
 def _cc() -> str:
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
@@ -70,7 +81,7 @@ def build(out: Path) -> FakeCuda:
     out.mkdir(parents=True, exist_ok=True)
     files = {}
     for name in ("fake_cuda.c", "fake_kernels.c", "fake_app.c", "fake_nvrtc.c",
-                 "fake_nvrtc_app.c"):
+                 "fake_nvrtc_app.c", "fake_threads.c"):
         files[name] = out / name
         files[name].write_bytes((src / name).read_bytes())
     cc = _cc()
@@ -84,6 +95,8 @@ def build(out: Path) -> FakeCuda:
         [cc, "-std=gnu11", "-O1", "-fPIC", "-shared", "-o", str(out / "libnvrtc.so"),
          str(files["fake_nvrtc.c"])],
         [cc, "-O1", "-o", str(out / "fake_nvrtc_app"), str(files["fake_nvrtc_app.c"]), "-ldl"],
+        [cc, "-O1", "-o", str(out / "fake_threads"), str(files["fake_threads.c"]),
+         f"-L{out}", "-l:libcuda.so.1", "-lpthread"],
     ]
     for cmd in steps:
         done = subprocess.run(cmd, check=False, capture_output=True, text=True)
@@ -94,4 +107,4 @@ def build(out: Path) -> FakeCuda:
     nvcc.write_bytes((src / "fake_nvcc.sh").read_bytes())
     nvcc.chmod(0o755)
     return FakeCuda(out, out / "kernels.so", out / "kernels_tuned.so", out / "fake_app",
-                    out / "fake_nvrtc_app")
+                    out / "fake_nvrtc_app", out / "fake_threads")

@@ -26,6 +26,19 @@ typedef struct {
 #define KF_OK 0
 #define KF_PTDS_FLAG 2ULL /* CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM */
 
+/* dlsym and what it calls run before a preloaded sanitizer runtime is ready (it resolves its
+ * own interceptors through dlsym): they stay uninstrumented in a sanitizer build */
+#define KF_RAW __attribute__((no_sanitize("address", "undefined")))
+/* and compare strings themselves: the sanitizer's strcmp is not ready either */
+KF_RAW static inline int kf_prefix(const char *s, const char *prefix) {
+  while (*prefix && *s == *prefix) s++, prefix++;
+  return !*prefix;
+}
+KF_RAW static inline int kf_same(const char *a, const char *b) {
+  while (*a && *a == *b) a++, b++;
+  return *a == *b;
+}
+
 /* ---- the real driver (kf_real.c) ----------------------------------------------------------- */
 typedef struct {
   CUresult (*cuCtxSynchronize)(void);
@@ -54,7 +67,10 @@ typedef struct {
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
 } kf_driver_t;
 extern kf_driver_t kf_drv;
-void *kf_real_dlsym(void *handle, const char *name);
+KF_RAW void *kf_real_dlsym(void *handle, const char *name);
+KF_RAW void *kf_next_dlsym(const void *caller, const char *name); /* dlsym(RTLD_NEXT) as `caller` */
+void *kf_driver_sym(const char *name, void *self); /* what a wrapper `self` of `name` calls */
+KF_RAW void *kf_own_symbol(const char *name); /* the interposer's own export of `name`, or NULL */
 void *kf_libcuda(void);
 void kf_resolve_driver(void);
 void kf_hold(CUstream stream); /* queue a spinning kernel (KERNFORGE_GATE_US) */
@@ -104,13 +120,14 @@ void kf_fn_image(CUfunction f, kf_image_ref_t *out); /* a launched function's im
 #define KF_APP_TIMED 5
 typedef struct {
   const void *fn;
-  char name[512];
+  char *name; /* the whole name, never cut */
   unsigned long seen, recorded;
   int matches;
   int layout;    /* 0 not asked, 1 known, -1 unknown */
   int nparams;
   size_t *off, *size;
   int deployed; /* 0 not asked, 1 a deployment entry names it, -1 none does */
+  size_t dep_first, dep_count; /* which entries name it (kf_deploy.c's order by name) */
   uint64_t image; /* its image id, for deployment (asked once: image_asked) */
   int image_asked;
   float app_ms[KF_APP_TIMED]; /* unrecorded launches timed with events, the first excluded */
@@ -118,7 +135,7 @@ typedef struct {
 } kf_fn_t;
 kf_fn_t *kf_fn_get(CUfunction f);
 size_t kf_fn_all(kf_fn_t ***out); /* caller frees the array */
-void kf_base_name(const char *mangled, char *out, size_t cap);
+void kf_base_name(const char *mangled, char *out, size_t cap); /* cap >= 2 * strlen + 1 */
 
 /* ---- recording (kf_record.c) --------------------------------------------------------------- */
 typedef struct {

@@ -5,127 +5,114 @@
  *   name  grid  block  shmem  key  image  entry  jit  new_grid  new_block  new_shmem  carveout
  *   [source]
  * grid/block are "x,y,z"; key is the hex of the launch's parameter bytes, "xx" for bytes not
- * compared (pointers), or "*" for any; image a file path; jit "id=value,..." (CUjit_option
- * ids) or "-"; carveout a percentage, or -1 to leave it; source the id (16 hex digits, FNV-1a
- * of its bytes, as kf_image_id) of the image the recorded kernel came from, or "-" (absent in
- * lines written before it existed) for any.
+ * compared (pointers), or "*" for any; image a file path; jit "id=value,..." (the CUjit_option
+ * ids kernforge writes: 0, 1, 7, 14) or "-"; carveout a percentage, or -1 to leave it; source
+ * the id (16 hex digits, FNV-1a of its bytes, as kf_image_id) of the image the recorded kernel
+ * came from, or "-" (absent in lines written before it existed) for any.
  * A launch of `name` from that image with the same geometry and key runs `entry` of `image`
  * (loaded once per context with those JIT options) with the new geometry and the same
  * parameters. The source image tells apart kernels of one name compiled for other types (CuPy
  * builds an elementwise kernel per dtype under one name, with the same parameter bytes). Counts go to
  * KERNFORGE_DEPLOY_LOG (JSON) when a process that used the driver exits through exit(); a
  * process that never looked up a driver function writes nothing.
+ *
+ * Whatever is wrong, the program runs its original kernels and is told once per problem: the
+ * file is read once (pthread_once: no launch sees half of it), from a regular file only, whole
+ * (no line or name is cut); a line with any field out of its range is skipped (one message
+ * for all of them); an image that cannot be loaded disables its entry at the first attempt.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "kf.h"
+#include <sys/stat.h>
+#include <unistd.h>
+#include "kf_deploy.h"
 
-#define MAX_CTX 16
-typedef struct {
-  char name[512], entry[512], image[4096];
-  unsigned grid[3], block[3], shmem, ngrid[3], nblock[3], nshmem;
-  uint8_t *key, *mask;
-  size_t keylen;
-  int any_key, njit, carveout;
-  uint64_t source; /* the recorded kernel's image id, 0 = any */
-  CUjit_option jit[8];
-  long jitv[8];
-  CUcontext ctx[MAX_CTX];
-  CUfunction fn[MAX_CTX];
-  unsigned long used, failed, launch_failed, unknown_image;
-  int disabled;
-} entry_t;
-
-static entry_t *entries;
-static size_t nentries;
+static kf_entry_t *entries;       /* in the file's order */
+static size_t nentries, *by_name; /* entry indices by name, then by line */
+static size_t malformed;
 static unsigned long fallbacks;
-static int state = -1;
+static int state;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static __thread int loading;
 
-static int triple(const char *s, unsigned v[3]) {
-  return sscanf(s, "%u,%u,%u", &v[0], &v[1], &v[2]) == 3 ? 0 : -1;
-}
-
-/* hex with "xx" for bytes that are not compared (pointer parameters) */
-static int parse_key(entry_t *e, const char *hex) {
-  if (!strcmp(hex, "*")) { e->any_key = 1; return 0; }
-  size_t n = strlen(hex) / 2;
-  e->key = calloc(n ? n : 1, 1), e->mask = calloc(n ? n : 1, 1), e->keylen = n;
-  if (!e->key || !e->mask) return -1;
-  for (size_t i = 0; i < n; i++) {
-    if (hex[2 * i] == 'x') continue;
-    unsigned b;
-    if (sscanf(hex + 2 * i, "%2x", &b) != 1) return -1;
-    e->key[i] = (uint8_t)b, e->mask[i] = 1;
-  }
-  return 0;
-}
-
-static int parse_line(char *line, entry_t *e) {
-  char *f[13];
-  int n = 0;
-  for (char *save = NULL, *t = strtok_r(line, "\t\n", &save); t && n < 13;
-       t = strtok_r(NULL, "\t\n", &save))
-    f[n++] = t;
-  if (n != 12 && n != 13) return -1;
-  memset(e, 0, sizeof *e);
-  snprintf(e->name, sizeof e->name, "%s", f[0]);
-  snprintf(e->image, sizeof e->image, "%s", f[5]);
-  snprintf(e->entry, sizeof e->entry, "%s", f[6]);
-  if (triple(f[1], e->grid) || triple(f[2], e->block) || triple(f[8], e->ngrid) ||
-      triple(f[9], e->nblock) || parse_key(e, f[4]))
-    return -1;
-  e->shmem = (unsigned)strtoul(f[3], NULL, 10);
-  e->nshmem = (unsigned)strtoul(f[10], NULL, 10);
-  e->carveout = (int)strtol(f[11], NULL, 10);
-  if (n == 13 && strcmp(f[12], "-")) {
-    char *end;
-    e->source = strtoull(f[12], &end, 16);
-    if (*end || !e->source) return -1;
-  }
-  if (strcmp(f[7], "-"))
-    for (char *save = NULL, *t = strtok_r(f[7], ",", &save); t && e->njit < 8;
-         t = strtok_r(NULL, ",", &save))
-      if (sscanf(t, "%d=%ld", &e->jit[e->njit], &e->jitv[e->njit]) == 2) e->njit++;
-  return 0;
-}
-
-int kf_deploy_active(void) {
-  if (state >= 0) return state;
-  state = 0;
-  const char *path = getenv("KERNFORGE_DEPLOY");
-  if (!path || !*path) return state;
-  FILE *fp = fopen(path, "r");
-  if (!fp) { kf_log("cannot read the deployment %s; nothing is replaced", path); return state; }
-  char line[8192];
-  size_t cap = 0;
-  while (fgets(line, sizeof line, fp)) {
-    if (line[0] == '#' || line[0] == '\n') continue;
-    if (nentries == cap) {
-      cap = cap ? 2 * cap : 8;
-      entry_t *a = realloc(entries, cap * sizeof *a);
-      if (!a) break;
-      entries = a;
+static void parse_all(const char *path, char *text, size_t size) {
+  size_t cap = 0, line_no = 0, first_bad = 0;
+  const char *first_why = NULL;
+  for (char *p = text, *end = text + size; p < end;) {
+    char *nl = memchr(p, '\n', (size_t)(end - p));
+    size_t len = nl ? (size_t)(nl - p) : (size_t)(end - p);
+    char *line = p;
+    p += len + 1, line_no++;
+    line[len] = '\0'; /* the newline, or the terminator read_regular added */
+    if (!len || line[0] == '#') continue;
+    kf_entry_t e;
+    const char *why = memchr(line, '\0', len) ? "it holds a NUL byte" : NULL;
+    if (!why && nentries == cap) {
+      kf_entry_t *a = realloc(entries, (cap = cap ? 2 * cap : 16) * sizeof *a);
+      if (a) entries = a; else why = "no memory", cap = nentries;
     }
-    if (parse_line(line, &entries[nentries])) kf_log("deployment %s: a malformed line skipped", path);
-    else nentries++;
+    if (!why && (why = kf_parse_entry(line, &e))) kf_entry_free(&e);
+    if (!why) entries[nentries++] = e;
+    else if (!malformed++) first_bad = line_no, first_why = why;
   }
-  fclose(fp);
+  if (malformed)
+    kf_log("deployment %s: %zu malformed line(s) skipped (line %zu: %s); their kernels run "
+           "unchanged", path, malformed, first_bad, first_why);
+}
+
+static int by_name_cmp(const void *a, const void *b) {
+  size_t i = *(const size_t *)a, j = *(const size_t *)b;
+  int c = strcmp(entries[i].name, entries[j].name);
+  return c ? c : (i > j) - (i < j);
+}
+
+static void load(void) {
+  loading = 1;
+  const char *path = getenv("KERNFORGE_DEPLOY"), *why = NULL;
+  size_t size = 0;
+  char *text = path && *path ? kf_read_regular(path, SPEC_LIMIT, &size, &why) : NULL;
+  if (path && *path && !text)
+    kf_log("cannot read the deployment %s: it %s; nothing is replaced", path, why);
+  if (text) parse_all(path, text, size);
+  free(text);
+  if (nentries && (by_name = malloc(nentries * sizeof *by_name))) {
+    for (size_t i = 0; i < nentries; i++) by_name[i] = i;
+    qsort(by_name, nentries, sizeof *by_name, by_name_cmp);
+  } else if (nentries) {
+    kf_log("deployment %s: no memory to index it; nothing is replaced", path);
+    nentries = 0;
+  } else if (text && !malformed) {
+    kf_log("deployment %s holds no entries; nothing is replaced", path);
+  }
   state = nentries > 0;
+  loading = 0;
+}
+
+/* read once, by the first thread that asks; the others wait for the whole deployment */
+int kf_deploy_active(void) {
+  if (loading) return 0; /* a lookup made while this thread reads it */
+  pthread_once(&once, load);
   return state;
 }
 
 int kf_deploy_covers(kf_fn_t *fn) {
   if (!fn->deployed) {
-    fn->deployed = -1;
-    for (size_t i = 0; i < nentries; i++)
-      if (!strcmp(entries[i].name, fn->name)) fn->deployed = 1;
+    size_t lo = 0, hi = nentries;
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (strcmp(entries[by_name[mid]].name, fn->name) < 0) lo = mid + 1; else hi = mid;
+    }
+    size_t k = lo;
+    while (k < nentries && !strcmp(entries[by_name[k]].name, fn->name)) k++;
+    fn->dep_first = lo, fn->dep_count = k - lo;
+    fn->deployed = k > lo ? 1 : -1;
   }
   return fn->deployed > 0;
 }
 
-static int key_matches(const entry_t *e, const uint8_t *p, size_t n) {
+static int key_matches(const kf_entry_t *e, const uint8_t *p, size_t n) {
   if (e->any_key) return 1;
   if (n != e->keylen) return 0;
   for (size_t i = 0; i < n; i++)
@@ -133,33 +120,43 @@ static int key_matches(const entry_t *e, const uint8_t *p, size_t n) {
   return 1;
 }
 
-static CUfunction function_for(entry_t *e) {
-  CUcontext c = NULL;
-  if (kf_drv.cuCtxGetCurrent) kf_drv.cuCtxGetCurrent(&c);
-  for (int i = 0; i < MAX_CTX; i++)
-    if (e->fn[i] && e->ctx[i] == c) return e->fn[i];
-  FILE *fp = fopen(e->image, "rb");
-  if (!fp) return NULL;
-  fseek(fp, 0, SEEK_END);
-  long n = ftell(fp);
-  fseek(fp, 0, SEEK_SET);
-  char *buf = malloc((size_t)n + 1);
+/* ---- replacing launches ---------------------------------------------------------------------- */
+static CUfunction load_entry(kf_entry_t *e, const char **why) {
+  size_t n = 0;
+  char *buf = kf_read_regular(e->image, IMAGE_LIMIT, &n, why);
+  if (!buf) return NULL;
+  void *vals[MAX_JIT];
+  for (int i = 0; i < e->njit; i++) vals[i] = (void *)(uintptr_t)e->jitv[i];
+  CUmodule m = NULL;
   CUfunction f = NULL;
-  if (buf && fread(buf, 1, (size_t)n, fp) == (size_t)n) {
-    buf[n] = 0;
-    void *vals[8];
-    for (int i = 0; i < e->njit; i++) vals[i] = (void *)(intptr_t)e->jitv[i];
-    CUmodule m;
-    if (!kf_drv.cuModuleLoadDataEx(&m, buf, (unsigned)e->njit, e->jit, vals) &&
-        kf_drv.cuModuleGetFunction(&f, m, e->entry))
-      f = NULL;
-  }
+  CUresult rc = kf_drv.cuModuleLoadDataEx(&m, buf, (unsigned)e->njit, e->jit, vals);
   free(buf);
-  fclose(fp);
-  if (f && e->carveout >= 0 && kf_drv.cuFuncSetAttribute)
+  if (rc) { *why = "the driver refuses it"; return NULL; }
+  if (kf_drv.cuModuleGetFunction(&f, m, e->entry) || !f) {
+    *why = "it has no such function";
+    return NULL;
+  }
+  if (e->carveout >= 0 && kf_drv.cuFuncSetAttribute)
     kf_drv.cuFuncSetAttribute(f, 9, e->carveout); /* PREFERRED_SHARED_MEMORY_CARVEOUT */
-  for (int i = 0; f && i < MAX_CTX; i++)
-    if (!e->fn[i]) { e->ctx[i] = c, e->fn[i] = f; break; }
+  return f;
+}
+
+static CUfunction function_for(kf_entry_t *e, const char **why) {
+  if (!kf_drv.cuModuleLoadDataEx || !kf_drv.cuModuleGetFunction) {
+    *why = "there is no CUDA driver to load it";
+    return NULL;
+  }
+  CUcontext c = NULL;
+  if (kf_drv.cuCtxGetCurrent && kf_drv.cuCtxGetCurrent(&c)) c = NULL;
+  int i = 0;
+  for (; i < MAX_CTX && e->fn[i]; i++)
+    if (e->ctx[i] == c) return e->fn[i];
+  if (i == MAX_CTX) {
+    *why = "it is used in more than 16 contexts";
+    return NULL;
+  }
+  CUfunction f = load_entry(e, why);
+  if (f) e->ctx[i] = c, e->fn[i] = f;
   return f;
 }
 
@@ -172,25 +169,28 @@ static uint64_t launch_image(const kf_launch_t *l, kf_fn_t *fn) {
   return fn->image;
 }
 
+static int matches(const kf_entry_t *e, const kf_launch_t *l, const uint8_t *params, size_t n) {
+  return !memcmp(e->grid, l->grid, sizeof e->grid) && !memcmp(e->block, l->block,
+         sizeof e->block) && e->shmem == l->shmem && key_matches(e, params, n);
+}
+
+/* called under kf_lock, after kf_deploy_covers(fn) */
 int kf_deploy_try(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psize,
                   CUresult *rc, CUresult (*real)(kf_launch_t *, void *), void *ctx) {
-  int named = 0;
-  for (size_t i = 0; i < nentries; i++) {
-    entry_t *e = &entries[i];
-    if (strcmp(e->name, fn->name)) continue;
-    named = 1;
-    if (e->disabled) break;
-    if (memcmp(e->grid, l->grid, sizeof e->grid) || memcmp(e->block, l->block, sizeof e->block) ||
-        e->shmem != l->shmem || !key_matches(e, params, psize))
-      continue;
+  for (size_t j = 0; j < fn->dep_count; j++) {
+    kf_entry_t *e = &entries[by_name[fn->dep_first + j]];
+    if (e->disabled || !matches(e, l, params, psize)) continue;
     if (e->source && launch_image(l, fn) != e->source) { /* another image (a dtype) */
       if (!fn->image && !e->unknown_image++)
         kf_log("deploy: which image %s comes from is not known; it runs unchanged", e->name);
       continue;
     }
-    CUfunction f = function_for(e);
-    if (!f) {
-      if (!e->failed++) kf_log("deploy: cannot load %s from %s; the original runs", e->entry, e->image);
+    const char *why = NULL;
+    CUfunction f = function_for(e, &why);
+    if (!f) { /* once: the entry is off from now on */
+      e->failed++, e->disabled = 1;
+      kf_log("deploy: cannot load %s from %s: it %s; %s runs unchanged", e->entry, e->image,
+             why, e->name);
       break;
     }
     kf_launch_t swapped = *l;
@@ -201,7 +201,8 @@ int kf_deploy_try(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psi
     *rc = real(&swapped, ctx);
     if (*rc) { /* refused (e.g. a geometry this launch's attributes forbid): the original runs */
       if (!e->launch_failed++)
-        kf_log("deploy: the tuned launch of %s failed (CUDA error %d); it runs unchanged", e->name, *rc);
+        kf_log("deploy: the tuned launch of %s failed (CUDA error %d); it runs unchanged",
+               e->name, *rc);
       *rc = real(l, ctx);
       e->disabled = 1;
       return 1;
@@ -209,19 +210,37 @@ int kf_deploy_try(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psi
     e->used++;
     return 1;
   }
-  if (named) fallbacks++;
+  if (fn->dep_count) fallbacks++;
   return 0;
 }
 
+/* the counts as JSON (names escaped), written beside the log's path and renamed onto it */
 void kf_deploy_report(void) {
-  if (state <= 0) return; /* never used the driver (a shell, a tool): its counts are not news */
+  if (!state) return; /* never used the driver (a shell, a tool): its counts are not news */
   const char *path = getenv("KERNFORGE_DEPLOY_LOG");
-  FILE *fp = path && *path ? fopen(path, "w") : NULL;
-  if (fp) fprintf(fp, "{\"fallbacks\": %lu, \"entries\": [", fallbacks);
-  for (size_t i = 0; i < nentries; i++)
-    if (fp)
-      fprintf(fp, "%s{\"name\": \"%s\", \"replaced\": %lu, \"load_failures\": %lu, "
-              "\"launch_failures\": %lu}", i ? ", " : "", entries[i].name, entries[i].used,
-              entries[i].failed, entries[i].launch_failed);
-  if (fp) { fprintf(fp, "]}\n"); fclose(fp); }
+  if (!path || !*path) return;
+  struct stat st;
+  if (!lstat(path, &st) && !S_ISREG(st.st_mode)) {
+    kf_log("KERNFORGE_DEPLOY_LOG=%s is not a regular file; the deploy counts are not written",
+           path);
+    return;
+  }
+  buf_t b = {malloc(4096), 0, 4096};
+  char *tmp = malloc(strlen(path) + 32);
+  if (!b.s || !tmp) { free(b.s), free(tmp); return; }
+  kf_put(&b, "{\"fallbacks\": %lu, \"malformed_lines\": %zu, \"entries\": [", fallbacks,
+         malformed);
+  for (size_t i = 0; i < nentries; i++) {
+    kf_put(&b, "%s{\"name\": ", i ? ", " : "");
+    kf_put_str(&b, entries[i].name);
+    kf_put(&b, ", \"replaced\": %lu, \"load_failures\": %lu, \"launch_failures\": %lu}",
+           entries[i].used, entries[i].failed, entries[i].launch_failed);
+  }
+  kf_put(&b, "]}\n");
+  sprintf(tmp, "%s.%d.tmp", path, (int)getpid());
+  if (kf_write_file(tmp, b.s, b.n) || rename(tmp, path)) {
+    unlink(tmp);
+    kf_log("cannot write the deploy counts to %s", path);
+  }
+  free(b.s), free(tmp);
 }

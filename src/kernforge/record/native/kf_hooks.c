@@ -128,20 +128,36 @@ static const hook_t hooks[] = {
 
 static int active(void) { return kf_recording() || kf_deploy_active(); }
 
+/* the interposer's own export of a hooked name (or dlsym), without asking the loader */
+KF_RAW void *kf_own_symbol(const char *name) {
+  if (kf_same(name, "dlsym")) return (void *)dlsym;
+  for (size_t i = 0; i < NHOOKS; i++)
+    if (kf_same(hooks[i].name, name)) return hooks[i].wrapper;
+  return NULL;
+}
+
+/* the wrapper for `real`, a driver function the program asked for; the interposer's own
+ * export (a lookup in the global scope found it) finds what it calls itself (kf_slot) */
 static void *hand_out(const hook_t *h, void *real) {
-  if (real == h->wrapper) real = kf_real_dlsym(kf_libcuda(), h->name);
-  if (!real) return NULL;
-  *h->slot = real;
+  if (real == h->wrapper) return kf_slot(h->slot, h->name, h->wrapper) ? real : NULL;
+  __atomic_store_n(h->slot, real, __ATOMIC_RELEASE);
   return h->wrapper;
 }
 
-/* dlsym(handle, "cuLaunchKernel") and the like: the wrapper, with the real function kept */
-void *dlsym(void *handle, const char *name) {
-  void *real = kf_real_dlsym(handle, name);
-  if (real && name[0] == 'n' && !strncmp(name, "nvrtc", 5)) return kf_nvrtc_dlsym(name, real);
-  if (!real || name[0] != 'c' || name[1] != 'u' || !active()) return real;
+/* dlsym(handle, "cuLaunchKernel") and the like: the wrapper, with the real function kept.
+ * dlsym(RTLD_NEXT) is answered for the caller, unwrapped: a preload library wrapping a driver
+ * function chains to the next definition (the interposer's, or the driver's after it), in
+ * either order. So is a lookup in the global scope that finds a definition before ours. */
+KF_RAW void *dlsym(void *handle, const char *name) {
+  void *real = handle == RTLD_NEXT ? kf_next_dlsym(__builtin_return_address(0), name)
+                                   : kf_real_dlsym(handle, name);
+  if (!real || handle == RTLD_NEXT) return real;
+  if (kf_prefix(name, "nvrtc")) return kf_nvrtc_dlsym(name, real);
+  if (name[0] != 'c' || name[1] != 'u' || !active()) return real;
   for (size_t i = 0; i < NHOOKS; i++)
-    if (!strcmp(hooks[i].name, name)) return hand_out(&hooks[i], real);
+    if (kf_same(hooks[i].name, name))
+      return handle == RTLD_DEFAULT && real != hooks[i].wrapper ? real
+                                                                  : hand_out(&hooks[i], real);
   return real;
 }
 

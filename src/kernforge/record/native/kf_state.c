@@ -300,9 +300,14 @@ void kf_base_name(const char *m, char *out, size_t cap) {
 static int filter(const char *name) {
   const char *pat = getenv("KERNFORGE_KERNELS");
   if (!pat || !*pat) return 1;
-  char base[512];
-  kf_base_name(name, base, sizeof base);
-  return !fnmatch(pat, name, 0) || !fnmatch(pat, base, 0);
+  if (!fnmatch(pat, name, 0)) return 1;
+  size_t cap = 2 * strlen(name) + 1; /* a base name is never longer */
+  char *base = malloc(cap);
+  if (!base) return 0;
+  kf_base_name(name, base, cap);
+  int match = !fnmatch(pat, base, 0);
+  free(base);
+  return match;
 }
 
 kf_fn_t *kf_fn_get(CUfunction f) {
@@ -310,20 +315,21 @@ kf_fn_t *kf_fn_get(CUfunction f) {
   kf_fn_t *fn = map_get(&fns, f);
   pthread_mutex_unlock(&state_lock);
   if (fn) return fn;
-  fn = calloc(1, sizeof *fn);
-  if (!fn) return NULL;
-  fn->fn = f;
   const char *name = NULL;
+  char unnamed[64];
   if (kf_drv.cuFuncGetName && kf_drv.cuFuncGetName(&name, f) != KF_OK) name = NULL;
   if (!name && kf_drv.cuKernelGetName && kf_drv.cuKernelGetName(&name, (CUkernel)f) != KF_OK)
     name = NULL;
-  if (name) snprintf(fn->name, sizeof fn->name, "%s", name);
-  else snprintf(fn->name, sizeof fn->name, "unnamed_%p", f);
+  if (!name) snprintf(unnamed, sizeof unnamed, "unnamed_%p", (void *)f), name = unnamed;
+  fn = calloc(1, sizeof *fn);
+  if (!fn || !(fn->name = strdup(name))) { free(fn); return NULL; } /* the whole name */
+  fn->fn = f;
   fn->matches = filter(fn->name);
   pthread_mutex_lock(&state_lock);
   kf_fn_t *again = map_get(&fns, f);
-  if (again) { free(fn); fn = again; } else map_put(&fns, f, fn);
+  if (!again) map_put(&fns, f, fn);
   pthread_mutex_unlock(&state_lock);
+  if (again) { free(fn->name); free(fn); fn = again; }
   return fn;
 }
 

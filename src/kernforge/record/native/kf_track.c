@@ -8,12 +8,12 @@
 #include "kf.h"
 
 void *kf_slot(void **slot, const char *name, void *self) {
-  if (!*slot) {
-    void *h = kf_libcuda();
-    void *p = h ? kf_real_dlsym(h, name) : NULL;
-    *slot = p == self ? NULL : p;
+  void *p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+  if (!p) { /* the next definition (a later preload library's wrapper), else the driver's */
+    p = kf_driver_sym(name, self);
+    if (p) __atomic_store_n(slot, p, __ATOMIC_RELEASE);
   }
-  return *slot;
+  return p;
 }
 
 #define CALL(name, type, ...) \

@@ -22,7 +22,7 @@ typedef unsigned long long CUdeviceptr;
 enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_FOUND = 500, INVALID_IMAGE = 200 };
 typedef void (*kernel_t)(const unsigned *, const unsigned *, void **);
 typedef struct { void *lib; } module_t;
-typedef struct { kernel_t fn; char name[256]; int n; size_t off[32], size[32]; } func_t;
+typedef struct { kernel_t fn; char *name; int n; size_t off[32], size[32]; } func_t;
 typedef struct {
   unsigned gx, gy, gz, bx, by, bz, shmem; void *stream; void *attrs; unsigned nattrs;
 } launch_config_t;
@@ -110,14 +110,16 @@ CUresult cuLibraryLoadData(module_t **m, const void *image, int *jo, void **jv, 
   (void)jo, (void)jv, (void)nj, (void)lo, (void)lv, (void)nl; return load(m, image);
 }
 CUresult cuModuleGetFunction(func_t **f, module_t *m, const char *name) {
-  char pname[300];
-  snprintf(pname, sizeof pname, "%s_params", name);
+  char *pname = malloc(strlen(name) + 8); /* names of any length (long templated ones) */
+  if (!pname) return OUT_OF_MEMORY;
+  sprintf(pname, "%s_params", name);
   kernel_t k = (kernel_t)dlsym(m->lib, name);
   const char *const *params = dlsym(m->lib, pname);
+  free(pname);
   if (!k || !params) return NOT_FOUND;
   func_t *fn = calloc(1, sizeof *fn);
   fn->fn = k;
-  snprintf(fn->name, sizeof fn->name, "%s", name);
+  fn->name = strdup(name);
   size_t off = 0;
   for (const char *s = *params; *s && fn->n < 32; s += strcspn(s, ",") + (s[strcspn(s, ",")] != 0)) {
     size_t size = strtoul(s, NULL, 10), align = size >= 8 ? 8 : size;

@@ -1,0 +1,32 @@
+/* kernforge driver interposer: a deployment entry (kf_deploy.c) and its parsing (kf_spec.c). */
+#ifndef KF_DEPLOY_H
+#define KF_DEPLOY_H
+#include "kf.h"
+
+#define MAX_CTX 16
+#define SPEC_LIMIT (256ULL << 20)  /* bytes of the line file */
+#define IMAGE_LIMIT (1ULL << 30)   /* bytes of one module image */
+#define KEY_LIMIT 32768            /* parameter bytes of one launch (CUDA allows 32764) */
+#define MAX_JIT 4
+typedef struct {
+  char *name, *image, *entry;
+  unsigned grid[3], block[3], shmem, ngrid[3], nblock[3], nshmem;
+  uint8_t *key, *mask;
+  size_t keylen;
+  int any_key, njit, carveout;
+  uint64_t source; /* the recorded kernel's image id, 0 = any */
+  CUjit_option jit[MAX_JIT];
+  unsigned jitv[MAX_JIT];
+  CUcontext ctx[MAX_CTX];
+  CUfunction fn[MAX_CTX];
+  unsigned long used, failed, launch_failed, unknown_image;
+  int disabled;
+} kf_entry_t;
+
+/* the bytes of a regular file of at most `limit` bytes, NUL-terminated (free them); else NULL
+ * and *why (a FIFO, a device or a directory is never read, nor waited for) */
+char *kf_read_regular(const char *path, unsigned long long limit, size_t *n, const char **why);
+/* one line (NUL-terminated, no newline) into *e; NULL, or what is wrong with it */
+const char *kf_parse_entry(char *line, kf_entry_t *e);
+void kf_entry_free(kf_entry_t *e);
+#endif

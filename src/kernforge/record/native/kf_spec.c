@@ -1,0 +1,166 @@
+/* kernforge driver interposer: reading and parsing a deployment's line file (kf_deploy.c has
+ * the format). Every field is checked whole and in its range; nothing is cut. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "kf_deploy.h"
+
+/* ---- files -------------------------------------------------------------------------------- */
+char *kf_read_regular(const char *path, unsigned long long limit, size_t *n,
+                     const char **why) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    *why = errno == ENOENT ? "does not exist" : "cannot be opened";
+    return NULL;
+  }
+  struct stat st;
+  char *buf = NULL;
+  if (fstat(fd, &st)) *why = "cannot be examined";
+  else if (!S_ISREG(st.st_mode)) *why = "is not a regular file";
+  else if ((unsigned long long)st.st_size > limit) *why = "is larger than kernforge reads";
+  else if (!(buf = malloc((size_t)st.st_size + 1))) *why = "does not fit in memory";
+  else {
+    size_t got = 0, want = (size_t)st.st_size;
+    while (got < want) {
+      ssize_t r = read(fd, buf + got, want - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += (size_t)r;
+    }
+    if (got < want) free(buf), buf = NULL, *why = "could not be read whole";
+    else buf[got] = 0, *n = got;
+  }
+  close(fd);
+  return buf;
+}
+
+/* ---- parsing: every field whole and in its range ---------------------------------------------- */
+/* a decimal number at *s (digits only: no sign, no space) up to `max`; *s moves past it */
+static int number(const char **s, unsigned long long max, unsigned long long *v) {
+  if (**s < '0' || **s > '9') return -1;
+  char *end;
+  errno = 0;
+  unsigned long long x = strtoull(*s, &end, 10);
+  if (errno || x > max) return -1;
+  *s = end, *v = x;
+  return 0;
+}
+
+static int whole(const char *s, unsigned long long max, unsigned long long *v) {
+  return number(&s, max, v) || *s ? -1 : 0;
+}
+
+static int triple(const char *s, unsigned v[3]) { /* "x,y,z", each 1 .. 2^31-1 */
+  for (int i = 0; i < 3; i++) {
+    unsigned long long x;
+    if (number(&s, INT_MAX, &x) || !x || *s != (i < 2 ? ',' : '\0')) return -1;
+    v[i] = (unsigned)x;
+    s += i < 2;
+  }
+  return 0;
+}
+
+static int hexval(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+       : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+static const char *parse_key(kf_entry_t *e, const char *hex) {
+  if (!strcmp(hex, "*")) { e->any_key = 1; return NULL; }
+  size_t len = strlen(hex), n = len / 2;
+  if (len % 2 || n > KEY_LIMIT) return "the key is not whole bytes (at most 32 KiB)";
+  e->key = calloc(n, 1), e->mask = calloc(n, 1), e->keylen = n;
+  if (!e->key || !e->mask) return "no memory for the key";
+  for (size_t i = 0; i < n; i++) {
+    const char *b = hex + 2 * i;
+    if (b[0] == 'x' && b[1] == 'x') continue;
+    int hi = hexval(b[0]), lo = hexval(b[1]);
+    if (hi < 0 || lo < 0) return "the key holds a character that is not hex (or xx)";
+    e->key[i] = (uint8_t)(hi << 4 | lo), e->mask[i] = 1;
+  }
+  return NULL;
+}
+
+/* the JIT options kernforge writes (backends/driver.py JIT_OPTIONS), each with its range; the
+ * value of each is an unsigned int that the driver reads from the option's value slot */
+static const struct { int id; unsigned lo, hi; } jit_ok[] = {
+    {0, 1, 255},  /* CU_JIT_MAX_REGISTERS */
+    {1, 1, 1024}, /* CU_JIT_THREADS_PER_BLOCK */
+    {7, 0, 4},    /* CU_JIT_OPTIMIZATION_LEVEL */
+    {14, 0, 2},   /* CU_JIT_CACHE_MODE */
+};
+
+static const char *parse_jit(kf_entry_t *e, const char *s) {
+  if (!strcmp(s, "-")) return NULL;
+  for (;;) {
+    unsigned long long id, v;
+    if (number(&s, INT_MAX, &id) || *s++ != '=' || number(&s, UINT_MAX, &v))
+      return "a JIT option is not id=value";
+    size_t k = 0;
+    while (k < sizeof jit_ok / sizeof *jit_ok && jit_ok[k].id != (int)id) k++;
+    if (k == sizeof jit_ok / sizeof *jit_ok) return "a JIT option kernforge does not write";
+    if (v < jit_ok[k].lo || v > jit_ok[k].hi) return "a JIT option's value is out of its range";
+    for (int j = 0; j < e->njit; j++)
+      if (e->jit[j] == (int)id) return "a JIT option is given twice";
+    e->jit[e->njit] = (int)id, e->jitv[e->njit++] = (unsigned)v;
+    if (!*s) return NULL;
+    if (*s++ != ',') return "a JIT option is not id=value";
+  }
+}
+
+static const char *parse_numbers(kf_entry_t *e, char **f, int n) {
+  unsigned long long v;
+  if (triple(f[1], e->grid) || triple(f[2], e->block) || triple(f[8], e->ngrid) ||
+      triple(f[9], e->nblock))
+    return "a grid or block is not x,y,z (each from 1 to 2^31-1)";
+  if (whole(f[3], UINT_MAX, &v)) return "the shared memory is not a number below 2^32";
+  e->shmem = (unsigned)v;
+  if (whole(f[10], UINT_MAX, &v)) return "the new shared memory is not a number below 2^32";
+  e->nshmem = (unsigned)v;
+  if (!strcmp(f[11], "-1")) e->carveout = -1;
+  else if (whole(f[11], 100, &v)) return "the carveout is not -1 or a percentage";
+  else e->carveout = (int)v;
+  if (n == 13 && strcmp(f[12], "-")) {
+    if (strlen(f[12]) != 16) return "the source image is not 16 hex digits";
+    for (int i = 0; i < 16; i++) {
+      int h = hexval(f[12][i]);
+      if (h < 0) return "the source image is not 16 hex digits";
+      e->source = e->source << 4 | (uint64_t)h;
+    }
+    if (!e->source) return "the source image is 0";
+  }
+  return NULL;
+}
+
+void kf_entry_free(kf_entry_t *e) {
+  free(e->name), free(e->image), free(e->entry), free(e->key), free(e->mask);
+}
+
+const char *kf_parse_entry(char *line, kf_entry_t *e) {
+  char *f[13];
+  int n = 0;
+  memset(e, 0, sizeof *e);
+  for (char *p = line;;) {
+    if (n == 13) return "it has more than 13 fields";
+    f[n++] = p;
+    char *tab = strchr(p, '\t');
+    if (!tab) break;
+    *tab = '\0', p = tab + 1;
+  }
+  if (n < 12) return "it has fewer than 12 fields";
+  for (int i = 0; i < n; i++)
+    if (!*f[i]) return "a field is empty";
+  const char *why = parse_numbers(e, f, n);
+  if (!why) why = parse_key(e, f[4]);
+  if (!why) why = parse_jit(e, f[7]);
+  if (!why && (!(e->name = strdup(f[0])) || !(e->image = strdup(f[5])) ||
+               !(e->entry = strdup(f[6]))))
+    why = "no memory";
+  return why;
+}
+

@@ -1,0 +1,119 @@
+"""Running the fake programs with the interposer in deploy mode, from a hand-written line file
+(record/native/kf_deploy.c's format), and reading what came back."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernforge.testing.fakedriver import FakeCuda
+
+TIMEOUT_S = 60  # a run that takes longer hangs (the fake programs finish in milliseconds)
+
+
+def heat_key(n: int = 1000, c: float = 0.25) -> str:
+    """The key of a heat launch: two pointers (not compared), n, 4 bytes of padding, c."""
+    return "xx" * 16 + n.to_bytes(4, "little").hex() + "xx" * 4 + struct.pack("<d", c).hex()
+
+
+def line(name: str, image: Path | str, *, grid: str = "8,1,1", block: str = "128,1,1",
+         shmem: str = "0", key: str = "*", entry: str | None = None, jit: str = "-",
+         new_grid: str = "8,1,1", new_block: str = "64,1,1", new_shmem: str = "0",
+         carveout: str = "-1", source: str = "-") -> str:
+    return "\t".join([name, grid, block, shmem, key, str(image), entry or name, jit, new_grid,
+                      new_block, new_shmem, carveout, source])
+
+
+def tuned_image(fake: FakeCuda, directory: Path, kernels: Path | None = None) -> Path:
+    """A module image file (the fake driver's format) of the tuned kernels."""
+    path = directory / "tuned.bin"
+    path.write_text(f"KFFAKE {kernels or fake.tuned}\n")
+    return path
+
+
+@dataclass(frozen=True)
+class Run:
+    rc: int
+    out: str
+    err: str
+    log: dict[str, Any] | None
+
+    @property
+    def messages(self) -> list[str]:
+        return [m for m in self.err.splitlines() if m.startswith("kernforge: ")]
+
+    @property
+    def replaced(self) -> int:
+        return sum(e["replaced"] for e in (self.log or {}).get("entries", []))
+
+    def told_once(self, most: int = 1) -> bool:
+        """At most ``most`` messages, none of them twice (one per problem, not per launch)."""
+        m = self.messages
+        return len(m) <= most and len(set(m)) == len(m)
+
+
+def run(fake: FakeCuda, lib: Path, command: Sequence[str], tmp: Path,
+        lines: str | bytes | None = None, *, env: Mapping[str, str] | None = None,
+        preload: Sequence[Path | str] | None = None) -> Run:
+    """``command`` under the interposer ``lib`` (or the ``preload`` list) with ``lines`` as
+    KERNFORGE_DEPLOY (unless ``env`` names it) and a log in ``tmp``."""
+    log = tmp / "deploy-log.json"
+    log.unlink(missing_ok=True)
+    full = dict(fake.env)
+    full["LD_PRELOAD"] = ":".join(str(p) for p in (preload or [lib]))
+    full["KERNFORGE_DEPLOY_LOG"] = str(log)
+    if lines is not None:
+        spec = tmp / "deploy.tsv"
+        spec.write_bytes(lines.encode() if isinstance(lines, str) else lines)
+        full["KERNFORGE_DEPLOY"] = str(spec)
+    full.update(env or {})
+    done = subprocess.run(list(command), env=full, capture_output=True, text=True,
+                          errors="replace", timeout=TIMEOUT_S, check=False)
+    text = log.read_text() if log.is_file() else None
+    return Run(done.returncode, done.stdout, done.stderr, json.loads(text) if text else None)
+
+
+def plain(fake: FakeCuda, command: Sequence[str]) -> str:
+    """The program's output without the interposer."""
+    return subprocess.run(list(command), env=fake.env, capture_output=True, text=True,
+                          check=True, timeout=TIMEOUT_S).stdout
+
+
+def compile_c(source: str, out: Path, *flags: str) -> Path:
+    """``source`` built with the host C compiler into ``out``."""
+    src = out.with_suffix(".c")
+    src.write_text(source)
+    cc = os.environ.get("CC") or shutil.which("cc") or "gcc"
+    subprocess.run([cc, "-O1", "-fPIC", *flags, "-o", str(out), str(src)], check=True,
+                   capture_output=True)
+    return out
+
+
+# a preload library that wraps cuLaunchKernel through dlsym(RTLD_NEXT) and counts its calls
+OTHER_PRELOAD = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+typedef int (*launch_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                        unsigned, void *, void **, void **);
+static long calls;
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                   unsigned bz, unsigned sh, void *s, void **p, void **e) {
+  static launch_t next;
+  if (!next) next = (launch_t)dlsym(RTLD_NEXT, "cuLaunchKernel");
+  if (!next) { fprintf(stderr, "otherlib: no next cuLaunchKernel\n"); abort(); }
+  __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
+  return next(f, gx, gy, gz, bx, by, bz, sh, s, p, e);
+}
+__attribute__((destructor)) static void report(void) {
+  fprintf(stderr, "otherlib: %ld launches\n", calls);
+}
+"""
