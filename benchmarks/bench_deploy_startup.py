@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""Start-up cost of deploying through the environment (``KERNFORGE_DEPLOY=spec.json``).
+"""Start-up cost of deploying: through the environment (``KERNFORGE_DEPLOY=spec.json``) and
+through the launcher (``kernforge run --deploy spec.json -- python app.py``).
 
 ``kernforge run --deploy --print-env`` and ``kernforge app`` (M4) deploy into a Python program
 by setting ``KERNFORGE_DEPLOY``: ``import kernforge`` then activates the spec. Every process
 pays for that, also when no entry of the spec matches, so a short run can lose more to the
-start-up than a tuned kernel wins (docs/deploy.md, "Start-up cost").
+start-up than a tuned kernel wins (docs/deploy.md, "Start-up cost"). ``kernforge run
+--deploy`` runs the application in its own process: it must add no more than that (the
+``run --deploy`` modes, compared with their ``KERNFORGE_DEPLOY`` counterparts).
 
 The unchanged example examples/heat3d_cpu.py (``--n 64 --steps 30 --diag-every 0``, the
 ``n64`` dataset of examples/apps/heat3d_cpu.toml) runs as a whole process, in rounds, once per
@@ -15,12 +18,16 @@ mode and round, the order of the modes rotating every round:
   kernel launches, its problem never matches (the finding this measures);
 - ``deploy, never launched``: a spec whose one entry is ``max_change``, which this run never
   launches (``--diag-every 0``);
+- ``run --deploy, no match`` / ``run --deploy, never launched``: the same two specs through
+  ``python -m kernforge run --deploy SPEC -- python heat3d_cpu.py ...`` (what the ``kernforge``
+  command runs), compared with ``deploy, no match`` / ``deploy, never launched``;
 - ``import only`` / ``import only, deploy``: ``python -c "import kernforge"`` without and with
   the first spec (the start-up alone, less noisy than the run).
 
 The table gives each mode's median wall time over the rounds, and the median over the rounds of
-the difference to its plain counterpart (the run's ``plain``, or ``import only``), in wall time
-and in CPU time (user + system of the process: less disturbed by a busy machine). The specs
+the difference to its counterpart (the column ``vs``: the run's ``plain``, ``import only``, or
+the same spec through the environment), in wall time and in CPU time (user + system of the
+process and its children: less disturbed by a busy machine). The specs
 are made here (a recording of the example at ``--n 16`` and an ``-O3`` variant; they are not
 tuned, as this measures only matching) unless ``--spec`` names one to use for both deploy modes.
 
@@ -65,6 +72,12 @@ def make_specs(work: Path) -> tuple[Path, Path]:
     return paths[0], paths[1]
 
 
+def launcher(py: str, spec: Path) -> list[str]:
+    """``kernforge run --deploy SPEC -- python APP ARGS``, as the ``kernforge`` command runs it
+    (its log lines and report included)."""
+    return [py, "-m", "kernforge", "run", "--deploy", str(spec), "--", py, *APP_ARGS]
+
+
 def timed(argv: list[str], spec: Path | None) -> tuple[float, float]:
     """(wall seconds, CPU seconds: user + system) of one process."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNFORGE_")}
@@ -95,6 +108,8 @@ def main() -> int:
         "plain": ([py, *APP_ARGS], None, None),
         "deploy, no match": ([py, *APP_ARGS], nomatch, "plain"),
         "deploy, never launched": ([py, *APP_ARGS], unused, "plain"),
+        "run --deploy, no match": (launcher(py, nomatch), None, "deploy, no match"),
+        "run --deploy, never launched": (launcher(py, unused), None, "deploy, never launched"),
         "import only": ([py, "-c", "import kernforge"], None, None),
         "import only, deploy": ([py, "-c", "import kernforge"], nomatch, "import only"),
     }
@@ -113,7 +128,7 @@ def main() -> int:
     print(f"{len(times['plain'])} rounds, {os.cpu_count()} cores, python "
           f"{sys.version.split()[0]}, PYTHONDONTWRITEBYTECODE="
           f"{os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r}")
-    print(f"{'mode':<26}{'median s':>10}{'added ms':>10}{'(min, max) ms':>16}"
+    print(f"{'mode':<30}{'median s':>10}{'vs':>24}{'added ms':>10}{'(min, max) ms':>16}"
           f"{'cpu s':>8}{'added cpu ms':>14}")
     for m, (_, _, base) in modes.items():
         med = statistics.median(times[m])
@@ -125,9 +140,11 @@ def main() -> int:
             added = statistics.median(diffs)
             added_cpu = statistics.median(1e3 * (a - b) for a, b in zip(cpus[m], cpus[base]))
             spread = f"({min(diffs):.0f}, {max(diffs):.0f})"
-        rows.append({"mode": m, "median_s": med, "added_ms": added, "times_s": times[m],
-                     "cpu_s": cpu, "added_cpu_ms": added_cpu, "cpus_s": cpus[m]})
-        print(f"{m:<26}{med:>10.4f}{'' if added is None else f'{added:.1f}':>10}{spread:>16}"
+        rows.append({"mode": m, "median_s": med, "vs": base, "added_ms": added,
+                     "times_s": times[m], "cpu_s": cpu, "added_cpu_ms": added_cpu,
+                     "cpus_s": cpus[m]})
+        print(f"{m:<30}{med:>10.4f}{base or '':>24}"
+              f"{'' if added is None else f'{added:.1f}':>10}{spread:>16}"
               f"{cpu:>8.3f}{'' if added_cpu is None else f'{added_cpu:.1f}':>14}")
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")

@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import importlib
 import os as _os
-from typing import Any
+import sys as _sys
+import types as _types
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
+
+if TYPE_CHECKING:  # pragma: no cover - the names, for type checkers
+    from .record.capture import record
+    from .replay.engine import replay
 
 _EXPORTS = {
     "Kernel": "kernforge.backends.kernel",
@@ -35,16 +41,33 @@ _EXPORTS = {
 
 __all__ = ["__version__", "deploy", "record", "replay", *_EXPORTS.keys()]  # noqa: PLE0604
 
-# ``record`` and ``replay`` are both subpackages and the functions users call. Importing a
-# subpackage binds its name on this package, which would shadow a lazy export, so these two are
-# bound eagerly, after their subpackages are imported.
-from .record.capture import record
-from .replay.engine import replay
+# ``record`` and ``replay`` are both subpackages and the functions users call; both are imported
+# on first use too (``import kernforge`` then costs no numpy: ``kernforge run --deploy`` and every
+# deployed process pay for it). Importing a subpackage binds its name on its parent package;
+# :class:`_Package` keeps these two names for the functions.
+_FUNCTIONS = {"record": "kernforge.record.capture", "replay": "kernforge.replay.engine"}
+
+
+class _Package(_types.ModuleType):
+    """This package's module type: a subpackage ``record`` / ``replay`` being imported does
+    not shadow the function of that name."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _FUNCTIONS and isinstance(value, _types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:
     if name == "deploy":  # the subpackage (kernforge.deploy.use, ...), imported on first use
         return importlib.import_module("kernforge.deploy")
+    if name in _FUNCTIONS:
+        value = getattr(importlib.import_module(_FUNCTIONS[name]), name)
+        globals()[name] = value  # the next lookup finds it directly
+        return value
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'kernforge' has no attribute {name!r}")

@@ -23,9 +23,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..core import CompileOptions, KernelSource, LaunchConfig, Param, Tolerance, Variant
+from ..core.model import CompileOptions, KernelSource, LaunchConfig, Param, Variant
 
-if TYPE_CHECKING:  # pragma: no cover - typing only
+if TYPE_CHECKING:  # pragma: no cover - typing only (the recording model imports numpy)
+    from ..core.recording import Tolerance
     from .base import Backend
 
 T = TypeVar("T")
@@ -71,6 +72,8 @@ class LaunchEvent:
 
     def policy(self, name: str) -> Tolerance:
         """The declared tolerance of buffer ``name`` (bitwise when none was declared)."""
+        from ..core.recording import Tolerance
+
         return dict(self.tolerance).get(name, Tolerance())
 
 

@@ -8,6 +8,7 @@ import json
 from rich.table import Table
 
 from ..record import clean_partial
+from ..replay.cache_protocol import protocol_for
 from .checks import load_all_units
 from .native_cmd import inspect_native, print_native_inspect
 from .output import console
@@ -42,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
             "defines": dict(r.defines), "bytes": r.nbytes,
             "args": [{"name": a.name, "kind": a.kind, "dtype": a.dtype, "shape": list(a.shape),
                       "written": a.written, "policy": a.policy.to_json()} for a in r.args],
+            "cache": protocol_for(r).to_json(),
         } for r in recs], indent=2, default=str))
         return 0
     if native:
@@ -49,15 +51,20 @@ def run(args: argparse.Namespace) -> int:
         if not recs:
             return 0
     table = Table(title=f"{len(recs)} recorded launch(es) in {args.path}")
-    for col in ("unit", "kernel", "backend", "launch", "options", "written", "size"):
+    for col in ("unit", "kernel", "backend", "launch", "options", "written", "size", "cache"):
         table.add_column(col)
     for r in recs:
         launch = (f"threads={r.launch.threads or 'default'}" if r.backend == "cpu"
                   else f"grid={r.launch.grid} block={r.launch.block}")
         opts = " ".join(f"{k}={v}" for k, v in r.options.values)
         written = ", ".join(a.name for a in r.args if a.written) or "-"
-        table.add_row(r.name, r.source.entry, r.backend, launch, opts, written, _mib(r.nbytes))
+        table.add_row(r.name, r.source.entry, r.backend, launch, opts, written, _mib(r.nbytes),
+                      protocol_for(r).protocol)
     console.print(table)
+    for r in recs:
+        c = protocol_for(r)
+        console.print(f"  {r.name}: replayed with the cache {c.protocol} ({c.reason})",
+                      markup=False, soft_wrap=True)
     if args.args:
         for r in recs:
             t = Table(title=f"{r.name}: arguments")

@@ -13,6 +13,12 @@ from ..core.fmt import fmt_time
 from ..core.native import NativeRecording
 from ..record import find_recordings
 from ..record.native_format import finalize_spool, is_native_unit, read_native
+from ..replay.cache_protocol import (
+    apply_mode,
+    calibrate,
+    in_program_s,
+    native_protocol_for,
+)
 from ..replay.native import NativeVariant
 from ..replay.native_child import run_isolated
 from .checks import native_matches, warn_damaged
@@ -39,24 +45,41 @@ def load_native_units(path: str | Path, pattern: str | None = None) -> list[Nati
 
 
 def replay_native(recs: list[NativeRecording], *, warmup: int, repeat: int,
-                  tolerance: str | None, dtype: str | None, flush: bool = True,
+                  tolerance: str | None, dtype: str | None, cache: str = "auto",
                   others: bool = False) -> list[tuple[str, str, Measurement, dict[str, Any]]]:
-    """Each unit replayed in its own process at its recorded addresses: verify, time. A unit
-    whose data turns out damaged (a blob failing its hash) is skipped with a warning while
-    other units replay (``others``: units of another kind did); with none left, its
-    RecordingError is raised."""
+    """Each unit replayed in its own process at its recorded addresses: verify, time, in its
+    cache state (``cache`` auto: a unit whose time in the program is known is replayed both
+    ways and keeps the state nearer to it, :func:`calibrate`). A unit whose data turns out
+    damaged (a blob failing its hash) is skipped with a warning while other units replay
+    (``others``: units of another kind did); with none left, its RecordingError is raised."""
     rows = []
     damaged: list[RecordingError] = []
     for rec in recs:
+        outs: dict[bool, dict[str, Any]] = {}
+
+        def once(flush: bool, rec: NativeRecording = rec,
+                 outs: dict[bool, dict[str, Any]] = outs) -> float | None:
+            outs[flush] = run_isolated(rec.path, [NativeVariant()], warmup=warmup,
+                                       repeat=repeat, tolerance=tolerance, dtype=dtype,
+                                       flush=flush)
+            m = outs[flush]["measurements"][0]
+            return m.median if m.ok else None
+
         try:
-            out = run_isolated(rec.path, [NativeVariant()], warmup=warmup, repeat=repeat,
-                               tolerance=tolerance, dtype=dtype, flush=flush)
+            if cache == "auto" and in_program_s(rec) is not None:
+                choice = calibrate(rec, once)
+            else:
+                apply_mode(rec.path, cache)
+                choice = native_protocol_for(rec, cache)
+            if choice.flush not in outs:
+                once(choice.flush)
         except RecordingError as exc:
             damaged.append(exc)
             continue
+        out = outs[choice.flush]
         m = out["measurements"][0]
         info = {"relocated": out.get("relocated") or [], "refusals": out.get("refusals") or [],
-                "app_time_ms": rec.capture.get("app_time_ms")}
+                "app_time_ms": rec.capture.get("app_time_ms"), "cache": choice.to_json()}
         rows.append((rec.path.name, rec.name, m, info))
     if damaged and not rows and not others:
         raise damaged[0]
@@ -67,7 +90,8 @@ def replay_native(recs: list[NativeRecording], *, warmup: int, repeat: int,
 
 def print_native_replay(rows: list[tuple[str, str, Measurement, dict[str, Any]]]) -> None:
     table = Table(title="replay of native units (driver API, recorded addresses)")
-    for col in ("unit", "kernel", "status", "median", "in app", "replay/app", "placed"):
+    for col in ("unit", "kernel", "status", "median", "in app", "replay/app", "cache",
+                "placed"):
         table.add_column(col, justify="right" if col in ("median", "in app", "replay/app")
                          else "left")
     for unit, name, m, info in rows:
@@ -77,8 +101,12 @@ def print_native_replay(rows: list[tuple[str, str, Measurement, dict[str, Any]]]
         placed = f"relocated {info['relocated']}" if info["relocated"] else "recorded"
         table.add_row(escape(unit), escape(name[:60]), f"[{style}]{m.status.value}[/]",
                       fmt_time(m.median if m.ok else None),
-                      fmt_time(app / 1e3 if app and app > 0 else None), ratio, placed)
+                      fmt_time(app / 1e3 if app and app > 0 else None), ratio,
+                      escape(info["cache"]["protocol"]), placed)
     console.print(table)
+    for unit, _, _, info in rows:
+        console.print(f"  {escape(unit)}: cache {escape(info['cache']['protocol'])} "
+                      f"({escape(info['cache']['reason'])})", soft_wrap=True)
 
 
 def inspect_native(recs: list[NativeRecording]) -> list[dict[str, Any]]:
@@ -90,6 +118,7 @@ def inspect_native(recs: list[NativeRecording]) -> list[dict[str, Any]]:
              "regions": [{"address": hex(g.address), "size": g.size, "kind": g.kind,
                           "written": g.epilogue is not None} for g in r.regions],
              "bytes": r.nbytes, "identity": dict(r.identity), "capture": dict(r.capture),
+             "cache": native_protocol_for(r).to_json(),
              "source": None if r.source is None else {
                  "origin": r.source.origin, "program": r.source.program,
                  "options": list(r.source.options), "name_expression": r.source.name_expression,

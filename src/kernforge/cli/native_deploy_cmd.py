@@ -1,11 +1,9 @@
-"""Native units in ``kernforge tune``, ``kernforge export`` and ``kernforge run --deploy``."""
+"""Native units in ``kernforge tune`` and ``kernforge export`` (``kernforge run --deploy``'s
+native path: :mod:`.native_launch`)."""
 
 from __future__ import annotations
 
 import hashlib
-import os
-import shlex
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,11 +18,9 @@ from ..core.native import NativeRecording, NativeSource
 from ..deploy import native as nd
 from ..deploy.gate import NOISE_BAND, refusal
 from ..deploy.generalize import generalize
-from ..record import interposer
 from ..record.native_format import read_native
 from ..replay.native import NativeVariant
 from ..replay.native_build import BindingError, build_image
-from ..replay.native_deploy import deploy_env
 from ..replay.native_share import share_winners
 from ..replay.native_tune import (
     RESULT,
@@ -163,44 +159,3 @@ def _image(rec: NativeRecording, best: dict[str, Any]) -> bytes:
         return rec.image_bytes()
     cc = rec.identity.get("compute_capability") or [0, 0]
     return build_image(rec, v.build, (int(cc[0]), int(cc[1])))
-
-
-def deploy(spec_path: Path, command: Sequence[str]) -> int:
-    """Run ``command`` with the interposer replacing the spec's launches; print its counts."""
-    with tempfile.TemporaryDirectory(prefix="kf-deploy-") as tmp:
-        log = Path(tmp) / "log.json"
-        lib, extra = deploy_env(spec_path, Path(tmp) / "deploy.tsv", log)
-        env = interposer.preload_env(lib, extra)
-        env.pop("KERNFORGE_RECORD_DIR", None)
-        status = interposer.run_preloaded(list(command), env)
-        counts: dict[str, Any] = nd.read_log(log)
-    replaced = sum(e.get("replaced", 0) for e in counts.get("entries", []))
-    err_console.print(f"kernforge deploy report ({escape(str(spec_path))}): {replaced} "
-                      f"launch(es) ran a tuned configuration; "
-                      f"{counts.get('fallbacks', 0)} launch(es) of a deployed kernel ran "
-                      "unchanged (another problem, or its entry was disabled)", soft_wrap=True)
-    for e in counts.get("entries", []):
-        err_console.print(f"  {escape(e['name'])}: {e['replaced']} replaced"
-                          + (f", {e['load_failures']} load failure(s)"
-                             if e.get("load_failures") else "")
-                          + (", the tuned launch failed: the original ran instead"
-                             if e.get("launch_failures") else ""), soft_wrap=True)
-    if not counts:  # each process that used the driver writes them when it exits normally
-        err_console.print(f"  (no counts: the program exited with status {status}; no process "
-                          "of it reported any: none used the CUDA driver, or the one that did "
-                          "was killed or ended through _exit)", soft_wrap=True)
-    return status
-
-
-def print_env(spec_path: Path) -> int:
-    """Shell lines that deploy the spec into any command started after them (job scripts),
-    with the interposer's line file written beside the spec."""
-    lib, extra = deploy_env(spec_path, spec_path.with_suffix(".interposer.tsv"))
-    print(f"export LD_PRELOAD={shlex.quote(str(lib))}${{LD_PRELOAD:+:$LD_PRELOAD}}")
-    print(f"export KERNFORGE_DEPLOY={shlex.quote(extra['KERNFORGE_DEPLOY'])}")
-    print("# optional: export KERNFORGE_DEPLOY_LOG=deploy-log.json  (counts, written at exit)")
-    return 0
-
-
-def spec_is_native(path: str | os.PathLike[str]) -> bool:
-    return nd.is_native_spec(Path(path))

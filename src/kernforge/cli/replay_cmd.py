@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
@@ -11,7 +12,10 @@ from rich.table import Table
 from ..core import ConfigError, LaunchConfig, Measurement, Status, Tolerance
 from ..core.fmt import fmt_time
 from ..core.jsonio import write_json_atomic
+from ..harness.cache import CacheChoice
 from ..replay import replay
+from ..replay.cache_protocol import apply_mode, protocol_for
+from .cache_arg import add_cache_arg
 from .checks import NON_NEGATIVE, POSITIVE, THREADS, check_defines, load_all_units, writable_file
 from .isolation import add_isolation_args, isolation
 from .native_cmd import print_native_replay, replay_native
@@ -38,7 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "norm:1e-4; BUF=SPEC for one buffer (repeatable)")
     p.add_argument("--repeat", type=POSITIVE, default=10, help="timed runs (default 10)")
     p.add_argument("--warmup", type=NON_NEGATIVE, default=3, help="warm-up runs (default 3)")
-    p.add_argument("--no-flush", action="store_true", help="do not flush the cache between runs")
+    p.add_argument("--no-flush", action="store_true",
+                   help="do not flush the cache between runs (the same as --cache warm)")
+    add_cache_arg(p)
     p.add_argument("--kernels", default=None, metavar="PATTERN",
                    help="replay only units whose kernel name matches this glob")
     p.add_argument("--json", metavar="FILE", help="also write the measurements as JSON")
@@ -72,47 +78,63 @@ def run(args: argparse.Namespace) -> int:
     options = parse_pairs(args.opt, "opt", typed=True)
     tolerance = tolerance_overrides(args.tolerance)
     writable_file(args.json, "--json")
+    cache = _cache_mode(args)
     recs, native = load_all_units(args.path, args.kernels)
     for rec in recs:
         check_defines(rec.name, rec.source.code, defines, allow=args.allow_unused_define)
     results: list[tuple[str, str, Measurement]] = []
+    caches: list[CacheChoice] = []
     with isolation(args, backends=sorted({r.backend for r in recs})) as iso:
         for rec in recs:
             launch = (LaunchConfig(rec.launch.grid, rec.launch.block, rec.launch.shared_mem,
                                    args.threads) if args.threads is not None else None)
+            apply_mode(rec.path, cache)
+            caches.append(protocol_for(rec, cache))
             m = replay(rec, options=options, defines=defines, launch=launch,
                        tolerance=tolerance, warmup=args.warmup, repeat=args.repeat,
-                       flush=not args.no_flush, isolate=iso)
+                       flush=caches[-1].flush, isolate=iso)
             results.append((rec.name, rec.source.entry, m))
     if recs:
-        _print_table(args.path, results)
+        _print_table(args.path, results, caches)
+    info: dict[str, dict[str, Any]] = {u: {"cache": c.to_json()}
+                                       for (u, _, _), c in zip(results, caches)}
     if native:
         rows = replay_native(native, warmup=args.warmup, repeat=args.repeat,
                              tolerance=args.tolerance[0] if args.tolerance else None,
-                             dtype=args.dtype, flush=not args.no_flush,
-                             others=bool(results))
+                             dtype=args.dtype, cache=cache, others=bool(results))
         print_native_replay(rows)
         results += [(u, k, m) for u, k, m, _ in rows]
-        info = {u: i for u, _, _, i in rows}
+        info.update({u: i for u, _, _, i in rows})
     if args.json:
         write_json_atomic(Path(args.json), [{"unit": u, "kernel": k, **m.to_json(),
-                                             **(info.get(u, {}) if native else {})}
-                                            for u, k, m in results])
+                                             **info.get(u, {})} for u, k, m in results])
     return _exit_code(results)
 
 
-def _print_table(path: str, results: list[tuple[str, str, Measurement]]) -> None:
+def _cache_mode(args: argparse.Namespace) -> str:
+    if args.no_flush and args.cache == "flushed":
+        raise ConfigError("--no-flush and --cache flushed contradict each other",
+                          hint="give one of them (--no-flush is --cache warm)")
+    return "warm" if args.no_flush else str(args.cache)
+
+
+def _print_table(path: str, results: list[tuple[str, str, Measurement]],
+                 caches: list[CacheChoice]) -> None:
     table = Table(title=f"replay of {path}")
-    for col in ("unit", "kernel", "status", "median", "min", "max", "runs", "max error"):
+    for col in ("unit", "kernel", "status", "median", "min", "max", "runs", "max error",
+                "cache"):
         table.add_column(col, justify="right" if col in ("median", "min", "max", "runs") else "left",
                          no_wrap=col in ("unit", "status", "median"))
-    for unit, kernel, m in results:
+    for (unit, kernel, m), c in zip(results, caches):
         style = "green" if m.ok else "bold red"
         table.add_row(escape(unit), escape(kernel), f"[{style}]{m.status.value}[/]",
                       fmt_time(m.median if m.ok else None),
                       fmt_time(m.min if m.ok else None), fmt_time(m.max if m.ok else None),
-                      str(len(m.samples)), escape(fmt_error(m)))
+                      str(len(m.samples)), escape(fmt_error(m)), c.protocol)
     console.print(table)
+    for (unit, _, _), c in zip(results, caches):
+        console.print(f"  {escape(unit)}: cache {c.protocol} ({escape(c.reason)})",
+                      soft_wrap=True)
 
 
 def _exit_code(results: list[tuple[str, str, Measurement]]) -> int:

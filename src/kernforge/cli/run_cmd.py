@@ -4,27 +4,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.markup import escape
+from ..core.errors import ConfigError
+from . import native_launch
 
-from ..core import ConfigError
-from ..core.jsonio import write_json_atomic
-from ..deploy import DeployReport, read_spec, use
-from ..pipeline.run_app import (
-    PythonCommand,
-    cupy_hooks_if_available,
-    is_python_application,
-    parse_python,
-    run_application,
-)
-from . import native_deploy_cmd
-from .checks import writable_file
-from .output import err_console
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from ..deploy import DeployReport
+    from ..pipeline.run_app import PythonCommand
+
+# Start-up cost (docs/deploy.md): an application run through this command pays for what this
+# module imports before it starts, so it imports what the launch needs, when it needs it: no
+# rich, no other command, nothing of the capture (tests/cli/test_run_lean.py guards it).
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -58,6 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 @contextlib.contextmanager
 def _deploy_log(quiet: bool) -> Iterator[None]:
     """The kernforge.deploy logger to stderr for the run (unless the app configures one)."""
+    import logging
+
     log = logging.getLogger("kernforge.deploy")
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("kernforge.deploy: %(message)s"))
@@ -74,28 +71,41 @@ def _deploy_log(quiet: bool) -> Iterator[None]:
 
 
 def print_report(report: DeployReport) -> None:
-    err_console.print(f"kernforge deploy report ({escape(report.spec)}): {report.replaced} "
-                      f"launch(es) ran a tuned variant, {report.fallback} the original"
-                      + (f" ({report.verified} more ran the original to re-verify a tuned "
-                         f"variant)" if report.verified else ""), soft_wrap=True)
-    for line in report.lines():
-        err_console.print(f"  {escape(line)}", soft_wrap=True)
+    """The deployment report on stderr, as it is (no markup, no wrapping)."""
+    lines = [f"kernforge deploy report ({report.spec}): {report.replaced} launch(es) ran a "
+             f"tuned variant, {report.fallback} the original"
+             + (f" ({report.verified} more ran the original to re-verify a tuned variant)"
+                if report.verified else ""),
+             *(f"  {line}" for line in report.lines())]
+    sys.stderr.write("".join(f"{line}\n" for line in lines))
+    sys.stderr.flush()
 
 
 def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if native_deploy_cmd.spec_is_native(args.deploy):  # any program, through the interposer
+    if native_launch.spec_is_native(args.deploy):  # any program, through the interposer
         if args.print_env:
-            return native_deploy_cmd.print_env(Path(args.deploy))
+            return native_launch.print_env(Path(args.deploy))
         _need_command(command, "./app ARGS")
-        return native_deploy_cmd.deploy(Path(args.deploy), command)
+        return native_launch.deploy(Path(args.deploy), command)
+    from ..deploy import read_spec, use
+    from ..pipeline.run_app import (
+        cupy_hooks_if_available,
+        is_python_application,
+        parse_python,
+        run_application,
+    )
+
     spec = read_spec(args.deploy)  # an unusable spec is an error before the app starts
     if args.print_env:
         raise ConfigError(f"--print-env: {args.deploy} is not a native spec (it deploys "
                           f"kernforge.Kernel and CuPy kernels inside Python processes)",
                           hint=f"for a job script: export KERNFORGE_DEPLOY={args.deploy} (the "
                                f"application must import kernforge; docs/deploy.md)")
-    writable_file(args.report, "--report")
+    if args.report is not None:
+        from .checks import writable_file
+
+        writable_file(args.report, "--report")
     _need_command(command, "python app.py ARGS")
     if not is_python_application(command):
         raise ConfigError(
@@ -120,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
             report = deployment.stop()
     print_report(report)
     if args.report:
+        from ..core.jsonio import write_json_atomic
+
         write_json_atomic(Path(args.report), report.to_json())
     return status
 

@@ -17,9 +17,11 @@ from ..core.fmt import fmt_time
 from ..core.lock import directory_lock
 from ..deploy.gate import idle_of, refusal
 from ..harness import by_precision, precision_of
+from ..replay.cache_protocol import apply_mode, protocol_for
 from ..replay.native_build import bind_source
 from ..replay.tuning import TuningOutcome, tune_recording
 from ..tune import Budget, SearchSpace
+from .cache_arg import add_cache_arg
 from .checks import POSITIVE, float_range, load_all_units, resumable_dir, writable_dir
 from .isolation import add_isolation_args, isolation
 from .native_deploy_cmd import tune_units as tune_native_units
@@ -55,6 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tolerance", action="append", metavar="[BUF=]SPEC",
                    help="verification policy (allows fast-math-like knobs)")
     p.add_argument("--repeat", type=POSITIVE, default=7, help="timed runs per trial (default 7)")
+    add_cache_arg(p)
     add_source_args(p)
     p.set_defaults(func=run)
 
@@ -127,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
     if not recs and not native:
         raise ConfigError(f"no recorded units to tune under {args.path}",
                           hint="check the path and --kernels")
+    for path in [r.path for r in recs] + [r.path for r in native]:  # kept with the unit:
+        apply_mode(path, args.cache)  # the gates and export use it too
     if args.source is not None and not native:
         raise ConfigError("--source binds native units; none under this path",
                           hint="record the program with kernforge record -- COMMAND")
@@ -158,7 +163,9 @@ def _tune_all(args: argparse.Namespace, recs: list[Recording], out: Path, user: 
         for i, rec in enumerate(recs, 1):
             task = bar.add_task(rec.name, total=args.trials)
             seen = _Seen()
-            lines.step(f"{i}/{len(recs)} tuning {rec.name} ({args.trials} evaluations)")
+            cache = protocol_for(rec)
+            lines.step(f"{i}/{len(recs)} tuning {rec.name} ({args.trials} evaluations; "
+                       f"cache {cache.protocol}: {cache.reason})")
 
             def on_trial(t: Any, task: Any = task, name: str = rec.name,
                          seen: _Seen = seen) -> None:

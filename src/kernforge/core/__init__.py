@@ -1,25 +1,63 @@
-"""The frozen core: data model, statuses, errors and the plugin registry (stdlib + numpy)."""
+"""The frozen core: data model, statuses, errors and the plugin registry (stdlib + numpy).
 
-from .errors import (
-                     ArgumentError,
-                     BackendUnavailableError,
-                     CompileError,
-                     ConfigError,
-                     KernelRuntimeError,
-                     KernforgeError,
-                     LaunchError,
-                     PluginNotFoundError,
-                     RecordingError,
-                     RecordingFormatError,
-                     RecordingNotFoundError,
-                     SignatureError,
-                     WrongResultError,
-)
-from .measurement import BufferCheck, Measurement
-from .model import CompileOptions, KernelSource, LaunchConfig, Param, Variant
-from .recording import RecordedArg, Recording, Tolerance
-from .registry import Registry
-from .status import Status
+The names are imported from their modules on first use, so that a module that needs only the
+errors (``kernforge run --deploy``, the deployed program's start-up) does not import numpy.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover - the names, for type checkers
+    from .errors import (
+        ArgumentError,
+        BackendUnavailableError,
+        CompileError,
+        ConfigError,
+        KernelRuntimeError,
+        KernforgeError,
+        LaunchError,
+        PluginNotFoundError,
+        RecordingError,
+        RecordingFormatError,
+        RecordingNotFoundError,
+        SignatureError,
+        WrongResultError,
+    )
+    from .measurement import BufferCheck, Measurement
+    from .model import CompileOptions, KernelSource, LaunchConfig, Param, Variant
+    from .recording import RecordedArg, Recording, Tolerance
+    from .registry import Registry
+    from .status import Status
+
+_EXPORTS = {
+    "ArgumentError": "errors",
+    "BackendUnavailableError": "errors",
+    "CompileError": "errors",
+    "ConfigError": "errors",
+    "KernelRuntimeError": "errors",
+    "KernforgeError": "errors",
+    "LaunchError": "errors",
+    "PluginNotFoundError": "errors",
+    "RecordingError": "errors",
+    "RecordingFormatError": "errors",
+    "RecordingNotFoundError": "errors",
+    "SignatureError": "errors",
+    "WrongResultError": "errors",
+    "BufferCheck": "measurement",
+    "Measurement": "measurement",
+    "CompileOptions": "model",
+    "KernelSource": "model",
+    "LaunchConfig": "model",
+    "Param": "model",
+    "Variant": "model",
+    "RecordedArg": "recording",
+    "Recording": "recording",
+    "Tolerance": "recording",
+    "Registry": "registry",
+    "Status": "status",
+}
 
 __all__ = [
     "ArgumentError", "BackendUnavailableError", "BufferCheck", "CompileError", "CompileOptions",
@@ -28,3 +66,16 @@ __all__ = [
     "RecordingError", "RecordingFormatError", "RecordingNotFoundError", "Registry",
     "SignatureError", "Status", "Tolerance", "Variant", "WrongResultError",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # the next lookup finds it directly
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

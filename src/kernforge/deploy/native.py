@@ -17,13 +17,14 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..backends.driver import JIT_OPTIONS
 from ..core import ConfigError
 from ..core.jsonio import parse_json, sign, signature_ok, write_json_atomic
-from ..core.native import NativeRecording
-from .scratch import scratch_ranges
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from ..core.native import NativeRecording
 
 FORMAT = "kernforge-native-deploy"
 
@@ -31,6 +32,8 @@ FORMAT = "kernforge-native-deploy"
 def problem_key(rec: NativeRecording) -> str:
     """The recorded parameter bytes as hex, with every pointer word and every byte the kernel
     writes before reading it (deploy/scratch.py) as ``xx`` (not compared)."""
+    from .scratch import scratch_ranges  # a parser: not needed to deploy a spec
+
     raw = rec.param_bytes.hex()
     masked = list(raw)
     ignored = [(off, 8) for off, _ in rec.pointer_words()] + list(scratch_ranges(rec))

@@ -1,4 +1,8 @@
-"""Run an unchanged Python application in this process, optionally under recording."""
+"""Run an unchanged Python application in this process, optionally under recording.
+
+Running one (``kernforge run --deploy``) imports nothing of the capture: the recording's
+modules are imported by the functions that record (docs/deploy.md, "Start-up cost").
+"""
 
 from __future__ import annotations
 
@@ -16,15 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import ConfigError
-from ..core.jsonio import write_json_atomic
-from ..record import install_cupy_hooks, interposer, record, uninstall_cupy_hooks
-from ..record.native_format import (
-    SPOOL,
-    drop_spent_counts,
-    finalize_spool,
-    spool_entries,
-    spool_summaries,
-)
 from .env_prefix import SUPPORTED as ENV_SUPPORTED
 from .env_prefix import EnvPrefix, split_env
 
@@ -154,6 +149,8 @@ def cupy_hooks_if_available() -> Iterator[bool]:
     they were installed here."""
     hooked = False
     if importlib.util.find_spec("cupy") is not None:
+        from ..record.capture import install_cupy_hooks, uninstall_cupy_hooks
+
         try:
             hooked = install_cupy_hooks()
         except Exception as exc:  # noqa: BLE001 - a broken CuPy must not stop the run
@@ -172,6 +169,9 @@ def record_application(command: Sequence[str], out: str | Path, *, kernels: str 
     """Run the application with the recorder (and the CuPy hooks) installed before it is
     imported; ``summary``: write there what the capture saw (per kernel: launches and their
     time in the application, as the interposer's summary holds)."""
+    from ..core.jsonio import write_json_atomic
+    from ..record.capture import record
+
     with cupy_hooks_if_available(), \
             record(out, kernels=kernels, max_instances=max_instances, skip=skip) as rec:
         try:
@@ -286,6 +286,14 @@ def record_command(command: Sequence[str], out: str | Path, *, kernels: str | No
     turn what it recorded into units. Returns the exit status,
     the new units (of both captures), problems with spool units, and the interposer's
     per-process counts of this command (not those an earlier recording into ``out`` left)."""
+    from ..record import interposer
+    from ..record.native_format import (
+        drop_spent_counts,
+        finalize_spool,
+        spool_entries,
+        spool_summaries,
+    )
+
     cmd = list(command)
     if not cmd:
         raise ConfigError("no application command given",
@@ -313,6 +321,8 @@ def record_command(command: Sequence[str], out: str | Path, *, kernels: str | No
 def pyrun_main(argv: Sequence[str]) -> int:
     """``python -m kernforge.pipeline.pyrun APP ARGS``: the in-process capture of a Python
     application, configured by the interposer's environment."""
+    from ..record.native_format import SPOOL
+
     out = os.environ.get("KERNFORGE_RECORD_DIR")
     if not out:
         print("kernforge: pyrun needs KERNFORGE_RECORD_DIR", file=sys.stderr)

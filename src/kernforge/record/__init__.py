@@ -1,11 +1,35 @@
 """kernforge.record: capture kernel launches and read/write recording format v1.
 
 See docs/recording-format.md for the on-disk format and docs/recording-cupy.md for CuPy
-applications.
+applications. The names are imported from their modules on first use (``kernforge run
+--deploy`` needs the interposer alone, not the capture).
 """
 
-from .capture import Recorder, install_cupy_hooks, record, uninstall_cupy_hooks
-from .format import clean_partial, find_recordings, load_recording, write_recording
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover - the names, for type checkers
+    from .capture import Recorder, install_cupy_hooks, record, uninstall_cupy_hooks
+    from .format import clean_partial, find_recordings, load_recording, write_recording
+
+_EXPORTS = {"Recorder": "capture", "install_cupy_hooks": "capture", "record": "capture",
+            "uninstall_cupy_hooks": "capture", "clean_partial": "format",
+            "find_recordings": "format", "load_recording": "format", "write_recording": "format"}
 
 __all__ = ["Recorder", "clean_partial", "find_recordings", "install_cupy_hooks",
            "load_recording", "record", "uninstall_cupy_hooks", "write_recording"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # the next lookup finds it directly
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,7 +1,49 @@
-"""Replay engine: evaluate variants of a recorded launch in isolation (verify, then time)."""
+"""Replay engine: evaluate variants of a recorded launch in isolation (verify, then time).
 
-from .engine import compare, evaluate_variant, replay
-from .prepare import Prepared, bind_args, prepare, resolve_policies
+The names are imported from their modules on first use (``kernforge run --deploy`` with a
+native spec needs :mod:`.native_deploy` alone, not the engine).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover - the names, for type checkers
+    from .engine import compare, evaluate_variant, replay
+    from .prepare import Prepared, bind_args, prepare, resolve_policies
+
+_EXPORTS = {"compare": "engine", "evaluate_variant": "engine", "replay": "engine",
+            "Prepared": "prepare", "bind_args": "prepare", "prepare": "prepare",
+            "resolve_policies": "prepare"}
 
 __all__ = ["Prepared", "bind_args", "compare", "evaluate_variant", "prepare", "replay",
            "resolve_policies"]
+
+
+class _Package(types.ModuleType):
+    """This package's module type: the submodule :mod:`.prepare`, when imported, does not
+    shadow the function of that name."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _EXPORTS and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # the next lookup finds it directly
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

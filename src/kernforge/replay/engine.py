@@ -44,6 +44,7 @@ from ..core import (
 from ..core.strict import strict_keys
 from ..harness import ABResult, Protocol, interleave, median
 from ..harness.integrity import IntegrityError, reason_for_status
+from .cache_protocol import resolve as resolve_cache
 from .checks import Integrity, roofline_gate, run_checks
 from .isolate import Isolation, backend_name
 from .prepare import Prepared, TolerancePolicy, check_reusable, prepare, resolve_policies
@@ -164,7 +165,7 @@ def replay(recording: Recording, *, backend: Backend | str | None = None,
            launch: LaunchConfig | None = None, source: KernelSource | None = None,
            constants: Mapping[str, Any] | None = None,
            tolerance: TolerancePolicy = None, warmup: int = 3, repeat: int = 10,
-           flush: bool = True, verify_only: bool = False,
+           flush: bool | None = None, verify_only: bool = False,
            integrity: IntegrityLevel = None, isolate: Isolation | None = None) -> Measurement:
     """Replay ``recording`` with the recorded variant, or one with overrides, and measure it.
 
@@ -174,7 +175,8 @@ def replay(recording: Recording, *, backend: Backend | str | None = None,
     once, and *every* array argument verified (written ones against the epilogue, the others
     must still equal the prologue), each under its policy (``tolerance`` overrides the
     recording's, see :func:`resolve_policies`). Then that same compiled module is timed with
-    the protocol (``warmup``, ``repeat``, ``flush``), unless ``verify_only``: then an OK
+    the protocol (``warmup``, ``repeat``, ``flush``: None for the unit's cache state, see
+    :mod:`.cache_protocol`), unless ``verify_only``: then an OK
     measurement has checks but no samples.
 
     Returns ``Status.OK`` with samples and checks, or a failure Status with a message:
@@ -197,7 +199,7 @@ def replay(recording: Recording, *, backend: Backend | str | None = None,
 
 def evaluate_variant(recording: Recording, variant: Variant, *,
                      backend: Backend | str | None = None, tolerance: TolerancePolicy = None,
-                     warmup: int = 3, repeat: int = 10, flush: bool = True,
+                     warmup: int = 3, repeat: int = 10, flush: bool | None = None,
                      verify_only: bool = False, integrity: IntegrityLevel = None,
                      state: Prepared | None = None,
                      isolate: Isolation | None = None) -> Measurement:
@@ -209,6 +211,7 @@ def evaluate_variant(recording: Recording, variant: Variant, *,
     gates (``integrity="strict"``) prepare their own states and ignore it. ``isolate``: run
     it in a supervised worker (then ``state`` must be None: the worker keeps its own).
     """
+    flush = resolve_cache(recording, flush)  # None: the unit's protocol (cache_protocol.py)
     if isolate is not None:
         if state is not None:
             raise ConfigError("evaluate_variant(state=..., isolate=...): a worker process "
@@ -272,13 +275,14 @@ def _checked(recording: Recording, backend: Backend, spec: Variant | Mapping[str
 def compare(recording: Recording, a: Variant | Mapping[str, Any],
             b: Variant | Mapping[str, Any], *, backend: Backend | str | None = None,
             tolerance: TolerancePolicy = None, passes: int = 7, per_pass: int = 3,
-            warmup: int = 3, flush: bool = True, seed: int = 0) -> ABResult:
+            warmup: int = 3, flush: bool | None = None, seed: int = 0) -> ABResult:
     """Interleaved A/B timing of two variants of one recording; ``speedup`` is B over A.
 
     Both are compiled, run and verified first; a side that fails raises its typed error
     (WrongResultError names the failing buffers). Then each is warmed up and the two are
     timed alternately (:func:`kernforge.harness.interleave`), restoring before every run.
     """
+    flush = resolve_cache(recording, flush)
     Protocol(warmup=warmup, passes=passes, flush=flush)
     be = get_backend(backend if backend is not None else recording.backend)
     pa = _checked(recording, be, a, tolerance, "a")

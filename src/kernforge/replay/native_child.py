@@ -66,11 +66,16 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
 def run_isolated(unit: str | Path, variants: Sequence[NativeVariant], *, warmup: int = 3,
                  repeat: int = 10, tolerance: str | None = None, dtype: str | None = None,
                  compare_pair: tuple[int, int] | None = None, passes: int = 7,
-                 timeout_s: float = 300.0, fixed: bool = True, flush: bool = True
+                 timeout_s: float = 300.0, fixed: bool = True, flush: bool | None = None
                  ) -> dict[str, Any]:
     """Evaluate ``variants`` of one unit in a fresh process; every variant gets a result.
     With a ``tolerance`` (a Tolerance spec), written memory is compared as ``dtype``, by default
     the element type all the kernel's pointer parameters share (from its mangled name)."""
+    if flush is None:  # the unit's cache state (cache_protocol.py)
+        from ..record.native_format import read_native
+        from .cache_protocol import native_protocol_for
+
+        flush = native_protocol_for(read_native(unit)).flush
     request = {"unit": str(unit), "variants": [v.to_json() for v in variants], "warmup": warmup,
                "repeat": repeat, "tolerance": tolerance, "dtype": dtype,
                "compare": list(compare_pair) if compare_pair else None, "passes": passes,

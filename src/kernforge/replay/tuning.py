@@ -99,7 +99,7 @@ def space_from_dimensions(recording: Recording, dims: Mapping[str, tuple[Any, ..
 
 
 def make_evaluator(recording: Recording, backend: Backend, *, tolerance: TolerancePolicy = None,
-                   warmup: int = 2, repeat: int = 7, flush: bool = True,
+                   warmup: int = 2, repeat: int = 7, flush: bool | None = None,
                    isolate: Isolation | None = None
                    ) -> Callable[[dict[str, Any]], Measurement]:
     """config -> the realized variant, replayed: verified against the recording, then timed

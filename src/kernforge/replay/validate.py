@@ -8,7 +8,8 @@
 3. poisoned outputs, differential against the recorded kernel        -> ``poison:*``
 4. fresh random inputs, differential against the recorded kernel     -> ``fresh:mismatch``
 5. idle-device check, then the canonical re-measurement: the recorded kernel (A) against the
-   candidate (B), interleaved, 7 passes, cache flushed, both verified after timing
+   candidate (B), interleaved, 7 passes, in the unit's cache state (flushed unless its
+   protocol is warm: replay/cache_protocol.py), both verified after timing
 6. the roofline bound on the candidate's time                         -> ``roofline:exceeded``
 7. zero regression against the prior best of the case (2% band)      -> ``regression:*``
 8. a claimed speedup the re-measurement does not confirm is downgraded -> ``remeasure:lower``
@@ -45,6 +46,7 @@ from ..harness.integrity import IntegrityError, reason_for_status
 from ..harness.ledger import DEFAULT_BAND, BaselineStore, Ledger, RegressionCheck, gate_regression
 from ..harness.provenance import IdleCheck, idle_check, provenance, write_figure
 from ..harness.roofline import RooflineCheck
+from .cache_protocol import protocol_for
 from .checks import Integrity, roofline_gate, run_checks
 from .engine import compare
 from .isolate import Isolation, backend_name
@@ -107,7 +109,7 @@ def _measure(recording: Recording, be: Backend, variant: Variant, tolerance: Tol
              warmup: int) -> tuple[ABResult, RooflineCheck | None]:
     try:
         ab = compare(recording, recording.variant, variant, backend=be, tolerance=tolerance,
-                     passes=passes, per_pass=per_pass, warmup=warmup, flush=True)
+                     passes=passes, per_pass=per_pass, warmup=warmup)
     except WrongResultError as exc:
         raise IntegrityError(exc.message, reason="verify:after-timing") from exc
     roof = None
@@ -167,7 +169,8 @@ def validate(recording: Recording, variant: Variant | None = None, *,
     store = baseline if isinstance(baseline, BaselineStore) or baseline is None \
         else BaselineStore(baseline)
     resolve_policies(recording, tolerance)  # a misnamed buffer is the caller's error: raise
-    notes: dict[str, Any] = {"integrity": gates.to_json()}
+    notes: dict[str, Any] = {"integrity": gates.to_json(),
+                             "cache": protocol_for(recording).to_json()}
     t0 = time.perf_counter()
     try:
         report = run_checks(recording, be, variant, tolerance, gates)

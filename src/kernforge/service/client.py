@@ -132,7 +132,7 @@ class Client:
     # ---- requests ---------------------------------------------------------------------------
     def request(self, recording: RecordingRef, variant: Variant | None = None, *,
                 config: Mapping[str, Any] | None = None, tolerance: Any = None,
-                warmup: int = 3, repeat: int = 10, flush: bool = True,
+                warmup: int = 3, repeat: int = 10, flush: bool | None = None,
                 verify_only: bool = False, timeout_s: float | None = None) -> Request:
         """One evaluation of ``variant`` (default: the recorded one) or of the tuning point
         ``config`` on ``recording``, for :meth:`submit_many`; ``timeout_s`` fixes the run

@@ -60,7 +60,7 @@ class Request:
     tolerance: TolerancePolicy = None
     warmup: int = 3
     repeat: int = 10
-    flush: bool = True
+    flush: bool | None = None  # None: the unit's cache state (replay/cache_protocol.py)
     verify_only: bool = False
     timeout_s: float | None = None
     limits: Limits = Limits()

@@ -56,7 +56,7 @@ def _evaluator(client: Client, path: str, kw: Mapping[str, Any]
 def tune_remote(client: Client, recording: Any, *, preset: str = "standard",
                 sampler: str = "tpe", budget: Budget | None = None, seed: int | None = 0,
                 user_space: Mapping[str, Any] | None = None, tolerance: Any = None,
-                warmup: int = 2, repeat: int = 7, flush: bool = True,
+                warmup: int = 2, repeat: int = 7, flush: bool | None = None,
                 evaluators: int | None = None, passes: int = 7,
                 run_dir: Path | None = None, storage: Path | str | None = None,
                 on_trial: Callable[[TrialRecord], None] | None = None) -> ServiceTuning:
