@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import ast
 import sys
+import tomllib
 from pathlib import Path
 
 import grimp
-import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "kernforge"

@@ -12,12 +12,11 @@ import math
 import re
 import shlex
 import sys
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from ..core import ConfigError
 from ..core.strict import strict_keys as _strict_keys

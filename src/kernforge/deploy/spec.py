@@ -15,7 +15,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -206,7 +206,7 @@ def _flag(value: Any) -> bool | None:
 def spec_to_json(entries: Sequence[DeployEntry]) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "format": FORMAT, "schema_version": SCHEMA_VERSION, "kernforge_version": __version__,
-        "created": datetime.now(timezone.utc).isoformat(timespec="microseconds"),
+        "created": datetime.now(UTC).isoformat(timespec="microseconds"),
         "entries": [entry_to_json(e) for e in entries]}
     doc["checksum"] = canonical_checksum(doc)
     return doc

@@ -92,7 +92,7 @@ def _date(entry: dict[str, Any]) -> _dt.datetime | None:
         d = _dt.datetime.fromisoformat(str(entry.get("date")))
     except ValueError:
         return None
-    return d if d.tzinfo else d.replace(tzinfo=_dt.timezone.utc)
+    return d if d.tzinfo else d.replace(tzinfo=_dt.UTC)
 
 
 def final_pass(path: Path, raw: dict[str, Any]) -> tuple[str, dict[str, str]]:

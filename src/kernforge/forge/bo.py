@@ -52,7 +52,7 @@ def _skipped(design: str) -> tuple[str, ...]:
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def _options(design: str, cell: Cell) -> tuple[str, ...]:

@@ -65,7 +65,7 @@ class Incumbent:
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 _GEOMETRY = ("tx", "ty", "vx", "lz")

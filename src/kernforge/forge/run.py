@@ -233,7 +233,7 @@ def forge_matrix(cells: list[Cell], *, sessions: SessionFactory, compiler: Compi
 def _append_ideas(path: Path, outcome: list[tuple[int, str, dict[str, int]]],
                   final: list[dict[str, Any]], device: str, ncells: int,
                   stopped: str | None = None) -> None:
-    stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="minutes")
+    stamp = _dt.datetime.now(_dt.UTC).isoformat(timespec="minutes")
     lines = [f"\n## Forge run {stamp} on {device or 'unknown device'} ({ncells} cells)\n",
              "| round | idea | accepted | rejected | unchanged |", "|---:|---|---:|---:|---:|"]
     for rnd, change, k in outcome:

@@ -17,7 +17,7 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -216,7 +216,7 @@ def write_recording(root: PathLike, *, backend: Backend, variant: Variant,
         src = variant.source
         manifest: dict[str, Any] = {
             "format": FORMAT, "schema_version": SCHEMA_VERSION, "kernforge_version": __version__,
-            "created": datetime.now(timezone.utc).isoformat(timespec="microseconds"),
+            "created": datetime.now(UTC).isoformat(timespec="microseconds"),
             "backend": backend.name, "identity": backend.identity(),
             "kernel": {"language": src.language, "entry": src.entry, "code": src.code,
                        "code_sha256": hashlib.sha256(src.code.encode()).hexdigest(),

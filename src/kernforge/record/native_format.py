@@ -17,7 +17,7 @@ import hashlib
 import json
 import shutil
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +140,7 @@ def _convert(spool_unit: Path, root: Path, app: dict[tuple[int, str], list[float
         manifest: dict[str, Any] = {
             "format": FORMAT, "schema_version": NATIVE_SCHEMA, "kind": "native",
             "kernforge_version": __version__,
-            "created": datetime.now(timezone.utc).isoformat(timespec="microseconds"),
+            "created": datetime.now(UTC).isoformat(timespec="microseconds"),
             "backend": "driver",
             "identity": {k: u[k] for k in ("device", "driver_version", "compute_capability",
                                             "device_ordinal") if k in u},
