@@ -47,4 +47,5 @@ def test_tune_prints_a_line_per_unit_off_a_terminal(tmp_path: Path, capsys) -> N
     assert main(["tune", str(tmp_path / "rec"), "--trials", "2", "--preset", "quick",
                  "--repeat", "2", "--in-process", "--out", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
-    assert "1/2 tuning inc-0 (2 evaluations)" in out and "2/2 inc-1 done: 2 evaluations" in out
+    assert "1/2 tuning inc-0 (2 evaluations; cache warm:" in out
+    assert "2/2 inc-1 done: 2 evaluations" in out
