@@ -32,7 +32,7 @@ def test_each_verdict() -> None:
     ok = _validation("accepted")
     assert _verdict(_outcome(_ab(1.3, 1.2, 1.4), ok)) == ("exportable", True)
     words, counts = _verdict(_outcome(_ab(1.01, 1.0, 1.02), ok))
-    assert words.startswith("not exportable: not significant") and counts
+    assert words.startswith("not exportable: inconclusive") and counts
     words, counts = _verdict(_outcome(_ab(5.0, 4.0, 6.0), _validation("accepted", idle=False)))
     assert "busy" in words and not counts
     words, counts = _verdict(_outcome(_ab(1.3, 0.7, 1.06),
