@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..harness.verdict import NOISE_BAND, judge_evidence
+from ..harness.verdict import NOISE_BAND, Judgement, judge_evidence
 
-__all__ = ["NOISE_BAND", "idle_of", "refusal"]
+__all__ = ["NOISE_BAND", "idle_of", "refusal", "speed_of"]
 
 
 def refusal(*, verified: bool | None, idle: bool | None, speedup: float | None,
@@ -46,3 +46,16 @@ def idle_of(validation: Mapping[str, Any] | None) -> tuple[bool | None, float | 
         return None, None
     util = idle.get("utilisation")
     return idle.get("idle"), float(util) if isinstance(util, (int, float)) else None
+
+
+def speed_of(validation: Mapping[str, Any] | None) -> Judgement | None:
+    """The speed verdict a validation's JSON holds (``Validation.to_json``; None before it
+    had one): a consumer honours it as well as the figures (the noise check it drew on is not
+    in them)."""
+    speed = validation.get("speed") if isinstance(validation, Mapping) else None
+    if not isinstance(speed, Mapping):
+        return None
+    try:
+        return Judgement.from_json(speed)
+    except (KeyError, TypeError, ValueError):
+        return None
