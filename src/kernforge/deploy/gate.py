@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..harness.verdict import NOISE_BAND, Judgement, judge_evidence
+from ..core.verdict import NOISE_BAND, Judgement, judge_evidence
 
 __all__ = ["NOISE_BAND", "idle_of", "refusal", "speed_of"]
 

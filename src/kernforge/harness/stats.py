@@ -14,6 +14,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..core import ConfigError
+from ..core.verdict import median_ci
+
+__all__ = ["bootstrap_ci", "by_precision", "geomean", "median", "median_ci", "precision_of",
+           "summarize"]
 
 
 def _array(samples: Sequence[float], what: str) -> np.ndarray:
@@ -55,33 +59,6 @@ def bootstrap_ci(samples: Sequence[float], *, n: int = 2000, confidence: float =
     tail = (1.0 - confidence) / 2.0 * 100.0
     lo, hi = np.percentile(medians, [tail, 100.0 - tail])
     return float(lo), float(hi)
-
-
-def median_ci(samples: Sequence[float], *, confidence: float = 0.95
-              ) -> tuple[float, float, float]:
-    """A distribution-free confidence interval of the median: ``(low, high, coverage)``.
-
-    ``low`` and ``high`` are the k-th smallest and k-th largest samples, k the largest rank
-    whose two-sided binomial tail (n trials, p = 1/2) stays within ``1 - confidence``;
-    ``coverage`` is the interval's exact confidence. With too few samples for ``confidence``
-    (fewer than 6 at 95%) the interval is the whole range and ``coverage`` says how little
-    that is worth: callers must not conclude from it."""
-    a = np.sort(_array(samples, "confidence interval"))
-    if not 0.0 < confidence < 1.0:
-        raise ConfigError(f"confidence={confidence} must be between 0 and 1",
-                          hint="use e.g. 0.95")
-    n = int(a.size)
-    tail = (1.0 - confidence) / 2.0
-    cdf = 0.0  # P(X <= k - 1), X ~ Binomial(n, 1/2)
-    k = 0
-    for j in range(n // 2 + 1):
-        nxt = cdf + math.comb(n, j) / 2.0 ** n
-        if nxt > tail:
-            break
-        cdf, k = nxt, j + 1
-    if k == 0:  # not even the range reaches the confidence asked for
-        return float(a[0]), float(a[-1]), 1.0 - 2.0 / 2.0 ** n if n > 1 else 0.0
-    return float(a[k - 1]), float(a[n - k]), 1.0 - 2.0 * cdf
 
 
 def summarize(samples: Sequence[float], *, n: int = 2000, seed: int = 0) -> dict[str, float]:
