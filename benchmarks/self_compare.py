@@ -1,21 +1,30 @@
 #!/usr/bin/env python3
-"""The same kernel measured against itself with the canonical protocol: the ratio must be 1.
+"""The same kernel against itself, and a truly faster one, under a load that varies: verdicts.
 
-Records a kernel (a 1-D Jacobi sweep; or give ``--unit`` a recorded unit), then repeats the
-canonical re-measurement ``--repetitions`` times: the recorded variant against itself,
-interleaved (``--passes`` 7 passes of ``--per-pass`` 3 runs of each side, cache flushed before
-every timed run, restore before every run). Each repetition yields the median of its per-pass
-ratios; the reported figure is the median over repetitions, which must lie within ``--band``
-(1%) of 1.00. Writes a figure file with provenance and every raw sample (``--json``) and a
-Markdown summary (``--out``). Exits 1 when the figure is outside the band.
+``--mode self`` (default): ``--runs`` self-comparisons (the recorded variant as baseline and
+candidate) of the example's units (``examples/heat3d_cpu.py`` on cpu, ``heat3d_cupy.py`` on
+cuda, recorded at ``--n``; or every unit under ``--units``), taken in turn. Before each run a
+load generator starts ``level`` processes, the level cycling from none to every core; each
+process alternates busy spells and pauses of random length (non-stationary load). Each run is
+the canonical measurement of ``kernforge integrity validate``: idle check, the device watched
+during an interleaved comparison of 7 passes (up to 21 while inconclusive), the harness
+verdict (:mod:`kernforge.harness.verdict`). Claim: 0 verdicts "faster" or "slower".
 
-    python benchmarks/self_compare.py [--backend cpu|cuda] [--n N] [--json F] [--out F.md]
+``--mode faster``: a 1-D Jacobi sweep against a copy that does 1.2x its work (the first fifth of
+the sweep twice): found faster in >= 95% of the quiet runs (load level 0, idle) and never
+called slower.
+
+Writes a figure file with provenance and every verdict (``--json``) and a Markdown summary
+(``--out``). Exits 1 when the claim fails.
+
+    python benchmarks/self_compare.py [--backend cpu|cuda] [--mode self|faster] [--runs N]
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -26,9 +35,10 @@ import numpy as np
 
 import kernforge
 from kernforge.backends import get_backend
-from kernforge.core import Recording
-from kernforge.harness import ABResult
-from kernforge.harness.provenance import IdleCheck, idle_check, provenance, write_figure
+from kernforge.core import LaunchConfig, Recording, Variant
+from kernforge.harness.busy import combine, watch
+from kernforge.harness.provenance import idle_check, provenance, write_figure
+from kernforge.harness.verdict import Judgement, judge_ab
 from kernforge.record import find_recordings, load_recording
 from kernforge.replay import compare
 
@@ -65,68 +75,150 @@ def record_kernel(root: Path, backend: str, n: int) -> Recording:
     return load_recording(find_recordings(root)[0])
 
 
-def wait_idle(be: Any, seconds: float) -> IdleCheck:
-    """The idle check, repeated every second for up to ``seconds`` until the device is idle."""
-    deadline = time.monotonic() + seconds
-    idle = idle_check(be)
-    while idle.idle is False and time.monotonic() < deadline:
-        time.sleep(1.0)
-        idle = idle_check(be)
-    return idle
+C_SLOW = C_SOURCE.replace(
+    "(u[i - 1] + u[i] + u[i + 1]) / 3.0;\n",
+    "(u[i - 1] + u[i] + u[i + 1]) / 3.0;\n    #pragma omp parallel for schedule(static)\n"
+    "    for (long i = 1; i < n / 5; i++) v[i] = (u[i - 1] + u[i] + u[i + 1]) / 3.0;\n")
+CUDA_SLOW = CUDA_SOURCE.replace(
+    "long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n",
+    "long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (i >= n) { i -= n; if (i >= n / 5) return; }  /* the first fifth twice */\n")
+SPINNER = r"""
+import random, sys, time
+rng = random.Random(int(sys.argv[1]))
+while True:
+    end = time.monotonic() + rng.uniform(0.05, 0.6)
+    while time.monotonic() < end:
+        pass
+    time.sleep(rng.uniform(0.0, 0.4))
+"""
+
+
+class Load:
+    """``level`` processes, each alternating busy spells and pauses of random length."""
+
+    def __init__(self, level: int, seed: int) -> None:
+        self.procs = [subprocess.Popen([sys.executable, "-c", SPINNER, str(seed * 97 + i)])
+                      for i in range(level)]
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.kill()
+        for p in self.procs:
+            p.wait()
+
+
+def example_units(root: Path, backend: str, n: int) -> list[Recording]:
+    """The example application's units, recorded at ``n`` (two steps, one diagnostic)."""
+    app = "heat3d_cupy.py" if backend == "cuda" else "heat3d_cpu.py"
+    example = Path(__file__).resolve().parent.parent / "examples" / app
+    subprocess.run([sys.executable, "-m", "kernforge", "record", "-o", str(root), "--",
+                    sys.executable, str(example), "--n", str(n), "--steps", "2",
+                    "--diag-every", "2"], check=True, capture_output=True)
+    return [load_recording(p) for p in find_recordings(root)]
+
+
+def slow_variant(rec: Recording, backend: str, n: int) -> Variant:
+    """The recorded Jacobi sweep doing 1.2x its work (the first fifth twice)."""
+    if backend == "cuda":
+        grid = (-(-(n + n // 5) // 256),)
+        return rec.variant.with_(source=rec.source.with_code(CUDA_SLOW),
+                                 launch=LaunchConfig(grid=grid, block=(256,)))
+    return rec.variant.with_(source=rec.source.with_code(C_SLOW))
+
+
+def one_run(rec: Recording, be: Any, baseline: Variant, level: int, seed: int) -> Judgement:
+    """The canonical measurement of validate under ``level`` load processes."""
+    load = Load(level, seed)
+    try:
+        time.sleep(0.3 if level else 0.0)
+        before = idle_check(be)
+        seen = watch(be)
+        ab = compare(rec, baseline, rec.variant, backend=be, passes=7, per_pass=3,
+                     max_passes=21)
+        idle = combine(before, seen.result()) or before
+    finally:
+        load.stop()
+    return judge_ab(ab, idle=idle.idle, utilisation=idle.utilisation)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
-    ap.add_argument("--unit", type=Path, help="a recorded unit (default: record a Jacobi sweep)")
+    ap.add_argument("--mode", choices=("self", "faster"), default="self")
+    ap.add_argument("--units", type=Path, help="recorded units (default: the example's)")
     ap.add_argument("--n", type=int, default=None,
-                    help="elements (default 2^22 on cpu, 2^25 on cuda)")
-    ap.add_argument("--repetitions", type=int, default=5)
-    ap.add_argument("--passes", type=int, default=7)
-    ap.add_argument("--per-pass", type=int, default=3)
-    ap.add_argument("--band", type=float, default=0.01)
-    ap.add_argument("--wait-idle", type=float, default=0.0, metavar="S",
-                    help="wait up to S seconds for the device to be idle before measuring")
+                    help="grid points per axis of the example (default 64 on cpu, 256 on "
+                         "cuda); elements of the Jacobi sweep in --mode faster (default "
+                         "2^22 on cpu, 2^25 on cuda)")
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--max-load", type=int, default=os.cpu_count() or 1,
+                    help="the highest load level (processes), default every core")
     ap.add_argument("--json", type=Path, help="write the figure file here")
     ap.add_argument("--out", type=Path, help="write a Markdown summary here")
     args = ap.parse_args()
-    n = args.n or (1 << 25 if args.backend == "cuda" else 1 << 22)
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="kernforge-self-") as tmp:
-        rec = (load_recording(args.unit) if args.unit
-               else record_kernel(Path(tmp), args.backend, n))
-        be = get_backend(rec.backend)
-        idle = wait_idle(be, args.wait_idle)
-        runs: list[ABResult] = [
-            compare(rec, rec.variant, rec.variant, backend=be, passes=args.passes,
-                    per_pass=args.per_pass, seed=i) for i in range(args.repetitions)]
-    speedups = [r.speedup for r in runs]
-    figure = statistics.median(speedups)
-    ok = abs(figure - 1.0) <= args.band
-    prov = provenance(be, command=["python", *sys.argv])
-    lines = [f"repetition {i + 1}: ratio {r.speedup:.4f} (95% CI {r.ci_low:.4f}-{r.ci_high:.4f}),"
-             f" median A {r.median_a * 1e3:.4f} ms, median B {r.median_b * 1e3:.4f} ms"
-             for i, r in enumerate(runs)]
-    verdict = (f"self-comparison ratio (median of {len(runs)}): {figure:.4f} -> "
-               f"{'within' if ok else 'OUTSIDE'} {args.band:.0%} of 1.00")
+        if args.mode == "faster":
+            n = args.n or (1 << 25 if args.backend == "cuda" else 1 << 22)
+            recs = [record_kernel(Path(tmp), args.backend, n)]
+        else:
+            n = args.n or (256 if args.backend == "cuda" else 64)
+            recs = ([load_recording(p) for p in find_recordings(args.units)] if args.units
+                    else example_units(Path(tmp), args.backend, n))
+        be = get_backend(recs[0].backend)
+        t0 = time.monotonic()
+        for i in range(args.runs):
+            rec = recs[i % len(recs)]
+            level = i % (args.max_load + 1)
+            base = slow_variant(rec, args.backend, n) if args.mode == "faster" else rec.variant
+            j = one_run(rec, be, base, level, i)
+            rows.append({"run": i, "unit": rec.name, "load": level, **j.to_json()})
+            print(f"{i + 1}/{args.runs} {rec.name} load {level}: {j.reason}", flush=True)
+        seconds = time.monotonic() - t0
+    lines, ok = summarize_runs(rows, args.mode)
     print("\n".join(lines))
-    print(verdict)
-    print(f"idle check: {idle.idle} ({idle.method}) {idle.note}")
-    raw = {"ratios": [list(r.ratios) for r in runs],
-           "samples_a": [[list(p) for p in r.samples_a] for r in runs],
-           "samples_b": [[list(p) for p in r.samples_b] for r in runs]}
+    prov = provenance(be, command=["python", *sys.argv])
     if args.json:
-        write_figure(args.json, {"kind": "self-compare", "ratio": figure, "within_band": ok,
-                                 "band": args.band, "repetitions": speedups,
-                                 "unit": rec.name, "n": n, "idle": idle.to_json()}, raw, prov)
+        write_figure(args.json, {"kind": f"self-compare-{args.mode}", "ok": ok,
+                                 "runs": len(rows), "seconds": seconds}, {"runs": rows}, prov)
     if args.out:
         args.out.write_text("\n".join([
-            f"# Self-comparison on the {args.backend} backend", "",
+            f"# Verdicts under load on the {args.backend} backend ({args.mode})", "",
             (f"- Device: {prov['device']}; date: {prov['date']}; kernforge "
-            f"{prov['kernforge_version']} (git {(prov['git']['revision'] or '?')[:12]})"),
-            f"- Command: `{' '.join(prov['command'])}`",
-            f"- Idle check before measuring: {idle.idle} ({idle.method}) {idle.note}", "",
-            "```", *lines, verdict, "```", ""]))
+             f"{prov['kernforge_version']} (git {(prov['git']['revision'] or '?')[:12]})"),
+            f"- Command: `{' '.join(prov['command'])}` ({seconds:.0f} s)", "",
+            "```", *lines, "```", ""]))
     return 0 if ok else 1
+
+
+def summarize_runs(rows: list[dict[str, Any]], mode: str) -> tuple[list[str], bool]:
+    """Counts per load level and verdict, and whether the claim holds."""
+    levels = sorted({r["load"] for r in rows})
+    head = (f"{'load':>4}  {'runs':>4}  {'faster':>6}  {'not faster':>10}  {'slower':>6}  "
+            f"{'inconclusive':>12}")
+    lines = [head]
+    for lv in levels:
+        rs = [r for r in rows if r["load"] == lv]
+        count = {v: sum(r["verdict"] == v for r in rs) for v in
+                 ("faster", "not faster", "inconclusive")}
+        slow = sum(bool(r["slower"]) for r in rs)
+        lines.append(f"{lv:>4}  {len(rs):>4}  {count['faster']:>6}  {count['not faster']:>10}"
+                     f"  {slow:>6}  {count['inconclusive']:>12}")
+    faster = sum(r["verdict"] == "faster" for r in rows)
+    slower = sum(bool(r["slower"]) for r in rows)
+    if mode == "self":
+        ok = faster == 0 and slower == 0
+        lines.append(f"significant verdicts: {faster + slower} of {len(rows)} "
+                     f"({faster} faster, {slower} slower) -> {'OK' if ok else 'FAILED'}")
+        return lines, ok
+    quiet = [r for r in rows if r["load"] == 0]
+    found = sum(r["verdict"] == "faster" for r in quiet)
+    rate = found / len(quiet) if quiet else 0.0
+    ok = rate >= 0.95 and slower == 0
+    lines.append(f"quiet runs found faster: {found} of {len(quiet)} ({rate:.0%}); called "
+                 f"slower: {slower} of {len(rows)} -> {'OK' if ok else 'FAILED'}")
+    return lines, ok
 
 
 if __name__ == "__main__":

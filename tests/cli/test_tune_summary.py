@@ -7,7 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from kernforge.cli.tune_cmd import _verdict
+from kernforge.cli.tune_cmd import _headline, _verdict
 from kernforge.core import Status
 from kernforge.harness.compare import ABResult
 from kernforge.harness.provenance import IdleCheck
@@ -19,7 +19,8 @@ def _ab(speedup: float, lo: float, hi: float) -> ABResult:
 
 
 def _outcome(ab: ABResult | None, validation: Validation | None) -> Any:
-    return SimpleNamespace(ab=ab, validation=validation, directory=Path("."))
+    rec = SimpleNamespace(args=(SimpleNamespace(dtype="float64", written=True),))
+    return SimpleNamespace(ab=ab, validation=validation, directory=Path("."), recording=rec)
 
 
 def _validation(verdict: str, *, idle: bool | None = True, reason: str = "") -> Validation:
@@ -32,10 +33,24 @@ def test_each_verdict() -> None:
     ok = _validation("accepted")
     assert _verdict(_outcome(_ab(1.3, 1.2, 1.4), ok)) == ("exportable", True)
     words, counts = _verdict(_outcome(_ab(1.01, 1.0, 1.02), ok))
-    assert words.startswith("not exportable: not significant") and counts
+    assert words.startswith("not exportable: inconclusive") and not counts
     words, counts = _verdict(_outcome(_ab(5.0, 4.0, 6.0), _validation("accepted", idle=False)))
     assert "busy" in words and not counts
     words, counts = _verdict(_outcome(_ab(1.3, 0.7, 1.06),
                                       _validation("rejected", reason="verify:fresh")))
     assert words == "REJECTED (verify:fresh)" and not counts
     assert _verdict(_outcome(None, None)) == ("the recorded configuration stayed best", True)
+
+
+def test_the_headline_quotes_only_conclusive_verified_results(capsys) -> None:
+    """Issue 43: a 3-second tune under load printed "fp64: geometric mean speedup 6.771x"."""
+    busy = _outcome(_ab(6.999, 5.443, 8.627), _validation("accepted", idle=False))
+    _headline([busy])
+    out = capsys.readouterr().out
+    assert "6.9" not in out and "6.7" not in out and "fp64: inconclusive" in out
+    fast = _outcome(_ab(1.3, 1.2, 1.4), _validation("accepted"))
+    noise = _outcome(_ab(1.01, 1.0, 1.02), _validation("accepted"))
+    _headline([busy, fast, noise])
+    out = capsys.readouterr().out
+    assert "geometric mean speedup 1.300x over 1 unit(s)" in out
+    assert "2 unit(s) inconclusive" in out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -79,7 +80,7 @@ def test_export_writes_the_spec(tuned: tuple[Path, float], tmp_path: Path) -> No
     r = kf("export", str(run_dir), "-o", str(out), "--min-speedup", str(floor), cwd=run_dir)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "1 tuned kernel launch(es) exported" in r.stdout and "opt_level=O3" in r.stdout
-    assert "apply_boundary-0/result.json: not significant" in r.stderr
+    assert re.search(r"apply_boundary-0/result.json: (not faster|inconclusive)", r.stderr)
     assert "status NO_VALID_TRIAL" in r.stderr and "same kernel and problem" in r.stderr
     (entry,) = read_spec(out).entries
     assert entry.kernel.entry == "heat_step" and entry.variant.options["opt_level"] == "O3"

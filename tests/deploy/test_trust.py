@@ -54,8 +54,8 @@ def test_export_refuses_busy_insignificant_and_altered_results(tmp_path: Path) -
     assert exported == []
     why = {Path(s.split(":", 1)[0]).parent.name: s.split(":", 1)[1] for s in skipped}
     assert "busy" in why["busy"] and "idle machine" in why["busy"]
-    assert "not significant" in why["includes-1"] and "0.990" in why["includes-1"]
-    assert "not significant" in why["noise"] and "2% noise band" in why["noise"]
+    assert "inconclusive" in why["includes-1"] and "0.990" in why["includes-1"]
+    assert "not faster" in why["noise"] and "2% noise band" in why["noise"]
     assert "altered after it was written" in why["edited"]
     assert "not signed" in why["unsigned"]
     write_result(run / "good", rec, TUNED, speedup=2.0, ci=(1.8, 2.2))

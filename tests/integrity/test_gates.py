@@ -123,6 +123,25 @@ def test_roofline_gate_refuses_an_impossible_time(monkeypatch, tmp_path: Path) -
     assert roofline_gate(rec, be, 1.0, None, 0.5).verdict == "ok"
 
 
+def test_a_fast_fluke_is_timed_again_beside_the_recorded_kernel(monkeypatch,
+                                                                tmp_path: Path) -> None:
+    """Issue 43: the bound's calibration timed the recorded kernel at another moment than
+    the candidate. A candidate time below the bound is timed again, interleaved with the
+    recorded kernel, and judged on that run: the unmodified kernel is never refused."""
+    n = 1 << 20
+    rec = _record(tmp_path, SCALE, "scale", (np.linspace(0, 1, n), np.zeros(n), 2.0, n))
+    be = kernforge.get_backend("null")
+    ref = prepare(rec, backend=be)
+    seconds = float(np.median(ref.measure(warmup=1, repeat=3)))
+    bw = Bandwidth(4 * n * 8 / seconds, 64 << 20, 0.0, "set so the bound is half its time")
+    monkeypatch.setattr(checks_mod, "copy_bandwidth", lambda be, nbytes: bw)
+    same = prepare(rec, backend=be)  # the seed: the recorded kernel itself
+    check = roofline_gate(rec, be, seconds * 1e-3, None, 0.5,  # a fluke of its first timing
+                          retime=lambda: same.measure(warmup=0, repeat=1)[0])
+    assert check.verdict == "ok"
+    assert check.candidate_s > 0.1 * seconds and check.original_s is not None
+
+
 def test_basic_replay_failures_carry_reason_codes(scale_twice) -> None:
     m = replay(scale_twice, source=scale_twice.source.with_code(SCALE + "\nsyntax error("))
     assert m.status is Status.COMPILE_FAILED and _reason(m) == "compile:failed"

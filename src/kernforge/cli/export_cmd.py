@@ -16,7 +16,7 @@ from ..core import ConfigError, LaunchConfig, Recording, Variant
 from ..core.fmt import fmt_time
 from ..core.jsonio import signature_ok
 from ..deploy import DeployEntry, entry_from_recording, write_spec
-from ..deploy.gate import NOISE_BAND, idle_of, refusal
+from ..deploy.gate import NOISE_BAND, idle_of, refusal, speed_of
 from ..record import load_recording
 from . import native_deploy_cmd
 from .checks import float_range, writable_file
@@ -33,8 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Collect every tuning result (RUN_DIR/**/result.json) "
                                    "that is signed and unaltered, with status OK, validated "
                                    "(every integrity gate passed), measured on an idle device "
-                                   "and significant (the lower end of the interleaved "
-                                   "speedup's 95% CI above 1 + --noise-band) and above "
+                                   "and faster (the speed verdict: the interleaved "
+                                   "speedup's distribution-free 95% CI above 1 + "
+                                   "--noise-band, runs not spread by load) and above "
                                    "--min-speedup, and write a deployment spec: per kernel, "
                                    "device and problem, the tuned variant and its evidence. "
                                    "Run an application with it: kernforge run --deploy SPEC "
@@ -108,7 +109,7 @@ def _entry(path: Path, doc: Mapping[str, Any], idle: bool | None) -> Exported:
 
 def why_not(doc: dict[str, Any], min_speedup: float, band: float) -> str | None:
     """Why a result is not exported (None: it is): unsigned or altered, not OK, not
-    validated, measured while busy, not significant (:mod:`kernforge.deploy.gate`), or below
+    validated, its speed verdict not "faster" (:mod:`kernforge.deploy.gate`), or below
     ``min_speedup``."""
     signed = signature_ok(doc)
     if signed is None:
@@ -124,6 +125,9 @@ def why_not(doc: dict[str, Any], min_speedup: float, band: float) -> str | None:
     if verdict not in ACCEPTED_VERDICTS:
         return (f"not validated (validation verdict {verdict}); re-run the tuning with this "
                 f"kernforge")
+    speed = speed_of(validation)
+    if speed is not None and not speed.faster:
+        return speed.reason
     ci = doc.get("speedup_ci")
     idle, util = idle_of(validation)
     why = refusal(verified=True, idle=idle, utilisation=util,
@@ -204,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
         err_console.print(f"skipped {escape(line)}", soft_wrap=True)
     if not exported:
         err_console.print(f"[bold red]nothing to export:[/] no result under {escape(str(run_dir))}"
-                          f" is signed, OK, validated, idle-measured and significant with a "
+                          f" is signed, OK, validated and faster (the speed verdict) with a "
                           f"speedup above {args.min_speedup:g} (the reasons are above)")
         return 1
     out = write_spec(Path(args.out) if args.out else run_dir / "deploy.json",

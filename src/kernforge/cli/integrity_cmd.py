@@ -2,7 +2,8 @@
 
 - ``validate UNIT [--source FILE] [--opt K=V] ...``: every gate on a candidate of one recorded
   unit (docs/integrity.md); exit 0 when accepted, 5 when rejected by a correctness or
-  integrity gate, 6 when rejected otherwise (compile, launch, regression, busy device);
+  integrity gate, 6 when rejected otherwise (compile, launch, conclusive regression), 7 when
+  the speed verdict is inconclusive (busy device, noisy runs): neither accepted nor rejected;
 - ``lint FILE --language c|cuda``: the static checks alone;
 - ``regen FIGURE``: re-run the command recorded in a figure file;
 - ``ledger FILE``: print a ledger.
@@ -104,6 +105,8 @@ def run_validate(args: argparse.Namespace) -> int:
     _print_validation(v)
     if v.accepted:
         return 0
+    if v.verdict == "inconclusive":
+        return 7  # neither accepted nor rejected: measure again (the reason is printed)
     if v.status is Status.WRONG_RESULT or v.reason.startswith("static:"):
         return 5
     # a variant the backend refuses (unknown or malformed option): bad input, as in replay
@@ -132,11 +135,13 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def _print_validation(v: Validation) -> None:
-    style = "green" if v.accepted else "bold red"
+    style = "green" if v.accepted else "yellow" if v.verdict == "inconclusive" else "bold red"
     console.print(f"[{style}]{v.verdict}[/] {escape(v.case)}: {v.status.value}"
                   + (f" [bold]{escape(v.reason)}[/]" if v.reason else ""))
     if v.message:
         console.print(escape(v.message), soft_wrap=True)
+    if v.speed is not None:
+        console.print(f"speed: {escape(v.speed.reason)}", soft_wrap=True)
     if v.ab is not None:
         console.print(f"speedup {v.ab.speedup:.4f}x (95% CI {v.ab.ci_low:.4f}-"
                       f"{v.ab.ci_high:.4f}, {v.ab.passes} interleaved passes): recorded "

@@ -3,7 +3,9 @@
 Exit codes: 0 success; 1 other kernforge error; 2 bad input or configuration (a path that
 does not exist, or a file given as a recordings directory); 3 backend unavailable; 4 unusable
 recording (one that exists); 5 a replayed variant produced wrong results; 6 a replayed variant
-failed otherwise (compile, launch, runtime, timeout); 130 interrupted.
+failed otherwise (compile, launch, runtime, timeout); 7 a speed verdict was inconclusive
+(``integrity validate``: a busy device or noisy runs; neither accepted nor rejected); 130
+interrupted.
 """
 
 from __future__ import annotations

@@ -15,8 +15,9 @@ from rich.table import Table
 from ..core import ConfigError, Recording
 from ..core.fmt import fmt_time
 from ..core.lock import directory_lock
-from ..deploy.gate import idle_of, refusal
+from ..deploy.gate import idle_of
 from ..harness import by_precision, precision_of
+from ..harness.verdict import Judgement, judge_evidence
 from ..replay.cache_protocol import apply_mode, protocol_for
 from ..replay.native_build import bind_source
 from ..replay.tuning import TuningOutcome, tune_recording
@@ -201,17 +202,63 @@ class _Seen:
                 f"{fmt_time(self.best if self.best < float('inf') else None)}")
 
 
+def _speed(o: TuningOutcome) -> Judgement | None:
+    """The unit's speed verdict: the validation's own, else from its figures (None: the
+    recorded configuration stayed best, or a gate rejected the winner)."""
+    v = o.validation
+    if o.ab is None or (v is not None and not v.accepted):
+        return None
+    if v is not None and v.speed is not None:
+        return v.speed
+    idle, util = idle_of(v.to_json() if v is not None else None)
+    return judge_evidence(o.ab.speedup, (o.ab.ci_low, o.ab.ci_high), idle=idle,
+                          utilisation=util)
+
+
 def _verdict(o: TuningOutcome) -> tuple[str, bool]:
     """What export will make of this unit's result (and whether its figures count)."""
     v = o.validation
-    if v is not None and not v.accepted:
+    if v is not None and not v.accepted and v.verdict != "inconclusive":
         return f"REJECTED ({v.reason or v.status.value})", False
     if o.ab is None:
         return "the recorded configuration stayed best", True
-    idle, util = idle_of(v.to_json() if v is not None else None)
-    why = refusal(verified=v.accepted if v is not None else None, idle=idle,
-                  speedup=o.ab.speedup, ci=(o.ab.ci_low, o.ab.ci_high), utilisation=util)
-    return ("exportable" if why is None else f"not exportable: {why}"), idle is not False
+    speed = _speed(o)
+    if speed is None:
+        return "not exportable: never validated", False
+    if v is None or not v.accepted:
+        return f"not exportable: {speed.reason}", speed.conclusive
+    return ("exportable" if speed.faster else f"not exportable: {speed.reason}"), \
+        speed.conclusive
+
+
+def _headline(outcomes: list[TuningOutcome]) -> None:
+    """Per precision, the geometric mean over the units whose verdict is conclusive: a
+    verified "faster" counts its speedup, anything else the recorded kernel's 1.0; units
+    whose verdict is inconclusive are left out and counted, never quoted."""
+    groups: dict[str, list[tuple[float | None, str]]] = {}
+    for o in outcomes:
+        label = precision_of([a.dtype for a in o.recording.args if a.written])
+        speed, (words, counts) = _speed(o), _verdict(o)
+        if words.startswith("REJECTED") or o.ab is None:
+            groups.setdefault(label, []).append((1.0, words))
+        elif speed is None or not counts:
+            groups.setdefault(label, []).append((None, words))
+        else:
+            groups.setdefault(label, []).append(
+                (o.ab.speedup if speed.faster and words == "exportable" else 1.0, words))
+    for label in sorted(groups):
+        known = [x for x, _ in groups[label] if x is not None]
+        unsure = len(groups[label]) - len(known)
+        left = (f"; {unsure} unit(s) inconclusive (busy or noisy), not counted: tune them "
+                f"again on an idle machine" if unsure else "")
+        if not known:
+            console.print(f"{label}: inconclusive: no unit has a conclusive verdict{left}",
+                          markup=False, soft_wrap=True)
+            continue
+        s = by_precision([(label, x) for x in known])[label]
+        console.print(f"{label}: geometric mean speedup {s['geomean']:.3f}x over {s['n']} "
+                      f"unit(s) with a conclusive verdict (verified faster units at their "
+                      f"speedup, the others 1.0){left}", markup=False, soft_wrap=True)
 
 
 def _summary(out: Path, outcomes: list[TuningOutcome]) -> None:
@@ -223,7 +270,7 @@ def _summary(out: Path, outcomes: list[TuningOutcome]) -> None:
     busy = 0
     for o in outcomes:
         verdict, counts = _verdict(o)
-        busy += not counts and not verdict.startswith("REJECTED")
+        busy += not counts and not verdict.startswith(("REJECTED", "not exportable: never"))
         rejected = verdict.startswith("REJECTED")
         ci = f" [{o.ab.ci_low:.3f}, {o.ab.ci_high:.3f}]" if o.ab and not rejected else ""
         best = o.study.best_trial
@@ -236,13 +283,9 @@ def _summary(out: Path, outcomes: list[TuningOutcome]) -> None:
                   escape(", ".join(f"{k}={v}" for k, v in changed.items()) or "(recorded)"),
                   escape(verdict))
     console.print(t)
-    split = by_precision([(precision_of([a.dtype for a in o.recording.args if a.written]),
-                           o.speedup) for o in outcomes])
-    for label, s in split.items():
-        console.print(f"{label}: geometric mean speedup {s['geomean']:.3f}x over {s['n']} "
-                      f"unit(s) (median {s['median']:.3f}x)", markup=False)
+    _headline(outcomes)
     if busy:
-        console.print(f"{busy} of {len(outcomes)} unit(s) were measured while the device was "
-                      f"busy: their speedups are shown but export will refuse them; tune again "
-                      f"on an idle machine", markup=False)
+        console.print(f"{busy} of {len(outcomes)} unit(s) have an inconclusive verdict (busy "
+                      f"device or noisy runs): their speedups are shown but export will refuse "
+                      f"them; tune again on an idle machine", markup=False)
     console.print(f"per unit: result.json, history.png, study.db under {out}", markup=False)

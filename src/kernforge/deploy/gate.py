@@ -5,13 +5,11 @@ consumer (``kernforge export``, :func:`kernforge.deploy.use`).
 A win counts when
 
 1. it was **verified** (every integrity gate passed: ``replay.validate`` accepted it);
-2. it was measured on an **idle device** (the idle check before the canonical interleaved
-   re-measurement did not find the device busy; a check that could not run is stated, not
-   refused);
-3. it is **significant**: the lower end of the 95% confidence interval of the interleaved
-   ratio (median of per-pass ratios, bootstrap) is above ``1 + band``, where ``band`` is the
-   noise band: ``NOISE_BAND`` = 2% by default, the run-to-run spread an unchanged kernel shows
-   between interleaved measurements on a quiet machine (so a 1.001x is never a win).
+2. its speed verdict is **faster** (:mod:`kernforge.harness.verdict`, the one vocabulary of
+   every command): measured on an idle device, and the distribution-free 95% interval of the
+   interleaved ratio (median of per-pass ratios) lies above ``1 + band``, ``band`` the noise
+   band (``NOISE_BAND`` = 2%). "Not faster" and "inconclusive" (busy, or an interval that
+   straddles the band) never count, and the reason is the verdict's own words.
 
 :func:`refusal` says why a win does not count (None when it does).
 """
@@ -21,7 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-NOISE_BAND = 0.02
+from ..core.verdict import NOISE_BAND, Judgement, judge_evidence
+
+__all__ = ["NOISE_BAND", "idle_of", "refusal", "speed_of"]
 
 
 def refusal(*, verified: bool | None, idle: bool | None, speedup: float | None,
@@ -33,16 +33,10 @@ def refusal(*, verified: bool | None, idle: bool | None, speedup: float | None,
     checked by the first-launch re-verification alone."""
     if verified is False:
         return "not verified (an integrity gate rejected it, or it was never validated)"
-    if idle is False:
-        busy = f" ({utilisation:.0%} busy)" if utilisation is not None else ""
-        return (f"measured while the device was busy{busy}: re-run it on an idle machine")
-    if speedup is None or ci is None:
-        return None if not require_ci else \
-            "no interleaved measurement with a confidence interval"
-    if not ci[0] > 1.0 + band:
-        return (f"not significant: interleaved speedup {speedup:.3f}x [95% CI {ci[0]:.3f}, "
-                f"{ci[1]:.3f}], whose lower end is not above 1 + the {band:.0%} noise band")
-    return None
+    if idle is not False and (speedup is None or ci is None) and not require_ci:
+        return None
+    verdict = judge_evidence(speedup, ci, idle=idle, utilisation=utilisation, band=band)
+    return None if verdict.faster else verdict.reason
 
 
 def idle_of(validation: Mapping[str, Any] | None) -> tuple[bool | None, float | None]:
@@ -52,3 +46,16 @@ def idle_of(validation: Mapping[str, Any] | None) -> tuple[bool | None, float | 
         return None, None
     util = idle.get("utilisation")
     return idle.get("idle"), float(util) if isinstance(util, (int, float)) else None
+
+
+def speed_of(validation: Mapping[str, Any] | None) -> Judgement | None:
+    """The speed verdict a validation's JSON holds (``Validation.to_json``; None before it
+    had one): a consumer honours it as well as the figures (the noise check it drew on is not
+    in them)."""
+    speed = validation.get("speed") if isinstance(validation, Mapping) else None
+    if not isinstance(speed, Mapping):
+        return None
+    try:
+        return Judgement.from_json(speed)
+    except (KeyError, TypeError, ValueError):
+        return None

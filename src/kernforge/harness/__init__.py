@@ -4,10 +4,20 @@ Every number kernforge prints comes through here. It imports only ``core`` and `
 """
 
 from .compare import ABResult, interleave, round_robin
-from .stats import bootstrap_ci, by_precision, geomean, median, precision_of, summarize
+from .stats import (
+    bootstrap_ci,
+    by_precision,
+    geomean,
+    median,
+    median_ci,
+    precision_of,
+    summarize,
+)
 from .timing import Protocol, measure, measure_runs, time_once
+from .verdict import NOISE_BAND, Judgement, Verdict, judge, judge_evidence
 from .verify import check_buffer, verify
 
-__all__ = ["ABResult", "Protocol", "bootstrap_ci", "by_precision", "check_buffer", "geomean",
-           "interleave", "measure", "measure_runs", "median", "precision_of", "round_robin",
+__all__ = ["NOISE_BAND", "ABResult", "Judgement", "Protocol", "Verdict", "bootstrap_ci",
+           "by_precision", "check_buffer", "geomean", "interleave", "judge", "judge_evidence",
+           "measure", "measure_runs", "median", "median_ci", "precision_of", "round_robin",
            "summarize", "time_once", "verify"]

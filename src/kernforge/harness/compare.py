@@ -3,7 +3,13 @@
 Each pass runs A and B alternately, ``per_pass`` times each (A B A B ... or B A B A ...; the side
 that goes first alternates between passes so order bias cancels), and yields one ratio
 ``median(A) / median(B)``: the speedup of B over A. The result is the median of the per-pass
-ratios, with a bootstrap confidence interval of that median.
+ratios, with the distribution-free 95% confidence interval of that median
+(:func:`~.stats.median_ci`: no assumption on the shape of the noise, which a shared machine
+makes anything but normal).
+
+Adaptive rounds: with ``max_passes`` above ``passes``, blocks of ``passes`` more passes are
+taken while :func:`~.verdict.decided` says the verdict is still inconclusive (the interval
+straddles the noise band), up to ``max_passes`` in all.
 """
 
 from __future__ import annotations
@@ -13,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import ConfigError
-from .stats import bootstrap_ci, median
+from .stats import median, median_ci
+from .verdict import NOISE_BAND, decided, per_look
 
 
 @dataclass(frozen=True)
@@ -26,6 +33,8 @@ class ABResult:
     first: tuple[str, ...]  # per pass: which side ran first, "a" or "b"
     ci_low: float
     ci_high: float
+    coverage: float | None = None  # the interval's exact confidence (None: not known)
+    confidence: float | None = None  # the confidence it was asked for (per look)
 
     @property
     def speedup(self) -> float:
@@ -46,6 +55,7 @@ class ABResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"speedup": self.speedup, "ci_low": self.ci_low, "ci_high": self.ci_high,
+                "coverage": self.coverage, "confidence": self.confidence,
                 "ratios": list(self.ratios), "passes": self.passes, "first": list(self.first),
                 "median_a": self.median_a, "median_b": self.median_b,
                 "samples_a": [list(p) for p in self.samples_a],
@@ -58,33 +68,50 @@ def _ratio(a: float, b: float) -> float:
     return 1.0 if a <= 0 else float("inf")
 
 
+def _pass(run_a: Callable[[], float], run_b: Callable[[], float], per_pass: int,
+          a_first: bool) -> tuple[list[float], list[float]]:
+    ta: list[float] = []
+    tb: list[float] = []
+    for _ in range(per_pass):
+        if a_first:
+            ta.append(float(run_a()))
+            tb.append(float(run_b()))
+        else:
+            tb.append(float(run_b()))
+            ta.append(float(run_a()))
+    return ta, tb
+
+
 def interleave(run_a: Callable[[], float], run_b: Callable[[], float], *, passes: int = 7,
-               per_pass: int = 3, seed: int = 0) -> ABResult:
-    """Compare two measured callables (each returns the seconds of one timed run)."""
-    if passes < 1 or per_pass < 1:
-        raise ConfigError(f"passes={passes} and per_pass={per_pass} must both be >= 1",
+               per_pass: int = 3, seed: int = 0, max_passes: int | None = None,
+               band: float = NOISE_BAND) -> ABResult:
+    """Compare two measured callables (each returns the seconds of one timed run); more
+    passes, up to ``max_passes``, while the verdict is inconclusive (module docstring).
+    ``seed`` is kept for callers of the earlier bootstrap interval: the interval is exact."""
+    del seed
+    limit = passes if max_passes is None else max_passes
+    if passes < 1 or per_pass < 1 or limit < passes:
+        raise ConfigError(f"passes={passes}, per_pass={per_pass} and max_passes={max_passes} "
+                          f"must be >= 1 (max_passes >= passes)",
                           hint="the defaults are 7 passes of 3 runs of each side")
     ratios: list[float] = []
     all_a: list[tuple[float, ...]] = []
     all_b: list[tuple[float, ...]] = []
     first: list[str] = []
-    for p in range(passes):
-        a_first = p % 2 == 0
-        ta: list[float] = []
-        tb: list[float] = []
-        for _ in range(per_pass):
-            if a_first:
-                ta.append(float(run_a()))
-                tb.append(float(run_b()))
-            else:
-                tb.append(float(run_b()))
-                ta.append(float(run_a()))
-        ratios.append(_ratio(median(ta), median(tb)))
-        all_a.append(tuple(ta))
-        all_b.append(tuple(tb))
-        first.append("a" if a_first else "b")
-    lo, hi = bootstrap_ci(ratios, seed=seed)
-    return ABResult(tuple(ratios), tuple(all_a), tuple(all_b), tuple(first), lo, hi)
+    confidence = per_look(-(-limit // passes))
+    while True:
+        for _ in range(min(passes, limit - len(ratios))):
+            a_first = len(ratios) % 2 == 0
+            ta, tb = _pass(run_a, run_b, per_pass, a_first)
+            ratios.append(_ratio(median(ta), median(tb)))
+            all_a.append(tuple(ta))
+            all_b.append(tuple(tb))
+            first.append("a" if a_first else "b")
+        if len(ratios) >= limit or decided(ratios, band, confidence):
+            break
+    lo, hi, coverage = median_ci(ratios, confidence=confidence)
+    return ABResult(tuple(ratios), tuple(all_a), tuple(all_b), tuple(first), lo, hi, coverage,
+                    confidence)
 
 
 def round_robin(runs: Sequence[Callable[[], float]], *, passes: int) -> list[list[float]]:

@@ -29,9 +29,14 @@ REASONS: dict[str, str] = {
                          "of output memory that the recorded kernel overwrites without reading",
     "fresh:mismatch": "on fresh random inputs the outputs differ from the recorded kernel's",
     "roofline:exceeded": "the measured time is below bytes-that-must-move / copy bandwidth",
-    "regression:prior-best": "slower than the prior best of this case (beyond the band)",
+    "regression:prior-best": "conclusively slower than the prior best of this case: the "
+                             "interval's upper end below the prior best less the band",
+    "measure:inconclusive": "the speed verdict is inconclusive (busy device, runs spread "
+                            "beyond the noise limit, or an interval that straddles the band "
+                            "after the passes allowed): neither accepted nor rejected",
     "remeasure:lower": "the canonical re-measurement is below the claimed speedup (downgraded)",
-    "idle:busy": "the device was busy during the canonical re-measurement",
+    "idle:busy": "the device was busy before or during the canonical re-measurement "
+                 "(inconclusive: neither accepted nor rejected)",
     "sanitizer:race": "the sanitizer run (ThreadSanitizer, compute-sanitizer racecheck) "
                       "found a data race",
     "sanitizer:memory": "the sanitizer run (AddressSanitizer, compute-sanitizer memcheck) "

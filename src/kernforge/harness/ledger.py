@@ -99,10 +99,13 @@ class BaselineStore:
         return dict(entry) if entry else None
 
     def check(self, case: str, device: str, speedup: float, *, band: float = DEFAULT_BAND,
-              record: dict[str, Any] | None = None) -> RegressionCheck:
+              record: dict[str, Any] | None = None, upper: float | None = None,
+              improve: bool = True) -> RegressionCheck:
         """Gate ``speedup`` against the prior best of ``case`` on ``device`` (the recorded
         kernel, 1.0, when there is none); a passing improvement becomes the new prior best
-        (``record``: what to store with it)."""
+        (``record``: what to store with it) when ``improve`` (the verdict was "faster").
+        ``upper``: the upper end of the speedup's interval: it fails only when even that is
+        below the prior best less the band (conclusively slower)."""
         with _locked(self.path):
             data = self._read()
             entry = data["cases"].get(case, {}).get(device)
@@ -110,8 +113,8 @@ class BaselineStore:
                 prior, source = float(entry["speedup"]), "store"
             else:
                 prior, source = 1.0, "recorded kernel"
-            passed = speedup >= prior * (1.0 - band)
-            improved = passed and speedup > prior
+            passed = (speedup if upper is None else upper) >= prior * (1.0 - band)
+            improved = passed and improve and speedup > prior
             if improved:
                 data["cases"].setdefault(case, {})[device] = {
                     **(record or {}), "speedup": speedup, "updated": now()}
@@ -119,9 +122,10 @@ class BaselineStore:
         return RegressionCheck(passed, speedup, prior, band, source, improved)
 
 
-def gate_regression(speedup: float, *, band: float = DEFAULT_BAND) -> RegressionCheck:
+def gate_regression(speedup: float, *, band: float = DEFAULT_BAND,
+                    upper: float | None = None) -> RegressionCheck:
     """The gate without a store: the prior best is the recorded kernel (speedup 1.0)."""
-    passed = speedup >= 1.0 - band
+    passed = (speedup if upper is None else upper) >= 1.0 - band
     return RegressionCheck(passed, speedup, 1.0, band, "recorded kernel", speedup > 1.0)
 
 

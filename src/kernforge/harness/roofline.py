@@ -1,11 +1,15 @@
 """The roofline refusal: no kernel moves its data faster than the device copies memory.
 
-``must_move``: a lower bound on the bytes a correct kernel moves. Every output element the
-recorded launch changed must be written (its bytes count once), and every array the launch did
-not write is counted as read in full. The second part is an assumption, not a proof: a kernel
-that legitimately reads only part of an input (a sub-range given by a scalar) moves less. So the
-bound is *self-calibrated*: when the recorded kernel itself runs faster than the bound, the
-bound does not apply to this case and the gate is skipped with a note.
+``must_move``: a lower bound on the bytes a correct kernel moves, from what the launch
+touches. Every output element the recorded launch changed must be written (its bytes count
+once: the recorded written ranges). Reads count where they are known: an array the signature
+declares read-only (``const``) is counted as read in full; an array the kernel may write but
+left unchanged (an output that already held its values, e.g. the faces a boundary kernel
+re-imposes) counts nothing, since a correct kernel need not read or write it at all. Counting
+a read-only input in full is an assumption (a kernel may read a sub-range given by a scalar),
+so the bound is *calibrated* by the recorded kernel timed in the same interleaved run as the
+candidate: the bound is never above the recorded kernel's own time there, and a candidate is
+refused only when it is more than ``1 / slack`` times faster than that.
 
 Copy bandwidth is measured with the same backend, in the same process, with the same protocol
 (cache flushed before each timed run): a copy kernel in the backend's language (C + OpenMP on
@@ -104,17 +108,22 @@ def copy_bandwidth(backend: Backend, nbytes: int = 0, *, repeat: int = 5) -> Ban
     return bw
 
 
-def must_move_bytes(arrays: list[tuple[np.ndarray, np.ndarray, bool]]) -> int:
-    """Bytes a correct kernel must move: ``(prologue, expected, written)`` per array."""
+def must_move_bytes(arrays: list[tuple[np.ndarray, np.ndarray, bool]] |
+                    list[tuple[np.ndarray, np.ndarray, bool, bool]]) -> int:
+    """Bytes a correct kernel must move: ``(prologue, expected, written[, read_only])`` per
+    array; an unwritten array counts in full only when read-only (the default when not
+    said: the recording did not know)."""
     total = 0
-    for prologue, expected, written in arrays:
+    for entry in arrays:
+        prologue, expected, written = entry[0], entry[1], entry[2]
+        read_only = bool(entry[3]) if len(entry) > 3 else True
         if written:
             a, b = np.ascontiguousarray(prologue), np.ascontiguousarray(expected)
             size = a.dtype.itemsize
             raw_a = a.reshape(-1).view(np.uint8).reshape(a.size, size)
             raw_b = b.reshape(-1).view(np.uint8).reshape(b.size, size)
             total += int((raw_a != raw_b).any(axis=1).sum()) * size
-        else:
+        elif read_only:
             total += int(np.asarray(prologue).nbytes)
     return total
 
@@ -146,21 +155,28 @@ class RooflineCheck:
 
 def roofline_check(must_move: int, bandwidth: Bandwidth | None, candidate_s: float,
                    original_s: float | None, *, slack: float = DEFAULT_SLACK) -> RooflineCheck:
-    """Refuse ``candidate_s`` below ``slack * must_move / bandwidth`` -- unless the recorded
-    kernel (``original_s``) is below it too (then the bound does not hold for this case)."""
+    """Refuse ``candidate_s`` below ``slack * bound``, the bound ``must_move / bandwidth``
+    calibrated down to the recorded kernel's time ``original_s`` when that is below it (the
+    recorded kernel moves less than counted: it reads part of an input). ``original_s`` must
+    come from the same interleaved run as ``candidate_s``."""
     if bandwidth is None or must_move <= 0:
         why = "no copy kernel for this backend" if bandwidth is None else "nothing must move"
         return RooflineCheck("not-applicable", must_move, 0.0, candidate_s, original_s, slack,
                              bandwidth, why)
     bound = must_move / bandwidth.bytes_per_s
+    calibrated = original_s is not None and 0 < original_s < bound
+    if calibrated:
+        assert original_s is not None
+        bound = original_s
     limit = slack * bound
-    if original_s is not None and original_s < limit:
-        return RooflineCheck("not-applicable", must_move, bound, candidate_s, original_s, slack,
-                             bandwidth, f"the recorded kernel ({original_s:.3g} s) is itself "
-                             f"below {slack:g} x the bound: it reads less than its arrays")
     verdict = "refused" if candidate_s < limit else "ok"
-    note = (f"{candidate_s:.3g} s is below {slack:g} x {bound:.3g} s "
-            f"({must_move} bytes at {bandwidth.bytes_per_s / 1e9:.1f} GB/s)"
-            if verdict == "refused" else "")
+    what = (f"the recorded kernel's {original_s:.3g} s in the same run, below the "
+            f"copy bound of {must_move} bytes at {bandwidth.bytes_per_s / 1e9:.1f} GB/s"
+            if calibrated else
+            f"{must_move} bytes at {bandwidth.bytes_per_s / 1e9:.1f} GB/s")
+    note = (f"{candidate_s:.3g} s is below {slack:g} x {bound:.3g} s ({what})"
+            if verdict == "refused" else
+            (f"bound calibrated by the recorded kernel ({original_s:.3g} s)" if calibrated
+             else ""))
     return RooflineCheck(verdict, must_move, bound, candidate_s, original_s, slack, bandwidth,
                          note)

@@ -1,4 +1,10 @@
-"""Statistics every reported number goes through: median, geomean, bootstrap CI."""
+"""Statistics every reported number goes through: median, geomean, confidence intervals.
+
+:func:`median_ci` is the interval kernforge judges speedups by: distribution-free (the order
+statistics that bracket the median, from the binomial distribution: the inversion of the sign
+test), so it assumes nothing about the shape of the noise, only that the units (interleaved
+passes) are exchangeable. :func:`bootstrap_ci` stays for summaries over many units.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..core import ConfigError
+from ..core.verdict import median_ci
+
+__all__ = ["bootstrap_ci", "by_precision", "geomean", "median", "median_ci", "precision_of",
+           "summarize"]
 
 
 def _array(samples: Sequence[float], what: str) -> np.ndarray:

@@ -42,7 +42,7 @@ from ..core import (
     WrongResultError,
 )
 from ..core.strict import strict_keys
-from ..harness import ABResult, Protocol, interleave, median
+from ..harness import NOISE_BAND, ABResult, Protocol, interleave, median
 from ..harness.integrity import IntegrityError, reason_for_status
 from .cache_protocol import resolve as resolve_cache
 from .checks import Integrity, roofline_gate, run_checks
@@ -154,7 +154,10 @@ def _evaluate_strict(recording: Recording, backend: Backend, variant: Variant,
         raise IntegrityError(_wrong(after, f"{recording.name} (the last timed run)"),
                              reason="verify:after-timing", checks=after)
     if integrity.roofline and samples:
-        check = roofline_gate(recording, backend, median(samples), None, integrity.slack)
+        prepared = report.prepared
+        check = roofline_gate(  # a time below the bound is timed again beside the recorded kernel
+            recording, backend, median(samples), None, integrity.slack,
+            retime=lambda: prepared.measure(warmup=0, repeat=1, flush=protocol.flush)[0])
         report.notes["roofline"] = check.to_json()
     return Measurement(Status.OK, samples=tuple(samples), checks=report.checks,
                        stages=tuple(stages), extra=extra)
@@ -275,8 +278,10 @@ def _checked(recording: Recording, backend: Backend, spec: Variant | Mapping[str
 def compare(recording: Recording, a: Variant | Mapping[str, Any],
             b: Variant | Mapping[str, Any], *, backend: Backend | str | None = None,
             tolerance: TolerancePolicy = None, passes: int = 7, per_pass: int = 3,
-            warmup: int = 3, flush: bool | None = None, seed: int = 0) -> ABResult:
-    """Interleaved A/B timing of two variants of one recording; ``speedup`` is B over A.
+            warmup: int = 3, flush: bool | None = None, seed: int = 0,
+            max_passes: int | None = None, band: float = NOISE_BAND) -> ABResult:
+    """Interleaved A/B timing of two variants of one recording; ``speedup`` is B over A;
+    ``max_passes``: more passes, up to that many, while the verdict is inconclusive.
 
     Both are compiled, run and verified first; a side that fails raises its typed error
     (WrongResultError names the failing buffers). Then each is warmed up and the two are
@@ -296,7 +301,8 @@ def compare(recording: Recording, a: Variant | Mapping[str, Any],
     def run_b() -> float:
         return pb.measure(warmup=0, repeat=1, flush=flush)[0]
 
-    result = interleave(run_a, run_b, passes=passes, per_pass=per_pass, seed=seed)
+    result = interleave(run_a, run_b, passes=passes, per_pass=per_pass, seed=seed,
+                        max_passes=max_passes, band=band)
     for label, p in (("a", pa), ("b", pb)):  # the last timed run of each must still verify
         checks = p.verify()
         if any(not c.passed for c in checks):

@@ -174,7 +174,9 @@ def write_result(o: TuningOutcome, *, sampler: str, preset: str) -> Path:
         "backend": o.recording.backend, "sampler": sampler, "preset": preset,
         "evaluations": o.study.evaluations, "trials": len(o.study.trials),
         "stop_reason": o.study.stop_reason,
-        "status": ("NO_VALID_TRIAL" if best is None else "REJECTED"
+        "status": ("NO_VALID_TRIAL" if best is None else "INCONCLUSIVE"
+                   if o.validation is not None and o.validation.verdict == "inconclusive"
+                   else "REJECTED"
                    if o.validation is not None and not o.validation.accepted else "OK"),
         "best": {"config": best.config if best else None,
                  "variant": variant_json(o.best_variant, o.recording.variant)},

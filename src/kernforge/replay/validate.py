@@ -8,11 +8,16 @@
 3. poisoned outputs, differential against the recorded kernel        -> ``poison:*``
 4. fresh random inputs, differential against the recorded kernel     -> ``fresh:mismatch``
 5. idle-device check, then the canonical re-measurement: the recorded kernel (A) against the
-   candidate (B), interleaved, 7 passes, in the unit's cache state (flushed unless its
-   protocol is warm: replay/cache_protocol.py), both verified after timing
-6. the roofline bound on the candidate's time                         -> ``roofline:exceeded``
-7. zero regression against the prior best of the case (2% band)      -> ``regression:*``
-8. a claimed speedup the re-measurement does not confirm is downgraded -> ``remeasure:lower``
+   candidate (B), interleaved, 7 passes (up to 21 while inconclusive), in the unit's cache
+   state (flushed unless its protocol is warm: replay/cache_protocol.py), both verified after
+   timing, the device watched for other load meanwhile
+6. the roofline bound on the candidate's time, calibrated by the recorded kernel's time in
+   the same interleaved run                                          -> ``roofline:exceeded``
+7. the speed verdict (:mod:`kernforge.harness.verdict`): faster, not faster or inconclusive;
+   inconclusive (busy, noisy) is neither accepted nor rejected   -> ``measure:inconclusive``
+8. zero regression: rejected only when conclusively slower than the prior best of the case
+   (the interval's upper end below it less the 2% band)              -> ``regression:*``
+9. a claimed speedup the re-measurement does not confirm is downgraded -> ``remeasure:lower``
 
 The outcome (:class:`Validation`) is appended to the ledger when one is given, and written as a
 figure file with provenance when ``figure`` is given. Validation never raises for a candidate's
@@ -42,10 +47,12 @@ from ..core import (
     WrongResultError,
 )
 from ..harness import ABResult
+from ..harness.busy import combine, watch
 from ..harness.integrity import IntegrityError, reason_for_status
 from ..harness.ledger import DEFAULT_BAND, BaselineStore, Ledger, RegressionCheck, gate_regression
 from ..harness.provenance import IdleCheck, idle_check, provenance, write_figure
 from ..harness.roofline import RooflineCheck
+from ..harness.verdict import Judgement, judge_ab, judge_evidence
 from .cache_protocol import protocol_for
 from .checks import Integrity, roofline_gate, run_checks
 from .engine import compare
@@ -58,7 +65,9 @@ PathLike = str | os.PathLike[str]
 @dataclass
 class Validation:
     """The verdict on one candidate for one case: ``accepted``, ``downgraded`` (accepted, the
-    figure is the re-measured one) or ``rejected`` (``status``/``reason`` say by what)."""
+    figure is the re-measured one), ``rejected`` (``status``/``reason`` say by what) or
+    ``inconclusive`` (every correctness gate passed, the speed verdict is inconclusive:
+    neither accepted nor rejected). ``speed``: the speed verdict, printed by every command."""
 
     case: str
     variant: str
@@ -74,10 +83,16 @@ class Validation:
     regression: RegressionCheck | None = None
     idle: IdleCheck | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
+    speed: Judgement | None = None
 
     @property
     def accepted(self) -> bool:
         return self.verdict in ("accepted", "downgraded")
+
+    @property
+    def faster(self) -> bool:
+        """Accepted, and the speed verdict is "faster": the only win that counts."""
+        return self.accepted and self.speed is not None and self.speed.faster
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -89,6 +104,7 @@ class Validation:
             "roofline": self.roofline.to_json() if self.roofline else None,
             "regression": self.regression.to_json() if self.regression else None,
             "idle": self.idle.to_json() if self.idle else None,
+            "speed": self.speed.to_json() if self.speed else None,
         }
 
 
@@ -105,40 +121,68 @@ def _rejected(case: str, key: str, exc: BaseException, notes: dict[str, Any]) ->
 
 
 def _measure(recording: Recording, be: Backend, variant: Variant, tolerance: TolerancePolicy,
-             integrity: Integrity, passes: int, per_pass: int,
-             warmup: int) -> tuple[ABResult, RooflineCheck | None]:
+             integrity: Integrity, passes: int, per_pass: int, warmup: int,
+             max_passes: int | None, band: float
+             ) -> tuple[ABResult, RooflineCheck | None, IdleCheck]:
+    seen = watch(be)
     try:
         ab = compare(recording, recording.variant, variant, backend=be, tolerance=tolerance,
-                     passes=passes, per_pass=per_pass, warmup=warmup)
+                     passes=passes, per_pass=per_pass, warmup=warmup, flush=None,
+                     max_passes=max_passes, band=band)
     except WrongResultError as exc:
         raise IntegrityError(exc.message, reason="verify:after-timing") from exc
+    during = seen.result()
     roof = None
-    if integrity.roofline:
+    if integrity.roofline:  # calibrated by the recorded kernel timed in this same run
         roof = roofline_gate(recording, be, ab.median_b, ab.median_a, integrity.slack)
-    return ab, roof
+    return ab, roof, during
 
 
-def _regression(store: BaselineStore | None, case: str, be: Backend, speedup: float,
+def _regression(store: BaselineStore | None, case: str, be: Backend, speed: Judgement,
                 band: float, record: dict[str, Any]) -> RegressionCheck:
+    speedup = speed.speedup or 0.0
+    upper = speed.ci[1] if speed.ci else None
     if store is None:
-        return gate_regression(speedup, band=band)
+        return gate_regression(speedup, band=band, upper=upper)
     device = str(be.identity().get("device"))
-    return store.check(case, device, speedup, band=band, record=record)
+    return store.check(case, device, speedup, band=band, record=record, upper=upper,
+                       improve=speed.faster)
 
 
-def _judge(v: Validation, regression: RegressionCheck, claimed: float | None,
+def _judge(v: Validation, regression: RegressionCheck | None, claimed: float | None,
            band: float) -> Validation:
     v.regression = regression
-    if not regression.passed:
+    speed = v.speed
+    if speed is not None and not speed.conclusive:
+        v.verdict, v.reason, v.message = "inconclusive", "measure:inconclusive", speed.reason
+        if v.idle is not None and v.idle.idle is False:
+            v.reason = "idle:busy"
+    elif regression is not None and not regression.passed:
         v.verdict, v.reason = "rejected", "regression:prior-best"
-        v.message = (f"speedup {regression.speedup:.4f} is below the prior best "
-                     f"{regression.prior:.4f} ({regression.prior_source}) by more than "
-                     f"{band:.0%}")
+        v.message = (f"speedup {regression.speedup:.4f} is conclusively below the prior best "
+                     f"{regression.prior:.4f} ({regression.prior_source}) less {band:.0%}: "
+                     f"{speed.reason if speed else ''}")
     elif claimed is not None and v.speedup is not None and v.speedup < claimed * (1 - band):
         v.verdict, v.reason = "downgraded", "remeasure:lower"
         v.message = (f"claimed {claimed:.4f}x, re-measured {v.speedup:.4f}x: the "
                      f"re-measured figure is reported")
     return v
+
+
+def _speed(recording: Recording, be: Backend, variant: Variant, tolerance: TolerancePolicy,
+           gates: Integrity, counts: tuple[int, int, int, int], band: float, idle: IdleCheck,
+           checks: tuple[BufferCheck, ...], notes: dict[str, Any],
+           names: tuple[str, str]) -> Validation:
+    """The canonical re-measurement, the roofline and the speed verdict, as a Validation
+    still to be judged against the prior best."""
+    passes, per_pass, warmup, max_passes = counts
+    ab, roof, during = _measure(recording, be, variant, tolerance, gates, passes, per_pass,
+                                warmup, max_passes, band)
+    seen = combine(idle, during) or idle
+    notes["busy_during"] = during.to_json()
+    speed = judge_ab(ab, idle=seen.idle, utilisation=seen.utilisation, band=band)
+    return Validation(names[0], names[1], "accepted", Status.OK, "", speedup=ab.speedup,
+                      ab=ab, checks=checks, notes=notes, roofline=roof, idle=seen, speed=speed)
 
 
 def validate(recording: Recording, variant: Variant | None = None, *,
@@ -148,10 +192,14 @@ def validate(recording: Recording, variant: Variant | None = None, *,
              baseline: BaselineStore | PathLike | None = None,
              ledger: Ledger | PathLike | None = None, figure: PathLike | None = None,
              require_idle: bool = False, command: Sequence[str] | None = None,
-             case: str | None = None, isolate: Isolation | None = None) -> Validation:
+             case: str | None = None, isolate: Isolation | None = None,
+             max_passes: int | None = None) -> Validation:
     """Run every gate on ``variant`` (default: the recorded one) of ``recording``; see the
     module docstring. ``claimed``: the speedup a search reported, to be confirmed.
-    ``isolate``: run it in a supervised worker; a crash or a hang rejects the candidate."""
+    ``isolate``: run it in a supervised worker; a crash or a hang rejects the candidate.
+    ``max_passes``: the passes the re-measurement may take while inconclusive (default 3x
+    ``passes``). ``require_idle``: a busy device is reported before measuring (the verdict
+    is inconclusive either way; kept for the command line)."""
     if isolate is not None:
         if isinstance(baseline, BaselineStore) or isinstance(ledger, Ledger):
             raise ConfigError("validate(isolate=...) takes the baseline store and the ledger "
@@ -160,7 +208,7 @@ def validate(recording: Recording, variant: Variant | None = None, *,
             recording, variant, backend=backend_name(backend), tolerance=tolerance,
             integrity=integrity, passes=passes, per_pass=per_pass, warmup=warmup, band=band,
             claimed=claimed, baseline=baseline, ledger=ledger, figure=figure,
-            require_idle=require_idle, command=command, case=case)
+            require_idle=require_idle, command=command, case=case, max_passes=max_passes)
     gates = integrity or Integrity()
     be = get_backend(backend if backend is not None else recording.backend)
     variant = variant or recording.variant
@@ -179,13 +227,20 @@ def validate(recording: Recording, variant: Variant | None = None, *,
         del report  # free its buffers (the reference's are scrubbed) before re-measuring
         idle = idle_check(be)
         if require_idle and idle.idle is False:
-            raise IntegrityError(f"device busy ({idle.utilisation:.0%} by {idle.method})",
-                                 reason="idle:busy", status=Status.RUNTIME_FAILED)
-        ab, roof = _measure(recording, be, variant, tolerance, gates, passes, per_pass, warmup)
-        v = Validation(case, key, "accepted", Status.OK, "", speedup=ab.speedup, ab=ab,
-                       checks=checks, notes=notes, roofline=roof, idle=idle)
-        record = {"variant": key, "median_s": ab.median_b, "baseline_s": ab.median_a}
-        _judge(v, _regression(store, case, be, ab.speedup, band, record), claimed, band)
+            v = Validation(case, key, "accepted", Status.OK, "", checks=checks, notes=notes,
+                           idle=idle, speed=judge_evidence(None, None, idle=False, band=band,
+                                                           utilisation=idle.utilisation))
+            _judge(v, None, None, band)
+        else:
+            v = _speed(recording, be, variant, tolerance, gates, (passes, per_pass, warmup,
+                       max_passes if max_passes is not None else 3 * passes), band, idle, checks,
+                       notes, (case, key))
+            if v.speed is not None and v.speed.conclusive:
+                record = {"variant": key, "median_s": v.ab.median_b if v.ab else None,
+                          "baseline_s": v.ab.median_a if v.ab else None}
+                _judge(v, _regression(store, case, be, v.speed, band, record), claimed, band)
+            else:
+                _judge(v, None, claimed, band)
     except (RecordingError, BackendUnavailableError):
         raise  # not the candidate's failure
     except Exception as exc:  # noqa: BLE001 - every candidate failure is a verdict

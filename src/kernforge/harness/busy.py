@@ -1,0 +1,83 @@
+"""Was the device busy *while* a measurement ran? (the idle check samples only before it).
+
+:func:`watch` returns a :class:`Watch`; its :meth:`Watch.result` is an
+:class:`~.provenance.IdleCheck` over the window since :func:`watch` was called.
+
+- cpu: the share of all cores' time that other processes used in the window: the non-idle
+  time of ``/proc/stat`` minus this process's own CPU time (every thread of it: the OpenMP
+  kernel, the flush). Busy above 25% (the idle check's threshold), i.e. another process kept
+  half a core of two busy.
+- other backends: the backend's idle probe once more, after the measurement (a GPU's
+  utilisation counts the measurement's own kernels, so nothing is read during it).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..backends import Backend
+from .provenance import BUSY_FRACTION, IdleCheck, idle_check
+
+
+def _proc_stat() -> tuple[float, float] | None:
+    """(total, idle) seconds of all cores since boot; None where /proc/stat is unreadable."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        tick = float(os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) / tick, idle / tick
+
+
+def _own_cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+@dataclass
+class Watch:
+    """A measurement window opened by :func:`watch`."""
+
+    backend: Backend
+    start: tuple[float, float] | None
+    own: float
+    wall: float
+
+    def result(self) -> IdleCheck:
+        if self.backend.name != "cpu" or self.start is None:
+            check = idle_check(self.backend)
+            return IdleCheck(check.idle, check.utilisation, f"{check.method}, after the "
+                             f"measurement", check.note)
+        end = _proc_stat()
+        if end is None:
+            return IdleCheck(None, None, "skipped", "/proc/stat unreadable")
+        total = end[0] - self.start[0]
+        busy = total - (end[1] - self.start[1])
+        others = max(0.0, busy - (_own_cpu() - self.own))
+        share = others / total if total > 0 else 0.0
+        return IdleCheck(share <= BUSY_FRACTION, share,
+                         f"/proc/stat during the measurement ({time.monotonic() - self.wall:.1f}"
+                         f" s), this process's CPU time left out")
+
+
+def watch(backend: Backend) -> Watch:
+    """Start watching (see the module docstring)."""
+    return Watch(backend, _proc_stat() if backend.name == "cpu" else None, _own_cpu(),
+                 time.monotonic())
+
+
+def combine(before: IdleCheck | None, during: IdleCheck | None) -> IdleCheck | None:
+    """One check from the one before and the one during: busy if either was; idle if either
+    was and neither busy; unknown otherwise."""
+    checks = [c for c in (before, during) if c is not None]
+    busy = [c for c in checks if c.idle is False]
+    if busy:
+        return max(busy, key=lambda c: c.utilisation or 0.0)
+    known = [c for c in checks if c.idle is True]
+    if known:
+        return known[-1]
+    return checks[-1] if checks else None

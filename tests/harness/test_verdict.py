@@ -1,0 +1,102 @@
+"""The three verdicts: a kernel against itself is never significant, whatever the load; a truly
+faster one is found faster on a quiet machine and never called slower."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from kernforge.harness import interleave, median_ci
+from kernforge.harness.verdict import Judgement, Verdict, judge, judge_ab, judge_evidence
+
+
+class Machine:
+    """Seconds of one timed run on a shared machine: a load regime (1x to 3x slower) held for
+    a random number of runs, log-normal jitter and, now and then, a 4x stall. ``regimes=False``:
+    a quiet machine (jitter only)."""
+
+    def __init__(self, seed: int, sigma: float, longest: int, regimes: bool = True) -> None:
+        self.rng, self.sigma, self.longest, self.regimes = random.Random(seed), sigma, longest, \
+            regimes
+        self.left, self.factor = 0, 1.0
+
+    def run(self, seconds: float) -> float:
+        if self.regimes and self.left <= 0:
+            self.left = self.rng.randint(1, self.longest)
+            self.factor = self.rng.choice([1.0, 1.0, 1.3, 2.0, 3.0])
+        self.left -= 1
+        stall = 4.0 if self.regimes and self.rng.random() < 0.05 else 1.0
+        return seconds * self.factor * stall * math.exp(self.rng.gauss(0.0, self.sigma))
+
+
+def _compare(m: Machine, speedup: float) -> Judgement:
+    ab = interleave(lambda: m.run(1e-3), lambda: m.run(1e-3 / speedup), passes=7, per_pass=3,
+                    max_passes=21)
+    return judge_ab(ab)
+
+
+def test_median_ci_is_the_sign_test_interval() -> None:
+    assert median_ci(range(7)) == (0.0, 6.0, pytest.approx(1 - 2 / 128))
+    lo, hi, cov = median_ci(range(21))
+    assert (lo, hi) == (5.0, 15.0) and cov == pytest.approx(0.9734, abs=1e-4)
+    assert median_ci(range(5))[2] < 0.95  # too few: the caller must not conclude
+
+
+@pytest.mark.parametrize("sigma,longest", [(0.02, 1), (0.02, 4), (0.02, 12), (0.1, 4),
+                                            (0.1, 12), (0.3, 12)])
+def test_a_kernel_against_itself_is_never_significant_under_changing_load(
+        sigma: float, longest: int) -> None:
+    verdicts = [_compare(Machine(seed, sigma, longest), 1.0) for seed in range(150)]
+    assert not any(j.faster for j in verdicts)
+    assert not any(j.slower for j in verdicts)
+
+
+def test_a_kernel_against_itself_on_a_quiet_machine_is_within_the_band() -> None:
+    verdicts = [_compare(Machine(seed, 0.01, 1, regimes=False), 1.0) for seed in range(200)]
+    assert not any(j.faster or j.slower for j in verdicts)
+    assert sum(j.verdict is Verdict.NOT_FASTER for j in verdicts) >= 180
+
+
+def test_a_truly_faster_kernel_is_found_faster_when_quiet_and_never_slower() -> None:
+    quiet = [_compare(Machine(seed, 0.03, 1, regimes=False), 1.2) for seed in range(200)]
+    assert sum(j.faster for j in quiet) >= 0.95 * len(quiet)
+    loaded = [_compare(Machine(seed, 0.1, 12), 1.2) for seed in range(100)]
+    assert not any(j.verdict is Verdict.NOT_FASTER for j in quiet + loaded)
+
+
+def test_more_passes_are_taken_while_inconclusive() -> None:
+    m = Machine(3, 0.03, 1, regimes=False)
+    few = interleave(lambda: m.run(1e-3), lambda: m.run(1e-3 / 1.03), passes=7, per_pass=3)
+    more = interleave(lambda: m.run(1e-3), lambda: m.run(1e-3 / 1.03), passes=7, per_pass=3,
+                      max_passes=21)
+    assert few.passes == 7 and more.passes in (14, 21)
+    assert more.first[7] == "b"  # the order keeps alternating across blocks
+    clear = interleave(lambda: m.run(2e-3), lambda: m.run(1e-3), passes=7, max_passes=21)
+    assert clear.passes == 7 and judge_ab(clear).faster
+
+
+def test_busy_or_too_few_passes_is_inconclusive_with_its_reason() -> None:
+    busy = judge([1.5] * 7, idle=False, utilisation=0.6)
+    assert busy.verdict is Verdict.INCONCLUSIVE and "busy (60% busy)" in busy.reason
+    few = judge([1.5] * 3)
+    assert few.verdict is Verdict.INCONCLUSIVE and "too few" in few.reason
+    wide = judge([0.9, 1.3, 1.0, 1.2, 0.95, 1.1, 1.05])
+    assert wide.verdict is Verdict.INCONCLUSIVE and "straddles" in wide.reason
+    m = Machine(0, 0.3, 12)  # the runs spread: the load, not the kernel, is measured
+    noisy = judge_ab(interleave(lambda: m.run(2e-3), lambda: m.run(1e-3), passes=7))
+    assert noisy.verdict is Verdict.INCONCLUSIVE and "differ by" in noisy.reason
+
+
+def test_verdicts_and_their_json() -> None:
+    fast = judge([1.2, 1.21, 1.19, 1.22, 1.2, 1.18, 1.2])
+    assert fast.faster and fast.headline().startswith("faster 1.200x [1.180, 1.220]")
+    same = judge([1.0, 1.01, 0.99, 1.0, 1.005, 0.995, 1.0])
+    assert same.verdict is Verdict.NOT_FASTER and not same.slower
+    slow = judge([0.8] * 7)
+    assert slow.slower and "slower" in slow.reason
+    assert Judgement.from_json(fast.to_json()) == fast
+    stored = judge_evidence(1.3, (1.25, 1.35))
+    assert stored.faster
+    assert judge_evidence(None, None).verdict is Verdict.INCONCLUSIVE
