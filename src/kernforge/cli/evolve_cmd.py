@@ -20,7 +20,7 @@ from ..pipeline.evolve_config import load_config
 from ..pipeline.native_evolve import evolve_native
 from ..replay.native_build import bind_source
 from ..replay.native_tune import RESULT
-from .checks import resumable_dir, writable_dir
+from .checks import load_all_units, resumable_dir, writable_dir
 from .isolation import add_isolation_args, isolation
 from .native_cmd import load_native_units
 from .native_deploy_cmd import bind_units
@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     if args.source is not None:
         raise ConfigError("--source binds native units; none under this path",
                           hint="record the program with kernforge record -- COMMAND")
+    recs, _ = load_all_units(args.path)  # damaged units skipped, each with its reason
     display = _Display()
     slots = cfg.evolve_config("").eval_slots
     with directory_lock(out, "evolution run directory"), isolation(args, workers=slots) as iso, \
@@ -125,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         display.live, display.lines = live, lines
         outcomes = evolve_path(args.path, cfg, out, kernels=args.kernels, resume=args.resume,
                                on_progress=display.update, on_kernel=display.kernel_started,
-                               isolate=iso if iso is not None else False)
+                               isolate=iso if iso is not None else False, recordings=recs)
     for o in outcomes:
         print_outcome(o)
     return 0 if all(o.final.best is not None for o in outcomes) else 1

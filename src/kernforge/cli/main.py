@@ -3,7 +3,8 @@
 Exit codes: 0 success; 1 other kernforge error; 2 bad input or configuration (a path that
 does not exist, or a file given as a recordings directory); 3 backend unavailable; 4 unusable
 recording (one that exists); 5 a replayed variant produced wrong results; 6 a replayed variant
-failed otherwise (compile, launch, runtime, timeout); 130 interrupted.
+failed otherwise (compile, launch, runtime, timeout); 7 finished, but damaged units were skipped
+(each named with its reason; the healthy units' results are reported); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .._version import __version__
 from ..core import KernforgeError
 from . import (
     app_cmd,
+    damaged,
     demo_cmd,
     evolve_cmd,
     export_cmd,
@@ -54,8 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    damaged.reset()
     try:
-        return int(args.func(args) or 0)
+        return damaged.final_status(int(args.func(args) or 0))
     except KernforgeError as exc:
         err_console.print(f"[bold red]error:[/] {escape(exc.message)}", soft_wrap=True)
         if exc.hint:

@@ -8,11 +8,19 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from ..core import ConfigError, LaunchConfig, Measurement, Status, Tolerance
+from ..core import ConfigError, LaunchConfig, Measurement, RecordingError, Status, Tolerance
 from ..core.fmt import fmt_time
 from ..core.jsonio import write_json_atomic
 from ..replay import replay
-from .checks import NON_NEGATIVE, POSITIVE, THREADS, check_defines, load_all_units, writable_file
+from .checks import (
+    NON_NEGATIVE,
+    POSITIVE,
+    THREADS,
+    check_defines,
+    load_all_units,
+    warn_damaged,
+    writable_file,
+)
 from .isolation import add_isolation_args, isolation
 from .native_cmd import print_native_replay, replay_native
 from .output import console, err_console, fmt_error, parse_pairs
@@ -80,9 +88,13 @@ def run(args: argparse.Namespace) -> int:
         for rec in recs:
             launch = (LaunchConfig(rec.launch.grid, rec.launch.block, rec.launch.shared_mem,
                                    args.threads) if args.threads is not None else None)
-            m = replay(rec, options=options, defines=defines, launch=launch,
-                       tolerance=tolerance, warmup=args.warmup, repeat=args.repeat,
-                       flush=not args.no_flush, isolate=iso)
+            try:
+                m = replay(rec, options=options, defines=defines, launch=launch,
+                           tolerance=tolerance, warmup=args.warmup, repeat=args.repeat,
+                           flush=not args.no_flush, isolate=iso)
+            except RecordingError as exc:  # damaged since it was loaded: the others go on
+                warn_damaged(exc)
+                continue
             results.append((rec.name, rec.source.entry, m))
     if recs:
         _print_table(args.path, results)

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..core import ConfigError, Recording
+from ..core import ConfigError, Recording, RecordingError
 from ..core.fmt import fmt_time
 from ..core.lock import directory_lock
 from ..deploy.gate import idle_of, refusal
@@ -20,7 +20,14 @@ from ..harness import by_precision, precision_of
 from ..replay.native_build import bind_source
 from ..replay.tuning import TuningOutcome, tune_recording
 from ..tune import Budget, SearchSpace
-from .checks import POSITIVE, float_range, load_all_units, resumable_dir, writable_dir
+from .checks import (
+    POSITIVE,
+    float_range,
+    load_all_units,
+    resumable_dir,
+    warn_damaged,
+    writable_dir,
+)
 from .isolation import add_isolation_args, isolation
 from .native_deploy_cmd import tune_units as tune_native_units
 from .output import console
@@ -167,10 +174,14 @@ def _tune_all(args: argparse.Namespace, recs: list[Recording], out: Path, user: 
                 bar.update(task, completed=min(args.trials, seen.evaluations), description=msg)
                 lines.update(msg)
 
-            outcomes.append(tune_recording(
-                rec, out, preset=args.preset, sampler=args.sampler, budget=budget,
-                seed=args.seed, user_space=user, tolerance=tolerance, repeat=args.repeat,
-                resume=args.resume, on_trial=on_trial, isolate=iso))
+            try:
+                outcomes.append(tune_recording(
+                    rec, out, preset=args.preset, sampler=args.sampler, budget=budget,
+                    seed=args.seed, user_space=user, tolerance=tolerance, repeat=args.repeat,
+                    resume=args.resume, on_trial=on_trial, isolate=iso))
+            except RecordingError as exc:  # damaged since it was loaded: the others go on
+                warn_damaged(exc)
+                continue
             bar.update(task, completed=args.trials)
             lines.step(f"{i}/{len(recs)} {rec.name} done: {seen.describe()}")
     return outcomes

@@ -183,12 +183,15 @@ def evolve_path(path: str | Path, cfg: RunConfig, out: Path, *, kernels: str | N
                 resume: bool = False,
                 on_progress: Callable[[Progress, Counters], None] | None = None,
                 on_kernel: Callable[[str, int], None] | None = None,
-                isolate: Isolation | bool = True) -> list[EvolveOutcome]:
+                isolate: Isolation | bool = True,
+                recordings: list[Recording] | None = None) -> list[EvolveOutcome]:
     """Evolve every kernel under ``path`` matching ``kernels`` (default: the hottest one, by
     its recorded launch's replay time) into ``out/<kernel>/``. ``resume`` without ``kernels``
     continues the kernel(s) whose ``out/<kernel>/evolve.db`` exists (timings can change
-    between runs, so the hottest is not picked again)."""
-    recs = [load_recording(p) for p in find_recordings(path)]
+    between runs, so the hottest is not picked again). ``recordings``: the units under
+    ``path`` already loaded (the CLI's, damaged ones skipped); default: all, loaded strictly."""
+    recs = recordings if recordings is not None else \
+        [load_recording(p) for p in find_recordings(path)]
     groups = group_by_kernel(recs, kernels)
     if kernels is None and len(groups) > 1:
         started = {k: g for k, g in groups.items() if (out / k / "evolve.db").exists()} \
