@@ -72,3 +72,48 @@ def test_resume_of_a_damaged_database_names_it(kind: str, db: str, rec_dir: Path
     assert f"{path.name}: not a usable" in err and "database" in err
     assert "move the file away" in err and "--out" in err
     assert path.read_bytes() == GARBAGE  # left as it was, for the user to look at
+
+
+TINY = """
+evolve: {seed: 1, max_iterations: 1, eval_slots: 1, patience: 1}
+proposers: [{kind: offline, weight: 1}]
+tuner: {trials: 1, preset: quick, repeat: 2}
+"""
+
+
+@pytest.mark.parametrize(("kind", "result"), [("tune", "scale-0/result.json"),
+                                              ("evolve", "scale/scale-0/result.json")])
+def test_resume_of_a_finished_run_reports_it_and_measures_nothing(
+        kind: str, result: str, rec_dir: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 43 item 4: --resume on a finished study wrote a new result.json over the old
+    one (1.421x became REJECTED). Now it is reported and left as it was; --remeasure
+    measures again and keeps the earlier result beside the new one."""
+    out = tmp_path / "run"
+    config = tmp_path / "tiny.yaml"
+    config.write_text(TINY)
+
+    def command(*extra: str) -> list[str]:
+        if kind == "tune":
+            return _command(kind, rec_dir, out, "--repeat", "2", *extra)
+        return ["evolve", str(rec_dir), "--config", str(config), "--out", str(out),
+                "--in-process", *extra]
+
+    assert run(*command()) in (0, 1)
+    path = out / result
+    before, inode = path.read_bytes(), path.stat().st_ino
+    capsys.readouterr()
+    assert run(*command("--resume")) == 0
+    text = capsys.readouterr().out
+    assert "finished earlier" in text and "not measured again" in text and "--remeasure" in text
+    assert path.stat().st_ino == inode and path.read_bytes() == before  # not rewritten
+    assert run(*command("--resume", "--remeasure")) in (0, 1)
+    assert (path.parent / "result.earlier-1.json").read_bytes() == before
+    assert path.is_file() and path.stat().st_ino != inode
+
+
+@pytest.mark.parametrize("kind", ["tune", "evolve"])
+def test_remeasure_needs_resume(kind: str, rec_dir: Path, tmp_path: Path,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(*_command(kind, rec_dir, tmp_path / "run", "--remeasure")) == 2
+    assert "add --resume" in capsys.readouterr().err

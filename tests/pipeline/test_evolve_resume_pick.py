@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,10 +14,11 @@ from kernforge.pipeline import evolve as evolve_mod
 @pytest.fixture()
 def fake(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     ran: list[str] = []
-    monkeypatch.setattr(evolve_mod, "find_recordings", lambda path: ["a1", "b1"])
+    a1, b1 = SimpleNamespace(name="a1"), SimpleNamespace(name="b1")
+    monkeypatch.setattr(evolve_mod, "find_recordings", lambda path: [a1, b1])
     monkeypatch.setattr(evolve_mod, "load_recording", lambda p: p)
     monkeypatch.setattr(evolve_mod, "group_by_kernel",
-                        lambda recs, kernels: {"a": ["a1"], "b": ["b1"]})
+                        lambda recs, kernels: {"a": [a1], "b": [b1]})
     monkeypatch.setattr(evolve_mod, "_hottest", lambda groups: "a")
 
     def evolve_kernel(group: Any, cfg: Any, run_dir: Path, **kw: Any) -> str:

@@ -26,7 +26,7 @@ from .native_cmd import load_native_units
 from .native_deploy_cmd import bind_units
 from .output import console
 from .progress import LineProgress, line_progress
-from .tune_cmd import add_source_args
+from .tune_cmd import add_source_args, report_finished
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,7 +42,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="YAML or TOML run configuration (see examples/evolve-cpu.yaml)")
     p.add_argument("--out", type=Path, default=None,
                    help="run directory (default runs/evolve-<time>)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out; a kernel whose run finished is reported "
+                        "from its result.json, not measured again")
+    p.add_argument("--remeasure", action="store_true",
+                   help="with --resume: measure the winners of finished runs again (each "
+                        "earlier result.json is kept beside the new one)")
     p.add_argument("--kernels", default=None, metavar="PAT",
                    help="kernel names to evolve (fnmatch; default: the hottest kernel)")
     p.add_argument("--tolerance", default=None, metavar="SPEC",
@@ -106,6 +111,9 @@ def print_outcome(o: EvolveOutcome) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.remeasure and not args.resume:
+        raise ConfigError("--remeasure measures the winners of a finished run again",
+                          hint="add --resume --out RUN_DIR naming that run")
     resumable_dir(args.out, args.resume)
     cfg = load_config(args.config)
     out = args.out or Path("runs") / time.strftime("evolve-%Y%m%d-%H%M%S")
@@ -117,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--source binds native units; none under this path",
                           hint="record the program with kernforge record -- COMMAND")
     recs, _ = load_all_units(args.path)  # damaged units skipped, each with its reason
+    finished: list[str] = []
     display = _Display()
     slots = cfg.evolve_config("").eval_slots
     with directory_lock(out, "evolution run directory"), isolation(args, workers=slots) as iso, \
@@ -126,7 +135,11 @@ def run(args: argparse.Namespace) -> int:
         display.live, display.lines = live, lines
         outcomes = evolve_path(args.path, cfg, out, kernels=args.kernels, resume=args.resume,
                                on_progress=display.update, on_kernel=display.kernel_started,
-                               isolate=iso if iso is not None else False, recordings=recs)
+                               isolate=iso if iso is not None else False, recordings=recs,
+                               remeasure=args.remeasure,
+                               on_finished=lambda p: finished.append(report_finished(p)))
+    for line in finished:
+        console.print(line, markup=False, soft_wrap=True)
     for o in outcomes:
         print_outcome(o)
     return 0 if all(o.final.best is not None for o in outcomes) else 1
