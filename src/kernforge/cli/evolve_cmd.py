@@ -17,6 +17,7 @@ from ..core.lock import directory_lock
 from ..evolve.controller import Progress
 from ..pipeline.evolve import Counters, EvolveOutcome, evolve_path
 from ..pipeline.evolve_config import load_config
+from ..pipeline.evolve_final import measurement_text
 from ..pipeline.native_evolve import evolve_native
 from ..replay.native_build import bind_source
 from ..replay.native_tune import RESULT
@@ -98,11 +99,8 @@ def print_outcome(o: EvolveOutcome) -> None:
                   f"evaluation {r.evaluation_s:.1f} s (wall {r.wall_s:.1f} s)")
     for why, n in r.llm_error_kinds:  # a proposer that cannot work must not pass unnoticed
         console.print(f"  [yellow]proposer error[/] ({n} of {r.llm_calls} calls): {escape(why)}")
-    ci = f" (95% CI {f.ab.ci_low:.3f}-{f.ab.ci_high:.3f})" if f.ab else ""
-    console.print(f"  best: {f.best.id if f.best else '-'}, {f.status}, speedup over the "
-                  f"recorded kernel {f.speedup:.3f}x{ci} (interleaved)", markup=False)
-    if f.message:
-        console.print(f"  {f.message}", markup=False)
+    console.print(f"  best: {f.best.id if f.best else '-'}, {measurement_text(f)}",
+                  markup=False, soft_wrap=True)
     console.print(f"  lineage: {' -> '.join(s['id'] for s in r.lineage)}", markup=False)
     console.print(f"  report: {r.files.get('report')}, {r.files.get('png')}", markup=False)
     if f.result_json:
