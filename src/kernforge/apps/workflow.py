@@ -161,7 +161,9 @@ class AppRun:
         figures.update(checks=checks, baseline=base, references=h.references,
                        timed_by=m.timer.describe())
         text = ", ".join(f"{n} {b['median_s']:.4g} s" for n, b in base.items())
-        why = (f"builds, runs and passes its own check on {len(m.datasets)} dataset(s); "
+        checked = ("exits 0 (its [check] is the exit status only: its outputs are not "
+                   "compared)" if m.check.kind == "exit" else "passes its own check")
+        why = (f"builds, runs and {checked} on {len(m.datasets)} dataset(s); "
                f"baseline medians {text} (time read from {m.timer.describe()})")
         return "DONE", why, figures, None
 
