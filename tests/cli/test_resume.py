@@ -117,3 +117,28 @@ def test_remeasure_needs_resume(kind: str, rec_dir: Path, tmp_path: Path,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     assert run(*_command(kind, rec_dir, tmp_path / "run", "--remeasure")) == 2
     assert "add --resume" in capsys.readouterr().err
+
+
+def test_ctrl_c_prints_the_command_that_resumes(rec_dir: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 43 item 8: Ctrl-C printed "interrupted" with no hint to resume."""
+    from kernforge.cli import tune_cmd
+
+    def interrupted(*a: object, **k: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tune_cmd, "tune_recording", interrupted)
+    monkeypatch.chdir(tmp_path)  # the default --out is runs/tune-<date> here
+    assert run("tune", str(rec_dir), "--trials", "1", "--in-process") == 130
+    err = capsys.readouterr().err
+    assert err.startswith("interrupted")
+    line = err.split("to go on: ", 1)[1].strip()
+    assert line.startswith(f"kernforge tune {rec_dir} --trials 1 --in-process --out runs/tune-")
+    assert line.endswith(" --resume")
+    out = tmp_path / line.split("--out ")[1].split()[0]
+    assert out.is_dir()  # the directory the command names is the one the run wrote
+    assert run("tune", str(rec_dir), "--out", str(out), "--resume", "--in-process") == 130
+    again = capsys.readouterr().err.split("to go on: ", 1)[1].strip()
+    assert again.count("--resume") == 1 and again.count("--out") == 1
+    assert run("inspect", str(rec_dir)) == 0  # not resumable: no hint (and no interrupt)

@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
                           hint="add --resume --out RUN_DIR naming that run")
     resumable_dir(args.out, args.resume)
     cfg = load_config(args.config)
-    out = args.out or Path("runs") / time.strftime("evolve-%Y%m%d-%H%M%S")
+    out = args.out = args.out or Path("runs") / time.strftime("evolve-%Y%m%d-%H%M%S")
     writable_dir(out, "--out")
     native = load_native_units(args.path, args.kernels)
     if native:

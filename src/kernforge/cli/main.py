@@ -10,6 +10,7 @@ failed otherwise (compile, launch, runtime, timeout); 7 finished, but damaged un
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Sequence
 
@@ -68,7 +69,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         what = getattr(exc, "message", "")
         err_console.print(f"interrupted: {what}" if what else "interrupted", markup=False,
                           soft_wrap=True)
+        again = resume_command(list(sys.argv[1:] if argv is None else argv), args)
+        if again:
+            err_console.print(f"  finished work is kept; to go on: {again}", markup=False,
+                              soft_wrap=True)
         return 130
+
+
+def resume_command(argv: list[str], args: argparse.Namespace) -> str | None:
+    """The command line that continues an interrupted resumable command (its run directory
+    named, ``--resume`` added), or None for one that cannot resume."""
+    if not hasattr(args, "resume"):
+        return None
+    where = [(flag, getattr(args, attr, None)) for flag, attr in (("--out", "out"),
+                                                                   ("--json", "json"))]
+    if not any(value for _, value in where):
+        return None  # nothing was written that --resume could go on with
+    line = [a for a in argv if a != "--resume"]
+    for flag, value in where:
+        if value and flag not in line and not any(a.startswith(flag + "=") for a in line):
+            line += [flag, str(value)]
+    return shlex.join(["kernforge", *line, "--resume"])
 
 
 if __name__ == "__main__":  # pragma: no cover

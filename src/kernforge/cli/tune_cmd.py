@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--remeasure measures the finished units of a run again",
                           hint="add --resume --out RUN_DIR naming that run")
     resumable_dir(args.out, args.resume)
-    out = args.out or Path("runs") / time.strftime("tune-%Y%m%d-%H%M%S")
+    out = args.out = args.out or Path("runs") / time.strftime("tune-%Y%m%d-%H%M%S")
     writable_dir(out, "--out")
     user = load_space_file(args.space)
     budget = Budget(trials=args.trials, seconds=args.seconds, patience=args.patience)
