@@ -51,7 +51,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def encoding_safe() -> None:
+    """Output the terminal's encoding cannot show (a non-ASCII path under
+    ``PYTHONIOENCODING=ascii``, a C locale) is written escaped (``\\xe9``), never a
+    UnicodeEncodeError: as Python already does on stderr, on stdout too."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", "") == "strict":
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a detached or closed stream: leave it
+                pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    encoding_safe()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
