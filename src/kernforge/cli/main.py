@@ -4,7 +4,9 @@ Exit codes: 0 success; 1 other kernforge error; 2 bad input or configuration (a 
 does not exist, or a file given as a recordings directory); 3 backend unavailable; 4 unusable
 recording (one that exists); 5 a replayed variant produced wrong results; 6 a replayed variant
 failed otherwise (compile, launch, runtime, timeout); 7 finished, but damaged units were skipped
-(each named with its reason; the healthy units' results are reported); 130 interrupted.
+(each named with its reason; the healthy units' results are reported); 8 the application
+``kernforge record`` ran failed (its own status printed; ``--pass-status`` exits with it);
+130 interrupted.
 """
 
 from __future__ import annotations
