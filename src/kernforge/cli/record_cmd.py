@@ -13,7 +13,6 @@ from ..record.native_format import SPOOL, finalize_interrupted, spool_entries
 from .checks import writable_dir
 from .output import console
 
-
 EXIT_APP_FAILED = 8  # the recorded application failed (its own status printed)
 
 
