@@ -22,6 +22,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,7 +193,7 @@ class CpuBackend(HostMemory, Backend):
         self._compiler_id = self._identify(self._cc)
         self._openmp: str | None = None
         self._flush: np.ndarray | None = None
-        self._touched: list[tuple[int, int]] = []  # (address, bytes) the last launch got
+        self._touched: list[weakref.ref[Any]] = []  # the buffers the last launch got
         self._evict: Any = None  # evict.build()'s function, False when none builds here
         self._llc = 0
         self.default_threads = default_threads()
@@ -343,7 +344,8 @@ class CpuBackend(HostMemory, Backend):
         return proc.stderr
 
     def _launch(self, handle: Any, args: Sequence[Any], launch: LaunchConfig) -> None:
-        self._touched = [(a.ctypes.data, a.nbytes) for p, a in zip(handle.pointers, args)
+        # weak: a buffer freed since (another evaluation's) is not flushed, nor kept alive
+        self._touched = [weakref.ref(a) for p, a in zip(handle.pointers, args)
                          if p and a.nbytes]
         handle(args, launch.threads or self.default_threads)
 
@@ -354,11 +356,13 @@ class CpuBackend(HostMemory, Backend):
         of a buffer twice the last-level cache instead when nothing was launched yet, the
         footprint is larger than that, or no flush helper builds on this machine."""
         self._llc = self._llc or llc_bytes()
-        if self._touched and evict.footprint(self._touched) <= 2 * self._llc:
+        live = [a for a in (ref() for ref in self._touched) if a is not None]
+        ranges = [(a.ctypes.data, a.nbytes) for a in live]
+        if ranges and evict.footprint(ranges) <= 2 * self._llc:
             if self._evict is None:
                 self._evict = evict.build(self._build, cache_dir(), self._compiler_id) or False
             if self._evict:
-                self._evict(self._touched)
+                self._evict(ranges)
                 return
         if self._flush is None:
             self._flush = np.zeros(2 * self._llc // 8, dtype=np.uint64)
