@@ -166,13 +166,20 @@ def run_native(args: argparse.Namespace, cfg: Any, units: list[Any], out: Path) 
     with directory_lock(out, "evolution run directory"), line_progress(console) as lines:
         for entry, group in groups.items():
             name = group[0].path.name.rsplit("-", 1)[0]
+            done = out / name / RESULT
+            if args.resume and not args.remeasure and done.is_file():
+                console.print(f"{group[0].name}: finished earlier; not measured again: {done} "
+                              f"stands (--remeasure measures it again and keeps this one "
+                              f"beside it)", markup=False, soft_wrap=True)
+                continue
             lines.step(f"evolving {group[0].name} ({len(group)} recorded launch(es))")
 
             def shown(p: Any, c: Any, e: str = entry) -> None:
                 lines.update(f"{e}: iteration {p.applied}, {c.evaluations} evaluations")
 
             o = evolve_native(group, cfg, out / name, source=src, resume=args.resume,
-                              tolerance=args.tolerance, on_progress=shown)
+                              tolerance=args.tolerance, on_progress=shown,
+                              remeasure=args.remeasure)
             t = o.tuning
             best = o.result.best
             console.print(f"[bold]{escape(o.kernel)}[/]: {len(o.result.programs)} programs, "
