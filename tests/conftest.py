@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,20 @@ import pytest
 
 from kernforge.pipeline.run_app import record_command
 from kernforge.testing.fakedriver import FakeCuda, build
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The user's data directory (an adopted dispatch table) is the session's own: a table
+    the developer adopted does not change what the tests dispatch."""
+    path = tmp_path_factory.mktemp("data")
+    before = os.environ.get("KERNFORGE_DATA_DIR")
+    os.environ["KERNFORGE_DATA_DIR"] = str(path)
+    yield path
+    if before is None:
+        os.environ.pop("KERNFORGE_DATA_DIR", None)
+    else:
+        os.environ["KERNFORGE_DATA_DIR"] = before
 
 
 @pytest.fixture(scope="session")

@@ -138,3 +138,32 @@ def test_expected_values_are_checked_against_the_program(tmp_path: Path) -> None
     app = AppStore.open(tmp_path / "run").app()
     assert app is not None and app.state == "BLOCKED" and "large fails its own check" in \
         app.reason
+
+
+def test_a_manifest_without_check_says_what_to_write(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 43 item 8: a manifest without [check] silently checked only the exit status, and
+    M1 then said the program "passes its own check"."""
+    body = GOOD.split("    [check]")[0]
+    with pytest.raises(AppManifestError, match="no \\[check\\]") as info:
+        load_manifest(_write(tmp_path, body))
+    assert 'kind = "regex"' in (info.value.hint or "") and 'kind = "exit"' in info.value.hint
+    with pytest.raises(AppManifestError, match="no kind"):
+        load_manifest(_write(tmp_path, body + "    [check]\n    rel = 1e-6\n"))
+    assert main(["app", "run", str(_write(tmp_path, body)), "--out",
+                 str(tmp_path / "run")]) == 2
+    assert "no [check]" in capsys.readouterr().err
+    m = load_manifest(_write(tmp_path, body + '    [check]\n    kind = "exit"\n'))
+    assert m.check.kind == "exit"  # opting in to the exit status alone, explicitly
+
+
+def test_an_exit_status_check_is_worded_as_one(tmp_path: Path) -> None:
+    from kernforge.apps.workflow import AppRun
+
+    body = GOOD.split("    [check]")[0].replace("    expected = [3.0]\n", "")
+    m = load_manifest(_write(tmp_path, body + '    [check]\n    kind = "exit"\n'
+                                              "    [measure]\n    rounds = 1\n"))
+    status, why, _figures, _block = AppRun(m, tmp_path / "run").m1()
+    assert status == "DONE", why
+    assert "exits 0 (its [check] is the exit status only" in why
+    assert "passes its own check" not in why

@@ -14,7 +14,7 @@ def test_a_redone_recording_does_not_keep_what_a_killed_attempt_left(tmp_path: P
     (tmp_path / "prog").mkdir()
     p = tmp_path / "app.toml"
     p.write_text('name = "e"\nsource = "prog"\nbuild = "true"\n[[datasets]]\nname = "a"\n'
-                 'run = "echo hello"\n')
+                 'run = "echo hello"\n[check]\nkind = "exit"\n')
     m = load_manifest(p)
     out = tmp_path / "run" / "recording" / "a"
     stale = out / "heat-0"  # a unit and counts of the killed attempt (another process)

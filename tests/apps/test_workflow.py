@@ -320,3 +320,25 @@ tune_trials = 3
     assert app is not None and app.state in ("INTEGRATED", "DROPPED", "RESEARCH")
     if m3b.status == "DONE":  # RESEARCH only when export's gate found the machine busy
         assert app.state in ("INTEGRATED", "DROPPED"), app.reason
+
+
+def test_the_research_reason_is_printed_once_complete_and_wrapped(
+        tmp_path: Path, fake: FakeCuda, program: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 43 item 8: the RESEARCH reason (~1,000 characters) was printed three times and
+    cut mid-word."""
+    from kernforge.cli.output import console
+
+    m = _manifest(tmp_path, fake, program, agent=False)
+    agent = f"{{python}} {AGENT} vandal {program / 'run.sh'}"
+    assert main(["app", "run", str(m), "--out", str(tmp_path / "run"), "--agent", agent]) == 0
+    out = capsys.readouterr().out
+    app = AppStore.open(tmp_path / "run").app()
+    assert app is not None and app.state == "RESEARCH"
+    words = " ".join(app.reason.split())
+    flat = " ".join(out.split())
+    assert flat.count(words) == 1  # complete, once
+    assert flat.count("no strategy produced anything to integrate") == 1
+    final = out[out.index("heat-fake: RESEARCH:"):]
+    assert all(len(line) <= max(40, console.width) or " " not in line.strip()
+               for line in final.splitlines())  # wrapped between words

@@ -1,5 +1,5 @@
-"""A damaged unit among others is skipped with a warning naming it (issue 32 item 5, for
-native units too); a directory with no unit at all is one clear line and exit 2."""
+"""A damaged unit among others is skipped with a warning naming it and exit status 7 (issue 32
+item 5, issue 43 item 5, for native units too); a directory with no unit at all is one clear line and exit 2."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def two_units(on_fake: FakeCuda, recorded: Path, tmp_path: Path) -> Path:
 @pytest.mark.parametrize("command", [["replay"], ["inspect"]])
 def test_a_damaged_native_unit_is_skipped_and_the_others_run(
         two_units: Path, command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([*command, str(two_units)]) == 0
+    assert main([*command, str(two_units)]) == 7
     out, err = capsys.readouterr()
     assert "heat-0" in out
     assert "warning: skipped a damaged unit" in err and "heat-1" in err
@@ -45,7 +45,7 @@ def test_a_damaged_native_unit_is_skipped_and_the_others_run(
 
 def test_tune_skips_a_damaged_native_unit(two_units: Path, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["tune", str(two_units), "--out", str(tmp_path / "t"), "--repeat", "2"]) == 0
+    assert main(["tune", str(two_units), "--out", str(tmp_path / "t"), "--repeat", "2"]) == 7
     out, err = capsys.readouterr()
     assert "tuning native heat-0" in out and "heat-1" in err
 

@@ -148,9 +148,9 @@ def test_a_damaged_unit_is_skipped_when_others_remain(rec_dir: Path, tmp_path: P
     shutil.copytree(rec_dir, copy)
     units = sorted(p for p in copy.iterdir() if p.is_dir())
     (units[0] / "manifest.json").write_text("{ damaged")
-    assert run("inspect", str(copy)) == 0
+    assert run("inspect", str(copy)) == 7  # the healthy unit shown, the skip in the status
     assert "skipped a damaged unit" in capsys.readouterr().err
-    assert run("replay", str(copy), "--in-process", "--repeat", "1") == 0
+    assert run("replay", str(copy), "--in-process", "--repeat", "1") == 7
     out = capsys.readouterr()
     assert units[1].name in out.out and "skipped a damaged unit" in out.err
     shutil.rmtree(units[1])  # nothing usable left: the damage is the error

@@ -236,7 +236,7 @@ def test_a_script_that_starts_python_says_why_it_recorded_nothing(
     script.chmod(0o755)
     for n, cmd in enumerate(([str(script)], ["env", "KF_T=1", str(script)],
                              ["env", "-C", str(tmp_path), "./app.sh", "a.py"])):
-        assert run("record", "-o", str(tmp_path / f"r{n}"), "--", *cmd) == 3  # the app's
+        assert run("record", "-o", str(tmp_path / f"r{n}"), "--", *cmd) == 8  # it failed
         said = " ".join(capsys.readouterr().out.split())
         assert "recorded 0 kernel launch(es)" in said
         # the command env runs is named, not env
@@ -276,3 +276,18 @@ def test_env_without_a_command_is_refused_before_anything_runs(
         assert "env is given no command to run" in " ".join(said.err.split())
         assert "LD_PRELOAD" not in said.out + said.err
         assert not _units(tmp_path / f"r{n}")
+
+
+def test_the_applications_status_is_not_taken_for_kernforges(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 43 item 8: record -- sh -c 'exit 3' returned 3, kernforge's "backend
+    unavailable". A failed application is exit 8 with its status printed; --pass-status
+    passes its own status through; a signal is 128 + its number, as a shell says."""
+    assert run("record", "-o", str(tmp_path / "a"), "--", "sh", "-c", "exit 3") == 8
+    said = " ".join(capsys.readouterr().out.split())
+    assert "the application exited with status 3" in said and "--pass-status" in said
+    assert run("record", "-o", str(tmp_path / "b"), "--pass-status", "--", "sh", "-c",
+               "exit 3") == 3
+    assert run("record", "-o", str(tmp_path / "c"), "--pass-status", "--", "sh", "-c",
+               "kill -TERM $$") == 128 + 15
+    assert run("record", "-o", str(tmp_path / "d"), "--", "sh", "-c", "exit 0") == 0

@@ -127,3 +127,53 @@ def test_offline_proposer_compounds_and_reports_when_done() -> None:
     assert models == {"offline:ldg", "offline:grid_stride", "offline:unroll"}
     final = proposer.propose(_request(code))
     assert final.code is None and "no offline rule" in (final.error or "")
+
+
+def test_the_cpu_examples_max_change_gets_a_proposal() -> None:
+    """Issue 43 item 8: the offline proposer failed 18 of 18 calls on max_change: its pointers
+    were already const/restrict and its one loop, an OpenMP max-reduction, is no nest to
+    unroll. omp_simd applies to it (a max is exact in any order)."""
+    p = make_proposer("offline").propose(_request(sources("heat3d_cpu.py")["MAX_CHANGE"]))
+    assert p.code is not None and p.model == "offline:omp_simd", p.error
+    assert "#pragma omp parallel for simd reduction(max:m)" in p.code
+
+
+def test_omp_simd_leaves_sums_nests_and_simd_loops_alone() -> None:
+    from kernforge.evolve.proposers.rules import omp_simd
+
+    body = "{{\n    double s = 0;\n    {pragma}\n    for (long i = 0; i < n; i++) {loop}\n}}\n"
+    head = "void f(const double *restrict x, double *restrict y, long n)\n"
+
+    def src(pragma: str, loop: str = "s += x[i];") -> str:
+        return head + body.format(pragma=pragma, loop=loop)
+
+    assert omp_simd(src("#pragma omp parallel for reduction(+:s)"), "c") is None
+    assert omp_simd(src("#pragma omp parallel for simd"), "c") is None
+    assert omp_simd(src("#pragma omp parallel for collapse(2)"), "c") is None
+    assert omp_simd(src("#pragma omp parallel for", "{ for (long j = 0; j < n; j++) y[j] = 0; }"),
+                    "c") is None
+    assert "for simd reduction(min:s)" in omp_simd(src("#pragma omp parallel for reduction(min:s)"),
+                                                   "c")
+    assert "parallel for simd" in omp_simd(src("#pragma omp parallel for", "y[i] = x[i];"), "c")
+
+
+def test_omp_simd_keeps_max_change_bitwise() -> None:
+    import numpy as np
+
+    import kernforge
+    from kernforge.core import BackendUnavailableError
+    from kernforge.evolve.proposers.rules import omp_simd
+
+    code = sources("heat3d_cpu.py")["MAX_CHANGE"]
+    rng = np.random.default_rng(1)
+    u, v = rng.standard_normal(100_003), rng.standard_normal(100_003)
+    out = []
+    for c in (code, omp_simd(code, "c")):
+        try:
+            k = kernforge.Kernel(c, "max_change", backend="cpu")
+        except BackendUnavailableError as exc:
+            pytest.skip(str(exc))
+        res = np.zeros(1)
+        k(u, v, res, np.int64(u.size))
+        out.append(res[0])
+    assert out[0] == out[1] == np.max(np.abs(v - u))

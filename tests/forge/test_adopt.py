@@ -230,3 +230,28 @@ def test_the_cli_reports_writes_and_exits_by_outcome(tmp_path: Path,
     assert "adopted 1 of 1" in capsys.readouterr().out and "ty=16" in _key(target, A)
     assert main(["stencil", "adopt", str(forged), "--into", str(target), "--cell-ids",
                  "star_1/512x512x512/fp23"]) != 0
+
+
+def test_adopt_never_writes_into_the_package(tmp_path: Path, own_data_dir: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 43 item 6: adopt wrote 13 host-emulator picks into the packaged matrix.json.
+    By default it now writes the user's own table, which dispatch then reads first; the
+    packaged table is refused as a target."""
+    packaged = mx.TABLE_PATH.read_bytes()
+    forged = _forged(tmp_path, "run", {A: {"ty": 16}})
+    mine = own_data_dir / "matrix.json"
+    assert not mine.exists() and mx.table_in_use() == mx.TABLE_PATH
+    try:
+        assert main(["stencil", "adopt", str(forged)]) == 0
+        out = capsys.readouterr().out
+        assert "your adopted table" in out and str(mine) in out.replace("\n", "")
+        assert mx.TABLE_PATH.read_bytes() == packaged  # the package is untouched
+        assert mx.table_in_use() == mine
+        assert mx.load_table()[A]["params"]["ty"] == 16  # dispatch reads the user's
+        assert mx.table_entries(json.loads(packaged))[A]["params"].get("ty") != 16
+        with pytest.raises(ConfigError, match="does not write into its own package"):
+            adopt(mx.TABLE_PATH, [forged])
+        assert main(["stencil", "adopt", str(forged), "--into", str(mx.TABLE_PATH)]) == 2
+        assert mx.TABLE_PATH.read_bytes() == packaged
+    finally:
+        mine.unlink(missing_ok=True)

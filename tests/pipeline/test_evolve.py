@@ -181,7 +181,7 @@ def test_cli_runs_offline_and_export_picks_up_the_result(heat_recordings: Path,
                         "--config", str(cfg), "--out", str(out)],
                        capture_output=True, text=True, timeout=300, check=False)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "speedup over the recorded kernel" in r.stdout
+    assert "interleaved speedup" in r.stdout or "no interleaved measurement" in r.stdout
     assert list(out.glob("heat_step/*/result.json"))
     (result,) = out.glob("heat_step/*/result.json")
     doc = json.loads(result.read_text())

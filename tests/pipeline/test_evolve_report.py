@@ -42,3 +42,34 @@ def test_a_proposer_that_cannot_run_is_named_in_the_report(
     print_outcome(out)  # what `kernforge evolve` prints at the end
     said = " ".join(capsys.readouterr().out.split())
     assert f"proposer error ({n} of {n} calls): could not run" in said and "no-such-agent" in said
+
+
+def test_a_rejected_winner_shows_its_interleaved_figure_everywhere(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 43 item 8: evolve printed "best seed REJECTED, no interleaved measurement" while
+    report.md held the interleaved 0.6733x that rejected it. The command, report.md and the
+    demo now print one text, with the figure whenever one was measured."""
+    from kernforge.core import Status
+    from kernforge.evolve.types import Program
+    from kernforge.harness import ABResult
+    from kernforge.pipeline.evolve import EvolveOutcome
+    from kernforge.pipeline.evolve_final import Final, measurement_text
+    from kernforge.pipeline.evolve_report import Report, _markdown
+
+    ab = ABResult(ratios=(0.66, 0.6733, 0.69), samples_a=((1.0,),) * 3,
+                  samples_b=((1.5,),) * 3, first=("a", "b", "a"), ci_low=0.61, ci_high=0.72)
+    seed = Program(id="seed", code="x", parent_id=None, island=0, generation=0, fitness=1e-3,
+                   status=Status.OK)
+    final = Final(seed, {}, None, None, 1.0, "REJECTED",
+                  "regression:prior-best: 0.673x is slower", None, None, measured=ab)
+    text = measurement_text(final)
+    assert "REJECTED" in text and "0.673x [95% CI 0.610, 0.720]" in text
+    assert "no interleaved measurement" not in text and "not counted" in text
+    report = Report("k", 1.0, "REJECTED", 1, 1, 0, 0, 0, 1.0, 0.0, 0.0, 1.0, 1.0)
+    assert text in _markdown(report, final)
+    print_outcome(EvolveOutcome("k", Path("run"), None, None, final, report))  # type: ignore[arg-type]
+    assert text in " ".join(capsys.readouterr().out.split())
+    unchanged = Final(seed, {}, None, None, 1.0, "UNCHANGED", "the recorded kernel stayed the "
+                      "best", None, None)
+    assert measurement_text(unchanged) == ("UNCHANGED, no interleaved measurement (the recorded "
+                                           "kernel stayed the best)")

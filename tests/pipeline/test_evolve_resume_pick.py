@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,10 +14,11 @@ from kernforge.pipeline import evolve as evolve_mod
 @pytest.fixture()
 def fake(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     ran: list[str] = []
-    monkeypatch.setattr(evolve_mod, "find_recordings", lambda path: ["a1", "b1"])
+    a1, b1 = SimpleNamespace(name="a1"), SimpleNamespace(name="b1")
+    monkeypatch.setattr(evolve_mod, "find_recordings", lambda path: [a1, b1])
     monkeypatch.setattr(evolve_mod, "load_recording", lambda p: p)
     monkeypatch.setattr(evolve_mod, "group_by_kernel",
-                        lambda recs, kernels: {"a": ["a1"], "b": ["b1"]})
+                        lambda recs, kernels: {"a": [a1], "b": [b1]})
     monkeypatch.setattr(evolve_mod, "_hottest", lambda groups: "a")
 
     def evolve_kernel(group: Any, cfg: Any, run_dir: Path, **kw: Any) -> str:
@@ -41,3 +43,19 @@ def test_fresh_run_and_resume_without_a_started_kernel_pick_the_hottest(
     evolve_mod.evolve_path("rec", None, tmp_path)  # type: ignore[arg-type]
     evolve_mod.evolve_path("rec", None, tmp_path / "other", resume=True)  # type: ignore[arg-type]
     assert fake == ["a", "a"]
+
+
+def test_a_finished_native_evolution_is_not_measured_again(tmp_path: Path) -> None:
+    """Issue 43 item 4 for native units: their native.json, once written, is not re-measured
+    (or overwritten) on resume; --remeasure is the explicit way."""
+    from kernforge.core import ConfigError
+    from kernforge.pipeline.native_evolve import evolve_native
+
+    (tmp_path / "native.json").write_text("{}")
+    unit = SimpleNamespace(name="k", source=None)
+    with pytest.raises(ConfigError, match="--remeasure"):
+        evolve_native([unit], None, tmp_path, resume=True)  # type: ignore[arg-type, list-item]
+    assert (tmp_path / "native.json").read_text() == "{}"
+    with pytest.raises(ConfigError, match="no source to evolve"):  # past the guard
+        evolve_native([unit], None, tmp_path, resume=True,  # type: ignore[arg-type, list-item]
+                      remeasure=True)

@@ -89,3 +89,27 @@ def test_cli_replay_of_a_segfaulting_define_exits_6(tmp_path: Path) -> None:
     assert r.returncode == 6, said
     assert "RUNTIME_FAILED" in said and "SIGSEGV" in said and "hint:" in said
     assert "Traceback" not in said
+
+
+def test_a_killed_worker_leaves_no_temporary_files(rec: Recording, tmp_path: Path) -> None:
+    """Issue 43 item 8: Ctrl-C left /tmp/kernforge-tsan-* behind: a worker killed before its
+    own cleanup (a hang, an interrupt) kept what it had made in the temporary directory. Each
+    worker's TMPDIR is now a folder of the pool, removed with the worker."""
+    import tempfile
+    import uuid
+
+    token = f"kernforge-leak-{uuid.uuid4().hex[:12]}-"
+    make = (f'    {{ extern char *getenv(const char *); extern char *mkdtemp(char *);\n'
+            f'      extern int snprintf(char *, unsigned long, const char *, ...);\n'
+            f'      char t[4096]; const char *d = getenv("TMPDIR");\n'
+            f'      snprintf(t, sizeof t, "%s/{token}XXXXXX", d ? d : "/tmp"); mkdtemp(t); }}\n')
+    code = CODE.replace(ENTRY, make + CRASHES["hang"] + ENTRY)
+    leaky = rec.variant.with_(source=rec.source.with_code(code))
+    with Isolation(limits=Limits(min_timeout_s=2.0)) as iso:
+        pool = iso._dir
+        assert evaluate_variant(rec, rec.variant, repeat=3, isolate=iso).status is Status.OK
+        m = evaluate_variant(rec, leaky, repeat=3, isolate=iso)
+        assert m.status is Status.TIMEOUT  # killed mid-run, its temporary folder made
+    left = [p for root in (Path(tempfile.gettempdir()), Path("/tmp"), pool)
+            if root.is_dir() for p in root.rglob(f"{token}*")]
+    assert not left, left

@@ -78,9 +78,14 @@ def test_tune_writes_result_history_and_resumes(rec, tmp_path: Path) -> None:
         assert data["search_best_median_s"] == o.study.best_trial.median
     with pytest.raises(ConfigError, match="--resume"):
         tune_recording(rec, tmp_path, preset="quick", budget=Budget(trials=6))
+    with pytest.raises(ConfigError, match="--remeasure"):  # finished: not measured again
+        tune_recording(rec, tmp_path, preset="quick", budget=Budget(trials=9), resume=True)
+    first = (d / "result.json").read_bytes()
     again = tune_recording(rec, tmp_path, preset="quick", budget=Budget(trials=9), repeat=3,
-                           user_space={"def.BLK": {"ordinal": [8, 64, 512]}}, resume=True)
+                           user_space={"def.BLK": {"ordinal": [8, 64, 512]}}, resume=True,
+                           remeasure=True)
     assert again.study.evaluations == 9  # three more; the first six came from the study
+    assert (d / "result.earlier-1.json").read_bytes() == first  # kept beside the new one
 
 
 def test_a_wrong_define_is_a_failed_trial_not_a_crash(rec, tmp_path: Path) -> None:

@@ -193,6 +193,10 @@ def _check(d: Any, src: str) -> Check:
     where = f"{src}: [check]"
     d = strict_keys(d, ("kind", "pattern", "rel", "abs", "files", "format"), "[check]",
                     source=src)
+    if not isinstance(d, dict) or "kind" not in d:
+        raise _err(where, "no kind: say how the program's result is checked",
+                   f"write kind = one of {', '.join(repr(k) for k in CHECK_KINDS)} (\"exit\": "
+                   "the exit status only, outputs not compared)")
     kind = _choice(d, "kind", where, CHECK_KINDS, "exit")
     pattern = _str(d, "pattern", where, required=kind == "regex",
                    hint="give the regular expression that finds the program's check in its "
@@ -328,7 +332,14 @@ def load_manifest(path: str | Path) -> Manifest:
         raise _err(src, f"record_dataset {rec!r} is not a dataset",
                    f"choose one of: {', '.join(d.name for d in datasets)}")
     switch = strict_keys(doc.get("switch", {}), ("kind",), "[switch]", source=src)
-    check = _check(doc.get("check", {}), src)
+    if "check" not in doc:
+        raise _err(src, "no [check]: kernforge could not tell a wrong result of the program "
+                        "from a right one (only that it exited 0)",
+                   "say how the program's own result is checked, e.g. [check] kind = \"regex\" "
+                   "pattern = 'checksum ([0-9.eE+-]+)' rel = 1e-9 (a value it prints), or "
+                   "[check] kind = \"files\" files = [\"out.dat\"] (files it writes); to "
+                   "check the exit status only, write [check] kind = \"exit\"")
+    check = _check(doc["check"], src)
     if check.kind == "regex" and check.pattern and re.compile(check.pattern).groups == 0 and \
             any(d.expected for d in datasets):
         raise _err(src, "datasets give expected values but the check pattern has no group",

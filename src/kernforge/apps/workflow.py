@@ -20,6 +20,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,10 +118,12 @@ class AppRun:
             self.store.finish(name, "FAILED", exc.message, {"error": "manifest"})
             raise
         self.store.finish(name, status, reason, figures)
-        self.progress(f"{self.manifest.name}: {name} {status.lower()}: {reason}")
-        if state is not None:
-            self.store.set_state(state, f"{name}: {reason}", {"milestone": name})
-            self.progress(f"{self.manifest.name}: {state}")
+        if state is None:
+            self.progress(f"{self.manifest.name}: {name} {status.lower()}: {reason}")
+            return
+        # the run ends here: its reason is the final state's, said once (by the caller)
+        self.store.set_state(state, f"{name}: {reason}", {"milestone": name})
+        self.progress(f"{self.manifest.name}: {name} {status.lower()}; the run ends {state}")
 
     def _figures(self, name: str) -> dict[str, Any]:
         m = self.store.milestone(name)
@@ -161,7 +164,9 @@ class AppRun:
         figures.update(checks=checks, baseline=base, references=h.references,
                        timed_by=m.timer.describe())
         text = ", ".join(f"{n} {b['median_s']:.4g} s" for n, b in base.items())
-        why = (f"builds, runs and passes its own check on {len(m.datasets)} dataset(s); "
+        checked = ("exits 0 (its [check] is the exit status only: its outputs are not "
+                   "compared)" if m.check.kind == "exit" else "passes its own check")
+        why = (f"builds, runs and {checked} on {len(m.datasets)} dataset(s); "
                f"baseline medians {text} (time read from {m.timer.describe()})")
         return "DONE", why, figures, None
 
@@ -242,7 +247,8 @@ class AppRun:
                 o = Outcome("FAILED", f"{type(exc).__name__}: {exc.message}",
                             {"hint": exc.hint})
             self.store.finish(cls.milestone, o.status, o.reason, o.to_json())
-            self.progress(f"{m.name}: {cls.milestone} {o.status.lower()}: {o.reason}")
+            self.progress(f"{m.name}: {cls.milestone} {o.status.lower()}: "
+                          f"{_brief(o.reason)}")
             earlier[name] = o
         tried = {strategies.get(n).milestone: f"{o.status}: {o.reason}"
                  for n, o in earlier.items()}
@@ -305,3 +311,9 @@ def _lock(out: Path) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+def _brief(reason: str, width: int = 240) -> str:
+    """A strategy's reason as its progress line shows it: whole when short, else cut at a word
+    and marked (complete in the run's final state and in ``kernforge app report``)."""
+    return textwrap.shorten(reason, width=width, placeholder=" ... (in full at the end)")

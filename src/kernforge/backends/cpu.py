@@ -22,6 +22,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,9 @@ from ..core import (
     Variant,
 )
 from ..core.paths import cache_path
+from . import evict
 from .base import Backend, Compiled, Knob
+from .evict import FALLBACK_LLC_BYTES, llc_bytes  # noqa: F401  (re-exported)
 from .host import HostMemory
 from .rewrite import rewrite
 from .sanitize import SanitizerRun
@@ -47,7 +50,6 @@ from .sanitize_cpu import TOOLS, run_tool
 from .signature import parse_signature
 
 COMPILE_TIMEOUT_S = 120.0
-FALLBACK_LLC_BYTES = 32 << 20
 SET_THREADS = "kf__set_threads"
 HELPER = f"""
 /* appended by kernforge: OpenMP threads for the next launch (0 = every processor) */
@@ -124,22 +126,6 @@ def cache_dir() -> Path:
     return cache_path("cpu")
 
 
-def llc_bytes() -> int:
-    """Size of the last-level cache of cpu0 (sysfs), else a generous fallback."""
-    best: tuple[int, int] = (0, 0)
-    for d in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            level = int((d / "level").read_text())
-            text = (d / "size").read_text().strip().upper()
-        except (OSError, ValueError):
-            continue
-        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        digits = text.rstrip("KMG")
-        if digits.isdigit():
-            best = max(best, (level, int(digits) * mult))
-    return best[1] or FALLBACK_LLC_BYTES
-
-
 def default_threads() -> int:
     """What OpenMP would use when the launch names no thread count: the first value of
     ``OMP_NUM_THREADS`` when set, else the processors this process may run on."""
@@ -207,6 +193,9 @@ class CpuBackend(HostMemory, Backend):
         self._compiler_id = self._identify(self._cc)
         self._openmp: str | None = None
         self._flush: np.ndarray | None = None
+        self._touched: list[weakref.ref[Any]] = []  # the buffers the last launch got
+        self._evict: Any = None  # evict.build()'s function, False when none builds here
+        self._llc = 0
         self.default_threads = default_threads()
 
     @staticmethod
@@ -355,13 +344,28 @@ class CpuBackend(HostMemory, Backend):
         return proc.stderr
 
     def _launch(self, handle: Any, args: Sequence[Any], launch: LaunchConfig) -> None:
+        # weak: a buffer freed since (another evaluation's) is not flushed, nor kept alive
+        self._touched = [weakref.ref(a) for p, a in zip(handle.pointers, args)
+                         if p and a.nbytes]
         handle(args, launch.threads or self.default_threads)
 
-
     def flush_cache(self) -> None:
-        """Read and write a buffer twice the last-level cache (allocated once, reused)."""
+        """Evict what a timed run could have left warm: the lines of the buffers the last
+        launch got (the restore before a timed run rewrites those same buffers), flushed from
+        every cache level (:mod:`.evict`), at a cost proportional to that footprint. A sweep
+        of a buffer twice the last-level cache instead when nothing was launched yet, the
+        footprint is larger than that, or no flush helper builds on this machine."""
+        self._llc = self._llc or llc_bytes()
+        live = [a for a in (ref() for ref in self._touched) if a is not None]
+        ranges = [(a.ctypes.data, a.nbytes) for a in live]
+        if ranges and evict.footprint(ranges) <= 2 * self._llc:
+            if self._evict is None:
+                self._evict = evict.build(self._build, cache_dir(), self._compiler_id) or False
+            if self._evict:
+                self._evict(ranges)
+                return
         if self._flush is None:
-            self._flush = np.zeros(2 * llc_bytes() // 8, dtype=np.uint64)
+            self._flush = np.zeros(2 * self._llc // 8, dtype=np.uint64)
         self._flush += np.uint64(1)
 
 

@@ -11,7 +11,7 @@ from ..apps.report import write_report
 from ..apps.workflow import AppRun
 from ..core import ConfigError
 from .checks import writable_dir, writable_file
-from .output import console
+from .output import console, wrapped
 from .progress import line_progress
 
 
@@ -51,8 +51,8 @@ def run(args: argparse.Namespace) -> int:
     with line_progress(console, enabled=True) as lines:  # also on a terminal: a long run
         final = AppRun(manifest, args.out, resume=args.resume, agent=args.agent,
                        progress=lines.step).run()
-    console.print(f"{final.name}: {final.state}: {final.reason}", markup=False,
-                  soft_wrap=True)
+    console.print(wrapped(f"{final.name}: {final.state}: {final.reason}", console.width),
+                  markup=False, soft_wrap=True)
     return 0
 
 

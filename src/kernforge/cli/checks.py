@@ -21,6 +21,7 @@ from ..core.model import MAX_THREADS
 from ..core.native import NativeRecording
 from ..record import find_recordings, load_recording
 from ..record.native_format import finalize_spool, is_native_unit, read_native
+from . import damaged as damaged_units
 from .output import err_console
 
 
@@ -153,8 +154,7 @@ def native_matches(rec: NativeRecording, pattern: str | None) -> bool:
 
 
 def warn_damaged(exc: RecordingError) -> None:
-    err_console.print(f"[yellow]warning: skipped a damaged unit:[/] {escape(exc.message)}",
-                      soft_wrap=True)
+    damaged_units.skip(exc)
 
 
 def load_all_units(path: str | Path, pattern: str | None = None
@@ -178,12 +178,12 @@ def load_all_units(path: str | Path, pattern: str | None = None
     for p in paths:
         try:
             if is_native_unit(p):
-                n = read_native(p)
+                n = read_native(p, verify=True)
                 seen.add(n.name or n.entry)
                 if native_matches(n, pattern):
                     native.append(n)
             else:
-                rec = load_recording(p)
+                rec = load_recording(p, verify=True)
                 seen.add(rec.source.entry)
                 if not pattern or fnmatchcase(rec.source.entry, pattern):
                     recs.append(rec)
@@ -211,13 +211,13 @@ def load_units(path: str | Path, pattern: str | None = None) -> list[Recording]:
     if not paths:
         return []
     if len(paths) == 1:
-        rec = load_recording(paths[0])
+        rec = load_recording(paths[0], verify=True)
         return [rec] if not pattern or fnmatchcase(rec.source.entry, pattern) else []
     recs: list[Recording] = []
     damaged: list[RecordingError] = []
     for p in paths:
         try:
-            rec = load_recording(p)
+            rec = load_recording(p, verify=True)
         except RecordingError as exc:
             damaged.append(exc)
             continue
@@ -226,6 +226,5 @@ def load_units(path: str | Path, pattern: str | None = None) -> list[Recording]:
     if damaged and not recs:
         raise damaged[0]
     for bad in damaged:
-        err_console.print(f"[yellow]warning: skipped a damaged unit:[/] {escape(bad.message)}",
-                          soft_wrap=True)
+        warn_damaged(bad)
     return recs

@@ -17,6 +17,7 @@ from ..deploy.gate import NOISE_BAND
 from ..harness import ABResult
 from ..pipeline.demo import DemoResult, run_demo
 from ..pipeline.demo_checks import MIN_N, MIN_STEPS, WHY_MIN_N, WHY_MIN_STEPS, check_out
+from ..pipeline.evolve_final import measurement_text
 from .checks import NON_NEGATIVE, POSITIVE, float_range, int_range, writable_dir
 from .output import console, fmt_error
 from .progress import line_progress
@@ -198,8 +199,8 @@ def _print_evolve_and_deploy(result: DemoResult) -> None:
         r, f = ev.report, ev.final
         best = f.best.id if f.best else "-"
         console.print(f"   {ev.kernel}: {r.programs} programs, {r.evaluations} evaluations "
-                      f"({r.evaluations_failed} rejected); best {best} {f.status}, "
-                      f"{speedup_text(f.ab, f.speedup)}", markup=False)
+                      f"({r.evaluations_failed} rejected); best {best} "
+                      f"{measurement_text(f)}", markup=False)
         console.print(f"   report: {r.files.get('report')}", markup=False)
     if not result.winners:
         console.print(f"5. no win to deploy (a win is verified, measured on an idle device, "

@@ -17,16 +17,17 @@ from ..core.lock import directory_lock
 from ..evolve.controller import Progress
 from ..pipeline.evolve import Counters, EvolveOutcome, evolve_path
 from ..pipeline.evolve_config import load_config
+from ..pipeline.evolve_final import measurement_text
 from ..pipeline.native_evolve import evolve_native
 from ..replay.native_build import bind_source
 from ..replay.native_tune import RESULT
-from .checks import resumable_dir, writable_dir
+from .checks import load_all_units, resumable_dir, writable_dir
 from .isolation import add_isolation_args, isolation
 from .native_cmd import load_native_units
 from .native_deploy_cmd import bind_units
 from .output import console
 from .progress import LineProgress, line_progress
-from .tune_cmd import add_source_args
+from .tune_cmd import add_source_args, report_finished
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,7 +43,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="YAML or TOML run configuration (see examples/evolve-cpu.yaml)")
     p.add_argument("--out", type=Path, default=None,
                    help="run directory (default runs/evolve-<time>)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out; a kernel whose run finished is reported "
+                        "from its result.json, not measured again")
+    p.add_argument("--remeasure", action="store_true",
+                   help="with --resume: measure the winners of finished runs again (each "
+                        "earlier result.json is kept beside the new one)")
     p.add_argument("--kernels", default=None, metavar="PAT",
                    help="kernel names to evolve (fnmatch; default: the hottest kernel)")
     p.add_argument("--tolerance", default=None, metavar="SPEC",
@@ -93,11 +99,8 @@ def print_outcome(o: EvolveOutcome) -> None:
                   f"evaluation {r.evaluation_s:.1f} s (wall {r.wall_s:.1f} s)")
     for why, n in r.llm_error_kinds:  # a proposer that cannot work must not pass unnoticed
         console.print(f"  [yellow]proposer error[/] ({n} of {r.llm_calls} calls): {escape(why)}")
-    ci = f" (95% CI {f.ab.ci_low:.3f}-{f.ab.ci_high:.3f})" if f.ab else ""
-    console.print(f"  best: {f.best.id if f.best else '-'}, {f.status}, speedup over the "
-                  f"recorded kernel {f.speedup:.3f}x{ci} (interleaved)", markup=False)
-    if f.message:
-        console.print(f"  {f.message}", markup=False)
+    console.print(f"  best: {f.best.id if f.best else '-'}, {measurement_text(f)}",
+                  markup=False, soft_wrap=True)
     console.print(f"  lineage: {' -> '.join(s['id'] for s in r.lineage)}", markup=False)
     console.print(f"  report: {r.files.get('report')}, {r.files.get('png')}", markup=False)
     if f.result_json:
@@ -106,9 +109,12 @@ def print_outcome(o: EvolveOutcome) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.remeasure and not args.resume:
+        raise ConfigError("--remeasure measures the winners of a finished run again",
+                          hint="add --resume --out RUN_DIR naming that run")
     resumable_dir(args.out, args.resume)
     cfg = load_config(args.config)
-    out = args.out or Path("runs") / time.strftime("evolve-%Y%m%d-%H%M%S")
+    out = args.out = args.out or Path("runs") / time.strftime("evolve-%Y%m%d-%H%M%S")
     writable_dir(out, "--out")
     native = load_native_units(args.path, args.kernels)
     if native:
@@ -116,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
     if args.source is not None:
         raise ConfigError("--source binds native units; none under this path",
                           hint="record the program with kernforge record -- COMMAND")
+    recs, _ = load_all_units(args.path)  # damaged units skipped, each with its reason
+    finished: list[str] = []
     display = _Display()
     slots = cfg.evolve_config("").eval_slots
     with directory_lock(out, "evolution run directory"), isolation(args, workers=slots) as iso, \
@@ -125,7 +133,11 @@ def run(args: argparse.Namespace) -> int:
         display.live, display.lines = live, lines
         outcomes = evolve_path(args.path, cfg, out, kernels=args.kernels, resume=args.resume,
                                on_progress=display.update, on_kernel=display.kernel_started,
-                               isolate=iso if iso is not None else False)
+                               isolate=iso if iso is not None else False, recordings=recs,
+                               remeasure=args.remeasure,
+                               on_finished=lambda p: finished.append(report_finished(p)))
+    for line in finished:
+        console.print(line, markup=False, soft_wrap=True)
     for o in outcomes:
         print_outcome(o)
     return 0 if all(o.final.best is not None for o in outcomes) else 1
@@ -154,13 +166,20 @@ def run_native(args: argparse.Namespace, cfg: Any, units: list[Any], out: Path) 
     with directory_lock(out, "evolution run directory"), line_progress(console) as lines:
         for entry, group in groups.items():
             name = group[0].path.name.rsplit("-", 1)[0]
+            done = out / name / RESULT
+            if args.resume and not args.remeasure and done.is_file():
+                console.print(f"{group[0].name}: finished earlier; not measured again: {done} "
+                              f"stands (--remeasure measures it again and keeps this one "
+                              f"beside it)", markup=False, soft_wrap=True)
+                continue
             lines.step(f"evolving {group[0].name} ({len(group)} recorded launch(es))")
 
             def shown(p: Any, c: Any, e: str = entry) -> None:
                 lines.update(f"{e}: iteration {p.applied}, {c.evaluations} evaluations")
 
             o = evolve_native(group, cfg, out / name, source=src, resume=args.resume,
-                              tolerance=args.tolerance, on_progress=shown)
+                              tolerance=args.tolerance, on_progress=shown,
+                              remeasure=args.remeasure)
             t = o.tuning
             best = o.result.best
             console.print(f"[bold]{escape(o.kernel)}[/]: {len(o.result.programs)} programs, "

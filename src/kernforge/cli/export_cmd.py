@@ -12,13 +12,13 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from ..core import ConfigError, LaunchConfig, Recording, Variant
+from ..core import ConfigError, LaunchConfig, Recording, RecordingError, Variant
 from ..core.fmt import fmt_time
 from ..core.jsonio import signature_ok
 from ..deploy import DeployEntry, entry_from_recording, write_spec
 from ..deploy.gate import NOISE_BAND, idle_of, refusal, speed_of
 from ..record import load_recording
-from . import native_deploy_cmd
+from . import damaged, native_deploy_cmd
 from .checks import float_range, writable_file
 from .output import console, err_console
 
@@ -96,7 +96,8 @@ def interleaved_times(doc: Mapping[str, Any]) -> tuple[float, float]:
 
 def _entry(path: Path, doc: Mapping[str, Any], idle: bool | None) -> Exported:
     rec_path = Path(doc["recording"])
-    recording = load_recording(rec_path if rec_path.is_absolute() else path.parent / rec_path)
+    recording = load_recording(rec_path if rec_path.is_absolute() else path.parent / rec_path,
+                               verify=True)
     ci = doc.get("speedup_ci")
     baseline_s, tuned_s = interleaved_times(doc)
     entry = entry_from_recording(
@@ -155,7 +156,7 @@ def collect(run_dir: Path, min_speedup: float, band: float = NOISE_BAND
         try:
             doc = _load_result(path)
         except ConfigError as exc:  # a damaged result does not stop the others
-            skipped.append(exc.message)
+            damaged.skip(exc)
             continue
         why = why_not(doc, min_speedup, band)
         if why is not None:
@@ -163,6 +164,9 @@ def collect(run_dir: Path, min_speedup: float, band: float = NOISE_BAND
         else:
             try:
                 ex = _entry(path, doc, idle_of(doc.get("validation"))[0])
+            except RecordingError as exc:  # its recording is damaged: the others go on
+                damaged.skip(f"{path}: its recording is damaged: {exc.message}")
+                continue
             except (KeyError, TypeError, ValueError, IndexError) as exc:
                 raise ConfigError(f"{path}: malformed tuning result ({type(exc).__name__}: "
                                   f"{exc})", hint="re-run the tuning") from None

@@ -106,7 +106,7 @@ def run_validate(args: argparse.Namespace) -> int:
     if v.accepted:
         return 0
     if v.verdict == "inconclusive":
-        return 7  # neither accepted nor rejected: measure again (the reason is printed)
+        return 9  # neither accepted nor rejected: measure again (the reason is printed)
     if v.status is Status.WRONG_RESULT or v.reason.startswith("static:"):
         return 5
     # a variant the backend refuses (unknown or malformed option): bad input, as in replay

@@ -3,21 +3,25 @@
 Exit codes: 0 success; 1 other kernforge error; 2 bad input or configuration (a path that
 does not exist, or a file given as a recordings directory); 3 backend unavailable; 4 unusable
 recording (one that exists); 5 a replayed variant produced wrong results; 6 a replayed variant
-failed otherwise (compile, launch, runtime, timeout); 7 a speed verdict was inconclusive
-(``integrity validate``: a busy device or noisy runs; neither accepted nor rejected); 130
-interrupted.
+failed otherwise (compile, launch, runtime, timeout); 7 finished, but damaged units were skipped
+(each named with its reason; the healthy units' results are reported); 8 the application
+``kernforge record`` ran failed (its own status printed; ``--pass-status`` exits with it);
+9 a speed verdict was inconclusive (``integrity validate``: a busy device or noisy runs;
+neither accepted nor rejected); 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
 import sys
 from collections.abc import Sequence
 from types import ModuleType
 
 from .._version import __version__
 from ..core.errors import KernforgeError
+from . import damaged
 
 # one module per command group, in the order of ``kernforge --help``; each is imported only
 # when the parser needs it: ``kernforge run`` imports run_cmd alone (LEAN), so that an
@@ -51,15 +55,32 @@ def _lean(argv: Sequence[str]) -> str | None:
     return LEAN.get(argv[0]) if argv else None
 
 
+def encoding_safe() -> None:
+    """Output the terminal's encoding cannot show (a non-ASCII path under
+    ``PYTHONIOENCODING=ascii``, a C locale) is written escaped (``\\xe9``), never a
+    UnicodeEncodeError: as Python already does on stderr, on stdout too."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", "") == "strict":
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a detached or closed stream: leave it
+                pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(_lean(words))
+    lean = _lean(words)
+    if lean is None:  # `kernforge run` leaves the application's own streams as they are
+        encoding_safe()
+    parser = build_parser(lean)
     args = parser.parse_args(words)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    damaged.reset()
     try:
-        return int(args.func(args) or 0)
+        return damaged.final_status(int(args.func(args) or 0))
     except KernforgeError as exc:
         from rich.markup import escape
 
@@ -75,7 +96,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         err_console.print(f"interrupted: {what}" if what else "interrupted", markup=False,
                           soft_wrap=True)
+        again = resume_command(words, args)
+        if again:
+            err_console.print(f"  finished work is kept; to go on: {again}", markup=False,
+                              soft_wrap=True)
         return 130
+
+
+def resume_command(argv: list[str], args: argparse.Namespace) -> str | None:
+    """The command line that continues an interrupted resumable command (its run directory
+    named, ``--resume`` added), or None for one that cannot resume."""
+    if not hasattr(args, "resume"):
+        return None
+    where = [(flag, getattr(args, attr, None)) for flag, attr in (("--out", "out"),
+                                                                   ("--json", "json"))]
+    if not any(value for _, value in where):
+        return None  # nothing was written that --resume could go on with
+    line = [a for a in argv if a != "--resume"]
+    for flag, value in where:
+        if value and flag not in line and not any(a.startswith(flag + "=") for a in line):
+            line += [flag, str(value)]
+    return shlex.join(["kernforge", *line, "--resume"])
 
 
 if __name__ == "__main__":  # pragma: no cover

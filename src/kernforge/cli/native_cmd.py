@@ -35,7 +35,7 @@ def load_native_units(path: str | Path, pattern: str | None = None) -> list[Nati
         if not is_native_unit(p):
             continue
         try:
-            rec = read_native(p)
+            rec = read_native(p, verify=True)
         except RecordingError as exc:
             warn_damaged(exc)
             continue

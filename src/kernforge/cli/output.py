@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import textwrap
 from collections.abc import Iterable
 from typing import Any
 
@@ -45,3 +46,10 @@ def parse_pairs(items: Iterable[str] | None, what: str, *, typed: bool) -> dict[
                               hint=f"write e.g. --{what} NAME=VALUE")
         out[key] = parse_value(value) if typed else value
     return out
+
+
+def wrapped(text: str, width: int, indent: str = "  ") -> str:
+    """``text`` complete, wrapped at ``width`` between words (a path or a long word stays
+    whole), lines after the first indented: for reasons of a paragraph's length."""
+    return textwrap.fill(" ".join(text.split()), width=max(40, width), subsequent_indent=indent,
+                         break_long_words=False, break_on_hyphens=False)

@@ -13,6 +13,8 @@ from ..record.native_format import SPOOL, finalize_interrupted, spool_entries
 from .checks import writable_dir
 from .output import console
 
+EXIT_APP_FAILED = 8  # the recorded application failed (its own status printed)
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("record", help="run an application and record its kernel launches",
@@ -45,6 +47,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--all-allocations", action="store_true",
                    help="record every live device allocation with each launch (for pointers "
                         "kept in places kernforge does not scan)")
+    p.add_argument("--pass-status", action="store_true",
+                   help="exit with the application's own status (default: 0 when it "
+                        "succeeded, 8 when it failed, its status printed; so that an "
+                        "application's status is never taken for one of kernforge's own, "
+                        "e.g. 3, backend unavailable)")
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="the application command, after --")
     p.set_defaults(func=run)
@@ -112,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
             skip=args.skip, max_mb=args.max_mb, record_all=args.all_allocations)
     except KeyboardInterrupt:
         raise _interrupted(out, before, earlier) from None
-    tail = "" if status == 0 else f" (the application exited with status {status})"
+    tail = "" if status == 0 else f" (the application {_status_text(status)})"
     if summaries:
         console.print(f"driver: {_summary(summaries)}", markup=False)
     elif not paths:
@@ -130,4 +137,15 @@ def run(args: argparse.Namespace) -> int:
                       f"recording; the new ones are beside them, and every command given "
                       f"{args.out} uses both (record into a new -o to keep runs apart)",
                       markup=False)
-    return status
+    if status == 0:
+        return 0
+    if args.pass_status:
+        return status if status > 0 else 128 - status  # killed by a signal: as a shell says
+    console.print(f"kernforge record exits {EXIT_APP_FAILED}: the application "
+                  f"{_status_text(status)} (--pass-status exits with its own status)",
+                  markup=False)
+    return EXIT_APP_FAILED
+
+
+def _status_text(status: int) -> str:
+    return f"exited with status {status}" if status > 0 else f"was killed by signal {-status}"

@@ -9,14 +9,22 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from ..core import ConfigError, LaunchConfig, Measurement, Status, Tolerance
+from ..core import ConfigError, LaunchConfig, Measurement, RecordingError, Status, Tolerance
 from ..core.fmt import fmt_time
 from ..core.jsonio import write_json_atomic
 from ..harness.cache import CacheChoice
 from ..replay import replay
 from ..replay.cache_protocol import apply_mode, protocol_for
 from .cache_arg import add_cache_arg
-from .checks import NON_NEGATIVE, POSITIVE, THREADS, check_defines, load_all_units, writable_file
+from .checks import (
+    NON_NEGATIVE,
+    POSITIVE,
+    THREADS,
+    check_defines,
+    load_all_units,
+    warn_damaged,
+    writable_file,
+)
 from .isolation import add_isolation_args, isolation
 from .native_cmd import print_native_replay, replay_native
 from .output import console, err_console, fmt_error, parse_pairs
@@ -90,9 +98,13 @@ def run(args: argparse.Namespace) -> int:
                                    args.threads) if args.threads is not None else None)
             apply_mode(rec.path, cache)
             caches.append(protocol_for(rec, cache))
-            m = replay(rec, options=options, defines=defines, launch=launch,
-                       tolerance=tolerance, warmup=args.warmup, repeat=args.repeat,
-                       flush=caches[-1].flush, isolate=iso)
+            try:
+                m = replay(rec, options=options, defines=defines, launch=launch,
+                           tolerance=tolerance, warmup=args.warmup, repeat=args.repeat,
+                           flush=caches[-1].flush, isolate=iso)
+            except RecordingError as exc:  # damaged since it was loaded: the others go on
+                warn_damaged(exc)
+                continue
             results.append((rec.name, rec.source.entry, m))
     if recs:
         _print_table(args.path, results, caches)

@@ -105,7 +105,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"comma-separated, '' for none (default {','.join(BASELINES)})")
     b.add_argument("--json", type=Path, default=None, help="write the results here")
     b.add_argument("--table", type=Path, default=None,
-                   help="dispatch through this matrix.json (default: the committed table)")
+                   help="dispatch through this matrix.json (default: the table in use: your "
+                        "adopted one in the data directory, else the packaged one)")
     b.add_argument("--png", type=Path, default=None, help="write the chart here")
     b.add_argument("--md", type=Path, default=None, help="write the tables as Markdown here")
     b.add_argument("--warmup", type=int, default=3)
@@ -244,7 +245,7 @@ def _bench_cells(args: argparse.Namespace) -> list[Cell]:
              if args.cell_ids else _cells(args))
     if args.changed_from is None:
         return cells
-    from ..stencil.matrix import TABLE_PATH, load_table
+    from ..stencil.matrix import load_table, table_in_use
 
     if not args.changed_from.is_file():
         raise ConfigError(f"--changed-from {args.changed_from}: no such table",
@@ -253,7 +254,7 @@ def _bench_cells(args: argparse.Namespace) -> list[Cell]:
     def entries(path: Path) -> dict[str, Any]:
         return {cid: (e.get("design"), e.get("params")) for cid, e in load_table(path).items()}
 
-    old, new = entries(args.changed_from), entries(Path(args.table or TABLE_PATH))
+    old, new = entries(args.changed_from), entries(Path(args.table or table_in_use()))
     changed = [c for c in cells if old.get(c.id) != new.get(c.id)]
     if not changed:
         raise ConfigError(f"no cell's operator differs from {args.changed_from} "
@@ -273,6 +274,10 @@ def run_bench(args: argparse.Namespace) -> int:
                          passes=args.passes, points=args.points, seed=args.seed,
                          table=_table(args))
     earlier = _earlier(args)
+    from ..stencil.matrix import describe_table
+
+    err_console.print(f"dispatch: {escape(describe_table(Path(config.table) if config.table else None))}",
+                      soft_wrap=True)
     with _progress(len(cells), "bench") as update, isolation(args) as iso:
         results = bench(cells, config, progress=update, resume=earlier,
                         log=lambda msg: err_console.print(escape(msg), soft_wrap=True),

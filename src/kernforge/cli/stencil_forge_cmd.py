@@ -21,7 +21,7 @@ from rich.table import Table
 from ..forge.loop import parse_seeds, round_plan
 from ..forge.parallel import forge_parallel
 from ..forge.run import BUILDS, forge_run
-from ..stencil.matrix import TABLE_PATH
+from ..stencil.matrix import TABLE_PATH, describe_table, table_in_use, user_table
 from ..stencil.spec import Cell
 from .isolation import add_isolation_args, isolation
 from .output import console
@@ -50,8 +50,9 @@ def add_parser(cmds: argparse._SubParsersAction, filters: Any, cells: Any) -> No
     f.add_argument("--band", type=float, default=0.02,
                    help="minimum speedup to accept, as a fraction (default 0.02)")
     f.add_argument("--out", type=Path, default=Path("runs/forge"), help="output directory")
-    f.add_argument("--table", type=Path, default=TABLE_PATH,
-                   help="the table to start from (default: the committed one)")
+    f.add_argument("--table", type=Path, default=None,
+                   help="the table to start from (default: the table in use: your adopted "
+                        "one, else the packaged one)")
     f.add_argument("--emulate", action="store_true",
                    help="run on the host emulator instead of a GPU (small --shapes only)")
     f.add_argument("--cell-ids", default=None,
@@ -83,8 +84,12 @@ def add_parser(cmds: argparse._SubParsersAction, filters: Any, cells: Any) -> No
                     "adopt every change the forge tables agree on. Written atomically; exit "
                     "status 1 when a change could not be decided.")
     a.add_argument("forged", nargs="+", type=Path, help="forge tables (matrix.json)")
-    a.add_argument("--into", type=Path, default=TABLE_PATH,
-                   help="the table to update (default: the committed one)")
+    a.add_argument("--into", type=Path, default=None,
+                   help="the table to update (default: your own table in the data directory, "
+                        "$XDG_DATA_HOME/kernforge/matrix.json or "
+                        "~/.local/share/kernforge/matrix.json, which dispatch then reads in "
+                        "preference to the packaged table; it starts as a copy of the "
+                        "packaged one). Never the packaged table itself")
     a.add_argument("--base", type=Path, default=None,
                    help="the table the forge runs started from (default: the target); only "
                         "their changes against it are adopted")
@@ -111,12 +116,14 @@ def run_adopt(args: argparse.Namespace) -> int:
             if args.cell_ids else None)
     if not args.band >= 0:  # also NaN
         raise ConfigError(f"--band {args.band} must be >= 0", hint="e.g. --band 0.02")
-    decisions, warnings = adopt(args.into, args.forged, args.bench, only, base=args.base,
+    into = args.into or user_table()
+    decisions, warnings = adopt(into, args.forged, args.bench, only, base=args.base,
                                 band=args.band, by_date=args.by_date,
-                                allow_unfinished=args.allow_unfinished, dry_run=args.dry_run)
+                                allow_unfinished=args.allow_unfinished, dry_run=args.dry_run,
+                                start_from=TABLE_PATH)
     for w in warnings:
         console.print(f"[yellow]warning:[/] {escape(w)}")
-    table = Table(title=f"adopt into {args.into}" + (" (dry run)" if args.dry_run else ""))
+    table = Table(title=f"adopt into {into}" + (" (dry run)" if args.dry_run else ""))
     for h in ("cell", "from", "operator", "adopted", "old/new bench", "why"):
         table.add_column(h, overflow="fold")  # every operator key and file name in full
     for d in decisions:
@@ -132,7 +139,11 @@ def run_adopt(args: argparse.Namespace) -> int:
     else:
         verb = "would adopt" if args.dry_run else "adopted"
         console.print(f"{verb} {n} of {len(decisions)} changed operators in {cells} cells"
-                      + (f"; wrote {args.into}" if n and not args.dry_run else ""))
+                      + (f"; wrote {describe_table(into)}" if n and not args.dry_run
+                         else ""))
+    if n and not args.dry_run and into != user_table():
+        console.print(f"dispatch reads {describe_table()}; give --table {into} to commands "
+                      f"that take one to use the table written now", markup=False)
     undecided = sorted({d.cell for d in decisions if d.undecided})
     if undecided:
         console.print(f"undecided (no evidence either way): {escape(', '.join(undecided))}")
@@ -155,6 +166,8 @@ def run_forge(args: argparse.Namespace) -> int:
     if not cells:
         raise ConfigError("no cells to forge", hint="check --cell-ids or the filters")
     seeds = parse_seeds(args.seed_operator)
+    args.table = args.table or table_in_use()
+    console.print(f"starting from {escape(describe_table(args.table))}")
     t0 = time.time()
 
     def say(m: str) -> None:

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..core import ConfigError, Recording
+from ..core import ConfigError, Recording, RecordingError
 from ..core.fmt import fmt_time
 from ..core.lock import directory_lock
 from ..deploy.gate import idle_of
@@ -20,10 +20,18 @@ from ..harness import by_precision, precision_of
 from ..harness.verdict import Judgement, judge_evidence
 from ..replay.cache_protocol import apply_mode, protocol_for
 from ..replay.native_build import bind_source
-from ..replay.tuning import TuningOutcome, tune_recording
+from ..replay.native_tune import RESULT as NATIVE_RESULT
+from ..replay.tuning import TuningOutcome, finished_result, keep_earlier, tune_recording
 from ..tune import Budget, SearchSpace
 from .cache_arg import add_cache_arg
-from .checks import POSITIVE, float_range, load_all_units, resumable_dir, writable_dir
+from .checks import (
+    POSITIVE,
+    float_range,
+    load_all_units,
+    resumable_dir,
+    warn_damaged,
+    writable_dir,
+)
 from .isolation import add_isolation_args, isolation
 from .native_deploy_cmd import tune_units as tune_native_units
 from .output import console
@@ -41,7 +49,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("path", help="a recordings directory or one recorded unit")
     p.add_argument("--out", type=Path, default=None,
                    help="run directory (default runs/tune-<date>-<time>)")
-    p.add_argument("--resume", action="store_true", help="continue the studies in --out")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the studies in --out; a unit whose tuning finished is "
+                        "reported from its result.json, not measured again")
+    p.add_argument("--remeasure", action="store_true",
+                   help="with --resume: measure finished units again too (each earlier "
+                        "result.json is kept beside the new one as result.earlier-N.json)")
     add_isolation_args(p)
     p.add_argument("--preset", default="standard", choices=("quick", "standard", "full"))
     p.add_argument("--sampler", default="tpe", help="tpe (default), random or exhaustive")
@@ -121,8 +134,11 @@ def load_space_file(path: Path | None) -> dict[str, Any] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.remeasure and not args.resume:
+        raise ConfigError("--remeasure measures the finished units of a run again",
+                          hint="add --resume --out RUN_DIR naming that run")
     resumable_dir(args.out, args.resume)
-    out = args.out or Path("runs") / time.strftime("tune-%Y%m%d-%H%M%S")
+    out = args.out = args.out or Path("runs") / time.strftime("tune-%Y%m%d-%H%M%S")
     writable_dir(out, "--out")
     user = load_space_file(args.space)
     budget = Budget(trials=args.trials, seconds=args.seconds, patience=args.patience)
@@ -136,6 +152,10 @@ def run(args: argparse.Namespace) -> int:
     if args.source is not None and not native:
         raise ConfigError("--source binds native units; none under this path",
                           hint="record the program with kernforge record -- COMMAND")
+    if native and args.resume and _native_finished(Path(out), native, args.remeasure):
+        native = []  # reported, not measured again
+        if not recs:
+            return 0
     if native:  # geometry, carveout, JIT options, source builds: every candidate evaluated
         source = bind_source(args.source, includes=args.includes, defines=args.defines) \
             if args.source is not None else None
@@ -149,8 +169,29 @@ def run(args: argparse.Namespace) -> int:
     with directory_lock(out, "tuning run directory"), isolation(
             args, backends=sorted({r.backend for r in recs})) as iso:
         outcomes = _tune_all(args, recs, out, user, budget, tolerance, iso)
-    _summary(out, outcomes)
+    if outcomes:
+        _summary(out, outcomes)
     return 0
+
+
+def _native_finished(out: Path, native: list[Any], remeasure: bool) -> bool:
+    """``--resume`` on native units: a native.json that holds every unit is reported, not
+    measured again; otherwise (or with ``--remeasure``) it is kept aside and they are tuned."""
+    path = out / NATIVE_RESULT
+    if not path.is_file():
+        return False
+    try:
+        units = {str(u.get("unit")) for u in json.loads(path.read_text("utf-8"))["units"]}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        units = set()
+    if not remeasure and {str(n.path) for n in native} <= units:
+        console.print(f"native units: finished earlier; not measured again: {path} stands "
+                      f"(--remeasure measures them again and keeps it beside the new one)",
+                      markup=False)
+        return True
+    kept = keep_earlier(path)
+    console.print(f"native units: the earlier {path.name} is kept as {kept}", markup=False)
+    return False
 
 
 def _tune_all(args: argparse.Namespace, recs: list[Recording], out: Path, user: Any,
@@ -162,6 +203,10 @@ def _tune_all(args: argparse.Namespace, recs: list[Recording], out: Path, user: 
                    TimeElapsedColumn(), console=console, disable=not tty)
     with bar, line_progress(console) as lines:
         for i, rec in enumerate(recs, 1):
+            done = finished_result(out / rec.name) if args.resume else None
+            if done is not None and not args.remeasure:
+                lines.step(f"{i}/{len(recs)} {report_finished(done)}")
+                continue
             task = bar.add_task(rec.name, total=args.trials)
             seen = _Seen()
             cache = protocol_for(rec)
@@ -175,13 +220,32 @@ def _tune_all(args: argparse.Namespace, recs: list[Recording], out: Path, user: 
                 bar.update(task, completed=min(args.trials, seen.evaluations), description=msg)
                 lines.update(msg)
 
-            outcomes.append(tune_recording(
-                rec, out, preset=args.preset, sampler=args.sampler, budget=budget,
-                seed=args.seed, user_space=user, tolerance=tolerance, repeat=args.repeat,
-                resume=args.resume, on_trial=on_trial, isolate=iso))
+            try:
+                outcomes.append(tune_recording(
+                    rec, out, preset=args.preset, sampler=args.sampler, budget=budget,
+                    seed=args.seed, user_space=user, tolerance=tolerance, repeat=args.repeat,
+                    resume=args.resume, remeasure=args.remeasure, on_trial=on_trial,
+                    isolate=iso))
+            except RecordingError as exc:  # damaged since it was loaded: the others go on
+                warn_damaged(exc)
+                continue
             bar.update(task, completed=args.trials)
             lines.step(f"{i}/{len(recs)} {rec.name} done: {seen.describe()}")
     return outcomes
+
+
+def report_finished(path: Path) -> str:
+    """One line for a unit whose run finished earlier: its written verdict, not re-measured."""
+    try:
+        doc = json.loads(path.read_text("utf-8"))
+        ci = doc.get("speedup_ci")
+        figure = (f"{doc.get('status')}, speedup {float(doc['speedup']):.3f}x"
+                  + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+                  + f", written {doc.get('created', '?')}")
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        figure = f"unreadable ({type(exc).__name__}: {exc})"
+    return (f"{path.parent.name}: finished earlier ({figure}); not measured again: {path} "
+            f"stands (--remeasure measures it again and keeps this one beside it)")
 
 
 class _Seen:

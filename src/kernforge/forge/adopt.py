@@ -35,6 +35,7 @@ from typing import Any
 
 from ..core import ConfigError
 from ..core.jsonio import DamagedJSON, parse_json, write_json_atomic
+from ..core.paths import inside_package
 from ..stencil import matrix as mx
 from ..stencil.spec import Cell
 from . import latest
@@ -161,13 +162,15 @@ def _proposals(forged: list[Path], start: dict[str, Any], now: dict[str, Any],
 
 def decide(target: Path, forged: list[Path], bench: list[Path] | None = None,
            cells: set[str] | None = None, base: Path | None = None, *, band: float = 0.0,
-           by_date: bool = False, allow_unfinished: bool = False
+           by_date: bool = False, allow_unfinished: bool = False,
+           start_from: Path | None = None
            ) -> tuple[dict[str, Any], list[Decision], list[str]]:
     """The target table's JSON with the adopted entries, one decision per operator a forge
-    table changed a cell to (against ``base``, default the target), and warnings."""
+    table changed a cell to (against ``base``, default the target), and warnings.
+    ``start_from``: the table whose entries a target that does not exist yet starts with."""
     if not band >= 0:  # also NaN
         raise ConfigError(f"band {band} must be >= 0", hint="e.g. 0.02 for 2%")
-    data = _raw(target)
+    data = _raw(start_from if start_from is not None and not target.is_file() else target)
     now = mx.table_entries(data)
     start = now if base is None else mx.table_entries(_raw(base))
     times, warnings = bench_times(bench, by_date) if bench else (None, [])
@@ -227,10 +230,19 @@ def decide(target: Path, forged: list[Path], bench: list[Path] | None = None,
 
 def adopt(target: Path, forged: list[Path], bench: list[Path] | None = None,
           cells: set[str] | None = None, *, base: Path | None = None, band: float = 0.0,
-          by_date: bool = False, allow_unfinished: bool = False, dry_run: bool = False
-          ) -> tuple[list[Decision], list[str]]:
+          by_date: bool = False, allow_unfinished: bool = False, dry_run: bool = False,
+          start_from: Path | None = None) -> tuple[list[Decision], list[str]]:
+    if inside_package(target):
+        raise ConfigError(f"{target}: kernforge does not write into its own package (this is "
+                          f"the packaged dispatch table)",
+                          hint="leave --into out to adopt into your own table "
+                               f"({mx.user_table()}), or name another file; the packaged table "
+                               "changes only by a developer's commit (copy a reviewed table "
+                               "over it in the source tree)")
     data, decisions, warnings = decide(target, forged, bench, cells, base, band=band,
-                                       by_date=by_date, allow_unfinished=allow_unfinished)
+                                       by_date=by_date, allow_unfinished=allow_unfinished,
+                                       start_from=start_from)
     if not dry_run and any(d.adopted for d in decisions):
+        target.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(target, data)
     return decisions, warnings

@@ -62,10 +62,11 @@ class BenchConfig:
 
 
 def operator_for(cell: Cell, table: str | None = None) -> Operator:
-    """Our operator: the dispatch of the committed table, or of the table at ``table``."""
+    """Our operator: the dispatch of the table in use (the user's adopted one, else the
+    packaged one), or of the table at ``table``."""
     from ..stencil import matrix as mx
 
-    path = Path(table) if table else mx.TABLE_PATH
+    path = Path(table) if table else mx.table_in_use()
     mtime = path.stat().st_mtime_ns if path.exists() else 0
     return mx.operator_for(cell, _table(str(path), mtime))
 

@@ -27,6 +27,7 @@ from ..evolve.store import Store
 from ..evolve.types import EvalResult, Proposal, ProposalRequest, Proposer
 from ..record import find_recordings, load_recording
 from ..replay.isolate import Isolation
+from ..replay.tuning import finished_result, keep_earlier
 from .evolve_config import RunConfig
 from .evolve_eval import Evaluate, EvolveTarget, make_evolve_evaluator
 from .evolve_final import Final, finalize
@@ -140,11 +141,19 @@ def evolve_kernel(recordings: Sequence[Recording], cfg: RunConfig, run_dir: Path
                   resume: bool = False, evaluate: Evaluate | None = None,
                   on_progress: Callable[[Progress, Counters], None] | None = None,
                   validate_winner: bool = True,
-                  isolate: Isolation | bool = True) -> EvolveOutcome:
+                  isolate: Isolation | bool = True, remeasure: bool = False) -> EvolveOutcome:
     """Evolve one kernel into ``run_dir`` (its store, result.json and report). ``isolate``:
     True runs every candidate in supervised worker processes (one per evaluation slot; a
     crash or a hang costs that candidate only), an :class:`Isolation` uses that pool, False
-    runs candidates in this process (for debugging)."""
+    runs candidates in this process (for debugging). A finished run (its result.json
+    written) is not measured again: an error unless ``remeasure``, which re-measures its
+    winner and keeps the earlier result as ``result.earlier-<n>.json``."""
+    done = finished_result(run_dir / recordings[0].name) if recordings else None
+    if done is not None and not remeasure:
+        raise ConfigError(f"{run_dir}: the evolution of {recordings[0].source.entry} "
+                          f"finished; its {done.name} stands and is not measured again",
+                          hint="pass --remeasure to measure its winner again (the earlier "
+                               "result is kept beside the new one)")
     if isolate is True and evaluate is not None and not validate_winner:
         isolate = False  # nothing of the candidates runs here: no workers to start
     if isolate is True:
@@ -153,13 +162,13 @@ def evolve_kernel(recordings: Sequence[Recording], cfg: RunConfig, run_dir: Path
         with Isolation(workers=slots) as pool:
             return evolve_kernel(recordings, cfg, run_dir, resume=resume, evaluate=evaluate,
                                  on_progress=on_progress, validate_winner=validate_winner,
-                                 isolate=pool)
+                                 isolate=pool, remeasure=remeasure)
     target = EvolveTarget.of(recordings, preset=cfg.tuner.preset)
     if isinstance(isolate, Isolation):
         target = replace(target, isolate=isolate)
     run_dir.mkdir(parents=True, exist_ok=True)
     db = run_dir / "evolve.db"
-    if db.exists() and not resume:
+    if db.exists() and not (resume or remeasure):
         raise ConfigError(f"{run_dir} already holds an evolution run",
                           hint="pass --resume to continue it, or choose another --out")
     counters = Counters()
@@ -172,6 +181,8 @@ def evolve_kernel(recordings: Sequence[Recording], cfg: RunConfig, run_dir: Path
     result = run(econf, proposers, counting_evaluator(inner, counters), db,
                  initial_code=target.original_code, resume=True,
                  on_progress=(lambda p: on_progress(p, counters)) if on_progress else None)
+    if done is not None:
+        keep_earlier(done)
     with Store(db) as store:
         final = finalize(target, result, store, run_dir, validate_winner=validate_winner,
                          repeat=cfg.tuner.repeat)
@@ -183,12 +194,18 @@ def evolve_path(path: str | Path, cfg: RunConfig, out: Path, *, kernels: str | N
                 resume: bool = False,
                 on_progress: Callable[[Progress, Counters], None] | None = None,
                 on_kernel: Callable[[str, int], None] | None = None,
-                isolate: Isolation | bool = True) -> list[EvolveOutcome]:
+                isolate: Isolation | bool = True,
+                recordings: list[Recording] | None = None, remeasure: bool = False,
+                on_finished: Callable[[Path], None] | None = None) -> list[EvolveOutcome]:
     """Evolve every kernel under ``path`` matching ``kernels`` (default: the hottest one, by
     its recorded launch's replay time) into ``out/<kernel>/``. ``resume`` without ``kernels``
     continues the kernel(s) whose ``out/<kernel>/evolve.db`` exists (timings can change
-    between runs, so the hottest is not picked again)."""
-    recs = [load_recording(p) for p in find_recordings(path)]
+    between runs, so the hottest is not picked again). ``recordings``: the units under
+    ``path`` already loaded (the CLI's, damaged ones skipped); default: all, loaded strictly.
+    With ``resume``, a kernel whose run finished is handed to ``on_finished`` (its
+    result.json) instead of being measured again, unless ``remeasure``."""
+    recs = recordings if recordings is not None else \
+        [load_recording(p) for p in find_recordings(path)]
     groups = group_by_kernel(recs, kernels)
     if kernels is None and len(groups) > 1:
         started = {k: g for k, g in groups.items() if (out / k / "evolve.db").exists()} \
@@ -200,10 +217,16 @@ def evolve_path(path: str | Path, cfg: RunConfig, out: Path, *, kernels: str | N
             groups = {hottest: groups[hottest]}
     outcomes = []
     for name, group in groups.items():
+        done = finished_result(out / name / group[0].name) if resume else None
+        if done is not None and not remeasure:
+            if on_finished:
+                on_finished(done)
+            continue
         if on_kernel:
             on_kernel(name, len(group))
         outcomes.append(evolve_kernel(group, cfg, out / name, resume=resume,
-                                      on_progress=on_progress, isolate=isolate))
+                                      on_progress=on_progress, isolate=isolate,
+                                      remeasure=remeasure))
     return outcomes
 
 

@@ -32,6 +32,20 @@ class Final:
     message: str
     validation: dict[str, Any] | None
     result_json: Path | None
+    measured: ABResult | None = None  # the validation's interleaved measurement, kept or not
+
+
+def measurement_text(f: Final) -> str:
+    """The one wording of an evolution's final measurement (the command, report.md and the
+    demo print this): the interleaved figure whenever one was taken, accepted or not."""
+    m = f.ab or f.measured
+    if m is None:
+        return f"{f.status}, no interleaved measurement ({f.message or 'none taken'})"
+    figure = (f"interleaved speedup {m.speedup:.3f}x [95% CI {m.ci_low:.3f}, {m.ci_high:.3f}] "
+              f"over the recorded kernel")
+    if f.ab is not None:
+        return f"{f.status}, {figure}"
+    return f"{f.status}: {f.message}; {figure}, not counted (speedup counted: {f.speedup:.3f}x)"
 
 
 def iteration_of(store: Store, program_id: str) -> int:
@@ -41,13 +55,15 @@ def iteration_of(store: Store, program_id: str) -> int:
 
 
 def _validate(target: EvolveTarget, variant: Variant, run_dir: Path, passes: int,
-              claimed: float | None) -> tuple[ABResult | None, dict[str, Any] | None, str]:
-    """Every integrity gate (replay.validate); there is no weaker fallback."""
+              claimed: float | None
+              ) -> tuple[ABResult | None, ABResult | None, dict[str, Any] | None, str]:
+    """Every integrity gate (replay.validate); there is no weaker fallback. The accepted
+    measurement, the measurement whatever the verdict, the validation and why it refused."""
     rec = target.primary
     v = validate(rec, variant, backend=target.backend, tolerance=target.tolerance,
                  passes=passes, claimed=claimed, ledger=run_dir / "ledger.jsonl",
                  isolate=target.isolate)
-    return (v.ab if v.accepted else None), v.to_json(), \
+    return (v.ab if v.accepted else None), v.ab, v.to_json(), \
         ("" if v.accepted else f"{v.reason}: {v.message}")
 
 
@@ -67,12 +83,13 @@ def finalize(target: EvolveTarget, result: RunResult, store: Store, run_dir: Pat
     else:
         seed_fit = result.seed.fitness
         claimed = seed_fit / best.fitness if seed_fit and best.fitness else None
-        ab, validation, msg = (_validate(target, variant, run_dir, passes, claimed)
-                               if validate_winner else (None, None, "not validated"))
+        ab, measured, validation, msg = (_validate(target, variant, run_dir, passes, claimed)
+                                         if validate_winner
+                                         else (None, None, None, "not validated"))
         ok = ab is not None
         final = Final(best, config, variant, ab, ab.speedup if ab else 1.0,
                       "OK" if ok else "REJECTED" if validate_winner else "NOT_VALIDATED", msg,
-                      validation, None)
+                      validation, None, measured)
     final.result_json = write_result(target, result, final, run_dir)
     (run_dir / "best.src").write_text(best.code)
     return final

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..evolve.store import Store
 from ..evolve.types import Program
 from ..harness.plots import evolution_png
+from .evolve_final import measurement_text
 
 if TYPE_CHECKING:
     from .evolve_final import Final
@@ -114,10 +115,8 @@ def build_report(store: Store, kernel: str, final: Final) -> tuple[Report, list[
 
 def _markdown(r: Report, final: Final) -> str:
     lines = [f"# Evolution of `{r.kernel}`", "",
-             f"- verdict: {r.status}; best speedup over the recorded kernel "
-             f"(interleaved, median of the per-pass ratios): **{r.speedup:.3f}x**"
-             + (f" [95% CI {final.ab.ci_low:.3f}, {final.ab.ci_high:.3f}]" if final.ab else "")
-             + (f" ({final.message})" if final.message else ""),
+             (f"- verdict: {measurement_text(final)} (interleaved: the median of the per-pass "
+              f"ratios); speedup counted: **{r.speedup:.3f}x**"),
              (f"- programs: {r.programs}; evaluations: {r.evaluations} "
              f"({r.evaluations_failed} rejected); proposer calls: {r.llm_calls} "
              f"({r.llm_errors} without usable code)"),
@@ -140,9 +139,9 @@ def _markdown(r: Report, final: Final) -> str:
 
 def write_report(store: Store, run_dir: Path, kernel: str, final: Final) -> Report:
     rep, (points, t0) = build_report(store, kernel, final)
-    ab = final.ab
-    figure = (f"interleaved speedup {ab.speedup:.3f}x [95% CI {ab.ci_low:.3f}, "
-              f"{ab.ci_high:.3f}] over the recorded kernel" if ab is not None
+    m = final.ab or final.measured
+    figure = (f"{final.status}: interleaved speedup {m.speedup:.3f}x [95% CI {m.ci_low:.3f}, "
+              f"{m.ci_high:.3f}] over the recorded kernel" if m is not None
               else f"{final.status}: no interleaved measurement")
     seeds = [p for p in store.programs() if p.parent_id is None and p.fitness]
     png = plot_best_so_far(points, t0, run_dir / "best_so_far.png",

@@ -24,7 +24,8 @@ from ..evolve.controller import Progress, RunResult, run
 from ..evolve.types import EvalResult, Proposer, RecordingResult
 from ..replay.native import NativeVariant
 from ..replay.native_child import run_isolated
-from ..replay.native_tune import NativeTuning, write_results
+from ..replay.native_tune import RESULT, NativeTuning, write_results
+from ..replay.tuning import keep_earlier
 from .evolve import Counters, counting_evaluator, proposers_for
 from .evolve_config import RunConfig
 from .evolve_eval import Evaluate
@@ -77,10 +78,18 @@ class NativeEvolveOutcome:
 def evolve_native(units: Sequence[NativeRecording], cfg: RunConfig, run_dir: Path, *,
                   source: NativeSource | None = None, resume: bool = False,
                   tolerance: str | None = None, band: float = NOISE_BAND,
-                  on_progress: Callable[[Progress, Counters], None] | None = None
-                  ) -> NativeEvolveOutcome:
-    """Evolve the source of one kernel (``units``: its recorded launches, the first primary)."""
+                  on_progress: Callable[[Progress, Counters], None] | None = None,
+                  remeasure: bool = False) -> NativeEvolveOutcome:
+    """Evolve the source of one kernel (``units``: its recorded launches, the first primary).
+    A finished run (its native.json written) is not measured again: an error unless
+    ``remeasure``, which keeps the earlier native.json as ``native.earlier-<n>.json``."""
     rec = units[0]
+    done = run_dir / RESULT
+    if done.is_file() and not remeasure:
+        raise ConfigError(f"{run_dir}: the evolution of {rec.name} finished; its {RESULT} "
+                          f"stands and is not measured again",
+                          hint="pass --remeasure to measure its winner again (the earlier "
+                               "result is kept beside the new one)")
     src = source or rec.source
     if src is None:
         raise ConfigError(f"{rec.name}: no source to evolve",
@@ -88,7 +97,7 @@ def evolve_native(units: Sequence[NativeRecording], cfg: RunConfig, run_dir: Pat
                                "program bind the file with --source FILE.cu")
     run_dir.mkdir(parents=True, exist_ok=True)
     db = run_dir / "evolve.db"
-    if db.exists() and not resume:
+    if db.exists() and not (resume or remeasure):
         raise ConfigError(f"{run_dir} already holds an evolution run",
                           hint="pass --resume to continue it, or choose another --out")
     counters = Counters()
@@ -101,6 +110,7 @@ def evolve_native(units: Sequence[NativeRecording], cfg: RunConfig, run_dir: Pat
     tuning = None
     if result.best is not None and result.best.code != src.code:
         tuning = _final(rec, src, result.best.code, tolerance, band)
+        keep_earlier(done)
         write_results(run_dir, [tuning], band)
     return NativeEvolveOutcome(rec.name, run_dir, result, tuning)
 

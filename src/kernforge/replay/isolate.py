@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
 import signal
 import socket
 import subprocess
@@ -93,6 +94,11 @@ class _Worker:
         self.pool_closed = pool_closed or threading.Event()
         self.crash = Path(tempfile.mkstemp(dir=directory, prefix="worker-", suffix=".crash")[1])
         self.out = self.crash.with_suffix(".out")
+        # its temporary files (compiler, sanitizer builds) in a folder of its own, removed with
+        # it even when it is killed (a hang, Ctrl-C) before its own cleanup could run
+        self.tmp = self.crash.with_suffix(".tmp")
+        self.tmp.mkdir()
+        env = {**(env if env is not None else os.environ), "TMPDIR": str(self.tmp)}
         ours, theirs = socket.socketpair()
         # the supervisor's command line, so that provenance written in the worker names it
         code = ("from kernforge.replay.isolate_worker import serve; "
@@ -193,6 +199,7 @@ class _Worker:
     def _remove_files(self) -> None:
         for path in (self.crash, self.out):
             path.unlink(missing_ok=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def lost_measurement(lost: WorkerLost) -> Measurement:

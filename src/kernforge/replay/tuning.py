@@ -8,6 +8,7 @@ A run directory holds one folder per tuned unit::
     <run>/<unit>/result.json         best configuration and variant, interleaved speedup and
                                      medians (baseline_median_s / best_median_s)
     <run>/<unit>/history.png         time per trial and best so far
+    <run>/<unit>/result.earlier-<n>.json  earlier results a ``--remeasure`` kept
 
 ``result.json`` (format ``kernforge-tune-result``, schema 1) is what ``kernforge export``
 turns into a deployment spec.
@@ -34,6 +35,7 @@ from .prepare import TolerancePolicy, is_tolerant, resolve_policies
 from .validate import Validation, validate
 
 RESULT_FORMAT = "kernforge-tune-result"
+RESULT_NAME = "result.json"
 RESULT_VERSION = 1
 
 
@@ -117,20 +119,49 @@ def make_evaluator(recording: Recording, backend: Backend, *, tolerance: Toleran
     return evaluate
 
 
+def finished_result(directory: Path) -> Path | None:
+    """The unit's result.json when its tuning (or evolution) finished: it is written last, so
+    it exists only then. ``--resume`` reports such a unit instead of measuring it again."""
+    path = Path(directory) / RESULT_NAME
+    return path if path.is_file() else None
+
+
+def keep_earlier(path: Path) -> Path | None:
+    """Move a finished result aside, beside the new one to come, as
+    ``result.earlier-<n>.json`` (``n`` the next free number; export reads only result.json)."""
+    if not path.is_file():
+        return None
+    n = 1
+    while (path.parent / f"{path.stem}.earlier-{n}{path.suffix}").exists():
+        n += 1
+    kept = path.parent / f"{path.stem}.earlier-{n}{path.suffix}"
+    path.replace(kept)
+    return kept
+
+
 def tune_recording(recording: Recording, run_dir: Path, *, preset: str = "standard",
                    sampler: str = "tpe", budget: Budget | None = None, seed: int | None = 0,
                    user_space: Mapping[str, Any] | None = None,
                    tolerance: TolerancePolicy = None, repeat: int = 7, warmup: int = 2,
-                   resume: bool = False, passes: int = 7,
+                   resume: bool = False, remeasure: bool = False, passes: int = 7,
                    on_trial: Callable[[TrialRecord], None] | None = None,
                    isolate: Isolation | None = None) -> TuningOutcome:
     """Tune ``recording`` into ``run_dir/<unit>/`` and write its result.json and history.png.
-    ``isolate``: every trial and the winner's validation run in supervised workers."""
+    ``isolate``: every trial and the winner's validation run in supervised workers.
+    ``resume`` continues an unfinished study; a finished one (its result.json written) is
+    an error unless ``remeasure``, which measures it again and keeps the earlier result as
+    ``result.earlier-<n>.json``."""
     be = get_backend(recording.backend)
     directory = Path(run_dir) / recording.name
-    if (directory / "study.db").exists() and not resume:
+    if (directory / "study.db").exists() and not (resume or remeasure):
         raise ConfigError(f"{directory} already holds a study",
                           hint="pass --resume to continue it, or choose another --out")
+    done = finished_result(directory)
+    if done is not None and not remeasure:
+        raise ConfigError(f"{directory}: the tuning of {recording.name} finished; its "
+                          f"{RESULT_NAME} stands and is not measured again",
+                          hint="pass --remeasure to measure it again (the earlier result is "
+                               "kept beside the new one)")
     directory.mkdir(parents=True, exist_ok=True)
     tolerant = is_tolerant(recording, resolve_policies(recording, tolerance))
     space = build_space(recording, be, preset=preset, user=user_space, tolerant=tolerant)
@@ -154,6 +185,8 @@ def tune_recording(recording: Recording, run_dir: Path, *, preset: str = "standa
         ab = validation.ab
     outcome = TuningOutcome(recording, directory, study, best_variant, baseline_s,
                             best.median if best else None, ab, validation)
+    if remeasure:
+        keep_earlier(directory / RESULT_NAME)
     write_result(outcome, sampler=sampler, preset=preset)
     plot_history(outcome, directory / "history.png", sampler=sampler)
     return outcome
@@ -191,7 +224,7 @@ def write_result(o: TuningOutcome, *, sampler: str, preset: str) -> Path:
         "validation": o.validation.to_json() if o.validation else None,
         "provenance": o.validation.provenance if o.validation else None,
     }
-    path = o.directory / "result.json"
+    path = o.directory / RESULT_NAME
     write_json_atomic(path, sign(data))  # export refuses a result edited after this
     return path
 

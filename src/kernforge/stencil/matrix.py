@@ -1,6 +1,7 @@
 """The operator matrix: designs, their parameter spaces, and dispatch from a cell to an operator.
 
-The dispatch table (``data/matrix.json``, written by the forge loop, see kernforge.forge) holds,
+The dispatch table (the user's adopted one when it exists, else the packaged ``data/matrix.json``,
+see :func:`table_in_use`; written by the forge loop, see kernforge.forge) holds,
 per cell, the accepted design and parameters with the prior-best measurement that the zero-
 regression gate compares against. A cell without an entry gets its design's defaults.
 """
@@ -15,13 +16,37 @@ from typing import Any
 
 from ..core import ConfigError
 from ..core.jsonio import DamagedJSON, parse_json
+from ..core.paths import data_path
 from . import designs
 from .kernels.common import DoesNotFit, largest_l1
 from .operator import Operator
 from .spec import Cell
 
-TABLE_PATH = Path(__file__).parent / "data" / "matrix.json"
+TABLE_PATH = Path(__file__).parent / "data" / "matrix.json"  # the packaged (committed) table
 TABLE_VERSION = 1
+
+
+def user_table() -> Path:
+    """The user's own dispatch table (``kernforge stencil adopt`` writes it): matrix.json
+    under the data directory (``$KERNFORGE_DATA_DIR``, ``$XDG_DATA_HOME/kernforge`` or
+    ``~/.local/share/kernforge``)."""
+    return data_path("matrix.json")
+
+
+def table_in_use() -> Path:
+    """The table dispatch reads: the user's when it exists, else the packaged one."""
+    mine = user_table()
+    return mine if mine.is_file() else TABLE_PATH
+
+
+def describe_table(path: Path | None = None) -> str:
+    """Which table ``path`` (default: the one in use) is, in words, for messages."""
+    p = path or table_in_use()
+    if Path(p) == TABLE_PATH:
+        return f"the packaged table {p}"
+    if Path(p) == user_table():
+        return f"your adopted table {p} (it takes precedence over the packaged one)"
+    return f"the table {p}"
 
 # design name -> generator (the registry's, kept for callers that build one design directly)
 DESIGNS: dict[str, Callable[..., Operator]] = {
@@ -169,8 +194,9 @@ def read_table(p: Path) -> dict[str, Any]:
 
 
 def load_table(path: Path | None = None) -> dict[str, dict[str, Any]]:
-    """The persisted dispatch table (cell id -> entry); empty when there is none yet."""
-    p = path or TABLE_PATH
+    """The persisted dispatch table (cell id -> entry); empty when there is none yet.
+    Default: the table in use (the user's adopted one, else the packaged one)."""
+    p = path or table_in_use()
     return table_entries(read_table(p)) if p.exists() else {}
 
 

@@ -51,7 +51,8 @@ class OperatorStrategy(Strategy):
         if not tried:
             return Outcome("SKIPPED", "no recorded kernel to match", figures)
         if not specs:
-            why = "; ".join(f"{head_text(t['kernel'], 40)}: {t['reason']}" for t in tried)
+            why = "; ".join(dict.fromkeys(  # one kernel's reason once, for all its units
+                f"{head_text(t['kernel'], 40)}: {t['reason']}" for t in tried))
             return Outcome("FAILED", f"no kernel matched an operator ({why})", figures)
         cells = ", ".join(f"{head_text(t['kernel'], 40)} -> {t['cell']} ({t['speedup']:.2f}x)"
                           for t in tried if t["matched"])

@@ -14,7 +14,9 @@ returns a half-edited source. The rules keep results bitwise identical:
   a grid-stride loop, so the same kernel is correct with a smaller grid (thread coarsening when
   the launch grid is tuned down);
 - ``zmarch`` (CUDA, :mod:`.zmarch`): a 3D kernel runs ``KF_ZC`` consecutive z indices per
-  thread with its z-neighbour reads in a register queue (the tuner's ``launch.coarsen_z``).
+  thread with its z-neighbour reads in a register queue (the tuner's ``launch.coarsen_z``);
+- ``omp_simd`` (C): ``simd`` on an OpenMP loop with no inner loop whose reductions (if any) are
+  ``max``/``min`` only.
 """
 
 from __future__ import annotations
@@ -178,9 +180,35 @@ def grid_stride(code: str, language: str) -> str | None:
     return _edit(data, edits) if edits else None
 
 
+_OMP_FOR = re.compile(r"^(\s*#\s*pragma\s+omp\s+(?:parallel\s+)?for)\b(?!\s+simd)(.*)$",
+                      re.DOTALL)
+_REDUCTION = re.compile(r"\breduction\s*\(\s*([^:)]+):")
+
+
+def omp_simd(code: str, language: str) -> str | None:
+    """C: ``#pragma omp [parallel] for`` -> ``... for simd`` on a loop with no loop inside it
+    and no reduction but ``max``/``min`` (exact in any order: results stay bitwise equal; a
+    ``+`` reduction would be reassociated). The one rule for a single OpenMP loop, such as a
+    max-reduction, that the others (restrict/const already there, no nest to unroll) leave."""
+    if language != "c":
+        return None
+    data, root = _parse(code, language)
+    edits = []
+    for loop in (n for n in _walk(root) if n.type == "for_statement"):
+        prev = loop.prev_sibling
+        m = _OMP_FOR.match(_text(prev)) if prev is not None else None
+        if m is None or "collapse" in m.group(2) or \
+                any(d.type == "for_statement" for d in _walk(loop) if d is not loop):
+            continue
+        if any(op.strip() not in ("max", "min") for op in _REDUCTION.findall(m.group(2))):
+            continue
+        edits.append((prev.start_byte, prev.end_byte, f"{m.group(1)} simd{m.group(2)}"))
+    return _edit(data, edits) if edits else None
+
+
 RULES: dict[str, Callable[[str, str], str | None]] = {
     "restrict_const": restrict_const, "ldg": ldg, "unroll": unroll, "grid_stride": grid_stride,
-    "zmarch": zmarch,
+    "zmarch": zmarch, "omp_simd": omp_simd,
 }
 
 
