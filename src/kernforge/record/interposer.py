@@ -28,7 +28,7 @@ from ..core import BackendUnavailableError, ConfigError
 from ..core.paths import cache_path
 
 SOURCES = ("kf.h", "kf_real.c", "kf_state.c", "kf_track.c", "kf_hooks.c", "kf_record.c",
-           "kf_io.c", "kf_deploy.c", "kf_nvrtc.c")
+           "kf_io.c", "kf_spool.c", "kf_deploy.c", "kf_nvrtc.c")
 _lock = threading.Lock()
 
 
