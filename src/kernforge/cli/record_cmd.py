@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import Interrupted
+from ..core.errors import Interrupted, RecordingFormatError
 from ..pipeline.run_app import command_program, record_command, runs_in_process
 from ..record import find_recordings
 from ..record.native_format import SPOOL, finalize_interrupted, spool_entries
@@ -113,6 +113,9 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         raise _interrupted(out, before, earlier) from None
     tail = "" if status == 0 else f" (the application exited with status {status})"
+    if problems:
+        tail += (f"; {len(problems)} spooled launch(es) were damaged or incomplete and "
+                 f"skipped (below)")
     if summaries:
         console.print(f"driver: {_summary(summaries)}", markup=False)
     elif not paths:
@@ -124,10 +127,12 @@ def run(args: argparse.Namespace) -> int:
     for p in paths:
         console.print(f"  {p}", markup=False)
     for line in problems:
-        console.print(f"  not turned into a unit: {line}", markup=False)
+        console.print(f"  skipped, not turned into a unit: {line}", markup=False, soft_wrap=True)
     if before and paths:  # not an error (one directory may gather runs), but not silent
         console.print(f"note: {args.out} already held {len(before)} unit(s) from an earlier "
                       f"recording; the new ones are beside them, and every command given "
                       f"{args.out} uses both (record into a new -o to keep runs apart)",
                       markup=False)
+    if problems and status == 0:  # the application's own failure comes first
+        return RecordingFormatError.exit_code
     return status
