@@ -13,6 +13,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -101,11 +102,10 @@ def env_int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -
     raw = env.get(name, "")
     if raw == "":
         return default
-    text = raw.strip()
-    if text != raw or not text.lstrip("+-").isdigit() or not text.isascii():
-        raise ConfigError(f"{name}={raw!r} is not an integer",
+    if not re.fullmatch(r"[+-]?[0-9]+", raw):
+        raise ConfigError(f"{name}={raw[:64]!r} is not an integer",
                           hint=f"set it to an integer from {lo} to {hi}, or unset it")
-    return _int_in(name, int(text), lo, hi, hint="or unset it for the default")
+    return _int_in(name, int(raw), lo, hi, hint="or unset it for the default")
 
 
 def environment(out: Path | str, *, kernels: str | None = None, max_instances: int | None = 4,

@@ -23,6 +23,14 @@ typedef struct {
   unsigned numAttrs;
 } CUlaunchConfig;
 
+/* for the functions that run inside a sanitizer's own start-up (it calls dlsym before its
+ * shadow memory exists): left uninstrumented in a -fsanitize build */
+#ifdef __GNUC__
+#define KF_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
+#else
+#define KF_NO_SANITIZE
+#endif
+
 #define KF_OK 0
 #define KF_PTDS_FLAG 2ULL /* CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM */
 

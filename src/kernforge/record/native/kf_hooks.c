@@ -136,7 +136,7 @@ static void *hand_out(const hook_t *h, void *real) {
 }
 
 /* dlsym(handle, "cuLaunchKernel") and the like: the wrapper, with the real function kept */
-void *dlsym(void *handle, const char *name) {
+KF_NO_SANITIZE void *dlsym(void *handle, const char *name) {
   void *real = kf_real_dlsym(handle, name);
   if (real && name[0] == 'n' && !strncmp(name, "nvrtc", 5)) return kf_nvrtc_dlsym(name, real);
   if (!real || name[0] != 'c' || name[1] != 'u' || !active()) return real;
