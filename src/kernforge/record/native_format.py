@@ -224,11 +224,10 @@ def finalize_spool(root: PathLike) -> tuple[list[Path], list[str]]:
             continue
         shutil.rmtree(d, ignore_errors=True)
     if not any(p.name[:1].isdigit() for p in spool.iterdir()):
-        shutil.rmtree(spool / "images", ignore_errors=True)
-        for p in spool.glob(f"{TMP_PREFIX}*"):  # left by a killed writer: incomplete
-            if real_dir(p):
+        for p in [spool / "images", *spool.glob(f"{TMP_PREFIX}*")]:  # a killed writer's
+            if real_dir(p):  # rmtree would open (and block on) a FIFO planted there
                 shutil.rmtree(p, ignore_errors=True)
-            else:
+            elif os.path.lexists(p):
                 p.unlink(missing_ok=True)
     return units, problems
 
