@@ -80,7 +80,10 @@ def test_the_runs_counts_go_once_every_spooled_launch_is_a_unit(on_fake: FakeCud
     # when a later finalize_spool can
     stuck = out / SPOOL / "1-000001"
     stuck.mkdir(parents=True)
-    (stuck / "unit.json").write_text('{"image": null}')
+    (stuck / "unit.json").write_text(json.dumps(
+        {"format": "kernforge-spool", "version": 1, "function": "heat", "api": "cuLaunchKernel",
+         "grid": [1, 1, 1], "block": [1, 1, 1], "shared_mem": 0, "param_bytes": 0,
+         "image": None, "params": [], "regions": []}))
     (stuck / "params.bin").write_bytes(b"")
     _, units, problems, summaries = record_command(on_fake.command(), out, kernels="heat",
                                                    max_instances=1)
@@ -104,7 +107,9 @@ def test_a_killed_application_leaves_every_completed_unit(on_fake: FakeCuda,
     assert status == 128 + 9 and not problems
     assert sorted(u.name for u in units) == [f"heat-{i}" for i in range(10)]
     (tmp_path / SPOOL / ".tmp-1-000099").mkdir(parents=True)  # a writer killed half-way
-    assert finalize_spool(tmp_path) == ([], [])
+    units, problems = finalize_spool(tmp_path)
+    assert units == [] and len(problems) == 1 and problems[0].startswith(".tmp-1-000099: "
+                                                                          "incomplete")
     assert not (tmp_path / SPOOL / ".tmp-1-000099").exists()
 
 

@@ -157,6 +157,14 @@ def warn_damaged(exc: RecordingError) -> None:
     damaged_units.skip(exc)
 
 
+def finalize_spooled(path: str | Path) -> None:
+    """Spool units a killed recording left, turned into units; each one that cannot be is
+    named with its reason (a warning: the units that are fine are used)."""
+    for line in finalize_spool(path)[1]:
+        err_console.print(f"[yellow]warning: a spooled launch was not turned into a unit:[/] "
+                          f"{escape(line)}", soft_wrap=True)
+
+
 def load_all_units(path: str | Path, pattern: str | None = None
                    ) -> tuple[list[Recording], list[NativeRecording]]:
     """Every recorded unit under ``path``, v1 and native, whose kernel matches ``pattern``
@@ -166,7 +174,7 @@ def load_all_units(path: str | Path, pattern: str | None = None
     when none remains, its error is raised. One unit named directly is loaded strictly. A
     directory holding no unit at all is a ConfigError."""
     if Path(path).is_dir():
-        finalize_spool(path)
+        finalize_spooled(path)
     paths = find_recordings(path)
     if not paths:
         raise ConfigError(f"no recorded units in {path}: record with kernforge record "

@@ -12,7 +12,7 @@ from ..core import Measurement, RecordingError
 from ..core.fmt import fmt_time
 from ..core.native import NativeRecording
 from ..record import find_recordings
-from ..record.native_format import finalize_spool, is_native_unit, read_native
+from ..record.native_format import is_native_unit, read_native
 from ..replay.cache_protocol import (
     apply_mode,
     calibrate,
@@ -21,7 +21,7 @@ from ..replay.cache_protocol import (
 )
 from ..replay.native import NativeVariant
 from ..replay.native_child import run_isolated
-from .checks import native_matches, warn_damaged
+from .checks import finalize_spooled, native_matches, warn_damaged
 from .output import console
 
 
@@ -29,7 +29,7 @@ def load_native_units(path: str | Path, pattern: str | None = None) -> list[Nati
     """The native units under ``path`` matching ``pattern`` (mangled name, readable name or
     unit directory); spool units a killed recording left are turned into units first."""
     if Path(path).is_dir():
-        finalize_spool(path)
+        finalize_spooled(path)
     out: list[NativeRecording] = []
     for p in find_recordings(path):
         if not is_native_unit(p):

@@ -11,6 +11,7 @@ from ..pipeline.run_app import command_program, record_command, runs_in_process
 from ..record import find_recordings
 from ..record.native_format import SPOOL, finalize_interrupted, spool_entries
 from .checks import writable_dir
+from .damaged import EXIT_SKIPPED
 from .output import console
 
 EXIT_APP_FAILED = 8  # the recorded application failed (its own status printed)
@@ -120,6 +121,9 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         raise _interrupted(out, before, earlier) from None
     tail = "" if status == 0 else f" (the application {_status_text(status)})"
+    if problems:
+        tail += (f"; {len(problems)} spooled launch(es) were damaged or incomplete and "
+                 f"skipped (below)")
     if summaries:
         console.print(f"driver: {_summary(summaries)}", markup=False)
     elif not paths:
@@ -131,14 +135,14 @@ def run(args: argparse.Namespace) -> int:
     for p in paths:
         console.print(f"  {p}", markup=False)
     for line in problems:
-        console.print(f"  not turned into a unit: {line}", markup=False)
+        console.print(f"  skipped, not turned into a unit: {line}", markup=False, soft_wrap=True)
     if before and paths:  # not an error (one directory may gather runs), but not silent
         console.print(f"note: {args.out} already held {len(before)} unit(s) from an earlier "
                       f"recording; the new ones are beside them, and every command given "
                       f"{args.out} uses both (record into a new -o to keep runs apart)",
                       markup=False)
-    if status == 0:
-        return 0
+    if status == 0:  # the application's own failure comes first
+        return EXIT_SKIPPED if problems else 0
     if args.pass_status:
         return status if status > 0 else 128 - status  # killed by a signal: as a shell says
     console.print(f"kernforge record exits {EXIT_APP_FAILED}: the application "

@@ -321,15 +321,21 @@ def record_command(command: Sequence[str], out: str | Path, *, kernels: str | No
 def pyrun_main(argv: Sequence[str]) -> int:
     """``python -m kernforge.pipeline.pyrun APP ARGS``: the in-process capture of a Python
     application, configured by the interposer's environment."""
+    from ..record import interposer
     from ..record.native_format import SPOOL
 
     out = os.environ.get("KERNFORGE_RECORD_DIR")
     if not out:
         print("kernforge: pyrun needs KERNFORGE_RECORD_DIR", file=sys.stderr)
         return 2
-    n = int(os.environ.get("KERNFORGE_MAX_INSTANCES", "4"))
+    try:  # the interposer's own values, read as strictly as it reads them
+        n = interposer.env_int(os.environ, "KERNFORGE_MAX_INSTANCES", 4, -1, (1 << 63) - 1)
+        skip = interposer.env_int(os.environ, "KERNFORGE_SKIP", 0, 0, (1 << 63) - 1)
+    except ConfigError as exc:
+        print(f"kernforge: {exc}", file=sys.stderr)
+        return 2
     status, _ = record_application(list(argv), out, kernels=os.environ.get("KERNFORGE_KERNELS"),
                                    max_instances=n if n >= 0 else None,  # type: ignore[arg-type]
-                                   skip=int(os.environ.get("KERNFORGE_SKIP", "0")),
+                                   skip=skip,
                                    summary=Path(out) / SPOOL / f"inprocess-{os.getpid()}.json")
     return status

@@ -13,6 +13,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -28,7 +29,7 @@ from ..core import BackendUnavailableError, ConfigError
 from ..core.paths import cache_path
 
 SOURCES = ("kf.h", "kf_deploy.h", "kf_real.c", "kf_state.c", "kf_track.c", "kf_hooks.c",
-           "kf_record.c", "kf_io.c", "kf_deploy.c", "kf_spec.c", "kf_nvrtc.c")
+           "kf_record.c", "kf_io.c", "kf_spool.c", "kf_deploy.c", "kf_spec.c", "kf_nvrtc.c")
 _lock = threading.Lock()
 
 
@@ -45,14 +46,14 @@ def compiler() -> str:
     return cc
 
 
-def build(out_dir: Path | None = None, extra_flags: Sequence[str] = ()) -> Path:
+def build(out_dir: Path | None = None, *, extra_flags: Sequence[str] = ()) -> Path:
     """The interposer library, built now if its sources changed since the last build.
-    ``extra_flags`` go to the compiler (e.g. ``-fsanitize=address,undefined``); a build with
-    them is cached apart from the plain one."""
+    ``extra_flags`` go to the compiler (e.g. ``-fsanitize=address,undefined`` for the tests);
+    they are part of the cache key, so each set of flags has a library of its own."""
     srcs = _sources()
-    flags = list(extra_flags)
+    flags = [str(f) for f in extra_flags]
     digest = hashlib.sha256(b"".join(n.encode() + b"\0" + srcs[n] for n in SOURCES)
-                            + "\0".join(flags).encode()).hexdigest()
+                            + b"\0flags\0" + "\0".join(flags).encode()).hexdigest()
     target_dir = out_dir or cache_path("interposer")
     lib = target_dir / f"libkfinterpose-{digest[:16]}.so"
     with _lock:
@@ -82,19 +83,54 @@ def build(out_dir: Path | None = None, extra_flags: Sequence[str] = ()) -> Path:
     return lib
 
 
+# the ranges the interposer accepts (kf_record.c); a value outside is refused here, before the
+# program starts, rather than said and replaced by the default inside it
+MAX_MB_LIMIT = 1 << 40
+SCAN_KB_LIMIT = 1 << 30
+_LLONG_MAX = (1 << 63) - 1
+RECORD_DIR_MAX = 3800  # bytes of KERNFORGE_RECORD_DIR
+
+
+def _int_in(option: str, value: object, lo: int, hi: int, hint: str | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{option} {value!r} is not an integer", hint=hint)
+    if not lo <= value <= hi:
+        raise ConfigError(f"{option} {value} must be from {lo} to {hi}", hint=hint)
+    return value
+
+
+def env_int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
+    """An integer KERNFORGE_* value as the interposer reads it (decimal, nothing else), or a
+    :class:`ConfigError` naming the variable."""
+    raw = env.get(name, "")
+    if raw == "":
+        return default
+    if not re.fullmatch(r"[+-]?[0-9]+", raw):
+        raise ConfigError(f"{name}={raw[:64]!r} is not an integer",
+                          hint=f"set it to an integer from {lo} to {hi}, or unset it")
+    return _int_in(name, int(raw), lo, hi, hint="or unset it for the default")
+
+
 def environment(out: Path | str, *, kernels: str | None = None, max_instances: int | None = 4,
                 skip: int = 0, max_mb: int = 16384, record_all: bool = False,
                 base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment that makes a preloaded interposer record into ``out``, added to
-    ``base`` (default: this process's environment)."""
-    if max_instances is not None and max_instances < 0:
-        raise ConfigError(f"--max-instances {max_instances} must be >= 0")
-    if skip < 0:
-        raise ConfigError(f"--skip {skip} must be >= 0")
-    if max_mb < 0:
-        raise ConfigError(f"--max-mb {max_mb} must be >= 0",
-                          hint="give the most MiB of device memory to record in all")
-    env = {"KERNFORGE_RECORD_DIR": str(Path(out).resolve()),
+    ``base`` (default: this process's environment). Every value is checked against what the
+    interposer accepts: a bad one is a :class:`ConfigError` before anything runs."""
+    if max_instances is not None:
+        _int_in("--max-instances", max_instances, 0, _LLONG_MAX)
+    _int_in("--skip", skip, 0, _LLONG_MAX)
+    _int_in("--max-mb", max_mb, 0, MAX_MB_LIMIT,
+            hint="give the most MiB of device memory to record in all")
+    if kernels is not None and (not kernels or "\0" in kernels):
+        raise ConfigError(f"--kernels {kernels!r} is not a pattern",
+                          hint="give a glob pattern such as '*solve*', or leave it out")
+    out_dir = str(Path(out).resolve())
+    if "\0" in out_dir or len(out_dir.encode("utf-8", "surrogateescape")) > RECORD_DIR_MAX:
+        raise ConfigError(f"-o {str(out)[:200]!r}: the recording directory's path is longer "
+                          f"than {RECORD_DIR_MAX} bytes", hint="record into a shorter path")
+    env_int(os.environ if base is None else base, "KERNFORGE_SCAN_KB", 1024, 0, SCAN_KB_LIMIT)
+    env = {"KERNFORGE_RECORD_DIR": out_dir,
            "KERNFORGE_MAX_INSTANCES": str(-1 if max_instances is None else max_instances),
            "KERNFORGE_SKIP": str(skip), "KERNFORGE_MAX_MB": str(max_mb),
            "KERNFORGE_RECORD_ALL": "1" if record_all else "0"}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import shutil
 import uuid
 from datetime import UTC, datetime
@@ -38,9 +39,17 @@ from ._layout import (
     no_such_unit,
 )
 from .format import _BlobStore, _make_loader, _next_instance, _publish, check_blob_files
+from .spool_read import (
+    JSON_LIMIT,
+    SPOOL,
+    damaged,
+    read_regular,
+    read_unit_json,
+    real_dir,
+    spool_dir,
+)
 
 NATIVE_SCHEMA = 2
-SPOOL = ".spool"
 _REWRITE = "re-record the launch (kernforge record -- COMMAND)"
 
 
@@ -65,8 +74,8 @@ def _pointer_words(raw: bytes, params: list[dict[str, Any]],
     return out
 
 
-def _raw(path: Path) -> np.ndarray:
-    return np.fromfile(path, dtype=np.uint8)
+def _raw(path: Path, size: int | None = None) -> np.ndarray:
+    return np.frombuffer(read_regular(path, size), dtype=np.uint8)
 
 
 def _app_times(root: Path) -> dict[tuple[int, str], list[float]]:
@@ -98,9 +107,14 @@ def _nvrtc_source(spool_unit: Path, entry: str) -> dict[str, Any] | None:
     """The NVRTC program the kernel's image was compiled from (nvrtc.json), as the manifest's
     ``source``: the code, headers, options and the name expression lowered to ``entry``."""
     path = spool_unit / "nvrtc.json"
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
-    n = _bytes_text(json.loads(path.read_text("utf-8")))
+    try:
+        n = _bytes_text(parse_json(read_regular(path, limit=JSON_LIMIT).decode("utf-8")))
+    except (ValueError, UnicodeDecodeError) as exc:  # DamagedJSON is a ValueError
+        raise damaged(spool_unit, f"nvrtc.json: {exc}") from None
+    if not isinstance(n, dict) or not isinstance(n.get("source"), str):
+        raise damaged(spool_unit, "nvrtc.json: not an NVRTC program with its source")
     exprs = [e for e in n.get("name_expressions", []) if e.get("expression")]
     named = next((e["expression"] for e in exprs if e.get("lowered") == entry), None)
     code = n["source"]
@@ -114,11 +128,13 @@ def _nvrtc_source(spool_unit: Path, entry: str) -> dict[str, Any] | None:
 
 
 def _convert(spool_unit: Path, root: Path, app: dict[tuple[int, str], list[float]]) -> Path:
-    u = json.loads((spool_unit / "unit.json").read_text("utf-8"))
-    raw = (spool_unit / "params.bin").read_bytes()
+    u = read_unit_json(spool_unit)
+    raw = read_regular(spool_unit / "params.bin", u["param_bytes"])
     if u.get("image") is None:
-        raise RecordingError(f"{spool_unit}: the kernel's module image was not seen",
+        raise RecordingError(f"{spool_unit.name}: the kernel's module image was not seen",
                              hint="the module was loaded before the interposer was active")
+    if not real_dir(spool_unit.parent / "images"):
+        raise damaged(spool_unit, "the spool's images directory is missing or not a directory")
     image = spool_unit.parent / "images" / f"{u['image']}.bin"
     tmp = root / f"{TMP_PREFIX}{uuid.uuid4().hex}"
     tmp.mkdir()
@@ -126,12 +142,13 @@ def _convert(spool_unit: Path, root: Path, app: dict[tuple[int, str], list[float
         store = _BlobStore(tmp)
         regions = []
         for i, r in enumerate(u["regions"]):
-            pre = store.save(_raw(spool_unit / f"r{i}.pre"))
+            pre = store.save(_raw(spool_unit / f"r{i}.pre", r["size"]))
             post = spool_unit / f"r{i}.post"
             regions.append({"address": r["address"], "size": r["size"],
                             "kind": ALLOC_KINDS[r["kind"]] if 0 <= r["kind"] < 5 else "alloc",
                             "prologue": pre,
-                            "epilogue": store.save(_raw(post)) if post.exists() else None})
+                            "epilogue": store.save(_raw(post, r["size"])) if r.get("changed")
+                            else None})
         image_id = store.save(_raw(image))
         fsync_dir(store.dir)
         params = u["params"]
@@ -176,31 +193,49 @@ def _unit_name(entry: str) -> str:
 
 def finalize_spool(root: PathLike) -> tuple[list[Path], list[str]]:
     """Turn every complete spool unit under ``root`` into a recording unit (and remove it).
-    Returns the new units and a problem line for each spool unit that could not be turned."""
+    Returns the new units and a problem line (``NAME: reason``) for each spool entry that
+    could not be turned: a damaged unit (kept in the spool, for a look), a name that is not a
+    directory, a unit a killed process left incomplete (removed once nothing else is left)."""
     root = Path(root)
-    spool = root / SPOOL
-    if not spool.is_dir():
+    try:
+        spool = spool_dir(root)
+    except RecordingFormatError as exc:
+        return [], [str(exc)]
+    if spool is None:
         return [], []
     units, problems = [], []
     app = _app_times(root)
-    for d in sorted(p for p in spool.iterdir() if p.is_dir() and p.name[:1].isdigit()):
+    for d in sorted(spool.iterdir()):
+        if not d.name[:1].isdigit():
+            if d.name.startswith(TMP_PREFIX) and real_dir(d) and not d.name.startswith(
+                    f"{TMP_PREFIX}w"):
+                problems.append(f"{d.name}: incomplete: its process ended (killed?) while "
+                                "writing it; skipped")
+            continue
+        if not real_dir(d):
+            problems.append(f"{d.name}: not a directory (a symbolic link, file or FIFO); "
+                            "skipped")
+            continue
         try:
             units.append(_convert(d, root, app))
-        except (OSError, ValueError, KeyError, KernforgeError) as exc:
-            problems.append(f"{d.name}: {exc}")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, KernforgeError) as exc:
+            problems.append(str(exc) if isinstance(exc, RecordingFormatError) and
+                            exc.message.startswith(d.name) else f"{d.name}: {exc}")
             continue
         shutil.rmtree(d, ignore_errors=True)
-    if not any(p.name[:1].isdigit() for p in spool.iterdir() if p.is_dir()):
-        shutil.rmtree(spool / "images", ignore_errors=True)
-        for p in spool.glob(f"{TMP_PREFIX}*"):  # left by a killed writer: incomplete
-            shutil.rmtree(p, ignore_errors=True)
+    if not any(p.name[:1].isdigit() for p in spool.iterdir()):
+        for p in [spool / "images", *spool.glob(f"{TMP_PREFIX}*")]:  # a killed writer's
+            if real_dir(p):  # rmtree would open (and block on) a FIFO planted there
+                shutil.rmtree(p, ignore_errors=True)
+            elif os.path.lexists(p):
+                p.unlink(missing_ok=True)
     return units, problems
 
 
 def spool_entries(root: PathLike) -> set[str]:
     """The names the spool under ``root`` holds now (none when there is no spool)."""
-    spool = Path(root) / SPOOL
-    return {p.name for p in spool.iterdir()} if spool.is_dir() else set()
+    spool = spool_dir(Path(root))
+    return {p.name for p in spool.iterdir()} if spool is not None else set()
 
 
 def finalize_interrupted(root: PathLike, earlier: set[str]) -> list[str]:
@@ -226,13 +261,13 @@ def drop_spent_counts(root: PathLike, earlier: set[str]) -> None:
     those units with them. Removing a file changes no unit: a kill at any point leaves every
     unit as it was, at worst a count behind."""
     spool = Path(root) / SPOOL
-    pending = spool.is_dir() and any(p.is_dir() and p.name[:1].isdigit()
-                                     for p in spool.iterdir())
+    pending = real_dir(spool) and any(p.is_dir() and p.name[:1].isdigit()
+                                      for p in spool.iterdir())
     _drop_counts(spool, earlier, ("inprocess-",) if pending else ("summary-", "inprocess-"))
 
 
 def _drop_counts(spool: Path, earlier: set[str], prefixes: tuple[str, ...]) -> None:
-    if not spool.is_dir():
+    if not real_dir(spool):  # never through a link
         return
     for p in spool.glob("*.json"):
         if p.name not in earlier and p.name.startswith(prefixes):
@@ -244,11 +279,14 @@ def _drop_counts(spool: Path, earlier: set[str], prefixes: tuple[str, ...]) -> N
 def spool_summaries(root: PathLike) -> list[dict[str, Any]]:
     """What the interposer of each recorded process counted (launches, kernels seen)."""
     out = []
-    for p in sorted((Path(root) / SPOOL).glob("summary-*.json")):
+    spool = Path(root) / SPOOL
+    for p in sorted(spool.glob("summary-*.json") if real_dir(spool) else []):
         try:
-            out.append(json.loads(p.read_text("utf-8")))
-        except (OSError, ValueError):
+            s = json.loads(read_regular(p, limit=JSON_LIMIT).decode("utf-8"))
+        except (OSError, ValueError, KernforgeError):
             continue
+        if isinstance(s, dict):
+            out.append(s)
     return out
 
 

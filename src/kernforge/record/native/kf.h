@@ -159,12 +159,25 @@ extern pthread_mutex_t kf_lock;
 typedef struct { char *s; size_t n, cap; } buf_t;
 void kf_put(buf_t *b, const char *fmt, ...);
 void kf_put_str(buf_t *b, const char *s);
-int kf_write_file(const char *path, const void *data, size_t n);
-void kf_fsync_path(const char *dir);
+/* files are created safely: a fresh name only (O_EXCL), no link followed (O_NOFOLLOW), within
+ * the size limit (RLIMIT_FSIZE: EFBIG, never SIGXFSZ); -1 with errno on failure */
+int kf_write_at(int dir, const char *name, const void *data, size_t n);
+int kf_subdir(int parent, const char *name); /* made if missing; a real directory, else -1 */
+int kf_spool_open(void);                     /* <root>/.spool, -1 with errno */
+int kf_publish_at(int dir, const char *name, const void *data, size_t n); /* tmp + rename */
+void kf_remove_at(int dir, const char *name); /* a unit directory left by a failed write */
+long long kf_env_ll(const char *name, long long dflt, long long lo, long long hi);
+void kf_say_once(int *said, const char *fmt, ...); /* kf_log the first time only */
+
+/* ---- the spool (kf_spool.c) ---------------------------------------------------------------- */
+typedef struct { void *pre, *post; } kf_snap_t;
+int kf_write_unit(const kf_launch_t *l, const kf_fn_t *fn, const kf_image_ref_t *img,
+                  const uint8_t *params, size_t psize, const kf_alloc_t *r, size_t k,
+                  const kf_snap_t *s, float ms, unsigned long call);
 
 /* ---- NVRTC (kf_nvrtc.c) -------------------------------------------------------------------- */
 void *kf_nvrtc_dlsym(const char *name, void *real); /* dlsym's answer for an nvrtc* name */
-int kf_nvrtc_write(const char *dir, uint64_t image); /* DIR/nvrtc.json when NVRTC made it */
+int kf_nvrtc_write(int dir, uint64_t image); /* DIR/nvrtc.json when NVRTC made it */
 
 /* ---- deploy (kf_deploy.c) ------------------------------------------------------------------ */
 int kf_deploy_active(void);

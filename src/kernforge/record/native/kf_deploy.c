@@ -22,6 +22,7 @@
  * for all of them); an image that cannot be loaded disables its entry at the first attempt.
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,7 +239,7 @@ void kf_deploy_report(void) {
   }
   kf_put(&b, "]}\n");
   sprintf(tmp, "%s.%d.tmp", path, (int)getpid());
-  if (kf_write_file(tmp, b.s, b.n) || rename(tmp, path)) {
+  if (kf_write_at(AT_FDCWD, tmp, b.s, b.n) || rename(tmp, path)) {
     unlink(tmp);
     kf_log("cannot write the deploy counts to %s", path);
   }

@@ -1,22 +1,27 @@
 /* kernforge driver interposer: small I/O helpers and the per-process summary at exit. */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include "kf.h"
 
-extern const char *root;
 extern unsigned long n_launches, n_recorded, n_budget, n_unknown, n_failed;
 extern unsigned long kf_n_cooperative, kf_n_graphs;
 
 /* ---- a growable text buffer for unit.json ---------------------------------------------------- */
 void kf_put(buf_t *b, const char *fmt, ...) {
   va_list ap;
+  if (!b->s) return; /* an allocation failed: the caller sees b->s == NULL */
   for (;;) {
     va_start(ap, fmt);
     int w = vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
@@ -24,7 +29,7 @@ void kf_put(buf_t *b, const char *fmt, ...) {
     if (w >= 0 && (size_t)w < b->cap - b->n) { b->n += (size_t)w; return; }
     size_t cap = b->cap * 2 + (w > 0 ? (size_t)w : 0) + 256;
     char *s = realloc(b->s, cap);
-    if (!s) return;
+    if (!s) { free(b->s); b->s = NULL; return; }
     b->s = s, b->cap = cap;
   }
 }
@@ -39,35 +44,123 @@ void kf_put_str(buf_t *b, const char *s) {
   kf_put(b, "\"");
 }
 
-int kf_write_file(const char *path, const void *data, size_t n) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return -1;
-  const char *p = data;
+/* ---- files created safely ------------------------------------------------------------------ */
+/* a write past RLIMIT_FSIZE raises SIGXFSZ, which kills a program that does not handle it: the
+ * limit is checked first, and SIGXFSZ is blocked in this thread around the write (a pending one
+ * of ours is taken back), so the write fails with EFBIG and the program runs on */
+static int write_all(int fd, const char *p, size_t n) {
+  struct rlimit lim;
+  if (!getrlimit(RLIMIT_FSIZE, &lim) && lim.rlim_cur != RLIM_INFINITY && n > lim.rlim_cur) {
+    errno = EFBIG;
+    return -1;
+  }
+  sigset_t xfsz, old;
+  sigemptyset(&xfsz);
+  sigaddset(&xfsz, SIGXFSZ);
+  pthread_sigmask(SIG_BLOCK, &xfsz, &old);
+  int rc = 0, err = 0;
   while (n) {
     ssize_t w = write(fd, p, n);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) { close(fd); return -1; }
+    if (w <= 0) { rc = -1, err = w < 0 ? errno : EIO; break; }
     p += w, n -= (size_t)w;
   }
-  int rc = fsync(fd);
-  return close(fd) || rc ? -1 : 0;
+  if (err == EFBIG && !sigismember(&old, SIGXFSZ)) {
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(&xfsz, NULL, &zero) == SIGXFSZ) {}
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  errno = err;
+  return rc;
 }
 
-void kf_fsync_path(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) { fsync(fd); close(fd); }
+int kf_write_at(int dir, const char *name, const void *data, size_t n) {
+  int fd = openat(dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return -1;
+  int rc = write_all(fd, data, n), err = errno;
+  if (!rc && fsync(fd)) rc = -1, err = errno;
+  if (close(fd) && !rc) rc = -1, err = errno;
+  if (rc) unlinkat(dir, name, 0);
+  errno = err;
+  return rc;
+}
+
+int kf_subdir(int parent, const char *name) {
+  if (mkdirat(parent, name, 0755) && errno != EEXIST) return -1;
+  /* EEXIST is fine for a real directory only: a symlink, file or FIFO fails here (no blocking) */
+  return openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+}
+
+extern const char *root;
+int kf_spool_open(void) {
+  if (!root) { errno = ENOENT; return -1; }
+  if (mkdir(root, 0755) && errno != EEXIST) return -1; /* the directory the user named */
+  int top = open(root, O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC);
+  if (top < 0) return -1;
+  int fd = kf_subdir(top, ".spool"), err = errno;
+  close(top);
+  errno = err;
+  return fd;
+}
+
+/* NAME written whole or not at all: a fresh temporary name, then renamed over NAME (a link
+ * planted at NAME is replaced, never followed) */
+int kf_publish_at(int dir, const char *name, const void *data, size_t n) {
+  static unsigned long counter;
+  char tmp[256];
+  for (int tries = 0; tries < 8; tries++) {
+    unsigned long c = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+    snprintf(tmp, sizeof tmp, ".tmp-w%d-%lu", getpid(), c);
+    if (!kf_write_at(dir, tmp, data, n)) {
+      if (!renameat(dir, tmp, dir, name)) return 0;
+      int err = errno;
+      unlinkat(dir, tmp, 0);
+      errno = err;
+      return -1;
+    }
+    if (errno != EEXIST) return -1;
+  }
+  return -1;
+}
+
+void kf_remove_at(int dir, const char *name) {
+  int fd = openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!d) { if (fd >= 0) close(fd); return; }
+  for (struct dirent *e; (e = readdir(d));)
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(fd, e->d_name, 0);
+  closedir(d);
+  unlinkat(dir, name, AT_REMOVEDIR);
+}
+
+/* ---- environment values: strict, with one message when one is not understood ---------------- */
+long long kf_env_ll(const char *name, long long dflt, long long lo, long long hi) {
+  const char *v = getenv(name);
+  if (!v || !*v) return dflt;
+  char *end;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (errno || end == v || *end || x < lo || x > hi || isspace((unsigned char)*v)) {
+    kf_log("%s=%.64s is not an integer from %lld to %lld; using %lld", name, v, lo, hi, dflt);
+    return dflt;
+  }
+  return x;
+}
+
+void kf_say_once(int *said, const char *fmt, ...) {
+  if (__atomic_exchange_n(said, 1, __ATOMIC_RELAXED)) return;
+  char buf[900];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  kf_log("%s", buf);
 }
 
 /* what this process launched and recorded: <root>/.spool/summary-<pid>.json */
 __attribute__((destructor)) static void summary(void) {
   kf_deploy_report(); /* a no-op unless this process used the driver with a deployment */
   if (!kf_recording() || !n_launches) return;
-  char path[4096], tmp[4200];
-  snprintf(path, sizeof path, "%s/.spool", root);
-  mkdir(root, 0755);
-  mkdir(path, 0755);
-  snprintf(path, sizeof path, "%s/.spool/summary-%d.json", root, getpid());
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
   buf_t b = {malloc(4096), 0, 4096};
   kf_put(&b, "{\"pid\": %d, \"launches\": %lu, \"recorded\": %lu, \"over_budget\": %lu, "
       "\"unknown_layout\": %lu, \"failed\": %lu, \"cooperative\": %lu, \"graphs\": %lu, "
@@ -85,6 +178,13 @@ __attribute__((destructor)) static void summary(void) {
   }
   free(all);
   kf_put(&b, "]}\n");
-  if (b.s && !kf_write_file(tmp, b.s, b.n)) rename(tmp, path);
+  char name[64];
+  snprintf(name, sizeof name, "summary-%d.json", getpid());
+  int spool = kf_spool_open();
+  if (!b.s || spool < 0 || kf_publish_at(spool, name, b.s, b.n)) {
+    static int said;
+    kf_say_once(&said, "could not write %s/.spool/%s: %s", root, name, strerror(errno));
+  }
+  if (spool >= 0) close(spool);
   free(b.s);
 }

@@ -219,7 +219,7 @@ static void put_opt_str(buf_t *b, const char *s) {
   else kf_put(b, "null");
 }
 
-int kf_nvrtc_write(const char *dir, uint64_t image) {
+int kf_nvrtc_write(int dir, uint64_t image) {
   pthread_mutex_lock(&nv_lock);
   kf_out_t *o = outs;
   while (o && o->image != image) o = o->next;
@@ -256,9 +256,7 @@ int kf_nvrtc_write(const char *dir, uint64_t image) {
   kf_put_str(&b, p->src);
   kf_put(&b, "}\n");
   pthread_mutex_unlock(&nv_lock);
-  char path[4400];
-  snprintf(path, sizeof path, "%s/nvrtc.json", dir);
-  int rc = kf_write_file(path, b.s, b.n);
+  int rc = !b.s || kf_write_at(dir, "nvrtc.json", b.s, b.n) ? -1 : 0;
   free(b.s);
   return rc;
 }

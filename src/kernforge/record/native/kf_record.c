@@ -13,57 +13,46 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <limits.h>
 #include <unistd.h>
 #include "kf.h"
 
 __thread int kf_suppressed;
 pthread_mutex_t kf_lock = PTHREAD_MUTEX_INITIALIZER;
 const char *root;
-static long max_instances = 4, skip_first;
+static long long max_instances = 4, skip_first;
 static unsigned long long byte_budget = 1ULL << 34, bytes_used;
-static int record_all;
+static int record_all, recording;
 static size_t scan_limit = 1 << 20;
-static unsigned long seq;
 unsigned long n_launches, n_recorded, n_budget, n_unknown, n_failed;
 unsigned long kf_n_cooperative, kf_n_graphs;
 
 /* called by kernforge's own Python capture around a launch it records itself */
 void kf_record_suppress(int on) { kf_suppressed = on; }
 
-static long env_long(const char *name, long dflt) {
-  const char *v = getenv(name);
-  return v && *v ? strtol(v, NULL, 10) : dflt;
+/* the KERNFORGE_* record variables, read once: a value that is not understood is said once
+ * and its default used (the Python launcher refuses such values before the program starts) */
+#define KF_MAX_MB (1LL << 40) /* MiB: the byte budget fits in 64 bits */
+#define KF_MAX_SCAN_KB (1LL << 30)
+static void configure(void) {
+  root = getenv("KERNFORGE_RECORD_DIR");
+  recording = root && *root;
+  if (recording && strlen(root) > 3800) {
+    kf_log("KERNFORGE_RECORD_DIR is longer than 3800 bytes; recording is off");
+    recording = 0;
+  }
+  if (!recording) return;
+  max_instances = kf_env_ll("KERNFORGE_MAX_INSTANCES", 4, -1, LLONG_MAX);
+  skip_first = kf_env_ll("KERNFORGE_SKIP", 0, 0, LLONG_MAX);
+  byte_budget = (unsigned long long)kf_env_ll("KERNFORGE_MAX_MB", 16384, 0, KF_MAX_MB) << 20;
+  record_all = (int)kf_env_ll("KERNFORGE_RECORD_ALL", 0, 0, 1);
+  scan_limit = (size_t)kf_env_ll("KERNFORGE_SCAN_KB", 1024, 0, KF_MAX_SCAN_KB) << 10;
 }
 
 int kf_recording(void) {
-  static int state = -1;
-  if (state < 0) {
-    root = getenv("KERNFORGE_RECORD_DIR");
-    state = root && *root;
-    max_instances = env_long("KERNFORGE_MAX_INSTANCES", 4);
-    skip_first = env_long("KERNFORGE_SKIP", 0);
-    long mb = env_long("KERNFORGE_MAX_MB", 16384);
-    byte_budget = (unsigned long long)(mb < 0 ? 0 : mb) << 20;
-    record_all = env_long("KERNFORGE_RECORD_ALL", 0) != 0;
-    long scan = env_long("KERNFORGE_SCAN_KB", 1024);
-    scan_limit = (size_t)(scan < 0 ? 0 : scan) << 10;
-  }
-  return state;
-}
-
-static int save_image(const char *spool, uint64_t id) {
-  kf_image_t im;
-  if (!kf_image_get(id, &im)) return -1;
-  if (im.written) return 0;
-  char path[4096], tmp[4200];
-  snprintf(path, sizeof path, "%s/images/%016llx.bin", spool, (unsigned long long)id);
-  if (access(path, F_OK)) {
-    snprintf(tmp, sizeof tmp, "%s/images/.tmp-%d-%016llx", spool, getpid(),
-             (unsigned long long)id);
-    if (kf_write_file(tmp, im.data ? im.data : im.ptr, im.size) || rename(tmp, path)) return -1;
-  }
-  kf_image_written(id);
-  return 0;
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, configure);
+  return recording;
 }
 
 /* ---- parameters ---------------------------------------------------------------------------- */
@@ -121,21 +110,33 @@ uint8_t *kf_param_bytes(kf_launch_t *l, kf_fn_t *fn, size_t *n) {
   return NULL;
 }
 
-static size_t add_region(kf_alloc_t *r, size_t k, const kf_alloc_t *a) {
-  for (size_t j = 0; j < k; j++)
-    if (r[j].base == a->base) return k;
-  r[k] = *a;
-  return k + 1;
+/* The regions of one launch come from one snapshot of the allocation table (sorted by base):
+ * an allocation made or freed meanwhile by another thread changes nothing here, and the table
+ * of regions holds at most every allocation of the snapshot once. */
+typedef struct {
+  const kf_alloc_t *all;
+  size_t nall, k;
+  kf_alloc_t *r; /* nall entries */
+  unsigned char *taken;
+} found_t;
+
+static void take(found_t *f, size_t i) {
+  if (f->taken[i] || f->k >= f->nall) return;
+  f->taken[i] = 1;
+  f->r[f->k++] = f->all[i];
 }
 
-static size_t add_pointed(kf_alloc_t *r, size_t k, const uint8_t *p, size_t n) {
+static void add_pointed(found_t *f, const uint8_t *p, size_t n) {
   for (size_t o = 0; o + 8 <= n; o += 8) {
     CUdeviceptr v;
     memcpy(&v, p + o, 8);
-    kf_alloc_t a;
-    if (v && kf_alloc_find(v, &a)) k = add_region(r, k, &a);
+    size_t lo = 0, hi = f->nall; /* the first allocation with base > v */
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (f->all[mid].base <= v) lo = mid + 1; else hi = mid;
+    }
+    if (v && lo && v - f->all[lo - 1].base < f->all[lo - 1].size) take(f, lo - 1);
   }
-  return k;
 }
 
 /* allocations that an 8-byte-aligned word of the parameters points into, then those that
@@ -144,27 +145,30 @@ static size_t add_pointed(kf_alloc_t *r, size_t k, const uint8_t *p, size_t n) {
 static size_t regions(const uint8_t *p, size_t n, uint64_t image, kf_alloc_t **out) {
   if (record_all) return kf_alloc_snapshot(out);
   kf_alloc_t *all;
-  size_t nall = kf_alloc_snapshot(&all), k = 0;
-  kf_alloc_t *r = malloc((n / 8 + nall + 1) * sizeof *r);
-  if (!r) { free(all); return 0; }
-  k = add_pointed(r, k, p, n);
-  for (size_t i = 0; i < k; i++) { /* k grows while scanning: pointers to pointers too */
-    if (r[i].size > scan_limit) continue;
-    uint8_t *h = malloc(r[i].size ? r[i].size : 1);
-    if (h && !kf_drv.cuMemcpyDtoH(h, r[i].base, r[i].size)) k = add_pointed(r, k, h, r[i].size);
+  size_t nall = kf_alloc_snapshot(&all);
+  found_t f = {all, nall, 0, malloc((nall ? nall : 1) * sizeof *f.r), calloc(nall ? nall : 1, 1)};
+  if (!all || !f.r || !f.taken) {
+    free(all), free(f.r), free(f.taken);
+    *out = NULL;
+    return 0;
+  }
+  add_pointed(&f, p, n);
+  for (size_t i = 0; i < f.k; i++) { /* k grows while scanning: pointers to pointers too */
+    if (f.r[i].size > scan_limit) continue;
+    uint8_t *h = malloc(f.r[i].size ? f.r[i].size : 1);
+    if (h && !kf_drv.cuMemcpyDtoH(h, f.r[i].base, f.r[i].size)) add_pointed(&f, h, f.r[i].size);
     free(h);
   }
   for (size_t i = 0; i < nall; i++) /* the kernel's own module globals */
-    if (all[i].kind == KF_ALLOC_GLOBAL && image && all[i].owner == image) k = add_region(r, k, &all[i]);
+    if (all[i].kind == KF_ALLOC_GLOBAL && image && all[i].owner == image) take(&f, i);
   free(all);
-  *out = r;
-  return k;
+  free(f.taken);
+  *out = f.r;
+  return f.k;
 }
 
 /* ---- one recorded launch ------------------------------------------------------------------- */
-typedef struct { void *pre, *post; } snap_t;
-
-static int copy_regions(kf_alloc_t *r, size_t k, snap_t *s, int post) {
+static int copy_regions(kf_alloc_t *r, size_t k, kf_snap_t *s, int post) {
   for (size_t i = 0; i < k; i++) {
     void *h = malloc(r[i].size ? r[i].size : 1);
     if (!h) return -1;
@@ -174,86 +178,15 @@ static int copy_regions(kf_alloc_t *r, size_t k, snap_t *s, int post) {
   return 0;
 }
 
-static void device_json(buf_t *b) {
-  int ver = 0, dev = 0, major = 0, minor = 0;
-  char name[256] = "unknown";
-  if (kf_drv.cuDriverGetVersion) kf_drv.cuDriverGetVersion(&ver);
-  if (kf_drv.cuCtxGetDevice && !kf_drv.cuCtxGetDevice(&dev)) {
-    if (kf_drv.cuDeviceGetName) kf_drv.cuDeviceGetName(name, sizeof name, dev);
-    if (kf_drv.cuDeviceGetAttribute) {
-      kf_drv.cuDeviceGetAttribute(&major, 75, dev); /* COMPUTE_CAPABILITY_MAJOR */
-      kf_drv.cuDeviceGetAttribute(&minor, 76, dev);
-    }
-  }
-  kf_put(b, "\"driver_version\": %d, \"device_ordinal\": %d, \"device\": ", ver, dev);
-  kf_put_str(b, name);
-  kf_put(b, ", \"compute_capability\": [%d, %d]", major, minor);
-}
-
-static int write_unit(const kf_launch_t *l, const kf_fn_t *fn, const kf_image_ref_t *img,
-                      const uint8_t *params, size_t psize, const kf_alloc_t *r, size_t k,
-                      const snap_t *s, float ms, unsigned long call) {
-  char spool[4096], tmp[4200], dst[4200], path[4400];
-  snprintf(spool, sizeof spool, "%s/.spool", root);
-  mkdir(root, 0755);
-  mkdir(spool, 0755);
-  snprintf(path, sizeof path, "%s/images", spool);
-  mkdir(path, 0755);
-  unsigned long n = ++seq;
-  snprintf(tmp, sizeof tmp, "%s/.tmp-%d-%06lu", spool, getpid(), n);
-  snprintf(dst, sizeof dst, "%s/%d-%06lu", spool, getpid(), n);
-  if (mkdir(tmp, 0755)) return -1;
-  int bad = img->image && save_image(spool, img->image);
-  kf_image_t im = {0};
-  if (img->image) kf_image_get(img->image, &im);
-  static const char *kinds[] = {"cubin", "fatbin", "ptx", "text"};
-  buf_t b = {malloc(4096), 0, 4096};
-  kf_put(&b, "{\"format\": \"kernforge-spool\", \"version\": 1, \"pid\": %d, \"seq\": %lu, \"function\": ",
-      getpid(), n);
-  kf_put_str(&b, fn->name);
-  kf_put(&b, ", \"call\": %lu, \"api\": \"%s\", \"grid\": [%u, %u, %u], \"block\": [%u, %u, %u], "
-      "\"shared_mem\": %u, \"stream\": %llu, \"app_time_ms\": %.6f, ", call, l->api,
-      l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2], l->shmem,
-      (unsigned long long)(uintptr_t)l->stream, ms);
-  if (img->image)
-    kf_put(&b, "\"image\": \"%016llx\", \"image_kind\": \"%s\", \"loaded_via\": \"%s\", ",
-        (unsigned long long)img->image, kinds[im.kind], img->how ? img->how : "");
-  else kf_put(&b, "\"image\": null, ");
-  kf_put(&b, "\"launch_attrs\": [");
-  for (unsigned i = 0; i < l->nattrs; i++) {
-    kf_put(&b, "%s\"", i ? ", " : "");
-    for (unsigned j = 0; j < KF_ATTR_SIZE; j++)
-      kf_put(&b, "%02x", ((const uint8_t *)l->attrs)[i * KF_ATTR_SIZE + j]);
-    kf_put(&b, "\"");
-  }
-  kf_put(&b, "], \"param_bytes\": %zu, \"params\": [", psize);
-  for (int i = 0; fn->layout == 1 && i < fn->nparams; i++)
-    kf_put(&b, "%s{\"offset\": %zu, \"size\": %zu}", i ? ", " : "", fn->off[i], fn->size[i]);
-  kf_put(&b, "], \"regions\": [");
-  for (size_t i = 0; i < k; i++) {
-    int changed = s[i].post && memcmp(s[i].pre, s[i].post, r[i].size);
-    kf_put(&b, "%s{\"address\": %llu, \"size\": %zu, \"kind\": %d, \"changed\": %d}", i ? ", " : "",
-        (unsigned long long)r[i].base, r[i].size, r[i].kind, changed);
-    snprintf(path, sizeof path, "%s/r%zu.pre", tmp, i);
-    bad |= kf_write_file(path, s[i].pre, r[i].size);
-    if (changed) {
-      snprintf(path, sizeof path, "%s/r%zu.post", tmp, i);
-      bad |= kf_write_file(path, s[i].post, r[i].size);
-    }
-  }
-  kf_put(&b, "], ");
-  device_json(&b);
-  kf_put(&b, "}\n");
-  if (img->image) bad |= kf_nvrtc_write(tmp, img->image); /* the source, if NVRTC made it */
-  snprintf(path, sizeof path, "%s/params.bin", tmp);
-  bad |= kf_write_file(path, params, psize);
-  snprintf(path, sizeof path, "%s/unit.json", tmp);
-  bad |= !b.s || kf_write_file(path, b.s, b.n);
-  free(b.s);
-  kf_fsync_path(tmp);
-  if (bad || rename(tmp, dst)) return -1;
-  kf_fsync_path(spool);
-  return 0;
+/* said once per process: the program runs on, each launch that cannot be written unrecorded */
+static void write_failed(const kf_fn_t *fn, int err) {
+  static int said;
+  const char *why = err == EFBIG ? " (the file-size limit, ulimit -f, is too small)"
+                    : err == ELOOP || err == ENOTDIR || err == EEXIST
+                        ? " (a name in the spool is taken by a symbolic link, file or FIFO: "
+                          "record into a directory of your own)" : "";
+  kf_say_once(&said, "could not write the recording of %.200s under %s/.spool: %s%s; such "
+              "launches run unrecorded (counted as failed)", fn->name, root, strerror(err), why);
 }
 
 static CUresult record_one(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psize,
@@ -264,12 +197,12 @@ static CUresult record_one(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, s
   if (kf_drv.cuCtxSynchronize()) { n_failed++; return real(l, ctx); }
   size_t k = regions(params, psize, img.image, &r), total = 0;
   for (size_t i = 0; i < k; i++) total += 2 * r[i].size;
-  if (bytes_used + total > byte_budget) {
+  if (total > byte_budget || bytes_used > byte_budget - total) {
     n_budget++;
     free(r);
     return real(l, ctx);
   }
-  snap_t *s = calloc(k ? k : 1, sizeof *s);
+  kf_snap_t *s = calloc(k ? k : 1, sizeof *s);
   void *e0 = NULL, *e1 = NULL;
   float ms = -1;
   CUresult rc;
@@ -286,9 +219,9 @@ static CUresult record_one(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, s
   if (e1) kf_drv.cuEventRecord(e1, l->stream);
   if (rc || kf_drv.cuCtxSynchronize() || copy_regions(r, k, s, 1)) { n_failed++; goto done; }
   if (e1 && !kf_drv.cuEventSynchronize(e1)) kf_drv.cuEventElapsedTime(&ms, e0, e1);
-  if (write_unit(l, fn, &img, params, psize, r, k, s, ms, call)) {
+  if (kf_write_unit(l, fn, &img, params, psize, r, k, s, ms, call)) {
     n_failed++;
-    kf_log("could not write the recording of %s under %s", fn->name, root);
+    write_failed(fn, errno);
   } else {
     n_recorded++, fn->recorded++;
     bytes_used += total;
@@ -333,8 +266,8 @@ CUresult kf_launch(kf_launch_t *l, CUresult (*real)(kf_launch_t *, void *), void
   pthread_mutex_lock(&kf_lock);
   n_launches++;
   unsigned long call = fn->seen++;
-  int take = rec && fn->matches && (long)call >= skip_first &&
-             (max_instances < 0 || (long)fn->recorded < max_instances);
+  int take = rec && fn->matches && (long long)call >= skip_first &&
+             (max_instances < 0 || (long long)fn->recorded < max_instances);
   dep = dep && kf_deploy_covers(fn); /* other kernels pay no parameter copy */
   size_t psize = 0;
   uint8_t *params = (take || dep) ? kf_param_bytes(l, fn, &psize) : NULL;
