@@ -40,6 +40,7 @@ from kernforge.harness.busy import combine, watch
 from kernforge.harness.provenance import idle_check, provenance, write_figure
 from kernforge.harness.verdict import Judgement, judge_ab
 from kernforge.record import find_recordings, load_recording
+from kernforge.record.native_format import is_native_unit
 from kernforge.replay import compare
 
 C_SOURCE = r"""
@@ -115,7 +116,8 @@ def example_units(root: Path, backend: str, n: int) -> list[Recording]:
     subprocess.run([sys.executable, "-m", "kernforge", "record", "-o", str(root), "--",
                     sys.executable, str(example), "--n", str(n), "--steps", "2",
                     "--diag-every", "2"], check=True, capture_output=True)
-    return [load_recording(p) for p in find_recordings(root)]
+    # the example's own kernels (CuPy's CUB reductions are recorded too, as native units)
+    return [load_recording(p) for p in find_recordings(root) if not is_native_unit(p)]
 
 
 def slow_variant(rec: Recording, backend: str, n: int) -> Variant:
