@@ -24,6 +24,9 @@ from kernforge.testing.fakedriver import FakeCuda
 from .app_helpers import AGENT, fake_program, write_manifest
 
 ONLY_AGENT = '\n[integrate]\nstrategies = ["operator", "agent"]\n'
+# where the end-to-end speed is not what a test is about: a machine loaded by other work may
+# make the verdict inconclusive (then nothing is deployed; the milestones are the same)
+MEASURED = ("INTEGRATED", "INCONCLUSIVE")
 
 
 def _manifest(tmp_path: Path, fake: FakeCuda, src: Path, **kw: object) -> Path:
@@ -267,7 +270,7 @@ def test_an_agent_step_redone_after_an_interruption_starts_from_scratch(
         tmp_path: Path, fake: FakeCuda, program: Path) -> None:
     m = _manifest(tmp_path, fake, program, agent=False)
     out = tmp_path / "run"
-    assert _run(m, out, agent=f"{{python}} {AGENT} faster") == "INTEGRATED"
+    assert _run(m, out, agent=f"{{python}} {AGENT} faster") in MEASURED
     assert (out / "m3c" / "changes.diff").read_text()
     store = AppStore.open(out)  # as if interrupted in M3c, once the agent's diff was written
     store.begin("M3")
@@ -289,13 +292,13 @@ def test_only_an_interrupted_milestone_has_its_folder_emptied(
     for mine in (out / "m3c" / "notes.txt", out / "m4" / "keep.txt"):  # the user's own
         mine.parent.mkdir(parents=True, exist_ok=True)
         mine.write_text("mine")
-    assert _run(m, out, agent=f"{{python}} {AGENT} faster") == "INTEGRATED"
+    assert _run(m, out, agent=f"{{python}} {AGENT} faster") in MEASURED
     assert (out / "m3c" / "notes.txt").is_file() and (out / "m4" / "keep.txt").is_file()
     store = AppStore.open(out)  # as if killed during M4
     store.begin("M4")
     store.conn.execute("UPDATE app SET state = 'PENDING'")
     store.close()
-    assert _run(m, out, resume=True, agent=f"{{python}} {AGENT} faster") == "INTEGRATED"
+    assert _run(m, out, resume=True, agent=f"{{python}} {AGENT} faster") in MEASURED
     assert not (out / "m4" / "keep.txt").exists()  # M4 redone from scratch
     assert (out / "m3c" / "notes.txt").is_file()  # M3c was settled: untouched
 

@@ -133,17 +133,18 @@ class AppHarness:
         The median per-round ratio, its distribution-free 95% interval and the speed
         verdict (:mod:`kernforge.harness.verdict`: faster, not faster or inconclusive)."""
         k = [0]
+        limit = max_rounds or 3 * rounds
 
         def side(s: Setup) -> Callable[[], float]:
             def once() -> float:
                 k[0] += 1
-                self.progress(f"{self.m.name}: {dataset.name} run {k[0]}/{2 * rounds} "
-                              f"({s.label})")
+                self.progress(f"{self.m.name}: {dataset.name} run {k[0]} of {2 * rounds} "
+                              f"(up to {2 * limit} while inconclusive) ({s.label})")
                 return self.timed(dataset, s)
             return once
 
         ab = interleave(side(self.original()), side(setup), passes=rounds, per_pass=1,
-                        max_passes=max_rounds or 3 * rounds)
+                        max_passes=limit)
         return {"speedup": ab.speedup, "ci": [ab.ci_low, ab.ci_high],
                 "verdict": judge_ab(ab).to_json(), "confidence": ab.confidence,
                 "original_s": ab.median_a, "deployed_s": ab.median_b,
