@@ -179,12 +179,13 @@ def test_killed_then_resumed_redoes_only_the_unfinished_milestone(
     assert store.milestone("M4").status == "RUNNING"  # type: ignore[union-attr]
     assert store.app().state == "PENDING"  # type: ignore[union-attr]
     store.close()
-    assert main(["app", "run", str(m), "--out", str(out), "--resume"]) == 0
+    rc = main(["app", "run", str(m), "--out", str(out), "--resume"])
     store = AppStore.open(out)
     again = {m.name: m.finished for m in store.milestones()}
     assert {k: again[k] for k in done if k != "M4"} == {k: v for k, v in done.items()
                                                         if k != "M4"}
-    assert store.app().state == "INTEGRATED"  # type: ignore[union-attr]
+    state = store.app().state  # type: ignore[union-attr]
+    assert state in MEASURED and rc == (9 if state == "INCONCLUSIVE" else 0)
     assert sum(1 for e in store.events() if e["name"] == "M4" and e["status"] == "RUNNING") == 2
 
 
