@@ -66,9 +66,10 @@ def test_cpu_application_record_tune_deploy_report(tmp_path: Path) -> None:
     assert len(spec.entries) == 2 and spec.entries[0].variant.options["opt_level"] != "O0"
     app = store.app()
     assert app is not None
-    # on a quiet machine INTEGRATED (the larger dataset gains ~1.3x end to end); a busy one
-    # may measure a dataset under the floor: then nothing is deployed, and the report says why
-    assert app.state in ("INTEGRATED", "DROPPED"), app.reason
+    # on a quiet machine INTEGRATED (the larger dataset gains ~1.3x end to end); on a busy one
+    # the verdict may be "not faster" (DROPPED) or "inconclusive" (INCONCLUSIVE): then nothing
+    # is deployed, and the report says why
+    assert app.state in ("INTEGRATED", "DROPPED", "INCONCLUSIVE"), app.reason
     integ = parse_json((out / "integration.json").read_text())
     assert integ["deployed"] is (app.state == "INTEGRATED")
     assert integ["env"] in ({}, {"KERNFORGE_DEPLOY": str(Path(spec.path or "").resolve())})

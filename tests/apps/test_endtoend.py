@@ -66,13 +66,19 @@ def matcher(fake: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     return calls
 
 
-def test_an_operator_match_is_deployed_into_the_unchanged_program(
+def test_an_operator_match_runs_in_the_unchanged_program_and_is_judged(
         tmp_path: Path, fake: FakeCuda, program: Path, matcher: list[Path]) -> None:
+    """The match's spec is merged and run through the environment only; the fake replacement
+    is no faster, so M4's speed verdict is "not faster" or "inconclusive": not INTEGRATED
+    (issue 43: only "faster" deploys), and nothing is called slower."""
     m = write_manifest(tmp_path / "app.toml", program, fake, agent=False)
     m.write_text(m.read_text().replace('["operator", "tune", "agent"]', '["operator", "agent"]')
-                 .replace("[measure]", "[measure]\nfloor = 0.5"))  # the fake is no faster
+                 .replace("[measure]", "[measure]\nfloor = 0.5"))
     out = tmp_path / "run"
-    assert AppRun(load_manifest(m), out).run().state == "INTEGRATED"
+    app = AppRun(load_manifest(m), out).run()
+    assert app.state in ("DROPPED", "INCONCLUSIVE"), app.reason
+    assert ("end to end not faster" in app.reason if app.state == "DROPPED" else
+            "end to end inconclusive" in app.reason and "more rounds" in app.reason)
     store = AppStore.open(out)
     m3a = store.milestone("M3a")
     assert m3a is not None and m3a.status == "DONE" and "heat -> star1d-r1/fp64" in m3a.reason
@@ -82,10 +88,15 @@ def test_an_operator_match_is_deployed_into_the_unchanged_program(
     small, large = m4["datasets"]  # every dataset recorded: a replacement for each problem
     assert small["replaced"] == 10 and large["replaced"] == 20  # every heat launch
     assert small["fallbacks"] == large["fallbacks"] == 0
+    assert m4["verdict"]["verdict"] == ("not faster" if app.state == "DROPPED"
+                                        else "inconclusive")
+    assert small["verdict"]["verdict"] in ("not faster", "inconclusive")
+    info = m4["integration"]  # what was run: the merged spec through the environment only
+    assert info["entries"] == 2 and set(m4["setup"]["env"]) == {
+        "LD_PRELOAD", "KERNFORGE_DEPLOY", "KERNFORGE_DEPLOY_LOG"}
+    assert nd.read_spec(Path(info["spec"])).entries[0]["name"] == "heat"
     integ = parse_json((out / "integration.json").read_text())
-    assert integ["deployed"] and integ["entries"] == 2 and integ["run_from"] is None
-    assert set(integ["env"]) == {"LD_PRELOAD", "KERNFORGE_DEPLOY", "KERNFORGE_DEPLOY_LOG"}
-    assert nd.read_spec(Path(integ["spec"])).entries[0]["name"] == "heat"
+    assert integ["deployed"] is False and integ["env"] == {}
 
 
 def test_merging_native_specs(tmp_path: Path, fake: FakeCuda, program: Path,

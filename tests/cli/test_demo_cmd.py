@@ -13,11 +13,18 @@ from kernforge.cli import demo_cmd
 from kernforge.core import Status
 
 
+def _e2e(ratios: list[float], substituted: int) -> Any:
+    from kernforge.pipeline.demo_deploy import EndToEnd
+
+    e = EndToEnd(Path("deploy.json"), [], plain_s=[2.0] * len(ratios),
+                 deployed_s=[1.0] * len(ratios), ratios=ratios,
+                 plain_output="checksum c22bcd92", deployed_output="checksum c22bcd92",
+                 substituted=substituted)
+    return e
+
+
 def _result(substituted: int, *, deployed: bool = True) -> Any:
-    e2e = SimpleNamespace(spec=Path("deploy.json"), identical=True, winners=[], plain_s=[2.0],
-                          deployed_s=[1.0], speedup=2.0, ratios=[2.0], substituted=substituted,
-                          ci=(1.8, 2.2), plain_median_s=2.0, deployed_median_s=1.0,
-                          direction="faster with the spec in every round")
+    e2e = _e2e([1.9, 2.0, 2.1, 2.0, 1.95, 2.05, 2.0], substituted)
     overhead = SimpleNamespace(per_launch_s=12.5e-6, issue_s=5.3e-6, backend="cuda", batches=7,
                                launches=500)
     skipped = [SimpleNamespace(reason="heat_stencil: saves 0.62 us per launch (...): not "
@@ -47,12 +54,13 @@ def test_demo_fails_when_no_launch_was_replaced(
     out = capsys.readouterr().out
     if substituted:
         flat = " ".join(out.split())
-        assert rc == 0 and "end-to-end speedup of the application (200 steps) 2.000x [95% " \
-            "CI 1.800, 2.200] (median of 1 interleaved per-round ratios" in flat
+        assert rc == 0 and "end to end, the application (200 steps) is faster: 2.000x [95% " \
+            "CI 1.900, 2.100], the interval above 1 + the 2% noise band (median of 7 " \
+            "interleaved per-round ratios" in flat
         assert "medians 2.000 s plain, 1.000 s with the spec" in flat
     else:
         assert rc == 1 and "replaced no launch" in out
-        assert "end-to-end speedup of" not in out
+        assert "end to end, the application" not in out
 
 
 def test_demo_says_plainly_when_nothing_was_worth_deploying(
@@ -64,23 +72,30 @@ def test_demo_says_plainly_when_nothing_was_worth_deploying(
     assert "a replaced launch costs the host +12.50 us beyond a plain one here" in out
     assert "not deployed: heat_stencil: saves 0.62 us per launch" in out
     assert "nothing deployed" in out and "end to end: nothing deployed" in out
-    assert "end-to-end speedup" not in out and "deployed deploy.json" not in out
+    assert "end to end, the application" not in out and "deployed deploy.json" not in out
 
 
 def test_demo_says_when_the_confirmation_runs_left_every_winner_out(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     result = _result(0, deployed=False)
-    e2e = SimpleNamespace(speedup=0.95, ratios=[0.95] * 7, substituted=20, ci=(0.93, 0.97))
     winner = SimpleNamespace(recording=SimpleNamespace(source=SimpleNamespace(
         entry="heat_stencil")))
-    result.confirming, result.not_deployed = 1, []
-    result.confirmed = [SimpleNamespace(winner=winner, e2e=e2e, kept=False)]
+    noisy = SimpleNamespace(recording=SimpleNamespace(source=SimpleNamespace(entry="bnd")))
+    result.confirming, result.not_deployed = 2, []
+    result.confirmed = [SimpleNamespace(winner=winner, e2e=_e2e([0.95] * 7, 20), kept=False),
+                        SimpleNamespace(winner=noisy, e2e=_e2e(
+                            [0.9, 1.3, 1.0, 1.2, 0.95, 1.1, 1.05], 20), kept=False)]
     monkeypatch.setattr(demo_cmd, "run_demo", lambda *a, **k: result)
     rc = demo_cmd.run(_args())
     out = " ".join(capsys.readouterr().out.split())
     assert rc == 0, out
-    assert ("heat_stencil alone in the application: 0.950x [95% CI 0.930, 0.970] (median of "
-            "7 interleaved per-round ratios, 20 launches replaced): left out") in out
+    assert ("heat_stencil alone in the application (7 interleaved rounds, 20 launches "
+            "replaced): not faster: 0.950x [95% CI 0.950, 0.950], slower beyond the 2% noise "
+            "band: left out") in out
+    # rounds that disagree are inconclusive, with what to do: never "slower"
+    assert ("bnd alone in the application (7 interleaved rounds, 20 launches replaced): "
+            "inconclusive: 1.050x [95% CI 0.900, 1.300] after 7 passes") in out
+    assert "measure again on a quieter machine or with more passes: left out" in out
     assert "the application was not faster with any winner alone" in out
     assert "no verified winner saves more per launch" not in out
 
@@ -113,6 +128,16 @@ def test_end_to_end_outputs_compared_by_the_printed_checksum(fmt: str) -> None:
     assert not e.identical
     e.plain_output = e.deployed_output = "no checksum printed"
     assert not e.identical
+
+
+def test_end_to_end_has_the_speed_verdict_of_its_rounds() -> None:
+    """Issue 43: the demo's deploy decisions use the one verdict (confirm_each keeps a winner
+    only on "faster"); three rounds are too few for a 95% interval: inconclusive."""
+    e = _e2e([1.3, 1.25, 1.35], 5)
+    assert e.judgement.verdict.value == "inconclusive" and "too few" in e.judgement.reason
+    assert e.ci == (1.25, 1.35)  # the range: all that three rounds give
+    e = _e2e([1.3, 1.25, 1.35, 1.3, 1.28, 1.32, 1.3], 5)
+    assert e.judgement.faster and e.ci == (1.25, 1.35)
 
 
 def test_end_to_end_says_whether_the_rounds_agree() -> None:

@@ -134,6 +134,26 @@ def test_a_winner_must_save_more_than_the_overhead(tmp_path: Path) -> None:
     assert saving_s(noisy) == pytest.approx(0.2e-3)
 
 
+def test_a_winner_whose_verdict_is_not_faster_is_never_worth_it(tmp_path: Path) -> None:
+    """Issue 43: deploy decisions use the one speed verdict. Evidence whose interval straddles
+    the noise band (inconclusive), lies below it (not faster) or was measured on a busy device
+    is not deployed, however much its medians save; the reason is the verdict's."""
+    e = axpy_entry(record_axpy(tmp_path / "rec"))  # 2 ms -> 1 ms, saves far more than 10 us
+    wide = replace(e, evidence=replace(e.evidence, speedup=2.0, speedup_ci=(0.9, 1.3)))
+    flat = replace(e, evidence=replace(e.evidence, speedup=1.01, speedup_ci=(1.0, 1.015)))
+    busy = replace(e, evidence=replace(e.evidence, speedup=2.0, speedup_ci=(1.9, 2.1),
+                                       idle=False))
+    sure = replace(e, evidence=replace(e.evidence, speedup=2.0, speedup_ci=(1.9, 2.1)))
+    kept, dropped = worth_deploying([wide, flat, busy, sure], overhead_s=10e-6)
+    assert kept == [sure]
+    reasons = [d.reason for d in dropped]
+    assert reasons[0].startswith("axpy: inconclusive: 2.000x [95% CI 0.900, 1.300]")
+    assert "measure again" in reasons[0] and "slower" not in reasons[0]
+    assert reasons[1].startswith("axpy: not faster: 1.010x")
+    assert reasons[2].startswith("axpy: inconclusive: the device was busy")
+    assert all(r.endswith(": not deployed") for r in reasons)
+
+
 def test_a_device_bound_winner_is_deployed_even_below_the_overhead() -> None:
     """The second rule: a tuned kernel longer than the host needs to issue a replaced launch
     (plain issue + overhead) hides the overhead behind its own device time."""

@@ -61,6 +61,11 @@ def _assert_final_consistent(final: Any, recorded_key: Any) -> None:
         assert final.validation["verdict"] == "rejected" and reason
         assert final.message.startswith(f"{reason}: ")
         assert doc["status"] == "REJECTED"
+    elif final.status == "INCONCLUSIVE":  # busy or noisy: neither a win nor a rejection
+        assert final.ab is None and final.measured is not None and final.speedup == 1.0
+        assert final.validation["verdict"] == "inconclusive" and not final.faster
+        assert final.speed is not None and final.speed.verdict.value == "inconclusive"
+        assert doc["status"] == "INCONCLUSIVE" and doc["speed"]["verdict"] == "inconclusive"
     else:
         assert final.status == "UNCHANGED", final.status
         assert final.variant.key() == recorded_key and final.validation is None
@@ -204,6 +209,10 @@ def test_cli_runs_offline_and_export_picks_up_the_result(heat_recordings: Path,
         assert verdict == "rejected" and doc["validation"]["reason"], doc  # run): skipped
         assert e.returncode == 1 and not (out / "deploy.json").exists(), said
         assert "status REJECTED" in " ".join(e.stderr.split()), said
+    elif doc["status"] == "INCONCLUSIVE":  # measured on a busy or noisy machine: skipped
+        assert verdict == "inconclusive", doc  # with the verdict's reason, not "rejected"
+        assert e.returncode == 1 and not (out / "deploy.json").exists(), said
+        assert "inconclusive" in said and "status INCONCLUSIVE" not in said, said
     else:  # UNCHANGED: the recorded kernel stayed the best, nothing was validated
         assert doc["status"] == "OK" and doc["validation"] is None, doc
         assert doc["message"] == "the recorded kernel stayed the best", doc

@@ -8,20 +8,31 @@ It is applied through the environment only (``LD_PRELOAD`` of the interposer in 
 imports kernforge) and the directory the program runs from; the original program is never
 changed, and running it without that environment (from its own directory) is the switch.
 
-Every dataset is run in interleaved rounds with and without the integration, each run checked
-by the program's own check; the speedup per dataset is the median of the per-round ratios
-(95% bootstrap interval), the geometric mean over datasets has its own interval. Below the
-floor (default 0.98x) on any dataset or in the geometric mean nothing is deployed: DROPPED.
+Every dataset is run in interleaved rounds with and without the integration (more rounds, up
+to 3x ``e2e_rounds``, while the verdict is inconclusive), each run checked by the program's own
+check; the speedup per dataset is the median of the per-round ratios, with its
+distribution-free 95% interval and speed verdict. The program's verdict
+(:mod:`kernforge.harness.verdict`) is drawn from the per-round geometric means over the
+datasets:
+
+- a dataset conclusively below the floor (default 0.98x: its interval's upper end under it),
+  or the program "not faster": nothing is deployed, DROPPED;
+- "faster": INTEGRATED (the only state that deploys);
+- "inconclusive" (the rounds disagree, or are too few for a 95% interval): INCONCLUSIVE,
+  nothing deployed and nothing called slower; the reason says to measure again on an idle
+  machine or with more rounds.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from ..core.jsonio import write_json_atomic
 from ..deploy import native as nd
 from ..deploy.merge import merge_native_specs, merge_source_specs
+from ..harness.verdict import CONFIDENCE, judge
 from ..replay.native_deploy import deploy_env
 from .harness import AppHarness, RunFailed, Setup, geomean_ci
 from .strategies import Outcome
@@ -60,7 +71,7 @@ def integrate(outcomes: list[Outcome], out: Path, original: Path
 
 def measure(h: AppHarness, setup: Setup, rounds: int, floor: float
             ) -> tuple[str, str, dict[str, Any]]:
-    """(state, reason, figures) of the end-to-end comparison."""
+    """(state, reason, figures) of the end-to-end comparison (see the module docstring)."""
     per: list[dict[str, Any]] = []
     figures: dict[str, Any] = {"floor": floor, "rounds": rounds, "datasets": per}
     for d in h.m.datasets:
@@ -74,14 +85,35 @@ def measure(h: AppHarness, setup: Setup, rounds: int, floor: float
                                f"{d.name}: {exc.why}; nothing is deployed"), figures
         per.append({"dataset": d.name, **r, **_counts(setup)})
     g, ci = geomean_ci(per)
-    figures.update(geomean=g, geomean_ci=list(ci))
+    # at the confidence of each look the adaptive rounds took (looking again buys nothing)
+    overall = judge(round_geomeans(per), confidence=max(
+        [float(x.get("confidence") or CONFIDENCE) for x in per]))
+    figures.update(geomean=g, geomean_ci=list(ci), verdict=overall.to_json())
     text = ", ".join(f"{x['dataset']} {x['speedup']:.3f}x [{x['ci'][0]:.3f}, {x['ci'][1]:.3f}]"
                      for x in per) + f"; geometric mean {g:.3f}x [{ci[0]:.3f}, {ci[1]:.3f}]"
-    low = [x["dataset"] for x in per if x["speedup"] < floor]
-    if low or g < floor:
-        what = f"{', '.join(low)} below" if low else "the geometric mean below"
-        return "DROPPED", f"{what} the {floor:g}x floor: nothing is deployed ({text})", figures
-    return "INTEGRATED", f"own check passes on every dataset with and without; {text}", figures
+    low = [x["dataset"] for x in per if x["ci"][1] < floor]
+    if low:  # conclusively below the floor: the only "slower"
+        return "DROPPED", (f"{', '.join(low)} conclusively slower: the interval's upper end "
+                           f"is below the {floor:g}x floor: nothing is deployed ({text})"), \
+            figures
+    if overall.faster:
+        return "INTEGRATED", (f"own check passes on every dataset with and without; "
+                              f"{overall.reason} (per-round geometric means); {text}"), figures
+    if overall.conclusive:
+        return "DROPPED", (f"end to end {overall.reason} (per-round geometric means): nothing "
+                           f"is deployed ({text})"), figures
+    return "INCONCLUSIVE", (f"end to end {overall.reason} (per-round geometric means): "
+                            f"nothing is deployed, and no dataset is below the floor; start a "
+                            f"new run on an idle machine, or with more rounds ([measure] "
+                            f"e2e_rounds) ({text})"), figures
+
+
+def round_geomeans(per: list[dict[str, Any]]) -> list[float]:
+    """Per round, the geometric mean of the datasets' ratios of that round (each round of
+    each dataset an interleaved pair): the rounds of the whole program, judged like any
+    interleaved comparison. As many rounds as the dataset with fewest."""
+    n = min(len(d["ratios"]) for d in per)
+    return [math.exp(sum(math.log(d["ratios"][i]) for d in per) / len(per)) for i in range(n)]
 
 
 def _counts(setup: Setup) -> dict[str, Any]:

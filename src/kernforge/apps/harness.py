@@ -2,8 +2,8 @@
 
 A :class:`Setup` is how the program runs: the directory (the original source, or the agent's
 copy) and the environment kernforge adds (none for the original: the switch). Timings go
-through :mod:`kernforge.harness` (interleaved rounds, medians, bootstrap intervals), as every
-number kernforge prints does.
+through :mod:`kernforge.harness` (interleaved rounds, medians, intervals, the speed verdicts),
+as every number kernforge prints does.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import numpy as np
 
 from ..harness.compare import interleave
 from ..harness.stats import bootstrap_ci, median
+from ..harness.verdict import judge_ab
 from .checks import Verdict, seconds, take_reference, verdict
 from .manifest import AppManifestError, Dataset, Manifest
 from .process import Ran, plain_env, run, write_log
@@ -124,21 +125,28 @@ class AppHarness:
             out[name] = {"median_s": median(s), "ci": [lo, hi], "samples": s}
         return out
 
-    def compare(self, dataset: Dataset, setup: Setup, rounds: int) -> dict[str, Any]:
+    def compare(self, dataset: Dataset, setup: Setup, rounds: int,
+                max_rounds: int | None = None) -> dict[str, Any]:
         """Interleaved rounds of the original and ``setup`` (the side that goes first
-        alternating), each run checked: the median per-round ratio and its 95% interval."""
+        alternating), each run checked; more, up to ``max_rounds`` (default 3x ``rounds``),
+        while the verdict is inconclusive (:func:`kernforge.harness.compare.interleave`).
+        The median per-round ratio, its distribution-free 95% interval and the speed
+        verdict (:mod:`kernforge.harness.verdict`: faster, not faster or inconclusive)."""
         k = [0]
+        limit = max_rounds or 3 * rounds
 
         def side(s: Setup) -> Callable[[], float]:
             def once() -> float:
                 k[0] += 1
-                self.progress(f"{self.m.name}: {dataset.name} run {k[0]}/{2 * rounds} "
-                              f"({s.label})")
+                self.progress(f"{self.m.name}: {dataset.name} run {k[0]} of {2 * rounds} "
+                              f"(up to {2 * limit} while inconclusive) ({s.label})")
                 return self.timed(dataset, s)
             return once
 
-        ab = interleave(side(self.original()), side(setup), passes=rounds, per_pass=1)
+        ab = interleave(side(self.original()), side(setup), passes=rounds, per_pass=1,
+                        max_passes=limit)
         return {"speedup": ab.speedup, "ci": [ab.ci_low, ab.ci_high],
+                "verdict": judge_ab(ab).to_json(), "confidence": ab.confidence,
                 "original_s": ab.median_a, "deployed_s": ab.median_b,
                 "ratios": list(ab.ratios), "first": list(ab.first)}
 

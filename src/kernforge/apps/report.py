@@ -17,6 +17,7 @@ from .store import DB_NAME, STATES, AppState, AppStore, Milestone
 
 FORGESTENCIL_MEDIAN = 1.41
 COLORS = {"INTEGRATED": "#55a868", "DROPPED": "#c44e52", "RESEARCH": "#8172b3",
+          "INCONCLUSIVE": "#ccb974",
           "OUT_OF_SCOPE": "#8c8c8c", "BLOCKED": "#dd8452", "PENDING": "#cccccc"}
 
 

@@ -19,7 +19,8 @@ from typing import Any
 
 from ..core import ConfigError
 
-STATES = ("PENDING", "OUT_OF_SCOPE", "BLOCKED", "RESEARCH", "DROPPED", "INTEGRATED")
+STATES = ("PENDING", "OUT_OF_SCOPE", "BLOCKED", "RESEARCH", "DROPPED", "INCONCLUSIVE",
+          "INTEGRATED")
 FINAL = frozenset(STATES[1:])
 DB_NAME = "app.db"
 

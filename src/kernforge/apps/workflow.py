@@ -1,7 +1,7 @@
 """``kernforge app run``: one application through the states and milestones.
 
 States (ForgeStencil's App-Agent): PENDING -> OUT_OF_SCOPE | BLOCKED | RESEARCH | DROPPED |
-INTEGRATED. Milestones, each persisted with its status, reason and figures
+INCONCLUSIVE | INTEGRATED. Milestones, each persisted with its status, reason and figures
 (:mod:`kernforge.apps.store`) and skipped by a resumed run once settled:
 
 - M1: build; run every dataset; the program's own check passes; baseline timed in
@@ -10,8 +10,10 @@ INTEGRATED. Milestones, each persisted with its status, reason and figures
   recorded, or the replaceable kernels under ``min_share`` (5 %) of the run -> OUT_OF_SCOPE.
 - M3: the strategies in order (M3a operator matching, M3b tune/evolve, M3c agent). Nothing
   to integrate -> RESEARCH.
-- M4: end to end on every dataset, interleaved with and without; own check in both.
-  Below the floor (0.98x) -> DROPPED, else INTEGRATED.
+- M4: end to end on every dataset, interleaved with and without; own check in both; the
+  speed verdict (:mod:`kernforge.apps.endtoend`). "faster" -> INTEGRATED; "not faster" or a
+  dataset conclusively below the floor (0.98x) -> DROPPED; "inconclusive" (busy or noisy,
+  too few rounds) -> INCONCLUSIVE, nothing deployed and nothing called slower.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ from .checks import writable_dir, writable_file
 from .output import console, wrapped
 from .progress import line_progress
 
+INCONCLUSIVE_EXIT = 9  # an inconclusive speed verdict, as for kernforge integrity validate
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("app", help="take an application through the integration workflow",
@@ -22,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "integrate operators, tuned kernels or an agent's change "
                                    "(M3), and measure it end to end on every dataset (M4). "
                                    "States: PENDING -> OUT_OF_SCOPE, BLOCKED, RESEARCH, "
-                                   "DROPPED or INTEGRATED. See docs/applications.md.")
+                                   "DROPPED, INCONCLUSIVE or INTEGRATED. See "
+                                   "docs/applications.md.")
     sp = p.add_subparsers(dest="app_command", metavar="SUBCOMMAND")
     r = sp.add_parser("run", help="run the workflow on one application manifest")
     r.add_argument("manifest", type=Path, help="the application's TOML manifest")
@@ -53,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
                        progress=lines.step).run()
     console.print(wrapped(f"{final.name}: {final.state}: {final.reason}", console.width),
                   markup=False, soft_wrap=True)
-    return 0
+    return INCONCLUSIVE_EXIT if final.state == "INCONCLUSIVE" else 0
 
 
 def report(args: argparse.Namespace) -> int:

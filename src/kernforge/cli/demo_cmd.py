@@ -228,9 +228,8 @@ def _print_evolve_and_deploy(result: DemoResult) -> None:
     won = ", ".join(f"{w.recording.source.entry} ({w.source}, {w.ab.speedup:.3f}x)"
                     for w in e.winners)
     length = f" ({result.e2e_steps} steps)" if result.e2e_steps else ""
-    lo, hi = e.ci
-    console.print(f"6. deployed {won} ({e.spec}): end-to-end speedup of the application"
-                  f"{length} {e.speedup:.3f}x [95% CI {lo:.3f}, {hi:.3f}] (median of "
+    console.print(f"6. deployed {won} ({e.spec}): end to end, the application{length} "
+                  f"is {e.judgement.reason} (median of "
                   f"{len(e.ratios)} interleaved per-round ratios; {e.direction}; medians "
                   f"{fmt_time(e.plain_median_s)} plain, {fmt_time(e.deployed_median_s)} with "
                   f"the spec), {e.substituted} launches replaced, {verdict}", markup=False)
@@ -251,11 +250,9 @@ def _print_overhead(result: DemoResult) -> None:
                       f"{table.issue_s * 1e6:.2f} us); a winner must save more than that per "
                       f"launch, or run longer than both together", markup=False)
     for c in result.confirmed:
-        lo, hi = c.e2e.ci
-        console.print(f"   {c.winner.recording.source.entry} alone in the application: "
-                      f"{c.e2e.speedup:.3f}x [95% CI {lo:.3f}, {hi:.3f}] (median of "
-                      f"{len(c.e2e.ratios)} interleaved per-round ratios, "
-                      f"{c.e2e.substituted} launches replaced): "
-                      f"{'kept' if c.kept else 'left out'}", markup=False)
+        console.print(f"   {c.winner.recording.source.entry} alone in the application "
+                      f"({len(c.e2e.ratios)} interleaved rounds, {c.e2e.substituted} launches "
+                      f"replaced): {c.e2e.judgement.reason}: "
+                      f"{'kept' if c.kept else 'left out'}", markup=False, soft_wrap=True)
     for n in result.not_deployed:
         console.print(f"   not deployed: {n.reason}", markup=False)

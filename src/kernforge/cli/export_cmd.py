@@ -121,12 +121,14 @@ def why_not(doc: dict[str, Any], min_speedup: float, band: float) -> str | None:
     speedup = doc.get("speedup")
     validation = doc.get("validation")
     verdict = validation.get("verdict") if isinstance(validation, dict) else None
+    speed = speed_of(validation)
+    if doc.get("status") == "INCONCLUSIVE" and speed is not None:
+        return speed.reason  # neither a win nor a rejection: the verdict says what to do
     if doc.get("status") != "OK":
         return f"status {doc.get('status')}"
     if verdict not in ACCEPTED_VERDICTS:
         return (f"not validated (validation verdict {verdict}); re-run the tuning with this "
                 f"kernforge")
-    speed = speed_of(validation)
     if speed is not None and not speed.faster:
         return speed.reason
     ci = doc.get("speedup_ci")

@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .gate import refusal
 from .spec import DeployEntry
 
 
@@ -85,12 +86,17 @@ def worth_deploying(entries: Sequence[DeployEntry], overhead_s: float,
                     issue_s: float | None = None) -> tuple[list[DeployEntry], list[Dropped]]:
     """The entries worth deploying by the module's rule (``overhead_s``: the measured host
     overhead of a replaced launch; ``issue_s``: of a plain launch), and the others with the
-    reason."""
+    reason. An entry whose evidence's speed verdict is not "faster" (:func:`.gate.refusal`:
+    "not faster" or "inconclusive") is never worth it, whatever it saves: its saving is
+    noise, and the reason is the verdict's."""
     kept: list[DeployEntry] = []
     dropped: list[Dropped] = []
     for e in entries:
-        why = not_worth(e.kernel.label, e.evidence.baseline_s, tuned_time_s(e), overhead_s,
-                        issue_s)
+        ev = e.evidence
+        speed = refusal(verified=ev.verified, idle=ev.idle, speedup=ev.speedup,
+                        ci=ev.speedup_ci, require_ci=False)
+        why = (f"{e.kernel.label}: {speed}: not deployed" if speed is not None else
+               not_worth(e.kernel.label, ev.baseline_s, tuned_time_s(e), overhead_s, issue_s))
         if why is None:
             kept.append(e)
         else:

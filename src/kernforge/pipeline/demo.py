@@ -146,25 +146,27 @@ def demo_evolve_config(iterations: int, inner_trials: int, repeat: int,
 
 
 def pick_winners(result: DemoResult) -> list[Winner]:
-    """Per kernel, the faster result of tuning and evolution that counts as a win
-    (:func:`kernforge.deploy.gate.refusal`: verified, measured on an idle device, interleaved
-    CI above 1 + the noise band); the others go to ``result.not_deployed`` with the reason."""
+    """Per kernel, the faster result of tuning and evolution that counts as a win: verified,
+    and its speed verdict "faster" (:func:`kernforge.deploy.gate.refusal`, or the
+    validation's own verdict when it has one); the others go to ``result.not_deployed`` with
+    the verdict's reason ("not faster: ...", "inconclusive: ...")."""
     best: dict[str, Winner] = {}
     cands: list[tuple[Winner, str | None]] = []
     t = result.tuned
     if t is not None and t.ab is not None and t.validation is not None:
         idle = t.validation.idle
-        cands.append((Winner("tune", t.recording, t.best_variant, t.ab), refusal(
-            verified=t.validation.accepted, idle=idle.idle if idle else None,
-            utilisation=idle.utilisation if idle else None, speedup=t.speedup,
-            ci=(t.ab.ci_low, t.ab.ci_high))))
+        speed = getattr(t.validation, "speed", None)
+        why = refusal(verified=t.validation.accepted, idle=idle.idle if idle else None,
+                      utilisation=idle.utilisation if idle else None, speedup=t.speedup,
+                      ci=(t.ab.ci_low, t.ab.ci_high))
+        if why is None and speed is not None and not speed.faster:
+            why = speed.reason  # the noise check the figures alone do not show
+        cands.append((Winner("tune", t.recording, t.best_variant, t.ab), why))
     for ev in result.evolved:
         f = ev.final
-        if f.ab is not None and f.variant is not None:
-            idle_flag, util = idle_of(f.validation)
-            cands.append((Winner("evolve", ev.target.primary, f.variant, f.ab), refusal(
-                verified=f.status == "OK", idle=idle_flag, utilisation=util,
-                speedup=f.speedup, ci=(f.ab.ci_low, f.ab.ci_high))))
+        ab = f.ab or (f.measured if f.status == "INCONCLUSIVE" else None)
+        if ab is not None and f.variant is not None:
+            cands.append((Winner("evolve", ev.target.primary, f.variant, ab), _evolve_why(f)))
     if t is not None and t.validation is not None and not t.validation.accepted and cands:
         w, why = cands[0]
         cands[0] = (w, f"{why}: {t.validation.reason} {t.validation.message}".strip())
@@ -175,6 +177,16 @@ def pick_winners(result: DemoResult) -> list[Winner]:
         elif k not in best or w.ab.speedup > best[k].ab.speedup:
             best[k] = w
     return list(best.values())
+
+
+def _evolve_why(f: Any) -> str | None:
+    """Why an evolution's winner is no win (None: it is): its speed verdict's reason."""
+    if f.speed is not None and f.status in ("OK", "INCONCLUSIVE"):
+        return None if f.faster else str(f.speed.reason)
+    idle_flag, util = idle_of(f.validation)
+    ab = f.ab or f.measured
+    return refusal(verified=f.status == "OK", idle=idle_flag, utilisation=util,
+                   speedup=ab.speedup, ci=(ab.ci_low, ab.ci_high))
 
 
 def run_demo(out: Path | None = None, *args: Any, isolate: bool = True, **kw: Any
@@ -329,6 +341,7 @@ def _write_summary(path: Path, r: DemoResult) -> None:
         "wrong": {"label": r.app.wrong_label, **r.wrong.to_json()} if r.wrong else None,
         "evolve": [{
             "kernel": ev.kernel, "status": ev.final.status,
+            "speed": ev.final.speed.to_json() if ev.final.speed else None,
             "speedup_interleaved": ev.final.speedup, "programs": ev.report.programs,
             "best": ev.final.best.id if ev.final.best else None,
             "report": ev.report.files.get("report"),
@@ -341,13 +354,14 @@ def _write_summary(path: Path, r: DemoResult) -> None:
             "speedup": n.winner.ab.speedup, "baseline_s": n.winner.ab.median_a,
             "tuned_s": n.winner.ab.median_b, "reason": n.reason} for n in r.not_deployed],
         "confirmed": [{"kernel": c.winner.recording.source.entry, "kept": c.kept,
-                       "speedup": c.e2e.speedup, "speedup_ci": list(c.e2e.ci),
+                       "speed": c.e2e.judgement.to_json(), "speedup": c.e2e.speedup, "speedup_ci": list(c.e2e.ci),
                        "ratios": c.e2e.ratios,
                        "launches_replaced": c.e2e.substituted,
                        "outputs_identical": c.e2e.identical} for c in r.confirmed],
         "end_to_end_status": r.end_to_end_status,
         "end_to_end": None if r.e2e is None else {
-            "spec": str(r.e2e.spec), "speedup": r.e2e.speedup,
+            "spec": str(r.e2e.spec), "speed": r.e2e.judgement.to_json(),
+            "speedup": r.e2e.speedup,
             "speedup_ci": list(r.e2e.ci), "steps": r.e2e_steps,
             "winners": [{"kernel": w.recording.source.entry, "from": w.source,
                          "speedup": w.ab.speedup} for w in r.e2e.winners],

@@ -25,9 +25,8 @@ from ..deploy import (
     worth_deploying,
     write_spec,
 )
-from ..deploy.gate import refusal
 from ..harness import ABResult
-from ..harness.stats import bootstrap_ci
+from ..harness.verdict import Judgement, judge
 from .run_app import cupy_hooks_if_available, run_application
 
 # "checksum c22b..." (examples/heat3d_cpu.py) and "checksum=c22b..." (examples/heat3d_cupy.py)
@@ -60,9 +59,16 @@ class EndToEnd:
         return statistics.median(self.ratios) if self.ratios else 1.0
 
     @property
+    def judgement(self) -> Judgement:
+        """The speed verdict on the per-round ratios (:func:`kernforge.harness.verdict.judge`:
+        faster, not faster or inconclusive, with the reason)."""
+        return judge(self.ratios)
+
+    @property
     def ci(self) -> tuple[float, float]:
-        """95% bootstrap interval of the median per-round ratio."""
-        return bootstrap_ci(self.ratios) if self.ratios else (1.0, 1.0)
+        """The distribution-free 95% interval of the median per-round ratio (the whole range
+        when the rounds are too few for 95%: then the verdict is inconclusive)."""
+        return self.judgement.ci or (1.0, 1.0)
 
     @property
     def plain_median_s(self) -> float:
@@ -183,9 +189,11 @@ def confirm_each(command: Sequence[str], winners: Sequence[Winner], run_dir: Pat
                  rounds: int = 5, progress: Callable[[str], None] = lambda s: None
                  ) -> tuple[list[Confirmed], list[NotDeployed]]:
     """Each winner deployed alone in the application (``rounds`` interleaved rounds, its own
-    spec under ``run_dir/confirm``): kept when the application is significantly faster with
-    it (the 95% interval of the median per-round ratio above 1 + the noise band of
-    :mod:`kernforge.deploy.gate`), launches were replaced and the outputs are identical.
+    spec under ``run_dir/confirm``): kept when the speed verdict on the rounds is "faster"
+    (:attr:`EndToEnd.judgement`), launches were replaced and the outputs are identical. Left
+    out otherwise, with the verdict's reason: "not faster" or "inconclusive" (the rounds
+    disagree or are too few: measure again on a quieter machine or with more rounds), never
+    called slower unless the interval says so.
 
     A kernel faster in replay is not always faster in the application: replay times a launch
     with a cold L2 and no neighbours, and a replaced launch costs the host time. These runs
@@ -204,13 +212,13 @@ def confirm_each(command: Sequence[str], winners: Sequence[Winner], run_dir: Pat
             dropped.append(NotDeployed(w, f"{name}: the application failed with it alone "
                                           f"({why}): not deployed"))
             continue
-        slow = refusal(verified=True, idle=None, speedup=e.speedup, ci=e.ci)
-        kept = slow is None and e.substituted > 0 and e.identical
+        speed = e.judgement
+        kept = speed.faster and e.substituted > 0 and e.identical
         checked.append(Confirmed(w, e, kept))
         if not kept:
             why = ("outputs differ" if not e.identical else "no launch replaced"
-                   if e.substituted < 1 else f"in the application alone, {slow} (median of "
-                   f"{len(e.ratios)} interleaved rounds)")
+                   if e.substituted < 1 else f"in the application alone, {speed.reason} "
+                   f"(median of {len(e.ratios)} interleaved rounds)")
             dropped.append(NotDeployed(w, f"{name}: {why}: not deployed"))
     return checked, dropped
 

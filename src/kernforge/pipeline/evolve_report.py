@@ -103,7 +103,7 @@ def build_report(store: Store, kernel: str, final: Final) -> tuple[Report, list[
     t0 = events[0]["ts"] if events else 0.0
     wall = (events[-1]["ts"] - t0) if events else 0.0
     best_id = final.best.id if final.best else None
-    rep = Report(kernel=kernel, speedup=final.speedup, status=final.status,
+    rep = Report(kernel=kernel, speedup=final.counted, status=final.status,
                  programs=len(programs), evaluations=n, evaluations_failed=failed,
                  llm_calls=len(calls), llm_errors=sum(c["error"] is not None for c in calls),
                  wall_s=wall, llm_s=sum(c["latency_s"] for c in calls), compile_s=compile_s,
@@ -140,7 +140,9 @@ def _markdown(r: Report, final: Final) -> str:
 def write_report(store: Store, run_dir: Path, kernel: str, final: Final) -> Report:
     rep, (points, t0) = build_report(store, kernel, final)
     m = final.ab or final.measured
-    figure = (f"{final.status}: interleaved speedup {m.speedup:.3f}x [95% CI {m.ci_low:.3f}, "
+    said = final.speed.verdict.value if final.status in ("OK", "INCONCLUSIVE") and \
+        final.speed is not None else final.status
+    figure = (f"{said}: interleaved speedup {m.speedup:.3f}x [95% CI {m.ci_low:.3f}, "
               f"{m.ci_high:.3f}] over the recorded kernel" if m is not None
               else f"{final.status}: no interleaved measurement")
     seeds = [p for p in store.programs() if p.parent_id is None and p.fitness]
