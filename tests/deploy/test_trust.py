@@ -182,3 +182,58 @@ def test_run_deploy_of_a_wrong_signed_variant_keeps_the_applications_result(tmp_
     r = kf("run", "--deploy", "spec.json", "--", sys.executable, str(APP), *APP_ARGS,
            cwd=tmp_path)
     assert r.returncode == 2 and "checksum mismatch" in r.stderr
+
+
+
+def _fingerprinting():  # type: ignore[no-untyped-def]
+    """The null backend, with fingerprints computed "where the buffers live" (the CUDA
+    backend's way)."""
+    from kernforge.backends import get_backend
+    from kernforge.backends.fingerprint import host_fingerprint
+
+    class Fingerprinting(type(get_backend("null"))):  # type: ignore[misc]
+        def fingerprints(self, buffers):  # type: ignore[no-untyped-def]
+            return [host_fingerprint(np.ascontiguousarray(b)) for b in buffers]
+
+    return Fingerprinting()
+
+
+def _host_checks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    from kernforge.deploy import reverify as module
+
+    seen: list[str] = []
+    real = module._differs
+
+    def counted(name, ref, out, tol):  # type: ignore[no-untyped-def]
+        seen.append(name)
+        return real(name, ref, out, tol)
+
+    monkeypatch.setattr(module, "_differs", counted)
+    return seen
+
+
+def test_reverify_of_an_identical_variant_compares_nothing_on_the_host(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Equal device fingerprints settle it: on the GPU the host copies of large arrays cost
+    more than a short application's whole GPU work (the demo's heat_stencil: 0.13 s of a
+    0.07 s run on the H100)."""
+    hosted = _host_checks(monkeypatch)
+    be = _fingerprinting()
+    k = axpy_kernel()
+    x, y = np.arange(4.0), np.ones(4)
+    why, _ = reverify(be, be.compile(k.variant), k.variant.launch, (x, y, 2.0, 4),
+                      ("x", "y", "a", "n"), {},
+                      lambda: be.launch(be.compile(k.variant), (x, y, 2.0, 4), k.variant.launch))
+    assert why is None and hosted == []
+
+
+def test_reverify_of_a_different_variant_still_names_the_buffer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    hosted = _host_checks(monkeypatch)
+    be = _fingerprinting()
+    k, wrong = axpy_kernel(), axpy_kernel(bias=100)
+    x, y = np.arange(4.0), np.ones(4)
+    why, _ = reverify(be, be.compile(wrong.variant), k.variant.launch, (x, y, 2.0, 4),
+                      ("x", "y", "a", "n"), {},
+                      lambda: be.launch(be.compile(k.variant), (x, y, 2.0, 4), k.variant.launch))
+    assert why is not None and why.startswith("y:") and hosted == ["y"]  # x was equal
