@@ -83,7 +83,8 @@ def test_tune_runs_parallel_tpe_on_the_workers(client: Client, rec, tmp_path: Pa
     if result.ab is not None:
         assert result.validation is not None
         assert data["validation"]["verdict"] == result.validation.verdict
-        assert data["status"] == ("OK" if result.validation.accepted else "REJECTED")
+        assert data["status"] == ("OK" if result.validation.accepted else "INCONCLUSIVE"
+                                  if result.validation.verdict == "inconclusive" else "REJECTED")
         assert (tmp_path / rec.name / "ledger.jsonl").exists()
     else:
         assert data["validation"] is None and data["speedup"] == 1.0
@@ -94,10 +95,11 @@ def test_validate_task_runs_every_gate_on_a_worker(client: Client, rec_path: Pat
     o3 = good_variants(rec, 2)[1]
     ok = client.call(validate_task, str(rec_path), o3, None, 3, None, client.limits,
                      key="validate")
-    # a correct variant reaches the re-measurement (then accepted, or rejected only when it
-    # is slower than the recorded one on this machine)
-    assert ok.ab is not None and ok.ab.passes == 3
-    assert ok.accepted or ok.reason.startswith("regression"), ok.reason
+    # a correct variant reaches the re-measurement (then accepted, inconclusive on a busy
+    # machine, or rejected only when it is conclusively slower than the recorded one)
+    assert ok.ab is not None and ok.ab.passes >= 3
+    assert ok.accepted or ok.reason.startswith(("regression", "measure:inconclusive",
+                                                "idle:busy")), ok.reason
     wrong = client.call(validate_task, str(rec_path), fault(rec, "wrong"), None, 3, None,
                         client.limits, key="validate")
     assert wrong.verdict == "rejected" and wrong.status is Status.WRONG_RESULT

@@ -22,6 +22,7 @@ from kernforge.apps.operator_unit import (
 from kernforge.backends import base
 from kernforge.backends.kernel import Kernel
 from kernforge.core import ConfigError, Status
+from kernforge.core.verdict import Judgement, Verdict
 from kernforge.deploy.spec import read_spec, write_spec
 from kernforge.harness.compare import ABResult
 from kernforge.replay.checks import Integrity
@@ -68,11 +69,12 @@ def test_a_matrix_operator_goes_through_validate_as_a_variant(backend, recording
     op = mx.operator_for(CELL)
     assert op.design != "naive" and len(op.launches) == 1
     v = validate_operator(op, recording, backend=backend, **FAST)
-    assert v.accepted and v.status is Status.OK, v.message
+    # every gate passed; the speed verdict of 2 emulated passes is inconclusive (too few)
+    assert v.status is Status.OK and v.verdict in ("accepted", "inconclusive"), v.message
     assert v.variant == operator_variant(op).key()
     for gate in ("static", "verify", "poison", "fresh"):
         assert gate in v.notes, v.notes
-    assert v.ab is not None and v.ab.passes == 2
+    assert v.ab is not None and v.ab.passes >= 2
 
 
 def test_an_operator_with_other_weights_is_rejected(backend, recording) -> None:
@@ -99,7 +101,8 @@ def _significant(v, speedup: float = 1.5):
     """The validation with a significant interleaved result (the emulator's is noise)."""
     ab = v.ab
     ab = ABResult((speedup,) * 3, ab.samples_a, ab.samples_b, ab.first, speedup, speedup)
-    return replace(v, ab=ab, speedup=speedup)
+    speed = Judgement(Verdict.FASTER, "faster (set by the test)", speedup, (speedup, speedup))
+    return replace(v, ab=ab, speedup=speedup, verdict="accepted", speed=speed)
 
 
 def test_a_validated_operator_deploys_into_the_kernel_it_replaces(backend, tmp_path: Path,
@@ -108,9 +111,9 @@ def test_a_validated_operator_deploys_into_the_kernel_it_replaces(backend, tmp_p
     cand = mx.build("zmarch", CELL, {**mx.defaults("zmarch", CELL), "ty": 4, "lz": 16})
     rec = record_operator(ref, tmp_path / "rec", backend=backend, seed=9)
     v = validate_operator(cand, rec, backend=backend, **FAST)
-    assert v.accepted, v.message
+    assert v.status is Status.OK and v.verdict in ("accepted", "inconclusive"), v.message
     with pytest.raises(ConfigError, match="not exported"):  # the emulator's timing: noise
-        deploy_entry(rec, cand, replace(v, ab=replace(v.ab, ci_low=0.9)))
+        deploy_entry(rec, cand, replace(_significant(v), ab=replace(v.ab, ci_low=0.9)))
     with pytest.raises(ConfigError, match="same kernel"):  # another design: another kernel
         deploy_entry(rec, mx.build("ztile", CELL, mx.defaults("ztile", CELL)),
                      _significant(v))
