@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Replay fidelity of every native unit of real programs, in the cache state each was given.
+
+Per program of a JSON list: ``kernforge record --max-instances 1`` (each kernel's first launches
+of the run, their in-program time measured with events by the interposer), then ``kernforge
+replay --json`` with the default ``--cache auto`` (each unit replayed flushed and warm, the one
+nearer its in-program time kept, with both figures as its reason). Prints per unit the in-program
+time, the replayed median, their ratio and the protocol; a summary of units within ``--band``
+(default 10%) under the chosen protocol and under the flushed one alone. Units without an
+in-program time (none was measured) are counted apart. Writes ``OUT/fidelity.json``.
+
+    python benchmarks/replay_fidelity_native.py benchmarks/public_programs/programs.json \\
+        --out fid-run
+
+``programs.json``: ``[{"name": ..., "cwd": ..., "command": [...], "tolerance": null}, ...]``;
+``cwd`` may hold ``$VARIABLES`` (``$HECBENCH``: a directory of built HeCBench binaries) and is
+relative to the repository's root otherwise. Needs a GPU and the programs' own dependencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+KF = [sys.executable, "-m", "kernforge"]
+FLUSHED = re.compile(r"flushed [\d.e+]+ us \(([\d.]+)x\)")
+
+
+def one(p: dict[str, Any], out: Path, timeout: float) -> list[dict[str, Any]]:
+    cwd = ROOT / os.path.expandvars(p["cwd"])
+    rec, js = out / "rec" / p["name"], out / f"{p['name']}.json"
+    r = subprocess.run([*KF, "record", "-o", str(rec), "--max-instances", "1", "--",
+                        *p["command"]], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                       check=False)
+    print(f"== {p['name']}: record exit {r.returncode}", flush=True)
+    tol = ["--tolerance", p["tolerance"]] if p.get("tolerance") else []
+    subprocess.run([*KF, "replay", str(rec), "--json", str(js), *tol], capture_output=True,
+                   text=True, timeout=timeout, check=False)
+    rows = []
+    for u in json.loads(js.read_text()) if js.is_file() else []:
+        app, med = u.get("app_time_ms"), u.get("median")
+        cache = u.get("cache") or {}
+        m = FLUSHED.search(cache.get("reason", ""))
+        row = {"program": p["name"], "unit": u["unit"], "status": u.get("status"),
+               "app_ms": app, "replay_ms": med * 1e3 if med else None,
+               "protocol": cache.get("protocol"), "by": cache.get("by"),
+               "flushed_ratio": float(m.group(1)) if m else None}
+        row["ratio"] = row["replay_ms"] / app if app and row["replay_ms"] else None
+        rows.append(row)
+        ratio = f"{row['ratio']:.3f}" if row["ratio"] else "  -  "
+        print(f"  {u['unit'][:44]:44} {row['status']!s:8} in program "
+              f"{(app or 0) * 1e3:9.2f} us  replay/program {ratio}  {row['protocol']}",
+              flush=True)
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("programs", type=Path)
+    ap.add_argument("--out", type=Path, default=Path("fidelity-run"))
+    ap.add_argument("--band", type=float, default=0.10)
+    ap.add_argument("--timeout", type=float, default=300.0, help="per command (s)")
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    for p in json.loads(a.programs.read_text()):
+        rows += one(p, a.out, a.timeout)
+        (a.out / "fidelity.json").write_text(json.dumps(rows, indent=1))
+    timed = [r for r in rows if r["ratio"]]
+    near = sum(abs(r["ratio"] - 1) <= a.band for r in timed)
+    flushed = sum(r["flushed_ratio"] is not None and abs(r["flushed_ratio"] - 1) <= a.band
+                  for r in timed)
+    print(f"within {a.band:.0%} of the in-program time: {near} of {len(timed)} units under the "
+          f"chosen protocol, {flushed} under the flushed one alone; "
+          f"{len(rows) - len(timed)} units without an in-program time")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
