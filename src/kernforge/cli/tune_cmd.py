@@ -267,10 +267,11 @@ class _Seen:
 
 
 def _speed(o: TuningOutcome) -> Judgement | None:
-    """The unit's speed verdict: the validation's own, else from its figures (None: the
+    """The unit's speed verdict: the validation's own (an inconclusive validation's too:
+    every gate passed, the speed was not decided), else from its figures (None: the
     recorded configuration stayed best, or a gate rejected the winner)."""
     v = o.validation
-    if o.ab is None or (v is not None and not v.accepted):
+    if o.ab is None or (v is not None and not v.accepted and v.verdict != "inconclusive"):
         return None
     if v is not None and v.speed is not None:
         return v.speed
@@ -343,7 +344,8 @@ def _summary(out: Path, outcomes: list[TuningOutcome]) -> None:
         hits = sum(1 for tr in o.study.trials if tr.cached)
         base_s, best_s = (o.ab.median_a, o.ab.median_b) if o.ab else (o.baseline_s, o.best_s)
         t.add_row(o.recording.name, f"{o.study.evaluations} ({hits})", fmt_time(base_s),
-                  "-" if rejected else fmt_time(best_s), f"{o.speedup:.3f}x{ci}",
+                  "-" if rejected else fmt_time(best_s),
+                  f"{o.ab.speedup if o.ab and not rejected else o.speedup:.3f}x{ci}",
                   escape(", ".join(f"{k}={v}" for k, v in changed.items()) or "(recorded)"),
                   escape(verdict))
     console.print(t)
