@@ -28,6 +28,19 @@ def test_results_without_an_accepted_validation_are_skipped(tmp_path: Path) -> N
     assert [ex.result.parent.name for ex in exported] == ["c-downgraded"]
 
 
+def test_a_unit_whose_recorded_configuration_stayed_best_is_not_called_unvalidated(
+        tmp_path: Path) -> None:
+    """tune writes no validation when no configuration beat the recorded one; export said
+    "not validated ...; re-run the tuning with this kernforge" of such a result."""
+    rec = record_axpy(tmp_path / "rec")
+    path = write_result(tmp_path / "run" / "u", rec, TUNED, speedup=1.0, verdict=None)
+    resign(path, speedup_ci=None, interleaved=None)  # as replay/tuning.write_result writes it
+    exported, (why,) = collect(tmp_path / "run", 1.0)
+    assert exported == []
+    assert why.endswith("result.json: the recorded configuration stayed the best: nothing to "
+                        "deploy"), why
+
+
 def test_evidence_times_are_the_interleaved_medians(tmp_path: Path) -> None:
     """baseline_s / tuned_s of an exported entry agree with its (interleaved) speedup, also for
     a result whose median fields hold a search's biased best time."""

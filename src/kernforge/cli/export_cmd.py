@@ -123,6 +123,8 @@ def why_not(doc: dict[str, Any], min_speedup: float, band: float) -> str | None:
     verdict = validation.get("verdict") if isinstance(validation, dict) else None
     if doc.get("status") != "OK":
         return f"status {doc.get('status')}"
+    if validation is None and "interleaved" in doc and doc["interleaved"] is None:
+        return "the recorded configuration stayed the best: nothing to deploy"
     if verdict not in ACCEPTED_VERDICTS:
         return (f"not validated (validation verdict {verdict}); re-run the tuning with this "
                 f"kernforge")
