@@ -122,6 +122,9 @@ def why_not(doc: dict[str, Any], min_speedup: float, band: float) -> str | None:
     validation = doc.get("validation")
     verdict = validation.get("verdict") if isinstance(validation, dict) else None
     if doc.get("status") != "OK":
+        speed = speed_of(validation)
+        if doc.get("status") == "INCONCLUSIVE" and speed is not None:
+            return speed.reason  # why, and what to do (measure again on an idle machine)
         return f"status {doc.get('status')}"
     if validation is None and "interleaved" in doc and doc["interleaved"] is None:
         return "the recorded configuration stayed the best: nothing to deploy"
