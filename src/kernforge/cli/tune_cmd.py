@@ -28,6 +28,7 @@ from .checks import (
     POSITIVE,
     float_range,
     load_all_units,
+    not_recordings,
     resumable_dir,
     warn_damaged,
     writable_dir,
@@ -140,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
     resumable_dir(args.out, args.resume)
     out = args.out = args.out or Path("runs") / time.strftime("tune-%Y%m%d-%H%M%S")
     writable_dir(out, "--out")
+    not_recordings(out, "--out")
     user = load_space_file(args.space)
     budget = Budget(trials=args.trials, seconds=args.seconds, patience=args.patience)
     tolerance = tolerance_overrides(args.tolerance)
