@@ -170,9 +170,14 @@ def run(args: argparse.Namespace) -> int:
             return 0
     with directory_lock(out, "tuning run directory"), isolation(
             args, backends=sorted({r.backend for r in recs})) as iso:
-        outcomes = _tune_all(args, recs, out, user, budget, tolerance, iso)
+        finished: list[str] = []
+        outcomes = _tune_all(args, recs, out, user, budget, tolerance, iso, finished)
     if outcomes:
         _summary(out, outcomes)
+    if finished:
+        console.print(f"{len(finished)} unit(s) finished earlier ({', '.join(finished)}) "
+                      f"are not in this summary{' either' if not outcomes else ''}: their "
+                      f"result.json files stand, as reported above", markup=False)
     return 0
 
 
@@ -197,8 +202,10 @@ def _native_finished(out: Path, native: list[Any], remeasure: bool) -> bool:
 
 
 def _tune_all(args: argparse.Namespace, recs: list[Recording], out: Path, user: Any,
-              budget: Budget, tolerance: Any, iso: Any) -> list[TuningOutcome]:
-    """Every unit tuned in turn: a progress bar on a terminal, plain lines otherwise."""
+              budget: Budget, tolerance: Any, iso: Any, finished: list[str]
+              ) -> list[TuningOutcome]:
+    """Every unit tuned in turn: a progress bar on a terminal, plain lines otherwise; the
+    units that ``--resume`` found finished are reported and added to ``finished``."""
     outcomes: list[TuningOutcome] = []
     tty = console.is_terminal
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -208,6 +215,7 @@ def _tune_all(args: argparse.Namespace, recs: list[Recording], out: Path, user: 
             done = finished_result(out / rec.name) if args.resume else None
             if done is not None and not args.remeasure:
                 lines.step(f"{i}/{len(recs)} {report_finished(done)}")
+                finished.append(rec.name)
                 continue
             task = bar.add_task(rec.name, total=args.trials)
             seen = _Seen()
