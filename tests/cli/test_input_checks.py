@@ -105,6 +105,21 @@ def test_unwritable_out_fails_before_tuning(rec_dir: Path, tmp_path: Path,
     assert "--out" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["tune", "evolve"])
+@pytest.mark.parametrize("where", ["the recordings", "one unit"])
+def test_a_run_is_never_written_into_the_recordings(rec_dir: Path, command: str, where: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """``tune rec --out rec`` wrote result.json, study.db and history.png into the recorded
+    units' own directories."""
+    out = rec_dir if where == "the recordings" else rec_dir / "scale-0"
+    before = sorted(p.relative_to(rec_dir) for p in rec_dir.rglob("*"))
+    config = (["--config", str(Path(__file__).parents[2] / "examples" / "evolve-cpu.yaml")]
+              if command == "evolve" else [])
+    assert run(command, str(rec_dir), *config, "--out", str(out)) == 2
+    assert "holds recorded units" in capsys.readouterr().err
+    assert sorted(p.relative_to(rec_dir) for p in rec_dir.rglob("*")) == before
+
+
 def test_missing_and_non_utf8_ledgers(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                       ) -> None:
     assert run("integrity", "ledger", str(tmp_path / "missing.jsonl")) == 2

@@ -112,6 +112,24 @@ def test_resume_of_a_finished_run_reports_it_and_measures_nothing(
     assert path.is_file() and path.stat().st_ino != inode
 
 
+def test_the_summary_of_a_resumed_tune_names_the_units_finished_earlier(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The summary table and its geometric mean of a resumed run left out the units that
+    had finished earlier, without a word: a headline over a subset read as the run's."""
+    rec = tmp_path / "rec"
+    with kernforge.record(rec):
+        kernforge.Kernel(SCALE, "scale", backend="cpu")(np.arange(64.0), np.zeros(64), 64)
+        kernforge.Kernel(SCALE.replace("scale", "twice"), "twice", backend="cpu")(
+            np.arange(64.0), np.zeros(64), 64)
+    out = tmp_path / "run"
+    assert run(*_command("tune", rec, out, "--repeat", "2", "--kernels", "scale")) == 0
+    capsys.readouterr()
+    assert run(*_command("tune", rec, out, "--repeat", "2", "--resume")) == 0
+    text = capsys.readouterr().out
+    assert "tuning twice-0" in text
+    assert "1 unit(s) finished earlier (scale-0) are not in this summary" in text
+
+
 @pytest.mark.parametrize("kind", ["tune", "evolve"])
 def test_remeasure_needs_resume(kind: str, rec_dir: Path, tmp_path: Path,
                                 capsys: pytest.CaptureFixture[str]) -> None:

@@ -54,3 +54,40 @@ def test_the_headline_quotes_only_conclusive_verified_results(capsys) -> None:
     out = capsys.readouterr().out
     assert "geometric mean speedup 1.300x over 1 unit(s)" in out
     assert "2 unit(s) inconclusive" in out
+
+
+def _busy_validation(ab: ABResult) -> Validation:
+    """What validate returns for a winner measured on a busy machine: every correctness gate
+    passed, the speed undecided (verdict "inconclusive", not "accepted")."""
+    from kernforge.core.verdict import judge_evidence
+    speed = judge_evidence(ab.speedup, (ab.ci_low, ab.ci_high), idle=False, utilisation=0.59)
+    return Validation("c", "v", "inconclusive", Status.OK, "idle:busy", message=speed.reason,
+                      speedup=ab.speedup, ab=ab, idle=IdleCheck(False, 0.59, "/proc/stat"),
+                      speed=speed)
+
+
+def test_an_inconclusive_validation_is_reported_as_such() -> None:
+    """A winner validated on a busy machine read "not exportable: never validated" and was
+    left out of the count of inconclusive units."""
+    ab = _ab(1.18, 1.148, 1.264)
+    words, counts = _verdict(_outcome(ab, _busy_validation(ab)))
+    assert words.startswith("not exportable: inconclusive: the device was busy"), words
+    assert not counts
+
+
+def test_the_summary_shows_the_figure_of_its_interval(capsys, tmp_path) -> None:
+    """The table printed "1.000x [1.148, 1.264]" (a median outside its own interval) for a
+    winner whose validation was inconclusive; and did not count it as inconclusive."""
+    from kernforge.cli.tune_cmd import _summary
+    from kernforge.tune.loop import TuneResult
+
+    ab = _ab(1.18, 1.148, 1.264)
+    o = _outcome(ab, _busy_validation(ab))
+    o.recording.name = "heat_step-1"
+    o.study = TuneResult(trials=(), best_trial=None, baseline=None, stop_reason="trials",
+                         evaluations=0, study_name="s", storage=None)
+    o.speedup = 1.0  # what TuningOutcome.speedup gives a winner that was not accepted
+    _summary(tmp_path, [o])
+    out = capsys.readouterr().out
+    assert "1.180x [1.148, 1.264]" in out and "1.000x" not in out
+    assert "1 of 1 unit(s) have an inconclusive verdict" in out

@@ -3,6 +3,7 @@ evidence's times are the interleaved measurement's."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,34 @@ def test_results_without_an_accepted_validation_are_skipped(tmp_path: Path) -> N
     write_result(run / "c-downgraded", rec, TUNED, speedup=2.0, verdict="downgraded")
     exported, _ = collect(run, 1.0)
     assert [ex.result.parent.name for ex in exported] == ["c-downgraded"]
+
+
+def test_a_unit_whose_recorded_configuration_stayed_best_is_not_called_unvalidated(
+        tmp_path: Path) -> None:
+    """tune writes no validation when no configuration beat the recorded one; export said
+    "not validated ...; re-run the tuning with this kernforge" of such a result."""
+    rec = record_axpy(tmp_path / "rec")
+    path = write_result(tmp_path / "run" / "u", rec, TUNED, speedup=1.0, verdict=None)
+    resign(path, speedup_ci=None, interleaved=None)  # as replay/tuning.write_result writes it
+    exported, (why,) = collect(tmp_path / "run", 1.0)
+    assert exported == []
+    assert why.endswith("result.json: the recorded configuration stayed the best: nothing to "
+                        "deploy"), why
+
+
+def test_an_inconclusive_result_says_why(tmp_path: Path) -> None:
+    """export said only "status INCONCLUSIVE" of a result measured on a busy machine; the
+    reason (and what to do) was in the file."""
+    rec = record_axpy(tmp_path / "rec")
+    path = write_result(tmp_path / "run" / "u", rec, TUNED, speedup=1.0, verdict="inconclusive",
+                        status="INCONCLUSIVE", idle=False)
+    reason = ("inconclusive: the device was busy (80% busy) while it was measured; measure "
+              "again on an idle machine")
+    doc = json.loads(path.read_text())
+    resign(path, validation={**doc["validation"], "speed": {"verdict": "inconclusive",
+                                                             "reason": reason}})
+    _, (why,) = collect(tmp_path / "run", 1.0)
+    assert why.endswith(f"result.json: {reason}"), why
 
 
 def test_evidence_times_are_the_interleaved_medians(tmp_path: Path) -> None:

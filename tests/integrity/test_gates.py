@@ -142,6 +142,25 @@ def test_a_fast_fluke_is_timed_again_beside_the_recorded_kernel(monkeypatch,
     assert check.candidate_s > 0.1 * seconds and check.original_s is not None
 
 
+def test_the_recorded_kernel_is_timed_again_in_the_candidates_cache_state(
+        monkeypatch, tmp_path: Path) -> None:
+    """The re-timing measured the candidate in the unit's cache state (warm for a unit that
+    fits the cache) but the recorded kernel always flushed: slower, so the bound was not
+    calibrated down and a candidate fast from a warm cache could be refused as impossible."""
+    n = 1 << 20
+    rec = _record(tmp_path, SCALE, "scale", (np.linspace(0, 1, n), np.zeros(n), 2.0, n))
+    be = kernforge.get_backend("null")
+    flushes = []
+    real_flush = be.flush_cache
+    monkeypatch.setattr(be, "flush_cache", lambda: (flushes.append(1), real_flush())[1])
+    monkeypatch.setattr(checks_mod, "copy_bandwidth",
+                        lambda be, nbytes: Bandwidth(1.0, 64 << 20, 0.0, "every time is below"))
+    same = prepare(rec, backend=be)
+    roofline_gate(rec, be, 1e-9, None, 0.5, flush=False,
+                  retime=lambda: same.measure(warmup=0, repeat=1, flush=False)[0])
+    assert flushes == []
+
+
 def test_basic_replay_failures_carry_reason_codes(scale_twice) -> None:
     m = replay(scale_twice, source=scale_twice.source.with_code(SCALE + "\nsyntax error("))
     assert m.status is Status.COMPILE_FAILED and _reason(m) == "compile:failed"

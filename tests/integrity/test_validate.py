@@ -91,7 +91,10 @@ def test_busy_device_is_never_accepted_nor_rejected(rec, monkeypatch, tmp_path) 
     store = BaselineStore(tmp_path / "best.json")
     store.check(rec.name, str(kernforge.get_backend("cpu").identity()["device"]), 50.0)
     w = validate(rec, baseline=store, **_quick())
-    assert w.verdict == "inconclusive" and not w.accepted and w.idle == busy
+    assert w.verdict == "inconclusive" and not w.accepted
+    # the busiest of the check before (0.9 here) and the real one during the measurement: on
+    # a loaded machine the latter may be busier still
+    assert w.idle is not None and w.idle.idle is False and (w.idle.utilisation or 0) >= 0.9
     assert w.speed is not None and w.speed.verdict.value == "inconclusive"
     assert w.regression is None
 

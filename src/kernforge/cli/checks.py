@@ -108,6 +108,20 @@ def writable_dir(path: Path | str | None, what: str) -> None:
     _probe_dir(p, what)
 
 
+def not_recordings(out: Path | str, what: str) -> None:
+    """Refuse a run directory that is a recordings directory or a recorded unit: the run's
+    files (``<out>/<unit>/result.json``, ``study.db``, ...) would be written into the units."""
+    p = Path(out)
+    if not p.is_dir():
+        return
+    units = [p] if (p / "manifest.json").is_file() else [
+        c for c in p.iterdir() if (c / "manifest.json").is_file()]
+    if units:
+        raise ConfigError(f"{what}: {p} holds recorded units ({units[0].name}, ...): the run's "
+                          f"files would be written into them",
+                          hint="give the run its own directory, e.g. --out runs/NAME")
+
+
 def resumable_dir(out: Path | str | None, resume: bool) -> None:
     """With ``--resume``, ``--out`` must name a run that exists: a mistyped or never-created
     directory would otherwise silently start a fresh run there."""

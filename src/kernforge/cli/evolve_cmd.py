@@ -21,7 +21,7 @@ from ..pipeline.evolve_final import measurement_text
 from ..pipeline.native_evolve import evolve_native
 from ..replay.native_build import bind_source
 from ..replay.native_tune import RESULT
-from .checks import load_all_units, resumable_dir, writable_dir
+from .checks import load_all_units, not_recordings, resumable_dir, writable_dir
 from .isolation import add_isolation_args, isolation
 from .native_cmd import load_native_units
 from .native_deploy_cmd import bind_units
@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     out = args.out = args.out or Path("runs") / time.strftime("evolve-%Y%m%d-%H%M%S")
     writable_dir(out, "--out")
+    not_recordings(out, "--out")
     native = load_native_units(args.path, args.kernels)
     if native:
         return run_native(args, cfg, native, out)

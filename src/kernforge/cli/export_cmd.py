@@ -125,7 +125,12 @@ def why_not(doc: dict[str, Any], min_speedup: float, band: float) -> str | None:
     if doc.get("status") == "INCONCLUSIVE" and speed is not None:
         return speed.reason  # neither a win nor a rejection: the verdict says what to do
     if doc.get("status") != "OK":
+        speed = speed_of(validation)
+        if doc.get("status") == "INCONCLUSIVE" and speed is not None:
+            return speed.reason  # why, and what to do (measure again on an idle machine)
         return f"status {doc.get('status')}"
+    if validation is None and "interleaved" in doc and doc["interleaved"] is None:
+        return "the recorded configuration stayed the best: nothing to deploy"
     if verdict not in ACCEPTED_VERDICTS:
         return (f"not validated (validation verdict {verdict}); re-run the tuning with this "
                 f"kernforge")

@@ -87,7 +87,13 @@ def run(args: argparse.Namespace) -> int:
     tolerance = tolerance_overrides(args.tolerance)
     writable_file(args.json, "--json")
     cache = _cache_mode(args)
+    _check_dtype(args.dtype)
     recs, native = load_all_units(args.path, args.kernels)
+    if native and isinstance(tolerance, dict):
+        raise ConfigError("a native unit's memory has no buffer names: --tolerance BUF=SPEC "
+                          "does not apply to it",
+                          hint="give one --tolerance SPEC (with --dtype) for native units; "
+                               "select the others with --kernels")
     for rec in recs:
         check_defines(rec.name, rec.source.code, defines, allow=args.allow_unused_define)
     results: list[tuple[str, str, Measurement]] = []
@@ -121,6 +127,21 @@ def run(args: argparse.Namespace) -> int:
         write_json_atomic(Path(args.json), [{"unit": u, "kernel": k, **m.to_json(),
                                              **info.get(u, {})} for u, k, m in results])
     return _exit_code(results)
+
+
+def _check_dtype(dtype: str | None) -> None:
+    """--dtype names a numeric element type (checked before anything runs)."""
+    if dtype is None:
+        return
+    import numpy as np
+
+    try:
+        kind: str = np.dtype(dtype).kind
+    except TypeError:
+        kind = ""
+    if kind not in ("i", "u", "f", "c"):
+        raise ConfigError(f"--dtype {dtype!r} is not a numeric element type",
+                          hint="e.g. --dtype float32, float64, int32 or uint8")
 
 
 def _cache_mode(args: argparse.Namespace) -> str:

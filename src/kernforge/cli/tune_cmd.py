@@ -28,6 +28,7 @@ from .checks import (
     POSITIVE,
     float_range,
     load_all_units,
+    not_recordings,
     resumable_dir,
     warn_damaged,
     writable_dir,
@@ -140,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
     resumable_dir(args.out, args.resume)
     out = args.out = args.out or Path("runs") / time.strftime("tune-%Y%m%d-%H%M%S")
     writable_dir(out, "--out")
+    not_recordings(out, "--out")
     user = load_space_file(args.space)
     budget = Budget(trials=args.trials, seconds=args.seconds, patience=args.patience)
     tolerance = tolerance_overrides(args.tolerance)
@@ -168,9 +170,14 @@ def run(args: argparse.Namespace) -> int:
             return 0
     with directory_lock(out, "tuning run directory"), isolation(
             args, backends=sorted({r.backend for r in recs})) as iso:
-        outcomes = _tune_all(args, recs, out, user, budget, tolerance, iso)
+        finished: list[str] = []
+        outcomes = _tune_all(args, recs, out, user, budget, tolerance, iso, finished)
     if outcomes:
         _summary(out, outcomes)
+    if finished:
+        console.print(f"{len(finished)} unit(s) finished earlier ({', '.join(finished)}) "
+                      f"are not in this summary{' either' if not outcomes else ''}: their "
+                      f"result.json files stand, as reported above", markup=False)
     return 0
 
 
@@ -195,8 +202,10 @@ def _native_finished(out: Path, native: list[Any], remeasure: bool) -> bool:
 
 
 def _tune_all(args: argparse.Namespace, recs: list[Recording], out: Path, user: Any,
-              budget: Budget, tolerance: Any, iso: Any) -> list[TuningOutcome]:
-    """Every unit tuned in turn: a progress bar on a terminal, plain lines otherwise."""
+              budget: Budget, tolerance: Any, iso: Any, finished: list[str]
+              ) -> list[TuningOutcome]:
+    """Every unit tuned in turn: a progress bar on a terminal, plain lines otherwise; the
+    units that ``--resume`` found finished are reported and added to ``finished``."""
     outcomes: list[TuningOutcome] = []
     tty = console.is_terminal
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -206,6 +215,7 @@ def _tune_all(args: argparse.Namespace, recs: list[Recording], out: Path, user: 
             done = finished_result(out / rec.name) if args.resume else None
             if done is not None and not args.remeasure:
                 lines.step(f"{i}/{len(recs)} {report_finished(done)}")
+                finished.append(rec.name)
                 continue
             task = bar.add_task(rec.name, total=args.trials)
             seen = _Seen()
@@ -267,10 +277,11 @@ class _Seen:
 
 
 def _speed(o: TuningOutcome) -> Judgement | None:
-    """The unit's speed verdict: the validation's own, else from its figures (None: the
+    """The unit's speed verdict: the validation's own (an inconclusive validation's too:
+    every gate passed, the speed was not decided), else from its figures (None: the
     recorded configuration stayed best, or a gate rejected the winner)."""
     v = o.validation
-    if o.ab is None or (v is not None and not v.accepted):
+    if o.ab is None or (v is not None and not v.accepted and v.verdict != "inconclusive"):
         return None
     if v is not None and v.speed is not None:
         return v.speed
@@ -343,7 +354,8 @@ def _summary(out: Path, outcomes: list[TuningOutcome]) -> None:
         hits = sum(1 for tr in o.study.trials if tr.cached)
         base_s, best_s = (o.ab.median_a, o.ab.median_b) if o.ab else (o.baseline_s, o.best_s)
         t.add_row(o.recording.name, f"{o.study.evaluations} ({hits})", fmt_time(base_s),
-                  "-" if rejected else fmt_time(best_s), f"{o.speedup:.3f}x{ci}",
+                  "-" if rejected else fmt_time(best_s),
+                  f"{o.ab.speedup if o.ab and not rejected else o.speedup:.3f}x{ci}",
                   escape(", ".join(f"{k}={v}" for k, v in changed.items()) or "(recorded)"),
                   escape(verdict))
     console.print(t)

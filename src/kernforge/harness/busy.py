@@ -5,7 +5,7 @@
 
 - cpu: the share of all cores' time that other processes used in the window: the non-idle
   time of ``/proc/stat`` minus this process's own CPU time (every thread of it: the OpenMP
-  kernel, the flush). Busy above 25% (the idle check's threshold), i.e. another process kept
+  kernel, the flush; and the children it waited for: the compiler). Busy above 25% (the idle check's threshold), i.e. another process kept
   half a core of two busy.
 - other backends: the backend's idle probe once more, after the measurement (a GPU's
   utilisation counts the measurement's own kernels, so nothing is read during it).
@@ -34,8 +34,10 @@ def _proc_stat() -> tuple[float, float] | None:
 
 
 def _own_cpu() -> float:
+    """This process's CPU time, with that of the children it waited for (a compiler run
+    inside the window is its own work, not another process's load)."""
     t = os.times()
-    return t.user + t.system
+    return t.user + t.system + t.children_user + t.children_system
 
 
 @dataclass

@@ -241,19 +241,22 @@ def bytes_to_move(recording: Recording) -> int:
 
 def roofline_gate(recording: Recording, backend: Backend, candidate_s: float,
                   original_s: float | None, slack: float,
-                  retime: Callable[[], float] | None = None) -> RooflineCheck:
+                  retime: Callable[[], float] | None = None, flush: bool = True
+                  ) -> RooflineCheck:
     """Refuse a time below the copy-bandwidth bound (``roofline:exceeded``), calibrated by
     the recorded kernel's time ``original_s`` from the same interleaved run. Without it, a
     candidate below the bound is timed again interleaved with the recorded kernel
     (``retime``: the candidate's timed run, when the caller has one) and judged on that run's
-    medians, never on a time taken at another moment."""
+    medians, never on a time taken at another moment; the recorded kernel in the cache state
+    ``flush`` that ``retime`` measures the candidate in."""
     moved = bytes_to_move(recording)
     bw = copy_bandwidth(backend, moved)
     check = roofline_check(moved, bw, candidate_s, original_s, slack=slack)
     if check.refused and original_s is None and retime is not None:
         ref = prepare(recording, backend=backend)
-        ref.measure(warmup=1, repeat=0)
-        samples = round_robin([lambda: ref.measure(warmup=0, repeat=1)[0], retime], passes=5)
+        ref.measure(warmup=1, repeat=0, flush=flush)
+        samples = round_robin([lambda: ref.measure(warmup=0, repeat=1, flush=flush)[0],
+                               retime], passes=5)
         check = roofline_check(moved, bw, float(np.median(samples[1])),
                                float(np.median(samples[0])), slack=slack)
     if check.refused:

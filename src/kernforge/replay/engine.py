@@ -157,7 +157,8 @@ def _evaluate_strict(recording: Recording, backend: Backend, variant: Variant,
         prepared = report.prepared
         check = roofline_gate(  # a time below the bound is timed again beside the recorded kernel
             recording, backend, median(samples), None, integrity.slack,
-            retime=lambda: prepared.measure(warmup=0, repeat=1, flush=protocol.flush)[0])
+            retime=lambda: prepared.measure(warmup=0, repeat=1, flush=protocol.flush)[0],
+            flush=protocol.flush)
         report.notes["roofline"] = check.to_json()
     return Measurement(Status.OK, samples=tuple(samples), checks=report.checks,
                        stages=tuple(stages), extra=extra)
