@@ -38,3 +38,11 @@ def test_the_user_choice_and_its_json() -> None:
     assert CacheChoice.from_json({"protocol": "lukewarm", "by": "x", "reason": "y"}) is None
     with pytest.raises(ConfigError, match="auto, warm, flushed"):
         user_choice("hot")
+
+
+def test_replays_within_noise_of_each_other_keep_the_default() -> None:
+    """Flushed and warm within 3% of each other: noise, not a cache state; identical units
+    (HeCBench heat's, on the fake driver) flipped between protocols on it."""
+    near_warm = by_program_time(4.15e-6, flushed_s=4.27e-6, warm_s=4.16e-6)
+    assert near_warm.protocol == "flushed" and "less than 3%" in near_warm.reason
+    assert by_program_time(4.15e-6, flushed_s=4.6e-6, warm_s=4.16e-6).protocol == "warm"

@@ -85,6 +85,11 @@ def by_footprint(footprint: int, cache: int | None, what: str = "cache") -> Cach
                                                "from memory")
 
 
+#: flushed and warm replays closer than this are one time: the choice stays the default, so that
+#: repeated replays of one unit (or identical units) do not flip between protocols on noise
+SAME = 0.03
+
+
 def by_program_time(in_program_s: float, flushed_s: float, warm_s: float) -> CacheChoice:
     """Rule 2: the protocol whose replay time is nearer, by ratio, to the time in the
     program."""
@@ -93,9 +98,12 @@ def by_program_time(in_program_s: float, flushed_s: float, warm_s: float) -> Cac
         raise ConfigError("times to compare must be positive and finite")
     off = {p: abs(math.log(t / in_program_s)) for p, t in (("flushed", flushed_s),
                                                           ("warm", warm_s))}
-    protocol = min(off, key=lambda p: (off[p], p != "flushed"))  # a tie: the default
-    return CacheChoice(protocol, "in-program time",
-                       f"in the program {in_program_s * 1e6:.3g} us; replayed flushed "
-                       f"{flushed_s * 1e6:.3g} us ({flushed_s / in_program_s:.2f}x), warm "
-                       f"{warm_s * 1e6:.3g} us ({warm_s / in_program_s:.2f}x): {protocol} is "
-                       "nearer")
+    figures = (f"in the program {in_program_s * 1e6:.3g} us; replayed flushed "
+               f"{flushed_s * 1e6:.3g} us ({flushed_s / in_program_s:.2f}x), warm "
+               f"{warm_s * 1e6:.3g} us ({warm_s / in_program_s:.2f}x)")
+    if abs(math.log(flushed_s / warm_s)) < math.log1p(SAME):  # noise decides nothing
+        return CacheChoice("flushed", "in-program time",
+                           f"{figures}: the two differ by less than {SAME:.0%}, flushed (the "
+                           "protocol's default)")
+    protocol = min(off, key=lambda p: (off[p], p != "flushed"))
+    return CacheChoice(protocol, "in-program time", f"{figures}: {protocol} is nearer")
