@@ -78,3 +78,16 @@ def test_replay_says_the_protocol_and_takes_the_override(
                  "--cache", "flushed"]) == 0
     assert f"{small.name}: cache flushed (--cache flushed given)" in capsys.readouterr().out
     assert main(["replay", str(small.path), "--no-flush", "--cache", "flushed"]) == 2
+
+
+def test_a_kept_choice_survives_a_command_without_cache(
+        small: Recording, capsys: pytest.CaptureFixture[str]) -> None:
+    """`tune --resume` typed without `--cache flushed` must not switch the study's state."""
+    assert main(["replay", str(small.path), "--repeat", "1", "--warmup", "0",
+                 "--cache", "flushed"]) == 0
+    assert main(["replay", str(small.path), "--repeat", "1", "--warmup", "0"]) == 0
+    assert f"{small.name}: cache flushed (--cache flushed given)" in capsys.readouterr().out
+    assert protocol_for(small).protocol == "flushed"
+    assert main(["replay", str(small.path), "--repeat", "1", "--warmup", "0",
+                 "--cache", "auto"]) == 0  # forgets it
+    assert protocol_for(small).protocol == "warm"

@@ -9,8 +9,9 @@ from ..harness.cache import MODES
 
 
 def add_cache_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cache", choices=MODES, default="auto",
-                   help="the cache state of every timed replay: auto (default: each unit as "
-                        "its program had it, from its footprint against the cache, or its "
-                        "time in the program), warm, or flushed; a choice other than auto is "
-                        "kept with each unit, for the gates and export")
+    p.add_argument("--cache", choices=MODES, default=None,
+                   help="the cache state of every timed replay: auto (each unit as its "
+                        "program had it, from its footprint against the cache, or its time in "
+                        "the program), warm, or flushed; a choice other than auto is kept with "
+                        "each unit, for the gates, export and later commands (default: the "
+                        "choice kept with the unit, else auto; --cache auto forgets it)")

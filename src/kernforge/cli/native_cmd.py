@@ -18,6 +18,7 @@ from ..replay.cache_protocol import (
     calibrate,
     in_program_s,
     native_protocol_for,
+    stored,
 )
 from ..replay.native import NativeVariant
 from ..replay.native_child import run_isolated
@@ -45,11 +46,12 @@ def load_native_units(path: str | Path, pattern: str | None = None) -> list[Nati
 
 
 def replay_native(recs: list[NativeRecording], *, warmup: int, repeat: int,
-                  tolerance: str | None, dtype: str | None, cache: str = "auto",
+                  tolerance: str | None, dtype: str | None, cache: str | None = None,
                   others: bool = False) -> list[tuple[str, str, Measurement, dict[str, Any]]]:
     """Each unit replayed in its own process at its recorded addresses: verify, time, in its
-    cache state (``cache`` auto: a unit whose time in the program is known is replayed both
-    ways and keeps the state nearer to it, :func:`calibrate`). A unit whose data turns out
+    cache state (``cache`` auto, or None with no user's choice kept: a unit whose time in the
+    program is known is replayed both ways and keeps the state nearer to it,
+    :func:`calibrate`; None keeps a user's earlier ``--cache warm|flushed``). A unit whose data turns out
     damaged (a blob failing its hash) is skipped with a warning while other units replay
     (``others``: units of another kind did); with none left, its RecordingError is raised."""
     rows = []
@@ -66,11 +68,14 @@ def replay_native(recs: list[NativeRecording], *, warmup: int, repeat: int,
             return m.median if m.ok else None
 
         try:
-            if cache == "auto" and in_program_s(rec) is not None:
+            kept = stored(rec.path)
+            measure = cache == "auto" or (cache is None and (kept is None or kept.by != "user"))
+            if measure and in_program_s(rec) is not None:
                 choice = calibrate(rec, once)
             else:
-                apply_mode(rec.path, cache)
-                choice = native_protocol_for(rec, cache)
+                if cache is not None:
+                    apply_mode(rec.path, cache)
+                choice = native_protocol_for(rec, cache or "auto")
             if choice.flush not in outs:
                 once(choice.flush)
         except RecordingError as exc:

@@ -102,8 +102,9 @@ def run(args: argparse.Namespace) -> int:
         for rec in recs:
             launch = (LaunchConfig(rec.launch.grid, rec.launch.block, rec.launch.shared_mem,
                                    args.threads) if args.threads is not None else None)
-            apply_mode(rec.path, cache)
-            caches.append(protocol_for(rec, cache))
+            if cache is not None:  # not given: the unit's kept choice stays
+                apply_mode(rec.path, cache)
+            caches.append(protocol_for(rec, cache or "auto"))
             try:
                 m = replay(rec, options=options, defines=defines, launch=launch,
                            tolerance=tolerance, warmup=args.warmup, repeat=args.repeat,
@@ -144,11 +145,12 @@ def _check_dtype(dtype: str | None) -> None:
                           hint="e.g. --dtype float32, float64, int32 or uint8")
 
 
-def _cache_mode(args: argparse.Namespace) -> str:
+def _cache_mode(args: argparse.Namespace) -> str | None:
+    """``--cache`` as given (None: not given, the unit's kept choice or auto)."""
     if args.no_flush and args.cache == "flushed":
         raise ConfigError("--no-flush and --cache flushed contradict each other",
                           hint="give one of them (--no-flush is --cache warm)")
-    return "warm" if args.no_flush else str(args.cache)
+    return "warm" if args.no_flush else args.cache
 
 
 def _print_table(path: str, results: list[tuple[str, str, Measurement]],

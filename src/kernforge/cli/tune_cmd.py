@@ -150,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"no recorded units to tune under {args.path}",
                           hint="check the path and --kernels")
     for path in [r.path for r in recs] + [r.path for r in native]:  # kept with the unit:
-        apply_mode(path, args.cache)  # the gates and export use it too
+        if args.cache is not None:  # the gates and export use it too; not given: kept as is
+            apply_mode(path, args.cache)
     if args.source is not None and not native:
         raise ConfigError("--source binds native units; none under this path",
                           hint="record the program with kernforge record -- COMMAND")
