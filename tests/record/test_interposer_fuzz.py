@@ -37,7 +37,7 @@ def sanitized(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
                           check=False).stdout.strip()
     if not os.path.isabs(asan) or not Path(asan).exists():
         pytest.skip(f"{cc} has no AddressSanitizer runtime")
-    return [asan, str(interposer.build(tmp_path_factory.mktemp("asan"), SANITIZE))]
+    return [asan, str(interposer.build(tmp_path_factory.mktemp("asan"), extra_flags=SANITIZE))]
 
 
 def base_lines(fake: FakeCuda, tmp: Path) -> list[str]:
@@ -223,5 +223,5 @@ def test_the_sanitizer_build_is_cached_apart(tmp_path: Path) -> None:
     if shutil.which(interposer.compiler()) is None:
         pytest.skip("no C compiler")
     plain_lib = interposer.build(tmp_path)
-    assert interposer.build(tmp_path, ("-DKF_UNUSED_FLAG",)) != plain_lib
+    assert interposer.build(tmp_path, extra_flags=("-DKF_UNUSED_FLAG",)) != plain_lib
     assert interposer.build(tmp_path) == plain_lib
