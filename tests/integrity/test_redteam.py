@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from kernforge.core import Status
 from kernforge.testing.redteam import record_bases, run_cheat, table
 from kernforge.testing.redteam_c import BASES, CHEATS
 
@@ -25,9 +26,22 @@ def test_the_suite_has_at_least_twelve_distinct_cheats() -> None:
 @pytest.mark.parametrize("cheat", CHEATS, ids=[c.name for c in CHEATS])
 def test_cheat_is_rejected_with_the_right_reason(cheat, recordings) -> None:
     row = run_cheat(cheat, recordings)
+    if row.verdict == "inconclusive":  # a speed-only cheat on a busy machine: not accepted
+        assert cheat.status is Status.OK and row.caught, row.message
+        return
     assert row.verdict == "rejected", row.message
     assert (row.status, row.reason) in {(cheat.status, r) for r in cheat.reasons}, row.message
     assert row.caught and table([row]).count("| yes |") == 1
+
+
+def test_an_inconclusive_speed_only_cheat_counts_as_caught_and_a_wrong_one_does_not() -> None:
+    from kernforge.testing.redteam import Outcome
+
+    speed_only = next(c for c in CHEATS if c.status is Status.OK)
+    wrong = next(c for c in CHEATS if c.status is Status.WRONG_RESULT)
+    assert Outcome(speed_only, Status.OK, "measure:inconclusive", "inconclusive", "").caught
+    assert not Outcome(wrong, Status.OK, "measure:inconclusive", "inconclusive", "").caught
+    assert not Outcome(speed_only, Status.OK, "", "accepted", "").caught
 
 
 DYNAMIC = [c for c in CHEATS if c.dynamic is not None]

@@ -92,6 +92,11 @@ class Outcome:
 
     @property
     def caught(self) -> bool:
+        """Rejected with the expected status and reason; a cheat that only speed can expose
+        (status OK: correct, slower in the protocol's cache state) is also caught when the
+        speed verdict is inconclusive on a busy machine, for that is never accepted."""
+        if self.verdict == "inconclusive":
+            return self.cheat.status is Status.OK and self.status is Status.OK
         return (self.verdict == "rejected" and self.status is self.cheat.status
                 and self.reason in self.cheat.reasons)
 
