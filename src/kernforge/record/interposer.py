@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import BackendUnavailableError, ConfigError
-from ..core.paths import cache_path
+from ..core.paths import cache_folder
 
 SOURCES = ("kf.h", "kf_deploy.h", "kf_real.c", "kf_state.c", "kf_track.c", "kf_hooks.c",
            "kf_record.c", "kf_io.c", "kf_spool.c", "kf_deploy.c", "kf_spec.c", "kf_nvrtc.c")
@@ -54,7 +54,7 @@ def build(out_dir: Path | None = None, *, extra_flags: Sequence[str] = ()) -> Pa
     flags = [str(f) for f in extra_flags]
     digest = hashlib.sha256(b"".join(n.encode() + b"\0" + srcs[n] for n in SOURCES)
                             + b"\0flags\0" + "\0".join(flags).encode()).hexdigest()
-    target_dir = out_dir or cache_path("interposer")
+    target_dir = out_dir or cache_folder("interposer")
     lib = target_dir / f"libkfinterpose-{digest[:16]}.so"
     with _lock:
         if lib.is_file():
