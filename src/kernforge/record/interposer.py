@@ -118,7 +118,9 @@ def environment(out: Path | str, *, kernels: str | None = None, max_instances: i
     ``base`` (default: this process's environment). Every value is checked against what the
     interposer accepts: a bad one is a :class:`ConfigError` before anything runs."""
     if max_instances is not None:
-        _int_in("--max-instances", max_instances, 0, _LLONG_MAX)
+        _int_in("--max-instances", max_instances, 1, _LLONG_MAX,
+                hint="give the number of launches to record per kernel (at least 1: "
+                     "0 would record nothing)")
     _int_in("--skip", skip, 0, _LLONG_MAX)
     _int_in("--max-mb", max_mb, 0, MAX_MB_LIMIT,
             hint="give the most MiB of device memory to record in all")
