@@ -115,3 +115,12 @@ def test_an_application_that_closes_stderr_keeps_its_status_and_report(
     assert "lost sys.stderr" not in r.stderr and "Traceback" not in r.stderr
     assert (tmp_path / "r.json").is_file()
 
+
+def test_the_applications_own_keyboard_interrupt_still_prints_the_report(
+        spec: Path, tmp_path: Path) -> None:
+    app = _app(spec, "interrupts.py", "raise KeyboardInterrupt\n")
+    r = kf("run", "--deploy", str(spec), "--report", str(tmp_path / "r.json"), "--", "python",
+           str(app), cwd=tmp_path)
+    assert r.returncode == 130, r.stderr
+    assert f"kernforge deploy report ({spec}): 1 launch(es) ran a tuned variant" in r.stderr
+    assert (tmp_path / "r.json").is_file()

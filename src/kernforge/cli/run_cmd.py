@@ -131,8 +131,11 @@ def run(args: argparse.Namespace) -> int:
     with _deploy_log(args.quiet), hooks:
         deployment = use(spec, cupy=False,  # the hooks, if any, are installed above
                          verify="unverifiable" if args.allow_unverifiable else None)
+        interrupted = False
         try:
             status = run_application(command)
+        except KeyboardInterrupt:  # the application's own Ctrl-C: reported, then exit 130
+            interrupted = True
         finally:
             report = deployment.stop()
     print_report(report)
@@ -140,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
         from ..core.jsonio import write_json_atomic
 
         write_json_atomic(Path(args.report), report.to_json())
+    if interrupted:
+        raise KeyboardInterrupt
     return status
 
 
