@@ -49,3 +49,24 @@ def test_tune_prints_a_line_per_unit_off_a_terminal(tmp_path: Path, capsys) -> N
     out = capsys.readouterr().out
     assert "1/2 tuning inc-0 (2 evaluations; cache warm:" in out
     assert "2/2 inc-1 done: 2 evaluations" in out
+
+
+def test_a_remeasured_unit_reports_its_study_not_zero(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """``tune --resume --remeasure`` said "done: 0 evaluations, 0 cache hits, best -" for a
+    unit whose study was read back and whose winner was measured again."""
+    k = kernforge.Kernel("void inc(double *x, long n) { for (long i = 0; i < n; i++) "
+                         "x[i] += 1.0; }", "inc", backend="cpu")
+    with kernforge.record(tmp_path / "rec"):
+        k(np.zeros(64), 64)
+    command = ["tune", str(tmp_path / "rec"), "--trials", "3", "--preset", "quick",
+               "--repeat", "2", "--in-process", "--out", str(tmp_path / "run")]
+    assert main(command) == 0
+    first = [ln for ln in capsys.readouterr().out.splitlines() if "inc-0 done:" in ln]
+    assert first and "done: 3 evaluations" in first[0]
+    assert main([*command, "--resume", "--remeasure"]) in (0, 1)
+    done = [ln for ln in capsys.readouterr().out.splitlines() if "inc-0 done:" in ln]
+    assert done, "no done line"
+    line = done[0]
+    assert "0 new evaluations (3 in the study, the others from its earlier run)" in line
+    assert "best -" not in line and "best " in line
+    assert ("measured again interleaved" in line) or ("recorded configuration stayed" in line)

@@ -291,3 +291,18 @@ def test_the_applications_status_is_not_taken_for_kernforges(
     assert run("record", "-o", str(tmp_path / "c"), "--pass-status", "--", "sh", "-c",
                "kill -TERM $$") == 128 + 15
     assert run("record", "-o", str(tmp_path / "d"), "--", "sh", "-c", "exit 0") == 0
+
+
+@pytest.mark.parametrize("program", ["python", "native"])
+def test_max_instances_0_is_refused_before_the_application_runs(
+        program: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--max-instances 0`` recorded nothing and then said "nothing was launched through the
+    CUDA driver": it is refused (exit 2) before the application starts."""
+    marker = tmp_path / "started"
+    command = (["python", "-c", f"open({str(marker)!r}, 'w')"] if program == "python"
+               else ["touch", str(marker)])
+    assert run("record", "-o", str(tmp_path / "rec"), "--max-instances", "0", "--",
+               *command) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--max-instances 0 must be from 1" in err and "0 would record nothing" in err
+    assert not marker.exists()

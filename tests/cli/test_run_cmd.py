@@ -95,3 +95,32 @@ def test_an_unsupported_option_names_the_supported_ones(spec: Path) -> None:
     r = kf("run", "--deploy", str(spec), "--", "python", "-c", "print(1)", cwd=spec.parent)
     assert r.returncode == 2 and "python option '-c' is not supported" in r.stderr
     assert "-W ARG, -X OPT" in " ".join(r.stderr.split())
+
+
+def _app(spec: Path, name: str, tail: str) -> Path:
+    path = spec.parent / name
+    path.write_text(APP + tail)
+    return path
+
+
+def test_an_application_that_closes_stderr_keeps_its_status_and_report(
+        spec: Path, tmp_path: Path) -> None:
+    """The report on a closed stderr took the run down ("lost sys.stderr", exit 1): it is
+    written only where stderr is usable, the --report file still is, the status is the app's."""
+    app = _app(spec, "closes_stderr.py", "sys.stderr.close()\n")
+    r = kf("run", "--deploy", str(spec), "--report", str(tmp_path / "r.json"), "--", "python",
+           str(app), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "y [101.0, 103.0, 105.0, 107.0]" in r.stdout  # the tuned variant ran
+    assert "lost sys.stderr" not in r.stderr and "Traceback" not in r.stderr
+    assert (tmp_path / "r.json").is_file()
+
+
+def test_the_applications_own_keyboard_interrupt_still_prints_the_report(
+        spec: Path, tmp_path: Path) -> None:
+    app = _app(spec, "interrupts.py", "raise KeyboardInterrupt\n")
+    r = kf("run", "--deploy", str(spec), "--report", str(tmp_path / "r.json"), "--", "python",
+           str(app), cwd=tmp_path)
+    assert r.returncode == 130, r.stderr
+    assert f"kernforge deploy report ({spec}): 1 launch(es) ran a tuned variant" in r.stderr
+    assert (tmp_path / "r.json").is_file()

@@ -9,7 +9,15 @@ import random
 import pytest
 
 from kernforge.harness import interleave, median_ci
-from kernforge.harness.verdict import Judgement, Verdict, judge, judge_ab, judge_evidence
+from kernforge.harness.verdict import (
+    Judgement,
+    Verdict,
+    judge,
+    judge_ab,
+    judge_evidence,
+    min_passes,
+    per_look,
+)
 
 
 class Machine:
@@ -100,3 +108,20 @@ def test_verdicts_and_their_json() -> None:
     stored = judge_evidence(1.3, (1.25, 1.35))
     assert stored.faster
     assert judge_evidence(None, None).verdict is Verdict.INCONCLUSIVE
+
+
+@pytest.mark.parametrize("confidence", [0.5, 0.9, 0.95, 0.99, per_look(3)])
+def test_the_too_few_message_names_the_true_minimum(confidence: float) -> None:
+    """The message said "measure with at least 7" where 6 passes reach 95%: the minimum is
+    computed by median_ci's own rule, at the confidence the verdict used."""
+    need = min_passes(confidence)
+    assert median_ci(range(need), confidence=confidence)[2] >= confidence
+    assert median_ci(range(need - 1), confidence=confidence)[2] < confidence
+    few = judge([1.5] * (need - 1), confidence=confidence)
+    assert few.verdict is Verdict.INCONCLUSIVE and f"at least {need}" in few.reason
+    assert judge([1.5] * need, confidence=confidence).faster
+
+
+def test_six_passes_are_enough_at_95() -> None:
+    assert min_passes() == 6
+    assert "measure with at least 6" in judge([1.5] * 5).reason

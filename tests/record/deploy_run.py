@@ -76,7 +76,7 @@ def run(fake: FakeCuda, lib: Path, command: Sequence[str], tmp: Path,
     full.update(env or {})
     done = subprocess.run(list(command), env=full, capture_output=True, text=True,
                           errors="replace", timeout=TIMEOUT_S, check=False)
-    text = log.read_text() if log.is_file() else None
+    text = log.read_text("utf-8") if log.is_file() else None  # JSON is UTF-8
     return Run(done.returncode, done.stdout, done.stderr, json.loads(text) if text else None)
 
 

@@ -233,3 +233,21 @@ def test_a_libcuda_without_driver_functions_is_refused_with_one_message(
     r = run(fake, lib, fake.command(), tmp_path, lines, env={"KERNFORGE_LIBCUDA": str(partial)})
     assert r.rc == 0 and r.out == plain(fake, fake.command()) and r.told_once()
     assert "is not a CUDA driver" in r.messages[0] and r.replaced == 10  # libcuda.so.1 used
+
+
+def test_a_utf8_name_comes_back_unchanged_and_invalid_bytes_as_replacement(
+        fake: FakeCuda, lib: Path, tmp_path: Path) -> None:
+    """kf_put_str wrote each non-ASCII byte as \\u00XX: "héat" came back as "hÃ©at". Valid
+    UTF-8 passes unchanged; each invalid sequence (a stray continuation byte, a truncated
+    sequence, an overlong form, a surrogate, past U+10FFFF) becomes one U+FFFD per maximal
+    subpart, as Python decodes with errors="replace"."""
+    good = "héat_€_𝄞_ä¸­".encode()
+    bad = b"x\xff_\xe2\x82_\xc0\xaf_\xed\xa0\x80_\xf4\x90\x80\x80_\xe2\x82"
+    spec = (line("placeholder", tuned_image(fake, tmp_path)) + "\n").encode()
+    spec = spec.replace(b"placeholder", good, 2) + \
+        (line("placeholder", tmp_path / "x") + "\n").encode().replace(b"placeholder", bad, 2)
+    r = run(fake, lib, fake.command(), tmp_path, spec)
+    assert r.rc == 0 and r.log is not None
+    names = [e["name"] for e in r.log["entries"]]
+    assert names == [good.decode(), bad.decode("utf-8", "replace")]
+    assert "\ufffd" in names[1] and names[0] == "héat_€_𝄞_ä¸­"

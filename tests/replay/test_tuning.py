@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import kernforge
-from kernforge.core import ConfigError
+from kernforge.core import ConfigError, Status
+from kernforge.harness import ABResult
+from kernforge.harness.verdict import Verdict, judge
 from kernforge.record import find_recordings, load_recording
-from kernforge.replay.tuning import build_space, tune_recording
+from kernforge.replay.tuning import (
+    TuningOutcome,
+    build_space,
+    history_title,
+    tune_recording,
+)
+from kernforge.replay.validate import Validation
 from kernforge.tune import Budget
 
 SRC = r"""
@@ -116,3 +125,25 @@ def test_result_times_are_the_interleaved_medians(rec, tmp_path: Path) -> None:
     assert data["baseline_median_s"] == 4e-3 and data["best_median_s"] == 2e-3
     assert data["baseline_median_s"] / data["best_median_s"] == pytest.approx(data["speedup"])
     assert data["search_baseline_median_s"] == 3e-3 and data["search_best_median_s"] == 1e-3
+
+
+def test_the_history_title_shows_the_measured_figure_with_its_verdict(rec, tmp_path: Path
+                                                                      ) -> None:
+    """The title showed ``o.speedup`` (1.0 for a winner not accepted) beside the interval:
+    "1.000x [95% CI 0.990, 1.050]". It shows the interleaved figure and its verdict word."""
+    ratios = (1.01, 1.02, 1.03, 1.02, 1.0, 1.05, 0.99)
+    ab = ABResult(ratios, ((1.0,),) * 7, ((1.0,),) * 7, ("a", "b") * 3 + ("a",), 0.99, 1.05)
+    speed = judge(ratios)
+    assert speed.verdict is Verdict.INCONCLUSIVE
+    unsure = Validation("c", "v", "inconclusive", Status.OK, speed.reason, speed=speed, ab=ab)
+    o = TuningOutcome(rec, tmp_path, None, rec.variant, 2e-3, 1e-3, ab, unsure)  # type: ignore[arg-type]
+    assert o.speedup == 1.0  # not accepted: what result.json counts
+    title = history_title(o, sampler="tpe")
+    assert "interleaved speedup 1.020x [95% CI 0.990, 1.050]" in title
+    assert title.endswith("best vs recorded: inconclusive") and "1.000x" not in title
+    rejected = replace(unsure, verdict="rejected", status=Status.WRONG_RESULT,
+                       reason="wrong result")
+    title = history_title(replace(o, validation=rejected), sampler="tpe")
+    assert "REJECTED (wrong result)" in title and "speedup" not in title
+    assert "stayed the best" in history_title(replace(o, ab=None, validation=None),
+                                               sampler="tpe")

@@ -39,7 +39,7 @@ from ..core import (
     SignatureError,
     Variant,
 )
-from ..core.paths import cache_path
+from ..core.paths import cache_folder
 from . import evict
 from .base import Backend, Compiled, Knob
 from .evict import FALLBACK_LLC_BYTES, llc_bytes  # noqa: F401  (re-exported)
@@ -122,8 +122,9 @@ def find_compiler() -> list[str]:
 
 
 def cache_dir() -> Path:
-    """Where compiled libraries live: ``$KERNFORGE_CACHE_DIR/cpu`` or ``~/.cache/kernforge/cpu``."""
-    return cache_path("cpu")
+    """Where compiled libraries live: ``$KERNFORGE_CACHE_DIR/cpu`` or ``~/.cache/kernforge/cpu``
+    (created; a ConfigError naming the variable when it cannot be)."""
+    return cache_folder("cpu")
 
 
 def default_threads() -> int:

@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="record only kernels whose name matches this glob pattern (the mangled "
                         "name or its readable form, e.g. '*solve*')")
     p.add_argument("--max-instances", type=int, default=4, metavar="N",
-                   help="record at most N launches per kernel (default 4)")
+                   help="record at most N launches per kernel, N >= 1 (default 4)")
     p.add_argument("--skip", type=int, default=0, metavar="N",
                    help="skip the first N launches of each kernel (default 0)")
     p.add_argument("--max-mb", type=int, default=16384, metavar="MIB",

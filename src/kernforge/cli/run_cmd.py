@@ -70,15 +70,22 @@ def _deploy_log(quiet: bool) -> Iterator[None]:
         log.propagate = True
 
 
-def print_report(report: DeployReport) -> None:
-    """The deployment report on stderr, as it is (no markup, no wrapping)."""
+def print_report(report: DeployReport) -> bool:
+    """The deployment report on stderr, as it is (no markup, no wrapping), when stderr is
+    still usable: an application may have closed or replaced it, and the report must not
+    take its run down. Returns whether it was written."""
     lines = [f"kernforge deploy report ({report.spec}): {report.replaced} launch(es) ran a "
              f"tuned variant, {report.fallback} the original"
              + (f" ({report.verified} more ran the original to re-verify a tuned variant)"
                 if report.verified else ""),
              *(f"  {line}" for line in report.lines())]
-    sys.stderr.write("".join(f"{line}\n" for line in lines))
-    sys.stderr.flush()
+    stream = getattr(sys, "stderr", None)
+    try:
+        stream.write("".join(f"{line}\n" for line in lines))  # type: ignore[union-attr]
+        stream.flush()  # type: ignore[union-attr]
+    except (AttributeError, OSError, ValueError):  # None, closed, or its descriptor gone
+        return False
+    return True
 
 
 def run(args: argparse.Namespace) -> int:
@@ -124,8 +131,11 @@ def run(args: argparse.Namespace) -> int:
     with _deploy_log(args.quiet), hooks:
         deployment = use(spec, cupy=False,  # the hooks, if any, are installed above
                          verify="unverifiable" if args.allow_unverifiable else None)
+        interrupted = False
         try:
             status = run_application(command)
+        except KeyboardInterrupt:  # the application's own Ctrl-C: reported, then exit 130
+            interrupted = True
         finally:
             report = deployment.stop()
     print_report(report)
@@ -133,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
         from ..core.jsonio import write_json_atomic
 
         write_json_atomic(Path(args.report), report.to_json())
+    if interrupted:
+        raise KeyboardInterrupt
     return status
 
 

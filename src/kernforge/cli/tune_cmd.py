@@ -241,7 +241,7 @@ def _tune_all(args: argparse.Namespace, recs: list[Recording], out: Path, user: 
                 warn_damaged(exc)
                 continue
             bar.update(task, completed=args.trials)
-            lines.step(f"{i}/{len(recs)} {rec.name} done: {seen.describe()}")
+            lines.step(f"{i}/{len(recs)} {rec.name} done: {_done(seen, outcomes[-1])}")
     return outcomes
 
 
@@ -275,6 +275,23 @@ class _Seen:
     def describe(self) -> str:
         return (f"{self.evaluations} evaluations, {self.cached} cache hits, best "
                 f"{fmt_time(self.best if self.best < float('inf') else None)}")
+
+
+def _done(seen: _Seen, o: TuningOutcome) -> str:
+    """A unit's closing progress line: what this command evaluated (a resumed study's earlier
+    evaluations are counted apart, not as this run's), the study's best, and the interleaved
+    re-measurement of the winner, which ``--resume --remeasure`` runs again."""
+    hits = sum(1 for t in o.study.trials if t.cached)
+    if seen.evaluations == o.study.evaluations:
+        text = f"{seen.evaluations} evaluations, {hits} cache hits"
+    else:
+        text = (f"{seen.evaluations} new evaluations ({o.study.evaluations} in the study, "
+                f"the others from its earlier run), {hits} cache hits")
+    text += f", best {fmt_time(o.best_s)}"
+    if o.ab is None:
+        return text + "; the recorded configuration stayed best"
+    return (text + f"; best vs recorded, measured again interleaved: {o.ab.speedup:.3f}x "
+            f"[{o.ab.ci_low:.3f}, {o.ab.ci_high:.3f}]")
 
 
 def _speed(o: TuningOutcome) -> Judgement | None:

@@ -120,6 +120,18 @@ def median_ci(samples: Sequence[float], *, confidence: float = 0.95
     return float(a[k - 1]), float(a[n - k]), 1.0 - 2.0 * cdf
 
 
+def min_passes(confidence: float = CONFIDENCE) -> int:
+    """The fewest passes whose range reaches ``confidence`` by :func:`median_ci`'s rule (both
+    extreme ranks outside the two-sided tail: ``2 / 2**n <= 1 - confidence``): 6 at 95%."""
+    if not 0.0 < confidence < 1.0:
+        raise ConfigError(f"confidence={confidence} must be between 0 and 1",
+                          hint="use e.g. 0.95")
+    n = 1
+    while 1.0 / 2.0 ** n > (1.0 - confidence) / 2.0:
+        n += 1
+    return n
+
+
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
@@ -133,10 +145,11 @@ def _busy_reason(utilisation: float | None, what: str) -> str:
 def judge_evidence(speedup: float | None, ci: tuple[float, float] | None, *,
                    idle: bool | None = None, utilisation: float | None = None,
                    band: float = NOISE_BAND, passes: int = 0,
-                   coverage: float | None = None) -> Judgement:
+                   coverage: float | None = None,
+                   confidence: float = CONFIDENCE) -> Judgement:
     """The verdict on the figures of one interleaved comparison (see the module docstring).
-    ``coverage``: given when the interval falls short of the confidence asked for (too few
-    passes): then nothing is concluded."""
+    ``coverage``: given when the interval falls short of ``confidence`` (too few passes):
+    then nothing is concluded."""
     edge = 1.0 + band
     if idle is False:
         return Judgement(Verdict.INCONCLUSIVE, _busy_reason(utilisation, "while it was "
@@ -147,8 +160,8 @@ def judge_evidence(speedup: float | None, ci: tuple[float, float] | None, *,
     figures = f"{speedup:.3f}x [95% CI {ci[0]:.3f}, {ci[1]:.3f}]"
     if coverage is not None:  # given only when below the confidence asked for
         return Judgement(Verdict.INCONCLUSIVE, f"inconclusive: {passes} passes are too few "
-                         f"for a 95% interval (the range covers {coverage:.0%}); measure "
-                         f"with at least 7",
+                         f"for a {confidence * 100:.4g}% interval (the range covers "
+                         f"{coverage:.0%}); measure with at least {min_passes(confidence)}",
                          speedup, ci, band=band, passes=passes)
     if ci[0] <= 0 or ci[1] / ci[0] > MAX_WIDTH:
         return Judgement(Verdict.INCONCLUSIVE, f"inconclusive: {figures}: the passes disagree "
@@ -188,7 +201,8 @@ def judge(ratios: Sequence[float], *, idle: bool | None = None,
     lo, hi, coverage = median_ci(ratios, confidence=confidence)
     return judge_evidence(median(ratios), (lo, hi), idle=idle, utilisation=utilisation,
                           band=band, passes=len(ratios),
-                          coverage=coverage if coverage < confidence else None)
+                          coverage=coverage if coverage < confidence else None,
+                          confidence=confidence)
 
 
 def spread_of(samples_a: Sequence[Sequence[float]], samples_b: Sequence[Sequence[float]]

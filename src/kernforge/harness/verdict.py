@@ -12,9 +12,11 @@ from ..core.verdict import (
     judge,
     judge_ab,
     judge_evidence,
+    min_passes,
     per_look,
     spread_of,
 )
 
 __all__ = ["CONFIDENCE", "MAX_WIDTH", "NOISE_BAND", "NOISE_LIMIT", "Judgement", "Verdict",
-           "decided", "judge", "judge_ab", "judge_evidence", "per_look", "spread_of"]
+           "decided", "judge", "judge_ab", "judge_evidence", "min_passes", "per_look",
+           "spread_of"]

@@ -71,9 +71,11 @@ class Recorder:
 
     def __init__(self, root: PathLike, *, kernels: str | None = None,
                  max_instances: int | None = 4, skip: int = 0) -> None:
-        if max_instances is not None and max_instances < 0:
-            raise ConfigError(f"max_instances={max_instances} must be >= 0",
-                              hint="give the number of launches to record per kernel")
+        if max_instances is not None and max_instances < 1:
+            raise ConfigError(f"max_instances={max_instances} must be >= 1: "
+                              f"{max_instances} launches per kernel would record nothing",
+                              hint="give the number of launches to record per kernel "
+                                   "(None: all of them)")
         if skip < 0:
             raise ConfigError(f"skip={skip} must be >= 0",
                               hint="give the number of launches to skip per kernel")

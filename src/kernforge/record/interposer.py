@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import BackendUnavailableError, ConfigError
-from ..core.paths import cache_path
+from ..core.paths import cache_folder
 
 SOURCES = ("kf.h", "kf_deploy.h", "kf_real.c", "kf_state.c", "kf_track.c", "kf_hooks.c",
            "kf_record.c", "kf_io.c", "kf_spool.c", "kf_deploy.c", "kf_spec.c", "kf_nvrtc.c")
@@ -54,7 +54,7 @@ def build(out_dir: Path | None = None, *, extra_flags: Sequence[str] = ()) -> Pa
     flags = [str(f) for f in extra_flags]
     digest = hashlib.sha256(b"".join(n.encode() + b"\0" + srcs[n] for n in SOURCES)
                             + b"\0flags\0" + "\0".join(flags).encode()).hexdigest()
-    target_dir = out_dir or cache_path("interposer")
+    target_dir = out_dir or cache_folder("interposer")
     lib = target_dir / f"libkfinterpose-{digest[:16]}.so"
     with _lock:
         if lib.is_file():
@@ -118,7 +118,9 @@ def environment(out: Path | str, *, kernels: str | None = None, max_instances: i
     ``base`` (default: this process's environment). Every value is checked against what the
     interposer accepts: a bad one is a :class:`ConfigError` before anything runs."""
     if max_instances is not None:
-        _int_in("--max-instances", max_instances, 0, _LLONG_MAX)
+        _int_in("--max-instances", max_instances, 1, _LLONG_MAX,
+                hint="give the number of launches to record per kernel (at least 1: "
+                     "0 would record nothing)")
     _int_in("--skip", skip, 0, _LLONG_MAX)
     _int_in("--max-mb", max_mb, 0, MAX_MB_LIMIT,
             hint="give the most MiB of device memory to record in all")

@@ -92,17 +92,6 @@ def _timing(u: dict[str, Any], app: dict[tuple[int, str], list[float]]) -> dict[
     return {"app_time_ms": u.get("app_time_ms"), "app_time_of": "the recorded launch (events)"}
 
 
-def _bytes_text(v: Any) -> Any:
-    """The interposer writes each byte >= 0x7f of a C string as \\u00XX: back to UTF-8 text."""
-    if isinstance(v, str):
-        return v.encode("latin-1", errors="replace").decode("utf-8", errors="replace")
-    if isinstance(v, list):
-        return [_bytes_text(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _bytes_text(x) for k, x in v.items()}
-    return v
-
-
 def _nvrtc_source(spool_unit: Path, entry: str) -> dict[str, Any] | None:
     """The NVRTC program the kernel's image was compiled from (nvrtc.json), as the manifest's
     ``source``: the code, headers, options and the name expression lowered to ``entry``."""
@@ -110,7 +99,7 @@ def _nvrtc_source(spool_unit: Path, entry: str) -> dict[str, Any] | None:
     if not os.path.lexists(path):
         return None
     try:
-        n = _bytes_text(parse_json(read_regular(path, limit=JSON_LIMIT).decode("utf-8")))
+        n = parse_json(read_regular(path, limit=JSON_LIMIT).decode("utf-8"))  # kf_put_str: UTF-8
     except (ValueError, UnicodeDecodeError) as exc:  # DamagedJSON is a ValueError
         raise damaged(spool_unit, f"nvrtc.json: {exc}") from None
     if not isinstance(n, dict) or not isinstance(n.get("source"), str):

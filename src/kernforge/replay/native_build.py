@@ -33,7 +33,7 @@ from ..backends.rewrite import rewrite
 from ..backends.signature import parse_signature
 from ..core import ConfigError, KernelSource
 from ..core.native import NativeBuild, NativeRecording, NativeSource
-from ..core.paths import cache_path
+from ..core.paths import cache_folder
 
 DEFAULTS: dict[str, Any] = {k.name: k.default for k in KNOBS}
 # the options of the recorded compile that a knob, when given, replaces
@@ -120,7 +120,7 @@ def build_image(rec: NativeRecording, build: NativeBuild, cc: tuple[int, int]) -
     """The image ``build`` makes for ``rec`` on a device of compute capability ``cc``."""
     key = hashlib.sha256(json.dumps([build.to_json(), rec.image, list(cc)],
                                     sort_keys=True).encode()).hexdigest()
-    path = cache_path("native-builds") / key[:2] / f"{key}.bin"
+    path = cache_folder("native-builds") / key[:2] / f"{key}.bin"
     if build.source is not None and build.source.origin == "nvcc":
         path = path.with_suffix(f".{_mtime(build.source)}.bin")  # the file may change
     if path.is_file():

@@ -240,17 +240,28 @@ def history_points(study: TuneResult) -> tuple[list[tuple[int, float | None]], i
 def plot_history(o: TuningOutcome, path: Path, *, sampler: str) -> Path:
     """history.png: one point per evaluation in order (cache hits are not evaluations: not
     drawn, counted in the caption), the best so far, the recorded configuration at its
-    measured median; the title states the interleaved figure."""
+    measured median; the title: :func:`history_title`."""
     points, hits = history_points(o.study)
-    if o.ab is not None:
-        figure = (f"interleaved speedup {o.speedup:.3f}x [95% CI {o.ab.ci_low:.3f}, "
-                  f"{o.ab.ci_high:.3f}], best vs recorded")
-    else:
+    return tuning_png(path, points, recorded_s=o.baseline_s, cache_hits=hits,
+                      title=history_title(o, sampler=sampler))
+
+
+def history_title(o: TuningOutcome, *, sampler: str) -> str:
+    """history.png's title: the interleaved re-measurement's own figure (best vs recorded)
+    with its verdict word, as the tune table shows them; a rejected winner by its reason."""
+    v = o.validation
+    if o.ab is None:
         figure = "the recorded configuration stayed the best"
-    idle = o.validation.idle if o.validation is not None else None
+    elif v is not None and not v.accepted and v.verdict != "inconclusive":
+        figure = f"the best configuration was REJECTED ({v.reason or v.status.value})"
+    else:
+        word = v.speed.verdict.value if v is not None and v.speed is not None \
+            else "not validated"
+        figure = (f"interleaved speedup {o.ab.speedup:.3f}x [95% CI {o.ab.ci_low:.3f}, "
+                  f"{o.ab.ci_high:.3f}], best vs recorded: {word}")
+    idle = v.idle if v is not None else None
     if idle is not None and idle.idle is False:
         figure += (f"\nmeasured while the device was busy ({idle.utilisation or 1.0:.0%}): "
                    f"not a win")
     device = o.recording.identity.get("device", "?")
-    return tuning_png(path, points, recorded_s=o.baseline_s, cache_hits=hits,
-                      title=f"{o.recording.name} ({sampler}, {device}):\n{figure}")
+    return f"{o.recording.name} ({sampler}, {device}):\n{figure}"

@@ -54,7 +54,7 @@ from ..core import (
     KernelRuntimeError,
     LaunchError,
 )
-from ..core.paths import cache_path
+from ..core.paths import cache_folder
 from .emulate_cxx import module_source
 from .emulate_runtime import RUNTIME
 from .operator import Launch, Operator
@@ -88,7 +88,7 @@ def find_compiler() -> list[str]:
 
 
 def cache_dir() -> Path:
-    return cache_path("emulate")
+    return cache_folder("emulate")
 
 
 _ids: dict[str, str] = {}

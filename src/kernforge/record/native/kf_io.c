@@ -19,27 +19,54 @@ extern unsigned long n_launches, n_recorded, n_budget, n_unknown, n_failed;
 extern unsigned long kf_n_cooperative, kf_n_graphs;
 
 /* ---- a growable text buffer for unit.json ---------------------------------------------------- */
+static void buf_fail(buf_t *b) { free(b->s), b->s = NULL, b->n = b->cap = 0; }
+
 void kf_put(buf_t *b, const char *fmt, ...) {
   va_list ap;
-  if (!b->s) return; /* an allocation failed: the caller sees b->s == NULL */
+  if (!b->s) return; /* a write failed: the caller sees b->s == NULL */
   for (;;) {
     va_start(ap, fmt);
     int w = vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
     va_end(ap);
-    if (w >= 0 && (size_t)w < b->cap - b->n) { b->n += (size_t)w; return; }
-    size_t cap = b->cap * 2 + (w > 0 ? (size_t)w : 0) + 256;
-    char *s = realloc(b->s, cap);
-    if (!s) { free(b->s); b->s = NULL; return; }
+    if (w < 0) { buf_fail(b); return; } /* an encoding error: more room would not help */
+    if ((size_t)w < b->cap - b->n) { b->n += (size_t)w; return; }
+    size_t cap = b->cap * 2 + (size_t)w + 256;
+    char *s = cap > b->cap ? realloc(b->s, cap) : NULL;
+    if (!s) { buf_fail(b); return; }
     b->s = s, b->cap = cap;
   }
 }
+
+/* the length of the valid UTF-8 sequence at p (1 to 4), else the length of its longest valid
+ * beginning (at least 1) negated: one U+FFFD replaces that many bytes (the "maximal subpart"
+ * rule, as Python's errors="replace" decodes) */
+static int utf8_len(const unsigned char *p) {
+  unsigned char c = p[0];
+  int n = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
+  if (c < 0xc2 || c > 0xf4) return -1; /* a continuation byte, an overlong lead, past U+10FFFF */
+  unsigned char lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;   /* no overlong forms */
+  unsigned char hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;   /* no surrogates, <= 10FFFF */
+  for (int i = 1; i < n; i++) {
+    if (p[i] < (i == 1 ? lo : 0x80) || p[i] > (i == 1 ? hi : 0xbf)) return -i;
+  }
+  return n;
+}
+
+/* s as a JSON string: valid UTF-8 passes unchanged; quote, backslash and control characters are
+ * escaped; each invalid sequence becomes \ufffd */
 void kf_put_str(buf_t *b, const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
   kf_put(b, "\"");
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') kf_put(b, "\\%c", c);
-    else if (c < 0x20 || c >= 0x7f) kf_put(b, "\\u%04x", c);
-    else kf_put(b, "%c", c);
+  while (*p) {
+    unsigned char c = *p;
+    if (c == '"' || c == '\\') kf_put(b, "\\%c", c), p++;
+    else if (c < 0x20 || c == 0x7f) kf_put(b, "\\u%04x", c), p++;
+    else if (c < 0x80) kf_put(b, "%c", c), p++;
+    else {
+      int n = utf8_len(p);
+      if (n > 0) kf_put(b, "%.*s", n, (const char *)p), p += n;
+      else kf_put(b, "\\ufffd"), p += -n;
+    }
   }
   kf_put(b, "\"");
 }
