@@ -13,8 +13,9 @@ cost".
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..core.lazy import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover - the names, for type checkers
     from .counts import DeployReport, KernelCounts
@@ -63,14 +64,4 @@ __all__ = ["ENV_VAR", "DeployEntry", "DeployReport", "DeploySpec", "DeploySpecEr
            "stop", "use", "use_from_environment", "worth_deploying", "write_spec"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kernforge.deploy' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # the next lookup finds it directly
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)

@@ -7,8 +7,9 @@ applications. The names are imported from their modules on first use (``kernforg
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..core.lazy import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover - the names, for type checkers
     from .capture import Recorder, install_cupy_hooks, record, uninstall_cupy_hooks
@@ -22,14 +23,4 @@ __all__ = ["Recorder", "clean_partial", "find_recordings", "install_cupy_hooks",
            "load_recording", "record", "uninstall_cupy_hooks", "write_recording"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # the next lookup finds it directly
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)

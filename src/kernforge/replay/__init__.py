@@ -6,10 +6,11 @@ native spec needs :mod:`.native_deploy` alone, not the engine).
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from typing import TYPE_CHECKING, Any
+
+from ..core.lazy import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover - the names, for type checkers
     from .engine import compare, evaluate_variant, replay
@@ -36,14 +37,4 @@ class _Package(types.ModuleType):
 sys.modules[__name__].__class__ = _Package
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # the next lookup finds it directly
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)
