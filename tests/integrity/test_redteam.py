@@ -53,5 +53,8 @@ DYNAMIC = [c for c in CHEATS if c.dynamic is not None]
 @pytest.mark.parametrize("cheat", DYNAMIC, ids=[c.name for c in DYNAMIC])
 def test_without_static_checks_the_dynamic_gates_catch_it(cheat, recordings) -> None:
     row = run_cheat(cheat, recordings, static=False)
+    if row.verdict == "inconclusive":  # a speed-only cheat on a busy machine: not accepted
+        assert cheat.status is Status.OK and row.caught, row.message
+        return
     assert row.verdict == "rejected", row.message
     assert row.reason in (cheat.dynamic, *cheat.dynamic_also), row.message

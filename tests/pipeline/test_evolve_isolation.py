@@ -154,7 +154,10 @@ def test_kill9_during_a_hang_then_resume_quarantines_it(recs: Path, tmp_path: Pa
         per_program = Counter(e["program_id"] for e in s.events("evaluation_finished"))
     assert max(per_program.values()) == 1 and set(finished_before) <= set(per_program)
     result = json.loads((out / "smooth" / "smooth-0" / "result.json").read_text())
-    assert result["status"] == "OK" and result["speedup"] > 1.5, result["message"]
+    if result["status"] == "INCONCLUSIVE":  # measured while the machine was busy: no verdict
+        assert "busy" in result["message"] or "inconclusive" in result["message"], result
+    else:
+        assert result["status"] == "OK" and result["speedup"] > 1.5, result["message"]
 
 
 def _hang_started(db: Path) -> bool:

@@ -152,7 +152,7 @@ def evolve_kernel(recordings: Sequence[Recording], cfg: RunConfig, run_dir: Path
     if done is not None and not remeasure:
         raise ConfigError(f"{run_dir}: the evolution of {recordings[0].source.entry} "
                           f"finished; its {done.name} stands and is not measured again",
-                          hint="pass --remeasure to measure its winner again (the earlier "
+                          hint="pass --resume --remeasure to measure its winner again (the earlier "
                                "result is kept beside the new one)")
     if isolate is True and evaluate is not None and not validate_winner:
         isolate = False  # nothing of the candidates runs here: no workers to start

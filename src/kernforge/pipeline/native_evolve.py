@@ -88,7 +88,7 @@ def evolve_native(units: Sequence[NativeRecording], cfg: RunConfig, run_dir: Pat
     if done.is_file() and not remeasure:
         raise ConfigError(f"{run_dir}: the evolution of {rec.name} finished; its {RESULT} "
                           f"stands and is not measured again",
-                          hint="pass --remeasure to measure its winner again (the earlier "
+                          hint="pass --resume --remeasure to measure its winner again (the earlier "
                                "result is kept beside the new one)")
     src = source or rec.source
     if src is None:
