@@ -4,23 +4,12 @@ item 5, issue 43 item 5, for native units too); a directory with no unit at all 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from kernforge.cli.main import main
 from kernforge.testing.fakedriver import FakeCuda
-
-
-@pytest.fixture(scope="module")
-def recorded(record_fake: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory
-             ) -> Path:
-    out = tmp_path_factory.mktemp("rec")
-    status, _, problems, _ = record_fake(out, max_instances=1, kernels="*heat*")
-    assert status == 0 and not problems
-    return out
 
 
 @pytest.fixture

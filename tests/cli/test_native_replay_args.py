@@ -3,23 +3,12 @@ one clear line), checked before any replay process starts."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from kernforge.cli.main import main
 from kernforge.testing.fakedriver import FakeCuda
-
-
-@pytest.fixture(scope="module")
-def recorded(record_fake: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory
-             ) -> Path:
-    out = tmp_path_factory.mktemp("rec")
-    status, _, problems, _ = record_fake(out, max_instances=1, kernels="*heat*")
-    assert status == 0 and not problems
-    return out
 
 
 @pytest.mark.parametrize("extra", [["--tolerance", "abs:1e-6", "--dtype", "float99"],
