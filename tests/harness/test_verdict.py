@@ -125,3 +125,13 @@ def test_the_too_few_message_names_the_true_minimum(confidence: float) -> None:
 def test_six_passes_are_enough_at_95() -> None:
     assert min_passes() == 6
     assert "measure with at least 6" in judge([1.5] * 5).reason
+
+
+def test_a_wide_interval_decides_only_when_it_lies_beyond_the_spread_a_load_makes() -> None:
+    assert judge_evidence(1.3, (1.05, 1.8)).verdict is Verdict.INCONCLUSIVE
+    assert "disagree" in judge_evidence(1.3, (1.05, 1.8)).reason
+    far = judge_evidence(6.1, (5.8, 10.5))
+    assert far.faster
+    slow = judge_evidence(0.2, (0.1, 0.6))
+    assert slow.verdict is Verdict.NOT_FASTER and slow.slower
+    assert judge_evidence(0.7, (0.5, 0.9)).verdict is Verdict.INCONCLUSIVE

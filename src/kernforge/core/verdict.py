@@ -12,7 +12,8 @@ result file kept), and prints :attr:`Judgement.reason`.
   ``1 - band`` as well: a regression, the only case a gate may reject for speed.
 - **inconclusive**: the device was busy before or during the measurement, the runs spread
   more than ``NOISE_LIMIT`` (load the idle probe did not see), the interval spans more than
-  ``MAX_WIDTH`` (the passes disagree), the passes were too few for a
+  ``MAX_WIDTH`` (the passes disagree) while an end of it lies within ``MAX_WIDTH`` of the band
+  (a 6x [5.8, 10.5] is faster whatever the load did), the passes were too few for a
   95% interval, or the interval straddles ``1 + band`` after the passes the budget allowed
   (adaptive rounds: :func:`~.compare.interleave` with ``max_passes``, each look at the
   confidence :func:`per_look` gives, so looking again buys no significance). No gate accepts
@@ -163,7 +164,10 @@ def judge_evidence(speedup: float | None, ci: tuple[float, float] | None, *,
                          f"for a {confidence * 100:.4g}% interval (the range covers "
                          f"{coverage:.0%}); measure with at least {min_passes(confidence)}",
                          speedup, ci, band=band, passes=passes)
-    if ci[0] <= 0 or ci[1] / ci[0] > MAX_WIDTH:
+    # A load change spreads the passes by up to MAX_WIDTH; an interval whose every end is
+    # farther than that from the band keeps its verdict whatever the load did.
+    beyond = ci[0] > edge * MAX_WIDTH or 0 < ci[1] < (1.0 - band) / MAX_WIDTH
+    if ci[0] <= 0 or (ci[1] / ci[0] > MAX_WIDTH and not beyond):
         return Judgement(Verdict.INCONCLUSIVE, f"inconclusive: {figures}: the passes disagree "
                          f"(the interval spans more than {MAX_WIDTH:g}x): the load changed "
                          f"during the measurement; measure again on an idle machine", speedup,
