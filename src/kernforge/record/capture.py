@@ -45,6 +45,7 @@ class _Timed:
 
     name: str
     t0: float
+    timed: bool = True  # False: the first call, which compiles (neither recorded nor timed)
 
 APP_SAMPLES = 5  # per kernel, as the interposer keeps (record/native/kf.h KF_APP_TIMED)
 
@@ -131,7 +132,10 @@ class Recorder:
             return None  # the launch itself will raise ArgumentError
         reserved = self._reserve(event.name)
         if not reserved:
-            return None if reserved is None else _Timed(event.name, time.perf_counter())
+            # a kernel these hooks record is theirs in every launch: the interposer must not
+            # record the launches past max_instances as native units of the same name
+            interposer.suppress(True)
+            return _Timed(event.name, time.perf_counter(), timed=reserved is not None)
         try:
             prologue = self._snapshot(event.backend, event.pairs)
         except BaseException:
@@ -144,7 +148,8 @@ class Recorder:
         if token is None:
             return
         if isinstance(token, _Timed):
-            if error is None:
+            interposer.suppress(False)
+            if error is None and token.timed:
                 dt = time.perf_counter() - token.t0
                 with self._lock:
                     self.timed.setdefault(token.name, []).append(dt)
