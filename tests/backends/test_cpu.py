@@ -262,7 +262,7 @@ def test_identity(backend: CpuBackend) -> None:
 
 
 def test_flush_buffer_is_twice_the_llc_and_reused(backend: CpuBackend) -> None:
-    backend._touched = []  # nothing launched yet: nothing known to evict but the whole LLC
+    backend._touched = {}  # nothing launched yet: nothing known to evict but the whole LLC
     backend.flush_cache()
     buf = backend._flush
     assert buf is not None and buf.nbytes >= 2 * cpu.llc_bytes()

@@ -67,7 +67,7 @@ def test_the_flush_costs_the_footprint_not_the_last_level_cache(backend: CpuBack
     compiled = backend.compile(Variant(CHASE))
     args = [_chain(), np.zeros(1, np.int64), np.int64(1)]
     backend.launch(compiled, args, LaunchConfig(threads=1))
-    touched = [(a.ctypes.data, a.nbytes) for a in (r() for r in backend._touched)]
+    touched = [(a.ctypes.data, a.nbytes) for a in (r() for r in backend._touched.values())]
     assert evict.footprint(touched) == LINES * STRIDE * 8 + 8
     costs = []
     for _ in range(7):
@@ -87,6 +87,32 @@ def test_a_buffer_freed_since_the_last_launch_is_not_flushed(backend: CpuBackend
     big = np.zeros(llc_bytes() // 8, np.int64)  # within the flush's reach; unmapped when freed
     backend.launch(compiled, [big, np.zeros(1, np.int64), np.int64(0)], LaunchConfig(threads=1))
     assert len(backend._touched) == 2
+    key = id(big)
     del big
-    backend.flush_cache()  # would fault on the unmapped pages; falls back to the sweep
-    assert backend._touched[0]() is None
+    backend.flush_cache()  # would fault on the unmapped pages; the dead one is forgotten
+    assert key not in backend._touched
+
+
+def test_the_flush_before_a_side_evicts_that_sides_lines(backend: CpuBackend) -> None:
+    """An interleaved comparison alternates two sets of buffers: before a timed run of one side
+    the last launch was the other side's, and the restore has just rewritten this side's
+    buffers, so the flush must evict this side's lines too, not only the last launch's."""
+    compiled = backend.compile(Variant(CHASE))
+    real = evict.build(backend._build, cache_dir(), backend._compiler_id)
+    if real is None:
+        pytest.skip("no cache-line flush helper builds on this machine (the sweep is used)")
+    evicted: list[set[int]] = []
+
+    def watched(ranges: evict.Ranges) -> None:
+        evicted.append({a for a, _ in ranges})
+        real(ranges)
+
+    backend._evict = watched
+    sides = [[_chain(), np.zeros(1, np.int64), np.int64(LINES)] for _ in range(2)]
+    launch = LaunchConfig(threads=1)
+    for i in range(4):  # a b a b, each timed run flushed first
+        measure(backend, compiled, sides[i % 2], launch, lambda: None, warmup=0, repeat=1)
+    for i, seen in enumerate(evicted[1:], start=1):  # from the second run on, both sides
+        own = {a.ctypes.data for a in sides[i % 2][:2]}
+        other = {a.ctypes.data for a in sides[(i + 1) % 2][:2]}
+        assert own <= seen and other <= seen, (i, seen, own, other)

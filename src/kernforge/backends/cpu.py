@@ -182,6 +182,9 @@ class CpuKernel:
         self.fn(*[a.ctypes.data if p else a for p, a in zip(self.pointers, args)])
 
 
+TOUCHED_MAX = 64  # buffers remembered for the flush: every side of a comparison, and more
+
+
 class CpuBackend(HostMemory, Backend):
     """C + OpenMP through the host compiler; "device memory" is host memory."""
 
@@ -194,7 +197,8 @@ class CpuBackend(HostMemory, Backend):
         self._compiler_id = self._identify(self._cc)
         self._openmp: str | None = None
         self._flush: np.ndarray | None = None
-        self._touched: list[weakref.ref[Any]] = []  # the buffers the last launch got
+        # the buffers recent launches got, by id, the latest last (at most TOUCHED_MAX)
+        self._touched: dict[int, weakref.ref[Any]] = {}
         self._evict: Any = None  # evict.build()'s function, False when none builds here
         self._llc = 0
         self.default_threads = default_threads()
@@ -346,20 +350,37 @@ class CpuBackend(HostMemory, Backend):
 
     def _launch(self, handle: Any, args: Sequence[Any], launch: LaunchConfig) -> None:
         # weak: a buffer freed since (another evaluation's) is not flushed, nor kept alive
-        self._touched = [weakref.ref(a) for p, a in zip(handle.pointers, args)
-                         if p and a.nbytes]
+        for p, a in zip(handle.pointers, args):
+            if p and a.nbytes:
+                self._touched.pop(id(a), None)
+                self._touched[id(a)] = weakref.ref(a)
+        while len(self._touched) > TOUCHED_MAX:
+            del self._touched[next(iter(self._touched))]
         handle(args, launch.threads or self.default_threads)
 
     def flush_cache(self) -> None:
-        """Evict what a timed run could have left warm: the lines of the buffers the last
-        launch got (the restore before a timed run rewrites those same buffers), flushed from
-        every cache level (:mod:`.evict`), at a cost proportional to that footprint. A sweep
-        of a buffer twice the last-level cache instead when nothing was launched yet, the
-        footprint is larger than that, or no flush helper builds on this machine."""
+        """Evict what a timed run could find warm: the lines of the buffers recent launches
+        got, still alive (the run about to be timed reads buffers an earlier launch of it got
+        and the restore just rewrote; an interleaved comparison alternates two sets, and
+        evicting only the last launch's would leave the other side's warm), flushed from
+        every cache level (:mod:`.evict`), the latest first up to twice the last-level cache
+        (what came before has been pushed out by then), at a cost proportional to that
+        footprint. A sweep of a buffer twice the last-level cache instead when nothing was
+        launched yet, the latest buffer alone is larger than that, or no flush helper builds
+        on this machine."""
         self._llc = self._llc or llc_bytes()
-        live = [a for a in (ref() for ref in self._touched) if a is not None]
-        ranges = [(a.ctypes.data, a.nbytes) for a in live]
-        if ranges and evict.footprint(ranges) <= 2 * self._llc:
+        ranges: list[tuple[int, int]] = []
+        total = 0
+        for key, ref in reversed(list(self._touched.items())):  # the latest first
+            a = ref()
+            if a is None:
+                self._touched.pop(key, None)
+                continue
+            if total + a.nbytes > 2 * self._llc:  # older lines than that are out already
+                break
+            ranges.append((a.ctypes.data, a.nbytes))
+            total += a.nbytes
+        if ranges:
             if self._evict is None:
                 self._evict = evict.build(self._build, cache_dir(), self._compiler_id) or False
             if self._evict:
