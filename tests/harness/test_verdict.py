@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 
 import pytest
 
@@ -135,3 +136,21 @@ def test_a_wide_interval_decides_only_when_it_lies_beyond_the_spread_a_load_make
     slow = judge_evidence(0.2, (0.1, 0.6))
     assert slow.verdict is Verdict.NOT_FASTER and slow.slower
     assert judge_evidence(0.7, (0.5, 0.9)).verdict is Verdict.INCONCLUSIVE
+
+
+def test_a_load_that_came_and_went_between_passes_is_inconclusive() -> None:
+    """Every pass tight (the per-pass spread is small) but most passes slowed by a load that
+    came and went: the typical run lies far above the side's fastest."""
+    from kernforge.harness.compare import ABResult
+
+    quiet, loaded = (1.0, 1.01, 1.0), (15.0, 15.1, 15.0)
+    a = (quiet, loaded, loaded, loaded, quiet, loaded, loaded)
+    b = tuple(tuple(t * 1.06 for t in p) for p in a)
+    ratios = tuple(statistics.median(pb) / statistics.median(pa) for pa, pb in zip(a, b))
+    lo, hi, cov = median_ci(ratios)
+    ab = ABResult(ratios, a, b, ("a", "b") * 3 + ("a",), lo, hi, cov, 0.95)
+    j = judge_ab(ab)
+    assert j.verdict is Verdict.INCONCLUSIVE and "more than its fastest" in j.reason
+    steady = ABResult(ratios, (quiet,) * 7, tuple((1.06, 1.07, 1.06) for _ in range(7)),
+                      ("a", "b") * 3 + ("a",), lo, hi, cov, 0.95)
+    assert judge_ab(steady).verdict is not Verdict.INCONCLUSIVE

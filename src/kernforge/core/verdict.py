@@ -11,7 +11,8 @@ result file kept), and prints :attr:`Judgement.reason`.
 - **not faster**: the interval's upper end is below ``1 + band``. ``slower`` when it is below
   ``1 - band`` as well: a regression, the only case a gate may reject for speed.
 - **inconclusive**: the device was busy before or during the measurement, the runs spread
-  more than ``NOISE_LIMIT`` (load the idle probe did not see), the interval spans more than
+  more than ``NOISE_LIMIT`` within a pass or a side's typical run lies more than
+  ``DRIFT_LIMIT`` above its fastest (load the idle probe did not see), the interval spans more than
   ``MAX_WIDTH`` (the passes disagree) while an end of it lies within ``MAX_WIDTH`` of the band
   (a 6x [5.8, 10.5] is faster whatever the load did), the passes were too few for a
   95% interval, or the interval straddles ``1 + band`` after the passes the budget allowed
@@ -41,6 +42,9 @@ CONFIDENCE = 0.95
 NOISE_LIMIT = 0.25
 #: the widest interval (high / low) a verdict is drawn from: wider, the passes disagree
 MAX_WIDTH = 1.5
+#: the most a side's typical run may take beyond its fastest run of the same comparison
+#: (median / min - 1): more, and most runs measured a load that came and went between passes
+DRIFT_LIMIT = 0.5
 
 
 class Verdict(str, enum.Enum):
@@ -218,11 +222,25 @@ def spread_of(samples_a: Sequence[Sequence[float]], samples_b: Sequence[Sequence
     return median(spreads) if spreads else None
 
 
+def drift_of(samples_a: Sequence[Sequence[float]], samples_b: Sequence[Sequence[float]]
+             ) -> float | None:
+    """How far a side's typical run lies above its fastest: per side, the median of all its
+    runs over their minimum, less 1; the larger of the two (None without runs)."""
+    drifts = []
+    for side in (samples_a, samples_b):
+        runs = [t for p in side for t in p]
+        if runs and min(runs) > 0:
+            drifts.append(median(runs) / min(runs) - 1.0)
+    return max(drifts) if drifts else None
+
+
 def judge_ab(ab: Any, *, idle: bool | None = None, utilisation: float | None = None,
              band: float = NOISE_BAND) -> Judgement:
     """The verdict on an :class:`~.compare.ABResult`: its own interval, at the confidence it
     was taken with (``ab.confidence``). Runs of one side that spread by more than
-    ``NOISE_LIMIT`` within a pass measure the load, not the kernel: inconclusive."""
+    ``NOISE_LIMIT`` within a pass, or whose typical run takes more than ``DRIFT_LIMIT`` beyond
+    the side's fastest (a load that changed between passes, which the per-pass spread does not
+    see), measure the load, not the kernel: inconclusive."""
     spread = spread_of(ab.samples_a, ab.samples_b)
     if idle is not False and spread is not None and spread > NOISE_LIMIT:
         return Judgement(Verdict.INCONCLUSIVE, f"inconclusive: {ab.speedup:.3f}x [95% CI "
@@ -231,6 +249,14 @@ def judge_ab(ab: Any, *, idle: bool | None = None, utilisation: float | None = N
                          f"{NOISE_LIMIT:.0%}): the machine was busy; measure again on an "
                          f"idle machine", ab.speedup, (ab.ci_low, ab.ci_high), band=band,
                          passes=ab.passes)
+    drift = drift_of(ab.samples_a, ab.samples_b)
+    if idle is not False and drift is not None and drift > DRIFT_LIMIT:
+        return Judgement(Verdict.INCONCLUSIVE, f"inconclusive: {ab.speedup:.3f}x [95% CI "
+                         f"{ab.ci_low:.3f}, {ab.ci_high:.3f}], but the typical run of one side "
+                         f"takes {drift:.0%} more than its fastest (more than "
+                         f"{DRIFT_LIMIT:.0%}): the machine's load changed during the "
+                         f"measurement; measure again on an idle machine", ab.speedup,
+                         (ab.ci_low, ab.ci_high), band=band, passes=ab.passes)
     conf = getattr(ab, "confidence", None) or CONFIDENCE
     cov = getattr(ab, "coverage", None)
     return judge_evidence(ab.speedup, (ab.ci_low, ab.ci_high), idle=idle,

@@ -3,12 +3,14 @@
 
 from ..core.verdict import (
     CONFIDENCE,
+    DRIFT_LIMIT,
     MAX_WIDTH,
     NOISE_BAND,
     NOISE_LIMIT,
     Judgement,
     Verdict,
     decided,
+    drift_of,
     judge,
     judge_ab,
     judge_evidence,
@@ -17,6 +19,6 @@ from ..core.verdict import (
     spread_of,
 )
 
-__all__ = ["CONFIDENCE", "MAX_WIDTH", "NOISE_BAND", "NOISE_LIMIT", "Judgement", "Verdict",
-           "decided", "judge", "judge_ab", "judge_evidence", "min_passes", "per_look",
+__all__ = ["CONFIDENCE", "DRIFT_LIMIT", "MAX_WIDTH", "NOISE_BAND", "NOISE_LIMIT", "Judgement", "Verdict",
+           "decided", "drift_of", "judge", "judge_ab", "judge_evidence", "min_passes", "per_look",
            "spread_of"]
