@@ -102,16 +102,23 @@ def _temporal(match: Recognized, steps: int, tile: dict[str, int]) -> Operator |
     return mx.build("temporal", cell, dict(tile))
 
 
+TILES_PER_STEPS = 2  # overlapped tiling presets tried per T: the first that fit
+
+
 def _tiles(cell: Cell) -> list[dict[str, Any]]:
-    """Overlapped tiling's presets, best guess first."""
+    """Overlapped tiling's presets, best guess first (smaller tiles last: they fit the shared
+    memory of wider halos and fp64)."""
     if cell.stencil.dims == 3:
         return [{"ox": 32, "oy": 8, "oz": 4, "block": (32, 4, 2)},
-                {"ox": 32, "oy": 4, "oz": 4, "block": (32, 4, 1)}]
+                {"ox": 32, "oy": 4, "oz": 4, "block": (32, 4, 1)},
+                {"ox": 16, "oy": 4, "oz": 4, "block": (16, 4, 2)}]
     return [{"ox": 64, "oy": 32, "oz": 1, "block": (32, 8, 1)},
-            {"ox": 128, "oy": 16, "oz": 1, "block": (128, 2, 1)}]
+            {"ox": 128, "oy": 16, "oz": 1, "block": (128, 2, 1)},
+            {"ox": 64, "oy": 16, "oz": 1, "block": (64, 4, 1)},
+            {"ox": 32, "oy": 16, "oz": 1, "block": (32, 8, 1)}]
 
 
-def candidates(match: Recognized, steps: Sequence[int] = STEPS, limit: int = 8
+def candidates(match: Recognized, steps: Sequence[int] = STEPS, limit: int = 12
                ) -> list[tuple[int, Operator]]:
     """(T, operator) pairs to try, each applying ``T`` steps in one launch: the temporal design
     where it applies, then overlapped tiling's presets, for each ``T`` of ``steps``; those that
@@ -126,9 +133,13 @@ def candidates(match: Recognized, steps: Sequence[int] = STEPS, limit: int = 8
         temporal = [_temporal(match, t, tile) for tile in TEMPORAL_TILES]
         out += [(t, op) for op in temporal if op is not None
                 and op.launches[0].shared_bytes <= MAX_STATIC_SHARED and len(op.launches) == 1]
+        fit = 0
         for tile in _tiles(match.cell):
+            if fit == TILES_PER_STEPS:
+                break
             try:
                 out.append((t, overlap.generate(match.cell, match.boundary, t, **tile)))
+                fit += 1
             except DoesNotFit:
                 continue
     return out[:limit]
