@@ -194,6 +194,7 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[i
             "arch": arch, "device": rp.drv.identity(), "checks": done, "tried": tried,
             "speedup": ab.speedup, "ci": [ab.ci_low, ab.ci_high],
             "median_original_s": ab.median_a, "median_fused_s": ab.median_b,
+            "points": r.points,
             "gcells_s": r.points * s / ab.median_b / 1e9 if ab.median_b > 0 else None,
             "ratios": list(ab.ratios)}
 

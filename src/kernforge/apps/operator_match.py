@@ -34,6 +34,7 @@ from typing import Any
 
 from ..core import KernforgeError
 from ..core.errors import exit_cause
+from ..core.native import NativeRecording
 from ..deploy import native as nd
 from ..deploy.gate import NOISE_BAND, refusal
 from ..record.native_format import read_native
@@ -176,19 +177,27 @@ def fuse_unit(unit_dir: Path, *, out_dir: Path, steps: tuple[int, ...] | None = 
     if why is not None:
         return NoMatch(f"fused {s} steps by {res['operator']}, not deployed: {why}",
                        res["recognized"], tried)
+    spec = fused_spec(rec, res, out_dir)
+    return FusedMatch(spec, speedup, ci, str(res["cell"]), s, note, res.get("gcells_s"), tried)
+
+
+def fused_spec(rec: NativeRecording, res: dict[str, Any], out_dir: Path) -> Path:
+    """The signed spec of a fused result (fused_gpu's): one entry replacing the recorded
+    kernel by the fused adapter, with ``fuse`` (steps, the offsets of IN and OUT)."""
+    s, speedup, ci = int(res["steps"]), float(res["speedup"]), list(res["ci"])
     image = Path(res["image"]).read_bytes()
     name = f"{rec.path.name}.fused{s}.cubin"
     evidence = {"method": "fused-operator", "verified": True, "idle": None,
-                "speedup": speedup, "ci": list(ci), "steps": s,
+                "speedup": speedup, "ci": ci, "steps": s,
                 "median_original_s": res["median_original_s"],
                 "median_tuned_s": res["median_fused_s"], "ratios": res["ratios"],
                 "recognized": res["recognized"], "cell": res["cell"],
                 "operator": res["operator"], "checks": res["checks"], "unit": rec.path.name,
-                "arch": res["arch"], "gcells_s": res.get("gcells_s")}
+                "arch": res["arch"], "gcells_s": res.get("gcells_s"),
+                "points": res.get("points"), "device": res.get("device")}
     entry = nd.replacement_entry(rec, image=name, image_bytes=image, entry_name=res["entry"],
                                  grid=res["grid"], block=res["block"],
                                  shared_mem=res["shared_mem"], carveout=res["carveout"],
                                  evidence=evidence)
-    entry["fuse"] = dict(res["fuse"])
-    spec = nd.write_spec(out_dir / f"{rec.path.name}.fused.json", [entry], {name: image})
-    return FusedMatch(spec, speedup, ci, str(res["cell"]), s, note, res.get("gcells_s"), tried)
+    entry["fuse"] = {k: int(res["fuse"][k]) for k in ("steps", "in_offset", "out_offset")}
+    return nd.write_spec(out_dir / f"{rec.path.name}.fused.json", [entry], {name: image})
