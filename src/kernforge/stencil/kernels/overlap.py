@@ -97,6 +97,35 @@ def _predicates(cell: Cell, boundary: str) -> tuple[str, str]:
     return grid, "(" + " && ".join(conds) + ")"
 
 
+def _inner_block(cell: Cell, boundary: str) -> str:
+    """A C condition on the block's origin (x0, y0, z0): every point of its extended tile is
+    computed (no boundary rule, no point off the grid), so the steps need no predicate."""
+    if boundary == "periodic":
+        return "true"
+    (rz, ry, rx), s = cell.stencil.radii, cell.shape
+    e = ("EX", "EY", "EZ")
+    conds = []
+    for (a, r, n), ext in zip((("x", rx, s.nx), ("y", ry, s.ny), ("z", rz, s.nz)), e,
+                              strict=True):
+        if r:
+            lo = 0 if boundary == "zeropad" else r
+            conds.append(f"{a}0 >= {lo} && {a}0 + {ext} <= {n - lo}")
+    return "(" + " && ".join(conds) + ")"
+
+
+def _loops(rz: int, ry: int, rx: int, block: tuple[int, int, int], body: str) -> str:
+    """The extended tile shrunk by ``s * r``, swept by the block's threads, ``body`` at each
+    point (lx, ly, lz; l its index)."""
+    bx, by, bz = block
+    return f"""    for (int lz = s * {rz} + tz; lz < EZ - s * {rz}; lz += {bz})
+      for (int ly = s * {ry} + ty; ly < EY - s * {ry}; ly += {by})
+        for (int lx = s * {rx} + tx; lx < EX - s * {rx}; lx += {bx}) {{
+          const int l = (lz * EY + ly) * EX + lx;
+          {body}
+        }}
+"""
+
+
 def _source(cell: Cell, boundary: str, steps: int, ox: int, oy: int, oz: int,
             block: tuple[int, int, int]) -> str:
     p = cell.precision
@@ -112,29 +141,38 @@ def _source(cell: Cell, boundary: str, steps: int, ox: int, oy: int, oz: int,
     total = " + ".join(f"KW{k} * ({acc})cur[l + ({(dz * ey + dy) * ex + dx})]"
                        for k, (_, (dz, dy, dx)) in enumerate(terms)) or f"({acc})0"
     on_grid, computed = _predicates(cell, boundary)
+    at = "((long)gz * NY + gy) * NX + gx"
     if boundary == "periodic":
-        fetch = ("const long wx = ((gx % NX) + NX) % NX, wy = ((gy % NY) + NY) % NY, "
-                 "wz = ((gz % NZ) + NZ) % NZ;\n      v = in[(wz * NY + wy) * NX + wx];")
+        fetch = ("const int wx = ((gx % NX) + NX) % NX, wy = ((gy % NY) + NY) % NY, "
+                 "wz = ((gz % NZ) + NZ) % NZ;\n    v = in[((long)wz * NY + wy) * NX + wx];")
     else:
-        fetch = f"if ({on_grid}) v = in[(gz * NY + gy) * NX + gx];"
+        fetch = f"if ({on_grid}) v = in[{at}];"
     ring = {"copy": "cur[l]", "zero": f"({t})0", "zeropad": f"({t})0", "periodic": f"({t})0",
-            "keep": f"({on_grid} ? ((s & 1) ? out[(gz * NY + gy) * NX + gx] : "
-                    f"in[(gz * NY + gy) * NX + gx]) : ({t})0)"}[boundary]
+            "keep": f"({on_grid} ? ((s & 1) ? out[{at}] : in[{at}]) : ({t})0)"}[boundary]
     real = "(gx < NX && gy < NY && gz < NZ)"  # an owned point past the grid's far edge
     write = f"{real} && {computed}" if boundary == "keep" else real
+    fast = _loops(rz, ry, rx, block, f"nxt[l] = ({t})({total});")
+    if boundary == "periodic":
+        steps_body = fast
+    else:
+        slow = _loops(rz, ry, rx, block, "const int gx = x0 + lx, gy = y0 + ly, gz = z0 + lz;\n"
+                      f"          nxt[l] = {computed} ? ({t})({total}) : {ring};")
+        steps_body = f"    if (inner) {{\n{fast}    }} else {{\n{slow}    }}\n"
     return f"""{header(cell)}// overlapped tiling: {steps} steps in one launch, boundary rule {boundary}
-constexpr long NX = {s.nx}, NY = {s.ny}, NZ = {s.nz};
+constexpr int NX = {s.nx}, NY = {s.ny}, NZ = {s.nz};
 constexpr int EX = {ex}, EY = {ey}, EZ = {ez}, T = {steps};
 {weights}extern "C" __global__ void __launch_bounds__({threads})
 fused(const {t}* __restrict__ in, {t}* __restrict__ out) {{
   __shared__ {t} kf_tile[2][EZ * EY * EX];
   const int tx = threadIdx.x, ty = threadIdx.y, tz = threadIdx.z;
   const int tid = tx + {bx} * (ty + {by} * tz);
-  const long x0 = (long)blockIdx.x * {ox} - {steps * rx};
-  const long y0 = (long)blockIdx.y * {oy} - {steps * ry};
-  const long z0 = (long)blockIdx.z * {oz} - {steps * rz};
+  const int x0 = (int)blockIdx.x * {ox} - {steps * rx};
+  const int y0 = (int)blockIdx.y * {oy} - {steps * ry};
+  const int z0 = (int)blockIdx.z * {oz} - {steps * rz};
+  const bool inner = {_inner_block(cell, boundary)};  // no rule anywhere in the tile
+  (void)inner;
   for (int k = tid; k < EZ * EY * EX; k += {threads}) {{  // level 0: in, with its halo
-    const long gx = x0 + k % EX, gy = y0 + k / EX % EY, gz = z0 + k / (EX * EY);
+    const int gx = x0 + k % EX, gy = y0 + k / EX % EY, gz = z0 + k / (EX * EY);
     {t} v = ({t})0;
     {fetch}
     kf_tile[0][k] = v;
@@ -143,21 +181,14 @@ fused(const {t}* __restrict__ in, {t}* __restrict__ out) {{
   for (int s = 1; s <= T; ++s) {{  // level s over the tile shrunk by s * r
     const {t}* const cur = kf_tile[(s - 1) & 1];
     {t}* const nxt = kf_tile[s & 1];
-    for (int lz = s * {rz} + tz; lz < EZ - s * {rz}; lz += {bz})
-      for (int ly = s * {ry} + ty; ly < EY - s * {ry}; ly += {by})
-        for (int lx = s * {rx} + tx; lx < EX - s * {rx}; lx += {bx}) {{
-          const long gx = x0 + lx, gy = y0 + ly, gz = z0 + lz;
-          const int l = (lz * EY + ly) * EX + lx;
-          nxt[l] = {computed} ? ({t})({total}) : {ring};
-        }}
-    __syncthreads();
+{steps_body}    __syncthreads();
   }}
   const {t}* const fin = kf_tile[T & 1];
   for (int lz = {steps * rz} + tz; lz < {steps * rz + oz}; lz += {bz})
     for (int ly = {steps * ry} + ty; ly < {steps * ry + oy}; ly += {by})
       for (int lx = {steps * rx} + tx; lx < {steps * rx + ox}; lx += {bx}) {{
-        const long gx = x0 + lx, gy = y0 + ly, gz = z0 + lz;
-        if ({write}) out[(gz * NY + gy) * NX + gx] = fin[(lz * EY + ly) * EX + lx];
+        const int gx = x0 + lx, gy = y0 + ly, gz = z0 + lz;
+        if ({write}) out[{at}] = fin[(lz * EY + ly) * EX + lx];
       }}
 }}
 """
