@@ -111,6 +111,7 @@ def _tiles(cell: Cell, steps: int) -> list[dict[str, Any]]:
     tiles, smaller ones last (they fit the shared memory of wider halos and fp64)."""
     _, ry, rx = cell.stencil.radii
     hx, hy = 2 * steps * rx, 2 * steps * ry
+    tiles: list[dict[str, Any]]
     if cell.stencil.dims == 3:
         tiles = [{"ox": 32, "oy": 8, "oz": 4, "block": (32, 4, 2)},
                  {"ox": 32, "oy": 4, "oz": 4, "block": (32, 4, 1)},
@@ -122,7 +123,7 @@ def _tiles(cell: Cell, steps: int) -> list[dict[str, Any]]:
                  {"ox": 128, "oy": 16, "oz": 1, "block": (128, 2, 1)},
                  {"ox": 64, "oy": 16, "oz": 1, "block": (64, 4, 1)},
                  {"ox": 32, "oy": 16, "oz": 1, "block": (32, 8, 1)}]
-    return [t for t in tiles if t["ox"] >= 8 and t["oy"] >= 4]
+    return [t for t in tiles if int(t["ox"]) >= 8 and int(t["oy"]) >= 4]
 
 
 def candidates(match: Recognized, steps: Sequence[int] = STEPS, limit: int = 12
