@@ -113,6 +113,9 @@ class OperatorStrategy(Strategy):
                 f"{head_text(t['kernel'], 40)}: {t['reason']}" for t in tried))
             return Outcome("FAILED", f"no kernel matched an operator ({why})", figures)
         cells = ", ".join(f"{head_text(t['kernel'], 40)} -> {t['cell']} ({t['path']}, "
-                          f"{t['speedup']:.2f}x)" for t in tried if t["matched"])
+                          f"{t['speedup']:.2f}x" + "".join(
+                              f"; {k} refused: {head_text(v, 120)}"
+                              for k, v in (t.get("refused") or {}).items()) + ")"
+                          for t in tried if t["matched"])
         return Outcome("DONE", f"{len(specs)} kernel(s) matched: {cells}", figures,
                        native_specs=tuple(specs))
