@@ -1,6 +1,7 @@
 """Fusion's host side on the fake CUDA driver: fuse_unit's child refuses a recorded unit with
-the probe's reason; a fused result's spec entry (signed, ``fuse`` beside the replacement);
-M3a's choice between the one-launch operator and the fused one."""
+the probe's reason; the reference (the original launched T times, swapped); a fused result's
+spec entry (signed, ``fuse`` beside the replacement); M3a's choice between the one-launch
+operator and the fused one."""
 
 from __future__ import annotations
 
@@ -9,16 +10,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from kernforge.apps import fused as fz
 from kernforge.apps.adapter import layout
+from kernforge.apps.fused_gpu import Steps
+from kernforge.apps.operator_gpu import ReplayTarget
 from kernforge.apps.operator_match import NoMatch, fuse_unit, fused_spec
 from kernforge.apps.probe import Recognized
 from kernforge.apps.strategies import operator as strat
+from kernforge.backends.driver import Driver
 from kernforge.core import ConfigError
 from kernforge.deploy import native as nd
 from kernforge.record.native_format import read_native
+from kernforge.replay.native import NativeReplay
 from kernforge.testing.fakedriver import FakeCuda
 
 
@@ -119,3 +125,31 @@ def test_m3a_reasons_when_neither_path_deploys(tmp_path: Path) -> None:
     m = _Matcher(None)
     row = strat._paths(m, tmp_path, tmp_path, 3, _Not("the kernel wrote 2 buffers"))
     assert m.calls == 0 and "fused: not tried: no stencil recognized" in row["reason"]
+
+
+def test_the_reference_is_the_original_launched_t_times_swapped(fake: FakeCuda,
+                                                                heat_unit: Path) -> None:
+    """fused_gpu's reference on the fake driver: the recorded kernel (a 1D heat step) launched
+    3 times with its two pointers swapped, against numpy; and timed between one pair of
+    events."""
+    rec = read_native(heat_unit)
+    rp = NativeReplay(rec, Driver(library=str(fake.libdir / "libcuda.so.1")))
+    t = ReplayTarget(rp)
+    slots = layout(rec)
+    n = int.from_bytes(rec.param_bytes[16:20], "little")
+    c = float(np.frombuffer(rec.param_bytes[24:32], dtype=np.float64)[0])
+    r = Recognized(0, 1, "float64", (n, 1, 1), "star", 1, 1, {(0, 0, 0): 1.0}, "copy")
+    seq = Steps(rp, fz.fuse_field(slots, r, 3))
+    rp.restore()
+    before = t.read()
+    seq.run()
+    after = t.read()
+    a = before[0].view(np.float64)[:n].copy()
+    b = before[1].view(np.float64)[:n].copy()
+    for _ in range(3):
+        b[1:-1] = a[1:-1] + c * (a[:-2] - 2 * a[1:-1] + a[2:])
+        b[0], b[-1] = a[0], a[-1]
+        a, b = b, a
+    np.testing.assert_array_equal(after[1].view(np.float64)[:n], a)  # T odd: OUT holds it
+    np.testing.assert_array_equal(after[0].view(np.float64)[:n], b)
+    assert seq.time() >= 0.0
