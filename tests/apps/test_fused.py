@@ -76,9 +76,11 @@ def test_3d_star_1_copy_reuses_the_temporal_design() -> None:
     r = Recognized(1, 2, "float32", (21, 19, 12), "star", 1, 3, STAR3D, "copy")
     designs = {op.design for _, op in fz.candidates(r, (3,))}
     assert designs == {"temporal", "overlap"}
-    op = fz._temporal(r, 5, {"tx": 16, "ty": 16, "lz": 4})  # small tiles: several blocks
-    assert op is not None and op.params["steps"] == 5
-    _fused_vs_oracle(r, op, 5)
+    for tile in ({"tx": 16, "ty": 16, "lz": 4},  # small tiles: several blocks
+                 {"tx": 16, "ty": 16, "lz": 4, "pipe": 1, "fi": 1, "cy": 2}):
+        op = fz._temporal(r, 5, tile)
+        assert op is not None and op.params["steps"] == 5
+        _fused_vs_oracle(r, op, 5)
     keep = Recognized(1, 2, "float32", (21, 19, 12), "star", 1, 3, STAR3D, "keep")
     assert {op.design for _, op in fz.candidates(keep, (3,))} == {"overlap"}  # ring alternates
 

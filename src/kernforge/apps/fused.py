@@ -40,7 +40,12 @@ from .probe import Recognized, tolerance
 
 STEPS = (3, 5, 7)  # the fused steps tried, smallest halo first
 MIN_STEPS, MAX_STEPS = 3, 63  # the interposer's bounds (odd only)
-TEMPORAL_TILES = ({"tx": 32, "ty": 32, "lz": 64}, {"tx": 32, "ty": 16, "lz": 64})
+# the temporal design's parameters tried, best guess first: the dispatch table's for star_1_t4
+# on 256^3 fp32 (pipelined, two rows per thread), a smaller pipelined tile, the first design;
+# one point per thread in x (cx=1: no vector load, so any pointer alignment)
+TEMPORAL_TILES = ({"tx": 64, "ty": 16, "lz": 128, "pipe": 1, "cy": 2, "zo": 1},
+                  {"tx": 32, "ty": 16, "lz": 64, "pipe": 1, "fi": 1},
+                  {"tx": 32, "ty": 32, "lz": 64})
 
 
 def check_steps(steps: int) -> None:
@@ -126,11 +131,11 @@ def _tiles(cell: Cell, steps: int) -> list[dict[str, Any]]:
     return [t for t in tiles if int(t["ox"]) >= 8 and int(t["oy"]) >= 4]
 
 
-def candidates(match: Recognized, steps: Sequence[int] = STEPS, limit: int = 12
+def candidates(match: Recognized, steps: Sequence[int] = STEPS, limit: int | None = None
                ) -> list[tuple[int, Operator]]:
     """(T, operator) pairs to try, each applying ``T`` steps in one launch: the temporal design
     where it applies, then overlapped tiling's presets, for each ``T`` of ``steps``; those that
-    do not fit (static shared memory) are left out."""
+    do not fit (48 KiB of shared memory) are left out; ``limit``: at most that many."""
     why = refusal(match)
     if why:
         raise ConfigError(f"not fusable: {why}", hint="the one-launch operator still applies")
