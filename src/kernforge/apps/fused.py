@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -110,27 +109,6 @@ def _temporal(match: Recognized, steps: int, tile: dict[str, int]) -> Operator |
 TILES_PER_STEPS = 3  # overlapped tiling presets tried per T: the first that fit
 
 
-def _tiles(cell: Cell, steps: int) -> list[dict[str, Any]]:
-    """Overlapped tiling's presets for ``steps``, best guess first: extended tiles of whole
-    warps in x first (128 or 64 wide: every step's rows fill their lanes), then fixed output
-    tiles, smaller ones last (they fit the shared memory of wider halos and fp64)."""
-    _, ry, rx = cell.stencil.radii
-    hx, hy = 2 * steps * rx, 2 * steps * ry
-    tiles: list[dict[str, Any]]
-    if cell.stencil.dims == 3:
-        tiles = [{"ox": 32, "oy": 8, "oz": 4, "block": (32, 4, 2)},
-                 {"ox": 32, "oy": 4, "oz": 4, "block": (32, 4, 1)},
-                 {"ox": 16, "oy": 4, "oz": 4, "block": (16, 4, 2)}]
-    else:
-        tiles = [{"ox": 128 - hx, "oy": 32 - hy, "oz": 1, "block": (32, 8, 1)},
-                 {"ox": 64 - hx, "oy": 32 - hy, "oz": 1, "block": (32, 8, 1)},
-                 {"ox": 64, "oy": 32, "oz": 1, "block": (32, 8, 1)},
-                 {"ox": 128, "oy": 16, "oz": 1, "block": (128, 2, 1)},
-                 {"ox": 64, "oy": 16, "oz": 1, "block": (64, 4, 1)},
-                 {"ox": 32, "oy": 16, "oz": 1, "block": (32, 8, 1)}]
-    return [t for t in tiles if int(t["ox"]) >= 8 and int(t["oy"]) >= 4]
-
-
 def candidates(match: Recognized, steps: Sequence[int] = STEPS, limit: int | None = None
                ) -> list[tuple[int, Operator]]:
     """(T, operator) pairs to try, each applying ``T`` steps in one launch: the temporal design
@@ -147,7 +125,7 @@ def candidates(match: Recognized, steps: Sequence[int] = STEPS, limit: int | Non
         out += [(t, op) for op in temporal if op is not None
                 and op.launches[0].shared_bytes <= MAX_STATIC_SHARED and len(op.launches) == 1]
         fit = 0
-        for tile in _tiles(match.cell, t):
+        for tile in overlap.presets(match.cell, t):
             if fit == TILES_PER_STEPS:
                 break
             try:

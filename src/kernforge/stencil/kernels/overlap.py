@@ -25,6 +25,8 @@ of that kernel would see it, with ``in`` and ``out`` swapped after every step:
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..operator import Launch, Operator
 from ..spec import Cell, Precision
 from .common import DoesNotFit, cdiv, header, literal
@@ -50,6 +52,28 @@ def space(cell: Cell) -> Space:
                 "block": ((32, 4, 2), (32, 8, 1), (64, 4, 1))}
     return {"steps": (3, 5, 7, 9, 11), "ox": (64, 32, 128), "oy": (32, 16, 64), "oz": (1,),
             "block": ((32, 8, 1), (64, 4, 1), (32, 16, 1), (128, 2, 1))}
+
+
+def presets(cell: Cell, steps: int) -> list[dict[str, Any]]:
+    """Tiles to try for ``steps`` where no search has run, best guess first: extended tiles of
+    whole warps in x first (128 or 64 wide: every step's rows fill their lanes), then fixed
+    output tiles, smaller ones last (they fit the shared memory of wider halos and fp64). Some
+    may not fit a cell (:func:`generate` says so)."""
+    _, ry, rx = cell.stencil.radii
+    hx, hy = 2 * steps * rx, 2 * steps * ry
+    tiles: list[dict[str, Any]]
+    if cell.stencil.dims == 3:
+        tiles = [{"ox": 32, "oy": 8, "oz": 4, "block": (32, 4, 2)},
+                 {"ox": 32, "oy": 4, "oz": 4, "block": (32, 4, 1)},
+                 {"ox": 16, "oy": 4, "oz": 4, "block": (16, 4, 2)}]
+    else:
+        tiles = [{"ox": 128 - hx, "oy": 32 - hy, "oz": 1, "block": (32, 8, 1)},
+                 {"ox": 64 - hx, "oy": 32 - hy, "oz": 1, "block": (32, 8, 1)},
+                 {"ox": 64, "oy": 32, "oz": 1, "block": (32, 8, 1)},
+                 {"ox": 128, "oy": 16, "oz": 1, "block": (128, 2, 1)},
+                 {"ox": 64, "oy": 16, "oz": 1, "block": (64, 4, 1)},
+                 {"ox": 32, "oy": 16, "oz": 1, "block": (32, 8, 1)}]
+    return [t for t in tiles if int(t["ox"]) >= 8 and int(t["oy"]) >= 4]
 
 
 def extended(cell: Cell, steps: int, ox: int, oy: int, oz: int) -> tuple[int, int, int]:
