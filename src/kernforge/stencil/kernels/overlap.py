@@ -5,8 +5,8 @@ takes one z-plane per block) and loads it with a ``steps * r`` halo on every sid
 reaches into shared memory (two buffers of the extended tile, in the storage type, so every
 step rounds as a one-step kernel's store does). Step ``s`` computes level ``s`` from level
 ``s - 1`` over the extended tile shrunk by ``s * r``; after the last step the owned tile is
-exactly valid and is written. The halo is recomputed by each neighbouring block (the cost of
-one launch for all steps: the grid is read once and written once).
+exactly valid and is written. Neighbouring blocks recompute the halo they share: the price of
+reading the grid once and writing it once for all steps.
 
 Unlike the matrix's designs, which keep the boundary ring of ``out`` as the caller preset it,
 this one takes the boundary rule of a kernel it stands in for (apps/probe.py), as a time loop
