@@ -161,23 +161,30 @@ def validate(t: ReplayTarget, r: Recognized, run: AdapterRun) -> tuple[str | Non
     return None, done
 
 
+def recognized(t: ReplayTarget) -> Recognized | str:
+    """The stencil the replayed unit computes, or why no operator may replace it."""
+    rec = t.rp.rec
+    globs = [r for r in rec.regions if r.kind == "global"]
+    if globs:
+        return (f"the kernel's module has {len(globs)} global(s) the program set "
+                f"({sum(r.size for r in globs)} bytes, e.g. __constant__ "
+                "coefficients): the deployment's problem key does not see them, "
+                "so a baked operator could not follow a change")
+    for b in t.buffers:
+        if (n := pointer_table(rec, b.region)) > 0:
+            return (f"parameter {b.param} points to memory holding {n} device "
+                    "pointers (a table of pointers, not a grid)")
+    r = recognize(t)
+    return r.reason if isinstance(r, NotAStencil) else r
+
+
 def session(unit: str, out_dir: str, repeat: int, passes: int) -> dict[str, Any]:
     rec = read_native(unit)
     rp = NativeReplay(rec)
     t = ReplayTarget(rp)
-    globs = [r for r in rec.regions if r.kind == "global"]
-    if globs:
-        return {"nomatch": f"the kernel's module has {len(globs)} global(s) the program set "
-                           f"({sum(r.size for r in globs)} bytes, e.g. __constant__ "
-                           "coefficients): the deployment's problem key does not see them, "
-                           "so a baked operator could not follow a change"}
-    for b in t.buffers:
-        if (n := pointer_table(rec, b.region)) > 0:
-            return {"nomatch": f"parameter {b.param} points to memory holding {n} device "
-                               "pointers (a table of pointers, not a grid)"}
-    r = recognize(t)
-    if isinstance(r, NotAStencil):
-        return {"nomatch": r.reason}
+    r = recognized(t)
+    if isinstance(r, str):
+        return {"nomatch": r}
     cc = rp.drv.identity()
     arch = f"sm_{rp.drv.attribute('cc_major')}{rp.drv.attribute('cc_minor')}"
     tried: list[dict[str, Any]] = []

@@ -34,6 +34,7 @@ from typing import Any
 
 from ..core import KernforgeError
 from ..core.errors import exit_cause
+from ..core.native import NativeRecording
 from ..deploy import native as nd
 from ..deploy.gate import NOISE_BAND, refusal
 from ..record.native_format import read_native
@@ -67,15 +68,15 @@ class OperatorMatch:
     tried: tuple[dict[str, Any], ...] = ()
 
 
-def _child(unit: Path, out_dir: Path, repeat: int, passes: int, timeout_s: float
-           ) -> dict[str, Any]:
+def _child(unit: Path, out_dir: Path, repeat: int, passes: int, timeout_s: float,
+           module: str = "kernforge.apps.operator_gpu", **extra: Any) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="kf-opmatch-") as tmp:
         req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
         req.write_text(json.dumps({"unit": str(unit), "out_dir": str(out_dir),
-                                   "repeat": repeat, "passes": passes}))
+                                   "repeat": repeat, "passes": passes, **extra}))
         env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
         try:
-            proc = subprocess.run([sys.executable, "-m", "kernforge.apps.operator_gpu",
+            proc = subprocess.run([sys.executable, "-m", module,
                                    str(req), str(res)], capture_output=True, text=True,
                                   timeout=timeout_s, check=False, env=env)
         except subprocess.TimeoutExpired:
@@ -125,3 +126,78 @@ def match_unit(unit_dir: Path, *, out_dir: Path, repeat: int = 10, passes: int =
                                  evidence=evidence)
     spec = nd.write_spec(out_dir / f"{rec.path.name}.operator.json", [entry], {name: image})
     return OperatorMatch(spec, speedup, ci, str(res["cell"]), note, tried)
+
+
+@dataclass(frozen=True)
+class FusedMatch:
+    """A verified fused operator: ``spec_path`` (signed native deployment spec whose entry
+    holds ``fuse``: the interposer runs every ``steps`` launches of the time loop as one launch
+    of it), the interleaved ``speedup`` of one fused launch over ``steps`` original launches
+    with its 95% ``ci``, ``gcells_s`` (grid points times steps per second, fused), and
+    ``tried`` (one row per candidate, as :class:`NoMatch`'s, with ``steps``)."""
+
+    spec_path: Path
+    speedup: float
+    ci: tuple[float, float]
+    cell: str
+    steps: int
+    note: str
+    gcells_s: float | None = None
+    tried: tuple[dict[str, Any], ...] = ()
+
+
+def fuse_unit(unit_dir: Path, *, out_dir: Path, steps: tuple[int, ...] | None = None,
+              repeat: int = 10, passes: int = 7, band: float = NOISE_BAND,
+              timeout_s: float = 900.0) -> FusedMatch | NoMatch:
+    """Fuse ``steps`` (odd; default apps.fused.STEPS) launches of one recorded native unit's
+    kernel, as a time loop that swaps its input and output runs them, into one launch of a
+    generated operator (apps/fused.py); the spec is written only when one fused launch beats
+    that many original ones through the gate every deployment passes."""
+    from .fused import STEPS, check_steps  # the generators: only when fusing
+
+    unit_dir = Path(unit_dir)
+    for s in steps or STEPS:
+        check_steps(s)
+    try:
+        rec = read_native(unit_dir)
+    except KernforgeError as exc:
+        return NoMatch(f"not a native unit: {exc.message}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    res = _child(unit_dir.resolve(), out_dir.resolve(), repeat, passes, timeout_s,
+                 "kernforge.apps.fused_gpu", steps=list(steps or STEPS))
+    tried = tuple(res.get("tried") or ())
+    if "nomatch" in res:
+        return NoMatch(str(res["nomatch"]), res.get("recognized"), tried)
+    speedup, ci = float(res["speedup"]), (float(res["ci"][0]), float(res["ci"][1]))
+    s = int(res["steps"])
+    note = (f"{res['recognized']}; {s} steps fused by {res['operator']}; "
+            f"{'; '.join(res['checks'])}")
+    why = refusal(verified=True, idle=None, speedup=speedup, ci=ci, band=band)
+    if why is not None:
+        return NoMatch(f"fused {s} steps by {res['operator']}, not deployed: {why}",
+                       res["recognized"], tried)
+    spec = fused_spec(rec, res, out_dir)
+    return FusedMatch(spec, speedup, ci, str(res["cell"]), s, note, res.get("gcells_s"), tried)
+
+
+def fused_spec(rec: NativeRecording, res: dict[str, Any], out_dir: Path) -> Path:
+    """The signed spec of a fused result (fused_gpu's): one entry replacing the recorded
+    kernel by the fused adapter, with ``fuse`` (steps, the offsets of IN and OUT)."""
+    s, speedup, ci = int(res["steps"]), float(res["speedup"]), list(res["ci"])
+    image = Path(res["image"]).read_bytes()
+    name = f"{rec.path.name}.fused{s}.cubin"
+    evidence = {"method": "fused-operator", "verified": True, "idle": None,
+                "speedup": speedup, "ci": ci, "steps": s,
+                "median_original_s": res["median_original_s"],
+                "median_tuned_s": res["median_fused_s"], "ratios": res["ratios"],
+                "recognized": res["recognized"], "cell": res["cell"],
+                "operator": res["operator"], "checks": res["checks"], "unit": rec.path.name,
+                "arch": res["arch"], "gcells_s": res.get("gcells_s"),
+                "points": res.get("points"), "device": res.get("device")}
+    entry = nd.replacement_entry(rec, image=name, image_bytes=image, entry_name=res["entry"],
+                                 grid=res["grid"], block=res["block"],
+                                 shared_mem=res["shared_mem"], carveout=res["carveout"],
+                                 evidence=evidence)
+    entry["fuse"] = {k: int(res["fuse"][k]) for k in ("steps", "in_offset", "out_offset")}
+    return nd.write_spec(out_dir / f"{rec.path.name}.fused.json", [entry], {name: image})

@@ -251,7 +251,11 @@ class Driver:
         """Seconds between events around one launch. The launch is prepared first and queued
         behind a spinning kernel, so the events time the kernel, not Python's call into the
         driver."""
-        call = self.prepare(fn, grid, block, shmem, params, attrs)
+        return self.time_calls([self.prepare(fn, grid, block, shmem, params, attrs)])
+
+    def time_calls(self, calls: Sequence[Any]) -> float:
+        """Seconds between events around ``calls`` (each one made by :meth:`prepare`), queued
+        back to back behind a spinning kernel, as :meth:`time_launch` times one."""
         if self._events is None:
             e0, e1 = C.c_void_p(), C.c_void_p()
             self.check(self.lib.cuEventCreate(C.byref(e0), 0), "cuEventCreate")
@@ -260,9 +264,10 @@ class Driver:
         e0, e1 = self._events
         self.hold()
         self.check(self.lib.cuEventRecord(e0, None), "cuEventRecord")
-        rc = call()
+        rcs = [call() for call in calls]
         self.check(self.lib.cuEventRecord(e1, None), "cuEventRecord")
-        self.check(rc, "cuLaunchKernel")
+        for rc in rcs:
+            self.check(rc, "cuLaunchKernel")
         self.check(self.lib.cuEventSynchronize(e1), "cuEventSynchronize", runtime=True)
         ms = C.c_float()
         self.check(self.lib.cuEventElapsedTime(C.byref(ms), e0, e1), "cuEventElapsedTime")

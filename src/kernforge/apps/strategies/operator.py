@@ -2,17 +2,79 @@
 covers is replaced by the matching operator (``kernforge.apps.operator_match``, built
 separately): it returns a signed native deployment spec with the operator's adapter in place
 of the kernel, accepted only when its outputs match the recorded ones and on fresh inputs.
-When that module is not installed the strategy is SKIPPED with the reason."""
+
+Beside the one-launch operator, a recognized kernel is also fused (``fuse_unit``): ``T``
+launches of a time loop that swaps its input and output run as one launch of a generated
+multi-step operator, which the interposer engages only where the program's launches really
+rotate. The faster of the two paths that pass the deployment gate is kept per kernel; the
+figures say which won and why the other was refused. When that module is not installed the
+strategy is SKIPPED with the reason."""
 
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
 
 from ..process import head_text
 from . import Context, Outcome, Strategy
 
 MODULE = "kernforge.apps.operator_match"
+KNOWN_FIELDS = 13  # the interposer line's fields before deferral added its own
+
+
+def interposer_fuses(spec: Path) -> bool:
+    """Whether the deployment's interposer line for a fused spec carries the fusion (a
+    deployment that replaced every launch by T steps would be wrong, so without it the fused
+    path is refused)."""
+    from ...deploy import native as nd
+
+    lines = nd.interposer_lines(nd.read_spec(spec)).splitlines()[1:]
+    return bool(lines) and all(len(line.split("\t")) > KNOWN_FIELDS for line in lines)
+
+
+def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any) -> dict[str, Any]:
+    """One kernel's row: the one-launch match ``one``, fusion tried when it recognized a
+    stencil, the faster deployable path chosen."""
+    row: dict[str, Any] = {"recognized": getattr(one, "recognized", None)}
+    found: dict[str, Any] = {}
+    refused: dict[str, str] = {}
+    if hasattr(one, "spec_path"):
+        found["one-launch"] = one
+    else:
+        refused["one-launch"] = str(one.reason)
+    fuse = getattr(om, "fuse_unit", None)
+    if fuse is None or (not hasattr(one, "spec_path") and row["recognized"] is None):
+        refused["fused"] = "not tried: " + ("no stencil recognized" if fuse else
+                                            "this kernforge has no fusion")
+    else:
+        try:
+            f = fuse(unit, out_dir=out / "fused", repeat=repeat)
+        except Exception as exc:  # noqa: BLE001 - a fusion failure is this kernel's data
+            f = None
+            refused["fused"] = f"fusion failed: {type(exc).__name__}: {exc}"
+        if f is not None and hasattr(f, "spec_path"):
+            if interposer_fuses(f.spec_path):
+                found["fused"] = f
+            else:
+                refused["fused"] = (f"{f.steps} steps fused at {f.speedup:.2f}x, not deployed: "
+                                    "the interposer's line format carries no fusion")
+            row["fused_figures"] = {"steps": f.steps, "speedup": f.speedup, "ci": list(f.ci),
+                                    "gcells_s": f.gcells_s, "note": f.note}
+        elif f is not None:
+            refused["fused"] = str(f.reason)
+            row["fused_tried"] = list(getattr(f, "tried", ()))
+    if not found:
+        return {**row, "matched": False, "reason": "; ".join(
+            f"{k}: {v}" for k, v in refused.items()), "refused": refused}
+    path, win = max(found.items(), key=lambda kv: kv[1].speedup)
+    for k, v in found.items():
+        if k != path:
+            refused[k] = f"slower ({v.speedup:.2f}x against {win.speedup:.2f}x)"
+    label = f"fused {win.steps} steps" if path == "fused" else path
+    return {**row, "matched": True, "path": label, "cell": win.cell, "speedup": win.speedup,
+            "ci": list(win.ci), "note": win.note, "spec": str(win.spec_path),
+            "refused": refused}
 
 
 class OperatorStrategy(Strategy):
@@ -31,22 +93,18 @@ class OperatorStrategy(Strategy):
         for k, unit in ctx.units():
             ctx.progress(f"{ctx.manifest.name}: matching {k['name'][:60]} ({unit.parent.name}/"
                          f"{unit.name}) against the operator matrix")
+            out = self.workdir(ctx.out) / unit.parent.name / unit.name
+            repeat = ctx.manifest.integrate.match_repeat
             try:
-                r = match_unit(unit, out_dir=self.workdir(ctx.out) / unit.parent.name / unit.name,
-                               repeat=ctx.manifest.integrate.match_repeat)
+                r = match_unit(unit, out_dir=out, repeat=repeat)
+                row = _paths(om, unit, out, repeat, r)
             except Exception as exc:  # noqa: BLE001 - a matcher failure is this kernel's data
                 tried.append({"kernel": k["name"], "unit": str(unit), "matched": False,
                               "reason": f"matching failed: {type(exc).__name__}: {exc}"})
                 continue
-            if hasattr(r, "spec_path"):
-                specs.append(str(r.spec_path))
-                tried.append({"kernel": k["name"], "unit": str(unit), "matched": True,
-                              "cell": r.cell, "speedup": r.speedup, "ci": list(r.ci),
-                              "note": r.note, "spec": str(r.spec_path)})
-            else:
-                tried.append({"kernel": k["name"], "unit": str(unit), "matched": False,
-                              "reason": str(r.reason),
-                              "recognized": getattr(r, "recognized", None)})
+            tried.append({"kernel": k["name"], "unit": str(unit), **row})
+            if row["matched"]:
+                specs.append(row["spec"])
         figures = {"kernels": tried}
         if not tried:
             return Outcome("SKIPPED", "no recorded kernel to match", figures)
@@ -54,7 +112,10 @@ class OperatorStrategy(Strategy):
             why = "; ".join(dict.fromkeys(  # one kernel's reason once, for all its units
                 f"{head_text(t['kernel'], 40)}: {t['reason']}" for t in tried))
             return Outcome("FAILED", f"no kernel matched an operator ({why})", figures)
-        cells = ", ".join(f"{head_text(t['kernel'], 40)} -> {t['cell']} ({t['speedup']:.2f}x)"
+        cells = ", ".join(f"{head_text(t['kernel'], 40)} -> {t['cell']} ({t['path']}, "
+                          f"{t['speedup']:.2f}x" + "".join(
+                              f"; {k} refused: {head_text(v, 120)}"
+                              for k, v in (t.get("refused") or {}).items()) + ")"
                           for t in tried if t["matched"])
         return Outcome("DONE", f"{len(specs)} kernel(s) matched: {cells}", figures,
                        native_specs=tuple(specs))
