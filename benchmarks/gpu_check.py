@@ -3,6 +3,7 @@ short table (step, exit status, seconds, where its output is).
 
     make gpu-check                       # or: python benchmarks/gpu_check.py [--out gpu-out]
     python benchmarks/gpu_check.py --steps pytest-gpu stencil-bench
+    HECBENCH=/path/to/HeCBench/src python benchmarks/gpu_check.py --steps fused-hecbench
 
 Each step runs with a time limit; its log and files go to ``--out`` (default ``gpu-out``).
 Exit status 0 when every step passed. Needs the package installed with its GPU extras
@@ -12,6 +13,7 @@ Exit status 0 when every step passed. Needs the package installed with its GPU e
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -43,6 +45,13 @@ def steps(out: Path) -> dict[str, tuple[int, list[str]]]:
                                 "--json", str(out / "stencil-bench.json"),
                                 "--md", str(out / "stencil-bench.md"),
                                 "--png", str(out / "stencil-bench.png")]),
+        # needs HeCBench's heat2d and laplace3d built outside the repository ($HECBENCH)
+        "fused-hecbench": (600, [PY, "benchmarks/fused_operators.py", "--hecbench",
+                                 os.environ.get("HECBENCH", "HECBENCH-not-set"),
+                                 "--record-to", str(out / "fused-rec"),
+                                 "--out", str(out / "fused"),
+                                 "--md", str(out / "fused" / "summary.md"),
+                                 "--json", str(out / "fused" / "summary.json")]),
     }
 
 
