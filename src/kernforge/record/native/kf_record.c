@@ -262,8 +262,13 @@ CUresult kf_launch(kf_launch_t *l, CUresult (*real)(kf_launch_t *, void *), void
   inside = 1;
   kf_resolve_driver();
   kf_fn_t *fn = kf_fn_get(l->f);
-  if (!fn) { inside = 0; return real(l, ctx); }
+  if (!fn) {
+    kf_defer_flush();
+    inside = 0;
+    return real(l, ctx);
+  }
   pthread_mutex_lock(&kf_lock);
+  kf_locked = 1;
   n_launches++;
   unsigned long call = fn->seen++;
   int take = rec && fn->matches && (long long)call >= skip_first &&
@@ -273,7 +278,7 @@ CUresult kf_launch(kf_launch_t *l, CUresult (*real)(kf_launch_t *, void *), void
   uint8_t *params = (take || dep) ? kf_param_bytes(l, fn, &psize) : NULL;
   CUresult rc;
   if (dep && params && kf_deploy_try(l, fn, params, psize, &rc, real, ctx)) {
-  } else if (take && params) {
+  } else if (kf_defer_flush_locked(), take && params) { /* any other launch: a flush first */
     rc = record_one(l, fn, params, psize, call, real, ctx);
   } else if (rec && fn->matches && call > 0 && fn->napp < KF_APP_TIMED && !take) {
     rc = timed(l, fn, real, ctx);
@@ -281,6 +286,7 @@ CUresult kf_launch(kf_launch_t *l, CUresult (*real)(kf_launch_t *, void *), void
     if (take) n_unknown++;
     rc = real(l, ctx);
   }
+  kf_locked = 0;
   pthread_mutex_unlock(&kf_lock);
   free(params);
   inside = 0;
