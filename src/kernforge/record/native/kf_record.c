@@ -258,7 +258,10 @@ static CUresult timed(kf_launch_t *l, kf_fn_t *fn, CUresult (*real)(kf_launch_t 
 CUresult kf_launch(kf_launch_t *l, CUresult (*real)(kf_launch_t *, void *), void *ctx) {
   static __thread int inside; /* a launch made while handling one runs unchanged */
   int rec = kf_recording(), dep = kf_deploy_active();
-  if ((!rec && !dep) || kf_suppressed || inside) return real(l, ctx);
+  if ((!rec && !dep) || kf_suppressed || inside) {
+    if (!inside) kf_defer_flush(); /* a launch not looked at is still another launch */
+    return real(l, ctx);
+  }
   inside = 1;
   kf_resolve_driver();
   kf_fn_t *fn = kf_fn_get(l->f);
