@@ -19,7 +19,7 @@ from kernforge.testing.fakedriver import FakeCuda
 
 STEPS = "s" * 12 + "t" * 3 + "d"  # weights: mostly chain 0, some chain 1 and the NULL stream
 WRITES = "kKM"  # other kernels, a copy into the loop's buffer
-OBSERVE = "cCypqeEwhmfguPz"
+OBSERVE = "cCypqeEwhmfguPzG"
 ENDS = ["", "", "x", "X", "R", "D"]
 SANITIZE = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer",
             "-fno-sanitize-recover=undefined")

@@ -22,6 +22,8 @@
  * runtime registered when it started, which destroy its contexts), and a context's
  * destruction, release or reset flushes through its thunk first.
  *
+ * A launch on a stream being captured into a graph is never held (kf_defer_launch asks the
+ * driver when a chain starts; cuStreamBeginCapture flushes first, as any other function).
  * Chains are kept per (context, stream, and thread for a per-thread default stream) under
  * kf_lock; a launch held on a default stream flushes every other chain, and one held on
  * another stream flushes the default streams' chains (the legacy default stream orders itself
@@ -216,6 +218,14 @@ static void register_exit(void) {
   if (atexit(at_exit)) kf_defer_disable("no exit handler could be registered");
 }
 
+/* a stream being captured into a graph records launches instead of running them: a launch held
+ * there would run after the capture ended, outside the graph (when in doubt: capturing) */
+static int capturing(const kf_launch_t *l) {
+  int status = 1;
+  CUstream s = !l->stream && strstr(l->api, "_ptsz") ? (CUstream)2 : l->stream;
+  return !kf_drv.cuStreamIsCapturing || kf_drv.cuStreamIsCapturing(s, &status) || status;
+}
+
 static chain_t *new_chain(kf_entry_t *e, kf_fn_t *fn, const kf_launch_t *l, CUcontext ctx,
                           pthread_t thread, size_t n) {
   if (nchains == cap) {
@@ -258,6 +268,7 @@ int kf_defer_launch(kf_entry_t *e, kf_launch_t *l, kf_fn_t *fn, const uint8_t *p
         if (chains[i] == c) { flush_chain(i); break; }
     }
     const char *why = NULL;
+    if (capturing(l)) return 0;
     if (!kf_entry_function(e, &why)) { /* once: its launches run unfused from now on */
       e->failed++, e->disabled = 1;
       kf_log("deploy: cannot load the fused %s from %s: it %s; %s runs unfused", e->entry,

@@ -130,8 +130,8 @@
     X(cuStreamBeginCapture_ptsz) X(cuStreamBeginCapture_v2) X(cuStreamBeginCapture_v2_ptsz) \
     X(cuStreamCopyAttributes) X(cuStreamCopyAttributes_ptsz) X(cuStreamDestroy) \
     X(cuStreamDestroy_v2) X(cuStreamEndCapture) X(cuStreamEndCapture_ptsz) X(cuStreamGetAttribute) \
-    X(cuStreamGetAttribute_ptsz) X(cuStreamGetGreenCtx) X(cuStreamIsCapturing) \
-    X(cuStreamIsCapturing_ptsz) X(cuStreamQuery) X(cuStreamQuery_ptsz) X(cuStreamSetAttribute) \
+    X(cuStreamGetAttribute_ptsz) X(cuStreamGetGreenCtx) \
+    X(cuStreamQuery) X(cuStreamQuery_ptsz) X(cuStreamSetAttribute) \
     X(cuStreamSetAttribute_ptsz) X(cuStreamSynchronize) X(cuStreamSynchronize_ptsz) \
     X(cuStreamUpdateCaptureDependencies) X(cuStreamUpdateCaptureDependencies_ptsz) \
     X(cuStreamUpdateCaptureDependencies_v2) X(cuStreamUpdateCaptureDependencies_v2_ptsz) \
@@ -154,6 +154,6 @@
     X(cuTexRefSetBorderColor) X(cuTexRefSetFilterMode) X(cuTexRefSetFlags) X(cuTexRefSetFormat) \
     X(cuTexRefSetMaxAnisotropy) X(cuTexRefSetMipmapFilterMode) X(cuTexRefSetMipmapLevelBias) \
     X(cuTexRefSetMipmapLevelClamp) X(cuTexRefSetMipmappedArray) \
-    X(cuThreadExchangeStreamCaptureMode) X(cuUserObjectCreate) X(cuUserObjectRelease) \
+    X(cuUserObjectCreate) X(cuUserObjectRelease) \
     X(cuUserObjectRetain) X(cuWaitExternalSemaphoresAsync) X(cuWaitExternalSemaphoresAsync_ptsz)
 #endif

@@ -137,14 +137,14 @@ static const char *const harmless_prefix[] = {
     "cuMemGetAddressRange", "cuStreamGetPriority", "cuStreamGetFlags", "cuStreamGetCtx",
     "cuStreamGetId", "cuStreamGetDevice", "cuStreamCreate", "cuEventElapsedTime",
     "cuModuleLoad", "cuLibraryLoad", "cuLink", "cuCtxPushCurrent", "cuGetError",
-    "cuStreamGetCaptureInfo"};
+    "cuStreamGetCaptureInfo", "cuStreamIsCapturing"};
 static const char *const harmless_exact[] = {
     "cuInit", "cuDriverGetVersion", "cuDeviceComputeCapability", "cuDeviceCanAccessPeer",
     "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxGetState", "cuCtxSetCurrent",
     "cuGetExportTable", "cuFuncSetAttribute", "cuFuncSetCacheConfig", "cuFuncSetSharedMemConfig",
     "cuFuncIsLoaded", "cuFuncLoad", "cuKernelSetAttribute", "cuKernelSetCacheConfig",
     "cuModuleEnumerateFunctions", "cuLibraryEnumerateKernels", "cuMemGetAllocationGranularity",
-    "cuMemGetAllocationPropertiesFromHandle", "cuEventCreate", "cuMemPoolGetAttribute"};
+    "cuMemGetAllocationPropertiesFromHandle", "cuEventCreate", "cuMemPoolGetAttribute", "cuThreadExchangeStreamCaptureMode"};
 
 int kf_harmless(const char *name) {
   for (size_t i = 0; i < sizeof harmless_exact / sizeof *harmless_exact; i++)

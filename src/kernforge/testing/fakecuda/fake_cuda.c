@@ -158,6 +158,48 @@ CUresult cuFuncGetParamInfo(func_t *f, size_t i, size_t *off, size_t *size) {
 CUresult cuKernelGetParamInfo(func_t *f, size_t i, size_t *off, size_t *size) {
   return cuFuncGetParamInfo(f, i, off, size);
 }
+/* stream capture: launches on the capturing stream are recorded into a graph, which
+ * cuGraphLaunch runs (an instantiated graph is the graph itself) */
+typedef struct { func_t *f; unsigned grid[3], block[3]; uint8_t *p; } node_t;
+typedef struct { node_t *nodes; int n; } graph_t;
+static void *capturing;
+static graph_t *capture;
+CUresult cuStreamBeginCapture_v2(void *s, int mode) {
+  (void)mode;
+  if (!s || capturing) return INVALID_VALUE;
+  capturing = s, capture = calloc(1, sizeof *capture);
+  return OK;
+}
+CUresult cuStreamEndCapture(void *s, graph_t **g) {
+  if (!s || s != capturing) return INVALID_VALUE;
+  *g = capture, capturing = NULL, capture = NULL;
+  return OK;
+}
+CUresult cuStreamIsCapturing(void *s, int *status) { *status = s && s == capturing; return OK; }
+CUresult cuGraphInstantiateWithFlags(graph_t **exec, graph_t *g, unsigned long long f) {
+  (void)f; *exec = g; return OK;
+}
+static CUresult record_node(func_t *f, const unsigned *grid, const unsigned *block, void **params) {
+  node_t *a = realloc(capture->nodes, (size_t)(capture->n + 1) * sizeof *a);
+  if (!a) return OUT_OF_MEMORY;
+  capture->nodes = a;
+  node_t *nd = &a[capture->n++];
+  size_t total = f->n ? f->off[f->n - 1] + f->size[f->n - 1] : 1;
+  nd->f = f, nd->p = malloc(total);
+  memcpy(nd->grid, grid, sizeof nd->grid), memcpy(nd->block, block, sizeof nd->block);
+  for (int i = 0; i < f->n; i++) memcpy(nd->p + f->off[i], params[i], f->size[i]);
+  return OK;
+}
+CUresult cuGraphLaunch(graph_t *g, void *s) {
+  (void)s;
+  for (int i = 0; g && i < g->n; i++) {
+    void *params[32];
+    for (int k = 0; k < g->nodes[i].f->n; k++) params[k] = g->nodes[i].p + g->nodes[i].f->off[k];
+    g->nodes[i].f->fn(g->nodes[i].grid, g->nodes[i].block, params);
+  }
+  return OK;
+}
+
 CUresult cuLaunchKernel(func_t *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                         unsigned by, unsigned bz, unsigned shmem, void *s, void **params,
                         void **extra) {
@@ -175,6 +217,7 @@ CUresult cuLaunchKernel(func_t *f, unsigned gx, unsigned gy, unsigned gz, unsign
   if (gx * bx > 1u << 24 || bx * by * bz > 1024) return INVALID_VALUE;
   if (ctx_destroyed) return INVALID_CONTEXT;
   if (f->mod && f->mod->unloaded) return INVALID_HANDLE;
+  if (s && s == capturing) return record_node(f, grid, block, params);
   f->fn(grid, block, params);
   return OK;
 }
@@ -217,7 +260,6 @@ CUresult cuEventQuery(void *e) { (void)e; return OK; }
 CUresult cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, void *s) { (void)s; return cuMemcpyDtoH_v2(h, d, n); }
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *h, size_t n, void *s) { (void)s; return cuMemcpyHtoD_v2(d, h, n); }
 CUresult cuLaunchHostFunc(void *s, void (*fn)(void *), void *data) { (void)s; fn(data); return OK; }
-CUresult cuGraphLaunch(void *g, void *s) { (void)g, (void)s; return OK; }
 /* a driver function no interposer knows: an FNV-1a hash of n bytes of device memory */
 CUresult cuFakeObserve(CUdeviceptr p, size_t n, unsigned long long *hash) {
   unsigned long long h = 0xcbf29ce484222325ULL;
@@ -247,7 +289,7 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long
                                     "cuEventDestroy", "cuDevicePrimaryCtxRelease", "cuGetProcAddress",
                                     "cuCtxDestroy", "cuCtxPushCurrent", "cuCtxPopCurrent",
                                     "cuStreamDestroy", "cuMemcpyDtoHAsync", "cuMemcpyHtoDAsync",
-                                    "cuDevicePrimaryCtxReset"};
+                                    "cuDevicePrimaryCtxReset", "cuStreamBeginCapture"};
   char name[256];
   snprintf(name, sizeof name, "%s", sym);
   for (size_t i = 0; i < sizeof versioned / sizeof *versioned; i++)

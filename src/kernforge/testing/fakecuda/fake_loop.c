@@ -16,6 +16,8 @@
  *   w  cuEventRecord(s0) + cuStreamWaitEvent(s1)            h  cuLaunchHostFunc(s0) (hashes)
  *   m  cuMemsetD8 of e       f  cuMemAlloc + cuMemFree      g  cuGraphLaunch(s0)
  *   u  cuModuleUnload of the kernels' module, then loaded again (later steps use the new one)
+ *   G  3 steps of chain 0 captured on s0 into a graph (cuStreamBeginCapture ... EndCapture),
+ *      the graph launched on s0
  *   P  cuCtxPopCurrent + cuCtxPushCurrent                   z  cuFakeObserve (a driver
  *      function no interposer knows, found through cuGetProcAddress; the hash is its answer)
  *   x  exit(0) now        X  cuCtxDestroy, _exit(0)     R  cuDevicePrimaryCtxRelease, _exit(0)
@@ -52,7 +54,9 @@ typedef unsigned long long CUdeviceptr;
   X(cuLaunchHostFunc, "cuLaunchHostFunc") X(cuGraphLaunch, "cuGraphLaunch")                 \
   X(cuCtxPopCurrent_v2, "cuCtxPopCurrent") X(cuCtxPushCurrent_v2, "cuCtxPushCurrent")       \
   X(cuCtxDestroy_v2, "cuCtxDestroy") X(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease") \
-  X(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset")
+  X(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset")                                 \
+  X(cuStreamBeginCapture_v2, "cuStreamBeginCapture") X(cuStreamEndCapture, "cuStreamEndCapture") \
+  X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags")
 #define PTR(sym, base) static CUresult (*p_##sym)();
 FNS(PTR)
 #ifdef KF_DIRECT
@@ -192,6 +196,16 @@ int main(int argc, char **argv) {
         break;
       }
       case 'g': CHECK(p_cuGraphLaunch(NULL, s0)); observe(tag); break;
+      case 'G': {
+        void *graph, *exec;
+        CHECK(p_cuStreamBeginCapture_v2(s0, 0));
+        for (int i = 0; i < 3; i++) step(&buf[0], &buf[1], s0);
+        CHECK(p_cuStreamEndCapture(s0, &graph));
+        CHECK(p_cuGraphInstantiateWithFlags(&exec, graph, 0ULL));
+        CHECK(p_cuGraphLaunch(exec, s0));
+        observe(tag);
+        break;
+      }
       case 'u': CHECK(p_cuModuleUnload(mod)); observe(tag); load(); break;
       case 'P': {
         void *c;
