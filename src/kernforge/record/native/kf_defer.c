@@ -47,6 +47,7 @@ typedef struct {
   kf_fn_t *fn;
   size_t n; /* parameter bytes */
   uint8_t *attrs;
+  uint8_t *store; /* (T + 1) * n bytes: held launch i's parameters at i * n */
   int held;
   held_t h[MAX_HELD];
 } chain_t;
@@ -112,10 +113,12 @@ static void run_originals(chain_t *c, int k) {
   for (int i = 0; i < k; i++) {
     CUresult rc = run_with(c, c->h[i].l, c->h[i].p);
     if (rc) failed_original(c->e, rc);
-    free(c->h[i].p);
     c->e->unfused++, kf_defer_unfused++;
   }
-  memmove(c->h, c->h + k, (size_t)(c->held - k) * sizeof *c->h);
+  for (int i = k; i < c->held; i++) { /* what stays held moves to the front */
+    memcpy(c->store + (size_t)(i - k) * c->n, c->h[i].p, c->n);
+    c->h[i - k] = c->h[i], c->h[i - k].p = c->store + (size_t)(i - k) * c->n;
+  }
   c->held -= k;
   __atomic_sub_fetch(&nheld, (unsigned long)k, __ATOMIC_RELEASE);
 }
@@ -123,6 +126,7 @@ static void run_originals(chain_t *c, int k) {
 static void drop(size_t i) { /* chain i holds nothing: forget it */
   chain_t *c = chains[i];
   free(c->attrs);
+  free(c->store);
   free(c);
   chains[i] = chains[--nchains];
 }
@@ -171,8 +175,8 @@ static void fire(chain_t *c) {
     rc = run_with(c, l, c->h[0].p);
   }
   if (!rc) {
-    for (unsigned i = 0; i < e->fuse; i++) free(c->h[i].p);
-    memmove(c->h, c->h + e->fuse, sizeof *c->h);
+    memcpy(c->store, c->h[e->fuse].p, c->n);
+    c->h[0] = c->h[e->fuse], c->h[0].p = c->store;
     c->held = 1;
     __atomic_sub_fetch(&nheld, e->fuse, __ATOMIC_RELEASE);
     e->groups++, kf_defer_groups++;
@@ -235,7 +239,12 @@ static chain_t *new_chain(kf_entry_t *e, kf_fn_t *fn, const kf_launch_t *l, CUco
   }
   chain_t *c = calloc(1, sizeof *c);
   size_t na = (size_t)l->nattrs * KF_ATTR_SIZE;
-  if (!c || (na && !(c->attrs = malloc(na)))) { free(c); return NULL; }
+  if (!c || (na && !(c->attrs = malloc(na))) ||
+      !(c->store = malloc((size_t)(e->fuse + 1) * n))) {
+    if (c) free(c->attrs);
+    free(c);
+    return NULL;
+  }
   if (na) memcpy(c->attrs, l->attrs, na);
   c->ctx = ctx, c->stream = l->stream, c->thread = thread, c->e = e, c->fn = fn, c->n = n;
   c->dflt = (uintptr_t)l->stream <= 2; /* NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD */
@@ -280,11 +289,7 @@ int kf_defer_launch(kf_entry_t *e, kf_launch_t *l, kf_fn_t *fn, const uint8_t *p
       return 0;
   }
   held_t *h = &c->h[c->held];
-  if (!(h->p = malloc(n))) {
-    for (size_t i = 0; i < nchains; i++)
-      if (chains[i] == c) { flush_chain(i); break; }
-    return 0;
-  }
+  h->p = c->store + (size_t)c->held * n;
   memcpy(h->p, p, n);
   h->l = *l;
   h->l.params = NULL, h->l.extra = NULL, h->l.attrs = c->attrs;
