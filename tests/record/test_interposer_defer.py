@@ -51,7 +51,7 @@ TRIGGERS = {
     "event record and sync": "e", "event record and query": "E", "stream wait": "w",
     "host function": "h", "memset": "m", "alloc and free": "f", "graph launch": "g",
     "module unload": "u", "context pop and push": "P", "an unknown driver function": "z",
-    "stream capture and graph launch": "G",
+    "stream capture and graph launch": "G", "an unknown function of 11 arguments": "Z",
 }
 
 

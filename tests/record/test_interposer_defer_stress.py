@@ -2,7 +2,8 @@
 random time-loop programs interleave heat steps on two streams and the NULL stream with random
 flush points (every kind fake_loop.c knows), under random step counts T and both ways of
 reaching the driver; every observation of every buffer must equal the unfused run's. A part
-runs again with the interposer built with AddressSanitizer and UndefinedBehaviorSanitizer."""
+runs again with the interposer built with AddressSanitizer and UndefinedBehaviorSanitizer
+(``slow``: the sanitizer build takes several seconds)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from kernforge.testing.fakedriver import FakeCuda
 
 STEPS = "s" * 12 + "t" * 3 + "d"  # weights: mostly chain 0, some chain 1 and the NULL stream
 WRITES = "kKM"  # other kernels, a copy into the loop's buffer
-OBSERVE = "cCypqeEwhmfguPzG"
+OBSERVE = "cCypqeEwhmfguPzGZ"
 ENDS = ["", "", "x", "X", "R", "D"]
 SANITIZE = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer",
             "-fno-sanitize-recover=undefined")
@@ -79,6 +80,7 @@ def sanitized(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     return [asan, str(interposer.build(tmp_path_factory.mktemp("asan"), extra_flags=SANITIZE))]
 
 
+@pytest.mark.slow  # the sanitizer build alone takes several seconds
 def test_the_sanitizer_build_finds_nothing_under_random_flush_points(
         fake: FakeCuda, sanitized: list[str], tmp_path: Path) -> None:
     env = {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:exitcode=86",
@@ -87,6 +89,7 @@ def test_the_sanitizer_build_finds_nothing_under_random_flush_points(
         check(fake, sanitized, tmp_path, seed, env)
 
 
+@pytest.mark.slow
 def test_the_sanitizer_build_finds_nothing_with_32_threads(
         fake: FakeCuda, sanitized: list[str], tmp_path: Path) -> None:
     cmd = fake.threads_command(32, 41, streams=True)

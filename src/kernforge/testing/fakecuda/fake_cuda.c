@@ -260,6 +260,13 @@ CUresult cuEventQuery(void *e) { (void)e; return OK; }
 CUresult cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, void *s) { (void)s; return cuMemcpyDtoH_v2(h, d, n); }
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *h, size_t n, void *s) { (void)s; return cuMemcpyHtoD_v2(d, h, n); }
 CUresult cuLaunchHostFunc(void *s, void (*fn)(void *), void *data) { (void)s; fn(data); return OK; }
+/* a driver function no interposer knows, with arguments on the stack and in vector registers
+ * (what a flushing thunk must pass on untouched) */
+CUresult cuFakeManyArgs(long a, long b, long c, long d, long e, long f, long g, long h, double x,
+                        float y, double *out) {
+  *out = a + 2 * b + 3 * c + 4 * d + 5 * e + 6 * f + 7 * g + 8 * h + 9 * x + 10 * y;
+  return OK;
+}
 /* a driver function no interposer knows: an FNV-1a hash of n bytes of device memory */
 CUresult cuFakeObserve(CUdeviceptr p, size_t n, unsigned long long *hash) {
   unsigned long long h = 0xcbf29ce484222325ULL;

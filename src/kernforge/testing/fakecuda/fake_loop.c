@@ -20,6 +20,7 @@
  *      the graph launched on s0
  *   P  cuCtxPopCurrent + cuCtxPushCurrent                   z  cuFakeObserve (a driver
  *      function no interposer knows, found through cuGetProcAddress; the hash is its answer)
+ *   Z  cuFakeManyArgs (unknown too: 11 arguments, some on the stack, two floating-point)
  *   x  exit(0) now        X  cuCtxDestroy, _exit(0)     R  cuDevicePrimaryCtxRelease, _exit(0)
  *   D  cuDevicePrimaryCtxReset, _exit(0)
  * The script's end is a final "c". FAKE_LOOP_MAP=FILE: a0 and b0 are the two halves of FILE,
@@ -224,6 +225,20 @@ int main(int argc, char **argv) {
         CHECK(!observe_fn || ((CUresult (*)(CUdeviceptr, size_t, unsigned long long *))
                               observe_fn)(buf[0], bytes, &h));
         printf("obs z %016llx\n", h);
+        break;
+      }
+      case 'Z': {
+        typedef CUresult (*many_t)(long, long, long, long, long, long, long, long, double, float,
+                                   double *);
+#ifdef KF_DIRECT
+        many_t many = (many_t)dlsym(RTLD_DEFAULT, "cuFakeManyArgs");
+#else
+        many_t many = (many_t)get("cuFakeManyArgs");
+#endif
+        double r = 0;
+        CHECK(!many || many(1, 2, 3, 4, 5, 6, 7, 8, 0.5, 0.25f, &r));
+        printf("obs Z %.17g\n", r);
+        observe(tag);
         break;
       }
       case 'x': fflush(stdout); exit(0);
