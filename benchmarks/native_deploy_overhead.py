@@ -2,10 +2,11 @@
 """Host cost per launch of a native deployment: what the driver interposer adds to a launch.
 
 A small C program (compiled here with the host compiler) reaches the driver as the CUDA runtime
-does (dlopen, cuGetProcAddress), loads one empty kernel and launches it in batches of
-``--batch`` launches; only the enqueueing of each batch is timed (CLOCK_MONOTONIC), the context
-is synchronized between batches untimed, so the figure is host time, not the GPU's. Modes, run
-as separate processes, interleaved over ``--rounds``:
+does (dlopen, cuGetProcAddress), loads one empty kernel of two pointers and launches it in
+batches of ``--batch`` launches, the pointers swapped between launches as a time loop's
+buffers are; only the enqueueing of each batch is timed (CLOCK_MONOTONIC), the context is
+synchronized between batches untimed, so the figure is host time, not the GPU's. Modes, run as
+separate processes, interleaved over ``--rounds``:
 
 - ``no interposer``: the program alone;
 - ``not covered``: the interposer preloaded in deploy mode, the spec naming another kernel
@@ -13,9 +14,14 @@ as separate processes, interleaved over ``--rounds``:
 - ``covered, fallback``: the spec names this kernel but another launch geometry (the parameter
   bytes copied, the entries compared, the original launched, a fallback counted);
 - ``replaced``: the launch matches the entry and runs the deployed image (loaded once per
-  context) with the new geometry.
+  context) with the new geometry;
+- ``held, fused T=5``: the launch matches a fused entry (kf_defer.c): its parameters are copied
+  and held, and every 5 held launches run as one launch of the fused function (an empty kernel
+  too: what is measured is the host's side of deferral, per launch of the program);
+- ``fused entry, KERNFORGE_FUSE=0``: the same spec with fusion switched off (the original runs).
 
-Prints the median ns per launch of each mode and its difference to ``no interposer``.
+Prints a table of the median ns per launch of each mode, its difference to ``no interposer``
+and the interposer's own counts of the last run (proof of what each mode did).
 
     python benchmarks/native_deploy_overhead.py --fake      # CPU: the fake driver, no GPU
     python benchmarks/native_deploy_overhead.py             # GPU: libcuda.so.1, PTX kernel
@@ -74,13 +80,20 @@ int main(int argc, char **argv) {
   int d; void *ctx, *mod, *fn; unsigned long long p;
   CHECK(init(0)); CHECK(dev(&d, 0)); CHECK(retain(&ctx, d)); CHECK(setctx(ctx));
   CHECK(load(&mod, image)); CHECK(getfn(&fn, mod, argv[2])); CHECK(alloc(&p, 256));
-  void *args[] = {&p};
-  for (int i = 0; i < 1000; i++) CHECK(launch(fn, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL));
+  unsigned long long q = p + 128, t;
+  void *args[] = {&p, &q};
+  for (int i = 0; i < 1000; i++) {
+    CHECK(launch(fn, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL));
+    t = p, p = q, q = t;
+  }
   CHECK(sync());
   double host = 0;
   for (long done = 0; done < n; done += batch) {
     double t0 = now();
-    for (long i = 0; i < batch; i++) CHECK(launch(fn, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL));
+    for (long i = 0; i < batch; i++) {
+      CHECK(launch(fn, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL));
+      t = p, p = q, q = t; /* a time loop's ping-pong */
+    }
     host += now() - t0;
     CHECK(sync());
   }
@@ -91,13 +104,19 @@ int main(int argc, char **argv) {
 PTX = """.version 7.0
 .target sm_70
 .address_size 64
-.visible .entry kf_empty(.param .u64 p)
+.visible .entry kf_empty(.param .u64 p, .param .u64 q)
+{
+  ret;
+}
+.visible .entry kf_empty_x5(.param .u64 p, .param .u64 q)
 {
   ret;
 }
 """
-FAKE_KERNEL = """const char *kf_empty_params = "8";
+FAKE_KERNEL = """const char *kf_empty_params = "8,8";
 void kf_empty(const unsigned *g, const unsigned *b, void **p) { (void)g, (void)b, (void)p; }
+const char *kf_empty_x5_params = "8,8";
+void kf_empty_x5(const unsigned *g, const unsigned *b, void **p) { (void)g, (void)b, (void)p; }
 """
 
 
@@ -108,9 +127,11 @@ def _cc(args: list[str]) -> None:
         sys.exit(f"compile failed: {done.stderr[-2000:]}")
 
 
-def _line(name: str, image: Path, grid: str, block: str) -> str:
-    return "\t".join([name, grid, block, "0", "*", str(image), "kf_empty", "-", "1,1,1",
-                      "32,1,1", "0", "-1"]) + "\n"
+def _line(name: str, image: Path, grid: str, block: str, fuse: bool = False) -> str:
+    key, entry, more = ("xx" * 16, "kf_empty_x5", ["-", "fuse:5:0:8"]) if fuse else \
+        ("*", "kf_empty", [])
+    return "\t".join([name, grid, block, "0", key, str(image), entry, "-", "1,1,1", "32,1,1",
+                      "0", "-1", *more]) + "\n"
 
 
 def main() -> int:
@@ -138,14 +159,19 @@ def main() -> int:
     lib = interposer.build()
     specs = {"not covered": _line("another_kernel", image, "1,1,1", "32,1,1"),
              "covered, fallback": _line("kf_empty", image, "2,1,1", "32,1,1"),
-             "replaced": _line("kf_empty", image, "1,1,1", "32,1,1")}
+             "replaced": _line("kf_empty", image, "1,1,1", "32,1,1"),
+             "held, fused T=5": _line("kf_empty", image, "1,1,1", "32,1,1", fuse=True),
+             "fused entry, KERNFORGE_FUSE=0": _line("kf_empty", image, "1,1,1", "32,1,1",
+                                                    fuse=True)}
     modes: dict[str, dict[str, str]] = {"no interposer": env}
     for mode, line in specs.items():
-        path = tmp / f"{mode.replace(' ', '_').replace(',', '')}.tsv"
+        path = tmp / f"{''.join(c if c.isalnum() else '_' for c in mode)}.tsv"
         path.write_text(line)
-        modes[mode] = interposer.preload_env(lib, {"KERNFORGE_DEPLOY": str(path),
-                                                   "KERNFORGE_DEPLOY_LOG": f"{path}.log",
-                                                   "KERNFORGE_QUIET": "1"}, env)
+        extra = {"KERNFORGE_DEPLOY": str(path), "KERNFORGE_DEPLOY_LOG": f"{path}.log",
+                 "KERNFORGE_QUIET": "1"}
+        if "FUSE=0" in mode:
+            extra["KERNFORGE_FUSE"] = "0"
+        modes[mode] = interposer.preload_env(lib, extra, env)
     cmd = [str(tmp / "app"), str(image), "kf_empty", str(a.launches), str(a.batch)]
     got: dict[str, list[float]] = {m: [] for m in modes}
     for r in range(a.rounds):
@@ -161,18 +187,21 @@ def main() -> int:
         log = Path(e.get("KERNFORGE_DEPLOY_LOG", "/nonexistent"))
         if log.is_file():
             c = json.loads(log.read_text())
-            counts[mode] = (sum(x["replaced"] for x in c["entries"]), c["fallbacks"])
+            counts[mode] = (sum(x["replaced"] for x in c["entries"]), c["fallbacks"],
+                            c.get("fused_groups", 0), c.get("flushed_unfused", 0))
     base = statistics.median(got["no interposer"])
     device = "fake driver (CPU)" if a.fake else "libcuda.so.1"
     print(f"host time per launch, {device}, {a.launches} launches x {a.rounds} rounds "
-          f"(batches of {a.batch}), median:")
+          f"(batches of {a.batch}), median:\n")
+    print("| mode | ns/launch | added ns | replaced | fallbacks | fused groups | held, run "
+          "unfused |\n|---|---:|---:|---:|---:|---:|---:|")
     rows = []
     for mode, xs in got.items():
         med = statistics.median(xs)
-        rows.append({"mode": mode, "ns_per_launch": med, "added_ns": med - base, "runs": xs})
-        rep, fb = counts.get(mode, (0, 0))
-        print(f"  {mode:20s} {med:9.1f} ns   added {med - base:+8.1f} ns"
-              + (f"   (replaced {rep}, fallbacks {fb})" if mode in counts else ""))
+        rows.append({"mode": mode, "ns_per_launch": med, "added_ns": med - base, "runs": xs,
+                     "counts": counts.get(mode)})
+        n = " | ".join(str(v) for v in counts[mode]) if mode in counts else "- | - | - | -"
+        print(f"| {mode} | {med:.1f} | {med - base:+.1f} | {n} |")
     if a.json:
         a.json.write_text(json.dumps({"device": device, "launches": a.launches,
                                       "batch": a.batch, "rounds": rows}, indent=2))

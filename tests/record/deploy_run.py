@@ -117,3 +117,16 @@ __attribute__((destructor)) static void report(void) {
   fprintf(stderr, "otherlib: %ld launches\n", calls);
 }
 """
+
+
+def fused_line(image: Path | str, steps: int = 5, *, entry: str | None = None,
+               fuse: str | None = None, key: str | None = None) -> str:
+    """A fused entry for heat (kf_deploy.c's field 14): ``heat_x<steps>`` of ``image`` runs
+    ``steps`` heat steps at once; IN is the parameter at offset 0, OUT the one at 8."""
+    return (line("heat", image, key=heat_key() if key is None else key,
+                 entry=entry or f"heat_x{steps}", new_grid="1,1,1", new_block="1,1,1")
+            + "\t" + (fuse or f"fuse:{steps}:0:8"))
+
+
+def fused_groups(r: Run) -> int:
+    return int((r.log or {}).get("fused_groups", 0))

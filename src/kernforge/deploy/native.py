@@ -8,6 +8,13 @@ run --deploy SPEC -- COMMAND`` checks the signature and every image's hash, writ
 interposer's line format (record/native/kf_deploy.c) and runs the command with the interposer
 preloaded; launches that match run the tuned configuration, every other launch is unchanged,
 and the interposer's counts (replaced, fallbacks) are read back.
+
+A fused (temporal) entry also holds ``"fuse": {"steps": T, "in_offset": IN, "out_offset": OUT}``:
+its function, given the parameters of the first launch of a time loop's group, leaves in the
+OUT buffer what T launches of the recorded kernel (IN and OUT swapped between launches) leave
+there, reading only IN; the interposer holds matching launches and runs every T of them as one
+launch of it (record/native/kf_defer.c). T is odd, from 3 to 63; IN and OUT are the offsets of
+two 8-byte device pointers in the parameter bytes the key describes.
 """
 
 from __future__ import annotations
@@ -27,6 +34,11 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from ..core.native import NativeRecording
 
 FORMAT = "kernforge-native-deploy"
+FUSE_STEPS = range(3, 64, 2)  # the fused step counts the interposer runs
+
+
+class FusedEntryError(ConfigError):
+    """A fused (temporal) deployment entry the interposer could not run as written."""
 
 
 def problem_key(rec: NativeRecording) -> str:
@@ -98,6 +110,55 @@ def replacement_entry(rec: NativeRecording, *, image: str, image_bytes: bytes, e
     return e
 
 
+def fused_entry(rec: NativeRecording, *, image: str, image_bytes: bytes, entry_name: str,
+                grid: Sequence[int], block: Sequence[int], shared_mem: int, steps: int,
+                in_offset: int, out_offset: int, evidence: Mapping[str, Any],
+                carveout: int | None = None) -> dict[str, Any]:
+    """A fused entry: ``entry_name`` of the image runs ``steps`` launches of the recorded
+    kernel at once (the time loop's buffers at ``in_offset`` and ``out_offset`` of the
+    parameters swapped between launches); checked as :func:`read_spec` checks it."""
+    e = replacement_entry(rec, image=image, image_bytes=image_bytes, entry_name=entry_name,
+                          grid=grid, block=block, shared_mem=shared_mem, carveout=carveout,
+                          evidence=evidence)
+    e["fuse"] = {"steps": steps, "in_offset": in_offset, "out_offset": out_offset}
+    check_fuse(e, "the new entry")
+    return e
+
+
+def check_fuse(e: Mapping[str, Any], where: str) -> None:
+    """Raise :class:`FusedEntryError` unless ``e`` is a one-launch entry or a fused entry the
+    interposer runs: odd steps from 3 to 63, IN and OUT two distinct 8-byte-aligned pointers
+    within the key, neither compared by it."""
+    fuse = e.get("fuse")
+    if fuse is None:
+        return
+    name = e.get("name") or e.get("kernel")
+    hint = "export the fused operator again from the tuning run"
+
+    def refuse(why: str) -> FusedEntryError:
+        return FusedEntryError(f"{where}: the fused entry of {name} {why}", hint=hint)
+
+    fields = ("steps", "in_offset", "out_offset")
+    if not isinstance(fuse, Mapping) or set(fuse) != set(fields) or any(
+            type(fuse[k]) is not int for k in fields):
+        raise refuse("does not hold exactly the integers steps, in_offset and out_offset")
+    steps, i, o = (fuse[k] for k in fields)
+    if steps not in FUSE_STEPS:
+        raise refuse(f"fuses {steps} steps; the interposer fuses an odd number from 3 to 63")
+    key = e.get("key")
+    if not isinstance(key, str) or not key or key == "*" or len(key) % 2:
+        raise refuse("has no parameter key, so its pointers' offsets cannot be checked")
+    n = len(key) // 2
+    for what, off in (("in_offset", i), ("out_offset", o)):
+        if off < 0 or off % 8 or off + 8 > n:
+            raise refuse(f"has {what} {off}, not an 8-byte-aligned pointer within the "
+                         f"{n} parameter bytes")
+        if key[2 * off:2 * off + 16] != "x" * 16:
+            raise refuse(f"compares the pointer at {what} {off}; the time loop swaps it")
+    if i == o:
+        raise refuse("has the same offset for IN and OUT")
+
+
 def write_spec(path: Path, entries: Sequence[dict[str, Any]], images: Mapping[str, bytes]
                ) -> Path:
     """The spec at ``path`` and its images beside it (``<spec stem>.images/``)."""
@@ -140,6 +201,7 @@ def read_spec(path: Path) -> NativeSpec:
                           hint="it was edited or damaged; export it again from the run")
     spec = NativeSpec(path, tuple(doc["entries"]))
     for e in spec.entries:
+        check_fuse(e, str(path))
         img = spec.image_path(e)
         if not img.is_file() or hashlib.sha256(img.read_bytes()).hexdigest() != e["image_sha256"]:
             raise ConfigError(f"{path}: the image of {e['name']} ({img}) is missing or altered",
@@ -165,6 +227,10 @@ def interposer_lines(spec: NativeSpec) -> str:
                   ",".join(map(str, e["new_block"])),
                   str(e.get("new_shared_mem", e["shared_mem"])), str(carve),
                   e.get("source_image") or "-"]
+        if e.get("fuse") is not None:
+            check_fuse(e, str(spec.path))
+            f = e["fuse"]
+            fields.append(f"fuse:{f['steps']}:{f['in_offset']}:{f['out_offset']}")
         if any(not f or "\t" in f or "\n" in f or "\r" in f or "\0" in f for f in fields):
             raise ConfigError(f"{spec.path}: entry {e['name']} has an empty field or one "
                               "holding a tab, a line break or a NUL byte",

@@ -28,8 +28,9 @@ from typing import Any
 from ..core import BackendUnavailableError, ConfigError
 from ..core.paths import cache_folder
 
-SOURCES = ("kf.h", "kf_deploy.h", "kf_real.c", "kf_state.c", "kf_track.c", "kf_hooks.c",
-           "kf_record.c", "kf_io.c", "kf_spool.c", "kf_deploy.c", "kf_spec.c", "kf_nvrtc.c")
+SOURCES = ("kf.h", "kf_deploy.h", "kf_names.h", "kf_real.c", "kf_state.c", "kf_track.c",
+           "kf_hooks.c", "kf_record.c", "kf_io.c", "kf_spool.c", "kf_deploy.c", "kf_spec.c",
+           "kf_nvrtc.c", "kf_defer.c", "kf_thunk.c")
 _lock = threading.Lock()
 
 

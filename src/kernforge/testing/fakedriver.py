@@ -8,7 +8,11 @@ the driver as the CUDA runtime does (dlopen, dlsym, cuGetProcAddress); ``libnvrt
 (``fakecuda/fake_nvrtc_app.c``), which compiles its kernel at run time as CuPy does,
 ``fake_threads`` (``fakecuda/fake_threads.c``: many threads launching at once, linked against
 libcuda so its driver calls bind by symbol) and ``nvcc``
-(``fakecuda/fake_nvcc.sh``: a file bound with ``--source`` compiled the same way). With the returned
+(``fakecuda/fake_nvcc.sh``: a file bound with ``--source`` compiled the same way), and
+``fake_loop`` (``fakecuda/fake_loop.c``: a heat time loop interleaved with a script of copies,
+synchronizations, events, frees, other kernels and streams; ``fake_loop_direct`` the same bound
+by symbol). The kernel images hold ``heat_x3``/``_x5``/``_x7``/``_x63``: T heat steps in one
+launch, a fused operator for a temporal deployment entry. With the returned
 :attr:`FakeCuda.env` a process loads the fake instead of a real driver; the interposer, the
 ctypes driver of native replay and the deploy path then run for real on the host.
 """
@@ -31,6 +35,8 @@ class FakeCuda:
     app: Path
     nvrtc_app: Path | None = None
     threads_app: Path | None = None
+    loop_app: Path | None = None
+    loop_direct: Path | None = None
 
     @property
     def nvrtc(self) -> Path:
@@ -60,12 +66,22 @@ class FakeCuda:
         return [str(self.app), str(self.kernels), str(steps), str(n), *extra]
 
     def threads_command(self, threads: int, launches: int, n: int = 1000,
-                        kernels: Path | None = None, kernel: str = "heat") -> list[str]:
+                        kernels: Path | None = None, kernel: str = "heat",
+                        streams: bool = False) -> list[str]:
         """``fake_threads``: ``threads`` threads, started together, each launching ``kernel``
-        (heat's parameters) ``launches`` times; driver calls bound by symbol (-lcuda)."""
+        (heat's parameters) ``launches`` times (``streams``: each on a stream of its own);
+        driver calls bound by symbol (-lcuda)."""
         assert self.threads_app is not None
         return [str(self.threads_app), str(kernels or self.kernels), str(threads), str(launches),
-                str(n), kernel]
+                str(n), kernel, *(["streams"] if streams else [])]
+
+
+    def loop_command(self, script: str, n: int = 1000, direct: bool = False) -> list[str]:
+        """``fake_loop``: heat steps and observations as ``script`` says (fake_loop.c);
+        ``direct``: the build whose driver calls bind by symbol."""
+        app = self.loop_direct if direct else self.loop_app
+        assert app is not None
+        return [str(app), str(self.kernels), str(n), script]
 
 
 def _cc() -> str:
@@ -81,7 +97,7 @@ def build(out: Path) -> FakeCuda:
     out.mkdir(parents=True, exist_ok=True)
     files = {}
     for name in ("fake_cuda.c", "fake_kernels.c", "fake_app.c", "fake_nvrtc.c",
-                 "fake_nvrtc_app.c", "fake_threads.c"):
+                 "fake_nvrtc_app.c", "fake_threads.c", "fake_loop.c"):
         files[name] = out / name
         files[name].write_bytes((src / name).read_bytes())
     cc = _cc()
@@ -97,6 +113,9 @@ def build(out: Path) -> FakeCuda:
         [cc, "-O1", "-o", str(out / "fake_nvrtc_app"), str(files["fake_nvrtc_app.c"]), "-ldl"],
         [cc, "-O1", "-o", str(out / "fake_threads"), str(files["fake_threads.c"]),
          f"-L{out}", "-l:libcuda.so.1", "-lpthread"],
+        [cc, "-std=gnu11", "-O1", "-o", str(out / "fake_loop"), str(files["fake_loop.c"]), "-ldl"],
+        [cc, "-std=gnu11", "-O1", "-DKF_DIRECT", "-o", str(out / "fake_loop_direct"),
+         str(files["fake_loop.c"]), f"-L{out}", "-l:libcuda.so.1", "-ldl"],
     ]
     for cmd in steps:
         done = subprocess.run(cmd, check=False, capture_output=True, text=True)
@@ -107,4 +126,5 @@ def build(out: Path) -> FakeCuda:
     nvcc.write_bytes((src / "fake_nvcc.sh").read_bytes())
     nvcc.chmod(0o755)
     return FakeCuda(out, out / "kernels.so", out / "kernels_tuned.so", out / "fake_app",
-                    out / "fake_nvrtc_app", out / "fake_threads")
+                    out / "fake_nvrtc_app", out / "fake_threads", out / "fake_loop",
+                    out / "fake_loop_direct")

@@ -65,6 +65,9 @@ typedef struct {
   CUresult (*cuEventElapsedTime)(float *, void *, void *);
   CUresult (*cuEventDestroy)(void *);
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  CUresult (*cuCtxPushCurrent)(CUcontext);
+  CUresult (*cuCtxPopCurrent)(CUcontext *);
+  CUresult (*cuStreamIsCapturing)(CUstream, int *);
 } kf_driver_t;
 extern kf_driver_t kf_drv;
 KF_RAW void *kf_real_dlsym(void *handle, const char *name);
@@ -147,12 +150,16 @@ typedef struct {
   const char *api;
   const void *attrs; /* cuLaunchKernelEx's launch attributes (CUlaunchAttribute, 72 bytes each) */
   unsigned nattrs;
+  void *drv; /* the driver's cuLaunchKernel (or cuLaunchKernelEx when ex) this launch calls */
+  int ex;
 } kf_launch_t;
 #define KF_ATTR_SIZE 72
 CUresult kf_launch(kf_launch_t *l, CUresult (*real)(kf_launch_t *, void *), void *ctx);
 int kf_recording(void);
 uint8_t *kf_param_bytes(kf_launch_t *l, kf_fn_t *fn, size_t *n);
 extern __thread int kf_suppressed;
+extern __thread int kf_locked; /* this thread holds kf_lock (a flush from it would deadlock) */
+CUresult kf_launch_now(kf_launch_t *l); /* l as it is, through l->drv (kf_hooks.c) */
 extern pthread_mutex_t kf_lock;
 
 /* ---- I/O (kf_io.c) ----------------------------------------------------------------------- */
@@ -185,6 +192,19 @@ int kf_deploy_covers(kf_fn_t *fn); /* cached per function */
 /* returns 1 when the launch was replaced (result in *rc), 0 to run the original */
 int kf_deploy_try(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psize, CUresult *rc,
                   CUresult (*real)(kf_launch_t *, void *), void *ctx);
+int kf_deploy_fusing(void); /* fused entries exist and KERNFORGE_FUSE is not 0 */
+
+/* ---- deferral (kf_defer.c) and the flushing thunks (kf_thunk.c) ---------------------------- */
+int kf_defer_enabled(void);          /* launches may be held now */
+void kf_defer_flush(void);           /* run what is held (any thread; a no-op when nothing is) */
+void kf_defer_flush_locked(void);    /* the same, under kf_lock */
+void kf_defer_disable(const char *why); /* flush, and hold nothing from now on (one message) */
+extern unsigned long kf_defer_groups, kf_defer_unfused;
+int kf_harmless(const char *name);   /* a driver function that cannot observe held launches */
+void *kf_thunk_for(void *real);      /* a flushing thunk that calls `real` (real if none) */
+void *kf_thunk_named(const char *name, void *found); /* NULL where `found` is the interposer's
+                                                        thunk of a name the driver lacks */
+
 /* counts to KERNFORGE_DEPLOY_LOG, only from a process that looked up the driver API (so a
  * shell that started the program, exiting after it, does not overwrite its counts) */
 void kf_deploy_report(void);

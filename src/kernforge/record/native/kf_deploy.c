@@ -3,16 +3,20 @@
  * KERNFORGE_DEPLOY names a text file written by kernforge (deploy/native.py), one entry a line,
  * fields separated by tabs:
  *   name  grid  block  shmem  key  image  entry  jit  new_grid  new_block  new_shmem  carveout
- *   [source]
+ *   [source [fuse]]
  * grid/block are "x,y,z"; key is the hex of the launch's parameter bytes, "xx" for bytes not
  * compared (pointers), or "*" for any; image a file path; jit "id=value,..." (the CUjit_option
  * ids kernforge writes: 0, 1, 7, 14) or "-"; carveout a percentage, or -1 to leave it; source
  * the id (16 hex digits, FNV-1a of its bytes, as kf_image_id) of the image the recorded kernel
- * came from, or "-" (absent in lines written before it existed) for any.
+ * came from, or "-" (absent in lines written before it existed) for any; fuse "fuse:T:IN:OUT"
+ * (a fused entry, kf_defer.c) or "-" (absent: a one-launch replacement).
  * A launch of `name` from that image with the same geometry and key runs `entry` of `image`
  * (loaded once per context with those JIT options) with the new geometry and the same
  * parameters. The source image tells apart kernels of one name compiled for other types (CuPy
- * builds an elementwise kernel per dtype under one name, with the same parameter bytes). Counts go to
+ * builds an elementwise kernel per dtype under one name, with the same parameter bytes).
+ * A fused entry's `entry` runs T steps of a time loop at once: launches that match it are held
+ * and every T of them run as one launch (kf_defer.c); KERNFORGE_FUSE=0 ignores fused entries.
+ * Counts go to
  * KERNFORGE_DEPLOY_LOG (JSON) when a process that used the driver exits through exit(); a
  * process that never looked up a driver function writes nothing.
  *
@@ -32,9 +36,9 @@
 
 static kf_entry_t *entries;       /* in the file's order */
 static size_t nentries, *by_name; /* entry indices by name, then by line */
-static size_t malformed;
+static size_t malformed, nfused;
 static unsigned long fallbacks;
-static int state;
+static int state, fuse_on;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static __thread int loading;
 
@@ -55,7 +59,7 @@ static void parse_all(const char *path, char *text, size_t size) {
       if (a) entries = a; else why = "no memory", cap = nentries;
     }
     if (!why && (why = kf_parse_entry(line, &e))) kf_entry_free(&e);
-    if (!why) entries[nentries++] = e;
+    if (!why) nfused += e.fuse > 0, entries[nentries++] = e;
     else if (!malformed++) first_bad = line_no, first_why = why;
   }
   if (malformed)
@@ -88,8 +92,11 @@ static void load(void) {
     kf_log("deployment %s holds no entries; nothing is replaced", path);
   }
   state = nentries > 0;
+  fuse_on = state && nfused && kf_env_ll("KERNFORGE_FUSE", 1, 0, 1);
   loading = 0;
 }
+
+int kf_deploy_fusing(void) { return kf_deploy_active() && fuse_on; }
 
 /* read once, by the first thread that asks; the others wait for the whole deployment */
 int kf_deploy_active(void) {
@@ -142,7 +149,7 @@ static CUfunction load_entry(kf_entry_t *e, const char **why) {
   return f;
 }
 
-static CUfunction function_for(kf_entry_t *e, const char **why) {
+CUfunction kf_entry_function(kf_entry_t *e, const char **why) {
   if (!kf_drv.cuModuleLoadDataEx || !kf_drv.cuModuleGetFunction) {
     *why = "there is no CUDA driver to load it";
     return NULL;
@@ -186,8 +193,13 @@ int kf_deploy_try(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psi
         kf_log("deploy: which image %s comes from is not known; it runs unchanged", e->name);
       continue;
     }
+    if (e->fuse) { /* fused: held (kf_defer.c), unless fusion is off or it cannot be */
+      if (fuse_on && kf_defer_launch(e, l, fn, params, psize, rc)) return 1;
+      continue;
+    }
+    kf_defer_flush_locked();
     const char *why = NULL;
-    CUfunction f = function_for(e, &why);
+    CUfunction f = kf_entry_function(e, &why);
     if (!f) { /* once: the entry is off from now on */
       e->failed++, e->disabled = 1;
       kf_log("deploy: cannot load %s from %s: it %s; %s runs unchanged", e->entry, e->image,
@@ -229,13 +241,18 @@ void kf_deploy_report(void) {
   buf_t b = {malloc(4096), 0, 4096};
   char *tmp = malloc(strlen(path) + 32);
   if (!b.s || !tmp) { free(b.s), free(tmp); return; }
-  kf_put(&b, "{\"fallbacks\": %lu, \"malformed_lines\": %zu, \"entries\": [", fallbacks,
-         malformed);
+  kf_put(&b, "{\"fallbacks\": %lu, \"malformed_lines\": %zu, \"fusion\": %s, "
+         "\"fused_groups\": %lu, \"flushed_unfused\": %lu, \"entries\": [", fallbacks, malformed,
+         kf_defer_enabled() ? "true" : "false", kf_defer_groups, kf_defer_unfused);
   for (size_t i = 0; i < nentries; i++) {
     kf_put(&b, "%s{\"name\": ", i ? ", " : "");
     kf_put_str(&b, entries[i].name);
-    kf_put(&b, ", \"replaced\": %lu, \"load_failures\": %lu, \"launch_failures\": %lu}",
+    kf_put(&b, ", \"replaced\": %lu, \"load_failures\": %lu, \"launch_failures\": %lu",
            entries[i].used, entries[i].failed, entries[i].launch_failed);
+    if (entries[i].fuse)
+      kf_put(&b, ", \"fuse\": %u, \"fused_groups\": %lu, \"flushed_unfused\": %lu",
+             entries[i].fuse, entries[i].groups, entries[i].unfused);
+    kf_put(&b, "}");
   }
   kf_put(&b, "]}\n");
   sprintf(tmp, "%s.%d.tmp", path, (int)getpid());

@@ -21,7 +21,17 @@ typedef struct {
   CUfunction fn[MAX_CTX];
   unsigned long used, failed, launch_failed, unknown_image;
   int disabled;
+  unsigned fuse;            /* T: steps of the fused entry, 0 = a one-launch replacement */
+  size_t fuse_in, fuse_out; /* byte offsets of the IN and OUT pointers in the parameters */
+  unsigned long groups, unfused; /* fused launches made; held launches run as the originals */
 } kf_entry_t;
+
+/* the entry's function in the current context, loaded on first use (NULL and *why if not) */
+CUfunction kf_entry_function(kf_entry_t *e, const char **why);
+/* under kf_lock: hold (or fuse) a launch matching the fused entry e; 1 when held (*rc set),
+ * 0 when it cannot be (the caller flushes and runs it as any other launch) */
+int kf_defer_launch(kf_entry_t *e, kf_launch_t *l, kf_fn_t *fn, const uint8_t *p, size_t n,
+                    CUresult *rc);
 
 /* the bytes of a regular file of at most `limit` bytes, NUL-terminated (free them); else NULL
  * and *why (a FIFO, a device or a directory is never read, nor waited for) */

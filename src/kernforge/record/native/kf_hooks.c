@@ -45,7 +45,8 @@ static CUresult call_launch_ex(kf_launch_t *l, void *c) {
                 unsigned bz, unsigned shmem, CUstream s, void **params, void **extra) {       \
     launch_fn real = (launch_fn)kf_slot(&kf_real_##name, #name, (void *)name);             \
     if (!real) return 999;                                                                  \
-    kf_launch_t l = {f, {gx, gy, gz}, {bx, by, bz}, shmem, s, params, extra, #name, NULL, 0}; \
+    kf_launch_t l = {f, {gx, gy, gz}, {bx, by, bz}, shmem, s, params, extra, #name, NULL, 0, \
+                     (void *)real, 0};                                                      \
     return kf_launch(&l, call_launch, (void *)real);                                        \
   }
 LAUNCH(cuLaunchKernel)
@@ -58,20 +59,31 @@ LAUNCH(cuLaunchKernel_ptsz)
     if (!c) return real(c, f, params, extra);                                               \
     kf_launch_t l = {f, {c->gridDimX, c->gridDimY, c->gridDimZ},                            \
                      {c->blockDimX, c->blockDimY, c->blockDimZ}, c->sharedMemBytes,         \
-                     c->hStream, params, extra, #name, c->attrs, c->numAttrs};              \
+                     c->hStream, params, extra, #name, c->attrs, c->numAttrs, (void *)real, 1}; \
     struct ex_ctx x = {real, c};                                                            \
     return kf_launch(&l, call_launch_ex, &x);                                               \
   }
 LAUNCH_EX(cuLaunchKernelEx)
 LAUNCH_EX(cuLaunchKernelEx_ptsz)
 
-/* cooperative launches and graph launches run unchanged and are only counted */
+/* a launch as it is, through the driver function it was made with (held launches, kf_defer.c) */
+CUresult kf_launch_now(kf_launch_t *l) {
+  if (!l->ex) return call_launch(l, l->drv);
+  CUlaunchConfig cfg = {0};
+  cfg.hStream = l->stream, cfg.attrs = (void *)l->attrs, cfg.numAttrs = l->nattrs;
+  struct ex_ctx x = {(launch_ex_fn)l->drv, &cfg};
+  return call_launch_ex(l, &x);
+}
+
+/* cooperative launches and graph launches run unchanged and are only counted (after a flush of
+ * held launches, as any other launch) */
 #define COOP(name)                                                                          \
   CUresult name(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, \
                 unsigned bz, unsigned shmem, CUstream s, void **params) {                    \
     coop_fn real = (coop_fn)kf_slot(&kf_real_##name, #name, (void *)name);                 \
     if (!real) return 999;                                                                  \
     __atomic_add_fetch(&kf_n_cooperative, 1, __ATOMIC_RELAXED);                             \
+    kf_defer_flush();                                                                       \
     return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);                              \
   }
 COOP(cuLaunchCooperativeKernel)
@@ -82,6 +94,7 @@ COOP(cuLaunchCooperativeKernel_ptsz)
     graph_fn real = (graph_fn)kf_slot(&kf_real_##name, #name, (void *)name);               \
     if (!real) return 999;                                                                  \
     __atomic_add_fetch(&kf_n_graphs, 1, __ATOMIC_RELAXED);                                  \
+    kf_defer_flush();                                                                       \
     return real(exec, s);                                                                   \
   }
 GRAPH(cuGraphLaunch)
@@ -144,6 +157,11 @@ static void *hand_out(const hook_t *h, void *real) {
   return h->wrapper;
 }
 
+/* any other driver function, while launches may be held: a flushing thunk (kf_thunk.c) */
+static void *guard(const char *name, void *real) {
+  return kf_defer_enabled() && !kf_harmless(name) ? kf_thunk_for(real) : real;
+}
+
 /* dlsym(handle, "cuLaunchKernel") and the like: the wrapper, with the real function kept.
  * dlsym(RTLD_NEXT) is answered for the caller, unwrapped: a preload library wrapping a driver
  * function chains to the next definition (the interposer's, or the driver's after it), in
@@ -153,12 +171,13 @@ KF_RAW void *dlsym(void *handle, const char *name) {
                                    : kf_real_dlsym(handle, name);
   if (!real || handle == RTLD_NEXT) return real;
   if (kf_prefix(name, "nvrtc")) return kf_nvrtc_dlsym(name, real);
-  if (name[0] != 'c' || name[1] != 'u' || !active()) return real;
+  if (name[0] != 'c' || name[1] != 'u') return real;
+  if (!(real = kf_thunk_named(name, real)) || !active()) return real;
   for (size_t i = 0; i < NHOOKS; i++)
     if (kf_same(hooks[i].name, name))
       return handle == RTLD_DEFAULT && real != hooks[i].wrapper ? real
                                                                   : hand_out(&hooks[i], real);
-  return real;
+  return guard(name, real);
 }
 
 /* which hook the driver's answer to cuGetProcAddress(base, ...) is: by address, else by flags */
@@ -173,11 +192,11 @@ static void *proc_address(const char *symbol, void *fn, unsigned long long flags
     if (lib && kf_real_dlsym(lib, hooks[i].name) == fn) return hand_out(&hooks[i], fn);
     if (hooks[i].ptds < 0 || hooks[i].ptds == ((flags & KF_PTDS_FLAG) != 0)) by_flags = &hooks[i];
   }
-  if (!candidates) return fn;
+  if (!candidates) return guard(symbol, fn);
   if (by_flags && (candidates == 1 || flags)) return hand_out(by_flags, fn);
   kf_log("cuGetProcAddress(%s): the driver's function is not one kernforge knows; "
          "its calls are not seen", symbol);
-  return fn;
+  return kf_defer_enabled() ? kf_thunk_for(fn) : fn;
 }
 
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, unsigned long long flags) {

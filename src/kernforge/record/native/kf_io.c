@@ -186,6 +186,7 @@ void kf_say_once(int *said, const char *fmt, ...) {
 
 /* what this process launched and recorded: <root>/.spool/summary-<pid>.json */
 __attribute__((destructor)) static void summary(void) {
+  kf_defer_flush();   /* held launches left by exit handlers that ran after deferral's own */
   kf_deploy_report(); /* a no-op unless this process used the driver with a deployment */
   if (!kf_recording() || !n_launches) return;
   buf_t b = {malloc(4096), 0, 4096};

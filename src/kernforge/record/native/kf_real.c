@@ -164,6 +164,9 @@ static void resolve(void) {
   R(cuEventElapsedTime, "cuEventElapsedTime");
   R(cuEventDestroy, "cuEventDestroy_v2");
   R(cuFuncSetAttribute, "cuFuncSetAttribute");
+  R(cuCtxPushCurrent, "cuCtxPushCurrent_v2");
+  R(cuCtxPopCurrent, "cuCtxPopCurrent_v2");
+  R(cuStreamIsCapturing, "cuStreamIsCapturing");
 #undef R
   /* the events are used together: one missing, none is used */
   if (!kf_drv.cuEventCreate || !kf_drv.cuEventRecord || !kf_drv.cuEventSynchronize ||

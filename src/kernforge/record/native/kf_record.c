@@ -258,12 +258,20 @@ static CUresult timed(kf_launch_t *l, kf_fn_t *fn, CUresult (*real)(kf_launch_t 
 CUresult kf_launch(kf_launch_t *l, CUresult (*real)(kf_launch_t *, void *), void *ctx) {
   static __thread int inside; /* a launch made while handling one runs unchanged */
   int rec = kf_recording(), dep = kf_deploy_active();
-  if ((!rec && !dep) || kf_suppressed || inside) return real(l, ctx);
+  if ((!rec && !dep) || kf_suppressed || inside) {
+    if (!inside) kf_defer_flush(); /* a launch not looked at is still another launch */
+    return real(l, ctx);
+  }
   inside = 1;
   kf_resolve_driver();
   kf_fn_t *fn = kf_fn_get(l->f);
-  if (!fn) { inside = 0; return real(l, ctx); }
+  if (!fn) {
+    kf_defer_flush();
+    inside = 0;
+    return real(l, ctx);
+  }
   pthread_mutex_lock(&kf_lock);
+  kf_locked = 1;
   n_launches++;
   unsigned long call = fn->seen++;
   int take = rec && fn->matches && (long long)call >= skip_first &&
@@ -273,7 +281,7 @@ CUresult kf_launch(kf_launch_t *l, CUresult (*real)(kf_launch_t *, void *), void
   uint8_t *params = (take || dep) ? kf_param_bytes(l, fn, &psize) : NULL;
   CUresult rc;
   if (dep && params && kf_deploy_try(l, fn, params, psize, &rc, real, ctx)) {
-  } else if (take && params) {
+  } else if (kf_defer_flush_locked(), take && params) { /* any other launch: a flush first */
     rc = record_one(l, fn, params, psize, call, real, ctx);
   } else if (rec && fn->matches && call > 0 && fn->napp < KF_APP_TIMED && !take) {
     rc = timed(l, fn, real, ctx);
@@ -281,6 +289,7 @@ CUresult kf_launch(kf_launch_t *l, CUresult (*real)(kf_launch_t *, void *), void
     if (take) n_unknown++;
     rc = real(l, ctx);
   }
+  kf_locked = 0;
   pthread_mutex_unlock(&kf_lock);
   free(params);
   inside = 0;

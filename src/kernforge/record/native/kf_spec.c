@@ -125,7 +125,7 @@ static const char *parse_numbers(kf_entry_t *e, char **f, int n) {
   if (!strcmp(f[11], "-1")) e->carveout = -1;
   else if (whole(f[11], 100, &v)) return "the carveout is not -1 or a percentage";
   else e->carveout = (int)v;
-  if (n == 13 && strcmp(f[12], "-")) {
+  if (n >= 13 && strcmp(f[12], "-")) {
     if (strlen(f[12]) != 16) return "the source image is not 16 hex digits";
     for (int i = 0; i < 16; i++) {
       int h = hexval(f[12][i]);
@@ -137,16 +137,34 @@ static const char *parse_numbers(kf_entry_t *e, char **f, int n) {
   return NULL;
 }
 
+/* "fuse:T:IN:OUT" (field 14) or "-": T odd from 3 to 63, IN and OUT distinct 8-byte-aligned
+ * offsets of two pointers within the key */
+static const char *parse_fuse(kf_entry_t *e, const char *s) {
+  unsigned long long t, in, out;
+  if (!strcmp(s, "-")) return NULL;
+  if (strncmp(s, "fuse:", 5)) return "field 14 is not fuse:T:IN:OUT or -";
+  s += 5;
+  if (number(&s, 63, &t) || *s++ != ':' || number(&s, KEY_LIMIT, &in) || *s++ != ':' ||
+      number(&s, KEY_LIMIT, &out) || *s)
+    return "field 14 is not fuse:T:IN:OUT (T up to 63, offsets within 32 KiB)";
+  if (t < 3 || t % 2 == 0) return "the fused steps are not an odd number from 3 to 63";
+  if (e->any_key) return "a fused entry has no key (its pointers' offsets cannot be checked)";
+  if (in % 8 || out % 8 || in == out || in + 8 > e->keylen || out + 8 > e->keylen)
+    return "the fused IN and OUT offsets are not two distinct aligned pointers in the key";
+  e->fuse = (unsigned)t, e->fuse_in = (size_t)in, e->fuse_out = (size_t)out;
+  return NULL;
+}
+
 void kf_entry_free(kf_entry_t *e) {
   free(e->name), free(e->image), free(e->entry), free(e->key), free(e->mask);
 }
 
 const char *kf_parse_entry(char *line, kf_entry_t *e) {
-  char *f[13];
+  char *f[14];
   int n = 0;
   memset(e, 0, sizeof *e);
   for (char *p = line;;) {
-    if (n == 13) return "it has more than 13 fields";
+    if (n == 14) return "it has more than 14 fields";
     f[n++] = p;
     char *tab = strchr(p, '\t');
     if (!tab) break;
@@ -157,6 +175,7 @@ const char *kf_parse_entry(char *line, kf_entry_t *e) {
     if (!*f[i]) return "a field is empty";
   const char *why = parse_numbers(e, f, n);
   if (!why) why = parse_key(e, f[4]);
+  if (!why && n == 14) why = parse_fuse(e, f[13]);
   if (!why) why = parse_jit(e, f[7]);
   if (!why && (!(e->name = strdup(f[0])) || !(e->image = strdup(f[5])) ||
                !(e->entry = strdup(f[6]))))

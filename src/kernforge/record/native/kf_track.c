@@ -21,6 +21,9 @@ void *kf_slot(void **slot, const char *name, void *self) {
   if (!real) return 999; /* CUDA_ERROR_UNKNOWN: no driver */ \
   CUresult rc = real(__VA_ARGS__)
 
+/* allocations and frees first run the launches deferral holds (kf_defer.c) */
+#define FLUSH_CALL(name, type, ...) kf_defer_flush(); CALL(name, type, __VA_ARGS__)
+
 #define TRACKING (kf_recording())
 /* which image each function comes from is also kept while deploying (a deployment entry
  * replaces only launches of the image it was tuned on), by its id alone: nothing is copied */
@@ -119,27 +122,27 @@ void *kf_real_cuMemAlloc_v2, *kf_real_cuMemAllocPitch_v2, *kf_real_cuMemAllocMan
     *kf_real_cuMemFreeAsync_ptsz, *kf_real_cuMemMap, *kf_real_cuMemUnmap;
 
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
-  CALL(cuMemAlloc_v2, CUresult (*)(CUdeviceptr *, size_t), p, n);
+  FLUSH_CALL(cuMemAlloc_v2, CUresult (*)(CUdeviceptr *, size_t), p, n);
   if (!rc && TRACKING) kf_alloc_add(*p, n, KF_ALLOC_MEM, 0);
   return rc;
 }
 
 CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned e) {
-  CALL(cuMemAllocPitch_v2, CUresult (*)(CUdeviceptr *, size_t *, size_t, size_t, unsigned),
+  FLUSH_CALL(cuMemAllocPitch_v2, CUresult (*)(CUdeviceptr *, size_t *, size_t, size_t, unsigned),
        p, pitch, w, h, e);
   if (!rc && TRACKING) kf_alloc_add(*p, *pitch * h, KF_ALLOC_MEM, 0);
   return rc;
 }
 
 CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned flags) {
-  CALL(cuMemAllocManaged, CUresult (*)(CUdeviceptr *, size_t, unsigned), p, n, flags);
+  FLUSH_CALL(cuMemAllocManaged, CUresult (*)(CUdeviceptr *, size_t, unsigned), p, n, flags);
   if (!rc && TRACKING) kf_alloc_add(*p, n, KF_ALLOC_MANAGED, 0);
   return rc;
 }
 
 #define ALLOC_ASYNC(name)                                                              \
   CUresult name(CUdeviceptr *p, size_t n, CUstream s) {                                \
-    CALL(name, CUresult (*)(CUdeviceptr *, size_t, CUstream), p, n, s);                \
+    FLUSH_CALL(name, CUresult (*)(CUdeviceptr *, size_t, CUstream), p, n, s);                \
     if (!rc && TRACKING) kf_alloc_add(*p, n, KF_ALLOC_ASYNC, 0);                        \
     return rc;                                                                         \
   }
@@ -148,7 +151,7 @@ ALLOC_ASYNC(cuMemAllocAsync_ptsz)
 
 #define ALLOC_POOL(name)                                                               \
   CUresult name(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s) {             \
-    CALL(name, CUresult (*)(CUdeviceptr *, size_t, CUmemoryPool, CUstream), p, n, pool, s); \
+    FLUSH_CALL(name, CUresult (*)(CUdeviceptr *, size_t, CUmemoryPool, CUstream), p, n, pool, s); \
     if (!rc && TRACKING) kf_alloc_add(*p, n, KF_ALLOC_ASYNC, 0);                        \
     return rc;                                                                         \
   }
@@ -156,14 +159,14 @@ ALLOC_POOL(cuMemAllocFromPoolAsync)
 ALLOC_POOL(cuMemAllocFromPoolAsync_ptsz)
 
 CUresult cuMemFree_v2(CUdeviceptr p) {
-  CALL(cuMemFree_v2, CUresult (*)(CUdeviceptr), p);
+  FLUSH_CALL(cuMemFree_v2, CUresult (*)(CUdeviceptr), p);
   if (!rc && TRACKING) kf_alloc_remove(p);
   return rc;
 }
 
 #define FREE_ASYNC(name)                                                               \
   CUresult name(CUdeviceptr p, CUstream s) {                                           \
-    CALL(name, CUresult (*)(CUdeviceptr, CUstream), p, s);                             \
+    FLUSH_CALL(name, CUresult (*)(CUdeviceptr, CUstream), p, s);                             \
     if (!rc && TRACKING) kf_alloc_remove(p);                                            \
     return rc;                                                                         \
   }
@@ -172,14 +175,14 @@ FREE_ASYNC(cuMemFreeAsync_ptsz)
 
 CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHandle h,
                   unsigned long long flags) {
-  CALL(cuMemMap, CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+  FLUSH_CALL(cuMemMap, CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
                               unsigned long long), p, n, off, h, flags);
   if (!rc && TRACKING) kf_alloc_add(p, n, KF_ALLOC_VMM, 0);
   return rc;
 }
 
 CUresult cuMemUnmap(CUdeviceptr p, size_t n) {
-  CALL(cuMemUnmap, CUresult (*)(CUdeviceptr, size_t), p, n);
+  FLUSH_CALL(cuMemUnmap, CUresult (*)(CUdeviceptr, size_t), p, n);
   if (!rc && TRACKING) kf_alloc_unmap(p, n);
   return rc;
 }

@@ -19,10 +19,12 @@
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
-enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_FOUND = 500, INVALID_IMAGE = 200 };
+enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_FOUND = 500, INVALID_IMAGE = 200,
+       INVALID_CONTEXT = 201, INVALID_HANDLE = 400 };
+static int ctx_destroyed; /* after cuCtxDestroy, a primary context's release or reset */
 typedef void (*kernel_t)(const unsigned *, const unsigned *, void **);
-typedef struct { void *lib; } module_t;
-typedef struct { kernel_t fn; char *name; int n; size_t off[32], size[32]; } func_t;
+typedef struct { void *lib; int unloaded; } module_t;
+typedef struct { kernel_t fn; char *name; int n; size_t off[32], size[32]; module_t *mod; } func_t;
 typedef struct {
   unsigned gx, gy, gz, bx, by, bz, shmem; void *stream; void *attrs; unsigned nattrs;
 } launch_config_t;
@@ -119,6 +121,7 @@ CUresult cuModuleGetFunction(func_t **f, module_t *m, const char *name) {
   if (!k || !params) return NOT_FOUND;
   func_t *fn = calloc(1, sizeof *fn);
   fn->fn = k;
+  fn->mod = m;
   fn->name = strdup(name);
   size_t off = 0;
   for (const char *s = *params; *s && fn->n < 32; s += strcspn(s, ",") + (s[strcspn(s, ",")] != 0)) {
@@ -142,7 +145,8 @@ CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *n, module_t *m, const char
   if (n) *n = *size;
   return OK;
 }
-CUresult cuModuleUnload(module_t *m) { (void)m; return OK; }
+/* an unloaded module's functions cannot be launched any more (CUDA_ERROR_INVALID_HANDLE) */
+CUresult cuModuleUnload(module_t *m) { m->unloaded = 1; return OK; }
 CUresult cuFuncSetAttribute(func_t *f, int attr, int v) { (void)f, (void)attr, (void)v; return OK; }
 CUresult cuFuncGetName(const char **name, func_t *f) { *name = f->name; return OK; }
 CUresult cuKernelGetName(const char **name, func_t *f) { *name = f->name; return OK; }
@@ -154,6 +158,48 @@ CUresult cuFuncGetParamInfo(func_t *f, size_t i, size_t *off, size_t *size) {
 CUresult cuKernelGetParamInfo(func_t *f, size_t i, size_t *off, size_t *size) {
   return cuFuncGetParamInfo(f, i, off, size);
 }
+/* stream capture: launches on the capturing stream are recorded into a graph, which
+ * cuGraphLaunch runs (an instantiated graph is the graph itself) */
+typedef struct { func_t *f; unsigned grid[3], block[3]; uint8_t *p; } node_t;
+typedef struct { node_t *nodes; int n; } graph_t;
+static void *capturing;
+static graph_t *capture;
+CUresult cuStreamBeginCapture_v2(void *s, int mode) {
+  (void)mode;
+  if (!s || capturing) return INVALID_VALUE;
+  capturing = s, capture = calloc(1, sizeof *capture);
+  return OK;
+}
+CUresult cuStreamEndCapture(void *s, graph_t **g) {
+  if (!s || s != capturing) return INVALID_VALUE;
+  *g = capture, capturing = NULL, capture = NULL;
+  return OK;
+}
+CUresult cuStreamIsCapturing(void *s, int *status) { *status = s && s == capturing; return OK; }
+CUresult cuGraphInstantiateWithFlags(graph_t **exec, graph_t *g, unsigned long long f) {
+  (void)f; *exec = g; return OK;
+}
+static CUresult record_node(func_t *f, const unsigned *grid, const unsigned *block, void **params) {
+  node_t *a = realloc(capture->nodes, (size_t)(capture->n + 1) * sizeof *a);
+  if (!a) return OUT_OF_MEMORY;
+  capture->nodes = a;
+  node_t *nd = &a[capture->n++];
+  size_t total = f->n ? f->off[f->n - 1] + f->size[f->n - 1] : 1;
+  nd->f = f, nd->p = malloc(total);
+  memcpy(nd->grid, grid, sizeof nd->grid), memcpy(nd->block, block, sizeof nd->block);
+  for (int i = 0; i < f->n; i++) memcpy(nd->p + f->off[i], params[i], f->size[i]);
+  return OK;
+}
+CUresult cuGraphLaunch(graph_t *g, void *s) {
+  (void)s;
+  for (int i = 0; g && i < g->n; i++) {
+    void *params[32];
+    for (int k = 0; k < g->nodes[i].f->n; k++) params[k] = g->nodes[i].p + g->nodes[i].f->off[k];
+    g->nodes[i].f->fn(g->nodes[i].grid, g->nodes[i].block, params);
+  }
+  return OK;
+}
+
 CUresult cuLaunchKernel(func_t *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                         unsigned by, unsigned bz, unsigned shmem, void *s, void **params,
                         void **extra) {
@@ -169,6 +215,9 @@ CUresult cuLaunchKernel(func_t *f, unsigned gx, unsigned gy, unsigned gz, unsign
     params = from_buffer;
   }
   if (gx * bx > 1u << 24 || bx * by * bz > 1024) return INVALID_VALUE;
+  if (ctx_destroyed) return INVALID_CONTEXT;
+  if (f->mod && f->mod->unloaded) return INVALID_HANDLE;
+  if (s && s == capturing) return record_node(f, grid, block, params);
   f->fn(grid, block, params);
   return OK;
 }
@@ -191,15 +240,40 @@ CUresult cuDeviceGetName(char *s, int n, int d) { (void)d; snprintf(s, (size_t)n
 CUresult cuDeviceGetAttribute(int *v, int attr, int d) {
   (void)d; *v = attr == 75 ? 9 : attr == 16 ? 4 : attr == 1 ? 1024 : 0; return OK;
 }
-CUresult cuDevicePrimaryCtxRetain(void **c, int d) { (void)d; *c = &ctx_token; return OK; }
-CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; return OK; }
-CUresult cuCtxCreate_v2(void **c, unsigned f, int d) { (void)f, (void)d; *c = &ctx_token; return OK; }
+CUresult cuDevicePrimaryCtxRetain(void **c, int d) { (void)d; *c = &ctx_token; ctx_destroyed = 0; return OK; }
+CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; ctx_destroyed = 1; return OK; }
+CUresult cuDevicePrimaryCtxReset_v2(int d) { (void)d; ctx_destroyed = 1; return OK; }
+CUresult cuCtxCreate_v2(void **c, unsigned f, int d) { (void)f, (void)d; *c = &ctx_token; ctx_destroyed = 0; return OK; }
+CUresult cuCtxDestroy_v2(void *c) { (void)c; ctx_destroyed = 1; return OK; }
+CUresult cuCtxPushCurrent_v2(void *c) { (void)c; return OK; }
+CUresult cuCtxPopCurrent_v2(void **c) { if (c) *c = &ctx_token; return OK; }
 CUresult cuCtxSetCurrent(void *c) { (void)c; return OK; }
 CUresult cuCtxGetCurrent(void **c) { *c = &ctx_token; return OK; }
 CUresult cuCtxGetDevice(int *d) { *d = 0; return OK; }
 CUresult cuCtxSynchronize(void) { return OK; }
-CUresult cuStreamCreate(void **s, unsigned f) { (void)f; *s = NULL; return OK; }
+CUresult cuStreamCreate(void **s, unsigned f) { (void)f; *s = malloc(1); return *s ? OK : OUT_OF_MEMORY; }
+CUresult cuStreamDestroy_v2(void *s) { free(s); return OK; }
 CUresult cuStreamSynchronize(void *s) { (void)s; return OK; }
+CUresult cuStreamQuery(void *s) { (void)s; return OK; }
+CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) { (void)s, (void)e, (void)f; return OK; }
+CUresult cuEventQuery(void *e) { (void)e; return OK; }
+CUresult cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, void *s) { (void)s; return cuMemcpyDtoH_v2(h, d, n); }
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *h, size_t n, void *s) { (void)s; return cuMemcpyHtoD_v2(d, h, n); }
+CUresult cuLaunchHostFunc(void *s, void (*fn)(void *), void *data) { (void)s; fn(data); return OK; }
+/* a driver function no interposer knows, with arguments on the stack and in vector registers
+ * (what a flushing thunk must pass on untouched) */
+CUresult cuFakeManyArgs(long a, long b, long c, long d, long e, long f, long g, long h, double x,
+                        float y, double *out) {
+  *out = a + 2 * b + 3 * c + 4 * d + 5 * e + 6 * f + 7 * g + 8 * h + 9 * x + 10 * y;
+  return OK;
+}
+/* a driver function no interposer knows: an FNV-1a hash of n bytes of device memory */
+CUresult cuFakeObserve(CUdeviceptr p, size_t n, unsigned long long *hash) {
+  unsigned long long h = 0xcbf29ce484222325ULL;
+  for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)(uintptr_t)p)[i]) * 0x100000001b3ULL;
+  *hash = h;
+  return OK;
+}
 CUresult cuEventCreate(double **e, unsigned f) { (void)f; *e = calloc(1, sizeof **e); return OK; }
 CUresult cuEventRecord(double *e, void *s) {
   (void)s;
@@ -219,7 +293,10 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long
   (void)ver;
   static const char *versioned[] = {"cuMemAlloc", "cuMemFree", "cuMemcpyHtoD", "cuMemcpyDtoH",
                                     "cuMemcpyDtoD", "cuMemsetD8", "cuCtxCreate", "cuModuleGetGlobal",
-                                    "cuEventDestroy", "cuDevicePrimaryCtxRelease", "cuGetProcAddress"};
+                                    "cuEventDestroy", "cuDevicePrimaryCtxRelease", "cuGetProcAddress",
+                                    "cuCtxDestroy", "cuCtxPushCurrent", "cuCtxPopCurrent",
+                                    "cuStreamDestroy", "cuMemcpyDtoHAsync", "cuMemcpyHtoDAsync",
+                                    "cuDevicePrimaryCtxReset", "cuStreamBeginCapture"};
   char name[256];
   snprintf(name, sizeof name, "%s", sym);
   for (size_t i = 0; i < sizeof versioned / sizeof *versioned; i++)

@@ -3,6 +3,7 @@
  * "tuned" image that a deployment swaps in; it counts its launches in `tuned_launches`). */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #define THREADS(g, b) ((size_t)(g)[0] * (b)[0] * (g)[1] * (b)[1] * (g)[2] * (b)[2])
 
@@ -72,3 +73,37 @@ void crash(const unsigned *grid, const unsigned *block, void **p) {
   (void)grid, (void)block, (void)p;
   *(volatile double *)(uintptr_t)0 = 1.0;
 }
+
+/* heat_xT(in, out, n, c): T heat steps in one launch (a fused operator, as a temporal
+ * deployment entry runs it): reads only `in`, leaves in `out` what T launches of heat with the
+ * buffers swapped between them leave there, by the same arithmetic (bit for bit) */
+long fused_launches;
+const size_t fused_launches_size = sizeof(long);
+static void heat_steps(void **p, int steps) {
+  const double *in = *(const double **)p[0];
+  double *out = *(double **)p[1];
+  int n = *(int *)p[2];
+  double c = *(double *)p[3];
+  double *buf = malloc(2 * (size_t)n * sizeof *buf), *x = buf, *y = buf + n;
+  if (!buf) return;
+  for (int i = 0; i < n; i++) x[i] = in[i];
+  for (int s = 0; s < steps; s++) {
+    for (int i = 0; i < n; i++)
+      y[i] = (i == 0 || i == n - 1) ? x[i] : x[i] + c * (x[i - 1] - 2 * x[i] + x[i + 1]);
+    double *t = x;
+    x = y, y = t;
+  }
+  for (int i = 0; i < n; i++) out[i] = x[i];
+  free(buf);
+  fused_launches++;
+}
+#define FUSED(T)                                                                  \
+  const char *heat_x##T##_params = "8,8,4,8";                                     \
+  void heat_x##T(const unsigned *grid, const unsigned *block, void **p) {         \
+    (void)grid, (void)block;                                                      \
+    heat_steps(p, T);                                                             \
+  }
+FUSED(3)
+FUSED(5)
+FUSED(7)
+FUSED(63)

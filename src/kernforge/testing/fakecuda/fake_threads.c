@@ -1,9 +1,10 @@
 /* A threaded test application for the fake CUDA driver, linked against libcuda.so.1 so that
  * every driver call binds by symbol, as a program built with -lcuda does.
- *   fake_threads KERNELS.so THREADS LAUNCHES [N [KERNEL]]
+ *   fake_threads KERNELS.so THREADS LAUNCHES [N [KERNEL [streams]]]
  * Each thread has its own two buffers of N doubles; all threads start together, load the module
  * and launch KERNEL (default "heat"; any kernel with heat's parameters: in, out, n, c) LAUNCHES
- * times, swapping the buffers. Prints "checksum <value>" of all final states; exits 0, or 4 when
+ * times, swapping the buffers ("streams": each thread on a stream of its own, else the NULL
+ * stream). Prints "checksum <value>" of all final states; exits 0, or 4 when
  * a driver call failed. */
 #include <pthread.h>
 #include <stdio.h>
@@ -18,19 +19,22 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
 CUresult cuMemcpyDtoH_v2(void *, CUdeviceptr, size_t);
 CUresult cuModuleLoadData(void **, const void *);
 CUresult cuModuleGetFunction(void **, void *, const char *);
+CUresult cuStreamCreate(void **, unsigned);
 CUresult cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                         unsigned, void *, void **, void **);
 
-typedef struct { CUdeviceptr a, b; int n, launches, failed; } work_t;
+typedef struct { CUdeviceptr a, b; int n, launches, failed; void *stream; } work_t;
 static pthread_barrier_t start;
 static char image[4200];
 static const char *kernel = "heat";
+static int streams;
 
 static void *run(void *arg) {
   work_t *w = arg;
   void *mod, *fn;
   pthread_barrier_wait(&start);
-  if (cuModuleLoadData(&mod, image) || cuModuleGetFunction(&fn, mod, kernel)) {
+  if (cuModuleLoadData(&mod, image) || cuModuleGetFunction(&fn, mod, kernel) ||
+      (streams && cuStreamCreate(&w->stream, 0))) {
     w->failed = 1;
     return NULL;
   }
@@ -38,7 +42,7 @@ static void *run(void *arg) {
   unsigned block = 128, grid = ((unsigned)w->n + block - 1) / block;
   for (int s = 0; s < w->launches; s++) {
     void *args[] = {&w->a, &w->b, &w->n, &c};
-    if (cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, NULL, args, NULL)) {
+    if (cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, w->stream, args, NULL)) {
       w->failed = 1;
       return NULL;
     }
@@ -50,11 +54,12 @@ static void *run(void *arg) {
 
 int main(int argc, char **argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: fake_threads KERNELS.so THREADS LAUNCHES [N [KERNEL]]\n");
+    fprintf(stderr, "usage: fake_threads KERNELS.so THREADS LAUNCHES [N [KERNEL [streams]]]\n");
     return 2;
   }
   int threads = atoi(argv[2]), launches = atoi(argv[3]), n = argc > 4 ? atoi(argv[4]) : 1000;
   if (argc > 5) kernel = argv[5];
+  streams = argc > 6 && !strcmp(argv[6], "streams");
   if (threads < 1 || threads > 1024 || n < 2) return 2;
   snprintf(image, sizeof image, "KFFAKE %s", argv[1]);
   if (cuInit(0)) return 3;
