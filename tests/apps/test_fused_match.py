@@ -72,6 +72,7 @@ def test_a_fused_result_is_a_signed_spec_entry_with_fuse(heat_unit: Path, tmp_pa
     assert e["evidence"]["method"] == "fused-operator" and e["evidence"]["steps"] == 5
     assert spec.image_path(e).read_bytes() == b"\x7fELF a fused image"
     assert "kf_fused_0123" in nd.interposer_lines(spec)
+    assert strat.interposer_fuses(spec.path)  # the line carries the deferral
 
 
 @dataclass

@@ -195,9 +195,10 @@ def fused_spec(rec: NativeRecording, res: dict[str, Any], out_dir: Path) -> Path
                 "operator": res["operator"], "checks": res["checks"], "unit": rec.path.name,
                 "arch": res["arch"], "gcells_s": res.get("gcells_s"),
                 "points": res.get("points"), "device": res.get("device")}
-    entry = nd.replacement_entry(rec, image=name, image_bytes=image, entry_name=res["entry"],
-                                 grid=res["grid"], block=res["block"],
-                                 shared_mem=res["shared_mem"], carveout=res["carveout"],
-                                 evidence=evidence)
-    entry["fuse"] = {k: int(res["fuse"][k]) for k in ("steps", "in_offset", "out_offset")}
+    fuse = res["fuse"]
+    entry = nd.fused_entry(rec, image=name, image_bytes=image, entry_name=res["entry"],
+                           grid=res["grid"], block=res["block"], shared_mem=res["shared_mem"],
+                           carveout=res["carveout"], evidence=evidence,
+                           steps=int(fuse["steps"]), in_offset=int(fuse["in_offset"]),
+                           out_offset=int(fuse["out_offset"]))
     return nd.write_spec(out_dir / f"{rec.path.name}.fused.json", [entry], {name: image})

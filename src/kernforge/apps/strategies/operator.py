@@ -20,17 +20,19 @@ from ..process import head_text
 from . import Context, Outcome, Strategy
 
 MODULE = "kernforge.apps.operator_match"
-KNOWN_FIELDS = 13  # the interposer line's fields before deferral added its own
+FUSE_FIELD = 13  # the interposer line's field that carries a fused entry's deferral
 
 
 def interposer_fuses(spec: Path) -> bool:
-    """Whether the deployment's interposer line for a fused spec carries the fusion (a
-    deployment that replaced every launch by T steps would be wrong, so without it the fused
-    path is refused)."""
+    """Whether the deployment's interposer lines for a fused spec carry the deferral
+    (``fuse:T:IN:OUT``, kf_deploy.c): a deployment that replaced every launch by T steps
+    would be wrong, so without it the fused path is refused."""
     from ...deploy import native as nd
 
     lines = nd.interposer_lines(nd.read_spec(spec)).splitlines()[1:]
-    return bool(lines) and all(len(line.split("\t")) > KNOWN_FIELDS for line in lines)
+    return bool(lines) and all(
+        len(f := line.split("\t")) > FUSE_FIELD and f[FUSE_FIELD].startswith("fuse:")
+        for line in lines)
 
 
 def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any) -> dict[str, Any]:
