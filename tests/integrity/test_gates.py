@@ -161,6 +161,26 @@ def test_the_recorded_kernel_is_timed_again_in_the_candidates_cache_state(
     assert flushes == []
 
 
+@pytest.mark.parametrize(("candidate", "refused"), [(2e-3, False), (1e-4, True)])
+def test_the_bound_is_calibrated_by_the_recorded_kernels_fastest_run(
+        monkeypatch, tmp_path: Path, candidate: float, refused: bool) -> None:
+    """A load that slows most of the recorded kernel's runs in the re-timing must not make an
+    honest candidate (as fast as the kernel's quiet runs) impossible; a cheat stays refused."""
+    n = 1 << 20
+    rec = _record(tmp_path, SCALE, "scale", (np.linspace(0, 1, n), np.zeros(n), 2.0, n))
+    be = kernforge.get_backend("null")
+    monkeypatch.setattr(checks_mod, "copy_bandwidth",
+                        lambda be, nbytes: Bandwidth(1.0, 64 << 20, 0.0, "every time is below"))
+    loaded = [6e-3, 2e-3, 6e-3, 6e-3, 2e-3]  # the recorded kernel: 2 ms quiet, 6 ms loaded
+    monkeypatch.setattr(checks_mod, "round_robin",
+                        lambda runs, passes: [loaded, [candidate] * passes])
+    if refused:
+        with pytest.raises(IntegrityError, match="impossible"):
+            roofline_gate(rec, be, 1e-9, None, 0.5, retime=lambda: candidate)
+    else:
+        assert not roofline_gate(rec, be, 1e-9, None, 0.5, retime=lambda: candidate).refused
+
+
 def test_basic_replay_failures_carry_reason_codes(scale_twice) -> None:
     m = replay(scale_twice, source=scale_twice.source.with_code(SCALE + "\nsyntax error("))
     assert m.status is Status.COMPILE_FAILED and _reason(m) == "compile:failed"
