@@ -110,6 +110,7 @@ def test_layouts_the_adapter_cannot_reproduce_are_refused() -> None:
         check_layout([Slot(0, 4), Slot(4, 8, True)], 12)  # a packed pointer
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(nvcc() is None, reason="nvcc not installed")
 def test_adapter_compiles_for_sm90_with_the_recorded_parameter_offsets() -> None:
     n = 64

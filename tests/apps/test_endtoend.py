@@ -66,6 +66,7 @@ def matcher(fake: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     return calls
 
 
+@pytest.mark.slow
 def test_an_operator_match_runs_in_the_unchanged_program_and_is_judged(
         tmp_path: Path, fake: FakeCuda, program: Path, matcher: list[Path]) -> None:
     """The match's spec is merged and run through the environment only; the fake replacement
@@ -99,6 +100,7 @@ def test_an_operator_match_runs_in_the_unchanged_program_and_is_judged(
     assert integ["deployed"] is False and integ["env"] == {}
 
 
+@pytest.mark.slow
 def test_merging_native_specs(tmp_path: Path, fake: FakeCuda, program: Path,
                               matcher: list[Path]) -> None:
     m = write_manifest(tmp_path / "app.toml", program, fake, agent=False)

@@ -24,6 +24,7 @@ def _app(tmp_path: Path, fake: FakeCuda, name: str, edit: tuple[str, str] = ("",
     return out
 
 
+@pytest.mark.slow
 def test_report_of_several_applications(tmp_path: Path, fake: FakeCuda,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     runs = [_app(tmp_path, fake, "fast"),

@@ -40,6 +40,7 @@ def _run(manifest: Path, out: Path, **kw: object) -> str:
     return AppRun(load_manifest(manifest), out, **kw).run().state  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_integrated_by_the_agent_and_the_original_untouched(
         tmp_path: Path, fake: FakeCuda) -> None:
     # the agent removes a 0.25 s sleep: the speedup holds unless a run of the program itself
@@ -75,6 +76,7 @@ def test_integrated_by_the_agent_and_the_original_untouched(
         _run(_manifest(tmp_path, fake, program), out)
 
 
+@pytest.mark.slow
 def test_below_the_floor_is_dropped_with_its_figures(tmp_path: Path, fake: FakeCuda,
                                                      program: Path) -> None:
     m = _manifest(tmp_path, fake, program)
@@ -88,6 +90,7 @@ def test_below_the_floor_is_dropped_with_its_figures(tmp_path: Path, fake: FakeC
     assert parse_json((out / "integration.json").read_text())["deployed"] is False
 
 
+@pytest.mark.slow
 def test_too_few_rounds_end_to_end_are_inconclusive_not_integrated(
         tmp_path: Path, fake: FakeCuda) -> None:
     """Issue 43: INTEGRATED only on a "faster" verdict. Two rounds (six at most, looked at
@@ -123,6 +126,7 @@ def test_round_geomeans_pair_the_datasets_rounds() -> None:
     ("vandal", "M3c FAILED: the original source changed during the agent step"),
     pytest.param(None, "M3c SKIPPED: no agent command", marks=pytest.mark.slow),
 ])
+@pytest.mark.slow
 def test_research_when_nothing_integrates(tmp_path: Path, fake: FakeCuda, program: Path,
                                           agent: str | None, why: str) -> None:
     m = _manifest(tmp_path, fake, program, agent=False)
@@ -267,6 +271,7 @@ def test_resume_where_no_run_was_started_is_bad_input(
     assert main(["app", "run", str(m), "--out", str(typo), "--resume"]) == 0  # now it resumes
 
 
+@pytest.mark.slow
 def test_an_agent_step_redone_after_an_interruption_starts_from_scratch(
         tmp_path: Path, fake: FakeCuda, program: Path) -> None:
     m = _manifest(tmp_path, fake, program, agent=False)
@@ -286,6 +291,7 @@ def test_an_agent_step_redone_after_an_interruption_starts_from_scratch(
     assert not (out / "m3c" / "changes.diff").exists()  # not the interrupted attempt's diff
 
 
+@pytest.mark.slow
 def test_only_an_interrupted_milestone_has_its_folder_emptied(
         tmp_path: Path, fake: FakeCuda, program: Path) -> None:
     m = _manifest(tmp_path, fake, program, agent=False)
@@ -307,6 +313,7 @@ def test_only_an_interrupted_milestone_has_its_folder_emptied(
 CPU_APP = Path(__file__).with_name("cpu_app")
 
 
+@pytest.mark.slow
 def test_interrupted_while_tuning_then_resumed_tunes_again(tmp_path: Path) -> None:
     m = tmp_path / "blur.toml"
     m.write_text(f"""
@@ -359,6 +366,7 @@ tune_trials = 3
         assert app.state in ("INTEGRATED", "DROPPED", "INCONCLUSIVE"), app.reason
 
 
+@pytest.mark.slow
 def test_the_research_reason_is_printed_once_complete_and_wrapped(
         tmp_path: Path, fake: FakeCuda, program: Path,
         capsys: pytest.CaptureFixture[str]) -> None:

@@ -80,6 +80,7 @@ def test_a_clean_run_under_the_stand_in(tool: Path) -> None:
         ("memcheck", False, False, True)], runs
 
 
+@pytest.mark.slow
 def test_the_four_tools_run_at_once_and_one_that_could_not_start_runs_again(
         tool: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_TOOL_FAIL_ONCE", "initcheck")

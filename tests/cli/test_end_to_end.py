@@ -72,6 +72,7 @@ def test_behaviour_preserving_define_and_options_verify(recorded: Path, tmp_path
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_bad_input_gets_typed_errors(recorded: Path, tmp_path: Path) -> None:
     r = kf("replay", str(tmp_path / "nowhere"), cwd=tmp_path)  # a path that does not exist
     assert r.returncode == 2 and "hint:" in r.stderr  # is bad input (4: an unusable recording)
@@ -84,6 +85,7 @@ def test_bad_input_gets_typed_errors(recorded: Path, tmp_path: Path) -> None:
     assert r.returncode == 2 and "not found" in r.stderr
 
 
+@pytest.mark.slow
 def test_fast_math_needs_tolerance(recorded: Path, tmp_path: Path) -> None:
     r = kf("replay", str(recorded), "--kernels", "heat_step", "--opt", "fast_math=true",
            "--repeat", "1", cwd=tmp_path)

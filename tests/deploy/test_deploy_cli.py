@@ -87,6 +87,7 @@ def test_export_writes_the_spec(tuned: tuple[Path, float], tmp_path: Path) -> No
     assert entry.evidence.recording.endswith("heat_step-0")
 
 
+@pytest.mark.slow
 def test_export_with_nothing_above_the_threshold(run_dir: Path, tmp_path: Path) -> None:
     r = kf("export", str(run_dir), "-o", str(tmp_path / "s.json"), "--min-speedup", "100",
            cwd=tmp_path)

@@ -8,6 +8,8 @@ import random
 import threading
 from typing import Any
 
+import pytest
+
 from kernforge.evolve.config import EvolveConfig
 from kernforge.evolve.controller import run
 from kernforge.evolve.load import LoadTracker
@@ -73,6 +75,7 @@ def _run(tmp_path: Any, name: str, runtime_aware: bool) -> tuple[list[dict[str, 
         return store.llm_calls(), spans, seeds
 
 
+@pytest.mark.slow
 def test_runtime_aware_run_backfills_with_the_fast_model(tmp_path: Any) -> None:
     calls, span, _ = _run(tmp_path, "aware.db", runtime_aware=True)
     assert len(calls) == 24 and all(c["error"] is None for c in calls)
@@ -85,6 +88,7 @@ def test_runtime_aware_run_backfills_with_the_fast_model(tmp_path: Any) -> None:
         assert any(s0 < f and f0 > s for s0, f0 in slow)
 
 
+@pytest.mark.slow
 def test_runtime_aware_off_draws_by_weight_from_the_iteration_seed(tmp_path: Any) -> None:
     calls, _, seeds = _run(tmp_path, "weighted.db", runtime_aware=False)
     assert len(calls) == 24 and not any(c["backfill"] for c in calls)

@@ -50,6 +50,7 @@ def test_c_rules_compile(tmp_path: Path) -> None:
     assert produced >= 1
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_cuda_rules_compile(tmp_path: Path) -> None:
     seen = set()

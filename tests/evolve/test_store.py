@@ -78,6 +78,7 @@ def test_a_damaged_database_is_a_config_error_naming_it(tmp_path):
     assert "move the file away" in exc.value.hint and "--out" in exc.value.hint
 
 
+@pytest.mark.slow
 def test_a_locked_database_is_kept_not_called_damaged(tmp_path):
     import sqlite3
 

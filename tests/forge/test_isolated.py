@@ -38,6 +38,7 @@ KILLED = "RUNTIME_FAILED: the candidate killed its worker process in the run sta
     ("abort", f"{KILLED} SIGABRT"),
     ("hang", "TIMEOUT: the candidate did not finish its run stage"),
 ])
+@pytest.mark.slow
 def test_a_faulty_candidate_costs_only_itself(tmp_path: Path, fault: str, reason: str) -> None:
     summary = run(tmp_path, {"zmarch": fault})
     perf = _perf(tmp_path)
@@ -56,6 +57,7 @@ def test_a_faulty_candidate_costs_only_itself(tmp_path: Path, fault: str, reason
     assert [r["oracle_ok"] for r in summary["final"]] == [True]
 
 
+@pytest.mark.slow
 def test_kill_9_during_a_crashing_candidate_then_resume(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen([sys.executable, str(root / "tests/forge/faulty.py"), str(tmp_path),
@@ -92,6 +94,7 @@ def test_kill_9_during_a_crashing_candidate_then_resume(tmp_path: Path) -> None:
     assert len(lines) == len({json.loads(x).get("to") for x in lines})  # logged once each
 
 
+@pytest.mark.slow
 def test_supervised_and_in_process_runs_check_the_same_inputs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from kernforge.forge import sessions

@@ -58,6 +58,7 @@ def test_builds_each_source_once_in_input_order(tmp_path: Path) -> None:
     assert {c.read_text() for c in calls} == {" ".join(ops[0].options)}
 
 
+@pytest.mark.slow
 def test_a_dying_worker_fails_its_operator_alone(tmp_path: Path) -> None:
     """A crash breaks the whole pool; the unfinished operators are built again in halves, so
     only the one that crashed fails."""

@@ -104,6 +104,7 @@ def test_bad_seeds_are_refused_before_any_work(tmp_path) -> None:
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_the_cli_and_the_gpu_processes_take_seed_operators(tmp_path) -> None:
     table, _ = _table(tmp_path)
     out = tmp_path / "cli"

@@ -22,6 +22,7 @@ def _run(*args: str | Path) -> subprocess.CompletedProcess[str]:
                           timeout=120)
 
 
+@pytest.mark.slow
 def test_later_files_replace_earlier_rows(tmp_path: Path) -> None:
     s5 = DATA / "stencil-bench-h200-2026-12-01-s5.json"
     s6 = DATA / "stencil-bench-h200-2026-12-01-s6b.json"
@@ -44,6 +45,7 @@ def test_later_files_replace_earlier_rows(tmp_path: Path) -> None:
     assert "single_sweep" in res.stdout and png.stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_bad_inputs_are_refused_in_one_line(tmp_path: Path) -> None:
     out = tmp_path / "x.json"
     res = _run(DATA / "stencil-matrix-h200-latest-2026-12-01.json", "--out", out)
@@ -92,6 +94,7 @@ def test_roofline_ceilings_bound_the_measured_speedups(tmp_path: Path) -> None:
     assert "roofline ceiling" in res.stdout
 
 
+@pytest.mark.slow
 def test_fp16_rows_get_a_ceiling_only_against_the_half2_peak(tmp_path: Path) -> None:
     """Older bench files measured fp16 against the fp32 FMA rate (the half2 kernels exceed it):
     no ceiling; a row whose run measured the half2 rate gets one."""
@@ -111,6 +114,7 @@ def test_fp16_rows_get_a_ceiling_only_against_the_half2_peak(tmp_path: Path) -> 
         assert ("fp16" in merged["summary"]["single_sweep"]["roofline_geomean_by_precision"]) == has
 
 
+@pytest.mark.slow
 def test_a_baseline_slower_than_before_is_flagged_and_floors_the_speedup(tmp_path: Path) -> None:
     """An earlier file in which the cell's best baseline ran 30% faster than in the kept row:
     the drift is listed and printed, and the row's speedup floor is scaled by that ratio; a
@@ -173,6 +177,7 @@ def test_the_paired_copy_reference_is_carried_and_summarized(tmp_path: Path) -> 
     assert "over the 3 memory-bound cells measured so: 81.0" in res.stdout
 
 
+@pytest.mark.slow
 def test_a_table_keeps_the_rows_of_its_own_operators(tmp_path: Path) -> None:
     """--table: a cell keeps its latest row of the table's operator, not a later row of an
     operator the table no longer holds; a cell with no such row is listed as a mismatch."""

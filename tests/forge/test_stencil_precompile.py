@@ -33,6 +33,7 @@ def _precompiled(change: str, cache: Path) -> tuple[Cell, dict]:
     return cell, mx.load_table(mx.TABLE_PATH)[cell.id]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_the_first_rounds_candidates_land_in_the_cache(tmp_path: Path) -> None:
     cache = tmp_path / "cubins"

@@ -114,6 +114,7 @@ def test_cheats_are_rejected_and_kept_in_the_ledger(rec, tmp_path: Path) -> None
         ["verify:recorded", "static:timer"]
 
 
+@pytest.mark.slow
 def test_cli_validate_lint_ledger_and_regen(rec, tmp_path: Path, capsys) -> None:
     cheat = tmp_path / "cheat.c"
     cheat.write_text(SAXPY.replace("for (long i = 0; i < n; i++)", "for (long i = 0; i < n / 2; i++)"))

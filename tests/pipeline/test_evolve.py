@@ -72,6 +72,7 @@ def _assert_final_consistent(final: Any, recorded_key: Any) -> None:
         assert doc["status"] == "OK" and doc["speedup"] == 1.0
 
 
+@pytest.mark.slow
 def test_llm_evolution_completes_with_report(heat_recordings: Path, tmp_path: Path) -> None:
     recs = _recs(heat_recordings)
     with FakeLLMServer(scripted_reply, latency=0.01) as srv:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from kernforge.evolve.store import Store
 from kernforge.llm.fake_server import FakeLLMServer
 from kernforge.pipeline.evolve import evolve_kernel
@@ -38,6 +40,7 @@ def _evaluations(db: Path) -> dict[str, tuple]:
     return {r[0]: tuple(r[1:]) for r in rows}
 
 
+@pytest.mark.slow
 def test_kill9_with_real_evaluations_resumes_without_repeating_any(
         heat_recordings: Path, tmp_path: Path) -> None:
     recs = [load_recording(p) for p in find_recordings(heat_recordings)]

@@ -113,6 +113,7 @@ def test_a_killed_application_leaves_every_completed_unit(on_fake: FakeCuda,
     assert not (tmp_path / SPOOL / ".tmp-1-000099").exists()
 
 
+@pytest.mark.slow
 def test_recorded_units_replay_verified_at_their_addresses(on_fake: FakeCuda,
                                                            recorded: Path) -> None:
     for unit in sorted(p for p in recorded.iterdir() if (p / "manifest.json").is_file()):

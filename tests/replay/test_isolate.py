@@ -47,6 +47,7 @@ def _candidate(rec: Recording, what: str):
     return rec.variant.with_(source=rec.source.with_code(code))
 
 
+@pytest.mark.slow
 def test_crashes_and_a_hang_cost_that_candidate_only(rec: Recording) -> None:
     with Isolation(limits=Limits(min_timeout_s=2.0)) as iso:
         first = evaluate_variant(rec, rec.variant, repeat=3, isolate=iso)
@@ -75,6 +76,7 @@ def test_in_process_and_isolated_agree_on_an_honest_candidate(rec: Recording) ->
     assert dict(isolated.stages)["compile"] >= 0 and len(isolated.samples) == 2
 
 
+@pytest.mark.slow
 def test_cli_replay_of_a_segfaulting_define_exits_6(tmp_path: Path) -> None:
     out = tmp_path / "r"
     rec = subprocess.run([sys.executable, "-m", "kernforge", "record", "-o", str(out), "--",
@@ -91,6 +93,7 @@ def test_cli_replay_of_a_segfaulting_define_exits_6(tmp_path: Path) -> None:
     assert "Traceback" not in said
 
 
+@pytest.mark.slow
 def test_a_killed_worker_leaves_no_temporary_files(rec: Recording, tmp_path: Path) -> None:
     """Issue 43 item 8: Ctrl-C left /tmp/kernforge-tsan-* behind: a worker killed before its
     own cleanup (a hang, an interrupt) kept what it had made in the temporary directory. Each

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kernforge.deploy.gate import refusal
 from kernforge.pipeline.run_app import record_command
 from kernforge.record.native_format import read_native
@@ -17,6 +19,7 @@ def _refuse(speedup: float, ci: tuple[float, float]) -> str | None:
     return refusal(verified=True, idle=None, speedup=speedup, ci=ci)
 
 
+@pytest.mark.slow
 def test_the_surest_winner_is_shared(on_fake_nvrtc: FakeCuda, tmp_path: Path) -> None:
     status, units, problems, _ = record_command(on_fake_nvrtc.nvrtc_command(3, 1000, "vary"),
                                                 tmp_path / "r", max_instances=2)
@@ -39,6 +42,7 @@ def test_the_surest_winner_is_shared(on_fake_nvrtc: FakeCuda, tmp_path: Path) ->
     assert share_winners(done, refuse=_refuse, passes=5, repeat=3) == 0
 
 
+@pytest.mark.slow
 def test_a_winner_the_gate_refuses_on_another_launch_is_not_shared(on_fake_nvrtc: FakeCuda,
                                                                     tmp_path: Path) -> None:
     _, units, _, _ = record_command(on_fake_nvrtc.nvrtc_command(3, 1000, "vary"),

@@ -50,6 +50,7 @@ def test_a_captured_source_is_rebuilt_under_the_cuda_knobs(on_fake_nvrtc: FakeCu
     assert opts == ("-arch=sm_90", "-DKF_FAKE=1", "--std=c++17", "--maxrregcount=64")
 
 
+@pytest.mark.slow
 def test_a_source_build_is_tuned_exported_and_deployed(
         on_fake_nvrtc: FakeCuda, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     rec_dir, run, spec = tmp_path / "r", tmp_path / "t", tmp_path / "spec.json"
@@ -71,6 +72,7 @@ def test_a_source_build_is_tuned_exported_and_deployed(
     assert got.out == plain and "3 launch(es) ran a tuned configuration" in got.err
 
 
+@pytest.mark.slow
 def test_launches_with_a_changing_scalar_are_deployed_by_one_entry(
         on_fake_nvrtc: FakeCuda, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """The program passes another `a` in every launch: the two recorded launches, tuned to the
@@ -97,6 +99,7 @@ def test_launches_with_a_changing_scalar_are_deployed_by_one_entry(
     assert got.out == plain and "3 launch(es) ran a tuned configuration" in got.err
 
 
+@pytest.mark.slow
 def test_source_binding_checks_the_kernel_and_its_parameters(on_fake_nvrtc: FakeCuda,
                                                             tmp_path: Path) -> None:
     unit = _unit(on_fake_nvrtc.command(2, 1000), tmp_path / "r", kernels="heat")

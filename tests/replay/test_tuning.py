@@ -56,6 +56,7 @@ def test_space_has_the_recorded_configuration_as_baseline(rec) -> None:
     assert user.baseline["def.BLK"] == 8 and space.size() > 100
 
 
+@pytest.mark.slow
 def test_tune_writes_result_history_and_resumes(rec, tmp_path: Path) -> None:
     seen: list[int] = []
     o = tune_recording(rec, tmp_path, preset="quick", budget=Budget(trials=6), repeat=3,

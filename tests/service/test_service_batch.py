@@ -67,6 +67,7 @@ def test_batches_spread_over_the_pinned_workers(client: Client, rec) -> None:
     assert len({tuple(w["cores"]) for w in workers}) == 2
 
 
+@pytest.mark.slow
 def test_a_crash_in_a_batch_is_charged_to_its_candidate(client: Client, rec) -> None:
     """A segfault and a hang inside batches of six: those two come back classified, the
     other evaluations of their batches are run again and come back OK; each fault killed one

@@ -85,6 +85,7 @@ def test_a_request_whose_worker_dask_closes_is_sent_again(client: Client, rec) -
     assert len(client.workers()) == 2
 
 
+@pytest.mark.slow
 def test_a_crashed_worker_keeps_its_nanny_however_long_its_restart(rec_path, rec) -> None:
     """Dask's SpecCluster closes a nanny whose worker has not registered again
     ``lost-worker-timeout`` after a death (15 s by default: under load, or after crashes in a

@@ -43,6 +43,7 @@ def _by(results: list[dict]) -> dict[str, dict[str, dict]]:
     return out
 
 
+@pytest.mark.slow
 def test_faulty_runners_cost_only_themselves(worker_path: dict[str, str]) -> None:
     cells = [Cell.parse(c) for c in (GOOD, SEGV, ABORT, HANG, STICKY)]
     logs: list[str] = []

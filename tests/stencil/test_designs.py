@@ -252,6 +252,7 @@ def test_launch_refuses_a_bad_carveout() -> None:
             Launch("k", (1, 1, 1), (1, 1, 1), ("in", "out"), carveout=bad)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the host nvcc")
 def test_minb_caps_the_registers(tmp_path) -> None:
     """``minb`` blocks of 256 threads per SM leave ptxas 65536 / (256 * minb) registers per

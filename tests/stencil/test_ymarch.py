@@ -124,6 +124,7 @@ def test_every_knob_of_the_space_is_a_parameter_and_every_preset_builds() -> Non
         assert all(mx.build("ymarch", cell, p) for p in mx.presets("ymarch", cell))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("prec", ["fp32", "fp64"])
 def test_ymarch_compiles_for_sm90(prec: str, tmp_path: Any) -> None:
