@@ -72,6 +72,9 @@ class Integrate:
     tune_trials: int = 20
     tune_preset: str = "quick"
     evolve_config: Path | None = None
+    # without evolve_config: offline rewrites of every unit with source, this many iterations
+    # (0: tune only)
+    evolve_iterations: int = 24
     agent: str | None = None  # an agent command line, run in a copy of the source
     agent_timeout_s: float = 1800.0
     match_repeat: int = 10
@@ -263,8 +266,9 @@ def _datasets(raw: Any, src: str) -> tuple[Dataset, ...]:
 
 def _integrate(d: Any, src: str, base: Path) -> Integrate:
     where = f"{src}: [integrate]"
-    d = strict_keys(d, ("strategies", "tune_trials", "tune_preset", "evolve_config", "agent",
-                        "agent_timeout_s", "match_repeat"), "[integrate]", source=src)
+    d = strict_keys(d, ("strategies", "tune_trials", "tune_preset", "evolve_config",
+                        "evolve_iterations", "agent", "agent_timeout_s", "match_repeat"),
+                    "[integrate]", source=src)
     strategies = d.get("strategies", list(STRATEGIES))
     if not isinstance(strategies, list) or any(s not in STRATEGIES for s in strategies):
         raise _err(where, f"strategies {strategies!r}",
@@ -283,6 +287,7 @@ def _integrate(d: Any, src: str, base: Path) -> Integrate:
         tune_trials=_num(d, "tune_trials", where, 20, lo=1, integer=True),
         tune_preset=_choice(d, "tune_preset", where, ("quick", "standard", "full"), "quick"),
         evolve_config=(base / evolve).resolve() if evolve else None,
+        evolve_iterations=_num(d, "evolve_iterations", where, 24, lo=0, integer=True),
         agent=_command(agent, "agent", where) if agent else None,
         agent_timeout_s=_num(d, "agent_timeout_s", where, 1800.0, lo=1.0),
         match_repeat=_num(d, "match_repeat", where, 10, lo=1, integer=True))

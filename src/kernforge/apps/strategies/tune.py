@@ -3,8 +3,10 @@
 The existing commands do the work, each in a process of its own (a crash is that kernel's
 failure, and their logs land in ``OUT/logs``): ``kernforge tune UNIT`` (native units:
 geometry, carveout, JIT options; units with source: compile options and launch parameters),
-``kernforge evolve UNIT --config FILE`` when the manifest names an evolve configuration and the
-unit has source, then ``kernforge export`` with its gate (verified, significant). Kernels an
+``kernforge evolve UNIT --config FILE`` for every unit whose source is known (recorded with it,
+or captured from NVRTC by the interposer): with the manifest's ``evolve_config`` (an LLM or
+other proposers) when it names one, else offline rewrites (``evolve_iterations``, default 24;
+0: tune only), then ``kernforge export`` with its gate (verified, significant). Kernels an
 earlier strategy already replaced are not tuned. Each exported spec is one piece of the
 integration that M4 deploys.
 """
@@ -16,6 +18,7 @@ from pathlib import Path
 from textwrap import shorten
 from typing import Any
 
+from ...core import KernforgeError
 from ...core.jsonio import parse_json
 from ...deploy import native as nd
 from ..process import Ran, head_text, run, write_log
@@ -46,6 +49,36 @@ def _spec_figures(spec: Path) -> list[dict[str, Any]]:
             out.append({"kernel": e["kernel"]["entry"], "speedup": ev.get("speedup"),
                         "ci": ev.get("speedup_ci")})
     return out
+
+
+def has_source(unit: Path, kind: str | None) -> bool:
+    """Whether the unit's kernel source is known: a unit recorded with its source, or a
+    native unit whose recording captured it (NVRTC)."""
+    if kind == "source":
+        return True
+    from ...record.native_format import read_native
+
+    try:
+        return read_native(unit).source is not None
+    except (KernforgeError, OSError):  # unreadable: tuned (and failing) alone, not evolved
+        return False
+
+
+def evolve_config(integ: Any, unit: Path, k: dict[str, Any], base: Path) -> Path | None:
+    """The evolve configuration of a unit with source: the manifest's, else offline rewrites
+    (``evolve_iterations`` of them; 0 turns evolution off), written beside the unit's run."""
+    if not has_source(unit, k.get("kind")):
+        return None
+    if integ.evolve_config is not None:
+        return Path(integ.evolve_config)
+    if integ.evolve_iterations <= 0:
+        return None
+    base.mkdir(parents=True, exist_ok=True)
+    path = base / "evolve-offline.toml"
+    path.write_text("# written by kernforge app (M3b): offline rewrites, no LLM\n"
+                    f"[evolve]\nmax_iterations = {integ.evolve_iterations}\n"
+                    "eval_slots = 1\n\n[[proposers]]\nkind = \"offline\"\nweight = 1\n")
+    return path
 
 
 def _replaced(ctx: Context) -> set[str]:
@@ -83,12 +116,18 @@ class TuneStrategy(Strategy):
                 kernels.append(info)
                 continue
             run_dir = base / "tune"
-            if integ.evolve_config is not None and k["kind"] == "source":
+            config = evolve_config(integ, unit, k, base)
+            if config is not None:
                 ctx.progress(f"{ctx.manifest.name}: evolving {k['name'][:60]}")
-                ev = kernforge(ctx, ["evolve", str(unit), "--config", str(integ.evolve_config),
+                ev = kernforge(ctx, ["evolve", str(unit), "--config", str(config),
                                      "--out", str(base / "evolve")], f"{tag}-evolve")
                 info["evolve_exit"] = ev.returncode
+                info["evolved_by"] = ("the manifest's evolve_config"
+                                      if integ.evolve_config is not None else
+                                      f"offline rewrites ({integ.evolve_iterations} iterations)")
                 run_dir = base  # export takes the faster of tune and evolve per problem
+            else:
+                info["evolved_by"] = None
             spec = base / "deploy.json"
             ex = kernforge(ctx, ["export", str(run_dir), "-o", str(spec)], f"{tag}-export")
             if ex.returncode != 0 or not spec.is_file():

@@ -1,0 +1,37 @@
+"""M3b's evolution: every unit whose source is known is evolved, by the manifest's evolve
+configuration when it names one, else by offline rewrites (issue 39 item 4)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from kernforge.apps.manifest import Integrate
+from kernforge.apps.strategies.tune import evolve_config, has_source
+from kernforge.pipeline.evolve_config import load_config
+from kernforge.pipeline.run_app import record_command
+from kernforge.testing.fakedriver import FakeCuda
+
+
+def test_a_unit_with_source_is_evolved_offline_by_default(tmp_path: Path) -> None:
+    cfg = evolve_config(Integrate(), tmp_path / "unit", {"kind": "source"}, tmp_path / "run")
+    assert cfg is not None and cfg.parent == tmp_path / "run"
+    run = load_config(cfg)  # the file evolve reads: offline proposers only, 24 iterations
+    assert [p.kind for p in run.proposers] == ["offline"]
+    assert run.evolve.max_iterations == 24
+    assert evolve_config(replace(Integrate(), evolve_iterations=0), tmp_path / "unit",
+                         {"kind": "source"}, tmp_path / "r2") is None
+    mine = tmp_path / "mine.toml"
+    assert evolve_config(replace(Integrate(), evolve_config=mine), tmp_path / "unit",
+                         {"kind": "source"}, tmp_path / "r3") == mine
+
+
+def test_native_units_are_evolved_only_when_their_source_was_captured(
+        on_fake_nvrtc: FakeCuda, fake: FakeCuda, tmp_path: Path) -> None:
+    status, units, _, _ = record_command(on_fake_nvrtc.nvrtc_command(), tmp_path / "a",
+                                         max_instances=1)
+    assert status == 0 and has_source(units[0], "native")
+    status, plain, _, _ = record_command(fake.command(), tmp_path / "b", max_instances=1)
+    assert status == 0 and plain and not has_source(plain[0], "native")
+    assert evolve_config(Integrate(), plain[0], {"kind": "native"}, tmp_path / "r") is None
+    assert not has_source(tmp_path / "no-such-unit", "native")
