@@ -305,7 +305,8 @@ class Batch:
         said = [ln.strip() for ln in tail if ln.strip().startswith(("error:", "hint:"))]
         why = " ".join(said) or f"kernforge app run {exit_cause(rc)}: " + " / ".join(tail[-3:])
         self.store.finish(e.name, "DONE", "FAILED", why,
-                          app_state=r.app.state if r is not None else "", spent_s=spent)
+                          app_state=r.app.state if r is not None and r.app.state in FINAL
+                          else "", spent_s=spent)
         self.progress(f"{e.name}: FAILED: {why}")
 
 

@@ -164,4 +164,5 @@ def draft_program(directory: Path, out: Path, *, arch: str, force: bool) -> Draf
 def draft_suite(suite: Path, out: Path, *, only: list[str], arch: str = "sm_90",
                 force: bool = False) -> list[Drafted]:
     """Every program of ``suite`` (those matching a glob of ``only``, when given)."""
-    return [draft_program(d, out, arch=arch, force=force) for d in programs(suite, only)]
+    return [draft_program(d, out, arch=arch, force=force)
+            for d in programs(suite.resolve(), only)]

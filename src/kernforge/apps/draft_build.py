@@ -174,7 +174,19 @@ def missing_inputs(command: str, directory: Path) -> list[str]:
     except ValueError:
         return []
     missing = []
-    for word in words[1:]:
+    args: list[str] = []
+    skip = False
+    for word in words[1:]:  # the program's arguments: to the first operator, no output file
+        if word in ("|", "||", "&&", ";", "&"):
+            break
+        if skip:
+            skip = False
+            continue
+        if re.match(r"[\d&]?>>?", word):  # an output redirection and its file
+            skip = re.fullmatch(r"[\d&]?>>?", word) is not None
+            continue
+        args.append(word.lstrip("<"))
+    for word in args:
         value = word.split("=", 1)[1] if word.startswith("-") and "=" in word else word
         if not value or value.startswith("-") or "://" in value:
             continue
