@@ -20,7 +20,9 @@ from kernforge.apps.batch_store import BatchStore, Program
 from kernforge.apps.budget import format_duration, parse_duration, share
 from kernforge.cli.main import main
 from kernforge.core import ConfigError
+from kernforge.testing.fakedriver import FakeCuda
 
+from .app_helpers import fake_program, write_manifest
 from .suite_helpers import FAILING, PASSING, program
 
 
@@ -246,3 +248,24 @@ def test_bad_input(tmp_path: Path) -> None:
     assert main(["app", "batch", str(good), str(twin), "--out", str(tmp_path / "r")]) == 2
     with pytest.raises(SystemExit):
         main(["app", "batch", str(good), "--budget", "soon"])
+
+
+@pytest.mark.slow
+def test_an_integrated_program_gives_the_median(tmp_path: Path, fake: FakeCuda,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    # the fake driver's program whose scripted agent cuts a 0.25 s sleep to a quarter
+    src = fake_program(tmp_path / "src", sleep=0.25)
+    heat = write_manifest(tmp_path / "heat.toml", src, fake)
+    heat.write_text(heat.read_text().replace('strategies = ["operator", "tune", "agent"]',
+                                             'strategies = ["operator", "agent"]'))
+    out = tmp_path / "runs"
+    rc = main(["app", "batch", str(heat), str(manifest(tmp_path, "plain")), "--out", str(out)])
+    text = capsys.readouterr().out
+    p = _programs(out)["heat-fake"]
+    assert p.app_state in ("INTEGRATED", "INCONCLUSIVE"), p.reason  # a busy machine: the latter
+    if p.app_state == "INCONCLUSIVE":
+        assert rc == 9 and p.outcome == "INCONCLUSIVE"
+        pytest.skip("the end-to-end verdict was inconclusive on this (busy) machine")
+    assert rc == 0 and p.outcome == "INTEGRATED" and p.speedup is not None and p.speedup > 1.2
+    assert f"| heat-fake | INTEGRATED | INTEGRATED | {p.speedup:.3f}x |" in text
+    assert f"median end-to-end speedup of the 1 INTEGRATED: {p.speedup:.3f}x" in text
