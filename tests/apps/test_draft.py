@@ -17,7 +17,7 @@ from kernforge.apps.draft_output import guess
 from kernforge.apps.manifest import load_manifest
 from kernforge.cli.main import main
 
-from .suite_helpers import suite
+from .suite_helpers import PASSING, program, suite
 
 HECBENCH = Path("/work/hecsrc/src")
 
@@ -166,3 +166,20 @@ def test_the_hecbench_tree_drafts(tmp_path: Path) -> None:
         assert m.timer.kind == "regex" and m.timer.unit == "us"
         assert m.check.pattern is not None
         assert re.search(m.check.pattern, "x\nPASS\n", re.MULTILINE)
+
+
+def test_a_command_with_another_switch_is_left_for_review(tmp_path: Path) -> None:
+    # laplace3d's run target: "./main 128 128 128 100 1" then "./main 512 512 512 100 0",
+    # the last argument turning its check (and its PASS line) off
+    program(tmp_path / "s", "flag", PASSING, "./$(program) 100 1\n./$(program) 200 0")
+    got = draft_suite(tmp_path / "s", tmp_path / "m", only=[])
+    assert got[0].detail.startswith("1 dataset(s)")
+    path = tmp_path / "m" / "flag.toml"
+    text = path.read_text()
+    assert "a switch (argument 2: 1 -> 0)" in text
+    assert [d.run for d in load_manifest(path).datasets] == ["./main 100 1"]
+    # uncommented as the comment says, it is a second dataset
+    path.write_text(text.replace("# [[datasets]]", "[[datasets]]")
+                    .replace('# name = "run2"', 'name = "run2"')
+                    .replace('# run = "./main 200 0"', 'run = "./main 200 0"'))
+    assert [d.name for d in load_manifest(path).datasets] == ["run1", "run2"]

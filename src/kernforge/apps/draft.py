@@ -106,23 +106,40 @@ def manifest_text(name: str, directory: Path, info: BuildInfo, check: Guess,
                       f"run: kernforge app run {name}.toml --out runs/{name}"),
              f"name = {_q(name)}", f"source = {_q(str(directory))}",
              _comment(f"{REVIEW}: {info.build_note}"), f"build = {json.dumps(info.build)}"]
+    active = 0
     for i, (run, where) in enumerate(info.runs, 1):
-        lines += ["", "[[datasets]]", f'name = "run{i}"']
+        switch = _switch(info.runs[0][0], run)
+        block = ["", "[[datasets]]", f'name = "run{i}"']
         if SHELL_OPS.search(run):
-            lines.append(_comment(f"{REVIEW}: run through sh -c (the command uses the "
+            block.append(_comment(f"{REVIEW}: run through sh -c (the command uses the "
                                   "shell's operators)"))
             run = shlex.join(["sh", "-c", run])
         guessed = "" if where.startswith("the Makefile") or "add_test" in where else \
             f"{REVIEW}: "
-        lines += [_comment(f"{guessed}from {where}"), f"run = {json.dumps(run)}"]
-    if len(info.runs) == 1:
+        block += [_comment(f"{guessed}from {where}"), f"run = {json.dumps(run)}"]
+        if switch:  # a dataset that may not print the check would block the whole program
+            lines += ["", _comment(f"{REVIEW}: this command differs from the first in what "
+                                   f"looks like a switch ({switch}): it may not print the "
+                                   "same check. Uncomment it to add it as a dataset:")]
+            lines += [f"# {x}" if x else "#" for x in block[1:]]
+            continue
+        active += 1
+        lines += block
+    if active == 1:
         lines.append(_comment(f"{REVIEW}: one dataset; a second size (another [[datasets]]) "
                               "shows whether a speedup holds across sizes"))
-    if info.more_runs:
-        lines.append(_comment(f"{info.more_runs} more command line(s) of the run target left "
-                              "out"))
     lines += _check_lines(check) + _timer_lines(timer, others)
     return "\n".join(lines) + "\n"
+
+
+def _switch(first: str, other: str) -> str:
+    """Where ``other`` differs from ``first`` in an argument that is 0 in one and 1 in the
+    other (a mode such as "verify"), e.g. "argument 5: 1 -> 0"; "" when nowhere."""
+    a, b = first.split(), other.split()
+    if len(a) != len(b):
+        return ""
+    return ", ".join(f"argument {k}: {x} -> {y}" for k, (x, y) in enumerate(zip(a, b))
+                     if x != y and {x, y} <= {"0", "1"})
 
 
 def draft_program(directory: Path, out: Path, *, arch: str, force: bool) -> Drafted:
@@ -150,7 +167,7 @@ def draft_program(directory: Path, out: Path, *, arch: str, force: bool) -> Draf
     tmp = out / f".{name}.toml.draft"
     tmp.write_text(text, "utf-8")
     try:
-        load_manifest(tmp)
+        n = len(load_manifest(tmp).datasets)
     except AppManifestError as exc:
         tmp.unlink()
         return Drafted(name, directory, "refused", f"the draft does not load: {exc.message}")
@@ -158,7 +175,7 @@ def draft_program(directory: Path, out: Path, *, arch: str, force: bool) -> Draf
     timed = f"timer '{timer.pattern}' ({timer.unit})" if timer else "wall clock"
     what = f"check {check.kind}" + (f" '{check.pattern}'" if check.pattern else "") + \
         f"; {timed}"
-    return Drafted(name, directory, "drafted", f"{len(info.runs)} dataset(s); {what}", dest)
+    return Drafted(name, directory, "drafted", f"{n} dataset(s); {what}", dest)
 
 
 def draft_suite(suite: Path, out: Path, *, only: list[str], arch: str = "sm_90",
