@@ -285,7 +285,8 @@ class Batch:
             r = load(run)
         except (ConfigError, OSError):
             r = None
-        if stopped or rc == 130:
+        final = rc in (0, 9) and r is not None and r.app.state in FINAL
+        if (stopped or rc == 130) and not final:  # it may have finished as it was stopped
             where = in_flight(r) if r is not None else None
             at = f" in {where.name}" if where is not None else ""
             why = (f"stopped at its budget of {budget.format_duration(limit or 0)}{at}; a "
@@ -294,7 +295,7 @@ class Batch:
             self.store.finish(e.name, "STOPPED", "SKIPPED", why, spent_s=spent)
             self.progress(f"{e.name}: SKIPPED: {why}")
             return
-        if rc in (0, 9) and r is not None and r.app.state in FINAL:
+        if final and r is not None:
             outcome = OUTCOME_OF[r.app.state]
             self.store.finish(e.name, "DONE", outcome, r.app.reason, app_state=r.app.state,
                               speedup=r.geomean, spent_s=spent)

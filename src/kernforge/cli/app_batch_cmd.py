@@ -46,7 +46,8 @@ def register(sp: argparse._SubParsersAction) -> None:
                       description="Runs the manifests one after another (kernforge app run "
                                   "each) into one batch directory, under a device-time budget; "
                                   "the same command again resumes where it stopped.")
-    b.add_argument("manifests", type=Path, nargs="*", metavar="MANIFEST")
+    b.add_argument("manifests", type=Path, nargs="*", metavar="MANIFEST",
+                   help="the applications' TOML manifests (or --dir)")
     b.add_argument("--dir", type=Path, help="every *.toml manifest of this directory")
     b.add_argument("--out", type=Path, default=Path("runs/batch"),
                    help="the batch directory (default runs/batch)")
