@@ -120,6 +120,11 @@ def test_each_program_once_with_its_outcome(tmp_path: Path,
     assert (out / "previous" / "good-1" / "app.db").is_file()
     assert main(["app", "batch", "--status", "--out", str(out)]) == 2  # broken is listed
     assert "| broken | FAILED | - |" in capsys.readouterr().out
+    # a changed manifest is a new run of its program
+    bad.write_text(bad.read_text() + "# reviewed\n")
+    assert main(["app", "batch", str(good), str(bad), "--out", str(out)]) == 0
+    assert "bad: its manifest changed: run again from the start" in capsys.readouterr().out
+    assert _programs(out)["bad"].attempts == 2 and (out / "previous" / "bad-1").is_dir()
 
 
 def test_kill_9_of_the_batch_and_the_next_batch_goes_on(tmp_path: Path) -> None:
@@ -189,7 +194,8 @@ def test_a_program_stopped_at_its_budget_resumes_later(tmp_path: Path,
     text = capsys.readouterr().out
     p = _programs(out)["slow"]
     assert (p.status, p.outcome) == ("STOPPED", "SKIPPED")
-    assert p.reason.startswith("stopped at its budget of 6s in M1"), p.reason
+    assert p.reason.startswith("stopped at its budget of 6s"), p.reason  # in M1, unless
+    # a loaded machine took the 6 s to start Python
     assert 6 <= p.spent_s < 30 and "1 not finished" in text
     first = p.spent_s
     # the next batch, with more time for it, goes on from where it stopped

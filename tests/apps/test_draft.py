@@ -183,3 +183,33 @@ def test_a_command_with_another_switch_is_left_for_review(tmp_path: Path) -> Non
                     .replace('# name = "run2"', 'name = "run2"')
                     .replace('# run = "./main 200 0"', 'run = "./main 200 0"'))
     assert [d.name for d in load_manifest(path).datasets] == ["run1", "run2"]
+
+
+def test_a_value_and_a_time_of_a_cout_chain(tmp_path: Path) -> None:
+    (tmp_path / "heat.cu").write_text(r"""
+        int main() {
+          std::cout
+            << "Results" << std::endl << std::endl
+            << "Error (L2norm): " << norm << std::endl
+            << "Solve time (s): " << std::chrono::duration<double>(toc-tic).count() << std::endl
+            << "Total time (s): " << total << std::endl
+            << "Bandwidth (GB/s): " << bw << std::endl;
+        }""")
+    check, timer, others = guess(tmp_path)
+    out = "Results\n\nError (L2norm): 1.5e-07\nSolve time (s): 2.25\nTotal time (s): 3\n"
+    assert check.numeric and re.findall(check.pattern, out) == ["1.5e-07"]
+    assert timer is not None and re.findall(timer.pattern, out) == ["2.25"]
+    assert [re.findall(o.pattern, out) for o in others] == [["3"]]  # bandwidth is no time
+
+
+def test_a_standalone_cmake_project_and_its_tests(tmp_path: Path) -> None:
+    d = tmp_path / "s" / "cm"
+    d.mkdir(parents=True)
+    (d / "CMakeLists.txt").write_text("project(cm C)\nadd_executable(cm main.c)\n"
+                                      "enable_testing()\nadd_test(NAME small COMMAND cm 64 0)\n")
+    (d / "main.c").write_text(PASSING)
+    assert [g.status for g in draft_suite(tmp_path / "s", tmp_path / "m", only=[])] == \
+        ["drafted"]
+    m = load_manifest(tmp_path / "m" / "cm.toml")
+    assert m.build.startswith("sh -c 'cmake -S . -B build")
+    assert [x.run for x in m.datasets] == ["./build/cm 64 0"]
