@@ -275,3 +275,22 @@ def test_an_integrated_program_gives_the_median(tmp_path: Path, fake: FakeCuda,
     assert rc == 0 and p.outcome == "INTEGRATED" and p.speedup is not None and p.speedup > 1.2
     assert f"| heat-fake | INTEGRATED | INTEGRATED | {p.speedup:.3f}x |" in text
     assert f"median end-to-end speedup of the 1 INTEGRATED: {p.speedup:.3f}x" in text
+
+
+@pytest.mark.slow
+def test_time_left_at_the_end_goes_to_a_program_stopped_at_its_share(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # its first run hangs (30 s) once: stopped at its share of 24 s (12 s), it finishes
+    # with what the quick program after it left over
+    mark = tmp_path / "hung-once"
+    source = PASSING.replace("int n = argc", f'if (access("{mark}", F_OK) != 0) {{ '
+                             f'fclose(fopen("{mark}", "w")); sleep(30); }}\n  int n = argc')
+    first, quick = manifest(tmp_path, "first", source), manifest(tmp_path, "quick")
+    out = tmp_path / "runs"
+    rc = main(["app", "batch", str(first), str(quick), "--out", str(out), "--budget", "24s"])
+    text = capsys.readouterr().out
+    p = _programs(out)
+    assert "first: SKIPPED: stopped at its budget of 12s in M1" in text
+    assert "program(s) stopped at their share go on" in text, text
+    assert rc == 0 and p["first"].status == p["quick"].status == "DONE", text
+    assert p["first"].attempts == 2 and p["first"].app_state == "OUT_OF_SCOPE"

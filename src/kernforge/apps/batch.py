@@ -113,15 +113,24 @@ class Batch:
                     self.store.set_meta(key, repr(value))
             for i, e in enumerate(self.entries):
                 self._prepare(i, e)
+            todo = []
             for e in self.entries:
                 p = self.store.program(e.name)
                 assert p is not None
-                if p.status in ("DONE", "INVALID"):
-                    if p.status == "DONE":
-                        self.progress(f"{e.name}: finished before: {p.outcome} "
-                                      f"({p.app_state or '-'}); not run again")
-                    continue
-                self._one(e, p)
+                if p.status == "DONE":
+                    self.progress(f"{e.name}: finished before: {p.outcome} "
+                                  f"({p.app_state or '-'}); not run again")
+                elif p.status != "INVALID":
+                    todo.append(e)
+            self.stopped: list[Entry] = []
+            self._pass(todo)
+            left = self._left()
+            if self.stopped and left is not None and \
+                    left / len(self.stopped) >= budget.MIN_START_S:
+                self.progress(f"{budget.format_duration(left)} of the budget left: "
+                              f"{len(self.stopped)} program(s) stopped at their share go on")
+                again, self.stopped = self.stopped, []
+                self._pass(again)
             return [p for e in self.entries if (p := self.store.program(e.name))]
         finally:
             self.store.close()
@@ -183,17 +192,21 @@ class Batch:
         b = self.store.meta("budget_s")
         return None if b is None else float(b) - self.store.spent_s()
 
-    def _one(self, e: Entry, p: Program) -> None:
-        later = self.entries[self.entries.index(e):]
-        waiting = [x for x in later if (q := self.store.program(x.name)) is not None
-                   and q.status in ("PENDING", "RUNNING", "STOPPED")]
+    def _pass(self, todo: list[Entry]) -> None:
+        """Run ``todo`` in order, each with its share of what is left."""
+        for i, e in enumerate(todo):
+            p = self.store.program(e.name)
+            assert p is not None
+            self._one(e, p, len(todo) - i)
+
+    def _one(self, e: Entry, p: Program, waiting: int) -> None:
         pb = self.store.meta("program_budget_s")
         left = self._left()
-        limit = budget.share(batch_left_s=left, programs_left=len(waiting),
+        limit = budget.share(batch_left_s=left, programs_left=waiting,
                              program_budget_s=None if pb is None else float(pb),
                              program_spent_s=p.spent_s)
         if limit is not None and limit < budget.MIN_START_S:
-            if left is not None and left / max(1, len(waiting)) < budget.MIN_START_S:
+            if left is not None and left / waiting < budget.MIN_START_S:
                 why = "not started: the batch's budget is spent" if not p.attempts else \
                     "not resumed: the batch's budget is spent"
             else:
@@ -205,7 +218,7 @@ class Batch:
         n = self.entries.index(e) + 1
         told = f"budget {budget.format_duration(limit)}" if limit is not None else "no budget"
         if left is not None:
-            told += f" ({budget.format_duration(left)} left for {len(waiting)} program(s))"
+            told += f" ({budget.format_duration(left)} left for {waiting} program(s))"
         self.progress(f"[{n}/{len(self.entries)}] {e.name}: "
                       f"{'resumed' if p.attempts else 'started'}, {told}")
         resume = self._resumable(e.name)
@@ -294,6 +307,8 @@ class Batch:
                    f"interrupted{at}; the next batch goes on from there")
             self.store.finish(e.name, "STOPPED", "SKIPPED", why, spent_s=spent)
             self.progress(f"{e.name}: SKIPPED: {why}")
+            if stopped:
+                self.stopped.append(e)
             return
         if final and r is not None:
             outcome = OUTCOME_OF[r.app.state]
