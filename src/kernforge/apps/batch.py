@@ -139,7 +139,8 @@ class Batch:
     # ---- before the runs -----------------------------------------------------------------
     def _prepare(self, seq: int, e: Entry) -> None:
         p = self.store.add(e.name, seq, str(e.path), e.sha)
-        again = any(fnmatch.fnmatchcase(e.name, g) for g in self.remeasure)
+        again = p.status == "DONE" and any(fnmatch.fnmatchcase(e.name, g)
+                                           for g in self.remeasure)
         if p.attempts and (again or p.sha256 != e.sha):
             why = "--remeasure" if again else "its manifest changed"
             moved = self._set_aside(e.name)
