@@ -213,3 +213,8 @@ def test_a_standalone_cmake_project_and_its_tests(tmp_path: Path) -> None:
     m = load_manifest(tmp_path / "m" / "cm.toml")
     assert m.build.startswith("sh -c 'cmake -S . -B build")
     assert [x.run for x in m.datasets] == ["./build/cm 64 0"]
+
+
+def test_a_program_directory_given_as_the_suite(fake_suite: Path, tmp_path: Path) -> None:
+    got = draft_suite(fake_suite / "passing", tmp_path / "m", only=[])
+    assert [(d.name, d.status) for d in got] == [("passing", "drafted")]

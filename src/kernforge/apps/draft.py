@@ -55,13 +55,16 @@ def plain_name(text: str) -> str:
 def programs(suite: Path, only: list[str]) -> list[Path]:
     """The suite's program directories (those with a build file or sources), sorted; the
     suite directory itself when it is one program."""
+    def wanted(d: Path) -> bool:
+        return not only or any(fnmatch.fnmatchcase(d.name, g) for g in only)
+
     subs = [d for d in sorted(suite.iterdir()) if d.is_dir() and not d.name.startswith(".")]
-    found = [d for d in subs if any((d / f).is_file() for f in
-                                    ("Makefile", "makefile", "GNUmakefile", "CMakeLists.txt"))
-             or sources(d)]
-    if not found and any((suite / f).is_file() for f in ("Makefile", "CMakeLists.txt")):
+    found = [d for d in subs if wanted(d) and (any((d / f).is_file() for f in (
+        "Makefile", "makefile", "GNUmakefile", "CMakeLists.txt")) or sources(d))]
+    if not found and wanted(suite) and any((suite / f).is_file() for f in (
+            "Makefile", "makefile", "GNUmakefile", "CMakeLists.txt")):
         found = [suite]
-    return [d for d in found if not only or any(fnmatch.fnmatchcase(d.name, g) for g in only)]
+    return found
 
 
 def _check_lines(check: Guess) -> list[str]:
