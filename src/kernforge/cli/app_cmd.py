@@ -1,5 +1,6 @@
 """``kernforge app run MANIFEST --out DIR [--resume]`` and ``kernforge app report DIR... -o
-REPORT.md``: real applications through the states and milestones (docs/applications.md)."""
+REPORT.md``: real applications through the states and milestones (docs/applications.md).
+``app draft`` and ``app batch`` are registered from :mod:`.app_batch_cmd`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from ..apps.manifest import load_manifest
 from ..apps.report import write_report
 from ..apps.workflow import AppRun
 from ..core import ConfigError
+from . import app_batch_cmd
 from .checks import writable_dir, writable_file
 from .output import console, wrapped
 from .progress import line_progress
@@ -40,6 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     rep.add_argument("-o", "--out", type=Path, default=Path("applications.md"),
                      help="the report (default applications.md; the chart beside it, .png)")
     rep.set_defaults(func=report)
+    app_batch_cmd.register(sp)
     p.set_defaults(func=lambda args: _help(p))
 
 

@@ -1,0 +1,60 @@
+"""Device time for a batch of applications: durations as people write them, and each
+program's share of what is left.
+
+The batch's budget is shared evenly among the programs still to run, each share computed
+when the program starts from what is left at that moment: time a program does not use goes
+back to the pool, so the programs after it get more. A per-program budget caps a program's
+time over all its runs (an interrupted program resumed later goes on spending the same
+budget).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from ..core import ConfigError
+
+MIN_START_S = 5.0  # less than this left for a program: it is not started
+_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(h|m|s)", re.IGNORECASE)
+_SCALE = {"h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``30m``, ``1h30m``, ``90s``, ``2.5h`` or a bare number of seconds."""
+    t = text.strip().replace(" ", "")
+    try:
+        seconds = float(t)
+    except ValueError:
+        parts = _PART.findall(t)
+        if not parts or "".join(n + u for n, u in parts).lower() != t.lower():
+            raise ConfigError(f"{text!r} is not a duration",
+                              hint="write it as 30m, 1h30m, 90s or a number of seconds") from None
+        seconds = sum(float(n) * _SCALE[u.lower()] for n, u in parts)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(f"{text!r} is not a positive duration",
+                          hint="write it as 30m, 1h30m, 90s or a number of seconds")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """``1h 05m``, ``4m 10s``, ``12s``."""
+    s = round(max(0.0, seconds))
+    if s >= 3600:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{s}s"
+
+
+def share(*, batch_left_s: float | None, programs_left: int, program_budget_s: float | None,
+          program_spent_s: float) -> float | None:
+    """The time the next program may take: an even share of what is left of the batch's
+    budget among the ``programs_left`` still to run (it included), capped by what is left of
+    its own budget; None when neither budget is set (no limit)."""
+    limits = []
+    if batch_left_s is not None:
+        limits.append(max(0.0, batch_left_s) / max(1, programs_left))
+    if program_budget_s is not None:
+        limits.append(max(0.0, program_budget_s - program_spent_s))
+    return min(limits) if limits else None
