@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kernforge.cli.export_cmd import ACCEPTED_VERDICTS
+from kernforge.pipeline.export import ACCEPTED_VERDICTS
 from kernforge.core import ConfigError, Status
 from kernforge.evolve.store import Store
 from kernforge.llm.fake_server import FakeLLMServer
