@@ -16,11 +16,8 @@ from rich.table import Table
 
 from ..core import ConfigError, Recording
 from ..core.fmt import fmt_time
-from ..deploy.gate import idle_of
-from ..harness import by_precision, precision_of
 from ..harness.cache import CacheChoice
-from ..harness.verdict import Judgement, judge_evidence
-from ..pipeline.units import TuneSettings, tune_units
+from ..pipeline.units import TuneSettings, export_verdict, headline, tune_units
 from ..replay.tuning import TuningOutcome
 from ..tune import Budget, SearchSpace
 from .cache_arg import add_cache_arg
@@ -259,64 +256,9 @@ def _done(seen: _Seen, o: TuningOutcome) -> str:
             f"[{o.ab.ci_low:.3f}, {o.ab.ci_high:.3f}]")
 
 
-def _speed(o: TuningOutcome) -> Judgement | None:
-    """The unit's speed verdict: the validation's own (an inconclusive validation's too:
-    every gate passed, the speed was not decided), else from its figures (None: the
-    recorded configuration stayed best, or a gate rejected the winner)."""
-    v = o.validation
-    if o.ab is None or (v is not None and not v.accepted and v.verdict != "inconclusive"):
-        return None
-    if v is not None and v.speed is not None:
-        return v.speed
-    idle, util = idle_of(v.to_json() if v is not None else None)
-    return judge_evidence(o.ab.speedup, (o.ab.ci_low, o.ab.ci_high), idle=idle,
-                          utilisation=util)
-
-
-def _verdict(o: TuningOutcome) -> tuple[str, bool]:
-    """What export will make of this unit's result (and whether its figures count)."""
-    v = o.validation
-    if v is not None and not v.accepted and v.verdict != "inconclusive":
-        return f"REJECTED ({v.reason or v.status.value})", False
-    if o.ab is None:
-        return "the recorded configuration stayed best", True
-    speed = _speed(o)
-    if speed is None:
-        return "not exportable: never validated", False
-    if v is None or not v.accepted:
-        return f"not exportable: {speed.reason}", speed.conclusive
-    return ("exportable" if speed.faster else f"not exportable: {speed.reason}"), \
-        speed.conclusive
-
-
 def _headline(outcomes: list[TuningOutcome]) -> None:
-    """Per precision, the geometric mean over the units whose verdict is conclusive: a
-    verified "faster" counts its speedup, anything else the recorded kernel's 1.0; units
-    whose verdict is inconclusive are left out and counted, never quoted."""
-    groups: dict[str, list[tuple[float | None, str]]] = {}
-    for o in outcomes:
-        label = precision_of([a.dtype for a in o.recording.args if a.written])
-        speed, (words, counts) = _speed(o), _verdict(o)
-        if words.startswith("REJECTED") or o.ab is None:
-            groups.setdefault(label, []).append((1.0, words))
-        elif speed is None or not counts:
-            groups.setdefault(label, []).append((None, words))
-        else:
-            groups.setdefault(label, []).append(
-                (o.ab.speedup if speed.faster and words == "exportable" else 1.0, words))
-    for label in sorted(groups):
-        known = [x for x, _ in groups[label] if x is not None]
-        unsure = len(groups[label]) - len(known)
-        left = (f"; {unsure} unit(s) inconclusive (busy or noisy), not counted: tune them "
-                f"again on an idle machine" if unsure else "")
-        if not known:
-            console.print(f"{label}: inconclusive: no unit has a conclusive verdict{left}",
-                          markup=False, soft_wrap=True)
-            continue
-        s = by_precision([(label, x) for x in known])[label]
-        console.print(f"{label}: geometric mean speedup {s['geomean']:.3f}x over {s['n']} "
-                      f"unit(s) with a conclusive verdict (verified faster units at their "
-                      f"speedup, the others 1.0){left}", markup=False, soft_wrap=True)
+    for line in headline(outcomes):
+        console.print(line, markup=False, soft_wrap=True)
 
 
 def _summary(out: Path, outcomes: list[TuningOutcome]) -> None:
@@ -327,7 +269,7 @@ def _summary(out: Path, outcomes: list[TuningOutcome]) -> None:
         t.add_column(col)
     busy = 0
     for o in outcomes:
-        verdict, counts = _verdict(o)
+        verdict, counts = export_verdict(o)
         busy += not counts and not verdict.startswith(("REJECTED", "not exportable: never"))
         rejected = verdict.startswith("REJECTED")
         ci = f" [{o.ab.ci_low:.3f}, {o.ab.ci_high:.3f}]" if o.ab and not rejected else ""

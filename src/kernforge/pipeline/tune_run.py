@@ -13,7 +13,10 @@ from typing import Any, Protocol
 
 from ..core import ConfigError, Recording, RecordingError
 from ..core.lock import directory_lock
+from ..deploy.gate import idle_of
+from ..harness import by_precision, precision_of
 from ..harness.cache import CacheChoice
+from ..harness.verdict import Judgement, judge_evidence
 from ..replay.cache_protocol import apply_mode, protocol_for
 from ..replay.native_build import bind_source
 from ..replay.native_tune import RESULT as NATIVE_RESULT
@@ -135,3 +138,65 @@ def _recordings(recs: Sequence[Recording], out: Path, s: TuneSettings, iso: Any,
                 notes.damaged(exc)
                 continue
             steps.done(i, len(recs), rec, run.outcomes[-1])
+
+
+def speed_verdict(o: TuningOutcome) -> Judgement | None:
+    """The unit's speed verdict: the validation's own (an inconclusive validation's too:
+    every gate passed, the speed was not decided), else from its figures (None: the
+    recorded configuration stayed best, or a gate rejected the winner)."""
+    v = o.validation
+    if o.ab is None or (v is not None and not v.accepted and v.verdict != "inconclusive"):
+        return None
+    if v is not None and v.speed is not None:
+        return v.speed
+    idle, util = idle_of(v.to_json() if v is not None else None)
+    return judge_evidence(o.ab.speedup, (o.ab.ci_low, o.ab.ci_high), idle=idle,
+                          utilisation=util)
+
+
+def export_verdict(o: TuningOutcome) -> tuple[str, bool]:
+    """What export will make of this unit's result (and whether its figures count)."""
+    v = o.validation
+    if v is not None and not v.accepted and v.verdict != "inconclusive":
+        return f"REJECTED ({v.reason or v.status.value})", False
+    if o.ab is None:
+        return "the recorded configuration stayed best", True
+    speed = speed_verdict(o)
+    if speed is None:
+        return "not exportable: never validated", False
+    if v is None or not v.accepted:
+        return f"not exportable: {speed.reason}", speed.conclusive
+    return ("exportable" if speed.faster else f"not exportable: {speed.reason}"), \
+        speed.conclusive
+
+
+def headline(outcomes: Sequence[TuningOutcome]) -> list[str]:
+    """Per precision, the geometric mean over the units whose verdict is conclusive: a
+    verified "faster" counts its speedup, anything else the recorded kernel's 1.0; units
+    whose verdict is inconclusive are left out and counted, never quoted: one line per
+    precision."""
+    lines: list[str] = []
+    groups: dict[str, list[tuple[float | None, str]]] = {}
+    for o in outcomes:
+        label = precision_of([a.dtype for a in o.recording.args if a.written])
+        speed, (words, counts) = speed_verdict(o), export_verdict(o)
+        if words.startswith("REJECTED") or o.ab is None:
+            groups.setdefault(label, []).append((1.0, words))
+        elif speed is None or not counts:
+            groups.setdefault(label, []).append((None, words))
+        else:
+            groups.setdefault(label, []).append(
+                (o.ab.speedup if speed.faster and words == "exportable" else 1.0, words))
+    for label in sorted(groups):
+        known = [x for x, _ in groups[label] if x is not None]
+        unsure = len(groups[label]) - len(known)
+        left = (f"; {unsure} unit(s) inconclusive (busy or noisy), not counted: tune them "
+                f"again on an idle machine" if unsure else "")
+        if not known:
+            lines.append(f"{label}: inconclusive: no unit has a conclusive verdict{left}")
+            continue
+        s = by_precision([(label, x) for x in known])[label]
+        lines.append(f"{label}: geometric mean speedup {s['geomean']:.3f}x over {s['n']} "
+                     f"unit(s) with a conclusive verdict (verified faster units at their "
+                     f"speedup, the others 1.0){left}")
+    return lines

@@ -23,11 +23,20 @@ from .export import ExportOutcome, export_run
 from .loading import Units, load_units
 from .native_units import NativeRow, describe_native, replay_native
 from .notes import QUIET, Notes
-from .tune_run import Isolating, TuneDisplay, TuneRun, TuneSettings, tune_all
+from .tune_run import (
+    Isolating,
+    TuneDisplay,
+    TuneRun,
+    TuneSettings,
+    export_verdict,
+    headline,
+    tune_all,
+)
 
 __all__ = ["EvolveDisplay", "EvolveRun", "ExportOutcome", "Notes", "Replayed", "TuneDisplay",
            "TuneRun", "TuneSettings", "Units", "describe_units", "evolve_units",
-           "export_units", "load_units", "replay_units", "tune_units"]
+           "export_units", "export_verdict", "headline", "load_units", "replay_units",
+           "tune_units"]
 
 
 def describe_units(units: Units) -> list[dict[str, Any]]:
