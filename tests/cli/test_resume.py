@@ -141,12 +141,12 @@ def test_ctrl_c_prints_the_command_that_resumes(rec_dir: Path, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 43 item 8: Ctrl-C printed "interrupted" with no hint to resume."""
-    from kernforge.cli import tune_cmd
+    from kernforge.pipeline import tune_run
 
     def interrupted(*a: object, **k: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(tune_cmd, "tune_recording", interrupted)
+    monkeypatch.setattr(tune_run, "tune_recording", interrupted)
     monkeypatch.chdir(tmp_path)  # the default --out is runs/tune-<date> here
     assert run("tune", str(rec_dir), "--trials", "1", "--in-process") == 130
     err = capsys.readouterr().err

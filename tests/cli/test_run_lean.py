@@ -29,7 +29,7 @@ HEAVY = ("rich", "optuna", "dask", "distributed", "cupy", "matplotlib", "pydanti
          "openai", "psutil", "yaml", "tomllib", "tomli", "scipy", "torch", "cffi")
 # kernforge's own: the other commands, the capture, the replay engine, search and service
 OTHER = ("kernforge.cli.demo_cmd", "kernforge.cli.tune_cmd", "kernforge.cli.export_cmd",
-         "kernforge.cli.native_deploy_cmd", "kernforge.cli.checks", "kernforge.cli.output",
+         "kernforge.pipeline.units", "kernforge.cli.checks", "kernforge.cli.output",
          "kernforge.record.capture", "kernforge.record.native_format", "kernforge.replay.engine",
          "kernforge.replay.native", "kernforge.tune", "kernforge.evolve", "kernforge.service",
          "kernforge.harness", "kernforge.forge", "kernforge.apps", "kernforge.stencil",

@@ -7,10 +7,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from kernforge.cli.tune_cmd import _headline, _verdict
+from kernforge.cli.tune_cmd import _headline
 from kernforge.core import Status
 from kernforge.harness.compare import ABResult
 from kernforge.harness.provenance import IdleCheck
+from kernforge.pipeline.units import export_verdict as _verdict
 from kernforge.replay.validate import Validation
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from deploy_helpers import record_axpy, resign, write_result
 
-from kernforge.cli.export_cmd import collect
+from kernforge.pipeline.export import collect
 
 TUNED = {"defines": {"BIAS": 0}, "options": {}}
 

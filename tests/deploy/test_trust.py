@@ -16,10 +16,10 @@ import pytest
 from deploy_helpers import axpy_entry, axpy_kernel, record_axpy, write_result
 
 from kernforge import deploy
-from kernforge.cli.export_cmd import collect
 from kernforge.deploy import DeploySpec, write_spec
 from kernforge.deploy.gate import refusal
 from kernforge.deploy.reverify import Unverifiable, reverify
+from kernforge.pipeline.export import collect
 from kernforge.record import find_recordings, load_recording
 
 pytestmark = pytest.mark.reverify

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from kernforge.cli.export_cmd import ACCEPTED_VERDICTS
 from kernforge.core import ConfigError, Status
 from kernforge.evolve.store import Store
 from kernforge.llm.fake_server import FakeLLMServer
 from kernforge.pipeline.evolve import evolve_kernel
 from kernforge.pipeline.evolve_config import config_from_dict, load_config
 from kernforge.pipeline.evolve_eval import make_evolve_evaluator
+from kernforge.pipeline.export import ACCEPTED_VERDICTS
 from kernforge.record import find_recordings, load_recording
 
 from .evolve_helpers import (

@@ -31,9 +31,9 @@ from typing import Any
 
 from ..core.jsonio import write_json_atomic
 from ..deploy import native as nd
+from ..deploy.interposed import deploy_env
 from ..deploy.merge import merge_native_specs, merge_source_specs
 from ..harness.verdict import CONFIDENCE, judge
-from ..replay.native_deploy import deploy_env
 from .harness import AppHarness, RunFailed, Setup, geomean_ci
 from .strategies import Outcome
 

@@ -11,18 +11,15 @@ import os
 import re
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
-from fnmatch import fnmatchcase
 from pathlib import Path
 
 from rich.markup import escape
 
-from ..core import ConfigError, Recording, RecordingError
+from ..core import ConfigError, RecordingError
 from ..core.model import MAX_THREADS
-from ..core.native import NativeRecording
-from ..record import find_recordings, load_recording
-from ..record.native_format import finalize_spool, is_native_unit, read_native
+from ..pipeline.units import Units, load_units
 from . import damaged as damaged_units
-from .output import err_console
+from .output import err_console, notes
 
 
 def int_range(lo: int, hi: int | None = None) -> Callable[[str], int]:
@@ -162,91 +159,11 @@ def check_defines(unit: str, code: str, defines: Mapping[str, str], *, allow: bo
                            "defines), or pass --allow-unused-define")
 
 
-def native_matches(rec: NativeRecording, pattern: str | None) -> bool:
-    return not pattern or any(fnmatchcase(s, pattern) for s in (rec.entry, rec.name,
-                                                                 rec.path.name))
-
-
 def warn_damaged(exc: RecordingError) -> None:
     damaged_units.skip(exc)
 
 
-def finalize_spooled(path: str | Path) -> None:
-    """Spool units a killed recording left, turned into units; each one that cannot be is
-    named with its reason (a warning: the units that are fine are used)."""
-    for line in finalize_spool(path)[1]:
-        err_console.print(f"[yellow]warning: a spooled launch was not turned into a unit:[/] "
-                          f"{escape(line)}", soft_wrap=True)
-
-
-def load_all_units(path: str | Path, pattern: str | None = None
-                   ) -> tuple[list[Recording], list[NativeRecording]]:
-    """Every recorded unit under ``path``, v1 and native, whose kernel matches ``pattern``
-    (native units also by readable name or unit directory); spool units a killed recording
-    left are turned into units first. A damaged unit of either kind (a manifest too damaged
-    to tell its kind included) is skipped with a warning naming it while other units remain;
-    when none remains, its error is raised. One unit named directly is loaded strictly. A
-    directory holding no unit at all is a ConfigError."""
-    if Path(path).is_dir():
-        finalize_spooled(path)
-    paths = find_recordings(path)
-    if not paths:
-        raise ConfigError(f"no recorded units in {path}: record with kernforge record "
-                          f"-o {path} -- COMMAND")
-    recs: list[Recording] = []
-    native: list[NativeRecording] = []
-    damaged: list[RecordingError] = []
-    seen: set[str] = set()  # every kernel recorded, for a pattern that matches none
-    for p in paths:
-        try:
-            if is_native_unit(p):
-                n = read_native(p, verify=True)
-                seen.add(n.name or n.entry)
-                if native_matches(n, pattern):
-                    native.append(n)
-            else:
-                rec = load_recording(p, verify=True)
-                seen.add(rec.source.entry)
-                if not pattern or fnmatchcase(rec.source.entry, pattern):
-                    recs.append(rec)
-        except RecordingError as exc:
-            if len(paths) == 1:
-                raise
-            damaged.append(exc)
-    if damaged and not recs and not native:
-        raise damaged[0]
-    if pattern and seen and not recs and not native:
-        shown = sorted(seen)
-        raise ConfigError(f"no recorded kernel under {path} matches --kernels {pattern!r}",
-                          hint=f"recorded kernels: {', '.join(shown[:12])}"
-                               + (f" and {len(shown) - 12} more" if len(shown) > 12 else ""))
-    for bad in damaged:
-        warn_damaged(bad)
-    return recs, native
-
-
-def load_units(path: str | Path, pattern: str | None = None) -> list[Recording]:
-    """The recorded units under ``path`` whose kernel matches ``pattern``. A damaged unit is
-    skipped with a warning while other units remain; when none remains, its error is raised
-    (one unit named directly is always loaded strictly)."""
-    paths = [p for p in find_recordings(path) if not is_native_unit(p)]
-    if not paths:
-        return []
-    if len(paths) == 1:
-        rec = load_recording(paths[0], verify=True)
-        return [rec] if not pattern or fnmatchcase(rec.source.entry, pattern) else []
-    recs: list[Recording] = []
-    damaged: list[RecordingError] = []
-    for p in paths:
-        try:
-            rec = load_recording(p, verify=True)
-        except RecordingError as exc:
-            damaged.append(exc)
-            continue
-        if not pattern or fnmatchcase(rec.source.entry, pattern):
-            recs.append(rec)
-    if damaged and not recs:
-        raise damaged[0]
-    for bad in damaged:
-        warn_damaged(bad)
-    return recs
+def load_all_units(path: str | Path, pattern: str | None = None) -> Units:
+    """Every recorded unit under ``path`` (:func:`kernforge.pipeline.units.load_units`), what
+    it skips and warns of printed."""
+    return load_units(path, pattern, notes())

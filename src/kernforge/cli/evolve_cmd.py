@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,19 +15,14 @@ from rich.table import Table
 
 from ..core import ConfigError
 from ..core.fmt import fmt_time
-from ..core.lock import directory_lock
 from ..evolve.controller import Progress
-from ..pipeline.evolve import Counters, EvolveOutcome, evolve_path
+from ..pipeline.evolve import Counters, EvolveOutcome
 from ..pipeline.evolve_config import load_config
 from ..pipeline.evolve_final import measurement_text
-from ..pipeline.native_evolve import evolve_native
-from ..replay.native_build import bind_source
-from ..replay.native_tune import RESULT
-from .checks import load_all_units, not_recordings, resumable_dir, writable_dir
+from ..pipeline.units import evolve_units
+from .checks import not_recordings, resumable_dir, writable_dir
 from .isolation import add_isolation_args, isolation
-from .native_cmd import load_native_units
-from .native_deploy_cmd import bind_units
-from .output import console
+from .output import console, notes
 from .progress import LineProgress, line_progress
 from .tune_cmd import add_source_args, report_finished
 
@@ -117,82 +114,61 @@ def run(args: argparse.Namespace) -> int:
     out = args.out = args.out or Path("runs") / time.strftime("evolve-%Y%m%d-%H%M%S")
     writable_dir(out, "--out")
     not_recordings(out, "--out")
-    native = load_native_units(args.path, args.kernels)
-    if native:
-        return run_native(args, cfg, native, out)
-    if args.source is not None:
-        raise ConfigError("--source binds native units; none under this path",
-                          hint="record the program with kernforge record -- COMMAND")
-    recs, _ = load_all_units(args.path)  # damaged units skipped, each with its reason
-    finished: list[str] = []
-    display = _Display()
-    slots = cfg.evolve_config("").eval_slots
-    with directory_lock(out, "evolution run directory"), isolation(args, workers=slots) as iso, \
-            line_progress(console) as lines, \
-            Live(display.table(None, None), console=console, refresh_per_second=4,
-                 transient=True) as live:
-        display.live, display.lines = live, lines
-        outcomes = evolve_path(args.path, cfg, out, kernels=args.kernels, resume=args.resume,
-                               on_progress=display.update, on_kernel=display.kernel_started,
-                               isolate=iso if iso is not None else False, recordings=recs,
-                               remeasure=args.remeasure,
-                               on_finished=lambda p: finished.append(report_finished(p)))
-    for line in finished:
-        console.print(line, markup=False, soft_wrap=True)
-    for o in outcomes:
+    done = evolve_units(args.path, cfg, out, kernels=args.kernels, display=_Shown(),
+                        isolation=lambda slots: isolation(args, workers=slots),
+                        resume=args.resume, remeasure=args.remeasure, tolerance=args.tolerance,
+                        source=args.source, includes=args.includes, defines=args.defines,
+                        notes=notes())
+    for path in done.finished:
+        console.print(report_finished(path), markup=False, soft_wrap=True)
+    for o in done.outcomes:
         print_outcome(o)
-    return 0 if all(o.final.best is not None for o in outcomes) else 1
+    return 0 if done.succeeded else 1
 
 
-def run_native(args: argparse.Namespace, cfg: Any, units: list[Any], out: Path) -> int:
-    """Native units: the kernel's captured NVRTC source, or the --source file, evolved."""
-    groups: dict[str, list[Any]] = {}
-    for u in units:
-        groups.setdefault(u.entry, []).append(u)
-    src = bind_source(args.source, includes=args.includes, defines=args.defines) \
-        if args.source is not None else None
-    if src is not None:
-        bound = bind_units(units, src)
-        groups = {k: g for k, g in groups.items() if g[0].path in bound}
-    else:
-        groups = {k: g for k, g in groups.items() if g[0].source is not None}
-        if not groups:
-            raise ConfigError("no native unit under this path carries source",
-                              hint="kernels compiled with NVRTC carry theirs; for an "
-                                   "nvcc-built program bind the file with --source FILE.cu")
-    if args.kernels is None and len(groups) > 1:  # the kernel with the longest in-app time
-        groups = dict([max(groups.items(), key=lambda kv: kv[1][0].capture.get(
-            "app_time_ms") or 0.0)])
-    status = 0
-    with directory_lock(out, "evolution run directory"), line_progress(console) as lines:
-        for entry, group in groups.items():
-            name = group[0].path.name.rsplit("-", 1)[0]
-            done = out / name / RESULT
-            if args.resume and not args.remeasure and done.is_file():
-                console.print(f"{group[0].name}: finished earlier; not measured again: {done} "
-                              f"stands (--remeasure measures it again and keeps this one "
-                              f"beside it)", markup=False, soft_wrap=True)
-                continue
-            lines.step(f"evolving {group[0].name} ({len(group)} recorded launch(es))")
+class _Shown:
+    """What ``kernforge evolve`` shows while it runs: the recordings' live table (plain lines
+    off a terminal), the native kernels' progress lines and outcomes."""
 
-            def shown(p: Any, c: Any, e: str = entry) -> None:
-                lines.update(f"{e}: iteration {p.applied}, {c.evaluations} evaluations")
+    @contextlib.contextmanager
+    def recordings(self) -> Iterator[_Display]:
+        display = _Display()
+        with line_progress(console) as lines, \
+                Live(display.table(None, None), console=console, refresh_per_second=4,
+                     transient=True) as live:
+            display.live, display.lines = live, lines
+            yield display
 
-            o = evolve_native(group, cfg, out / name, source=src, resume=args.resume,
-                              tolerance=args.tolerance, on_progress=shown,
-                              remeasure=args.remeasure)
-            t = o.tuning
-            best = o.result.best
-            console.print(f"[bold]{escape(o.kernel)}[/]: {len(o.result.programs)} programs, "
-                          f"best {fmt_time(best.fitness if best else None)}", soft_wrap=True)
-            if t is None:
-                console.print("  no evolved source beat the recorded one", markup=False)
-                status = 1
-            elif t.win:
-                console.print(f"  speedup {t.speedup:.3f}x over the recorded kernel "
-                              f"(interleaved); result: {o.run_dir / RESULT} (kernforge export "
-                              f"{o.run_dir})", markup=False)
-            else:
-                console.print(f"  not kept: {t.refused}", markup=False)
-                status = 1
-    return status
+    @contextlib.contextmanager
+    def native(self) -> Iterator[_NativeSteps]:
+        with line_progress(console) as lines:
+            yield _NativeSteps(lines)
+
+
+class _NativeSteps:
+    def __init__(self, lines: LineProgress) -> None:
+        self.lines = lines
+
+    def finished(self, name: str, result: Path) -> None:
+        console.print(f"{name}: finished earlier; not measured again: {result} stands "
+                      f"(--remeasure measures it again and keeps this one beside it)",
+                      markup=False, soft_wrap=True)
+
+    def started(self, name: str, launches: int) -> None:
+        self.lines.step(f"evolving {name} ({launches} recorded launch(es))")
+
+    def progress(self, entry: str, p: Progress, c: Counters) -> None:
+        self.lines.update(f"{entry}: iteration {p.applied}, {c.evaluations} evaluations")
+
+    def evolved(self, o: Any) -> None:
+        t, best = o.tuning, o.result.best
+        console.print(f"[bold]{escape(o.kernel)}[/]: {len(o.result.programs)} programs, "
+                      f"best {fmt_time(best.fitness if best else None)}", soft_wrap=True)
+        if t is None:
+            console.print("  no evolved source beat the recorded one", markup=False)
+        elif t.win:
+            console.print(f"  speedup {t.speedup:.3f}x over the recorded kernel "
+                          f"(interleaved); result: {o.result_path} (kernforge "
+                          f"export {o.run_dir})", markup=False)
+        else:
+            console.print(f"  not kept: {t.refused}", markup=False)

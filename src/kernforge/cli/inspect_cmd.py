@@ -7,10 +7,11 @@ import json
 
 from rich.table import Table
 
+from ..pipeline.units import describe_units
 from ..record import clean_partial
 from ..replay.cache_protocol import protocol_for
 from .checks import load_all_units
-from .native_cmd import inspect_native, print_native_inspect
+from .native_cmd import print_native_inspect
 from .output import console
 
 
@@ -35,19 +36,13 @@ def run(args: argparse.Namespace) -> int:
     if args.clean:
         for p in clean_partial(args.path):
             console.print(f"removed partial unit {p}")
-    recs, native = load_all_units(args.path)
+    units = load_all_units(args.path)
+    recs = units.recordings
     if args.json:
-        print(json.dumps(inspect_native(native) + [{
-            "path": str(r.path), "kernel": r.source.entry, "backend": r.backend,
-            "launch": r.launch.to_json(), "options": r.options.as_dict(),
-            "defines": dict(r.defines), "bytes": r.nbytes,
-            "args": [{"name": a.name, "kind": a.kind, "dtype": a.dtype, "shape": list(a.shape),
-                      "written": a.written, "policy": a.policy.to_json()} for a in r.args],
-            "cache": protocol_for(r).to_json(),
-        } for r in recs], indent=2, default=str))
+        print(json.dumps(describe_units(units), indent=2, default=str))
         return 0
-    if native:
-        print_native_inspect(native)
+    if units.native:
+        print_native_inspect(units.native)
         if not recs:
             return 0
     table = Table(title=f"{len(recs)} recorded launch(es) in {args.path}")

@@ -8,8 +8,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from ..core import ConfigError, Measurement
+from ..pipeline.notes import Notes
 
 # Not a terminal (CI logs, pipes): wide enough that tables are not cut.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
@@ -53,3 +55,17 @@ def wrapped(text: str, width: int, indent: str = "  ") -> str:
     whole), lines after the first indented: for reasons of a paragraph's length."""
     return textwrap.fill(" ".join(text.split()), width=max(40, width), subsequent_indent=indent,
                          break_long_words=False, break_on_hyphens=False)
+
+
+def notes() -> Notes:
+    """What the unit pipelines say, printed: progress lines, damaged units skipped (counted
+    for exit status 7, :mod:`.damaged`), spooled launches left as they were, results not
+    exported."""
+    from . import damaged
+
+    return Notes(
+        say=lambda line: console.print(line, markup=False),
+        damaged=damaged.skip,
+        warn=lambda line: err_console.print(f"[yellow]warning: a spooled launch was not turned "
+                                            f"into a unit:[/] {escape(line)}", soft_wrap=True),
+        skipped=lambda line: err_console.print(f"skipped {escape(line)}", soft_wrap=True))

@@ -7,9 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import Interrupted
-from ..pipeline.run_app import command_program, record_command, runs_in_process
+from ..pipeline.run_app import (
+    command_program,
+    keep_interrupted,
+    record_command,
+    runs_in_process,
+    spooled,
+)
 from ..record import find_recordings
-from ..record.native_format import SPOOL, finalize_interrupted, spool_entries
 from .checks import writable_dir
 from .damaged import EXIT_SKIPPED
 from .output import console
@@ -99,13 +104,13 @@ def _units(out: Path) -> set[Path]:
 def _interrupted(out: Path, before: set[Path], earlier: set[str]) -> Interrupted:
     """Ctrl-C: what the application recorded is kept (units complete or absent, the spool's
     complete units turned into units, the spool then removed), and said so."""
-    problems = finalize_interrupted(out, earlier)
+    problems, spool = keep_interrupted(out, earlier)
     n = len(_units(out) - before)
     what = (f"{n} unit recorded is kept" if n == 1 else f"{n} units recorded are kept") + \
         f" in {out}"
     if problems:
         what += (f"; {len(problems)} spooled launch(es) could not be turned into units "
-                 f"(left in {out / SPOOL})")
+                 f"(left in {spool})")
     return Interrupted(what)
 
 
@@ -113,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     writable_dir(args.out, "-o")  # before the application runs, not after it
     out = Path(args.out)
-    before, earlier = _units(out), spool_entries(out)
+    before, earlier = _units(out), spooled(out)
     try:
         status, paths, problems, summaries = record_command(
             command, out, kernels=args.kernels, max_instances=args.max_instances,

@@ -4,30 +4,20 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
 
-from ..core import ConfigError, LaunchConfig, Measurement, RecordingError, Status, Tolerance
+from ..core import ConfigError, Measurement, Status, Tolerance
 from ..core.fmt import fmt_time
 from ..core.jsonio import write_json_atomic
 from ..harness.cache import CacheChoice
-from ..replay import replay
-from ..replay.cache_protocol import apply_mode, protocol_for
+from ..pipeline.units import replay_units
 from .cache_arg import add_cache_arg
-from .checks import (
-    NON_NEGATIVE,
-    POSITIVE,
-    THREADS,
-    check_defines,
-    load_all_units,
-    warn_damaged,
-    writable_file,
-)
+from .checks import NON_NEGATIVE, POSITIVE, THREADS, check_defines, load_all_units, writable_file
 from .isolation import add_isolation_args, isolation
-from .native_cmd import print_native_replay, replay_native
-from .output import console, err_console, fmt_error, parse_pairs
+from .native_cmd import print_native_replay
+from .output import console, err_console, fmt_error, notes, parse_pairs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -88,43 +78,22 @@ def run(args: argparse.Namespace) -> int:
     writable_file(args.json, "--json")
     cache = _cache_mode(args)
     _check_dtype(args.dtype)
-    recs, native = load_all_units(args.path, args.kernels)
-    if native and isinstance(tolerance, dict):
-        raise ConfigError("a native unit's memory has no buffer names: --tolerance BUF=SPEC "
-                          "does not apply to it",
-                          hint="give one --tolerance SPEC (with --dtype) for native units; "
-                               "select the others with --kernels")
-    for rec in recs:
+    units = load_all_units(args.path, args.kernels)
+    for rec in units.recordings:
         check_defines(rec.name, rec.source.code, defines, allow=args.allow_unused_define)
-    results: list[tuple[str, str, Measurement]] = []
-    caches: list[CacheChoice] = []
-    with isolation(args, backends=sorted({r.backend for r in recs})) as iso:
-        for rec in recs:
-            launch = (LaunchConfig(rec.launch.grid, rec.launch.block, rec.launch.shared_mem,
-                                   args.threads) if args.threads is not None else None)
-            if cache is not None:  # not given: the unit's kept choice stays
-                apply_mode(rec.path, cache)
-            caches.append(protocol_for(rec, cache or "auto"))
-            try:
-                m = replay(rec, options=options, defines=defines, launch=launch,
-                           tolerance=tolerance, warmup=args.warmup, repeat=args.repeat,
-                           flush=caches[-1].flush, isolate=iso)
-            except RecordingError as exc:  # damaged since it was loaded: the others go on
-                warn_damaged(exc)
-                continue
-            results.append((rec.name, rec.source.entry, m))
-    if recs:
-        _print_table(args.path, results, caches)
-    info: dict[str, dict[str, Any]] = {u: {"cache": c.to_json()}
-                                       for (u, _, _), c in zip(results, caches)}
-    if native:
-        rows = replay_native(native, warmup=args.warmup, repeat=args.repeat,
-                             tolerance=args.tolerance[0] if args.tolerance else None,
-                             dtype=args.dtype, cache=cache, others=bool(results))
-        print_native_replay(rows)
-        results += [(u, k, m) for u, k, m, _ in rows]
-        info.update({u: i for u, _, _, i in rows})
+    done = replay_units(units, options=options, defines=defines, threads=args.threads,
+                        tolerance=tolerance,
+                        native_tolerance=args.tolerance[0] if args.tolerance else None,
+                        dtype=args.dtype, warmup=args.warmup, repeat=args.repeat, cache=cache,
+                        isolation=lambda backends: isolation(args, backends=backends),
+                        notes=notes())
+    if units.recordings:
+        _print_table(args.path, done.recorded, done.caches)
+    if units.native:
+        print_native_replay(done.native)
+    results = done.rows()
     if args.json:
+        info = done.info()
         write_json_atomic(Path(args.json), [{"unit": u, "kernel": k, **m.to_json(),
                                              **info.get(u, {})} for u, k, m in results])
     return _exit_code(results)

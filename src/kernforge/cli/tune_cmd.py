@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,16 +14,11 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..core import ConfigError, Recording, RecordingError
+from ..core import ConfigError, Recording
 from ..core.fmt import fmt_time
-from ..core.lock import directory_lock
-from ..deploy.gate import idle_of
-from ..harness import by_precision, precision_of
-from ..harness.verdict import Judgement, judge_evidence
-from ..replay.cache_protocol import apply_mode, protocol_for
-from ..replay.native_build import bind_source
-from ..replay.native_tune import RESULT as NATIVE_RESULT
-from ..replay.tuning import TuningOutcome, finished_result, keep_earlier, tune_recording
+from ..harness.cache import CacheChoice
+from ..pipeline.units import TuneSettings, export_verdict, headline, tune_units
+from ..replay.tuning import TuningOutcome
 from ..tune import Budget, SearchSpace
 from .cache_arg import add_cache_arg
 from .checks import (
@@ -30,13 +27,12 @@ from .checks import (
     load_all_units,
     not_recordings,
     resumable_dir,
-    warn_damaged,
     writable_dir,
 )
 from .isolation import add_isolation_args, isolation
-from .native_deploy_cmd import tune_units as tune_native_units
-from .output import console
-from .progress import line_progress
+from .native_cmd import print_native_tuning
+from .output import console, notes
+from .progress import LineProgress, line_progress
 from .replay_cmd import tolerance_overrides
 
 
@@ -142,107 +138,73 @@ def run(args: argparse.Namespace) -> int:
     out = args.out = args.out or Path("runs") / time.strftime("tune-%Y%m%d-%H%M%S")
     writable_dir(out, "--out")
     not_recordings(out, "--out")
-    user = load_space_file(args.space)
-    budget = Budget(trials=args.trials, seconds=args.seconds, patience=args.patience)
-    tolerance = tolerance_overrides(args.tolerance)
-    recs, native = load_all_units(args.path, args.kernels)
-    if not recs and not native:
-        raise ConfigError(f"no recorded units to tune under {args.path}",
-                          hint="check the path and --kernels")
-    for path in [r.path for r in recs] + [r.path for r in native]:  # kept with the unit:
-        if args.cache is not None:  # the gates and export use it too; not given: kept as is
-            apply_mode(path, args.cache)
-    if args.source is not None and not native:
-        raise ConfigError("--source binds native units; none under this path",
-                          hint="record the program with kernforge record -- COMMAND")
-    if native and args.resume and _native_finished(Path(out), native, args.remeasure):
-        native = []  # reported, not measured again
-        if not recs:
-            return 0
-    if native:  # geometry, carveout, JIT options, source builds: every candidate evaluated
-        source = bind_source(args.source, includes=args.includes, defines=args.defines) \
-            if args.source is not None else None
-        with directory_lock(out, "tuning run directory"):
-            tune_native_units(native, Path(out), repeat=args.repeat, passes=7,
-                              tolerance=args.tolerance[0] if args.tolerance else None,
-                              source=source, defines=define_sets(args.try_defines),
-                              others=bool(recs))
-        if not recs:
-            return 0
-    with directory_lock(out, "tuning run directory"), isolation(
-            args, backends=sorted({r.backend for r in recs})) as iso:
-        finished: list[str] = []
-        outcomes = _tune_all(args, recs, out, user, budget, tolerance, iso, finished)
-    if outcomes:
-        _summary(out, outcomes)
-    if finished:
-        console.print(f"{len(finished)} unit(s) finished earlier ({', '.join(finished)}) "
-                      f"are not in this summary{' either' if not outcomes else ''}: their "
-                      f"result.json files stand, as reported above", markup=False)
+    settings = TuneSettings(
+        budget=Budget(trials=args.trials, seconds=args.seconds, patience=args.patience),
+        preset=args.preset, sampler=args.sampler, seed=args.seed,
+        user_space=load_space_file(args.space), tolerance=tolerance_overrides(args.tolerance),
+        native_tolerance=args.tolerance[0] if args.tolerance else None, repeat=args.repeat,
+        resume=args.resume, remeasure=args.remeasure, cache=args.cache, source=args.source,
+        includes=args.includes, defines=args.defines,
+        try_defines=define_sets(args.try_defines))
+    units = load_all_units(args.path, args.kernels)
+    done = tune_units(units, Path(out), settings, display=_Display(args.trials),
+                      isolation=lambda backends: isolation(args, backends=backends),
+                      notes=notes())
+    if done.outcomes:
+        _summary(out, done.outcomes)
+    if done.finished:
+        console.print(f"{len(done.finished)} unit(s) finished earlier "
+                      f"({', '.join(done.finished)}) are not in this summary"
+                      f"{' either' if not done.outcomes else ''}: their result.json files "
+                      f"stand, as reported above", markup=False)
     return 0
 
 
-def _native_finished(out: Path, native: list[Any], remeasure: bool) -> bool:
-    """``--resume`` on native units: a native.json that holds every unit is reported, not
-    measured again; otherwise (or with ``--remeasure``) it is kept aside and they are tuned."""
-    path = out / NATIVE_RESULT
-    if not path.is_file():
-        return False
-    try:
-        units = {str(u.get("unit")) for u in json.loads(path.read_text("utf-8"))["units"]}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        units = set()
-    if not remeasure and {str(n.path) for n in native} <= units:
-        console.print(f"native units: finished earlier; not measured again: {path} stands "
-                      f"(--remeasure measures them again and keeps it beside the new one)",
-                      markup=False)
-        return True
-    kept = keep_earlier(path)
-    console.print(f"native units: the earlier {path.name} is kept as {kept}", markup=False)
-    return False
+class _Display:
+    """Native units: their table once tuned. Recordings: a progress bar on a terminal, plain
+    lines otherwise."""
+
+    def __init__(self, trials: int) -> None:
+        self.trials = trials
+
+    def native_tuned(self, done: Sequence[Any], result: Path) -> None:
+        print_native_tuning(done, result)
+
+    @contextlib.contextmanager
+    def recordings(self) -> Iterator[_Steps]:
+        bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                       TimeElapsedColumn(), console=console, disable=not console.is_terminal)
+        with bar, line_progress(console) as lines:
+            yield _Steps(bar, lines, self.trials)
 
 
-def _tune_all(args: argparse.Namespace, recs: list[Recording], out: Path, user: Any,
-              budget: Budget, tolerance: Any, iso: Any, finished: list[str]
-              ) -> list[TuningOutcome]:
-    """Every unit tuned in turn: a progress bar on a terminal, plain lines otherwise; the
-    units that ``--resume`` found finished are reported and added to ``finished``."""
-    outcomes: list[TuningOutcome] = []
-    tty = console.is_terminal
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), console=console, disable=not tty)
-    with bar, line_progress(console) as lines:
-        for i, rec in enumerate(recs, 1):
-            done = finished_result(out / rec.name) if args.resume else None
-            if done is not None and not args.remeasure:
-                lines.step(f"{i}/{len(recs)} {report_finished(done)}")
-                finished.append(rec.name)
-                continue
-            task = bar.add_task(rec.name, total=args.trials)
-            seen = _Seen()
-            cache = protocol_for(rec)
-            lines.step(f"{i}/{len(recs)} tuning {rec.name} ({args.trials} evaluations; "
-                       f"cache {cache.protocol}: {cache.reason})")
+class _Steps:
+    def __init__(self, bar: Progress, lines: LineProgress, trials: int) -> None:
+        self.bar, self.lines, self.trials = bar, lines, trials
+        self.seen = _Seen()
+        self.task: Any = None
 
-            def on_trial(t: Any, task: Any = task, name: str = rec.name,
-                         seen: _Seen = seen) -> None:
-                seen.add(t)
-                msg = f"{name}  {seen.describe()}"
-                bar.update(task, completed=min(args.trials, seen.evaluations), description=msg)
-                lines.update(msg)
+    def finished(self, i: int, n: int, result: Path) -> None:
+        self.lines.step(f"{i}/{n} {report_finished(result)}")
 
-            try:
-                outcomes.append(tune_recording(
-                    rec, out, preset=args.preset, sampler=args.sampler, budget=budget,
-                    seed=args.seed, user_space=user, tolerance=tolerance, repeat=args.repeat,
-                    resume=args.resume, remeasure=args.remeasure, on_trial=on_trial,
-                    isolate=iso))
-            except RecordingError as exc:  # damaged since it was loaded: the others go on
-                warn_damaged(exc)
-                continue
-            bar.update(task, completed=args.trials)
-            lines.step(f"{i}/{len(recs)} {rec.name} done: {_done(seen, outcomes[-1])}")
-    return outcomes
+    def started(self, i: int, n: int, rec: Recording,
+                cache: CacheChoice) -> Callable[[Any], None]:
+        self.task = task = self.bar.add_task(rec.name, total=self.trials)
+        self.seen = seen = _Seen()
+        self.lines.step(f"{i}/{n} tuning {rec.name} ({self.trials} evaluations; "
+                        f"cache {cache.protocol}: {cache.reason})")
+
+        def on_trial(t: Any) -> None:
+            seen.add(t)
+            msg = f"{rec.name}  {seen.describe()}"
+            self.bar.update(task, completed=min(self.trials, seen.evaluations), description=msg)
+            self.lines.update(msg)
+
+        return on_trial
+
+    def done(self, i: int, n: int, rec: Recording, outcome: TuningOutcome) -> None:
+        self.bar.update(self.task, completed=self.trials)
+        self.lines.step(f"{i}/{n} {rec.name} done: {_done(self.seen, outcome)}")
 
 
 def report_finished(path: Path) -> str:
@@ -294,64 +256,9 @@ def _done(seen: _Seen, o: TuningOutcome) -> str:
             f"[{o.ab.ci_low:.3f}, {o.ab.ci_high:.3f}]")
 
 
-def _speed(o: TuningOutcome) -> Judgement | None:
-    """The unit's speed verdict: the validation's own (an inconclusive validation's too:
-    every gate passed, the speed was not decided), else from its figures (None: the
-    recorded configuration stayed best, or a gate rejected the winner)."""
-    v = o.validation
-    if o.ab is None or (v is not None and not v.accepted and v.verdict != "inconclusive"):
-        return None
-    if v is not None and v.speed is not None:
-        return v.speed
-    idle, util = idle_of(v.to_json() if v is not None else None)
-    return judge_evidence(o.ab.speedup, (o.ab.ci_low, o.ab.ci_high), idle=idle,
-                          utilisation=util)
-
-
-def _verdict(o: TuningOutcome) -> tuple[str, bool]:
-    """What export will make of this unit's result (and whether its figures count)."""
-    v = o.validation
-    if v is not None and not v.accepted and v.verdict != "inconclusive":
-        return f"REJECTED ({v.reason or v.status.value})", False
-    if o.ab is None:
-        return "the recorded configuration stayed best", True
-    speed = _speed(o)
-    if speed is None:
-        return "not exportable: never validated", False
-    if v is None or not v.accepted:
-        return f"not exportable: {speed.reason}", speed.conclusive
-    return ("exportable" if speed.faster else f"not exportable: {speed.reason}"), \
-        speed.conclusive
-
-
 def _headline(outcomes: list[TuningOutcome]) -> None:
-    """Per precision, the geometric mean over the units whose verdict is conclusive: a
-    verified "faster" counts its speedup, anything else the recorded kernel's 1.0; units
-    whose verdict is inconclusive are left out and counted, never quoted."""
-    groups: dict[str, list[tuple[float | None, str]]] = {}
-    for o in outcomes:
-        label = precision_of([a.dtype for a in o.recording.args if a.written])
-        speed, (words, counts) = _speed(o), _verdict(o)
-        if words.startswith("REJECTED") or o.ab is None:
-            groups.setdefault(label, []).append((1.0, words))
-        elif speed is None or not counts:
-            groups.setdefault(label, []).append((None, words))
-        else:
-            groups.setdefault(label, []).append(
-                (o.ab.speedup if speed.faster and words == "exportable" else 1.0, words))
-    for label in sorted(groups):
-        known = [x for x, _ in groups[label] if x is not None]
-        unsure = len(groups[label]) - len(known)
-        left = (f"; {unsure} unit(s) inconclusive (busy or noisy), not counted: tune them "
-                f"again on an idle machine" if unsure else "")
-        if not known:
-            console.print(f"{label}: inconclusive: no unit has a conclusive verdict{left}",
-                          markup=False, soft_wrap=True)
-            continue
-        s = by_precision([(label, x) for x in known])[label]
-        console.print(f"{label}: geometric mean speedup {s['geomean']:.3f}x over {s['n']} "
-                      f"unit(s) with a conclusive verdict (verified faster units at their "
-                      f"speedup, the others 1.0){left}", markup=False, soft_wrap=True)
+    for line in headline(outcomes):
+        console.print(line, markup=False, soft_wrap=True)
 
 
 def _summary(out: Path, outcomes: list[TuningOutcome]) -> None:
@@ -362,7 +269,7 @@ def _summary(out: Path, outcomes: list[TuningOutcome]) -> None:
         t.add_column(col)
     busy = 0
     for o in outcomes:
-        verdict, counts = _verdict(o)
+        verdict, counts = export_verdict(o)
         busy += not counts and not verdict.startswith(("REJECTED", "not exportable: never"))
         rejected = verdict.startswith("REJECTED")
         ci = f" [{o.ab.ci_low:.3f}, {o.ab.ci_high:.3f}]" if o.ab and not rejected else ""

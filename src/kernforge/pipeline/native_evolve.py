@@ -74,6 +74,11 @@ class NativeEvolveOutcome:
     result: RunResult
     tuning: NativeTuning | None  # the best program against the recorded kernel
 
+    @property
+    def result_path(self) -> Path:
+        """Where the comparison with the recorded kernel is written (kernforge export)."""
+        return self.run_dir / RESULT
+
 
 def evolve_native(units: Sequence[NativeRecording], cfg: RunConfig, run_dir: Path, *,
                   source: NativeSource | None = None, resume: bool = False,

@@ -339,3 +339,20 @@ def pyrun_main(argv: Sequence[str]) -> int:
                                    skip=skip,
                                    summary=Path(out) / SPOOL / f"inprocess-{os.getpid()}.json")
     return status
+
+
+def spooled(out: str | Path) -> set[str]:
+    """What the interposer's spool under ``out`` holds before a recording into it (an earlier
+    run's counts), for :func:`keep_interrupted`."""
+    from ..record.native_format import spool_entries
+
+    return spool_entries(out)
+
+
+def keep_interrupted(out: str | Path, earlier: set[str]) -> tuple[list[str], Path]:
+    """After a recording into ``out`` was interrupted: its complete spool units turned into
+    units, its counts dropped (``earlier``'s kept). Returns the spool units that could not be
+    turned into units, and the spool that keeps them."""
+    from ..record.native_format import SPOOL, finalize_interrupted
+
+    return finalize_interrupted(out, earlier), Path(out) / SPOOL

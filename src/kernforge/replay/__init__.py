@@ -1,7 +1,7 @@
 """Replay engine: evaluate variants of a recorded launch in isolation (verify, then time).
 
-The names are imported from their modules on first use (``kernforge run --deploy`` with a
-native spec needs :mod:`.native_deploy` alone, not the engine).
+The names are imported from their modules on first use, so that importing one module of the
+package does not load the engine.
 """
 
 from __future__ import annotations

@@ -1,0 +1,139 @@
+"""The one path every command takes through recorded units, whatever recorded them: a
+recording (format v1: source, arguments, the capture inside Python) or a native unit (format
+v2: a launch the driver interposer recorded from an unchanged program). One entry point per
+command (:func:`load_units`, :func:`replay_units`, :func:`describe_units`,
+:func:`tune_units`, :func:`export_units`, :func:`evolve_units`) takes the units of both kinds
+and dispatches here; the CLI parses arguments and prints what comes back.
+
+What a pipeline says while it works goes to the caller's :class:`~.notes.Notes`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core import ConfigError, LaunchConfig, Measurement, RecordingError, Tolerance
+from ..harness.cache import CacheChoice
+from ..replay import replay
+from ..replay.cache_protocol import apply_mode, protocol_for
+from .evolve_run import EvolveDisplay, EvolveRun, evolve_all
+from .export import ExportOutcome, export_run
+from .loading import Units, load_units
+from .native_units import NativeRow, describe_native, replay_native
+from .notes import QUIET, Notes
+from .tune_run import (
+    Isolating,
+    TuneDisplay,
+    TuneRun,
+    TuneSettings,
+    export_verdict,
+    headline,
+    tune_all,
+)
+
+__all__ = ["EvolveDisplay", "EvolveRun", "ExportOutcome", "Notes", "Replayed", "TuneDisplay",
+           "TuneRun", "TuneSettings", "Units", "describe_units", "evolve_units",
+           "export_units", "export_verdict", "headline", "load_units", "replay_units",
+           "tune_units"]
+
+
+def describe_units(units: Units) -> list[dict[str, Any]]:
+    """What each unit holds (``kernforge inspect --json``): native units first."""
+    return describe_native(units.native) + [{
+        "path": str(r.path), "kernel": r.source.entry, "backend": r.backend,
+        "launch": r.launch.to_json(), "options": r.options.as_dict(),
+        "defines": dict(r.defines), "bytes": r.nbytes,
+        "args": [{"name": a.name, "kind": a.kind, "dtype": a.dtype, "shape": list(a.shape),
+                  "written": a.written, "policy": a.policy.to_json()} for a in r.args],
+        "cache": protocol_for(r).to_json(),
+    } for r in units.recordings]
+
+
+@dataclass
+class Replayed:
+    """``recorded``: (unit, kernel, measurement) of the recordings replayed, ``caches`` the
+    cache state each ran in; ``native``: the native units' rows (unit, kernel, measurement,
+    info: placement, the program's time, the cache state)."""
+
+    recorded: list[tuple[str, str, Measurement]] = field(default_factory=list)
+    caches: list[CacheChoice] = field(default_factory=list)
+    native: list[NativeRow] = field(default_factory=list)
+
+    def rows(self) -> list[tuple[str, str, Measurement]]:
+        return self.recorded + [(u, k, m) for u, k, m, _ in self.native]
+
+    def info(self) -> dict[str, dict[str, Any]]:
+        """Per unit, what ``--json`` writes beside its measurement."""
+        out: dict[str, dict[str, Any]] = {u: {"cache": c.to_json()}
+                                          for (u, _, _), c in zip(self.recorded, self.caches)}
+        out.update({u: i for u, _, _, i in self.native})
+        return out
+
+
+def replay_units(units: Units, *, options: Mapping[str, Any] | None = None,
+                 defines: Mapping[str, Any] | None = None, threads: int | None = None,
+                 tolerance: Tolerance | dict[str, Tolerance] | None = None,
+                 native_tolerance: str | None = None, dtype: str | None = None,
+                 warmup: int = 3, repeat: int = 10, cache: str | None = None,
+                 isolation: Isolating, notes: Notes = QUIET) -> Replayed:
+    """Every unit replayed, verified and timed: the recordings with the overrides (in the
+    worker pool ``isolation(backends)``), then the native units at their recorded addresses
+    (``native_tolerance``, ``dtype``: how their written memory is compared). ``cache`` None
+    keeps each unit's kept choice. A unit found damaged is skipped (``notes.damaged``)."""
+    if units.native and isinstance(tolerance, dict):
+        raise ConfigError("a native unit's memory has no buffer names: --tolerance BUF=SPEC "
+                          "does not apply to it",
+                          hint="give one --tolerance SPEC (with --dtype) for native units; "
+                               "select the others with --kernels")
+    out = Replayed()
+    with isolation(units.backends) as iso:
+        for rec in units.recordings:
+            launch = (LaunchConfig(rec.launch.grid, rec.launch.block, rec.launch.shared_mem,
+                                   threads) if threads is not None else None)
+            if cache is not None:  # not given: the unit's kept choice stays
+                apply_mode(rec.path, cache)
+            out.caches.append(protocol_for(rec, cache or "auto"))
+            try:
+                m = replay(rec, options=options, defines=defines, launch=launch,
+                           tolerance=tolerance, warmup=warmup, repeat=repeat,
+                           flush=out.caches[-1].flush, isolate=iso)
+            except RecordingError as exc:  # damaged since it was loaded: the others go on
+                out.caches.pop()
+                notes.damaged(exc)
+                continue
+            out.recorded.append((rec.name, rec.source.entry, m))
+    if units.native:
+        out.native = replay_native(units.native, warmup=warmup, repeat=repeat,
+                                   tolerance=native_tolerance, dtype=dtype, cache=cache,
+                                   others=bool(out.recorded), notes=notes)
+    return out
+
+
+def tune_units(units: Units, out: Path, settings: TuneSettings, *, display: TuneDisplay,
+               isolation: Isolating, notes: Notes = QUIET) -> TuneRun:
+    """Every unit tuned into the run directory ``out`` (:func:`.tune_run.tune_all`)."""
+    if not units.recordings and not units.native:
+        raise ConfigError(f"no recorded units to tune under {units.where}",
+                          hint="check the path and --kernels")
+    return tune_all(units.recordings, units.native, out, settings, display=display,
+                    isolation=isolation, notes=notes)
+
+
+def export_units(run_dir: Path, spec: Path | None, *, min_speedup: float, band: float,
+                 notes: Notes = QUIET) -> ExportOutcome:
+    """The deployment spec of a tuning run of either kind (:func:`.export.export_run`)."""
+    return export_run(run_dir, spec, min_speedup=min_speedup, band=band, notes=notes)
+
+
+def evolve_units(path: str | Path, cfg: Any, out: Path, *, kernels: str | None,
+                 display: EvolveDisplay, isolation: Callable[[int], Any],
+                 resume: bool = False, remeasure: bool = False, tolerance: str | None = None,
+                 source: Path | None = None, includes: Sequence[str] = (),
+                 defines: Sequence[str] = (), notes: Notes = QUIET) -> EvolveRun:
+    """The source of the kernels under ``path`` evolved (:func:`.evolve_run.evolve_all`):
+    native units' when there are any, else the recordings'."""
+    return evolve_all(path, cfg, out, kernels=kernels, display=display, isolation=isolation,
+                      resume=resume, remeasure=remeasure, tolerance=tolerance, source=source,
+                      includes=includes, defines=defines, notes=notes)
