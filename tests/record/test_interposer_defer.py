@@ -208,7 +208,8 @@ def test_a_fused_entry_written_by_kernforge_runs_in_the_interposer(
 
     loaded = f"KFFAKE {fake.kernels}".encode() + b"\0"  # the image as fake_loop loads it
     raw = bytes(16) + (1000).to_bytes(4, "little") + bytes(4) + struct.pack("<d", 0.25)
-    rec = NativeRecording(tmp_path / "unit", "heat", "heat", "img", "text", (8, 1, 1),
+    # the blob id is content-addressed in a real unit (deploy.native caches ids by it)
+    rec = NativeRecording(tmp_path / "unit", "heat", "heat", "img-fake-loop", "text", (8, 1, 1),
                           (128, 1, 1), 0,
                           (NativeParam(0, 8, ((0, 0),)), NativeParam(8, 8, ((8, 1),)),
                            NativeParam(16, 4), NativeParam(24, 8)), raw,
