@@ -227,11 +227,11 @@ def validate(p: StencilProgram) -> None:
     if p.precision not in PRECISIONS:
         raise _err(f"precision {p.precision!r}", hint=f"one of {PRECISIONS}")
     names = [f.name for f in p.fields]
-    for f in p.fields:
-        if not isinstance(f.name, str) or not _NAME.match(f.name):
-            raise _err(f"field name {f.name!r}", hint="an identifier")
-        if f.role not in ROLES:
-            raise _err(f"field {f.name!r} has role {f.role!r}", hint=f"one of {ROLES}")
+    for fd in p.fields:
+        if not isinstance(fd.name, str) or not _NAME.match(fd.name):
+            raise _err(f"field name {fd.name!r}", hint="an identifier")
+        if fd.role not in ROLES:
+            raise _err(f"field {fd.name!r} has role {fd.role!r}", hint=f"one of {ROLES}")
     if len(set(names)) != len(names):
         raise _err(f"duplicate field names in {names}")
     if not p.outputs:
@@ -244,11 +244,11 @@ def validate(p: StencilProgram) -> None:
             raise _err(f"field {name!r} (role {p.field(name).role}) has no output expression")
     if len(p.faces) != len(FACES):
         raise _err(f"{len(p.faces)} face rules", hint=f"one per face {FACES}")
-    for f, r in zip(FACES, p.faces, strict=True):
-        if r.rule not in RULES:
-            raise _err(f"face {f}: rule {r.rule!r}", hint=f"one of {RULES}")
-        if r.width is not None and (not isinstance(r.width, int) or r.width < 0):
-            raise _err(f"face {f}: width {r.width!r}", hint="a count of layers >= 0, or None")
+    for f, fr in zip(FACES, p.faces, strict=True):
+        if fr.rule not in RULES:
+            raise _err(f"face {f}: rule {fr.rule!r}", hint=f"one of {RULES}")
+        if fr.width is not None and (not isinstance(fr.width, int) or fr.width < 0):
+            raise _err(f"face {f}: width {fr.width!r}", hint="a count of layers >= 0, or None")
     for a in "zyx":
         lo, hi = p.rule(f"{a}-").rule, p.rule(f"{a}+").rule
         if (lo == "periodic") != (hi == "periodic"):
@@ -260,27 +260,27 @@ def validate(p: StencilProgram) -> None:
                        hint="written fields have role out or inout")
         _check_expr(p, o.expr, f"output {o.field}", reduction=False)
         widths, reach = p.widths(o), ex.reach(o.expr)
-        for f, r in zip(FACES, p.faces, strict=True):
-            if r.rule in WRITING and widths[f] < reach[f]:
-                raise _err(f"output {o.field}: face {f} {r.rule} of width {widths[f]} but the "
+        for face, fr in zip(FACES, p.faces, strict=True):
+            if fr.rule in WRITING and widths[face] < reach[face]:
+                raise _err(f"output {o.field}: face {face} {fr.rule} of width {widths[f]} but the "
                            f"expression reaches {reach[f]} past it (reads outside the grid)",
                            hint="a width at least the reach, or zeropad/periodic")
-        if any(r.rule == "copy" for r in p.faces):
+        if any(fr.rule == "copy" for fr in p.faces):
             src = o.copy_from
             if src is None or p.field(src).role == "out":
                 raise _err(f"output {o.field}: a copy face needs copy_from naming a field "
                            "that is read", hint="Output(..., copy_from='u')")
-    rnames = [r.name for r in p.reductions]
+    rnames = [red.name for red in p.reductions]
     if len(set(rnames)) != len(rnames) or set(rnames) & set(names):
         raise _err(f"reduction names {rnames} repeat or clash with field names")
-    for r in p.reductions:
-        if not _NAME.match(r.name):
-            raise _err(f"reduction name {r.name!r}", hint="an identifier")
-        if r.op not in REDUCTIONS:
-            raise _err(f"reduction {r.name}: op {r.op!r}", hint=f"one of {REDUCTIONS}")
-        if r.over not in ("computed", "all"):
-            raise _err(f"reduction {r.name}: over {r.over!r}", hint="computed or all")
-        _check_expr(p, r.expr, f"reduction {r.name}", reduction=True)
+    for red in p.reductions:
+        if not _NAME.match(red.name):
+            raise _err(f"reduction name {red.name!r}", hint="an identifier")
+        if red.op not in REDUCTIONS:
+            raise _err(f"reduction {red.name}: op {red.op!r}", hint=f"one of {REDUCTIONS}")
+        if red.over not in ("computed", "all"):
+            raise _err(f"reduction {red.name}: over {red.over!r}", hint="computed or all")
+        _check_expr(p, red.expr, f"reduction {red.name}", reduction=True)
 
 
 def _check_expr(p: StencilProgram, e: ex.Expr, where: str, *, reduction: bool) -> None:
