@@ -1,0 +1,417 @@
+"""From the stores a kernel's body makes (:mod:`.lift_source`) to a stencil program.
+
+The point a thread writes is the index of its stores, ``x + SY*y + SZ*z`` over its coordinates
+(global thread indices, their quotients and remainders, loop variables that walk an axis);
+every read's index minus it must be a fixed offset ``dx + SY*dy + SZ*dz``. The grid's extents
+are the strides (x: ``SY``; y: ``SZ/SY``) and, for the last axis, the bound a guard or a
+wrap-around puts on it. Guards are evaluated on a concrete grid (two sets of parameter values):
+the points whose winning store is the formula must form a box, and the layers around it follow a
+keep, copy or zero rule per face; reads guarded by a bound check are zero-padded, wrapped reads
+periodic.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..core import ConfigError
+from ..stencil.program import FACES, FaceRule, Field, Output, Reduction, StencilProgram
+from ..stencil.program import expr as ex
+from .lift_symbolic import Lin, Poly, Pred, Read, Symbols, Unliftable, normalize
+
+MAX_WIDTH = 8
+
+
+@dataclass(frozen=True)
+class Store:
+    ptr: str
+    param: int
+    index: Lin
+    value: ex.Expr
+    guard: Pred
+    atomic: bool = False
+
+
+@dataclass(frozen=True)
+class Lifted:
+    """The program, which kernel parameter each field and reduction is, and the grid's extents
+    (x first) as expressions over the integer parameters."""
+
+    program: StencilProgram
+    fields: Mapping[str, int]
+    reductions: Mapping[str, int]
+    extents: tuple[str, ...]
+    sizes: Mapping[str, int]  # integer parameter name -> index
+
+
+@dataclass(frozen=True)
+class NotLifted:
+    reason: str
+
+
+def _samples(params: Mapping[str, tuple[int, str]]) -> list[dict[str, int]]:
+    ints = [n for n, (_, k) in params.items() if k == "int"]
+    return [{f"${n}": 9 + 2 * k for k, n in enumerate(ints)},
+            {f"${n}": 12 + 3 * k for k, n in enumerate(ints)}]
+
+
+class _Grid:
+    """One concrete grid: coordinate arrays, symbol values, extents."""
+
+    def __init__(self, syms: Symbols, coords: list[str], strides: list[Poly], last: Any,
+                 sample: dict[str, int]) -> None:
+        self.sample, self.coords = sample, coords
+        sv = [int(s.value(sample.__getitem__)) for s in strides]
+        ext = [sv[1] if len(sv) > 1 else 0, sv[2] // sv[1] if len(sv) > 2 else 0]
+        self.ext = ext[:len(coords) - 1] + [last(sample)]  # x first
+        self.strides = sv
+        shape = tuple(reversed(self.ext))
+        self.shape = shape
+        grids = np.indices(shape)  # z, y, x order reversed
+        known: dict[str, Any] = dict(sample)
+        for a, c in enumerate(coords):
+            known[c] = grids[len(coords) - 1 - a]
+        self.env: Callable[[str], Any] = syms.env(known)
+
+    def mask(self, p: Pred) -> np.ndarray:
+        return np.asarray(p.evaluate(self.env, self.shape), dtype=bool)
+
+
+def build(stores: list[Store], params: Mapping[str, tuple[int, str]], syms: Symbols,
+          precision: str) -> Lifted | NotLifted:
+    grid_stores = [s for s in stores if not s.atomic]
+    if not grid_stores:
+        raise Unliftable("the kernel stores into no grid")
+    E = syms.expand(normalize(grid_stores[0].index.poly))
+    for s in grid_stores:
+        e = syms.expand(normalize(s.index.poly))
+        if e != E or s.index.wraps:
+            raise Unliftable(f"stores at different points of a thread ({E.text()} and "
+                             f"{e.text()}): a scatter, or several points per thread")
+    coords = sorted(E.symbols() - {s for s in E.symbols() if s.startswith("$")})
+    raw = [c for c in coords if c.split(".")[0] in ("tid", "bid", "bdim")]
+    if raw:
+        raise Unliftable(f"the written index {E.text()} is not blockIdx*blockDim+threadIdx "
+                         f"based ({', '.join(raw)})")
+    if not coords or len(coords) > 3 or E.degree_in(coords) != 1:
+        raise Unliftable(f"the written index {E.text()} is no grid point")
+    stride = {c: E.coefficient(c) for c in coords}
+    xs = [c for c in coords if stride[c] == Poly.const(1)]
+    if len(xs) != 1:
+        raise Unliftable(f"the written index {E.text()} has no axis of stride 1")
+    offset = E - sum((Poly.sym(c) * stride[c] for c in coords), Poly())
+    if offset != Poly():
+        raise Unliftable(f"the written point is offset by {offset.text()} (a padded grid)")
+    samples = _samples(params)
+    rest = sorted((c for c in coords if c != xs[0]),
+                  key=lambda c: int(stride[c].value(samples[0].__getitem__)))
+    coords = xs + rest
+    strides = [stride[c] for c in coords]
+    wraps = {w for s in stores for r in _reads(s.value) for w in r.index.wraps}
+    last, last_text = _last_extent(syms, coords, strides, grid_stores, wraps, samples)
+    grids = [_Grid(syms, coords, strides, last, s) for s in samples]
+    texts = [strides[1].text()] if len(coords) > 1 else []
+    if len(coords) > 2:
+        texts.append(_quotient(strides[2], strides[1]))
+    extents = tuple(texts[:len(coords) - 1]) + (last_text,)
+    dims = len(coords)
+    outputs, faces, copy = _outputs(grid_stores, E, grids, syms, coords, strides, wraps, dims)
+    computed = outputs.pop("__computed__")
+    reds = _reductions([s for s in stores if s.atomic], E, grids[0], syms, strides, coords,
+                       computed)
+    written = {s.ptr: s.param for s in grid_stores}
+    read = {t.field for o in outputs.values() for t in ex.taps(o)} | \
+        {t.field for r in reds for t in ex.taps(r.expr)}
+    fields = []
+    pidx = {n: i for n, (i, _) in params.items()}
+    for name in sorted(set(written) | read, key=lambda n: pidx[n]):
+        if name in written:
+            role = "inout" if any(t.field == name for o in outputs.values()
+                                  for t in ex.taps(o)) else "out"
+        else:
+            role = "coef" if _is_coef(name, list(outputs.values())) else "in"
+        fields.append(Field(name, role))
+    try:
+        prog = StencilProgram(dims, precision, tuple(fields),
+                              tuple(Output(n, e, copy.get(n)) for n, e in outputs.items()),
+                              tuple(reds), faces)
+    except ConfigError as exc:
+        return NotLifted(exc.message)
+    atomics = {s.ptr: s.param for s in stores if s.atomic}
+    return Lifted(prog, {f.name: pidx[f.name] for f in fields}, atomics, extents,
+                  {n: i for n, (i, k) in params.items() if k == "int"})
+
+
+def _reads(e: ex.Expr) -> list[Read]:
+    return [n for n in ex.walk(e) if isinstance(n, Read)]
+
+
+def _quotient(a: Poly, b: Poly) -> str:
+    if len(b.terms) == 1 and b.terms[0][1] == 1:
+        m = list(b.terms[0][0])
+        out: dict[tuple[str, ...], int] = {}
+        for mono, c in a.terms:
+            rest = list(mono)
+            for s in m:
+                if s not in rest:
+                    return f"({a.text()})/({b.text()})"
+                rest.remove(s)
+            out[tuple(rest)] = c
+        return Poly.of(out).text()
+    return f"({a.text()})/({b.text()})"
+
+
+def _last_extent(syms: Symbols, coords: list[str], strides: list[Poly], stores: list[Store],
+                 wraps: set[tuple[str, Poly]], samples: list[dict[str, int]]
+                 ) -> tuple[Callable[[dict[str, int]], int], str]:
+    c = coords[-1]
+    mods = {m for s, m in wraps if s == c}
+    if len(mods) > 1:
+        raise Unliftable(f"axis {c} wraps modulo {', '.join(m.text() for m in mods)}")
+    if mods:
+        m = mods.pop()
+        return (lambda s: int(m.value(s.__getitem__))), m.text()
+    live = Pred("false")
+    for s in stores:
+        live = live | s.guard
+    tops = []
+    for sample in samples:
+        big = 4 * max(sample.values(), default=8) + 16
+        g = _Grid(syms, coords, strides, lambda s, big=big: big, sample)
+        m = g.mask(live)
+        hit = np.flatnonzero(m.reshape(m.shape[0], -1).any(axis=1))
+        if hit.size == 0:
+            raise Unliftable("no thread stores anything (the guards exclude every point)")
+        if hit[-1] >= big - 1:
+            raise Unliftable(f"no guard bounds the grid's last axis ({c}): threads past it "
+                             "would store")
+        tops.append(int(hit[-1]))
+    names = sorted(samples[0])
+    cands = [(a,) for a in names] + list(itertools.combinations_with_replacement(names, 2))
+    for cand in cands:
+        ws = [int(np.prod([s[v] for v in cand])) - 1 - top for s, top in
+              zip(samples, tops, strict=True)]
+        if ws[0] == ws[1] and 0 <= ws[0] <= MAX_WIDTH:
+            p = Poly.of({tuple(sorted(cand)): 1})
+            return (lambda s, p=p: int(p.value(s.__getitem__))), p.text()
+    raise Unliftable(f"the extent of axis {c} follows from no integer parameter")
+
+
+def _outputs(stores: list[Store], E: Poly, grids: list[_Grid], syms: Symbols,
+             coords: list[str], strides: list[Poly], wraps: set[tuple[str, Poly]], dims: int
+             ) -> tuple[dict[str, Any], tuple[FaceRule, ...], dict[str, str]]:
+    g = grids[0]
+    shape = g.shape
+    periodic = {coords.index(s) for s, _ in wraps if s in coords}
+    for s, m in wraps:
+        if s not in coords:
+            raise Unliftable(f"a wrap-around on {s}, which is no axis of the written point")
+        a = coords.index(s)
+        for gr in grids:
+            if int(m.value(gr.sample.__getitem__)) != gr.ext[a]:
+                raise Unliftable(f"axis {s} wraps modulo {m.text()}, not its extent")
+    by_field: dict[str, list[Store]] = {}
+    for s in stores:
+        by_field.setdefault(s.ptr, []).append(s)
+    outputs: dict[str, Any] = {}
+    computed_all = np.ones(shape, dtype=bool)
+    kinds_all: dict[str, np.ndarray] = {}
+    for name, sts in by_field.items():
+        winner = np.full(shape, -1)
+        for i, s in enumerate(sts):
+            winner[g.mask(s.guard)] = i
+        kinds = [_kind(s, name, E, syms) for s in sts]
+        mains = {i for i, k in enumerate(kinds) if k == "main"}
+        if not mains:
+            raise Unliftable(f"{name} is only copied or zeroed, never computed")
+        exprs = {_taps(sts[i].value, E, grids, syms, strides, coords) for i in mains}
+        if len(exprs) > 1:
+            raise Unliftable(f"{name} is computed by different formulas in different regions")
+        outputs[name] = exprs.pop()
+        computed = np.isin(winner, list(mains))
+        computed_all &= computed
+        kinds_all[name] = np.array(["keep" if w < 0 else kinds[w] for w in winner.reshape(-1)]
+                                   ).reshape(shape)
+        for i in mains:
+            _check_reads(sts[i].value, E, g, syms, strides, coords, computed, periodic, name)
+    pts = np.argwhere(computed_all)  # (z, y, x) rows
+    if pts.size == 0:
+        raise Unliftable("no point is computed by every output")
+    lo, hi = pts.min(axis=0), pts.max(axis=0)
+    box = np.zeros(shape, dtype=bool)
+    box[tuple(slice(int(a), int(b) + 1) for a, b in zip(lo, hi, strict=True))] = True
+    if not np.array_equal(box, computed_all):
+        raise Unliftable("the points the kernel computes are not a box within the grid")
+    widths: dict[str, int] = {}
+    for face in FACES:
+        a = "xyz".index(face[0])
+        ax = len(shape) - 1 - a  # its numpy axis
+        widths[face] = 0 if a >= len(shape) else int(lo[ax]) if face[1] == "-" else \
+            int(shape[ax] - 1 - hi[ax])
+    faces, copy = _faces(widths, kinds_all, shape, outputs, periodic, coords, dims)
+    outputs["__computed__"] = computed_all
+    return outputs, faces, copy
+
+
+def _kind(s: Store, name: str, E: Poly, syms: Symbols) -> str:
+    v = s.value
+    if isinstance(v, ex.Const) and v.value == 0:
+        return "zero"
+    if isinstance(v, Read) and v.guard == Pred("true") and not v.index.wraps and \
+            syms.expand(normalize(v.index.poly)) == E:
+        return "keep" if v.ptr == name else f"copy:{v.ptr}"
+    return "main"
+
+
+def _offset(r: Read, E: Poly, grids: list[_Grid], syms: Symbols, strides: list[Poly],
+            coords: list[str]) -> tuple[int, int, int]:
+    D = syms.expand(normalize(r.index.poly)) - E
+    if D.symbols() - {s for s in D.symbols() if s.startswith("$")}:
+        raise Unliftable(f"{r.ptr} is read at {D.text()} from the written point: not a fixed "
+                         "offset")
+    g = grids[0]
+    d = int(D.value(g.sample.__getitem__))
+    off = [0, 0, 0]  # x, y, z
+    for a in reversed(range(1, len(coords))):
+        off[a] = round(d / g.strides[a])
+        d -= off[a] * g.strides[a]
+    off[0] = d
+    want = Poly.const(off[0]) + sum((strides[a] * Poly.const(off[a])
+                                     for a in range(1, len(coords))), Poly())
+    if want != D or max(abs(v) for v in off) > MAX_WIDTH:
+        raise Unliftable(f"{r.ptr} is read at {D.text()} from the written point: no small "
+                         "offset along the axes")
+    return (off[2], off[1], off[0])
+
+
+def _taps(e: ex.Expr, E: Poly, grids: list[_Grid], syms: Symbols, strides: list[Poly],
+          coords: list[str]) -> ex.Expr:
+    if isinstance(e, Read):
+        return ex.Tap(e.ptr, _offset(e, E, grids, syms, strides, coords))
+    if isinstance(e, ex.Bin):
+        return ex.Bin(e.op, _taps(e.a, E, grids, syms, strides, coords),
+                      _taps(e.b, E, grids, syms, strides, coords))
+    if isinstance(e, ex.Neg):
+        return ex.Neg(_taps(e.a, E, grids, syms, strides, coords))
+    return e
+
+
+def _check_reads(e: ex.Expr, E: Poly, g: _Grid, syms: Symbols, strides: list[Poly],
+                 coords: list[str], computed: np.ndarray, periodic: set[int], name: str
+                 ) -> None:
+    nd = len(coords)
+    idx = np.indices(g.shape)
+    for r in _reads(e):
+        off = _offset(r, E, [g], syms, strides, coords)[3 - nd:]
+        inside = np.ones(g.shape, dtype=bool)
+        for k, d in enumerate(off):
+            a = nd - 1 - k
+            if a in periodic and any(s == coords[a] for s, _ in r.index.wraps):
+                continue
+            inside &= (idx[k] + d >= 0) & (idx[k] + d < g.shape[k])
+        guard = g.mask(r.guard)
+        if r.guard != Pred("true"):
+            if not np.array_equal(guard[computed], inside[computed]):
+                raise Unliftable(f"{name}: a conditional read of {r.ptr} whose condition is "
+                                 "not the bound check of its offset")
+        elif not inside[computed].all():
+            raise Unliftable(f"{name}: {r.ptr} read at offset {off} outside the grid, with "
+                             "no guard (a padded array, or a launch that skips the boundary)")
+
+
+def _faces(widths: dict[str, int], kinds: dict[str, np.ndarray], shape: tuple[int, ...],
+           outputs: dict[str, Any], periodic: set[int], coords: list[str], dims: int
+           ) -> tuple[tuple[FaceRule, ...], dict[str, str]]:
+    nd = len(shape)
+    taken = np.zeros(shape, dtype=bool)
+    rules: list[FaceRule] = []
+    copy: dict[str, str] = {}
+    for face in FACES:
+        k = "zyx".index(face[0])
+        a = 2 - k  # x=0, y=1, z=2
+        w = widths[face]
+        if a >= nd:
+            rules.append(FaceRule("keep", 0))
+            continue
+        if w == 0:
+            crossing = any(ex.reach(e)[face] for e in outputs.values())
+            rule = "periodic" if a in periodic else "zeropad" if crossing else "keep"
+            rules.append(FaceRule(rule, 0 if rule == "keep" else None))
+            continue
+        if a in periodic:
+            raise Unliftable(f"axis {'xyz'[a]} wraps but its face {face} is not computed")
+        sl = [slice(None)] * nd
+        ax = nd - 1 - a
+        sl[ax] = slice(0, w) if face[1] == "-" else slice(shape[ax] - w, shape[ax])
+        m = np.zeros(shape, dtype=bool)
+        m[tuple(sl)] = True
+        own = m & ~taken
+        taken |= m
+        seen = {kd for arr in kinds.values() for kd in np.unique(arr[own])}
+        per = {n: set(np.unique(arr[own])) for n, arr in kinds.items()}
+        if any(len(v) > 1 for v in per.values()):
+            raise Unliftable(f"the points along face {face} are written in different ways "
+                             f"({', '.join(sorted(seen))})")
+        found = {next(iter(v)) if v else "keep" for v in per.values()}
+        if len(found) > 1 and not all(f.startswith("copy") for f in found):
+            raise Unliftable(f"the outputs follow different rules at face {face}: "
+                             f"{sorted(found)}")
+        rule = next(iter(found)) if found else "keep"
+        if rule.startswith("copy:"):
+            for n, v in per.items():
+                src = next(iter(v)).split(":", 1)[1]
+                if copy.setdefault(n, src) != src:
+                    raise Unliftable(f"{n} copies {copy[n]} at one face and {src} at another")
+            rule = "copy"
+        rules.append(FaceRule(rule, w))
+    del dims
+    return tuple(rules), copy
+
+
+def _reductions(stores: list[Store], E: Poly, g: _Grid, syms: Symbols, strides: list[Poly],
+                coords: list[str], computed: np.ndarray) -> list[Reduction]:
+    out = []
+    for s in stores:
+        if syms.expand(normalize(s.index.poly)) != Poly():
+            raise Unliftable(f"atomicAdd into {s.ptr} at a varying index (a scatter or a "
+                             "histogram)")
+        where = g.mask(s.guard)
+        over = "computed" if np.array_equal(where, computed) else "all" if where.all() \
+            else None
+        if over is None:
+            raise Unliftable(f"the sum into {s.ptr} runs over points other than those the "
+                             "kernel computes")
+        e = _taps(s.value, E, [g], syms, strides, coords)
+        if isinstance(e, ex.Bin) and e.op == "*" and e.a == e.b:
+            out.append(Reduction(s.ptr, "sumsq", e.a, True, over))
+        else:
+            out.append(Reduction(s.ptr, "sum", e, True, over))
+    return out
+
+
+def _is_coef(name: str, exprs: list[ex.Expr]) -> bool:
+    """A field that only multiplies taps of other fields, read at one offset."""
+    offs = {t.offset for e in exprs for t in ex.taps(e) if t.field == name}
+    if len(offs) != 1:
+        return False
+    for e in exprs:
+        poly = ex.polynomial(e, _Ones(), _Ones())
+        for mono in poly:
+            if any(f == name for f, _ in mono) and all(f == name for f, _ in mono):
+                return False
+    return True
+
+
+class _Ones(dict):  # type: ignore[type-arg]
+    """Every scalar 1 (the structure of an expansion, not its values)."""
+
+    def __contains__(self, k: object) -> bool:
+        return True
+
+    def __getitem__(self, k: object) -> float:
+        return 1.0
