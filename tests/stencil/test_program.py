@@ -118,7 +118,7 @@ def test_wave_two_time_levels_in_place_and_constant_memory() -> None:
 
 def test_several_outputs_mixed_faces_and_keep_width() -> None:
     ex_ = tap("ex") + 0.5 * (tap("hz", 0, 1, 0) - tap("hz"))
-    hz = tap("hz") - 0.5 * (tap("ex", 0, 1, 0) - tap("ex")) + ConstMem("k", 2) * tap("ex")
+    hz = tap("hz") - 0.5 * (tap("ex", 0, 1, 0) - tap("ex")) + ConstMem("k", 2, True) * tap("ex")
     faces = boundary("keep", {"y+": FaceRule("zero", 2), "x-": "copy"}, width=None)
     p = program(2, "fp32", {"exn": ex_, "hzn": hz}, faces=faces,
                 copy_from={"exn": "ex", "hzn": "hz"})

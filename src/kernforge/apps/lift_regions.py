@@ -12,8 +12,7 @@ periodic.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,9 +21,19 @@ import numpy as np
 from ..core import ConfigError
 from ..stencil.program import FACES, FaceRule, Field, Output, Reduction, StencilProgram
 from ..stencil.program import expr as ex
-from .lift_symbolic import Lin, Poly, Pred, Read, Symbols, Unliftable, normalize
-
-MAX_WIDTH = 8
+from .lift_symbolic import (
+    MAX_WIDTH,
+    Grid,
+    Lin,
+    Poly,
+    Pred,
+    Read,
+    Symbols,
+    Unliftable,
+    last_extent,
+    normalize,
+    samples,
+)
 
 
 @dataclass(frozen=True)
@@ -54,37 +63,13 @@ class NotLifted:
     reason: str
 
 
-def _samples(params: Mapping[str, tuple[int, str]]) -> list[dict[str, int]]:
-    ints = [n for n, (_, k) in params.items() if k == "int"]
-    return [{f"${n}": 9 + 2 * k for k, n in enumerate(ints)},
-            {f"${n}": 12 + 3 * k for k, n in enumerate(ints)}]
-
-
-class _Grid:
-    """One concrete grid: coordinate arrays, symbol values, extents."""
-
-    def __init__(self, syms: Symbols, coords: list[str], strides: list[Poly], last: Any,
-                 sample: dict[str, int]) -> None:
-        self.sample, self.coords = sample, coords
-        sv = [int(s.value(sample.__getitem__)) for s in strides]
-        ext = [sv[1] if len(sv) > 1 else 0, sv[2] // sv[1] if len(sv) > 2 else 0]
-        self.ext = ext[:len(coords) - 1] + [last(sample)]  # x first
-        self.strides = sv
-        shape = tuple(reversed(self.ext))
-        self.shape = shape
-        grids = np.indices(shape)  # z, y, x order reversed
-        known: dict[str, Any] = dict(sample)
-        for a, c in enumerate(coords):
-            known[c] = grids[len(coords) - 1 - a]
-        self.env: Callable[[str], Any] = syms.env(known)
-
-    def mask(self, p: Pred) -> np.ndarray:
-        return np.asarray(p.evaluate(self.env, self.shape), dtype=bool)
-
-
 def build(stores: list[Store], params: Mapping[str, tuple[int, str]], syms: Symbols,
           precision: str) -> Lifted | NotLifted:
     grid_stores = [s for s in stores if not s.atomic]
+    for s in stores:
+        if s.atomic and syms.expand(normalize(s.index.poly)) != Poly():
+            raise Unliftable(f"atomicAdd into {s.ptr} at a varying index (a scatter or a "
+                             "histogram)")
     if not grid_stores:
         raise Unliftable("the kernel stores into no grid")
     E = syms.expand(normalize(grid_stores[0].index.poly))
@@ -107,14 +92,15 @@ def build(stores: list[Store], params: Mapping[str, tuple[int, str]], syms: Symb
     offset = E - sum((Poly.sym(c) * stride[c] for c in coords), Poly())
     if offset != Poly():
         raise Unliftable(f"the written point is offset by {offset.text()} (a padded grid)")
-    samples = _samples(params)
+    sample_sets = samples(params)
     rest = sorted((c for c in coords if c != xs[0]),
-                  key=lambda c: int(stride[c].value(samples[0].__getitem__)))
+                  key=lambda c: int(stride[c].value(sample_sets[0].__getitem__)))
     coords = xs + rest
     strides = [stride[c] for c in coords]
     wraps = {w for s in stores for r in _reads(s.value) for w in r.index.wraps}
-    last, last_text = _last_extent(syms, coords, strides, grid_stores, wraps, samples)
-    grids = [_Grid(syms, coords, strides, last, s) for s in samples]
+    last, last_text = last_extent(syms, coords, strides, [s.guard for s in grid_stores], wraps,
+                                  sample_sets)
+    grids = [Grid(syms, coords, strides, last, s) for s in sample_sets]
     texts = [strides[1].text()] if len(coords) > 1 else []
     if len(coords) > 2:
         texts.append(_quotient(strides[2], strides[1]))
@@ -123,7 +109,7 @@ def build(stores: list[Store], params: Mapping[str, tuple[int, str]], syms: Symb
     outputs, faces, copy = _outputs(grid_stores, E, grids, syms, coords, strides, wraps, dims)
     computed = outputs.pop("__computed__")
     reds = _reductions([s for s in stores if s.atomic], E, grids[0], syms, strides, coords,
-                       computed)
+                       computed, outputs)
     written = {s.ptr: s.param for s in grid_stores}
     read = {t.field for o in outputs.values() for t in ex.taps(o)} | \
         {t.field for r in reds for t in ex.taps(r.expr)}
@@ -166,55 +152,19 @@ def _quotient(a: Poly, b: Poly) -> str:
     return f"({a.text()})/({b.text()})"
 
 
-def _last_extent(syms: Symbols, coords: list[str], strides: list[Poly], stores: list[Store],
-                 wraps: set[tuple[str, Poly]], samples: list[dict[str, int]]
-                 ) -> tuple[Callable[[dict[str, int]], int], str]:
-    c = coords[-1]
-    mods = {m for s, m in wraps if s == c}
-    if len(mods) > 1:
-        raise Unliftable(f"axis {c} wraps modulo {', '.join(m.text() for m in mods)}")
-    if mods:
-        m = mods.pop()
-        return (lambda s: int(m.value(s.__getitem__))), m.text()
-    live = Pred("false")
-    for s in stores:
-        live = live | s.guard
-    tops = []
-    for sample in samples:
-        big = 4 * max(sample.values(), default=8) + 16
-        g = _Grid(syms, coords, strides, lambda s, big=big: big, sample)
-        m = g.mask(live)
-        hit = np.flatnonzero(m.reshape(m.shape[0], -1).any(axis=1))
-        if hit.size == 0:
-            raise Unliftable("no thread stores anything (the guards exclude every point)")
-        if hit[-1] >= big - 1:
-            raise Unliftable(f"no guard bounds the grid's last axis ({c}): threads past it "
-                             "would store")
-        tops.append(int(hit[-1]))
-    names = sorted(samples[0])
-    cands = [(a,) for a in names] + list(itertools.combinations_with_replacement(names, 2))
-    for cand in cands:
-        ws = [int(np.prod([s[v] for v in cand])) - 1 - top for s, top in
-              zip(samples, tops, strict=True)]
-        if ws[0] == ws[1] and 0 <= ws[0] <= MAX_WIDTH:
-            p = Poly.of({tuple(sorted(cand)): 1})
-            return (lambda s, p=p: int(p.value(s.__getitem__))), p.text()
-    raise Unliftable(f"the extent of axis {c} follows from no integer parameter")
-
-
-def _outputs(stores: list[Store], E: Poly, grids: list[_Grid], syms: Symbols,
+def _outputs(stores: list[Store], E: Poly, grids: list[Grid], syms: Symbols,
              coords: list[str], strides: list[Poly], wraps: set[tuple[str, Poly]], dims: int
              ) -> tuple[dict[str, Any], tuple[FaceRule, ...], dict[str, str]]:
     g = grids[0]
     shape = g.shape
     periodic = {coords.index(s) for s, _ in wraps if s in coords}
-    for s, m in wraps:
-        if s not in coords:
-            raise Unliftable(f"a wrap-around on {s}, which is no axis of the written point")
-        a = coords.index(s)
+    for sym, m in wraps:
+        if sym not in coords:
+            raise Unliftable(f"a wrap-around on {sym}, which is no axis of the written point")
+        a = coords.index(sym)
         for gr in grids:
             if int(m.value(gr.sample.__getitem__)) != gr.ext[a]:
-                raise Unliftable(f"axis {s} wraps modulo {m.text()}, not its extent")
+                raise Unliftable(f"axis {sym} wraps modulo {m.text()}, not its extent")
     by_field: dict[str, list[Store]] = {}
     for s in stores:
         by_field.setdefault(s.ptr, []).append(s)
@@ -268,7 +218,7 @@ def _kind(s: Store, name: str, E: Poly, syms: Symbols) -> str:
     return "main"
 
 
-def _offset(r: Read, E: Poly, grids: list[_Grid], syms: Symbols, strides: list[Poly],
+def _offset(r: Read, E: Poly, grids: list[Grid], syms: Symbols, strides: list[Poly],
             coords: list[str]) -> tuple[int, int, int]:
     D = syms.expand(normalize(r.index.poly)) - E
     if D.symbols() - {s for s in D.symbols() if s.startswith("$")}:
@@ -289,7 +239,7 @@ def _offset(r: Read, E: Poly, grids: list[_Grid], syms: Symbols, strides: list[P
     return (off[2], off[1], off[0])
 
 
-def _taps(e: ex.Expr, E: Poly, grids: list[_Grid], syms: Symbols, strides: list[Poly],
+def _taps(e: ex.Expr, E: Poly, grids: list[Grid], syms: Symbols, strides: list[Poly],
           coords: list[str]) -> ex.Expr:
     if isinstance(e, Read):
         return ex.Tap(e.ptr, _offset(e, E, grids, syms, strides, coords))
@@ -301,7 +251,7 @@ def _taps(e: ex.Expr, E: Poly, grids: list[_Grid], syms: Symbols, strides: list[
     return e
 
 
-def _check_reads(e: ex.Expr, E: Poly, g: _Grid, syms: Symbols, strides: list[Poly],
+def _check_reads(e: ex.Expr, E: Poly, g: Grid, syms: Symbols, strides: list[Poly],
                  coords: list[str], computed: np.ndarray, periodic: set[int], name: str
                  ) -> None:
     nd = len(coords)
@@ -373,25 +323,35 @@ def _faces(widths: dict[str, int], kinds: dict[str, np.ndarray], shape: tuple[in
     return tuple(rules), copy
 
 
-def _reductions(stores: list[Store], E: Poly, g: _Grid, syms: Symbols, strides: list[Poly],
-                coords: list[str], computed: np.ndarray) -> list[Reduction]:
+def _reductions(stores: list[Store], E: Poly, g: Grid, syms: Symbols, strides: list[Poly],
+                coords: list[str], computed: np.ndarray, outputs: Mapping[str, ex.Expr]
+                ) -> list[Reduction]:
     out = []
     for s in stores:
-        if syms.expand(normalize(s.index.poly)) != Poly():
-            raise Unliftable(f"atomicAdd into {s.ptr} at a varying index (a scatter or a "
-                             "histogram)")
         where = g.mask(s.guard)
         over = "computed" if np.array_equal(where, computed) else "all" if where.all() \
             else None
         if over is None:
             raise Unliftable(f"the sum into {s.ptr} runs over points other than those the "
                              "kernel computes")
-        e = _taps(s.value, E, [g], syms, strides, coords)
+        e = _new_values(_taps(s.value, E, [g], syms, strides, coords), outputs)
         if isinstance(e, ex.Bin) and e.op == "*" and e.a == e.b:
             out.append(Reduction(s.ptr, "sumsq", e.a, True, over))
         else:
             out.append(Reduction(s.ptr, "sum", e, True, over))
     return out
+
+
+def _new_values(e: ex.Expr, outputs: Mapping[str, ex.Expr]) -> ex.Expr:
+    """``e`` with each output's formula written as that output's new value."""
+    for name, f in outputs.items():
+        if e == f:
+            return ex.Tap(name)
+    if isinstance(e, ex.Bin):
+        return ex.Bin(e.op, _new_values(e.a, outputs), _new_values(e.b, outputs))
+    if isinstance(e, ex.Neg):
+        return ex.Neg(_new_values(e.a, outputs))
+    return e
 
 
 def _is_coef(name: str, exprs: list[ex.Expr]) -> bool:

@@ -19,6 +19,7 @@ import numpy as np
 from ..stencil.program import expr as ex
 
 Mono = tuple[str, ...]
+MAX_WIDTH = 8  # the widest boundary layer (and farthest tap) lifting accepts
 
 
 class Unliftable(Exception):
@@ -277,3 +278,69 @@ def normalize(p: Poly) -> Poly:
                     d[g] = d.get(g, 0) + c
         p = Poly.of(d)
     return p
+
+
+def samples(params: Mapping[str, tuple[int, str]]) -> list[dict[str, int]]:
+    ints = [n for n, (_, k) in params.items() if k == "int"]
+    return [{f"${n}": 9 + 2 * k for k, n in enumerate(ints)},
+            {f"${n}": 12 + 3 * k for k, n in enumerate(ints)}]
+
+
+class Grid:
+    """One concrete grid: coordinate arrays, symbol values, extents (x first)."""
+
+    def __init__(self, syms: Symbols, coords: list[str], strides: list[Poly], last: Any,
+                 sample: dict[str, int]) -> None:
+        self.sample, self.coords = sample, coords
+        sv = [int(s.value(sample.__getitem__)) for s in strides]
+        ext = [sv[1] if len(sv) > 1 else 0, sv[2] // sv[1] if len(sv) > 2 else 0]
+        self.ext = ext[:len(coords) - 1] + [last(sample)]  # x first
+        self.strides = sv
+        shape = tuple(reversed(self.ext))
+        self.shape = shape
+        grids = np.indices(shape)  # z, y, x order reversed
+        known: dict[str, Any] = dict(sample)
+        for a, c in enumerate(coords):
+            known[c] = grids[len(coords) - 1 - a]
+        self.env: Callable[[str], Any] = syms.env(known)
+
+    def mask(self, p: Pred) -> np.ndarray:
+        return np.asarray(p.evaluate(self.env, self.shape), dtype=bool)
+
+
+def last_extent(syms: Symbols, coords: list[str], strides: list[Poly], guards: list[Pred],
+                 wraps: set[tuple[str, Poly]], samples: list[dict[str, int]]
+                 ) -> tuple[Callable[[dict[str, int]], int], str]:
+    c = coords[-1]
+    mods = {m for s, m in wraps if s == c}
+    if len(mods) > 1:
+        raise Unliftable(f"axis {c} wraps modulo {', '.join(m.text() for m in mods)}")
+    if mods:
+        m = mods.pop()
+        return (lambda s: int(m.value(s.__getitem__))), m.text()
+    live = Pred("false")
+    for guard in guards:
+        live = live | guard
+    tops = []
+    for sample in samples:
+        big = 4 * max(sample.values(), default=8) + 16
+        g = Grid(syms, coords, strides, lambda s, big=big: big, sample)
+        mask = g.mask(live)
+        hit = np.flatnonzero(mask.reshape(mask.shape[0], -1).any(axis=1))
+        if hit.size == 0:
+            raise Unliftable("no thread stores anything (the guards exclude every point)")
+        if hit[-1] >= big - 1:
+            raise Unliftable(f"no guard bounds the grid's last axis ({c}): threads past it "
+                             "would store")
+        tops.append(int(hit[-1]))
+    names = sorted(samples[0])
+    cands = [(a,) for a in names] + list(itertools.combinations_with_replacement(names, 2))
+    for cand in cands:
+        ws = [int(np.prod([s[v] for v in cand])) - 1 - top for s, top in
+              zip(samples, tops, strict=True)]
+        if ws[0] == ws[1] and 0 <= ws[0] <= MAX_WIDTH:
+            p = Poly.of({tuple(sorted(cand)): 1})
+            return (lambda s, p=p: int(p.value(s.__getitem__))), p.text()
+    raise Unliftable(f"the extent of axis {c} follows from no integer parameter")
+
+

@@ -73,10 +73,11 @@ class Param(Expr):
 
 @dataclass(frozen=True)
 class ConstMem(Expr):
-    """Element ``index`` of the ``__constant__`` variable ``name`` (0 for a scalar)."""
+    """Element ``index`` of the ``__constant__`` array ``name``, or the scalar ``name``."""
 
     name: str
     index: int = 0
+    array: bool = False
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ def scalar_value(e: Expr, params: Mapping[int, float], constants: Mapping[str, A
                               hint="pass constants={name: value or sequence}")
         v = constants[e.name]
         if isinstance(v, int | float):
-            if e.index:
+            if e.index or e.array:
                 raise ConfigError(f"__constant__ {e.name!r} is a scalar, read at [{e.index}]",
                                   hint="pass a sequence for an array")
             return float(v)
@@ -166,7 +167,8 @@ def scalar_value(e: Expr, params: Mapping[int, float], constants: Mapping[str, A
 def polynomial(e: Expr, params: Mapping[int, float] | None = None,
                constants: Mapping[str, Any] | None = None) -> dict[Monomial, float]:
     """``e`` expanded into monomials of taps with numeric coefficients (scalars given)."""
-    p, c = params or {}, constants or {}
+    p = params if params is not None else {}
+    c = constants if constants is not None else {}
 
     def go(n: Expr) -> dict[Monomial, float]:
         if isinstance(n, Tap):
@@ -219,7 +221,7 @@ def to_json(e: Expr) -> Any:
     if isinstance(e, Param):
         return {"param": e.index, "name": e.name} if e.name else {"param": e.index}
     if isinstance(e, ConstMem):
-        return {"cmem": e.name, "index": e.index}
+        return {"cmem": e.name, "index": e.index, "array": e.array}
     if isinstance(e, Tap):
         return {"tap": e.field, "at": list(e.offset)}
     if isinstance(e, Bin):
@@ -240,7 +242,7 @@ def from_json(d: Any) -> Expr:
         if "param" in d:
             return Param(int(d["param"]), str(d.get("name", "")))
         if "cmem" in d:
-            return ConstMem(str(d["cmem"]), int(d.get("index", 0)))
+            return ConstMem(str(d["cmem"]), int(d.get("index", 0)), bool(d.get("array")))
         if "tap" in d:
             dz, dy, dx = (int(v) for v in d["at"])
             return Tap(str(d["tap"]), (dz, dy, dx))
@@ -265,7 +267,7 @@ def describe(e: Expr) -> str:
     if isinstance(e, Param):
         return e.name or f"p{e.index}"
     if isinstance(e, ConstMem):
-        return f"{e.name}[{e.index}]" if e.index else e.name
+        return f"{e.name}[{e.index}]" if e.index or e.array else e.name
     if isinstance(e, Tap):
         return f"{e.field}[{','.join(str(o) for o in e.offset)}]"
     if isinstance(e, Neg):
