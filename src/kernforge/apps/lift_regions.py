@@ -120,7 +120,7 @@ def build(stores: list[Store], params: Mapping[str, tuple[int, str]], syms: Symb
             role = "inout" if any(t.field == name for o in outputs.values()
                                   for t in ex.taps(o)) else "out"
         else:
-            role = "coef" if _is_coef(name, list(outputs.values())) else "in"
+            role = "coef" if is_coef(name, list(outputs.values())) else "in"
         fields.append(Field(name, role))
     try:
         prog = StencilProgram(dims, precision, tuple(fields),
@@ -354,7 +354,7 @@ def _new_values(e: ex.Expr, outputs: Mapping[str, ex.Expr]) -> ex.Expr:
     return e
 
 
-def _is_coef(name: str, exprs: list[ex.Expr]) -> bool:
+def is_coef(name: str, exprs: list[ex.Expr]) -> bool:
     """A field that only multiplies taps of other fields, read at one offset."""
     offs = {t.offset for e in exprs for t in ex.taps(e) if t.field == name}
     if len(offs) != 1:
