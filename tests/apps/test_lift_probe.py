@@ -160,3 +160,26 @@ def test_refusals_of_roles_and_effects() -> None:
         b[1][:] = b[0] + 1
     r = lift_probe(target(ints, {0: ("int32", 64), 1: ("int32", 64)}, (64,), "int32"))
     assert isinstance(r, NotLifted) and "int32" in r.reason, r
+
+
+def test_three_time_levels_and_half_precision() -> None:
+    n = 20
+
+    def wave(b: dict[int, np.ndarray]) -> None:  # next = 2 cur - prev + c L(cur), zero outside
+        cur, prev = b[0].reshape(1, n, n), b[1].reshape(1, n, n)
+        lap = sum(shifted(cur, 0, dy, dx, "zero") for dy, dx in ((0, 1), (0, -1), (1, 0), (-1, 0)))
+        b[2][:] = (2 * cur - prev + 0.2 * (lap - 4 * cur)).reshape(-1)
+    got = _probe(target(wave, {0: ("float64", n * n), 1: ("float64", n * n),
+                               2: ("float64", n * n)}, (n,), "float64"))
+    p = got.program
+    assert [f.role for f in p.fields] == ["in", "in", "out"] and p.rule("y+").rule == "zeropad"
+    assert ex.polynomial(p.outputs[0].expr)[(("p1", (0, 0, 0)),)] == pytest.approx(-1)
+
+    def half(b: dict[int, np.ndarray]) -> None:
+        u = b[0].reshape(1, n, n)
+        s = sum(shifted(u, 0, dy, dx, "wrap") for dy, dx in ((0, 1), (0, -1), (1, 0), (-1, 0)))
+        b[1][:] = (np.float16(0.5) * u + np.float16(0.125) * s).astype(np.float16).reshape(-1)
+    got = _probe(target(half, {0: ("float16", n * n), 1: ("float16", n * n)}, (n,), "float16"))
+    assert got.program.precision == "fp16" and got.program.periodic() == (False, True, True)
+    poly = ex.polynomial(got.program.outputs[0].expr)
+    assert poly[(("p0", (0, 0, 0)),)] == pytest.approx(0.5) and len(poly) == 5

@@ -182,6 +182,14 @@ def test_refusals_say_why(entry: str, words: str) -> None:
     assert isinstance(r, NotLifted) and words in r.reason, r
 
 
+def test_a_kernforge_kernel_is_lifted_from_its_source() -> None:
+    import kernforge
+
+    k = kernforge.Kernel(SOURCE, "wave", backend="cpu", language="cuda")
+    r = lift_source(k)
+    assert isinstance(r, Lifted) and r.program.field("uprev").role == "inout"
+
+
 def test_missing_kernel_and_non_kernel() -> None:
     assert "no function" in lift_source(SOURCE, "nope").reason  # type: ignore[union-attr]
     src = "__device__ float f(float* a) { return a[0]; }"

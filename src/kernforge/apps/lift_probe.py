@@ -232,7 +232,7 @@ class _Lifter:
                     raise _Fail(f"the output in parameter {o} is NaN or infinite on inputs in "
                                 "[-1, 1)")
                 coef = _lstsq(A, b)
-                keep = np.abs(coef) > 1e3 * eps * max(float(np.abs(coef).max()), 1e-300)
+                keep = np.abs(coef) > min(1e3 * eps, 2e-2) * max(float(np.abs(coef).max()), 1e-300)
                 coef = np.zeros_like(coef)
                 if keep.any():
                     coef[keep] = _lstsq(A[:, keep], b)

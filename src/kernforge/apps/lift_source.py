@@ -26,11 +26,13 @@ from .lift_regions import Lifted, NotLifted, Store, build
 from .lift_symbolic import FALSE, Lin, Poly, Pred, Read, Unliftable, normalize
 
 
-def lift_source(source: str | KernelSource, kernel: str | None = None, *,
+def lift_source(source: str | KernelSource | Any, kernel: str | None = None, *,
                 precision: str | None = None) -> Lifted | NotLifted:
-    """The program of ``kernel`` in ``source`` (a :class:`KernelSource` names its entry), or
-    why it is not lifted. ``precision``: the element type where the source leaves it open
-    (a template parameter)."""
+    """The program of ``kernel`` in ``source``, or why it is not lifted. ``source``: CUDA code,
+    a :class:`KernelSource` (it names its entry) or a ``kernforge.Kernel`` (its source);
+    ``precision``: the element type where the source leaves it open (a template parameter)."""
+    if isinstance(getattr(source, "source", None), KernelSource):
+        source = source.source
     if isinstance(source, KernelSource):
         kernel = kernel or source.entry
         source = source.code
