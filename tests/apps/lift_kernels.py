@@ -94,6 +94,40 @@ extern "C" __global__ void conv_rows(const float* in, float* out, int nx, int ny
   out[y * nx + x] = s;
 }
 
+// hotspot-like: a source field, an ambient term, neighbours clamped at the edges
+extern "C" __global__ void hot2d(const float* power, const float* src, float* dst,
+                                 int cols, int rows, float cap, float rx, float ry) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  int r = blockIdx.y * blockDim.y + threadIdx.y;
+  if (c >= cols || r >= rows) return;
+  int n = r > 0 ? r - 1 : 0, s = r < rows - 1 ? r + 1 : r;
+  int w = c > 0 ? c - 1 : 0, e = c < cols - 1 ? c + 1 : c;
+  float t = src[r * cols + c];
+  dst[r * cols + c] = t + cap * (power[r * cols + c]
+      + (src[s * cols + c] + src[n * cols + c] - 2.0f * t) * ry
+      + (src[r * cols + e] + src[r * cols + w] - 2.0f * t) * rx + (80.0f - t) * 0.25f);
+}
+
+// stencil3d-like: one buffer holds a coefficient grid per direction, one after another
+extern "C" __global__ void sig3(const double* u, double* un, const double* sigma,
+                                int nx, int ny, int nz) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  int j = blockIdx.y * blockDim.y + threadIdx.y;
+  int k = blockIdx.z * blockDim.z + threadIdx.z;
+  if (i < 1 || j < 1 || k < 1 || i > nx - 2 || j > ny - 2 || k > nz - 2) return;
+  int p = i + nx * (j + ny * k), n = nx * ny * nz;
+  un[p] = u[p] + sigma[p] * (u[p + 1] - 2.0 * u[p] + u[p - 1])
+               + sigma[p + n] * (u[p + nx] - 2.0 * u[p] + u[p - nx])
+               + sigma[p + 2 * n] * (u[p + nx * ny] - 2.0 * u[p] + u[p - nx * ny]);
+}
+
+// fdtd3d-like: the weights in a small read-only buffer
+extern "C" __global__ void table1d(const float* in, float* out, const float* c, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= 2 && i < n - 2)
+    out[i] = c[0] * in[i] + c[1] * (in[i - 1] + in[i + 1]) + c[2] * (in[i - 2] + in[i + 2]);
+}
+
 // a z-marching kernel: a 2D thread grid walks z in a loop
 extern "C" __global__ void zmarch(const float* in, float* out, int nx, int ny, int nz) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -163,6 +197,7 @@ class Case:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     small: Mapping[int, int] = field(default_factory=dict)  # param -> element count (scalars)
+    fixed: Mapping[int, tuple[float, ...]] = field(default_factory=dict)  # param -> contents
 
 
 def _g(n: int, b: int) -> int:
@@ -187,6 +222,14 @@ CASES = {
                    (_g(37, 16), 1, 1), (16, 1, 1)),
     "conv_rows": Case("conv_rows", (("buf", "float32"),) * 2 + (("int", 15), ("int", 7)),
                       (7, 15), (_g(15, 8), 1, 1), (8, 8, 1)),
+    "hot2d": Case("hot2d", (("buf", "float32"),) * 3 + (("int", 13), ("int", 11), ("f32", 0.5),
+                                                          ("f32", 0.2), ("f32", 0.3)),
+                  (11, 13), (_g(13, 8), _g(11, 8), 1), (8, 8, 1)),
+    "sig3": Case("sig3", (("buf", "float64"),) * 3 + (("int", NX), ("int", NY), ("int", NZ)),
+                 (NZ, NY, NX), (_g(NX, 4), _g(NY, 4), _g(NZ, 4)), (4, 4, 4),
+                 {2: 3 * NX * NY * NZ}),
+    "table1d": Case("table1d", (("buf", "float32"),) * 3 + (("int", 30),), (30,),
+                    (_g(30, 16), 1, 1), (16, 1, 1), {2: 3}, {2: (0.5, 0.2, 0.05)}),
     "zmarch": Case("zmarch", (("buf", "float32"),) * 2 + (("int", NX), ("int", NY), ("int", NZ)),
                    (NZ, NY, NX), (_g(NX, 8), _g(NY, 8), 1), (8, 8, 1)),
 }
@@ -215,7 +258,8 @@ class EmulatedTarget:
         for i, p in enumerate(self.case.params):
             if p[0] == "buf":
                 count = self.case.small.get(i, n)
-                self.prologue[i] = rng.uniform(0, 1, count).astype(str(p[1])).view(np.uint8)
+                values = self.case.fixed.get(i) or rng.uniform(0, 1, count)
+                self.prologue[i] = np.asarray(values).astype(str(p[1])).view(np.uint8)
         after = self._launch({})
         self.buffers = tuple(ProbeBuffer(i, a.size, not np.array_equal(after[i], a), region=i)
                              for i, a in self.prologue.items())

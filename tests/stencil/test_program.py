@@ -62,8 +62,11 @@ def reference(p: StencilProgram, fields: dict[str, np.ndarray], params: dict[int
                 q = []
                 for a, (c, d) in enumerate(zip(pt, n.offset, strict=True)):
                     v = c + d
+                    side = p.rule(f"{'zyx'[a]}{'-' if v < 0 else '+'}").rule
                     if p.periodic()[a]:
                         v %= shape3[a]
+                    elif side == "clamp" and not 0 <= v < shape3[a]:
+                        v = min(max(v, 0), shape3[a] - 1)
                     elif not 0 <= v < shape3[a]:
                         return 0.0
                     q.append(v)
@@ -98,6 +101,8 @@ def test_heat_2d_zero_padded_and_periodic() -> None:
     check(program(2, "fp32", {"v": e}, faces=boundary("periodic")), (6, 5))
     mixed = boundary("zeropad", {"x-": "periodic", "x+": "periodic", "y-": "keep"})
     check(program(2, "fp32", {"v": e}, faces=mixed), (6, 8))
+    clamped = boundary("clamp", {"y+": "zeropad", "x-": "zero"})  # hotspot replicates edges
+    check(program(2, "fp32", {"v": e + tap("u", 0, -2, 0)}, faces=clamped), (7, 6))
 
 
 def test_coefficient_field_3d_copy_boundary_with_params() -> None:

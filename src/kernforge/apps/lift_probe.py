@@ -36,26 +36,32 @@ from ..core import ConfigError
 from ..stencil.program import FaceRule, Field, Output, Reduction, StencilProgram, apply
 from ..stencil.program import expr as ex
 from ..stencil.program.oracle import error_bound, shift
+from .lift_fields import is_coef
 from .lift_probe_faces import face_rules
 from .lift_probe_scalars import scalar_outputs
-from .lift_regions import NotLifted, is_coef
+from .lift_regions import NotLifted
 from .probe import RMAX, ProbeBuffer, Target, _decompose, candidate_shapes
 
 FLOATS = {"float64": "fp64", "float32": "fp32", "float16": "fp16"}
 SMALL = 16  # a written buffer of fewer elements is a scalar output
 MAX_UNKNOWNS = 1500
-Tapk = tuple[int, tuple[int, int, int]]  # (buffer parameter, offset)
+MAX_COMPONENTS = 4  # grids one read-only buffer may hold, one after another
+Offset = tuple[int, int, int]
 
 
 @dataclass(frozen=True)
 class Probed:
-    """The lifted program; which parameter each field and reduction is; the grid (nx, ny, nz)."""
+    """The lifted program; which parameter each field and reduction is (and at which element
+    of its buffer a field starts); the grid (nx, ny, nz); the read-only buffers of fewer than
+    16 elements (coefficient tables, left as recorded: the program's numbers came from them)."""
 
     program: StencilProgram
     fields: Mapping[str, int]
     reductions: Mapping[str, int]
     shape: tuple[int, int, int]
     dtype: str
+    offsets: Mapping[str, int]
+    tables: Mapping[int, tuple[float, ...]]
 
 
 class _Fail(Exception):
@@ -92,26 +98,47 @@ class _Lifter:
         self.rng = np.random.default_rng(seed)
         self.count = {b.param: b.nbytes // dt.itemsize for b in t.buffers}
         big = max(self.count.values())
-        self.scalars = [b for b in t.buffers if b.written and self.count[b.param] < min(SMALL, big)]
-        self.grids = [b for b in t.buffers if b not in self.scalars]
+        small = [b for b in t.buffers if self.count[b.param] < min(SMALL, big)]
+        self.scalars = [b for b in small if b.written]
+        self.tables = [b for b in small if not b.written]  # left as recorded: coefficients
+        self.grids = [b for b in t.buffers if b not in small]
         self.outs = [b.param for b in self.grids if b.written]
         if not self.outs:
             raise _Fail("the kernel writes only scalars", definite=True)
+        self.n = 0
+        self.fields: dict[str, tuple[int, int]] = {}  # name -> (parameter, component)
 
     # --- runs ----------------------------------------------------------------------------
-    def random(self, n: int) -> dict[int, np.ndarray]:
-        return {b.param: self.rng.uniform(-1, 1, n).astype(self.dt).astype(np.float64)
+    def span(self, b: ProbeBuffer) -> int:
+        """How many elements of ``b`` the probe sets: one grid, or several (components, one
+        after another) for a read-only buffer a whole number of grids long when the output
+        grids hold one."""
+        c, n = self.count[b.param], self.n
+        several = not b.written and c % n == 0 and min(self.count[o] for o in self.outs) < 2 * n
+        return min(MAX_COMPONENTS, c // n) * n if several else n
+
+    def random(self) -> dict[int, np.ndarray]:
+        return {b.param: self.rng.uniform(-1, 1, self.span(b)).astype(self.dt).astype(np.float64)
                 for b in self.grids}
 
-    def run(self, values: Mapping[int, np.ndarray], n: int,
+    def grid(self, x: Mapping[int, np.ndarray], name: str) -> np.ndarray:
+        """Field ``name`` of a run's values, as (nz, ny, nx)."""
+        p, k = self.fields[name]
+        nx, ny, nz = self.shape
+        return x[p][k * self.n:(k + 1) * self.n].reshape(nz, ny, nx)
+
+    def run(self, values: Mapping[int, np.ndarray],
             scalars: float = 0.0) -> tuple[dict[int, np.ndarray], bool]:
-        """The grid buffers' first ``n`` elements and the scalars after a launch, and whether
-        every element past the grid (and every read-only buffer) came back as it went in."""
+        """The grid buffers' probed elements and the scalars after a launch, and whether every
+        element past them (and every read-only buffer) came back as it went in."""
         raw: dict[int, np.ndarray] = {}
         sent: dict[int, np.ndarray] = {}
         for b in self.t.buffers:
+            if b in self.tables:
+                continue
             full = np.full(self.count[b.param], scalars) if b in self.scalars else \
-                np.concatenate([values[b.param], self.rng.uniform(2, 3, self.count[b.param] - n)])
+                np.concatenate([values[b.param],
+                                self.rng.uniform(2, 3, self.count[b.param] - self.span(b))])
             sent[b.param] = full.astype(self.dt)
             buf = np.zeros(b.nbytes, dtype=np.uint8)
             buf[:sent[b.param].nbytes] = sent[b.param].view(np.uint8)
@@ -122,12 +149,16 @@ class _Lifter:
         for b in self.t.buffers:
             with np.errstate(all="ignore"):
                 a = got[b.param][:self.count[b.param] * isz].view(self.dt).astype(np.float64)
+            if b in self.tables:
+                out[b.param] = a
+                continue
             s = sent[b.param].astype(np.float64)
             if b in self.scalars:
                 out[b.param] = a
                 continue
-            out[b.param] = a[:n]
-            clean &= bool(np.array_equal(a[n:], s[n:]))
+            m = self.span(b)
+            out[b.param] = a[:m]
+            clean &= bool(np.array_equal(a[m:], s[m:]))
             if not b.written:
                 clean &= bool(np.array_equal(a, s))
         return out, clean
@@ -159,65 +190,65 @@ class _Lifter:
 
     def with_shape(self, shape: tuple[int, int, int]) -> Probed:
         nx, ny, nz = shape
-        n = nx * ny * nz
-        dims = 3 if nz > 1 else 2 if ny > 1 else 1
-        base = self.random(n)
-        y0, _ = self.run(base, n)
-        centre = ((nz // 2) * ny + ny // 2) * nx + nx // 2
-        taps: dict[int, set[Tapk]] = {o: set() for o in self.outs}
+        self.shape, self.n = shape, nx * ny * nz
+        self.dims = dims = 3 if nz > 1 else 2 if ny > 1 else 1
+        self.fields = {}
         for b in self.grids:
-            x = {p: a.copy() for p, a in base.items()}
-            x[b.param][centre] += 0.5
-            y, _ = self.run(x, n)
+            k = self.span(b) // self.n
+            for c in range(k):
+                self.fields[f"p{b.param}" if k == 1 else f"p{b.param}_{c}"] = (b.param, c)
+        base = self.random()
+        y0, _ = self.run(base)
+        centre = ((nz // 2) * ny + ny // 2) * nx + nx // 2
+        names = {b.param: f"p{b.param}" for b in self.grids if b.written}
+        taps: dict[str, set[tuple[str, Offset]]] = {names[o]: set() for o in self.outs}
+        for f, (p, c) in self.fields.items():
+            x = {q: a.copy() for q, a in base.items()}
+            x[p][c * self.n + centre] += 0.5
+            y, _ = self.run(x)
             for o in self.outs:
                 d = y[o] - y0[o]
                 hit = np.flatnonzero((d != 0) | np.isnan(d))
                 if hit.size > (2 * RMAX + 1) ** dims:
                     raise _Fail(f"not local: {hit.size} outputs of parameter {o} depend on one "
-                                f"element of parameter {b.param}")
+                                f"element of {f}")
                 for q in hit:
                     off = _decompose(centre - int(q), nx, ny, nz)
                     if off is None:
                         raise _Fail("~outputs respond beyond the stencil's reach under this "
                                     "shape")
-                    taps[o].add((b.param, off))
+                    taps[names[o]].add((f, off))
         if not any(taps.values()):
             raise _Fail("~no output changed when one input element at the grid's centre did")
-        self.shape, self.n, self.dims = shape, n, dims
-        names = {b.param: f"p{b.param}" for b in self.grids}
-        exprs = {o: self.fit(o, sorted(taps[o]), names, base, y0) for o in self.outs}
-        return self.finish(exprs, names)
-
-    def _grid(self, a: np.ndarray) -> np.ndarray:
-        nx, ny, nz = self.shape
-        return a.reshape(nz, ny, nx)
+        exprs = {o: self.fit(o, sorted(t), base, y0) for o, t in taps.items()}
+        return self.finish(exprs)
 
     def apply(self, prog: StencilProgram, arrays: Mapping[str, np.ndarray]
               ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """The oracle's outputs and error bounds, as (nz, ny, nx) arrays."""
         flat = {k: v.reshape(v.shape[3 - self.dims:]) for k, v in arrays.items()}
         res, bound = apply(prog, flat), error_bound(prog, flat)
-        return ({k: self._grid(v) for k, v in res.outputs.items()},
-                {k: self._grid(v) for k, v in bound.items()})
+        nx, ny, nz = self.shape
+        return ({k: v.reshape(nz, ny, nx) for k, v in res.outputs.items()},
+                {k: v.reshape(nz, ny, nx) for k, v in bound.items()})
 
-    def fit(self, o: int, tps: list[Tapk], names: Mapping[int, str],
-            base: Mapping[int, np.ndarray], y0: Mapping[int, np.ndarray]) -> ex.Expr:
+    def fit(self, o: str, tps: list[tuple[str, Offset]], base: Mapping[int, np.ndarray],
+            y0: Mapping[int, np.ndarray]) -> ex.Expr:
         """The output ``o`` as a polynomial in its taps (least squares, then pruned)."""
-        reach = ex.reach(sum((ex.Tap(names[f], off) for f, off in tps), ex.Const(0.0)))
+        reach = ex.reach(sum((ex.Tap(f, off) for f, off in tps), ex.Const(0.0)))
         eps = float(np.finfo(self.dt).eps)
-        shape = self._grid(np.zeros(self.n)).shape
-        inner = np.zeros(shape, dtype=bool)
+        got = self.grid(y0, o)
+        inner = np.zeros(got.shape, dtype=bool)
         for deep in (RMAX, 0):  # away from the faces' layers, else as far as the taps reach
             lo = [max(reach[f"{a}-"], deep) if i >= 3 - self.dims else 0
                   for i, a in enumerate("zyx")]
             hi = [max(reach[f"{a}+"], deep) if i >= 3 - self.dims else 0
                   for i, a in enumerate("zyx")]
-            inner[tuple(slice(lo[i], shape[i] - hi[i]) for i in range(3))] = True
+            inner[tuple(slice(lo[i], got.shape[i] - hi[i]) for i in range(3))] = True
             if inner.any():
                 break
         # leave out the points a keep, zero or copy layer wider than the reach wrote
-        got = self._grid(y0[o])
-        for v in [0.0, *(self._grid(a) for a in base.values())]:
+        for v in [0.0, *(self.grid(base, f) for f in self.fields)]:
             inner &= got != v
         pts = int(inner.sum())
         if pts:
@@ -229,10 +260,10 @@ class _Lifter:
                 runs = max(1, math.ceil(2 * len(monos) / pts))
                 A, b, mag = self._rows(o, tps, monos, inner, runs)
                 if not (np.isfinite(A).all() and np.isfinite(b).all()):
-                    raise _Fail(f"the output in parameter {o} is NaN or infinite on inputs in "
-                                "[-1, 1)")
+                    raise _Fail(f"{o} is NaN or infinite on inputs in [-1, 1)")
                 coef = _lstsq(A, b)
-                keep = np.abs(coef) > min(1e3 * eps, 2e-2) * max(float(np.abs(coef).max()), 1e-300)
+                top = max(float(np.abs(coef).max()), 1e-300)
+                keep = np.abs(coef) > min(1e3 * eps, 2e-2) * top
                 coef = np.zeros_like(coef)
                 if keep.any():
                     coef[keep] = _lstsq(A[:, keep], b)
@@ -240,43 +271,40 @@ class _Lifter:
                 err = np.abs(A @ coef - b)
                 tol = 16 * (len(tps) + 1) * degree * eps * (mag @ np.abs(coef) + np.abs(b))
                 if np.all(err <= tol + 1e-300):
-                    return _build(monos, coef, tps, names)
-        raise _Fail(f"the output in parameter {o} is no polynomial of degree <= 3 in the "
-                    f"{len(tps)} values it reads with coefficients fixed in space (a nonlinear "
-                    "function, a branch on data, or coefficients that vary with the position)")
+                    return _build(monos, coef, tps)
+        raise _Fail(f"the output {o} is no polynomial of degree <= 3 in the {len(tps)} values "
+                    "it reads with coefficients fixed in space (a nonlinear function, a branch "
+                    "on data, or coefficients that vary with the position)")
 
-    def _rows(self, o: int, tps: list[Tapk], monos: list[tuple[int, ...]], inner: np.ndarray,
-              runs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _rows(self, o: str, tps: list[tuple[str, Offset]], monos: list[tuple[int, ...]],
+              inner: np.ndarray, runs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         rows, rhs = [], []
         for _ in range(runs):
-            x = self.random(self.n)
-            y, _ = self.run(x, self.n)
-            vals = [shift(self._grid(x[f]), off, (False, False, False))[inner] for f, off in tps]
+            x = self.random()
+            y, _ = self.run(x)
+            vals = [shift(self.grid(x, f), off, (False, False, False))[inner] for f, off in tps]
             rows.append(np.stack([np.prod([vals[i] for i in m], axis=0) if m else
                                   np.ones(int(inner.sum())) for m in monos], axis=1))
-            rhs.append(self._grid(y[o])[inner])
+            rhs.append(self.grid(y, o)[inner])
         A = np.concatenate(rows)
         return A, np.concatenate(rhs), np.abs(A)
 
-    def finish(self, exprs: Mapping[int, ex.Expr], names: Mapping[int, str]) -> Probed:
+    def finish(self, exprs: Mapping[str, ex.Expr]) -> Probed:
         read = {t.field for e in exprs.values() for t in ex.taps(e)}
         fields = []
-        for b in self.grids:
-            nm = names[b.param]
-            if b.written:
-                fields.append(Field(nm, "inout" if nm in read else "out"))
-            elif nm in read:
-                fields.append(Field(nm, "coef" if is_coef(nm, list(exprs.values())) else "in"))
-        outs = {names[o]: e for o, e in exprs.items()}
-        x = self.random(self.n)
-        y, clean = self.run(x, self.n)
+        for name in self.fields:
+            if name in exprs:
+                fields.append(Field(name, "inout" if name in read else "out"))
+            elif name in read:
+                fields.append(Field(name, "coef" if is_coef(name, list(exprs.values()))
+                                    else "in"))
+        x = self.random()
+        y, clean = self.run(x)
         if not clean:
             raise _Fail("the kernel wrote past the grid or into a buffer it only reads")
-        faces, copy = face_rules(self, outs, fields, x, y, names)
-        used = {f.name for f in fields}
-        prog = self.program(fields, outs, faces, copy, ())
-        final = self.check(prog, used, names)
-        return final
+        faces, copy = face_rules(self, exprs, fields, x, y)
+        prog = self.program(fields, exprs, faces, copy, ())
+        return self.check(prog, {f.name for f in fields}, y)
 
     def program(self, fields: list[Field], outs: Mapping[str, ex.Expr],
                 faces: tuple[FaceRule, ...], copy: Mapping[str, str],
@@ -288,37 +316,36 @@ class _Lifter:
         except ConfigError as exc:
             raise _Fail(exc.message) from None
 
-    def check(self, prog: StencilProgram, used: set[str], names: Mapping[int, str]) -> Probed:
+    def check(self, prog: StencilProgram, used: set[str], last: Mapping[int, np.ndarray]
+              ) -> Probed:
         """The program against a fresh run, then the scalar outputs' forms."""
-        param = {v: k for k, v in names.items()}
-        x = self.random(self.n)
-        y, _ = self.run(x, self.n)
-        arrays = {nm: self._grid(x[param[nm]]) for nm in used}
+        x = self.random()
+        y, _ = self.run(x)
+        arrays = {nm: self.grid(x, nm) for nm in used}
         outs, bound = self.apply(prog, arrays)
         for o in prog.outputs:
-            got = self._grid(y[param[o.field]])
-            bad = ~(np.abs(got - outs[o.field]) <= 8 * bound[o.field])
+            bad = ~(np.abs(self.grid(y, o.field) - outs[o.field]) <= 8 * bound[o.field])
             if bad.any():
                 z, yy, xx = (int(v) for v in np.argwhere(bad)[0])
                 raise _Fail(f"{o.field} differs from the lifted program at (z={z}, y={yy}, "
                             f"x={xx}): the edges or corners follow no per-face rule")
-        
-        reds = scalar_outputs(self, prog, {k: v.reshape(v.shape[3 - self.dims:])
-                                           for k, v in arrays.items()}, param)
+        reds = scalar_outputs(self, prog, used)
         final = self.program(list(prog.fields), {o.field: o.expr for o in prog.outputs},
                              prog.faces, {o.field: o.copy_from for o in prog.outputs
                                           if o.copy_from}, reds)
-        fields = {f.name: param[f.name] for f in final.fields}
+        fields = {f.name: self.fields[f.name][0] for f in final.fields}
+        offsets = {f.name: self.fields[f.name][1] * self.n for f in final.fields}
+        tables = {b.param: tuple(float(v) for v in last[b.param]) for b in self.tables}
         return Probed(final, fields, {r.name: int(r.name[1:]) for r in reds}, self.shape,
-                      self.dt.name)
+                      self.dt.name, offsets, tables)
 
 
 def _lstsq(A: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.linalg.lstsq(A, b, rcond=None)[0]
 
 
-def _build(monos: list[tuple[int, ...]], coef: np.ndarray, tps: list[Tapk],
-           names: Mapping[int, str]) -> ex.Expr:
+def _build(monos: list[tuple[int, ...]], coef: np.ndarray,
+           tps: list[tuple[str, Offset]]) -> ex.Expr:
     out: ex.Expr | None = None
     for m, c in zip(monos, coef, strict=True):
         if c == 0:
@@ -326,7 +353,7 @@ def _build(monos: list[tuple[int, ...]], coef: np.ndarray, tps: list[Tapk],
         term: ex.Expr | None = None
         for i in m:
             f, off = tps[i]
-            t = ex.Tap(names[f], off)
+            t = ex.Tap(f, off)
             term = t if term is None else ex.Bin("*", term, t)
         term = ex.Const(float(c)) if term is None else \
             term if c == 1 else ex.Bin("*", ex.Const(float(c)), term)

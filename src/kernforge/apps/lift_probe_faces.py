@@ -3,7 +3,8 @@
 Per output and face, the layers at distance 0, 1, ... from the face (away from the other
 faces, by :data:`~.probe.RMAX` points) are compared with what each rule would write there: the
 output's old value (keep), zero, an input's value (copy), and the formula evaluated with
-zeros outside the grid (zeropad) or wrapped (periodic; within the program's error bound). The
+zeros outside the grid (zeropad), the nearest point inside (clamp) or wrapped (periodic;
+within the program's error bound). The
 outermost layers that the formula does not explain must share one of keep, zero or copy: that
 rule, as wide as those layers. The outputs must agree per face.
 """
@@ -20,18 +21,19 @@ from ..stencil.program import expr as ex
 from .lift_symbolic import MAX_WIDTH
 from .probe import RMAX
 
+EVALUATED = ("zeropad", "clamp", "periodic")  # rules that evaluate the formula at the face
+
 if TYPE_CHECKING:
     from .lift_probe import _Lifter
 
 
-def face_rules(lf: _Lifter, outs: Mapping[str, ex.Expr], fields: list[Field], x: Mapping[int, np.ndarray],
-          y: Mapping[int, np.ndarray], names: Mapping[int, str]
-          ) -> tuple[tuple[FaceRule, ...], dict[str, str]]:
+def face_rules(lf: _Lifter, outs: Mapping[str, ex.Expr], fields: list[Field],
+               x: Mapping[int, np.ndarray], y: Mapping[int, np.ndarray]
+               ) -> tuple[tuple[FaceRule, ...], dict[str, str]]:
     """Per face, the rule its layers follow (see the module docstring)."""
-    param = {v: k for k, v in names.items()}
-    arrays = {f.name: lf._grid(x[param[f.name]]) for f in fields}
+    arrays = {f.name: lf.grid(x, f.name) for f in fields}
     preds = {}
-    for rule in ("zeropad", "periodic"):
+    for rule in EVALUATED:
         p = lf.program(fields, outs, tuple(FaceRule(rule) for _ in FACES), {}, ())
         preds[rule], bound = lf.apply(p, arrays)
     rules: list[FaceRule] = []
@@ -42,9 +44,9 @@ def face_rules(lf: _Lifter, outs: Mapping[str, ex.Expr], fields: list[Field], x:
             rules.append(FaceRule("keep", 0))
             continue
         found = {_face(lf, face, name, e, arrays, preds, bound[name],
-                            lf._grid(y[param[name]]), copy) for name, e in outs.items()}
-        evaluated = {r for r in found if r.rule in ("zeropad", "periodic")}
-        writing = {r for r in found if r.rule not in ("zeropad", "periodic")}
+                      lf.grid(y, name), copy) for name, e in outs.items()}
+        evaluated = {r for r in found if r.rule in EVALUATED}
+        writing = {r for r in found if r.rule not in EVALUATED}
         if len(evaluated) > 1 or (writing and evaluated) or len(writing - {FaceRule("keep", 0)
                                                                            }) > 1:
             if writing == {FaceRule("keep", 0)} and len(evaluated) == 1:
@@ -74,17 +76,17 @@ def _face(lf: _Lifter, face: str, name: str, e: ex.Expr, arrays: Mapping[str, np
                 idx.append(slice(RMAX, got.shape[i] - RMAX))
         sel = tuple(idx)
         g = got[sel]
-        hits = {r for r in ("zeropad", "periodic") if np.all(np.abs(g - preds[r][name][sel])
+        hits = {r for r in EVALUATED if np.all(np.abs(g - preds[r][name][sel])
                                                              <= 8 * bound[sel])}
         hits |= {c for c, v in cands.items() if v is not None and
                  np.array_equal(g, np.broadcast_to(v, g.shape) if np.isscalar(v)
                                 else v[sel])}  # type: ignore[index]
         layers.append(hits)
     w = 0
-    while w < len(layers) and not layers[w] & {"zeropad", "periodic"}:
+    while w < len(layers) and not layers[w] & set(EVALUATED):
         w += 1
     if w:
-        common = set.intersection(*layers[:w]) - {"zeropad", "periodic"}
+        common = set.intersection(*layers[:w]) - set(EVALUATED)
         if not common:
             raise _fail(f"the layers next to face {face} of {name} follow no rule "
                         "(kept, copied, zero, zero-padded or periodic)")
@@ -99,10 +101,10 @@ def _face(lf: _Lifter, face: str, name: str, e: ex.Expr, arrays: Mapping[str, np
         return FaceRule(rule, w)
     if reach == 0:
         return FaceRule("keep", 0)
-    ev = set.intersection(*layers[:reach]) & {"zeropad", "periodic"}
+    ev = set.intersection(*layers[:reach]) & set(EVALUATED)
     if not ev:
         raise _fail(f"the layers next to face {face} of {name} mix rules")
-    return FaceRule(max(ev) if len(ev) == 1 else "zeropad")
+    return FaceRule(next(r for r in EVALUATED if r in ev))
 
 
 

@@ -10,7 +10,7 @@ with, within the reordering error of a sum of that many terms, is the reduction.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,18 +35,18 @@ def _forms(prog: StencilProgram) -> Iterator[tuple[str, ex.Expr, str]]:
                 yield op, ex.Tap(o.field), over
 
 
-def scalar_outputs(lf: _Lifter, prog: StencilProgram, arrays: Mapping[str, np.ndarray],
-                   param: Mapping[str, int]) -> tuple[Reduction, ...]:
+def scalar_outputs(lf: _Lifter, prog: StencilProgram, used: set[str]
+                   ) -> tuple[Reduction, ...]:
     from .lift_probe import _Fail
 
     if not lf.scalars:
         return ()
     runs: list[tuple[float, dict[str, np.ndarray], dict[int, np.ndarray]]] = []
     for before in BEFORE:
-        x = lf.random(lf.n)
-        y, _ = lf.run(x, lf.n, scalars=before)
-        runs.append((before, {nm: x[param[nm]].reshape(a.shape) for nm, a in arrays.items()},
-                     y))
+        x = lf.random()
+        y, _ = lf.run(x, scalars=before)
+        runs.append((before, {nm: lf.grid(x, nm).reshape(lf.grid(x, nm).shape[3 - prog.dims:])
+                              for nm in used}, y))
     eps = float(np.finfo(lf.dt).eps)
     reds = []
     for b in lf.scalars:

@@ -13,7 +13,7 @@ periodic.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ import numpy as np
 from ..core import ConfigError
 from ..stencil.program import FACES, FaceRule, Field, Output, Reduction, StencilProgram
 from ..stencil.program import expr as ex
+from .lift_fields import is_coef
 from .lift_symbolic import (
     MAX_WIDTH,
     Grid,
@@ -49,13 +50,17 @@ class Store:
 @dataclass(frozen=True)
 class Lifted:
     """The program, which kernel parameter each field and reduction is, and the grid's extents
-    (x first) as expressions over the integer parameters."""
+    (x first) as expressions over the integer parameters; a field that is the k-th grid of its
+    buffer (k >= 1: it starts k grids in); buffers read at fixed elements (coefficient tables,
+    in the program as ``ConstMem`` arrays of the buffer's name)."""
 
     program: StencilProgram
     fields: Mapping[str, int]
     reductions: Mapping[str, int]
     extents: tuple[str, ...]
     sizes: Mapping[str, int]  # integer parameter name -> index
+    components: Mapping[str, int] = field(default_factory=dict)  # field -> k: k grids in
+    tables: Mapping[str, int] = field(default_factory=dict)  # ConstMem name -> its buffer
 
 
 @dataclass(frozen=True)
@@ -98,24 +103,35 @@ def build(stores: list[Store], params: Mapping[str, tuple[int, str]], syms: Symb
     coords = xs + rest
     strides = [stride[c] for c in coords]
     wraps = {w for s in stores for r in _reads(s.value) for w in r.index.wraps}
-    last, last_text = last_extent(syms, coords, strides, [s.guard for s in grid_stores], wraps,
+    last, last_poly = last_extent(syms, coords, strides, [s.guard for s in grid_stores], wraps,
                                   sample_sets)
     grids = [Grid(syms, coords, strides, last, s) for s in sample_sets]
     texts = [strides[1].text()] if len(coords) > 1 else []
     if len(coords) > 2:
         texts.append(_quotient(strides[2], strides[1]))
-    extents = tuple(texts[:len(coords) - 1]) + (last_text,)
+    extents = tuple(texts[:len(coords) - 1]) + (last_poly.text(),)
+    syms.points = strides[-1] * last_poly
     dims = len(coords)
     outputs, faces, copy = _outputs(grid_stores, E, grids, syms, coords, strides, wraps, dims)
     computed = outputs.pop("__computed__")
     reds = _reductions([s for s in stores if s.atomic], E, grids[0], syms, strides, coords,
                        computed, outputs)
+    parts = {tuple(t.field.split("#")) for o in outputs.values() for t in ex.taps(o)
+             if "#" in t.field}
+    parts |= {tuple(t.field.split("#")) for r in reds for t in ex.taps(r.expr) if "#" in t.field}
+    several = {ptr for ptr, k in parts if k != "0"}
+    component = {(f"{ptr}_{k}" if ptr in several else ptr): (ptr, int(k)) for ptr, k in parts}
+    outputs = {n: _names(e, several) for n, e in outputs.items()}
+    reds = [Reduction(r.name, r.op, _names(r.expr, several), r.accumulate, r.over)
+            for r in reds]
+    copy = {n: f"{c}_0" if c in several else c for n, c in copy.items()}
     written = {s.ptr: s.param for s in grid_stores}
     read = {t.field for o in outputs.values() for t in ex.taps(o)} | \
         {t.field for r in reds for t in ex.taps(r.expr)}
     fields = []
     pidx = {n: i for n, (i, _) in params.items()}
-    for name in sorted(set(written) | read, key=lambda n: pidx[n]):
+    pidx.update({n: pidx[ptr] for n, (ptr, _) in component.items()})
+    for name in sorted(set(written) | read, key=lambda n: (pidx[n], n)):
         if name in written:
             role = "inout" if any(t.field == name for o in outputs.values()
                                   for t in ex.taps(o)) else "out"
@@ -130,7 +146,8 @@ def build(stores: list[Store], params: Mapping[str, tuple[int, str]], syms: Symb
         return NotLifted(exc.message)
     atomics = {s.ptr: s.param for s in stores if s.atomic}
     return Lifted(prog, {f.name: pidx[f.name] for f in fields}, atomics, extents,
-                  {n: i for n, (i, k) in params.items() if k == "int"})
+                  {n: i for n, (i, k) in params.items() if k == "int"},
+                  {n: k for n, (_, k) in component.items() if k}, dict(syms.tables))
 
 
 def _reads(e: ex.Expr) -> list[Read]:
@@ -219,35 +236,55 @@ def _kind(s: Store, name: str, E: Poly, syms: Symbols) -> str:
 
 
 def _offset(r: Read, E: Poly, grids: list[Grid], syms: Symbols, strides: list[Poly],
-            coords: list[str]) -> tuple[int, int, int]:
+            coords: list[str]) -> tuple[int, tuple[int, int, int]]:
+    """(component, (dz, dy, dx)) of a read: ``index - point = k * points + offset``."""
     D = syms.expand(normalize(r.index.poly)) - E
     if D.symbols() - {s for s in D.symbols() if s.startswith("$")}:
         raise Unliftable(f"{r.ptr} is read at {D.text()} from the written point: not a fixed "
                          "offset")
     g = grids[0]
-    d = int(D.value(g.sample.__getitem__))
-    off = [0, 0, 0]  # x, y, z
-    for a in reversed(range(1, len(coords))):
-        off[a] = round(d / g.strides[a])
-        d -= off[a] * g.strides[a]
-    off[0] = d
-    want = Poly.const(off[0]) + sum((strides[a] * Poly.const(off[a])
-                                     for a in range(1, len(coords))), Poly())
-    if want != D or max(abs(v) for v in off) > MAX_WIDTH:
-        raise Unliftable(f"{r.ptr} is read at {D.text()} from the written point: no small "
-                         "offset along the axes")
-    return (off[2], off[1], off[0])
+    for k in range(4):  # a buffer may hold several grids, one after another
+        rest = D - syms.points * Poly.const(k)
+        d = int(rest.value(g.sample.__getitem__))
+        off = [0, 0, 0]  # x, y, z
+        for a in reversed(range(1, len(coords))):
+            off[a] = round(d / g.strides[a])
+            d -= off[a] * g.strides[a]
+        off[0] = d
+        want = Poly.const(off[0]) + sum((strides[a] * Poly.const(off[a])
+                                         for a in range(1, len(coords))), Poly())
+        if want == rest and max(abs(v) for v in off) <= MAX_WIDTH:
+            return k, (off[2], off[1], off[0])
+    raise Unliftable(f"{r.ptr} is read at {D.text()} from the written point: no small "
+                     "offset along the axes")
 
 
 def _taps(e: ex.Expr, E: Poly, grids: list[Grid], syms: Symbols, strides: list[Poly],
           coords: list[str]) -> ex.Expr:
     if isinstance(e, Read):
-        return ex.Tap(e.ptr, _offset(e, E, grids, syms, strides, coords))
+        fixed = syms.expand(normalize(e.index.poly)).constant()
+        if fixed is not None:  # a coefficient table: the same element at every point
+            syms.tables[e.ptr] = e.param
+            return ex.ConstMem(e.ptr, fixed, True)
+        k, off = _offset(e, E, grids, syms, strides, coords)
+        return ex.Tap(f"{e.ptr}#{k}", off)
     if isinstance(e, ex.Bin):
         return ex.Bin(e.op, _taps(e.a, E, grids, syms, strides, coords),
                       _taps(e.b, E, grids, syms, strides, coords))
     if isinstance(e, ex.Neg):
         return ex.Neg(_taps(e.a, E, grids, syms, strides, coords))
+    return e
+
+
+def _names(e: ex.Expr, several: set[str]) -> ex.Expr:
+    """``ptr#k`` as ``ptr_k`` for a buffer read at several components, else ``ptr``."""
+    if isinstance(e, ex.Tap) and "#" in e.field:
+        ptr, k = e.field.split("#")
+        return ex.Tap(f"{ptr}_{k}" if ptr in several else ptr, e.offset)
+    if isinstance(e, ex.Bin):
+        return ex.Bin(e.op, _names(e.a, several), _names(e.b, several))
+    if isinstance(e, ex.Neg):
+        return ex.Neg(_names(e.a, several))
     return e
 
 
@@ -257,7 +294,9 @@ def _check_reads(e: ex.Expr, E: Poly, g: Grid, syms: Symbols, strides: list[Poly
     nd = len(coords)
     idx = np.indices(g.shape)
     for r in _reads(e):
-        off = _offset(r, E, [g], syms, strides, coords)[3 - nd:]
+        if syms.expand(normalize(r.index.poly)).constant() is not None:
+            continue
+        off = _offset(r, E, [g], syms, strides, coords)[1][3 - nd:]
         inside = np.ones(g.shape, dtype=bool)
         for k, d in enumerate(off):
             a = nd - 1 - k
@@ -352,26 +391,3 @@ def _new_values(e: ex.Expr, outputs: Mapping[str, ex.Expr]) -> ex.Expr:
     if isinstance(e, ex.Neg):
         return ex.Neg(_new_values(e.a, outputs))
     return e
-
-
-def is_coef(name: str, exprs: list[ex.Expr]) -> bool:
-    """A field that only multiplies taps of other fields, read at one offset."""
-    offs = {t.offset for e in exprs for t in ex.taps(e) if t.field == name}
-    if len(offs) != 1:
-        return False
-    for e in exprs:
-        poly = ex.polynomial(e, _Ones(), _Ones())
-        for mono in poly:
-            if any(f == name for f, _ in mono) and all(f == name for f, _ in mono):
-                return False
-    return True
-
-
-class _Ones(dict):  # type: ignore[type-arg]
-    """Every scalar 1 (the structure of an expansion, not its values)."""
-
-    def __contains__(self, k: object) -> bool:
-        return True
-
-    def __getitem__(self, k: object) -> float:
-        return 1.0

@@ -31,8 +31,9 @@ def lift_source(source: str | KernelSource | Any, kernel: str | None = None, *,
     """The program of ``kernel`` in ``source``, or why it is not lifted. ``source``: CUDA code,
     a :class:`KernelSource` (it names its entry) or a ``kernforge.Kernel`` (its source);
     ``precision``: the element type where the source leaves it open (a template parameter)."""
-    if isinstance(getattr(source, "source", None), KernelSource):
-        source = source.source
+    inner = getattr(source, "source", None)
+    if isinstance(inner, KernelSource):
+        source = inner
     if isinstance(source, KernelSource):
         kernel = kernel or source.entry
         source = source.code

@@ -206,6 +206,8 @@ class Symbols:
     """The derived symbols of one kernel, and how to expand or evaluate through them."""
 
     pairs: dict[str, Derived] = field(default_factory=dict)  # base -> pair
+    points: Poly = field(default_factory=Poly)  # the grid's point count, once known
+    tables: dict[str, int] = field(default_factory=dict)  # buffers read at fixed elements
 
     def split(self, base: str, mod: Poly) -> Derived:
         d = self.pairs.get(base)
@@ -310,14 +312,14 @@ class Grid:
 
 def last_extent(syms: Symbols, coords: list[str], strides: list[Poly], guards: list[Pred],
                  wraps: set[tuple[str, Poly]], samples: list[dict[str, int]]
-                 ) -> tuple[Callable[[dict[str, int]], int], str]:
+                 ) -> tuple[Callable[[dict[str, int]], int], Poly]:
     c = coords[-1]
     mods = {m for s, m in wraps if s == c}
     if len(mods) > 1:
         raise Unliftable(f"axis {c} wraps modulo {', '.join(m.text() for m in mods)}")
     if mods:
         m = mods.pop()
-        return (lambda s: int(m.value(s.__getitem__))), m.text()
+        return (lambda s: int(m.value(s.__getitem__))), m
     live = Pred("false")
     for guard in guards:
         live = live | guard
@@ -340,7 +342,7 @@ def last_extent(syms: Symbols, coords: list[str], strides: list[Poly], guards: l
               zip(samples, tops, strict=True)]
         if ws[0] == ws[1] and 0 <= ws[0] <= MAX_WIDTH:
             p = Poly.of({tuple(sorted(cand)): 1})
-            return (lambda s, p=p: int(p.value(s.__getitem__))), p.text()
+            return (lambda s, p=p: int(p.value(s.__getitem__))), p
     raise Unliftable(f"the extent of axis {c} follows from no integer parameter")
 
 

@@ -8,8 +8,9 @@ neighbour would be a race between threads).
 
 Boundary, per face (``z- z+ y- y+ x- x+``): ``keep`` (the points within ``width`` of the face
 keep their values), ``copy`` (they take the value of ``copy_from`` there), ``zero``,
-``zeropad`` (the expression is evaluated there, reading zero outside the grid) or ``periodic``
-(evaluated, reading the grid wrapped; both faces of the axis). ``width`` None means the
+``zeropad`` (the expression is evaluated there, reading zero outside the grid), ``clamp``
+(evaluated, reading the nearest point inside: a replicated edge) or ``periodic`` (evaluated,
+reading the grid wrapped; both faces of the axis). ``width`` None means the
 expression's reach past that face. A point within the width of several faces follows the first
 of them, in the order above, whose rule is keep, copy or zero.
 """
@@ -26,7 +27,7 @@ from ...core.jsonio import canonical_json
 from . import expr as ex
 
 FACES = ("z-", "z+", "y-", "y+", "x-", "x+")
-RULES = ("keep", "copy", "zero", "zeropad", "periodic")
+RULES = ("keep", "copy", "zero", "zeropad", "clamp", "periodic")
 WRITING = ("keep", "copy", "zero")
 ROLES = ("in", "coef", "out", "inout")
 PRECISIONS = ("fp16", "fp32", "fp64")
@@ -136,6 +137,13 @@ class StencilProgram:
     def periodic(self) -> tuple[bool, bool, bool]:
         """Per axis (z, y, x): whether its faces wrap."""
         return tuple(self.rule(f"{a}-").rule == "periodic" for a in "zyx")  # type: ignore[return-value]
+
+    def pads(self) -> tuple[tuple[str, str], tuple[str, str], tuple[str, str]]:
+        """Per axis (z, y, x), what a read past its lower and upper face sees: zero, wrap or
+        clamp."""
+        word = {"periodic": "wrap", "clamp": "clamp"}
+        return tuple((word.get(self.rule(f"{a}-").rule, "zero"),  # type: ignore[return-value]
+                      word.get(self.rule(f"{a}+").rule, "zero")) for a in "zyx")
 
     def kind(self, out: Output) -> str:
         """``linear``, ``affine``, ``bilinear`` (degree 2) or ``polynomial`` (higher)."""
@@ -264,7 +272,7 @@ def validate(p: StencilProgram) -> None:
             if fr.rule in WRITING and widths[face] < reach[face]:
                 raise _err(f"output {o.field}: face {face} {fr.rule} of width {widths[f]} but the "
                            f"expression reaches {reach[f]} past it (reads outside the grid)",
-                           hint="a width at least the reach, or zeropad/periodic")
+                           hint="a width at least the reach, or zeropad/clamp/periodic")
         if any(fr.rule == "copy" for fr in p.faces):
             src = o.copy_from
             if src is None or p.field(src).role == "out":

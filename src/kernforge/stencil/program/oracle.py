@@ -42,25 +42,35 @@ def _grid(p: StencilProgram, fields: Mapping[str, np.ndarray]) -> tuple[int, int
     return tuple([1] * (3 - p.dims) + list(shape))  # type: ignore[return-value]
 
 
-def shift(g: np.ndarray, off: tuple[int, int, int], wrap: tuple[bool, bool, bool]) -> np.ndarray:
-    """``g[z+dz, y+dy, x+dx]`` of a 3D array: wrapped along the axes ``wrap`` says, else zero
-    outside."""
+Pad = tuple[str, str]  # what a read below / above an axis's range sees: zero, wrap or clamp
+
+
+def shift(g: np.ndarray, off: tuple[int, int, int],
+          pads: tuple[bool | Pad, bool | Pad, bool | Pad]) -> np.ndarray:
+    """``g[z+dz, y+dy, x+dx]`` of a 3D array; outside the grid along an axis, per side: zero,
+    ``wrap`` (periodic) or ``clamp`` (the nearest point inside). ``True``/``False`` for an axis
+    mean wrap/zero on both sides."""
     out = g
     for axis, d in enumerate(off):
         if not d:
             continue
-        if wrap[axis]:
-            out = np.roll(out, -d, axis=axis)
-            continue
+        pad = pads[axis]
+        lo, hi = (("wrap", "wrap") if pad else ("zero", "zero")) if isinstance(pad, bool) \
+            else pad
         n = out.shape[axis]
-        res = np.zeros_like(out)
-        src, dst = [slice(None)] * 3, [slice(None)] * 3
-        if d > 0:
-            src[axis], dst[axis] = slice(d, n), slice(0, max(n - d, 0))
-        else:
-            src[axis], dst[axis] = slice(0, max(n + d, 0)), slice(-d, n)
-        res[tuple(dst)] = out[tuple(src)]
-        out = res
+        idx = np.arange(n) + d
+        side = hi if d > 0 else lo
+        if side == "wrap":
+            idx %= n
+        elif side == "clamp":
+            idx = np.clip(idx, 0, n - 1)
+        valid = (idx >= 0) & (idx < n)
+        taken = np.take(out, np.clip(idx, 0, n - 1), axis=axis)
+        if not valid.all():
+            shape = [1, 1, 1]
+            shape[axis] = n
+            taken = np.where(valid.reshape(shape), taken, 0.0)
+        out = taken
     return out
 
 
@@ -78,14 +88,14 @@ class _Env:
     def __init__(self, p: StencilProgram, grids: Mapping[str, np.ndarray],
                  params: Mapping[int, float], constants: Mapping[str, Any]) -> None:
         self.p, self.grids, self.params, self.constants = p, grids, params, constants
-        self.wrap = p.periodic()
+        self.pads = p.pads()
         self._cache: dict[tuple[str, tuple[int, int, int]], np.ndarray] = {}
 
     def leaf(self, n: ex.Expr) -> Any:
         if isinstance(n, ex.Tap):
             k = (n.field, n.offset)
             if k not in self._cache:
-                self._cache[k] = shift(self.grids[n.field], n.offset, self.wrap)
+                self._cache[k] = shift(self.grids[n.field], n.offset, self.pads)
             return self._cache[k]
         return ex.scalar_value(n, self.params, self.constants)
 
