@@ -45,7 +45,7 @@ from .probe import RMAX, ProbeBuffer, Target, _decompose, candidate_shapes
 FLOATS = {"float64": "fp64", "float32": "fp32", "float16": "fp16"}
 SMALL = 16  # a written buffer of fewer elements is a scalar output
 MAX_UNKNOWNS = 1500
-MAX_COMPONENTS = 4  # grids one read-only buffer may hold, one after another
+MAX_COMPONENTS = 9  # grids one read-only buffer may hold, one after another
 Offset = tuple[int, int, int]
 
 
@@ -75,9 +75,11 @@ def lift_probe(t: Target, *, seed: int = 20261207) -> Probed | NotLifted:
     written = [b for b in t.buffers if b.written]
     if not written:
         return NotLifted("the launch wrote none of the buffers its parameters point to")
-    regions = [b.region for b in t.buffers]
-    if len(set(regions)) != len(regions):
-        return NotLifted("two buffers lie in one allocation")
+    for region in {b.region for b in t.buffers}:
+        group = [b for b in t.buffers if b.region == region]
+        if len(group) > 1 and any(b.written for b in group):
+            return NotLifted(f"parameters {', '.join(str(b.param) for b in group)} point into "
+                             "one allocation, and the kernel writes it")
     if t.dtype is not None and t.dtype not in FLOATS:
         return NotLifted(f"the kernel's elements are {t.dtype}; floating-point grids are lifted")
     reasons = []
@@ -96,12 +98,15 @@ class _Lifter:
     def __init__(self, t: Target, dt: np.dtype, seed: int) -> None:
         self.t, self.dt = t, dt
         self.rng = np.random.default_rng(seed)
-        self.count = {b.param: b.nbytes // dt.itemsize for b in t.buffers}
+        # pointers into one allocation: the lowest one's view holds the others' (components)
+        self.bufs = [b for b in t.buffers if not any(
+            o.region == b.region and o.nbytes > b.nbytes for o in t.buffers)]
+        self.count = {b.param: b.nbytes // dt.itemsize for b in self.bufs}
         big = max(self.count.values())
-        small = [b for b in t.buffers if self.count[b.param] < min(SMALL, big)]
+        small = [b for b in self.bufs if self.count[b.param] < min(SMALL, big)]
         self.scalars = [b for b in small if b.written]
         self.tables = [b for b in small if not b.written]  # left as recorded: coefficients
-        self.grids = [b for b in t.buffers if b not in small]
+        self.grids = [b for b in self.bufs if b not in small]
         self.outs = [b.param for b in self.grids if b.written]
         if not self.outs:
             raise _Fail("the kernel writes only scalars", definite=True)
@@ -133,7 +138,7 @@ class _Lifter:
         element past them (and every read-only buffer) came back as it went in."""
         raw: dict[int, np.ndarray] = {}
         sent: dict[int, np.ndarray] = {}
-        for b in self.t.buffers:
+        for b in self.bufs:
             if b in self.tables:
                 continue
             full = np.full(self.count[b.param], scalars) if b in self.scalars else \
@@ -146,7 +151,7 @@ class _Lifter:
         got = self.t.run(raw)
         out, clean = {}, True
         isz = self.dt.itemsize
-        for b in self.t.buffers:
+        for b in self.bufs:
             with np.errstate(all="ignore"):
                 a = got[b.param][:self.count[b.param] * isz].view(self.dt).astype(np.float64)
             if b in self.tables:

@@ -243,7 +243,7 @@ def _offset(r: Read, E: Poly, grids: list[Grid], syms: Symbols, strides: list[Po
         raise Unliftable(f"{r.ptr} is read at {D.text()} from the written point: not a fixed "
                          "offset")
     g = grids[0]
-    for k in range(4):  # a buffer may hold several grids, one after another
+    for k in range(9):  # a buffer may hold several grids, one after another
         rest = D - syms.points * Poly.const(k)
         d = int(rest.value(g.sample.__getitem__))
         off = [0, 0, 0]  # x, y, z
