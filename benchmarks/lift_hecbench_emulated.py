@@ -87,7 +87,7 @@ class Target:
         self.regions = before
         self.buffers = tuple(bufs)
         self.ints = tuple(int(p[1]) for p in k.params if p[0] == "int")
-        self.dtype = None
+        self.dtype: str | None = None
 
     def _launch(self, regions: Mapping[int, np.ndarray]) -> None:
         args = []
@@ -113,6 +113,7 @@ class Target:
 
 def kernels(n2: int, n3: int) -> list[Kernel]:
     vol = n3 ** 3
+    fd = (32 + 8) * (16 + 8) * (12 + 8) + 28  # fdtd3d: dimx 32, dimy 16, dimz 12, radius 4
     f64, f32 = "float64", "float32"
     return [
         Kernel("heat-cuda/heat.cu", "solve", "",
@@ -133,6 +134,10 @@ def kernels(n2: int, n3: int) -> list[Kernel]:
                 ("buf", f64, 3 * vol, 2, 3 * vol), ("buf", f64, 3 * vol, 2, 6 * vol),
                 ("int", n3), ("int", n3), ("int", n3)],
                (-(-(n3 - 2) // 20), -(-(n3 - 2) // 14), -(-(n3 - 2) // 14)), (16, 16, 1)),
+        Kernel("fdtd3d-cuda/FDTD3dGPU.cu", "finite_difference",
+               "#define k_blockDimMaxX 32\n#define k_blockDimMaxY 16\n#define k_radius_default 4\n",
+               [("buf", f32, fd, 0, 0), ("buf", f32, fd, 1, 0), ("buf", f32, 5, 2, 0),
+                ("int", 32), ("int", 16), ("int", 12), ("int", 28)], (1, 1, 1), (32, 16, 1)),
         Kernel("hotspot-cuda/kernel.h", "calc_temp",
                "#define BLOCK_SIZE 16\n#define IN_RANGE(x, min, max) ((x)>=(min) && (x)<=(max))\n",
                [("int", 1), ("buf", f32, n2 * n2, 0, 0), ("buf", f32, n2 * n2, 1, 0),
@@ -161,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(r, Probed):
             terms = len(ex.polynomial(r.program.outputs[0].expr))
             print(f"by probing ({t.runs} launches, {took:.1f} s on the emulator): "
-                  f"{len(r.fields)} fields, {terms} terms\n{r.program.describe()}")
+                  f"{len(r.fields)} fields, {terms} terms, grid {r.shape} at elements "
+                  f"{dict(r.offsets)}, tables {dict(r.tables)}\n{r.program.describe()}")
         else:
             print(f"by probing ({t.runs} launches): refused: {r.reason}")
     return 0

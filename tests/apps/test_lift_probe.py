@@ -189,3 +189,23 @@ def test_three_time_levels_and_half_precision() -> None:
     assert got.program.precision == "fp16" and got.program.periodic() == (False, True, True)
     poly = ex.polynomial(got.program.outputs[0].expr)
     assert poly[(("p0", (0, 0, 0)),)] == pytest.approx(0.5) and len(poly) == 5
+
+
+def test_a_padded_grid_past_the_pointer() -> None:
+    # fdtd3d's layout: the grid (interior + 2-point halo) starts 6 elements past the pointer
+    nx, ny, nz, r, pad = 12, 10, 10, 2, 6
+    ox, oy, oz = nx + 2 * r, ny + 2 * r, nz + 2 * r
+    size = ox * oy * oz
+
+    def k(b: dict[int, np.ndarray]) -> None:
+        u = b[1][pad:pad + size].reshape(oz, oy, ox)
+        out = b[0][pad:pad + size].reshape(oz, oy, ox)
+        s = 0.4 * u + sum(0.1 / d * (shifted(u, *o, "zero") + shifted(u, *(-v for v in o), "zero"))
+                          for d in (1, 2) for o in ((0, 0, d), (0, d, 0), (d, 0, 0)))
+        out[r:-r, r:-r, r:-r] = s[r:-r, r:-r, r:-r]
+    got = _probe(target(k, {0: ("float32", size + pad), 1: ("float32", size + pad)},
+                        (nx, ny, nz, pad), "float32"))
+    assert got.shape == (ox, oy, oz) and dict(got.offsets) == {"p0": pad, "p1": pad}
+    p = got.program
+    assert {(f.rule, f.width) for f in p.faces} == {("keep", r)}
+    assert len(ex.polynomial(p.outputs[0].expr)) == 13

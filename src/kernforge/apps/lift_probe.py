@@ -52,8 +52,9 @@ Offset = tuple[int, int, int]
 @dataclass(frozen=True)
 class Probed:
     """The lifted program; which parameter each field and reduction is (and at which element
-    of its buffer a field starts); the grid (nx, ny, nz); the read-only buffers of fewer than
-    16 elements (coefficient tables, left as recorded: the program's numbers came from them)."""
+    of its buffer a field starts: a padded grid or a later component starts past the pointer);
+    the grid (nx, ny, nz); the read-only buffers of fewer than 16 elements (coefficient tables,
+    left as recorded: the program's numbers came from them)."""
 
     program: StencilProgram
     fields: Mapping[str, int]
@@ -83,7 +84,7 @@ def lift_probe(t: Target, *, seed: int = 20261207) -> Probed | NotLifted:
     if t.dtype is not None and t.dtype not in FLOATS:
         return NotLifted(f"the kernel's elements are {t.dtype}; floating-point grids are lifted")
     reasons = []
-    dtypes = [t.dtype] if t.dtype else ["float64", "float32"]
+    dtypes = [t.dtype] if t.dtype else _likely_types(t)
     for dt in dtypes:
         try:
             return _Lifter(t, np.dtype(dt), seed).lift()
@@ -92,6 +93,21 @@ def lift_probe(t: Target, *, seed: int = 20261207) -> Probed | NotLifted:
                 return NotLifted(f.reason)
             reasons.append(f.reason if len(dtypes) == 1 else f"as {dt}: {f.reason}")
     return NotLifted("; ".join(reasons))
+
+
+def _likely_types(t: Target) -> list[str]:
+    """float64 and float32, the one the recorded contents read as more plausibly first:
+    float64 data read as float32 gives denormals and huge values from its low words (float32
+    data read as float64 can look plausible: on a tie float32 goes first)."""
+    got = t.run({})
+
+    def plausible(dt: str) -> float:
+        vals = np.concatenate([a[:a.size // 8 * 8].view(dt) for a in got.values()])
+        with np.errstate(all="ignore"):
+            a = np.abs(vals.astype(np.float64))
+        ok = (a == 0) | ((a > 1e-30) & (a < 1e30))
+        return float(ok.mean()) if ok.size else 0.0
+    return sorted(("float32", "float64"), key=lambda d: -round(plausible(d), 2))
 
 
 class _Lifter:
@@ -112,15 +128,28 @@ class _Lifter:
             raise _Fail("the kernel writes only scalars", definite=True)
         self.n = 0
         self.fields: dict[str, tuple[int, int]] = {}  # name -> (parameter, component)
+        self._tails: dict[tuple[int, int, bool], np.ndarray] = {}
+        self.origin = 0  # elements from each grid buffer's pointer to its grid
 
     # --- runs ----------------------------------------------------------------------------
     def span(self, b: ProbeBuffer) -> int:
         """How many elements of ``b`` the probe sets: one grid, or several (components, one
         after another) for a read-only buffer a whole number of grids long when the output
         grids hold one."""
-        c, n = self.count[b.param], self.n
-        several = not b.written and c % n == 0 and min(self.count[o] for o in self.outs) < 2 * n
+        c, n = self.count[b.param] - self.origin, self.n
+        outs = min(self.count[o] for o in self.outs) - self.origin
+        several = not b.written and c % n == 0 and outs < 2 * n
         return min(MAX_COMPONENTS, c // n) * n if several else n
+
+    def tail(self, b: ProbeBuffer, head: bool = False) -> np.ndarray:
+        """What the elements before (``head``) and past the probed ones hold: the same in every
+        run (a kernel that reads them must not look like one whose outputs move on their
+        own)."""
+        m = self.origin if head else self.count[b.param] - self.origin - self.span(b)
+        key = (b.param, m, head)
+        if key not in self._tails:
+            self._tails[key] = np.random.default_rng([b.param, head]).uniform(2, 3, m)
+        return self._tails[key]
 
     def random(self) -> dict[int, np.ndarray]:
         return {b.param: self.rng.uniform(-1, 1, self.span(b)).astype(self.dt).astype(np.float64)
@@ -142,8 +171,7 @@ class _Lifter:
             if b in self.tables:
                 continue
             full = np.full(self.count[b.param], scalars) if b in self.scalars else \
-                np.concatenate([values[b.param],
-                                self.rng.uniform(2, 3, self.count[b.param] - self.span(b))])
+                np.concatenate([self.tail(b, head=True), values[b.param], self.tail(b)])
             sent[b.param] = full.astype(self.dt)
             buf = np.zeros(b.nbytes, dtype=np.uint8)
             buf[:sent[b.param].nbytes] = sent[b.param].view(np.uint8)
@@ -161,9 +189,9 @@ class _Lifter:
             if b in self.scalars:
                 out[b.param] = a
                 continue
-            m = self.span(b)
-            out[b.param] = a[:m]
-            clean &= bool(np.array_equal(a[m:], s[m:]))
+            o, m = self.origin, self.span(b)
+            out[b.param] = a[o:o + m]
+            clean &= bool(np.array_equal(a[o + m:], s[o + m:]) and np.array_equal(a[:o], s[:o]))
             if not b.written:
                 clean &= bool(np.array_equal(a, s))
         return out, clean
@@ -176,13 +204,16 @@ class _Lifter:
     def _lift(self) -> Probed:
         n_out = min(self.count[p] for p in self.outs)
         cap = min(self.count[b.param] for b in self.grids)
-        shapes = [s for s in candidate_shapes(self.t.ints, min(n_out, cap), cap)
-                  if math.prod(s) <= cap]
+        plain = [(s, 0) for s in candidate_shapes(self.t.ints, min(n_out, cap), cap)
+                 if math.prod(s) <= cap]
+        exact = [c for c in plain if math.prod(c[0]) == n_out]
+        shapes = exact + _padded(self.t.ints, n_out, cap) + [c for c in plain if c not in exact]
         if not shapes:
             raise _Fail(f"no grid shape: no integer parameters multiply to at most {cap} "
                         f"elements, and {n_out} is no square or cube")
         first: _Fail | None = None
-        for shape in shapes:
+        for shape, origin in shapes[:24]:
+            self.origin = origin
             try:
                 return self.with_shape(shape)
             except _Fail as f:
@@ -339,10 +370,28 @@ class _Lifter:
                              prog.faces, {o.field: o.copy_from for o in prog.outputs
                                           if o.copy_from}, reds)
         fields = {f.name: self.fields[f.name][0] for f in final.fields}
-        offsets = {f.name: self.fields[f.name][1] * self.n for f in final.fields}
+        offsets = {f.name: self.origin + self.fields[f.name][1] * self.n for f in final.fields}
         tables = {b.param: tuple(float(v) for v in last[b.param]) for b in self.tables}
         return Probed(final, fields, {r.name: int(r.name[1:]) for r in reds}, self.shape,
                       self.dt.name, offsets, tables)
+
+
+def _padded(ints: tuple[int, ...], n_out: int, cap: int
+            ) -> list[tuple[tuple[int, int, int], int]]:
+    """(shape, origin) of grids padded by ``r`` points around integer-parameter extents
+    (fdtd3d's volume), ending where the output buffer ends and starting up to 256 elements past
+    the pointer."""
+    vals = sorted({v for v in ints if 2 <= v <= cap})
+    out = []
+    for k in (3, 2):
+        for combo in itertools.product(vals, repeat=k):
+            for r in range(1, RMAX + 1):
+                ext = [v + 2 * r for v in combo] + [1] * (3 - k)
+                shape = (ext[0], ext[1], ext[2])
+                origin = n_out - math.prod(shape)
+                if 0 < origin <= 256 and math.prod(shape) + origin <= cap:
+                    out.append((shape, origin))
+    return list(dict.fromkeys(out))[:12]
 
 
 def _lstsq(A: np.ndarray, b: np.ndarray) -> np.ndarray:
