@@ -12,6 +12,7 @@ from kernforge.apps.probe import ProbeBuffer
 from kernforge.stencil import emulate
 
 SOURCE = r"""
+#include <cuda_fp16.h>
 #define R 2
 __constant__ float wc[2 * R + 1] = {0.1f, 0.2f, 0.4f, 0.2f, 0.1f};
 __constant__ double c2 = 0.15;
@@ -128,6 +129,16 @@ extern "C" __global__ void table1d(const float* in, float* out, const float* c, 
     out[i] = c[0] * in[i] + c[1] * (in[i - 1] + in[i + 1]) + c[2] * (in[i - 2] + in[i + 2]);
 }
 
+// half precision through the fp16 intrinsics
+extern "C" __global__ void half2d(const __half* in, __half* out, int nx, int ny) {
+  int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+  if (x < 1 || y < 1 || x >= nx - 1 || y >= ny - 1) return;
+  int p = y * nx + x;
+  out[p] = __hadd(__hmul(__float2half(0.5f), in[p]),
+                  __hmul(__float2half(0.125f), __hadd(__hadd(in[p - 1], in[p + 1]),
+                                                      __hadd(in[p - nx], in[p + nx]))));
+}
+
 // a z-marching kernel: a 2D thread grid walks z in a loop
 extern "C" __global__ void zmarch(const float* in, float* out, int nx, int ny, int nz) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -230,6 +241,8 @@ CASES = {
                  {2: 3 * NX * NY * NZ}),
     "table1d": Case("table1d", (("buf", "float32"),) * 3 + (("int", 30),), (30,),
                     (_g(30, 16), 1, 1), (16, 1, 1), {2: 3}, {2: (0.5, 0.2, 0.05)}),
+    "half2d": Case("half2d", (("buf", "float16"),) * 2 + (("int", 14), ("int", 12)), (12, 14),
+                   (_g(14, 8), _g(12, 8), 1), (8, 8, 1)),
     "zmarch": Case("zmarch", (("buf", "float32"),) * 2 + (("int", NX), ("int", NY), ("int", NZ)),
                    (NZ, NY, NX), (_g(NX, 8), _g(NY, 8), 1), (8, 8, 1)),
 }

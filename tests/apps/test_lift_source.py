@@ -225,6 +225,12 @@ def test_coefficient_grids_in_one_buffer_and_a_coefficient_table(
     assert isinstance(refused, NotLifted) and SOURCE_REFUSED["hot2d"] in refused.reason
 
 
+def test_half_precision_intrinsics(lifted: dict[str, Lifted]) -> None:
+    r = lifted["half2d"]
+    assert r.program.precision == "fp16" and r.program.kind(r.program.outputs[0]) == "linear"
+    check_case("half2d", r)
+
+
 def test_missing_kernel_and_non_kernel() -> None:
     assert "no function" in lift_source(SOURCE, "nope").reason  # type: ignore[union-attr]
     src = "__device__ float f(float* a) { return a[0]; }"

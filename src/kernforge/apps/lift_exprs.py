@@ -20,9 +20,10 @@ INT_TYPES = {"int", "unsigned", "long", "short", "char", "bool", "size_t", "int3
 MAX_UNROLL = 64
 _BUILTIN = {"threadIdx": "tid", "blockIdx": "bid", "blockDim": "bdim"}
 _CMP = ("<", "<=", ">", ">=", "==", "!=")
-_FMA = ("fma", "fmaf", "__fmaf_rn", "__fma_rn")
+_FMA = ("fma", "fmaf", "__fmaf_rn", "__fma_rn", "__hfma")
+_CASTS = ("__float2half", "__float2half_rn", "__half2float", "__double2float_rn", "__int2float_rn")
 _ARITH = {"__fadd_rn": "+", "__dadd_rn": "+", "__fsub_rn": "-", "__dsub_rn": "-",
-          "__fmul_rn": "*", "__dmul_rn": "*"}
+          "__fmul_rn": "*", "__dmul_rn": "*", "__hadd": "+", "__hsub": "-", "__hmul": "*"}
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,8 @@ class Exprs:
         args = [self.value(a) for a in n.child_by_field_name("arguments").named_children]
         if fname == "__ldg" and len(args) == 1 and isinstance(args[0], Ptr):
             return self.load(args[0])
+        if fname in _CASTS and len(args) == 1:
+            return args[0]
         if fname in _FMA and len(args) == 3:
             return self._arith("+", self._arith("*", args[0], args[1]), args[2])
         if fname in _ARITH and len(args) == 2:

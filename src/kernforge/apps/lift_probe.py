@@ -96,9 +96,9 @@ def lift_probe(t: Target, *, seed: int = 20261207) -> Probed | NotLifted:
 
 
 def _likely_types(t: Target) -> list[str]:
-    """float64 and float32, the one the recorded contents read as more plausibly first:
-    float64 data read as float32 gives denormals and huge values from its low words (float32
-    data read as float64 can look plausible: on a tie float32 goes first)."""
+    """float64 and float32, the one the recorded contents read as more plausibly first (float64
+    data read as float32 gives denormals and huge values from its low words; float32 data read
+    as float64 can look plausible: on a tie float32 goes first), then float16."""
     got = t.run({})
 
     def plausible(dt: str) -> float:
@@ -107,7 +107,7 @@ def _likely_types(t: Target) -> list[str]:
             a = np.abs(vals.astype(np.float64))
         ok = (a == 0) | ((a > 1e-30) & (a < 1e30))
         return float(ok.mean()) if ok.size else 0.0
-    return sorted(("float32", "float64"), key=lambda d: -round(plausible(d), 2))
+    return [*sorted(("float32", "float64"), key=lambda d: -round(plausible(d), 2)), "float16"]
 
 
 class _Lifter:
