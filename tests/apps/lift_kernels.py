@@ -178,9 +178,9 @@ extern "C" __global__ void rooted(const float* in, float* out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = sqrtf(in[i]);
 }
-extern "C" __global__ void clamped(const float* in, float* out, int n) {
+extern "C" __global__ void mirrored(const float* in, float* out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = in[i] + in[i < n - 1 ? i + 1 : i];
+  if (i < n) out[i] = in[i] + in[i < n - 1 ? i + 1 : n - 2];
 }
 extern "C" __global__ void strided(const float* in, float* out, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)

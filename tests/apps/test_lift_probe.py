@@ -16,7 +16,7 @@ from kernforge.stencil.program import expr as ex
 
 from .lift_kernels import CASES, CONSTANTS, SOURCE, EmulatedTarget, scalars
 from .stencil_kernels import generic, heat_periodic, heat_zeropad, laplace_copy, shifted, target
-from .test_lift_source import SOURCE_REFUSED, oracle_matches_kernel
+from .test_lift_source import oracle_matches_kernel
 
 
 def _probe(t: object) -> Probed:
@@ -42,8 +42,9 @@ def _same(probed: Probed, lifted: Lifted, params: dict[int, float],
         want = poly(o.expr, rename, params=params, constants={**CONSTANTS, **tables})
         got = poly(ps.output(rename[o.field]).expr)
         assert set(got) == set(want), (o.field, got, want)
+        rel = {"fp16": 1e-2, "fp32": 1e-5, "fp64": 1e-9}[pl.precision]  # the fit's noise
         for m, c in want.items():
-            assert got[m] == pytest.approx(c, rel=1e-6, abs=1e-9), (o.field, m)
+            assert got[m] == pytest.approx(c, rel=rel, abs=rel * 1e-3), (o.field, m)
     assert ps.faces == pl.faces and ps.dims == pl.dims and ps.precision == pl.precision
     assert {rename[f.name]: f.role for f in pl.fields} == {f.name: f.role for f in ps.fields}
     assert [(r.op, r.accumulate, r.over) for r in ps.reductions] == \
@@ -56,12 +57,9 @@ def test_probing_finds_what_the_source_says(entry: str) -> None:
     t = EmulatedTarget(case)
     probed = _probe(t)
     lifted = lift_source(SOURCE, entry)
-    if entry in SOURCE_REFUSED:
-        assert isinstance(lifted, NotLifted)
-    else:
-        assert isinstance(lifted, Lifted), lifted
-        tables = {n: list(case.fixed[p]) for n, p in lifted.tables.items()}
-        _same(probed, lifted, scalars(case), tables)
+    assert isinstance(lifted, Lifted), lifted
+    tables = {n: list(case.fixed[p]) for n, p in lifted.tables.items()}
+    _same(probed, lifted, scalars(case), tables)
     nx = case.shape[-1]
     assert probed.shape[0] == nx and np.prod(probed.shape) == np.prod(case.shape)
     assert StencilProgram.from_json(probed.program.to_json()) == probed.program

@@ -58,12 +58,9 @@ def oracle_matches_kernel(entry: str, lifted: StencilProgram, fields: dict[str, 
         np.testing.assert_array_equal(got[i], contents[i].astype(np.float64))
 
 
-SOURCE_REFUSED = {"hot2d": "conditional index"}  # clamped neighbours: lifted by probing
-
-
 @pytest.fixture(scope="module")
 def lifted() -> dict[str, Lifted]:
-    return {k: _lift(k) for k in CASES if k not in SOURCE_REFUSED}
+    return {k: _lift(k) for k in CASES}
 
 
 def check_case(entry: str, r: Lifted, seed: int = 0) -> None:
@@ -191,7 +188,7 @@ def test_template_needs_a_precision_and_copy_faces() -> None:
     ("radius", "loop over taps whose bounds depend"),
     ("scatter", "varying index"),
     ("rooted", "call to sqrtf"),
-    ("clamped", "conditional index"),
+    ("mirrored", "does not clamp"),
     ("strided", "steps by"),
     ("racy", "order of the threads"),
     ("unguarded", "outside the grid"),
@@ -221,8 +218,18 @@ def test_coefficient_grids_in_one_buffer_and_a_coefficient_table(
     assert dict(t.tables) == {"c": 2} and t.program.constants() == ["c"]
     assert "c[0] * in[0,0,0]" in t.program.describe()
     check_case("table1d", t)
-    refused = lift_source(SOURCE, "hot2d")
-    assert isinstance(refused, NotLifted) and SOURCE_REFUSED["hot2d"] in refused.reason
+
+
+def test_clamped_neighbours(lifted: dict[str, Lifted]) -> None:
+    r = lifted["hot2d"]
+    p = r.program
+    assert {p.rule(f).rule for f in ("y-", "y+", "x-", "x+")} == {"clamp"}
+    assert p.kind(p.outputs[0]) == "affine" and p.params() == [5, 6, 7]
+    check_case("hot2d", r)
+    m = lift_source("__global__ void m(const float* in, float* out, int n) {"
+                    " int i = blockIdx.x * blockDim.x + threadIdx.x;"
+                    " if (i < n) out[i] = in[min(i + 1, n - 1)] - in[max(i - 1, 0)]; }", "m")
+    assert isinstance(m, Lifted) and m.program.rule("x+").rule == "clamp"
 
 
 def test_half_precision_intrinsics(lifted: dict[str, Lifted]) -> None:

@@ -93,6 +93,11 @@ class Exprs:
                 and b.poly.constant() is not None and {a.poly.constant(), b.poly.constant()} \
                 <= {0, 1}:
             return (c if a.poly.constant() else ~c)  # an int flag: a predicate
+        if isinstance(a, Lin) and isinstance(b, Lin):
+            try:
+                return self.clamp(c, a, b, f"{a.poly.text()} or {b.poly.text()}")
+            except Unliftable as exc:
+                return Poison(str(exc))
         for x, y, g in ((a, b, c), (b, a, ~c)):
             if isinstance(x, Read) and isinstance(y, ex.Const | Lin) and \
                     self.to_expr(y) == ex.Const(0.0):
@@ -166,8 +171,7 @@ class Exprs:
             a = self.value(n.child_by_field_name("consequence"))
             b = self.value(n.child_by_field_name("alternative"))
             if isinstance(a, Lin) and isinstance(b, Lin) and a != b:
-                raise Unliftable(f"a conditional index ({syntax.text(n)[:50]!r}): a clamped "
-                                 "or mirrored boundary")
+                return self.clamp(c, a, b, syntax.text(n))
             v = self.merge(c, a, b)
             if isinstance(v, Poison):
                 raise Unliftable(v.why)
@@ -176,6 +180,16 @@ class Exprs:
             return self.call(n)
         raise Unliftable(f"the expression {syntax.text(n)[:40]!r} ({t.replace('_', ' ')})")
 
+    def clamp(self, c: Pred, a: Lin, b: Lin, text: str) -> Lin:
+        """``c ? a : b`` for indices: ``a`` a coordinate plus a constant, ``b`` what replaces it
+        where ``c`` fails (checked later to be ``a`` clamped to the grid)."""
+        s = _coordinate(a)
+        if s is None or a.clamps or b.clamps or a.wraps or b.wraps:
+            raise Unliftable(f"a conditional index ({text[:50]!r}) that is no clamp of a "
+                             "neighbour's coordinate")
+        return Lin(a.poly, frozenset(), frozenset({(s, c, normalize(a.poly),
+                                                    normalize(b.poly))}))
+
     def call(self, n: Any) -> Any:
         fname = syntax.text(n.child_by_field_name("function"))
         args = [self.value(a) for a in n.child_by_field_name("arguments").named_children]
@@ -183,6 +197,10 @@ class Exprs:
             return self.load(args[0])
         if fname in _CASTS and len(args) == 1:
             return args[0]
+        if fname in ("min", "max") and len(args) == 2 and all(isinstance(a, Lin) for a in args):
+            a, b = args if _coordinate(args[0]) else args[::-1]
+            return self.clamp(Pred("<" if fname == "min" else ">", normalize(a.poly),
+                                   normalize(b.poly)), a, b, syntax.text(n))
         if fname in _FMA and len(args) == 3:
             return self._arith("+", self._arith("*", args[0], args[1]), args[2])
         if fname in _ARITH and len(args) == 2:
@@ -246,7 +264,9 @@ class Exprs:
         if op == "-":
             return a - b
         if op == "*":
-            return Lin(normalize(a.poly * b.poly), a.wraps | b.wraps)
+            return Lin(normalize(a.poly * b.poly), a.wraps | b.wraps, a.clamps | b.clamps)
+        if a.clamps or b.clamps:
+            raise Unliftable(f"the index operation {op} on a clamped index")
         ca, cb = a.poly.constant(), b.poly.constant()
         if op in ("/", "%") and ca is not None and cb:
             return Lin(Poly.const(int(ca / cb) if op == "/" else ca - cb * int(ca / cb)))
@@ -310,6 +330,16 @@ class Exprs:
         if isinstance(v, Lin):
             return self.to_float(v)
         raise Unliftable(f"{_short(v)} used as a number")
+
+
+def _coordinate(v: Lin) -> str | None:
+    """The symbol ``s`` of ``v = s + constant`` (no parameter), else None."""
+    p = normalize(v.poly)
+    syms = [s for s in p.symbols() if not s.startswith("$")]
+    if len(syms) != 1 or p.coefficient(syms[0]) != Poly.const(1) or \
+            (p - Poly.sym(syms[0])).constant() is None:
+        return None
+    return syms[0]
 
 
 def _fold(op: str, x: ex.Expr, y: ex.Expr) -> ex.Expr:

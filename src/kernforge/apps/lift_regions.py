@@ -80,7 +80,7 @@ def build(stores: list[Store], params: Mapping[str, tuple[int, str]], syms: Symb
     E = syms.expand(normalize(grid_stores[0].index.poly))
     for s in grid_stores:
         e = syms.expand(normalize(s.index.poly))
-        if e != E or s.index.wraps:
+        if e != E or s.index.wraps or s.index.clamps:
             raise Unliftable(f"stores at different points of a thread ({E.text()} and "
                              f"{e.text()}): a scatter, or several points per thread")
     coords = sorted(E.symbols() - {s for s in E.symbols() if s.startswith("$")})
@@ -188,6 +188,7 @@ def _outputs(stores: list[Store], E: Poly, grids: list[Grid], syms: Symbols,
     outputs: dict[str, Any] = {}
     computed_all = np.ones(shape, dtype=bool)
     kinds_all: dict[str, np.ndarray] = {}
+    edges: dict[str, set[str]] = {}
     for name, sts in by_field.items():
         winner = np.full(shape, -1)
         for i, s in enumerate(sts):
@@ -205,7 +206,8 @@ def _outputs(stores: list[Store], E: Poly, grids: list[Grid], syms: Symbols,
         kinds_all[name] = np.array(["keep" if w < 0 else kinds[w] for w in winner.reshape(-1)]
                                    ).reshape(shape)
         for i in mains:
-            _check_reads(sts[i].value, E, g, syms, strides, coords, computed, periodic, name)
+            _check_reads(sts[i].value, E, g, syms, strides, coords, computed, periodic, name,
+                         edges)
     pts = np.argwhere(computed_all)  # (z, y, x) rows
     if pts.size == 0:
         raise Unliftable("no point is computed by every output")
@@ -220,7 +222,7 @@ def _outputs(stores: list[Store], E: Poly, grids: list[Grid], syms: Symbols,
         ax = len(shape) - 1 - a  # its numpy axis
         widths[face] = 0 if a >= len(shape) else int(lo[ax]) if face[1] == "-" else \
             int(shape[ax] - 1 - hi[ax])
-    faces, copy = _faces(widths, kinds_all, shape, outputs, periodic, coords, dims)
+    faces, copy = _faces(widths, kinds_all, shape, outputs, periodic, edges)
     outputs["__computed__"] = computed_all
     return outputs, faces, copy
 
@@ -289,8 +291,10 @@ def _names(e: ex.Expr, several: set[str]) -> ex.Expr:
 
 
 def _check_reads(e: ex.Expr, E: Poly, g: Grid, syms: Symbols, strides: list[Poly],
-                 coords: list[str], computed: np.ndarray, periodic: set[int], name: str
-                 ) -> None:
+                 coords: list[str], computed: np.ndarray, periodic: set[int], name: str,
+                 edges: dict[str, set[str]]) -> None:
+    """Every read of a formula inside the grid at the points computed, or zero-padded by a
+    bound check, clamped to the grid or wrapped; ``edges``: face -> how reads past it go."""
     nd = len(coords)
     idx = np.indices(g.shape)
     for r in _reads(e):
@@ -300,9 +304,24 @@ def _check_reads(e: ex.Expr, E: Poly, g: Grid, syms: Symbols, strides: list[Poly
         inside = np.ones(g.shape, dtype=bool)
         for k, d in enumerate(off):
             a = nd - 1 - k
+            face = f"{'xyz'[a]}{'+' if d > 0 else '-'}"
             if a in periodic and any(s == coords[a] for s, _ in r.index.wraps):
                 continue
-            inside &= (idx[k] + d >= 0) & (idx[k] + d < g.shape[k])
+            clamps = [c for c in r.index.clamps if c[0] == coords[a]]
+            if clamps:
+                for _, cond, A, B in clamps:
+                    va = np.broadcast_to(A.value(g.env), g.shape)
+                    got = np.where(g.mask(cond), va, np.broadcast_to(B.value(g.env), g.shape))
+                    if not np.array_equal(got[computed], np.clip(va, 0, g.ext[a] - 1)[computed]):
+                        raise Unliftable(f"{name}: a conditional index of {r.ptr} that does "
+                                         "not clamp it to the grid")
+                if d:
+                    edges.setdefault(face, set()).add("clamp")
+                continue
+            out = ~((idx[k] + d >= 0) & (idx[k] + d < g.shape[k]))
+            if d and (out & computed).any() and r.guard != Pred("true"):
+                edges.setdefault(face, set()).add("zeropad")
+            inside &= ~out
         guard = g.mask(r.guard)
         if r.guard != Pred("true"):
             if not np.array_equal(guard[computed], inside[computed]):
@@ -314,7 +333,7 @@ def _check_reads(e: ex.Expr, E: Poly, g: Grid, syms: Symbols, strides: list[Poly
 
 
 def _faces(widths: dict[str, int], kinds: dict[str, np.ndarray], shape: tuple[int, ...],
-           outputs: dict[str, Any], periodic: set[int], coords: list[str], dims: int
+           outputs: dict[str, Any], periodic: set[int], edges: dict[str, set[str]]
            ) -> tuple[tuple[FaceRule, ...], dict[str, str]]:
     nd = len(shape)
     taken = np.zeros(shape, dtype=bool)
@@ -329,7 +348,11 @@ def _faces(widths: dict[str, int], kinds: dict[str, np.ndarray], shape: tuple[in
             continue
         if w == 0:
             crossing = any(ex.reach(e)[face] for e in outputs.values())
-            rule = "periodic" if a in periodic else "zeropad" if crossing else "keep"
+            how = edges.get(face, set())
+            if len(how) > 1:
+                raise Unliftable(f"reads past face {face} are both {' and '.join(sorted(how))}")
+            rule = "periodic" if a in periodic else how.pop() if how else \
+                "zeropad" if crossing else "keep"
             rules.append(FaceRule(rule, 0 if rule == "keep" else None))
             continue
         if a in periodic:
@@ -358,7 +381,6 @@ def _faces(widths: dict[str, int], kinds: dict[str, np.ndarray], shape: tuple[in
                     raise Unliftable(f"{n} copies {copy[n]} at one face and {src} at another")
             rule = "copy"
         rules.append(FaceRule(rule, w))
-    del dims
     return tuple(rules), copy
 
 

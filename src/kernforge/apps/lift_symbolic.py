@@ -120,20 +120,24 @@ class Poly:
 
 @dataclass(frozen=True)
 class Lin:
-    """An index value: a polynomial, and the symbols it holds wrapped modulo a polynomial
-    (``(x + 1) % n`` is ``x + 1`` with ``x`` wrapped modulo ``n``)."""
+    """An index value: a polynomial, the symbols it holds wrapped modulo a polynomial
+    (``(x + 1) % n`` is ``x + 1`` with ``x`` wrapped modulo ``n``), and the symbols it holds
+    chosen by a condition (``s, c, a, b``: ``c ? a : b`` where ``a`` is ``s`` plus a constant,
+    as in ``r < rows - 1 ? r + 1 : r``; :mod:`.lift_regions` checks it clamps ``a`` to the
+    grid)."""
 
     poly: Poly
     wraps: frozenset[tuple[str, Poly]] = frozenset()
+    clamps: frozenset[tuple[str, Pred, Poly, Poly]] = frozenset()
 
     def __add__(self, o: Lin) -> Lin:
-        return Lin(self.poly + o.poly, self.wraps | o.wraps)
+        return Lin(self.poly + o.poly, self.wraps | o.wraps, self.clamps | o.clamps)
 
     def __sub__(self, o: Lin) -> Lin:
-        return Lin(self.poly - o.poly, self.wraps | o.wraps)
+        return Lin(self.poly - o.poly, self.wraps | o.wraps, self.clamps | o.clamps)
 
     def __mul__(self, o: Lin) -> Lin:
-        return Lin(self.poly * o.poly, self.wraps | o.wraps)
+        return Lin(self.poly * o.poly, self.wraps | o.wraps, self.clamps | o.clamps)
 
 
 @dataclass(frozen=True)
