@@ -39,6 +39,7 @@ from ..stencil.program.oracle import error_bound, shift
 from .lift_fields import is_coef
 from .lift_probe_faces import face_rules
 from .lift_probe_scalars import scalar_outputs
+from .lift_probe_shapes import likely_types, padded_shapes
 from .lift_regions import NotLifted
 from .probe import RMAX, ProbeBuffer, Target, _decompose, candidate_shapes
 
@@ -84,7 +85,7 @@ def lift_probe(t: Target, *, seed: int = 20261207) -> Probed | NotLifted:
     if t.dtype is not None and t.dtype not in FLOATS:
         return NotLifted(f"the kernel's elements are {t.dtype}; floating-point grids are lifted")
     reasons = []
-    dtypes = [t.dtype] if t.dtype else _likely_types(t)
+    dtypes = [t.dtype] if t.dtype else likely_types(t)
     for dt in dtypes:
         try:
             return _Lifter(t, np.dtype(dt), seed).lift()
@@ -93,21 +94,6 @@ def lift_probe(t: Target, *, seed: int = 20261207) -> Probed | NotLifted:
                 return NotLifted(f.reason)
             reasons.append(f.reason if len(dtypes) == 1 else f"as {dt}: {f.reason}")
     return NotLifted("; ".join(reasons))
-
-
-def _likely_types(t: Target) -> list[str]:
-    """float64 and float32, the one the recorded contents read as more plausibly first (float64
-    data read as float32 gives denormals and huge values from its low words; float32 data read
-    as float64 can look plausible: on a tie float32 goes first), then float16."""
-    got = t.run({})
-
-    def plausible(dt: str) -> float:
-        vals = np.concatenate([a[:a.size // 8 * 8].view(dt) for a in got.values()])
-        with np.errstate(all="ignore"):
-            a = np.abs(vals.astype(np.float64))
-        ok = (a == 0) | ((a > 1e-30) & (a < 1e30))
-        return float(ok.mean()) if ok.size else 0.0
-    return [*sorted(("float32", "float64"), key=lambda d: -round(plausible(d), 2)), "float16"]
 
 
 class _Lifter:
@@ -207,7 +193,7 @@ class _Lifter:
         plain = [(s, 0) for s in candidate_shapes(self.t.ints, min(n_out, cap), cap)
                  if math.prod(s) <= cap]
         exact = [c for c in plain if math.prod(c[0]) == n_out]
-        shapes = exact + _padded(self.t.ints, n_out, cap) + [c for c in plain if c not in exact]
+        shapes = exact + padded_shapes(self.t.ints, n_out, cap) + [c for c in plain if c not in exact]
         if not shapes:
             raise _Fail(f"no grid shape: no integer parameters multiply to at most {cap} "
                         f"elements, and {n_out} is no square or cube")
@@ -374,24 +360,6 @@ class _Lifter:
         tables = {b.param: tuple(float(v) for v in last[b.param]) for b in self.tables}
         return Probed(final, fields, {r.name: int(r.name[1:]) for r in reds}, self.shape,
                       self.dt.name, offsets, tables)
-
-
-def _padded(ints: tuple[int, ...], n_out: int, cap: int
-            ) -> list[tuple[tuple[int, int, int], int]]:
-    """(shape, origin) of grids padded by ``r`` points around integer-parameter extents
-    (fdtd3d's volume), ending where the output buffer ends and starting up to 256 elements past
-    the pointer."""
-    vals = sorted({v for v in ints if 2 <= v <= cap})
-    out = []
-    for k in (3, 2):
-        for combo in itertools.product(vals, repeat=k):
-            for r in range(1, RMAX + 1):
-                ext = [v + 2 * r for v in combo] + [1] * (3 - k)
-                shape = (ext[0], ext[1], ext[2])
-                origin = n_out - math.prod(shape)
-                if 0 < origin <= 256 and math.prod(shape) + origin <= cap:
-                    out.append((shape, origin))
-    return list(dict.fromkeys(out))[:12]
 
 
 def _lstsq(A: np.ndarray, b: np.ndarray) -> np.ndarray:

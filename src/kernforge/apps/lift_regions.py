@@ -21,7 +21,7 @@ import numpy as np
 from ..core import ConfigError
 from ..stencil.program import FACES, FaceRule, Field, Output, Reduction, StencilProgram
 from ..stencil.program import expr as ex
-from .lift_fields import is_coef
+from .lift_fields import is_coef, new_values, rename_components
 from .lift_symbolic import (
     MAX_WIDTH,
     Grid,
@@ -33,6 +33,7 @@ from .lift_symbolic import (
     Unliftable,
     last_extent,
     normalize,
+    quotient,
     samples,
 )
 
@@ -108,7 +109,7 @@ def build(stores: list[Store], params: Mapping[str, tuple[int, str]], syms: Symb
     grids = [Grid(syms, coords, strides, last, s) for s in sample_sets]
     texts = [strides[1].text()] if len(coords) > 1 else []
     if len(coords) > 2:
-        texts.append(_quotient(strides[2], strides[1]))
+        texts.append(quotient(strides[2], strides[1]))
     extents = tuple(texts[:len(coords) - 1]) + (last_poly.text(),)
     syms.points = strides[-1] * last_poly
     dims = len(coords)
@@ -121,8 +122,8 @@ def build(stores: list[Store], params: Mapping[str, tuple[int, str]], syms: Symb
     parts |= {tuple(t.field.split("#")) for r in reds for t in ex.taps(r.expr) if "#" in t.field}
     several = {ptr for ptr, k in parts if k != "0"}
     component = {(f"{ptr}_{k}" if ptr in several else ptr): (ptr, int(k)) for ptr, k in parts}
-    outputs = {n: _names(e, several) for n, e in outputs.items()}
-    reds = [Reduction(r.name, r.op, _names(r.expr, several), r.accumulate, r.over)
+    outputs = {n: rename_components(e, several) for n, e in outputs.items()}
+    reds = [Reduction(r.name, r.op, rename_components(r.expr, several), r.accumulate, r.over)
             for r in reds]
     copy = {n: f"{c}_0" if c in several else c for n, c in copy.items()}
     written = {s.ptr: s.param for s in grid_stores}
@@ -152,21 +153,6 @@ def build(stores: list[Store], params: Mapping[str, tuple[int, str]], syms: Symb
 
 def _reads(e: ex.Expr) -> list[Read]:
     return [n for n in ex.walk(e) if isinstance(n, Read)]
-
-
-def _quotient(a: Poly, b: Poly) -> str:
-    if len(b.terms) == 1 and b.terms[0][1] == 1:
-        m = list(b.terms[0][0])
-        out: dict[tuple[str, ...], int] = {}
-        for mono, c in a.terms:
-            rest = list(mono)
-            for s in m:
-                if s not in rest:
-                    return f"({a.text()})/({b.text()})"
-                rest.remove(s)
-            out[tuple(rest)] = c
-        return Poly.of(out).text()
-    return f"({a.text()})/({b.text()})"
 
 
 def _outputs(stores: list[Store], E: Poly, grids: list[Grid], syms: Symbols,
@@ -278,18 +264,6 @@ def _taps(e: ex.Expr, E: Poly, grids: list[Grid], syms: Symbols, strides: list[P
     return e
 
 
-def _names(e: ex.Expr, several: set[str]) -> ex.Expr:
-    """``ptr#k`` as ``ptr_k`` for a buffer read at several components, else ``ptr``."""
-    if isinstance(e, ex.Tap) and "#" in e.field:
-        ptr, k = e.field.split("#")
-        return ex.Tap(f"{ptr}_{k}" if ptr in several else ptr, e.offset)
-    if isinstance(e, ex.Bin):
-        return ex.Bin(e.op, _names(e.a, several), _names(e.b, several))
-    if isinstance(e, ex.Neg):
-        return ex.Neg(_names(e.a, several))
-    return e
-
-
 def _check_reads(e: ex.Expr, E: Poly, g: Grid, syms: Symbols, strides: list[Poly],
                  coords: list[str], computed: np.ndarray, periodic: set[int], name: str,
                  edges: dict[str, set[str]]) -> None:
@@ -395,21 +369,9 @@ def _reductions(stores: list[Store], E: Poly, g: Grid, syms: Symbols, strides: l
         if over is None:
             raise Unliftable(f"the sum into {s.ptr} runs over points other than those the "
                              "kernel computes")
-        e = _new_values(_taps(s.value, E, [g], syms, strides, coords), outputs)
+        e = new_values(_taps(s.value, E, [g], syms, strides, coords), outputs)
         if isinstance(e, ex.Bin) and e.op == "*" and e.a == e.b:
             out.append(Reduction(s.ptr, "sumsq", e.a, True, over))
         else:
             out.append(Reduction(s.ptr, "sum", e, True, over))
     return out
-
-
-def _new_values(e: ex.Expr, outputs: Mapping[str, ex.Expr]) -> ex.Expr:
-    """``e`` with each output's formula written as that output's new value."""
-    for name, f in outputs.items():
-        if e == f:
-            return ex.Tap(name)
-    if isinstance(e, ex.Bin):
-        return ex.Bin(e.op, _new_values(e.a, outputs), _new_values(e.b, outputs))
-    if isinstance(e, ex.Neg):
-        return ex.Neg(_new_values(e.a, outputs))
-    return e

@@ -350,3 +350,16 @@ def last_extent(syms: Symbols, coords: list[str], strides: list[Poly], guards: l
     raise Unliftable(f"the extent of axis {c} follows from no integer parameter")
 
 
+def quotient(a: Poly, b: Poly) -> str:
+    if len(b.terms) == 1 and b.terms[0][1] == 1:
+        m = list(b.terms[0][0])
+        out: dict[tuple[str, ...], int] = {}
+        for mono, c in a.terms:
+            rest = list(mono)
+            for s in m:
+                if s not in rest:
+                    return f"({a.text()})/({b.text()})"
+                rest.remove(s)
+            out[tuple(rest)] = c
+        return Poly.of(out).text()
+    return f"({a.text()})/({b.text()})"
