@@ -186,6 +186,8 @@ def test_error_bound_scales_with_precision() -> None:
     (lambda: program(2, "fp32", {"v": tap("u")},
                      reductions=[Reduction("r", "sum", tap("v", 0, 0, 1))]), "written field"),
     (lambda: StencilProgram.from_json({"dims": 2}), "malformed"),
+    (lambda: program(2, "fp32", {"v": ConstMem("c") * tap("u") + ConstMem("c", 1, True)}),
+     "both as a scalar and as an array"),
     (lambda: StencilProgram.from_json({"dims": 2, "precision": "fp32", "fields": [],
                                        "outputs": [{"field": "v", "expr": {"tap": "u",
                                                                            "at": [0]}}]}),
@@ -195,6 +197,18 @@ def test_invalid_programs_are_typed_errors(build: object, words: str) -> None:
     with pytest.raises(ConfigError) as info:
         build()  # type: ignore[operator]
     assert words in str(info.value) and info.value.hint
+
+
+def test_kinds() -> None:
+    u = tap("u")
+
+    def kind(e: ex.Expr) -> str:
+        p = program(1, "fp32", {"v": e})
+        return p.kind(p.outputs[0])
+    assert kind(Param(0) * u - u) == "linear"
+    assert kind(u + Param(0) * ConstMem("c")) == "affine"
+    assert kind(Param(0) * u + (ConstMem("c") - ConstMem("c"))) == "linear"
+    assert kind(u * tap("w") + 1.0) == "bilinear"
 
 
 def test_key_ignores_the_name_and_follows_the_content() -> None:

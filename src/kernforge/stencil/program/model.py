@@ -18,6 +18,7 @@ of them, in the order above, whose rule is keep, copy or zero.
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -152,9 +153,7 @@ class StencilProgram:
             return "polynomial"
         if d == 2:
             return "bilinear"
-        scalars = [n for n in ex.walk(out.expr) if isinstance(n, ex.Bin) and n.op in "+-"
-                   and (ex.is_scalar(n.a) or ex.is_scalar(n.b))]
-        return "affine" if scalars else "linear"
+        return "affine" if () in ex.polynomial(out.expr, _Generic(), _Generic()) else "linear"
 
     def params(self) -> list[int]:
         return sorted({n.index for e in self._exprs() for n in ex.walk(e)
@@ -228,6 +227,18 @@ class StencilProgram:
         return "\n".join(lines)
 
 
+class _Generic(dict):  # type: ignore[type-arg]
+    """A value for every parameter and constant, unlike any other (the structure of an
+    expansion: a constant term that cancels only for special values is kept)."""
+
+    def __contains__(self, k: object) -> bool:
+        return True
+
+    def __getitem__(self, k: object) -> Any:
+        v = 1.0 + zlib.crc32(str(k).encode()) % 9973 / 9973.0
+        return [v + i for i in range(64)] if isinstance(k, str) else v
+
+
 def validate(p: StencilProgram) -> None:
     """ConfigError (with a hint) for the first thing wrong with ``p``."""
     if p.dims not in (1, 2, 3):
@@ -278,6 +289,13 @@ def validate(p: StencilProgram) -> None:
             if src is None or p.field(src).role == "out":
                 raise _err(f"output {o.field}: a copy face needs copy_from naming a field "
                            "that is read", hint="Output(..., copy_from='u')")
+    arrays: dict[str, bool] = {}
+    for e in p._exprs():
+        for n in ex.walk(e):
+            if isinstance(n, ex.ConstMem) and arrays.setdefault(n.name, n.array) != n.array:
+                raise _err(f"__constant__ {n.name!r} is read both as a scalar and as an array",
+                           hint="ConstMem(name, index, array=True) for every element of an "
+                                "array")
     rnames = [red.name for red in p.reductions]
     if len(set(rnames)) != len(rnames) or set(rnames) & set(names):
         raise _err(f"reduction names {rnames} repeat or clash with field names")
