@@ -236,3 +236,22 @@ def test_apply_reports_missing_and_misshapen_fields() -> None:
         apply(p, {"u": np.zeros((3, 3)), "c": np.zeros((3, 4))})
     with pytest.raises(ConfigError, match="2D program"):
         apply(p, {"u": np.zeros(3), "c": np.zeros(3)})
+
+
+def test_pointwise_oracle_equals_the_whole_grid_one() -> None:
+    from kernforge.stencil.program.pointwise import at
+
+    e = tap("u") * tap("c") + 0.3 * (tap("u", 0, 0, 1) - tap("u", 0, -1, 0)) - ConstMem("k")
+    for faces in (boundary("clamp", {"y-": "zeropad", "x+": FaceRule("copy", 2)}),
+                  boundary("periodic", {"y-": FaceRule("keep", 1), "y+": "zero"})):
+        p = program(2, "fp32", {"v": e}, faces=faces, roles={"c": "coef"},
+                    copy_from={"v": "u"})
+        f = {n: RNG.uniform(-1, 1, (9, 11)) for n in ("u", "c", "v")}
+        whole = apply(p, f, constants={"k": 0.5}).outputs["v"]
+        bound = error_bound(p, f, constants={"k": 0.5})["v"]
+        pts = np.nonzero(RNG.uniform(size=(9, 11)) < 0.6)
+        np.testing.assert_allclose(at(p, f, pts, constants={"k": 0.5})["v"], whole[pts],
+                                   atol=1e-15)
+        b = at(p, f, pts, constants={"k": 0.5}, bound=True)["v"]
+        inner = apply(p, f, constants={"k": 0.5}).computed["v"][pts]
+        np.testing.assert_allclose(b[inner], bound[pts][inner], rtol=1e-12)

@@ -35,7 +35,7 @@ import numpy as np
 from ..core import ConfigError
 from ..stencil.program import FaceRule, Field, Output, Reduction, StencilProgram, apply
 from ..stencil.program import expr as ex
-from ..stencil.program.oracle import error_bound, shift
+from ..stencil.program.oracle import error_bound
 from .lift_fields import is_coef
 from .lift_probe_faces import face_rules
 from .lift_probe_scalars import scalar_outputs
@@ -47,6 +47,7 @@ FLOATS = {"float64": "fp64", "float32": "fp32", "float16": "fp16"}
 SMALL = 16  # a written buffer of fewer elements is a scalar output
 MAX_UNKNOWNS = 1500
 MAX_COMPONENTS = 9  # grids one read-only buffer may hold, one after another
+MAX_ROWS = 20000  # points of one run a fit uses at most
 Offset = tuple[int, int, int]
 
 
@@ -272,7 +273,12 @@ class _Lifter:
         # leave out the points a keep, zero or copy layer wider than the reach wrote
         for v in [0.0, *(self.grid(base, f) for f in self.fields)]:
             inner &= got != v
-        pts = int(inner.sum())
+        where = np.nonzero(inner)
+        if where[0].size > MAX_ROWS:  # a large grid: a sample of its points is enough
+            pick = np.sort(np.random.default_rng(0).choice(where[0].size, MAX_ROWS,
+                                                           replace=False))
+            where = tuple(w[pick] for w in where)
+        pts = int(where[0].size)
         if pts:
             for degree in (1, 2, 3):
                 monos = [m for d in range(degree + 1)
@@ -280,7 +286,7 @@ class _Lifter:
                 if len(monos) > MAX_UNKNOWNS:
                     break
                 runs = max(1, math.ceil(2 * len(monos) / pts))
-                A, b, mag = self._rows(o, tps, monos, inner, runs)
+                A, b, mag = self._rows(o, tps, monos, where, runs)
                 if not (np.isfinite(A).all() and np.isfinite(b).all()):
                     raise _Fail(f"{o} is NaN or infinite on inputs in [-1, 1)")
                 coef = _lstsq(A, b)
@@ -299,15 +305,19 @@ class _Lifter:
                     "on data, or coefficients that vary with the position)")
 
     def _rows(self, o: str, tps: list[tuple[str, Offset]], monos: list[tuple[int, ...]],
-              inner: np.ndarray, runs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              where: tuple[np.ndarray, ...], runs: int
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per run and point (``where``: z, y, x indices, each point's taps inside the grid),
+        every monomial's value and the output's."""
         rows, rhs = [], []
+        z, yy, xx = where
         for _ in range(runs):
             x = self.random()
             y, _ = self.run(x)
-            vals = [shift(self.grid(x, f), off, (False, False, False))[inner] for f, off in tps]
+            vals = [self.grid(x, f)[z + off[0], yy + off[1], xx + off[2]] for f, off in tps]
             rows.append(np.stack([np.prod([vals[i] for i in m], axis=0) if m else
-                                  np.ones(int(inner.sum())) for m in monos], axis=1))
-            rhs.append(self.grid(y, o)[inner])
+                                  np.ones(z.size) for m in monos], axis=1))
+            rhs.append(self.grid(y, o)[where])
         A = np.concatenate(rows)
         return A, np.concatenate(rhs), np.abs(A)
 
