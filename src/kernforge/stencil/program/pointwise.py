@@ -36,8 +36,8 @@ def at(p: StencilProgram, fields: Mapping[str, np.ndarray], points: Points, *,
 
     def leaf(n: ex.Expr) -> Any:
         if not isinstance(n, ex.Tap):
-            v = ex.scalar_value(n, prm, cst)
-            return abs(v) if bound else v
+            s = ex.scalar_value(n, prm, cst)
+            return abs(s) if bound else s
         if n.field not in g:
             return np.zeros(pts[0].shape)
         idx, ok = [], np.ones(pts[0].shape, dtype=bool)
