@@ -207,3 +207,21 @@ def test_a_padded_grid_past_the_pointer() -> None:
     p = got.program
     assert {(f.rule, f.width) for f in p.faces} == {("keep", r)}
     assert len(ex.polynomial(p.outputs[0].expr)) == 13
+
+
+def test_large_grids_are_fitted_and_checked_on_samples(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernforge.apps import lift_probe, lift_probe_faces, lift_probe_shapes
+
+    monkeypatch.setattr(lift_probe, "MAX_ROWS", 50)
+    monkeypatch.setattr(lift_probe_faces, "LAYER_POINTS", 5)
+    monkeypatch.setattr(lift_probe_shapes, "CHECK_ALL", 64)
+    n = 24
+    got = _probe(target(heat_zeropad(n, 0.1), {1: ("float64", n * n), 2: ("float64", n * n)},
+                        (n,), "float64"))
+    assert got.program.rule("x-").rule == "zeropad"
+    assert ex.polynomial(got.program.outputs[0].expr)[(("p1", (0, 0, 0)),)] == \
+        pytest.approx(0.6)
+    pts = lift_probe_shapes.check_points((1, n, n), 2)
+    assert pts[0].size == n * n + (1 << 16) and not pts[0].any()
+    edge = (pts[1] < 4) | (pts[1] >= n - 4)
+    assert 0.4 < edge[n * n:].mean() < 0.9  # edges and corners drawn on purpose

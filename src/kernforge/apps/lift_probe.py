@@ -33,13 +33,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core import ConfigError
-from ..stencil.program import FaceRule, Field, Output, Reduction, StencilProgram, apply
+from ..stencil.program import FaceRule, Field, Output, Reduction, StencilProgram
 from ..stencil.program import expr as ex
-from ..stencil.program.oracle import error_bound
+from ..stencil.program.pointwise import at
 from .lift_fields import is_coef
 from .lift_probe_faces import face_rules
 from .lift_probe_scalars import scalar_outputs
-from .lift_probe_shapes import likely_types, padded_shapes
+from .lift_probe_shapes import check_points, likely_types, padded_shapes
 from .lift_regions import NotLifted
 from .probe import RMAX, ProbeBuffer, Target, _decompose, candidate_shapes
 
@@ -246,15 +246,6 @@ class _Lifter:
         exprs = {o: self.fit(o, sorted(t), base, y0) for o, t in taps.items()}
         return self.finish(exprs)
 
-    def apply(self, prog: StencilProgram, arrays: Mapping[str, np.ndarray]
-              ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """The oracle's outputs and error bounds, as (nz, ny, nx) arrays."""
-        flat = {k: v.reshape(v.shape[3 - self.dims:]) for k, v in arrays.items()}
-        res, bound = apply(prog, flat), error_bound(prog, flat)
-        nx, ny, nz = self.shape
-        return ({k: v.reshape(nz, ny, nx) for k, v in res.outputs.items()},
-                {k: v.reshape(nz, ny, nx) for k, v in bound.items()})
-
     def fit(self, o: str, tps: list[tuple[str, Offset]], base: Mapping[int, np.ndarray],
             y0: Mapping[int, np.ndarray]) -> ex.Expr:
         """The output ``o`` as a polynomial in its taps (least squares, then pruned)."""
@@ -353,12 +344,15 @@ class _Lifter:
         """The program against a fresh run, then the scalar outputs' forms."""
         x = self.random()
         y, _ = self.run(x)
-        arrays = {nm: self.grid(x, nm) for nm in used}
-        outs, bound = self.apply(prog, arrays)
+        flat = {nm: self.grid(x, nm).reshape(self.grid(x, nm).shape[3 - self.dims:])
+                for nm in used}
+        pts = check_points(self.grid(x, next(iter(used))).shape, self.dims)
+        outs = at(prog, flat, pts[3 - self.dims:])
+        bound = at(prog, flat, pts[3 - self.dims:], bound=True)
         for o in prog.outputs:
-            bad = ~(np.abs(self.grid(y, o.field) - outs[o.field]) <= 8 * bound[o.field])
+            bad = ~(np.abs(self.grid(y, o.field)[pts] - outs[o.field]) <= 8 * bound[o.field])
             if bad.any():
-                z, yy, xx = (int(v) for v in np.argwhere(bad)[0])
+                z, yy, xx = (int(q[np.argmax(bad)]) for q in pts)
                 raise _Fail(f"{o.field} differs from the lifted program at (z={z}, y={yy}, "
                             f"x={xx}): the edges or corners follow no per-face rule")
         reds = scalar_outputs(self, prog, used)

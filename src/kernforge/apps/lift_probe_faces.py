@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..stencil.program import FACES, FaceRule, Field
+from ..stencil.program import FACES, FaceRule, Field, StencilProgram
 from ..stencil.program import expr as ex
+from ..stencil.program.pointwise import at
 from .lift_symbolic import MAX_WIDTH
 from .probe import RMAX
 
 EVALUATED = ("zeropad", "clamp", "periodic")  # rules that evaluate the formula at the face
+LAYER_POINTS = 4096  # points of one layer compared (a fixed sample on large grids)
 
 if TYPE_CHECKING:
     from .lift_probe import _Lifter
@@ -32,10 +34,8 @@ def face_rules(lf: _Lifter, outs: Mapping[str, ex.Expr], fields: list[Field],
                ) -> tuple[tuple[FaceRule, ...], dict[str, str]]:
     """Per face, the rule its layers follow (see the module docstring)."""
     arrays = {f.name: lf.grid(x, f.name) for f in fields}
-    preds = {}
-    for rule in EVALUATED:
-        p = lf.program(fields, outs, tuple(FaceRule(rule) for _ in FACES), {}, ())
-        preds[rule], bound = lf.apply(p, arrays)
+    progs = {rule: lf.program(fields, outs, tuple(FaceRule(rule) for _ in FACES), {}, ())
+             for rule in EVALUATED}
     rules: list[FaceRule] = []
     copy: dict[str, str] = {}
     for face in FACES:
@@ -43,8 +43,8 @@ def face_rules(lf: _Lifter, outs: Mapping[str, ex.Expr], fields: list[Field],
         if a < 3 - lf.dims:
             rules.append(FaceRule("keep", 0))
             continue
-        found = {_face(lf, face, name, e, arrays, preds, bound[name],
-                      lf.grid(y, name), copy) for name, e in outs.items()}
+        found = {_face(lf, face, name, e, arrays, progs, lf.grid(y, name), copy)
+                 for name, e in outs.items()}
         evaluated = {r for r in found if r.rule in EVALUATED}
         writing = {r for r in found if r.rule not in EVALUATED}
         if len(evaluated) > 1 or (writing and evaluated) or len(writing - {FaceRule("keep", 0)
@@ -57,30 +57,48 @@ def face_rules(lf: _Lifter, outs: Mapping[str, ex.Expr], fields: list[Field],
         rules.append((evaluated or writing - {FaceRule("keep", 0)} or writing).pop())
     return tuple(rules), copy
 
+
+def layer(shape: tuple[int, ...], face: str, k: int, dims: int, limit: int = LAYER_POINTS
+          ) -> tuple[np.ndarray, ...]:
+    """(z, y, x) index arrays of the points ``k`` layers in from ``face``, at least
+    :data:`~.probe.RMAX` from the other faces (at most ``limit`` of them, a fixed sample)."""
+    a = "zyx".index(face[0])
+    ranges = []
+    for i in range(3):
+        if i == a:
+            ranges.append(np.array([k if face[1] == "-" else shape[i] - 1 - k]))
+        elif i < 3 - dims:
+            ranges.append(np.arange(shape[i]))
+        else:
+            ranges.append(np.arange(RMAX, shape[i] - RMAX))
+    grid = [g.reshape(-1) for g in np.meshgrid(*ranges, indexing="ij")]
+    if grid[0].size > limit:
+        pick = np.sort(np.random.default_rng(k).choice(grid[0].size, limit, replace=False))
+        grid = [g[pick] for g in grid]
+    return tuple(grid)
+
+
 def _face(lf: _Lifter, face: str, name: str, e: ex.Expr, arrays: Mapping[str, np.ndarray],
-          preds: Mapping[str, Mapping[str, np.ndarray]], bound: np.ndarray, got: np.ndarray,
-          copy: dict[str, str]) -> FaceRule:
+          progs: Mapping[str, StencilProgram], got: np.ndarray, copy: dict[str, str]
+          ) -> FaceRule:
     a = "zyx".index(face[0])
     reach = ex.reach(e)[face]
-    cands = {"keep": arrays.get(name, None), "zero": 0.0,
-             **{f"copy:{f}": v for f, v in arrays.items() if f != name}}
+    flat = {f: v.reshape(v.shape[3 - lf.dims:]) for f, v in arrays.items()}
     layers = []
     for k in range(min(MAX_WIDTH, RMAX, got.shape[a] // 2)):
-        idx: list[slice | int] = []
-        for i in range(3):
-            if i == a:
-                idx.append(k if face[1] == "-" else got.shape[i] - 1 - k)
-            elif i < 3 - lf.dims:
-                idx.append(slice(None))
-            else:
-                idx.append(slice(RMAX, got.shape[i] - RMAX))
-        sel = tuple(idx)
-        g = got[sel]
-        hits = {r for r in EVALUATED if np.all(np.abs(g - preds[r][name][sel])
-                                                             <= 8 * bound[sel])}
-        hits |= {c for c, v in cands.items() if v is not None and
-                 np.array_equal(g, np.broadcast_to(v, g.shape) if np.isscalar(v)
-                                else v[sel])}  # type: ignore[index]
+        pts = layer(got.shape, face, k, lf.dims)
+        g = got[pts]
+        hits = set()
+        for rule, prog in progs.items():
+            want = at(prog, flat, pts[3 - lf.dims:])[name]
+            bound = at(prog, flat, pts[3 - lf.dims:], bound=True)[name]
+            if np.all(np.abs(g - want) <= 8 * bound):
+                hits.add(rule)
+        cands = {"zero": np.zeros(g.shape), **{f"copy:{f}": v[pts] for f, v in arrays.items()
+                                                if f != name}}
+        if name in arrays:
+            cands["keep"] = arrays[name][pts]
+        hits |= {c for c, v in cands.items() if np.array_equal(g, v)}
         layers.append(hits)
     w = 0
     while w < len(layers) and not layers[w] & set(EVALUATED):
@@ -89,7 +107,7 @@ def _face(lf: _Lifter, face: str, name: str, e: ex.Expr, arrays: Mapping[str, np
         common = set.intersection(*layers[:w]) - set(EVALUATED)
         if not common:
             raise _fail(f"the layers next to face {face} of {name} follow no rule "
-                        "(kept, copied, zero, zero-padded or periodic)")
+                        "(kept, copied, zero, zero-padded, clamped or periodic)")
         if w < reach:
             raise _fail(f"{name}: {w} layers at face {face} are left out, but the "
                         f"stencil reaches {reach} past it")
@@ -105,7 +123,6 @@ def _face(lf: _Lifter, face: str, name: str, e: ex.Expr, arrays: Mapping[str, np
     if not ev:
         raise _fail(f"the layers next to face {face} of {name} mix rules")
     return FaceRule(next(r for r in EVALUATED if r in ev))
-
 
 
 def _fail(reason: str) -> Exception:

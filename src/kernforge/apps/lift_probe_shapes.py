@@ -1,6 +1,6 @@
 """Where a probed kernel's grid may be and what its elements may be (:mod:`.lift_probe`):
-padded grid shapes past the pointer, and the element types in the order the recorded contents
-make plausible."""
+padded grid shapes past the pointer, the element types in the order the recorded contents make
+plausible, and the points a lifted program is checked at."""
 
 from __future__ import annotations
 
@@ -43,3 +43,25 @@ def padded_shapes(ints: tuple[int, ...], n_out: int, cap: int
                 if 0 < origin <= 256 and math.prod(shape) + origin <= cap:
                     out.append((shape, origin))
     return list(dict.fromkeys(out))[:12]
+
+
+CHECK_ALL = 1 << 21  # grids up to this many points are checked at every point
+
+
+def check_points(shape: tuple[int, ...], dims: int) -> tuple[np.ndarray, ...]:
+    """(z, y, x) index arrays to check a program at: every point of a grid up to
+    :data:`CHECK_ALL` points; else a fixed sample of 2^18 points, and 2^16 more whose every
+    coordinate is, by a coin toss, within :data:`~.probe.RMAX` of one of its faces (edges and
+    corners)."""
+    n = math.prod(shape)
+    if n <= CHECK_ALL:
+        return tuple(np.indices(shape).reshape(3, -1))
+    rng = np.random.default_rng(7)
+    spread = np.unravel_index(rng.choice(n, min(n, 1 << 18), replace=False), shape)
+    near = []
+    for a, size in enumerate(shape):
+        edge = np.concatenate([np.arange(min(RMAX, size)), np.arange(max(size - RMAX, 0), size)])
+        coin = rng.random(1 << 16) < 0.5
+        near.append(np.where(coin & (a >= 3 - dims), rng.choice(edge, 1 << 16),
+                             rng.integers(0, size, 1 << 16)))
+    return tuple(np.concatenate([s, e]) for s, e in zip(spread, near, strict=True))
