@@ -329,7 +329,7 @@ def last_extent(syms: Symbols, coords: list[str], strides: list[Poly], guards: l
         live = live | guard
     tops = []
     for sample in samples:
-        big = 4 * max(sample.values(), default=8) + 16
+        big = 2 * max(sample.values(), default=8) ** 2 + 16  # past a product of two sizes
         g = Grid(syms, coords, strides, lambda s, big=big: big, sample)
         mask = g.mask(live)
         hit = np.flatnonzero(mask.reshape(mask.shape[0], -1).any(axis=1))
