@@ -238,6 +238,16 @@ def test_half_precision_intrinsics(lifted: dict[str, Lifted]) -> None:
     check_case("half2d", r)
 
 
+def test_a_flat_guard_over_a_product_of_sizes() -> None:
+    src = ("__global__ void scale(const float* in, float* out, int n) {"
+           " int idx = blockIdx.x * blockDim.x + threadIdx.x;"
+           " if (idx < n * n) out[idx] = 2.0f * in[idx]; }")
+    r = lift_source(src, "scale")
+    assert isinstance(r, Lifted) and r.extents == ("n*n",) and r.program.dims == 1, r
+    zero = lift_source(src.replace("2.0f * in[idx]", "0.0f"), "scale")
+    assert isinstance(zero, NotLifted) and "never computed" in zero.reason
+
+
 def test_missing_kernel_and_non_kernel() -> None:
     assert "no function" in lift_source(SOURCE, "nope").reason  # type: ignore[union-attr]
     src = "__device__ float f(float* a) { return a[0]; }"
