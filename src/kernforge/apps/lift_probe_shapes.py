@@ -1,0 +1,67 @@
+"""Where a probed kernel's grid may be and what its elements may be (:mod:`.lift_probe`):
+padded grid shapes past the pointer, the element types in the order the recorded contents make
+plausible, and the points a lifted program is checked at."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from .probe import RMAX, Target
+
+
+def likely_types(t: Target) -> list[str]:
+    """float64 and float32, the one the recorded contents read as more plausibly first (float64
+    data read as float32 gives denormals and huge values from its low words; float32 data read
+    as float64 can look plausible: on a tie float32 goes first), then float16."""
+    got = t.run({})
+
+    def plausible(dt: str) -> float:
+        vals = np.concatenate([a[:a.size // 8 * 8].view(dt) for a in got.values()])
+        with np.errstate(all="ignore"):
+            a = np.abs(vals.astype(np.float64))
+        ok = (a == 0) | ((a > 1e-30) & (a < 1e30))
+        return float(ok.mean()) if ok.size else 0.0
+    return [*sorted(("float32", "float64"), key=lambda d: -round(plausible(d), 2)), "float16"]
+
+
+def padded_shapes(ints: tuple[int, ...], n_out: int, cap: int
+            ) -> list[tuple[tuple[int, int, int], int]]:
+    """(shape, origin) of grids padded by ``r`` points around integer-parameter extents
+    (fdtd3d's volume), ending where the output buffer ends and starting up to 256 elements past
+    the pointer."""
+    vals = sorted({v for v in ints if 2 <= v <= cap})
+    out = []
+    for k in (3, 2):
+        for combo in itertools.product(vals, repeat=k):
+            for r in range(1, RMAX + 1):
+                ext = [v + 2 * r for v in combo] + [1] * (3 - k)
+                shape = (ext[0], ext[1], ext[2])
+                origin = n_out - math.prod(shape)
+                if 0 < origin <= 256 and math.prod(shape) + origin <= cap:
+                    out.append((shape, origin))
+    return list(dict.fromkeys(out))[:12]
+
+
+CHECK_ALL = 1 << 21  # grids up to this many points are checked at every point
+
+
+def check_points(shape: tuple[int, ...], dims: int) -> tuple[np.ndarray, ...]:
+    """(z, y, x) index arrays to check a program at: every point of a grid up to
+    :data:`CHECK_ALL` points; else a fixed sample of 2^18 points, and 2^16 more whose every
+    coordinate is, by a coin toss, within :data:`~.probe.RMAX` of one of its faces (edges and
+    corners)."""
+    n = math.prod(shape)
+    if n <= CHECK_ALL:
+        return tuple(np.indices(shape).reshape(3, -1))
+    rng = np.random.default_rng(7)
+    spread = np.unravel_index(rng.choice(n, min(n, 1 << 18), replace=False), shape)
+    near = []
+    for a, size in enumerate(shape):
+        edge = np.concatenate([np.arange(min(RMAX, size)), np.arange(max(size - RMAX, 0), size)])
+        coin = rng.random(1 << 16) < 0.5
+        near.append(np.where(coin & (a >= 3 - dims), rng.choice(edge, 1 << 16),
+                             rng.integers(0, size, 1 << 16)))
+    return tuple(np.concatenate([s, e]) for s, e in zip(spread, near, strict=True))
