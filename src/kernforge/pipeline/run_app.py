@@ -279,7 +279,8 @@ def runs_in_process(command: Sequence[str]) -> bool:
 
 def record_command(command: Sequence[str], out: str | Path, *, kernels: str | None = None,
                    max_instances: int = 4, skip: int = 0, max_mb: int = 16384,
-                   record_all: bool = False) -> tuple[int, list[Path], list[str], list[dict]]:
+                   record_all: bool = False, sequence: int | None = None
+                   ) -> tuple[int, list[Path], list[str], list[dict]]:
     """Run any command with the driver interposer preloaded (env's environment applied by
     kernforge: :func:`env_command`; Python applications, also after env's variables, under
     the in-process capture too: :func:`runs_in_process`), then
@@ -302,7 +303,8 @@ def record_command(command: Sequence[str], out: str | Path, *, kernels: str | No
     base = prefix.apply(os.environ) if prefix is not None else dict(os.environ)
     Path(out).mkdir(parents=True, exist_ok=True)
     env = interposer.environment(out, kernels=kernels, max_instances=max_instances, skip=skip,
-                                 max_mb=max_mb, record_all=record_all, base=base)
+                                 max_mb=max_mb, record_all=record_all, base=base,
+                                 sequence=sequence)
     lib = interposer.build()
     if is_python_command(cmd):
         py = parse_python(cmd)  # a missing script is a clear error before anything runs
