@@ -5,6 +5,7 @@ the driver API against it."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -197,3 +198,37 @@ def test_a_damaged_sequence_spool_unit_is_named(on_fake: FakeCuda, tmp_path: Pat
     assert units == [] and len(problems) == 1 and "p2.bin holds 5 bytes" in problems[0]
     shutil.rmtree(unit)
 
+
+
+def test_integrity_validate_takes_sequence_units(on_fake_nvrtc: FakeCuda, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    status, units, problems, _ = record_command(on_fake_nvrtc.nvrtc_command(4), tmp_path / "r",
+                                                sequence=3, max_instances=1)
+    assert status == 0 and not problems
+    (unit,) = units
+    rec = read_native(unit)
+    assert rec.source is not None and rec.sequence["steps"] == 3
+    assert main(["integrity", "validate", str(unit)]) == 0
+    assert "a sequence of 3 launches" in capsys.readouterr().out
+    code = rec.source.code
+    faster, wrong = tmp_path / "faster.c", tmp_path / "wrong.c"
+    faster.write_text(code.replace("#define KF_REPS 64", "#define KF_REPS 1"))
+    wrong.write_text(code.replace("y[i] = v;", "y[i] = v + (i == 7);"))
+    assert main(["integrity", "validate", str(unit), "--source", str(faster),
+                 "--passes", "3"]) == 0
+    assert "ACCEPTED" in capsys.readouterr().out
+    assert main(["integrity", "validate", str(unit), "--source", str(wrong)]) == 5
+    assert "WRONG_RESULT" in capsys.readouterr().out
+    assert main(["integrity", "validate", str(unit), "--opt", "x=1"]) == 2
+
+
+def test_tune_applies_each_configuration_to_every_launch_of_the_kernel(
+        on_fake: FakeCuda, tmp_path: Path) -> None:
+    (rec,) = _record(on_fake, "sskss", tmp_path / "r", sequence=4, max_instances=1)
+    assert len(rec.steps) == 5
+    assert main(["tune", str(tmp_path / "r"), "--out", str(tmp_path / "t"), "--repeat",
+                 "2"]) == 0
+    (unit,) = json.loads((tmp_path / "t" / "native.json").read_text())["units"]
+    labels = {e["label"]: e["status"] for e in unit["evaluations"]}
+    assert labels["recorded"] == "OK" and any(k.startswith("block=") for k in labels)
+    assert set(labels.values()) == {"OK"}, labels

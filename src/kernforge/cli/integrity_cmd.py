@@ -25,7 +25,9 @@ from ..harness.ledger import Ledger
 from ..harness.provenance import read_figure, regenerate
 from ..harness.static_checks import check_source
 from ..record import load_recording
+from ..record.native_format import is_native_unit
 from ..replay.checks import Integrity
+from ..replay.native_validate import validate_native
 from ..replay.validate import Validation, validate
 from . import redteam_cmd
 from .checks import THREADS, check_defines, float_range, int_range, writable_file
@@ -77,7 +79,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
+_NATIVE_ONLY = {"define": None, "opt": None, "threads": None, "claimed": None,
+                "baseline": None, "ledger": None, "figure": None, "seed": None}
+
+
 def run_validate(args: argparse.Namespace) -> int:
+    if is_native_unit(args.unit):  # one launch or a sequence: replay/native_validate.py
+        given = [k for k, v in _NATIVE_ONLY.items() if getattr(args, k, v) != v]
+        if given:
+            raise ConfigError(f"--{given[0]} does not apply to a native unit",
+                              hint="a native unit takes --source, --tolerance, --passes and "
+                                   "--band")
+        nv = validate_native(args.unit, source=args.source, tolerance=args.tolerance,
+                             passes=args.passes, band=args.band)
+        for line in nv.lines:
+            console.print(line, markup=False)
+        return nv.exit_status
     rec = load_recording(args.unit)
     source = None
     if args.source:
