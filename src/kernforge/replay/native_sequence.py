@@ -50,14 +50,20 @@ class SequenceLaunches:
             self._recorded[key] = drv.function(self._modules[s.image], s.entry)
         return self._recorded[key]
 
-    def calls(self, v: NativeVariant, upto: int | None = None) -> list[Any]:
-        """Each launch prepared (:meth:`Driver.prepare`), the recorded kernel's as ``v`` says;
-        ``upto``: only the launches up to the ``upto``-th launch of the recorded kernel."""
-        out, seen = [], 0
+    def calls(self, v: NativeVariant, steps: int | None = None, launches: int | None = None
+              ) -> list[Any]:
+        """Each launch prepared (:meth:`Driver.prepare`), the recorded kernel's as ``v`` says.
+        ``steps``: only the first ``steps`` steps (the launches before the recorded kernel's
+        launch number ``steps + 1``: a step's other kernels after it included); ``launches``:
+        only the first ``launches`` launches."""
+        out: list[Any] = []
+        seen = 0
         for s, raw in zip(self.steps, self.params):
-            if upto is not None and seen >= upto:
+            if launches is not None and len(out) >= launches:
                 break
             if self.rp.rec.of_kernel(s):
+                if steps is not None and seen >= steps:
+                    break
                 seen += 1
                 fn = self.rp._function(v)
                 grid, block = v.geometry(s)
@@ -66,11 +72,27 @@ class SequenceLaunches:
             out.append(self.rp.drv.prepare(fn, grid, block, s.shared_mem, raw, s.launch_attrs))
         return out
 
-    def run(self, v: NativeVariant, upto: int | None = None) -> None:
-        for call in self.calls(v, upto):
+    def run(self, v: NativeVariant, steps: int | None = None, launches: int | None = None
+            ) -> None:
+        for call in self.calls(v, steps, launches):
             self.rp.drv.check(call(), "cuLaunchKernel")
         self.rp.drv.synchronize()
 
-    def time(self, v: NativeVariant, upto: int | None = None) -> float:
+    def time(self, v: NativeVariant, steps: int | None = None) -> float:
         """Seconds between one event pair around the launches (prepared before it)."""
-        return self.rp.drv.time_calls(self.calls(v, upto))
+        return self.rp.drv.time_calls(self.calls(v, steps))
+
+
+def first_launch(whole: NativeReplay) -> NativeReplay:
+    """The replay of a sequence's first launch alone, sharing ``whole``'s placement: which
+    regions that launch writes is found by running it from the recorded state."""
+    from .native import NativeReplay, NativeVariant
+
+    rec = whole.rec
+    assert whole.sequence is not None
+    whole.restore()
+    whole.sequence.run(NativeVariant(), launches=1)
+    written = tuple(i for i, r in enumerate(rec.regions)
+                    if bytes(whole.drv.dtoh(whole.addr[i], r.size)) != rec.prologue(i).tobytes())
+    whole.restore()
+    return NativeReplay(rec.first_launch(written), placed=whole)
