@@ -24,10 +24,9 @@ from ..core.fmt import fmt_time
 from ..harness.ledger import Ledger
 from ..harness.provenance import read_figure, regenerate
 from ..harness.static_checks import check_source
+from ..pipeline.units import validate_native_unit
 from ..record import load_recording
-from ..record.native_format import is_native_unit
 from ..replay.checks import Integrity
-from ..replay.native_validate import validate_native
 from ..replay.validate import Validation, validate
 from . import redteam_cmd
 from .checks import THREADS, check_defines, float_range, int_range, writable_file
@@ -79,19 +78,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
-_NATIVE_ONLY = {"define": None, "opt": None, "threads": None, "claimed": None,
-                "baseline": None, "ledger": None, "figure": None, "seed": None}
+# options of source units: refused for a native unit
+_NOT_NATIVE = {"define": None, "opt": None, "threads": None, "claimed": None,
+               "baseline": None, "ledger": None, "figure": None, "seed": None}
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    if is_native_unit(args.unit):  # one launch or a sequence: replay/native_validate.py
-        given = [k for k, v in _NATIVE_ONLY.items() if getattr(args, k, v) != v]
-        if given:
-            raise ConfigError(f"--{given[0]} does not apply to a native unit",
-                              hint="a native unit takes --source, --tolerance, --passes and "
-                                   "--band")
-        nv = validate_native(args.unit, source=args.source, tolerance=args.tolerance,
-                             passes=args.passes, band=args.band)
+    nv = validate_native_unit(args.unit, source=args.source, tolerance=args.tolerance,
+                              passes=args.passes, band=args.band,
+                              refused=[f"--{k}" for k, v in _NOT_NATIVE.items()
+                                       if getattr(args, k, v) != v])
+    if nv is not None:  # a native unit: one launch or a sequence
         for line in nv.lines:
             console.print(line, markup=False)
         return nv.exit_status
