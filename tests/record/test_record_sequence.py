@@ -232,3 +232,23 @@ def test_tune_applies_each_configuration_to_every_launch_of_the_kernel(
     labels = {e["label"]: e["status"] for e in unit["evaluations"]}
     assert labels["recorded"] == "OK" and any(k.startswith("block=") for k in labels)
     assert set(labels.values()) == {"OK"}, labels
+
+
+@pytest.mark.parametrize("value", ["abc", "70000", "-1", " 3"])
+def test_the_interposer_reads_kernforge_sequence_strictly(on_fake: FakeCuda, tmp_path: Path,
+                                                         value: str) -> None:
+    env = {**on_fake.env, "LD_PRELOAD": str(interposer.build()),
+           "KERNFORGE_RECORD_DIR": str(tmp_path / "r"), "KERNFORGE_SEQUENCE": value,
+           "KERNFORGE_MAX_INSTANCES": "1"}
+    done = subprocess.run(on_fake.loop_command("sss", N), env=env, check=True,
+                          capture_output=True, text=True)
+    assert f"KERNFORGE_SEQUENCE={value} is not an integer from 0 to 65536; using 0" in done.stderr
+    units, problems = finalize_spool(tmp_path / "r")
+    assert not problems and [read_native(u).is_sequence for u in units] == [False]
+
+
+def test_a_sequence_over_the_budget_is_not_recorded(on_fake: FakeCuda, tmp_path: Path) -> None:
+    status, units, problems, summaries = record_command(
+        on_fake.loop_command("sss", N), tmp_path / "r", sequence=3, max_mb=0)
+    assert status == 0 and not problems and units == []
+    assert summaries[0]["over_budget"] == 3 and summaries[0]["recorded"] == 0
