@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -252,3 +253,40 @@ def test_a_sequence_over_the_budget_is_not_recorded(on_fake: FakeCuda, tmp_path:
         on_fake.loop_command("sss", N), tmp_path / "r", sequence=3, max_mb=0)
     assert status == 0 and not problems and units == []
     assert summaries[0]["over_budget"] == 3 and summaries[0]["recorded"] == 0
+
+
+PY_LOOP = """
+import struct, sys
+import numpy as np
+from kernforge.backends.driver import Driver
+d = Driver()
+fn = d.function(d.load(open(sys.argv[1], "rb").read()), "heat")
+n = 1000
+a, b = d.alloc(8 * n), d.alloc(8 * n)
+d.htod(a, np.arange(n, dtype=np.float64) % 7)
+d.htod(b, np.zeros(n))
+for _ in range(int(sys.argv[2])):
+    d.launch(fn, (8, 1, 1), (128, 1, 1), 0, struct.pack("<QQi4xd", a, b, n, 0.25))
+    a, b = b, a
+print(float(np.frombuffer(d.dtoh(a, 8 * n), dtype=np.float64).sum()))
+"""
+
+
+def test_a_python_application_records_sequences_through_the_interposer(
+        on_fake: FakeCuda, tmp_path: Path) -> None:
+    (tmp_path / "image").write_bytes(on_fake.image())
+    (tmp_path / "loop.py").write_text(PY_LOOP)
+    status, units, problems, _ = record_command(
+        [sys.executable, str(tmp_path / "loop.py"), str(tmp_path / "image"), "6"],
+        tmp_path / "r", sequence=4, max_instances=1)
+    assert status == 0 and not problems
+    (rec,) = [read_native(u) for u in units]
+    assert rec.sequence == {"requested": 4, "steps": 4, "ended": "complete"}
+    # the parameters came in cuLaunchKernel's `extra` buffer: recorded as given
+    assert int.from_bytes(rec.param_bytes[16:20], "little") == 1000 and len(rec.regions) == 2
+    x = np.arange(1000, dtype=np.float64) % 7
+    for _ in range(4):
+        x = _heat(x)
+    assert np.array_equal(rec.expected(_region(rec, 1, 3)).view(np.float64), x)
+    out = run_isolated(rec.path, [NativeVariant()], repeat=2, warmup=1)
+    assert out["measurements"][0].status.value == "OK"

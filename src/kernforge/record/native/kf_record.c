@@ -87,10 +87,11 @@ static void layout(kf_fn_t *fn) {
   fn->layout = 1;
 }
 
-/* the launch's parameters as one buffer in the kernel's layout; NULL when unknown */
+/* the launch's parameters as one buffer in the kernel's layout (the `extra` buffer as given
+ * when the program passed one instead of kernelParams); NULL when unknown */
 uint8_t *kf_param_bytes(kf_launch_t *l, kf_fn_t *fn, size_t *n) {
   layout(fn);
-  if (fn->layout == 1) {
+  if (fn->layout == 1 && (l->params || !l->extra)) {
     size_t total = 0;
     for (int i = 0; i < fn->nparams; i++)
       if (fn->off[i] + fn->size[i] > total) total = fn->off[i] + fn->size[i];
