@@ -8,6 +8,7 @@ Run on the GPU machine: ``pytest -m gpu tests/record/test_sequence_gpu.py``.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,5 +44,23 @@ def test_the_first_copy_ends_a_sequence(built: Path, tmp_path: Path) -> None:  #
     (rec,) = [read_native(u) for u in units]
     assert rec.sequence["steps"] == 37, rec.sequence
     assert rec.sequence["ended"] == "a driver call that could observe memory"
+    out = run_isolated(rec.path, [NativeVariant()], repeat=5, warmup=2)
+    assert out["measurements"][0].status.value == "OK", out
+
+
+def test_the_cupy_demo_records_a_sequence_with_its_boundary_kernels(tmp_path: Path) -> None:
+    """examples/heat3d_cupy.py: per step the stencil, three boundary launches and a two-kernel
+    reduction (RawKernel, RawModule), all on one stream: the stencil's sequence of 5 steps holds
+    the 4 steps between its first and fifth launch whole, 25 launches."""
+    pytest.importorskip("cupy")
+    demo = Path(__file__).resolve().parents[2] / "examples" / "heat3d_cupy.py"
+    status, units, problems, _ = record_command(
+        [sys.executable, str(demo), "--n", "64", "--steps", "12"], tmp_path / "r", sequence=5,
+        max_instances=1, kernels="heat_stencil")
+    assert status == 0 and not problems
+    (rec,) = [read_native(u) for u in units]
+    assert rec.name == "heat_stencil" and rec.source is not None  # NVRTC's, through CuPy
+    assert rec.sequence == {"requested": 5, "steps": 5, "ended": "complete"}, rec.sequence
+    assert len(rec.steps) == 25, [s.entry for s in rec.steps]
     out = run_isolated(rec.path, [NativeVariant()], repeat=5, warmup=2)
     assert out["measurements"][0].status.value == "OK", out
