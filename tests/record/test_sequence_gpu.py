@@ -1,7 +1,9 @@
 """GPU: sequence units (``kernforge record --sequence N``) of a heat time loop through the CUDA
 runtime (linked statically: it reaches the driver through cuGetProcAddress), the loop of
 test_defer_gpu.py: whatever the runtime calls between two launches must not end a sequence,
-its first copy (after 37 steps) must, and the units replay verified on every buffer.
+its first copy (after 37 steps) must, and the units replay verified on every buffer. And
+the CuPy demo (examples/heat3d_cupy.py), whose stencil's sequence holds its boundary and
+reduction kernels.
 
 Run on the GPU machine: ``pytest -m gpu tests/record/test_sequence_gpu.py``.
 """
