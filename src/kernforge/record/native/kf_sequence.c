@@ -124,12 +124,17 @@ static void end(const char *why) {
   if (!S.open) return;
   if (!S.nst) { clear(); return; }
   kf_fn_t *fn = S.fn;
-  int ok = S.nst > 0 && !kf_drv.cuCtxSynchronize();
+  CUcontext cur = NULL, popped; /* the sequence's context, current while its state is read */
+  int pushed = S.ctx && kf_drv.cuCtxGetCurrent && !kf_drv.cuCtxGetCurrent(&cur) &&
+               cur != S.ctx && kf_drv.cuCtxPushCurrent && kf_drv.cuCtxPopCurrent &&
+               !kf_drv.cuCtxPushCurrent(S.ctx);
+  int ok = !kf_drv.cuCtxSynchronize();
   for (size_t i = 0; ok && i < S.k; i++) {
     if (!(S.s[i].post = malloc(S.r[i].size ? S.r[i].size : 1)) ||
         kf_drv.cuMemcpyDtoH(S.s[i].post, S.r[i].base, S.r[i].size))
       ok = 0;
   }
+  if (pushed) kf_drv.cuCtxPopCurrent(&popped);
   uint64_t *images = ok ? calloc(S.nst, sizeof *images) : NULL;
   for (size_t j = 0; images && j < S.nst; j++) images[j] = S.st[j].img.image;
   ended_why = why;
