@@ -139,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"driver: {_summary(summaries)}", markup=False)
     elif not paths:
         console.print("nothing was launched through the CUDA driver", markup=False)
-    console.print(f"recorded {len(paths)} kernel launch(es) into {args.out}{tail}", markup=False)
+    what = "unit(s), sequences of launches," if args.sequence else "kernel launch(es)"
+    console.print(f"recorded {len(paths)} {what} into {args.out}{tail}", markup=False)
     if not paths and not _launched(summaries) and not runs_in_process(command):
         console.print(_DRIVER_ONLY.format(command=command_program(command)), markup=False,
                       soft_wrap=True)
