@@ -114,4 +114,4 @@ def test_a_recorded_sequence_is_the_fusion_reference(app: Path, tmp_path: Path) 
         assert out["measurements"][0].status.value == "OK", out["measurements"]
         m = fuse_unit(u, out_dir=tmp_path / "f", band=-1.0, repeat=5, passes=3)
         assert isinstance(m, FusedMatch), (u.name, m)
-        assert "the recorded sequence's steps" in m.note, m.note
+        assert "recorded steps of the sequence" in m.note, m.note

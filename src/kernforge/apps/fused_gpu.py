@@ -140,8 +140,9 @@ def validate(t: ReplayTarget, r: Recognized, steps: int, seq: Steps | RecordedSt
     why = _compare(t, r, steps, seq, run, rp.restore)
     if why:
         return f"from the recorded state: {why}", done
-    what = "the recorded sequence's" if isinstance(seq, RecordedSteps) else "original"
-    done.append(f"recorded state: OUT matches {steps} {what} steps, IN unchanged")
+    what = "recorded steps of the sequence" if isinstance(seq, RecordedSteps) \
+        else "original launches"
+    done.append(f"recorded state: OUT matches {steps} {what}, IN unchanged")
     bufs = {b.param: b for b in t.buffers}
     for seed in FRESH_SEEDS:
         rng = np.random.default_rng(seed)
