@@ -129,7 +129,9 @@ def _compare(t: ReplayTarget, r: Recognized, steps: int, seq: Steps | RecordedSt
     k = len(got[r.out_param]) // dt.itemsize * dt.itemsize
     c = check_buffer(f"param{r.out_param}", got[r.out_param][:k].view(dt),
                      want[r.out_param][:k].view(dt), Tolerance("rel", rtol=rtol, atol=atol))
-    return None if c.passed else f"OUT differs from {steps} original launches: {c.describe()}"
+    what = "recorded steps of the sequence" if isinstance(seq, RecordedSteps) \
+        else "original launches"
+    return None if c.passed else f"OUT differs from {steps} {what}: {c.describe()}"
 
 
 def validate(t: ReplayTarget, r: Recognized, steps: int, seq: Steps | RecordedSteps,
