@@ -222,8 +222,7 @@ int kf_deploy_fusing(void); /* fused entries exist and KERNFORGE_FUSE is not 0 *
 
 /* ---- deferral (kf_defer.c) and the flushing thunks (kf_thunk.c) ---------------------------- */
 int kf_defer_enabled(void);          /* launches may be held now */
-int kf_guarding(void); /* driver functions are handed out as flushing thunks
-                       (deferral, sequences) */
+int kf_guarding(void);               /* functions handed out as flushing thunks: defer, sequences */
 void kf_defer_flush(void);           /* run what is held (any thread; a no-op when nothing is) */
 void kf_defer_flush_locked(void);    /* the same, under kf_lock */
 void kf_defer_disable(const char *why); /* flush, and hold nothing from now on (one message) */

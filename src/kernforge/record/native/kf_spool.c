@@ -142,7 +142,8 @@ static int unit_files(int dir, unsigned long n, void *arg) {
   const struct one_unit *u = arg;
   char *changed = NULL;
   int rc = kf_region_files(dir, u->r, u->k, u->s, &changed);
-  if (!rc && u->img->image) rc = kf_nvrtc_write(dir, u->img->image); /* the source, if NVRTC made it */
+  if (!rc && u->img->image) /* the source, if NVRTC made it */
+    rc = kf_nvrtc_write(dir, u->img->image);
   if (!rc) rc = kf_write_at(dir, "params.bin", u->params, u->psize);
   if (!rc) {
     buf_t b = {malloc(4096), 0, 4096};
