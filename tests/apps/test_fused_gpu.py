@@ -93,3 +93,25 @@ def test_time_loops_are_fused_and_verified(app: Path, tmp_path: Path) -> None:
     lap = got["lap-0"]
     assert isinstance(lap, FusedMatch)
     assert any(t["operator"].startswith("temporal[") for t in lap.tried)
+
+
+def test_a_recorded_sequence_is_the_fusion_reference(app: Path, tmp_path: Path) -> None:
+    """The same loops recorded as sequences of 7 steps: each unit holds both time levels
+    after 7 steps, replays verified, and the fused candidates are checked against the
+    recorded steps (not against re-launches)."""
+    from kernforge.record.native_format import read_native
+    from kernforge.replay.native import NativeVariant
+    from kernforge.replay.native_child import run_isolated
+
+    status, units, problems, _ = record_command([str(app)], tmp_path / "rec", max_instances=1,
+                                                sequence=7)
+    assert status == 0 and not problems
+    for u in units:
+        rec = read_native(u)
+        assert rec.sequence == {"requested": 7, "steps": 7, "ended": "complete"}, rec.sequence
+        assert len(rec.written) == 2
+        out = run_isolated(u, [NativeVariant()], repeat=3, warmup=1)
+        assert out["measurements"][0].status.value == "OK", out["measurements"]
+        m = fuse_unit(u, out_dir=tmp_path / "f", band=-1.0, repeat=5, passes=3)
+        assert isinstance(m, FusedMatch), (u.name, m)
+        assert "recorded steps of the sequence" in m.note, m.note

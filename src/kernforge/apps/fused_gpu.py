@@ -4,7 +4,10 @@ operator must do).
 ``python -m kernforge.apps.fused_gpu REQUEST.json RESULT.json``: the native unit is placed on
 the device as its replay places it and recognized as operator matching recognizes it
 (:func:`.operator_gpu.recognized`). The reference for ``T`` steps is the *original* recorded
-kernel launched ``T`` times with the IN and OUT pointers swapped after each launch. Each fused
+kernel launched ``T`` times with the IN and OUT pointers swapped after each launch; for a
+sequence unit (``kernforge record --sequence N``) of at least ``T`` steps, it is the recorded
+sequence itself: its first ``T`` steps' launches as recorded (recognition looks at its first
+launch alone, on the same placement). Each fused
 candidate's adapter is compiled, run once from the recorded state and from fresh random inputs,
 and accepted only when OUT's whole buffer matches the reference's under the kernel's tolerance
 over ``T`` steps and IN's buffer is unchanged. Accepted candidates are screened against ``T``
@@ -28,7 +31,8 @@ from ..core import CompileError, ConfigError, KernforgeError, Tolerance
 from ..harness.compare import interleave
 from ..harness.verify import check_buffer
 from ..record.native_format import read_native
-from ..replay.native import NativeReplay
+from ..replay.native import NativeReplay, NativeVariant
+from ..replay.native_sequence import first_launch
 from . import fused as fz
 from .adapter import compile_image, layout
 from .operator_gpu import AdapterRun, ReplayTarget, recognized
@@ -68,6 +72,33 @@ class Steps:
         return self.rp.drv.time_calls(self.calls)
 
 
+class RecordedSteps:
+    """The first ``steps`` steps of a recorded sequence, its launches as recorded (``whole``:
+    the sequence's replay, placed where the first launch's replay is)."""
+
+    def __init__(self, whole: NativeReplay, steps: int) -> None:
+        self.whole, self.steps = whole, steps
+
+    def run(self) -> None:
+        assert self.whole.sequence is not None
+        self.whole.sequence.run(NativeVariant(), steps=self.steps)
+
+    def time(self) -> float:
+        assert self.whole.sequence is not None
+        self.whole.restore()
+        self.whole.drv.flush_l2()
+        return self.whole.sequence.time(NativeVariant(), steps=self.steps)
+
+
+def _references(rp: NativeReplay, whole: NativeReplay | None, slots: Any, r: Recognized,
+                steps: Sequence[int]) -> dict[int, Steps | RecordedSteps]:
+    """Per number of steps, what a fused kernel must reproduce: the recorded sequence where
+    it holds that many steps, else the first launch re-launched with IN and OUT swapped."""
+    have = int(whole.rec.sequence.get("steps", 0)) if whole is not None else 0
+    return {s: RecordedSteps(whole, s) if whole is not None and have >= s
+            else Steps(rp, fz.fuse_field(slots, r, s)) for s in steps}
+
+
 def _scale(t: ReplayTarget, r: Recognized) -> float:
     """max |value| over the grid points of IN and OUT as they are now on the device."""
     dt, n = np.dtype(r.dtype), r.points
@@ -78,7 +109,8 @@ def _scale(t: ReplayTarget, r: Recognized) -> float:
     return m if np.isfinite(m) else 1.0
 
 
-def _compare(t: ReplayTarget, r: Recognized, steps: int, seq: Steps, run: AdapterRun,
+def _compare(t: ReplayTarget, r: Recognized, steps: int, seq: Steps | RecordedSteps,
+             run: AdapterRun,
              place: Any) -> str | None:
     """Place the state (``place()``), run the reference and the fused kernel from it; why they
     differ, or None."""
@@ -97,18 +129,22 @@ def _compare(t: ReplayTarget, r: Recognized, steps: int, seq: Steps, run: Adapte
     k = len(got[r.out_param]) // dt.itemsize * dt.itemsize
     c = check_buffer(f"param{r.out_param}", got[r.out_param][:k].view(dt),
                      want[r.out_param][:k].view(dt), Tolerance("rel", rtol=rtol, atol=atol))
-    return None if c.passed else f"OUT differs from {steps} original launches: {c.describe()}"
+    what = "recorded steps of the sequence" if isinstance(seq, RecordedSteps) \
+        else "original launches"
+    return None if c.passed else f"OUT differs from {steps} {what}: {c.describe()}"
 
 
-def validate(t: ReplayTarget, r: Recognized, steps: int, seq: Steps, run: AdapterRun
-             ) -> tuple[str | None, list[str]]:
+def validate(t: ReplayTarget, r: Recognized, steps: int, seq: Steps | RecordedSteps,
+             run: AdapterRun) -> tuple[str | None, list[str]]:
     """(why the fused kernel is wrong or None, what was checked)."""
     rp, dt = t.rp, np.dtype(r.dtype)
     done: list[str] = []
     why = _compare(t, r, steps, seq, run, rp.restore)
     if why:
         return f"from the recorded state: {why}", done
-    done.append(f"recorded state: OUT matches {steps} original launches, IN unchanged")
+    what = "recorded steps of the sequence" if isinstance(seq, RecordedSteps) \
+        else "original launches"
+    done.append(f"recorded state: OUT matches {steps} {what}, IN unchanged")
     bufs = {b.param: b for b in t.buffers}
     for seed in FRESH_SEEDS:
         rng = np.random.default_rng(seed)
@@ -133,7 +169,8 @@ def fused_time(run: AdapterRun) -> float:
 def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[int]
             ) -> dict[str, Any]:
     rec = read_native(unit)
-    rp = NativeReplay(rec)
+    whole = NativeReplay(rec) if rec.is_sequence else None
+    rp = first_launch(whole) if whole is not None else NativeReplay(rec)
     t = ReplayTarget(rp)
     r = recognized(t)
     if isinstance(r, str):
@@ -144,7 +181,7 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[i
         return {"nomatch": f"not fusable: {why}", "recognized": r.describe()}
     slots = layout(rec)
     arch = f"sm_{rp.drv.attribute('cc_major')}{rp.drv.attribute('cc_minor')}"
-    seqs = {s: Steps(rp, fz.fuse_field(slots, r, s)) for s in steps}
+    seqs = _references(rp, whole, slots, r, steps)
     base: dict[int, float] = {}
     for s, seq in seqs.items():
         for _ in range(2):

@@ -180,6 +180,9 @@ def recognized(t: ReplayTarget) -> Recognized | str:
 
 def session(unit: str, out_dir: str, repeat: int, passes: int) -> dict[str, Any]:
     rec = read_native(unit)
+    if rec.is_sequence:  # an adapter replaces one launch, verified on one launch's state
+        return {"nomatch": "a sequence unit: one-launch operator matching needs a one-launch "
+                           "unit (kernforge record without --sequence); fusion takes it"}
     rp = NativeReplay(rec)
     t = ReplayTarget(rp)
     r = recognized(t)

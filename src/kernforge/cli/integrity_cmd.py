@@ -24,6 +24,7 @@ from ..core.fmt import fmt_time
 from ..harness.ledger import Ledger
 from ..harness.provenance import read_figure, regenerate
 from ..harness.static_checks import check_source
+from ..pipeline.units import validate_native_unit
 from ..record import load_recording
 from ..replay.checks import Integrity
 from ..replay.validate import Validation, validate
@@ -77,7 +78,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
+# options of source units: refused for a native unit
+_NOT_NATIVE = {"define": None, "opt": None, "threads": None, "claimed": None,
+               "baseline": None, "ledger": None, "figure": None, "seed": None}
+
+
 def run_validate(args: argparse.Namespace) -> int:
+    nv = validate_native_unit(args.unit, source=args.source, tolerance=args.tolerance,
+                              passes=args.passes, band=args.band,
+                              refused=[f"--{k}" for k, v in _NOT_NATIVE.items()
+                                       if getattr(args, k, v) != v])
+    if nv is not None:  # a native unit: one launch or a sequence
+        for line in nv.lines:
+            console.print(line, markup=False)
+        return nv.exit_status
     rec = load_recording(args.unit)
     source = None
     if args.source:

@@ -42,7 +42,8 @@ def print_native_inspect(recs: Sequence[Any]) -> None:
         table.add_column(col)
     for r in recs:
         written = sum(1 for g in r.regions if g.epilogue is not None)
-        table.add_row(escape(r.path.name), escape(r.name[:50]),
+        seq = f" (sequence: {len(r.steps)} launches)" if r.steps else ""
+        table.add_row(escape(r.path.name), escape(r.name[:50]) + seq,
                       r.image_kind + (f" + {r.source.origin} source" if r.source else ""),
                       f"grid={r.grid} block={r.block} smem={r.shared_mem}",
                       f"{len(r.params)} ({len(r.param_bytes)} B)", str(len(r.regions)),

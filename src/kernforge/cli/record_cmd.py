@@ -50,6 +50,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-mb", type=int, default=16384, metavar="MIB",
                    help="record at most this much device memory in all, before and after "
                         "counted (default 16384); launches beyond it run unrecorded")
+    p.add_argument("--sequence", type=int, default=None, metavar="N",
+                   help="record N consecutive launches of each kernel (and the launches of "
+                        "other kernels between them on its stream) as one sequence unit, "
+                        "N >= 2; a copy, synchronization, free or launch elsewhere ends it "
+                        "early (docs/recording-native.md)")
     p.add_argument("--all-allocations", action="store_true",
                    help="record every live device allocation with each launch (for pointers "
                         "kept in places kernforge does not scan)")
@@ -122,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         status, paths, problems, summaries = record_command(
             command, out, kernels=args.kernels, max_instances=args.max_instances,
-            skip=args.skip, max_mb=args.max_mb, record_all=args.all_allocations)
+            skip=args.skip, max_mb=args.max_mb, record_all=args.all_allocations,
+            sequence=args.sequence)
     except KeyboardInterrupt:
         raise _interrupted(out, before, earlier) from None
     tail = "" if status == 0 else f" (the application {_status_text(status)})"
@@ -133,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"driver: {_summary(summaries)}", markup=False)
     elif not paths:
         console.print("nothing was launched through the CUDA driver", markup=False)
-    console.print(f"recorded {len(paths)} kernel launch(es) into {args.out}{tail}", markup=False)
+    what = "unit(s), sequences of launches," if args.sequence else "kernel launch(es)"
+    console.print(f"recorded {len(paths)} {what} into {args.out}{tail}", markup=False)
     if not paths and not _launched(summaries) and not runs_in_process(command):
         console.print(_DRIVER_ONLY.format(command=command_program(command)), markup=False,
                       soft_wrap=True)

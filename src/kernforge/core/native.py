@@ -10,7 +10,7 @@ The on-disk form is recording format v2 (docs/recording-format.md, docs/recordin
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -126,8 +126,29 @@ class NativeBuild:
 
 
 @dataclass(frozen=True)
+class NativeLaunch:
+    """One launch of a recorded sequence: its kernel (entry in the module image blob ``image``),
+    geometry and parameter bytes, whose pointer words index the unit's regions."""
+
+    entry: str
+    image: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int
+    params: tuple[NativeParam, ...]
+    param_bytes: bytes
+    launch_attrs: tuple[bytes, ...] = ()
+    app_time_ms: float | None = None
+
+    def pointer_words(self) -> list[tuple[int, int]]:
+        return [pw for p in self.params for pw in p.pointers]
+
+
+@dataclass(frozen=True)
 class NativeRecording:
-    """One recorded native launch, ready to replay through the driver API."""
+    """One recorded native launch, ready to replay through the driver API; or a recorded
+    sequence (``steps``: every launch in order, the first being the one the top-level fields
+    describe), whose regions hold the state before the first launch and after the last."""
 
     path: Path
     entry: str  # the mangled name, as the image knows the kernel
@@ -147,6 +168,8 @@ class NativeRecording:
     created: str = ""
     kernforge_version: str = ""
     source: NativeSource | None = None  # captured from NVRTC, when the program compiled it so
+    steps: tuple[NativeLaunch, ...] = ()  # a sequence unit's launches; () for one launch
+    sequence: Mapping[str, Any] = field(default_factory=dict)  # requested, steps, ended
     loader: Callable[[str], np.ndarray] | None = field(default=None, compare=False, repr=False)
 
     backend = "driver"
@@ -181,3 +204,21 @@ class NativeRecording:
     def pointer_words(self) -> list[tuple[int, int]]:
         """(buffer offset, region index) of every parameter word pointing into a region."""
         return [pw for p in self.params for pw in p.pointers]
+
+    @property
+    def is_sequence(self) -> bool:
+        return bool(self.steps)
+
+    def of_kernel(self, launch: NativeLaunch) -> bool:
+        """Whether a launch of the sequence is of the recorded kernel (entry and image)."""
+        return launch.entry == self.entry and launch.image == self.image
+
+    def first_launch(self, written: tuple[int, ...]) -> NativeRecording:
+        """The sequence's first launch as a one-launch recording over the same regions (same
+        order, so a replay's placement serves both). Its state after the launch was not
+        recorded: ``written`` (the regions the first launch changes, found by running it) get
+        their prologue as a stand-in epilogue, so :attr:`written` is right; do not verify
+        against it."""
+        regions = tuple(replace(r, epilogue=r.prologue if i in written else None)
+                        for i, r in enumerate(self.regions))
+        return replace(self, regions=regions, steps=(), sequence={})

@@ -126,6 +126,8 @@ def describe_native(recs: Sequence[NativeRecording]) -> list[dict[str, Any]]:
                           "written": g.epilogue is not None} for g in r.regions],
              "bytes": r.nbytes, "identity": dict(r.identity), "capture": dict(r.capture),
              "cache": native_protocol_for(r).to_json(),
+             "sequence": {**r.sequence, "launches": [s.entry for s in r.steps]}
+             if r.is_sequence else None,
              "source": None if r.source is None else {
                  "origin": r.source.origin, "program": r.source.program,
                  "options": list(r.source.options), "name_expression": r.source.name_expression,

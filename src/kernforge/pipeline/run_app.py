@@ -165,14 +165,15 @@ def cupy_hooks_if_available() -> Iterator[bool]:
 
 def record_application(command: Sequence[str], out: str | Path, *, kernels: str | None = None,
                        max_instances: int = 4, skip: int = 0,
-                       summary: Path | None = None) -> tuple[int, list[Path]]:
-    """Run the application with the recorder (and the CuPy hooks) installed before it is
-    imported; ``summary``: write there what the capture saw (per kernel: launches and their
-    time in the application, as the interposer's summary holds)."""
+                       summary: Path | None = None, cupy: bool = True
+                       ) -> tuple[int, list[Path]]:
+    """Run the application with the recorder (and the CuPy hooks, unless ``cupy`` is False)
+    installed before it is imported; ``summary``: write there what the capture saw (per
+    kernel: launches and their time in the application, as the interposer's summary holds)."""
     from ..core.jsonio import write_json_atomic
     from ..record.capture import record
 
-    with cupy_hooks_if_available(), \
+    with cupy_hooks_if_available() if cupy else contextlib.nullcontext(), \
             record(out, kernels=kernels, max_instances=max_instances, skip=skip) as rec:
         try:
             status = run_application(command)
@@ -279,7 +280,8 @@ def runs_in_process(command: Sequence[str]) -> bool:
 
 def record_command(command: Sequence[str], out: str | Path, *, kernels: str | None = None,
                    max_instances: int = 4, skip: int = 0, max_mb: int = 16384,
-                   record_all: bool = False) -> tuple[int, list[Path], list[str], list[dict]]:
+                   record_all: bool = False, sequence: int | None = None
+                   ) -> tuple[int, list[Path], list[str], list[dict]]:
     """Run any command with the driver interposer preloaded (env's environment applied by
     kernforge: :func:`env_command`; Python applications, also after env's variables, under
     the in-process capture too: :func:`runs_in_process`), then
@@ -302,7 +304,8 @@ def record_command(command: Sequence[str], out: str | Path, *, kernels: str | No
     base = prefix.apply(os.environ) if prefix is not None else dict(os.environ)
     Path(out).mkdir(parents=True, exist_ok=True)
     env = interposer.environment(out, kernels=kernels, max_instances=max_instances, skip=skip,
-                                 max_mb=max_mb, record_all=record_all, base=base)
+                                 max_mb=max_mb, record_all=record_all, base=base,
+                                 sequence=sequence)
     lib = interposer.build()
     if is_python_command(cmd):
         py = parse_python(cmd)  # a missing script is a clear error before anything runs
@@ -331,13 +334,18 @@ def pyrun_main(argv: Sequence[str]) -> int:
     try:  # the interposer's own values, read as strictly as it reads them
         n = interposer.env_int(os.environ, "KERNFORGE_MAX_INSTANCES", 4, -1, (1 << 63) - 1)
         skip = interposer.env_int(os.environ, "KERNFORGE_SKIP", 0, 0, (1 << 63) - 1)
+        seq = interposer.env_int(os.environ, "KERNFORGE_SEQUENCE", 0, 0,
+                                 interposer.SEQUENCE_LIMIT)
     except ConfigError as exc:
         print(f"kernforge: {exc}", file=sys.stderr)
         return 2
     status, _ = record_application(list(argv), out, kernels=os.environ.get("KERNFORGE_KERNELS"),
                                    max_instances=n if n >= 0 else None,  # type: ignore[arg-type]
                                    skip=skip,
-                                   summary=Path(out) / SPOOL / f"inprocess-{os.getpid()}.json")
+                                   summary=Path(out) / SPOOL / f"inprocess-{os.getpid()}.json",
+                                   # sequences are the interposer's: CuPy's RawKernel and
+                                   # RawModule launches reach it (their NVRTC source too)
+                                   cupy=seq < 2)
     return status
 
 

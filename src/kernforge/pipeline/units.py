@@ -2,7 +2,8 @@
 recording (format v1: source, arguments, the capture inside Python) or a native unit (format
 v2: a launch the driver interposer recorded from an unchanged program). One entry point per
 command (:func:`load_units`, :func:`replay_units`, :func:`describe_units`,
-:func:`tune_units`, :func:`export_units`, :func:`evolve_units`) takes the units of both kinds
+:func:`tune_units`, :func:`export_units`, :func:`evolve_units`, :func:`validate_native_unit`)
+takes the units of both kinds
 and dispatches here; the CLI parses arguments and prints what comes back.
 
 What a pipeline says while it works goes to the caller's :class:`~.notes.Notes`."""
@@ -16,8 +17,10 @@ from typing import Any
 
 from ..core import ConfigError, LaunchConfig, Measurement, RecordingError, Tolerance
 from ..harness.cache import CacheChoice
+from ..record.native_format import is_native_unit
 from ..replay import replay
 from ..replay.cache_protocol import apply_mode, protocol_for
+from ..replay.native_validate import NativeValidation, validate_native
 from .evolve_run import EvolveDisplay, EvolveRun, evolve_all
 from .export import ExportOutcome, export_run
 from .loading import Units, load_units
@@ -33,10 +36,10 @@ from .tune_run import (
     tune_all,
 )
 
-__all__ = ["EvolveDisplay", "EvolveRun", "ExportOutcome", "Notes", "Replayed", "TuneDisplay",
-           "TuneRun", "TuneSettings", "Units", "describe_units", "evolve_units",
-           "export_units", "export_verdict", "headline", "load_units", "replay_units",
-           "tune_units"]
+__all__ = ["EvolveDisplay", "EvolveRun", "ExportOutcome", "NativeValidation", "Notes",
+           "Replayed", "TuneDisplay", "TuneRun", "TuneSettings", "Units", "describe_units",
+           "evolve_units", "export_units", "export_verdict", "headline", "load_units",
+           "replay_units", "tune_units", "validate_native_unit"]
 
 
 def describe_units(units: Units) -> list[dict[str, Any]]:
@@ -137,3 +140,17 @@ def evolve_units(path: str | Path, cfg: Any, out: Path, *, kernels: str | None,
     return evolve_all(path, cfg, out, kernels=kernels, display=display, isolation=isolation,
                       resume=resume, remeasure=remeasure, tolerance=tolerance, source=source,
                       includes=includes, defines=defines, notes=notes)
+
+
+def validate_native_unit(path: str | Path, *, source: str | None, tolerance: list[str] | None,
+                         passes: int, band: float, refused: Sequence[str] = ()
+                         ) -> NativeValidation | None:
+    """``kernforge integrity validate`` of a native unit (one launch or a sequence:
+    :mod:`kernforge.replay.native_validate`); None when ``path`` is not a native unit.
+    ``refused``: options the caller was given that apply to source units only."""
+    if not is_native_unit(path):
+        return None
+    if refused:
+        raise ConfigError(f"{refused[0]} does not apply to a native unit",
+                          hint="a native unit takes --source, --tolerance, --passes and --band")
+    return validate_native(path, source=source, tolerance=tolerance, passes=passes, band=band)

@@ -30,7 +30,7 @@ from ..core.paths import cache_folder
 
 SOURCES = ("kf.h", "kf_deploy.h", "kf_names.h", "kf_real.c", "kf_state.c", "kf_track.c",
            "kf_hooks.c", "kf_record.c", "kf_io.c", "kf_spool.c", "kf_deploy.c", "kf_spec.c",
-           "kf_nvrtc.c", "kf_defer.c", "kf_thunk.c")
+           "kf_nvrtc.c", "kf_defer.c", "kf_thunk.c", "kf_sequence.c")
 _lock = threading.Lock()
 
 
@@ -88,6 +88,7 @@ def build(out_dir: Path | None = None, *, extra_flags: Sequence[str] = ()) -> Pa
 # program starts, rather than said and replaced by the default inside it
 MAX_MB_LIMIT = 1 << 40
 SCAN_KB_LIMIT = 1 << 30
+SEQUENCE_LIMIT = 65536  # launches of a kernel in one sequence unit (KERNFORGE_SEQUENCE)
 _LLONG_MAX = (1 << 63) - 1
 RECORD_DIR_MAX = 3800  # bytes of KERNFORGE_RECORD_DIR
 
@@ -114,7 +115,8 @@ def env_int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -
 
 def environment(out: Path | str, *, kernels: str | None = None, max_instances: int | None = 4,
                 skip: int = 0, max_mb: int = 16384, record_all: bool = False,
-                base: Mapping[str, str] | None = None) -> dict[str, str]:
+                base: Mapping[str, str] | None = None, sequence: int | None = None
+                ) -> dict[str, str]:
     """The environment that makes a preloaded interposer record into ``out``, added to
     ``base`` (default: this process's environment). Every value is checked against what the
     interposer accepts: a bad one is a :class:`ConfigError` before anything runs."""
@@ -123,6 +125,10 @@ def environment(out: Path | str, *, kernels: str | None = None, max_instances: i
                 hint="give the number of launches to record per kernel (at least 1: "
                      "0 would record nothing)")
     _int_in("--skip", skip, 0, _LLONG_MAX)
+    if sequence is not None:
+        _int_in("--sequence", sequence, 2, SEQUENCE_LIMIT,
+                hint="give the number of launches of each kernel one sequence unit holds "
+                     f"(2 to {SEQUENCE_LIMIT}), or leave it out for one-launch units")
     _int_in("--max-mb", max_mb, 0, MAX_MB_LIMIT,
             hint="give the most MiB of device memory to record in all")
     if kernels is not None and (not kernels or "\0" in kernels):
@@ -133,10 +139,14 @@ def environment(out: Path | str, *, kernels: str | None = None, max_instances: i
         raise ConfigError(f"-o {str(out)[:200]!r}: the recording directory's path is longer "
                           f"than {RECORD_DIR_MAX} bytes", hint="record into a shorter path")
     env_int(os.environ if base is None else base, "KERNFORGE_SCAN_KB", 1024, 0, SCAN_KB_LIMIT)
+    if sequence is None:  # KERNFORGE_SEQUENCE as the interposer reads it (0 and 1: off)
+        sequence = env_int(os.environ if base is None else base, "KERNFORGE_SEQUENCE", 0, 0,
+                           SEQUENCE_LIMIT)
     env = {"KERNFORGE_RECORD_DIR": out_dir,
            "KERNFORGE_MAX_INSTANCES": str(-1 if max_instances is None else max_instances),
            "KERNFORGE_SKIP": str(skip), "KERNFORGE_MAX_MB": str(max_mb),
-           "KERNFORGE_RECORD_ALL": "1" if record_all else "0"}
+           "KERNFORGE_RECORD_ALL": "1" if record_all else "0",
+           "KERNFORGE_SEQUENCE": str(sequence or 0)}
     if kernels:
         env["KERNFORGE_KERNELS"] = kernels
     if "CUPY_CACHE_IN_MEMORY" not in (os.environ if base is None else base):  # CuPy then

@@ -39,6 +39,7 @@ from ._layout import (
     no_such_unit,
 )
 from .format import _BlobStore, _make_loader, _next_instance, _publish, check_blob_files
+from .native_sequence import SEQUENCE_SCHEMA, load_steps, sequence_json, sequence_timing
 from .spool_read import (
     JSON_LIMIT,
     SPOOL,
@@ -139,6 +140,8 @@ def _convert(spool_unit: Path, root: Path, app: dict[tuple[int, str], list[float
                             "epilogue": store.save(_raw(post, r["size"])) if r.get("changed")
                             else None})
         image_id = store.save(_raw(image))
+        seq = sequence_json(u, spool_unit, store.save, _pointer_words) \
+            if u["version"] == 2 else None
         fsync_dir(store.dir)
         params = u["params"]
         pointers = _pointer_words(raw, params, u["regions"])
@@ -159,10 +162,14 @@ def _convert(spool_unit: Path, root: Path, app: dict[tuple[int, str], list[float
                                   for p, w in zip(params or [{"offset": 0, "size": len(raw)}],
                                                   pointers)]},
             "regions": regions,
-            "capture": {"origin": "driver", **_timing(u, app), "call": u.get("call"),
+            "capture": {"origin": "driver",
+                        **(_timing(u, app) if seq is None else sequence_timing(u)),
+                        "call": u.get("call"),
                         "pid": u.get("pid"), "stream": u.get("stream")},
             "instance": 0, "blobs": store.index,
         }
+        if seq is not None:
+            manifest["schema_version"], manifest["sequence"] = SEQUENCE_SCHEMA, seq
         source = _nvrtc_source(spool_unit, entry)
         if source is not None:
             manifest["source"] = source
@@ -287,14 +294,18 @@ def is_native(manifest: dict[str, Any]) -> bool:
 def load_native(unit: Path, m: dict[str, Any], *, verify: bool = False) -> NativeRecording:
     """Build a :class:`NativeRecording` from an already parsed v2 manifest."""
     path = unit / MANIFEST
-    if m.get("schema_version") != NATIVE_SCHEMA:
-        raise _bad(path, f"native units are schema_version {NATIVE_SCHEMA}, "
-                         f"not {m.get('schema_version')!r}")
+    if m.get("schema_version") not in (NATIVE_SCHEMA, SEQUENCE_SCHEMA) or \
+            (m.get("schema_version") == SEQUENCE_SCHEMA) != ("sequence" in m):
+        has = "with" if "sequence" in m else "without"
+        raise _bad(path, f"native units are schema_version {NATIVE_SCHEMA} (one launch) or "
+                         f"{SEQUENCE_SCHEMA} (a sequence, with its launches), not "
+                         f"{m.get('schema_version')!r} {has} a sequence")
     if m.get("checksum") != manifest_checksum(m):
         raise _bad(path, "checksum mismatch: the manifest was altered or damaged")
     try:
         k, launch, params = m["kernel"], m["launch"], m["params"]
         loader = _make_loader(unit, m["blobs"])
+        steps, seq_info = load_steps(m)
         rec = NativeRecording(
             path=unit, entry=k["entry"], name=k.get("name") or k["entry"], image=k["image"],
             image_kind=k.get("image_kind", ""), grid=tuple(launch["grid"]),  # type: ignore[arg-type]
@@ -310,9 +321,11 @@ def load_native(unit: Path, m: dict[str, Any], *, verify: bool = False) -> Nativ
             identity=m.get("identity", {}), capture=m.get("capture", {}),
             instance=int(m.get("instance", 0)), created=m.get("created", ""),
             kernforge_version=m.get("kernforge_version", ""), loader=loader,
-            source=NativeSource.from_json(m["source"]) if m.get("source") else None)
+            source=NativeSource.from_json(m["source"]) if m.get("source") else None,
+            steps=steps, sequence=seq_info)
         check_blob_files(unit, m)  # sizes and headers now, before anything runs
         for what, blob_id, size in [("the module image", rec.image, None)] + [
+                (f"launch {j}'s module image", s.image, None) for j, s in enumerate(steps)] + [
                 (f"region {i}", b, r.size) for i, r in enumerate(rec.regions)
                 for b in (r.prologue, r.epilogue) if b is not None]:
             info = m["blobs"].get(blob_id)

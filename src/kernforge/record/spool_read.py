@@ -112,9 +112,8 @@ def _dicts(u: dict[str, Any], key: str, fields: tuple[str, ...]) -> list[dict[st
     return out
 
 
-def _check_fields(u: Any) -> None:
-    if not isinstance(u, dict) or u.get("format") != "kernforge-spool" or u.get("version") != 1:
-        raise _Bad("not a kernforge-spool version 1 document")
+def _check_launch(u: dict[str, Any]) -> None:
+    """One launch's fields (a version 1 unit's, or one of a sequence's launches)."""
     for key in ("function", "api"):
         if not isinstance(u.get(key), str) or not u[key]:
             raise _Bad(f"{key} is {u.get(key)!r}, not a name")
@@ -142,6 +141,31 @@ def _check_fields(u: Any) -> None:
         if p["offset"] + p["size"] > u["param_bytes"]:
             raise _Bad(f"a parameter at offset {p['offset']} of {p['size']} bytes ends "
                              f"past param_bytes {u['param_bytes']}")
+
+
+def _check_fields(u: Any) -> None:
+    """Version 1: one launch; version 2: a sequence (its first launch's fields, ``sequence``
+    and ``launches``, kf_sequence.c)."""
+    if not isinstance(u, dict) or u.get("format") != "kernforge-spool" or \
+            u.get("version") not in (1, 2):
+        raise _Bad("not a kernforge-spool version 1 or 2 document")
+    _check_launch(u)
+    if u["version"] == 2:
+        seq = u.get("sequence")
+        if not isinstance(seq, dict) or not isinstance(seq.get("ended"), str):
+            raise _Bad("sequence is not an object with why it ended")
+        _int(seq, "requested", 2)
+        _int(seq, "steps", 1)
+        launches = _list(u, "launches")
+        if not launches:
+            raise _Bad("launches is empty")
+        for i, one in enumerate(launches):
+            if not isinstance(one, dict):
+                raise _Bad(f"launches[{i}] is not an object")
+            try:
+                _check_launch(one)
+            except _Bad as exc:
+                raise _Bad(f"launches[{i}]: {exc}") from None
     for r in _dicts(u, "regions", ("address", "size", "kind")):
         if r.get("changed", 0) not in (0, 1) or isinstance(r.get("changed"), bool):
             raise _Bad(f"a region's changed is {r.get('changed')!r}, not 0 or 1")
@@ -160,7 +184,8 @@ def read_unit_json(unit: Path) -> dict[str, Any]:
         raise damaged(unit, f"unit.json: {exc}") from None
     except _Bad as exc:
         raise damaged(unit, f"unit.json: {exc}") from None
-    for name, size in [("params.bin", u["param_bytes"])] + [
+    launches = [(f"p{j}.bin", one["param_bytes"]) for j, one in enumerate(u.get("launches", []))]
+    for name, size in [("params.bin", u["param_bytes"]), *launches] + [
             (f"r{i}.{part}", r["size"]) for i, r in enumerate(u["regions"])
             for part in ("pre", "post") if part == "pre" or r.get("changed")]:
         path = unit / name

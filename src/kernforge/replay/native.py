@@ -29,10 +29,11 @@ from ..core import (
     Status,
     Tolerance,
 )
-from ..core.native import NativeBuild, NativeRecording
+from ..core.native import NativeBuild, NativeLaunch, NativeRecording
 from ..harness.compare import ABResult, interleave
 from ..harness.verify import check_buffer
 from .native_build import BindingError, build_image, check_layout, elf_functions
+from .native_sequence import SequenceLaunches, relocated
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,8 @@ class NativeVariant:
         if self.carveout is not None and not 0 <= self.carveout <= 100:
             raise ConfigError(f"carveout {self.carveout} must be a percentage (0-100)")
 
-    def geometry(self, rec: NativeRecording) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    def geometry(self, rec: NativeRecording | NativeLaunch
+                 ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         if self.block is None:
             return rec.grid, rec.block
         grid = tuple(math.ceil(g * b / nb) for g, b, nb in zip(rec.grid, rec.block, self.block))
@@ -92,18 +94,25 @@ class NativeVariant:
 
 
 class NativeReplay:
-    """A native unit's memory placed on the device, ready to run variants of its kernel."""
+    """A native unit's memory placed on the device, ready to run variants of its kernel (of a
+    sequence unit: its launches in order, :mod:`.native_sequence`). ``placed``: the replay of
+    another recording over the same regions (a sequence's first launch) whose placement this
+    one shares."""
 
     def __init__(self, rec: NativeRecording, driver: Driver | None = None, *,
-                 fixed: bool = True) -> None:
+                 fixed: bool = True, placed: NativeReplay | None = None) -> None:
         self.rec = rec
-        self.drv = driver or Driver()
+        self.drv: Driver = placed.drv if placed is not None else driver or Driver()
         self.addr: list[int] = [0] * len(rec.regions)
         self.relocated: list[int] = []
-        self._place(fixed)
-        self.params = self._relocate_params()
+        if placed is not None:
+            self.addr, self.relocated = list(placed.addr), list(placed.relocated)
+        else:
+            self._place(fixed)
+        self.params = relocated(rec.param_bytes, rec.pointer_words(), self)
         self.image = rec.image_bytes()
         self._fns: dict[NativeVariant, Any] = {}
+        self.sequence = SequenceLaunches(self) if rec.is_sequence else None
 
     def _place(self, fixed: bool) -> None:
         g = self.drv.granularity() if fixed else 1
@@ -121,15 +130,6 @@ class NativeReplay:
             else:
                 self.addr[i] = self.drv.alloc(r.size)
                 self.relocated.append(i)
-
-    def _relocate_params(self) -> bytes:
-        raw = bytearray(self.rec.param_bytes)
-        for off, i in self.rec.pointer_words():
-            if i in self.relocated:
-                old = int.from_bytes(raw[off:off + 8], "little")
-                new = old - self.rec.regions[i].address + self.addr[i]
-                raw[off:off + 8] = new.to_bytes(8, "little")
-        return bytes(raw)
 
     def restore(self, only_written: bool = False) -> None:
         for i, r in enumerate(self.rec.regions):
@@ -167,6 +167,9 @@ class NativeReplay:
         return fn
 
     def run(self, v: NativeVariant) -> None:
+        if self.sequence is not None:
+            self.sequence.run(v)
+            return
         grid, block = v.geometry(self.rec)
         self.drv.launch(self._function(v), grid, block, self.rec.shared_mem, self.params,
                         self.rec.launch_attrs)
@@ -176,6 +179,8 @@ class NativeReplay:
         self.restore(only_written=True)
         if flush:
             self.drv.flush_l2()
+        if self.sequence is not None:
+            return self.sequence.time(v)
         grid, block = v.geometry(self.rec)
         return self.drv.time_launch(self._function(v), grid, block, self.rec.shared_mem,
                                     self.params, self.rec.launch_attrs)

@@ -181,6 +181,32 @@ typedef struct { void *pre, *post; } kf_snap_t;
 int kf_write_unit(const kf_launch_t *l, const kf_fn_t *fn, const kf_image_ref_t *img,
                   const uint8_t *params, size_t psize, const kf_alloc_t *r, size_t k,
                   const kf_snap_t *s, float ms, unsigned long call);
+int kf_spool_write(int (*files)(int dir, unsigned long n, void *arg), void *arg,
+                   const uint64_t *images, size_t nimages);
+void kf_launch_json(buf_t *b, const kf_launch_t *l, const kf_fn_t *fn, const kf_image_ref_t *img,
+                    size_t psize, float ms, unsigned long call);
+int kf_region_files(int dir, const kf_alloc_t *r, size_t k, const kf_snap_t *s, char **changed);
+void kf_regions_json(buf_t *b, const kf_alloc_t *r, size_t k, const char *changed);
+void kf_device_json(buf_t *b);
+
+/* ---- sequences: a time loop's launches recorded as one unit (kf_sequence.c) ---------------- */
+extern long long kf_seq_want; /* KERNFORGE_SEQUENCE: launches of a kernel per sequence, 0 off */
+extern unsigned long n_failed, n_recorded, n_budget;
+size_t kf_regions(const uint8_t *p, size_t n, uint64_t image, kf_alloc_t **out);
+int kf_budget_left(unsigned long long bytes); /* whether `bytes` more fit the --max-mb budget */
+void kf_budget_use(unsigned long long bytes);
+void kf_write_failed(const kf_fn_t *fn, int err);
+int kf_seq_enabled(void); /* sequences are recorded: observations must be seen (thunks) */
+/* under kf_lock: a launch while a sequence is open. 1: it is the sequence's (run, *rc set);
+ * 0: the sequence ended before it (written as far as it went), the caller handles it */
+int kf_seq_step(kf_launch_t *l, kf_fn_t *fn, unsigned long call, CUresult *rc,
+                CUresult (*real)(kf_launch_t *, void *), void *ctx);
+/* under kf_lock: a launch chosen for recording starts a sequence; as kf_seq_step */
+int kf_seq_begin(kf_launch_t *l, kf_fn_t *fn, unsigned long call, CUresult *rc,
+                 CUresult (*real)(kf_launch_t *, void *), void *ctx);
+int kf_seq_open(void);
+void kf_seq_flush(void); /* something could observe memory: the open sequence ends (any thread) */
+void kf_seq_disable(const char *why); /* the thunks ran out: one-launch units from now on */
 
 /* ---- NVRTC (kf_nvrtc.c) -------------------------------------------------------------------- */
 void *kf_nvrtc_dlsym(const char *name, void *real); /* dlsym's answer for an nvrtc* name */
@@ -196,6 +222,7 @@ int kf_deploy_fusing(void); /* fused entries exist and KERNFORGE_FUSE is not 0 *
 
 /* ---- deferral (kf_defer.c) and the flushing thunks (kf_thunk.c) ---------------------------- */
 int kf_defer_enabled(void);          /* launches may be held now */
+int kf_guarding(void);               /* functions handed out as flushing thunks: defer, sequences */
 void kf_defer_flush(void);           /* run what is held (any thread; a no-op when nothing is) */
 void kf_defer_flush_locked(void);    /* the same, under kf_lock */
 void kf_defer_disable(const char *why); /* flush, and hold nothing from now on (one message) */

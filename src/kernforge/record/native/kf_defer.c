@@ -69,6 +69,8 @@ int kf_defer_enabled(void) {
 #endif
 }
 
+int kf_guarding(void) { return kf_defer_enabled() || kf_seq_enabled(); }
+
 /* ---- running what is held --------------------------------------------------------------- */
 static int enter_ctx(CUcontext c) {
   CUcontext cur = NULL;
@@ -144,6 +146,7 @@ void kf_defer_flush_locked(void) {
 }
 
 void kf_defer_flush(void) {
+  kf_seq_flush(); /* an observation ends a sequence being recorded (kf_sequence.c) */
   if (!__atomic_load_n(&nheld, __ATOMIC_ACQUIRE) || kf_locked) return;
   pthread_mutex_lock(&kf_lock);
   kf_locked = 1;

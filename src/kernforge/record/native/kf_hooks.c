@@ -157,9 +157,10 @@ static void *hand_out(const hook_t *h, void *real) {
   return h->wrapper;
 }
 
-/* any other driver function, while launches may be held: a flushing thunk (kf_thunk.c) */
+/* any other driver function, while launches may be held or a sequence recorded: a flushing
+ * thunk (kf_thunk.c) */
 static void *guard(const char *name, void *real) {
-  return kf_defer_enabled() && !kf_harmless(name) ? kf_thunk_for(real) : real;
+  return kf_guarding() && !kf_harmless(name) ? kf_thunk_for(real) : real;
 }
 
 /* dlsym(handle, "cuLaunchKernel") and the like: the wrapper, with the real function kept.
@@ -196,7 +197,7 @@ static void *proc_address(const char *symbol, void *fn, unsigned long long flags
   if (by_flags && (candidates == 1 || flags)) return hand_out(by_flags, fn);
   kf_log("cuGetProcAddress(%s): the driver's function is not one kernforge knows; "
          "its calls are not seen", symbol);
-  return kf_defer_enabled() ? kf_thunk_for(fn) : fn;
+  return kf_guarding() ? kf_thunk_for(fn) : fn;
 }
 
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, unsigned long long flags) {

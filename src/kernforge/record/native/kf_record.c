@@ -21,6 +21,7 @@ __thread int kf_suppressed;
 pthread_mutex_t kf_lock = PTHREAD_MUTEX_INITIALIZER;
 const char *root;
 static long long max_instances = 4, skip_first;
+long long kf_seq_want;
 static unsigned long long byte_budget = 1ULL << 34, bytes_used;
 static int record_all, recording;
 static size_t scan_limit = 1 << 20;
@@ -34,6 +35,7 @@ void kf_record_suppress(int on) { kf_suppressed = on; }
  * and its default used (the Python launcher refuses such values before the program starts) */
 #define KF_MAX_MB (1LL << 40) /* MiB: the byte budget fits in 64 bits */
 #define KF_MAX_SCAN_KB (1LL << 30)
+#define KF_MAX_SEQUENCE 65536
 static void configure(void) {
   root = getenv("KERNFORGE_RECORD_DIR");
   recording = root && *root;
@@ -47,6 +49,7 @@ static void configure(void) {
   byte_budget = (unsigned long long)kf_env_ll("KERNFORGE_MAX_MB", 16384, 0, KF_MAX_MB) << 20;
   record_all = (int)kf_env_ll("KERNFORGE_RECORD_ALL", 0, 0, 1);
   scan_limit = (size_t)kf_env_ll("KERNFORGE_SCAN_KB", 1024, 0, KF_MAX_SCAN_KB) << 10;
+  kf_seq_want = kf_env_ll("KERNFORGE_SEQUENCE", 0, 0, KF_MAX_SEQUENCE);
 }
 
 int kf_recording(void) {
@@ -84,10 +87,11 @@ static void layout(kf_fn_t *fn) {
   fn->layout = 1;
 }
 
-/* the launch's parameters as one buffer in the kernel's layout; NULL when unknown */
+/* the launch's parameters as one buffer in the kernel's layout (the `extra` buffer as given
+ * when the program passed one instead of kernelParams); NULL when unknown */
 uint8_t *kf_param_bytes(kf_launch_t *l, kf_fn_t *fn, size_t *n) {
   layout(fn);
-  if (fn->layout == 1) {
+  if (fn->layout == 1 && (l->params || !l->extra)) {
     size_t total = 0;
     for (int i = 0; i < fn->nparams; i++)
       if (fn->off[i] + fn->size[i] > total) total = fn->off[i] + fn->size[i];
@@ -142,7 +146,7 @@ static void add_pointed(found_t *f, const uint8_t *p, size_t n) {
 /* allocations that an 8-byte-aligned word of the parameters points into, then those that
  * words of small captured allocations point into (pointers kept in device memory), and the
  * kernel's own module globals; every live allocation with KERNFORGE_RECORD_ALL=1 */
-static size_t regions(const uint8_t *p, size_t n, uint64_t image, kf_alloc_t **out) {
+size_t kf_regions(const uint8_t *p, size_t n, uint64_t image, kf_alloc_t **out) {
   if (record_all) return kf_alloc_snapshot(out);
   kf_alloc_t *all;
   size_t nall = kf_alloc_snapshot(&all);
@@ -178,8 +182,14 @@ static int copy_regions(kf_alloc_t *r, size_t k, kf_snap_t *s, int post) {
   return 0;
 }
 
+int kf_budget_left(unsigned long long bytes) {
+  return bytes <= byte_budget && bytes_used <= byte_budget - bytes;
+}
+
+void kf_budget_use(unsigned long long bytes) { bytes_used += bytes; }
+
 /* said once per process: the program runs on, each launch that cannot be written unrecorded */
-static void write_failed(const kf_fn_t *fn, int err) {
+void kf_write_failed(const kf_fn_t *fn, int err) {
   static int said;
   const char *why = err == EFBIG ? " (the file-size limit, ulimit -f, is too small)"
                     : err == ELOOP || err == ENOTDIR || err == EEXIST
@@ -195,9 +205,9 @@ static CUresult record_one(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, s
   kf_fn_image(l->f, &img);
   kf_alloc_t *r = NULL;
   if (kf_drv.cuCtxSynchronize()) { n_failed++; return real(l, ctx); }
-  size_t k = regions(params, psize, img.image, &r), total = 0;
+  size_t k = kf_regions(params, psize, img.image, &r), total = 0;
   for (size_t i = 0; i < k; i++) total += 2 * r[i].size;
-  if (total > byte_budget || bytes_used > byte_budget - total) {
+  if (!kf_budget_left(total)) {
     n_budget++;
     free(r);
     return real(l, ctx);
@@ -221,10 +231,10 @@ static CUresult record_one(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, s
   if (e1 && !kf_drv.cuEventSynchronize(e1)) kf_drv.cuEventElapsedTime(&ms, e0, e1);
   if (kf_write_unit(l, fn, &img, params, psize, r, k, s, ms, call)) {
     n_failed++;
-    write_failed(fn, errno);
+    kf_write_failed(fn, errno);
   } else {
     n_recorded++, fn->recorded++;
-    bytes_used += total;
+    kf_budget_use(total);
   }
 done:
   if (e0) kf_drv.cuEventDestroy(e0);
@@ -274,24 +284,27 @@ CUresult kf_launch(kf_launch_t *l, CUresult (*real)(kf_launch_t *, void *), void
   kf_locked = 1;
   n_launches++;
   unsigned long call = fn->seen++;
+  CUresult rc;
+  if (kf_seq_open() && kf_seq_step(l, fn, call, &rc, real, ctx)) goto out; /* in a sequence */
   int take = rec && fn->matches && (long long)call >= skip_first &&
              (max_instances < 0 || (long long)fn->recorded < max_instances);
   dep = dep && kf_deploy_covers(fn); /* other kernels pay no parameter copy */
   size_t psize = 0;
   uint8_t *params = (take || dep) ? kf_param_bytes(l, fn, &psize) : NULL;
-  CUresult rc;
   if (dep && params && kf_deploy_try(l, fn, params, psize, &rc, real, ctx)) {
   } else if (kf_defer_flush_locked(), take && params) { /* any other launch: a flush first */
-    rc = record_one(l, fn, params, psize, call, real, ctx);
+    if (!(kf_seq_enabled() && !dep && kf_seq_begin(l, fn, call, &rc, real, ctx)))
+      rc = record_one(l, fn, params, psize, call, real, ctx);
   } else if (rec && fn->matches && call > 0 && fn->napp < KF_APP_TIMED && !take) {
     rc = timed(l, fn, real, ctx);
   } else {
     if (take) n_unknown++;
     rc = real(l, ctx);
   }
+  free(params);
+out:
   kf_locked = 0;
   pthread_mutex_unlock(&kf_lock);
-  free(params);
   inside = 0;
   return rc;
 }

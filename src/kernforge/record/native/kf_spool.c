@@ -18,7 +18,7 @@
 
 static unsigned long seq;
 
-static int save_image(int spool, uint64_t id) {
+int kf_save_image(int spool, uint64_t id) {
   kf_image_t im;
   if (!kf_image_get(id, &im)) { errno = ENOENT; return -1; }
   if (im.written) return 0;
@@ -38,7 +38,7 @@ static int save_image(int spool, uint64_t id) {
   return rc;
 }
 
-static void device_json(buf_t *b) {
+void kf_device_json(buf_t *b) {
   int ver = 0, dev = 0, major = 0, minor = 0;
   char name[256] = "unknown";
   if (kf_drv.cuDriverGetVersion) kf_drv.cuDriverGetVersion(&ver);
@@ -55,14 +55,13 @@ static void device_json(buf_t *b) {
   kf_put(b, ", \"compute_capability\": [%d, %d]", major, minor);
 }
 
-static void unit_json(buf_t *b, const kf_launch_t *l, const kf_fn_t *fn, const kf_image_ref_t *img,
-                      size_t psize, const kf_alloc_t *r, size_t k, const char *changed,
-                      float ms, unsigned long call, unsigned long n) {
+/* one launch's fields (no braces): function, call, geometry, time, image, attributes, layout */
+void kf_launch_json(buf_t *b, const kf_launch_t *l, const kf_fn_t *fn, const kf_image_ref_t *img,
+                    size_t psize, float ms, unsigned long call) {
   static const char *kinds[] = {"cubin", "fatbin", "ptx", "text"};
   kf_image_t im = {0};
   if (img->image) kf_image_get(img->image, &im);
-  kf_put(b, "{\"format\": \"kernforge-spool\", \"version\": 1, \"pid\": %d, \"seq\": %lu, "
-         "\"function\": ", getpid(), n);
+  kf_put(b, "\"function\": ");
   kf_put_str(b, fn->name);
   kf_put(b, ", \"call\": %lu, \"api\": \"%s\", \"grid\": [%u, %u, %u], \"block\": [%u, %u, %u], "
       "\"shared_mem\": %u, \"stream\": %llu, \"app_time_ms\": %.6f, ", call, l->api,
@@ -82,36 +81,73 @@ static void unit_json(buf_t *b, const kf_launch_t *l, const kf_fn_t *fn, const k
   kf_put(b, "], \"param_bytes\": %zu, \"params\": [", psize);
   for (int i = 0; fn->layout == 1 && i < fn->nparams; i++)
     kf_put(b, "%s{\"offset\": %zu, \"size\": %zu}", i ? ", " : "", fn->off[i], fn->size[i]);
-  kf_put(b, "], \"regions\": [");
-  for (size_t i = 0; i < k; i++)
-    kf_put(b, "%s{\"address\": %llu, \"size\": %zu, \"kind\": %d, \"changed\": %d}", i ? ", " : "",
-        (unsigned long long)r[i].base, r[i].size, r[i].kind, changed[i]);
-  kf_put(b, "], ");
-  device_json(b);
-  kf_put(b, "}\n");
+  kf_put(b, "]");
 }
 
-/* the unit's files into the directory `dir`: 0, or -1 with errno */
-static int unit_files(int dir, const kf_launch_t *l, const kf_fn_t *fn, const kf_image_ref_t *img,
-                      const uint8_t *params, size_t psize, const kf_alloc_t *r, size_t k,
-                      const kf_snap_t *s, float ms, unsigned long call, unsigned long n) {
-  char name[64], *changed = calloc(k ? k : 1, 1);
-  if (!changed) return -1;
+/* the regions' pre (and, where it differs, post) contents, r<i>.pre / r<i>.post; *changed
+ * (k bytes, the caller frees) says which differ */
+int kf_region_files(int dir, const kf_alloc_t *r, size_t k, const kf_snap_t *s, char **changed) {
+  char name[64];
   int rc = 0;
+  if (!(*changed = calloc(k ? k : 1, 1))) return -1;
   for (size_t i = 0; i < k && !rc; i++) {
-    changed[i] = s[i].post && memcmp(s[i].pre, s[i].post, r[i].size);
+    (*changed)[i] = s[i].post && memcmp(s[i].pre, s[i].post, r[i].size);
     snprintf(name, sizeof name, "r%zu.pre", i);
     rc = kf_write_at(dir, name, s[i].pre, r[i].size);
-    if (!rc && changed[i]) {
+    if (!rc && (*changed)[i]) {
       snprintf(name, sizeof name, "r%zu.post", i);
       rc = kf_write_at(dir, name, s[i].post, r[i].size);
     }
   }
-  if (!rc && img->image) rc = kf_nvrtc_write(dir, img->image); /* the source, if NVRTC made it */
-  if (!rc) rc = kf_write_at(dir, "params.bin", params, psize);
+  return rc;
+}
+
+void kf_regions_json(buf_t *b, const kf_alloc_t *r, size_t k, const char *changed) {
+  kf_put(b, "\"regions\": [");
+  for (size_t i = 0; i < k; i++)
+    kf_put(b, "%s{\"address\": %llu, \"size\": %zu, \"kind\": %d, \"changed\": %d}", i ? ", " : "",
+        (unsigned long long)r[i].base, r[i].size, r[i].kind, changed[i]);
+  kf_put(b, "]");
+}
+
+static void unit_json(buf_t *b, const kf_launch_t *l, const kf_fn_t *fn, const kf_image_ref_t *img,
+                      size_t psize, const kf_alloc_t *r, size_t k, const char *changed,
+                      float ms, unsigned long call, unsigned long n) {
+  kf_put(b, "{\"format\": \"kernforge-spool\", \"version\": 1, \"pid\": %d, \"seq\": %lu, ",
+         getpid(), n);
+  kf_launch_json(b, l, fn, img, psize, ms, call);
+  kf_put(b, ", ");
+  kf_regions_json(b, r, k, changed);
+  kf_put(b, ", ");
+  kf_device_json(b);
+  kf_put(b, "}\n");
+}
+
+/* the unit's files into the directory `dir`: 0, or -1 with errno */
+/* the unit's files into the directory `dir`: 0, or -1 with errno */
+struct one_unit {
+  const kf_launch_t *l;
+  const kf_fn_t *fn;
+  const kf_image_ref_t *img;
+  const uint8_t *params;
+  size_t psize;
+  const kf_alloc_t *r;
+  size_t k;
+  const kf_snap_t *s;
+  float ms;
+  unsigned long call;
+};
+
+static int unit_files(int dir, unsigned long n, void *arg) {
+  const struct one_unit *u = arg;
+  char *changed = NULL;
+  int rc = kf_region_files(dir, u->r, u->k, u->s, &changed);
+  if (!rc && u->img->image) /* the source, if NVRTC made it */
+    rc = kf_nvrtc_write(dir, u->img->image);
+  if (!rc) rc = kf_write_at(dir, "params.bin", u->params, u->psize);
   if (!rc) {
     buf_t b = {malloc(4096), 0, 4096};
-    unit_json(&b, l, fn, img, psize, r, k, changed, ms, call, n);
+    unit_json(&b, u->l, u->fn, u->img, u->psize, u->r, u->k, changed, u->ms, u->call, n);
     rc = !b.s ? (errno = ENOMEM, -1) : kf_write_at(dir, "unit.json", b.s, b.n);
     free(b.s);
   }
@@ -129,10 +165,10 @@ static int rename_new(int dir, const char *from, const char *to) {
   return rc;
 }
 
-/* 0 when the unit is in the spool; -1 with errno (nothing of it left behind) */
-int kf_write_unit(const kf_launch_t *l, const kf_fn_t *fn, const kf_image_ref_t *img,
-                  const uint8_t *params, size_t psize, const kf_alloc_t *r, size_t k,
-                  const kf_snap_t *s, float ms, unsigned long call) {
+/* a unit written by `files` into a fresh directory of the spool, with the module images
+ * `images` (0 entries skipped); 0 when it is in the spool, -1 with errno (nothing of it left) */
+int kf_spool_write(int (*files)(int dir, unsigned long n, void *arg), void *arg,
+                   const uint64_t *images, size_t nimages) {
   int spool = kf_spool_open();
   if (spool < 0) return -1;
   char tmp[64], dst[64];
@@ -147,8 +183,10 @@ int kf_write_unit(const kf_launch_t *l, const kf_fn_t *fn, const kf_image_ref_t 
   if (rc) { int err = errno; close(spool); errno = err; return -1; }
   snprintf(dst, sizeof dst, "%d-%06lu", getpid(), n);
   int dir = openat(spool, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  rc = dir < 0 || (img->image && save_image(spool, img->image)) ||
-       unit_files(dir, l, fn, img, params, psize, r, k, s, ms, call, n) ? -1 : 0;
+  rc = dir < 0 ? -1 : 0;
+  for (size_t i = 0; i < nimages && !rc; i++)
+    if (images[i]) rc = kf_save_image(spool, images[i]);
+  if (!rc) rc = files(dir, n, arg);
   if (!rc) rc = fsync(dir);
   if (!rc) rc = rename_new(spool, tmp, dst);
   int err = errno;
@@ -158,4 +196,11 @@ int kf_write_unit(const kf_launch_t *l, const kf_fn_t *fn, const kf_image_ref_t 
   close(spool);
   errno = err;
   return rc;
+}
+
+int kf_write_unit(const kf_launch_t *l, const kf_fn_t *fn, const kf_image_ref_t *img,
+                  const uint8_t *params, size_t psize, const kf_alloc_t *r, size_t k,
+                  const kf_snap_t *s, float ms, unsigned long call) {
+  struct one_unit u = {l, fn, img, params, psize, r, k, s, ms, call};
+  return kf_spool_write(unit_files, &u, &img->image, 1);
 }

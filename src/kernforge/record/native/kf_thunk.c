@@ -115,6 +115,7 @@ void *kf_thunk_for(void *real) {
   pthread_mutex_unlock(&pool_lock);
   if (t) return t;
   kf_defer_disable("the program looked up more than 4096 driver functions");
+  kf_seq_disable("the program looked up more than 4096 driver functions");
 #endif
   return real;
 }

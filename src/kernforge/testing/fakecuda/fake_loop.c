@@ -22,7 +22,7 @@
  *      function no interposer knows, found through cuGetProcAddress; the hash is its answer)
  *   Z  cuFakeManyArgs (unknown too: 11 arguments, some on the stack, two floating-point)
  *   x  exit(0) now        X  cuCtxDestroy, _exit(0)     R  cuDevicePrimaryCtxRelease, _exit(0)
- *   D  cuDevicePrimaryCtxReset, _exit(0)
+ *   D  cuDevicePrimaryCtxReset, _exit(0)     9  SIGKILL to itself (nothing after it runs)
  * The script's end is a final "c". FAKE_LOOP_MAP=FILE: a0 and b0 are the two halves of FILE,
  * mapped shared (host-mapped memory: what the kernels leave there outlives the process).
  * FAKE_LOOP_ATEXIT=1: an exit handler registered first copies every buffer and prints it.
@@ -31,6 +31,7 @@
  */
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -241,6 +242,7 @@ int main(int argc, char **argv) {
         observe(tag);
         break;
       }
+      case '9': fflush(stdout); kill(getpid(), SIGKILL); break;
       case 'x': fflush(stdout); exit(0);
       case 'X': fflush(stdout); CHECK(p_cuCtxDestroy_v2(ctx)); _exit(0);
       case 'R': fflush(stdout); CHECK(p_cuDevicePrimaryCtxRelease_v2(0)); _exit(0);
