@@ -83,6 +83,7 @@ def test_durations_and_the_even_share() -> None:
                  program_spent_s=0) is None
 
 
+@pytest.mark.slow
 def test_each_program_once_with_its_outcome(tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     good = manifest(tmp_path, "good")
@@ -127,6 +128,7 @@ def test_each_program_once_with_its_outcome(tmp_path: Path,
     assert _programs(out)["bad"].attempts == 2 and (out / "previous" / "bad-1").is_dir()
 
 
+@pytest.mark.slow
 def test_kill_9_of_the_batch_and_the_next_batch_goes_on(tmp_path: Path) -> None:
     slow = manifest(tmp_path, "slow", ms=700, rounds=4)
     quick = manifest(tmp_path, "quick")
@@ -185,6 +187,7 @@ def _wait_unlocked(lock: Path) -> None:
             os.close(fd)
 
 
+@pytest.mark.slow
 def test_a_program_stopped_at_its_budget_resumes_later(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]
                                                       ) -> None:
@@ -206,6 +209,7 @@ def test_a_program_stopped_at_its_budget_resumes_later(tmp_path: Path,
     assert p.spent_s > first and "budget 4m" in text
 
 
+@pytest.mark.slow
 def test_the_batch_budget_is_shared_and_unspent_time_returns(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     paths = [str(manifest(tmp_path, n)) for n in ("a", "b")]

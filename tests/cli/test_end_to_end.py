@@ -27,6 +27,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp / "rec"
 
 
+@pytest.mark.slow
 def test_app_output_identical_recorded_or_not(recorded: Path, tmp_path: Path) -> None:
     plain = subprocess.run([sys.executable, str(APP), *APP_ARGS], capture_output=True, text=True,
                            timeout=300, check=True).stdout
@@ -48,6 +49,7 @@ def test_every_kernel_recorded_and_inspectable(recorded: Path) -> None:
     assert per_kernel["max_change"] == 2  # only two diagnostics in 6 steps
 
 
+@pytest.mark.slow
 def test_replay_prints_ok_with_median(recorded: Path, tmp_path: Path) -> None:
     out = tmp_path / "m.json"
     r = kf("replay", str(recorded), "--repeat", "3", "--json", str(out), cwd=tmp_path)
@@ -58,6 +60,7 @@ def test_replay_prints_ok_with_median(recorded: Path, tmp_path: Path) -> None:
     assert all(len(d["samples"]) == 3 for d in data)
 
 
+@pytest.mark.slow
 def test_wrong_variant_exits_nonzero_naming_buffer(recorded: Path, tmp_path: Path) -> None:
     r = kf("replay", str(recorded), "--kernels", "heat_step", "--define", "CENTER_WEIGHT=5.0",
            "--repeat", "1", cwd=tmp_path)
@@ -66,6 +69,7 @@ def test_wrong_variant_exits_nonzero_naming_buffer(recorded: Path, tmp_path: Pat
     assert "buffer v:" in r.stderr and "max abs" in r.stderr
 
 
+@pytest.mark.slow
 def test_behaviour_preserving_define_and_options_verify(recorded: Path, tmp_path: Path) -> None:
     r = kf("replay", str(recorded), "--kernels", "heat_step", "--define", "TILE_J=4",
            "--opt", "opt_level=O3", "--opt", "unroll=true", "--repeat", "2", cwd=tmp_path)
@@ -95,6 +99,7 @@ def test_fast_math_needs_tolerance(recorded: Path, tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_a_crashing_application_still_lists_what_was_recorded(tmp_path: Path) -> None:
     app = tmp_path / "python_sim.py"  # a script whose name starts with "python"
     app.write_text(

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from rich.console import Console
 
 import kernforge
@@ -38,6 +39,7 @@ def test_nothing_is_printed_on_a_terminal() -> None:
     assert buf.getvalue() == ""
 
 
+@pytest.mark.slow
 def test_tune_prints_a_line_per_unit_off_a_terminal(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     k = kernforge.Kernel("void inc(double *x, long n) { for (long i = 0; i < n; i++) "
                          "x[i] += 1.0; }", "inc", backend="cpu")
@@ -51,6 +53,7 @@ def test_tune_prints_a_line_per_unit_off_a_terminal(tmp_path: Path, capsys) -> N
     assert "2/2 inc-1 done: 2 evaluations" in out
 
 
+@pytest.mark.slow
 def test_a_remeasured_unit_reports_its_study_not_zero(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     """``tune --resume --remeasure`` said "done: 0 evaluations, 0 cache hits, best -" for a
     unit whose study was read back and whose winner was measured again."""

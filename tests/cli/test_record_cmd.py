@@ -71,6 +71,7 @@ def app(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_an_out_path_that_is_a_file_is_refused_before_the_application_runs(
         tmp_path: Path, app: Path) -> None:
     afile = tmp_path / "afile"
@@ -85,6 +86,7 @@ def test_an_out_path_that_is_a_file_is_refused_before_the_application_runs(
         assert not marker.exists()  # refused before the application started
 
 
+@pytest.mark.slow
 def test_a_read_only_out_is_refused_before_the_application_runs(tmp_path: Path,
                                                                 app: Path) -> None:
     prefix = _unprivileged()
@@ -131,6 +133,7 @@ def _units(out: Path) -> list[Path]:
     return find_recordings(out) if out.is_dir() else []
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_the_recorded_units_and_removes_the_spool(tmp_path: Path,
                                                                 app: Path) -> None:
     out = tmp_path / "rec"
@@ -213,6 +216,7 @@ def test_a_finished_recording_leaves_its_units_and_no_spool(tmp_path: Path) -> N
     assert len(find_recordings(out)) == 4 and list(older.parent.iterdir()) == [older]
 
 
+@pytest.mark.slow
 def test_recording_into_a_directory_that_holds_units_says_so(tmp_path: Path) -> None:
     app = tmp_path / "once.py"
     app.write_text(ONCE)

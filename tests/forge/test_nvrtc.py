@@ -79,6 +79,7 @@ def test_a_hung_build_times_out_alone(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 60  # the hung worker was killed, not waited for
 
 
+@pytest.mark.slow
 def test_workers_that_cannot_build_at_all_stop_the_run(tmp_path: Path) -> None:
     import pytest
 
@@ -92,6 +93,7 @@ def test_workers_that_cannot_build_at_all_stop_the_run(tmp_path: Path) -> None:
     assert not any(b.ok for b in built)
 
 
+@pytest.mark.slow
 def test_an_unknown_build_is_refused_before_anything_runs(tmp_path: Path) -> None:
     import pytest
 

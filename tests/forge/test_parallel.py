@@ -40,6 +40,7 @@ def test_a_budget_stops_rounds_but_keeps_the_final_pass(tmp_path: Path) -> None:
     assert "Stopped early" in (tmp_path / "ideas.md").read_text()
 
 
+@pytest.mark.slow
 def test_two_forge_processes_merge_into_one_run(tmp_path: Path) -> None:
     start = tmp_path / "start.json"
     other = {"design": "naive", "params": {"block": [32, 8, 1]}, "seconds": 1.0, "error": 0.0,

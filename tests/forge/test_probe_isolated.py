@@ -44,6 +44,7 @@ def _lines(said: list[str]) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow
 def test_faulty_variants_cost_only_themselves(worker_env: dict[str, str]) -> None:
     said: list[str] = []
     args = argparse.Namespace(cell=CELL, variants=list(VARIANTS), passes=2)

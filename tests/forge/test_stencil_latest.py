@@ -61,6 +61,7 @@ def test_bad_inputs_are_refused_in_one_line(tmp_path: Path) -> None:
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_roofline_ceilings_bound_the_measured_speedups(tmp_path: Path) -> None:
     """A single-sweep row's ceiling is its best baseline's time over the roofline bound of that
     run (the copy term for a memory-bound row, the FMA term for a compute-bound one); temporal

@@ -24,6 +24,7 @@ def test_error_kinds_count_first_lines_commonest_first() -> None:
     assert error_kinds(calls, most=1) == [("could not run x: no such file", 2)]
 
 
+@pytest.mark.slow
 def test_a_proposer_that_cannot_run_is_named_in_the_report(
         heat_recordings: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     recs = [load_recording(p) for p in find_recordings(heat_recordings)][:1]

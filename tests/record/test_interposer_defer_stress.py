@@ -63,6 +63,7 @@ def check(fake: FakeCuda, preload: list[str], tmp: Path, seed: int,
     return int((got.log or {}).get("fused_groups", 0))
 
 
+@pytest.mark.slow
 def test_random_flush_points_leave_every_buffer_as_the_unfused_run(
         fake: FakeCuda, lib: Path, tmp_path: Path) -> None:
     groups = sum(check(fake, [str(lib)], tmp_path, seed) for seed in range(300))

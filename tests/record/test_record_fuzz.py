@@ -187,6 +187,7 @@ def _cases(fake: FakeCuda, lib: Path, plain: str, pristine: Path, tmp: Path, see
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_a_quick_seeded_subset(fake: FakeCuda, lib: Path, plain: str, pristine: Path,
                                tmp_path: Path) -> None:
     _cases(fake, lib, plain, pristine, tmp_path, seed=40, n=24)

@@ -137,6 +137,7 @@ def test_cli_source_binding(on_fake_nvrtc: FakeCuda, tmp_path: Path,
     assert built and all(e["status"] == "OK" for e in built)
 
 
+@pytest.mark.slow
 def test_the_ptx_of_a_fatbin_is_jit_tuned(on_fake_nvrtc: FakeCuda, tmp_path: Path) -> None:
     unit = _unit([*on_fake_nvrtc.command(2, 1000), "fatbin"], tmp_path / "r", kernels="heat")
     rec = read_native(unit)
@@ -185,6 +186,7 @@ print("<<<<<<< SEARCH\\n#define KF_REPS 64 /* work a tuned build can drop: the s
 """
 
 
+@pytest.mark.slow
 def test_evolve_a_captured_source_then_export_and_deploy(
         on_fake_nvrtc: FakeCuda, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     import sys

@@ -98,6 +98,7 @@ def test_tune_writes_result_history_and_resumes(rec, tmp_path: Path) -> None:
     assert (d / "result.earlier-1.json").read_bytes() == first  # kept beside the new one
 
 
+@pytest.mark.slow
 def test_a_wrong_define_is_a_failed_trial_not_a_crash(rec, tmp_path: Path) -> None:
     o = tune_recording(rec, tmp_path, preset="quick", budget=Budget(trials=4), repeat=2,
                        user_space={"def.BLK": {"categorical": [8, "0 + garbage("]}},

@@ -40,6 +40,7 @@ def test_a_stream_of_100_with_a_segfault_and_a_hang(client: Client, rec) -> None
     assert all(r.ok for r in client.evaluate_many(rec, [None, None], **PROTOCOL))
 
 
+@pytest.mark.slow
 def test_abort_is_classified_and_does_not_poison_a_retry(client: Client, rec) -> None:
     first = client.evaluate(rec, fault(rec, "abort"), **PROTOCOL)
     assert first.status is Status.RUNTIME_FAILED and "SIGABRT" in first.message
@@ -61,6 +62,7 @@ def _running(dask_scheduler) -> list[str]:
     return sorted(dask_scheduler.plugins[PLUGIN].running)
 
 
+@pytest.mark.slow
 def test_a_request_whose_worker_dask_closes_is_sent_again(client: Client, rec) -> None:
     """A worker that Dask itself closes or restarts (here its nanny restarts it) while it runs
     a request judged nothing: the request runs again and its result is the candidate's own,

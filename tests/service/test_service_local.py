@@ -69,6 +69,7 @@ def test_metrics_count_evaluations_and_stages(client: Client, rec) -> None:
     assert {"compile", "restore", "run", "verify"} <= set(m.stage_mean_s)
 
 
+@pytest.mark.slow
 def test_tune_runs_parallel_tpe_on_the_workers(client: Client, rec, tmp_path: Path) -> None:
     seen: list[int] = []
     result = client.tune(rec, preset="quick", budget=Budget(trials=6), repeat=3, warmup=1,
