@@ -62,7 +62,7 @@ def check(p: StencilProgram, b: Binding) -> None:
     """ConfigError (with a hint) when ``b`` does not bind every field, reduction, scalar and
     constant of ``p``, or when a written grid overlaps another grid of the binding (a
     generated operator reads every grid as it was before the launch)."""
-    nx, ny, nz = b.shape
+    _nx, ny, nz = b.shape
     if min(b.shape) < 1 or (p.dims < 3 and nz != 1) or (p.dims < 2 and ny != 1):
         raise ConfigError(f"grid {b.shape} for a {p.dims}D program", hint=HINT)
     names = [f.name for f in p.fields]
@@ -77,11 +77,12 @@ def check(p: StencilProgram, b: Binding) -> None:
             raise ConfigError(f"scalar parameter {i} has type {b.scalars.get(i)!r} in the binding",
                               hint=f"one of {SCALAR_TYPES}")
     for e in [o.expr for o in p.outputs] + [r.expr for r in p.reductions]:
-        for n in ex.walk(e):
-            if isinstance(n, ex.ConstMem) and n.name not in b.tables:
-                v = b.constants.get(n.name)
-                if v is None or (n.array and (isinstance(v, int | float) or n.index >= len(v))):
-                    raise ConfigError(f"no value for __constant__ {n.name}[{n.index}]",
+        for node in ex.walk(e):
+            if isinstance(node, ex.ConstMem) and node.name not in b.tables:
+                v = b.constants.get(node.name)
+                if v is None or (node.array and (isinstance(v, int | float)
+                                                 or node.index >= len(v))):
+                    raise ConfigError(f"no value for __constant__ {node.name}[{node.index}]",
                                       hint="give Binding.constants the values the program "
                                            "set, or a table parameter")
     size = b.points

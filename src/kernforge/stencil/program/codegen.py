@@ -182,7 +182,7 @@ class Context:
             lines.append(f"const {acc} {n} = {read(tp)};")
 
         def leaf(tp: ex.Tap) -> str:
-            return names[tp] if tp in names else f"kf_ld(f_{tp.field}[i])"
+            return names.get(tp, f"kf_ld(f_{tp.field}[i])")
 
         for k, o in enumerate(p.outputs):
             lines.append(f"const {acc} kf_o{k} = {self.expr(o.expr, leaf)};")

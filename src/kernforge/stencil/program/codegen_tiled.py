@@ -66,7 +66,7 @@ def generate(p: StencilProgram, b: Binding, *, tx: int = 32, ty: int = 8, py: in
     blocks = grid[0] * grid[1] * grid[2]
 
     def load(f: str, zz: str) -> str:
-        planes, h, w, rz, ry, rx = shape[f]
+        planes, h, w, _rz, ry, rx = shape[f]
         v = ctx.safe_at(f"f_{f}", [zz, f"kf_y0 - {ry} + kf_k / {w}", f"kf_x0 - {rx} + kf_k % {w}"])
         return (f"    for (long kf_k = kf_tid; kf_k < {h * w}; kf_k += {threads}) "
                 f"kf_sh_{f}[((({zz}) % {planes}) + {planes}) % {planes}][kf_k / {w}][kf_k % {w}] "
@@ -75,7 +75,7 @@ def generate(p: StencilProgram, b: Binding, *, tx: int = 32, ty: int = 8, py: in
     def read(t: ex.Tap) -> str:
         if t.field not in shape:
             return f"kf_ld(f_{t.field}[i])"
-        planes, _, _, rz, ry, rx = shape[t.field]
+        planes, _, _, _rz, ry, rx = shape[t.field]
         dz, dy, dx = t.offset
         slot = f"(((z + ({dz})) % {planes} + {planes}) % {planes})" if planes > 1 else "0"
         return (f"kf_ld(kf_sh_{t.field}[{slot}][threadIdx.y + kf_r * {ty} + {ry + dy}]"
