@@ -18,7 +18,7 @@ def candidates(p: StencilProgram, b: Binding, limit: int | None = None
     out: list[Kernel] = []
     refused: dict[str, str] = {}
     for name, mod in DESIGNS.items():
-        for knobs in mod.presets(p):
+        for knobs in mod.presets(p) or [{}]:
             try:
                 k = mod.generate(p, b, **knobs)
             except Refused as exc:
