@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernforge.apps.adapter import Slot
+from kernforge.apps.adapter import Slot, compile_cubin, nvcc
 from kernforge.apps.lift_probe import Probed, lift_probe
 from kernforge.apps.program_adapter import program_adapter
 from kernforge.apps.program_binding import bind_probed, extent
@@ -148,3 +148,16 @@ def test_extents() -> None:
     assert extent("n*n", {"n": 5}) == 25 and extent("nx - 2", {"nx": 9}) == 7
     with pytest.raises(ConfigError):
         extent("n**2", {"n": 3})
+
+
+@pytest.mark.skipif(nvcc() is None, reason="no nvcc")
+@pytest.mark.parametrize("entry", ["coef3d", "jacobi_res", "half2d", "hot2d", "sig3",
+                                   "table1d", "advect"])
+def test_adapters_compile_with_nvcc(entry: str) -> None:
+    """nvcc is stricter than the host emulator: every design's adapter compiles for sm_90."""
+    r, b = lifted(entry)
+    sl, total = slots(CASES[entry])
+    ks, _ = candidates(r.program, b)
+    for k in ks:
+        assert compile_cubin(program_adapter(k, r.program, b, sl, total).source)[:4] == \
+            b"\x7fELF"

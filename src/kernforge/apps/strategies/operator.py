@@ -70,7 +70,8 @@ def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any) -> dict[str, A
         elif f is not None:
             refused["fused"] = str(f.reason)
             row["fused_tried"] = list(getattr(f, "tried", ()))
-    _lifted(om, unit, out, repeat, row, found, refused)
+    _lifted(om, unit, out, repeat, row, found, refused,
+            recognized=hasattr(one, "spec_path") or row["recognized"] is not None)
     if not found:
         return {**row, "matched": False, "reason": "; ".join(
             f"{k}: {v}" for k, v in refused.items()), "refused": refused}
@@ -86,12 +87,12 @@ def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any) -> dict[str, A
 
 
 def _lifted(om: Any, unit: Path, out: Path, repeat: int, row: dict[str, Any],
-            found: dict[str, Any], refused: dict[str, str]) -> None:
+            found: dict[str, Any], refused: dict[str, str], *, recognized: bool) -> None:
     """The lifted-program path, tried when the recognizer refused the kernel (several
     fields, coefficient fields, a residual, in place...): its program lifted (source first,
     else probing) and generated operators put in its place."""
     lift = getattr(om, "lift_unit", None)
-    if lift is None or row["recognized"] is not None:
+    if lift is None or recognized:
         refused["lifted"] = "not tried: " + ("this kernforge has no lifted operators"
                                              if lift is None else "the recognized stencil "
                                              "takes the matrix's operators")
