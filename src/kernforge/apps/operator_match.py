@@ -130,6 +130,8 @@ def _deploy(rec: NativeRecording, res: dict[str, Any], out_dir: Path, band: floa
                 "arch": res["arch"]}
     figures: dict[str, Any] = {k: res[k] for k in ("design", "how", "copy_fraction", "bytes",
                                                    "copy_bw", "lift_refused") if k in res}
+    if figures:
+        figures["operator"] = res["operator"]
     evidence.update(figures)
     entry = nd.replacement_entry(rec, image=name, image_bytes=image, entry_name=res["entry"],
                                  grid=res["grid"], block=res["block"],
