@@ -14,7 +14,7 @@ from kernforge.apps.program_adapter import program_adapter
 from kernforge.apps.program_binding import bind_probed, extent
 from kernforge.core import ConfigError
 from kernforge.stencil import emulate as em
-from kernforge.stencil.program import apply, error_bound, program, tap
+from kernforge.stencil.program import apply, boundary, error_bound, program, tap
 from kernforge.stencil.program import codegen_plain as plain
 from kernforge.stencil.program import codegen_tiled as tiled
 from kernforge.stencil.program.binding import Binding, Placement
@@ -124,7 +124,7 @@ def test_candidates_put_tiles_first_and_keep_plain() -> None:
 def test_refusals() -> None:
     r, b = lifted("coef3d")
     with pytest.raises(Refused, match="shared memory"):
-        tiled.generate(r.program, b, tx=64, ty=16, py=4, lz=4)
+        tiled.generate(r.program, b, tx=32, ty=32, py=8, lz=4)
     with pytest.raises(Refused, match="1 to 1024"):
         plain.generate(r.program, b, bx=64, by=8, bz=4)
     pointwise = program(2, "fp32", {"o": 2.0 * tap("u")})
@@ -161,3 +161,28 @@ def test_adapters_compile_with_nvcc(entry: str) -> None:
     for k in ks:
         assert compile_cubin(program_adapter(k, r.program, b, sl, total).source)[:4] == \
             b"\x7fELF"
+
+
+@pytest.mark.parametrize("faces", [{"z-": "periodic", "z+": "periodic", "x-": "clamp"},
+                                   {"z-": "zeropad", "y+": "copy", "x+": "zero"}])
+@pytest.mark.parametrize("design", ["plain", "tiled"])
+def test_3d_box_terms_and_mixed_faces(design: str, faces: dict[str, str]) -> None:
+    """Taps off the column in other planes (the tiled design's ring of planes), a product of
+    fields, a coefficient field and an in-out field, against the oracle."""
+    u = lambda dz, dy, dx: tap("u", dz, dy, dx)  # noqa: E731
+    e = (0.3 * u(0, 0, 0) + 0.1 * (u(1, 1, 0) + u(-1, 0, 1) + u(0, -1, -1) + u(2, 0, 0))
+         + tap("k") * u(-1, -1, 0) * u(0, 1, 1) - 0.5 * tap("w"))
+    prog = program(3, "fp64", {"w": e}, roles={"k": "coef"}, copy_from={"w": "u"},
+                   faces=boundary("keep", faces))
+    shape = (11, 9, 10)
+    b = Binding((shape[2], shape[1], shape[0]), {"u": Placement(0), "k": Placement(1),
+                                                 "w": Placement(2)})
+    rng = np.random.default_rng(1)
+    arrays = {n: rng.uniform(-1, 1, shape) for n in ("u", "k", "w")}
+    want = apply(prog, arrays)
+    k = tiled.generate(prog, b, tx=4, ty=2, py=2, lz=4) if design == "tiled" else \
+        plain.generate(prog, b, bx=4, by=4, bz=2)
+    got = {n: a.reshape(-1).copy() for n, a in arrays.items()}
+    run_standalone(k, got)
+    np.testing.assert_allclose(got["w"].reshape(shape), want.outputs["w"], rtol=1e-12,
+                               atol=1e-12)
