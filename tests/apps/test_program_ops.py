@@ -169,7 +169,7 @@ def test_adapters_compile_with_nvcc(entry: str) -> None:
 def test_3d_box_terms_and_mixed_faces(design: str, faces: dict[str, str]) -> None:
     """Taps off the column in other planes (the tiled design's ring of planes), a product of
     fields, a coefficient field and an in-out field, against the oracle."""
-    u = lambda dz, dy, dx: tap("u", dz, dy, dx)  # noqa: E731
+    u = lambda dz, dy, dx: tap("u", dz, dy, dx)
     e = (0.3 * u(0, 0, 0) + 0.1 * (u(1, 1, 0) + u(-1, 0, 1) + u(0, -1, -1) + u(2, 0, 0))
          + tap("k") * u(-1, -1, 0) * u(0, 1, 1) - 0.5 * tap("w"))
     prog = program(3, "fp64", {"w": e}, roles={"k": "coef"}, copy_from={"w": "u"},
