@@ -13,9 +13,9 @@ import pytest
 from kernforge.apps.probe import ProbeBuffer
 from kernforge.apps.program_checks import moved_bytes, validate
 from kernforge.stencil import emulate as em
-from kernforge.stencil.program import expr as ex
 from kernforge.stencil.program import codegen_plain as plain
 from kernforge.stencil.program import codegen_tiled as tiled
+from kernforge.stencil.program import expr as ex
 from kernforge.stencil.program.model import Output, StencilProgram
 
 from .lift_kernels import CASES
