@@ -75,6 +75,12 @@ def refusal(t: ReplayTarget) -> str | None:
                 f"({sum(r.size for r in globs)} bytes, e.g. __constant__ coefficients): the "
                 "deployment's problem key does not see them, so a baked operator could not "
                 "follow a change")
+    for region in {b.region for b in t.buffers}:
+        group = [b for b in t.buffers if b.region == region]
+        if len(group) > 1 and any(b.written for b in group):
+            return (f"parameters {', '.join(str(b.param) for b in group)} point into one "
+                    "allocation the kernel writes: an operator reading the fields as they were "
+                    "before the launch would not compute what the kernel computes")
     for b in t.buffers:
         if (n := pointer_table(rec, b.region)) > 0:
             return (f"parameter {b.param} points to memory holding {n} device pointers (a "
