@@ -14,7 +14,7 @@ from kernforge.apps.program_adapter import program_adapter
 from kernforge.apps.program_binding import bind_probed, extent
 from kernforge.core import ConfigError
 from kernforge.stencil import emulate as em
-from kernforge.stencil.program import apply, boundary, error_bound, program, tap
+from kernforge.stencil.program import Reduction, apply, boundary, error_bound, program, tap
 from kernforge.stencil.program import codegen_plain as plain
 from kernforge.stencil.program import codegen_tiled as tiled
 from kernforge.stencil.program.binding import Binding, Placement
@@ -186,3 +186,33 @@ def test_3d_box_terms_and_mixed_faces(design: str, faces: dict[str, str]) -> Non
     run_standalone(k, got)
     np.testing.assert_allclose(got["w"].reshape(shape), want.outputs["w"], rtol=1e-12,
                                atol=1e-12)
+
+
+@pytest.mark.parametrize("design", ["plain", "tiled"])
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_every_reduction_form(design: str, precision: str) -> None:
+    """sum written over the computed points, maxabs accumulated over all points (keep faces'
+    old values included), sumsq of a change: the last block's result against the oracle."""
+    u = lambda dy, dx: tap("u", 0, dy, dx)
+    prog = program(2, precision, {"v": 0.25 * (u(0, 1) + u(0, -1) + u(1, 0) + u(-1, 0))},
+                   reductions=[Reduction("s", "sum", tap("v") - tap("u")),
+                               Reduction("m", "maxabs", tap("v"), accumulate=True, over="all"),
+                               Reduction("q", "sumsq", tap("v"), accumulate=True)])
+    shape = (19, 23)
+    b = Binding((23, 19, 1), {"u": Placement(0), "v": Placement(1)},
+                {"s": 2, "m": 3, "q": 4})
+    dt = np.float16 if precision == "fp16" else np.float32
+    rng = np.random.default_rng(4)
+    arrays = {"u": rng.uniform(-1, 1, shape).astype(dt), "v": rng.uniform(2, 3, shape).astype(dt),
+              "s": np.array([5.0], dt), "m": np.array([2.5], dt), "q": np.array([1.0], dt)}
+    want = apply(prog, {n: arrays[n] for n in ("u", "v")},
+                 reductions={"m": 2.5, "q": 1.0})
+    k = tiled.generate(prog, b, tx=8, ty=2, py=2) if design == "tiled" else \
+        plain.generate(prog, b, bx=8, by=4)
+    got = {n: a.reshape(-1).copy() for n, a in arrays.items()}
+    run_standalone(k, got)
+    rtol = 2e-3 if precision == "fp16" else 1e-5
+    for name in ("s", "m", "q"):
+        assert float(got[name][0]) == pytest.approx(want.reductions[name], rel=rtol, abs=rtol)
+    run_standalone(k, got)  # the module's counter was reset: a second launch works too
+    assert float(got["q"][0]) > want.reductions["q"]
