@@ -143,6 +143,7 @@ def session(unit: str, out_dir: str, repeat: int, passes: int) -> dict[str, Any]
         rp.time(RECORDED)
     original = statistics.median(rp.time(RECORDED) for _ in range(repeat))
     best: tuple[float, LiftedRun, bytes, list[str]] | None = None
+    cache: dict[int, Any] = {}  # fresh inputs and the original's outputs, for every candidate
     for k in kernels:
         row: dict[str, Any] = {"operator": k.key}
         tried.append(row)
@@ -150,7 +151,7 @@ def session(unit: str, out_dir: str, repeat: int, passes: int) -> dict[str, Any]
             ad = program_adapter(k, prog, binding, layout(rec), len(rec.param_bytes))
             image = compile_image(ad.source, arch)
             run = LiftedRun(rp, ad, image)
-            bad, done = validate(t, prog, binding, run.run, params)
+            bad, done = validate(t, prog, binding, run.run, params, cache)
         except (ConfigError, CompileError, KernforgeError) as exc:
             row["refused"] = exc.message
             continue
