@@ -42,13 +42,13 @@ DTYPE = {"fp16": "float16", "fp32": "float32", "fp64": "float64"}
 
 def field_views(b: Binding, dt: np.dtype, state: Mapping[int, np.ndarray]
                 ) -> dict[str, np.ndarray]:
-    """Each field's grid in ``state`` (parameter -> its buffer's bytes)."""
+    """Each field's grid in ``state`` (parameter -> its buffer's bytes), typed views."""
     n = b.points
     out = {}
     for name, pl in b.fields.items():
         raw = state[pl.param]
         a = raw[:raw.size // dt.itemsize * dt.itemsize].view(dt)
-        out[name] = a[pl.offset:pl.offset + n].astype(np.float64)
+        out[name] = a[pl.offset:pl.offset + n]
     return out
 
 
@@ -56,7 +56,8 @@ def tolerance(p: StencilProgram, b: Binding, fields: Mapping[str, np.ndarray],
               params: Mapping[int, float]) -> tuple[dict[str, Tolerance], Tolerance]:
     """Per written field its tolerance, and the reductions' (module docstring)."""
     eps = EPS[p.precision]
-    big = {n: float(np.nanmax(np.abs(a))) if a.size else 0.0 for n, a in fields.items()}
+    big = {n: max(abs(float(np.nanmax(a))), abs(float(np.nanmin(a)))) if a.size else 0.0
+           for n, a in fields.items()}
     consts = dict(b.constants)
     grids = {}
     for o in p.outputs:
