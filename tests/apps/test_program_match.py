@@ -4,6 +4,10 @@ generated image); a lifted result's signed spec entry; M3a's choice between the 
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,3 +118,18 @@ def test_m3a_says_why_lifting_was_refused_or_not_tried(tmp_path: Path) -> None:
     row = strat._paths(m, tmp_path, tmp_path, 3, _Found(tmp_path / "o.json", 1.4))
     assert m.calls == 0 and row["path"] == "one-launch"
     assert "recognized stencil takes the matrix" in row["refused"]["lifted"]
+
+
+def test_the_benchmark_prints_a_row_per_unit(fake: FakeCuda, heat_unit: Path,
+                                              tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    env = {"KERNFORGE_LIBCUDA": str(fake.libdir / "libcuda.so.1"),
+           "PYTHONPATH": str(root / "src"), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    p = subprocess.run([sys.executable, str(root / "benchmarks" / "lifted_operators.py"),
+                        f"{heat_unit.parent}:heat", "--out", str(tmp_path / "o"), "--repeat",
+                        "2", "--passes", "1", "--json", str(tmp_path / "l.json")],
+                       capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert p.returncode == 0, p.stderr
+    assert "| heat-0 | - | refused: lifted by probing: 1D fp64" in p.stdout, p.stdout
+    (row,) = json.loads((tmp_path / "l.json").read_text())
+    assert row["unit"] == "heat-0" and row["tried"]
