@@ -66,6 +66,7 @@ class OperatorMatch:
     cell: str
     note: str
     tried: tuple[dict[str, Any], ...] = ()
+    figures: dict[str, Any] | None = None  # a lifted operator's: design, copy fraction...
 
 
 def _child(unit: Path, out_dir: Path, repeat: int, passes: int, timeout_s: float,
@@ -105,6 +106,13 @@ def match_unit(unit_dir: Path, *, out_dir: Path, repeat: int = 10, passes: int =
     tried = tuple(res.get("tried") or ())
     if "nomatch" in res:
         return NoMatch(str(res["nomatch"]), res.get("recognized"), tried)
+    return _deploy(rec, res, out_dir, band, tried, "operator-match", "adapter", "operator")
+
+
+def _deploy(rec: NativeRecording, res: dict[str, Any], out_dir: Path, band: float,
+            tried: tuple[dict[str, Any], ...], method: str, stem: str, spec_stem: str
+            ) -> OperatorMatch | NoMatch:
+    """The signed spec of a verified one-launch replacement, when its win passes the gate."""
     speedup, ci = float(res["speedup"]), (float(res["ci"][0]), float(res["ci"][1]))
     note = (f"{res['recognized']}; operator {res['operator']} for {res['cell']}; "
             f"{'; '.join(res['checks'])}")
@@ -113,19 +121,46 @@ def match_unit(unit_dir: Path, *, out_dir: Path, repeat: int = 10, passes: int =
         return NoMatch(f"matched by {res['operator']} ({res['cell']}), not deployed: {why}",
                        res["recognized"], tried)
     image = Path(res["image"]).read_bytes()
-    name = f"{rec.path.name}.adapter.cubin"
-    evidence = {"method": "operator-match", "verified": True, "idle": None,
+    name = f"{rec.path.name}.{stem}.cubin"
+    evidence = {"method": method, "verified": True, "idle": None,
                 "speedup": speedup, "ci": list(ci), "median_original_s":
                 res["median_original_s"], "median_tuned_s": res["median_adapter_s"],
                 "ratios": res["ratios"], "recognized": res["recognized"], "cell": res["cell"],
                 "operator": res["operator"], "checks": res["checks"], "unit": rec.path.name,
                 "arch": res["arch"]}
+    figures: dict[str, Any] = {k: res[k] for k in ("design", "how", "copy_fraction", "bytes",
+                                                   "copy_bw", "lift_refused") if k in res}
+    if figures:
+        figures["operator"] = res["operator"]
+    evidence.update(figures)
     entry = nd.replacement_entry(rec, image=name, image_bytes=image, entry_name=res["entry"],
                                  grid=res["grid"], block=res["block"],
                                  shared_mem=res["shared_mem"], carveout=res["carveout"],
                                  evidence=evidence)
-    spec = nd.write_spec(out_dir / f"{rec.path.name}.operator.json", [entry], {name: image})
-    return OperatorMatch(spec, speedup, ci, str(res["cell"]), note, tried)
+    spec = nd.write_spec(out_dir / f"{rec.path.name}.{spec_stem}.json", [entry], {name: image})
+    return OperatorMatch(spec, speedup, ci, str(res["cell"]), note, tried, figures or None)
+
+
+def lift_unit(unit_dir: Path, *, out_dir: Path, repeat: int = 10, passes: int = 7,
+              band: float = NOISE_BAND, timeout_s: float = 900.0) -> OperatorMatch | NoMatch:
+    """Lift the program of one recorded native unit (from its source when the recording
+    holds it, else by probing) and put the fastest verified generated operator in its place
+    (:mod:`.program_gpu`); ``NoMatch`` says why lifting, every design or the gate refused."""
+    unit_dir = Path(unit_dir)
+    try:
+        rec = read_native(unit_dir)
+    except KernforgeError as exc:
+        return NoMatch(f"not a native unit: {exc.message}")
+    if not any(len(p.pointers) == 1 and p.size == 8 for p in rec.params):
+        return NoMatch("the kernel takes no device pointer the recording followed")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    res = _child(unit_dir.resolve(), out_dir.resolve(), repeat, passes, timeout_s,
+                 "kernforge.apps.program_gpu")
+    tried = tuple(res.get("tried") or ())
+    if "nomatch" in res:
+        return NoMatch(str(res["nomatch"]), res.get("recognized"), tried)
+    return _deploy(rec, res, out_dir, band, tried, "lifted-operator", "lifted", "lifted")
 
 
 @dataclass(frozen=True)

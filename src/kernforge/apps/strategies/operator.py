@@ -3,6 +3,10 @@ covers is replaced by the matching operator (``kernforge.apps.operator_match``, 
 separately): it returns a signed native deployment spec with the operator's adapter in place
 of the kernel, accepted only when its outputs match the recorded ones and on fresh inputs.
 
+A kernel the recognizer refuses (several fields, coefficient fields, a residual, an in-place
+update...) is lifted (``lift_unit``: its stencil program from its source, else by probing)
+and the operators generated for that program are tried the same way.
+
 Beside the one-launch operator, a recognized kernel is also fused (``fuse_unit``): ``T``
 launches of a time loop that swaps its input and output run as one launch of a generated
 multi-step operator, which the interposer engages only where the program's launches really
@@ -66,6 +70,8 @@ def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any) -> dict[str, A
         elif f is not None:
             refused["fused"] = str(f.reason)
             row["fused_tried"] = list(getattr(f, "tried", ()))
+    _lifted(om, unit, out, repeat, row, found, refused,
+            recognized=hasattr(one, "spec_path") or row["recognized"] is not None)
     if not found:
         return {**row, "matched": False, "reason": "; ".join(
             f"{k}: {v}" for k, v in refused.items()), "refused": refused}
@@ -73,10 +79,38 @@ def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any) -> dict[str, A
     for k, v in found.items():
         if k != path:
             refused[k] = f"slower ({v.speedup:.2f}x against {win.speedup:.2f}x)"
-    label = f"fused {win.steps} steps" if path == "fused" else path
+    label = f"fused {win.steps} steps" if path == "fused" else \
+        f"lifted program ({(win.figures or {}).get('design')})" if path == "lifted" else path
     return {**row, "matched": True, "path": label, "cell": win.cell, "speedup": win.speedup,
             "ci": list(win.ci), "note": win.note, "spec": str(win.spec_path),
             "refused": refused}
+
+
+def _lifted(om: Any, unit: Path, out: Path, repeat: int, row: dict[str, Any],
+            found: dict[str, Any], refused: dict[str, str], *, recognized: bool) -> None:
+    """The lifted-program path, tried when the recognizer refused the kernel (several
+    fields, coefficient fields, a residual, in place...): its program lifted (source first,
+    else probing) and generated operators put in its place."""
+    lift = getattr(om, "lift_unit", None)
+    if lift is None or recognized:
+        refused["lifted"] = "not tried: " + ("this kernforge has no lifted operators"
+                                             if lift is None else "the recognized stencil "
+                                             "takes the matrix's operators")
+        return
+    try:
+        r = lift(unit, out_dir=out / "lifted", repeat=repeat)
+    except Exception as exc:  # noqa: BLE001 - a lifting failure is this kernel's data
+        refused["lifted"] = f"lifting failed: {type(exc).__name__}: {exc}"
+        return
+    if hasattr(r, "spec_path"):
+        found["lifted"] = r
+        row["lifted_figures"] = {"speedup": r.speedup, "ci": list(r.ci), "note": r.note,
+                                 **(r.figures or {})}
+    else:
+        refused["lifted"] = str(r.reason)
+        row["lifted_tried"] = list(getattr(r, "tried", ()))
+        if getattr(r, "recognized", None):
+            row["lifted_program"] = r.recognized
 
 
 class OperatorStrategy(Strategy):

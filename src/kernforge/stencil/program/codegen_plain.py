@@ -1,0 +1,65 @@
+"""The plain design for a lifted program: one thread per grid point (docs/stencil-programs.md).
+
+Every output of the point, every face rule, the fused reductions (per block, then the last
+block combines the blocks' partials). Reads of a point at least the program's reach inside
+every face go straight to memory; nearer a face they follow the face's rule (zero, wrap,
+clamp). Knobs: the block's extents ``bx``, ``by``, ``bz``.
+"""
+
+from __future__ import annotations
+
+from . import expr as ex
+from .binding import Binding
+from .codegen import IDS, Context, Kernel, Refused, ceil_div
+from .model import StencilProgram
+
+DESIGN = "plain"
+KNOBS = ("bx", "by", "bz")
+PRESETS = {1: ({"bx": 256, "by": 1, "bz": 1}, {"bx": 128, "by": 1, "bz": 1}),
+           2: ({"bx": 32, "by": 8, "bz": 1}, {"bx": 64, "by": 4, "bz": 1}),
+           3: ({"bx": 32, "by": 4, "bz": 2}, {"bx": 64, "by": 2, "bz": 2})}
+
+
+def generate(p: StencilProgram, b: Binding, *, bx: int = 32, by: int = 4, bz: int = 1) -> Kernel:
+    """The plain operator for ``p`` bound by ``b``; :class:`Refused` with the reason."""
+    ctx = Context(p, b)
+    nx, ny, nz = b.shape
+    block = (bx, by if p.dims > 1 else 1, bz if p.dims > 2 else 1)
+    threads = block[0] * block[1] * block[2]
+    if threads > 1024 or min(block) < 1:
+        raise Refused(f"block {block}: 1 to 1024 threads", hint=f"knobs {KNOBS}")
+    grid = (ceil_div(nx, block[0]), ceil_div(ny, block[1]), ceil_div(nz, block[2]))
+    if grid[1] > 65535 or grid[2] > 65535 or grid[0] > 2 ** 31 - 1:
+        raise Refused(f"grid {grid} exceeds the launch limits", hint="larger blocks")
+    blocks = grid[0] * grid[1] * grid[2]
+    reach = [0, 0, 0]
+    for t in ctx.taps:
+        reach = [max(r, abs(d)) for r, d in zip(reach, t.offset, strict=True)]
+    rz, ry, rx = reach
+    interior = (f"z >= {rz} && z < KF_NZ - {rz} && y >= {ry} && y < KF_NY - {ry} && "
+                f"x >= {rx} && x < KF_NX - {rx}")
+
+    def read(t: ex.Tap) -> str:
+        if t.offset == (0, 0, 0):
+            return f"kf_ld(f_{t.field}[i])"
+        dz, dy, dx = t.offset
+        return (f"(kf_int ? kf_ld(f_{t.field}[i + ({(dz * ny + dy) * nx + dx}L)]) : "
+                f"{ctx.safe_read(t)})")
+
+    source = f"""{ctx.prelude()}{ctx.globals(blocks)}
+__device__ __forceinline__ void kf_body({ctx.signature()}) {{
+{IDS}{ctx.accumulators()}  const long x = (long)blockIdx.x * {block[0]} + threadIdx.x;
+  const long y = (long)blockIdx.y * {block[1]} + threadIdx.y;
+  const long z = (long)blockIdx.z * {block[2]} + threadIdx.z;
+  const bool kf_ok = x < KF_NX && y < KF_NY && z < KF_NZ;
+  const bool kf_int = {interior};
+  const long i = (z * KF_NY + y) * KF_NX + x;
+  (void)kf_int;
+{ctx.point(read, "  ")}{ctx.finish(threads, blocks)}}}
+"""
+    return Kernel(DESIGN, {"bx": block[0], "by": block[1], "bz": block[2]}, source, ctx.args(),
+                  grid, block)
+
+
+def presets(p: StencilProgram) -> list[dict[str, int]]:
+    return [dict(k) for k in PRESETS[p.dims]]

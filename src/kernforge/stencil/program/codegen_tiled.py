@@ -1,0 +1,152 @@
+"""The tiled design for a lifted program (docs/stencil-programs.md).
+
+A block computes a tile of ``tx`` by ``ty * py`` points of a plane (each thread ``py`` rows)
+and, in 3D, marches ``lz`` planes along z. Every field some expression reads away from the
+point is staged in shared memory: the tile plus its halo, per plane it reads, kept as a ring of
+``2 rz + 1`` planes that advances one plane per step (one new plane loaded per step). The halo
+is loaded with the program's rule per face (zero, wrap, clamp), so every face rule works. A
+field read away from the point's column only in the point's own plane (a star along z: taps
+``(dz, 0, 0)`` and ``(0, dy, dx)``) keeps one plane in shared memory and a register queue of
+``2 rz + 1`` values along z per point, as the matrix's z-march does: each step a thread loads
+one new value, writes its queue's centre into the tile and the block loads only the halo.
+
+Fields read only at the point (coefficient fields, in-out fields, time levels) are read from
+global memory by the thread that owns the point. That is what makes in-place programs safe
+here: the model lets a written field be read only at the point being written, so no block
+reads a neighbour another block may already have written; the binding refuses written grids
+that overlap a read one.
+
+Knobs: ``tx``, ``ty`` (the block), ``py`` (rows per thread), ``lz`` (planes per block, 3D).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import expr as ex
+from .binding import Binding
+from .codegen import IDS, Context, Kernel, Refused, ceil_div
+from .model import StencilProgram
+
+DESIGN = "tiled"
+KNOBS = ("tx", "ty", "py", "lz")
+MAX_SHARED = 48 * 1024  # static shared memory: more needs an attribute the interposer never sets
+ITEM = {"fp16": 2, "fp32": 4, "fp64": 8}
+PRESETS = {2: ({"tx": 32, "ty": 8, "py": 2, "lz": 1}, {"tx": 64, "ty": 4, "py": 4, "lz": 1},
+               {"tx": 32, "ty": 16, "py": 1, "lz": 1}),
+           3: ({"tx": 32, "ty": 8, "py": 1, "lz": 16}, {"tx": 32, "ty": 4, "py": 2, "lz": 32},
+               {"tx": 64, "ty": 4, "py": 1, "lz": 8})}
+
+
+def generate(p: StencilProgram, b: Binding, *, tx: int = 32, ty: int = 8, py: int = 1,
+             lz: int = 8) -> Kernel:
+    """The tiled operator for ``p`` bound by ``b``; :class:`Refused` with the reason."""
+    if p.dims == 1:
+        raise Refused("the tiled design stages planes: a 1D program takes the plain design",
+                      hint="generate the plain design")
+    ctx = Context(p, b)
+    staged = ctx.spread
+    if not staged:
+        raise Refused("no field is read away from the point: nothing to stage in shared memory",
+                      hint="the plain design reads each point once")
+    nx, ny, nz = b.shape
+    lz = lz if p.dims == 3 else 1
+    threads = tx * ty
+    if threads > 1024 or min(tx, ty, py, lz) < 1:
+        raise Refused(f"tile knobs tx={tx} ty={ty} py={py} lz={lz}: 1 to 1024 threads",
+                      hint=f"knobs {KNOBS}")
+    TX, TY = tx, ty * py
+    shape: dict[str, tuple[int, int, int, int, int, int]] = {}
+    shared = 8 * threads + 8 if p.reductions else 0
+    column: dict[str, bool] = {}
+    for f in staged:
+        rz, ry, rx = ctx.reach(f)
+        # a field read off the point's column only in its own plane: a register queue along z
+        column[f] = rz > 0 and all(t.offset[1:] == (0, 0) for t in ctx.taps
+                                   if t.field == f and t.offset[0])
+        planes, h, w = 1 if column[f] else 2 * rz + 1, TY + 2 * ry, TX + 2 * rx
+        shape[f] = (planes, h, w, rz, ry, rx)
+        shared += planes * h * w * ITEM[p.precision]
+    if shared > MAX_SHARED:
+        raise Refused(f"the tiles take {shared} bytes of shared memory (at most {MAX_SHARED})",
+                      hint="smaller tx, ty or py")
+    grid = (ceil_div(nx, TX), ceil_div(ny, TY), ceil_div(nz, lz))
+    if grid[1] > 65535 or grid[2] > 65535:
+        raise Refused(f"grid {grid} exceeds the launch limits", hint="larger tiles")
+    blocks = grid[0] * grid[1] * grid[2]
+
+    def at(f: str, zz: str, y: str, x: str) -> str:
+        return f"kf_st({ctx.safe_at(f'f_{f}', [zz, y, x])})"
+
+    def load(f: str, zz: str) -> str:
+        """Plane ``zz`` of the tile and its halo (only the halo for a queued field, whose
+        tile the threads write from their queues)."""
+        planes, h, w, _rz, ry, rx = shape[f]
+        slot = f"((({zz}) % {planes}) + {planes}) % {planes}" if planes > 1 else "0"
+        skip = (f"if (kf_k / {w} >= {ry} && kf_k / {w} < {ry + TY} && kf_k % {w} >= {rx} && "
+                f"kf_k % {w} < {rx + TX}) continue; " if column[f] else "")
+        v = at(f, zz, f"kf_y0 - {ry} + kf_k / {w}", f"kf_x0 - {rx} + kf_k % {w}")
+        return (f"    for (long kf_k = kf_tid; kf_k < {h * w}; kf_k += {threads}) {{ {skip}"
+                f"kf_sh_{f}[{slot}][kf_k / {w}][kf_k % {w}] = {v}; }}\n")
+
+    def own(r: int) -> tuple[str, str]:
+        return "kf_x0 + threadIdx.x", f"kf_y0 + threadIdx.y + {r * ty}"
+
+    def queue(f: str, r: int, k: int) -> str:
+        return f"kf_q_{f}_{r}_{k}"
+
+    def reader(r: int) -> Callable[[ex.Tap], str]:
+        def read(t: ex.Tap) -> str:
+            if t.field not in shape:
+                return f"kf_ld(f_{t.field}[i])"
+            planes, _, _, rz, ry, rx = shape[t.field]
+            dz, dy, dx = t.offset
+            if column[t.field] and not dy and not dx:
+                return f"kf_ld({queue(t.field, r, dz + rz)})"
+            slot = f"(((z + ({dz})) % {planes} + {planes}) % {planes})" if planes > 1 else "0"
+            return (f"kf_ld(kf_sh_{t.field}[{slot}][threadIdx.y + {r * ty + ry + dy}]"
+                    f"[threadIdx.x + {rx + dx}])")
+        return read
+
+    decl = "".join(f"  __shared__ {ctx.t} kf_sh_{f}[{s[0]}][{s[1]}][{s[2]}];\n"
+                   for f, s in shape.items())
+    first, step, shift = [], [], []
+    for f, (_, _, _, rz, ry, rx) in shape.items():
+        if not column[f]:
+            first += [load(f, f"kf_z0 + ({d})") for d in range(-rz, rz)]
+            step.append(load(f, f"z + {rz}"))
+            continue
+        for r in range(py):
+            x, y = own(r)
+            decl += "".join(f"  {ctx.t} {queue(f, r, d + rz)} = "
+                            f"{at(f, f'kf_z0 + ({d})', y, x)};\n" for d in range(-rz, rz))
+            decl += f"  {ctx.t} {queue(f, r, 2 * rz)};\n"
+            step.append(f"    {queue(f, r, 2 * rz)} = {at(f, f'z + {rz}', y, x)};\n"
+                        f"    kf_sh_{f}[0][threadIdx.y + {r * ty + ry}][threadIdx.x + {rx}] = "
+                        f"{queue(f, r, rz)};\n")
+            shift += [f"    {queue(f, r, k)} = {queue(f, r, k + 1)};\n" for k in range(2 * rz)]
+        step.append(load(f, "z"))
+    rows = "".join(
+        f"    {{\n      const long x = kf_x0 + threadIdx.x, y = kf_y0 + threadIdx.y + {r * ty};\n"
+        "      const bool kf_ok = x < KF_NX && y < KF_NY && z < KF_NZ;\n"
+        f"      const long i = (z * KF_NY + y) * KF_NX + x;\n{ctx.point(reader(r), '      ')}"
+        "    }\n" for r in range(py))
+    source = f"""{ctx.prelude()}{ctx.globals(blocks)}
+__device__ __forceinline__ void kf_body({ctx.signature()}) {{
+{IDS}{ctx.accumulators()}  const long kf_x0 = (long)blockIdx.x * {TX}, kf_y0 = (long)blockIdx.y * {TY};
+  const long kf_z0 = (long)blockIdx.z * {lz};
+{decl}  {{
+{''.join(first)}  }}
+  for (long kf_kz = 0; kf_kz < {lz}; ++kf_kz) {{
+    const long z = kf_z0 + kf_kz;
+{''.join(step)}    __syncthreads();
+{rows}    __syncthreads();
+{''.join(shift)}  }}
+{ctx.finish(threads, blocks)}}}
+"""
+    return Kernel(DESIGN, {"tx": tx, "ty": ty, "py": py, "lz": lz}, source, ctx.args(), grid,
+                  (tx, ty, 1), notes=(f"shared {shared} bytes",))
+
+
+def presets(p: StencilProgram) -> list[dict[str, int]]:
+    return [dict(k) for k in PRESETS.get(p.dims, ())]
