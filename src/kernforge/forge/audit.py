@@ -13,7 +13,6 @@ difference comes from the front ends (a temporal operator once got 64 registers 
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import ctypes.util
 import json
@@ -124,25 +123,21 @@ def audit(cells: list[Cell], table: dict[str, Any], nvrtc: Nvrtc, include: str,
     return rows
 
 
-def add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--table", type=Path, default=mx.TABLE_PATH)
-    ap.add_argument("--cell-ids", default=None, help="comma-separated (default: the table's)")
-    ap.add_argument("--nvrtc", default=None, help="libnvrtc.so path")
-    ap.add_argument("--json", type=Path, default=None)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Build every chosen table operator both ways and print where the registers differ."""
+def run(table: Path = mx.TABLE_PATH, *, cell_ids: str | None = None, nvrtc: str | None = None,
+        json_out: Path | None = None) -> int:
+    """Build every chosen operator of ``table`` both ways (``cell_ids``: comma-separated,
+    default the table's; ``nvrtc``: the libnvrtc.so) and print where the registers differ;
+    the rows also go to ``json_out``."""
     for tool in ("nvcc", "ptxas"):
         if not shutil.which(tool):
             raise ConfigError(f"{tool} is not on PATH", hint="install the CUDA toolkit")
-    table = mx.load_table(args.table)
-    ids = args.cell_ids.split(",") if args.cell_ids else sorted(table)
+    entries = mx.load_table(table)
+    ids = cell_ids.split(",") if cell_ids else sorted(entries)
     nvcc = Path(shutil.which("nvcc") or "nvcc").resolve()
     include = next((str(d) for d in (nvcc.parents[1] / "include", Path("/usr/local/cuda/include"))
                     if (d / "cuda_fp16.h").is_file()), "/usr/local/cuda/include")
-    rows = audit([Cell.parse(c.strip()) for c in ids if c.strip()], table,
-                 Nvrtc(find_nvrtc(args.nvrtc)), include)
+    rows = audit([Cell.parse(c.strip()) for c in ids if c.strip()], entries,
+                 Nvrtc(find_nvrtc(nvrtc)), include)
     for r in rows:
         if r["nvrtc_registers"] != r["nvcc_registers"]:
             flag = "  <- blocks/SM differ" if r["nvrtc_blocks_per_sm"] != r[
@@ -154,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     occ = sum(r["nvrtc_blocks_per_sm"] != r["nvcc_blocks_per_sm"] for r in rows)
     print(f"{len(rows)} entries of {len(ids)} operators: {regs} differ in registers, "
           f"{occ} in blocks per SM")
-    if args.json:
-        args.json.write_text(json.dumps({"rows": rows}, indent=1))
+    if json_out:
+        json_out.write_text(json.dumps({"rows": rows}, indent=1))
     return 0
 

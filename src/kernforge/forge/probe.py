@@ -31,11 +31,10 @@ first value), else the probe refuses it.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import re
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core import ConfigError
@@ -196,15 +195,10 @@ def variant(cell: Cell, spec: str) -> Operator:
     raise ProbeError(f"{probe!r}: the probes are l2=D, bl2=D, zo, zr and cl=AXES")
 
 
-def add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("cell", help="a cell id, e.g. star_2/512x512x512/fp32")
-    ap.add_argument("variants", nargs="*", help="k=v,... [+probe] or DESIGN[k=v,...]")
-    ap.add_argument("--passes", type=int, default=25, help="interleaved timed passes")
-
-
-def run(args: argparse.Namespace, say: Callable[[str], None] = print, isolate: Any = None,
-        device: str | None = None) -> int:
-    """Time the cell's dispatched operator against the variants on the GPU (``device``: the
+def run(cell_id: str, variants: Sequence[str] = (), *, passes: int = 25,
+        say: Callable[[str], None] = print, isolate: Any = None, device: str | None = None) -> int:
+    """Time the cell's dispatched operator against the ``variants`` in ``passes`` interleaved
+    passes on the GPU (``device``: the
     ``module:factory`` of another device). With ``isolate`` (the command's supervisor, its
     default) they run in a worker (:mod:`.probe_run`): a variant that crashes, hangs or fails
     to build or run is reported with its Status and cause, the others are timed, exit 6. A
@@ -212,14 +206,14 @@ def run(args: argparse.Namespace, say: Callable[[str], None] = print, isolate: A
     from . import probe_run
     from .probe_run import ProbeRuns, name_of
 
-    cell = Cell.parse(args.cell)
-    ops = [variant(cell, s) for s in ["", *args.variants]]
+    cell = Cell.parse(cell_id)
+    ops = [variant(cell, s) for s in ["", *variants]]
     runs = ProbeRuns(cell, isolate, device or probe_run.DEVICE)
     try:
         copy_bps, method = runs.open()
         for i, op in enumerate(ops):
             runs.add(i, op)
-        times = runs.time(args.passes)
+        times = runs.time(passes)
     finally:
         runs.close()
     first = min(times, default=None)
