@@ -424,7 +424,8 @@ def test_a_pair_round_changes_two_parameters_at_once() -> None:
     never the incumbent, at most PAIR_LIMIT, the same candidates on every call; and the
     combination a one-change climb cannot reach is among them when the cell has few."""
     from kernforge.forge.loop import Incumbent, _candidates
-    from kernforge.forge.pairs import PAIR_LIMIT, PAIR_PARAMS
+    from kernforge.forge.pairs import PAIR_LIMIT
+    from kernforge.stencil import designs
 
     cell = Cell(STENCILS["box_2"], Shape(64, 32, 40), Precision.FP32)
     inc = Incumbent("zbox", {"tx": 32, "ty": 8, "vx": 4, "lz": 16, "pn": 1})
@@ -438,7 +439,8 @@ def test_a_pair_round_changes_two_parameters_at_once() -> None:
     for op in ops:
         changed = {k for k in set(op.params) | set(own.params)
                    if op.params.get(k, space[k][0]) != own.params.get(k, space[k][0])}
-        assert 1 <= len(changed) <= 2 and changed <= set(PAIR_PARAMS), (op.key, changed)
+        assert 1 <= len(changed) <= 2 and changed <= set(designs.get("zbox").paired), (
+            op.key, changed)
     assert sum(len({k for k in op.params if op.params[k] != own.params.get(k)}) == 2
                for op in ops) > len(ops) // 2
     # a small space is offered whole: planesweep fp64 has 5 pair parameters on this cell

@@ -6,7 +6,6 @@ cause printed), the others are timed, the probe exits 6. ``--in-process`` runs t
 
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
 
@@ -47,9 +46,9 @@ def _lines(said: list[str]) -> dict[str, str]:
 @pytest.mark.slow
 def test_faulty_variants_cost_only_themselves(worker_env: dict[str, str]) -> None:
     said: list[str] = []
-    args = argparse.Namespace(cell=CELL, variants=list(VARIANTS), passes=2)
     with Isolation(limits=Limits(min_timeout_s=1.0, first_timeout_s=60), env=worker_env) as iso:
-        code = probe.run(args, said.append, isolate=iso, device=DEVICE)
+        code = probe.run(CELL, list(VARIANTS), passes=2, say=said.append, isolate=iso,
+                         device=DEVICE)
         assert iso.replaced == 5
     assert code == 6, "\n".join(said)
     lines = _lines(said)
@@ -70,8 +69,7 @@ def test_in_process_reports_a_compile_failure_and_goes_on(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(ROOT)  # the stand-in device, imported here
     said: list[str] = []
-    args = argparse.Namespace(cell=CELL, variants=["lz=2", "lz=4"], passes=2)
-    assert probe.run(args, said.append, device=DEVICE) == 6
+    assert probe.run(CELL, ["lz=2", "lz=4"], passes=2, say=said.append, device=DEVICE) == 6
     lines = _lines(said)
     assert "COMPILE_FAILED (CompileError)" in lines["lz=2"] and " us " in lines["lz=4"]
 

@@ -13,20 +13,13 @@ difference comes from the front ends (a temporal operator once got 64 registers 
 
 from __future__ import annotations
 
-import argparse
-import ctypes
-import ctypes.util
 import json
-import os
-import re
-import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..core import ConfigError
+from ..backends.cuda_build import nvcc_ptx, ptxas_registers, require_toolkit, toolkit_include
+from ..backends.cuda_modules import NvrtcPtx, find_nvrtc
 from ..stencil import matrix as mx
 from ..stencil.kernels.common import MAX_THREADS_PER_SM
 from ..stencil.spec import Cell
@@ -35,71 +28,13 @@ from .compile_check import nvcc_options
 REGS_PER_SM, BLOCKS_PER_SM, SMEM_PER_SM = 65536, 32, 228 * 1024  # sm_90
 
 
-def find_nvrtc(given: str | None) -> Path:
-    """libnvrtc: --nvrtc, $KERNFORGE_NVRTC, the nvidia-cuda-nvrtc wheel, the system's."""
-    if given:
-        if not Path(given).is_file():
-            raise ConfigError(f"--nvrtc {given}: no such file", hint="a libnvrtc.so.13")
-        return Path(given)
-    cands = [os.environ.get("KERNFORGE_NVRTC")]
-    for site in sys.path:
-        for sub in ("nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"):
-            cands += [str(p) for p in sorted(Path(site, sub).glob("libnvrtc.so*"))
-                      if "builtins" not in p.name and "alt" not in p.name]
-    cands.append(ctypes.util.find_library("nvrtc"))
-    for c in cands:
-        if c and Path(c).is_file():
-            return Path(c)
-    raise ConfigError("libnvrtc not found", hint="pip install 'nvidia-cuda-nvrtc==13.0.*', or "
-                      "pass --nvrtc /path/to/libnvrtc.so.13")
-
-
-class Nvrtc:
-    def __init__(self, path: Path) -> None:
-        for b in sorted(path.parent.glob("libnvrtc-builtins.so*")):  # NVRTC dlopens it by name
-            if "alt" not in b.name:
-                ctypes.CDLL(str(b), mode=ctypes.RTLD_GLOBAL)
-        self.lib = ctypes.CDLL(str(path))
-
-    def ptx(self, source: str, options: list[str]) -> str:
-        lib, prog = self.lib, ctypes.c_void_p()
-        lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"op.cu", 0, None, None)
-        try:
-            arr = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
-            if lib.nvrtcCompileProgram(prog, len(options), arr) != 0:
-                n = ctypes.c_size_t()
-                lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
-                log = ctypes.create_string_buffer(n.value)
-                lib.nvrtcGetProgramLog(prog, log)
-                raise RuntimeError(log.value.decode(errors="replace")[:2000])
-            n = ctypes.c_size_t()
-            lib.nvrtcGetPTXSize(prog, ctypes.byref(n))
-            buf = ctypes.create_string_buffer(n.value)
-            lib.nvrtcGetPTX(prog, buf)
-            return buf.value.decode()
-        finally:
-            lib.nvrtcDestroyProgram(ctypes.byref(prog))
-
-
-def registers(ptx: Path, arch: str) -> dict[str, int]:
-    err = subprocess.run(["ptxas", f"-arch={arch}", "-v", str(ptx), "-o", os.devnull],
-                         capture_output=True, text=True, check=True).stderr
-    out, entry = {}, None
-    for line in err.splitlines():
-        if m := re.search(r"Compiling entry function '(\w+)'", line):
-            entry = m.group(1)
-        elif (m := re.search(r"Used (\d+) registers", line)) and entry:
-            out[entry] = int(m.group(1))
-    return out
-
-
 def blocks_per_sm(regs: int, threads: int, shared: int) -> int:
     per_block = -(-regs // 8) * 8 * threads  # registers are allocated 8 per thread at a time
     n = min(REGS_PER_SM // max(per_block, 1), MAX_THREADS_PER_SM // threads, BLOCKS_PER_SM)
     return min(n, SMEM_PER_SM // (shared + 1024)) if shared else n
 
 
-def audit(cells: list[Cell], table: dict[str, Any], nvrtc: Nvrtc, include: str,
+def audit(cells: list[Cell], table: dict[str, Any], nvrtc: NvrtcPtx, include: str,
           arch: str = "sm_90") -> list[dict[str, Any]]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="kf-audit-") as tmp:
@@ -109,9 +44,8 @@ def audit(cells: list[Cell], table: dict[str, Any], nvrtc: Nvrtc, include: str,
             src.write_text(op.source)
             a.write_text(nvrtc.ptx(op.source, [*op.options, f"-arch=compute_{arch[3:]}",
                                                f"-I{include}", "-ftz=true"]))
-            subprocess.run(["nvcc", "-ptx", *nvcc_options(op, arch), "-o", str(b), str(src)],
-                           capture_output=True, text=True, check=True)
-            r_nvrtc, r_nvcc = registers(a, arch), registers(b, arch)
+            nvcc_ptx(src, nvcc_options(op, arch), b)
+            r_nvrtc, r_nvcc = ptxas_registers(a, arch), ptxas_registers(b, arch)
             for launch in {la.entry: la for la in op.launches}.values():
                 threads = launch.block[0] * launch.block[1] * launch.block[2]
                 ra, rb = r_nvrtc[launch.entry], r_nvcc[launch.entry]
@@ -124,25 +58,17 @@ def audit(cells: list[Cell], table: dict[str, Any], nvrtc: Nvrtc, include: str,
     return rows
 
 
-def add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--table", type=Path, default=mx.TABLE_PATH)
-    ap.add_argument("--cell-ids", default=None, help="comma-separated (default: the table's)")
-    ap.add_argument("--nvrtc", default=None, help="libnvrtc.so path")
-    ap.add_argument("--json", type=Path, default=None)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Build every chosen table operator both ways and print where the registers differ."""
-    for tool in ("nvcc", "ptxas"):
-        if not shutil.which(tool):
-            raise ConfigError(f"{tool} is not on PATH", hint="install the CUDA toolkit")
-    table = mx.load_table(args.table)
-    ids = args.cell_ids.split(",") if args.cell_ids else sorted(table)
-    nvcc = Path(shutil.which("nvcc") or "nvcc").resolve()
-    include = next((str(d) for d in (nvcc.parents[1] / "include", Path("/usr/local/cuda/include"))
-                    if (d / "cuda_fp16.h").is_file()), "/usr/local/cuda/include")
-    rows = audit([Cell.parse(c.strip()) for c in ids if c.strip()], table,
-                 Nvrtc(find_nvrtc(args.nvrtc)), include)
+def run(table: Path = mx.TABLE_PATH, *, cell_ids: str | None = None, nvrtc: str | None = None,
+        json_out: Path | None = None) -> int:
+    """Build every chosen operator of ``table`` both ways (``cell_ids``: comma-separated,
+    default the table's; ``nvrtc``: the libnvrtc.so) and print where the registers differ;
+    the rows also go to ``json_out``."""
+    require_toolkit()
+    entries = mx.load_table(table)
+    ids = cell_ids.split(",") if cell_ids else sorted(entries)
+    include = toolkit_include()
+    rows = audit([Cell.parse(c.strip()) for c in ids if c.strip()], entries,
+                 NvrtcPtx(find_nvrtc(nvrtc)), include)
     for r in rows:
         if r["nvrtc_registers"] != r["nvcc_registers"]:
             flag = "  <- blocks/SM differ" if r["nvrtc_blocks_per_sm"] != r[
@@ -154,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     occ = sum(r["nvrtc_blocks_per_sm"] != r["nvcc_blocks_per_sm"] for r in rows)
     print(f"{len(rows)} entries of {len(ids)} operators: {regs} differ in registers, "
           f"{occ} in blocks per SM")
-    if args.json:
-        args.json.write_text(json.dumps({"rows": rows}, indent=1))
+    if json_out:
+        json_out.write_text(json.dumps({"rows": rows}, indent=1))
     return 0
 

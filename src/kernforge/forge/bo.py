@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..core import Measurement, Status
+from ..stencil import designs
 from ..stencil import matrix as mx
 from ..stencil.operator import Operator
 from ..stencil.spec import Cell
@@ -40,15 +41,16 @@ BATCHES = 3
 PER_BATCH = 16
 FINALISTS = 2
 ASK_LIMIT = 4 * PER_BATCH  # asks per cell and batch (refused and already screened ones are free)
-# not worth trials, kept as the incumbent has them: l1 measured without effect on the H200
-# z-marching's register cap spills wherever it binds (0.08-1.01x)
-SKIP_PARAMS = ("l1",)
-SKIP_BY_DESIGN = {"zmarch": ("minb",)}
-GEOMETRY = ("vx", "lz", "ty", "tx")  # ordinal dimensions; every other parameter is an option
+
+
+def _geometry(design: str) -> tuple[str, ...]:
+    """Ordinal dimensions; every other parameter is an option (the design declares them)."""
+    return designs.get(design).geometry
 
 
 def _skipped(design: str) -> tuple[str, ...]:
-    return SKIP_PARAMS + SKIP_BY_DESIGN.get(design, ())
+    """Not worth trials, kept as the incumbent has them (the design's ``untuned``)."""
+    return designs.get(design).untuned
 
 
 def _now() -> str:
@@ -58,7 +60,7 @@ def _now() -> str:
 def _options(design: str, cell: Cell) -> tuple[str, ...]:
     """The design's option parameters searched together as one categorical ``variant``."""
     return tuple(k for k, v in mx.space(design, cell).items()
-                 if k not in GEOMETRY and k not in _skipped(design) and len(v) > 1)
+                 if k not in _geometry(design) and k not in _skipped(design) and len(v) > 1)
 
 
 def search_space(design: str, cell: Cell, params: dict[str, Any]) -> SearchSpace | None:
@@ -66,19 +68,16 @@ def search_space(design: str, cell: Cell, params: dict[str, Any]) -> SearchSpace
     baseline (a parameter it leaves out is at its first value); ``None`` when there is nothing
     to search.
 
-    The tile geometry (``vx``, ``lz``, ``ty``, ``tx``) are ordinal dimensions (sorted values,
-    the incumbent's own among them: a slab's ``lz=30`` lies outside the list). The options
-    (``pf``, ``smem``, ``xs``, ``pn``, ``ry``, ``sc``, ``h2``, ``cw``, ``pw``, ``minb``, ``zo``; ztile's
-    and the plane sweep's ``st`` and ``ca``; the temporal kernel's own) form
-    one categorical dimension ``variant`` of the combinations the design builds at the
-    incumbent's geometry: drawn one by one, nine in ten random z-marching combinations are
-    refused (``ry`` or ``sc`` with ``pn``, ``xs`` with ``smem``, ...), and the sampler's random
-    startup trials would be mostly wasted. ``l1`` (no effect on the H200) and z-marching's
-    ``minb`` (spills where it binds) stay as they are (:data:`SKIP_BY_DESIGN`)."""
+    The design's tile geometry (its ``geometry``) are ordinal dimensions (sorted values,
+    the incumbent's own among them: a slab's z-chunk of 30 lies outside the list). Its other
+    knobs, the options, form one categorical dimension ``variant`` of the combinations the
+    design builds at the incumbent's geometry: drawn one by one, nine in ten random z-marching
+    combinations are refused, and the sampler's random startup trials would be mostly wasted.
+    The design's ``untuned`` knobs stay as the incumbent has them."""
     space = mx.space(design, cell)
     current = {k: params.get(k, v[0]) for k, v in space.items()}
     dims: dict[str, Any] = {}
-    for name in GEOMETRY:
+    for name in _geometry(design):
         if name in space and len({*space[name], current[name]}) > 1:
             dims[name] = {"ordinal": sorted({*space[name], current[name]})}
     for name in _skipped(design):

@@ -2,23 +2,21 @@
 
 The forge compiles a whole round's candidates at once (one nvcc process per source, as many in
 parallel as there are cores) before it measures any of them, so device time goes to running
-kernels, not to compiling them. Options, the nvcc lookup and the time limit are
-those of :mod:`kernforge.forge.compile_check` (the CPU check CI runs).
+kernels, not to compiling them. The builds are the cuda backend's
+(:func:`kernforge.backends.cuda_build.build_cubins`); the options are those of
+:mod:`kernforge.forge.compile_check` (the CPU check CI runs), with ``-lineinfo``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
-import tempfile
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..backends.cuda_build import build_cubins, find_nvcc, nvcc_jobs
 from ..stencil.operator import Operator
-from .compile_check import TIMEOUT_S, default_jobs, find_nvcc, nvcc_options
+from .compile_check import nvcc_options
 
 ARCH = "sm_90"
 
@@ -45,32 +43,6 @@ def _key(op: Operator, arch: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def _compile_one(op: Operator, cache: Path, arch: str, compiler: str) -> Built:
-    import time
-
-    t0 = time.perf_counter()
-    key = _key(op, arch)
-    cubin = cache / f"{key}.cubin"
-    if cubin.exists():
-        return Built(op, cubin, "", 0.0)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        src = Path(tmp) / "op.cu"
-        src.write_text(op.source)
-        out = Path(tmp) / "op.cubin"
-        cmd = [compiler, "-cubin", "-lineinfo", *nvcc_options(op, arch), "-o", str(out),
-               str(src)]
-        try:
-            proc = subprocess.run(cmd, check=False, capture_output=True, text=True,
-                                  timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            return Built(op, None, f"nvcc timed out after {TIMEOUT_S} s",
-                         time.perf_counter() - t0)
-        if proc.returncode != 0:
-            return Built(op, None, proc.stderr[-4000:], time.perf_counter() - t0)
-        os.replace(out, cubin)  # atomic: a killed compile never leaves a half cubin
-    return Built(op, cubin, "", time.perf_counter() - t0)
-
-
 def compile_all(ops: Iterable[Operator], cache: Path, *, arch: str = ARCH,
                 jobs: int | None = None) -> list[Built]:
     """Compile every operator (deduplicated by source), results in input order."""
@@ -80,9 +52,8 @@ def compile_all(ops: Iterable[Operator], cache: Path, *, arch: str = ARCH,
     unique: dict[str, Operator] = {}
     for op in ops:
         unique.setdefault(_key(op, arch), op)
-    workers = jobs or default_jobs()
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        done = dict(zip(unique, pool.map(lambda o: _compile_one(o, cache, arch, compiler),
-                                         unique.values()), strict=True))
+    done = build_cubins({k: (op.source, ["-lineinfo", *nvcc_options(op, arch)])
+                         for k, op in unique.items()}, cache, compiler=compiler,
+                        jobs=jobs or nvcc_jobs())
     return [Built(op, done[_key(op, arch)].cubin, done[_key(op, arch)].log,
                   done[_key(op, arch)].seconds) for op in ops]

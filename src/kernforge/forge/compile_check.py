@@ -2,32 +2,28 @@
 
 Every cell's operator (and the naive baseline) is written to a temporary ``.cu`` file and
 compiled with ``nvcc -arch=sm_90 -cubin`` and the operator's options (NVRTC-only options are
-dropped), in parallel. Identical sources with identical options are compiled once.
+dropped), in parallel, by the cuda backend (:mod:`kernforge.backends.cuda_build`). Identical
+sources with identical options are compiled once.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
-import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core import BackendUnavailableError
+from ..backends import cuda_build
+from ..backends.cuda_build import find_nvcc
 from ..stencil.kernels import naive
 from ..stencil.operator import Operator
 from ..stencil.spec import Cell
 
-NVRTC_ONLY = ("-default-device", "--device-as-default-execution-space",
-              "-builtin-move-forward", "-builtin-initializer-list", "--no-builtin-move-forward",
-              "--no-builtin-initializer-list", "-pch", "--pch")
-TIMEOUT_S = 300
+TIMEOUT_S = cuda_build.TIMEOUT_S
+default_jobs = cuda_build.nvcc_jobs  # nvcc's wall time is much outside the CPU: 2x the cores
 
 
 @dataclass(frozen=True)
@@ -46,41 +42,14 @@ class CompileResult:
 
 def nvcc_options(op: Operator, arch: str) -> list[str]:
     """The operator's options for nvcc, with flush-to-zero on as CuPy builds every NVRTC module
-    (it appends ``-ftz=true``), so that the cubins compute what dispatch does."""
-    opts = [o for o in op.options if o.split("=")[0] not in NVRTC_ONLY
-            and not o.startswith(("-ftz", "--ftz"))]
-    opts.append("-ftz=true")  # CuPy appends it after the caller's options: the last one wins
-    if not any(o.startswith(("-arch", "--gpu-architecture", "-gencode")) for o in opts):
-        opts.insert(0, f"-arch={arch}")
-    return opts
-
-
-def default_jobs() -> int:
-    """nvcc spends much of its wall time outside the CPU: twice the cores, at least 4."""
-    return max(4, 2 * (os.cpu_count() or 1))
-
-
-def find_nvcc(nvcc: str | None = None) -> str:
-    path = shutil.which(nvcc or os.environ.get("NVCC", "nvcc"))
-    if path is None:
-        raise BackendUnavailableError(f"{nvcc or 'nvcc'} not found",
-                                      hint="install the CUDA toolkit, or pass --nvcc PATH")
-    return path
+    (:func:`kernforge.backends.cuda_build.nvcc_options`)."""
+    return cuda_build.nvcc_options(op.options, arch)
 
 
 def _compile(nvcc: str, op: Operator, arch: str, workdir: Path) -> tuple[bool, float, str]:
     opts = nvcc_options(op, arch)
     digest = hashlib.sha256((op.source + "\0" + " ".join(opts)).encode()).hexdigest()[:20]
-    src = workdir / f"{digest}.cu"
-    src.write_text(op.source)
-    cmd = [nvcc, "-cubin", *opts, "-o", str(workdir / f"{digest}.cubin"), str(src)]
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return False, time.perf_counter() - t0, f"nvcc timed out after {TIMEOUT_S} s"
-    log = (proc.stdout + proc.stderr).strip()
-    return proc.returncode == 0, time.perf_counter() - t0, log
+    return cuda_build.check_cubin(nvcc, op.source, opts, workdir, digest, timeout_s=TIMEOUT_S)
 
 
 def _operators(cells: Sequence[Cell], operator_for: Callable[[Cell], Operator],

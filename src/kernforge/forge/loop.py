@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..core.jsonio import write_json_atomic
+from ..stencil import designs
 from ..stencil import matrix as mx
 from ..stencil.operator import Operator
 from ..stencil.spec import Cell
@@ -68,21 +69,15 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-_GEOMETRY = ("tx", "ty", "vx", "lz")
-# parameter names that mean different things in different designs (the plane sweep's ``ry``:
-# output rows per thread in a shared-memory tile, 4/2/8; z-marching's: rows with their own
-# queues, 1/2/4): never carried from one design to another by the design round
-_OWN_MEANING = ("ry",)
-
-
 def _compatible(cell: Cell, inc: Incumbent, change: str, value: Any) -> Operator | None:
     """``change=value`` where the incumbent's other options exclude it (e.g. ``ry`` needs the
     plain z-marching kernel, the incumbent has ``pn``): the incumbent with one option set back
-    to its default, else with every option but the block geometry set back."""
+    to its default, else with every option but the design's tile geometry set back."""
     space = mx.space(inc.design, cell)
-    others = [k for k in inc.params if k != change and k not in _GEOMETRY and k in space]
+    geometry = designs.get(inc.design).geometry
+    others = [k for k in inc.params if k != change and k not in geometry and k in space]
     tries = [{**inc.params, k: space[k][0], change: value} for k in others]
-    tries.append({**{k: v for k, v in inc.params.items() if k in _GEOMETRY}, change: value})
+    tries.append({**{k: v for k, v in inc.params.items() if k in geometry}, change: value})
     for params in tries:
         op = mx.build(inc.design, cell, params)
         if op is not None:
@@ -95,13 +90,15 @@ def _candidates(cell: Cell, inc: Incumbent, change: str) -> list[Operator]:
     if change == "design":
         # each other design at its defaults, and with the incumbent's values of the parameters
         # the two share (the same tile and z-chunk: a new structure is not judged on a worse
-        # geometry than the one the incumbent was tuned to)
+        # geometry than the one the incumbent was tuned to); a knob whose meaning is either
+        # design's own (its ``unshared``) is never carried
         for design in mx.applicable(cell):
             if design == inc.design:
                 continue
+            own = {*designs.get(inc.design).unshared, *designs.get(design).unshared}
             base = mx.defaults(design, cell)
             shared = {k: v for k, v in inc.params.items()
-                      if k in mx.space(design, cell) and k not in _OWN_MEANING}
+                      if k in mx.space(design, cell) and k not in own}
             for params in (base, {**base, **shared}):
                 op = mx.build(design, cell, params)
                 if op is not None and op.key not in {o.key for o in ops}:

@@ -4,8 +4,9 @@
   (or in numpy, for tests), refreshed with fresh random inputs from a seed at every check;
   ``out`` and ``tmp`` are preset to the input with their interior poisoned (NaN), so a point an
   operator does not write fails the oracle, and the boundary it must not touch is the input's.
-- :func:`load` compiles an :class:`~kernforge.stencil.operator.Operator` with NVRTC
-  (``cupy.RawModule``, the operator's options; entries are ``extern "C"``);
+- :func:`load` compiles an :class:`~kernforge.stencil.operator.Operator` with NVRTC through
+  the cuda backend (:func:`kernforge.backends.cuda_modules.load_source`: CuPy's module, the
+  operator's options; entries are ``extern "C"``);
   :class:`OperatorRunner` applies it (its launches in order, roles mapped to the cell's fields).
 - :class:`Runner`: what timing takes, so baselines plug in; :class:`GpuDevice` times any runner
   through the harness's protocol (:func:`kernforge.harness.timing.measure_runs` and
@@ -25,9 +26,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..backends.cupy_hooks import original_class
+from ..backends import cuda_modules
 from ..core import (
-    CompileError,
     ConfigError,
     LaunchError,
 )
@@ -172,17 +172,8 @@ class LoadedOperator:
 def load(op: Operator) -> LoadedOperator:
     """Compile ``op`` with NVRTC; a compiler error becomes :class:`CompileError`."""
     cp = cupy_module()
-    try:
-        module = original_class(cp, "RawModule")(code=op.source, options=tuple(op.options))
-        fns = {entry: module.get_function(entry) for entry in op.entries()}
-    except cp.cuda.compiler.CompileException as exc:
-        log = str(exc)
-        first = "\n".join(log.strip().splitlines()[:8])
-        raise CompileError(f"NVRTC could not compile {op.cell_id} ({op.key}):\n{first}",
-                           log=log) from exc
-    except Exception as exc:  # invalid option, module load failure, missing entry
-        raise CompileError(f"could not build {op.cell_id} ({op.key}): "
-                           f"{type(exc).__name__}: {exc}", log=str(exc)) from exc
+    fns = cuda_modules.load_source(cp, op.source, op.options, op.entries(),
+                                   what=f"{op.cell_id} ({op.key})")
     info = {e: {"num_regs": int(f.num_regs), "max_threads": int(f.max_threads_per_block),
                 "local_bytes": int(f.local_size_bytes)} for e, f in fns.items()}
     configure(op, fns)
@@ -260,7 +251,7 @@ class CopyRunner:
         self.dst = cp.empty(self.nbytes, dtype=cp.uint8)
         self.kernel = None
         if method == "kernel":
-            mod = original_class(cp, "RawModule")(code=_COPY_SOURCE)
+            mod = cuda_modules.source_module(cp, _COPY_SOURCE)
             self.kernel = mod.get_function("kf_copy16")
         elif method != "memcpy":
             raise ValueError(f"unknown copy method {method!r}")

@@ -7,7 +7,7 @@ rows per block. On the H200 the one incumbent of a box_2 fp32 cell that reached 
 roofline got there by two changes in separate rounds (``pn=0``, then ``pw=1``), while the
 four other box_2 fp32 cells sit at 58-77%.
 
-A pair round offers the incumbent with two of :data:`PAIR_PARAMS` changed (each to any other
+A pair round offers the incumbent with two of its design's ``paired`` knobs changed (each to any other
 value of the design's space), at most :data:`PAIR_LIMIT` per cell, drawn in an order fixed by
 the cell's id, so a rerun offers the same candidates; ``pairs2`` offers the next
 :data:`PAIR_LIMIT` of that order (a cell whose incumbent ``pairs`` left unchanged gets new
@@ -25,12 +25,11 @@ import random
 import zlib
 from typing import Any
 
+from ..stencil import designs
 from ..stencil import matrix as mx
 from ..stencil.operator import Operator
 from ..stencil.spec import Cell
 
-# the parameters that trade parallelism, registers and bytes in flight against each other
-PAIR_PARAMS = ("vx", "lz", "ty", "tx", "pf", "pn", "pw", "ry")
 PAIR_LIMIT = 40
 
 
@@ -41,7 +40,7 @@ def pair_candidates(cell: Cell, design: str, params: dict[str, Any],
     only, none of the keys in ``exclude`` (the incumbent's own); the first ``skip`` of them
     left out (a later page of the same order)."""
     space = mx.space(design, cell)
-    moves = [(k, v) for k in PAIR_PARAMS if k in space
+    moves = [(k, v) for k in designs.get(design).paired if k in space
              for v in space[k] if params.get(k, space[k][0]) != v]
     combos = [(a, b) for i, a in enumerate(moves) for b in moves[i + 1:] if a[0] != b[0]]
     random.Random(zlib.crc32(cell.id.encode())).shuffle(combos)

@@ -17,12 +17,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..backends.cuda_build import MAX_JOBS
 from ..core import ConfigError
 from ..core.jsonio import DamagedJSON, parse_json, write_bytes_atomic, write_json_atomic
 from ..stencil import matrix as mx
 from ..stencil.spec import Cell
 from .loop import check_plan
-from .nvrtc import MAX_JOBS
 from .run import check_build
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backends.cupy_hooks import original_class
+from ..backends import cuda_modules
 from ..harness.stats import median
 from ..stencil.spec import Cell, Precision
 from .measure import GpuDevice
@@ -60,8 +60,8 @@ class _FmaRunner:
         self.blocks = blocks
         self.ctype = ctype
         entry = "kf_hfma2_peak" if ctype == HALF2 else f"kf_fma_peak<{ctype}>"
-        mod = original_class(cp, "RawModule")(
-            code="#include <cuda_fp16.h>\n" + _SOURCE, options=("--std=c++17", "--fmad=true"),
+        mod = cuda_modules.source_module(
+            cp, "#include <cuda_fp16.h>\n" + _SOURCE, options=("--std=c++17", "--fmad=true"),
             name_expressions=(f"kf_fma_peak<{ctype}>",) if ctype != HALF2 else ())
         self.fn = mod.get_function(entry)
         if ctype == HALF2:  # a __half2 travels as its 32 bits: (0.999, 0.999) and (0.001, 0.001)

@@ -6,24 +6,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..core import ConfigError
+from ..stencil import designs
 from ..stencil import matrix as mx
 from ..stencil.spec import Cell
 from .ideas import known, names
 
 
 def round_plan(rounds: int, changes: Sequence[str] | None = None) -> list[str]:
-    """The changes of rounds 1..N: the design first, then parameters in a fixed order; or
-    ``changes`` as given (one round each; every name must be a known change)."""
+    """The changes of rounds 1..N: the design first, then parameters in the order the design
+    registry gives (:data:`kernforge.stencil.designs.ROUND_ORDER`); or ``changes`` as given (one round each; every name must be a known change)."""
     if changes:
         unknown = [c for c in changes if not known(c)]
         if unknown:
             raise ConfigError(f"unknown forge change(s): {', '.join(unknown)}",
                               hint=f"choose from {names()}")
         return list(changes)
-    # the likeliest wins first (the H200's first run: parallelism and bytes in flight)
-    order = ["design", "pf", "lz", "vx", "ry", "h2", "cx", "ty", "tx", "cy", "fs", "smem",
-             "minb", "pipe", "block", "st", "xs", "pn", "cw", "lz", "pf"]
-    return order[:rounds]
+    return list(designs.ROUND_ORDER[:rounds])
 
 
 def check_plan(rounds: int, changes: Sequence[str] | None, seed_design: str | None,

@@ -15,7 +15,6 @@ on the GPU machine's driver when that driver is as new or newer. Point the forge
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from pathlib import Path
@@ -35,28 +34,20 @@ def _no_sessions(cell: Cell) -> Any:
     raise AssertionError("precompiling measures nothing")
 
 
-def add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--stencils", nargs="*")
-    ap.add_argument("--shapes", nargs="*")
-    ap.add_argument("--precisions", nargs="*")
-    ap.add_argument("--changes", required=True,
-                    help="the forge run's --changes; only its first round is compiled")
-    ap.add_argument("--table", type=Path, default=TABLE_PATH)
-    ap.add_argument("--seed-design", default=None, help="the forge run's --seed-design")
-    ap.add_argument("--cache", type=Path, required=True)
-    ap.add_argument("--jobs", type=int, default=None, help="parallel nvcc (default: cores)")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Compile the first round of ``args.changes`` and every incumbent into ``args.cache``."""
-    change = args.changes.split(",")[0]
+def run(changes: str, cache: Path, *, stencils: list[str] | None = None,
+        shapes: list[str] | None = None, precisions: list[str] | None = None,
+        table: Path = TABLE_PATH, seed_design: str | None = None,
+        jobs: int | None = None) -> int:
+    """Compile the first round of ``changes`` (the forge run's ``--changes``) and every
+    incumbent of ``table`` into ``cache``; ``jobs``: parallel nvcc (default: cores)."""
+    change = changes.split(",")[0]
     if not known(change):
         raise ConfigError(f"unknown forge change {change!r}", hint=f"one of {names()}")
-    cells = matrix(args.stencils, args.shapes, args.precisions)
+    cells = matrix(stencils, shapes, precisions)
     # the run's own start: the table's incumbents (naive where a cell has none or its entry
     # no longer builds), seeded cells at the seed design's defaults
-    forge = Forge(cells, args.table, Path(os.devnull), default_compiler(args.cache),
-                  _no_sessions, seed_design=args.seed_design)
+    forge = Forge(cells, table, Path(os.devnull), default_compiler(cache),
+                  _no_sessions, seed_design=seed_design)
     ops = []
     seed = tpe_seed(change)
     for cell in cells:
@@ -66,10 +57,10 @@ def run(args: argparse.Namespace) -> int:
                    if seed is not None else _candidates(cell, inc, change))
     t0 = time.time()
     unique = list({(op.cell_id, op.key): op for op in ops}.values())
-    print(f"{change}: compiling {len(unique)} operators into {args.cache}", flush=True)
-    built = compile_all(unique, args.cache, jobs=args.jobs)  # a KernforgeError without nvcc
+    print(f"{change}: compiling {len(unique)} operators into {cache}", flush=True)
+    built = compile_all(unique, cache, jobs=jobs)  # a KernforgeError without nvcc
     failed = [b for b in built if not b.ok]
-    size = sum(p.stat().st_size for p in args.cache.glob("*.cubin"))
+    size = sum(p.stat().st_size for p in cache.glob("*.cubin"))
     print(f"{len(built) - len(failed)} compiled, {len(failed)} failed, {time.time() - t0:.0f} s; "
           f"cache {size / 2**20:.1f} MiB")
     for b in failed[:5]:  # a candidate that does not compile is the forge's to reject

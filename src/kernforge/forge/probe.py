@@ -31,20 +31,19 @@ first value), else the probe refuses it.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import re
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core import ConfigError
 from ..stencil import matrix as mx
+from ..stencil.kernels import zmarch
 from ..stencil.operator import Operator
 from ..stencil.spec import Cell
 
 LOOP = re.compile(r"for \(long z = zb; z < ze; (?:\+\+z|z \+= PF)\) \{\n")  # pf=1: PF is 1
-PLAIN_ONLY = ("pf", "pn", "xs", "ry", "sc", "h2", "smem", "zo")  # zo: blockIdx already renamed
 
 
 class ProbeError(ConfigError):
@@ -55,17 +54,16 @@ class ProbeError(ConfigError):
         super().__init__(message, hint=hint)
 
 
-PLAIN = {"pf": 1, "ry": 1}  # every other option of PLAIN_ONLY is off at 0
-
-
-def _plain(op: Operator, allow: tuple[str, ...] = ()) -> None:
-    """Refuse an operator a probe cannot rewrite: z-marching only; the prefetches need pf=1,
-    ry=1 and sc=0 (their line names the thread's row ``y``); z_order takes any pf and xs, but
-    no pn/ry/sc/h2/smem."""
-    other = [k for k in PLAIN_ONLY
-             if k not in allow and op.params.get(k, PLAIN.get(k, 0)) != PLAIN.get(k, 0)]
-    if op.design != "zmarch" or other:
-        fix = ", ".join(f"{k}={PLAIN.get(k, 0)}" for k in other)
+def _plain(op: Operator, probe: str) -> None:
+    """Refuse an operator a probe cannot rewrite: z-marching only, each option as its plain
+    kernel has it (:data:`kernforge.stencil.kernels.zmarch.PLAIN`) but those the ``probe``
+    (``prefetch`` or ``z_order``) takes at any value (``zmarch.PROBE_FREE``): the prefetches
+    need pf=1, ry=1 and sc=0 (their line names the thread's row ``y``); z_order takes any pf
+    and xs, but no pn/ry/sc/h2/smem."""
+    plain, allow = zmarch.PLAIN, zmarch.PROBE_FREE[probe]
+    other = [k for k in plain if k not in allow and op.params.get(k, plain[k]) != plain[k]]
+    if op.design != zmarch.DESIGN.name or other:
+        fix = ", ".join(f"{k}={plain[k]}" for k in other)
         raise ProbeError(f"{op.key}: this probe rewrites the z-marching kernel only"
                          f"{' with ' + fix if fix else ''}")
 
@@ -79,15 +77,15 @@ def _in_loop(op: Operator, code: str, note: str) -> Operator:
 
 def l2_prefetch(op: Operator, d: int) -> Operator:
     """Each thread prefetches its own points of the plane ``d`` ahead into L2."""
-    _plain(op, allow=("pn", "xs", "h2", "smem"))
+    _plain(op, "prefetch")
     return _in_loop(op, f'    if (z + {d} + R < NZ) asm volatile("prefetch.global.L2 [%0];" :: '
                         f'"l"(src + ((z + {d} + R) * NY + y) * NX + x0));\n', f"l2={d}")
 
 
 def bulk_prefetch(op: Operator, d: int, itemsize: int) -> Operator:
     """Lane 0 of each warp row prefetches the row ``d`` planes ahead with one bulk request."""
-    _plain(op, allow=("pn", "xs", "h2", "smem"))
-    nbytes = op.params["tx"] * op.params["vx"] * itemsize
+    _plain(op, "prefetch")
+    nbytes = zmarch.row_points(op.params) * itemsize
     if nbytes % 16:
         raise ProbeError(f"{op.key}: a bulk prefetch needs a multiple of 16 bytes ({nbytes})")
     return _in_loop(op, f'    if (threadIdx.x == 0 && z + {d} + R < NZ) asm volatile('
@@ -98,7 +96,7 @@ def bulk_prefetch(op: Operator, d: int, itemsize: int) -> Operator:
 
 def z_order(op: Operator, remap: bool = True) -> Operator:
     """Odd chunks march downward; with ``remap``, chunks are also fastest in the block order."""
-    _plain(op, allow=("pf", "xs"))
+    _plain(op, "z_order")
     s = op.source
     radius = int(re.search(r"constexpr int R = (\d+);", s).group(1))  # type: ignore[union-attr]
     start = re.search(r"__global__ void[^{]*\{\n", s)
@@ -196,15 +194,10 @@ def variant(cell: Cell, spec: str) -> Operator:
     raise ProbeError(f"{probe!r}: the probes are l2=D, bl2=D, zo, zr and cl=AXES")
 
 
-def add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("cell", help="a cell id, e.g. star_2/512x512x512/fp32")
-    ap.add_argument("variants", nargs="*", help="k=v,... [+probe] or DESIGN[k=v,...]")
-    ap.add_argument("--passes", type=int, default=25, help="interleaved timed passes")
-
-
-def run(args: argparse.Namespace, say: Callable[[str], None] = print, isolate: Any = None,
-        device: str | None = None) -> int:
-    """Time the cell's dispatched operator against the variants on the GPU (``device``: the
+def run(cell_id: str, variants: Sequence[str] = (), *, passes: int = 25,
+        say: Callable[[str], None] = print, isolate: Any = None, device: str | None = None) -> int:
+    """Time the cell's dispatched operator against the ``variants`` in ``passes`` interleaved
+    passes on the GPU (``device``: the
     ``module:factory`` of another device). With ``isolate`` (the command's supervisor, its
     default) they run in a worker (:mod:`.probe_run`): a variant that crashes, hangs or fails
     to build or run is reported with its Status and cause, the others are timed, exit 6. A
@@ -212,14 +205,14 @@ def run(args: argparse.Namespace, say: Callable[[str], None] = print, isolate: A
     from . import probe_run
     from .probe_run import ProbeRuns, name_of
 
-    cell = Cell.parse(args.cell)
-    ops = [variant(cell, s) for s in ["", *args.variants]]
+    cell = Cell.parse(cell_id)
+    ops = [variant(cell, s) for s in ["", *variants]]
     runs = ProbeRuns(cell, isolate, device or probe_run.DEVICE)
     try:
         copy_bps, method = runs.open()
         for i, op in enumerate(ops):
             runs.add(i, op)
-        times = runs.time(args.passes)
+        times = runs.time(passes)
     finally:
         runs.close()
     first = min(times, default=None)

@@ -4,7 +4,8 @@ on the host emulator (CI: the whole loop runs, the timings mean nothing).
 A session holds one cell's fields for one round; operators come precompiled (cubins for the
 GPU, host builds for the emulator) and are cached per session by their key. Operators built by
 :mod:`kernforge.forge.nvrtc` (the default, and the final pass of an nvcc run) are loaded as
-dispatch loads them (:func:`measure.load`, from CuPy's kernel cache): the same source can
+dispatch loads them (:func:`measure.load`, from CuPy's kernel cache); cubins through the cuda
+backend (:func:`kernforge.backends.cuda_modules.load_image`): the same source can
 compile to different code with nvcc (a temporal operator got 64 registers from nvcc
 and 76 from NVRTC, half the blocks per multiprocessor, 1.31x slower).
 """
@@ -15,9 +16,11 @@ import contextlib
 import itertools
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-from ..core import CompileError, KernelRuntimeError, KernforgeError, LaunchError
+from ..backends import cuda_modules
+from ..core import CompileError, KernelRuntimeError, KernforgeError
 from ..harness.compare import interleave
 from ..harness.stats import median
 from ..stencil import emulate, oracle
@@ -39,14 +42,8 @@ _SEEDS = itertools.count(1)  # fresh inputs at every check, never the same seed 
 def load_cubin(built: Built) -> LoadedOperator:
     """The operator's kernels from its cubin; a cubin the driver refuses (built by a newer
     nvcc than the driver knows, a missing entry) is a LaunchError: a rejected candidate."""
-    cp = cupy_module()
-    try:
-        module = cp.RawModule(path=str(built.cubin))
-        fns = {entry: module.get_function(entry) for entry in built.op.entries()}
-    except cp.cuda.driver.CUDADriverError as exc:
-        raise LaunchError(f"{built.op.key}: the driver refused its cubin: {exc}",
-                          hint="rebuild it with the device's nvcc (clear the cubin cache)"
-                          ) from exc
+    fns = cuda_modules.load_image(cupy_module(), Path(str(built.cubin)), built.op.entries(),
+                                  what=built.op.key)
     info = {e: {"num_regs": int(f.num_regs)} for e, f in fns.items()}
     configure(built.op, fns)
     return LoadedOperator(built.op, fns, info)

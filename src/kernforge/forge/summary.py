@@ -8,7 +8,6 @@ PNG chart.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from collections import defaultdict
@@ -79,30 +78,24 @@ def chart(rs: list[dict], png: Path) -> None:
     fig.savefig(png, dpi=120)
 
 
-def add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--table", type=Path, required=True, help="the run's matrix.json")
-    ap.add_argument("--log", type=Path, required=True, help="the run's perf-log.jsonl")
-    ap.add_argument("--md", type=Path)
-    ap.add_argument("--png", type=Path)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Print (and write) the summary of one forge run."""
-    for path in (args.table, args.log):
+def run(table: Path, log: Path, *, md: Path | None = None, png: Path | None = None) -> int:
+    """Print the summary of one forge run (its ``table``, matrix.json, and ``log``,
+    perf-log.jsonl), and write it to ``md`` and a chart to ``png``."""
+    for path in (table, log):
         if not path.is_file():
             raise ConfigError(f"no file at {path}", hint="the matrix.json and perf-log.jsonl "
                               "a forge run wrote into its --out directory")
-    table = table_entries(read_table(args.table))  # provisional entries resolved
+    entries = table_entries(read_table(table))  # provisional entries resolved
     try:
-        log = [json.loads(x) for x in args.log.read_text().splitlines() if x.strip()]
+        records = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{args.log}: {exc}", hint="a forge run's perf-log.jsonl") from None
-    rs = rows(table, log)
+        raise ConfigError(f"{log}: {exc}", hint="a forge run's perf-log.jsonl") from None
+    rs = rows(entries, records)
     text = markdown(rs)
     print(text)
-    if args.md:
-        args.md.write_text(text)
-    if args.png:
-        chart(rs, args.png)
+    if md:
+        md.write_text(text)
+    if png:
+        chart(rs, png)
     return 0
 

@@ -21,6 +21,13 @@ REGISTRY: dict[str, Design] = {d.name: d for d in (
 )}
 
 
+# the changes of a forge run's rounds when ``--changes`` names none: the design first, then
+# knobs in this order, the likeliest wins first (the H200's first run: parallelism and bytes
+# in flight); a run of N rounds takes the first N
+ROUND_ORDER = ("design", "pf", "lz", "vx", "ry", "h2", "cx", "ty", "tx", "cy", "fs", "smem",
+               "minb", "pipe", "block", "st", "xs", "pn", "cw", "lz", "pf")
+
+
 def get(name: str) -> Design:
     """The design called ``name``; a :class:`ConfigError` naming the others."""
     try:

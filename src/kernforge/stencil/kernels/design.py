@@ -8,7 +8,11 @@ is the default and the behaviour from before the knob existed, so existing opera
 keys and sources), what it does in words in the design's ``knobs`` (:func:`knobs`; those several
 designs share are worded once, :data:`KNOBS`), its effect in the design's generator, which
 takes it as a keyword argument. Dispatch, the forge (its ``--changes`` names and idea log) and
-the tuner read them from the registry.
+the tuner read them from the registry, and so do the forge's searches how to move them: a
+design's ``geometry`` (its tile: ordinal dimensions of the TPE round, kept when the design round
+sets options back), ``paired`` (what a pair round changes two at a time), ``untuned`` (what the
+TPE round keeps as the incumbent has it) and ``unshared`` (what the design round never carries
+to or from another design: a knob whose meaning is this design's own).
 
 A generator that cannot build a cell with the given parameters (too much shared memory, a vector
 width that does not divide the row, ...) raises :class:`DoesNotFit`; ``matrix.build`` turns
@@ -26,8 +30,8 @@ from ..operator import Operator
 from ..spec import Cell, Precision
 from .common import L2_PREFETCH, DoesNotFit
 
-__all__ = ["BIT", "KNOBS", "L2P", "MINB", "Design", "DoesNotFit", "Space", "family", "knobs",
-           "precision_options"]
+__all__ = ["BIT", "GEOMETRY", "KNOBS", "L2P", "MINB", "PAIRED", "UNTUNED", "Design",
+           "DoesNotFit", "Space", "family", "knobs", "precision_options"]
 
 # knobs several designs share, declared once
 BIT = (0, 1)  # an option, off by default
@@ -36,6 +40,14 @@ BIT = (0, 1)  # an option, off by default
 MINB = (1, 2, 3, 4, 6, 8, 12, 16)
 L2P = L2_PREFETCH  # an L2 prefetch size on the plane loads (bytes; 0: none)
 LAUNCH_ATTRIBUTES = ("l1",)  # applied by matrix.build to any design that lists them
+# how the forge's searches move the knobs (a design's defaults, see Design): the tile geometry,
+# ordinal and in this order (the TPE round's dimensions)
+GEOMETRY = ("vx", "lz", "ty", "tx")
+# what a pair round changes two at a time, in this order (its candidates' seeded order follows
+# it): the knobs that trade parallelism, registers and bytes in flight against each other
+PAIRED = ("vx", "lz", "ty", "tx", "pf", "pn", "pw", "ry")
+# what the TPE round leaves as the incumbent has it: l1 measured without effect on the H200
+UNTUNED = ("l1",)
 
 Space = dict[str, tuple[Any, ...]]
 
@@ -101,7 +113,9 @@ class Design:
     it also builds planar stencils (``StencilSpec.dims == 2``), the others only 3D ones;
     ``planar_only``: it builds planar stencils only (no matrix cell, so no pinned source);
     ``presets(cell)``: parameter sets to try, best guess first, where no search has run
-    (operator matching), instead of the defaults alone."""
+    (operator matching), instead of the defaults alone. ``geometry``, ``paired``, ``untuned``
+    and ``unshared`` tell the forge's searches how to move its knobs (the module docstring;
+    each names knobs its spaces may not have for every cell: a search skips those)."""
 
     name: str
     where: Mapping[str, int]
@@ -111,12 +125,21 @@ class Design:
     planar: bool = False  # also builds planar (dims=2) stencils
     planar_only: bool = False  # builds planar stencils only
     presets: Callable[[Cell], list[dict[str, Any]]] | None = None
+    geometry: tuple[str, ...] = GEOMETRY  # the tile: ordinal, kept when options are reset
+    paired: tuple[str, ...] = PAIRED  # changed two at a time by a pair round
+    untuned: tuple[str, ...] = UNTUNED  # kept as the incumbent has it by the TPE round
+    unshared: tuple[str, ...] = ()  # never carried to or from another design
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.where) - set(FAMILIES))
         if unknown:
             raise ConfigError(f"design {self.name}: unknown families {unknown}",
                               hint=f"a design's where names some of {', '.join(FAMILIES)}")
+        own = {k for k in (*self.untuned, *self.unshared)
+               if k not in self.knobs and k not in LAUNCH_ATTRIBUTES}
+        if own:
+            raise ConfigError(f"design {self.name}: untuned/unshared name knobs it does not "
+                              f"have: {sorted(own)}", hint="declare them in its knobs")
 
     def rank(self, cell: Cell) -> int | None:
         """Its rank for the cell, or None where it does not apply."""

@@ -293,4 +293,5 @@ KNOBS = knobs(
     h2="fp16 pairs: __half2 arithmetic (HFMA2) on vertical output pairs, per-plane partial sums "
        "added into fp32 accumulators")
 
-DESIGN = Design("planesweep", {"box": 0, "star": 2}, space, generate, KNOBS)
+# ``ry`` means output rows per thread here, rows with their own queues in z-marching
+DESIGN = Design("planesweep", {"box": 0, "star": 2}, space, generate, KNOBS, unshared=("ry",))

@@ -48,7 +48,7 @@ from .common import (
     vec_loads,
     weight_defs,
 )
-from .design import BIT, L2P, MINB, Design, Space, knobs, precision_options
+from .design import BIT, L2P, MINB, UNTUNED, Design, Space, knobs, precision_options
 
 
 def _vec_struct(cell: Cell, vx: int) -> str:
@@ -220,4 +220,21 @@ KNOBS = knobs(
        "output)",
     h2="fp16 pairs: __half2 arithmetic (HFMA2) over lane pairs, fp16 sums")
 
-DESIGN = Design("zmarch", {"star": 0, "varcoeff": 0, "temporal": 1}, space, generate, KNOBS)
+# the plain kernel the forge's source probes rewrite (``kernforge stencil probe``, its ``+l2``,
+# ``+bl2``, ``+zo``, ``+zr``): each option at this value, but those a probe takes at any value
+# (:data:`PROBE_FREE`); the order is the one a refusal names them in
+PLAIN = {"pf": 1, "pn": 0, "xs": 0, "ry": 1, "sc": 0, "h2": 0, "smem": 0,
+         "zo": 0}  # zo: blockIdx already renamed
+PROBE_FREE = {"prefetch": ("pn", "xs", "h2", "smem"), "z_order": ("pf", "xs")}
+
+
+def row_points(params: dict[str, int]) -> int:
+    """x points of one warp row: what a row's bulk prefetch requests."""
+    return params["tx"] * params["vx"]
+
+
+# ``minb``: the register cap spills wherever it binds (0.08-1.01x on the H200): not searched;
+# ``ry``: rows with their own queues here, output rows of a shared-memory tile in the plane
+# sweep: never carried between the two
+DESIGN = Design("zmarch", {"star": 0, "varcoeff": 0, "temporal": 1}, space, generate, KNOBS,
+                untuned=(*UNTUNED, "minb"), unshared=("ry",))
