@@ -16,10 +16,9 @@ from kernforge.apps.adapter import (
     adapter,
     candidates,
     check_layout,
-    compile_cubin,
-    nvcc,
 )
 from kernforge.apps.probe import Recognized, recognize
+from kernforge.backends.cuda_image import compile_cubin, nvcc
 from kernforge.core import ConfigError
 from kernforge.stencil import emulate as em
 from kernforge.stencil import matrix as mx

@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernforge.apps.adapter import PLANAR_LIMIT, Slot, adapter, candidates, compile_cubin, nvcc
+from kernforge.apps.adapter import PLANAR_LIMIT, Slot, adapter, candidates
 from kernforge.apps.probe import BOUNDARY_RULES, Recognized, model, recognize
+from kernforge.backends.cuda_image import compile_cubin, nvcc
 from kernforge.stencil import emulate as em
 from kernforge.stencil.spec import custom
 

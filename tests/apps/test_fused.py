@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from kernforge.apps import fused as fz
-from kernforge.apps.adapter import Slot, compile_cubin, nvcc
+from kernforge.apps.adapter import Slot
 from kernforge.apps.probe import Recognized, recognize
+from kernforge.backends.cuda_image import compile_cubin, nvcc
 from kernforge.core import ConfigError
 from kernforge.stencil import emulate as em
 from kernforge.stencil.kernels import overlap

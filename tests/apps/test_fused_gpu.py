@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kernforge.apps.adapter import nvcc
 from kernforge.apps.operator_match import FusedMatch, fuse_unit
+from kernforge.backends.cuda_image import nvcc
 from kernforge.deploy import native as nd
 from kernforge.pipeline.run_app import record_command
 

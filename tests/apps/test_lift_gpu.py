@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernforge.apps.adapter import nvcc
 from kernforge.apps.lift_probe import Probed, lift_probe
 from kernforge.apps.lift_regions import Lifted
 from kernforge.apps.lift_source import lift_source
 from kernforge.apps.operator_gpu import ReplayTarget
+from kernforge.backends.cuda_image import nvcc
 from kernforge.record.native_format import read_native
 from kernforge.replay.native import NativeReplay
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kernforge.apps.adapter import nvcc
 from kernforge.apps.operator_match import NoMatch, OperatorMatch, match_unit
+from kernforge.backends.cuda_image import nvcc
 from kernforge.cli.main import main
 from kernforge.pipeline.run_app import record_command
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernforge.apps.adapter import nvcc
 from kernforge.apps.operator_match import NoMatch, lift_unit
+from kernforge.backends.cuda_image import nvcc
 
 from .lift_kernels import CASES, SOURCE
 from .test_lift_gpu import launch

@@ -8,10 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernforge.apps.adapter import Slot, compile_cubin, nvcc
+from kernforge.apps.adapter import Slot
 from kernforge.apps.lift_probe import Probed, lift_probe
 from kernforge.apps.program_adapter import program_adapter
 from kernforge.apps.program_binding import bind_probed, extent
+from kernforge.backends.cuda_image import compile_cubin, nvcc
 from kernforge.core import ConfigError
 from kernforge.stencil import emulate as em
 from kernforge.stencil.program import Reduction, apply, boundary, error_bound, program, tap

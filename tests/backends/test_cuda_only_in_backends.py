@@ -29,10 +29,7 @@ API = re.compile(r"^(cuModuleLoad\w*|nvrtc[A-Z]\w*)$")
 TOOLS = ("nvcc", "ptxas")
 OUTPUTS = {"-cubin", "-ptx", "-fatbin", "--cubin", "--ptx", "--fatbin"}  # nvcc's output kinds
 # what another change owns: each with the reason it stays for now
-KNOWN = {
-    "apps/adapter.py": "the adapter's NVRTC fallback (cupy.cuda.compiler.compile_using_nvrtc); "
-                       "apps/ is the application adapters' change",
-}
+KNOWN: dict[str, str] = {}
 
 
 def _constants(node: ast.AST) -> set[object]:

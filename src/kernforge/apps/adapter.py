@@ -20,21 +20,15 @@ placeholder of the same size and alignment. Its body:
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from ..core import CompileError, ConfigError
+from ..core import ConfigError
 from ..core.native import NativeRecording
 from ..stencil import matrix as mx
 from ..stencil.kernels.common import literal
 from ..stencil.operator import Operator
 from .probe import Recognized, radii
-from .process import tail_text
 
 SCALARS = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 
@@ -265,51 +259,3 @@ def candidates(match: Recognized, limit: int | None = None) -> list[Operator]:
     naive = [o for o in out if o.design == "naive"]
     return (out[:limit - 1] + naive[:1]) if naive and naive[0] not in out[:limit - 1] \
         else out[:limit]
-
-
-def nvcc() -> str | None:
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
-    cand = Path(home) / "bin" / "nvcc"
-    return str(cand) if cand.is_file() else None
-
-
-def compile_cubin(source: str, arch: str = "sm_90", *, ptx: bool = False) -> bytes:
-    """``source`` compiled by nvcc (``-cubin``, or ``-ptx``) for ``arch``; a CompileError with
-    the compiler's log when it fails, or when no nvcc is found."""
-    exe = nvcc()
-    if exe is None:
-        raise CompileError("nvcc not found", hint="put the CUDA toolkit's bin on PATH or set "
-                           "CUDA_HOME")
-    with tempfile.TemporaryDirectory(prefix="kf-adapter-") as tmp:
-        src, out = Path(tmp) / "adapter.cu", Path(tmp) / ("adapter.ptx" if ptx else "a.cubin")
-        src.write_text(source)
-        cmd = [exe, "-ptx" if ptx else "-cubin", f"-arch={arch}", "-O3", "--std=c++17",
-               "-o", str(out), str(src)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise CompileError(f"nvcc failed on the adapter: {tail_text(proc.stderr, 2000)}",
-                               hint="the generated adapter is a bug: report it with the unit")
-        return out.read_bytes()
-
-
-def compile_image(source: str, arch: str) -> bytes:
-    """The adapter's module image for ``arch`` (``sm_90``): a cubin from nvcc when there is
-    one, else NVRTC's output through CuPy (the compiler dispatch uses); a CompileError when
-    neither is available or the source does not compile."""
-    if nvcc() is not None:
-        return compile_cubin(source, arch)
-    try:
-        from cupy.cuda import compiler  # type: ignore[import-not-found, import-untyped, unused-ignore]
-    except ImportError:
-        raise CompileError("neither nvcc nor CuPy's NVRTC is available to build the adapter",
-                           hint="install the CUDA toolkit or cupy-cuda12x") from None
-    try:
-        image = compiler.compile_using_nvrtc(source, ("--std=c++17",),
-                                             arch=arch.removeprefix("sm_"))
-    except compiler.CompileException as exc:  # it carries the log
-        raise CompileError(f"NVRTC failed on the adapter: {tail_text(str(exc), 2000)}",
-                           hint="the generated adapter is a bug: report it with the unit") from None
-    return image if isinstance(image, bytes) else str(image).encode()

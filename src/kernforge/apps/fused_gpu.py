@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backends.cuda_image import compile_image
 from ..core import CompileError, ConfigError, KernforgeError, Tolerance
 from ..harness.compare import interleave
 from ..harness.verify import check_buffer
@@ -34,7 +35,7 @@ from ..record.native_format import read_native
 from ..replay.native import NativeReplay, NativeVariant
 from ..replay.native_sequence import first_launch
 from . import fused as fz
-from .adapter import compile_image, layout
+from .adapter import layout
 from .operator_gpu import AdapterRun, ReplayTarget, recognized
 from .probe import Recognized
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backends.cuda_image import compile_image
 from ..backends.cxx_names import pointee_dtype
 from ..core import CompileError, ConfigError, KernforgeError, Tolerance
 from ..core.native import NativeRecording
@@ -30,7 +31,7 @@ from ..harness.compare import interleave
 from ..harness.verify import check_buffer
 from ..record.native_format import read_native
 from ..replay.native import NativeReplay, NativeVariant
-from .adapter import Adapter, adapter, candidates, compile_image, layout
+from .adapter import Adapter, adapter, candidates, layout
 from .probe import NotAStencil, ProbeBuffer, Recognized, recognize, tolerance
 
 RECORDED = NativeVariant()

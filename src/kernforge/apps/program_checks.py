@@ -22,13 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from ..backends.cuda_image import compile_image
 from ..core import Tolerance
 from ..harness.verify import check_buffer
 from ..stencil.program import StencilProgram
 from ..stencil.program import expr as ex
 from ..stencil.program.binding import Binding
 from ..stencil.program.oracle import EPS
-from .adapter import compile_image
 
 FRESH_SEEDS = (21, 22)
 COPY = """extern "C" __global__ void kf_copy(double* dst, const double* src, long long n) {

@@ -23,12 +23,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..backends.cuda_image import compile_image
 from ..core import CompileError, ConfigError, KernforgeError
 from ..harness.compare import interleave
 from ..record.native_format import read_native
 from ..replay.native import NativeReplay
 from ..stencil.program.designs import candidates
-from .adapter import compile_image, layout
+from .adapter import layout
 from .lift_probe import Probed, lift_probe
 from .lift_regions import Lifted
 from .lift_source import lift_source
