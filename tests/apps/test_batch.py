@@ -294,3 +294,26 @@ def test_time_left_at_the_end_goes_to_a_program_stopped_at_its_share(
     assert "program(s) stopped at their share go on" in text, text
     assert rc == 0 and p["first"].status == p["quick"].status == "DONE", text
     assert p["first"].attempts == 2 and p["first"].app_state == "OUT_OF_SCOPE"
+
+
+def test_status_shows_a_program_of_a_batch_that_ended_unfinished_as_interrupted(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kernforge.apps.batch_store import in_use, lock
+
+    out = tmp_path / "runs"
+    store = BatchStore.open(out)
+    store.add("slow", 0, "slow.toml", "")
+    store.begin("slow")  # then the batch was killed: the row stays RUNNING
+    store.close()
+    assert main(["app", "batch", "--status", "--out", str(out)]) == 1
+    text = capsys.readouterr().out
+    assert "| slow | INTERRUPTED |" in text and "goes on with it" in text
+    fd = lock(out)  # a batch running now
+    try:
+        assert in_use(out)
+        assert main(["app", "batch", "--status", "--out", str(out)]) == 1
+        assert "| slow | RUNNING | - | - | 0s | running |" in capsys.readouterr().out
+    finally:
+        os.close(fd)
+    assert not in_use(out)
+    assert "0 program(s)\n" in "\n".join(summary_lines([], budget_s=None, spent_s=0)) + "\n"

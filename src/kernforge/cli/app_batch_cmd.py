@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..apps import batch as batch_mod
 from ..apps.batch_report import exit_status, summary_lines
-from ..apps.batch_store import DB_NAME, BatchStore, Program
+from ..apps.batch_store import DB_NAME, BatchStore, Program, in_use
 from ..apps.budget import parse_duration
 from ..apps.draft import draft_suite
 from ..core import ConfigError
@@ -88,14 +88,14 @@ def draft(args: argparse.Namespace) -> int:
     return 0 if n["drafted"] or n["kept"] else 1
 
 
-def _print_summary(out: Path) -> list[Program]:
+def _print_summary(out: Path, live: bool = True) -> list[Program]:
     store = BatchStore.open(out)
     try:
         programs = store.programs()
         b, pb = store.meta("budget_s"), store.meta("program_budget_s")
         lines = summary_lines(programs, budget_s=None if b is None else float(b),
                               spent_s=store.spent_s(),
-                              program_budget_s=None if pb is None else float(pb))
+                              program_budget_s=None if pb is None else float(pb), live=live)
     finally:
         store.close()
     console.print("\n".join(lines), markup=False, soft_wrap=True)
@@ -107,7 +107,7 @@ def batch(args: argparse.Namespace) -> int:
         if not (args.out / DB_NAME).is_file():
             raise ConfigError(f"--out {args.out}: no batch there ({DB_NAME} missing)",
                               hint="give the --out of a kernforge app batch")
-        return exit_status(_print_summary(args.out))
+        return exit_status(_print_summary(args.out, live=in_use(args.out)))
     if bool(args.manifests) == bool(args.dir):
         raise ConfigError("give the manifests, or --dir DIR (not both)",
                           hint="kernforge app batch a.toml b.toml, or kernforge app batch "
