@@ -31,6 +31,7 @@ from typing import Any
 from ..core import ConfigError, KernforgeError
 from ..core.jsonio import parse_json, write_json_atomic
 from . import endtoend, recording, tree
+from .checks import printed_failure
 from .harness import AppHarness, RunFailed
 from .manifest import AppManifestError, Manifest
 from .store import DB_NAME, FINAL, AppState, AppStore
@@ -152,6 +153,10 @@ class AppRun:
             if ran.returncode != 0:
                 return ("FAILED", (f"dataset {d.name} {ran.ended}: "
                         f"{ran.tail(400)}"), figures, "BLOCKED")
+            failed = printed_failure(m.check, ran.output)
+            if failed is not None:  # before the reference: not a pattern to fix
+                why = f"dataset {d.name} fails its own check: it printed {failed!r}"
+                return "FAILED", why, figures, "BLOCKED"
             h.reference(d, ran)
             v = h.check(d, h.original(), ran)
             if not v.ok:
