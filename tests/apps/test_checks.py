@@ -117,3 +117,19 @@ def test_a_program_that_prints_fail_is_blocked_by_its_own_check(tmp_path: Path) 
     assert final.state == "BLOCKED", final.reason
     m1 = AppStore.open(tmp_path / "run").milestone("M1")
     assert m1 is not None and m1.reason == "dataset d fails its own check: it printed 'FAIL'"
+
+
+def test_a_printed_time_of_zero_is_refused(tmp_path: Path) -> None:
+    from kernforge.apps.harness import AppHarness, RunFailed
+
+    timer = Timer("regex", r"time: *([0-9.eE+-]+) *\(s\)", "s")
+    m = _m(tmp_path, Check("exit"), timer)
+    h = AppHarness(m, tmp_path / "out")
+    d = m.datasets[0]
+    with pytest.raises(AppManifestError, match="reads 0 s") as info:
+        h.reference(d, _sh(tmp_path, "echo 'time: 0.000000 (s)'"))
+    assert "more digits" in (info.value.hint or "")
+    h.reference(d, _sh(tmp_path, "echo 'time: 0.000012 (s)'"))
+    d0 = Dataset("d", "echo 'time: 0.000000 (s)'")
+    with pytest.raises(RunFailed, match="reads 0 s"):
+        h.timed(d0, h.original())

@@ -87,11 +87,20 @@ class AppHarness:
         """The first passing run of the unmodified program: the check's reference (a check
         or timer that never matches its output is a manifest error)."""
         ref = take_reference(self.m, dataset, ran, self.m.source, self.out)
-        if seconds(self.m.timer, ran) is None:
+        t = seconds(self.m.timer, ran)
+        if t is None:
             raise AppManifestError(
                 f"{self.m.path}: the timer pattern {self.m.timer.pattern!r} never matches the "
                 f"output of dataset {dataset.name!r}; output ends: {ran.tail(300)!r}",
                 hint="fix [timer] pattern, or remove [timer] to time the wall clock")
+        if not t > 0:
+            raise AppManifestError(
+                f"{self.m.path}: the time the program printed for dataset {dataset.name!r} "
+                f"reads {t:g} s (timer pattern {self.m.timer.pattern!r}): no speedup can be "
+                "measured against it (printed too coarsely, or the timed region did no work)",
+                hint="choose a timer the program prints with more digits (the commented "
+                     "alternatives in a drafted manifest), or remove [timer] to time the "
+                     "wall clock")
         self.references[dataset.name] = ref
         return ref
 
@@ -108,6 +117,8 @@ class AppHarness:
         t = seconds(self.m.timer, ran)
         if t is None:
             raise RunFailed(setup, dataset, "the timer pattern did not match", ran)
+        if not t > 0:
+            raise RunFailed(setup, dataset, f"the printed time reads {t:g} s", ran)
         return t
 
     def rounds(self, setup: Setup, rounds: int) -> dict[str, dict[str, Any]]:
