@@ -133,3 +133,11 @@ def test_a_printed_time_of_zero_is_refused(tmp_path: Path) -> None:
     d0 = Dataset("d", "echo 'time: 0.000000 (s)'")
     with pytest.raises(RunFailed, match="reads 0 s"):
         h.timed(d0, h.original())
+
+
+def test_the_progress_of_an_extended_comparison_never_reads_11_of_10() -> None:
+    from kernforge.apps.harness import run_label
+
+    assert run_label(10, 10, 30) == "run 10 of 10 (up to 30 while inconclusive)"
+    assert run_label(11, 10, 30) == ("run 11 of up to 30 (more runs: the verdict is still "
+                                     "inconclusive)")

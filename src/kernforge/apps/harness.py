@@ -149,8 +149,8 @@ class AppHarness:
         def side(s: Setup) -> Callable[[], float]:
             def once() -> float:
                 k[0] += 1
-                self.progress(f"{self.m.name}: {dataset.name} run {k[0]} of {2 * rounds} "
-                              f"(up to {2 * limit} while inconclusive) ({s.label})")
+                self.progress(f"{self.m.name}: {dataset.name} "
+                              f"{run_label(k[0], 2 * rounds, 2 * limit)} ({s.label})")
                 return self.timed(dataset, s)
             return once
 
@@ -160,6 +160,14 @@ class AppHarness:
                 "verdict": judge_ab(ab).to_json(), "confidence": ab.confidence,
                 "original_s": ab.median_a, "deployed_s": ab.median_b,
                 "ratios": list(ab.ratios), "first": list(ab.first)}
+
+
+def run_label(k: int, planned: int, most: int) -> str:
+    """Run ``k`` of an interleaved comparison of ``planned`` runs, extended up to ``most``
+    while the verdict is inconclusive."""
+    if k <= planned:
+        return f"run {k} of {planned} (up to {most} while inconclusive)"
+    return f"run {k} of up to {most} (more runs: the verdict is still inconclusive)"
 
 
 def _last_log(logs: Path) -> int:
