@@ -141,3 +141,11 @@ def test_the_progress_of_an_extended_comparison_never_reads_11_of_10() -> None:
     assert run_label(10, 10, 30) == "run 10 of 10 (up to 30 while inconclusive)"
     assert run_label(11, 10, 30) == ("run 11 of up to 30 (more runs: the verdict is still "
                                      "inconclusive)")
+
+
+def test_a_long_strategy_reason_says_where_to_read_it_whole() -> None:
+    from kernforge.apps.workflow import brief
+
+    assert brief("short", Path("runs/a")) == "short"
+    cut = brief("word " * 100, Path("runs/a"))
+    assert len(cut) <= 240 and cut.endswith("(in full: kernforge app report runs/a)")

@@ -255,7 +255,7 @@ class AppRun:
                             {"hint": exc.hint})
             self.store.finish(cls.milestone, o.status, o.reason, o.to_json())
             self.progress(f"{m.name}: {cls.milestone} {o.status.lower()}: "
-                          f"{_brief(o.reason)}")
+                          f"{brief(o.reason, self.out)}")
             earlier[name] = o
         tried = {strategies.get(n).milestone: f"{o.status}: {o.reason}"
                  for n, o in earlier.items()}
@@ -320,7 +320,9 @@ def _lock(out: Path) -> int:
     return fd
 
 
-def _brief(reason: str, width: int = 240) -> str:
+def brief(reason: str, out: Path, width: int = 240) -> str:
     """A strategy's reason as its progress line shows it: whole when short, else cut at a word
-    and marked (complete in the run's final state and in ``kernforge app report``)."""
-    return textwrap.shorten(reason, width=width, placeholder=" ... (in full at the end)")
+    and marked with where to read it whole (``kernforge app report`` of the run; app run's
+    last line is the final state's reason only)."""
+    return textwrap.shorten(reason, width=width,
+                            placeholder=f" ... (in full: kernforge app report {out})")
