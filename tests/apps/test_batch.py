@@ -243,11 +243,15 @@ def test_the_summary_and_exit_status() -> None:
     assert exit_status([*done, row("e", "INVALID", "FAILED")]) == 2
 
 
-def test_bad_input(tmp_path: Path) -> None:
+def test_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = manifest(tmp_path, "good")
     assert main(["app", "batch", "--out", str(tmp_path / "r")]) == 2  # nothing to run
     assert main(["app", "batch", str(good), "--dir", str(tmp_path)]) == 2
     assert main(["app", "batch", "--dir", str(tmp_path / "none")]) == 2
+    assert main(["app", "batch", "--dir", str(good)]) == 2
+    assert main(["app", "draft", str(good)]) == 2
+    err = capsys.readouterr().err
+    assert f"--dir {good}: a file, not a directory" in err and f"{good}: a file" in err
     assert main(["app", "batch", "--status", "--out", str(tmp_path / "none")]) == 2
     twin = tmp_path / "twin.toml"
     twin.write_text(good.read_text())

@@ -52,6 +52,9 @@ class Entry:
 
 
 def manifests_in(directory: Path) -> list[Path]:
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(f"--dir {directory}: a file, not a directory",
+                          hint=f"give a manifest without --dir: kernforge app batch {directory}")
     if not directory.is_dir():
         raise ConfigError(f"--dir {directory}: no such directory",
                           hint="give the directory of the manifests (kernforge app draft --out)")

@@ -65,6 +65,9 @@ def register(sp: argparse._SubParsersAction) -> None:
 
 
 def draft(args: argparse.Namespace) -> int:
+    if args.suite.exists() and not args.suite.is_dir():
+        raise ConfigError(f"{args.suite}: a file, not a directory",
+                          hint="give the suite's directory, or one program's directory")
     if not args.suite.is_dir():
         raise ConfigError(f"{args.suite}: no such directory",
                           hint="give the suite's directory (its programs are subdirectories)")
