@@ -243,6 +243,14 @@ def test_the_summary_and_exit_status() -> None:
     assert exit_status([*done, row("e", "INVALID", "FAILED")]) == 2
 
 
+def test_an_outcome_and_its_state_said_once_when_alike() -> None:
+    from kernforge.apps.batch import outcome_words
+
+    assert outcome_words("INCONCLUSIVE", "INCONCLUSIVE") == "INCONCLUSIVE"
+    assert outcome_words("FAILED", "BLOCKED") == "FAILED (BLOCKED)"
+    assert outcome_words("FAILED", None) == "FAILED (-)"
+
+
 def test_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = manifest(tmp_path, "good")
     assert main(["app", "batch", "--out", str(tmp_path / "r")]) == 2  # nothing to run

@@ -51,6 +51,14 @@ class Entry:
     error: str = ""
 
 
+def outcome_words(outcome: str, app_state: str | None) -> str:
+    """A finished program's outcome and its application's state, the state once when they
+    are the same word (``INCONCLUSIVE``, ``INTEGRATED``), ``-`` when there is none."""
+    if outcome == app_state:
+        return outcome
+    return f"{outcome} ({app_state or '-'})"
+
+
 def manifests_in(directory: Path) -> list[Path]:
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"--dir {directory}: a file, not a directory",
@@ -121,8 +129,8 @@ class Batch:
                 p = self.store.program(e.name)
                 assert p is not None
                 if p.status == "DONE":
-                    self.progress(f"{e.name}: finished before: {p.outcome} "
-                                  f"({p.app_state or '-'}); not run again")
+                    self.progress(f"{e.name}: finished before: "
+                                  f"{outcome_words(p.outcome, p.app_state)}; not run again")
                 elif p.status != "INVALID":
                     todo.append(e)
             self.stopped: list[Entry] = []
@@ -319,7 +327,7 @@ class Batch:
             self.store.finish(e.name, "DONE", outcome, r.app.reason, app_state=r.app.state,
                               speedup=r.geomean, spent_s=spent)
             g = f" {r.geomean:.3f}x" if r.geomean is not None else ""
-            self.progress(f"{e.name}: {outcome} ({r.app.state}){g} after "
+            self.progress(f"{e.name}: {outcome_words(outcome, r.app.state)}{g} after "
                           f"{budget.format_duration(spent)}")
             return
         said = [ln.strip() for ln in tail if ln.strip().startswith(("error:", "hint:"))]
