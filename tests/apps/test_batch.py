@@ -266,6 +266,9 @@ def test_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["app", "batch", str(good), str(twin), "--out", str(tmp_path / "r")]) == 2
     with pytest.raises(SystemExit):
         main(["app", "batch", str(good), "--budget", "soon"])
+    for arch in ("banana", "90", "sm90"):
+        with pytest.raises(SystemExit):
+            main(["app", "draft", str(tmp_path), "--arch", arch])
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from ..apps.batch_report import exit_status, summary_lines
 from ..apps.batch_store import DB_NAME, BatchStore, Program, in_use
 from ..apps.budget import parse_duration
 from ..apps.draft import draft_suite
+from ..apps.draft_build import is_arch
 from ..core import ConfigError
 from .checks import writable_dir
 from .output import console
@@ -22,6 +23,15 @@ def _duration(text: str) -> float:
         return parse_duration(text)
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(f"{exc.message} ({exc.hint})") from None
+
+
+def _arch(text: str) -> str:
+    """A GPU architecture as nvcc names it (``sm_90``, ``sm_90a``, ``compute_80``): what a
+    Makefile's ARCH-like variable is recognized by, and a value the build can use."""
+    if not is_arch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a GPU architecture (write it as "
+                                         "nvcc does: sm_90, sm_90a, compute_80)")
+    return text
 
 
 def register(sp: argparse._SubParsersAction) -> None:
@@ -36,7 +46,7 @@ def register(sp: argparse._SubParsersAction) -> None:
                    help="where the manifests go (default manifests/)")
     d.add_argument("--only", action="append", default=[], metavar="GLOB",
                    help="only programs whose directory matches (repeatable), e.g. '*-cuda'")
-    d.add_argument("--arch", default="sm_90",
+    d.add_argument("--arch", default="sm_90", type=_arch,
                    help="the GPU architecture a Makefile's ARCH-like variable is set to "
                         "(default sm_90)")
     d.add_argument("--force", action="store_true",
