@@ -266,6 +266,11 @@ def test_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["app", "batch", str(good), str(twin), "--out", str(tmp_path / "r")]) == 2
     with pytest.raises(SystemExit):
         main(["app", "batch", str(good), "--budget", "soon"])
+    assert main(["app", "batch", str(good), "--remeasure", "goood", "--out",
+                 str(tmp_path / "r2")]) == 2
+    assert "--remeasure 'goood' matches no program of the batch (good)" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "r2" / "batch.db").exists()
     for arch in ("banana", "90", "sm90"):
         with pytest.raises(SystemExit):
             main(["app", "draft", str(tmp_path), "--arch", arch])

@@ -115,6 +115,12 @@ class Batch:
         self.apps = self.out / "apps"
 
     def run(self) -> list[Program]:
+        names = [e.name for e in self.entries]
+        for g in self.remeasure:
+            if not any(fnmatch.fnmatchcase(n, g) for n in names):
+                raise ConfigError(f"--remeasure {g!r} matches no program of the batch "
+                                  f"({', '.join(names[:8])}{', ...' if len(names) > 8 else ''})",
+                                  hint="a glob of the programs' names (each manifest's name)")
         fd = lock(self.out)
         self.store = BatchStore.open(self.out)
         try:
