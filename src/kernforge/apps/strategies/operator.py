@@ -12,7 +12,10 @@ strategy is SKIPPED with the reason."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,34 @@ def interposer_fuses(spec: Path) -> bool:
     return bool(lines) and all(
         len(f := line.split("\t")) > FUSE_FIELD and f[FUSE_FIELD].startswith("fuse:")
         for line in lines)
+
+
+def app_driver(env: Mapping[str, str]) -> str | None:
+    """The CUDA driver library the application's ``env`` gives it: its ``KERNFORGE_LIBCUDA``,
+    else ``libcuda.so.1`` in a directory of its ``LD_LIBRARY_PATH``; None: the system's."""
+    if env.get("KERNFORGE_LIBCUDA"):
+        return env["KERNFORGE_LIBCUDA"]
+    for d in env.get("LD_LIBRARY_PATH", "").split(":"):
+        if d and (Path(d) / "libcuda.so.1").is_file():
+            return str(Path(d) / "libcuda.so.1")
+    return None
+
+
+@contextlib.contextmanager
+def driver_of(env: Mapping[str, str]) -> Iterator[None]:
+    """Matching replays units in this process, which the manifest's ``env`` does not reach
+    (the loader read ``LD_LIBRARY_PATH`` when it started): for as long as it runs,
+    ``KERNFORGE_LIBCUDA`` names the driver the application runs on, as for M3b's tools."""
+    lib = app_driver(env)
+    old = os.environ.get("KERNFORGE_LIBCUDA")
+    if lib is None or old is not None:
+        yield
+        return
+    os.environ["KERNFORGE_LIBCUDA"] = lib
+    try:
+        yield
+    finally:
+        os.environ.pop("KERNFORGE_LIBCUDA", None)
 
 
 def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any) -> dict[str, Any]:
@@ -98,8 +129,9 @@ class OperatorStrategy(Strategy):
             out = self.workdir(ctx.out) / unit.parent.name / unit.name
             repeat = ctx.manifest.integrate.match_repeat
             try:
-                r = match_unit(unit, out_dir=out, repeat=repeat)
-                row = _paths(om, unit, out, repeat, r)
+                with driver_of(ctx.manifest.env):
+                    r = match_unit(unit, out_dir=out, repeat=repeat)
+                    row = _paths(om, unit, out, repeat, r)
             except Exception as exc:  # noqa: BLE001 - a matcher failure is this kernel's data
                 tried.append({"kernel": k["name"], "unit": str(unit), "matched": False,
                               "reason": f"matching failed: {type(exc).__name__}: {exc}"})
