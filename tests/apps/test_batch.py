@@ -260,6 +260,8 @@ def test_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["app", "draft", str(good)]) == 2
     err = capsys.readouterr().err
     assert f"--dir {good}: a file, not a directory" in err and f"{good}: a file" in err
+    assert main(["app", "batch", str(tmp_path)]) == 2
+    assert f"kernforge app batch --dir {tmp_path}" in capsys.readouterr().err
     assert main(["app", "batch", "--status", "--out", str(tmp_path / "none")]) == 2
     twin = tmp_path / "twin.toml"
     twin.write_text(good.read_text())

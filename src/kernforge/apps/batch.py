@@ -82,8 +82,9 @@ def entries(paths: list[Path]) -> list[Entry]:
             sha = hashlib.sha256(p.read_bytes()).hexdigest()
         except OSError as exc:
             raise ConfigError(f"cannot read the manifest {p}: {exc.strerror or exc}",
-                              hint="give the paths of the applications' .toml manifests"
-                              ) from None
+                              hint=f"a directory of manifests goes after --dir: kernforge app "
+                                   f"batch --dir {p}" if p.is_dir() else
+                              "give the paths of the applications' .toml manifests") from None
         try:
             out.append(Entry(load_manifest(p).name, p.resolve(), sha))
         except AppManifestError as exc:
