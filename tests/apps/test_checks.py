@@ -100,7 +100,8 @@ def test_a_program_that_prints_fail_is_blocked_by_its_own_check(tmp_path: Path) 
 
     drafted = Check("regex", r"\A(?![\s\S]*\bFAIL)[\s\S]*^ *PASS *$")  # as app draft writes it
     out = "Average time 0.1 (us)\n-1.0 (device) != 2034.0 (reference)\nFAIL\n"
-    assert printed_failure(drafted, out) == "FAIL"
+    assert printed_failure(drafted, out) == "-1.0 (device) != 2034.0 (reference) / FAIL"
+    assert printed_failure(drafted, "FAIL\n") == "FAIL"
     assert printed_failure(drafted, "PASS\n") is None
     assert printed_failure(drafted, "nothing\n") is None  # a pattern to fix
     assert printed_failure(Check("regex", r"sum ([0-9.]+)"), "FAIL\n") is None  # a value
@@ -116,7 +117,8 @@ def test_a_program_that_prints_fail_is_blocked_by_its_own_check(tmp_path: Path) 
     final = AppRun(load_manifest(manifest), tmp_path / "run").run()
     assert final.state == "BLOCKED", final.reason
     m1 = AppStore.open(tmp_path / "run").milestone("M1")
-    assert m1 is not None and m1.reason == "dataset d fails its own check: it printed 'FAIL'"
+    assert m1 is not None and m1.reason == ("dataset d fails its own check: it printed "
+                                            "'x != y / FAIL'")
 
 
 def test_a_printed_time_of_zero_is_refused(tmp_path: Path) -> None:

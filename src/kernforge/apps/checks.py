@@ -55,14 +55,21 @@ _FAILED = re.compile(r"^.*\bFAIL(?:ED|URE)?\b.*$", re.MULTILINE)
 
 def printed_failure(check: Check, text: str) -> str | None:
     """For a pass/fail check (a pattern without groups) that does not match ``text``: the
-    first line where the program says it failed (FAIL, FAILED, FAILURE); else None. The
-    program's own check failed: not a pattern to fix."""
+    first line where the program says it failed (FAIL, FAILED, FAILURE; after the line
+    before it when it holds only that word); else None. The program's own check failed:
+    not a pattern to fix."""
     if check.kind != "regex" or check.pattern is None or re.compile(check.pattern).groups:
         return None
     if regex_values(check, text) is not None:
         return None
     m = _FAILED.search(text)
-    return " ".join(m.group(0).split())[:200] if m else None
+    if m is None:
+        return None
+    line = " ".join(m.group(0).split())
+    if line.rstrip(".!:") in ("FAIL", "FAILED", "FAILURE"):  # the word alone: what failed?
+        before = [ln.strip() for ln in text[:m.start()].splitlines() if ln.strip()]
+        line = f"{before[-1]} / {line}" if before else line
+    return line[:200]
 
 
 def _close(got: np.ndarray, ref: np.ndarray, check: Check) -> tuple[bool, float]:
