@@ -55,7 +55,8 @@ def test_matching_replays_on_the_driver_the_manifest_env_names(
     does not reach: the driver it names is given as KERNFORGE_LIBCUDA while matching."""
     import os
 
-    from kernforge.apps.strategies.operator import app_driver, driver_of
+    from kernforge.apps.recording import app_driver
+    from kernforge.apps.strategies.operator import driver_of
 
     monkeypatch.delenv("KERNFORGE_LIBCUDA", raising=False)
     monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))  # no driver there
@@ -67,3 +68,16 @@ def test_matching_replays_on_the_driver_the_manifest_env_names(
         m = match_unit(heat_unit, out_dir=tmp_path / "m1")
     assert isinstance(m, NoMatch) and "1D stencil" in m.reason, m.reason
     assert "KERNFORGE_LIBCUDA" not in os.environ
+
+
+def test_no_launch_says_when_the_machine_has_no_cuda_driver(fake: FakeCuda) -> None:
+    import ctypes.util
+
+    from kernforge.apps.recording import no_launch_reason
+
+    with_driver = no_launch_reason({"LD_LIBRARY_PATH": str(fake.libdir)})
+    assert with_driver == "no kernel launch was seen (nothing kernforge can replace)"
+    if ctypes.util.find_library("cuda") is None:  # this machine: no driver at all
+        assert "this machine has no CUDA driver" in no_launch_reason({})
+    else:
+        assert no_launch_reason({}) == with_driver

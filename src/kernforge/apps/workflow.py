@@ -208,8 +208,8 @@ class AppRun:
                              run_s)
         figures.update(s)
         if not s["kernels"]:
-            return ("DONE", "no kernel launch was seen (nothing kernforge can replace)",
-                    figures, "OUT_OF_SCOPE")
+            return ("DONE", recording.no_launch_reason(h.env(h.original())), figures,
+                    "OUT_OF_SCOPE")
         f, ceil = s["candidate_share"], recording.ceiling_text(s["ceiling"])
         text = (f"{len(s['kernels'])} kernel(s), {s['units']} unit(s); the recorded kernels "
                 f"take {100 * f:.1f} % of the run on {d.name} (Amdahl ceiling {ceil})")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..process import head_text
+from ..recording import app_driver
 from . import Context, Outcome, Strategy
 
 MODULE = "kernforge.apps.operator_match"
@@ -36,17 +37,6 @@ def interposer_fuses(spec: Path) -> bool:
     return bool(lines) and all(
         len(f := line.split("\t")) > FUSE_FIELD and f[FUSE_FIELD].startswith("fuse:")
         for line in lines)
-
-
-def app_driver(env: Mapping[str, str]) -> str | None:
-    """The CUDA driver library the application's ``env`` gives it: its ``KERNFORGE_LIBCUDA``,
-    else ``libcuda.so.1`` in a directory of its ``LD_LIBRARY_PATH``; None: the system's."""
-    if env.get("KERNFORGE_LIBCUDA"):
-        return env["KERNFORGE_LIBCUDA"]
-    for d in env.get("LD_LIBRARY_PATH", "").split(":"):
-        if d and (Path(d) / "libcuda.so.1").is_file():
-            return str(Path(d) / "libcuda.so.1")
-    return None
 
 
 @contextlib.contextmanager
