@@ -23,7 +23,7 @@ from kernforge.core import ConfigError
 from kernforge.testing.fakedriver import FakeCuda
 
 from .app_helpers import fake_program, write_manifest
-from .suite_helpers import FAILING, PASSING, program
+from .suite_helpers import PASSING, program
 
 
 def manifest(root: Path, name: str, source: str = PASSING, *, ms: int = 20,
@@ -87,7 +87,8 @@ def test_each_program_once_with_its_outcome(tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     good = manifest(tmp_path, "good")
     bad = manifest(tmp_path, "bad", PASSING.replace("return 0;", "return 3;"))
-    wrong = manifest(tmp_path, "wrong", FAILING)
+    wrong = manifest(tmp_path, "wrong")  # a pattern the program never prints
+    wrong.write_text(wrong.read_text().replace("'^PASS$'", "'^PASSED$'"))
     broken = tmp_path / "broken.toml"
     broken.write_text('name = "broken"\nsource = "."\nbuild = "true"\n')
     out = tmp_path / "runs"
