@@ -60,3 +60,17 @@ def test_the_reason_says_per_unit_which_path_won_and_why_the_other_was_refused(
     failed = {"kernel": "k", "dataset": "d", "tune_exit": 3,
               "reason": "kernforge tune exited with status 3: boom"}
     assert path_verdicts(failed) == "k (d): kernforge tune exited with status 3: boom"
+
+
+def test_operator_matching_skips_kernels_recorded_in_process(tmp_path: Path) -> None:
+    from kernforge.apps.harness import AppHarness
+    from kernforge.apps.manifest import load_manifest
+    from kernforge.apps.strategies import Context
+    from kernforge.apps.strategies.operator import OperatorStrategy
+
+    m = load_manifest(Path(__file__).parents[2] / "examples" / "apps" / "heat3d_cpu.toml")
+    kernels = [{"name": "heat_step", "units": [str(tmp_path / "n96" / "heat_step-0")],
+                "kind": "source", "share": 0.2}]
+    o = OperatorStrategy().apply(Context(m, AppHarness(m, tmp_path), tmp_path, kernels, 1.0, {}))
+    assert o.status == "SKIPPED" and "recorded in-process" in o.reason and "M3b" in o.reason
+    assert o.figures["kernels"][0]["matched"] is False

@@ -24,6 +24,8 @@ from ..recording import app_driver
 from . import Context, Outcome, Strategy
 
 MODULE = "kernforge.apps.operator_match"
+IN_PROCESS = ("recorded in-process (kernforge.Kernel or CuPy launches): operators replace "
+              "native (driver-level) units only")
 FUSE_FIELD = 13  # the interposer line's field that carries a fused entry's deferral
 
 
@@ -113,7 +115,16 @@ class OperatorStrategy(Strategy):
                            {"error": f"{type(exc).__name__}: {exc}"})
         tried: list[dict[str, Any]] = []
         specs: list[str] = []
-        for k, unit in ctx.units():
+        units = ctx.units()
+        if units and all(k.get("kind") == "source" for k, _ in units):
+            return Outcome("SKIPPED", IN_PROCESS + " (M3b tunes and evolves them)",
+                           {"kernels": [{"kernel": k["name"], "unit": str(u), "matched": False,
+                                         "reason": IN_PROCESS} for k, u in units]})
+        for k, unit in units:
+            if k.get("kind") == "source":
+                tried.append({"kernel": k["name"], "unit": str(unit), "matched": False,
+                              "reason": IN_PROCESS})
+                continue
             ctx.progress(f"{ctx.manifest.name}: matching {k['name'][:60]} ({unit.parent.name}/"
                          f"{unit.name}) against the operator matrix")
             out = self.workdir(ctx.out) / unit.parent.name / unit.name
