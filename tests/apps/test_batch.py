@@ -23,7 +23,7 @@ from kernforge.core import ConfigError
 from kernforge.testing.fakedriver import FakeCuda
 
 from .app_helpers import fake_program, write_manifest
-from .suite_helpers import FAILING, PASSING, program
+from .suite_helpers import PASSING, program
 
 
 def manifest(root: Path, name: str, source: str = PASSING, *, ms: int = 20,
@@ -88,7 +88,8 @@ def test_each_program_once_with_its_outcome(tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     good = manifest(tmp_path, "good")
     bad = manifest(tmp_path, "bad", PASSING.replace("return 0;", "return 3;"))
-    wrong = manifest(tmp_path, "wrong", FAILING)
+    wrong = manifest(tmp_path, "wrong")  # a pattern the program never prints
+    wrong.write_text(wrong.read_text().replace("'^PASS$'", "'^PASSED$'"))
     broken = tmp_path / "broken.toml"
     broken.write_text('name = "broken"\nsource = "."\nbuild = "true"\n')
     out = tmp_path / "runs"
@@ -247,17 +248,39 @@ def test_the_summary_and_exit_status() -> None:
     assert exit_status([*done, row("e", "INVALID", "FAILED")]) == 2
 
 
-def test_bad_input(tmp_path: Path) -> None:
+def test_an_outcome_and_its_state_said_once_when_alike() -> None:
+    from kernforge.apps.batch import outcome_words
+
+    assert outcome_words("INCONCLUSIVE", "INCONCLUSIVE") == "INCONCLUSIVE"
+    assert outcome_words("FAILED", "BLOCKED") == "FAILED (BLOCKED)"
+    assert outcome_words("FAILED", None) == "FAILED (-)"
+
+
+def test_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = manifest(tmp_path, "good")
     assert main(["app", "batch", "--out", str(tmp_path / "r")]) == 2  # nothing to run
     assert main(["app", "batch", str(good), "--dir", str(tmp_path)]) == 2
     assert main(["app", "batch", "--dir", str(tmp_path / "none")]) == 2
+    assert main(["app", "batch", "--dir", str(good)]) == 2
+    assert main(["app", "draft", str(good)]) == 2
+    err = capsys.readouterr().err
+    assert f"--dir {good}: a file, not a directory" in err and f"{good}: a file" in err
+    assert main(["app", "batch", str(tmp_path)]) == 2
+    assert f"kernforge app batch --dir {tmp_path}" in capsys.readouterr().err
     assert main(["app", "batch", "--status", "--out", str(tmp_path / "none")]) == 2
     twin = tmp_path / "twin.toml"
     twin.write_text(good.read_text())
     assert main(["app", "batch", str(good), str(twin), "--out", str(tmp_path / "r")]) == 2
     with pytest.raises(SystemExit):
         main(["app", "batch", str(good), "--budget", "soon"])
+    assert main(["app", "batch", str(good), "--remeasure", "goood", "--out",
+                 str(tmp_path / "r2")]) == 2
+    assert "--remeasure 'goood' matches no program of the batch (good)" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "r2" / "batch.db").exists()
+    for arch in ("banana", "90", "sm90"):
+        with pytest.raises(SystemExit):
+            main(["app", "draft", str(tmp_path), "--arch", arch])
 
 
 @pytest.mark.slow
@@ -298,3 +321,26 @@ def test_time_left_at_the_end_goes_to_a_program_stopped_at_its_share(
     assert "program(s) stopped at their share go on" in text, text
     assert rc == 0 and p["first"].status == p["quick"].status == "DONE", text
     assert p["first"].attempts == 2 and p["first"].app_state == "OUT_OF_SCOPE"
+
+
+def test_status_shows_a_program_of_a_batch_that_ended_unfinished_as_interrupted(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kernforge.apps.batch_store import in_use, lock
+
+    out = tmp_path / "runs"
+    store = BatchStore.open(out)
+    store.add("slow", 0, "slow.toml", "")
+    store.begin("slow")  # then the batch was killed: the row stays RUNNING
+    store.close()
+    assert main(["app", "batch", "--status", "--out", str(out)]) == 1
+    text = capsys.readouterr().out
+    assert "| slow | INTERRUPTED |" in text and "goes on with it" in text
+    fd = lock(out)  # a batch running now
+    try:
+        assert in_use(out)
+        assert main(["app", "batch", "--status", "--out", str(out)]) == 1
+        assert "| slow | RUNNING | - | - | 0s | running |" in capsys.readouterr().out
+    finally:
+        os.close(fd)
+    assert not in_use(out)
+    assert "0 program(s)\n" in "\n".join(summary_lines([], budget_s=None, spent_s=0)) + "\n"

@@ -90,3 +90,64 @@ def test_the_switch_removes_kernforge_from_the_environment() -> None:
     env = plain_env({"LD_PRELOAD": "/x/libkfinterpose-1.so:/y/other.so",
                      "KERNFORGE_DEPLOY": "spec.json", "PATH": "/bin"})
     assert env == {"LD_PRELOAD": "/y/other.so", "PATH": "/bin"}
+
+
+def test_a_program_that_prints_fail_is_blocked_by_its_own_check(tmp_path: Path) -> None:
+    from kernforge.apps.checks import printed_failure
+    from kernforge.apps.manifest import load_manifest
+    from kernforge.apps.store import AppStore
+    from kernforge.apps.workflow import AppRun
+
+    drafted = Check("regex", r"\A(?![\s\S]*\bFAIL)[\s\S]*^ *PASS *$")  # as app draft writes it
+    out = "Average time 0.1 (us)\n-1.0 (device) != 2034.0 (reference)\nFAIL\n"
+    assert printed_failure(drafted, out) == "-1.0 (device) != 2034.0 (reference) / FAIL"
+    assert printed_failure(drafted, "FAIL\n") == "FAIL"
+    assert printed_failure(drafted, "PASS\n") is None
+    assert printed_failure(drafted, "nothing\n") is None  # a pattern to fix
+    assert printed_failure(Check("regex", r"sum ([0-9.]+)"), "FAIL\n") is None  # a value
+    m = _m(tmp_path, drafted)
+    v = verdict(m, m.datasets[0], _sh(tmp_path, "echo 'Test FAILED'"), tmp_path, tmp_path, {})
+    assert not v.ok and v.reason == "it printed 'Test FAILED'"
+    src = tmp_path / "src"
+    src.mkdir()
+    manifest = tmp_path / "app.toml"
+    manifest.write_text(f"name = \"p\"\nsource = \"{src}\"\nbuild = \"true\"\n"
+                        "[[datasets]]\nname = \"d\"\nrun = \"printf 'x != y\\\\nFAIL\\\\n'\"\n"
+                        "[check]\nkind = \"regex\"\npattern = '^PASS$'\n")
+    final = AppRun(load_manifest(manifest), tmp_path / "run").run()
+    assert final.state == "BLOCKED", final.reason
+    m1 = AppStore.open(tmp_path / "run").milestone("M1")
+    assert m1 is not None and m1.reason == ("dataset d fails its own check: it printed "
+                                            "'x != y / FAIL'")
+
+
+def test_a_printed_time_of_zero_is_refused(tmp_path: Path) -> None:
+    from kernforge.apps.harness import AppHarness, RunFailed
+
+    timer = Timer("regex", r"time: *([0-9.eE+-]+) *\(s\)", "s")
+    m = _m(tmp_path, Check("exit"), timer)
+    h = AppHarness(m, tmp_path / "out")
+    d = m.datasets[0]
+    with pytest.raises(AppManifestError, match="reads 0 s") as info:
+        h.reference(d, _sh(tmp_path, "echo 'time: 0.000000 (s)'"))
+    assert "more digits" in (info.value.hint or "")
+    h.reference(d, _sh(tmp_path, "echo 'time: 0.000012 (s)'"))
+    d0 = Dataset("d", "echo 'time: 0.000000 (s)'")
+    with pytest.raises(RunFailed, match="reads 0 s"):
+        h.timed(d0, h.original())
+
+
+def test_the_progress_of_an_extended_comparison_never_reads_11_of_10() -> None:
+    from kernforge.apps.harness import run_label
+
+    assert run_label(10, 10, 30) == "run 10 of 10 (up to 30 while inconclusive)"
+    assert run_label(11, 10, 30) == ("run 11 of up to 30 (more runs: the verdict is still "
+                                     "inconclusive)")
+
+
+def test_a_long_strategy_reason_says_where_to_read_it_whole() -> None:
+    from kernforge.apps.workflow import brief
+
+    assert brief("short", Path("runs/a")) == "short"
+    cut = brief("word " * 100, Path("runs/a"))
+    assert len(cut) <= 240 and cut.endswith("(in full: kernforge app report runs/a)")

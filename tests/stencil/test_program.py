@@ -192,11 +192,30 @@ def test_error_bound_scales_with_precision() -> None:
                                        "outputs": [{"field": "v", "expr": {"tap": "u",
                                                                            "at": [0]}}]}),
      "malformed"),
+    (lambda: program(2, "fp32", {"v": tap("u")}, roles={"sigma": "coef"}), "['sigma']"),
+    (lambda: _doc(at=[0, 0, 1.5]), "1.5 is not an integer"),
+    (lambda: _doc(at=[0, 0, True]), "True is not an integer"),
+    (lambda: _doc(dims=2.7), "2.7 is not an integer"),
+    (lambda: _doc(name=None), "None is not a string"),
+    (lambda: _doc(expr={"cmem": "c", "array": "false"}), "'false' is not true or false"),
+    (lambda: _doc(expr={"param": 2.9}), "2.9 is not an integer"),
 ])
 def test_invalid_programs_are_typed_errors(build: object, words: str) -> None:
     with pytest.raises(ConfigError) as info:
         build()  # type: ignore[operator]
     assert words in str(info.value) and info.value.hint
+
+
+def _doc(at: list[object] | None = None, expr: dict[str, object] | None = None,
+         **top: object) -> StencilProgram:
+    """A valid document with one value replaced, read back (numbers and booleans of a JSON
+    document are taken as they are, never rounded or read from strings)."""
+    d = program(2, "fp32", {"v": tap("u", 0, 0, 1)}).to_json()
+    if at is not None:
+        d["outputs"][0]["expr"]["at"] = at
+    if expr is not None:
+        d["outputs"][0]["expr"] = {"op": "*", "args": [expr, {"tap": "u", "at": [0, 0, 0]}]}
+    return StencilProgram.from_json({**d, **top})
 
 
 def test_kinds() -> None:

@@ -51,7 +51,18 @@ class Entry:
     error: str = ""
 
 
+def outcome_words(outcome: str, app_state: str | None) -> str:
+    """A finished program's outcome and its application's state, the state once when they
+    are the same word (``INCONCLUSIVE``, ``INTEGRATED``), ``-`` when there is none."""
+    if outcome == app_state:
+        return outcome
+    return f"{outcome} ({app_state or '-'})"
+
+
 def manifests_in(directory: Path) -> list[Path]:
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(f"--dir {directory}: a file, not a directory",
+                          hint=f"give a manifest without --dir: kernforge app batch {directory}")
     if not directory.is_dir():
         raise ConfigError(f"--dir {directory}: no such directory",
                           hint="give the directory of the manifests (kernforge app draft --out)")
@@ -71,8 +82,9 @@ def entries(paths: list[Path]) -> list[Entry]:
             sha = hashlib.sha256(p.read_bytes()).hexdigest()
         except OSError as exc:
             raise ConfigError(f"cannot read the manifest {p}: {exc.strerror or exc}",
-                              hint="give the paths of the applications' .toml manifests"
-                              ) from None
+                              hint=f"a directory of manifests goes after --dir: kernforge app "
+                                   f"batch --dir {p}" if p.is_dir() else
+                              "give the paths of the applications' .toml manifests") from None
         try:
             out.append(Entry(load_manifest(p).name, p.resolve(), sha))
         except AppManifestError as exc:
@@ -104,6 +116,12 @@ class Batch:
         self.apps = self.out / "apps"
 
     def run(self) -> list[Program]:
+        names = [e.name for e in self.entries]
+        for g in self.remeasure:
+            if not any(fnmatch.fnmatchcase(n, g) for n in names):
+                raise ConfigError(f"--remeasure {g!r} matches no program of the batch "
+                                  f"({', '.join(names[:8])}{', ...' if len(names) > 8 else ''})",
+                                  hint="a glob of the programs' names (each manifest's name)")
         fd = lock(self.out)
         self.store = BatchStore.open(self.out)
         try:
@@ -118,8 +136,8 @@ class Batch:
                 p = self.store.program(e.name)
                 assert p is not None
                 if p.status == "DONE":
-                    self.progress(f"{e.name}: finished before: {p.outcome} "
-                                  f"({p.app_state or '-'}); not run again")
+                    self.progress(f"{e.name}: finished before: "
+                                  f"{outcome_words(p.outcome, p.app_state)}; not run again")
                 elif p.status != "INVALID":
                     todo.append(e)
             self.stopped: list[Entry] = []
@@ -316,7 +334,7 @@ class Batch:
             self.store.finish(e.name, "DONE", outcome, r.app.reason, app_state=r.app.state,
                               speedup=r.geomean, spent_s=spent)
             g = f" {r.geomean:.3f}x" if r.geomean is not None else ""
-            self.progress(f"{e.name}: {outcome} ({r.app.state}){g} after "
+            self.progress(f"{e.name}: {outcome_words(outcome, r.app.state)}{g} after "
                           f"{budget.format_duration(spent)}")
             return
         said = [ln.strip() for ln in tail if ln.strip().startswith(("error:", "hint:"))]

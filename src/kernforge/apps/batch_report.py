@@ -13,29 +13,39 @@ from .report import _cell
 UNFINISHED = ("PENDING", "RUNNING", "STOPPED")
 
 
-def outcome(p: Program) -> str:
-    """What the table shows: the outcome, or where an unfinished program stands."""
+INTERRUPTED = ("interrupted with its batch (Ctrl-C or killed): the same kernforge app batch "
+               "command goes on with it")
+
+
+def outcome(p: Program, live: bool = True) -> str:
+    """What the table shows: the outcome, or where an unfinished program stands (RUNNING
+    only while a batch runs: ``live``; else it was INTERRUPTED)."""
     if p.outcome:
         return p.outcome
-    return "RUNNING" if p.status == "RUNNING" else "PENDING"
+    if p.status == "RUNNING":
+        return "RUNNING" if live else "INTERRUPTED"
+    return "PENDING"
 
 
 def summary_lines(programs: list[Program], *, budget_s: float | None, spent_s: float,
-                  program_budget_s: float | None = None) -> list[str]:
-    """A Markdown table (readable as plain text) and the totals."""
+                  program_budget_s: float | None = None, live: bool = True) -> list[str]:
+    """A Markdown table (readable as plain text) and the totals; ``live``: whether a batch
+    is running them now."""
     lines = ["| program | outcome | app state | speedup | device time | reason |",
              "|---|---|---|---|---|---|"]
     for p in programs:
         g = f"{p.speedup:.3f}x" if p.speedup is not None else "-"
-        lines.append(f"| {p.name} | {outcome(p)} | {p.app_state or '-'} | {g} | "
-                     f"{format_duration(p.spent_s)} | {_cell(p.reason, 200)} |")
+        shown = outcome(p, live)
+        why = INTERRUPTED if shown == "INTERRUPTED" else p.reason
+        lines.append(f"| {p.name} | {shown} | {p.app_state or '-'} | {g} | "
+                     f"{format_duration(p.spent_s)} | {_cell(why, 200)} |")
     counts = {o: sum(1 for p in programs if p.outcome == o) for o in OUTCOMES}
     integ = [p.speedup for p in programs if p.outcome == "INTEGRATED" and p.speedup]
     med = f"{statistics.median(integ):.3f}x" if integ else "-"
     left = [p.name for p in programs if p.status in UNFINISHED]
-    lines += ["", f"{len(programs)} program(s): " + ", ".join(
-        f"{n} {o}" for o, n in counts.items() if n) + (f", {len(left)} not finished"
-                                                       if left else ""),
+    parts = [f"{n} {o}" for o, n in counts.items() if n]
+    parts += [f"{len(left)} not finished"] if left else []
+    lines += ["", f"{len(programs)} program(s)" + (": " + ", ".join(parts) if parts else ""),
               f"median end-to-end speedup of the {len(integ)} INTEGRATED: {med}"]
     spent = f"device time {format_duration(spent_s)}"
     if budget_s is not None:

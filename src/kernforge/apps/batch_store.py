@@ -177,6 +177,22 @@ class BatchStore:
                                       "ORDER BY seq").fetchall())
 
 
+def in_use(out: Path) -> bool:
+    """Whether a batch holds ``out``'s lock now (``--status``: a program RUNNING in the
+    database of a batch no longer running was interrupted with it)."""
+    try:
+        fd = os.open(out / LOCK_NAME, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing releases a lock taken here
+    return False
+
+
 def lock(out: Path) -> int:
     """An exclusive lock on the batch directory while this batch runs (released by the
     kernel when the process dies, even by ``kill -9``)."""

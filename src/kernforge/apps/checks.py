@@ -50,6 +50,28 @@ def regex_values(check: Check, text: str) -> list[float] | None:
     return out
 
 
+_FAILED = re.compile(r"^.*\bFAIL(?:ED|URE)?\b.*$", re.MULTILINE)
+
+
+def printed_failure(check: Check, text: str) -> str | None:
+    """For a pass/fail check (a pattern without groups) that does not match ``text``: the
+    first line where the program says it failed (FAIL, FAILED, FAILURE; after the line
+    before it when it holds only that word); else None. The program's own check failed:
+    not a pattern to fix."""
+    if check.kind != "regex" or check.pattern is None or re.compile(check.pattern).groups:
+        return None
+    if regex_values(check, text) is not None:
+        return None
+    m = _FAILED.search(text)
+    if m is None:
+        return None
+    line = " ".join(m.group(0).split())
+    if line.rstrip(".!:") in ("FAIL", "FAILED", "FAILURE"):  # the word alone: what failed?
+        before = [ln.strip() for ln in text[:m.start()].splitlines() if ln.strip()]
+        line = f"{before[-1]} / {line}" if before else line
+    return line[:200]
+
+
 def _close(got: np.ndarray, ref: np.ndarray, check: Check) -> tuple[bool, float]:
     """Every element within ``abs + rel * |ref|`` (equal infinities agree, NaN never does);
     and the largest absolute difference."""
@@ -118,7 +140,9 @@ def verdict(m: Manifest, dataset: Dataset, ran: Ran, cwd: Path, out: Path,
     if check.kind == "regex":
         vals = regex_values(check, ran.output)
         if vals is None:
-            return Verdict(False, f"the check pattern {check.pattern!r} did not match")
+            failed = printed_failure(check, ran.output)
+            return Verdict(False, f"it printed {failed!r}" if failed is not None else
+                           f"the check pattern {check.pattern!r} did not match")
         if not vals and not dataset.expected:
             return Verdict(True, "the check pattern matched")
         ref = list(dataset.expected) or list(reference.get("values", []))

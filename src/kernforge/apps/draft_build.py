@@ -18,6 +18,11 @@ _ASSIGN = re.compile(r"^(?:override\s+|export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*"
 _RULE = re.compile(r"^([^\s:=#][^:=]*?)\s*::?(?!=)\s*(.*)$")
 _REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SM = re.compile(r"^(?:sm|compute)_\d+[a-z]?$")
+
+
+def is_arch(text: str) -> bool:
+    """Whether ``text`` names a GPU architecture as nvcc does (``sm_90``, ``compute_80``)."""
+    return bool(_SM.match(text))
 SHELL_OPS = re.compile(r"[|;&<>`]|\$\(")
 _MAX_RUNS = 3
 

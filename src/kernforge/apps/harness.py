@@ -87,11 +87,20 @@ class AppHarness:
         """The first passing run of the unmodified program: the check's reference (a check
         or timer that never matches its output is a manifest error)."""
         ref = take_reference(self.m, dataset, ran, self.m.source, self.out)
-        if seconds(self.m.timer, ran) is None:
+        t = seconds(self.m.timer, ran)
+        if t is None:
             raise AppManifestError(
                 f"{self.m.path}: the timer pattern {self.m.timer.pattern!r} never matches the "
                 f"output of dataset {dataset.name!r}; output ends: {ran.tail(300)!r}",
                 hint="fix [timer] pattern, or remove [timer] to time the wall clock")
+        if not t > 0:
+            raise AppManifestError(
+                f"{self.m.path}: the time the program printed for dataset {dataset.name!r} "
+                f"reads {t:g} s (timer pattern {self.m.timer.pattern!r}): no speedup can be "
+                "measured against it (printed too coarsely, or the timed region did no work)",
+                hint="choose a timer the program prints with more digits (the commented "
+                     "alternatives in a drafted manifest), or remove [timer] to time the "
+                     "wall clock")
         self.references[dataset.name] = ref
         return ref
 
@@ -108,6 +117,8 @@ class AppHarness:
         t = seconds(self.m.timer, ran)
         if t is None:
             raise RunFailed(setup, dataset, "the timer pattern did not match", ran)
+        if not t > 0:
+            raise RunFailed(setup, dataset, f"the printed time reads {t:g} s", ran)
         return t
 
     def rounds(self, setup: Setup, rounds: int) -> dict[str, dict[str, Any]]:
@@ -138,8 +149,8 @@ class AppHarness:
         def side(s: Setup) -> Callable[[], float]:
             def once() -> float:
                 k[0] += 1
-                self.progress(f"{self.m.name}: {dataset.name} run {k[0]} of {2 * rounds} "
-                              f"(up to {2 * limit} while inconclusive) ({s.label})")
+                self.progress(f"{self.m.name}: {dataset.name} "
+                              f"{run_label(k[0], 2 * rounds, 2 * limit)} ({s.label})")
                 return self.timed(dataset, s)
             return once
 
@@ -149,6 +160,14 @@ class AppHarness:
                 "verdict": judge_ab(ab).to_json(), "confidence": ab.confidence,
                 "original_s": ab.median_a, "deployed_s": ab.median_b,
                 "ratios": list(ab.ratios), "first": list(ab.first)}
+
+
+def run_label(k: int, planned: int, most: int) -> str:
+    """Run ``k`` of an interleaved comparison of ``planned`` runs, extended up to ``most``
+    while the verdict is inconclusive."""
+    if k <= planned:
+        return f"run {k} of {planned} (up to {most} while inconclusive)"
+    return f"run {k} of up to {most} (more runs: the verdict is still inconclusive)"
 
 
 def _last_log(logs: Path) -> int:

@@ -13,10 +13,12 @@ Amdahl ceiling ``1 / (1 - f)`` of what replacing them could give.
 
 from __future__ import annotations
 
+import ctypes.util
 import json
 import re
 import shutil
 import statistics
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,28 @@ from ..record.native_format import SPOOL, finalize_spool, spool_summaries
 from .harness import AppHarness
 from .manifest import Dataset
 from .process import Ran
+
+
+def app_driver(env: Mapping[str, str]) -> str | None:
+    """The CUDA driver library the application's ``env`` gives it: its ``KERNFORGE_LIBCUDA``,
+    else ``libcuda.so.1`` in a directory of its ``LD_LIBRARY_PATH``; None: the system's."""
+    if env.get("KERNFORGE_LIBCUDA"):
+        return env["KERNFORGE_LIBCUDA"]
+    for d in env.get("LD_LIBRARY_PATH", "").split(":"):
+        if d and (Path(d) / "libcuda.so.1").is_file():
+            return str(Path(d) / "libcuda.so.1")
+    return None
+
+
+def no_launch_reason(env: Mapping[str, str]) -> str:
+    """M2's reason when no kernel launch was seen; where this machine has no CUDA driver at
+    all (none in the application's ``env``, none the loader knows), that is said too: a GPU
+    program cannot launch a kernel there."""
+    why = "no kernel launch was seen (nothing kernforge can replace)"
+    if app_driver(env) is None and ctypes.util.find_library("cuda") is None:
+        why += ("; this machine has no CUDA driver (libcuda.so.1): a GPU program launches "
+                "nothing here, so record it on a machine with a GPU")
+    return why
 
 
 def is_python(argv: list[str]) -> bool:

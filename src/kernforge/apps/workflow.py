@@ -31,6 +31,7 @@ from typing import Any
 from ..core import ConfigError, KernforgeError
 from ..core.jsonio import parse_json, write_json_atomic
 from . import endtoend, recording, tree
+from .checks import printed_failure
 from .harness import AppHarness, RunFailed
 from .manifest import AppManifestError, Manifest
 from .store import DB_NAME, FINAL, AppState, AppStore
@@ -152,6 +153,10 @@ class AppRun:
             if ran.returncode != 0:
                 return ("FAILED", (f"dataset {d.name} {ran.ended}: "
                         f"{ran.tail(400)}"), figures, "BLOCKED")
+            failed = printed_failure(m.check, ran.output)
+            if failed is not None:  # before the reference: not a pattern to fix
+                why = f"dataset {d.name} fails its own check: it printed {failed!r}"
+                return "FAILED", why, figures, "BLOCKED"
             h.reference(d, ran)
             v = h.check(d, h.original(), ran)
             if not v.ok:
@@ -203,8 +208,8 @@ class AppRun:
                              run_s)
         figures.update(s)
         if not s["kernels"]:
-            return ("DONE", "no kernel launch was seen (nothing kernforge can replace)",
-                    figures, "OUT_OF_SCOPE")
+            return ("DONE", recording.no_launch_reason(h.env(h.original())), figures,
+                    "OUT_OF_SCOPE")
         f, ceil = s["candidate_share"], recording.ceiling_text(s["ceiling"])
         text = (f"{len(s['kernels'])} kernel(s), {s['units']} unit(s); the recorded kernels "
                 f"take {100 * f:.1f} % of the run on {d.name} (Amdahl ceiling {ceil})")
@@ -250,7 +255,7 @@ class AppRun:
                             {"hint": exc.hint})
             self.store.finish(cls.milestone, o.status, o.reason, o.to_json())
             self.progress(f"{m.name}: {cls.milestone} {o.status.lower()}: "
-                          f"{_brief(o.reason)}")
+                          f"{brief(o.reason, self.out)}")
             earlier[name] = o
         tried = {strategies.get(n).milestone: f"{o.status}: {o.reason}"
                  for n, o in earlier.items()}
@@ -315,7 +320,9 @@ def _lock(out: Path) -> int:
     return fd
 
 
-def _brief(reason: str, width: int = 240) -> str:
+def brief(reason: str, out: Path, width: int = 240) -> str:
     """A strategy's reason as its progress line shows it: whole when short, else cut at a word
-    and marked (complete in the run's final state and in ``kernforge app report``)."""
-    return textwrap.shorten(reason, width=width, placeholder=" ... (in full at the end)")
+    and marked with where to read it whole (``kernforge app report`` of the run; app run's
+    last line is the final state's reason only)."""
+    return textwrap.shorten(reason, width=width,
+                            placeholder=f" ... (in full: kernforge app report {out})")

@@ -9,9 +9,10 @@ from pathlib import Path
 
 from ..apps import batch as batch_mod
 from ..apps.batch_report import exit_status, summary_lines
-from ..apps.batch_store import DB_NAME, BatchStore, Program
+from ..apps.batch_store import DB_NAME, BatchStore, Program, in_use
 from ..apps.budget import parse_duration
 from ..apps.draft import draft_suite
+from ..apps.draft_build import is_arch
 from ..core import ConfigError
 from .checks import writable_dir
 from .output import console
@@ -22,6 +23,15 @@ def _duration(text: str) -> float:
         return parse_duration(text)
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(f"{exc.message} ({exc.hint})") from None
+
+
+def _arch(text: str) -> str:
+    """A GPU architecture as nvcc names it (``sm_90``, ``sm_90a``, ``compute_80``): what a
+    Makefile's ARCH-like variable is recognized by, and a value the build can use."""
+    if not is_arch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a GPU architecture (write it as "
+                                         "nvcc does: sm_90, sm_90a, compute_80)")
+    return text
 
 
 def register(sp: argparse._SubParsersAction) -> None:
@@ -36,7 +46,7 @@ def register(sp: argparse._SubParsersAction) -> None:
                    help="where the manifests go (default manifests/)")
     d.add_argument("--only", action="append", default=[], metavar="GLOB",
                    help="only programs whose directory matches (repeatable), e.g. '*-cuda'")
-    d.add_argument("--arch", default="sm_90",
+    d.add_argument("--arch", default="sm_90", type=_arch,
                    help="the GPU architecture a Makefile's ARCH-like variable is set to "
                         "(default sm_90)")
     d.add_argument("--force", action="store_true",
@@ -65,6 +75,9 @@ def register(sp: argparse._SubParsersAction) -> None:
 
 
 def draft(args: argparse.Namespace) -> int:
+    if args.suite.exists() and not args.suite.is_dir():
+        raise ConfigError(f"{args.suite}: a file, not a directory",
+                          hint="give the suite's directory, or one program's directory")
     if not args.suite.is_dir():
         raise ConfigError(f"{args.suite}: no such directory",
                           hint="give the suite's directory (its programs are subdirectories)")
@@ -88,14 +101,14 @@ def draft(args: argparse.Namespace) -> int:
     return 0 if n["drafted"] or n["kept"] else 1
 
 
-def _print_summary(out: Path) -> list[Program]:
+def _print_summary(out: Path, live: bool = True) -> list[Program]:
     store = BatchStore.open(out)
     try:
         programs = store.programs()
         b, pb = store.meta("budget_s"), store.meta("program_budget_s")
         lines = summary_lines(programs, budget_s=None if b is None else float(b),
                               spent_s=store.spent_s(),
-                              program_budget_s=None if pb is None else float(pb))
+                              program_budget_s=None if pb is None else float(pb), live=live)
     finally:
         store.close()
     console.print("\n".join(lines), markup=False, soft_wrap=True)
@@ -107,7 +120,7 @@ def batch(args: argparse.Namespace) -> int:
         if not (args.out / DB_NAME).is_file():
             raise ConfigError(f"--out {args.out}: no batch there ({DB_NAME} missing)",
                               hint="give the --out of a kernforge app batch")
-        return exit_status(_print_summary(args.out))
+        return exit_status(_print_summary(args.out, live=in_use(args.out)))
     if bool(args.manifests) == bool(args.dir):
         raise ConfigError("give the manifests, or --dir DIR (not both)",
                           hint="kernforge app batch a.toml b.toml, or kernforge app batch "

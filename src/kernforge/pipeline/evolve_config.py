@@ -37,6 +37,8 @@ from ..evolve.config import EvolveConfig
 from ..llm.config import LLMConfig
 
 TOP_KEYS = ("evolve", "proposers", "tuner", "contract", "prompt")
+KEYS_HINT = "see docs/evolve.md for the config's sections, their keys and types"
+SYNTAX_HINT = "fix the syntax (docs/evolve.md shows a whole config)"
 PROPOSER_KEYS: dict[str, tuple[str, ...]] = {
     "offline": ("rules",),
     "command": ("command", "timeout_s"),
@@ -114,7 +116,8 @@ def _proposer(data: Any, i: int, src: str) -> ProposerSpec:
     weight = d.pop("weight", 1.0)
     d.pop("kind")
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
-        raise ConfigError(f"{src}: {where}.weight={weight!r} must be a number >= 0")
+        raise ConfigError(f"{src}: {where}.weight={weight!r} must be a number >= 0",
+                          hint="weight = 1.0 (how often this proposer is asked)")
     if kind == "command" and not d.get("command"):
         raise ConfigError(f"{src}: {where} (command) needs 'command'",
                           hint="the agent CLI to run, prompt on stdin, reply on stdout")
@@ -134,9 +137,9 @@ def _section(cls: type, data: Any, name: str, src: str) -> Any:
     except ConfigError as exc:
         if exc.message.startswith(src):
             raise
-        raise ConfigError(f"{src}: {exc.message}", hint=exc.hint) from None
+        raise ConfigError(f"{src}: {exc.message}", hint=exc.hint or KEYS_HINT) from None
     except TypeError as exc:
-        raise ConfigError(f"{src}: bad value in {name}: {exc}") from None
+        raise ConfigError(f"{src}: bad value in {name}: {exc}", hint=KEYS_HINT) from None
 
 
 def config_from_dict(data: Any, source: str = "<dict>") -> RunConfig:
@@ -148,9 +151,10 @@ def config_from_dict(data: Any, source: str = "<dict>") -> RunConfig:
     except ConfigError as exc:
         if exc.message.startswith(source):
             raise
-        raise ConfigError(f"{source}: evolve: {exc.message}", hint=exc.hint) from None
+        raise ConfigError(f"{source}: evolve: {exc.message}",
+                          hint=exc.hint or KEYS_HINT) from None
     except TypeError as exc:
-        raise ConfigError(f"{source}: bad value in evolve: {exc}") from None
+        raise ConfigError(f"{source}: bad value in evolve: {exc}", hint=KEYS_HINT) from None
     raw = d.get("proposers", [{"kind": "offline"}])
     if not isinstance(raw, list) or not raw:
         raise ConfigError(f"{source}: proposers must be a non-empty list",
@@ -158,7 +162,8 @@ def config_from_dict(data: Any, source: str = "<dict>") -> RunConfig:
     proposers = tuple(_proposer(p, i, source) for i, p in enumerate(raw))
     contract = d.get("contract", "")
     if not isinstance(contract, str):
-        raise ConfigError(f"{source}: contract must be text")
+        raise ConfigError(f"{source}: contract must be text",
+                          hint="contract = \"...\": what every variant must keep")
     return RunConfig(evolve, proposers, _section(TunerSection, d.get("tuner", {}), "tuner",
                                                  source),
                      contract, _section(PromptSection, d.get("prompt", {}), "prompt", source),
@@ -188,7 +193,7 @@ def _parse(p: Path, text: str) -> Any:
         try:
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{p}: not valid TOML ({exc})") from None
+            raise ConfigError(f"{p}: not valid TOML ({exc})", hint=SYNTAX_HINT) from None
     if p.suffix in (".yaml", ".yml"):
         try:
             import yaml
@@ -198,6 +203,6 @@ def _parse(p: Path, text: str) -> Any:
         try:
             return yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{p}: not valid YAML ({exc})") from None
+            raise ConfigError(f"{p}: not valid YAML ({exc})", hint=SYNTAX_HINT) from None
     raise ConfigError(f"{p}: unknown config format {p.suffix!r}",
                       hint="use a .yaml, .yml or .toml file")

@@ -16,14 +16,20 @@ strategy is SKIPPED with the reason."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..process import head_text
+from ..recording import app_driver
 from . import Context, Outcome, Strategy
 
 MODULE = "kernforge.apps.operator_match"
+IN_PROCESS = ("recorded in-process (kernforge.Kernel or CuPy launches): operators replace "
+              "native (driver-level) units only")
 FUSE_FIELD = 13  # the interposer line's field that carries a fused entry's deferral
 
 
@@ -37,6 +43,23 @@ def interposer_fuses(spec: Path) -> bool:
     return bool(lines) and all(
         len(f := line.split("\t")) > FUSE_FIELD and f[FUSE_FIELD].startswith("fuse:")
         for line in lines)
+
+
+@contextlib.contextmanager
+def driver_of(env: Mapping[str, str]) -> Iterator[None]:
+    """Matching replays units in this process, which the manifest's ``env`` does not reach
+    (the loader read ``LD_LIBRARY_PATH`` when it started): for as long as it runs,
+    ``KERNFORGE_LIBCUDA`` names the driver the application runs on, as for M3b's tools."""
+    lib = app_driver(env)
+    old = os.environ.get("KERNFORGE_LIBCUDA")
+    if lib is None or old is not None:
+        yield
+        return
+    os.environ["KERNFORGE_LIBCUDA"] = lib
+    try:
+        yield
+    finally:
+        os.environ.pop("KERNFORGE_LIBCUDA", None)
 
 
 def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any) -> dict[str, Any]:
@@ -126,14 +149,24 @@ class OperatorStrategy(Strategy):
                            {"error": f"{type(exc).__name__}: {exc}"})
         tried: list[dict[str, Any]] = []
         specs: list[str] = []
-        for k, unit in ctx.units():
+        units = ctx.units()
+        if units and all(k.get("kind") == "source" for k, _ in units):
+            return Outcome("SKIPPED", IN_PROCESS + " (M3b tunes and evolves them)",
+                           {"kernels": [{"kernel": k["name"], "unit": str(u), "matched": False,
+                                         "reason": IN_PROCESS} for k, u in units]})
+        for k, unit in units:
+            if k.get("kind") == "source":
+                tried.append({"kernel": k["name"], "unit": str(unit), "matched": False,
+                              "reason": IN_PROCESS})
+                continue
             ctx.progress(f"{ctx.manifest.name}: matching {k['name'][:60]} ({unit.parent.name}/"
                          f"{unit.name}) against the operator matrix")
             out = self.workdir(ctx.out) / unit.parent.name / unit.name
             repeat = ctx.manifest.integrate.match_repeat
             try:
-                r = match_unit(unit, out_dir=out, repeat=repeat)
-                row = _paths(om, unit, out, repeat, r)
+                with driver_of(ctx.manifest.env):
+                    r = match_unit(unit, out_dir=out, repeat=repeat)
+                    row = _paths(om, unit, out, repeat, r)
             except Exception as exc:  # noqa: BLE001 - a matcher failure is this kernel's data
                 tried.append({"kernel": k["name"], "unit": str(unit), "matched": False,
                               "reason": f"matching failed: {type(exc).__name__}: {exc}"})

@@ -51,6 +51,49 @@ def _spec_figures(spec: Path) -> list[dict[str, Any]]:
     return out
 
 
+PATHS = ("tune", "evolve")
+
+
+def refusals(export_stderr: str, base: Path) -> dict[str, str]:
+    """Why ``kernforge export`` left out the result of each path (``tune``, ``evolve``) of
+    the unit run in ``base``: its ``skipped RESULT: WHY`` lines (one per line, unwrapped),
+    by the directory the result is in; the first reason of each path."""
+    out: dict[str, str] = {}
+    for line in export_stderr.splitlines():
+        if not line.startswith("skipped "):
+            continue
+        path, _, why = line[len("skipped "):].partition(": ")
+        for name in PATHS:
+            try:
+                Path(path).relative_to(base / name)
+            except ValueError:
+                continue
+            out.setdefault(name, " ".join(why.split()))
+    return out
+
+
+def path_verdicts(info: dict[str, Any]) -> str:
+    """One unit's line of M3b's reason: the kernel and its dataset, which path won with its
+    speedup, and why each other path was refused (``info`` as :class:`TuneStrategy` fills
+    it: ``ran``, ``refused``, ``exported``)."""
+    head = f"{head_text(info['kernel'], 40)} ({info['dataset']})"
+    if "tune_exit" in info and info["tune_exit"] != 0:
+        return f"{head}: {shorten(info.get('reason', ''), 240, placeholder='...')}"
+    ran: list[str] = info.get("ran", [])
+    refused: dict[str, str] = info.get("refused", {})
+    won = [p for p in ran if p not in refused]
+    why = "; ".join(f"{p} refused: {shorten(refused[p], 160, placeholder='...')}"
+                    for p in ran if p in refused)
+    if info.get("exported"):
+        x = [e["speedup"] for e in info["exported"] if e.get("speedup")]
+        fig = f" {max(x):.2f}x" if x else ""
+        by = " or ".join(won) if won else "?"
+        return f"{head}:{fig} by {by}" + (f" ({why})" if why else "")
+    if why:
+        return f"{head}: nothing exported ({why})"
+    return f"{head}: nothing exported ({shorten(info.get('reason', ''), 240, placeholder='...')})"
+
+
 def has_source(unit: Path, kind: str | None) -> bool:
     """Whether the unit's kernel source is known: a unit recorded with its source, or a
     native unit whose recording captured it (NVRTC)."""
@@ -110,7 +153,8 @@ class TuneStrategy(Strategy):
                                   str(integ.tune_trials), "--preset", integ.tune_preset],
                             f"{tag}-tune")
             info: dict[str, Any] = {"kernel": k["name"], "unit": str(unit),
-                                    "share": k.get("share"), "tune_exit": ran.returncode}
+                                    "dataset": unit.parent.name, "share": k.get("share"),
+                                    "tune_exit": ran.returncode, "ran": ["tune"]}
             if ran.returncode != 0:
                 info["reason"] = f"kernforge tune {ran.ended}: " + " ".join(ran.tail(300).split())
                 kernels.append(info)
@@ -125,11 +169,13 @@ class TuneStrategy(Strategy):
                 info["evolved_by"] = ("the manifest's evolve_config"
                                       if integ.evolve_config is not None else
                                       f"offline rewrites ({integ.evolve_iterations} iterations)")
+                info["ran"].append("evolve")
                 run_dir = base  # export takes the faster of tune and evolve per problem
             else:
                 info["evolved_by"] = None
             spec = base / "deploy.json"
             ex = kernforge(ctx, ["export", str(run_dir), "-o", str(spec)], f"{tag}-export")
+            info["refused"] = refusals(ex.stderr, base)
             if ex.returncode != 0 or not spec.is_file():
                 info["reason"] = "no significant, verified win: " + " ".join(ex.tail(300).split())
                 kernels.append(info)
@@ -139,12 +185,8 @@ class TuneStrategy(Strategy):
             (native if nd.is_native_spec(spec) else source).append(str(spec))
             kernels.append(info)
         figures = {"kernels": kernels}
+        per_unit = "; ".join(path_verdicts(x) for x in kernels)
         if not native and not source:
-            why = "; ".join(f"{head_text(x['kernel'], 40)}: "
-                            f"{shorten(x.get('reason', ''), 240, placeholder='...')}"
-                            for x in kernels)
-            return Outcome("FAILED", f"no tuned kernel passed the gate ({why})", figures)
-        wins = ", ".join(f"{head_text(e['kernel'], 40)} {e['speedup']:.2f}x" for x in kernels
-                         for e in x.get("exported", []) if e.get("speedup"))
-        return Outcome("DONE", f"tuned and exported: {wins}", figures,
+            return Outcome("FAILED", f"no tuned kernel passed the gate ({per_unit})", figures)
+        return Outcome("DONE", f"tuned and exported: {per_unit}", figures,
                        native_specs=tuple(native), source_specs=tuple(source))

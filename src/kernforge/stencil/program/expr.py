@@ -231,6 +231,20 @@ def to_json(e: Expr) -> Any:
     raise TypeError(f"not an expression: {e!r}")
 
 
+def json_int(v: Any) -> int:
+    """An integer of a JSON document: an int, not a bool, a fraction or a string."""
+    if type(v) is not int:
+        raise ValueError(f"{v!r} is not an integer")
+    return v
+
+
+def json_bool(v: Any) -> bool:
+    """A boolean of a JSON document: true or false, not a string that reads like one."""
+    if type(v) is not bool:
+        raise ValueError(f"{v!r} is not true or false")
+    return v
+
+
 def from_json(d: Any) -> Expr:
     """The expression of :func:`to_json`; ConfigError on a malformed document."""
     try:
@@ -240,11 +254,12 @@ def from_json(d: Any) -> Expr:
                 raise ValueError("not finite")
             return Const(v)
         if "param" in d:
-            return Param(int(d["param"]), str(d.get("name", "")))
+            return Param(json_int(d["param"]), str(d.get("name", "")))
         if "cmem" in d:
-            return ConstMem(str(d["cmem"]), int(d.get("index", 0)), bool(d.get("array")))
+            return ConstMem(str(d["cmem"]), json_int(d.get("index", 0)),
+                            json_bool(d.get("array", False)))
         if "tap" in d:
-            dz, dy, dx = (int(v) for v in d["at"])
+            dz, dy, dx = (json_int(v) for v in d["at"])
             return Tap(str(d["tap"]), (dz, dy, dx))
         if "op" in d:
             a, b = d["args"]

@@ -42,6 +42,12 @@ def _err(msg: str, hint: str = HINT) -> ConfigError:
     return ConfigError(f"stencil program: {msg}", hint=hint)
 
 
+def _json_str(v: Any) -> str:
+    if not isinstance(v, str):
+        raise TypeError(f"{v!r} is not a string")
+    return v
+
+
 @dataclass(frozen=True)
 class Field:
     name: str
@@ -186,13 +192,15 @@ class StencilProgram:
         try:
             faces = d.get("faces", {})
             return cls(
-                dims=int(d["dims"]), precision=str(d["precision"]), name=str(d.get("name", "")),
+                dims=ex.json_int(d["dims"]), precision=str(d["precision"]),
+                name=_json_str(d.get("name", "")),
                 fields=tuple(Field(str(f["name"]), str(f.get("role", "in")))
                              for f in d["fields"]),
                 outputs=tuple(Output(str(o["field"]), ex.from_json(o["expr"]),
                                      o.get("copy_from")) for o in d["outputs"]),
                 reductions=tuple(Reduction(str(r["name"]), str(r["op"]),
-                                           ex.from_json(r["expr"]), bool(r.get("accumulate")),
+                                           ex.from_json(r["expr"]),
+                                           ex.json_bool(r.get("accumulate", False)),
                                            str(r.get("over", "computed")))
                                  for r in d.get("reductions", ())),
                 faces=tuple(FaceRule(str(faces.get(f, {}).get("rule", "keep")),
@@ -363,6 +371,10 @@ def program(dims: int, precision: str, outputs: Mapping[str, ex.Expr], *,
         order.append(out)
     for red in reductions:
         order.extend(t.field for t in ex.taps(red.expr))
+    stray = sorted(set(r) - set(order))
+    if stray:
+        raise _err(f"roles name {stray}, which no output or reduction reads or writes",
+                   hint="name fields the expressions use (a misspelt name?)")
     fields = []
     for n in dict.fromkeys(order):
         if n in outputs:
