@@ -10,7 +10,8 @@ round (two dimensions changed at once, :data:`PAIR_LIMIT` combinations in an ord
 the seed). A domain passes its own plan (``tune(..., sampler="rounds",
 sampler_options={"plan": plan})``): the stencil forge's is :mod:`kernforge.forge.cell_rounds`.
 After the last round the sampler asks TPE (the options of :class:`.tpe.TPE`) for ever, the
-dimensions the plan names in :meth:`RoundPlan.fixed` held at the incumbent's values.
+dimensions the plan names in :meth:`RoundPlan.fixed` held at the incumbent's values (and the
+conditional dimensions these make inactive, at their defaults).
 
 Every proposal is enqueued into the Optuna study just before it is asked, with its round in
 the trial's user attributes (``kernforge.round``, ``kernforge.round_name``,
@@ -145,8 +146,15 @@ class Rounds(OptunaSampler):
             return
         self._tpe = True
         names = list(self.plan.fixed(incumbent))
+        # a dimension conditional on a held one and inactive at the incumbent's value is held
+        # too (at its default): its values would all be the same point
+        held = {**incumbent, **{n: self.space[n].default for n, (parent, _) in
+                                self.space.conditions.items()
+                                if parent in names and not self.space.active(n, incumbent)}}
+        names += [n for n, (parent, _) in self.space.conditions.items()
+                  if parent in names and not self.space.active(n, incumbent)]
         if names:
-            encoded = self.encoding.encode(incumbent)
+            encoded = self.encoding.encode(held)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 self.study.sampler = optuna.samplers.PartialFixedSampler(
