@@ -60,11 +60,12 @@ def run_arm(cs: CellSpace, arm: str, seed: int, budget: int, backend: str, studi
             op = cs.operator(t.config)
             path.append([t.median, op.key if op is not None else None, t.status.value])
     best = r.best_trial
+    best_op = cs.operator(best.config) if best is not None else None
     return {"cell": cs.cell.id, "arm": arm, "seed": seed, "evaluations": r.evaluations,
             "stop": r.stop_reason, "seconds": time.monotonic() - t0,
             "naive_s": r.baseline.median if r.baseline is not None else None,
             "best_s": best.median if best is not None else None,
-            "best_op": cs.operator(best.config).key if best is not None else None,
+            "best_op": best_op.key if best_op is not None else None,
             "trials": path}
 
 
@@ -193,11 +194,11 @@ def main(argv: list[str] | None = None) -> int:
                 "harness runs." if args.backend == "cpu-emulator" else "")
         args.md.write_text("\n".join([
             f"# The forge's rounds against TPE and random search ({args.backend})", "",
-            f"Same cells, same budget: {args.budget} evaluations per run, {args.seeds} seeds "
-            f"per cell and arm; speedup over the cell's naive operator; evaluations to come "
-            f"within 5% of the best time any run found on the cell.{note}", "",
-            f"- Device: {prov['device']}; date: {prov['date']}; kernforge "
-            f"{prov['kernforge_version']} (git {(prov['git']['revision'] or '?')[:12]})",
+            (f"Same cells, same budget: {args.budget} evaluations per run, {args.seeds} "
+             f"seeds per cell and arm; speedup over the cell's naive operator; evaluations to "
+             f"come within 5% of the best time any run found on the cell.{note}"), "",
+            (f"- Device: {prov['device']}; date: {prov['date']}; kernforge "
+             f"{prov['kernforge_version']} (git {(prov['git']['revision'] or '?')[:12]})"),
             f"- Command: `{' '.join(prov['command'])}` ({seconds:.0f} s)", "",
             "```", *lines, "```", ""]))
     return 0

@@ -134,3 +134,20 @@ def test_the_pair_round_changes_two_dimensions() -> None:
     for c in pairs:  # the incumbent stayed the baseline: nothing was faster
         assert sum(c[n] != space.baseline[n] for n in space.names) == 2
     assert bowl_evaluate(space.baseline).ok
+
+
+def test_tpe_lets_go_of_what_it_holds_once_that_part_is_exhausted() -> None:
+    space = SearchSpace([Dimension.categorical("kind", ["a", "b"]),
+                         Dimension.integer("a.n", 1, 3), Dimension.integer("b.m", 1, 40)],
+                        conditions={"a.n": ("kind", ["a"]), "b.m": ("kind", ["b"])})
+
+    class HoldA(_Plan):
+        def rounds(self) -> Sequence[str]:
+            return ()
+
+    calls: list[dict[str, Any]] = []
+    r = tune(space, recording(calls, lambda c: Measurement(Status.OK, samples=(
+        float(c["a.n"]) if c["kind"] == "a" else 10.0 + c["b.m"],))), sampler="rounds",
+        budget=Budget(trials=8), seed=0, sampler_options={"plan": HoldA()})
+    assert [c["kind"] for c in calls[:3]] == ["a", "a", "a"]  # all of a first
+    assert r.evaluations == 8 and {c["kind"] for c in calls[3:]} == {"b"}

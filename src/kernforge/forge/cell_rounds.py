@@ -27,6 +27,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
+from ..core import ConfigError
 from ..stencil import designs
 from ..stencil import matrix as mx
 from ..stencil.operator import Operator
@@ -64,7 +65,8 @@ class CellSpace:
         self.cell = cell
         self.designs = list(design_names or mx.applicable(cell))
         if not self.designs:
-            raise ValueError(f"no design applies to {cell.id}")
+            raise ConfigError(f"no stencil design applies to {cell.id}",
+                              hint="check the cell's stencil and shape")
         self.knobs: dict[str, dict[str, str]] = {}  # design -> knob -> dimension name
         self.fixed: dict[str, dict[str, Any]] = {}  # design -> knobs of one value
         dims = [Dimension.categorical(DESIGN, self.designs,

@@ -11,7 +11,9 @@ the seed). A domain passes its own plan (``tune(..., sampler="rounds",
 sampler_options={"plan": plan})``): the stencil forge's is :mod:`kernforge.forge.cell_rounds`.
 After the last round the sampler asks TPE (the options of :class:`.tpe.TPE`) for ever, the
 dimensions the plan names in :meth:`RoundPlan.fixed` held at the incumbent's values (and the
-conditional dimensions these make inactive, at their defaults).
+conditional dimensions these make inactive, at their defaults); when :data:`RELEASE_AFTER`
+proposals in a row are points the study holds, that part of the space is exhausted and TPE
+goes on over the whole space.
 
 Every proposal is enqueued into the Optuna study just before it is asked, with its round in
 the trial's user attributes (``kernforge.round``, ``kernforge.round_name``,
@@ -40,6 +42,7 @@ from .tpe import N_STARTUP_TRIALS
 
 PAIR_LIMIT = 40
 VALUES_LIMIT = 16  # values of an int dimension a one-dimension round tries, evenly spaced
+RELEASE_AFTER = 20  # TPE proposals in a row already in the study: the held part is exhausted
 
 
 class RoundPlan:
@@ -99,6 +102,7 @@ class Rounds(OptunaSampler):
         self._queue: list[dict[str, Any]] = []
         self._from: dict[str, Any] = space.baseline
         self._tpe = False
+        self._repeats = 0  # TPE proposals in a row that the study already held
         self.round = -1  # no round started: the baseline comes first
         self._resume()
 
@@ -188,5 +192,10 @@ class Rounds(OptunaSampler):
         if not queued and self._tpe and PREFIX + "round" not in self._live[trial.number].user_attrs:
             for key, value in self._attrs().items():  # a TPE trial: its phase, for resume
                 self._live[trial.number].set_user_attr(key, value)
-        self._taken.add(self.space.key(trial.config))
+        key = self.space.key(trial.config)
+        self._repeats = self._repeats + 1 if key in self._taken else 0
+        if self._repeats >= RELEASE_AFTER and isinstance(
+                self.study.sampler, optuna.samplers.PartialFixedSampler):
+            self.study.sampler = self.make_optuna_sampler(self.seed)  # the held part is done
+        self._taken.add(key)
         return trial
