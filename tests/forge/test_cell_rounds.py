@@ -177,3 +177,15 @@ def test_a_wrong_operator_is_a_wrong_result(cs) -> None:
         objective = CellObjective(cs, session, lambda ops: emulated_compiler([wrong]))
         m = objective(dict(cs.space.baseline))
     assert m.status is Status.WRONG_RESULT and "oracle error" in m.message
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sampler", ["rounds", "tpe", "random"])
+def test_a_cell_tunes_on_the_gpu(sampler) -> None:
+    """The cuda backend's objective: every evaluated operator passes the oracle and is timed."""
+    cs = CellSpace(Cell.parse("star_1/256x256x256/fp32"))
+    r = tune_cell(cs, sampler=sampler, budget=Budget(trials=8), backend="cuda", seed=0)
+    assert r.evaluations == 8 and r.baseline is not None and r.baseline.ok
+    assert all(t.status is Status.OK and t.median > 0 for t in r.trials if t.evaluated), \
+        [(t.status, t.message) for t in r.trials if not t.ok]
+    assert r.best is not None and r.best.median <= r.baseline.median
