@@ -46,13 +46,11 @@ class CellObjective:
 
     def __init__(self, cell_space: CellSpace, session: Any, compiler: Compiler) -> None:
         self.cs, self.session, self.compiler = cell_space, session, compiler
-        self.operators: list[str] = []  # keys of the operators evaluated, in order
 
     def __call__(self, config: dict[str, Any]) -> Measurement:
         op = self.cs.operator(config)
         if op is None:
             return Measurement(Status.INVALID_CONFIG, f"{config['design']} refuses it")
-        self.operators.append(op.key)
         built = self.compiler([op])[0]
         if not built.ok:
             return Measurement(Status.COMPILE_FAILED, f"{op.key}: {built.log[-500:]}")

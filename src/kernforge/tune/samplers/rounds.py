@@ -28,6 +28,7 @@ import json
 import math
 import random
 import warnings
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,16 +46,18 @@ VALUES_LIMIT = 16  # values of an int dimension a one-dimension round tries, eve
 RELEASE_AFTER = 20  # TPE proposals in a row already in the study: the held part is exhausted
 
 
-class RoundPlan:
+class RoundPlan(ABC):
     """What the rounds are (:meth:`rounds`), what each proposes from an incumbent
     (:meth:`candidates`: complete configurations of the space) and which dimensions the TPE
     phase keeps at the incumbent's values (:meth:`fixed`)."""
 
+    @abstractmethod
     def rounds(self) -> Sequence[str]:
-        raise NotImplementedError
+        """The rounds' names, in order (one round per name)."""
 
+    @abstractmethod
     def candidates(self, name: str, incumbent: dict[str, Any]) -> list[dict[str, Any]]:
-        raise NotImplementedError
+        """The configurations round ``name`` tries from ``incumbent``, in order."""
 
     def fixed(self, incumbent: dict[str, Any]) -> Sequence[str]:
         return ()
