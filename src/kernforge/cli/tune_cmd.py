@@ -54,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "result.json is kept beside the new one as result.earlier-N.json)")
     add_isolation_args(p)
     p.add_argument("--preset", default="standard", choices=("quick", "standard", "full"))
-    p.add_argument("--sampler", default="tpe", help="tpe (default), random or exhaustive")
+    p.add_argument("--sampler", default="tpe",
+                   help="tpe (default), random, exhaustive or rounds")
     p.add_argument("--trials", type=POSITIVE, default=30,
                    help="evaluations per unit (default 30; cache hits do not count)")
     p.add_argument("--seconds", type=float_range(0.001), default=None,

@@ -10,7 +10,7 @@ any other exception ends ``tune()`` like a crash (the study resumes from where i
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -229,21 +229,24 @@ def tune(space: SearchSpace, evaluate: Evaluator | Sequence[Evaluator], *,
          sampler: str = "tpe", budget: Budget | None = None,
          storage: Path | str | None = None, study_name: str = "kernforge",
          seed: int | None = None,
-         on_trial: Callable[[TrialRecord], None] | None = None) -> TuneResult:
+         on_trial: Callable[[TrialRecord], None] | None = None,
+         sampler_options: Mapping[str, Any] | None = None) -> TuneResult:
     """Minimize ``evaluate(config).median`` over ``space``.
 
     ``evaluate`` is one evaluator or a sequence of them (one thread each, evaluating in
     parallel). ``storage`` (a run directory, a ``.db`` file or an Optuna URL; ``None`` = in
     memory) keeps the study; calling ``tune`` again with the same storage and ``study_name``
     resumes it without evaluating finished trials again. ``on_trial`` sees every finished
-    trial, on the calling thread.
+    trial, on the calling thread. ``sampler_options`` go to the sampler's constructor as
+    keywords (e.g. the ``rounds`` sampler's ``plan``).
     """
     evaluators = [evaluate] if callable(evaluate) else list(evaluate)
     if not evaluators or not all(callable(e) for e in evaluators):
         raise ConfigError("tune() needs an evaluator: evaluate(config) -> Measurement",
                           hint="pass a function, or a non-empty list of functions")
     url, run_dir = storage_url(storage)
-    plugin = SAMPLERS.get(sampler)(space, storage=url, study_name=study_name, seed=seed)
+    plugin = SAMPLERS.get(sampler)(space, storage=url, study_name=study_name, seed=seed,
+                                   **dict(sampler_options or {}))
     if run_dir is not None:
         _save_space(run_dir, study_name, space)
     run = _Run(space, plugin, evaluators, budget or Budget(), on_trial)

@@ -20,6 +20,14 @@ mapping, :meth:`SearchSpace.to_json` writes the same form)::
       - {at_most: [launch.block], bound: opt.launch_bounds}     # 0 = unlimited
       - {predicate: my_rule}       # a function passed as predicates={"my_rule": fn}
     baseline: {def.TILE_J: 16}     # partial: other dimensions take their default
+    conditions:                    # optional: a dimension that matters only for some values
+      def.TILE_J: {when: opt.unroll, in: [true]}                  # of another
+
+A *conditional* dimension is inactive when its parent dimension takes none of the listed
+values: its value then does not change the point, so :meth:`SearchSpace.key` reads it as its
+default (two configurations that differ only there are the same point: the tuner's cache
+answers the second). One design's knobs in a space of several designs are conditional on the
+design dimension.
 
 A mapping without a ``dimensions`` key is read as the ``dimensions`` mapping alone. Kinds:
 ``categorical`` (unordered choices), ``ordinal`` (ordered choices: the sampler models their
@@ -182,7 +190,7 @@ class Dimension:
 
 _DIM_KEYS = {"categorical": ("default",), "ordinal": ("default",),
              "int": ("default", "log"), "bool": ()}
-_DOC_KEYS = ("version", "dimensions", "constraints", "baseline")
+_DOC_KEYS = ("version", "dimensions", "constraints", "baseline", "conditions")
 
 
 def dimension_from_json(name: str, spec: Any) -> Dimension:
@@ -215,7 +223,8 @@ class SearchSpace:
     every dimension's default, overridden by ``baseline``)."""
 
     def __init__(self, dimensions: Sequence[Dimension], constraints: Sequence[Constraint] = (),
-                 baseline: Mapping[str, Any] | None = None) -> None:
+                 baseline: Mapping[str, Any] | None = None,
+                 conditions: Mapping[str, tuple[str, Sequence[Any]]] | None = None) -> None:
         self.dimensions = tuple(dimensions)
         self.constraints = tuple(constraints)
         self._by_name = {d.name: d for d in self.dimensions}
@@ -227,11 +236,38 @@ class SearchSpace:
         for c in self.constraints:
             for name in c.dimensions():
                 self._dimension(name, f"constraint {c.to_json()}")
+        self.conditions = self._conditions(conditions or {})
         self.baseline: dict[str, Any] = self.validate({**self.default(), **dict(baseline or {})})
         reason = self.check(self.baseline)
         if reason:
             raise ConfigError(f"the baseline configuration is invalid: {reason}",
                               hint="fix the baseline or the constraints")
+
+    def _conditions(self, given: Mapping[str, tuple[str, Sequence[Any]]]
+                    ) -> dict[str, tuple[str, tuple[Any, ...]]]:
+        out: dict[str, tuple[str, tuple[Any, ...]]] = {}
+        for name, (parent, values) in given.items():
+            where = f"the condition on {name!r}"
+            self._dimension(name, where)
+            dim = self._dimension(parent, where)
+            if parent == name or parent in given:
+                raise ConfigError(f"{where}: its parent {parent!r} is itself or conditional",
+                                  hint="condition a dimension on an unconditional one")
+            values = freeze(tuple(values))
+            bad = [v for v in values if not dim.contains(v)]
+            if bad:
+                raise ConfigError(f"{where}: {parent!r} never takes {bad}",
+                                  hint=dim.describe_values())
+            out[name] = (parent, values)
+        return out
+
+    def active(self, name: str, config: Mapping[str, Any]) -> bool:
+        """Whether dimension ``name`` matters in ``config`` (see "conditional" above)."""
+        cond = self.conditions.get(name)
+        if cond is None:
+            return True
+        token = canonical(freeze(config[cond[0]]))
+        return any(canonical(v) == token for v in cond[1])
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -279,29 +315,37 @@ class SearchSpace:
         return None
 
     def key(self, config: Mapping[str, Any]) -> str:
-        """Canonical text of a configuration: equal keys <=> the same point."""
-        return canonical({d.name: config[d.name] for d in self.dimensions})
+        """Canonical text of a configuration: equal keys <=> the same point (an inactive
+        conditional dimension reads as its default)."""
+        return canonical({d.name: config[d.name] if self.active(d.name, config) else d.default
+                          for d in self.dimensions})
 
     def points(self, limit: int = ENUMERATE_LIMIT) -> Iterator[dict[str, Any]]:
         """Every point of the grid in a deterministic order (the last dimension varies
-        fastest); ConfigError if the grid has more than ``limit`` points."""
+        fastest), each once; ConfigError if the grid has more than ``limit`` points."""
         if self.size() > limit:
             raise ConfigError(f"the search space has {self.size()} points, too many to "
                               f"enumerate (limit {limit})",
                               hint="use the tpe or random sampler, or narrow the dimensions")
         names = self.names
         for values in itertools.product(*(d.values() for d in self.dimensions)):
-            yield dict(zip(names, values))
+            point = dict(zip(names, values))
+            if all(point[n] == self[n].default or self.active(n, point) for n in self.conditions):
+                yield point  # an inactive dimension only at its default: each point once
 
     def valid_points(self, limit: int = ENUMERATE_LIMIT) -> Iterator[dict[str, Any]]:
         """The points that satisfy every constraint, in :meth:`points` order."""
         return (p for p in self.points(limit) if self.check(p) is None)
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": FORMAT_VERSION,
-                "dimensions": {d.name: d.to_json() for d in self.dimensions},
-                "constraints": [c.to_json() for c in self.constraints],
-                "baseline": json.loads(canonical(self.baseline))}
+        out = {"version": FORMAT_VERSION,
+               "dimensions": {d.name: d.to_json() for d in self.dimensions},
+               "constraints": [c.to_json() for c in self.constraints],
+               "baseline": json.loads(canonical(self.baseline))}
+        if self.conditions:  # absent when there are none: such spaces read as before
+            out["conditions"] = {n: {"when": p, "in": json.loads(canonical(v))}
+                                 for n, (p, v) in self.conditions.items()}
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any],
@@ -330,8 +374,17 @@ class SearchSpace:
         baseline = data.get("baseline") or {}
         if not isinstance(baseline, Mapping):
             raise ConfigError("'baseline' must map dimension names to values")
+        conditions = {}
+        for name, cond in (data.get("conditions") or {}).items():
+            if not isinstance(cond, Mapping):
+                raise ConfigError(f"condition on {name!r} must be a mapping",
+                                  hint="write {when: DIMENSION, in: [VALUES]}")
+            strict_keys(cond, ("when", "in"), f"the condition on {name!r}",
+                        hint="a condition takes: when, in")
+            conditions[str(name)] = (str(cond.get("when")), tuple(cond.get("in") or ()))
         return cls([dimension_from_json(str(n), s) for n, s in dims.items()],
-                   [constraint_from_json(c, predicates or {}) for c in constraints], baseline)
+                   [constraint_from_json(c, predicates or {}) for c in constraints], baseline,
+                   conditions)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, SearchSpace) and self.to_json() == other.to_json()

@@ -12,5 +12,6 @@ SAMPLERS: Registry[type[Sampler]] = Registry("sampler")
 SAMPLERS.register("tpe", "kernforge.tune.samplers.tpe:TPE")
 SAMPLERS.register("random", "kernforge.tune.samplers.random_search:RandomSearch")
 SAMPLERS.register("exhaustive", "kernforge.tune.samplers.exhaustive:Exhaustive")
+SAMPLERS.register("rounds", "kernforge.tune.samplers.rounds:Rounds")
 
 __all__ = ["ORIGINS", "SAMPLERS", "Sampler", "Trial", "TrialRecord"]
