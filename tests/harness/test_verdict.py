@@ -154,3 +154,6 @@ def test_a_load_that_came_and_went_between_passes_is_inconclusive() -> None:
     steady = ABResult(ratios, (quiet,) * 7, tuple((1.06, 1.07, 1.06) for _ in range(7)),
                       ("a", "b") * 3 + ("a",), lo, hi, cov, 0.95)
     assert judge_ab(steady).verdict is not Verdict.INCONCLUSIVE
+    far = ABResult((98.0,) * 7, a, tuple(tuple(t / 98 for t in p) for p in a),
+                   ("a", "b") * 3 + ("a",), 94.0, 103.7, cov, 0.95)
+    assert judge_ab(far).faster  # no load makes a 98x of the same kernels

@@ -250,7 +250,9 @@ def judge_ab(ab: Any, *, idle: bool | None = None, utilisation: float | None = N
                          f"idle machine", ab.speedup, (ab.ci_low, ab.ci_high), band=band,
                          passes=ab.passes)
     drift = drift_of(ab.samples_a, ab.samples_b)
-    if idle is not False and drift is not None and drift > DRIFT_LIMIT:
+    # as for the width: an interval farther than MAX_WIDTH beyond the band is no load's doing
+    far = ab.ci_low > (1.0 + band) * MAX_WIDTH or 0 < ab.ci_high < (1.0 - band) / MAX_WIDTH
+    if idle is not False and drift is not None and drift > DRIFT_LIMIT and not far:
         return Judgement(Verdict.INCONCLUSIVE, f"inconclusive: {ab.speedup:.3f}x [95% CI "
                          f"{ab.ci_low:.3f}, {ab.ci_high:.3f}], but the typical run of one side "
                          f"takes {drift:.0%} more than its fastest (more than "
