@@ -17,8 +17,6 @@ each), and the best is timed against them with the interleaved protocol.
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
 import sys
 from collections.abc import Sequence
@@ -38,6 +36,7 @@ from . import fused as fz
 from .adapter import layout
 from .operator_gpu import AdapterRun, ReplayTarget, recognized
 from .probe import Recognized
+from .process import child_main
 
 FRESH_SEEDS = (21, 22)
 
@@ -238,16 +237,9 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[i
 
 
 def main(argv: Sequence[str]) -> int:
-    req = json.loads(Path(argv[0]).read_text())
-    try:
-        result = session(req["unit"], req["out_dir"], int(req["repeat"]), int(req["passes"]),
-                         [int(s) for s in req.get("steps") or fz.STEPS])
-    except KernforgeError as exc:
-        result = {"nomatch": f"the replay failed: {exc.message}"}
-    tmp = Path(argv[1]).with_suffix(".part")
-    tmp.write_text(json.dumps(result, default=str))
-    os.replace(tmp, argv[1])
-    return 0
+    return child_main(argv, lambda req: session(
+        req["unit"], req["out_dir"], int(req["repeat"]), int(req["passes"]),
+        [int(s) for s in req.get("steps") or fz.STEPS]))
 
 
 if __name__ == "__main__":

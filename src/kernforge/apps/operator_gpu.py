@@ -13,8 +13,6 @@ cause).
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
 import sys
 from collections.abc import Mapping, Sequence
@@ -33,6 +31,7 @@ from ..record.native_format import read_native
 from ..replay.native import NativeReplay, NativeVariant
 from .adapter import Adapter, adapter, candidates, layout
 from .probe import NotAStencil, ProbeBuffer, Recognized, recognize, tolerance
+from .process import child_main
 
 RECORDED = NativeVariant()
 FRESH_SEEDS = (11, 12)
@@ -242,15 +241,8 @@ def session(unit: str, out_dir: str, repeat: int, passes: int) -> dict[str, Any]
 
 
 def main(argv: Sequence[str]) -> int:
-    req = json.loads(Path(argv[0]).read_text())
-    try:
-        result = session(req["unit"], req["out_dir"], int(req["repeat"]), int(req["passes"]))
-    except KernforgeError as exc:
-        result = {"nomatch": f"the replay failed: {exc.message}"}
-    tmp = Path(argv[1]).with_suffix(".part")
-    tmp.write_text(json.dumps(result, default=str))
-    os.replace(tmp, argv[1])
-    return 0
+    return child_main(argv, lambda req: session(req["unit"], req["out_dir"], int(req["repeat"]),
+                                                int(req["passes"])))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ the caller); the wall time is measured around the process only.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import subprocess
@@ -18,8 +19,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from ..core.errors import exit_cause
+from ..core.errors import KernforgeError, exit_cause
 
 KERNFORGE_VARS = ("KERNFORGE_DEPLOY", "KERNFORGE_DEPLOY_LOG", "KERNFORGE_RECORD_DIR",
                   "KERNFORGE_KERNELS", "KERNFORGE_MAX_INSTANCES", "KERNFORGE_SKIP",
@@ -169,3 +171,18 @@ def write_log(path: Path, ran: Ran) -> None:
     path.write_text(f"$ {' '.join(ran.argv)}\n# {ran.ended} (exit {ran.returncode}), "
                     f"{ran.seconds:.3f} s\n"
                     f"--- stdout\n{ran.stdout}\n--- stderr\n{ran.stderr}\n", "utf-8")
+
+
+def child_main(argv: Sequence[str], work: Callable[[dict[str, Any]], object]) -> int:
+    """The entry of a GPU child process (operator_gpu, fused_gpu, program_gpu): ``work`` on
+    the request file ``argv[0]``; its result (or the replay's failure as a ``nomatch``)
+    written atomically to ``argv[1]``."""
+    req = json.loads(Path(argv[0]).read_text())
+    try:
+        result = work(req)
+    except KernforgeError as exc:
+        result = {"nomatch": f"the replay failed: {exc.message}"}
+    tmp = Path(argv[1]).with_suffix(".part")
+    tmp.write_text(json.dumps(result, default=str))
+    os.replace(tmp, argv[1])
+    return 0

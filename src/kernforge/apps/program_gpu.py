@@ -14,8 +14,6 @@ copy bandwidth. A kernel that faults on a probe costs only this process.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import statistics
 import sys
@@ -34,6 +32,7 @@ from .lift_probe import Probed, lift_probe
 from .lift_regions import Lifted
 from .lift_source import lift_source
 from .operator_gpu import RECORDED, ReplayTarget, pointer_table
+from .process import child_main
 from .program_adapter import ProgramAdapter, program_adapter
 from .program_binding import bind_lifted, bind_probed
 from .program_checks import copy_bandwidth, moved_bytes, scalar_values, validate
@@ -193,15 +192,8 @@ def session(unit: str, out_dir: str, repeat: int, passes: int) -> dict[str, Any]
 
 
 def main(argv: Sequence[str]) -> int:
-    req = json.loads(Path(argv[0]).read_text())
-    try:
-        result = session(req["unit"], req["out_dir"], int(req["repeat"]), int(req["passes"]))
-    except KernforgeError as exc:
-        result = {"nomatch": f"the replay failed: {exc.message}"}
-    tmp = Path(argv[1]).with_suffix(".part")
-    tmp.write_text(json.dumps(result, default=str))
-    os.replace(tmp, argv[1])
-    return 0
+    return child_main(argv, lambda req: session(req["unit"], req["out_dir"], int(req["repeat"]),
+                                                int(req["passes"])))
 
 
 if __name__ == "__main__":
