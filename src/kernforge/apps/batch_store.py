@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import ConfigError
+from .store import transaction
 
 DB_NAME = "batch.db"
 LOCK_NAME = "batch.lock"
@@ -90,15 +91,7 @@ class BatchStore:
         self.conn.close()
 
     def _tx(self, *statements: tuple[str, tuple[Any, ...]]) -> None:
-        cur = self.conn.cursor()
-        cur.execute("BEGIN IMMEDIATE")
-        try:
-            for sql, params in statements:
-                cur.execute(sql, params)
-            cur.execute("COMMIT")
-        except BaseException:
-            cur.execute("ROLLBACK")
-            raise
+        transaction(self.conn, *statements)
 
     # ---- budgets and totals --------------------------------------------------------------
     def meta(self, key: str) -> str | None:

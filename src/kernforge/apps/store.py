@@ -72,6 +72,20 @@ def _dump(figures: dict[str, Any] | None) -> str:
     return json.dumps(figures or {}, sort_keys=True, default=str)
 
 
+
+def transaction(conn: sqlite3.Connection, *statements: tuple[str, tuple[Any, ...]]) -> None:
+    """Run ``statements`` as one immediate transaction: all of them or none (also when the
+    process is killed between two of them)."""
+    cur = conn.cursor()
+    cur.execute("BEGIN IMMEDIATE")
+    try:
+        for sql, params in statements:
+            cur.execute(sql, params)
+        cur.execute("COMMIT")
+    except BaseException:
+        cur.execute("ROLLBACK")
+        raise
+
 class AppStoreError(ConfigError):
     """A run directory whose ``app.db`` is not a readable run database (exit 2)."""
 
@@ -104,15 +118,7 @@ class AppStore:
         self.conn.close()
 
     def _tx(self, *statements: tuple[str, tuple[Any, ...]]) -> None:
-        cur = self.conn.cursor()
-        cur.execute("BEGIN IMMEDIATE")
-        try:
-            for sql, params in statements:
-                cur.execute(sql, params)
-            cur.execute("COMMIT")
-        except BaseException:
-            cur.execute("ROLLBACK")
-            raise
+        transaction(self.conn, *statements)
 
     def _event(self, kind: str, name: str, status: str, reason: str, figures: str
                ) -> tuple[str, tuple[Any, ...]]:
