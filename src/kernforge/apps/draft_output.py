@@ -279,7 +279,10 @@ def _after(line: Line, i: int) -> str:
 
 
 def _lead(text: str) -> str:
-    """``text`` from its first letter (", t = " -> "t = ")."""
+    """``text`` from its first letter (", t = " -> "t = "), past what is left of the value
+    before it ("s) kernel time: " -> "kernel time: ": the unit of the previous time)."""
+    text = re.sub(r"^\W{0,2}(?:seconds|secs?|s|milliseconds|msecs?|ms|microseconds|usecs?|us)"
+                  r"[)\]]", "", text, flags=re.IGNORECASE)
     m = re.search(r"[A-Za-z]", text)
     return text[m.start():] if m else text
 
@@ -291,6 +294,8 @@ def _unit(name: str) -> str:
 
 
 def _timer(line: Line) -> tuple[int, Guess] | None:
+    """The best-ranked time the line prints (a line may print a host and a kernel time)."""
+    found: list[tuple[int, Guess]] = []
     for i, p in enumerate(line.parts):
         if not isinstance(p, Value) or p.conv not in _FLOAT:
             continue
@@ -308,8 +313,8 @@ def _timer(line: Line) -> tuple[int, Guess] | None:
                                               "sequential", "golden"))
                  - 3 * any(w in low for w in ("transfer", "copy", "memcpy", "offload")))
         src = f"{line.file}:{line.lineno} {line.statement}"
-        return score, Guess("regex", rx, src, unit)
-    return None
+        found.append((score, Guess("regex", rx, src, unit)))
+    return max(found, key=lambda x: x[0]) if found else None
 
 
 def _numeric(line: Line) -> tuple[int, Guess] | None:
@@ -318,13 +323,22 @@ def _numeric(line: Line) -> tuple[int, Guess] | None:
             continue
         before = _lead(_before(line, i))
         low = before.lower()
-        score = max((s for w, s in _CHECK_WORDS if w in low), default=0)
+        score = max((s for w, s in _CHECK_WORDS
+                     if w in low and _near(low[low.rindex(w) + len(w):])), default=0)
         if not score or _NOT_CHECK.search(before) or (p.conv in "diu" and score < 4):
             continue
         src = f"{line.file}:{line.lineno} {line.statement}"
         rx = _text_rx(before.rstrip()) + " *" + NUM
         return score, Guess("regex", rx, src, numeric=True)
     return None
+
+
+def _near(rest: str) -> bool:
+    """Whether a value printed after a check word and ``rest`` is that word's value: a
+    qualifier or two may come between ("Error (L2norm): ", "Checksum: min_u, max_u = "), a
+    sentence does not ("Internal error: used option long name '", "Error reading data on
+    line ": a message on a failure path)."""
+    return len(re.findall(r"[a-z][a-z0-9_]*", rest)) <= 3
 
 
 def sources(directory: Path) -> list[Path]:
@@ -355,5 +369,10 @@ def guess(directory: Path) -> tuple[Guess, Guess | None, list[Guess]]:
     timers = [g for ln in lines if (g := _timer(ln))]
     ranked = sorted(range(len(timers)), key=lambda k: (-timers[k][0], k))
     best = timers[ranked[0]][1] if timers else None
-    others = [timers[k][1] for k in ranked[1:]]
+    others: list[Guess] = []
+    for k in ranked[1:]:
+        g = timers[k][1]
+        if g.pattern != (best.pattern if best else None) and \
+                all(o.pattern != g.pattern for o in others):
+            others.append(g)
     return check, best, others
