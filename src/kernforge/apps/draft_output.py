@@ -371,8 +371,7 @@ def guess(directory: Path) -> tuple[Guess, Guess | None, list[Guess]]:
     best = timers[ranked[0]][1] if timers else None
     others: list[Guess] = []
     for k in ranked[1:]:
-        g = timers[k][1]
-        if g.pattern != (best.pattern if best else None) and \
-                all(o.pattern != g.pattern for o in others):
-            others.append(g)
+        other = timers[k][1]
+        if all(o.pattern != other.pattern for o in [*others, *([best] if best else [])]):
+            others.append(other)
     return check, best, others
