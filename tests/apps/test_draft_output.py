@@ -71,3 +71,16 @@ def test_a_time_printed_twice_is_listed_once(tmp_path: Path) -> None:
     _, timer, others = guess(tmp_path)
     assert timer is not None and timer.unit == "us"
     assert [o.pattern for o in others] == [r"Total time *([0-9.eE+-]+) *secs"]
+
+
+def test_a_verdict_with_the_failure_first(tmp_path: Path) -> None:
+    # iso2dfd: std::cout << (error ? "FAIL" : "PASS") << std::endl;
+    (tmp_path / "main.cu").write_text(r"""
+        int main() {
+          error = within_epsilon(out, ref, n);
+          std::cout << (error ? "FAIL" : "PASS") << std::endl;
+        }""")
+    check, _, _ = guess(tmp_path)
+    rx = re.compile(check.pattern, re.MULTILINE)
+    assert rx.search("Host time: 3 ms\nPASS\nFinished.\n")
+    assert not rx.search("Host time: 3 ms\nFAIL\nFinished.\n")

@@ -246,6 +246,8 @@ def _success_line(line: Line) -> tuple[str, str] | None:
             word = word or (m.group(1) if m else "")
             continue
         pair = _ternary(p.expr) if p.conv in "s?" else None
+        if pair and SUCCESS.search(pair[1]) and not SUCCESS.search(pair[0]):
+            pair = (pair[1], pair[0])  # error ? "FAIL" : "PASS"
         if pair and SUCCESS.search(pair[0]) and not SUCCESS.search(pair[1]):
             out.append(_text_rx(pair[0].strip()))
             word = word or SUCCESS.search(pair[0]).group(1)  # type: ignore[union-attr]
