@@ -1,24 +1,69 @@
 #!/bin/sh
-# HeCBench programs through `kernforge app draft` and `kernforge app batch` (docs/applications.md,
-# "Many programs"): manifests drafted from the programs' Makefiles, run as one batch under a
-# device-time budget, then the report. Run it again with the same OUT to go on after an
-# interruption (finished programs are not run again).
+# HeCBench programs through `kernforge app batch` (docs/applications.md, "Many programs"), run
+# as one batch under a device-time budget, then the report. Run it again with the same OUT to
+# go on after an interruption (finished programs are not run again).
 #
-#   benchmarks/hecbench_batch.sh HECBENCH_SRC OUT [BUDGET]      e.g. /work/hecsrc/src runs/hec 25m
+# Reviewed manifests (benchmarks/hecbench/manifests/NAME.toml; benchmarks/hecbench/README.md),
+# binaries built beforehand in build/hec of this checkout, or in $HECBENCH_BIN:
+#
+#   benchmarks/hecbench_batch.sh OUT [BUDGET [NAME...]]     e.g. runs/hec 20m heat jacobi
+#
+# The manifests are copied into OUT/manifests with their source set to the binaries'
+# directory, in the order given (without NAMEs: all, the stencil and PDE programs first).
+#
+# Drafted manifests, built on this machine from HeCBench's sources (nothing reviewed):
+#
+#   benchmarks/hecbench_batch.sh --draft HECBENCH_SRC OUT [BUDGET]    e.g. ~/HeCBench/src runs/d
 #
 # Exit status: that of `kernforge app batch` (0 every program finished, 1 the budget ran out
 # first, 9 one verdict inconclusive, 2 bad input).
 set -eu
-if [ $# -lt 2 ]; then
-    echo "usage: $0 HECBENCH_SRC OUT [BUDGET]" >&2
-    exit 2
-fi
-src=$1 out=$2 budget=${3:-25m}
 py=${PYTHON:-python}
-"$py" -m kernforge app draft "$src" --only '*-cuda' --out "$out/manifests"
+here=$(cd "$(dirname "$0")" && pwd)
+if [ "${1:-}" = "--draft" ]; then
+    if [ $# -lt 3 ]; then
+        echo "usage: $0 --draft HECBENCH_SRC OUT [BUDGET]" >&2
+        exit 2
+    fi
+    src=$2 out=$3 budget=${4:-25m}
+    "$py" -m kernforge app draft "$src" --only '*-cuda' --out "$out/manifests"
+    set -- ""
+else
+    if [ $# -lt 1 ]; then
+        echo "usage: $0 OUT [BUDGET [NAME...]]   or   $0 --draft HECBENCH_SRC OUT [BUDGET]" >&2
+        exit 2
+    fi
+    out=$1 budget=${2:-25m}
+    shift $(( $# < 2 ? $# : 2 ))
+    bin=$(cd "${HECBENCH_BIN:-$here/../build/hec}" 2>/dev/null && pwd) || {
+        echo "no binaries at ${HECBENCH_BIN:-$here/../build/hec}: build them" \
+             "(benchmarks/hecbench/README.md) or set HECBENCH_BIN" >&2
+        exit 2
+    }
+    # without NAMEs: the stencil and PDE programs first, then the others
+    [ $# -gt 0 ] || set -- $(cd "$here/hecbench/manifests" &&
+        { grep -l '^# HeCBench .*(stencil/PDE)' *.toml; grep -L '^# HeCBench .*(stencil/PDE)' *.toml; } |
+        sed 's/\.toml$//')
+    mkdir -p "$out/manifests"
+    list=""
+    for name in "$@"; do
+        m=$here/hecbench/manifests/$name.toml
+        if [ ! -f "$m" ]; then
+            echo "no manifest $m (the names are those of benchmarks/hecbench/manifests)" >&2
+            exit 2
+        fi
+        sed "s|^source = .*|source = \"$bin\"|" "$m" > "$out/manifests/$name.toml"
+        list="$list $out/manifests/$name.toml"
+    done
+    set -- $list
+fi
 status=0
-"$py" -m kernforge app batch --dir "$out/manifests" --out "$out/batch" --budget "$budget" \
-    || status=$?
+if [ -z "$*" ]; then
+    "$py" -m kernforge app batch --dir "$out/manifests" --out "$out/batch" --budget "$budget" \
+        || status=$?
+else
+    "$py" -m kernforge app batch "$@" --out "$out/batch" --budget "$budget" || status=$?
+fi
 if ls "$out"/batch/apps/*/app.db >/dev/null 2>&1; then
     "$py" -m kernforge app report "$out"/batch/apps/* -o "$out/applications.md"
 fi
