@@ -84,3 +84,16 @@ def test_a_verdict_with_the_failure_first(tmp_path: Path) -> None:
     rx = re.compile(check.pattern, re.MULTILINE)
     assert rx.search("Host time: 3 ms\nPASS\nFinished.\n")
     assert not rx.search("Host time: 3 ms\nFAIL\nFinished.\n")
+
+
+def test_a_time_after_a_count_in_one_sentence(tmp_path: Path) -> None:
+    # laplace: printf("Total time for %i iterations: %f s\n", iter, runtime / 1000.0);
+    (tmp_path / "main.cu").write_text(r"""
+        int main() {
+          printf("Total time for %i iterations: %f s\n", iter, runtime / 1000.0);
+          printf("%s\n", count == 0 ? "PASS" : "FAIL");
+        }""")
+    _, timer, _ = guess(tmp_path)
+    assert timer is not None and timer.unit == "s"
+    out = "Total time for 4210 iterations: 1.250000 s\nPASS\n"
+    assert re.findall(timer.pattern, out) == ["1.250000"]

@@ -295,6 +295,19 @@ def _unit(name: str) -> str:
         "us" if n.startswith(("us", "usec", "micro")) else "s"
 
 
+def _sentence(line: Line, i: int) -> tuple[str, str]:
+    """The line up to part ``i`` from its first letter, as text and as a pattern in which
+    the values before it match any word ("Total time for {} iterations: ")."""
+    text, rx = "", ""
+    for p in line.parts[:i]:
+        if isinstance(p, Value):
+            text, rx = text + "{}", rx + r"\S+"
+        else:
+            lit = p if text else _lead(p)
+            text, rx = text + lit, rx + _text_rx(lit)
+    return text, rx.rstrip(" ").removesuffix(" +")
+
+
 def _timer(line: Line) -> tuple[int, Guess] | None:
     """The best-ranked time the line prints (a line may print a host and a kernel time)."""
     found: list[tuple[int, Guess]] = []
@@ -302,12 +315,15 @@ def _timer(line: Line) -> tuple[int, Guess] | None:
         if not isinstance(p, Value) or p.conv not in _FLOAT:
             continue
         before, after = _lead(_before(line, i)), _after(line, i)
+        head = _text_rx(before.rstrip())
+        if not _TIME.search(before):  # "Total time for %i iterations: %f s"
+            before, head = _sentence(line, i)
         ua, ub = _UNIT.match(after.strip()), _UNIT_IN.search(before)
         if not (ua or ub) or not _TIME.search(before) or re.match(r"\W*[GMK]B/s", after.strip()):
             continue
         unit = _unit((ua or ub).group(1))  # type: ignore[union-attr]
         tail = _text_rx(after.strip()[:ua.end()]) if ua else ""
-        rx = _text_rx(before.rstrip()) + " *" + NUM + (" *" + tail if tail else "")
+        rx = head + " *" + NUM + (" *" + tail if tail else "")
         low = before.lower()
         score = (3 * ("kernel" in low) + ("average" in low or "avg" in low)
                  + any(w in low for w in ("solve", "compute", "execution", "elapsed"))
