@@ -10,6 +10,9 @@
 #
 # The manifests are copied into OUT/manifests with their source set to the binaries'
 # directory, in the order given (without NAMEs: all, the stencil and PDE programs first).
+# HECBENCH_QUICK=1 copies them with fewer rounds (M1 2, M4 3) and operator matching only (no
+# tuning), for a first pass on little device time; use another OUT for the full manifests (a
+# changed manifest is run again from the start).
 #
 # Drafted manifests, built on this machine from HeCBench's sources (nothing reviewed):
 #
@@ -52,7 +55,13 @@ else
             echo "no manifest $m (the names are those of benchmarks/hecbench/manifests)" >&2
             exit 2
         fi
-        sed "s|^source = .*|source = \"$bin\"|" "$m" > "$out/manifests/$name.toml"
+        if [ -n "${HECBENCH_QUICK:-}" ]; then
+            sed -e "s|^source = .*|source = \"$bin\"|" -e 's/^rounds = .*/rounds = 2/' \
+                -e 's/^e2e_rounds = .*/e2e_rounds = 3/' -e 's/^strategies = .*/strategies = ["operator"]/' \
+                "$m" > "$out/manifests/$name.toml"
+        else
+            sed "s|^source = .*|source = \"$bin\"|" "$m" > "$out/manifests/$name.toml"
+        fi
         list="$list $out/manifests/$name.toml"
     done
     set -- $list

@@ -115,3 +115,16 @@ def test_the_batch_script_copies_the_manifests_with_their_source(tmp_path: Path)
     r = subprocess.run(["sh", str(BATCH), str(tmp_path / "o3")], capture_output=True,
                        text=True, env=env, timeout=60, check=False)
     assert r.returncode == 2 and "no binaries at" in r.stderr
+
+
+def test_a_quick_batch_has_fewer_rounds_and_no_tuning(tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    env = {**os.environ, "HECBENCH_BIN": str(tmp_path / "bin"), "PYTHON": "echo",
+           "HECBENCH_QUICK": "1"}
+    r = subprocess.run(["sh", str(BATCH), str(tmp_path / "out"), "8m", "heat"],
+                       capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    m = load_manifest(tmp_path / "out" / "manifests" / "heat.toml")
+    assert (m.measure.rounds, m.measure.e2e_rounds) == (2, 3)
+    assert tuple(m.integrate.strategies) == ("operator",)
+    assert [d.run for d in m.datasets] == [d.run for d in _load_in(tmp_path / "t", "heat").datasets]
