@@ -6,6 +6,7 @@ spread). At 99% over the looks, with the first look after 10 passes, it stays be
 from __future__ import annotations
 
 import random
+from itertools import pairwise
 
 import pytest
 
@@ -64,4 +65,4 @@ def test_every_schedule_counts_the_looks_it_takes_and_can_conclude_at_each(passe
         assert at[0] >= max(passes, min_passes(plan.confidence))
         assert median_ci(range(at[0]), confidence=plan.confidence)[2] >= plan.confidence
         assert at[-1] == max(top or passes, at[0])
-        assert all(b - a <= passes for a, b in zip(at, at[1:]))
+        assert all(b - a <= passes for a, b in pairwise(at))

@@ -17,6 +17,7 @@ from rich.table import Table
 from ..core import ConfigError, Recording
 from ..core.fmt import fmt_time
 from ..harness.cache import CacheChoice
+from ..harness.verdict import ci_label
 from ..pipeline.units import TuneSettings, export_verdict, headline, tune_units
 from ..replay.tuning import TuningOutcome
 from ..tune import Budget, SearchSpace
@@ -265,7 +266,7 @@ def _headline(outcomes: list[TuningOutcome]) -> None:
 def _summary(out: Path, outcomes: list[TuningOutcome]) -> None:
     t = Table(title=f"tuning results in {out} (speedup: median of the per-pass ratios of an "
                     f"interleaved re-measurement, recorded vs best; times: its medians)")
-    for col in ("unit", "evaluations (cache hits)", "recorded", "best", "speedup [95% CI]",
+    for col in ("unit", "evaluations (cache hits)", "recorded", "best", "speedup [CI]",
                 "best configuration", "verdict"):
         t.add_column(col)
     busy = 0
@@ -273,7 +274,8 @@ def _summary(out: Path, outcomes: list[TuningOutcome]) -> None:
         verdict, counts = export_verdict(o)
         busy += not counts and not verdict.startswith(("REJECTED", "not exportable: never"))
         rejected = verdict.startswith("REJECTED")
-        ci = f" [{o.ab.ci_low:.3f}, {o.ab.ci_high:.3f}]" if o.ab and not rejected else ""
+        ci = (f" [{ci_label(o.ab.confidence)} {o.ab.ci_low:.3f}, {o.ab.ci_high:.3f}]"
+              if o.ab and not rejected else "")
         best = o.study.best_trial
         changed = {k: v for k, v in (best.config.items() if best else ())
                    if o.study.baseline is None or o.study.baseline.config.get(k) != v}
