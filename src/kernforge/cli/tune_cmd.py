@@ -266,7 +266,10 @@ def _headline(outcomes: list[TuningOutcome]) -> None:
 def _summary(out: Path, outcomes: list[TuningOutcome]) -> None:
     t = Table(title=f"tuning results in {out} (speedup: median of the per-pass ratios of an "
                     f"interleaved re-measurement, recorded vs best; times: its medians)")
-    for col in ("unit", "evaluations (cache hits)", "recorded", "best", "speedup [CI]",
+    # the intervals' confidence in the header when the rows share one (they do: one protocol)
+    confs = {o.ab.confidence for o in outcomes if o.ab is not None}
+    label = ci_label(confs.pop() if len(confs) == 1 else None)
+    for col in ("unit", "evaluations (cache hits)", "recorded", "best", f"speedup [{label}]",
                 "best configuration", "verdict"):
         t.add_column(col)
     busy = 0
@@ -274,8 +277,7 @@ def _summary(out: Path, outcomes: list[TuningOutcome]) -> None:
         verdict, counts = export_verdict(o)
         busy += not counts and not verdict.startswith(("REJECTED", "not exportable: never"))
         rejected = verdict.startswith("REJECTED")
-        ci = (f" [{ci_label(o.ab.confidence)} {o.ab.ci_low:.3f}, {o.ab.ci_high:.3f}]"
-              if o.ab and not rejected else "")
+        ci = f" [{o.ab.ci_low:.3f}, {o.ab.ci_high:.3f}]" if o.ab and not rejected else ""
         best = o.study.best_trial
         changed = {k: v for k, v in (best.config.items() if best else ())
                    if o.study.baseline is None or o.study.baseline.config.get(k) != v}

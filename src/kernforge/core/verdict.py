@@ -239,8 +239,9 @@ def looks(passes: int, max_passes: int | None = None, *, judged: bool = True) ->
     ``judged=False`` (an estimate no verdict is drawn from): the first look at ``passes``.
 
     More looks ask more of each, which moves the first look later and may leave fewer looks:
-    the count is the least ``n`` at which the looks that schedule takes are at most ``n``; the
-    confidence is then that of the looks it takes (fewer only makes each look surer)."""
+    the schedule is the one planned for the least ``n`` whose schedule takes at most ``n``
+    looks, and the confidence is Bonferroni's over the looks it takes (its first look has
+    passes enough for that confidence, planned as it was for ``n`` looks)."""
     top = passes if max_passes is None else max_passes
     if passes < 1 or top < passes:
         raise ConfigError(f"passes={passes} and max_passes={max_passes} must be >= 1 "
