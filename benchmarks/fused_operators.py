@@ -8,7 +8,7 @@ unchanged binary (``kernforge record --max-instances 1``), then for each ``T`` o
 against the original kernel launched ``T`` times with IN and OUT swapped (recorded state and
 fresh inputs), and times the best against ``T`` original launches, interleaved (L2 flushed,
 all memory restored before each run). The table: kernel, T, the fused operator, one fused
-launch against T original launches [95% CI], the gate's verdict (the one every deployment
+launch against T original launches [99% CI], the gate's verdict (the one every deployment
 passes), and GCells/s (grid points x T per second) fused and original.
 
 Run (``$HECBENCH`` holds ``<name>-cuda/main`` or ``<name>-cuda`` binaries built outside the
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  candidate {c['operator']}: " + (
                     f"{c['screen_speedup']:.3f}x over {s} launches"
                     if c.get("screen_speedup") else f"refused: {c.get('refused')}"), flush=True)
-    md = [("| kernel | T | fused operator | fused vs T originals [95% CI] | verdict | "
+    md = [("| kernel | T | fused operator | fused vs T originals [99% CI] | verdict | "
           "GCells/s fused | GCells/s original |"), "|---|---|---|---|---|---|---|"]
     for r in rows:
         if not r["ok"]:

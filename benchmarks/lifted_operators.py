@@ -8,7 +8,7 @@ its source when the recording holds it, else by probing the replayed kernel), ge
 operators of every design for it (docs/stencil-programs.md), accepts those whose adapter
 matches the recorded outputs and the original kernel on fresh random inputs, and times the
 fastest against the original, interleaved (L2 flushed, written memory restored). Printed per
-kernel: the design that won, its replay speedup over the original with the 95% CI, and its
+kernel: the design that won, its replay speedup over the original with the 99% CI, and its
 fraction of the device's copy bandwidth (the bytes the program must move: each field read once
 and each field written once, over the operator's median time, over the copy kernel's
 bandwidth measured in the same process); or why nothing was accepted. A spec is written only
@@ -84,7 +84,7 @@ def row(unit: Path, out: Path, repeat: int, passes: int) -> dict[str, Any]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = [("| kernel | design | speedup over the original [95% CI] | fraction of copy "
+    lines = [("| kernel | design | speedup over the original [99% CI] | fraction of copy "
               "bandwidth | lifted |"), "|---|---|---|---|---|"]
     for r in rows:
         if "refused" in r:

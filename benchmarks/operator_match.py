@@ -6,7 +6,7 @@ What it measures, per recorded native unit (one launch recorded from an unchange
 stencil the matrix's designs build (grid, offsets, coefficients, boundary rule) or why not;
 for a recognized one, which operator's adapter passed both checks (the recorded outputs under
 the kernel's tolerance, the original kernel on fresh random inputs) and its interleaved replay
-speedup over the original with the 95% CI (L2 flushed, written memory restored before each
+speedup over the original with the 99% CI (L2 flushed, written memory restored before each
 run); and every candidate tried, in order, with its screened speedup over the original (median
 of ``--repeat`` runs each) or why it was refused (a line per candidate, and a second table). With ``--app UNIT_DIR=COMMAND`` (and ``--cwd``), the program itself runs plain and with
 the written spec deployed through the interposer (``kernforge run --deploy --print-env``),
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  candidate {c['operator']}: " + (
                     f"{c['screen_speedup']:.3f}x (median {c['median_s'] * 1e6:.1f} us)"
                     if c.get("screen_speedup") else f"refused: {c.get('refused')}"), flush=True)
-    md = ["| unit | recognized stencil | cell | match | replay speedup [95% CI] |",
+    md = ["| unit | recognized stencil | cell | match | replay speedup [99% CI] |",
           "|---|---|---|---|---|"]
     for r in rows:
         rec = r.get("note", "").split(";")[0] if r["ok"] else (r.get("recognized") or "-")

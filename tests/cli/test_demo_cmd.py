@@ -24,7 +24,7 @@ def _e2e(ratios: list[float], substituted: int) -> Any:
 
 
 def _result(substituted: int, *, deployed: bool = True) -> Any:
-    e2e = _e2e([1.9, 2.0, 2.1, 2.0, 1.95, 2.05, 2.0], substituted)
+    e2e = _e2e([1.9, 2.0, 2.1, 2.0, 1.95, 2.05, 2.0, 2.0], substituted)
     overhead = SimpleNamespace(per_launch_s=12.5e-6, issue_s=5.3e-6, backend="cuda", batches=7,
                                launches=500)
     skipped = [SimpleNamespace(reason="heat_stencil: saves 0.62 us per launch (...): not "
@@ -54,8 +54,8 @@ def test_demo_fails_when_no_launch_was_replaced(
     out = capsys.readouterr().out
     if substituted:
         flat = " ".join(out.split())
-        assert rc == 0 and "end to end, the application (200 steps) is faster: 2.000x [95% " \
-            "CI 1.900, 2.100], the interval above 1 + the 2% noise band (median of 7 " \
+        assert rc == 0 and "end to end, the application (200 steps) is faster: 2.000x [99% " \
+            "CI 1.900, 2.100], the interval above 1 + the 2% noise band (median of 8 " \
             "interleaved per-round ratios" in flat
         assert "medians 2.000 s plain, 1.000 s with the spec" in flat
     else:
@@ -82,19 +82,19 @@ def test_demo_says_when_the_confirmation_runs_left_every_winner_out(
         entry="heat_stencil")))
     noisy = SimpleNamespace(recording=SimpleNamespace(source=SimpleNamespace(entry="bnd")))
     result.confirming, result.not_deployed = 2, []
-    result.confirmed = [SimpleNamespace(winner=winner, e2e=_e2e([0.95] * 7, 20), kept=False),
+    result.confirmed = [SimpleNamespace(winner=winner, e2e=_e2e([0.95] * 8, 20), kept=False),
                         SimpleNamespace(winner=noisy, e2e=_e2e(
-                            [0.9, 1.3, 1.0, 1.2, 0.95, 1.1, 1.05], 20), kept=False)]
+                            [0.9, 1.3, 1.0, 1.2, 0.95, 1.1, 1.05, 1.0], 20), kept=False)]
     monkeypatch.setattr(demo_cmd, "run_demo", lambda *a, **k: result)
     rc = demo_cmd.run(_args())
     out = " ".join(capsys.readouterr().out.split())
     assert rc == 0, out
-    assert ("heat_stencil alone in the application (7 interleaved rounds, 20 launches "
-            "replaced): not faster: 0.950x [95% CI 0.950, 0.950], slower beyond the 2% noise "
+    assert ("heat_stencil alone in the application (8 interleaved rounds, 20 launches "
+            "replaced): not faster: 0.950x [99% CI 0.950, 0.950], slower beyond the 2% noise "
             "band: left out") in out
     # rounds that disagree are inconclusive, with what to do: never "slower"
-    assert ("bnd alone in the application (7 interleaved rounds, 20 launches replaced): "
-            "inconclusive: 1.050x [95% CI 0.900, 1.300] after 7 passes") in out
+    assert ("bnd alone in the application (8 interleaved rounds, 20 launches replaced): "
+            "inconclusive: 1.025x [99% CI 0.900, 1.300] after 8 passes") in out
     assert "measure again on a quieter machine or with more passes: left out" in out
     assert "the application was not faster with any winner alone" in out
     assert "no verified winner saves more per launch" not in out
@@ -132,12 +132,18 @@ def test_end_to_end_outputs_compared_by_the_printed_checksum(fmt: str) -> None:
 
 def test_end_to_end_has_the_speed_verdict_of_its_rounds() -> None:
     """Issue 43: the demo's deploy decisions use the one verdict (confirm_each keeps a winner
-    only on "faster"); three rounds are too few for a 95% interval: inconclusive."""
+    only on "faster"); three rounds are too few for a 99% interval: inconclusive, and the
+    demo's default rounds are enough for one."""
     e = _e2e([1.3, 1.25, 1.35], 5)
     assert e.judgement.verdict.value == "inconclusive" and "too few" in e.judgement.reason
     assert e.ci == (1.25, 1.35)  # the range: all that three rounds give
     e = _e2e([1.3, 1.25, 1.35, 1.3, 1.28, 1.32, 1.3], 5)
+    assert "too few" in e.judgement.reason and "at least 8" in e.judgement.reason
+    e = _e2e([1.3, 1.25, 1.35, 1.3, 1.28, 1.32, 1.3, 1.31], 5)
     assert e.judgement.faster and e.ci == (1.25, 1.35)
+    from kernforge.pipeline.demo_deploy import ROUNDS
+
+    assert len(e.ratios) == ROUNDS and _args().rounds == _args().confirm_rounds == ROUNDS
 
 
 def test_end_to_end_says_whether_the_rounds_agree() -> None:

@@ -16,7 +16,8 @@ from kernforge.replay.validate import Validation
 
 
 def _ab(speedup: float, lo: float, hi: float) -> ABResult:
-    return ABResult((speedup,) * 7, ((1.0,),) * 7, ((1.0,),) * 7, ("a",) * 7, lo, hi)
+    return ABResult((speedup,) * 10, ((1.0,),) * 10, ((1.0,),) * 10, ("a",) * 10, lo, hi,
+                    confidence=1 - 0.01 / 3)
 
 
 def _outcome(ab: ABResult | None, validation: Validation | None) -> Any:
@@ -91,4 +92,5 @@ def test_the_summary_shows_the_figure_of_its_interval(capsys, tmp_path) -> None:
     _summary(tmp_path, [o])
     out = capsys.readouterr().out
     assert "1.180x [1.148, 1.264]" in out and "1.000x" not in out
+    assert "speedup [99.67% CI]" in out
     assert "1 of 1 unit(s) have an inconclusive verdict" in out

@@ -20,7 +20,7 @@ def test_order_alternates_between_passes():
             return t
         return f
 
-    r = interleave(run("a", 2.0), run("b", 1.0), passes=4, per_pass=3)
+    r = interleave(run("a", 2.0), run("b", 1.0), passes=4, per_pass=3, judged=False)
     assert calls == list("ababab" "bababa" "ababab" "bababa")
     assert r.first == ("a", "b", "a", "b")
     assert r.ratios == (2.0,) * 4 and r.speedup == 2.0 and r.passes == 4
@@ -32,8 +32,16 @@ def test_order_alternates_between_passes():
 
 def test_ratio_is_median_of_per_pass_ratios():
     a_times = iter([1.0, 3.0, 2.0] + [10.0, 10.0, 10.0] + [1.0, 1.0, 1.0])
-    r = interleave(lambda: next(a_times), lambda: 1.0, passes=3, per_pass=3)
+    r = interleave(lambda: next(a_times), lambda: 1.0, passes=3, per_pass=3, judged=False)
     assert r.ratios == (2.0, 10.0, 1.0) and r.speedup == 2.0
+
+
+def test_a_judged_comparison_looks_first_after_enough_passes_for_its_confidence():
+    """Too few passes for a 99% interval would make every verdict "too few passes": the first
+    look waits for the fewest that reach the per-look confidence (8 of one look at 99%)."""
+    r = interleave(lambda: 2.0, lambda: 1.0, passes=5, per_pass=1)
+    assert r.passes == 8 and r.confidence == pytest.approx(0.99)
+    assert r.coverage is not None and r.coverage >= r.confidence
 
 
 def _noisy(seconds: float, rng: random.Random):
@@ -50,9 +58,13 @@ def test_two_times_slower_b_gives_half():
     r = interleave(_noisy(0.002, rng), _noisy(0.004, rng), passes=7, per_pass=3)
     assert 0.4 < r.speedup < 0.6
     assert r.ci_low <= r.speedup <= r.ci_high
-    assert len(r.ratios) == 7
+    assert len(r.ratios) == 8  # the first look: enough passes for a 99% interval
 
 
 def test_bad_counts():
     with pytest.raises(ConfigError):
         interleave(lambda: 1.0, lambda: 1.0, passes=0)
+    with pytest.raises(ConfigError):
+        interleave(lambda: 1.0, lambda: 1.0, passes=7, max_passes=6)
+    with pytest.raises(ConfigError):
+        interleave(lambda: 1.0, lambda: 1.0, per_pass=0)

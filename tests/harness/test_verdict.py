@@ -47,10 +47,12 @@ def _compare(m: Machine, speedup: float) -> Judgement:
 
 
 def test_median_ci_is_the_sign_test_interval() -> None:
-    assert median_ci(range(7)) == (0.0, 6.0, pytest.approx(1 - 2 / 128))
+    assert median_ci(range(8)) == (0.0, 7.0, pytest.approx(1 - 2 / 256))
     lo, hi, cov = median_ci(range(21))
+    assert (lo, hi) == (4.0, 16.0) and cov == pytest.approx(0.9928, abs=1e-4)
+    lo, hi, cov = median_ci(range(21), confidence=0.95)
     assert (lo, hi) == (5.0, 15.0) and cov == pytest.approx(0.9734, abs=1e-4)
-    assert median_ci(range(5))[2] < 0.95  # too few: the caller must not conclude
+    assert median_ci(range(7))[2] < 0.99  # too few: the caller must not conclude
 
 
 @pytest.mark.parametrize("sigma,longest", [(0.02, 1), (0.02, 4), (0.02, 12), (0.1, 4),
@@ -80,10 +82,10 @@ def test_more_passes_are_taken_while_inconclusive() -> None:
     few = interleave(lambda: m.run(1e-3), lambda: m.run(1e-3 / 1.03), passes=7, per_pass=3)
     more = interleave(lambda: m.run(1e-3), lambda: m.run(1e-3 / 1.03), passes=7, per_pass=3,
                       max_passes=21)
-    assert few.passes == 7 and more.passes in (14, 21)
-    assert more.first[7] == "b"  # the order keeps alternating across blocks
+    assert few.passes == 8 and more.passes in (17, 21)  # first looks: 8 of one, 10 of three
+    assert more.first == tuple("ab"[i % 2] for i in range(more.passes))  # across looks too
     clear = interleave(lambda: m.run(2e-3), lambda: m.run(1e-3), passes=7, max_passes=21)
-    assert clear.passes == 7 and judge_ab(clear).faster
+    assert clear.passes == 10 and judge_ab(clear).faster
 
 
 def test_busy_or_too_few_passes_is_inconclusive_with_its_reason() -> None:
@@ -91,7 +93,7 @@ def test_busy_or_too_few_passes_is_inconclusive_with_its_reason() -> None:
     assert busy.verdict is Verdict.INCONCLUSIVE and "busy (60% busy)" in busy.reason
     few = judge([1.5] * 3)
     assert few.verdict is Verdict.INCONCLUSIVE and "too few" in few.reason
-    wide = judge([0.9, 1.3, 1.0, 1.2, 0.95, 1.1, 1.05])
+    wide = judge([0.9, 1.3, 1.0, 1.2, 0.95, 1.1, 1.05, 1.0])
     assert wide.verdict is Verdict.INCONCLUSIVE and "straddles" in wide.reason
     m = Machine(0, 0.3, 12)  # the runs spread: the load, not the kernel, is measured
     noisy = judge_ab(interleave(lambda: m.run(2e-3), lambda: m.run(1e-3), passes=7))
@@ -99,15 +101,16 @@ def test_busy_or_too_few_passes_is_inconclusive_with_its_reason() -> None:
 
 
 def test_verdicts_and_their_json() -> None:
-    fast = judge([1.2, 1.21, 1.19, 1.22, 1.2, 1.18, 1.2])
+    fast = judge([1.2, 1.21, 1.19, 1.22, 1.2, 1.18, 1.2, 1.2])
     assert fast.faster and fast.headline().startswith("faster 1.200x [1.180, 1.220]")
-    same = judge([1.0, 1.01, 0.99, 1.0, 1.005, 0.995, 1.0])
+    assert "[99% CI 1.180, 1.220]" in fast.reason
+    same = judge([1.0, 1.01, 0.99, 1.0, 1.005, 0.995, 1.0, 1.0])
     assert same.verdict is Verdict.NOT_FASTER and not same.slower
-    slow = judge([0.8] * 7)
+    slow = judge([0.8] * 8)
     assert slow.slower and "slower" in slow.reason
     assert Judgement.from_json(fast.to_json()) == fast
     stored = judge_evidence(1.3, (1.25, 1.35))
-    assert stored.faster
+    assert stored.faster and "[CI 1.250, 1.350]" in stored.reason  # its confidence unknown
     assert judge_evidence(None, None).verdict is Verdict.INCONCLUSIVE
 
 
@@ -123,9 +126,9 @@ def test_the_too_few_message_names_the_true_minimum(confidence: float) -> None:
     assert judge([1.5] * need, confidence=confidence).faster
 
 
-def test_six_passes_are_enough_at_95() -> None:
-    assert min_passes() == 6
-    assert "measure with at least 6" in judge([1.5] * 5).reason
+def test_eight_passes_are_enough_at_99() -> None:
+    assert min_passes() == 8 and min_passes(0.95) == 6
+    assert "measure with at least 8" in judge([1.5] * 7).reason
 
 
 def test_a_wide_interval_decides_only_when_it_lies_beyond_the_spread_a_load_makes() -> None:
@@ -147,10 +150,11 @@ def test_a_load_that_came_and_went_between_passes_is_inconclusive() -> None:
     a = (quiet, loaded, loaded, loaded, quiet, loaded, loaded)
     b = tuple(tuple(t * 1.06 for t in p) for p in a)
     ratios = tuple(statistics.median(pb) / statistics.median(pa) for pa, pb in zip(a, b))
-    lo, hi, cov = median_ci(ratios)
+    lo, hi, cov = median_ci(ratios, confidence=0.95)
     ab = ABResult(ratios, a, b, ("a", "b") * 3 + ("a",), lo, hi, cov, 0.95)
     j = judge_ab(ab)
     assert j.verdict is Verdict.INCONCLUSIVE and "more than its fastest" in j.reason
+    assert "[95% CI " in j.reason  # the interval's own confidence
     steady = ABResult(ratios, (quiet,) * 7, tuple((1.06, 1.07, 1.06) for _ in range(7)),
                       ("a", "b") * 3 + ("a",), lo, hi, cov, 0.95)
     assert judge_ab(steady).verdict is not Verdict.INCONCLUSIVE

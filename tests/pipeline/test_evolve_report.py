@@ -58,13 +58,14 @@ def test_a_rejected_winner_shows_its_interleaved_figure_everywhere(
     from kernforge.pipeline.evolve_report import Report, _markdown
 
     ab = ABResult(ratios=(0.66, 0.6733, 0.69), samples_a=((1.0,),) * 3,
-                  samples_b=((1.5,),) * 3, first=("a", "b", "a"), ci_low=0.61, ci_high=0.72)
+                  samples_b=((1.5,),) * 3, first=("a", "b", "a"), ci_low=0.61, ci_high=0.72,
+                  confidence=0.99)
     seed = Program(id="seed", code="x", parent_id=None, island=0, generation=0, fitness=1e-3,
                    status=Status.OK)
     final = Final(seed, {}, None, None, 1.0, "REJECTED",
                   "regression:prior-best: 0.673x is slower", None, None, measured=ab)
     text = measurement_text(final)
-    assert "REJECTED" in text and "0.673x [95% CI 0.610, 0.720]" in text
+    assert "REJECTED" in text and "0.673x [99% CI 0.610, 0.720]" in text
     assert "no interleaved measurement" not in text and "not counted" in text
     report = Report("k", 1.0, "REJECTED", 1, 1, 0, 0, 0, 1.0, 0.0, 0.0, 1.0, 1.0)
     assert text in _markdown(report, final)

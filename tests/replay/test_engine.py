@@ -206,8 +206,8 @@ def test_bad_protocol_arguments_raise(scale_rec):
 
 def test_compare_same_variant_is_about_one(scale_rec):
     r = compare(scale_rec, {}, {"options": {"opt_level": "O3"}}, passes=3, per_pass=2)
-    assert r.passes == 3 and r.speedup > 0
-    assert len(r.samples_a) == 3 and len(r.samples_b[0]) == 2
+    assert r.passes == 8 and r.speedup > 0  # the first look: enough for a 99% interval
+    assert len(r.samples_a) == 8 and len(r.samples_b[0]) == 2
 
 
 def test_compare_slower_source_override(tmp_path):

@@ -134,8 +134,9 @@ def test_the_history_title_shows_the_measured_figure_with_its_verdict(rec, tmp_p
     """The title showed ``o.speedup`` (1.0 for a winner not accepted) beside the interval:
     "1.000x [95% CI 0.990, 1.050]". It shows the interleaved figure and its verdict word."""
     ratios = (1.01, 1.02, 1.03, 1.02, 1.0, 1.05, 0.99)
-    ab = ABResult(ratios, ((1.0,),) * 7, ((1.0,),) * 7, ("a", "b") * 3 + ("a",), 0.99, 1.05)
-    speed = judge(ratios)
+    ab = ABResult(ratios, ((1.0,),) * 7, ((1.0,),) * 7, ("a", "b") * 3 + ("a",), 0.99, 1.05,
+                  confidence=0.95)  # the title names the interval's own confidence
+    speed = judge(ratios, confidence=0.95)
     assert speed.verdict is Verdict.INCONCLUSIVE
     unsure = Validation("c", "v", "inconclusive", Status.OK, speed.reason, speed=speed, ab=ab)
     o = TuningOutcome(rec, tmp_path, None, rec.variant, 2e-3, 1e-3, ab, unsure)  # type: ignore[arg-type]

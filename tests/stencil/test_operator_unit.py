@@ -69,7 +69,7 @@ def test_a_matrix_operator_goes_through_validate_as_a_variant(backend, recording
     op = mx.operator_for(CELL)
     assert op.design != "naive" and len(op.launches) == 1
     v = validate_operator(op, recording, backend=backend, **FAST)
-    # every gate passed; the speed verdict of 2 emulated passes is inconclusive (too few)
+    # every gate passed; the speed verdict on emulated timings may go either way
     assert v.status is Status.OK and v.verdict in ("accepted", "inconclusive"), v.message
     assert v.variant == operator_variant(op).key()
     for gate in ("static", "verify", "poison", "fresh"):

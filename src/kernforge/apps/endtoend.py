@@ -8,17 +8,18 @@ It is applied through the environment only (``LD_PRELOAD`` of the interposer in 
 imports kernforge) and the directory the program runs from; the original program is never
 changed, and running it without that environment (from its own directory) is the switch.
 
-Every dataset is run in interleaved rounds with and without the integration (more rounds, up
-to 3x ``e2e_rounds``, while the verdict is inconclusive), each run checked by the program's own
-check; the speedup per dataset is the median of the per-round ratios, with its
-distribution-free 95% interval and speed verdict. The program's verdict
+Every dataset is run in interleaved rounds with and without the integration (the first look
+after the rounds an interval at its confidence needs, at least ``e2e_rounds``; more rounds, up
+to 3x ``e2e_rounds``, while the verdict is inconclusive: 10, 17, 21 for 7), each run checked by
+the program's own check; the speedup per dataset is the median of the per-round ratios, with
+its distribution-free interval (99% over the looks) and speed verdict. The program's verdict
 (:mod:`kernforge.harness.verdict`) is drawn from the per-round geometric means over the
 datasets:
 
 - a dataset conclusively below the floor (default 0.98x: its interval's upper end under it),
   or the program "not faster": nothing is deployed, DROPPED;
 - "faster": INTEGRATED (the only state that deploys);
-- "inconclusive" (the rounds disagree, or are too few for a 95% interval): INCONCLUSIVE,
+- "inconclusive" (the rounds disagree, or straddle the noise band): INCONCLUSIVE,
   nothing deployed and nothing called slower; the reason says to measure again on an idle
   machine or with more rounds.
 """

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..harness.compare import interleave
 from ..harness.stats import bootstrap_ci, median
-from ..harness.verdict import judge_ab
+from ..harness.verdict import judge_ab, looks
 from .checks import Verdict, seconds, take_reference, verdict
 from .manifest import AppManifestError, Dataset, Manifest
 from .process import Ran, plain_env, run, write_log
@@ -141,21 +141,25 @@ class AppHarness:
         """Interleaved rounds of the original and ``setup`` (the side that goes first
         alternating), each run checked; more, up to ``max_rounds`` (default 3x ``rounds``),
         while the verdict is inconclusive (:func:`kernforge.harness.compare.interleave`).
-        The median per-round ratio, its distribution-free 95% interval and the speed
-        verdict (:mod:`kernforge.harness.verdict`: faster, not faster or inconclusive)."""
+        The first look waits for the rounds an interval at its confidence needs
+        (:func:`kernforge.harness.verdict.looks`: 10 of the usual 7 up to 21; 8 of 2 up to 6).
+        The median per-round ratio, its distribution-free interval at ``confidence`` and the
+        speed verdict (:mod:`kernforge.harness.verdict`: faster, not faster or inconclusive)."""
         k = [0]
-        limit = max_rounds or 3 * rounds
+        most = max_rounds or 3 * rounds
+        plan = looks(rounds, most)
 
         def side(s: Setup) -> Callable[[], float]:
             def once() -> float:
                 k[0] += 1
                 self.progress(f"{self.m.name}: {dataset.name} "
-                              f"{run_label(k[0], 2 * rounds, 2 * limit)} ({s.label})")
+                              f"{run_label(k[0], 2 * plan.first, 2 * plan.limit)} "
+                              f"({s.label})")
                 return self.timed(dataset, s)
             return once
 
         ab = interleave(side(self.original()), side(setup), passes=rounds, per_pass=1,
-                        max_passes=limit)
+                        max_passes=most)
         return {"speedup": ab.speedup, "ci": [ab.ci_low, ab.ci_high],
                 "verdict": judge_ab(ab).to_json(), "confidence": ab.confidence,
                 "original_s": ab.median_a, "deployed_s": ab.median_b,

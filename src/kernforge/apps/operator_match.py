@@ -56,7 +56,7 @@ class NoMatch:
 @dataclass(frozen=True)
 class OperatorMatch:
     """A verified replacement: ``spec_path`` (signed native deployment spec, its adapter image
-    beside it), the interleaved replay ``speedup`` and its 95% ``ci``, the operator's ``cell``
+    beside it), the interleaved replay ``speedup`` and its ``ci`` (99%), the operator's ``cell``
     id, a ``note`` saying what was recognized and which operator runs, and ``tried`` (as
     :class:`NoMatch`'s)."""
 
@@ -168,7 +168,7 @@ class FusedMatch:
     """A verified fused operator: ``spec_path`` (signed native deployment spec whose entry
     holds ``fuse``: the interposer runs every ``steps`` launches of the time loop as one launch
     of it), the interleaved ``speedup`` of one fused launch over ``steps`` original launches
-    with its 95% ``ci``, ``gcells_s`` (grid points times steps per second, fused), and
+    with its ``ci`` (99%), ``gcells_s`` (grid points times steps per second, fused), and
     ``tried`` (one row per candidate, as :class:`NoMatch`'s, with ``steps``)."""
 
     spec_path: Path

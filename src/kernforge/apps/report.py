@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import ConfigError
+from ..harness.verdict import ci_label
 from .recording import ceiling_text
 from .store import DB_NAME, STATES, AppState, AppStore, Milestone
 
@@ -59,8 +60,13 @@ def _cell(text: str, n: int) -> str:
 
 
 def _ci(d: dict[str, Any]) -> str:
-    ci = d.get("ci") or d.get("geomean_ci")
-    return f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+    """A dataset's sign-test interval at its confidence, or the geometric mean's 95%
+    bootstrap interval."""
+    if d.get("ci"):
+        ci, label = d["ci"], ci_label(d.get("confidence"))
+    else:
+        ci, label = d.get("geomean_ci"), "95% bootstrap CI"
+    return f" [{label} {ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
 
 
 def summary_rows(results: list[AppResult]) -> list[str]:
@@ -123,7 +129,7 @@ def app_section(r: AppResult) -> list[str]:
         out.append(f"| {name} | {m.status} | {_cell(m.reason, 600)} |")
     per = r.m4.get("datasets") or []
     if per:
-        out += ["", "| dataset | original | with kernforge | speedup [95% CI] |",
+        out += ["", "| dataset | original | with kernforge | speedup [CI] |",
                 "|---|---|---|---|"]
         out += [f"| {d['dataset']} | {d['original_s']:.4g} s | {d['deployed_s']:.4g} s | "
                 f"{d['speedup']:.3f}x{_ci(d)} |" for d in per]

@@ -15,8 +15,10 @@ from ..core import Status
 from ..core.fmt import fmt_time
 from ..deploy.gate import NOISE_BAND
 from ..harness import ABResult
+from ..harness.verdict import ci_label
 from ..pipeline.demo import DemoResult, run_demo
 from ..pipeline.demo_checks import MIN_N, MIN_STEPS, WHY_MIN_N, WHY_MIN_STEPS, check_out
+from ..pipeline.demo_deploy import ROUNDS
 from ..pipeline.evolve_final import measurement_text
 from .checks import NON_NEGATIVE, POSITIVE, float_range, int_range, writable_dir
 from .output import console, fmt_error
@@ -53,11 +55,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--e2e-steps", type=POSITIVE, default=None, metavar="N",
                    help="time steps of the end-to-end runs (default: 500 for the CUDA "
                         "example, --steps for the CPU one)")
-    p.add_argument("--confirm-rounds", type=NON_NEGATIVE, default=7, metavar="N",
+    p.add_argument("--confirm-rounds", type=NON_NEGATIVE, default=ROUNDS, metavar="N",
                    help="interleaved rounds of the application with each winner alone, to "
-                        "keep only those it is faster with (default 7; 0 = skip)")
-    p.add_argument("--rounds", type=POSITIVE, default=7,
-                   help="interleaved end-to-end rounds, plain vs with the spec (default 7)")
+                        f"keep only those it is faster with (default {ROUNDS}, the fewest a "
+                        "verdict can be drawn from; 0 = skip)")
+    p.add_argument("--rounds", type=POSITIVE, default=ROUNDS,
+                   help=f"interleaved end-to-end rounds, plain vs with the spec (default "
+                        f"{ROUNDS}, the fewest a verdict can be drawn from)")
     p.add_argument("--llm-url", default=None, metavar="URL",
                    help="an OpenAI-compatible endpoint for the LLM proposer "
                         "(default $KERNFORGE_LLM_BASE_URL; none: offline rewrites only)")
@@ -186,7 +190,8 @@ def speedup_text(ab: ABResult | None, speedup: float) -> str:
     medians of the same measurement."""
     if ab is None:
         return f"no interleaved measurement (the recorded configuration stayed best: {speedup:.3f}x)"
-    return (f"interleaved speedup {ab.speedup:.3f}x [95% CI {ab.ci_low:.3f}, {ab.ci_high:.3f}]"
+    return (f"interleaved speedup {ab.speedup:.3f}x [{ci_label(ab.confidence)} "
+            f"{ab.ci_low:.3f}, {ab.ci_high:.3f}]"
             f" (median of {ab.passes} per-pass ratios; medians {fmt_time(ab.median_a)} "
             f"recorded, {fmt_time(ab.median_b)} tuned)")
 

@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "that is signed and unaltered, with status OK, validated "
                                    "(every integrity gate passed), measured on an idle device "
                                    "and faster (the speed verdict: the interleaved "
-                                   "speedup's distribution-free 95% CI above 1 + "
+                                   "speedup's distribution-free interval (99% over "
+                                   "its looks) above 1 + "
                                    "--noise-band, runs not spread by load) and above "
                                    "--min-speedup, and write a deployment spec: per kernel, "
                                    "device and problem, the tuned variant and its evidence. "
@@ -35,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="export results whose speedup is strictly above X (default 1.0)")
     p.add_argument("--noise-band", type=float_range(0.0, 1.0), default=NOISE_BAND,
                    metavar="B", help="a result counts when the lower end of its interleaved "
-                                     "speedup's 95%% CI is above 1 + B (default "
+                                     "speedup's interval (99%% over its looks) is "
+                                     "above 1 + B (default "
                                      f"{NOISE_BAND:g})")
     p.set_defaults(func=run)
 
@@ -76,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
                           f"speedup above {args.min_speedup:g} (the reasons are above)")
         return 1
     table = Table(title=f"{len(done.exported)} tuned kernel launch(es) exported to {done.spec}")
-    for col in ("kernel", "unit", "speedup", "95% CI", "baseline", "tuned", "variant"):
+    for col in ("kernel", "unit", "speedup", "CI", "baseline", "tuned", "variant"):
         table.add_column(col, no_wrap=col in ("kernel", "speedup"))
     for ex in done.exported:
         ev = ex.entry.evidence

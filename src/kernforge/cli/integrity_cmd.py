@@ -24,6 +24,7 @@ from ..core.fmt import fmt_time
 from ..harness.ledger import Ledger
 from ..harness.provenance import read_figure, regenerate
 from ..harness.static_checks import check_source
+from ..harness.verdict import ci_label
 from ..pipeline.units import validate_native_unit
 from ..record import load_recording
 from ..replay.checks import Integrity
@@ -157,7 +158,8 @@ def _print_validation(v: Validation) -> None:
     if v.speed is not None:
         console.print(f"speed: {escape(v.speed.reason)}", soft_wrap=True)
     if v.ab is not None:
-        console.print(f"speedup {v.ab.speedup:.4f}x (95% CI {v.ab.ci_low:.4f}-"
+        console.print(f"speedup {v.ab.speedup:.4f}x ({ci_label(v.ab.confidence)} "
+                      f"{v.ab.ci_low:.4f}-"
                       f"{v.ab.ci_high:.4f}, {v.ab.passes} interleaved passes): recorded "
                       f"{fmt_time(v.ab.median_a)}, candidate {fmt_time(v.ab.median_b)}")
     for gate, note in v.notes.items():

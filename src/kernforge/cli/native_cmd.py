@@ -54,7 +54,7 @@ def print_native_inspect(recs: Sequence[Any]) -> None:
 def print_native_tuning(done: Sequence[Any], result: Path) -> None:
     table = Table(title=f"native tuning ({result})")
     for col in ("unit", "kernel", "tried", "verified", "best", "recorded", "tuned",
-                "speedup [95% CI]", "kept"):
+                "speedup [CI]", "kept"):
         table.add_column(col)
     for t in done:
         ok = sum(1 for m in t.results if m.ok)

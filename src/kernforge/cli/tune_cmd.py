@@ -17,6 +17,7 @@ from rich.table import Table
 from ..core import ConfigError, Recording
 from ..core.fmt import fmt_time
 from ..harness.cache import CacheChoice
+from ..harness.verdict import ci_label
 from ..pipeline.units import TuneSettings, export_verdict, headline, tune_units
 from ..replay.tuning import TuningOutcome
 from ..tune import Budget, SearchSpace
@@ -265,7 +266,10 @@ def _headline(outcomes: list[TuningOutcome]) -> None:
 def _summary(out: Path, outcomes: list[TuningOutcome]) -> None:
     t = Table(title=f"tuning results in {out} (speedup: median of the per-pass ratios of an "
                     f"interleaved re-measurement, recorded vs best; times: its medians)")
-    for col in ("unit", "evaluations (cache hits)", "recorded", "best", "speedup [95% CI]",
+    # the intervals' confidence in the header when the rows share one (they do: one protocol)
+    confs = {o.ab.confidence for o in outcomes if o.ab is not None}
+    label = ci_label(confs.pop() if len(confs) == 1 else None)
+    for col in ("unit", "evaluations (cache hits)", "recorded", "best", f"speedup [{label}]",
                 "best configuration", "verdict"):
         t.add_column(col)
     busy = 0

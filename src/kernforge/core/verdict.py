@@ -14,11 +14,15 @@ result file kept), and prints :attr:`Judgement.reason`.
   more than ``NOISE_LIMIT`` within a pass or a side's typical run lies more than
   ``DRIFT_LIMIT`` above its fastest (load the idle probe did not see), the interval spans more than
   ``MAX_WIDTH`` (the passes disagree) while an end of it lies within ``MAX_WIDTH`` of the band
-  (a 6x [5.8, 10.5] is faster whatever the load did), the passes were too few for a
-  95% interval, or the interval straddles ``1 + band`` after the passes the budget allowed
-  (adaptive rounds: :func:`~.compare.interleave` with ``max_passes``, each look at the
-  confidence :func:`per_look` gives, so looking again buys no significance). No gate accepts
-  or rejects on it; the reason says what to do.
+  (a 6x [5.8, 10.5] is faster whatever the load did), the passes were too few for an
+  interval at the confidence asked for, or the interval straddles ``1 + band`` after the passes
+  the budget allowed (adaptive rounds: :func:`~.compare.interleave` with ``max_passes``, each
+  look at the confidence :func:`per_look` gives, so looking again buys no significance). No
+  gate accepts or rejects on it; the reason says what to do.
+
+``CONFIDENCE`` = 99%: the chance that a comparison of a kernel with itself is called faster or
+slower, over all the looks of its adaptive rounds together (:func:`looks`: the first look at
+the fewest passes that reach the per-look confidence, 10 for the usual 7 passes up to 21).
 
 ``band`` is the noise band: ``NOISE_BAND`` = 2%, the run-to-run spread an unchanged kernel
 shows between interleaved measurements on a quiet machine (so a 1.001x is never "faster").
@@ -36,7 +40,7 @@ from typing import Any
 from .errors import ConfigError
 
 NOISE_BAND = 0.02
-CONFIDENCE = 0.95
+CONFIDENCE = 0.99
 #: the largest typical spread of one side's runs within a pass (max / min - 1, the median over
 #: passes and sides) at which the runs still measure the kernel rather than the machine's load
 NOISE_LIMIT = 0.25
@@ -95,14 +99,14 @@ class Judgement:
                    float(doc.get("band", NOISE_BAND)), int(doc.get("passes", 0)))
 
 
-def median_ci(samples: Sequence[float], *, confidence: float = 0.95
+def median_ci(samples: Sequence[float], *, confidence: float = CONFIDENCE
               ) -> tuple[float, float, float]:
     """A distribution-free confidence interval of the median: ``(low, high, coverage)``.
 
     ``low`` and ``high`` are the k-th smallest and k-th largest samples, k the largest rank
     whose two-sided binomial tail (n trials, p = 1/2) stays within ``1 - confidence``;
     ``coverage`` is the interval's exact confidence. With too few samples for ``confidence``
-    (fewer than 6 at 95%) the interval is the whole range and ``coverage`` says how little
+    (fewer than 8 at 99%) the interval is the whole range and ``coverage`` says how little
     that is worth: callers must not conclude from it."""
     a = sorted(float(x) for x in samples)
     if not a:
@@ -110,7 +114,7 @@ def median_ci(samples: Sequence[float], *, confidence: float = 0.95
                           hint="measure at least one pass")
     if not 0.0 < confidence < 1.0:
         raise ConfigError(f"confidence={confidence} must be between 0 and 1",
-                          hint="use e.g. 0.95")
+                          hint="use e.g. 0.99")
     n = len(a)
     tail = (1.0 - confidence) / 2.0
     cdf = 0.0  # P(X <= k - 1), X ~ Binomial(n, 1/2)
@@ -127,14 +131,22 @@ def median_ci(samples: Sequence[float], *, confidence: float = 0.95
 
 def min_passes(confidence: float = CONFIDENCE) -> int:
     """The fewest passes whose range reaches ``confidence`` by :func:`median_ci`'s rule (both
-    extreme ranks outside the two-sided tail: ``2 / 2**n <= 1 - confidence``): 6 at 95%."""
+    extreme ranks outside the two-sided tail: ``2 / 2**n <= 1 - confidence``): 8 at 99%."""
     if not 0.0 < confidence < 1.0:
         raise ConfigError(f"confidence={confidence} must be between 0 and 1",
-                          hint="use e.g. 0.95")
+                          hint="use e.g. 0.99")
     n = 1
     while 1.0 / 2.0 ** n > (1.0 - confidence) / 2.0:
         n += 1
     return n
+
+
+def ci_label(confidence: float | None) -> str:
+    """``99% CI`` (``99.67% CI`` for a look of three at 99%); ``CI`` when not known (figures a
+    result file kept without it)."""
+    if confidence is None:
+        return "CI"
+    return f"{confidence * 100:.4g}% CI"
 
 
 def median(values: Sequence[float]) -> float:
@@ -151,10 +163,11 @@ def judge_evidence(speedup: float | None, ci: tuple[float, float] | None, *,
                    idle: bool | None = None, utilisation: float | None = None,
                    band: float = NOISE_BAND, passes: int = 0,
                    coverage: float | None = None,
-                   confidence: float = CONFIDENCE) -> Judgement:
+                   confidence: float | None = None) -> Judgement:
     """The verdict on the figures of one interleaved comparison (see the module docstring).
-    ``coverage``: given when the interval falls short of ``confidence`` (too few passes):
-    then nothing is concluded."""
+    ``confidence``: the interval's (None: not known, e.g. figures a result file kept; the
+    reason then names no number). ``coverage``: given when the interval falls short of
+    ``confidence`` (too few passes): then nothing is concluded."""
     edge = 1.0 + band
     if idle is False:
         return Judgement(Verdict.INCONCLUSIVE, _busy_reason(utilisation, "while it was "
@@ -162,11 +175,12 @@ def judge_evidence(speedup: float | None, ci: tuple[float, float] | None, *,
     if speedup is None or ci is None:
         return Judgement(Verdict.INCONCLUSIVE, "inconclusive: no interleaved measurement with "
                          "a confidence interval", speedup, ci, band=band, passes=passes)
-    figures = f"{speedup:.3f}x [95% CI {ci[0]:.3f}, {ci[1]:.3f}]"
+    figures = f"{speedup:.3f}x [{ci_label(confidence)} {ci[0]:.3f}, {ci[1]:.3f}]"
     if coverage is not None:  # given only when below the confidence asked for
+        asked = CONFIDENCE if confidence is None else confidence
         return Judgement(Verdict.INCONCLUSIVE, f"inconclusive: {passes} passes are too few "
-                         f"for a {confidence * 100:.4g}% interval (the range covers "
-                         f"{coverage:.0%}); measure with at least {min_passes(confidence)}",
+                         f"for a {asked * 100:.4g}% interval (the range covers "
+                         f"{coverage:.1%}); measure with at least {min_passes(asked)}",
                          speedup, ci, band=band, passes=passes)
     # A load change spreads the passes by up to MAX_WIDTH; an interval whose every end is
     # farther than that from the band keeps its verdict whatever the load did.
@@ -199,13 +213,58 @@ def per_look(looks: int) -> float:
     return 1.0 - (1.0 - CONFIDENCE) / max(1, looks)
 
 
+@dataclass(frozen=True)
+class Looks:
+    """When an interleaved comparison looks at its passes (:func:`looks`)."""
+
+    first: int  # passes at the first look
+    step: int  # passes added before each later look
+    limit: int  # the most passes in all
+    count: int  # the looks taken at most: the Bonferroni count
+    confidence: float  # of each look: per_look(count)
+
+    def at(self) -> list[int]:
+        """The passes at each look: ``[10, 17, 21]`` for 7 passes up to 21."""
+        out = [self.first]
+        while out[-1] < self.limit:
+            out.append(min(out[-1] + self.step, self.limit))
+        return out
+
+
+def looks(passes: int, max_passes: int | None = None, *, judged: bool = True) -> Looks:
+    """The looks of a comparison of ``passes`` passes a block, up to ``max_passes`` (None:
+    one block): the first at ``max(passes, min_passes(per-look confidence))``, so that it can
+    conclude, then ``passes`` more per look up to ``max_passes`` (raised to the first look
+    when below it). The per-look confidence is Bonferroni's over the looks actually taken.
+    ``judged=False`` (an estimate no verdict is drawn from): the first look at ``passes``.
+
+    More looks ask more of each, which moves the first look later and may leave fewer looks:
+    the schedule is the one planned for the least ``n`` whose schedule takes at most ``n``
+    looks, and the confidence is Bonferroni's over the looks it takes (its first look has
+    passes enough for that confidence, planned as it was for ``n`` looks)."""
+    top = passes if max_passes is None else max_passes
+    if passes < 1 or top < passes:
+        raise ConfigError(f"passes={passes} and max_passes={max_passes} must be >= 1 "
+                          f"(max_passes >= passes)",
+                          hint="the defaults are 7 passes, up to 21 while inconclusive")
+    n = 1
+    while True:
+        first = max(passes, min_passes(per_look(n))) if judged else passes
+        limit = max(top, first)
+        taken = 1 + -(-(limit - first) // passes)
+        if taken <= n:
+            return Looks(first, passes, limit, taken, per_look(taken))
+        n += 1
+
+
 def judge(ratios: Sequence[float], *, idle: bool | None = None,
           utilisation: float | None = None, band: float = NOISE_BAND,
           confidence: float = CONFIDENCE) -> Judgement:
     """The verdict on the per-pass ratios of one interleaved comparison, in pass order, with
     the distribution-free interval at ``confidence``."""
     if not ratios:
-        return judge_evidence(None, None, idle=idle, utilisation=utilisation, band=band)
+        return judge_evidence(None, None, idle=idle, utilisation=utilisation, band=band,
+                              confidence=confidence)
     lo, hi, coverage = median_ci(ratios, confidence=confidence)
     return judge_evidence(median(ratios), (lo, hi), idle=idle, utilisation=utilisation,
                           band=band, passes=len(ratios),
@@ -240,10 +299,13 @@ def judge_ab(ab: Any, *, idle: bool | None = None, utilisation: float | None = N
     was taken with (``ab.confidence``). Runs of one side that spread by more than
     ``NOISE_LIMIT`` within a pass, or whose typical run takes more than ``DRIFT_LIMIT`` beyond
     the side's fastest (a load that changed between passes, which the per-pass spread does not
-    see), measure the load, not the kernel: inconclusive."""
+    see), measure the load, not the kernel: inconclusive. An ABResult that does not say its
+    confidence (older result files) is taken at ``CONFIDENCE``."""
+    conf = getattr(ab, "confidence", None) or CONFIDENCE
+    label = ci_label(conf)
     spread = spread_of(ab.samples_a, ab.samples_b)
     if idle is not False and spread is not None and spread > NOISE_LIMIT:
-        return Judgement(Verdict.INCONCLUSIVE, f"inconclusive: {ab.speedup:.3f}x [95% CI "
+        return Judgement(Verdict.INCONCLUSIVE, f"inconclusive: {ab.speedup:.3f}x [{label} "
                          f"{ab.ci_low:.3f}, {ab.ci_high:.3f}], but the runs of one side "
                          f"differ by {spread:.0%} within a pass (more than "
                          f"{NOISE_LIMIT:.0%}): the machine was busy; measure again on an "
@@ -253,17 +315,17 @@ def judge_ab(ab: Any, *, idle: bool | None = None, utilisation: float | None = N
     # as for the width: an interval farther than MAX_WIDTH beyond the band is no load's doing
     far = ab.ci_low > (1.0 + band) * MAX_WIDTH or 0 < ab.ci_high < (1.0 - band) / MAX_WIDTH
     if idle is not False and drift is not None and drift > DRIFT_LIMIT and not far:
-        return Judgement(Verdict.INCONCLUSIVE, f"inconclusive: {ab.speedup:.3f}x [95% CI "
+        return Judgement(Verdict.INCONCLUSIVE, f"inconclusive: {ab.speedup:.3f}x [{label} "
                          f"{ab.ci_low:.3f}, {ab.ci_high:.3f}], but the typical run of one side "
                          f"takes {drift:.0%} more than its fastest (more than "
                          f"{DRIFT_LIMIT:.0%}): the machine's load changed during the "
                          f"measurement; measure again on an idle machine", ab.speedup,
                          (ab.ci_low, ab.ci_high), band=band, passes=ab.passes)
-    conf = getattr(ab, "confidence", None) or CONFIDENCE
     cov = getattr(ab, "coverage", None)
     return judge_evidence(ab.speedup, (ab.ci_low, ab.ci_high), idle=idle,
                           utilisation=utilisation, band=band, passes=ab.passes,
-                          coverage=cov if cov is not None and cov < conf else None)
+                          coverage=cov if cov is not None and cov < conf else None,
+                          confidence=conf)
 
 
 def decided(ratios: Sequence[float], band: float = NOISE_BAND,

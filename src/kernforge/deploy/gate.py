@@ -6,10 +6,11 @@ A win counts when
 
 1. it was **verified** (every integrity gate passed: ``replay.validate`` accepted it);
 2. its speed verdict is **faster** (:mod:`kernforge.harness.verdict`, the one vocabulary of
-   every command): measured on an idle device, and the distribution-free 95% interval of the
-   interleaved ratio (median of per-pass ratios) lies above ``1 + band``, ``band`` the noise
-   band (``NOISE_BAND`` = 2%). "Not faster" and "inconclusive" (busy, or an interval that
-   straddles the band) never count, and the reason is the verdict's own words.
+   every command): measured on an idle device, and the distribution-free interval of the
+   interleaved ratio (median of per-pass ratios; ``CONFIDENCE`` = 99% over the looks its
+   measurement took) lies above ``1 + band``, ``band`` the noise band (``NOISE_BAND`` = 2%).
+   "Not faster" and "inconclusive" (busy, or an interval that straddles the band) never
+   count, and the reason is the verdict's own words.
 
 :func:`refusal` says why a win does not count (None when it does).
 """

@@ -54,7 +54,7 @@ class BenchConfig:
     baselines: tuple[str, ...] = BASELINES
     warmup: int = 3
     repeat: int = 10
-    passes: int = 5  # interleaved A/B passes against the best baseline
+    passes: int = 5  # interleaved A/B passes against the best baseline (raised to 8: looks)
     per_pass: int = 3
     points: int = 4096  # random points per sampled check
     seed: int | None = None  # None: drawn at random when the run starts (then recorded)

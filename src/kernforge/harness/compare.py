@@ -3,13 +3,16 @@
 Each pass runs A and B alternately, ``per_pass`` times each (A B A B ... or B A B A ...; the side
 that goes first alternates between passes so order bias cancels), and yields one ratio
 ``median(A) / median(B)``: the speedup of B over A. The result is the median of the per-pass
-ratios, with the distribution-free 95% confidence interval of that median
+ratios, with the distribution-free confidence interval of that median
 (:func:`~.stats.median_ci`: no assumption on the shape of the noise, which a shared machine
-makes anything but normal).
+makes anything but normal) at the confidence of its look (:attr:`ABResult.confidence`).
 
-Adaptive rounds: with ``max_passes`` above ``passes``, blocks of ``passes`` more passes are
-taken while :func:`~.verdict.decided` says the verdict is still inconclusive (the interval
-straddles the noise band), up to ``max_passes`` in all.
+Looks (:func:`~.verdict.looks`): the first after enough passes for an interval at the
+per-look confidence (``max(passes, min_passes(...))``: 8 for one look at 99%, 10 of three);
+with ``max_passes`` above that, ``passes`` more before each later look while
+:func:`~.verdict.decided` says the verdict is still inconclusive (the interval straddles the
+noise band), up to ``max_passes`` in all: 10, 17, 21 for the usual 7 passes up to 21. Each look
+is at the confidence :func:`~.verdict.per_look` gives for the looks actually scheduled.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 
 from ..core import ConfigError
 from .stats import median, median_ci
-from .verdict import NOISE_BAND, decided, per_look
+from .verdict import NOISE_BAND, decided, looks
 
 
 @dataclass(frozen=True)
@@ -84,30 +87,31 @@ def _pass(run_a: Callable[[], float], run_b: Callable[[], float], per_pass: int,
 
 def interleave(run_a: Callable[[], float], run_b: Callable[[], float], *, passes: int = 7,
                per_pass: int = 3, seed: int = 0, max_passes: int | None = None,
-               band: float = NOISE_BAND) -> ABResult:
+               band: float = NOISE_BAND, judged: bool = True) -> ABResult:
     """Compare two measured callables (each returns the seconds of one timed run); more
     passes, up to ``max_passes``, while the verdict is inconclusive (module docstring).
+    ``judged=False``: exactly ``passes`` passes (then more up to ``max_passes``), for an
+    estimate no verdict is drawn from (its interval may fall short of its confidence).
     ``seed`` is kept for callers of the earlier bootstrap interval: the interval is exact."""
     del seed
-    limit = passes if max_passes is None else max_passes
-    if passes < 1 or per_pass < 1 or limit < passes:
-        raise ConfigError(f"passes={passes}, per_pass={per_pass} and max_passes={max_passes} "
-                          f"must be >= 1 (max_passes >= passes)",
+    if per_pass < 1:
+        raise ConfigError(f"per_pass={per_pass} must be >= 1",
                           hint="the defaults are 7 passes of 3 runs of each side")
+    plan = looks(passes, max_passes, judged=judged)
     ratios: list[float] = []
     all_a: list[tuple[float, ...]] = []
     all_b: list[tuple[float, ...]] = []
     first: list[str] = []
-    confidence = per_look(-(-limit // passes))
-    while True:
-        for _ in range(min(passes, limit - len(ratios))):
+    confidence = plan.confidence
+    for upto in plan.at():
+        while len(ratios) < upto:
             a_first = len(ratios) % 2 == 0
             ta, tb = _pass(run_a, run_b, per_pass, a_first)
             ratios.append(_ratio(median(ta), median(tb)))
             all_a.append(tuple(ta))
             all_b.append(tuple(tb))
             first.append("a" if a_first else "b")
-        if len(ratios) >= limit or decided(ratios, band, confidence):
+        if decided(ratios, band, confidence):
             break
     lo, hi, coverage = median_ci(ratios, confidence=confidence)
     return ABResult(tuple(ratios), tuple(all_a), tuple(all_b), tuple(first), lo, hi, coverage,

@@ -8,17 +8,20 @@ from ..core.verdict import (
     NOISE_BAND,
     NOISE_LIMIT,
     Judgement,
+    Looks,
     Verdict,
+    ci_label,
     decided,
     drift_of,
     judge,
     judge_ab,
     judge_evidence,
+    looks,
     min_passes,
     per_look,
     spread_of,
 )
 
-__all__ = ["CONFIDENCE", "DRIFT_LIMIT", "MAX_WIDTH", "NOISE_BAND", "NOISE_LIMIT", "Judgement", "Verdict",
-           "decided", "drift_of", "judge", "judge_ab", "judge_evidence", "min_passes", "per_look",
-           "spread_of"]
+__all__ = ["CONFIDENCE", "DRIFT_LIMIT", "MAX_WIDTH", "NOISE_BAND", "NOISE_LIMIT", "Judgement", "Looks",
+           "Verdict", "ci_label", "decided", "drift_of", "judge", "judge_ab", "judge_evidence",
+           "looks", "min_passes", "per_look", "spread_of"]

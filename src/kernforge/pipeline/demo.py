@@ -38,6 +38,7 @@ from ..replay.tuning import TuningOutcome, tune_recording
 from ..tune import Budget
 from .demo_checks import check_problem, fresh_run_dir
 from .demo_deploy import (
+    ROUNDS,
     Confirmed,
     EndToEnd,
     NotDeployed,
@@ -205,8 +206,8 @@ def run_demo(out: Path | None = None, *args: Any, isolate: bool = True, **kw: An
 
 def _run_demo(out: Path | None = None, *, backend: str | None = None, n: int | None = None,
              steps: int = 20, trials: int = 12, repeat: int = 7, iterations: int = 12,
-             inner_trials: int | None = None, rounds: int = 7, e2e_steps: int | None = None,
-             confirm_rounds: int = 7,
+             inner_trials: int | None = None, rounds: int = ROUNDS,
+             e2e_steps: int | None = None, confirm_rounds: int = ROUNDS,
              llm_url: str | None = None,
              llm_model: str | None = None, evolve_config: Path | None = None,
              progress: Callable[[str], None] = lambda s: None,

@@ -26,8 +26,11 @@ from ..deploy import (
     write_spec,
 )
 from ..harness import ABResult
-from ..harness.verdict import Judgement, judge
+from ..harness.verdict import Judgement, judge, min_passes
 from .run_app import cupy_hooks_if_available, run_application
+
+#: the fewest interleaved rounds a verdict can be drawn from (judged once, at ``CONFIDENCE``)
+ROUNDS = min_passes()
 
 # "checksum c22b..." (examples/heat3d_cpu.py) and "checksum=c22b..." (examples/heat3d_cupy.py)
 _CHECKSUM = re.compile(r"checksum(?:\s*[=:]\s*|\s+)([0-9a-fA-F]{8,})\b")
@@ -66,8 +69,8 @@ class EndToEnd:
 
     @property
     def ci(self) -> tuple[float, float]:
-        """The distribution-free 95% interval of the median per-round ratio (the whole range
-        when the rounds are too few for 95%: then the verdict is inconclusive)."""
+        """The distribution-free interval of the median per-round ratio at ``CONFIDENCE`` (the
+        whole range when the rounds are too few for it: then the verdict is inconclusive)."""
         return self.judgement.ci or (1.0, 1.0)
 
     @property
@@ -154,8 +157,9 @@ def _run_once(command: Sequence[str], spec: Path | None) -> tuple[float, str, in
     return elapsed, buf.getvalue(), substituted
 
 
-def end_to_end(command: Sequence[str], winners: list[Winner], spec: Path, *, rounds: int = 3,
-               progress: Callable[[str], None] = lambda s: None) -> EndToEnd:
+def end_to_end(command: Sequence[str], winners: list[Winner], spec: Path, *,
+               rounds: int = ROUNDS, progress: Callable[[str], None] = lambda s: None
+               ) -> EndToEnd:
     """One untimed warm-up of each, then ``rounds`` interleaved rounds (order alternating);
     the speedup is the median of the per-round ratios plain / with spec."""
     e = EndToEnd(spec, winners)
@@ -186,7 +190,7 @@ class Confirmed:
 
 
 def confirm_each(command: Sequence[str], winners: Sequence[Winner], run_dir: Path, *,
-                 rounds: int = 5, progress: Callable[[str], None] = lambda s: None
+                 rounds: int = ROUNDS, progress: Callable[[str], None] = lambda s: None
                  ) -> tuple[list[Confirmed], list[NotDeployed]]:
     """Each winner deployed alone in the application (``rounds`` interleaved rounds, its own
     spec under ``run_dir/confirm``): kept when the speed verdict on the rounds is "faster"

@@ -22,7 +22,7 @@ from ..evolve.controller import RunResult
 from ..evolve.store import Store
 from ..evolve.types import Program
 from ..harness import ABResult
-from ..harness.verdict import Judgement, judge_ab
+from ..harness.verdict import Judgement, ci_label, judge_ab
 from ..replay.tuning import RESULT_FORMAT, RESULT_VERSION, variant_json
 from ..replay.validate import Validation, validate
 from .evolve_eval import EvolveTarget
@@ -62,8 +62,8 @@ def measurement_text(f: Final) -> str:
     m = f.ab or f.measured
     if m is None:
         return f"{f.status}, no interleaved measurement ({f.message or 'none taken'})"
-    figure = (f"interleaved speedup {m.speedup:.3f}x [95% CI {m.ci_low:.3f}, {m.ci_high:.3f}] "
-              f"over the recorded kernel")
+    figure = (f"interleaved speedup {m.speedup:.3f}x [{ci_label(m.confidence)} "
+              f"{m.ci_low:.3f}, {m.ci_high:.3f}] over the recorded kernel")
     speed = f.speed
     if f.status == "OK" and speed is not None:
         if speed.faster:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..evolve.store import Store
 from ..evolve.types import Program
 from ..harness.plots import evolution_png
+from ..harness.verdict import ci_label
 from .evolve_final import measurement_text
 
 if TYPE_CHECKING:
@@ -142,8 +143,8 @@ def write_report(store: Store, run_dir: Path, kernel: str, final: Final) -> Repo
     m = final.ab or final.measured
     said = final.speed.verdict.value if final.status in ("OK", "INCONCLUSIVE") and \
         final.speed is not None else final.status
-    figure = (f"{said}: interleaved speedup {m.speedup:.3f}x [95% CI {m.ci_low:.3f}, "
-              f"{m.ci_high:.3f}] over the recorded kernel" if m is not None
+    figure = (f"{said}: interleaved speedup {m.speedup:.3f}x [{ci_label(m.confidence)} "
+              f"{m.ci_low:.3f}, {m.ci_high:.3f}] over the recorded kernel" if m is not None
               else f"{final.status}: no interleaved measurement")
     seeds = [p for p in store.programs() if p.parent_id is None and p.fitness]
     png = plot_best_so_far(points, t0, run_dir / "best_so_far.png",

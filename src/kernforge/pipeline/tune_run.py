@@ -150,8 +150,10 @@ def speed_verdict(o: TuningOutcome) -> Judgement | None:
     if v is not None and v.speed is not None:
         return v.speed
     idle, util = idle_of(v.to_json() if v is not None else None)
+    conf, cov = o.ab.confidence, o.ab.coverage
     return judge_evidence(o.ab.speedup, (o.ab.ci_low, o.ab.ci_high), idle=idle,
-                          utilisation=util)
+                          utilisation=util, passes=o.ab.passes, confidence=conf,
+                          coverage=cov if conf and cov is not None and cov < conf else None)
 
 
 def export_verdict(o: TuningOutcome) -> tuple[str, bool]:

@@ -59,7 +59,7 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
         ab = compare(rp, variants[cmp[0]], variants[cmp[1]], passes=request.get("passes", 7))
         out["compare"] = {"speedup": ab.speedup, "ci": [ab.ci_low, ab.ci_high],
                           "median_a": ab.median_a, "median_b": ab.median_b,
-                          "ratios": list(ab.ratios)}
+                          "ratios": list(ab.ratios), "confidence": ab.confidence}
     return out
 
 

@@ -18,6 +18,7 @@ from ..core import ConfigError, Measurement, Status
 from ..core.fmt import fmt_time
 from ..core.native import NativeBuild
 from ..deploy.gate import NOISE_BAND, refusal
+from ..harness.verdict import ci_label
 from ..record.native_format import read_native
 from .native import NativeVariant
 from .native_child import run_isolated
@@ -93,7 +94,8 @@ def validate_native(unit: str | Path, *, source: str | Path | None = None,
     speedup, ci = cmp.get("speedup"), tuple(cmp.get("ci") or ()) or None
     why = refusal(verified=True, idle=None, speedup=speedup, ci=ci,  # type: ignore[arg-type]
                   band=band)
-    lines.append(f"  speedup {speedup:.3f}x, 95% CI [{ci[0]:.3f}, {ci[1]:.3f}]"
+    lines.append(f"  speedup {speedup:.3f}x, {ci_label(cmp.get('confidence'))} "
+                 f"[{ci[0]:.3f}, {ci[1]:.3f}]"
                  if speedup is not None and ci else "  no comparison")
     lines.append("  ACCEPTED" if why is None else f"  REJECTED: {why}")
     return NativeValidation(unit, why is None, why or "faster through the gate", ms,

@@ -28,6 +28,7 @@ from ..core import ConfigError, KernforgeError, Measurement, Recording, Status, 
 from ..core.jsonio import sign, write_json_atomic
 from ..harness import ABResult
 from ..harness.plots import tuning_png
+from ..harness.verdict import ci_label
 from ..tune import Budget, Dimension, ProductAtMost, SearchSpace, TrialRecord, TuneResult, tune
 from .engine import evaluate_variant
 from .isolate import Isolation
@@ -257,8 +258,8 @@ def history_title(o: TuningOutcome, *, sampler: str) -> str:
     else:
         word = v.speed.verdict.value if v is not None and v.speed is not None \
             else "not validated"
-        figure = (f"interleaved speedup {o.ab.speedup:.3f}x [95% CI {o.ab.ci_low:.3f}, "
-                  f"{o.ab.ci_high:.3f}], best vs recorded: {word}")
+        figure = (f"interleaved speedup {o.ab.speedup:.3f}x [{ci_label(o.ab.confidence)} "
+                  f"{o.ab.ci_low:.3f}, {o.ab.ci_high:.3f}], best vs recorded: {word}")
     idle = v.idle if v is not None else None
     if idle is not None and idle.idle is False:
         figure += (f"\nmeasured while the device was busy ({idle.utilisation or 1.0:.0%}): "
