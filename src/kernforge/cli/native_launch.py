@@ -14,9 +14,10 @@ from typing import Any
 
 
 def spec_is_native(path: str | os.PathLike[str]) -> bool:
-    from ..deploy import interposed
+    """Whether ``path`` is a native spec, by its first bytes (imports neither kind's code)."""
+    from ..deploy import specdoc
 
-    return interposed.is_native_spec(Path(path))
+    return specdoc.is_native_spec(Path(path))
 
 
 def deploy(spec_path: Path, command: Sequence[str]) -> int:

@@ -18,10 +18,12 @@ import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..core import ConfigError
-from .env_prefix import SUPPORTED as ENV_SUPPORTED
-from .env_prefix import EnvPrefix, split_env
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from .env_prefix import EnvPrefix
 
 # the interpreter's own options accepted before the script (or -m MODULE): they are given to
 # the interpreter that runs the application (kernforge record: the capture's child; kernforge
@@ -149,10 +151,10 @@ def cupy_hooks_if_available() -> Iterator[bool]:
     they were installed here."""
     hooked = False
     if importlib.util.find_spec("cupy") is not None:
-        from ..record.capture import install_cupy_hooks, uninstall_cupy_hooks
+        from ..backends import cupy_hooks
 
         try:
-            hooked = install_cupy_hooks()
+            hooked = cupy_hooks.install()
         except Exception as exc:  # noqa: BLE001 - a broken CuPy must not stop the run
             warnings.warn(f"kernforge: CuPy kernels will not be recorded: cannot hook CuPy "
                           f"({type(exc).__name__}: {exc})", RuntimeWarning, stacklevel=3)
@@ -160,7 +162,7 @@ def cupy_hooks_if_available() -> Iterator[bool]:
         yield hooked
     finally:
         if hooked:
-            uninstall_cupy_hooks()
+            cupy_hooks.uninstall()
 
 
 def record_application(command: Sequence[str], out: str | Path, *, kernels: str | None = None,
@@ -200,6 +202,9 @@ def env_command(command: Sequence[str]) -> tuple[EnvPrefix | None, list[str]]:
     command; env's other options before a Python command (kernforge would not apply them),
     or before any command together with a change that would remove the interposer's
     environment (-i, -u LD_PRELOAD, KERNFORGE_*: env would make it itself)."""
+    from .env_prefix import SUPPORTED as ENV_SUPPORTED
+    from .env_prefix import split_env
+
     prefix, rest = split_env(command)
     if prefix is None:
         return None, list(command)
@@ -237,6 +242,8 @@ def env_command(command: Sequence[str]) -> tuple[EnvPrefix | None, list[str]]:
 def command_program(command: Sequence[str]) -> str:
     """The program ``command`` runs: env's command after its options and assignments (env
     before env too), where that is known; else the command's first word."""
+    from .env_prefix import split_env
+
     prefix, rest = split_env(command)
     if prefix is None or prefix.unknown or not rest:
         return command[0] if command else ""
