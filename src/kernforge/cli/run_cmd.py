@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..core.errors import ConfigError
-from . import native_launch
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from ..deploy import DeployReport
-    from ..pipeline.run_app import PythonCommand
+    from ..pipeline.pyapp import PythonCommand
 
 # Start-up cost (docs/deploy.md): an application run through this command pays for what this
 # module imports before it starts, so it imports what the launch needs, when it needs it: no
@@ -90,20 +89,23 @@ def print_report(report: DeployReport) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if native_launch.spec_is_native(args.deploy):  # any program, through the interposer
+    from ..deploy import specdoc
+
+    if specdoc.is_native_spec(Path(args.deploy)):  # any program, through the interposer
+        from . import native_launch
+
         if args.print_env:
             return native_launch.print_env(Path(args.deploy))
         _need_command(command, "./app ARGS")
         return native_launch.deploy(Path(args.deploy), command)
     from ..deploy import startup
-    from ..deploy.specdoc import load_document
-    from ..pipeline.run_app import is_python_application, parse_python, run_application
+    from ..pipeline.pyapp import is_python_application, parse_python, run_application
 
     path = Path(args.deploy)
     # a spec that is not the one export wrote (unreadable, edited: the checksum) is an error
     # before the application starts; the entries are read when one of their kernels first
     # launches (one that does not parse is then warned about, and the application runs on)
-    doc = load_document(path)
+    doc = specdoc.load_document(path)
     if args.print_env:
         raise ConfigError(f"--print-env: {args.deploy} is not a native spec (it deploys "
                           f"kernforge.Kernel and CuPy kernels inside Python processes)",
@@ -128,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         _with_interpreter_options(args, py)
     hooks: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     if startup.has_cuda_entries(doc):
-        from ..pipeline.run_app import cupy_hooks_if_available
+        from ..pipeline.pyapp import cupy_hooks_if_available
 
         hooks = cupy_hooks_if_available()
     with _deploy_log(args.quiet), hooks:
