@@ -22,11 +22,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..backends.driver import JIT_OPTIONS
+from ..backends.jit import JIT_OPTIONS
 from ..core import ConfigError
 from ..core.jsonio import parse_json, sign, signature_ok, write_json_atomic
 from .specdoc import NATIVE_FORMAT as FORMAT
@@ -172,8 +171,7 @@ def write_spec(path: Path, entries: Sequence[dict[str, Any]], images: Mapping[st
     return write_json_atomic(path, doc)
 
 
-@dataclass(frozen=True)
-class NativeSpec:
+class NativeSpec(NamedTuple):  # a NamedTuple: no dataclasses imported to deploy one
     path: Path
     entries: tuple[dict[str, Any], ...]
 

@@ -63,17 +63,19 @@ def _log(level: int, msg: str, *args: Any) -> None:
 
 def not_deployed(path: str, exc: BaseException, stacklevel: int = 2, *,
                  what: str | None = None) -> None:
-    """Log and warn that the spec of ``$KERNFORGE_DEPLOY`` (``what``: another spec's name)
-    is not deployed (the program then runs unchanged)."""
+    """Log and warn that the spec of ``$KERNFORGE_DEPLOY`` is not deployed (the program then
+    runs unchanged); ``what``: the name of a spec that ``kernforge run --deploy`` deploys,
+    said once, on its log, and not warned about."""
     import warnings
 
     from ..core import KernforgeError
 
     if not isinstance(exc, KernforgeError):
         exc = KernforgeError(f"{type(exc).__name__}: {exc}")
-    what = what or f"{ENV_VAR}={path}"
-    _log(40, "%s not deployed: %s", what, exc)
-    warnings.warn(f"kernforge: {what} not deployed: {exc}", RuntimeWarning,
+    _log(40, "%s not deployed: %s", what or f"{ENV_VAR}={path}", exc)
+    if what is not None:
+        return
+    warnings.warn(f"kernforge: {ENV_VAR}={path} not deployed: {exc}", RuntimeWarning,
                   stacklevel=stacklevel + 1)
 
 
@@ -81,8 +83,8 @@ class Pending:
     """The launch substituter of a spec checked at start-up whose deployment is not made yet
     (see the module docstring). Never raises. ``spec``: the entries, when they were already
     read (else built from ``doc`` when needed); ``verify`` and ``cupy``: as for
-    :func:`~.runtime.use`, for the deployment when it is made; ``what``: how a spec that
-    cannot be deployed is named (default ``$KERNFORGE_DEPLOY=PATH``)."""
+    :func:`~.runtime.use`, for the deployment when it is made; ``what``: see
+    :func:`not_deployed`."""
 
     def __init__(self, path: Path, doc: dict[str, Any], *, spec: DeploySpec | None = None,
                  verify: str | None = None, cupy: bool | None = None,
