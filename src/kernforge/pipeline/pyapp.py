@@ -13,7 +13,6 @@ import os
 import re
 import runpy
 import sys
-import traceback
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -135,6 +134,8 @@ def run_application(command: Sequence[str]) -> int:
             code = exc.code
             return code if isinstance(code, int) else (0 if code is None else 1)
         except Exception:  # noqa: BLE001 - the application's own failure: show it, as Python would
+            import traceback  # only for an application that fails
+
             traceback.print_exc()
             return 1
     return 0
