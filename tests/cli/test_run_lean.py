@@ -36,7 +36,7 @@ OTHER = ("kernforge.cli.demo_cmd", "kernforge.cli.tune_cmd", "kernforge.cli.expo
          "kernforge.llm")
 # a launch needs none of these until a kernel of the spec launches (deploy/startup.py): the
 # launcher deploys a Python spec as $KERNFORGE_DEPLOY does; nor the other way of deploying
-DEFERRED = ("numpy", "kernforge.deploy.runtime", "kernforge.deploy.decide",
+DEFERRED = ("numpy", "tempfile", "kernforge.deploy.runtime", "kernforge.deploy.decide",
             "kernforge.deploy.match", "kernforge.deploy.spec", "kernforge.deploy.entries",
             "kernforge.deploy.reverify", "kernforge.backends.cupy_hooks",
             "kernforge.pipeline.run_app", "kernforge.pipeline.env_prefix",
