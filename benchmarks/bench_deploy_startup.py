@@ -22,7 +22,10 @@ mode and round, the order of the modes rotating every round:
   ``python -m kernforge run --deploy SPEC -- python heat3d_cpu.py ...`` (what the ``kernforge``
   command runs), compared with ``deploy, no match`` / ``deploy, never launched``;
 - ``import only`` / ``import only, deploy``: ``python -c "import kernforge"`` without and with
-  the first spec (the start-up alone, less noisy than the run).
+  the first spec (the start-up alone, less noisy than the run);
+- ``run --deploy, import only``: ``kernforge run --deploy`` of the first spec running a script
+  that only imports kernforge, against ``import only, deploy`` (the launcher's own start-up,
+  the least noisy comparison of the two ways).
 
 The table gives each mode's median wall time over the rounds, and the median over the rounds of
 the difference to its counterpart (the column ``vs``: the run's ``plain``, ``import only``, or
@@ -72,10 +75,10 @@ def make_specs(work: Path) -> tuple[Path, Path]:
     return paths[0], paths[1]
 
 
-def launcher(py: str, spec: Path) -> list[str]:
+def launcher(py: str, spec: Path, app: list[str] = APP_ARGS) -> list[str]:
     """``kernforge run --deploy SPEC -- python APP ARGS``, as the ``kernforge`` command runs it
     (its log lines and report included)."""
-    return [py, "-m", "kernforge", "run", "--deploy", str(spec), "--", py, *APP_ARGS]
+    return [py, "-m", "kernforge", "run", "--deploy", str(spec), "--", py, *app]
 
 
 def timed(argv: list[str], spec: Path | None) -> tuple[float, float]:
@@ -104,6 +107,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="kernforge-startup-"))
     nomatch, unused = (args.spec, args.spec) if args.spec else make_specs(work)
     py = sys.executable
+    import_only = work / "import_only.py"
+    import_only.write_text("import kernforge\n")
     modes = {
         "plain": ([py, *APP_ARGS], None, None),
         "deploy, no match": ([py, *APP_ARGS], nomatch, "plain"),
@@ -112,6 +117,8 @@ def main() -> int:
         "run --deploy, never launched": (launcher(py, unused), None, "deploy, never launched"),
         "import only": ([py, "-c", "import kernforge"], None, None),
         "import only, deploy": ([py, "-c", "import kernforge"], nomatch, "import only"),
+        "run --deploy, import only": (launcher(py, nomatch, [str(import_only)]), None,
+                                      "import only, deploy"),
     }
     for argv, spec, _ in modes.values():  # warm the compile caches and the file cache
         timed(argv, spec)
@@ -128,6 +135,7 @@ def main() -> int:
     print(f"{len(times['plain'])} rounds, {os.cpu_count()} cores, python "
           f"{sys.version.split()[0]}, PYTHONDONTWRITEBYTECODE="
           f"{os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r}")
+    print(f"load average {os.getloadavg()[0]:.2f} (1 min) at the end")
     print(f"{'mode':<30}{'median s':>10}{'vs':>24}{'added ms':>10}{'(min, max) ms':>16}"
           f"{'cpu s':>8}{'added cpu ms':>14}")
     for m, (_, _, base) in modes.items():
