@@ -5,8 +5,8 @@
 examples/heat3d_cupy.py does not import kernforge, so ``KERNFORGE_DEPLOY=spec python
 heat3d_cupy.py`` deploys nothing (``env, app unaware``: it shows that). The environment's
 counterpart of ``run --deploy`` is the same application run by a program that imports kernforge
-first (``python -c "import kernforge; runpy.run_path(...)"``, the modes ``env, ...``). Modes,
-interleaved, the order rotating every round:
+first (a script: ``import kernforge``, then ``runpy.run_path`` of the application; the modes
+``env, ...``). Modes, interleaved, the order rotating every round:
 
 - ``plain``; ``imports kernforge`` (the wrapper, no spec): the baselines;
 - ``env, app unaware``: ``KERNFORGE_DEPLOY=match.json python heat3d_cupy.py``;
@@ -42,8 +42,9 @@ from pathlib import Path
 from statistics import median as med
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-WRAP = ("import sys, runpy, kernforge; sys.argv = sys.argv[1:]; "
-        "runpy.run_path(sys.argv[0], run_name='__main__')")
+# an application that imports kernforge first: what KERNFORGE_DEPLOY deploys into
+WRAP = ("import runpy\nimport sys\n\nimport kernforge  # noqa: F401\n\n"
+        "sys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n")
 
 
 def make_spec(work: Path, n: int, name: str) -> Path:
@@ -57,6 +58,8 @@ def make_spec(work: Path, n: int, name: str) -> Path:
     install_cupy_hooks()
     with record(work / f"rec-{name}", kernels="heat_stencil", max_instances=1) as rec:
         heat3d_cupy.run(n, 2, diag_every=0)
+    if not rec.paths:
+        sys.exit(f"nothing recorded of heat_stencil at --n {n}: is CuPy using the GPU?")
     r = load_recording(rec.paths[0])
     entry = entry_from_recording(r, r.variant, baseline_s=2e-3, tuned_s=1e-3, speedup=2.0,
                                  speedup_ci=(1.9, 2.1), verified=True, idle=True)
@@ -80,12 +83,12 @@ def timed(argv: list[str], env_extra: dict[str, str]) -> tuple[float, float, flo
             float(loop.group(1)) if loop else float("nan"), proc.stderr)
 
 
-def modes(py: str, app: list[str], match: Path, mismatch: Path
+def modes(py: str, app: list[str], match: Path, mismatch: Path, wrap: Path
           ) -> dict[str, tuple[list[str], dict[str, str], str | None]]:
     def run_deploy(spec: Path) -> list[str]:
         return [py, "-m", "kernforge", "run", "--deploy", str(spec), "--", py, *app]
 
-    wrapped = [py, "-c", WRAP, *app]
+    wrapped = [py, str(wrap), *app]
     return {
         "plain": ([py, *app], {}, None),
         "imports kernforge": (wrapped, {}, "plain"),
@@ -125,7 +128,9 @@ def main() -> int:
     py = sys.executable
     app = ["heat3d_cupy.py", "--n", str(args.n), "--steps", str(args.steps), "--diag-every",
            "0"]
-    table = modes(py, app, match, mismatch)
+    wrap = work / "imports_kernforge.py"
+    wrap.write_text(WRAP)
+    table = modes(py, app, match, mismatch, wrap)
     for argv, extra, _ in table.values():  # warm CuPy's kernel cache and the file cache
         timed(argv, extra)
     walls: dict[str, list[float]] = {m: [] for m in table}
