@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     path = Path(args.deploy)
     # a spec that is not the one export wrote (unreadable, edited: the checksum) is an error
     # before the application starts; the entries are read when one of their kernels first
-    # launches (one that does not parse is then warned about, and the application runs on)
+    # launches (one that does not parse is then said once, and the application runs on)
     doc = specdoc.load_document(path)
     if args.print_env:
         raise ConfigError(f"--print-env: {args.deploy} is not a native spec (it deploys "

@@ -45,7 +45,6 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from ..core import CompileOptions, KernelSource
     from .counts import DeployReport
     from .runtime import Deployment
-    from .spec import DeploySpec
 
 ENV_VAR = "KERNFORGE_DEPLOY"
 _ID_CACHE = 4096
@@ -81,16 +80,14 @@ def not_deployed(path: str, exc: BaseException, stacklevel: int = 2, *,
 
 class Pending:
     """The launch substituter of a spec checked at start-up whose deployment is not made yet
-    (see the module docstring). Never raises. ``spec``: the entries, when they were already
-    read (else built from ``doc`` when needed); ``verify`` and ``cupy``: as for
+    (see the module docstring). Never raises. ``verify`` and ``cupy``: as for
     :func:`~.runtime.use`, for the deployment when it is made; ``what``: see
     :func:`not_deployed`."""
 
-    def __init__(self, path: Path, doc: dict[str, Any], *, spec: DeploySpec | None = None,
-                 verify: str | None = None, cupy: bool | None = None,
-                 what: str | None = None) -> None:
+    def __init__(self, path: Path, doc: dict[str, Any], *, verify: str | None = None,
+                 cupy: bool | None = None, what: str | None = None) -> None:
         self.path, self.doc, self.name = path, doc, str(path)
-        self.spec, self.verify, self.cupy, self.what = spec, verify, cupy, what
+        self.verify, self.cupy, self.what = verify, cupy, what
         self.stopped = False
         self.keys = {entry_lookup(e["kernel"]) for e in doc["entries"]
                      if isinstance(e["kernel"], dict) and _has_lookup(e["kernel"])}
@@ -155,8 +152,7 @@ class Pending:
                 from .runtime import Deployment
                 from .spec import spec_from_document
 
-                spec = self.spec or spec_from_document(self.path, self.doc)
-                dep = Deployment(spec, verify=self.verify)
+                dep = Deployment(spec_from_document(self.path, self.doc), verify=self.verify)
                 dep.adopt_fallbacks(self.fallbacks)
                 self.deployment = dep
                 dep.start(self.cupy)
