@@ -22,7 +22,16 @@ mode and round, the order of the modes rotating every round:
   ``python -m kernforge run --deploy SPEC -- python heat3d_cpu.py ...`` (what the ``kernforge``
   command runs), compared with ``deploy, no match`` / ``deploy, never launched``;
 - ``import only`` / ``import only, deploy``: ``python -c "import kernforge"`` without and with
-  the first spec (the start-up alone, less noisy than the run).
+  the first spec (the start-up alone, less noisy than the run);
+- ``run --deploy, import only``: ``kernforge run --deploy`` of the first spec running a script
+  that only imports kernforge, against ``import only, deploy`` (the launcher's own start-up,
+  the least noisy comparison of the two ways).
+
+With ``--native``, also a native spec on the fake CUDA driver (kernforge.testing.fakedriver,
+no GPU needed; its program ``fake_app``, 10 launches of ``heat``, one entry replacing them):
+``native plain``, ``native env`` (``LD_PRELOAD`` and ``KERNFORGE_DEPLOY`` as ``kernforge run
+--deploy SPEC --print-env`` writes them) and ``native run --deploy`` against it: the launcher
+is a Python process started before the program, which runs in a few milliseconds.
 
 The table gives each mode's median wall time over the rounds, and the median over the rounds of
 the difference to its counterpart (the column ``vs``: the run's ``plain``, ``import only``, or
@@ -49,6 +58,8 @@ from pathlib import Path
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 APP_ARGS = ["heat3d_cpu.py", "--n", "64", "--steps", "30", "--diag-every", "0"]
+# mode -> (command, spec or variables, the mode it is compared with)
+Modes = dict[str, tuple[list[str], "Path | dict[str, str] | None", "str | None"]]
 
 
 def make_specs(work: Path) -> tuple[Path, Path]:
@@ -72,16 +83,52 @@ def make_specs(work: Path) -> tuple[Path, Path]:
     return paths[0], paths[1]
 
 
-def launcher(py: str, spec: Path) -> list[str]:
+def make_native(work: Path) -> tuple[list[str], Path, dict[str, str], dict[str, str]]:
+    """The fake driver's program, a native spec replacing its ``heat`` launches, the
+    environment that deploys the spec without the launcher, and the fake driver's own."""
+    from kernforge.deploy import interposed
+    from kernforge.deploy import native as nd
+    from kernforge.pipeline.run_app import record_command
+    from kernforge.record.native_format import read_native
+    from kernforge.testing.fakedriver import build
+
+    fake = build(work / "fakecuda")
+    driver = {"LD_LIBRARY_PATH": str(fake.libdir)}
+    saved = {k: os.environ.get(k) for k in ("LD_LIBRARY_PATH", "LD_PRELOAD")}
+    os.environ.update(driver)
+    os.environ.pop("LD_PRELOAD", None)
+    try:
+        status, units, _, _ = record_command(fake.command(), work / "native-rec",
+                                             max_instances=1, kernels="heat")
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    if status != 0 or len(units) != 1:
+        sys.exit(f"recording the fake driver's program failed (status {status})")
+    image = fake.image(tuned=True)
+    entry = nd.entry(read_native(units[0]), {"block": [64, 1, 1], "carveout": 0}, "tuned.bin",
+                     image, {"speedup": 1.5, "ci": [1.4, 1.6]})
+    spec = nd.write_spec(work / "native.json", [entry], {"tuned.bin": image})
+    lib, extra = interposed.deploy_env(spec, work / "native.tsv")
+    return fake.command(), spec, {**driver, "LD_PRELOAD": str(lib), **extra}, driver
+
+
+def launcher(py: str, spec: Path, app: list[str] = APP_ARGS) -> list[str]:
     """``kernforge run --deploy SPEC -- python APP ARGS``, as the ``kernforge`` command runs it
     (its log lines and report included)."""
-    return [py, "-m", "kernforge", "run", "--deploy", str(spec), "--", py, *APP_ARGS]
+    return [py, "-m", "kernforge", "run", "--deploy", str(spec), "--", py, *app]
 
 
-def timed(argv: list[str], spec: Path | None) -> tuple[float, float]:
-    """(wall seconds, CPU seconds: user + system) of one process."""
+def timed(argv: list[str], spec: Path | dict[str, str] | None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system) of one process; ``spec``: deployed through
+    ``KERNFORGE_DEPLOY``, or (a dict) the variables to set."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNFORGE_")}
-    if spec is not None:
+    if isinstance(spec, dict):
+        env.update(spec)
+    elif spec is not None:
         env["KERNFORGE_DEPLOY"] = str(spec)
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -100,11 +147,15 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=15, help="rounds (default 15)")
     ap.add_argument("--spec", type=Path, default=None, help="use this spec for both")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    ap.add_argument("--native", action="store_true",
+                    help="also a native spec on the fake CUDA driver (see above)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kernforge-startup-"))
     nomatch, unused = (args.spec, args.spec) if args.spec else make_specs(work)
     py = sys.executable
-    modes = {
+    import_only = work / "import_only.py"
+    import_only.write_text("import kernforge\n")
+    modes: Modes = {
         "plain": ([py, *APP_ARGS], None, None),
         "deploy, no match": ([py, *APP_ARGS], nomatch, "plain"),
         "deploy, never launched": ([py, *APP_ARGS], unused, "plain"),
@@ -112,7 +163,17 @@ def main() -> int:
         "run --deploy, never launched": (launcher(py, unused), None, "deploy, never launched"),
         "import only": ([py, "-c", "import kernforge"], None, None),
         "import only, deploy": ([py, "-c", "import kernforge"], nomatch, "import only"),
+        "run --deploy, import only": (launcher(py, nomatch, [str(import_only)]), None,
+                                      "import only, deploy"),
     }
+    if args.native:
+        program, native, env, driver = make_native(work)
+        native_modes: Modes = {
+            "native plain": (program, driver, None),
+            "native env": (program, env, "native plain"),
+            "native run --deploy": ([py, "-m", "kernforge", "run", "--deploy", str(native),
+                                     "--", *program], driver, "native env")}
+        modes.update(native_modes)
     for argv, spec, _ in modes.values():  # warm the compile caches and the file cache
         timed(argv, spec)
     times: dict[str, list[float]] = {m: [] for m in modes}
@@ -128,6 +189,7 @@ def main() -> int:
     print(f"{len(times['plain'])} rounds, {os.cpu_count()} cores, python "
           f"{sys.version.split()[0]}, PYTHONDONTWRITEBYTECODE="
           f"{os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r}")
+    print(f"load average {os.getloadavg()[0]:.2f} (1 min) at the end")
     print(f"{'mode':<30}{'median s':>10}{'vs':>24}{'added ms':>10}{'(min, max) ms':>16}"
           f"{'cpu s':>8}{'added cpu ms':>14}")
     for m, (_, _, base) in modes.items():

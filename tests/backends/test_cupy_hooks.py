@@ -209,11 +209,11 @@ def test_pickles_as_cupy_class(cp: Any) -> None:
 
 def test_run_app_hooks_only_when_cupy_is_importable(cp: Any, monkeypatch: pytest.MonkeyPatch
                                                     ) -> None:
-    from kernforge.pipeline import run_app
-    monkeypatch.setattr(run_app.importlib.util, "find_spec", lambda name: object())
-    with run_app.cupy_hooks_if_available() as hooked:
+    from kernforge.pipeline import pyapp
+    monkeypatch.setattr(pyapp.importlib.util, "find_spec", lambda name: object())
+    with pyapp.cupy_hooks_if_available() as hooked:
         assert hooked and cupy_hooks.installed()
     assert not cupy_hooks.installed()
-    monkeypatch.setattr(run_app.importlib.util, "find_spec", lambda name: None)
-    with run_app.cupy_hooks_if_available() as hooked:
+    monkeypatch.setattr(pyapp.importlib.util, "find_spec", lambda name: None)
+    with pyapp.cupy_hooks_if_available() as hooked:
         assert not hooked and not cupy_hooks.installed()

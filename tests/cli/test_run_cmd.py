@@ -3,7 +3,9 @@ and the interpreter's own options before the script; the real CLI in subprocesse
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +14,7 @@ import numpy as np
 import pytest
 
 from kernforge.backends import Kernel
+from kernforge.core.jsonio import canonical_checksum
 from kernforge.deploy import entry_from_recording, write_spec
 from kernforge.record import load_recording, record
 
@@ -124,3 +127,47 @@ def test_the_applications_own_keyboard_interrupt_still_prints_the_report(
     assert r.returncode == 130, r.stderr
     assert f"kernforge deploy report ({spec}): 1 launch(es) ran a tuned variant" in r.stderr
     assert (tmp_path / "r.json").is_file()
+
+
+@pytest.mark.parametrize("ending", ["status", "signal"])
+def test_with_interpreter_options_the_status_and_signal_are_the_applications(
+        spec: Path, tmp_path: Path, ending: str) -> None:
+    """The interpreter with the application's options replaces the launcher (nothing runs
+    after it): an exit status, or the signal that ended the application, is the command's."""
+    tail = ("sys.exit(7)\n" if ending == "status"
+            else "import os, signal\nsys.stdout.flush()\nos.kill(os.getpid(), signal.SIGTERM)\n")
+    app = _app(spec, f"ends_by_{ending}.py", tail)
+    r = kf("run", "--deploy", str(spec), "--", "python", "-X", "dev", str(app), cwd=tmp_path)
+    assert r.returncode == (7 if ending == "status" else -signal.SIGTERM), r.stderr
+    assert "y [101.0, 103.0, 105.0, 107.0] dev True" in r.stdout  # the tuned variant ran
+
+
+def test_a_signed_spec_with_a_malformed_entry_leaves_the_application_unchanged(
+        spec: Path, tmp_path: Path) -> None:
+    """The entries are read when a kernel of the spec first launches (as $KERNFORGE_DEPLOY
+    reads them): one that does not parse is said once, and the application runs unchanged."""
+    doc = json.loads(spec.read_text())
+    del doc["entries"][0]["problem"]["launch"]
+    doc.pop("checksum")
+    doc["checksum"] = canonical_checksum(doc)  # signed, but not an entry this reader reads
+    bad = tmp_path / "malformed.json"
+    bad.write_text(json.dumps(doc))
+    r = kf("run", "--deploy", str(bad), "--", "python", str(spec.parent / "app.py"),
+           cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "y [1.0, 3.0, 5.0, 7.0]" in r.stdout  # the original ran
+    assert r.stderr.count(f"{bad} not deployed: ") == 1  # said once, on the log
+    assert "entries[0] is malformed" in r.stderr and "KERNFORGE_DEPLOY=" not in r.stderr
+    assert f"kernforge deploy report ({bad}): 0 launch(es) ran a tuned variant" in r.stderr
+
+
+def test_an_edited_spec_is_an_error_before_the_application_starts(spec: Path,
+                                                                   tmp_path: Path) -> None:
+    doc = json.loads(spec.read_text())
+    doc["entries"][0]["variant"]["defines"]["BIAS"] = "1000"  # the checksum no longer holds
+    bad = tmp_path / "edited.json"
+    bad.write_text(json.dumps(doc))
+    r = kf("run", "--deploy", str(bad), "--", "python", str(spec.parent / "app.py"),
+           cwd=tmp_path)
+    assert r.returncode == 2 and "checksum mismatch" in r.stderr
+    assert "y [" not in r.stdout  # the application never started

@@ -34,6 +34,17 @@ OTHER = ("kernforge.cli.demo_cmd", "kernforge.cli.tune_cmd", "kernforge.cli.expo
          "kernforge.replay.native", "kernforge.tune", "kernforge.evolve", "kernforge.service",
          "kernforge.harness", "kernforge.forge", "kernforge.apps", "kernforge.stencil",
          "kernforge.llm")
+# a launch needs none of these until a kernel of the spec launches (deploy/startup.py): the
+# launcher deploys a Python spec as $KERNFORGE_DEPLOY does; nor the other way of deploying
+DEFERRED = ("numpy", "tempfile", "kernforge.deploy.runtime", "kernforge.deploy.decide",
+            "kernforge.deploy.match", "kernforge.deploy.spec", "kernforge.deploy.entries",
+            "kernforge.deploy.reverify", "kernforge.backends.cupy_hooks",
+            "kernforge.pipeline.run_app", "kernforge.pipeline.env_prefix",
+            "kernforge.deploy.interposed", "kernforge.deploy.native", "kernforge.record.interposer")
+# a native spec's launch: the spec's checks, its lines and the interposer, nothing of Python's
+NATIVE_DEFERRED = ("numpy", "dataclasses", "ctypes", "uuid", "importlib.resources",
+                   "kernforge.backends.driver", "kernforge.deploy.startup",
+                   "kernforge.pipeline.pyapp", "kernforge.pipeline.run_app")
 # the application: what the launcher imported by the time the application runs
 PROBE = """import json, sys
 print("MODULES " + json.dumps(sorted(sys.modules)))
@@ -44,6 +55,11 @@ from kernforge.cli.main import main
 status = main(sys.argv[1:])
 print("MODULES " + json.dumps(sorted(sys.modules)))
 sys.exit(status)
+"""
+OTHER_APP = """import numpy as np
+from kernforge.backends import Kernel
+Kernel('def scale(x: "double *", n: "int") -> None:\\n    x[:n] = 2 * x[:n]\\n', "scale",
+       backend="null")(np.ones(4), 4)
 """
 AXPY = '''
 def axpy(x: "const double *", y: "double *", a: "double", n: "int") -> None:
@@ -90,6 +106,24 @@ def test_a_python_application_starts_with_nothing_it_does_not_need(python_spec: 
                           str(python_spec), "--", "python", "probe.py"], root))
     assert "kernforge.cli.run_cmd" in seen  # it did go through the launcher
     assert _unneeded(seen) == []
+    assert "kernforge.deploy.startup" in seen  # the spec is deployed ...
+    assert sorted(set(DEFERRED) & seen) == []  # ... and nothing of it is made yet
+
+
+def test_the_launcher_of_an_application_that_launches_no_kernel_of_the_spec_stays_lean(
+        python_spec: Path) -> None:
+    """Also at the end: what the launcher holds once the application has ended (its report
+    written) holds nothing of the matching rules when no kernel of the spec launched."""
+    root = python_spec.parent
+    (root / "other.py").write_text(OTHER_APP)
+    proc = _run([sys.executable, "-c", AFTER, "run", "--deploy", str(python_spec), "--",
+                 "python", "other.py"], root)
+    seen = _modules(proc)
+    assert "scale: runs the original (not in the spec" in proc.stderr
+    assert "0 launch(es) ran a tuned variant, 1 the original" in proc.stderr
+    assert "scale: 0 replaced, 1 fallback (not in the spec: 1)" in proc.stderr
+    assert "numpy" in seen  # the application's own
+    assert sorted(set(DEFERRED) & seen) == ["numpy"]
 
 
 def test_the_launcher_imports_nothing_of_what_it_guards_against_by_itself(
@@ -117,3 +151,4 @@ def test_a_native_program_is_started_by_a_lean_launcher(
     assert "kernforge.cli.native_launch" in seen
     assert _unneeded(seen) == []
     assert "numpy" not in seen  # a native program needs no array of kernforge's
+    assert sorted(set(NATIVE_DEFERRED) & seen) == []

@@ -27,7 +27,7 @@ def scale(x: "double *", n: "int") -> None:
     x[:n] = 2 * x[:n]
 '''
 # what the deployment of a matching launch needs, and what no deployment needs at all
-HEAVY = ("logging", "kernforge.deploy.runtime", "kernforge.deploy.decide",
+HEAVY = ("logging", "tempfile", "kernforge.deploy.runtime", "kernforge.deploy.decide",
          "kernforge.deploy.match", "kernforge.deploy.spec", "kernforge.deploy.entries",
          "kernforge.deploy.reverify", "kernforge.deploy.overhead", "kernforge.deploy.worth",
          "optuna", "matplotlib", "jsonschema", "cupy")

@@ -15,12 +15,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..core import BackendUnavailableError, KernelRuntimeError, LaunchError
+from .jit import JIT_OPTIONS
 
 CUdeviceptr = C.c_ulonglong
 _PARAM_BUFFER_POINTER, _PARAM_BUFFER_SIZE, _PARAM_END = 1, 2, 0
-# CUjit_option ids of the JIT options kernforge tunes (cuda.h)
-JIT_OPTIONS = {"max_registers": 0, "threads_per_block": 1, "optimization_level": 7,
-               "cache_mode": 14}
 _ATTR = {"cc_major": 75, "cc_minor": 76, "l2_bytes": 38, "sm_count": 16,
          "max_threads_per_block": 1}
 _FUNC_CARVEOUT = 9  # CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT

@@ -6,17 +6,10 @@ module prints). The program starts after this module has run, so it imports noth
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-
-def spec_is_native(path: str | os.PathLike[str]) -> bool:
-    from ..deploy import interposed
-
-    return interposed.is_native_spec(Path(path))
 
 
 def deploy(spec_path: Path, command: Sequence[str]) -> int:

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import subprocess
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..core.errors import ConfigError
-from . import native_launch
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from ..deploy import DeployReport
-    from ..pipeline.run_app import PythonCommand
+    from ..pipeline.pyapp import PythonCommand
 
 # Start-up cost (docs/deploy.md): an application run through this command pays for what this
 # module imports before it starts, so it imports what the launch needs, when it needs it: no
@@ -90,20 +89,23 @@ def print_report(report: DeployReport) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if native_launch.spec_is_native(args.deploy):  # any program, through the interposer
+    from ..deploy import specdoc
+
+    if specdoc.is_native_spec(Path(args.deploy)):  # any program, through the interposer
+        from . import native_launch
+
         if args.print_env:
             return native_launch.print_env(Path(args.deploy))
         _need_command(command, "./app ARGS")
         return native_launch.deploy(Path(args.deploy), command)
-    from ..deploy import read_spec, use
-    from ..pipeline.run_app import (
-        cupy_hooks_if_available,
-        is_python_application,
-        parse_python,
-        run_application,
-    )
+    from ..deploy import startup
+    from ..pipeline.pyapp import is_python_application, parse_python, run_application
 
-    spec = read_spec(args.deploy)  # an unusable spec is an error before the app starts
+    path = Path(args.deploy)
+    # a spec that is not the one export wrote (unreadable, edited: the checksum) is an error
+    # before the application starts; the entries are read when one of their kernels first
+    # launches (one that does not parse is then said once, and the application runs on)
+    doc = specdoc.load_document(path)
     if args.print_env:
         raise ConfigError(f"--print-env: {args.deploy} is not a native spec (it deploys "
                           f"kernforge.Kernel and CuPy kernels inside Python processes)",
@@ -125,12 +127,18 @@ def run(args: argparse.Namespace) -> int:
                  f"runs/n -o spec.json; docs/recording-native.md)")
     py = parse_python(command)  # a missing script or an unsupported option: an error here
     if py.options:  # python -u app.py: they apply to a new interpreter, which runs kernforge
-        return _with_interpreter_options(args, py)
-    cuda = any(e.kernel.backend == "cuda" for e in spec.entries)
-    hooks = cupy_hooks_if_available() if cuda else contextlib.nullcontext()
+        _with_interpreter_options(args, py)
+    hooks: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if startup.has_cuda_entries(doc):
+        from ..pipeline.pyapp import cupy_hooks_if_available
+
+        hooks = cupy_hooks_if_available()
     with _deploy_log(args.quiet), hooks:
-        deployment = use(spec, cupy=False,  # the hooks, if any, are installed above
-                         verify="unverifiable" if args.allow_unverifiable else None)
+        # deployed as $KERNFORGE_DEPLOY deploys it: the matching rules are imported and the
+        # deployment made when a kernel of the spec first launches (deploy/startup.py)
+        deployment = startup.install(startup.Pending(
+            path, doc, cupy=False,  # the hooks, if any, are installed above
+            verify="unverifiable" if args.allow_unverifiable else None, what=str(path)))
         interrupted = False
         try:
             status = run_application(command)
@@ -155,19 +163,21 @@ def _need_command(command: list[str], example: str) -> None:
                                f"{example}")
 
 
-def _with_interpreter_options(args: argparse.Namespace, py: PythonCommand) -> int:
+def _with_interpreter_options(args: argparse.Namespace, py: PythonCommand) -> NoReturn:
     """``kernforge run`` again, in an interpreter started with the application's options
-    (``python -X dev -m kernforge run --deploy SPEC -- app.py ARGS``); its exit status."""
+    (``python -X dev -m kernforge run --deploy SPEC -- app.py ARGS``), which replaces this
+    process: nothing is left to do here once it ends, so its exit status (or the signal that
+    ended it) and its handling of Ctrl-C are the command's, without a second process."""
     flags = [*(["--report", args.report] if args.report else []),
              *(["--allow-unverifiable"] if args.allow_unverifiable else []),
              *(["-q"] if args.quiet else [])]
     child = [sys.executable, *py.options, "-m", "kernforge", "run", "--deploy", args.deploy,
              *flags, "--", *py.program]
-    proc = subprocess.Popen(child)
-    while True:
-        try:
-            code = proc.wait()
-            break
-        except KeyboardInterrupt:  # the child got it too: its report and status end the run
-            continue
-    return code if code >= 0 else 128 - code
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            stream.flush()
+    try:
+        os.execv(sys.executable, child)
+    except OSError as exc:
+        raise ConfigError(f"cannot start {sys.executable}: {exc}",
+                          hint="check that the Python interpreter is still installed") from None

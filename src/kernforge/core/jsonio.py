@@ -12,7 +12,6 @@ import functools
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +77,8 @@ def write_bytes_atomic(path: Path, data: bytes) -> Path:
     """Write ``data`` into ``path`` atomically: readers see the old file or the new one. The
     file gets the mode a plain ``open`` would give it (0666 less the umask), not
     ``mkstemp``'s private 0600."""
+    import tempfile  # writing only: a deployed process reads specs at start-up, and no more
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

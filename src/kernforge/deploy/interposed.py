@@ -14,7 +14,6 @@ deliberate exception to the layers, named in ``pyproject.toml`` and docs/archite
 
 from __future__ import annotations
 
-import shlex
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,6 +57,8 @@ def run_deployed(spec_path: Path, command: Sequence[str]) -> tuple[int, dict[str
 def env_lines(spec_path: Path) -> list[str]:
     """Shell lines that deploy the spec into any command started after them (job scripts),
     with the interposer's line file written beside the spec."""
+    import shlex
+
     lib, extra = deploy_env(spec_path, spec_path.with_suffix(".interposer.tsv"))
     return [f"export LD_PRELOAD={shlex.quote(str(lib))}${{LD_PRELOAD:+:$LD_PRELOAD}}",
             f"export KERNFORGE_DEPLOY={shlex.quote(extra['KERNFORGE_DEPLOY'])}",

@@ -22,18 +22,18 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..backends.driver import JIT_OPTIONS
+from ..backends.jit import JIT_OPTIONS
 from ..core import ConfigError
 from ..core.jsonio import parse_json, sign, signature_ok, write_json_atomic
+from .specdoc import NATIVE_FORMAT as FORMAT
+from .specdoc import is_native_spec  # noqa: F401 - a name of this module too
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from ..core.native import NativeRecording
 
-FORMAT = "kernforge-native-deploy"
 FUSE_STEPS = range(3, 64, 2)  # the fused step counts the interposer runs
 
 
@@ -171,16 +171,7 @@ def write_spec(path: Path, entries: Sequence[dict[str, Any]], images: Mapping[st
     return write_json_atomic(path, doc)
 
 
-def is_native_spec(path: Path) -> bool:
-    try:
-        head = path.read_text("utf-8", errors="replace")[:400]
-    except OSError:
-        return False
-    return FORMAT in head
-
-
-@dataclass(frozen=True)
-class NativeSpec:
+class NativeSpec(NamedTuple):  # a NamedTuple: no dataclasses imported to deploy one
     path: Path
     entries: tuple[dict[str, Any], ...]
 

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from .._version import __version__
 from ..core import ConfigError, LaunchConfig
@@ -128,7 +126,8 @@ class DeploySpec:
 # ---- JSON -------------------------------------------------------------------------------------
 def json_scalar(value: Any) -> Any:
     """A scalar as strict JSON: numpy scalars unwrapped, non-finite floats as strings."""
-    v = value.item() if isinstance(value, np.generic) else value
+    np = sys.modules.get("numpy")  # none without numpy imported: reading a spec needs none
+    v = value.item() if np is not None and isinstance(value, np.generic) else value
     if isinstance(v, float) and not math.isfinite(v):
         return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
     return v
@@ -204,6 +203,8 @@ def _flag(value: Any) -> bool | None:
 
 # ---- writing and reading ----------------------------------------------------------------------
 def spec_to_json(entries: Sequence[DeployEntry]) -> dict[str, Any]:
+    from datetime import UTC, datetime  # writing only: reading a spec at start-up needs none
+
     doc: dict[str, Any] = {
         "format": FORMAT, "schema_version": SCHEMA_VERSION, "kernforge_version": __version__,
         "created": datetime.now(UTC).isoformat(timespec="microseconds"),

@@ -22,6 +22,7 @@ from ..core.errors import ConfigError
 from ..core.jsonio import DamagedJSON, canonical_checksum, parse_json
 
 FORMAT = "kernforge-deploy"
+NATIVE_FORMAT = "kernforge-native-deploy"  # deploy/native.py: deployed through the interposer
 SCHEMA_VERSION = 1
 READABLE_VERSIONS = (1,)
 ENTRY_KEYS = ("kernel", "device", "problem", "variant", "evidence")
@@ -36,6 +37,17 @@ class DeploySpecError(ConfigError):
 
 def bad(path: Path, problem: str, hint: str = REEXPORT) -> DeploySpecError:
     return DeploySpecError(f"{path}: {problem}", hint=hint)
+
+
+def is_native_spec(path: Path) -> bool:
+    """Whether the file at ``path`` is a native spec (:mod:`.native`), by its first bytes,
+    without reading the rest (the launcher asks before it imports anything of either kind)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(400).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    return NATIVE_FORMAT in head
 
 
 def _load_json(path: Path) -> dict[str, Any]:

@@ -15,6 +15,8 @@ checks and nothing more. A spec with cuda entries is activated at once (the CuPy
 see kernels created after they are installed). Any function of :mod:`.runtime`
 (``current``, ``report``, ``stop``, ``use``) first completes a pending activation
 (:func:`settle`), so the API sees the deployment as if it had been made at start-up.
+``kernforge run --deploy`` deploys its spec the same way (:func:`install`), so that an
+application started through it pays no more than one started with ``$KERNFORGE_DEPLOY``.
 """
 
 from __future__ import annotations
@@ -58,26 +60,35 @@ def _log(level: int, msg: str, *args: Any) -> None:
         logging.getLogger("kernforge.deploy").log(level, msg, *args)
 
 
-def not_deployed(path: str, exc: BaseException, stacklevel: int = 2) -> None:
+def not_deployed(path: str, exc: BaseException, stacklevel: int = 2, *,
+                 what: str | None = None) -> None:
     """Log and warn that the spec of ``$KERNFORGE_DEPLOY`` is not deployed (the program then
-    runs unchanged)."""
+    runs unchanged); ``what``: the name of a spec that ``kernforge run --deploy`` deploys,
+    said once, on its log, and not warned about."""
     import warnings
 
     from ..core import KernforgeError
 
     if not isinstance(exc, KernforgeError):
         exc = KernforgeError(f"{type(exc).__name__}: {exc}")
-    _log(40, "%s=%s not deployed: %s", ENV_VAR, path, exc)
+    _log(40, "%s not deployed: %s", what or f"{ENV_VAR}={path}", exc)
+    if what is not None:
+        return
     warnings.warn(f"kernforge: {ENV_VAR}={path} not deployed: {exc}", RuntimeWarning,
                   stacklevel=stacklevel + 1)
 
 
 class Pending:
     """The launch substituter of a spec checked at start-up whose deployment is not made yet
-    (see the module docstring). Never raises."""
+    (see the module docstring). Never raises. ``verify`` and ``cupy``: as for
+    :func:`~.runtime.use`, for the deployment when it is made; ``what``: see
+    :func:`not_deployed`."""
 
-    def __init__(self, path: Path, doc: dict[str, Any]) -> None:
+    def __init__(self, path: Path, doc: dict[str, Any], *, verify: str | None = None,
+                 cupy: bool | None = None, what: str | None = None) -> None:
         self.path, self.doc, self.name = path, doc, str(path)
+        self.verify, self.cupy, self.what = verify, cupy, what
+        self.stopped = False
         self.keys = {entry_lookup(e["kernel"]) for e in doc["entries"]
                      if isinstance(e["kernel"], dict) and _has_lookup(e["kernel"])}
         self.complete = len(self.keys) == len(doc["entries"])  # else: every kernel may match
@@ -135,22 +146,22 @@ class Pending:
         and start it (once); None when an entry is malformed (logged and warned about; the
         program runs unchanged)."""
         with self._lock:
-            if self.deployment is not None or self.failed:
+            if self.deployment is not None or self.failed or self.stopped:
                 return self.deployment
             try:
                 from .runtime import Deployment
                 from .spec import spec_from_document
 
-                dep = Deployment(spec_from_document(self.path, self.doc))
+                dep = Deployment(spec_from_document(self.path, self.doc), verify=self.verify)
                 dep.adopt_fallbacks(self.fallbacks)
                 self.deployment = dep
-                dep.start()
+                dep.start(self.cupy)
             except Exception as exc:  # noqa: BLE001 - the program then runs unchanged
                 self.failed = True
                 self.deployment = None
                 if events.substituter() is self:
                     events.set_substituter(None)
-                not_deployed(self.name, exc)
+                not_deployed(self.name, exc, what=self.what)
             return self.deployment
 
     def report(self) -> DeployReport:
@@ -161,6 +172,17 @@ class Pending:
         with self._lock:
             return DeployReport(self.name, {k: KernelCounts(0, n, {NOT_IN_SPEC: n})
                                             for k, n in self.fallbacks.items()})
+
+    def stop(self) -> DeployReport:
+        """Stop substituting launches (and the deployment, if it was made); the report."""
+        with self._lock:
+            self.stopped = True
+            dep = self.deployment
+        if dep is not None:
+            return dep.stop()
+        if events.substituter() is self:
+            events.set_substituter(None)
+        return self.report()
 
     def at_exit(self) -> None:
         """The report, logged at INFO when the process exits (as for a deployment made at
@@ -179,7 +201,6 @@ def activate() -> Pending | None:
     """Check the spec of ``$KERNFORGE_DEPLOY`` and install its :class:`Pending` deployment
     (called by ``import kernforge`` when the variable is set); None, logged and warned about,
     when the spec cannot be deployed."""
-    global _pending
     path = os.environ.get(ENV_VAR, "")
     if not path:
         return None
@@ -188,17 +209,30 @@ def activate() -> Pending | None:
     except Exception as exc:  # noqa: BLE001 - the program then runs unchanged
         not_deployed(path, exc)
         return None
-    _pending = pending
-    events.set_substituter(pending)
+    install(pending)
     atexit.register(pending.at_exit)
-    if any(isinstance(e["kernel"], dict) and e["kernel"].get("backend") == "cuda"
-           for e in pending.doc["entries"]):
+    if has_cuda_entries(pending.doc):
         pending.materialize()  # the CuPy hooks, before the program makes its kernels
     return pending
 
 
+def has_cuda_entries(doc: dict[str, Any]) -> bool:
+    """Whether a checked spec document has entries for CuPy kernels (backend cuda)."""
+    return any(isinstance(e["kernel"], dict) and e["kernel"].get("backend") == "cuda"
+               for e in doc["entries"])
+
+
+def install(pending: Pending) -> Pending:
+    """Make ``pending`` the launch substituter and the activation that :func:`settle`
+    completes (``$KERNFORGE_DEPLOY``, or ``kernforge run --deploy``)."""
+    global _pending
+    _pending = pending
+    events.set_substituter(pending)
+    return pending
+
+
 def settle() -> None:
-    """Complete the activation of ``$KERNFORGE_DEPLOY`` if it is pending and still the launch
+    """Complete the pending activation (:func:`install`) if it is still the launch
     substituter (called by :mod:`.runtime` before it reads or changes the active
     deployment)."""
     pending = _pending

@@ -9,7 +9,6 @@ Triton. What it records is configured through the environment (:func:`environmen
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import hashlib
 import os
@@ -19,9 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Mapping, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +29,53 @@ SOURCES = ("kf.h", "kf_deploy.h", "kf_names.h", "kf_real.c", "kf_state.c", "kf_t
            "kf_hooks.c", "kf_record.c", "kf_io.c", "kf_spool.c", "kf_deploy.c", "kf_spec.c",
            "kf_nvrtc.c", "kf_defer.c", "kf_thunk.c", "kf_sequence.c")
 _lock = threading.Lock()
+_LIB_NAME = re.compile(r"libkfinterpose-[0-9a-f]{16}\.so")
 
 
 def _sources() -> dict[str, bytes]:
+    from importlib import resources
+
     pkg = resources.files("kernforge.record") / "native"
     return {name: (pkg / name).read_bytes() for name in SOURCES}
+
+
+def _stamp(target_dir: Path, flags: Sequence[str]) -> Path | None:
+    """Where the name of the library built from the sources as they are now (their sizes and
+    modification times, and ``flags``) is kept, so that a start finds it without reading and
+    hashing every source; None when the sources are not plain files (a zipped install)."""
+    folder = Path(__file__).with_name("native")
+    try:
+        stats = [os.stat(folder / name) for name in SOURCES]
+    except OSError:
+        return None
+    key = "\0".join([str(folder), *(f"{n}:{st.st_size}:{st.st_mtime_ns}"
+                                     for n, st in zip(SOURCES, stats)), "flags", *flags])
+    return target_dir / f".stamp-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def _stamped(stamp: Path | None) -> Path | None:
+    """The library a stamp names, when it is still there."""
+    if stamp is None:
+        return None
+    try:
+        name = stamp.read_text("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not _LIB_NAME.fullmatch(name):
+        return None
+    lib = stamp.with_name(name)
+    return lib if lib.is_file() else None
+
+
+def _write_stamp(stamp: Path | None, lib: Path) -> None:
+    if stamp is None:
+        return
+    part = stamp.with_name(f"{stamp.name}.{os.getpid()}.tmp")
+    try:  # a stamp that cannot be written only costs the next start the hashing
+        part.write_text(lib.name + "\n", "ascii")
+        os.replace(part, stamp)
+    except OSError:
+        part.unlink(missing_ok=True)
 
 
 def compiler() -> str:
@@ -50,16 +89,25 @@ def compiler() -> str:
 def build(out_dir: Path | None = None, *, extra_flags: Sequence[str] = ()) -> Path:
     """The interposer library, built now if its sources changed since the last build.
     ``extra_flags`` go to the compiler (e.g. ``-fsanitize=address,undefined`` for the tests);
-    they are part of the cache key, so each set of flags has a library of its own."""
-    srcs = _sources()
+    they are part of the cache key, so each set of flags has a library of its own. A start
+    whose sources have the sizes and modification times of the last one's finds the library
+    through a stamp, without reading and hashing them."""
     flags = [str(f) for f in extra_flags]
+    target_dir = out_dir or cache_folder("interposer")
+    stamp = _stamp(target_dir, flags)
+    found = _stamped(stamp)
+    if found is not None:
+        return found
+    srcs = _sources()
     digest = hashlib.sha256(b"".join(n.encode() + b"\0" + srcs[n] for n in SOURCES)
                             + b"\0flags\0" + "\0".join(flags).encode()).hexdigest()
-    target_dir = out_dir or cache_folder("interposer")
     lib = target_dir / f"libkfinterpose-{digest[:16]}.so"
     with _lock:
         if lib.is_file():
+            _write_stamp(stamp, lib)
             return lib
+        import uuid
+
         target_dir.mkdir(parents=True, exist_ok=True)
         work = target_dir / f".build-{uuid.uuid4().hex}"
         work.mkdir()
@@ -81,6 +129,7 @@ def build(out_dir: Path | None = None, *, extra_flags: Sequence[str] = ()) -> Pa
             os.replace(part, lib)
         finally:
             shutil.rmtree(work, ignore_errors=True)
+        _write_stamp(stamp, lib)
     return lib
 
 
@@ -230,6 +279,8 @@ def _suppress_fn() -> Any:
     """The interposer's ``kf_record_suppress`` when this process has it preloaded, else None."""
     if "libkfinterpose" not in os.environ.get("LD_PRELOAD", ""):
         return None
+    import ctypes
+
     try:
         fn = ctypes.CDLL(None).kf_record_suppress
     except (OSError, AttributeError):
