@@ -36,7 +36,8 @@ def test_runtime_launches_form_sequences_and_replay(built: Path, tmp_path: Path)
         out = run_isolated(r.path, [NativeVariant(), NativeVariant(block=(128, 1, 1))],
                            repeat=5, warmup=2)
         assert [m.status.value for m in out["measurements"]] == ["OK", "OK"], out
-        assert out["relocated"] == []
+        # replayed at the recorded addresses; the driver's refusals say why not
+        assert out["relocated"] == [], out["refusals"]
 
 
 def test_the_first_copy_ends_a_sequence(built: Path, tmp_path: Path) -> None:  # noqa: F811
