@@ -86,7 +86,7 @@ class Target:
                                         written, region))
         self.regions = before
         self.buffers = tuple(bufs)
-        self.ints = tuple(int(p[1]) for p in k.params if p[0] == "int")
+        self.ints = tuple(int(p[1]) for p in k.params if p[0] in ("int", "i64"))
         self.dtype: str | None = None
 
     def _launch(self, regions: Mapping[int, np.ndarray]) -> None:
@@ -95,7 +95,7 @@ class Target:
             if p[0] == "buf":
                 args.append(regions[p[3]][p[4]:])
             else:
-                args.append(np.array(p[1], dtype={"int": np.int32, "f32": np.float32,
+                args.append(np.array(p[1], dtype={"int": np.int32, "i64": np.int64, "f32": np.float32,
                                                   "f64": np.float64}[p[0]]))
         self.module.launch(self.k.name, args, self.k.grid, self.k.block)
 
