@@ -85,13 +85,13 @@ def _root(w: np.ndarray, k: int) -> np.ndarray | None:
         s[centre] = start or 1.0
         if attempt:
             s += rng.normal(0, 0.5, shape)
-        s = _solve(s, target, k, units)
-        if s is None:
+        got = _solve(s, target, k, units)
+        if got is None:
             continue
-        off = s.copy()
+        off = got.copy()
         off[centre] = 0
-        if np.abs(off).max() > 1e-3 * np.abs(s).max():
-            return s * top ** (1 / k)
+        if np.abs(off).max() > 1e-3 * np.abs(got).max():
+            return got * top ** (1 / k)
     return None
 
 
