@@ -40,7 +40,7 @@ from .lift_probe_faces import face_rules, verify
 from .lift_probe_scalars import scalar_outputs
 from .lift_probe_shapes import likely_types, magnitudes, padded_shapes
 from .lift_regions import NotLifted
-from .probe import RMAX, ProbeBuffer, Target, _decompose, candidate_shapes
+from .probe import RMAX, UNCHANGED, ProbeBuffer, Target, _decompose, candidate_shapes
 
 FLOATS = {"float64": "fp64", "float32": "fp32", "float16": "fp16"}
 SMALL = 16  # a written buffer of fewer elements is a scalar output
@@ -76,7 +76,7 @@ def lift_probe(t: Target, *, seed: int = 20261207) -> Probed | NotLifted:
     """The program the kernel behind ``t`` computes, or why it is not lifted."""
     written = [b for b in t.buffers if b.written]
     if not written:
-        return NotLifted("the launch wrote none of the buffers its parameters point to")
+        return NotLifted(UNCHANGED)
     for region in {b.region for b in t.buffers}:
         group = [b for b in t.buffers if b.region == region]
         if len(group) > 1 and any(b.written for b in group):
