@@ -154,3 +154,11 @@ def test_a_term_seen_only_at_other_magnitudes_is_refused_by_the_check() -> None:
     assert isinstance(got, NotLifted), got
     assert "away from the faces, on fresh inputs in [-1, 1)" in got.reason
     assert "misses part of what the kernel computes" in got.reason
+
+
+def test_a_first_step_over_zero_fields_says_to_record_a_later_launch() -> None:
+    zeros = (0.0,) * (N * N)
+    case = Case("wave_vel", (("buf", "float32"),) * 3 + (("f32", K), ("i64", N), ("i64", N)),
+                (N, N), (N // 16, N // 16, 1), (16, 16, 1), fixed={0: zeros, 1: zeros, 2: zeros})
+    got = lift_probe(EmulatedTarget(case, SOURCE))  # type: ignore[arg-type]
+    assert isinstance(got, NotLifted) and "kernforge record --skip N" in got.reason, got
