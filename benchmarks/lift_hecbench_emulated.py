@@ -105,7 +105,7 @@ class Target:
         self.runs += 1
         regions = {r: a.copy() for r, a in self.regions.items()}
         for i, raw in contents.items():
-            _, dt, _, region, off = self.k.params[i]
+            _, dt, _, region, off = self.k.params[i][:5]
             vals = np.asarray(raw, dtype=np.uint8).view(dt)
             regions[region][off:off + vals.size] = vals
         self._launch(regions)
