@@ -51,7 +51,7 @@ def kernel_text(path: Path, name: str) -> str:
 @dataclass
 class Kernel:
     """One kernel: its file, prelude (macros), parameters (``("buf", dtype, elements,
-    region, offset)`` or ``("int"/"f32"/"f64", value)``) and launch."""
+    region, offset[, fill])`` or ``("int"/"i64"/"f32"/"f64", value)``) and launch."""
 
     file: str
     name: str
@@ -73,20 +73,22 @@ class Target:
         bufs = []
         for i, p in enumerate(k.params):
             if p[0] == "buf":
-                _, dt, n, region, off = p
+                _, dt, n, region, off = p[:5]
                 size = max(n + off, self.regions[region].size if region in self.regions else 0)
                 self.regions[region] = rng.uniform(0, 1, size).astype(dt)
+                if len(p) > 5:  # the value the program fills it with (iso2dfd's velocity)
+                    self.regions[region][:] = p[5]
         before = {r: a.copy() for r, a in self.regions.items()}
         self._launch(self.regions)
         for i, p in enumerate(k.params):
             if p[0] == "buf":
-                _, dt, n, region, off = p
+                _, dt, n, region, off = p[:5]
                 written = not np.array_equal(before[region], self.regions[region])
                 bufs.append(ProbeBuffer(i, (self.regions[region].size - off) * np.dtype(dt).itemsize,
                                         written, region))
         self.regions = before
         self.buffers = tuple(bufs)
-        self.ints = tuple(int(p[1]) for p in k.params if p[0] == "int")
+        self.ints = tuple(int(p[1]) for p in k.params if p[0] in ("int", "i64"))
         self.dtype: str | None = None
 
     def _launch(self, regions: Mapping[int, np.ndarray]) -> None:
@@ -95,7 +97,7 @@ class Target:
             if p[0] == "buf":
                 args.append(regions[p[3]][p[4]:])
             else:
-                args.append(np.array(p[1], dtype={"int": np.int32, "f32": np.float32,
+                args.append(np.array(p[1], dtype={"int": np.int32, "i64": np.int64, "f32": np.float32,
                                                   "f64": np.float64}[p[0]]))
         self.module.launch(self.k.name, args, self.k.grid, self.k.block)
 
@@ -103,7 +105,7 @@ class Target:
         self.runs += 1
         regions = {r: a.copy() for r, a in self.regions.items()}
         for i, raw in contents.items():
-            _, dt, _, region, off = self.k.params[i]
+            _, dt, _, region, off = self.k.params[i][:5]
             vals = np.asarray(raw, dtype=np.uint8).view(dt)
             regions[region][off:off + vals.size] = vals
         self._launch(regions)
@@ -144,6 +146,21 @@ def kernels(n2: int, n3: int) -> list[Kernel]:
                 ("buf", f32, n2 * n2, 2, 0), ("int", n2), ("int", n2), ("int", 1), ("int", 1),
                 ("f32", 0.5), ("f32", 1.0), ("f32", 1.0), ("f32", 10.0), ("f32", 0.1)],
                (-(-n2 // 14), -(-n2 // 14), 1), (16, 16, 1)),
+        Kernel("hotspot-cuda/kernel.h", "calc_temp",  # the datasets' pyramid height 2
+               "#define BLOCK_SIZE 16\n#define IN_RANGE(x, min, max) ((x)>=(min) && (x)<=(max))\n",
+               [("int", 2), ("buf", f32, 36 * 36, 0, 0), ("buf", f32, 36 * 36, 1, 0),
+                ("buf", f32, 36 * 36, 2, 0), ("int", 36), ("int", 36), ("int", 2), ("int", 2),
+                ("f32", 0.5), ("f32", 1.0), ("f32", 1.0), ("f32", 10.0), ("f32", 0.1)],
+               (3, 3, 1), (16, 16, 1)),
+        Kernel("iso2dfd-cuda/iso2dfd.cu", "iso_2dfd_kernel", "#define HALF_LENGTH 1\n",
+               [("buf", f32, n2 * n2, 0, 0), ("buf", f32, n2 * n2, 1, 0),
+                ("buf", f32, n2 * n2, 2, 0, 2.25e6), ("f32", 1e-8), ("i64", n2), ("i64", n2)],
+               (n2 // 16, n2 // 16, 1), (16, 16, 1)),
+        Kernel("hotspot3D-cuda/3D.cu", "hotspot3d", "",
+               [("buf", f32, 64 * 16 * 8, 0, 0), ("buf", f32, 64 * 16 * 8, 1, 0),
+                ("buf", f32, 64 * 16 * 8, 2, 0), ("int", 64), ("int", 16), ("int", 8)]
+               + [("f32", v) for v in (0.1, 0.1, 0.05, 0.05, 0.02, 0.02, 0.66, 0.3)],
+               (1, 4, 1), (64, 4, 1)),
     ]
 
 

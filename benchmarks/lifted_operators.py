@@ -39,6 +39,7 @@ HECBENCH = {
     "jacobi": ([], "jacobi_step"),
     "stencil3d": (["512", "100"], "stencil3d"),
     "fdtd3d": (["--dimx=192", "--dimy=184", "--timesteps=90"], "finite_difference"),
+    "iso2dfd": (["1024", "1024", "10"], "iso_2dfd_kernel"),
 }
 
 

@@ -276,7 +276,7 @@ class EmulatedTarget:
         after = self._launch({})
         self.buffers = tuple(ProbeBuffer(i, a.size, not np.array_equal(after[i], a), region=i)
                              for i, a in self.prologue.items())
-        self.ints = tuple(int(p[1]) for p in self.case.params if p[0] == "int")  # type: ignore[call-overload]
+        self.ints = tuple(int(p[1]) for p in self.case.params if p[0] in ("int", "i64"))  # type: ignore[call-overload]
 
     def _launch(self, contents: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
         bufs = {i: np.array(contents.get(i, a), dtype=np.uint8, copy=True)
@@ -286,7 +286,8 @@ class EmulatedTarget:
             if p[0] == "buf":
                 args.append(bufs[i].view(str(p[1])))
             else:
-                dt = {"int": np.int32, "f32": np.float32, "f64": np.float64}[str(p[0])]
+                dt = {"int": np.int32, "i64": np.int64, "f32": np.float32,
+                      "f64": np.float64}[str(p[0])]
                 args.append(np.array(p[1], dtype=dt))
         self.module.launch(self.case.entry, args, self.case.grid, self.case.block)
         return bufs

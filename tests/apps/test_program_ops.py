@@ -217,3 +217,26 @@ def test_every_reduction_form(design: str, precision: str) -> None:
         assert float(got[name][0]) == pytest.approx(want.reductions[name], rel=rtol, abs=rtol)
     run_standalone(k, got)  # the module's counter was reset: a second launch works too
     assert float(got["q"][0]) > want.reductions["q"]
+
+
+@pytest.mark.parametrize("block", [(4, 3), (16, 3), (32, 8)])
+def test_reductions_over_many_blocks_and_partial_warps(block: tuple[int, int]) -> None:
+    """The block's shuffles with a partial last warp (12 and 48 threads), and the last block
+    reading more partials than 8 per thread (224 blocks of 12 threads), against the oracle."""
+    u = lambda dy, dx: tap("u", 0, dy, dx)
+    prog = program(2, "fp32", {"v": 0.25 * (u(0, 1) + u(0, -1) + u(1, 0) + u(-1, 0))},
+                   reductions=[Reduction("q", "sumsq", tap("v") - tap("u"), accumulate=True),
+                               Reduction("m", "maxabs", tap("v") - tap("u"))])
+    shape = (40, 64)
+    b = Binding((64, 40, 1), {"u": Placement(0), "v": Placement(1)}, {"q": 2, "m": 3})
+    rng = np.random.default_rng(8)
+    arrays = {"u": rng.uniform(-1, 1, shape).astype(np.float32),
+              "v": rng.uniform(2, 3, shape).astype(np.float32),
+              "q": np.array([0.5], np.float32), "m": np.array([9.0], np.float32)}
+    want = apply(prog, {n: arrays[n] for n in ("u", "v")}, reductions={"q": 0.5})
+    k = plain.generate(prog, b, bx=block[0], by=block[1])
+    got = {n: a.reshape(-1).copy() for n, a in arrays.items()}
+    run_standalone(k, got)
+    for name in ("q", "m"):
+        assert float(got[name][0]) == pytest.approx(want.reductions[name], rel=1e-6), name
+    assert "__shfl_down_sync" in k.source and "kf_red[32]" in k.source

@@ -19,6 +19,8 @@ import numpy as np
 from ..stencil.program import FACES, FaceRule, Field, StencilProgram
 from ..stencil.program import expr as ex
 from ..stencil.program.pointwise import at
+from .lift_probe_shapes import check_points
+from .lift_probe_steps import several_steps
 from .lift_symbolic import MAX_WIDTH
 from .probe import RMAX
 
@@ -33,6 +35,8 @@ def face_rules(lf: _Lifter, outs: Mapping[str, ex.Expr], fields: list[Field],
                x: Mapping[int, np.ndarray], y: Mapping[int, np.ndarray]
                ) -> tuple[tuple[FaceRule, ...], dict[str, str]]:
     """Per face, the rule its layers follow (see the module docstring)."""
+    from .lift_probe import _Fail
+
     arrays = {f.name: lf.grid(x, f.name) for f in fields}
     progs = {rule: lf.program(fields, outs, tuple(FaceRule(rule) for _ in FACES), {}, ())
              for rule in EVALUATED}
@@ -43,8 +47,14 @@ def face_rules(lf: _Lifter, outs: Mapping[str, ex.Expr], fields: list[Field],
         if a < 3 - lf.dims:
             rules.append(FaceRule("keep", 0))
             continue
-        found = {_face(lf, face, name, e, arrays, progs, lf.grid(y, name), copy)
-                 for name, e in outs.items()}
+        try:
+            found = {_face(lf, face, name, e, arrays, progs, lf.grid(y, name), copy)
+                     for name, e in outs.items()}
+        except _Fail:
+            why = several_steps(outs)
+            if why is not None:
+                raise _fail(why, definite=True) from None
+            raise
         evaluated = {r for r in found if r.rule in EVALUATED}
         writing = {r for r in found if r.rule not in EVALUATED}
         if len(evaluated) > 1 or (writing and evaluated) or len(writing - {FaceRule("keep", 0)
@@ -61,7 +71,8 @@ def face_rules(lf: _Lifter, outs: Mapping[str, ex.Expr], fields: list[Field],
 def layer(shape: tuple[int, ...], face: str, k: int, dims: int, limit: int = LAYER_POINTS
           ) -> tuple[np.ndarray, ...]:
     """(z, y, x) index arrays of the points ``k`` layers in from ``face``, at least
-    :data:`~.probe.RMAX` from the other faces (at most ``limit`` of them, a fixed sample)."""
+    :data:`~.probe.RMAX` from the other faces, or as far as a short axis allows (hotspot3D's
+    8 layers: the middle one or two; at most ``limit`` of them, a fixed sample)."""
     a = "zyx".index(face[0])
     ranges = []
     for i in range(3):
@@ -70,7 +81,8 @@ def layer(shape: tuple[int, ...], face: str, k: int, dims: int, limit: int = LAY
         elif i < 3 - dims:
             ranges.append(np.arange(shape[i]))
         else:
-            ranges.append(np.arange(RMAX, shape[i] - RMAX))
+            m = min(RMAX, (shape[i] - 1) // 2)
+            ranges.append(np.arange(m, shape[i] - m))
     grid = [g.reshape(-1) for g in np.meshgrid(*ranges, indexing="ij")]
     if grid[0].size > limit:
         pick = np.sort(np.random.default_rng(k).choice(grid[0].size, limit, replace=False))
@@ -125,7 +137,40 @@ def _face(lf: _Lifter, face: str, name: str, e: ex.Expr, arrays: Mapping[str, np
     return FaceRule(next(r for r in EVALUATED if r in ev))
 
 
-def _fail(reason: str) -> Exception:
+def verify(lf: _Lifter, prog: StencilProgram, used: set[str], unit: bool) -> None:
+    """The program against a fresh run (values at the recorded magnitudes, or in [-1, 1) when
+    ``unit``) at every point (a sample on large grids): why not, when it differs."""
+    x = lf.random(unit)
+    y, _ = lf.run(x)
+    flat = {nm: lf.grid(x, nm).reshape(lf.grid(x, nm).shape[3 - lf.dims:])
+            for nm in used}
+    pts = check_points(lf.grid(x, next(iter(used))).shape, lf.dims)
+    outs = at(prog, flat, pts[3 - lf.dims:])
+    bound = at(prog, flat, pts[3 - lf.dims:], bound=True)
+    values = "in [-1, 1)" if unit else "at the recorded contents' magnitudes"
+    for o in prog.outputs:
+        bad = ~(np.abs(lf.grid(y, o.field)[pts] - outs[o.field]) <= 8 * bound[o.field])
+        if not bad.any():
+            continue
+        reach = ex.reach(o.expr)
+        shape = lf.grid(y, o.field).shape
+        inside = np.ones(bad.shape, dtype=bool)  # the formula alone decides these points
+        for i, a in enumerate("zyx"):
+            if i >= 3 - lf.dims:
+                inside &= (pts[i] >= reach[f"{a}-"] + RMAX) & \
+                    (pts[i] < shape[i] - reach[f"{a}+"] - RMAX)
+        first = int(np.argmax(bad & inside)) if (bad & inside).any() else int(np.argmax(bad))
+        where = f"(z={pts[0][first]}, y={pts[1][first]}, x={pts[2][first]})"
+        if inside[first]:
+            raise _fail(f"{o.field} differs from the lifted program at {where}, away from "
+                        f"the faces, on fresh inputs {values} ({int(bad.sum())} of "
+                        f"{bad.size} points): the fitted formula misses part of what the "
+                        "kernel computes")
+        raise _fail(f"{o.field} differs from the lifted program at {where} on fresh inputs "
+                    f"{values}: the edges or corners follow no per-face rule")
+
+
+def _fail(reason: str, definite: bool = False) -> Exception:
     from .lift_probe import _Fail
 
-    return _Fail(reason)
+    return _Fail(reason, definite)

@@ -1,6 +1,7 @@
 """Where a probed kernel's grid may be and what its elements may be (:mod:`.lift_probe`):
 padded grid shapes past the pointer, the element types in the order the recorded contents make
-plausible, and the points a lifted program is checked at."""
+plausible, the magnitudes the recorded contents have, and the points a lifted program is
+checked at."""
 
 from __future__ import annotations
 
@@ -25,6 +26,25 @@ def likely_types(t: Target) -> list[str]:
         ok = (a == 0) | ((a > 1e-30) & (a < 1e30))
         return float(ok.mean()) if ok.size else 0.0
     return [*sorted(("float32", "float64"), key=lambda d: -round(plausible(d), 2)), "float16"]
+
+
+def magnitudes(t: Target, params: list[int], dt: np.dtype) -> dict[int, float]:
+    """Per buffer parameter, the power of two nearest the largest finite magnitude the recorded
+    launch left in it (1 when it holds only zeros or none is finite; within 2^-30..2^30, 2^-6..
+    2^6 for float16). Probing at these magnitudes sees terms whose coefficients are tiny next to
+    the values they multiply: iso2dfd's ``1e-8 * vel * lap(prev)`` with ``vel`` near 2.25e6
+    vanishes below float32's resolution on inputs in [-1, 1)."""
+    got = t.run({})
+    lim = 6 if dt.itemsize < 4 else 30
+    out = {}
+    for p in params:
+        a = got[p]
+        with np.errstate(all="ignore"):
+            v = np.abs(a[:a.size // dt.itemsize * dt.itemsize].view(dt).astype(np.float64))
+        v = v[np.isfinite(v)]
+        top = float(v.max()) if v.size else 0.0
+        out[p] = 2.0 ** int(np.clip(round(math.log2(top)), -lim, lim)) if top > 0 else 1.0
+    return out
 
 
 def padded_shapes(ints: tuple[int, ...], n_out: int, cap: int

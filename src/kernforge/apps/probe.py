@@ -34,6 +34,9 @@ import numpy as np
 from ..stencil.spec import Cell, Precision, Shape, StencilSpec, custom
 
 RMAX = 4  # the largest radius recognized per axis
+UNCHANGED = ("the launch wrote none of the buffers its parameters point to (each came back as it "
+             "went in: a time step over fields that are still all zero, as a wave's first one, "
+             "looks like this; record a later launch: kernforge record --skip N)")
 FLOATS = ("float64", "float32")
 BOUNDARY_RULES = ("keep", "copy", "zero", "zeropad", "periodic")
 Offset = tuple[int, int, int]
@@ -229,7 +232,7 @@ def recognize(t: Target) -> Recognized | NotAStencil:
     """The stencil ``t`` computes, or why it is not one kernforge can replace."""
     written = [b for b in t.buffers if b.written]
     if not written:
-        return NotAStencil("the launch wrote none of the buffers its parameters point to")
+        return NotAStencil(UNCHANGED)
     if len(written) > 1:
         return NotAStencil(f"the launch wrote {len(written)} buffers (parameters "
                            f"{', '.join(str(b.param) for b in written)}): a stencil operator "

@@ -11,9 +11,9 @@ Shared here: the C form of expressions (constants baked as literals, ``__constan
 baked from the binding, scalar parameters read from the arguments, tables read from their
 buffer), the point update (every tap read first, every output computed, then the face rules'
 precedence decides per output what is stored: the formula, the old value, a copy or zero), and
-fused reductions: per thread, then per block in shared memory, then the last block to finish
-combines the blocks' partials in a fixed order and writes the scalar (added to its old value
-when the program accumulates). fp16 grids are computed in fp32, reductions in fp64.
+fused reductions: per thread, then per block (warp shuffles, the warps' partials in shared
+memory), then the last block to finish combines the blocks' partials in a fixed order and
+writes the scalar (added to its old value when the program accumulates). fp16 grids are computed in fp32, reductions in fp64.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from .model import FACES, StencilProgram
 CTYPE = {"fp16": "__half", "fp32": "float", "fp64": "double"}
 ACC = {"fp16": "float", "fp32": "float", "fp64": "double"}
 RULE_CODE = {"keep": 1, "copy": 2, "zero": 3}
+RED_SLOTS = 32  # doubles of shared memory a block's reduction uses (one per warp)
 HINT = "see docs/stencil-programs.md (Operators for lifted programs)"
 
 
@@ -198,7 +199,9 @@ class Context:
                 lines.append(f"const {t} kf_c{k} = kf_r{k} == 2 ? f_{o.copy_from}[i] : "
                              f"f_{o.field}[i];")
             if p.reductions and any(fr.rule == "keep" for fr in p.faces):
-                lines.append(f"const {acc} kf_old{k} = kf_ld(f_{o.field}[i]);")
+                # only a kept point reads the output's old value (no extra sweep of the grid)
+                lines.append(f"const {acc} kf_old{k} = kf_r{k} == 1 ? kf_ld(f_{o.field}[i]) : "
+                             f"({acc})0;")
         for k, o in enumerate(p.outputs):
             copy = (f" else if (kf_r{k} == 2) f_{o.field}[i] = kf_c{k};"
                     if o.copy_from is not None and any(fr.rule == "copy" for fr in p.faces)
@@ -245,39 +248,59 @@ class Context:
         return "".join(f"  double kf_a{j} = 0.0;\n" for j in range(len(self.p.reductions)))
 
     def finish(self, threads: int, blocks: int) -> str:
-        """The end of ``kf_body``: the block's partials, and the last block's result."""
+        """The end of ``kf_body``: the block's partials (warp shuffles, then the warps'
+        partials in shared memory: two barriers), and the last block's result (it reads the
+        blocks' partials 8 at a time, past L1)."""
         if not self.p.reductions:
             return ""
-        p2 = 1 << max(0, (threads - 1).bit_length())
-
-        def tree(op: str) -> str:
-            comb = "fmax(kf_red[kf_tid], kf_red[kf_tid + s])" if op == "maxabs" \
-                else "kf_red[kf_tid] + kf_red[kf_tid + s]"
-            return (f"    __syncthreads();\n    for (int s = {p2 // 2}; s > 0; s >>= 1) {{\n"
-                    f"      if (kf_tid < s && kf_tid + s < {threads}) kf_red[kf_tid] = {comb};\n"
-                    "      __syncthreads();\n    }\n")
-
-        out = [f"  __shared__ double kf_red[{threads}];\n  __shared__ int kf_last;\n"]
+        out = [f"  __shared__ double kf_red[{RED_SLOTS}];\n  __shared__ int kf_last;\n"]
         for j, r in enumerate(self.p.reductions):
-            out.append(f"  {{\n    kf_red[kf_tid] = kf_a{j};\n{tree(r.op)}"
-                       f"    if (kf_tid == 0) kf_part{j}[kf_blk] = kf_red[0];\n"
-                       "    __syncthreads();\n  }\n")
+            out.append(f"  {{\n{_block_reduce(f'kf_a{j}', r.op, threads)}"
+                       f"    if (kf_tid == 0) kf_part{j}[kf_blk] = kf_v;\n  }}\n")
         out.append("  if (kf_tid == 0) {\n    __threadfence();\n"
                    f"    kf_last = atomicAdd(&kf_done, 1u) == {blocks}u - 1u;\n  }}\n"
                    "  __syncthreads();\n  if (!kf_last) return;\n  __threadfence();\n")
         for j, r in enumerate(self.p.reductions):
-            comb = "fmax(kf_s, kf_p)" if r.op == "maxabs" else "kf_s + kf_p"
+            comb = "fmax(kf_s, kf_p[u])" if r.op == "maxabs" else "kf_s + kf_p[u]"
             before = f"(double)kf_ld(r_{r.name}[0])"
-            value = (f"fmax({before}, kf_red[0])" if r.op == "maxabs" else
-                     f"{before} + kf_red[0]") if r.accumulate else "kf_red[0]"
+            value = (f"fmax({before}, kf_v)" if r.op == "maxabs" else
+                     f"{before} + kf_v") if r.accumulate else "kf_v"
             out.append(f"  {{\n    double kf_s = 0.0;\n    for (long b = kf_tid; b < {blocks}; "
-                       f"b += {threads}) {{\n      const double kf_p = "
-                       f"((volatile double*)kf_part{j})[b];\n      kf_s = {comb};\n    }}\n"
-                       f"    kf_red[kf_tid] = kf_s;\n{tree(r.op)}"
+                       f"b += {8 * threads}) {{\n      double kf_p[8];\n"
+                       "#pragma unroll\n      for (int u = 0; u < 8; u++) kf_p[u] = "
+                       f"b + u * {threads}L < {blocks} ? __ldcg(&kf_part{j}[b + u * {threads}L])"
+                       " : 0.0;\n#pragma unroll\n"
+                       f"      for (int u = 0; u < 8; u++) kf_s = {comb};\n    }}\n"
+                       f"{_block_reduce('kf_s', r.op, threads)}"
                        f"    if (kf_tid == 0) r_{r.name}[0] = kf_st(({self.acc})({value}));\n"
-                       "    __syncthreads();\n  }\n")
+                       "  }\n")
         out.append("  if (kf_tid == 0) kf_done = 0;\n")
         return "".join(out)
+
+
+def _block_reduce(var: str, op: str, threads: int) -> str:
+    """Statements leaving in ``kf_v`` of thread 0 the block's combination of ``var`` (every
+    thread's), in a fixed order: shuffles down each warp, the warps' results through
+    ``kf_red``, shuffles down the first warp. Every thread reaches it; ``kf_red`` is free
+    again after it."""
+    def comb(a: str, b: str) -> str:
+        return f"fmax({a}, {b})" if op == "maxabs" else f"{a} + {b}"
+
+    warps = -(-threads // 32)
+    full = threads % 32 == 0
+    # a partial last warp: its lanes past the block shuffle in nothing (mask of its lanes)
+    mask = "0xffffffffu" if full else \
+        f"(kf_tid >> 5 == {warps - 1} ? {hex((1 << (threads % 32)) - 1)}u : 0xffffffffu)"
+    down = "".join(f"    {{ const double kf_o = __shfl_down_sync(kf_m, kf_v, {d}); "
+                   f"if ((kf_tid & 31) + {d} < kf_w) kf_v = {comb('kf_v', 'kf_o')}; }}\n"
+                   for d in (16, 8, 4, 2, 1))
+    width = "32" if full else f"(kf_tid >> 5 == {warps - 1} ? {threads % 32} : 32)"
+    return (f"    double kf_v = {var};\n    unsigned kf_m = {mask};\n    int kf_w = {width};\n"
+            f"{down}    if ((kf_tid & 31) == 0) kf_red[kf_tid >> 5] = kf_v;\n"
+            "    __syncthreads();\n"
+            f"    if (kf_tid < 32) {{\n      kf_v = kf_tid < {warps} ? kf_red[kf_tid] : 0.0;\n"
+            f"      kf_m = {'0xffffffffu' if threads >= 32 else mask};\n      kf_w = {warps};\n"
+            + down.replace("    {", "      {") + "    }\n    __syncthreads();\n")
 
 
 def cname(a: Arg) -> str:

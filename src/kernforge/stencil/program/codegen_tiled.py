@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from . import expr as ex
 from .binding import Binding
-from .codegen import IDS, Context, Kernel, Refused, ceil_div
+from .codegen import IDS, RED_SLOTS, Context, Kernel, Refused, ceil_div
 from .model import StencilProgram
 
 DESIGN = "tiled"
@@ -57,7 +57,7 @@ def generate(p: StencilProgram, b: Binding, *, tx: int = 32, ty: int = 8, py: in
                       hint=f"knobs {KNOBS}")
     TX, TY = tx, ty * py
     shape: dict[str, tuple[int, int, int, int, int, int]] = {}
-    shared = 8 * threads + 8 if p.reductions else 0
+    shared = 8 * RED_SLOTS + 8 if p.reductions else 0
     column: dict[str, bool] = {}
     for f in staged:
         rz, ry, rx = ctx.reach(f)
