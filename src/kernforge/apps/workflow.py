@@ -245,8 +245,8 @@ class AppRun:
             ctx = Context(m, self.h, self.out, m2["kernels"], m2["run_s"], dict(earlier),
                           self.progress, self.agent)
             self.progress(f"{m.name}: {cls.milestone} {cls.title}")
-            if ms is not None:  # begun by a run that was killed: redone from scratch
-                _empty(cls.workdir(self.out))
+            if ms is not None and not cls.resumable:  # begun by a run that was killed:
+                _empty(cls.workdir(self.out))  # redone from scratch
             self.store.begin(cls.milestone)
             try:
                 o = cls().apply(ctx)

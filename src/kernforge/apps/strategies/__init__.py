@@ -78,12 +78,14 @@ class Strategy(ABC):
 
     milestone: str = "M3?"
     title: str = ""
+    resumable: bool = False  # keeps what a stopped attempt finished (its workdir not emptied)
 
     @classmethod
     def workdir(cls, out: Path) -> Path:
         """Where it writes in the run directory (``OUT/m3a``, ...). The workflow empties it
         before the strategy starts: a strategy redone after an interrupted run starts from
-        scratch, not on what the interrupted attempt left (a tuning study, a half copy)."""
+        scratch, not on what the interrupted attempt left (a tuning study, a half copy);
+        one that is ``resumable`` is given it as it is and keeps what was finished."""
         return out / cls.milestone.lower()
 
     @abstractmethod
