@@ -206,6 +206,8 @@ class Batch:
                 and pb is None:  # time left over: enough for what it is known to need
             limit = min(left, max(limit, NEED_MARGIN * need.seconds))
         if limit is not None and limit < budget.MIN_START_S:
+            if not first:  # it keeps the reason it was stopped or deferred with
+                return False
             if left is not None and left < budget.MIN_START_S:
                 why = ("not started" if not p.attempts else "not resumed") + \
                     f": this batch's budget ({budget.format_duration(alloc or 0)}) is spent; " \

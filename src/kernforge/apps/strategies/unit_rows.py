@@ -73,6 +73,7 @@ def attempt(out: Path) -> Iterator[Callable[[dict[str, Any]], None]]:
 
     def done(row: dict[str, Any]) -> None:
         write_json_atomic(out / ROW, {**row, "seconds": round(time.monotonic() - t0, 3)})
+        (out / UNFINISHED).unlink(missing_ok=True)
 
     try:
         yield done
