@@ -17,7 +17,7 @@ import statistics
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -187,24 +187,30 @@ def recognized(t: ReplayTarget) -> Recognized | str:
     return r.reason if isinstance(r, NotAStencil) else r
 
 
+class _Source(Protocol):
+    @property
+    def source(self) -> str: ...
+
+
 OpT = TypeVar("OpT")
+AdT = TypeVar("AdT", bound=_Source)
 
 
-def built(ops: Sequence[OpT], make: Callable[[OpT], Adapter], arch: str
-          ) -> list[tuple[OpT, Adapter | KernforgeError, bytes | CompileError]]:
+def built(ops: Sequence[OpT], make: Callable[[OpT], AdT], arch: str
+          ) -> list[tuple[OpT, AdT | KernforgeError, bytes | CompileError]]:
     """Every candidate's adapter (or why it has none) and its image (or why it does not
     compile), the images compiled together (:func:`compile_images`: in parallel with nvcc)
     before any candidate is checked."""
-    ads: list[Adapter | KernforgeError] = []
+    ads: list[AdT | KernforgeError] = []
     for op in ops:
         try:
             ads.append(make(op))
         except KernforgeError as exc:  # ConfigError included
             ads.append(exc)
-    sources = [a.source for a in ads if isinstance(a, Adapter)]
+    sources = [a.source for a in ads if not isinstance(a, KernforgeError)]
     images = iter(compile_images(sources, arch))
     none = CompileError("no adapter to compile")
-    return [(op, a, next(images) if isinstance(a, Adapter) else none)
+    return [(op, a, none if isinstance(a, KernforgeError) else next(images))
             for op, a in zip(ops, ads, strict=True)]
 
 
