@@ -38,7 +38,7 @@ from .batch_estimate import Need, next_need
 from .batch_store import BatchStore, Program, lock
 from .manifest import AppManifestError, load_manifest
 from .process import die_with_parent
-from .report import AppResult, in_flight, load
+from .report import AppResult, load
 from .store import DB_NAME, FINAL, AppStore, AppStoreError, Milestone
 
 NEED_MARGIN = 1.5  # time left over: a deferred program gets this much more than it needs
@@ -69,6 +69,7 @@ class Batch:
     def __post_init__(self) -> None:
         self.out = self.out.resolve()
         self.apps = self.out / "apps"
+        self.stopped_at = 0.0  # when the run in flight was last asked to stop at its share
 
     def run(self) -> list[Program]:
         names = [e.name for e in self.entries]
@@ -127,7 +128,7 @@ class Batch:
             if not self._pass(again, first=False):
                 break
 
-        # ---- before the runs -----------------------------------------------------------------
+    # ---- before the runs -----------------------------------------------------------------
     def _prepare(self, seq: int, e: Entry) -> None:
         p = self.store.add(e.name, seq, str(e.path), e.sha)
         again = p.status == "DONE" and any(fnmatch.fnmatchcase(e.name, g)
@@ -267,6 +268,7 @@ class Batch:
                     now = time.monotonic()
                     if limit is not None and not stopped and now - t0 > limit:
                         stopped = "budget"
+                        self.stopped_at = time.time()
                         kill_at = self._stop(proc, now)
                     if kill_at is not None and now > kill_at:
                         _killpg(proc)
@@ -305,7 +307,7 @@ class Batch:
         it on a shorter share (:mod:`.batch_estimate`)."""
         m = innermost(r)
         if m is not None:
-            self.store.note_stopped(name, m.name, max(0.0, time.time() - m.started))
+            self.store.note_stopped(name, m.name, max(0.0, self.stopped_at - m.started))
 
     def _stop(self, proc: subprocess.Popen[bytes], now: float) -> float:
         """Ask the run to stop (SIGINT: it kills its command and leaves its milestone to be
@@ -325,7 +327,7 @@ class Batch:
             r = None
         final = rc in (0, 9) and r is not None and r.app.state in FINAL
         if (stopped or rc == 130) and not final:  # it may have finished as it was stopped
-            where = in_flight(r) if r is not None else None
+            where = innermost(r) if r is not None else None
             at = f" in {where.name}" if where is not None else ""
             why = (f"stopped at its budget of {budget.format_duration(limit or 0)}{at}; a "
                    "later batch with time left goes on from there" if stopped else
