@@ -6,6 +6,7 @@ when its run is stopped."""
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
 import types
 from dataclasses import dataclass
@@ -90,6 +91,20 @@ def test_the_next_milestone_needs_what_its_own_progress_says(tmp_path: Path) -> 
     assert "unit n4096/lapl-0 was stopped after 2m 05s" in need.describe()
     (unit / unit_rows.ROW).write_text('{"matched": false}')  # finished after all
     assert next_need(run, m, {}) is None
+    # M3a's time grows with its units: 3 datasets, one done in 20 s, one stopped after 125 s
+    store.conn.execute("UPDATE milestones SET figures = ? WHERE name = 'M2'", (json.dumps(
+        {"kernels": [{"name": "lapl", "share": 1.0, "kind": "native", "units": [
+            f"/rec/{d}/lapl-0" for d in ("n1024", "n2048", "n4096")]}]}),))
+    (unit / unit_rows.ROW).unlink()
+    done = tmp_path / "run" / "m3a" / "n1024" / "lapl-0"
+    done.mkdir(parents=True)
+    (done / unit_rows.ROW).write_text('{"matched": false, "seconds": 20.0}')
+    need = next_need(run, m, {})
+    assert need is not None and need.seconds == 145, need
+    assert need.why == ("unit n4096/lapl-0 was stopped after 2m 05s; 1 other unit(s) to "
+                        "match, the fastest finished one took 20s")
+    (unit / unit_rows.UNFINISHED).unlink()
+    assert next_need(run, m, {}).seconds == 40  # type: ignore[union-attr]
     for name in ("M3a", "M3"):
         store.finish(name, "DONE", "ok")
     need = next_need(run, m, {})

@@ -38,6 +38,16 @@ def unfinished_s(out: Path) -> float:
         return 0.0
 
 
+def finished_s(workdir: Path) -> dict[str, float]:
+    """DATASET/UNIT -> how long matching it took, of the units finished."""
+    out = {}
+    for f in sorted(workdir.glob(f"*/*/{ROW}")):
+        row = load(f.parent)
+        if row is not None and isinstance(row.get("seconds"), (int, float)):
+            out[f"{f.parent.parent.name}/{f.parent.name}"] = float(row["seconds"])
+    return out
+
+
 def longest_unfinished(workdir: Path) -> tuple[float, str]:
     """(seconds, DATASET/UNIT) of the unfinished unit whose stopped attempt ran longest."""
     best = (0.0, "")
