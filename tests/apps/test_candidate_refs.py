@@ -115,3 +115,21 @@ def test_candidates_compile_in_parallel_in_order() -> None:
     assert isinstance(images[1], CompileError) and "nvcc failed" in images[1].message
     assert all(isinstance(images[i], bytes) and images[i][:4] == b"\x7fELF" for i in (0, 2))
     assert b"k1" in cast(bytes, images[0]) and b"k2" in cast(bytes, images[2])
+
+
+def test_the_fastest_screened_candidate_that_passes_fresh_inputs_is_kept() -> None:
+    rows: list[dict[str, Any]] = [{"operator": k} for k in ("a", "b", "c", "d")]
+    screened = [(1.0, rows[0], "a"), (3.0, rows[1], "b"), (2.0, rows[2], "c"),
+                (0.5, rows[3], "d")]
+    checked: list[str] = []
+
+    def check(item: str) -> str | None:
+        checked.append(item)
+        return "fresh input (seed 11) differs" if item == "b" else None
+
+    assert operator_gpu.fastest_passing(screened, check) == "c"
+    assert checked == ["b", "c"]  # fastest first; the slower ones are not checked
+    assert rows[1]["refused"] == "fresh input (seed 11) differs"
+    assert rows[0]["unchecked"] == rows[3]["unchecked"] == operator_gpu.UNCHECKED
+    assert "refused" not in rows[2] and "unchecked" not in rows[2]
+    assert operator_gpu.fastest_passing(screened[1:2], check) is None
