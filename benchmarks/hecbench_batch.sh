@@ -8,6 +8,9 @@
 #
 #   benchmarks/hecbench_batch.sh OUT [BUDGET [NAME...]]     e.g. runs/hec 20m heat jacobi
 #
+# BUDGET (default 25m) is the device time of this run (this allocation): a later run with the
+# same OUT goes on with a new BUDGET of its own; programs stopped mid-way go first.
+#
 # The manifests are copied into OUT/manifests with their source set to the binaries'
 # directory, in the order given (without NAMEs: all, the stencil and PDE programs first).
 # HECBENCH_QUICK=1 copies them with fewer rounds (M1 2, M4 3) and operator matching only (no

@@ -221,13 +221,20 @@ def test_the_batch_budget_is_shared_and_unspent_time_returns(
     spent_a = _programs(out)["a"].spent_s
     assert f"[2/2] b: started, budget {format_duration(600 - spent_a)}" in text
     assert "of a 10m 00s budget" in text
-    # the budget stays with the batch: spent, nothing more is started
+    # without --budget, what is left of the latest one applies: spent, nothing is started
     c = manifest(tmp_path, "c")
     store = BatchStore.open(out)
-    store.set_meta("budget_s", repr(_programs(out)["a"].spent_s + _programs(out)["b"].spent_s))
+    store.set_budget(1.0)
+    store.heartbeat("a", _programs(out)["a"].spent_s + 1.0)
     store.close()
     assert main(["app", "batch", *paths, str(c), "--out", str(out)]) == 1
-    assert "c: SKIPPED: not started: the batch's budget is spent" in capsys.readouterr().out
+    assert "c: SKIPPED: not started: this batch's budget (1s) is spent; a later batch with " \
+        "--budget goes on" in capsys.readouterr().out
+    # a new allocation: its --budget is all its own (the time spent before is history)
+    assert main(["app", "batch", *paths, str(c), "--out", str(out), "--budget", "5m"]) == 0
+    text = capsys.readouterr().out
+    assert "[3/3] c: started, budget 5m 00s (5m 00s left for 1 program(s))" in text, text
+    assert _programs(out)["c"].status == "DONE" and "over all the batch's runs" in text
 
 
 def test_the_summary_and_exit_status() -> None:
@@ -307,20 +314,25 @@ def test_an_integrated_program_gives_the_median(tmp_path: Path, fake: FakeCuda,
 @pytest.mark.slow
 def test_time_left_at_the_end_goes_to_a_program_stopped_at_its_share(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # its first run hangs (30 s) once: stopped at its share of 24 s (12 s), it finishes
-    # with what the quick program after it left over
+    # its first run hangs (30 s) once: stopped at its share of 60 s (20 s), it finishes
+    # with what the quick programs after it left over, which is more than the 20 s its
+    # stopped M1 ran (a shorter leftover would defer it: its M1 needs more than that)
     mark = tmp_path / "hung-once"
     source = PASSING.replace("int n = argc", f'if (access("{mark}", F_OK) != 0) {{ '
                              f'fclose(fopen("{mark}", "w")); sleep(30); }}\n  int n = argc')
-    first, quick = manifest(tmp_path, "first", source), manifest(tmp_path, "quick")
+    first = manifest(tmp_path, "first", source)
+    quick = [str(manifest(tmp_path, n)) for n in ("quick", "quick2")]
     out = tmp_path / "runs"
-    rc = main(["app", "batch", str(first), str(quick), "--out", str(out), "--budget", "24s"])
+    rc = main(["app", "batch", str(first), *quick, "--out", str(out), "--budget", "60s"])
     text = capsys.readouterr().out
     p = _programs(out)
-    assert "first: SKIPPED: stopped at its budget of 12s in M1" in text
-    assert "program(s) stopped at their share go on" in text, text
+    assert "first: SKIPPED: stopped at its budget of 20s in M1" in text
+    assert "program(s) stopped at their share or deferred go on" in text, text
     assert rc == 0 and p["first"].status == p["quick"].status == "DONE", text
     assert p["first"].attempts == 2 and p["first"].app_state == "OUT_OF_SCOPE"
+    stopped = BatchStore.open(out)
+    assert 15 < stopped.stopped_s("first")["M1"] < 40  # what its M1 was known to need
+    stopped.close()
 
 
 def test_status_shows_a_program_of_a_batch_that_ended_unfinished_as_interrupted(

@@ -8,15 +8,17 @@ changed manifest).
 
 Each program runs as its own ``kernforge app run`` process (``--resume`` when its directory
 holds a started run), killed with the batch (PR_SET_PDEATHSIG) and stopped at its share of
-the budget (:mod:`.budget`): SIGINT, then SIGKILL after a grace period. A program finished is
-reported, not run again; one interrupted (the batch killed, its budget spent) goes on from
-its last finished milestone in the next batch.
+this allocation's budget (:mod:`.budget`): SIGINT, then SIGKILL after a grace period. A
+program finished is reported, not run again; one interrupted (the batch killed, its budget
+spent) goes on from its last finished milestone in the next batch, before the programs not
+started yet. A program whose next milestone is known to need more than its share
+(:mod:`.batch_estimate`) is deferred, not started and stopped; the time left when every
+program had its turn goes to the programs stopped or deferred, pass after pass.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import os
 import selectors
 import signal
@@ -31,24 +33,17 @@ from pathlib import Path
 from ..core import ConfigError
 from ..core.errors import Interrupted, exit_cause
 from . import budget
+from .batch_entries import Entry
+from .batch_estimate import Need, next_need
 from .batch_store import BatchStore, Program, lock
-from .draft import plain_name
 from .manifest import AppManifestError, load_manifest
 from .process import die_with_parent
-from .report import in_flight, load
-from .store import DB_NAME, FINAL, AppStore, AppStoreError
+from .report import AppResult, load
+from .store import DB_NAME, FINAL, AppStore, AppStoreError, Milestone
 
+NEED_MARGIN = 1.5  # time left over: a deferred program gets this much more than it needs
 OUTCOME_OF = {"INTEGRATED": "INTEGRATED", "DROPPED": "NOT FASTER", "RESEARCH": "NOT FASTER",
               "INCONCLUSIVE": "INCONCLUSIVE", "BLOCKED": "FAILED", "OUT_OF_SCOPE": "SKIPPED"}
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One manifest of the batch: its program's name, or why it does not load."""
-    name: str
-    path: Path
-    sha: str
-    error: str = ""
 
 
 def outcome_words(outcome: str, app_state: str | None) -> str:
@@ -57,46 +52,6 @@ def outcome_words(outcome: str, app_state: str | None) -> str:
     if outcome == app_state:
         return outcome
     return f"{outcome} ({app_state or '-'})"
-
-
-def manifests_in(directory: Path) -> list[Path]:
-    if directory.exists() and not directory.is_dir():
-        raise ConfigError(f"--dir {directory}: a file, not a directory",
-                          hint=f"give a manifest without --dir: kernforge app batch {directory}")
-    if not directory.is_dir():
-        raise ConfigError(f"--dir {directory}: no such directory",
-                          hint="give the directory of the manifests (kernforge app draft --out)")
-    found = sorted(p for p in directory.glob("*.toml") if not p.name.startswith("."))
-    if not found:
-        raise ConfigError(f"--dir {directory}: no manifest (*.toml) in it",
-                          hint="draft them with kernforge app draft SUITE_DIR --out "
-                               f"{directory}")
-    return found
-
-
-def entries(paths: list[Path]) -> list[Entry]:
-    """Every manifest read; two with one name are an error (their runs would collide)."""
-    out: list[Entry] = []
-    for p in paths:
-        try:
-            sha = hashlib.sha256(p.read_bytes()).hexdigest()
-        except OSError as exc:
-            raise ConfigError(f"cannot read the manifest {p}: {exc.strerror or exc}",
-                              hint=f"a directory of manifests goes after --dir: kernforge app "
-                                   f"batch --dir {p}" if p.is_dir() else
-                              "give the paths of the applications' .toml manifests") from None
-        try:
-            out.append(Entry(load_manifest(p).name, p.resolve(), sha))
-        except AppManifestError as exc:
-            why = exc.message + (f" (hint: {exc.hint})" if exc.hint else "")
-            out.append(Entry(plain_name(p.stem), p.resolve(), sha, why))
-    seen: dict[str, Path] = {}
-    for e in out:
-        if e.name in seen:
-            raise ConfigError(f"two manifests name the program {e.name!r}: {seen[e.name]} and "
-                              f"{e.path}", hint="give each program its own name = \"...\"")
-        seen[e.name] = e.path
-    return out
 
 
 @dataclass
@@ -114,6 +69,7 @@ class Batch:
     def __post_init__(self) -> None:
         self.out = self.out.resolve()
         self.apps = self.out / "apps"
+        self.stopped_at = 0.0  # when the run in flight was last asked to stop at its share
 
     def run(self) -> list[Program]:
         names = [e.name for e in self.entries]
@@ -125,10 +81,10 @@ class Batch:
         fd = lock(self.out)
         self.store = BatchStore.open(self.out)
         try:
-            for key, value in (("budget_s", self.budget_s),
-                               ("program_budget_s", self.program_budget_s)):
-                if value is not None:
-                    self.store.set_meta(key, repr(value))
+            if self.budget_s is not None:
+                self.store.set_budget(self.budget_s)
+            if self.program_budget_s is not None:
+                self.store.set_meta("program_budget_s", repr(self.program_budget_s))
             for i, e in enumerate(self.entries):
                 self._prepare(i, e)
             todo = []
@@ -140,19 +96,37 @@ class Batch:
                                   f"{outcome_words(p.outcome, p.app_state)}; not run again")
                 elif p.status != "INVALID":
                     todo.append(e)
-            self.stopped: list[Entry] = []
-            self._pass(todo)
-            left = self._left()
-            if self.stopped and left is not None and \
-                    left / len(self.stopped) >= budget.MIN_START_S:
-                self.progress(f"{budget.format_duration(left)} of the budget left: "
-                              f"{len(self.stopped)} program(s) stopped at their share go on")
-                again, self.stopped = self.stopped, []
-                self._pass(again)
+            self._passes(self._resumed_first(todo))
             return [p for e in self.entries if (p := self.store.program(e.name))]
         finally:
             self.store.close()
             os.close(fd)
+
+    def _resumed_first(self, todo: list[Entry]) -> list[Entry]:
+        """Programs stopped mid-way (or interrupted) before those not started, each group in
+        the batch's order."""
+        def started(e: Entry) -> bool:
+            p = self.store.program(e.name)
+            return p is not None and p.attempts > 0
+        return [e for e in todo if started(e)] + [e for e in todo if not started(e)]
+
+    def _passes(self, todo: list[Entry]) -> None:
+        """The programs in order, each with its share; then, while time is left, those
+        stopped at their share or deferred go on with what is left, until a pass starts
+        nothing."""
+        self.later: list[Entry] = []
+        self._pass(todo, first=True)
+        while self.later:
+            left = self._left()
+            if left is not None and left < budget.MIN_START_S:
+                break
+            again, self.later = self.later, []
+            if left is not None:
+                self.progress(f"{budget.format_duration(left)} of the budget left: "
+                              f"{len(again)} program(s) stopped at their share or deferred "
+                              "go on")
+            if not self._pass(again, first=False):
+                break
 
     # ---- before the runs -----------------------------------------------------------------
     def _prepare(self, seq: int, e: Entry) -> None:
@@ -208,32 +182,50 @@ class Batch:
 
     # ---- one program ---------------------------------------------------------------------
     def _left(self) -> float | None:
-        b = self.store.meta("budget_s")
-        return None if b is None else float(b) - self.store.spent_s()
+        """What is left of this allocation's budget (None: no budget)."""
+        b, since = self.store.allocation()
+        return None if b is None else b - (self.store.spent_s() - since)
 
-    def _pass(self, todo: list[Entry]) -> None:
-        """Run ``todo`` in order, each with its share of what is left."""
+    def _pass(self, todo: list[Entry], *, first: bool) -> bool:
+        """Run ``todo`` in order, each with its share of what is left; whether one started."""
+        started = False
         for i, e in enumerate(todo):
             p = self.store.program(e.name)
             assert p is not None
-            self._one(e, p, len(todo) - i)
+            started |= self._one(e, p, len(todo) - i, first)
+        return started
 
-    def _one(self, e: Entry, p: Program, waiting: int) -> None:
+    def _one(self, e: Entry, p: Program, waiting: int, first: bool) -> bool:
         pb = self.store.meta("program_budget_s")
         left = self._left()
+        alloc, _ = self.store.allocation()
         limit = budget.share(batch_left_s=left, programs_left=waiting,
                              program_budget_s=None if pb is None else float(pb),
-                             program_spent_s=p.spent_s)
+                             program_spent_s=p.spent_s, allocation_s=alloc)
+        need = self._need(e)
+        if not first and need is not None and limit is not None and left is not None \
+                and pb is None:  # time left over: enough for what it is known to need
+            limit = min(left, max(limit, NEED_MARGIN * need.seconds))
         if limit is not None and limit < budget.MIN_START_S:
-            if left is not None and left / waiting < budget.MIN_START_S:
-                why = "not started: the batch's budget is spent" if not p.attempts else \
-                    "not resumed: the batch's budget is spent"
+            if not first:  # it keeps the reason it was stopped or deferred with
+                return False
+            if left is not None and left < budget.MIN_START_S:
+                why = ("not started" if not p.attempts else "not resumed") + \
+                    f": this batch's budget ({budget.format_duration(alloc or 0)}) is spent; " \
+                    "a later batch with --budget goes on"
             else:
                 why = (f"its own budget ({budget.format_duration(float(pb or 0))}) is spent "
                        f"after {budget.format_duration(p.spent_s)}")
             self.store.finish(e.name, "STOPPED" if p.attempts else "PENDING", "SKIPPED", why)
             self.progress(f"{e.name}: SKIPPED: {why}")
-            return
+            return False
+        if need is not None and limit is not None and need.seconds >= limit:
+            why = (f"deferred: {need.describe()}, more than the {budget.format_duration(limit)}"
+                   " it could have now; it goes on when a share is long enough")
+            self.store.finish(e.name, "STOPPED" if p.attempts else "PENDING", "SKIPPED", why)
+            self.progress(f"{e.name}: {why}")
+            self.later.append(e)
+            return False
         n = self.entries.index(e) + 1
         told = f"budget {budget.format_duration(limit)}" if limit is not None else "no budget"
         if left is not None:
@@ -244,6 +236,14 @@ class Batch:
         self.store.begin(e.name)
         rc, spent, stopped, tail = self._child(e, resume, limit, p.spent_s)
         self._settle(e, rc, spent, stopped, limit, tail)
+        return True
+
+    def _need(self, e: Entry) -> Need | None:
+        try:
+            m = load_manifest(e.path)
+        except AppManifestError:
+            return None
+        return next_need(self.apps / e.name, m, self.store.stopped_s(e.name))
 
     def _child(self, e: Entry, resume: bool, limit: float | None, base: float
                ) -> tuple[int, float, str, list[str]]:
@@ -268,6 +268,7 @@ class Batch:
                     now = time.monotonic()
                     if limit is not None and not stopped and now - t0 > limit:
                         stopped = "budget"
+                        self.stopped_at = time.time()
                         kill_at = self._stop(proc, now)
                     if kill_at is not None and now > kill_at:
                         _killpg(proc)
@@ -301,6 +302,13 @@ class Batch:
             rc = proc.wait()
         return rc, base + time.monotonic() - t0, stopped, list(tail)
 
+    def _note_stopped(self, name: str, r: AppResult) -> None:
+        """How long the milestone it was stopped in had run: the next batch does not start
+        it on a shorter share (:mod:`.batch_estimate`)."""
+        m = innermost(r)
+        if m is not None:
+            self.store.note_stopped(name, m.name, max(0.0, self.stopped_at - m.started))
+
     def _stop(self, proc: subprocess.Popen[bytes], now: float) -> float:
         """Ask the run to stop (SIGINT: it kills its command and leaves its milestone to be
         redone); the time after which it is killed."""
@@ -319,15 +327,17 @@ class Batch:
             r = None
         final = rc in (0, 9) and r is not None and r.app.state in FINAL
         if (stopped or rc == 130) and not final:  # it may have finished as it was stopped
-            where = in_flight(r) if r is not None else None
+            where = innermost(r) if r is not None else None
             at = f" in {where.name}" if where is not None else ""
             why = (f"stopped at its budget of {budget.format_duration(limit or 0)}{at}; a "
                    "later batch with time left goes on from there" if stopped else
                    f"interrupted{at}; the next batch goes on from there")
             self.store.finish(e.name, "STOPPED", "SKIPPED", why, spent_s=spent)
             self.progress(f"{e.name}: SKIPPED: {why}")
+            if stopped and r is not None:
+                self._note_stopped(e.name, r)
             if stopped:
-                self.stopped.append(e)
+                self.later.append(e)
             return
         if final and r is not None:
             outcome = OUTCOME_OF[r.app.state]
@@ -343,6 +353,13 @@ class Batch:
                           app_state=r.app.state if r is not None and r.app.state in FINAL
                           else "", spent_s=spent)
         self.progress(f"{e.name}: FAILED: {why}")
+
+
+def innermost(r: AppResult) -> Milestone | None:
+    """The milestone a stopped run was in: of those left RUNNING (M3 and its strategy's),
+    the latest begun."""
+    running = [m for m in r.milestones.values() if m.status == "RUNNING"]
+    return max(running, key=lambda m: m.started, default=None)
 
 
 def _killpg(proc: subprocess.Popen[bytes]) -> None:

@@ -28,9 +28,11 @@ def outcome(p: Program, live: bool = True) -> str:
 
 
 def summary_lines(programs: list[Program], *, budget_s: float | None, spent_s: float,
-                  program_budget_s: float | None = None, live: bool = True) -> list[str]:
-    """A Markdown table (readable as plain text) and the totals; ``live``: whether a batch
-    is running them now."""
+                  program_budget_s: float | None = None, live: bool = True,
+                  total_s: float | None = None) -> list[str]:
+    """A Markdown table (readable as plain text) and the totals; ``spent_s`` of the latest
+    allocation's ``budget_s``, ``total_s`` over all the batch's runs (said when more);
+    ``live``: whether a batch is running them now."""
     lines = ["| program | outcome | app state | speedup | device time | reason |",
              "|---|---|---|---|---|---|"]
     for p in programs:
@@ -52,6 +54,8 @@ def summary_lines(programs: list[Program], *, budget_s: float | None, spent_s: f
         spent += f" of a {format_duration(budget_s)} budget"
     if program_budget_s is not None:
         spent += f" (at most {format_duration(program_budget_s)} a program)"
+    if total_s is not None and round(total_s) > round(spent_s):
+        spent += f"; {format_duration(total_s)} over all the batch's runs"
     lines.append(spent)
     return lines
 

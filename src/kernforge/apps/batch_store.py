@@ -4,7 +4,10 @@ One row per program: its manifest and the manifest's hash, its status (``PENDING
 started, ``RUNNING`` started and not finished, a run in flight or one killed with its batch,
 ``STOPPED`` stopped at its budget, ``INVALID`` its manifest does not load, ``DONE`` finished
 for good), its outcome and reason, the application's own state, the end-to-end speedup and
-the device time it has taken. ``meta`` holds the budgets, ``events`` every transition. Each
+the device time it has taken. ``meta`` holds the budgets (``budget_s`` the latest
+allocation's, ``budget_since_s`` the batch's device time when it was given), the longest
+attempt of a milestone stopped at its share (``stopped/NAME/MILESTONE``), ``events`` every
+transition. Each
 update is one transaction (write-ahead log, ``synchronous=FULL``): a ``kill -9`` loses at
 most the last few seconds of a program's time, which its next heartbeat would have written.
 """
@@ -101,6 +104,29 @@ class BatchStore:
     def set_meta(self, key: str, value: str | None) -> None:
         self._tx(("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value)))
 
+    def allocation(self) -> tuple[float | None, float]:
+        """(the budget of the latest ``--budget``, or None; the batch's device time when it
+        was given): the time spent since is this allocation's."""
+        b = self.meta("budget_s")
+        return (None if b is None else float(b)), float(self.meta("budget_since_s") or 0.0)
+
+    def set_budget(self, budget_s: float) -> None:
+        """A new allocation's budget: what was spent before is history, not subtracted."""
+        self._tx(("INSERT OR REPLACE INTO meta VALUES ('budget_s', ?)", (repr(budget_s),)),
+                 ("INSERT OR REPLACE INTO meta VALUES ('budget_since_s', ?)",
+                  (repr(self.spent_s()),)))
+
+    def stopped_s(self, name: str) -> dict[str, float]:
+        """Per milestone of the program, the longest attempt a batch stopped at its share."""
+        rows = self.conn.execute("SELECT key, value FROM meta WHERE key LIKE ?",
+                                 (f"stopped/{name}/%",)).fetchall()
+        return {k.rsplit("/", 1)[1]: float(v) for k, v in rows}
+
+    def note_stopped(self, name: str, milestone: str, seconds: float) -> None:
+        key = f"stopped/{name}/{milestone}"
+        before = float(self.meta(key) or 0.0)
+        self.set_meta(key, repr(max(before, seconds)))
+
     def spent_s(self) -> float:
         """The device time the batch has taken: every program's, and that of runs
         ``--remeasure`` set aside."""
@@ -145,6 +171,7 @@ class BatchStore:
                  (("UPDATE programs SET status = 'PENDING', outcome = '', app_state = '', "
                   "reason = 'not started', speedup = NULL, spent_s = 0, sha256 = ?, "
                   "updated = ? WHERE name = ?"), (sha, time.time(), name)),
+                 ("DELETE FROM meta WHERE key LIKE ?", (f"stopped/{name}/%",)),
                  self._event(name, "PENDING", "", why))
 
     def begin(self, name: str) -> None:

@@ -1,11 +1,11 @@
 """Device time for a batch of applications: durations as people write them, and each
 program's share of what is left.
 
-The batch's budget is shared evenly among the programs still to run, each share computed
-when the program starts from what is left at that moment: time a program does not use goes
-back to the pool, so the programs after it get more. A per-program budget caps a program's
-time over all its runs (an interrupted program resumed later goes on spending the same
-budget).
+``--budget`` is the device time of one allocation (one invocation of the batch): what earlier
+invocations spent is history. Each program, when its turn comes, may take what is left of it
+up to a cap: ``--program-budget`` (what is left of it, over all the program's runs) or, without
+one, a quarter of the allocation (:data:`CAP_FRACTION`), never less than an even share of what
+is left among the programs still waiting. Time a program does not use stays for the others.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import re
 from ..core import ConfigError
 
 MIN_START_S = 5.0  # less than this left for a program: it is not started
+CAP_FRACTION = 0.25  # without --program-budget, one program takes at most this of an allocation
 _PART = re.compile(r"(\d+(?:\.\d+)?)\s*(h|m|s)", re.IGNORECASE)
 _SCALE = {"h": 3600.0, "m": 60.0, "s": 1.0}
 
@@ -48,13 +49,18 @@ def format_duration(seconds: float) -> str:
 
 
 def share(*, batch_left_s: float | None, programs_left: int, program_budget_s: float | None,
-          program_spent_s: float) -> float | None:
-    """The time the next program may take: an even share of what is left of the batch's
-    budget among the ``programs_left`` still to run (it included), capped by what is left of
-    its own budget; None when neither budget is set (no limit)."""
+          program_spent_s: float, allocation_s: float | None = None) -> float | None:
+    """The time the next program may take: what is left of the allocation (``batch_left_s``
+    of ``allocation_s``), capped by what is left of its own budget when there is one, else
+    by :data:`CAP_FRACTION` of the allocation or an even share among the ``programs_left``
+    still waiting (it included), whichever is larger; None when no budget is set."""
     limits = []
-    if batch_left_s is not None:
-        limits.append(max(0.0, batch_left_s) / max(1, programs_left))
     if program_budget_s is not None:
         limits.append(max(0.0, program_budget_s - program_spent_s))
+    if batch_left_s is not None:
+        left = max(0.0, batch_left_s)
+        limits.append(left)
+        if program_budget_s is None:
+            even = left / max(1, programs_left)
+            limits.append(max(even, CAP_FRACTION * (allocation_s or 0.0)))
     return min(limits) if limits else None

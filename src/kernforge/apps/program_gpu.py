@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..backends.cuda_image import compile_image
 from ..core import CompileError, ConfigError, KernforgeError
 from ..harness.compare import interleave
 from ..record.native_format import read_native
@@ -31,7 +30,7 @@ from .adapter import layout
 from .lift_probe import Probed, lift_probe
 from .lift_regions import Lifted
 from .lift_source import lift_source
-from .operator_gpu import RECORDED, ReplayTarget, pointer_table
+from .operator_gpu import RECORDED, ReplayTarget, built, pointer_table
 from .process import child_main
 from .program_adapter import ProgramAdapter, program_adapter
 from .program_binding import bind_lifted, bind_probed
@@ -144,12 +143,15 @@ def session(unit: str, out_dir: str, repeat: int, passes: int) -> dict[str, Any]
     original = statistics.median(rp.time(RECORDED) for _ in range(repeat))
     best: tuple[float, LiftedRun, bytes, list[str]] | None = None
     cache: dict[int, Any] = {}  # fresh inputs and the original's outputs, for every candidate
-    for k in kernels:
+    for k, ad, image in built(kernels, lambda k: program_adapter(
+            k, prog, binding, layout(rec), len(rec.param_bytes)), arch):
         row: dict[str, Any] = {"operator": k.key}
         tried.append(row)
         try:
-            ad = program_adapter(k, prog, binding, layout(rec), len(rec.param_bytes))
-            image = compile_image(ad.source, arch)
+            if isinstance(ad, KernforgeError):
+                raise ad
+            if isinstance(image, CompileError):
+                raise image
             run = LiftedRun(rp, ad, image)
             bad, done = validate(t, prog, binding, run.run, params, cache)
         except (ConfigError, CompileError, KernforgeError) as exc:

@@ -9,7 +9,8 @@ INCONCLUSIVE | INTEGRATED. Milestones, each persisted with its status, reason an
 - M2: one dataset recorded; each kernel's share of the run; the Amdahl ceiling. Nothing
   recorded, or the replaceable kernels under ``min_share`` (5 %) of the run -> OUT_OF_SCOPE.
 - M3: the strategies in order (M3a operator matching, M3b tune/evolve, M3c agent). Nothing
-  to integrate -> RESEARCH.
+  to integrate -> RESEARCH. A strategy redone after an interruption starts from scratch,
+  except a ``resumable`` one (M3a keeps the units it finished).
 - M4: end to end on every dataset, interleaved with and without; own check in both; the
   speed verdict (:mod:`kernforge.apps.endtoend`). "faster" -> INTEGRATED; "not faster" or a
   dataset conclusively below the floor (0.98x) -> DROPPED; "inconclusive" (busy or noisy,
@@ -245,8 +246,8 @@ class AppRun:
             ctx = Context(m, self.h, self.out, m2["kernels"], m2["run_s"], dict(earlier),
                           self.progress, self.agent)
             self.progress(f"{m.name}: {cls.milestone} {cls.title}")
-            if ms is not None:  # begun by a run that was killed: redone from scratch
-                _empty(cls.workdir(self.out))
+            if ms is not None and not cls.resumable:  # begun by a run that was killed:
+                _empty(cls.workdir(self.out))  # redone from scratch
             self.store.begin(cls.milestone)
             try:
                 o = cls().apply(ctx)

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..core import CompileError
@@ -65,3 +66,22 @@ def compile_image(source: str, arch: str) -> bytes:
         raise CompileError(f"NVRTC failed on the adapter: {_tail(str(exc), 2000)}",
                            hint="the generated adapter is a bug: report it with the unit") from None
     return image if isinstance(image, bytes) else str(image).encode()
+
+
+def compile_images(sources: list[str], arch: str, workers: int | None = None
+                   ) -> list[bytes | CompileError]:
+    """Every source's image (:func:`compile_image`), or the CompileError that refused it, in
+    order: with nvcc, compiled in parallel (``workers`` processes of nvcc at a time, default
+    one per CPU), since candidates are built before any is checked; NVRTC builds them one by
+    one."""
+    def one(source: str) -> bytes | CompileError:
+        try:
+            return compile_image(source, arch)
+        except CompileError as exc:
+            return exc
+
+    if len(sources) < 2 or nvcc() is None:
+        return [one(s) for s in sources]
+    n = max(1, min(len(sources), workers or os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=n) as pool:  # each waits on its nvcc process
+        return list(pool.map(one, sources))

@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from ..apps import batch as batch_mod
+from ..apps.batch_entries import entries, manifests_in
 from ..apps.batch_report import exit_status, summary_lines
 from ..apps.batch_store import DB_NAME, BatchStore, Program, in_use
 from ..apps.budget import parse_duration
@@ -62,10 +63,12 @@ def register(sp: argparse._SubParsersAction) -> None:
     b.add_argument("--out", type=Path, default=Path("runs/batch"),
                    help="the batch directory (default runs/batch)")
     b.add_argument("--budget", type=_duration, metavar="DURATION",
-                   help="device time for the whole batch, e.g. 30m (kept for later runs of "
-                        "the batch; default: no limit)")
+                   help="device time of this run of the batch (this allocation), e.g. 30m; "
+                        "without it, what is left of the latest --budget (none given: no "
+                        "limit)")
     b.add_argument("--program-budget", type=_duration, metavar="DURATION",
-                   help="at most this much device time for one program, over all its runs")
+                   help="at most this much device time for one program, over all its runs "
+                        "(default: at most a quarter of --budget at a time)")
     b.add_argument("--remeasure", action="append", default=[], metavar="GLOB",
                    help="run these finished programs again from the start (repeatable; "
                         "'*' for all)")
@@ -105,10 +108,11 @@ def _print_summary(out: Path, live: bool = True) -> list[Program]:
     store = BatchStore.open(out)
     try:
         programs = store.programs()
-        b, pb = store.meta("budget_s"), store.meta("program_budget_s")
-        lines = summary_lines(programs, budget_s=None if b is None else float(b),
-                              spent_s=store.spent_s(),
-                              program_budget_s=None if pb is None else float(pb), live=live)
+        (b, since), pb = store.allocation(), store.meta("program_budget_s")
+        total = store.spent_s()
+        lines = summary_lines(programs, budget_s=b, spent_s=total - since,
+                              program_budget_s=None if pb is None else float(pb), live=live,
+                              total_s=total)
     finally:
         store.close()
     console.print("\n".join(lines), markup=False, soft_wrap=True)
@@ -126,8 +130,8 @@ def batch(args: argparse.Namespace) -> int:
                           hint="kernforge app batch a.toml b.toml, or kernforge app batch "
                                "--dir manifests/")
     writable_dir(args.out, "--out")
-    paths = batch_mod.manifests_in(args.dir) if args.dir else list(args.manifests)
-    run = batch_mod.Batch(args.out, batch_mod.entries(paths), budget_s=args.budget,
+    paths = manifests_in(args.dir) if args.dir else list(args.manifests)
+    run = batch_mod.Batch(args.out, entries(paths), budget_s=args.budget,
                           program_budget_s=args.program_budget,
                           remeasure=tuple(args.remeasure),
                           progress=lambda s: console.print(s, markup=False, highlight=False,

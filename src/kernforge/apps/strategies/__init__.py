@@ -47,6 +47,16 @@ class Outcome:
                    tuple(d.get("source_specs") or ()), d.get("source"))
 
 
+def candidate_kernels(kernels: list[dict[str, Any]], min_share: float, limit: int = 8
+                      ) -> list[dict[str, Any]]:
+    """M2's kernels that M3 works on (:meth:`Context.candidates`)."""
+    least = min(0.01, min_share)
+    ks = [k for k in kernels if k["units"]]
+    if any(k.get("share") is not None for k in ks):
+        ks = [k for k in ks if (k.get("share") or 0.0) >= least]
+    return ks[:limit]
+
+
 @dataclass
 class Context:
     manifest: Manifest
@@ -61,11 +71,7 @@ class Context:
     def candidates(self, limit: int = 8) -> list[dict[str, Any]]:
         """Kernels with units, hottest first, that take at least 1 % of the run (or the
         manifest's ``min_share``, when lower); all of them when no time was measured."""
-        least = min(0.01, self.manifest.measure.min_share)
-        ks = [k for k in self.kernels if k["units"]]
-        if any(k.get("share") is not None for k in ks):
-            ks = [k for k in ks if (k.get("share") or 0.0) >= least]
-        return ks[:limit]
+        return candidate_kernels(self.kernels, self.manifest.measure.min_share, limit)
 
     def units(self) -> list[tuple[dict[str, Any], Path]]:
         """(kernel, unit) of every candidate kernel: one unit per recorded dataset, since a
@@ -78,12 +84,14 @@ class Strategy(ABC):
 
     milestone: str = "M3?"
     title: str = ""
+    resumable: bool = False  # keeps what a stopped attempt finished (its workdir not emptied)
 
     @classmethod
     def workdir(cls, out: Path) -> Path:
         """Where it writes in the run directory (``OUT/m3a``, ...). The workflow empties it
         before the strategy starts: a strategy redone after an interrupted run starts from
-        scratch, not on what the interrupted attempt left (a tuning study, a half copy)."""
+        scratch, not on what the interrupted attempt left (a tuning study, a half copy);
+        one that is ``resumable`` is given it as it is and keeps what was finished."""
         return out / cls.milestone.lower()
 
     @abstractmethod

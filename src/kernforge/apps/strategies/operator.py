@@ -25,7 +25,7 @@ from typing import Any
 
 from ..process import head_text
 from ..recording import app_driver
-from . import Context, Outcome, Strategy
+from . import Context, Outcome, Strategy, unit_rows
 
 MODULE = "kernforge.apps.operator_match"
 IN_PROCESS = ("recorded in-process (kernforge.Kernel or CuPy launches): operators replace "
@@ -139,6 +139,7 @@ def _lifted(om: Any, unit: Path, out: Path, repeat: int, row: dict[str, Any],
 class OperatorStrategy(Strategy):
     milestone = "M3a"
     title = "operator matching"
+    resumable = True  # a unit matched before the run was stopped is not matched again
 
     def apply(self, ctx: Context) -> Outcome:
         try:
@@ -154,27 +155,30 @@ class OperatorStrategy(Strategy):
             return Outcome("SKIPPED", IN_PROCESS + " (M3b tunes and evolves them)",
                            {"kernels": [{"kernel": k["name"], "unit": str(u), "matched": False,
                                          "reason": IN_PROCESS} for k, u in units]})
+        kept = 0
         for k, unit in units:
             if k.get("kind") == "source":
                 tried.append({"kernel": k["name"], "unit": str(unit), "matched": False,
                               "reason": IN_PROCESS})
                 continue
-            ctx.progress(f"{ctx.manifest.name}: matching {k['name'][:60]} ({unit.parent.name}/"
-                         f"{unit.name}) against the operator matrix")
             out = self.workdir(ctx.out) / unit.parent.name / unit.name
-            repeat = ctx.manifest.integrate.match_repeat
-            try:
-                with driver_of(ctx.manifest.env):
-                    r = match_unit(unit, out_dir=out, repeat=repeat)
-                    row = _paths(om, unit, out, repeat, r)
-            except Exception as exc:  # noqa: BLE001 - a matcher failure is this kernel's data
-                tried.append({"kernel": k["name"], "unit": str(unit), "matched": False,
-                              "reason": f"matching failed: {type(exc).__name__}: {exc}"})
-                continue
-            tried.append({"kernel": k["name"], "unit": str(unit), **row})
+            row = unit_rows.load(out)
+            if row is not None:
+                kept += 1
+                ctx.progress(f"{ctx.manifest.name}: {k['name'][:60]} ({unit.parent.name}/"
+                             f"{unit.name}) matched before the run was stopped: kept")
+            else:
+                ctx.progress(f"{ctx.manifest.name}: matching {k['name'][:60]} "
+                             f"({unit.parent.name}/{unit.name}) against the operator matrix")
+                with unit_rows.attempt(out) as done:
+                    row = self._match(om, match_unit, ctx, k, unit, out)
+                    done(row)
+            tried.append(row)
             if row["matched"]:
                 specs.append(row["spec"])
-        figures = {"kernels": tried}
+        figures: dict[str, Any] = {"kernels": tried}
+        if kept:
+            figures["kept_units"] = kept
         if not tried:
             return Outcome("SKIPPED", "no recorded kernel to match", figures)
         if not specs:
@@ -188,3 +192,18 @@ class OperatorStrategy(Strategy):
                           for t in tried if t["matched"])
         return Outcome("DONE", f"{len(specs)} kernel(s) matched: {cells}", figures,
                        native_specs=tuple(specs))
+
+    @staticmethod
+    def _match(om: Any, match_unit: Any, ctx: Context, k: dict[str, Any], unit: Path,
+               out: Path) -> dict[str, Any]:
+        """One unit's row: its one-launch, fused and lifted paths (a matcher's failure is
+        the unit's data)."""
+        repeat = ctx.manifest.integrate.match_repeat
+        try:
+            with driver_of(ctx.manifest.env):
+                r = match_unit(unit, out_dir=out, repeat=repeat)
+                row = _paths(om, unit, out, repeat, r)
+        except Exception as exc:  # noqa: BLE001 - a matcher failure is this kernel's data
+            return {"kernel": k["name"], "unit": str(unit), "matched": False,
+                    "reason": f"matching failed: {type(exc).__name__}: {exc}"}
+        return {"kernel": k["name"], "unit": str(unit), **row}
