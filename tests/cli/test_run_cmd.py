@@ -171,3 +171,13 @@ def test_an_edited_spec_is_an_error_before_the_application_starts(spec: Path,
            cwd=tmp_path)
     assert r.returncode == 2 and "checksum mismatch" in r.stderr
     assert "y [" not in r.stdout  # the application never started
+
+
+@pytest.mark.parametrize("options", [[], ["-X", "dev"]])
+def test_a_module_python_would_not_find_is_an_error_not_a_traceback(
+        spec: Path, tmp_path: Path, options: list[str]) -> None:
+    r = kf("run", "--deploy", str(spec), "--", "python", *options, "-m", "kf_no_such_app",
+           cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and "deploy report" not in r.stderr
+    assert "error: python -m kf_no_such_app: no module named 'kf_no_such_app'" in r.stderr
