@@ -96,8 +96,17 @@ def _rooted(name: str, out: Path) -> Path:
     return path
 
 
+def _binaries(folder: Path, *names: str) -> None:
+    """Stand-ins for the programs' binaries (the script only checks that they are there)."""
+    folder.mkdir(exist_ok=True)
+    for name in names:
+        exe = folder / f"{name}-cuda"
+        exe.write_text("#!/bin/sh\n")
+        exe.chmod(0o755)
+
+
 def test_the_batch_script_copies_the_manifests_with_their_source(tmp_path: Path) -> None:
-    (tmp_path / "bin").mkdir()
+    _binaries(tmp_path / "bin", "jacobi", "heat")
     env = {**os.environ, "HECBENCH_BIN": str(tmp_path / "bin"), "PYTHON": "echo"}
     r = subprocess.run(["sh", str(BATCH), str(tmp_path / "out"), "3m", "jacobi", "heat"],
                        capture_output=True, text=True, env=env, timeout=60, check=False)
@@ -108,17 +117,30 @@ def test_the_batch_script_copies_the_manifests_with_their_source(tmp_path: Path)
                                 "--out", str(tmp_path / "out" / "batch"), "--budget", "3m"]
     copied = load_manifest(tmp_path / "out" / "manifests" / "heat.toml")
     assert copied.source == tmp_path / "bin"
-    r = subprocess.run(["sh", str(BATCH), str(tmp_path / "o2"), "3m", "bogus"],
+    r = subprocess.run(["sh", str(BATCH), str(tmp_path / "o2"), "3m", "heat", "bogus"],
                        capture_output=True, text=True, env=env, timeout=60, check=False)
     assert r.returncode == 2 and "no manifest" in r.stderr
+    assert not (tmp_path / "o2").exists()  # nothing written for the names before it
     env["HECBENCH_BIN"] = str(tmp_path / "nowhere")
     r = subprocess.run(["sh", str(BATCH), str(tmp_path / "o3")], capture_output=True,
                        text=True, env=env, timeout=60, check=False)
     assert r.returncode == 2 and "no binaries at" in r.stderr
 
 
+def test_a_program_without_its_binary_is_refused_before_the_batch(tmp_path: Path) -> None:
+    # run anyway, it would finish BLOCKED, and the next batch would not run it again
+    _binaries(tmp_path / "bin", "heat")
+    env = {**os.environ, "HECBENCH_BIN": str(tmp_path / "bin"), "PYTHON": "echo"}
+    r = subprocess.run(["sh", str(BATCH), str(tmp_path / "out"), "3m", "heat", "jacobi",
+                        "laplace"], capture_output=True, text=True, env=env, timeout=60,
+                       check=False)
+    assert r.returncode == 2 and r.stdout == ""
+    assert f"no binary in {tmp_path / 'bin'} for: jacobi-cuda laplace-cuda;" in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_quick_batch_has_fewer_rounds_and_no_tuning(tmp_path: Path) -> None:
-    (tmp_path / "bin").mkdir()
+    _binaries(tmp_path / "bin", "heat")
     env = {**os.environ, "HECBENCH_BIN": str(tmp_path / "bin"), "PYTHON": "echo",
            "HECBENCH_QUICK": "1"}
     r = subprocess.run(["sh", str(BATCH), str(tmp_path / "out"), "8m", "heat"],
