@@ -56,7 +56,8 @@ def _load_json(path: Path) -> dict[str, Any]:
                   "give the file written by kernforge export (e.g. RUN_DIR/deploy.json, or "
                   "run kernforge export on this directory if it is a tuning run)")
     if not path.is_file():
-        raise bad(path, "no such deployment spec",
+        raise bad(path, "is not a regular file (a device, a pipe, ...), not a deployment spec"
+                  if path.exists() else "no such deployment spec",
                   "give the file written by kernforge export (e.g. RUN_DIR/deploy.json)")
     text = path.read_text("utf-8", errors="replace")
     try:
