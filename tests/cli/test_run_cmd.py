@@ -152,13 +152,18 @@ def test_a_signed_spec_with_a_malformed_entry_leaves_the_application_unchanged(
     doc["checksum"] = canonical_checksum(doc)  # signed, but not an entry this reader reads
     bad = tmp_path / "malformed.json"
     bad.write_text(json.dumps(doc))
-    r = kf("run", "--deploy", str(bad), "--", "python", str(spec.parent / "app.py"),
-           cwd=tmp_path)
+    r = kf("run", "--deploy", str(bad), "--report", "report.json", "--", "python",
+           str(spec.parent / "app.py"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "y [1.0, 3.0, 5.0, 7.0]" in r.stdout  # the original ran
+    assert json.loads((tmp_path / "report.json").read_text())["deployed"] is False
     assert r.stderr.count(f"{bad} not deployed: ") == 1  # said once, on the log
     assert "entries[0] is malformed" in r.stderr and "KERNFORGE_DEPLOY=" not in r.stderr
-    assert f"kernforge deploy report ({bad}): 0 launch(es) ran a tuned variant" in r.stderr
+    # not "0 launch(es) ran a tuned variant, 1 the original": launches after the failure
+    # were not counted
+    assert f"kernforge deploy report ({bad}): not deployed (its entries could not be read, " \
+           f"as said above): every launch ran the original" in " ".join(r.stderr.split())
+    assert "launch(es) ran a tuned variant" not in r.stderr
 
 
 def test_an_edited_spec_is_an_error_before_the_application_starts(spec: Path,

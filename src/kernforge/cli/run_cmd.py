@@ -69,15 +69,21 @@ def _deploy_log(quiet: bool) -> Iterator[None]:
         log.propagate = True
 
 
-def print_report(report: DeployReport) -> bool:
+def print_report(report: DeployReport, *, deployed: bool = True) -> bool:
     """The deployment report on stderr, as it is (no markup, no wrapping), when stderr is
     still usable: an application may have closed or replaced it, and the report must not
-    take its run down. Returns whether it was written."""
-    lines = [f"kernforge deploy report ({report.spec}): {report.replaced} launch(es) ran a "
-             f"tuned variant, {report.fallback} the original"
-             + (f" ({report.verified} more ran the original to re-verify a tuned variant)"
-                if report.verified else ""),
-             *(f"  {line}" for line in report.lines())]
+    take its run down. ``deployed`` False: the spec's entries could not be read when its first
+    kernel launched, and from then on launches were neither replaced nor counted. Returns
+    whether it was written."""
+    if not deployed:
+        lines = [(f"kernforge deploy report ({report.spec}): not deployed (its entries could "
+                  f"not be read, as said above): every launch ran the original")]
+    else:
+        lines = [f"kernforge deploy report ({report.spec}): {report.replaced} launch(es) ran "
+                 f"a tuned variant, {report.fallback} the original"
+                 + (f" ({report.verified} more ran the original to re-verify a tuned variant)"
+                    if report.verified else ""),
+                 *(f"  {line}" for line in report.lines())]
     stream = getattr(sys, "stderr", None)
     try:
         stream.write("".join(f"{line}\n" for line in lines))  # type: ignore[union-attr]
@@ -146,11 +152,12 @@ def run(args: argparse.Namespace) -> int:
             interrupted = True
         finally:
             report = deployment.stop()
-    print_report(report)
+    print_report(report, deployed=not deployment.failed)
     if args.report:
         from ..core.jsonio import write_json_atomic
 
-        write_json_atomic(Path(args.report), report.to_json())
+        write_json_atomic(Path(args.report), {**report.to_json(),
+                                              "deployed": not deployment.failed})
     if interrupted:
         raise KeyboardInterrupt
     return status
