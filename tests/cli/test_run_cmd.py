@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -186,3 +187,14 @@ def test_a_module_python_would_not_find_is_an_error_not_a_traceback(
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr and "deploy report" not in r.stderr
     assert "error: python -m kf_no_such_app: no module named 'kf_no_such_app'" in r.stderr
+
+
+def test_with_interpreter_options_a_spec_and_report_named_like_options(spec: Path,
+                                                                      tmp_path: Path) -> None:
+    # the new interpreter's kernforge run reads the same values: -s.json is no option there
+    shutil.copy(spec, tmp_path / "-s.json")
+    r = kf("run", "--deploy=-s.json", "--report=-r.json", "-q", "--", "python", "-X", "dev",
+           str(spec.parent / "app.py"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "dev True" in r.stdout and "1 launch(es) ran a tuned variant" in r.stderr
+    assert json.loads((tmp_path / "-r.json").read_text())["deployed"] is True

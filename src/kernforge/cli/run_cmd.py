@@ -175,10 +175,11 @@ def _with_interpreter_options(args: argparse.Namespace, py: PythonCommand) -> No
     (``python -X dev -m kernforge run --deploy SPEC -- app.py ARGS``), which replaces this
     process: nothing is left to do here once it ends, so its exit status (or the signal that
     ended it) and its handling of Ctrl-C are the command's, without a second process."""
-    flags = [*(["--report", args.report] if args.report else []),
+    # --flag=VALUE: a value that starts with '-' (a spec named -x.json) stays a value
+    flags = [*([f"--report={args.report}"] if args.report else []),
              *(["--allow-unverifiable"] if args.allow_unverifiable else []),
              *(["-q"] if args.quiet else [])]
-    child = [sys.executable, *py.options, "-m", "kernforge", "run", "--deploy", args.deploy,
+    child = [sys.executable, *py.options, "-m", "kernforge", "run", f"--deploy={args.deploy}",
              *flags, "--", *py.program]
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(AttributeError, OSError, ValueError):
