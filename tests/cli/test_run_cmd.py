@@ -198,3 +198,14 @@ def test_with_interpreter_options_a_spec_and_report_named_like_options(spec: Pat
     assert r.returncode == 0, r.stderr
     assert "dev True" in r.stdout and "1 launch(es) ran a tuned variant" in r.stderr
     assert json.loads((tmp_path / "-r.json").read_text())["deployed"] is True
+
+
+def test_the_report_goes_where_it_was_asked_for_when_the_application_changes_directory(
+        spec: Path, tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    app = _app(spec, "chdir_app.py", f"import os\nos.chdir({str(tmp_path / 'elsewhere')!r})\n")
+    r = kf("run", "--deploy", str(spec), "--report", "report.json", "-q", "--", "python",
+           str(app), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "report.json").is_file()
+    assert not (tmp_path / "elsewhere" / "report.json").exists()

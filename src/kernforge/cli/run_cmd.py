@@ -121,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
         from .checks import writable_file
 
         writable_file(args.report, "--report")
+        args.report = os.path.abspath(args.report)  # where it was asked for, whatever the
+        # application's working directory is when it ends
     _need_command(command, "python app.py ARGS")
     if not is_python_application(command):
         raise ConfigError(
