@@ -10,6 +10,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -150,3 +151,17 @@ def test_a_quick_batch_has_fewer_rounds_and_no_tuning(tmp_path: Path) -> None:
     assert (m.measure.rounds, m.measure.e2e_rounds) == (2, 3)
     assert tuple(m.integrate.strategies) == ("operator",)
     assert [d.run for d in m.datasets] == [d.run for d in _load_in(tmp_path / "t", "heat").datasets]
+
+
+def test_the_smoke_run_says_why_a_program_did_not_run(tmp_path: Path) -> None:
+    smoke = [sys.executable, str(ROOT / "benchmarks" / "hecbench_smoke.py"),
+             "--bin", str(tmp_path)]
+    r = subprocess.run([*smoke, "jacobi"], capture_output=True, text=True, timeout=60,
+                       check=False)
+    assert r.returncode == 1, r.stderr
+    assert "exited with status 127: cannot run './jacobi-cuda'" in r.stdout
+    # a --json it could not write is said before the runs, not as a traceback after them
+    r = subprocess.run([*smoke, "--json", str(tmp_path / "no" / "rows.json"), "jacobi"],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 2 and "--json" in r.stderr and "Traceback" not in r.stderr
+    assert r.stdout == ""
