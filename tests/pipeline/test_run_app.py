@@ -138,3 +138,15 @@ def test_an_option_without_its_value_says_how_to_give_it() -> None:
         with pytest.raises(ConfigError) as err:
             parse_python(["python", f"-{letter}"])
         assert example in (err.value.hint or "")
+
+
+def test_an_exit_with_a_message_prints_it_as_python_does(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    app = tmp_path / "exits.py"
+    app.write_text("import sys\nsys.exit(sys.argv[1] if sys.argv[1] != 'none' else None)\n")
+    assert run_application(["python", str(app), "fatal: no input"]) == 1
+    assert capfd.readouterr().err == "fatal: no input\n"
+    assert run_application(["python", str(app), "none"]) == 0
+    app.write_text("import sys\nsys.exit(3)\n")
+    assert run_application(["python", str(app)]) == 3
+    assert capfd.readouterr().err == ""

@@ -158,7 +158,11 @@ def run_application(command: Sequence[str]) -> int:
                 runpy.run_module(target, run_name="__main__", alter_sys=True)
         except SystemExit as exc:
             code = exc.code
-            return code if isinstance(code, int) else (0 if code is None else 1)
+            if code is None or isinstance(code, int):
+                return code or 0
+            with contextlib.suppress(AttributeError, OSError, ValueError):  # as Python does:
+                print(code, file=sys.stderr)  # sys.exit("message") prints it, exits 1
+            return 1
         except Exception:  # noqa: BLE001 - the application's own failure: show it, as Python would
             import traceback  # only for an application that fails
 
