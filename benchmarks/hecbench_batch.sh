@@ -67,7 +67,6 @@ else
         exit 2
     fi
     mkdir -p "$out/manifests"
-    list=""
     for name in "$@"; do
         m=$here/hecbench/manifests/$name.toml
         if [ -n "${HECBENCH_QUICK:-}" ]; then
@@ -77,9 +76,11 @@ else
         else
             sed "s|^source = .*|source = \"$bin\"|" "$m" > "$out/manifests/$name.toml"
         fi
-        list="$list $out/manifests/$name.toml"
     done
-    set -- $list
+    for name in "$@"; do  # each NAME becomes its copy, kept one argument (OUT may hold spaces)
+        set -- "$@" "$out/manifests/$name.toml"
+        shift
+    done
 fi
 status=0
 if [ -z "$*" ]; then

@@ -5,6 +5,7 @@ that exists, with the input files its command lines read."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -165,3 +166,19 @@ def test_the_smoke_run_says_why_a_program_did_not_run(tmp_path: Path) -> None:
                        capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 2 and "--json" in r.stderr and "Traceback" not in r.stderr
     assert r.stdout == ""
+
+
+def test_the_batch_script_keeps_an_out_with_spaces_one_argument(tmp_path: Path) -> None:
+    _binaries(tmp_path / "bin", "heat", "jacobi")
+    argv = tmp_path / "argv.py"  # stands in for python: prints the arguments it was given
+    argv.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    argv.chmod(0o755)
+    out = tmp_path / "runs dir"
+    env = {**os.environ, "HECBENCH_BIN": str(tmp_path / "bin"), "PYTHON": str(argv)}
+    r = subprocess.run(["sh", str(BATCH), str(out), "3m", "heat", "jacobi"],
+                       capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == ["-m", "kernforge", "app", "batch",
+                                    str(out / "manifests" / "heat.toml"),
+                                    str(out / "manifests" / "jacobi.toml"),
+                                    "--out", str(out / "batch"), "--budget", "3m"]
