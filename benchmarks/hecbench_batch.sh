@@ -22,7 +22,8 @@
 #   benchmarks/hecbench_batch.sh --draft HECBENCH_SRC OUT [BUDGET]    e.g. ~/HeCBench/src runs/d
 #
 # Exit status: that of `kernforge app batch` (0 every program finished, 1 the budget ran out
-# first, 9 one verdict inconclusive, 2 bad input).
+# first, 9 one verdict inconclusive, 2 bad input); 2 before anything runs for a NAME without a
+# manifest or a program whose binary is missing.
 set -eu
 py=${PYTHON:-python}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -50,14 +51,27 @@ else
     [ $# -gt 0 ] || set -- $(cd "$here/hecbench/manifests" &&
         { grep -l '^# HeCBench .*(stencil/PDE)' *.toml; grep -L '^# HeCBench .*(stencil/PDE)' *.toml; } |
         sed 's/\.toml$//')
-    mkdir -p "$out/manifests"
-    list=""
+    # every name and binary checked before anything is written: a program run without its
+    # binary would finish BLOCKED, and a finished program is not run again by the next batch
+    missing=""
     for name in "$@"; do
         m=$here/hecbench/manifests/$name.toml
         if [ ! -f "$m" ]; then
             echo "no manifest $m (the names are those of benchmarks/hecbench/manifests)" >&2
             exit 2
         fi
+        for exe in $(sed -n 's|^run = "\./\([^ "]*\).*|\1|p' "$m" | sort -u); do
+            [ -x "$bin/$exe" ] || missing="$missing $exe"
+        done
+    done
+    if [ -n "$missing" ]; then
+        echo "no binary in $bin for:$missing; build them (benchmarks/hecbench/README.md)," \
+             "or leave their programs out (NAME... after the budget)" >&2
+        exit 2
+    fi
+    mkdir -p "$out/manifests"
+    for name in "$@"; do
+        m=$here/hecbench/manifests/$name.toml
         if [ -n "${HECBENCH_QUICK:-}" ]; then
             sed -e "s|^source = .*|source = \"$bin\"|" -e 's/^rounds = .*/rounds = 2/' \
                 -e 's/^e2e_rounds = .*/e2e_rounds = 3/' -e 's/^strategies = .*/strategies = ["operator"]/' \
@@ -65,9 +79,11 @@ else
         else
             sed "s|^source = .*|source = \"$bin\"|" "$m" > "$out/manifests/$name.toml"
         fi
-        list="$list $out/manifests/$name.toml"
     done
-    set -- $list
+    for name in "$@"; do  # each NAME becomes its copy, kept one argument (OUT may hold spaces)
+        set -- "$@" "$out/manifests/$name.toml"
+        shift
+    done
 fi
 status=0
 if [ -z "$*" ]; then

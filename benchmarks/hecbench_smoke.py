@@ -35,8 +35,9 @@ MANIFESTS = ROOT / "benchmarks" / "hecbench" / "manifests"
 
 def check_output(m, ran) -> str:  # type: ignore[no-untyped-def]
     """"ok", or why the run does not pass as M1 would see it."""
-    if ran.returncode != 0:
-        return ran.ended
+    if ran.returncode != 0:  # with its last words: "cannot run './heat-cuda': ..."
+        last = next((ln.strip() for ln in reversed(ran.stderr.splitlines()) if ln.strip()), "")
+        return f"{ran.ended}: {last[:160]}" if last else ran.ended
     if m.check.kind == "regex":
         failed = printed_failure(m.check, ran.output)
         if failed:
@@ -59,6 +60,9 @@ def main() -> int:
     if not a.bin.is_dir():
         print(f"--bin {a.bin}: no such directory (benchmarks/hecbench/README.md builds it)",
               file=sys.stderr)
+        return 2
+    if a.json is not None and (a.json.is_dir() or not a.json.resolve().parent.is_dir()):
+        print(f"--json {a.json}: not a file in an existing directory", file=sys.stderr)
         return 2
     names = a.names or sorted(p.stem for p in MANIFESTS.glob("*.toml"))
     missing = [n for n in names if not (MANIFESTS / f"{n}.toml").is_file()]

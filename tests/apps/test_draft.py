@@ -218,3 +218,15 @@ def test_a_standalone_cmake_project_and_its_tests(tmp_path: Path) -> None:
 def test_a_program_directory_given_as_the_suite(fake_suite: Path, tmp_path: Path) -> None:
     got = draft_suite(fake_suite / "passing", tmp_path / "m", only=[])
     assert [(d.name, d.status) for d in got] == [("passing", "drafted")]
+
+
+def test_a_run_line_that_sets_the_environment_first(tmp_path: Path) -> None:
+    # OMP_NUM_THREADS=2 ./main: the program is not an input file, and the manifest's run (no
+    # shell) sets the variable through env
+    assert missing_inputs("OMP_NUM_THREADS=2 A=b ./main 10 in.dat", tmp_path) == ["in.dat"]
+    program(tmp_path / "s", "omp", PASSING, "OMP_NUM_THREADS=2 ./$(program) 100")
+    got = draft_suite(tmp_path / "s", tmp_path / "m", only=[])
+    assert [g.status for g in got] == ["drafted"], got[0].detail
+    m = load_manifest(tmp_path / "m" / "omp.toml")
+    assert [d.run for d in m.datasets] == ["env OMP_NUM_THREADS=2 ./main 100"]
+    assert "PASS" in _run(tmp_path / "m" / "omp.toml")

@@ -5,11 +5,13 @@ that exists, with the input files its command lines read."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,8 +98,17 @@ def _rooted(name: str, out: Path) -> Path:
     return path
 
 
+def _binaries(folder: Path, *names: str) -> None:
+    """Stand-ins for the programs' binaries (the script only checks that they are there)."""
+    folder.mkdir(exist_ok=True)
+    for name in names:
+        exe = folder / f"{name}-cuda"
+        exe.write_text("#!/bin/sh\n")
+        exe.chmod(0o755)
+
+
 def test_the_batch_script_copies_the_manifests_with_their_source(tmp_path: Path) -> None:
-    (tmp_path / "bin").mkdir()
+    _binaries(tmp_path / "bin", "jacobi", "heat")
     env = {**os.environ, "HECBENCH_BIN": str(tmp_path / "bin"), "PYTHON": "echo"}
     r = subprocess.run(["sh", str(BATCH), str(tmp_path / "out"), "3m", "jacobi", "heat"],
                        capture_output=True, text=True, env=env, timeout=60, check=False)
@@ -108,17 +119,30 @@ def test_the_batch_script_copies_the_manifests_with_their_source(tmp_path: Path)
                                 "--out", str(tmp_path / "out" / "batch"), "--budget", "3m"]
     copied = load_manifest(tmp_path / "out" / "manifests" / "heat.toml")
     assert copied.source == tmp_path / "bin"
-    r = subprocess.run(["sh", str(BATCH), str(tmp_path / "o2"), "3m", "bogus"],
+    r = subprocess.run(["sh", str(BATCH), str(tmp_path / "o2"), "3m", "heat", "bogus"],
                        capture_output=True, text=True, env=env, timeout=60, check=False)
     assert r.returncode == 2 and "no manifest" in r.stderr
+    assert not (tmp_path / "o2").exists()  # nothing written for the names before it
     env["HECBENCH_BIN"] = str(tmp_path / "nowhere")
     r = subprocess.run(["sh", str(BATCH), str(tmp_path / "o3")], capture_output=True,
                        text=True, env=env, timeout=60, check=False)
     assert r.returncode == 2 and "no binaries at" in r.stderr
 
 
+def test_a_program_without_its_binary_is_refused_before_the_batch(tmp_path: Path) -> None:
+    # run anyway, it would finish BLOCKED, and the next batch would not run it again
+    _binaries(tmp_path / "bin", "heat")
+    env = {**os.environ, "HECBENCH_BIN": str(tmp_path / "bin"), "PYTHON": "echo"}
+    r = subprocess.run(["sh", str(BATCH), str(tmp_path / "out"), "3m", "heat", "jacobi",
+                        "laplace"], capture_output=True, text=True, env=env, timeout=60,
+                       check=False)
+    assert r.returncode == 2 and r.stdout == ""
+    assert f"no binary in {tmp_path / 'bin'} for: jacobi-cuda laplace-cuda;" in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_quick_batch_has_fewer_rounds_and_no_tuning(tmp_path: Path) -> None:
-    (tmp_path / "bin").mkdir()
+    _binaries(tmp_path / "bin", "heat")
     env = {**os.environ, "HECBENCH_BIN": str(tmp_path / "bin"), "PYTHON": "echo",
            "HECBENCH_QUICK": "1"}
     r = subprocess.run(["sh", str(BATCH), str(tmp_path / "out"), "8m", "heat"],
@@ -128,3 +152,33 @@ def test_a_quick_batch_has_fewer_rounds_and_no_tuning(tmp_path: Path) -> None:
     assert (m.measure.rounds, m.measure.e2e_rounds) == (2, 3)
     assert tuple(m.integrate.strategies) == ("operator",)
     assert [d.run for d in m.datasets] == [d.run for d in _load_in(tmp_path / "t", "heat").datasets]
+
+
+def test_the_smoke_run_says_why_a_program_did_not_run(tmp_path: Path) -> None:
+    smoke = [sys.executable, str(ROOT / "benchmarks" / "hecbench_smoke.py"),
+             "--bin", str(tmp_path)]
+    r = subprocess.run([*smoke, "jacobi"], capture_output=True, text=True, timeout=60,
+                       check=False)
+    assert r.returncode == 1, r.stderr
+    assert "exited with status 127: cannot run './jacobi-cuda'" in r.stdout
+    # a --json it could not write is said before the runs, not as a traceback after them
+    r = subprocess.run([*smoke, "--json", str(tmp_path / "no" / "rows.json"), "jacobi"],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 2 and "--json" in r.stderr and "Traceback" not in r.stderr
+    assert r.stdout == ""
+
+
+def test_the_batch_script_keeps_an_out_with_spaces_one_argument(tmp_path: Path) -> None:
+    _binaries(tmp_path / "bin", "heat", "jacobi")
+    argv = tmp_path / "argv.py"  # stands in for python: prints the arguments it was given
+    argv.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    argv.chmod(0o755)
+    out = tmp_path / "runs dir"
+    env = {**os.environ, "HECBENCH_BIN": str(tmp_path / "bin"), "PYTHON": str(argv)}
+    r = subprocess.run(["sh", str(BATCH), str(out), "3m", "heat", "jacobi"],
+                       capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == ["-m", "kernforge", "app", "batch",
+                                    str(out / "manifests" / "heat.toml"),
+                                    str(out / "manifests" / "jacobi.toml"),
+                                    "--out", str(out / "batch"), "--budget", "3m"]

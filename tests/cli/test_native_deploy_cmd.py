@@ -3,6 +3,7 @@ and the counts say what happened, also when a shell started the program."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,13 @@ def test_a_shell_exiting_after_the_program_keeps_its_counts(
     assert main(["run", "--deploy", str(spec), "--", "bash", "-c", script]) == 3
     err = capfd.readouterr().err
     assert "10 launch(es) ran a tuned configuration" in err and "heat: 10 replaced" in err
+
+
+def test_a_python_program_importing_kernforge_under_a_native_spec_is_not_warned(
+        spec: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    # $KERNFORGE_DEPLOY names the interposer's line file: import kernforge read it as a
+    # Python spec and warned "not deployed: ... not valid JSON ... export the spec again"
+    code = "import kernforge, sys; print('imported', file=sys.stderr)"
+    assert main(["run", "--deploy", str(spec), "--", sys.executable, "-c", code]) == 0
+    err = capfd.readouterr().err
+    assert "imported" in err and "not deployed" not in err and "Warning" not in err

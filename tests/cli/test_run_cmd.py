@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -152,13 +153,18 @@ def test_a_signed_spec_with_a_malformed_entry_leaves_the_application_unchanged(
     doc["checksum"] = canonical_checksum(doc)  # signed, but not an entry this reader reads
     bad = tmp_path / "malformed.json"
     bad.write_text(json.dumps(doc))
-    r = kf("run", "--deploy", str(bad), "--", "python", str(spec.parent / "app.py"),
-           cwd=tmp_path)
+    r = kf("run", "--deploy", str(bad), "--report", "report.json", "--", "python",
+           str(spec.parent / "app.py"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "y [1.0, 3.0, 5.0, 7.0]" in r.stdout  # the original ran
+    assert json.loads((tmp_path / "report.json").read_text())["deployed"] is False
     assert r.stderr.count(f"{bad} not deployed: ") == 1  # said once, on the log
     assert "entries[0] is malformed" in r.stderr and "KERNFORGE_DEPLOY=" not in r.stderr
-    assert f"kernforge deploy report ({bad}): 0 launch(es) ran a tuned variant" in r.stderr
+    # not "0 launch(es) ran a tuned variant, 1 the original": launches after the failure
+    # were not counted
+    assert f"kernforge deploy report ({bad}): not deployed (its entries could not be read, " \
+           f"as said above): every launch ran the original" in " ".join(r.stderr.split())
+    assert "launch(es) ran a tuned variant" not in r.stderr
 
 
 def test_an_edited_spec_is_an_error_before_the_application_starts(spec: Path,
@@ -171,3 +177,35 @@ def test_an_edited_spec_is_an_error_before_the_application_starts(spec: Path,
            cwd=tmp_path)
     assert r.returncode == 2 and "checksum mismatch" in r.stderr
     assert "y [" not in r.stdout  # the application never started
+
+
+@pytest.mark.parametrize("options", [[], ["-X", "dev"]])
+def test_a_module_python_would_not_find_is_an_error_not_a_traceback(
+        spec: Path, tmp_path: Path, options: list[str]) -> None:
+    r = kf("run", "--deploy", str(spec), "--", "python", *options, "-m", "kf_no_such_app",
+           cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and "deploy report" not in r.stderr
+    assert "error: python -m kf_no_such_app: no module named 'kf_no_such_app'" in r.stderr
+
+
+def test_with_interpreter_options_a_spec_and_report_named_like_options(spec: Path,
+                                                                      tmp_path: Path) -> None:
+    # the new interpreter's kernforge run reads the same values: -s.json is no option there
+    shutil.copy(spec, tmp_path / "-s.json")
+    r = kf("run", "--deploy=-s.json", "--report=-r.json", "-q", "--", "python", "-X", "dev",
+           str(spec.parent / "app.py"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "dev True" in r.stdout and "1 launch(es) ran a tuned variant" in r.stderr
+    assert json.loads((tmp_path / "-r.json").read_text())["deployed"] is True
+
+
+def test_the_report_goes_where_it_was_asked_for_when_the_application_changes_directory(
+        spec: Path, tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    app = _app(spec, "chdir_app.py", f"import os\nos.chdir({str(tmp_path / 'elsewhere')!r})\n")
+    r = kf("run", "--deploy", str(spec), "--report", "report.json", "-q", "--", "python",
+           str(app), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "report.json").is_file()
+    assert not (tmp_path / "elsewhere" / "report.json").exists()

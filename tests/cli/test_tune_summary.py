@@ -94,3 +94,15 @@ def test_the_summary_shows_the_figure_of_its_interval(capsys, tmp_path) -> None:
     assert "1.180x [1.148, 1.264]" in out and "1.000x" not in out
     assert "speedup [99.67% CI]" in out
     assert "1 of 1 unit(s) have an inconclusive verdict" in out
+
+
+def test_a_units_done_line_says_its_intervals_confidence() -> None:
+    from kernforge.cli.tune_cmd import _done, _Seen
+    from kernforge.tune.loop import TuneResult
+
+    o = _outcome(_ab(1.18, 1.148, 1.264), None)
+    o.study = TuneResult(trials=(), best_trial=None, baseline=None, stop_reason="trials",
+                         evaluations=0, study_name="s", storage=None)
+    o.best_s = 1e-3
+    line = _done(_Seen(), o)
+    assert line.endswith("measured again interleaved: 1.180x [99.67% CI 1.148, 1.264]"), line

@@ -50,3 +50,17 @@ def test_parse_json_says_where_a_damaged_document_broke() -> None:
     assert parse_json('{"a": [1, 2]}') == {"a": [1, 2]}
     with pytest.raises(DamagedJSON, match=r"truncated or damaged.*line 2 column 7 \(char 12 of 12\)"):
         parse_json('{"a":\n [1, 2')
+
+
+def test_parse_json_says_an_empty_file_is_empty_and_reads_as_english() -> None:
+    import pytest
+
+    from kernforge.core.jsonio import DamagedJSON, parse_json
+
+    for empty in ("", " \n"):
+        with pytest.raises(DamagedJSON, match=r"^not valid JSON: it is empty$"):
+            parse_json(empty)
+    with pytest.raises(DamagedJSON) as err:
+        parse_json('{"format": "kernforge-deploy", "sch')
+    assert "Unterminated string starting at line 1 column 32" in str(err.value)
+    assert "at at" not in str(err.value)

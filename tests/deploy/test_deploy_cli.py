@@ -145,3 +145,21 @@ def test_environment_variable(spec: Path, tmp_path: Path) -> None:
                        text=True, timeout=300, check=False)
     assert r.returncode == 0 and checksum(r.stdout) == checksum(plain)
     assert "not deployed" in r.stderr and "no such deployment spec" in r.stderr
+
+
+def test_export_says_the_confidence_of_the_intervals(run_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir / "heat_step-0", run / "heat_step-0")
+    doc = json.loads((run / "heat_step-0" / "result.json").read_text())
+    wide = {**os.environ, "COLUMNS": "200"}
+    r = kf("export", str(run), "-o", str(tmp_path / "a.json"), "--min-speedup", "1", cwd=run,
+           env=wide)
+    assert r.returncode == 0 and "┃ CI " in r.stdout, r.stdout  # the result does not say it
+    resign(run / "heat_step-0" / "result.json", interleaved={
+        "median_a": doc["baseline_median_s"], "median_b": doc["best_median_s"],
+        "confidence": 1 - 0.01 / 3})
+    r = kf("export", str(run), "-o", str(tmp_path / "b.json"), "--min-speedup", "1", cwd=run,
+           env=wide)
+    assert r.returncode == 0 and "┃ 99.67% CI " in r.stdout, r.stdout

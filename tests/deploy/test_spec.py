@@ -93,6 +93,8 @@ def test_other_files_are_refused(tmp_path: Path, spec_path: Path) -> None:
         read_spec(tmp_path / "missing.json")
     with pytest.raises(DeploySpecError, match="is a directory, not a deployment spec"):
         read_spec(tmp_path)
+    with pytest.raises(DeploySpecError, match="/dev/null: is not a regular file"):
+        read_spec(Path("/dev/null"))  # there, but no file: not "no such deployment spec"
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"format": "kernforge-recording"}))
     with pytest.raises(DeploySpecError, match="not a kernforge deployment spec"):

@@ -17,7 +17,7 @@ from kernforge.record import load_recording, record
 
 
 def _tuned(tmp: Path, *, idle: bool, ratios: tuple[float, ...], ci: tuple[float, float],
-           accepted: bool = True) -> SimpleNamespace:
+           accepted: bool = True, verdict: str | None = None) -> SimpleNamespace:
     k = Kernel("void inc(double *x, int n) { for (int i = 0; i < n; i++) x[i] += 1.0; }",
                "inc", backend="cpu")
     with record(tmp) as rec:
@@ -27,6 +27,7 @@ def _tuned(tmp: Path, *, idle: bool, ratios: tuple[float, ...], ci: tuple[float,
                   samples_b=((1e-3,),) * len(ratios), first=("a",) * len(ratios),
                   ci_low=ci[0], ci_high=ci[1])
     validation = SimpleNamespace(accepted=accepted,
+                                 verdict=verdict or ("accepted" if accepted else "rejected"),
                                  idle=IdleCheck(idle, 0.1 if idle else 1.0, "test"),
                                  reason="" if accepted else "regression:prior-best",
                                  message="" if accepted else "below the prior best")
@@ -63,3 +64,17 @@ def test_a_significant_idle_verified_win_is_kept(tmp_path: Path) -> None:
     assert pick_winners(rejected) == []  # type: ignore[arg-type]
     assert "not verified" in rejected.not_deployed[0].reason
     assert "regression:prior-best below the prior best" in rejected.not_deployed[0].reason
+
+
+def test_a_win_validated_on_a_busy_machine_is_inconclusive_not_unverified(tmp_path: Path
+                                                                          ) -> None:
+    # validate's "inconclusive": every correctness gate passed, the speed was undecided; the
+    # demo said "not verified (an integrity gate rejected it ...): idle:busy inconclusive: ..."
+    tuned = _tuned(tmp_path / "a", idle=False, ratios=(3.2,) * 21, ci=(1.002, 15.9),
+                   accepted=False, verdict="inconclusive")
+    tuned.validation.reason, tuned.validation.message = "idle:busy", "inconclusive: busy"
+    res = _result(tuned)
+    assert pick_winners(res) == []  # type: ignore[arg-type]
+    (why,) = res.not_deployed
+    assert why.reason.startswith("inc (tune): inconclusive: the device was busy (100% busy)")
+    assert "not verified" not in why.reason and "idle:busy" not in why.reason

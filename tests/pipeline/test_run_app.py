@@ -117,3 +117,36 @@ def test_which_commands_are_python_applications(app: Path, tmp_path: Path) -> No
     for cmd in (["/bin/true"], [str(shell)], ["./heat2d", "4096"], [str(tmp_path)],
                 [str(one_word)]):
         assert not is_python_application(cmd), cmd
+
+
+def test_a_module_that_python_m_would_not_find_is_an_error_before_anything_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="python -m kf_no_such_app.main: no module named "
+                                          "'kf_no_such_app'") as err:
+        parse_python(["python", "-m", "kf_no_such_app.main"])
+    assert str(tmp_path) in (err.value.hint or "")
+    (tmp_path / "kf_here_app.py").write_text("")  # found in the current directory, as by python
+    assert parse_python(["python", "-m", "kf_here_app"]).target == "kf_here_app"
+    with pytest.raises(ConfigError, match="no module named 'kf_here_app'"):
+        parse_python(["python", "-P", "-m", "kf_here_app"])  # -P: not on the path
+    assert "kf_here_app" not in sys.modules  # looked up, not imported
+
+
+def test_an_option_without_its_value_says_how_to_give_it() -> None:
+    for letter, example in (("m", "-m package.module"), ("X", "-X dev app.py")):
+        with pytest.raises(ConfigError) as err:
+            parse_python(["python", f"-{letter}"])
+        assert example in (err.value.hint or "")
+
+
+def test_an_exit_with_a_message_prints_it_as_python_does(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    app = tmp_path / "exits.py"
+    app.write_text("import sys\nsys.exit(sys.argv[1] if sys.argv[1] != 'none' else None)\n")
+    assert run_application(["python", str(app), "fatal: no input"]) == 1
+    assert capfd.readouterr().err == "fatal: no input\n"
+    assert run_application(["python", str(app), "none"]) == 0
+    app.write_text("import sys\nsys.exit(3)\n")
+    assert run_application(["python", str(app)]) == 3
+    assert capfd.readouterr().err == ""

@@ -17,7 +17,14 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from .draft_build import SHELL_OPS, BuildInfo, build_info, missing_inputs, uses_mpi
+from .draft_build import (
+    SHELL_OPS,
+    BuildInfo,
+    assignments,
+    build_info,
+    missing_inputs,
+    uses_mpi,
+)
 from .draft_output import Guess, guess, sources
 from .manifest import AppManifestError, load_manifest
 
@@ -101,6 +108,13 @@ def _timer_lines(timer: Guess | None, others: list[Guess]) -> list[str]:
     return out
 
 
+def _assigns(run: str) -> bool:
+    try:
+        return assignments(shlex.split(run)) > 0
+    except ValueError:  # an unclosed quote: the draft does not load, and says so
+        return False
+
+
 def manifest_text(name: str, directory: Path, info: BuildInfo, check: Guess,
                   timer: Guess | None, others: list[Guess]) -> str:
     """The drafted manifest (TOML with comments)."""
@@ -117,6 +131,8 @@ def manifest_text(name: str, directory: Path, info: BuildInfo, check: Guess,
             block.append(_comment(f"{REVIEW}: run through sh -c (the command uses the "
                                   "shell's operators)"))
             run = shlex.join(["sh", "-c", run])
+        elif _assigns(run):  # VAR=1 ./main: a manifest's run is no shell, env sets them
+            run = f"env {run}"
         guessed = "" if where.startswith("the Makefile") or "add_test" in where else \
             f"{REVIEW}: "
         block += [_comment(f"{guessed}from {where}"), f"run = {json.dumps(run)}"]

@@ -170,6 +170,18 @@ _DATA_EXT = re.compile(r"\.(txt|dat|data|bin|csv|mtx|bmp|ppm|pgm|raw|png|jpg|jpe
 _OUTPUT = re.compile(r"out|result|res\b|\.out$", re.IGNORECASE)
 
 
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.DOTALL)
+
+
+def assignments(words: list[str]) -> int:
+    """How many ``NAME=value`` words (the shell's environment for the command) come before
+    the program in a command line's words."""
+    n = 0
+    while n < len(words) and _ASSIGNMENT.fullmatch(words[n]):
+        n += 1
+    return n
+
+
 def missing_inputs(command: str, directory: Path) -> list[str]:
     """The arguments of ``command`` that name input files that are not there (relative to
     ``directory``). An argument that names a file to write (``out``, ``result`` in its name,
@@ -181,7 +193,8 @@ def missing_inputs(command: str, directory: Path) -> list[str]:
     missing = []
     args: list[str] = []
     skip = False
-    for word in words[1:]:  # the program's arguments: to the first operator, no output file
+    start = 1 + assignments(words)  # VAR=value ./program: the program is no input either
+    for word in words[start:]:  # the program's arguments: to the first operator, no output file
         if word in ("|", "||", "&&", ";", "&"):
             break
         if skip:

@@ -12,6 +12,7 @@ from ..core import ConfigError, Recording
 from ..core.fmt import fmt_time
 from ..deploy import DeployEntry
 from ..deploy.gate import NOISE_BAND
+from ..harness.verdict import ci_label
 from ..pipeline.units import ExportOutcome, export_units
 from .checks import float_range, writable_file
 from .output import console, err_console, notes
@@ -78,7 +79,10 @@ def run(args: argparse.Namespace) -> int:
                           f"speedup above {args.min_speedup:g} (the reasons are above)")
         return 1
     table = Table(title=f"{len(done.exported)} tuned kernel launch(es) exported to {done.spec}")
-    for col in ("kernel", "unit", "speedup", "CI", "baseline", "tuned", "variant"):
+    # the intervals' confidence in the header when the rows share one (they do: one protocol)
+    confs = {ex.confidence for ex in done.exported}
+    label = ci_label(confs.pop() if len(confs) == 1 else None)
+    for col in ("kernel", "unit", "speedup", label, "baseline", "tuned", "variant"):
         table.add_column(col, no_wrap=col in ("kernel", "speedup"))
     for ex in done.exported:
         ev = ex.entry.evidence

@@ -15,6 +15,7 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
@@ -153,7 +154,7 @@ def _print_validation(v: Validation) -> None:
     style = "green" if v.accepted else "yellow" if v.verdict == "inconclusive" else "bold red"
     console.print(f"[{style}]{v.verdict}[/] {escape(v.case)}: {v.status.value}"
                   + (f" [bold]{escape(v.reason)}[/]" if v.reason else ""))
-    if v.message:
+    if v.message and (v.speed is None or v.message != v.speed.reason):  # said once, below
         console.print(escape(v.message), soft_wrap=True)
     if v.speed is not None:
         console.print(f"speed: {escape(v.speed.reason)}", soft_wrap=True)
@@ -164,11 +165,30 @@ def _print_validation(v: Validation) -> None:
                       f"{fmt_time(v.ab.median_a)}, candidate {fmt_time(v.ab.median_b)}")
     for gate, note in v.notes.items():
         if gate not in ("integrity", "seconds"):
-            console.print(f"  {gate}: {escape(str(note))}", soft_wrap=True)
+            console.print(f"  {gate}: {escape(_note(note))}", soft_wrap=True)
     if v.roofline is not None:
-        console.print(f"  roofline: {v.roofline.verdict} {escape(v.roofline.note)}")
+        console.print(f"  roofline: {escape(_words(v.roofline.verdict, v.roofline.note))}",
+                      soft_wrap=True)
     if v.idle is not None:
-        console.print(f"  idle: {v.idle.idle} ({escape(v.idle.method)}) {escape(v.idle.note)}")
+        console.print(f"  idle: {escape(_note(v.idle.to_json()))}", soft_wrap=True)
+
+
+def _words(*parts: object) -> str:
+    return " ".join(str(p) for p in parts if p not in (None, ""))
+
+
+def _note(note: Any) -> str:
+    """A gate's note in words, not as a Python dict: an idle check's (``busy_during``,
+    ``idle``) as "busy (44% busy; /proc/stat ...)", another's as "key: value; ..."."""
+    if isinstance(note, dict) and {"idle", "utilisation", "method"} <= note.keys():
+        state = {True: "idle", False: "busy", None: "not checked"}.get(note["idle"], "?")
+        util = note["utilisation"]
+        said = "; ".join(str(p) for p in (f"{util:.0%} busy" if isinstance(util, int | float)
+                                          else "", note["method"], note.get("note")) if p)
+        return f"{state} ({said})" if said else state
+    if isinstance(note, dict):
+        return "; ".join(f"{k}: {_note(v)}" for k, v in note.items() if v not in (None, ""))
+    return str(note)
 
 
 def run_lint(args: argparse.Namespace) -> int:

@@ -69,15 +69,21 @@ def _deploy_log(quiet: bool) -> Iterator[None]:
         log.propagate = True
 
 
-def print_report(report: DeployReport) -> bool:
+def print_report(report: DeployReport, *, deployed: bool = True) -> bool:
     """The deployment report on stderr, as it is (no markup, no wrapping), when stderr is
     still usable: an application may have closed or replaced it, and the report must not
-    take its run down. Returns whether it was written."""
-    lines = [f"kernforge deploy report ({report.spec}): {report.replaced} launch(es) ran a "
-             f"tuned variant, {report.fallback} the original"
-             + (f" ({report.verified} more ran the original to re-verify a tuned variant)"
-                if report.verified else ""),
-             *(f"  {line}" for line in report.lines())]
+    take its run down. ``deployed`` False: the spec's entries could not be read when its first
+    kernel launched, and from then on launches were neither replaced nor counted. Returns
+    whether it was written."""
+    if not deployed:
+        lines = [(f"kernforge deploy report ({report.spec}): not deployed (its entries could "
+                  f"not be read, as said above): every launch ran the original")]
+    else:
+        lines = [f"kernforge deploy report ({report.spec}): {report.replaced} launch(es) ran "
+                 f"a tuned variant, {report.fallback} the original"
+                 + (f" ({report.verified} more ran the original to re-verify a tuned variant)"
+                    if report.verified else ""),
+                 *(f"  {line}" for line in report.lines())]
     stream = getattr(sys, "stderr", None)
     try:
         stream.write("".join(f"{line}\n" for line in lines))  # type: ignore[union-attr]
@@ -115,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
         from .checks import writable_file
 
         writable_file(args.report, "--report")
+        args.report = os.path.abspath(args.report)  # where it was asked for, whatever the
+        # application's working directory is when it ends
     _need_command(command, "python app.py ARGS")
     if not is_python_application(command):
         raise ConfigError(
@@ -146,11 +154,12 @@ def run(args: argparse.Namespace) -> int:
             interrupted = True
         finally:
             report = deployment.stop()
-    print_report(report)
+    print_report(report, deployed=not deployment.failed)
     if args.report:
         from ..core.jsonio import write_json_atomic
 
-        write_json_atomic(Path(args.report), report.to_json())
+        write_json_atomic(Path(args.report), {**report.to_json(),
+                                              "deployed": not deployment.failed})
     if interrupted:
         raise KeyboardInterrupt
     return status
@@ -168,10 +177,11 @@ def _with_interpreter_options(args: argparse.Namespace, py: PythonCommand) -> No
     (``python -X dev -m kernforge run --deploy SPEC -- app.py ARGS``), which replaces this
     process: nothing is left to do here once it ends, so its exit status (or the signal that
     ended it) and its handling of Ctrl-C are the command's, without a second process."""
-    flags = [*(["--report", args.report] if args.report else []),
+    # --flag=VALUE: a value that starts with '-' (a spec named -x.json) stays a value
+    flags = [*([f"--report={args.report}"] if args.report else []),
              *(["--allow-unverifiable"] if args.allow_unverifiable else []),
              *(["-q"] if args.quiet else [])]
-    child = [sys.executable, *py.options, "-m", "kernforge", "run", "--deploy", args.deploy,
+    child = [sys.executable, *py.options, "-m", "kernforge", "run", f"--deploy={args.deploy}",
              *flags, "--", *py.program]
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(AttributeError, OSError, ValueError):

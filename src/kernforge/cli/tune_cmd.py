@@ -255,7 +255,7 @@ def _done(seen: _Seen, o: TuningOutcome) -> str:
     if o.ab is None:
         return text + "; the recorded configuration stayed best"
     return (text + f"; best vs recorded, measured again interleaved: {o.ab.speedup:.3f}x "
-            f"[{o.ab.ci_low:.3f}, {o.ab.ci_high:.3f}]")
+            f"[{ci_label(o.ab.confidence)} {o.ab.ci_low:.3f}, {o.ab.ci_high:.3f}]")
 
 
 def _headline(outcomes: list[TuningOutcome]) -> None:

@@ -113,6 +113,10 @@ def parse_json(text: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise DamagedJSON(f"not valid JSON (truncated or damaged): {exc.msg} at line "
+        if not text.strip():
+            raise DamagedJSON("not valid JSON: it is empty") from None
+        # "Unterminated string starting at" (json's words) reads on with "line ... column"
+        what = exc.msg.removesuffix(" at")
+        raise DamagedJSON(f"not valid JSON (truncated or damaged): {what} at line "
                           f"{exc.lineno} column {exc.colno} (char {exc.pos} of {len(text)})"
                           ) from None

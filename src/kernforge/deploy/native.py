@@ -28,8 +28,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..backends.jit import JIT_OPTIONS
 from ..core import ConfigError
 from ..core.jsonio import parse_json, sign, signature_ok, write_json_atomic
+from .specdoc import (
+    LINES_MARK,
+    is_native_spec,  # noqa: F401 - a name of this module too
+)
 from .specdoc import NATIVE_FORMAT as FORMAT
-from .specdoc import is_native_spec  # noqa: F401 - a name of this module too
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from ..core.native import NativeRecording
@@ -202,7 +205,7 @@ def read_spec(path: Path) -> NativeSpec:
 
 def interposer_lines(spec: NativeSpec) -> str:
     """The interposer's deployment file (one tab-separated line an entry)."""
-    lines = ["# written by kernforge from " + str(spec.path).replace("\n", " ")]
+    lines = [LINES_MARK + str(spec.path).replace("\n", " ")]
     for e in spec.entries:
         unknown = sorted(set(e["jit"]) - set(JIT_OPTIONS))
         if unknown:

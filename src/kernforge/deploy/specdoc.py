@@ -39,6 +39,20 @@ def bad(path: Path, problem: str, hint: str = REEXPORT) -> DeploySpecError:
     return DeploySpecError(f"{path}: {problem}", hint=hint)
 
 
+#: the first words of the interposer's line file (deploy/native.py), which a native deployment
+#: names in $KERNFORGE_DEPLOY too: the interposer deploys it, not ``import kernforge``
+LINES_MARK = "# written by kernforge from "
+
+
+def is_interposer_lines(path: Path) -> bool:
+    """Whether the file at ``path`` is the interposer's line file of a native deployment."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(LINES_MARK)) == LINES_MARK.encode()
+    except OSError:
+        return False
+
+
 def is_native_spec(path: Path) -> bool:
     """Whether the file at ``path`` is a native spec (:mod:`.native`), by its first bytes,
     without reading the rest (the launcher asks before it imports anything of either kind)."""
@@ -56,7 +70,8 @@ def _load_json(path: Path) -> dict[str, Any]:
                   "give the file written by kernforge export (e.g. RUN_DIR/deploy.json, or "
                   "run kernforge export on this directory if it is a tuning run)")
     if not path.is_file():
-        raise bad(path, "no such deployment spec",
+        raise bad(path, "is not a regular file (a device, a pipe, ...), not a deployment spec"
+                  if path.exists() else "no such deployment spec",
                   "give the file written by kernforge export (e.g. RUN_DIR/deploy.json)")
     text = path.read_text("utf-8", errors="replace")
     try:

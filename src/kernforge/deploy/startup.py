@@ -34,6 +34,7 @@ from .specdoc import (
     NOT_IN_SPEC,
     code_sha256,
     entry_lookup,
+    is_interposer_lines,
     label_of,
     load_document,
     lookup_key,
@@ -200,9 +201,10 @@ def _has_lookup(kernel: dict[str, Any]) -> bool:
 def activate() -> Pending | None:
     """Check the spec of ``$KERNFORGE_DEPLOY`` and install its :class:`Pending` deployment
     (called by ``import kernforge`` when the variable is set); None, logged and warned about,
-    when the spec cannot be deployed."""
+    when the spec cannot be deployed; None without a word when the variable names the line
+    file of a native deployment (the interposer preloaded into this process deploys it)."""
     path = os.environ.get(ENV_VAR, "")
-    if not path:
+    if not path or is_interposer_lines(Path(path)):  # a native deployment: the interposer's
         return None
     try:
         pending = Pending(Path(path), load_document(Path(path)))

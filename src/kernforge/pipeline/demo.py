@@ -157,7 +157,9 @@ def pick_winners(result: DemoResult) -> list[Winner]:
     if t is not None and t.ab is not None and t.validation is not None:
         idle = t.validation.idle
         speed = getattr(t.validation, "speed", None)
-        why = refusal(verified=t.validation.accepted, idle=idle.idle if idle else None,
+        # "inconclusive": every correctness gate passed, only the speed was undecided
+        verified = t.validation.accepted or t.validation.verdict == "inconclusive"
+        why = refusal(verified=verified, idle=idle.idle if idle else None,
                       utilisation=idle.utilisation if idle else None, speedup=t.speedup,
                       ci=(t.ab.ci_low, t.ab.ci_high))
         if why is None and speed is not None and not speed.faster:
@@ -168,7 +170,8 @@ def pick_winners(result: DemoResult) -> list[Winner]:
         ab = f.ab or (f.measured if f.status == "INCONCLUSIVE" else None)
         if ab is not None and f.variant is not None:
             cands.append((Winner("evolve", ev.target.primary, f.variant, ab), _evolve_why(f)))
-    if t is not None and t.validation is not None and not t.validation.accepted and cands:
+    if t is not None and t.validation is not None and t.validation.verdict == "rejected" \
+            and cands:  # the gate that rejected it
         w, why = cands[0]
         cands[0] = (w, f"{why}: {t.validation.reason} {t.validation.message}".strip())
     for w, why in cands:

@@ -40,6 +40,7 @@ class Exported:
     result: Path
     recording: Recording
     entry: DeployEntry
+    confidence: float | None = None  # of the speedup's interval (None: the result does not say)
 
 
 def _load_result(path: Path) -> dict[str, Any]:
@@ -89,7 +90,10 @@ def _entry(path: Path, doc: Mapping[str, Any], idle: bool | None) -> Exported:
         baseline_s=baseline_s, tuned_s=tuned_s,
         speedup=float(doc["speedup"]), speedup_ci=(float(ci[0]), float(ci[1])) if ci else None,
         verified=True, idle=idle)
-    return Exported(path, recording, entry)
+    ab = doc.get("interleaved")
+    conf = ab.get("confidence") if isinstance(ab, Mapping) else None
+    return Exported(path, recording, entry,
+                    float(conf) if isinstance(conf, int | float) and 0 < conf < 1 else None)
 
 
 def why_not(doc: dict[str, Any], min_speedup: float, band: float) -> str | None:

@@ -54,6 +54,28 @@ def _unsupported(word: str, letter: str) -> ConfigError:
                        hint=f"supported before the script or -m MODULE: {SUPPORTED}")
 
 
+def _need_module(name: str, options: Sequence[str]) -> None:
+    """A ConfigError when ``python -m name`` would find no module: its top-level package is
+    looked up as the interpreter would (the current directory first, unless ``-P``/``-I``),
+    without importing anything of it."""
+    top = name.partition(".")[0]
+    path = list(sys.path)
+    if not {"-P", "-I"} & set(options):
+        path.insert(0, os.getcwd())
+    saved = sys.path[:]
+    sys.path[:] = path
+    try:
+        found = importlib.util.find_spec(top) is not None if top else False
+    except (ImportError, ValueError):
+        found = False
+    finally:
+        sys.path[:] = saved
+    if not found:
+        raise ConfigError(f"python -m {name}: no module named {top!r}",
+                          hint=f"check the name, the current directory ({os.getcwd()}) and "
+                               f"that it is installed for {sys.executable}")
+
+
 def parse_python(command: Sequence[str]) -> PythonCommand:
     """Split a Python application's command line as the interpreter does: its options (the
     supported ones, :data:`SUPPORTED`; any other is a ConfigError naming them), then the
@@ -77,10 +99,14 @@ def parse_python(command: Sequence[str]) -> PythonCommand:
                 options.append("-" + letter)
             elif letter in WITH_VALUE or letter == "m":
                 if not rest and not cmd:
+                    example = {"m": "-m package.module", "W": "-W ignore app.py",
+                               "X": "-X dev app.py"}[letter]
                     raise ConfigError(f"python -{letter} needs "
-                                      + ("a module name" if letter == "m" else "an argument"))
+                                      + ("a module name" if letter == "m" else "an argument"),
+                                      hint=f"e.g. -- python {example} ARGS")
                 value = rest or cmd.pop(0)
                 if letter == "m":
+                    _need_module(value, options)
                     return PythonCommand(tuple(options), "module", value, [value, *cmd])
                 options.append(f"-{letter}{value}")
                 break
@@ -132,7 +158,11 @@ def run_application(command: Sequence[str]) -> int:
                 runpy.run_module(target, run_name="__main__", alter_sys=True)
         except SystemExit as exc:
             code = exc.code
-            return code if isinstance(code, int) else (0 if code is None else 1)
+            if code is None or isinstance(code, int):
+                return code or 0
+            with contextlib.suppress(AttributeError, OSError, ValueError):  # as Python does:
+                print(code, file=sys.stderr)  # sys.exit("message") prints it, exits 1
+            return 1
         except Exception:  # noqa: BLE001 - the application's own failure: show it, as Python would
             import traceback  # only for an application that fails
 

@@ -9,6 +9,7 @@ Triton. What it records is configured through the environment (:func:`environmen
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import BackendUnavailableError, ConfigError
-from ..core.paths import cache_folder
+from ..core.paths import cache_folder, cache_path
 
 SOURCES = ("kf.h", "kf_deploy.h", "kf_names.h", "kf_real.c", "kf_state.c", "kf_track.c",
            "kf_hooks.c", "kf_record.c", "kf_io.c", "kf_spool.c", "kf_deploy.c", "kf_spec.c",
@@ -53,18 +54,29 @@ def _stamp(target_dir: Path, flags: Sequence[str]) -> Path | None:
     return target_dir / f".stamp-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
+def _identity(lib: Path) -> str:
+    """What a stamp keeps of the library it names: its name, size and modification time."""
+    st = os.stat(lib)
+    return f"{lib.name} {st.st_size} {st.st_mtime_ns}"
+
+
 def _stamped(stamp: Path | None) -> Path | None:
-    """The library a stamp names, when it is still there."""
+    """The library a stamp names, when it is still the file that was stamped (another file
+    of that name, or a stamp edited to name another library, is not followed)."""
     if stamp is None:
         return None
     try:
-        name = stamp.read_text("ascii").strip()
+        kept = stamp.read_text("ascii").strip()
     except (OSError, UnicodeDecodeError):
         return None
+    name = kept.split(" ", 1)[0]
     if not _LIB_NAME.fullmatch(name):
         return None
     lib = stamp.with_name(name)
-    return lib if lib.is_file() else None
+    try:
+        return lib if lib.is_file() and _identity(lib) == kept else None
+    except OSError:
+        return None
 
 
 def _write_stamp(stamp: Path | None, lib: Path) -> None:
@@ -72,10 +84,11 @@ def _write_stamp(stamp: Path | None, lib: Path) -> None:
         return
     part = stamp.with_name(f"{stamp.name}.{os.getpid()}.tmp")
     try:  # a stamp that cannot be written only costs the next start the hashing
-        part.write_text(lib.name + "\n", "ascii")
+        part.write_text(_identity(lib) + "\n", "ascii")
         os.replace(part, stamp)
     except OSError:
-        part.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a read-only cache: there is no part either
+            part.unlink(missing_ok=True)
 
 
 def compiler() -> str:
@@ -93,7 +106,9 @@ def build(out_dir: Path | None = None, *, extra_flags: Sequence[str] = ()) -> Pa
     whose sources have the sizes and modification times of the last one's finds the library
     through a stamp, without reading and hashing them."""
     flags = [str(f) for f in extra_flags]
-    target_dir = out_dir or cache_folder("interposer")
+    # looked up where it is, writable or not (a prebuilt, read-only cache); a folder that
+    # cannot hold a new build is an error only when one is needed
+    target_dir = out_dir or cache_path("interposer")
     stamp = _stamp(target_dir, flags)
     found = _stamped(stamp)
     if found is not None:
@@ -108,6 +123,8 @@ def build(out_dir: Path | None = None, *, extra_flags: Sequence[str] = ()) -> Pa
             return lib
         import uuid
 
+        if out_dir is None:
+            cache_folder("interposer")  # created and writable, or a ConfigError saying why
         target_dir.mkdir(parents=True, exist_ok=True)
         work = target_dir / f".build-{uuid.uuid4().hex}"
         work.mkdir()
