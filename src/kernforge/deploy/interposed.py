@@ -14,6 +14,8 @@ deliberate exception to the layers, named in ``pyproject.toml`` and docs/archite
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,13 +47,35 @@ def deploy_env(spec_path: Path, lines_path: Path, log_path: Path | None = None
 def run_deployed(spec_path: Path, command: Sequence[str]) -> tuple[int, dict[str, Any]]:
     """Run ``command`` with the interposer replacing the spec's launches: its exit status and
     the interposer's counts (empty when no process of it reported any)."""
-    with tempfile.TemporaryDirectory(prefix="kf-deploy-") as tmp:
+    _sweep_orphans()
+    with tempfile.TemporaryDirectory(prefix=f"kf-deploy-{os.getpid()}-") as tmp:
         log = Path(tmp) / "log.json"
         lib, extra = deploy_env(spec_path, Path(tmp) / "deploy.tsv", log)
         env = interposer.preload_env(lib, extra)
         env.pop("KERNFORGE_RECORD_DIR", None)
         status = interposer.run_preloaded(list(command), env)
         return status, nd.read_log(log)
+
+
+def _sweep_orphans() -> None:
+    """Remove the line files of earlier runs whose launcher was killed (``kill -9`` leaves its
+    ``kf-deploy-PID-*`` folder behind): those of a process that no longer exists."""
+    try:
+        names = os.listdir(tempfile.gettempdir())
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("-")
+        if len(parts) < 4 or parts[:2] != ["kf", "deploy"] or not parts[2].isdigit():
+            continue
+        try:
+            os.kill(int(parts[2]), 0)
+            continue  # alive (or not ours to signal): left alone
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OverflowError):
+            continue
+        shutil.rmtree(os.path.join(tempfile.gettempdir(), name), ignore_errors=True)
 
 
 def env_lines(spec_path: Path) -> list[str]:

@@ -28,7 +28,7 @@ from ..core.paths import cache_folder, cache_path
 
 SOURCES = ("kf.h", "kf_deploy.h", "kf_names.h", "kf_real.c", "kf_state.c", "kf_track.c",
            "kf_hooks.c", "kf_record.c", "kf_io.c", "kf_spool.c", "kf_deploy.c", "kf_spec.c",
-           "kf_nvrtc.c", "kf_defer.c", "kf_thunk.c", "kf_sequence.c")
+           "kf_nvrtc.c", "kf_defer.c", "kf_thunk.c", "kf_sequence.c", "kf_parent.c")
 _lock = threading.Lock()
 _LIB_NAME = re.compile(r"libkfinterpose-[0-9a-f]{16}\.so")
 
@@ -239,8 +239,10 @@ def run_preloaded(command: Sequence[str], env: Mapping[str, str]) -> int:
     path = os.pathsep.join(os.get_exec_path(dict(env)))
     if os.sep not in exe and shutil.which(exe, path=path) is None:
         raise ConfigError(f"command {exe!r} not found", hint="give a path or a command on PATH")
+    # the program ends with this process (kf_parent.c): killed alone, it leaves no orphan
+    env = {**env, "KERNFORGE_PARENT_PID": str(os.getpid())}
     try:
-        proc = subprocess.Popen(list(command), env=dict(env))
+        proc = subprocess.Popen(list(command), env=env)
     except OSError as exc:
         raise ConfigError(f"cannot run {exe!r}: {exc}", hint="check the path and permissions"
                           ) from None
