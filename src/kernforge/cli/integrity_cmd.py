@@ -51,7 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--threads", type=THREADS, default=None, help="CPU: OpenMP threads")
     v.add_argument("--tolerance", action="append", metavar="[BUF=]SPEC")
     v.add_argument("--passes", type=int_range(2), default=7,
-                   help="interleaved passes (default 7)")
+                   help="interleaved passes per look (default 7): the first look is taken "
+                        "at 10 passes at least (a 99%% interval needs them), then up to 3x "
+                        "PASSES while the verdict is inconclusive")
     v.add_argument("--band", type=float_range(0.0, 1.0), default=0.02,
                    help="regression band (default 0.02)")
     v.add_argument("--claimed", type=float, default=None, help="speedup to confirm")
