@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from kernforge.apps.lift_includes import kernel_name
 from kernforge.apps.operator_match import NoMatch, _deploy, lift_unit
-from kernforge.apps.program_gpu import kernel_name
 from kernforge.apps.strategies import operator as strat
 from kernforge.deploy import native as nd
 from kernforge.record.native_format import read_native

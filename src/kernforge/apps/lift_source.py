@@ -16,21 +16,25 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from typing import Any
 
 from .. import syntax
 from ..core import KernelSource
 from ..stencil.program import expr as ex
 from .lift_exprs import MAX_UNROLL, Exprs, Poison, Ptr
+from .lift_includes import function_name, top_level
 from .lift_regions import Lifted, NotLifted, Store, build
 from .lift_symbolic import FALSE, Lin, Poly, Pred, Read, Unliftable, normalize
 
 
 def lift_source(source: str | KernelSource | Any, kernel: str | None = None, *,
-                precision: str | None = None) -> Lifted | NotLifted:
+                precision: str | None = None, defines: Sequence[str] = ()
+                ) -> Lifted | NotLifted:
     """The program of ``kernel`` in ``source``, or why it is not lifted. ``source``: CUDA code,
     a :class:`KernelSource` (it names its entry) or a ``kernforge.Kernel`` (its source);
-    ``precision``: the element type where the source leaves it open (a template parameter)."""
+    ``precision``: the element type where the source leaves it open (a template parameter);
+    ``defines``: the ``-D`` options (``NAME`` or ``NAME=VALUE``) the program is built with."""
     inner = getattr(source, "source", None)
     if isinstance(inner, KernelSource):
         source = inner
@@ -39,14 +43,14 @@ def lift_source(source: str | KernelSource | Any, kernel: str | None = None, *,
         source = source.code
     if kernel is None:
         return NotLifted("no kernel name given")
-    code = _preprocess(source)
+    code = _preprocess(source, defines)
     _data, root = syntax.parse(code, "cuda")
     fn = None
     constants: dict[str, bool] = {}  # __constant__ name -> is an array
     typedefs: dict[str, str] = {}
-    for node in _top_level(root):
+    for node in top_level(root):
         t = syntax.text(node)
-        if node.type == "function_definition" and _name(node) == kernel:
+        if node.type == "function_definition" and function_name(node) == kernel:
             fn = node
         elif node.type == "declaration" and "__constant__" in t:
             for d in node.children_by_field_name("declarator"):
@@ -69,8 +73,8 @@ def lift_source(source: str | KernelSource | Any, kernel: str | None = None, *,
         return NotLifted(str(exc))
 
 
-def _preprocess(source: str) -> str:
-    if "#define" not in source:
+def _preprocess(source: str, defines: Sequence[str] = ()) -> str:
+    if "#define" not in source and not defines:
         return source
     cpp = shutil.which("cpp")
     if cpp is None:
@@ -78,33 +82,12 @@ def _preprocess(source: str) -> str:
     body = "\n".join(line for line in source.splitlines()
                      if not line.lstrip().startswith("#include"))
     try:
-        proc = subprocess.run([cpp, "-P", "-undef", "-nostdinc", "-w"], input=body,
+        proc = subprocess.run([cpp, "-P", "-undef", "-nostdinc", "-w",
+                               *(f"-D{d}" for d in defines)], input=body,
                               capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return source
     return proc.stdout if proc.returncode == 0 else source
-
-
-def _top_level(root: Any) -> list[Any]:
-    """The declarations of a translation unit, inside ``extern "C" {...}`` and namespaces too."""
-    out = []
-    for node in root.children:
-        if node.type in ("linkage_specification", "namespace_definition", "declaration_list",
-                         "template_declaration"):
-            out.extend(_top_level(node))
-        else:
-            out.append(node)
-    return out
-
-
-def _name(fn: Any) -> str | None:
-    d = fn.child_by_field_name("declarator")
-    while d is not None and d.type != "function_declarator":
-        d = d.child_by_field_name("declarator")
-    if d is None:
-        return None
-    n = d.child_by_field_name("declarator")
-    return syntax.text(n) if n is not None else None
 
 
 def _ident(d: Any) -> str:

@@ -78,6 +78,11 @@ class Integrate:
     agent: str | None = None  # an agent command line, run in a copy of the source
     agent_timeout_s: float = 1800.0
     match_repeat: int = 10
+    # the CUDA files that define the recorded kernels of an nvcc-built program, with their
+    # -I directories and -D defines: bound to the units at M2's end (:mod:`.source_binding`)
+    sources: tuple[Path, ...] = ()
+    includes: tuple[Path, ...] = ()
+    defines: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -264,10 +269,38 @@ def _datasets(raw: Any, src: str) -> tuple[Dataset, ...]:
     return tuple(out)
 
 
-def _integrate(d: Any, src: str, base: Path) -> Integrate:
+def _paths(d: Mapping[str, Any], key: str, where: str, root: Path, *, dirs: bool
+           ) -> tuple[Path, ...]:
+    v = d.get(key, [])
+    if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+        raise _err(where, f"{key} must be a list of paths, not {v!r}",
+                   f"write {key} = [\"main.cu\"] (relative to the source directory)")
+    out = []
+    for x in v:
+        p = (root / x).resolve()
+        if not (p.is_dir() if dirs else p.is_file()):
+            what = "directory" if dirs else "file"
+            raise _err(where, f"{key}: no {what} {p}",
+                       f"give the program's {'include directory' if dirs else 'CUDA file'} "
+                       f"relative to the source directory {root}")
+        out.append(p)
+    return tuple(out)
+
+
+def _defines(d: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    v = d.get("defines", [])
+    if not isinstance(v, list) or not all(isinstance(x, str) and x.split("=", 1)[0]
+                                          .isidentifier() for x in v):
+        raise _err(where, f"defines must be a list of \"NAME\" or \"NAME=VALUE\", not {v!r}",
+                   "write defines = [\"BLOCK=16\"] (the -D options the program is built with)")
+    return tuple(v)
+
+
+def _integrate(d: Any, src: str, base: Path, root: Path) -> Integrate:
     where = f"{src}: [integrate]"
     d = strict_keys(d, ("strategies", "tune_trials", "tune_preset", "evolve_config",
-                        "evolve_iterations", "agent", "agent_timeout_s", "match_repeat"),
+                        "evolve_iterations", "agent", "agent_timeout_s", "match_repeat",
+                        "sources", "includes", "defines"),
                     "[integrate]", source=src)
     strategies = d.get("strategies", list(STRATEGIES))
     if not isinstance(strategies, list) or any(s not in STRATEGIES for s in strategies):
@@ -290,7 +323,9 @@ def _integrate(d: Any, src: str, base: Path) -> Integrate:
         evolve_iterations=_num(d, "evolve_iterations", where, 24, lo=0, integer=True),
         agent=_command(agent, "agent", where) if agent else None,
         agent_timeout_s=_num(d, "agent_timeout_s", where, 1800.0, lo=1.0),
-        match_repeat=_num(d, "match_repeat", where, 10, lo=1, integer=True))
+        match_repeat=_num(d, "match_repeat", where, 10, lo=1, integer=True),
+        sources=_paths(d, "sources", where, root, dirs=False),
+        includes=_paths(d, "includes", where, root, dirs=True), defines=_defines(d, where))
 
 
 def _measure(d: Any, src: str) -> Measure:
@@ -355,5 +390,5 @@ def load_manifest(path: str | Path) -> Manifest:
         switch=_choice(switch, "kind", f"{src}: [switch]", SWITCH_KINDS, "environment"),
         env=dict(env), timeout_s=_num(doc, "timeout_s", src, 3600.0, lo=1.0),
         kernels=_str(doc, "kernels", src, required=False), record_dataset=rec,
-        integrate=_integrate(doc.get("integrate", {}), src, base),
+        integrate=_integrate(doc.get("integrate", {}), src, base, source),
         measure=_measure(doc.get("measure", {}), src))

@@ -14,7 +14,6 @@ copy bandwidth. A kernel that faults on a probe costs only this process.
 
 from __future__ import annotations
 
-import re
 import statistics
 import sys
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ from ..record.native_format import read_native
 from ..replay.native import NativeReplay
 from ..stencil.program.designs import candidates
 from .adapter import layout
+from .lift_includes import kernel_name, native_text
 from .lift_probe import Probed, lift_probe
 from .lift_regions import Lifted
 from .lift_source import lift_source
@@ -59,12 +59,6 @@ class LiftedRun:
                                        self.rp.rec.launch_attrs)
 
 
-def kernel_name(name: str) -> str:
-    """The function's name in a readable kernel name (``void ns::f<float>(float*)`` -> f)."""
-    head = re.split(r"[(<]", name, maxsplit=1)[0].strip().split()
-    return head[-1].split("::")[-1] if head else name
-
-
 def refusal(t: ReplayTarget) -> str | None:
     """Why no generated operator may replace the unit whatever its program."""
     rec = t.rp.rec
@@ -92,7 +86,8 @@ def lift(t: ReplayTarget) -> tuple[Any, str, dict[str, str]]:
     rec = t.rp.rec
     why: dict[str, str] = {}
     if rec.source is not None:
-        r = lift_source(rec.source.code, kernel_name(rec.name))
+        code, defines = native_text(rec.source)
+        r = lift_source(code, kernel_name(rec.name), defines=defines)
         if isinstance(r, Lifted):
             ints = {i: v for i, v in enumerate(_ints(rec)) if v is not None}
             sizes = {i: p.size for i, p in enumerate(rec.params)}

@@ -31,7 +31,7 @@ from typing import Any
 
 from ..core import ConfigError, KernforgeError
 from ..core.jsonio import parse_json, write_json_atomic
-from . import endtoend, recording, tree
+from . import endtoend, recording, source_binding, tree
 from .checks import printed_failure
 from .harness import AppHarness, RunFailed
 from .manifest import AppManifestError, Manifest
@@ -204,6 +204,9 @@ class AppRun:
                 return ("FAILED", (f"{ds.name}: under the recorder the program fails its own "
                         f"check: {v.reason}"), figures, "BLOCKED")
             units += got
+        bound = source_binding.bind_units(units, m.integrate)
+        if bound:
+            figures["sources"] = bound
         run_s = self._figures("M1")["baseline"][d.name]["median_s"]
         s = recording.shares(recording.kernel_times(self.out / "recording" / d.name, units),
                              run_s)
@@ -214,6 +217,9 @@ class AppRun:
         f, ceil = s["candidate_share"], recording.ceiling_text(s["ceiling"])
         text = (f"{len(s['kernels'])} kernel(s), {s['units']} unit(s); the recorded kernels "
                 f"take {100 * f:.1f} % of the run on {d.name} (Amdahl ceiling {ceil})")
+        if bound:
+            n = sum(v.startswith("bound to ") for v in bound.values())
+            text += f"; {n} of {len(bound)} native unit(s) bound to their source"
         if not s["units"]:
             return ("DONE", (f"{text}: none could be recorded as a unit "
                     f"({figures['problems'][:3]})"), figures, "OUT_OF_SCOPE")
