@@ -189,7 +189,7 @@ def test_template_needs_a_precision_and_copy_faces() -> None:
     ("scatter", "varying index"),
     ("rooted", "call to sqrtf"),
     ("mirrored", "does not clamp"),
-    ("strided", "steps by"),
+    ("strided", "only copied"),
     ("racy", "order of the threads"),
     ("unguarded", "outside the grid"),
 ])

@@ -5,6 +5,7 @@ program expressions whose loads are :class:`~.lift_symbolic.Read`, conditions as
 
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,8 @@ INT_TYPES = {"int", "unsigned", "long", "short", "char", "bool", "size_t", "int3
              "uint32_t", "int64_t", "uint64_t", "unsigned int", "long long", "ptrdiff_t"}
 MAX_UNROLL = 64
 _BUILTIN = {"threadIdx": "tid", "blockIdx": "bid", "blockDim": "bdim"}
+_BITS = {">>": operator.rshift, "<<": operator.lshift, "&": operator.and_,
+         "|": operator.or_, "^": operator.xor}
 _CMP = ("<", "<=", ">", ">=", "==", "!=")
 _FMA = ("fma", "fmaf", "__fmaf_rn", "__fma_rn", "__hfma")
 _CASTS = ("__float2half", "__float2half_rn", "__half2float", "__double2float_rn", "__int2float_rn")
@@ -73,8 +76,11 @@ class Exprs:
             return "int"
         if self.forced and re.fullmatch(r"\w+", t):
             return self.forced
-        raise Unliftable(f"element type {t!r} is not a float, double, half or integer type "
-                         "(a template parameter needs precision=)")
+        if re.fullmatch(r"[A-Z]\w{0,2}", t):
+            raise Unliftable(f"element type {t!r} is a template parameter (its instantiation "
+                             "gives the precision: precision=)")
+        raise Unliftable(f"element type {t!r} is no float, double, half or integer type (a "
+                         "struct or vector element: the model holds grids of scalars)")
 
     def _as(self, v: Any, kind: str) -> Any:
         if kind == "int" and isinstance(v, ex.Expr):
@@ -131,10 +137,9 @@ class Exprs:
         if t == "field_expression":
             base = syntax.text(n.child_by_field_name("argument"))
             f = syntax.text(n.child_by_field_name("field"))
-            if base in _BUILTIN and f in "xyz":
-                return Lin(Poly.sym(f"{_BUILTIN[base]}.{f}"))
-            raise Unliftable(f"{base}.{f} (gridDim: a grid-stride loop?)" if base == "gridDim"
-                             else f"the member access {base}.{f}")
+            if (base in _BUILTIN or base == "gridDim") and f in "xyz":
+                return Lin(Poly.sym(f"{_BUILTIN.get(base, 'gdim')}.{f}"))
+            raise Unliftable(f"the member access {base}.{f}")
         if t == "cast_expression":
             v = self.value(n.child_by_field_name("value"))
             kind = self._scalar_type(syntax.text(n.child_by_field_name("type")))
@@ -268,6 +273,10 @@ class Exprs:
         if a.clamps or b.clamps:
             raise Unliftable(f"the index operation {op} on a clamped index")
         ca, cb = a.poly.constant(), b.poly.constant()
+        if op in _BITS and ca is not None and cb is not None and cb >= 0:
+            return Lin(Poly.const(int(_BITS[op](ca, cb))))
+        if op in ("<<", ">>") and cb is not None and 0 <= cb < 32:  # by a power of two
+            return self._int("*" if op == "<<" else "/", a, Lin(Poly.const(1 << cb)))
         if op in ("/", "%") and ca is not None and cb:
             return Lin(Poly.const(int(ca / cb) if op == "/" else ca - cb * int(ca / cb)))
         if op not in ("/", "%") or b.poly.symbols() - _params(b.poly):

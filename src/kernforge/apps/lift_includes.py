@@ -85,6 +85,21 @@ def kernel_name(name: str) -> str:
     return head[-1].split("::")[-1] if head else name
 
 
+_PRECISIONS = {"float": "fp32", "double": "fp64", "half": "fp16", "__half": "fp16"}
+
+
+def template_precision(name: str) -> str | None:
+    """The element type a recorded template instantiation names
+    (``void f<float, 4>(float const*)`` -> fp32); None where its name has no such argument."""
+    m = re.match(r"[^(<]*<([^>]*)>", name)
+    if m is None:
+        return None
+    for arg in m.group(1).split(","):
+        if arg.strip() in _PRECISIONS:
+            return _PRECISIONS[arg.strip()]
+    return None
+
+
 def native_text(src: NativeSource) -> tuple[str, tuple[str, ...]]:
     """A unit's source as lifting reads it: an nvcc file bound from disk with its local
     headers inlined (while the file is there), and the ``-D`` defines of its options."""

@@ -60,6 +60,10 @@ def lift_source(source: str | KernelSource | Any, kernel: str | None = None, *,
             m = re.match(r"typedef\s+([\w\s]+?)\s+(\w+)\s*;", t)
             if m:
                 typedefs[m.group(2)] = m.group(1).strip()
+    for k, v in list(typedefs.items()):  # typedef double real8; typedef real8 Real_t;
+        for _ in range(8):
+            v = typedefs.get(v, v)
+        typedefs[k] = v
     if fn is None:
         return NotLifted(f"no function {kernel!r} in the source")
     if "__global__" not in syntax.text(fn).split("(")[0]:
@@ -68,6 +72,9 @@ def lift_source(source: str | KernelSource | Any, kernel: str | None = None, *,
         walker = _Walker(constants, typedefs, precision)
         walker.parameters(fn)
         walker.block(fn.child_by_field_name("body"))
+        if "gdim." in repr(walker.stores):
+            raise Unliftable("gridDim in an index or a guard (the grid's size is a launch "
+                             "detail, not part of the program)")
         return build(walker.stores, walker.params, walker.syms, walker.precision())
     except Unliftable as exc:
         return NotLifted(str(exc))
@@ -238,6 +245,8 @@ class _Walker(Exprs):
         else:
             self.effect(init)
             var = syntax.text(init.child_by_field_name("left"))
+        if self._grid_stride(var, cond, upd, n.child_by_field_name("body")):
+            return
         ut = syntax.text(upd).replace(" ", "")
         step = {f"{var}++": 1, f"++{var}": 1, f"{var}+=1": 1, f"{var}--": -1, f"--{var}": -1,
                 f"{var}-=1": -1}.get(ut)
@@ -284,3 +293,37 @@ class _Walker(Exprs):
             raise Unliftable(f"a loop that carries {', '.join(changed)} from one iteration "
                              "to the next (registers reused along the loop)")
         self.env, self.live = before, live0
+
+    def _grid_stride(self, var: str, cond: Any, upd: Any, body: Any) -> bool:
+        """``for (i = global index; i < n; i += blockDim.a * gridDim.a)``: every point once,
+        as if the grid covered the domain; False for any other loop."""
+        if upd.type != "assignment_expression" or \
+                syntax.text(upd.child_by_field_name("operator")) != "+=" or \
+                syntax.text(upd.child_by_field_name("left")) != var:
+            return False
+        stride, start = self.value(upd.child_by_field_name("right")), self.value_of(var)
+        if not isinstance(stride, Lin) or not any(x.startswith("gdim.")
+                                                  for x in stride.poly.symbols()):
+            return False
+        axis = next(x[-1] for x in stride.poly.symbols() if x.startswith("gdim."))
+        own = Poly.sym(f"bid.{axis}") * Poly.sym(f"bdim.{axis}") + Poly.sym(f"tid.{axis}")
+        op = syntax.text(cond.child_by_field_name("operator")) \
+            if cond.type == "binary_expression" else ""
+        bound = self.value(cond.child_by_field_name("right")) if op else None
+        if normalize(stride.poly) != normalize(Poly.sym(f"bdim.{axis}") *
+                                              Poly.sym(f"gdim.{axis}")) \
+                or not isinstance(start, Lin) or (normalize(start.poly - own).symbols() &
+                                                  {f"tid.{axis}", f"bid.{axis}"}) \
+                or op not in ("<", "<=") or not isinstance(bound, Lin) \
+                or syntax.text(cond.child_by_field_name("left")) != var:
+            raise Unliftable(f"a grid-stride loop that is not over the thread's own points "
+                             f"({syntax.text(cond)!r} by {syntax.text(upd)!r})")
+        before, live0 = dict(self.env), self.live
+        self.live = live0 & Pred(op, normalize(start.poly), normalize(bound.poly))
+        self.stmt(body)
+        changed = [k for k in before if k != var and self.env.get(k) is not before[k]]
+        if changed:
+            raise Unliftable(f"a grid-stride loop that carries {', '.join(changed)} from one "
+                             "point to the next")
+        self.env, self.live = before, live0
+        return True

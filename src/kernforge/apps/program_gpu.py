@@ -26,7 +26,7 @@ from ..record.native_format import read_native
 from ..replay.native import NativeReplay
 from ..stencil.program.designs import candidates
 from .adapter import layout
-from .lift_includes import kernel_name, native_text
+from .lift_includes import kernel_name, native_text, template_precision
 from .lift_probe import Probed, lift_probe
 from .lift_regions import Lifted
 from .lift_source import lift_source
@@ -87,7 +87,8 @@ def lift(t: ReplayTarget) -> tuple[Any, str, dict[str, str]]:
     why: dict[str, str] = {}
     if rec.source is not None:
         code, defines = native_text(rec.source)
-        r = lift_source(code, kernel_name(rec.name), defines=defines)
+        r = lift_source(code, kernel_name(rec.name), defines=defines,
+                        precision=template_precision(rec.name))
         if isinstance(r, Lifted):
             ints = {i: v for i, v in enumerate(_ints(rec)) if v is not None}
             sizes = {i: p.size for i, p in enumerate(rec.params)}
