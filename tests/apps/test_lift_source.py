@@ -183,7 +183,7 @@ def test_template_needs_a_precision_and_copy_faces() -> None:
 
 
 @pytest.mark.parametrize(("entry", "words"), [
-    ("tiled", "shared memory"),
+    ("tiled", "no halo load"),
     ("branchy", "branch on data"),
     ("radius", "loop over taps whose bounds depend"),
     ("scatter", "varying index"),

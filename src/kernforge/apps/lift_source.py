@@ -1,14 +1,16 @@
 """Lifting a stencil program from a kernel's CUDA source (docs/stencil-programs.md).
 
-:func:`lift_source` parses the source (tree-sitter; ``#define`` macros expanded by the host's
-``cpp`` when there are any) and executes the kernel's body symbolically for one thread: indices
-become polynomials over the thread's global indices and the integer parameters, loads become
-reads of buffers, stores and ``atomicAdd`` calls are recorded with the guard under which they
-happen (:mod:`.lift_symbolic`). :mod:`.lift_regions` then turns them into a
-:class:`~kernforge.stencil.program.StencilProgram`. Anything outside that shape is refused with
-the reason: shared memory, barriers, loops whose bounds are not constants (unless the loop is
-itself a grid axis), loop-carried values, calls other than ``__ldg``/``fma``, conditional
-indices, data-dependent branches, other atomics, stores away from the thread's point.
+:func:`lift_source` parses the source (tree-sitter; ``#define`` macros and the build's ``-D``
+defines expanded by the host's ``cpp``) and executes the kernel's body symbolically for one
+thread: indices become polynomials over the thread's global indices and the integer
+parameters, loads become reads of buffers, stores and ``atomicAdd`` calls are recorded with the
+guard under which they happen (:mod:`.lift_symbolic`); a shared-memory tile is read as the
+window of the buffer its threads loaded (:mod:`.lift_tiles`). :mod:`.lift_regions` then turns
+them into a :class:`~kernforge.stencil.program.StencilProgram`. Anything outside that shape is
+refused with the reason: tiles that are no window, other barriers, loops whose bounds are not
+constants (unless the loop is itself a grid axis, or a grid-stride loop), loop-carried values,
+calls other than ``__ldg``/``fma``, conditional indices, data-dependent branches, other
+atomics, stores away from the thread's point.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from typing import Any
 from .. import syntax
 from ..core import KernelSource
 from ..stencil.program import expr as ex
-from .lift_exprs import MAX_UNROLL, Exprs, Poison, Ptr
+from .lift_exprs import FLOAT_TYPES, INT_TYPES, MAX_UNROLL, Exprs, Poison, Ptr
 from .lift_includes import function_name, top_level
 from .lift_regions import Lifted, NotLifted, Store, build
 from .lift_symbolic import FALSE, Lin, Poly, Pred, Read, Unliftable, normalize
+from .lift_tiles import Tiles
 
 
 def lift_source(source: str | KernelSource | Any, kernel: str | None = None, *,
@@ -43,7 +46,7 @@ def lift_source(source: str | KernelSource | Any, kernel: str | None = None, *,
         source = source.code
     if kernel is None:
         return NotLifted("no kernel name given")
-    code = _preprocess(source, defines)
+    code = _unparenthesize(_preprocess(source, defines))
     _data, root = syntax.parse(code, "cuda")
     fn = None
     constants: dict[str, bool] = {}  # __constant__ name -> is an array
@@ -97,6 +100,19 @@ def _preprocess(source: str, defines: Sequence[str] = ()) -> str:
     return proc.stdout if proc.returncode == 0 else source
 
 
+_AMBIGUOUS = re.compile(r"\(\s*([A-Za-z_]\w*)\s*\)(?=\s*[-+*&])")
+
+
+def _unparenthesize(code: str) -> str:
+    """``(j)*N``, ``(i) - 1``, as macros expand, without the parentheses C would read as a
+    cast to ``j``; a name that may be a type keeps them (a cast to an unknown name is refused
+    later, never read as a product)."""
+    types = set(FLOAT_TYPES) | set(INT_TYPES) | {"void", "signed", "auto", "char", "bool"}
+    types |= set(re.findall(r"\b(?:typename|class|struct|union|enum)\s+(\w+)", code))
+    types |= set(re.findall(r"\btypedef\b[^;]*?(\w+)\s*;", code))
+    return _AMBIGUOUS.sub(lambda m: m.group(0) if m.group(1) in types else m.group(1), code)
+
+
 def _ident(d: Any) -> str:
     for n in syntax.walk(d):
         if n.type == "identifier":
@@ -104,7 +120,7 @@ def _ident(d: Any) -> str:
     raise Unliftable(f"no name in declarator {syntax.text(d)!r}")
 
 
-class _Walker(Exprs):
+class _Walker(Tiles, Exprs):
     def parameters(self, fn: Any) -> None:
         d = fn.child_by_field_name("declarator")
         while d.type != "function_declarator":
@@ -129,6 +145,12 @@ class _Walker(Exprs):
                 self.env[name] = ex.Param(i, name)
                 self.params[name] = (i, kind)
 
+    def value(self, n: Any) -> Any:
+        tile = self.tile_read(n)
+        if tile is not None:
+            return tile
+        return super().value(n)
+
     # --- statements ----------------------------------------------------------------------
     def block(self, node: Any) -> None:
         for c in node.named_children:
@@ -136,7 +158,8 @@ class _Walker(Exprs):
 
     def stmt(self, n: Any) -> None:
         t = n.type
-        if t == "comment":
+        if t == "comment" or (t == "preproc_call" and syntax.text(n).lstrip("# \t")
+                              .startswith("pragma")):
             return
         if t == "compound_statement":
             self.block(n)
@@ -157,8 +180,8 @@ class _Walker(Exprs):
     def declaration(self, n: Any) -> None:
         text = syntax.text(n)
         if "__shared__" in text:
-            raise Unliftable("shared memory (a tile the threads share): lifted from probing, "
-                             "not from source")
+            self.tile_declare(n)
+            return
         kind = self._scalar_type(syntax.text(n.child_by_field_name("type")))
         for d in n.children_by_field_name("declarator"):
             if d.type == "array_declarator" or (d.type == "init_declarator" and
@@ -190,6 +213,9 @@ class _Walker(Exprs):
                                          self.to_expr(self.value(args[1])), self.live, True))
                 self.precisions.add(target.precision)
                 return
+            if fname == "__syncthreads" and getattr(self, "tiles", None):
+                self.barriers += 1
+                return
             if fname.startswith(("__syncthreads", "__syncwarp")):
                 raise Unliftable(f"a barrier ({fname}): threads exchange values")
             raise Unliftable(f"a call to {fname} as a statement")
@@ -200,6 +226,8 @@ class _Walker(Exprs):
         left, right = n.child_by_field_name("left"), n.child_by_field_name("right")
         op = syntax.text(n.child_by_field_name("operator"))
         v = self.value(right)
+        if self.tile_write(left, op, v):
+            return
         if left.type == "subscript_expression" or left.type == "pointer_expression":
             target = self.address(left)
             if op != "=":
@@ -230,7 +258,8 @@ class _Walker(Exprs):
         if alt is not None:
             self.stmt(alt.named_children[0] if alt.type == "else_clause" else alt)
         env_e, live_e = self.env, self.live
-        self.live = live_t | live_e
+        # neither branch returned: the guard is the one before the if, not (c or not c)
+        self.live = live0 if (live_t, live_e) == (live0 & c, live0 & ~c) else live_t | live_e
         self.env = {k: self.merge(c, env_t[k], env_e[k]) if env_t[k] is not env_e[k]
                     else env_t[k] for k in env_t if k in env_e}
 
