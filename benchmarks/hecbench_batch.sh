@@ -13,6 +13,9 @@
 #
 # The manifests are copied into OUT/manifests with their source set to the binaries'
 # directory, in the order given (without NAMEs: all, the stencil and PDE programs first).
+# The kernels' sources a manifest binds ([integrate] sources = ["../hecsrc/..."]) are set to
+# HeCBench's src in $HECBENCH_SRC (default: build/hecsrc of this checkout, which build.sh links);
+# where that directory is missing, the manifests are copied without sources (M3a then probes).
 # HECBENCH_QUICK=1 copies them with fewer rounds (M1 2, M4 3) and operator matching only (no
 # tuning), for a first pass on little device time; use another OUT for the full manifests (a
 # changed manifest is run again from the start).
@@ -51,6 +54,16 @@ else
     [ $# -gt 0 ] || set -- $(cd "$here/hecbench/manifests" &&
         { grep -l '^# HeCBench .*(stencil/PDE)' *.toml; grep -L '^# HeCBench .*(stencil/PDE)' *.toml; } |
         sed 's/\.toml$//')
+    hsrc=$(cd "${HECBENCH_SRC:-$here/../build/hecsrc}" 2>/dev/null && pwd) || {
+        hsrc=""
+        echo "no HeCBench sources at ${HECBENCH_SRC:-$here/../build/hecsrc}: the manifests" \
+             "are copied without [integrate] sources (set HECBENCH_SRC)" >&2
+    }
+    if [ -n "$hsrc" ]; then
+        srcs="s|\"\\.\\./hecsrc/|\"$hsrc/|g"
+    else
+        srcs='/^sources = /d'
+    fi
     # every name and binary checked before anything is written: a program run without its
     # binary would finish BLOCKED, and a finished program is not run again by the next batch
     missing=""
@@ -73,11 +86,11 @@ else
     for name in "$@"; do
         m=$here/hecbench/manifests/$name.toml
         if [ -n "${HECBENCH_QUICK:-}" ]; then
-            sed -e "s|^source = .*|source = \"$bin\"|" -e 's/^rounds = .*/rounds = 2/' \
+            sed -e "s|^source = .*|source = \"$bin\"|" -e "$srcs" -e 's/^rounds = .*/rounds = 2/' \
                 -e 's/^e2e_rounds = .*/e2e_rounds = 3/' -e 's/^strategies = .*/strategies = ["operator"]/' \
                 "$m" > "$out/manifests/$name.toml"
         else
-            sed "s|^source = .*|source = \"$bin\"|" "$m" > "$out/manifests/$name.toml"
+            sed -e "s|^source = .*|source = \"$bin\"|" -e "$srcs" "$m" > "$out/manifests/$name.toml"
         fi
     done
     for name in "$@"; do  # each NAME becomes its copy, kept one argument (OUT may hold spaces)

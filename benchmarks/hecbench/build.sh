@@ -1,7 +1,8 @@
 #!/bin/sh
 # Builds the HeCBench programs of benchmarks/hecbench/manifests and puts what they run in BIN
 # (default: build/hec of this checkout): BIN/NAME-cuda (HeCBench's `make ARCH=...`, stripped),
-# and the inputs their command lines name (benchmarks/hecbench/README.md).
+# and the inputs their command lines name (benchmarks/hecbench/README.md); links build/hecsrc
+# to HECBENCH_SRC, where the manifests' [integrate] sources are.
 #
 #   benchmarks/hecbench/build.sh HECBENCH_SRC [BIN [ARCH]]    e.g. ~/HeCBench/src build/hec sm_90
 #
@@ -15,6 +16,8 @@ if [ $# -lt 1 ] || [ ! -d "$1" ]; then
 fi
 src=$(cd "$1" && pwd) bin=${2:-$here/../../build/hec} arch=${3:-sm_90}
 mkdir -p "$bin"
+# the manifests' [integrate] sources are under build/hecsrc: HeCBench's src, linked once
+[ -e "$here/../../build/hecsrc" ] || ln -s "$src" "$here/../../build/hecsrc"
 failed=""
 for m in "$here"/manifests/*.toml; do
     name=$(basename "$m" .toml)

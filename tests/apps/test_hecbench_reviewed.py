@@ -12,6 +12,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,17 @@ def _load_in(tree: Path, name: str) -> Manifest:
     d.mkdir(parents=True, exist_ok=True)
     (tree / "build" / "hec").mkdir(parents=True, exist_ok=True)
     shutil.copy(MANIFESTS / f"{name}.toml", d)
+    for rel in _sources(name):  # the kernels' sources must exist to load: stand-ins
+        f = tree / "build" / "hec" / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.touch()
     return load_manifest(d / f"{name}.toml")
+
+
+def _sources(name: str) -> list[str]:
+    """The manifest's [integrate] sources (relative to build/hec)."""
+    integ = tomllib.loads((MANIFESTS / f"{name}.toml").read_text()).get("integrate", {})
+    return list(integ.get("sources", []))
 
 
 def _program_and_inputs(m: Manifest) -> set[str]:
@@ -94,6 +105,7 @@ def _rooted(name: str, out: Path) -> Path:
     """The manifest with its source at BIN (as hecbench_batch.sh writes it)."""
     text = (MANIFESTS / f"{name}.toml").read_text()
     path = out / f"{name}.toml"
+    text = re.sub(r"(?m)^sources = .*$", "", text)  # the kernels' sources: not needed here
     path.write_text(re.sub(r"(?m)^source = .*$", f'source = "{BIN.resolve()}"', text))
     return path
 
@@ -139,6 +151,25 @@ def test_a_program_without_its_binary_is_refused_before_the_batch(tmp_path: Path
     assert r.returncode == 2 and r.stdout == ""
     assert f"no binary in {tmp_path / 'bin'} for: jacobi-cuda laplace-cuda;" in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_batch_script_points_the_sources_at_hecbench_src(tmp_path: Path) -> None:
+    assert _sources("heat") == ["../hecsrc/heat-cuda/heat.cu"]
+    _binaries(tmp_path / "bin", "heat")
+    (tmp_path / "hs" / "heat-cuda").mkdir(parents=True)
+    (tmp_path / "hs" / "heat-cuda" / "heat.cu").write_text("__global__ void solve() {}\n")
+    env = {**os.environ, "HECBENCH_BIN": str(tmp_path / "bin"), "PYTHON": "echo",
+           "HECBENCH_SRC": str(tmp_path / "hs")}
+    r = subprocess.run(["sh", str(BATCH), str(tmp_path / "out"), "3m", "heat"],
+                       capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    m = load_manifest(tmp_path / "out" / "manifests" / "heat.toml")
+    assert m.integrate.sources == (tmp_path / "hs" / "heat-cuda" / "heat.cu",)
+    env["HECBENCH_SRC"] = str(tmp_path / "nowhere")
+    r = subprocess.run(["sh", str(BATCH), str(tmp_path / "o2"), "3m", "heat"],
+                       capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert r.returncode == 0 and "without [integrate] sources" in r.stderr
+    assert load_manifest(tmp_path / "o2" / "manifests" / "heat.toml").integrate.sources == ()
 
 
 def test_a_quick_batch_has_fewer_rounds_and_no_tuning(tmp_path: Path) -> None:
