@@ -16,9 +16,13 @@ from kernforge.apps.lift_includes import kernels_defined, native_text, translati
 from kernforge.apps.manifest import AppManifestError, Integrate, load_manifest
 from kernforge.apps.operator_match import NoMatch, lift_unit
 from kernforge.apps.source_binding import SourceBindingError, bind_units
+from kernforge.apps.store import AppStore
 from kernforge.apps.strategies.tune import has_source
+from kernforge.apps.workflow import AppRun
 from kernforge.record.native_format import read_native
 from kernforge.testing.fakedriver import FakeCuda
+
+from .app_helpers import fake_program, write_manifest
 
 HEADER = """#define AT(i) ((i) + OFFSET)
 __global__ void heat(const double *__restrict__ in, double *__restrict__ out, int n,
@@ -118,3 +122,43 @@ def test_manifest_sources_are_relative_to_the_source_directory(tmp_path: Path) -
         load_manifest(_manifest(tmp_path, 'sources = ["main.cu"]\nincludes = ["inc"]\n'))
     with pytest.raises(AppManifestError, match="defines must be"):
         load_manifest(_manifest(tmp_path, 'sources = ["main.cu"]\ndefines = ["1X=2"]\n'))
+
+
+def _app(tmp_path: Path, fake: FakeCuda, sources: str) -> Path:
+    src = fake_program(tmp_path / "src")
+    (src / "cuda").mkdir()
+    (src / "cuda" / "heat.cuh").write_text(HEADER)
+    (src / "cuda" / "main.cu").write_text('#include "heat.cuh"\n')
+    (src / "cuda" / "other.cu").write_text(OTHER)
+    m = write_manifest(tmp_path / "app.toml", src, fake)
+    m.write_text(m.read_text().replace('strategies = ["operator", "tune", "agent"]',
+                                       f'strategies = ["operator"]\n{sources}')
+                 .replace("min_share = 0.0", "min_share = 0.99"))  # ends after M2
+    return m
+
+
+def test_m2_binds_every_recorded_unit_of_every_dataset(tmp_path: Path, fake: FakeCuda
+                                                       ) -> None:
+    m = _app(tmp_path, fake, 'sources = ["cuda/other.cu", "cuda/main.cu"]\n'
+                             'defines = ["OFFSET=0"]')
+    assert AppRun(load_manifest(m), tmp_path / "run").run().state == "OUT_OF_SCOPE"
+    m2 = AppStore.open(tmp_path / "run").milestone("M2")
+    assert m2 is not None and "native unit(s) bound to their source" in m2.reason, m2.reason
+    bound = m2.figures["sources"]
+    assert {Path(u).parent.name for u in bound} == {"small", "large"}
+    heat = [u for u in bound if Path(u).name.startswith("heat-")]
+    assert len(heat) == 2, bound  # one unit of heat per dataset
+    for unit in heat:
+        assert bound[unit].endswith("main.cu"), bound[unit]
+        src = read_native(unit).source
+        assert src is not None and "-DOFFSET=0" in src.options
+    assert all("defined in none" in bound[u] for u in bound if u not in heat)
+
+
+def test_m2_fails_when_no_source_defines_a_recorded_kernel(tmp_path: Path, fake: FakeCuda
+                                                           ) -> None:
+    m = _app(tmp_path, fake, 'sources = ["cuda/other.cu"]')
+    with pytest.raises(SourceBindingError, match="defined in none of"):
+        AppRun(load_manifest(m), tmp_path / "run").run()
+    m2 = AppStore.open(tmp_path / "run").milestone("M2")
+    assert m2 is not None and m2.status == "FAILED" and "scale2" in m2.reason
