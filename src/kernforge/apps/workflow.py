@@ -8,6 +8,8 @@ INCONCLUSIVE | INTEGRATED. Milestones, each persisted with its status, reason an
   interleaved rounds. Fails -> BLOCKED.
 - M2: one dataset recorded; each kernel's share of the run; the Amdahl ceiling. Nothing
   recorded, or the replaceable kernels under ``min_share`` (5 %) of the run -> OUT_OF_SCOPE.
+  With ``[integrate] sources``, the native units are bound to their source here
+  (:mod:`.source_binding`).
 - M3: the strategies in order (M3a operator matching, M3b tune/evolve, M3c agent). Nothing
   to integrate -> RESEARCH. A strategy redone after an interruption starts from scratch,
   except a ``resumable`` one (M3a keeps the units it finished).
