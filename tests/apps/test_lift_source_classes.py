@@ -107,3 +107,32 @@ def test_a_kernel_in_a_local_header_with_its_macros(tmp_path: Path) -> None:
     code = translation_unit(tmp_path / "main.cu", [tmp_path / "inc"])
     r = lift_source(code, "smooth", defines=("NX=nx",))
     assert isinstance(r, Lifted) and r.program.dims == 2, r
+
+
+def test_casts_written_as_calls_chained_stores_and_constant_globals() -> None:
+    code = """
+typedef double Real_t; typedef long long int llint;
+const Real_t mix = 0.9;
+static const int OFF = 1;
+#define HALF Real_t(0.5)
+__global__ void m(const Real_t *__restrict__ u, Real_t *__restrict__ a, Real_t *__restrict__ b,
+                  int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= OFF && i < n - OFF) a[(llint)(i)] = b[i] = HALF * mix * (u[i - OFF] + u[(llint)(i + 1)]);
+}
+"""
+    r = lift_source(code, "m")
+    assert isinstance(r, Lifted), r
+    d = r.program.describe()
+    assert "a = 0.5 * 0.9 * (u[0,0,-1] + u[0,0,1])" in d and "b = 0.5 * 0.9 *" in d, d
+    inverse = """typedef double Real_t;
+__global__ void acc(const Real_t *__restrict__ f, const Real_t *__restrict__ mass,
+                    Real_t *__restrict__ a, const int n) {
+  int i = blockDim.x * blockIdx.x + threadIdx.x;
+  if (i >= n) return;
+  Real_t inv = Real_t(1.) / mass[i];  /* lulesh's 1 / mass: no program of the model */
+  a[i] = f[i] * inv;
+}"""
+    r = lift_source(inverse, "acc")
+    assert isinstance(r, NotLifted) and r.reason == \
+        "the program model refuses it: a division by a field or by zero", r

@@ -46,6 +46,18 @@ __global__ void win(const double *__restrict__ in, double *__restrict__ out, int
   for (int o = -R; o <= R; o++) s += w[l + o];
   if (g >= R && g < n - R) out[g] = s;
 }
+__global__ void cleared(const float *__restrict__ in, float *__restrict__ out, int n) {
+  __shared__ float w[B + 2];
+  w[threadIdx.x] = 0.f;
+  if (threadIdx.x < 2) w[B + threadIdx.x] = 0.f;
+  __syncthreads();
+  int g = threadIdx.x + blockIdx.x * blockDim.x;
+  w[threadIdx.x + 1] = in[g];
+  if (threadIdx.x == 0) w[threadIdx.x] = in[g - 1];
+  if (threadIdx.x == B - 1) w[threadIdx.x + 2] = in[g + 1];
+  __syncthreads();
+  if (g > 0 && g < n - 1) out[g] = w[threadIdx.x + 2] - w[threadIdx.x];
+}
 __global__ void periodic(const float *in, float *out, int n) {
   __shared__ float w[B + 2];
   int g = threadIdx.x + blockIdx.x * blockDim.x;
@@ -100,6 +112,12 @@ def test_a_1d_window_with_a_zero_padded_halo() -> None:
     assert isinstance(r, Lifted), r
     d = r.program.describe()
     assert "in[0,0,-2] + in[0,0,-1] + in[0,0,0] + in[0,0,1] + in[0,0,2]" in d, d
+
+
+def test_a_tile_cleared_then_loaded_holds_the_loads() -> None:
+    r = lift_source(TILES, "cleared")
+    assert isinstance(r, Lifted), r
+    assert "out = in[0,0,1] - in[0,0,-1]" in r.program.describe(), r.program.describe()
 
 
 @pytest.mark.parametrize(("entry", "words"), [

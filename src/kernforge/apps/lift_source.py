@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import syntax
-from ..core import KernelSource
+from ..core import ConfigError, KernelSource
 from ..stencil.program import expr as ex
 from .lift_exprs import FLOAT_TYPES, INT_TYPES, MAX_UNROLL, Exprs, Poison, Ptr
 from .lift_includes import function_name, top_level
@@ -51,6 +51,7 @@ def lift_source(source: str | KernelSource | Any, kernel: str | None = None, *,
     fn = None
     constants: dict[str, bool] = {}  # __constant__ name -> is an array
     typedefs: dict[str, str] = {}
+    globals_: list[Any] = []
     for node in top_level(root):
         t = syntax.text(node)
         if node.type == "function_definition" and function_name(node) == kernel:
@@ -59,6 +60,9 @@ def lift_source(source: str | KernelSource | Any, kernel: str | None = None, *,
             for d in node.children_by_field_name("declarator"):
                 ident = _ident(d)
                 constants[ident] = "[" in syntax.text(d).split("=")[0]
+        elif node.type == "declaration" and re.match(r"(static\s+)?const(expr)?\b", t) \
+                and "(" not in t:
+            globals_.append(node)  # const Real mix_param = 0.9;
         elif node.type == "type_definition":
             m = re.match(r"typedef\s+([\w\s]+?)\s+(\w+)\s*;", t)
             if m:
@@ -73,6 +77,11 @@ def lift_source(source: str | KernelSource | Any, kernel: str | None = None, *,
         return NotLifted(f"{kernel!r} is not a __global__ function")
     try:
         walker = _Walker(constants, typedefs, precision)
+        for g in globals_:  # a constant scalar of the file, where the kernel reads it
+            try:
+                walker.declaration(g)
+            except Unliftable:
+                continue
         walker.parameters(fn)
         walker.block(fn.child_by_field_name("body"))
         if "gdim." in repr(walker.stores):
@@ -81,6 +90,8 @@ def lift_source(source: str | KernelSource | Any, kernel: str | None = None, *,
         return build(walker.stores, walker.params, walker.syms, walker.precision())
     except Unliftable as exc:
         return NotLifted(str(exc))
+    except ConfigError as exc:  # a formula the program model does not hold
+        return NotLifted(f"the program model refuses it: {exc.message}")
 
 
 def _preprocess(source: str, defines: Sequence[str] = ()) -> str:
@@ -149,6 +160,13 @@ class _Walker(Tiles, Exprs):
         tile = self.tile_read(n)
         if tile is not None:
             return tile
+        if n.type == "call_expression":  # Real_t(0.5), (llint)(i): a cast written as a call
+            ty = syntax.text(n.child_by_field_name("function")).strip("() \t")
+            args = n.child_by_field_name("arguments").named_children
+            if len(args) == 1 and (ty in FLOAT_TYPES or ty in INT_TYPES or ty in self.typedefs):
+                kind = self._scalar_type(ty)
+                v = self.value(args[0])
+                return self._as(v, kind) if not isinstance(v, Ptr | Pred) else v
         return super().value(n)
 
     # --- statements ----------------------------------------------------------------------
@@ -224,6 +242,9 @@ class _Walker(Tiles, Exprs):
 
     def assign(self, n: Any) -> None:
         left, right = n.child_by_field_name("left"), n.child_by_field_name("right")
+        if right.type == "assignment_expression":  # a = b = v: b first, then a = b
+            self.assign(right)
+            right = right.child_by_field_name("left")
         op = syntax.text(n.child_by_field_name("operator"))
         v = self.value(right)
         if self.tile_write(left, op, v):

@@ -10,7 +10,9 @@ halo loads) must give the same buffer element, else the tile holds something els
 window (periodic images, a second field) and the kernel is refused. A read from another
 thread needs a halo load beside the interior one; halo loads are assumed to complete the window; the lifted program is checked against the original kernel on the device
 before anything replaces it. A tile indexed by two thread axes in one dimension (flattened),
-updated in place (a reduction across threads) or read where no write reaches is refused.
+updated in place (a reduction across threads) or read where no write reaches is refused. Where
+writes of several barrier phases reach a read, the last phase's hold (a tile cleared, then
+loaded).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class Tiles:
     def _read(self, name: str, index: tuple[Poly, ...]) -> Any:
         found: list[Any] = []
         moves: list[dict[str, Poly]] = []
+        phases: list[int] = []
         for w in self.tiles[name]:
             if len(w.index) != len(index):
                 raise Unliftable(f"the tile {name} indexed with {len(index)} and "
@@ -85,6 +88,10 @@ class Tiles:
                 raise Unliftable(f"the tile {name} read from another thread before a barrier")
             found.append(_moved(w.value, shift))
             moves.append(shift)
+            phases.append(w.barriers)
+        if phases and max(phases) > min(phases):  # a later phase writes over (a cleared tile)
+            keep = [k for k, ph in enumerate(phases) if ph == max(phases)]
+            found, moves = [found[k] for k in keep], [moves[k] for k in keep]
         if not found:
             raise Unliftable(f"a read of the tile {name} that no write reaches "
                              f"([{'], ['.join(p.text() for p in index)}])")
