@@ -85,8 +85,11 @@ def test_every_documented_cpu_command_runs_as_written(tmp_path: Path) -> None:
                 assert "nothing to export" in r.stderr and "skipped" in r.stderr, r.stderr
                 exported = False
                 continue
-            if r.returncode == 9 and expect == 0 and "busy" in r.stdout + r.stderr:
-                continue  # documented: exit 9, an inconclusive verdict on a busy machine
+            said = r.stdout + r.stderr
+            if r.returncode == 9 and expect == 0 and ("busy" in said or "idle machine" in said):
+                # documented: exit 9, an inconclusive verdict on a busy machine (or one whose
+                # load changed during the measurement: "measure again on an idle machine")
+                continue
             assert r.returncode == expect, (f"{cmd}\nexit {r.returncode}, expected {expect}\n"
                                             f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     finally:
