@@ -189,6 +189,7 @@ def test_three_time_levels_and_half_precision() -> None:
     assert poly[(("p0", (0, 0, 0)),)] == pytest.approx(0.5) and len(poly) == 5
 
 
+@pytest.mark.slow
 def test_a_padded_grid_past_the_pointer() -> None:
     # fdtd3d's layout: the grid (interior + 2-point halo) starts 6 elements past the pointer
     nx, ny, nz, r, pad = 12, 10, 10, 2, 6

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from kernforge.apps.manifest import Integrate
 from kernforge.apps.strategies.tune import evolve_config, has_source, path_verdicts, refusals
 from kernforge.pipeline.evolve_config import load_config
@@ -26,6 +28,7 @@ def test_a_unit_with_source_is_evolved_offline_by_default(tmp_path: Path) -> Non
                          {"kind": "source"}, tmp_path / "r3") == mine
 
 
+@pytest.mark.slow
 def test_native_units_are_evolved_only_when_their_source_was_captured(
         on_fake_nvrtc: FakeCuda, fake: FakeCuda, tmp_path: Path) -> None:
     status, units, _, _ = record_command(on_fake_nvrtc.nvrtc_command(), tmp_path / "a",

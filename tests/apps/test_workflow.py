@@ -134,6 +134,7 @@ def test_research_when_nothing_integrates(tmp_path: Path, fake: FakeCuda, progra
     assert app is not None and why in app.reason
 
 
+@pytest.mark.slow
 def test_out_of_scope_below_the_share_threshold(tmp_path: Path, fake: FakeCuda,
                                                 program: Path) -> None:
     m = _manifest(tmp_path, fake, program)

@@ -92,6 +92,7 @@ def test_the_four_tools_run_at_once_and_one_that_could_not_start_runs_again(
     assert not any(r.finding for r in run_tools("cpu", _variant(CODE), [np.zeros(8), 8]))
 
 
+@pytest.mark.slow
 def test_a_run_past_the_limit_is_killed_with_its_child(tool: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(TIMEOUT_ENV, "3")
@@ -144,6 +145,7 @@ def _gone(pids: Path) -> None:
             os.kill(int(pid), 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("then", ["flood", "sleep"])
 def test_the_first_hazard_stops_the_run(tool: Path, monkeypatch: pytest.MonkeyPatch,
                                         then: str) -> None:

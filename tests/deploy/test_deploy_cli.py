@@ -147,6 +147,7 @@ def test_environment_variable(spec: Path, tmp_path: Path) -> None:
     assert "not deployed" in r.stderr and "no such deployment spec" in r.stderr
 
 
+@pytest.mark.slow
 def test_export_says_the_confidence_of_the_intervals(run_dir: Path, tmp_path: Path) -> None:
     import shutil
 

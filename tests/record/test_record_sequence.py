@@ -124,6 +124,7 @@ def test_exit_ends_an_open_sequence(on_fake: FakeCuda, tmp_path: Path) -> None:
     assert rec.sequence["steps"] == 3 and rec.sequence["ended"] == "the process exited"
 
 
+@pytest.mark.slow
 def test_a_wrong_variant_is_caught_on_the_intermediate_level(on_fake_nvrtc: FakeCuda,
                                                              tmp_path: Path) -> None:
     """heat that leaves OUT right but scribbles into IN after computing: each scribble is
@@ -201,6 +202,7 @@ def test_a_damaged_sequence_spool_unit_is_named(on_fake: FakeCuda, tmp_path: Pat
 
 
 
+@pytest.mark.slow
 def test_integrity_validate_takes_sequence_units(on_fake_nvrtc: FakeCuda, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     status, units, problems, _ = record_command(on_fake_nvrtc.nvrtc_command(4), tmp_path / "r",

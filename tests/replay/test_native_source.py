@@ -28,6 +28,7 @@ def _unit(cmd: list[str], out: Path, **kw: object) -> Path:
     return units[0]
 
 
+@pytest.mark.slow
 def test_a_captured_source_is_rebuilt_under_the_cuda_knobs(on_fake_nvrtc: FakeCuda,
                                                            tmp_path: Path) -> None:
     unit = _unit(on_fake_nvrtc.nvrtc_command(), tmp_path / "r")

@@ -49,6 +49,7 @@ def test_abort_is_classified_and_does_not_poison_a_retry(client: Client, rec) ->
     assert client.evaluate(rec, **PROTOCOL).ok
 
 
+@pytest.mark.slow
 def test_a_fixed_timeout_overrides_the_derived_one(client: Client, rec) -> None:
     m = client.evaluate(rec, fault(rec, "hang"), timeout_s=0.5, **PROTOCOL)
     assert m.status is Status.TIMEOUT and dict(m.extra)["timeout_s"] == 0.5

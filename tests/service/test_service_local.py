@@ -92,6 +92,7 @@ def test_tune_runs_parallel_tpe_on_the_workers(client: Client, rec, tmp_path: Pa
     assert (tmp_path / rec.name / "history.png").exists()
 
 
+@pytest.mark.slow
 def test_validate_task_runs_every_gate_on_a_worker(client: Client, rec_path: Path, rec) -> None:
     o3 = good_variants(rec, 2)[1]
     ok = client.call(validate_task, str(rec_path), o3, None, 3, None, client.limits,

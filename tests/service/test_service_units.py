@@ -176,6 +176,7 @@ def test_a_worker_reloads_a_recording_recorded_again(tmp_path: Path) -> None:
     assert st.load(str(unit)) is new and list(st.recordings) == [str(unit.resolve())]
 
 
+@pytest.mark.slow
 def test_stop_kills_the_whole_service_process_group(tmp_path: Path) -> None:
     """A service that ignores SIGTERM is killed with its process group (its workers too),
     and a state file already removed is no error."""

@@ -453,6 +453,7 @@ def test_temporal_half2_refuses_what_it_cannot_pair() -> None:
     assert 2 * h2.launches[0].shared_bytes == f32.launches[0].shared_bytes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("design,cell_id,params", [
     ("planesweep", "box_1/256x256x256/fp64", {"ry": 4, "tx": 32, "ty": 4, "vx": 1, "lz": 32}),
     ("planesweep", "box_1/256x256x256/fp16", {"ry": 4, "tx": 32, "ty": 4, "vx": 1, "lz": 32,
