@@ -27,15 +27,6 @@ from kernforge.replay.native import NativeReplay
 from kernforge.testing.fakedriver import FakeCuda
 
 
-@pytest.fixture(scope="module")
-def heat_unit(record_fake: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory
-              ) -> Path:
-    out = tmp_path_factory.mktemp("rec")
-    status, _, problems, _ = record_fake(out, max_instances=1)
-    assert status == 0 and not problems
-    return out / "heat-0"
-
-
 def _heat(fake: FakeCuda, unit: Path) -> tuple[NativeReplay, ReplayTarget, Recognized]:
     rec = read_native(unit)
     rp = NativeReplay(rec, Driver(library=str(fake.libdir / "libcuda.so.1")))

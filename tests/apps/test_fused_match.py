@@ -5,7 +5,6 @@ operator and the fused one."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,15 +25,6 @@ from kernforge.deploy import native as nd
 from kernforge.record.native_format import read_native
 from kernforge.replay.native import NativeReplay
 from kernforge.testing.fakedriver import FakeCuda
-
-
-@pytest.fixture(scope="module")
-def heat_unit(record_fake: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory
-              ) -> Path:
-    out = tmp_path_factory.mktemp("rec")
-    status, _, problems, _ = record_fake(out, max_instances=1)
-    assert status == 0 and not problems
-    return out / "heat-0"
 
 
 def test_fuse_unit_reports_the_reason_from_its_child_process(

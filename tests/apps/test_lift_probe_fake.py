@@ -6,9 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,15 +19,6 @@ from kernforge.stencil.program import expr as ex
 from kernforge.testing.fakedriver import FakeCuda
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def heat_unit(record_fake: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory
-              ) -> Path:
-    out = tmp_path_factory.mktemp("rec")
-    status, _, problems, _ = record_fake(out, max_instances=1)
-    assert status == 0 and not problems
-    return out / "heat-0"
 
 
 def test_the_replayed_unit_lifts_to_a_1d_program(fake: FakeCuda, heat_unit: Path) -> None:

@@ -3,9 +3,7 @@ probed and refused with the probe's reason, in-process and through match_unit's 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,15 +14,6 @@ from kernforge.backends.driver import Driver
 from kernforge.record.native_format import read_native
 from kernforge.replay.native import NativeReplay
 from kernforge.testing.fakedriver import FakeCuda
-
-
-@pytest.fixture(scope="module")
-def heat_unit(record_fake: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory
-              ) -> Path:
-    out = tmp_path_factory.mktemp("rec")
-    status, _, problems, _ = record_fake(out, max_instances=1)
-    assert status == 0 and not problems
-    return out / "heat-0"
 
 
 def test_the_replayed_unit_is_probed_and_its_1d_stencil_refused(fake: FakeCuda,

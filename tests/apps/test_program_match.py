@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,15 +20,6 @@ from kernforge.apps.strategies import operator as strat
 from kernforge.deploy import native as nd
 from kernforge.record.native_format import read_native
 from kernforge.testing.fakedriver import FakeCuda
-
-
-@pytest.fixture(scope="module")
-def heat_unit(record_fake: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory
-              ) -> Path:
-    out = tmp_path_factory.mktemp("rec")
-    status, _, problems, _ = record_fake(out, max_instances=1)
-    assert status == 0 and not problems
-    return out / "heat-0"
 
 
 def test_lift_unit_lifts_by_probing_in_its_child(fake: FakeCuda, heat_unit: Path,
