@@ -21,8 +21,8 @@ import random
 import statistics
 import sys
 
-from kernforge.harness.compare import interleave
-from kernforge.harness.verdict import CONFIDENCE, judge_ab, looks
+from kernforge.harness.verdict import CONFIDENCE, looks
+from kernforge.testing.verdicts import simulated_verdicts
 
 
 def rates(spread: float, true: float, runs: int, rng: random.Random
@@ -30,16 +30,7 @@ def rates(spread: float, true: float, runs: int, rng: random.Random
     """(share called faster, share called slower, median passes) of ``runs`` comparisons of a
     baseline with a candidate ``true`` times faster, both with log-normal run times of sigma
     ``spread``."""
-    faster = slower = 0
-    passes = []
-    for _ in range(runs):
-        ab = interleave(lambda: 1e-3 * rng.lognormvariate(0.0, spread),
-                        lambda: 1e-3 / true * rng.lognormvariate(0.0, spread),
-                        passes=7, per_pass=3, max_passes=21)
-        j = judge_ab(ab)
-        faster += j.faster
-        slower += j.slower
-        passes.append(ab.passes)
+    faster, slower, passes = simulated_verdicts(true, spread, runs, rng)
     return faster / runs, slower / runs, statistics.median(passes)
 
 

@@ -10,25 +10,13 @@ from itertools import pairwise
 
 import pytest
 
-from kernforge.harness import interleave, median_ci
-from kernforge.harness.verdict import CONFIDENCE, judge_ab, looks, min_passes, per_look
+from kernforge.harness import median_ci
+from kernforge.harness.verdict import CONFIDENCE, looks, min_passes, per_look
+from kernforge.testing.verdicts import simulated_verdicts
 
 
 def _verdicts(true: float, spread: float, runs: int, seed: int) -> tuple[int, int, list[int]]:
-    """(called faster, called slower, passes taken) over ``runs`` comparisons of 7 passes of 3
-    runs, up to 21 while inconclusive (as ``integrity validate`` measures)."""
-    rng = random.Random(seed)
-    faster = slower = 0
-    passes = []
-    for _ in range(runs):
-        ab = interleave(lambda: 1e-3 * rng.lognormvariate(0.0, spread),
-                        lambda: 1e-3 / true * rng.lognormvariate(0.0, spread),
-                        passes=7, per_pass=3, max_passes=21)
-        j = judge_ab(ab)
-        faster += j.faster
-        slower += j.slower
-        passes.append(ab.passes)
-    return faster, slower, passes
+    return simulated_verdicts(true, spread, runs, random.Random(seed))
 
 
 def test_a_self_comparison_at_a_10_percent_spread_is_significant_below_0_2_percent() -> None:
