@@ -47,14 +47,15 @@ def deploy_env(spec_path: Path, lines_path: Path, log_path: Path | None = None
 def run_deployed(spec_path: Path, command: Sequence[str]) -> tuple[int, dict[str, Any]]:
     """Run ``command`` with the interposer replacing the spec's launches: its exit status and
     the interposer's counts (empty when no process of it reported any)."""
-    _sweep_orphans()
     with tempfile.TemporaryDirectory(prefix=f"kf-deploy-{os.getpid()}-") as tmp:
         log = Path(tmp) / "log.json"
         lib, extra = deploy_env(spec_path, Path(tmp) / "deploy.tsv", log)
         env = interposer.preload_env(lib, extra)
         env.pop("KERNFORGE_RECORD_DIR", None)
         status = interposer.run_preloaded(list(command), env)
-        return status, nd.read_log(log)
+        counts = nd.read_log(log)
+    _sweep_orphans()  # after the program, off its start-up
+    return status, counts
 
 
 def _sweep_orphans() -> None:
