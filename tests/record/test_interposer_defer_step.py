@@ -202,3 +202,38 @@ def test_lines_without_companions_stay_valid_beside_one_with(fake: FakeCuda, lib
     r, expected = fused(fake, lib, tmp_path, "s" * 13 + "c" + STEPS + "c", lines=lines)
     assert r.rc == 0 and r.out == expected and not r.messages, r.err
     assert r.log and [e["fused_groups"] for e in r.log["entries"]] == [2, 2], r.log
+
+
+# ---- the contract with kernforge's writer -----------------------------------------------------
+def test_a_fused_entry_with_companions_written_by_kernforge_runs_in_the_interposer(
+        fake: FakeCuda, lib: Path, tmp_path: Path) -> None:
+    """deploy/native.py's fused entry with Companion()s, through interposer_lines, fuses
+    fake_loop's steps of interior and its companions."""
+    import struct
+
+    import numpy as np
+
+    from kernforge.core.native import NativeParam, NativeRecording, NativeRegion
+    from kernforge.deploy import native as nd
+
+    loaded = f"KFFAKE {fake.kernels}".encode() + b"\0"  # the image as fake_loop loads it
+    raw = bytes(16) + (1000).to_bytes(4, "little") + bytes(4) + struct.pack("<d", 0.25)
+    rec = NativeRecording(tmp_path / "unit", "interior", "interior", "img-fake-loop-step", "text",
+                          (8, 1, 1), (128, 1, 1), 0,
+                          (NativeParam(0, 8, ((0, 0),)), NativeParam(8, 8, ((8, 1),)),
+                           NativeParam(16, 4), NativeParam(24, 8)), raw,
+                          (NativeRegion(0x7000, 8000, "alloc", "a", None),
+                           NativeRegion(0x9000, 8000, "alloc", "b", None)),
+                          identity={"device": "fake"},
+                          loader=lambda blob: np.frombuffer(loaded, dtype=np.uint8))
+    comps = [nd.Companion(name, bytes.fromhex(params), tuple(map(int, ins.split(",")))
+                          if ins != "-" else (), tuple(map(int, outs.split(","))))
+             for name, params, ins, outs in companion_fields()]
+    image = f"KFFAKE {fake.tuned}\n".encode()
+    e = nd.fused_entry(rec, image="fused.img", image_bytes=image, entry_name="interior_c7",
+                       grid=(1, 1, 1), block=(1, 1, 1), shared_mem=0, steps=7, in_offset=0,
+                       out_offset=8, evidence={}, companions=comps)
+    spec = nd.read_spec(nd.write_spec(tmp_path / "spec.json", [e], {"fused.img": image}))
+    r, expected = fused(fake, lib, tmp_path, "b" * 30 + "c", lines=nd.interposer_lines(spec))
+    assert r.rc == 0 and r.out == expected and not r.messages, r.err
+    assert fused_groups(r) == 4 and unfused(r) == 2 * PER
