@@ -23,10 +23,10 @@
  * differs), cooperative and graph launches, allocations and frees (kf_hooks.c, kf_track.c),
  * and every other driver function the program can reach except harmless queries: those are
  * flushing thunks (kf_thunk.c), exported under the driver's names for programs linked against
- * libcuda and handed out by dlsym and cuGetProcAddress for any other function, known or not. Process exit flushes too, from an
- * exit handler registered at the first held launch (so it runs before the handlers the CUDA
- * runtime registered when it started, which destroy its contexts), and a context's
- * destruction, release or reset flushes through its thunk first.
+ * libcuda and handed out by dlsym and cuGetProcAddress for any other function, known or not.
+ * Process exit flushes too, from an exit handler registered at the first held launch (so it
+ * runs before the handlers the CUDA runtime registered when it started, which destroy its
+ * contexts), and a context's destruction, release or reset flushes through its thunk first.
  *
  * A launch on a stream being captured into a graph is never held (kf_defer_launch asks the
  * driver when a chain starts; cuStreamBeginCapture flushes first, as any other function).

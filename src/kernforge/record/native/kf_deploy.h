@@ -8,7 +8,7 @@
 #define IMAGE_LIMIT (1ULL << 30)   /* bytes of one module image */
 #define KEY_LIMIT 32768            /* parameter bytes of one launch (CUDA allows 32764) */
 #define MAX_JIT 4
-#define MAX_COMP 8 /* companions of a fused entry: the launches that follow its kernel's each step */
+#define MAX_COMP 8 /* companions of a fused entry: launches that follow its kernel in a step */
 typedef struct {
   char *name;         /* the companion kernel's (mangled) name */
   uint8_t *params;    /* its parameter bytes (len), compared except at the slots */
