@@ -18,7 +18,12 @@ separate processes, interleaved over ``--rounds``:
 - ``held, fused T=5``: the launch matches a fused entry (kf_defer.c): its parameters are copied
   and held, and every 5 held launches run as one launch of the fused function (an empty kernel
   too: what is measured is the host's side of deferral, per launch of the program);
-- ``fused entry, KERNFORGE_FUSE=0``: the same spec with fusion switched off (the original runs).
+- ``fused entry, KERNFORGE_FUSE=0``: the same spec with fusion switched off (the original runs);
+- the same three (``no interposer``, held and fused, ``KERNFORGE_FUSE=0``) for a time loop
+  whose step is 4 launches: the kernel, then 3 launches of another empty kernel
+  (``kf_comp(out, j)``: the step's OUT pointer and the companion's index), which the fused entry
+  lists as its companions; these rows are ns per launch of all 4, against their own
+  ``no interposer``.
 
 Prints a table of the median ns per launch of each mode, its difference to ``no interposer``
 and the interposer's own counts of the last run (proof of what each mode did).
@@ -57,7 +62,7 @@ static void *get(const char *n) {
 #define CHECK(x) do { if (x) { fprintf(stderr, "%s failed\n", #x); exit(4); } } while (0)
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e9 + t.tv_nsec; }
 int main(int argc, char **argv) {
-  long n = atol(argv[3]), batch = atol(argv[4]);
+  long n = atol(argv[3]), batch = atol(argv[4]), k = argc > 5 ? atol(argv[5]) : 0;
   void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
   if (!cuda) { fprintf(stderr, "no libcuda.so.1\n"); return 3; }
   gpa = (gpa_t)dlsym(cuda, "cuGetProcAddress_v2");
@@ -77,13 +82,16 @@ int main(int argc, char **argv) {
   size_t len = fread(image, 1, sizeof image - 1, f);
   image[len] = 0;
   fclose(f);
-  int d; void *ctx, *mod, *fn; unsigned long long p;
+  int d; void *ctx, *mod, *fn, *comp = NULL; unsigned long long p;
   CHECK(init(0)); CHECK(dev(&d, 0)); CHECK(retain(&ctx, d)); CHECK(setctx(ctx));
   CHECK(load(&mod, image)); CHECK(getfn(&fn, mod, argv[2])); CHECK(alloc(&p, 256));
-  unsigned long long q = p + 128, t;
-  void *args[] = {&p, &q};
+  if (k) CHECK(getfn(&comp, mod, "kf_comp"));
+  unsigned long long q = p + 128, t, j;
+  void *args[] = {&p, &q}, *cargs[] = {&q, &j};
   for (int i = 0; i < 1000; i++) {
     CHECK(launch(fn, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL));
+    for (j = 0; j < (unsigned long long)k; j++)
+      CHECK(launch(comp, 1, 1, 1, 32, 1, 1, 0, NULL, cargs, NULL));
     t = p, p = q, q = t;
   }
   CHECK(sync());
@@ -92,12 +100,14 @@ int main(int argc, char **argv) {
     double t0 = now();
     for (long i = 0; i < batch; i++) {
       CHECK(launch(fn, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL));
+      for (j = 0; j < (unsigned long long)k; j++) /* the step's companions, on its OUT */
+        CHECK(launch(comp, 1, 1, 1, 32, 1, 1, 0, NULL, cargs, NULL));
       t = p, p = q, q = t; /* a time loop's ping-pong */
     }
     host += now() - t0;
     CHECK(sync());
   }
-  printf("ns_per_launch %.2f\n", host / (double)((n + batch - 1) / batch * batch));
+  printf("ns_per_launch %.2f\n", host / (double)((n + batch - 1) / batch * batch * (1 + k)));
   return 0;
 }
 """
@@ -112,12 +122,25 @@ PTX = """.version 7.0
 {
   ret;
 }
+.visible .entry kf_comp(.param .u64 p, .param .u64 j)
+{
+  ret;
+}
 """
 FAKE_KERNEL = """const char *kf_empty_params = "8,8";
 void kf_empty(const unsigned *g, const unsigned *b, void **p) { (void)g, (void)b, (void)p; }
 const char *kf_empty_x5_params = "8,8";
 void kf_empty_x5(const unsigned *g, const unsigned *b, void **p) { (void)g, (void)b, (void)p; }
+const char *kf_comp_params = "8,8";
+void kf_comp(const unsigned *g, const unsigned *b, void **p) { (void)g, (void)b, (void)p; }
 """
+COMPANIONS = 3  # the companions of a step in the last rows
+
+
+def _companions(k: int) -> list[str]:
+    """kf_comp(out, j) for j < k, as a fused line's companion fields: OUT at byte 0."""
+    return [f for j in range(k) for f in ("kf_comp", bytes(8).hex() + j.to_bytes(8, "little")
+                                          .hex(), "-", "0")]
 
 
 def _cc(args: list[str]) -> None:
@@ -127,9 +150,11 @@ def _cc(args: list[str]) -> None:
         sys.exit(f"compile failed: {done.stderr[-2000:]}")
 
 
-def _line(name: str, image: Path, grid: str, block: str, fuse: bool = False) -> str:
-    key, entry, more = ("xx" * 16, "kf_empty_x5", ["-", "fuse:5:0:8"]) if fuse else \
-        ("*", "kf_empty", [])
+def _line(name: str, image: Path, grid: str, block: str, fuse: bool = False,
+          companions: int = 0) -> str:
+    fuse_field = "fuse:5:0:8" + (f":{companions}" if companions else "")
+    key, entry, more = ("xx" * 16, "kf_empty_x5", ["-", fuse_field, *_companions(companions)]) \
+        if fuse else ("*", "kf_empty", [])
     return "\t".join([name, grid, block, "0", key, str(image), entry, "-", "1,1,1", "32,1,1",
                       "0", "-1", *more]) + "\n"
 
@@ -163,7 +188,12 @@ def main() -> int:
              "held, fused T=5": _line("kf_empty", image, "1,1,1", "32,1,1", fuse=True),
              "fused entry, KERNFORGE_FUSE=0": _line("kf_empty", image, "1,1,1", "32,1,1",
                                                     fuse=True)}
-    modes: dict[str, dict[str, str]] = {"no interposer": env}
+    step = f"steps of {1 + COMPANIONS} launches"
+    specs.update({f"{step}: held, fused T=5": _line("kf_empty", image, "1,1,1", "32,1,1",
+                                                      fuse=True, companions=COMPANIONS),
+                  f"{step}: fused entry, KERNFORGE_FUSE=0": _line(
+                      "kf_empty", image, "1,1,1", "32,1,1", fuse=True, companions=COMPANIONS)})
+    modes: dict[str, dict[str, str]] = {"no interposer": env, f"{step}: no interposer": env}
     for mode, line in specs.items():
         path = tmp / f"{''.join(c if c.isalnum() else '_' for c in mode)}.tsv"
         path.write_text(line)
@@ -176,9 +206,11 @@ def main() -> int:
     got: dict[str, list[float]] = {m: [] for m in modes}
     for r in range(a.rounds):
         order = list(modes) if r % 2 == 0 else list(reversed(modes))
-        for mode in order:
-            done = subprocess.run(cmd, env=modes[mode], capture_output=True, text=True,
-                                  check=False)
+        for mode in order:  # a step's launches: the steps are a quarter as many
+            k = [str(a.launches // (1 + COMPANIONS)), str(a.batch), str(COMPANIONS)] \
+                if mode.startswith(step) else [str(a.launches), str(a.batch)]
+            done = subprocess.run(cmd[:3] + k, env=modes[mode], capture_output=True,
+                                  text=True, check=False)
             if done.returncode:
                 sys.exit(f"{mode}: the program failed: {done.stderr[-1000:]}")
             got[mode].append(float(done.stdout.split()[-1]))
@@ -189,7 +221,8 @@ def main() -> int:
             c = json.loads(log.read_text())
             counts[mode] = (sum(x["replaced"] for x in c["entries"]), c["fallbacks"],
                             c.get("fused_groups", 0), c.get("flushed_unfused", 0))
-    base = statistics.median(got["no interposer"])
+    bases = {m: statistics.median(got[f"{step}: no interposer" if m.startswith(step)
+                                   else "no interposer"]) for m in got}
     device = "fake driver (CPU)" if a.fake else "libcuda.so.1"
     print(f"host time per launch, {device}, {a.launches} launches x {a.rounds} rounds "
           f"(batches of {a.batch}), median:\n")
@@ -197,7 +230,7 @@ def main() -> int:
           "unfused |\n|---|---:|---:|---:|---:|---:|---:|")
     rows = []
     for mode, xs in got.items():
-        med = statistics.median(xs)
+        med, base = statistics.median(xs), bases[mode]
         rows.append({"mode": mode, "ns_per_launch": med, "added_ns": med - base, "runs": xs,
                      "counts": counts.get(mode)})
         n = " | ".join(str(v) for v in counts[mode]) if mode in counts else "- | - | - | -"

@@ -75,3 +75,66 @@ def test_read_spec_refuses_a_spec_holding_a_bad_fused_entry(tmp_path: Path) -> N
     with pytest.raises(nd.FusedEntryError, match="fuses 6 steps"):
         nd.read_spec(path)
     assert json.loads(path.read_text())["entries"][0]["fuse"]["steps"] == 6
+
+
+# ---- companions: the launches that follow the fused kernel's in every step ----------------------
+EDGE = nd.Companion("_Z4edgePdii", bytes(8) + (64).to_bytes(4, "little") + bytes(4), (), (0,))
+MIX = nd.Companion("_Z3mixPKdPdi", bytes(16) + (64).to_bytes(4, "little") + bytes(4), (0,),
+                   (8,))
+
+
+def test_companions_go_to_the_line_after_field_14(tmp_path: Path) -> None:
+    e = _fused(_rec(tmp_path), companions=[EDGE, MIX, nd.Companion("_Z4noopv", b"", (), ())])
+    spec = nd.read_spec(nd.write_spec(tmp_path / "spec.json", [e], {"f.cubin": b"x"}))
+    assert spec.entries[0]["fuse"]["companions"][1] == {
+        "name": "_Z3mixPKdPdi", "params": MIX.params.hex(), "in_slots": [0], "out_slots": [8]}
+    line = nd.interposer_lines(spec).splitlines()[1].split("\t")
+    assert len(line) == 14 + 3 * 4 and line[13] == "fuse:5:8:16:3"
+    assert line[14:18] == ["_Z4edgePdii", EDGE.params.hex(), "-", "0"]
+    assert line[18:22] == ["_Z3mixPKdPdi", MIX.params.hex(), "0", "8"]
+    assert line[22:] == ["_Z4noopv", "-", "-", "-"]
+
+
+def test_no_companions_write_the_fields_of_before(tmp_path: Path) -> None:
+    e = _fused(_rec(tmp_path), companions=[])
+    assert "companions" not in e["fuse"]
+    spec = nd.read_spec(nd.write_spec(tmp_path / "spec.json", [e], {"f.cubin": b"x"}))
+    assert nd.interposer_lines(spec).splitlines()[1].split("\t")[13] == "fuse:5:8:16"
+
+
+@pytest.mark.parametrize(("comps", "match"), [
+    ([EDGE] * 9, "at most 8"),
+    ([EDGE._replace(out_slots=(4,))], "8-byte-aligned"),
+    ([EDGE._replace(out_slots=(16,))], "within its 16 parameter bytes"),
+    ([EDGE._replace(in_slots=(-8,))], "8-byte-aligned"),
+    ([MIX._replace(in_slots=(8,))], "names a slot twice"),
+    ([MIX._replace(out_slots=(8, 8))], "names a slot twice"),
+    ([EDGE._replace(out_slots=(True,))], "lists of integers"),
+    ([EDGE._replace(name="")], "no name"),
+    ([EDGE._replace(name="a\tb")], "a tab"),
+    ([EDGE._replace(params=bytes(32769))], "at most 32768 bytes"),
+])
+def test_companions_the_interposer_would_skip_are_refused(
+        tmp_path: Path, comps: list[nd.Companion], match: str) -> None:
+    with pytest.raises(nd.FusedEntryError, match=match) as info:
+        _fused(_rec(tmp_path), companions=comps)
+    assert isinstance(info.value, ConfigError) and info.value.hint
+
+
+@pytest.mark.parametrize("bad", [
+    "not a list", [{"name": "k", "params": "00"}], [{**EDGE.as_json(), "extra": 1}],
+    [{**EDGE.as_json(), "params": "0"}], [{**EDGE.as_json(), "params": "zz" * 16}],
+    [{**EDGE.as_json(), "in_slots": "0"}], [{**EDGE.as_json(), "params": 7}], ["edge"],
+])
+def test_check_fuse_refuses_companions_not_as_written(tmp_path: Path, bad: Any) -> None:
+    e = _fused(_rec(tmp_path))
+    with pytest.raises(nd.FusedEntryError, match="companion"):
+        nd.check_fuse({**e, "fuse": {**e["fuse"], "companions": bad}}, "here")
+
+
+def test_read_spec_refuses_a_spec_holding_a_bad_companion(tmp_path: Path) -> None:
+    e = _fused(_rec(tmp_path), companions=[EDGE])
+    e["fuse"]["companions"][0]["out_slots"] = [12]  # written without the check
+    path = nd.write_spec(tmp_path / "spec.json", [e], {"f.cubin": b"x"})
+    with pytest.raises(nd.FusedEntryError, match="companion .#0. that has a slot"):
+        nd.read_spec(path)

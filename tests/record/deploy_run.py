@@ -130,3 +130,28 @@ def fused_line(image: Path | str, steps: int = 5, *, entry: str | None = None,
 
 def fused_groups(r: Run) -> int:
     return int((r.log or {}).get("fused_groups", 0))
+
+
+V0, V1, W = 0.125, -0.25, 0.375  # the companions' scalars in fake_loop.c's steps ("b")
+
+
+def companion_fields(n: int = 1000, v0: float = V0) -> list[tuple[str, str, str, str]]:
+    """fake_loop.c's companions of interior, as kf_deploy.c's four fields each: edge(out, n,
+    side, v) twice (OUT at byte 0), then mix(in, out, n, w) (IN at 0, OUT at 8)."""
+    def edge(side: int, v: float) -> str:
+        return (bytes(8) + struct.pack("<iid", n, side, v)).hex()
+    mix = (bytes(16) + struct.pack("<i4xd", n, W)).hex()
+    return [("edge", edge(0, v0), "-", "0"), ("edge", edge(1, V1), "-", "0"),
+            ("mix", mix, "0", "8")]
+
+
+def step_line(image: Path | str, steps: int = 5, *, entry: str | None = None,
+              fuse: str | None = None,
+              companions: Sequence[Sequence[str]] | None = None) -> str:
+    """A fused entry for fake_loop.c's step of several launches: ``interior_c<steps>`` of
+    ``image`` runs ``steps`` steps (interior and its three companions) at once."""
+    comps = companion_fields() if companions is None else companions
+    head = line("interior", image, key=heat_key(), entry=entry or f"interior_c{steps}",
+                new_grid="1,1,1", new_block="1,1,1")
+    fields = [fuse or f"fuse:{steps}:0:8:{len(comps)}"] + [f for c in comps for f in c]
+    return "\t".join([head, *fields])

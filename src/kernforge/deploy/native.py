@@ -14,7 +14,13 @@ its function, given the parameters of the first launch of a time loop's group, l
 OUT buffer what T launches of the recorded kernel (IN and OUT swapped between launches) leave
 there, reading only IN; the interposer holds matching launches and runs every T of them as one
 launch of it (record/native/kf_defer.c). T is odd, from 3 to 63; IN and OUT are the offsets of
-two 8-byte device pointers in the parameter bytes the key describes.
+two 8-byte device pointers in the parameter bytes the key describes. A step of the loop may be
+more than that launch: ``"companions": [{"name", "params", "in_slots", "out_slots"}, ...]``
+(at most 8; absent means none) are the launches that follow it in every step, in order, each a
+kernel's mangled name, its parameter bytes as hex (those of the first step's launch) and the
+byte offsets of the 8-byte words in them that hold the step's IN and OUT pointers; every other
+byte must be equal for the launch to be the companion. The fused function then runs T whole
+steps, the companions included, and the interposer holds only whole matching steps.
 """
 
 from __future__ import annotations
@@ -38,10 +44,27 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from ..core.native import NativeRecording
 
 FUSE_STEPS = range(3, 64, 2)  # the fused step counts the interposer runs
+MAX_COMPANIONS = 8  # companions of a fused entry (kf_deploy.h MAX_COMP)
+PARAMS_LIMIT = 32768  # parameter bytes of one launch the interposer reads (KEY_LIMIT)
 
 
 class FusedEntryError(ConfigError):
     """A fused (temporal) deployment entry the interposer could not run as written."""
+
+
+class Companion(NamedTuple):
+    """A launch that follows the fused kernel's launch in every step of the time loop: the
+    kernel's mangled ``name``, the parameter bytes of its launch in the first step, and the byte
+    offsets of the 8-byte pointer words in them that hold the step's IN and OUT (those of the
+    fused kernel's launch of the same step). Every other byte must equal ``params``."""
+    name: str
+    params: bytes
+    in_slots: tuple[int, ...]
+    out_slots: tuple[int, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "params": bytes(self.params).hex(),
+                "in_slots": list(self.in_slots), "out_slots": list(self.out_slots)}
 
 
 def problem_key(rec: NativeRecording) -> str:
@@ -116,14 +139,18 @@ def replacement_entry(rec: NativeRecording, *, image: str, image_bytes: bytes, e
 def fused_entry(rec: NativeRecording, *, image: str, image_bytes: bytes, entry_name: str,
                 grid: Sequence[int], block: Sequence[int], shared_mem: int, steps: int,
                 in_offset: int, out_offset: int, evidence: Mapping[str, Any],
-                carveout: int | None = None) -> dict[str, Any]:
-    """A fused entry: ``entry_name`` of the image runs ``steps`` launches of the recorded
-    kernel at once (the time loop's buffers at ``in_offset`` and ``out_offset`` of the
-    parameters swapped between launches); checked as :func:`read_spec` checks it."""
+                carveout: int | None = None, companions: Sequence[Companion] = ()
+                ) -> dict[str, Any]:
+    """A fused entry: ``entry_name`` of the image runs ``steps`` steps of the time loop at once,
+    each a launch of the recorded kernel (the loop's buffers at ``in_offset`` and
+    ``out_offset`` of the parameters swapped between steps) followed by the ``companions``;
+    checked as :func:`read_spec` checks it."""
     e = replacement_entry(rec, image=image, image_bytes=image_bytes, entry_name=entry_name,
                           grid=grid, block=block, shared_mem=shared_mem, carveout=carveout,
                           evidence=evidence)
     e["fuse"] = {"steps": steps, "in_offset": in_offset, "out_offset": out_offset}
+    if companions:
+        e["fuse"]["companions"] = [Companion(*c).as_json() for c in companions]
     check_fuse(e, "the new entry")
     return e
 
@@ -131,7 +158,7 @@ def fused_entry(rec: NativeRecording, *, image: str, image_bytes: bytes, entry_n
 def check_fuse(e: Mapping[str, Any], where: str) -> None:
     """Raise :class:`FusedEntryError` unless ``e`` is a one-launch entry or a fused entry the
     interposer runs: odd steps from 3 to 63, IN and OUT two distinct 8-byte-aligned pointers
-    within the key, neither compared by it."""
+    within the key, neither compared by it, at most 8 companions (:func:`companion_problem`)."""
     fuse = e.get("fuse")
     if fuse is None:
         return
@@ -142,9 +169,10 @@ def check_fuse(e: Mapping[str, Any], where: str) -> None:
         return FusedEntryError(f"{where}: the fused entry of {name} {why}", hint=hint)
 
     fields = ("steps", "in_offset", "out_offset")
-    if not isinstance(fuse, Mapping) or set(fuse) != set(fields) or any(
+    if not isinstance(fuse, Mapping) or set(fuse) - {"companions"} != set(fields) or any(
             type(fuse[k]) is not int for k in fields):
-        raise refuse("does not hold exactly the integers steps, in_offset and out_offset")
+        raise refuse("does not hold exactly the integers steps, in_offset and out_offset "
+                     "(and companions)")
     steps, i, o = (fuse[k] for k in fields)
     if steps not in FUSE_STEPS:
         raise refuse(f"fuses {steps} steps; the interposer fuses an odd number from 3 to 63")
@@ -160,6 +188,36 @@ def check_fuse(e: Mapping[str, Any], where: str) -> None:
             raise refuse(f"compares the pointer at {what} {off}; the time loop swaps it")
     if i == o:
         raise refuse("has the same offset for IN and OUT")
+    comps = fuse.get("companions", [])
+    if not isinstance(comps, list) or len(comps) > MAX_COMPANIONS:
+        raise refuse(f"has companions that are not a list of at most {MAX_COMPANIONS}")
+    for k, c in enumerate(comps):
+        why = companion_problem(c)
+        if why:
+            raise refuse(f"has a companion (#{k}) that {why}")
+
+
+def companion_problem(c: Any) -> str | None:
+    """What is wrong with a companion as the spec holds it (JSON), or None."""
+    keys = ("name", "params", "in_slots", "out_slots")
+    if not isinstance(c, Mapping) or set(c) != set(keys):
+        return "does not hold exactly name, params, in_slots and out_slots"
+    name, params = c["name"], c["params"]
+    if not isinstance(name, str) or not name or any(ch in name for ch in "\t\n\r\0"):
+        return "has no name, or one holding a tab, a line break or a NUL byte"
+    if not isinstance(params, str) or len(params) % 2 or len(params) // 2 > PARAMS_LIMIT or \
+            any(ch not in "0123456789abcdefABCDEF" for ch in params):
+        return f"has params that are not the hex of at most {PARAMS_LIMIT} bytes"
+    slots = [c["in_slots"], c["out_slots"]]
+    if any(not isinstance(x, list) or any(type(o) is not int for o in x) for x in slots):
+        return "has slots that are not lists of integers"
+    every = slots[0] + slots[1]
+    n = len(params) // 2
+    if any(o < 0 or o % 8 or o + 8 > n for o in every):
+        return f"has a slot that is not an 8-byte-aligned word within its {n} parameter bytes"
+    if len(set(every)) != len(every):
+        return "names a slot twice"
+    return None
 
 
 def write_spec(path: Path, entries: Sequence[dict[str, Any]], images: Mapping[str, bytes]
@@ -224,7 +282,13 @@ def interposer_lines(spec: NativeSpec) -> str:
         if e.get("fuse") is not None:
             check_fuse(e, str(spec.path))
             f = e["fuse"]
-            fields.append(f"fuse:{f['steps']}:{f['in_offset']}:{f['out_offset']}")
+            comps = f.get("companions") or []
+            fields.append(f"fuse:{f['steps']}:{f['in_offset']}:{f['out_offset']}"
+                          + (f":{len(comps)}" if comps else ""))
+            for c in comps:  # four fields each (kf_deploy.c)
+                fields += [c["name"], c["params"] or "-",
+                           ",".join(map(str, c["in_slots"])) or "-",
+                           ",".join(map(str, c["out_slots"])) or "-"]
         if any(not f or "\t" in f or "\n" in f or "\r" in f or "\0" in f for f in fields):
             raise ConfigError(f"{spec.path}: entry {e['name']} has an empty field or one "
                               "holding a tab, a line break or a NUL byte",

@@ -12,7 +12,8 @@ libcuda so its driver calls bind by symbol) and ``nvcc``
 ``fake_loop`` (``fakecuda/fake_loop.c``: a heat time loop interleaved with a script of copies,
 synchronizations, events, frees, other kernels and streams; ``fake_loop_direct`` the same bound
 by symbol). The kernel images hold ``heat_x3``/``_x5``/``_x7``/``_x63``: T heat steps in one
-launch, a fused operator for a temporal deployment entry. With the returned
+launch, a fused operator for a temporal deployment entry, and ``interior_c3``/``_c5``/``_c7``:
+T steps of ``interior`` and its companions ``edge`` and ``mix`` (fake_loop's step ``b``). With the returned
 :attr:`FakeCuda.env` a process loads the fake instead of a real driver; the interposer, the
 ctypes driver of native replay and the deploy path then run for real on the host.
 """

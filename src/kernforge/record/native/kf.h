@@ -129,7 +129,8 @@ typedef struct {
   int layout;    /* 0 not asked, 1 known, -1 unknown */
   int nparams;
   size_t *off, *size;
-  int deployed; /* 0 not asked, 1 a deployment entry names it, -1 none does */
+  int deployed; /* 0 not asked, 1 a deployment entry names it (or a companion), -1 none */
+  int companion; /* a fused entry names it as a companion (asked with deployed) */
   size_t dep_first, dep_count; /* which entries name it (kf_deploy.c's order by name) */
   uint64_t image; /* its image id, for deployment (asked once: image_asked) */
   int image_asked;
@@ -214,7 +215,7 @@ int kf_nvrtc_write(int dir, uint64_t image); /* DIR/nvrtc.json when NVRTC made i
 
 /* ---- deploy (kf_deploy.c) ------------------------------------------------------------------ */
 int kf_deploy_active(void);
-int kf_deploy_covers(kf_fn_t *fn); /* cached per function */
+int kf_deploy_covers(kf_fn_t *fn); /* an entry or a companion names it; cached per function */
 /* returns 1 when the launch was replaced (result in *rc), 0 to run the original */
 int kf_deploy_try(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psize, CUresult *rc,
                   CUresult (*real)(kf_launch_t *, void *), void *ctx);

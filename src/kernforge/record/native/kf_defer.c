@@ -1,26 +1,32 @@
 /* kernforge driver interposer: deferral of a time loop's launches (temporal fusion).
  *
- * A launch that matches a fused deployment entry (kf_deploy.c, field 14 "fuse:T:IN:OUT") is
- * held, its parameter bytes copied, when its chain holds nothing or when it continues the
- * chain: the same function, context, stream and launch call, its IN pointer equal to the last
- * held launch's OUT and its OUT to the last's IN, every other parameter byte equal to the
- * first held launch's. When T+1 are held, the first T run as ONE launch of the entry's fused
- * function with the first one's parameters, and the last stays held. T is odd, so the fused
- * launch writes the first launch's OUT, the buffer the T-th launch writes; IN keeps the level
- * before the first step instead of the (T-1)-th, until the held launch, which always runs as
- * the original, overwrites it. So every buffer equals the unfused run's whenever anyone can
+ * A step of the loop is a launch that matches a fused deployment entry (kf_deploy.c, field 14
+ * "fuse:T:IN:OUT[:C]"), the stencil, followed by the entry's C companions (0 to 8) in order.
+ * A stencil launch is held, its parameter bytes copied, when its chain holds nothing or when it
+ * continues the chain: the last held step is whole, and the launch has the same function,
+ * context, stream and launch call, its IN pointer equal to the last held stencil's OUT and its
+ * OUT to the last's IN, every other parameter byte equal to the first held stencil's. A
+ * companion launch is held when a chain on its stream waits for it: the companion the entry
+ * lists next, with the parameter bytes the entry gives except at its slots, which hold this
+ * step's IN and OUT; in later steps also the same function, launch call, geometry and
+ * attributes as the first held step's. When T+1 whole steps are held, the first T run as ONE
+ * launch of the entry's fused function with the first stencil's parameters, and the last step
+ * stays held. T is odd, so the fused launch writes the first stencil's OUT, the buffer the T-th
+ * step writes; IN keeps the level before the first step instead of the (T-1)-th, until the
+ * held step, which always runs as the originals, overwrites it (a step held in part is never
+ * the one after a fused launch). So every buffer equals the unfused run's whenever anyone can
  * look, provided everything that could look, or reorder memory, first flushes: runs what is
- * held, one by one, as the original launches (the real function, their own parameters and
- * geometry, in their own context). A launch is never lost nor run twice.
+ * held, one by one, as the original launches in their order (the real functions, their own
+ * parameters and geometry, in their own context). A launch is never lost nor run twice.
  *
- * What flushes: every other launch (kf_record.c), cooperative and graph launches, allocations
- * and frees (kf_hooks.c, kf_track.c), and every other driver function the program can reach
- * except harmless queries: those are flushing thunks (kf_thunk.c), exported under the
- * driver's names for programs linked against libcuda and handed out by dlsym and
- * cuGetProcAddress for any other function, known or not. Process exit flushes too, from an
- * exit handler registered at the first held launch (so it runs before the handlers the CUDA
- * runtime registered when it started, which destroy its contexts), and a context's
- * destruction, release or reset flushes through its thunk first.
+ * What flushes: every other launch (kf_record.c; a companion that is not the one due, or
+ * differs), cooperative and graph launches, allocations and frees (kf_hooks.c, kf_track.c),
+ * and every other driver function the program can reach except harmless queries: those are
+ * flushing thunks (kf_thunk.c), exported under the driver's names for programs linked against
+ * libcuda and handed out by dlsym and cuGetProcAddress for any other function, known or not.
+ * Process exit flushes too, from an exit handler registered at the first held launch (so it
+ * runs before the handlers the CUDA runtime registered when it started, which destroy its
+ * contexts), and a context's destruction, release or reset flushes through its thunk first.
  *
  * A launch on a stream being captured into a graph is never held (kf_defer_launch asks the
  * driver when a chain starts; cuStreamBeginCapture flushes first, as any other function).
@@ -36,7 +42,6 @@
 #include <string.h>
 #include "kf_deploy.h"
 
-#define MAX_HELD 64 /* T + 1, T <= 63 */
 typedef struct { kf_launch_t l; uint8_t *p; } held_t;
 typedef struct {
   CUcontext ctx;
@@ -44,12 +49,13 @@ typedef struct {
   pthread_t thread; /* for a per-thread default stream, else 0 */
   int dflt;
   kf_entry_t *e;
-  kf_fn_t *fn;
-  size_t n; /* parameter bytes */
-  uint8_t *attrs;
-  uint8_t *store; /* (T + 1) * n bytes: held launch i's parameters at i * n */
+  int per;                   /* launches a step: the stencil (role 0) and the companions */
+  kf_fn_t *fn[1 + MAX_COMP]; /* per role (a companion's from the first held step) */
+  size_t n[1 + MAX_COMP], at[1 + MAX_COMP], step; /* parameter bytes, offset in a step, total */
+  uint8_t *attrs[1 + MAX_COMP]; /* per role: the first held step's launch attributes */
+  uint8_t *store; /* (T + 1) steps: held launch i's parameters at (i / per) * step + at[i % per] */
   int held;
-  held_t h[MAX_HELD];
+  held_t *h;      /* (T + 1) * per */
 } chain_t;
 
 static chain_t **chains;
@@ -85,11 +91,11 @@ static void leave_ctx(int pushed) {
   if (pushed) kf_drv.cuCtxPopCurrent(&c);
 }
 
-/* launch l (function, geometry already set) with the parameter bytes p of chain c */
-static CUresult run_with(chain_t *c, kf_launch_t l, uint8_t *p) {
-  kf_fn_t *fn = c->fn;
+/* launch l (function, geometry already set) with the parameter bytes p of role r of chain c */
+static CUresult run_with(chain_t *c, int r, kf_launch_t l, uint8_t *p) {
+  kf_fn_t *fn = c->fn[r];
   void *small[32], **pv = small;
-  size_t n = c->n;
+  size_t n = c->n[r];
   void *extra[] = {(void *)1, p, (void *)2, &n, NULL}; /* CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE */
   l.params = NULL, l.extra = NULL;
   if (fn->layout == 1) {
@@ -110,25 +116,22 @@ static void failed_original(const kf_entry_t *e, CUresult rc) {
               rc);
 }
 
-/* the first k held launches as the originals, one by one */
-static void run_originals(chain_t *c, int k) {
-  for (int i = 0; i < k; i++) {
-    CUresult rc = run_with(c, c->h[i].l, c->h[i].p);
+/* what is held as the original launches, one by one, in their order */
+static void run_originals(chain_t *c) {
+  for (int i = 0; i < c->held; i++) {
+    CUresult rc = run_with(c, i % c->per, c->h[i].l, c->h[i].p);
     if (rc) failed_original(c->e, rc);
     c->e->unfused++, kf_defer_unfused++;
   }
-  for (int i = k; i < c->held; i++) { /* what stays held moves to the front */
-    memcpy(c->store + (size_t)(i - k) * c->n, c->h[i].p, c->n);
-    c->h[i - k] = c->h[i], c->h[i - k].p = c->store + (size_t)(i - k) * c->n;
-  }
-  c->held -= k;
-  __atomic_sub_fetch(&nheld, (unsigned long)k, __ATOMIC_RELEASE);
+  __atomic_sub_fetch(&nheld, (unsigned long)c->held, __ATOMIC_RELEASE);
+  c->held = 0;
 }
 
 static void drop(size_t i) { /* chain i holds nothing: forget it */
   chain_t *c = chains[i];
-  free(c->attrs);
+  for (int r = 0; r < c->per; r++) free(c->attrs[r]);
   free(c->store);
+  free(c->h);
   free(c);
   chains[i] = chains[--nchains];
 }
@@ -136,7 +139,7 @@ static void drop(size_t i) { /* chain i holds nothing: forget it */
 static void flush_chain(size_t i) {
   chain_t *c = chains[i];
   int pushed = enter_ctx(c->ctx);
-  run_originals(c, c->held);
+  run_originals(c);
   leave_ctx(pushed);
   drop(i);
 }
@@ -162,7 +165,7 @@ void kf_defer_disable(const char *why) {
   kf_say_once(&said, "temporal fusion is off for the rest of this run: %s", why);
 }
 
-/* the first T held launches as one fused launch; the (T+1)-th stays held */
+/* the first T held steps as one fused launch; the (T+1)-th stays held */
 static void fire(chain_t *c) {
   kf_entry_t *e = c->e;
   int pushed = enter_ctx(c->ctx);
@@ -175,20 +178,22 @@ static void fire(chain_t *c) {
     memcpy(l.grid, e->ngrid, sizeof l.grid);
     memcpy(l.block, e->nblock, sizeof l.block);
     l.shmem = e->nshmem;
-    rc = run_with(c, l, c->h[0].p);
+    rc = run_with(c, 0, l, c->h[0].p);
   }
   if (!rc) {
-    memcpy(c->store, c->h[e->fuse].p, c->n);
-    c->h[0] = c->h[e->fuse], c->h[0].p = c->store;
-    c->held = 1;
-    __atomic_sub_fetch(&nheld, e->fuse, __ATOMIC_RELEASE);
+    size_t last = (size_t)e->fuse * (size_t)c->per; /* the last step's first launch */
+    memcpy(c->store, c->store + e->fuse * c->step, c->step);
+    for (int r = 0; r < c->per; r++)
+      c->h[r] = c->h[last + (size_t)r], c->h[r].p = c->store + c->at[r];
+    c->held = c->per;
+    __atomic_sub_fetch(&nheld, (unsigned long)last, __ATOMIC_RELEASE);
     e->groups++, kf_defer_groups++;
   } else { /* the originals run, and go on running */
     if (!e->launch_failed++)
       kf_log("deploy: the fused launch of %s failed (CUDA error %d); it runs unfused", e->name,
              rc);
     e->disabled = 1;
-    run_originals(c, c->held);
+    run_originals(c);
   }
   leave_ctx(pushed);
 }
@@ -200,13 +205,16 @@ static uint64_t word(const uint8_t *p, size_t off) {
   return v;
 }
 
+static int same_call(const kf_launch_t *l, const kf_launch_t *h) {
+  return l->f == h->f && l->drv == h->drv && l->ex == h->ex && l->nattrs == h->nattrs &&
+         (!l->nattrs || !memcmp(l->attrs, h->attrs, (size_t)l->nattrs * KF_ATTR_SIZE));
+}
+
 static int continues(const chain_t *c, const kf_launch_t *l, const uint8_t *p, size_t n) {
   const kf_entry_t *e = c->e;
-  const held_t *first = &c->h[0], *last = &c->h[c->held - 1];
-  if (l->f != first->l.f || l->drv != first->l.drv || l->ex != first->l.ex || n != c->n ||
-      l->nattrs != first->l.nattrs ||
-      (l->nattrs && memcmp(l->attrs, c->attrs, (size_t)l->nattrs * KF_ATTR_SIZE)))
-    return 0;
+  if (c->held % c->per) return 0; /* a companion is due */
+  const held_t *first = &c->h[0], *last = &c->h[c->held - c->per];
+  if (!same_call(l, &first->l) || n != c->n[0]) return 0;
   if (word(p, e->fuse_in) != word(last->p, e->fuse_out) ||
       word(p, e->fuse_out) != word(last->p, e->fuse_in))
     return 0;
@@ -241,18 +249,48 @@ static chain_t *new_chain(kf_entry_t *e, kf_fn_t *fn, const kf_launch_t *l, CUco
     chains = a, cap = cap ? 2 * cap : 8;
   }
   chain_t *c = calloc(1, sizeof *c);
-  size_t na = (size_t)l->nattrs * KF_ATTR_SIZE;
-  if (!c || (na && !(c->attrs = malloc(na))) ||
-      !(c->store = malloc((size_t)(e->fuse + 1) * n))) {
-    if (c) free(c->attrs);
-    free(c);
+  if (!c) return NULL;
+  c->per = 1 + (int)e->ncomp, c->n[0] = n, c->step = n;
+  for (int r = 1; r < c->per; r++) {
+    c->at[r] = c->step, c->n[r] = e->comp[r - 1].len;
+    c->step += c->n[r];
+  }
+  size_t na = (size_t)l->nattrs * KF_ATTR_SIZE, steps = (size_t)e->fuse + 1;
+  if ((na && !(c->attrs[0] = malloc(na))) || !(c->store = malloc(steps * c->step + 1)) ||
+      !(c->h = malloc(steps * (size_t)c->per * sizeof *c->h))) {
+    free(c->attrs[0]), free(c->store), free(c);
     return NULL;
   }
-  if (na) memcpy(c->attrs, l->attrs, na);
-  c->ctx = ctx, c->stream = l->stream, c->thread = thread, c->e = e, c->fn = fn, c->n = n;
+  if (na) memcpy(c->attrs[0], l->attrs, na);
+  c->ctx = ctx, c->stream = l->stream, c->thread = thread, c->e = e, c->fn[0] = fn;
   c->dflt = (uintptr_t)l->stream <= 2; /* NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD */
   chains[nchains++] = c;
   return c;
+}
+
+/* launch l (parameters p, n bytes) joins chain c as its next launch; fires a whole group */
+static void hold(chain_t *c, const kf_launch_t *l, const uint8_t *p, size_t n) {
+  int r = c->held % c->per;
+  held_t *h = &c->h[c->held];
+  h->p = c->store + (size_t)(c->held / c->per) * c->step + c->at[r];
+  memcpy(h->p, p, n);
+  h->l = *l;
+  h->l.params = NULL, h->l.extra = NULL, h->l.attrs = c->attrs[r];
+  c->held++;
+  __atomic_add_fetch(&nheld, 1, __ATOMIC_RELEASE);
+  if (c->held == ((int)c->e->fuse + 1) * c->per) fire(c);
+  if (!c->held)
+    for (size_t i = 0; i < nchains; i++)
+      if (chains[i] == c) { drop(i); break; }
+}
+
+/* the context and the thread (of a per-thread default stream, else 0) a launch's chain has;
+ * 0 when the context cannot be known */
+static int where(const kf_launch_t *l, CUcontext *ctx, pthread_t *thread) {
+  int ptds = (uintptr_t)l->stream == 2 || (!l->stream && strstr(l->api, "_ptsz"));
+  *thread = ptds ? pthread_self() : 0;
+  *ctx = NULL;
+  return !kf_drv.cuCtxGetCurrent || !kf_drv.cuCtxGetCurrent(ctx);
 }
 
 int kf_defer_launch(kf_entry_t *e, kf_launch_t *l, kf_fn_t *fn, const uint8_t *p, size_t n,
@@ -261,10 +299,9 @@ int kf_defer_launch(kf_entry_t *e, kf_launch_t *l, kf_fn_t *fn, const uint8_t *p
   if (!kf_defer_enabled() || __atomic_load_n(&exiting, __ATOMIC_ACQUIRE) || !l->drv ||
       n != e->keylen || word(p, e->fuse_in) == word(p, e->fuse_out))
     return 0;
-  CUcontext ctx = NULL;
-  if (kf_drv.cuCtxGetCurrent && kf_drv.cuCtxGetCurrent(&ctx)) return 0;
-  int ptds = (uintptr_t)l->stream == 2 || (!l->stream && strstr(l->api, "_ptsz"));
-  pthread_t thread = ptds ? pthread_self() : 0;
+  CUcontext ctx;
+  pthread_t thread;
+  if (!where(l, &ctx, &thread)) return 0;
   int dflt = (uintptr_t)l->stream <= 2;
   chain_t *c = NULL;
   for (size_t i = nchains; i-- > 0;) {
@@ -291,17 +328,57 @@ int kf_defer_launch(kf_entry_t *e, kf_launch_t *l, kf_fn_t *fn, const uint8_t *p
     if (__atomic_load_n(&off, __ATOMIC_ACQUIRE) || !(c = new_chain(e, fn, l, ctx, thread, n)))
       return 0;
   }
-  held_t *h = &c->h[c->held];
-  h->p = c->store + (size_t)c->held * n;
-  memcpy(h->p, p, n);
-  h->l = *l;
-  h->l.params = NULL, h->l.extra = NULL, h->l.attrs = c->attrs;
-  c->held++;
-  __atomic_add_fetch(&nheld, 1, __ATOMIC_RELEASE);
-  if ((unsigned)c->held == e->fuse + 1) fire(c);
-  if (!c->held)
-    for (size_t i = 0; i < nchains; i++)
-      if (chains[i] == c) { drop(i); break; }
+  hold(c, l, p, n);
+  *rc = 0;
+  return 1;
+}
+
+/* whether launch l of fn (parameters p, n bytes) is the companion chain c waits for */
+static int companion_fits(const chain_t *c, const kf_launch_t *l, const kf_fn_t *fn,
+                          const uint8_t *p, size_t n) {
+  int r = c->held % c->per;
+  if (!r) return 0; /* a stencil is due */
+  const kf_comp_t *k = &c->e->comp[r - 1];
+  if (n != k->len) return 0;
+  if (c->held > r) { /* a whole step is held: the same launch as its companion there */
+    const kf_launch_t *h = &c->h[r].l;
+    if (!same_call(l, h) || l->shmem != h->shmem || memcmp(l->grid, h->grid, sizeof l->grid) ||
+        memcmp(l->block, h->block, sizeof l->block))
+      return 0;
+  } else if (strcmp(fn->name, k->name)) {
+    return 0;
+  }
+  const uint8_t *s = c->h[c->held - r].p; /* this step's stencil */
+  uint64_t in = word(s, c->e->fuse_in), out = word(s, c->e->fuse_out);
+  size_t at = 0;
+  for (size_t i = 0; i < k->nslots; i++) {
+    size_t o = k->slot[i];
+    if (memcmp(p + at, k->params + at, o - at) || word(p, o) != (k->is_out[i] ? out : in))
+      return 0;
+    at = o + 8;
+  }
+  return !memcmp(p + at, k->params + at, n - at);
+}
+
+int kf_defer_companion(kf_launch_t *l, kf_fn_t *fn, const uint8_t *p, size_t n, CUresult *rc) {
+  CUcontext ctx;
+  pthread_t thread;
+  if (!nchains || !kf_defer_enabled() || __atomic_load_n(&exiting, __ATOMIC_ACQUIRE) ||
+      !l->drv || !where(l, &ctx, &thread))
+    return 0;
+  chain_t *c = NULL;
+  for (size_t i = 0; i < nchains && !c; i++)
+    if (chains[i]->ctx == ctx && chains[i]->stream == l->stream && chains[i]->thread == thread)
+      c = chains[i];
+  if (!c || !companion_fits(c, l, fn, p, n)) return 0; /* the caller flushes */
+  int r = c->held % c->per;
+  if (c->held < c->per) { /* the first held step: its attributes and layout for all steps */
+    size_t na = (size_t)l->nattrs * KF_ATTR_SIZE;
+    if (na && !c->attrs[r] && !(c->attrs[r] = malloc(na))) return 0;
+    if (na) memcpy(c->attrs[r], l->attrs, na);
+    c->fn[r] = fn;
+  }
+  hold(c, l, p, n);
   *rc = 0;
   return 1;
 }

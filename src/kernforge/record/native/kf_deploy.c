@@ -9,13 +9,20 @@
  * ids kernforge writes: 0, 1, 7, 14) or "-"; carveout a percentage, or -1 to leave it; source
  * the id (16 hex digits, FNV-1a of its bytes, as kf_image_id) of the image the recorded kernel
  * came from, or "-" (absent in lines written before it existed) for any; fuse "fuse:T:IN:OUT"
- * (a fused entry, kf_defer.c) or "-" (absent: a one-launch replacement).
+ * (a fused entry, kf_defer.c) or "-" (absent: a one-launch replacement), or "fuse:T:IN:OUT:C"
+ * followed by C (1 to 8) companions of four fields each:
+ *   cname  cparams  in_slots  out_slots
+ * the launches that follow the fused kernel's in every step of the loop, in order: the
+ * companion's mangled name, its parameter bytes as hex ("-" for none), and the byte offsets
+ * ("o,o,..." or "-") of the 8-byte words in them that hold the step's IN and OUT pointers (the
+ * fused kernel's launch's of the same step); every other byte must equal cparams.
  * A launch of `name` from that image with the same geometry and key runs `entry` of `image`
  * (loaded once per context with those JIT options) with the new geometry and the same
  * parameters. The source image tells apart kernels of one name compiled for other types (CuPy
  * builds an elementwise kernel per dtype under one name, with the same parameter bytes).
- * A fused entry's `entry` runs T steps of a time loop at once: launches that match it are held
- * and every T of them run as one launch (kf_defer.c); KERNFORGE_FUSE=0 ignores fused entries.
+ * A fused entry's `entry` runs T steps of a time loop at once (each step its kernel's launch and
+ * its companions): steps that match it are held and every T of them run as one launch
+ * (kf_defer.c); KERNFORGE_FUSE=0 ignores fused entries.
  * Counts go to
  * KERNFORGE_DEPLOY_LOG (JSON) when a process that used the driver exits through exit(); a
  * process that never looked up a driver function writes nothing.
@@ -36,6 +43,8 @@
 
 static kf_entry_t *entries;       /* in the file's order */
 static size_t nentries, *by_name; /* entry indices by name, then by line */
+static const char **comp_names;   /* the companions' names, sorted */
+static size_t ncomp_names;
 static size_t malformed, nfused;
 static unsigned long fallbacks;
 static int state, fuse_on;
@@ -73,6 +82,20 @@ static int by_name_cmp(const void *a, const void *b) {
   return c ? c : (i > j) - (i < j);
 }
 
+static int name_cmp(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static void index_companions(void) {
+  size_t k = 0;
+  for (size_t i = 0; i < nentries; i++) k += entries[i].ncomp;
+  if (!k || !(comp_names = malloc(k * sizeof *comp_names))) return; /* none held: all run */
+  for (size_t i = 0; i < nentries; i++)
+    for (unsigned j = 0; j < entries[i].ncomp; j++)
+      comp_names[ncomp_names++] = entries[i].comp[j].name;
+  qsort(comp_names, ncomp_names, sizeof *comp_names, name_cmp);
+}
+
 static void load(void) {
   loading = 1;
   const char *path = getenv("KERNFORGE_DEPLOY"), *why = NULL;
@@ -85,6 +108,7 @@ static void load(void) {
   if (nentries && (by_name = malloc(nentries * sizeof *by_name))) {
     for (size_t i = 0; i < nentries; i++) by_name[i] = i;
     qsort(by_name, nentries, sizeof *by_name, by_name_cmp);
+    index_companions();
   } else if (nentries) {
     kf_log("deployment %s: no memory to index it; nothing is replaced", path);
     nentries = 0;
@@ -115,7 +139,9 @@ int kf_deploy_covers(kf_fn_t *fn) {
     size_t k = lo;
     while (k < nentries && !strcmp(entries[by_name[k]].name, fn->name)) k++;
     fn->dep_first = lo, fn->dep_count = k - lo;
-    fn->deployed = k > lo ? 1 : -1;
+    fn->companion = ncomp_names &&
+        bsearch(&fn->name, comp_names, ncomp_names, sizeof *comp_names, name_cmp);
+    fn->deployed = k > lo || fn->companion ? 1 : -1;
   }
   return fn->deployed > 0;
 }
@@ -185,6 +211,7 @@ static int matches(const kf_entry_t *e, const kf_launch_t *l, const uint8_t *par
 /* called under kf_lock, after kf_deploy_covers(fn) */
 int kf_deploy_try(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psize,
                   CUresult *rc, CUresult (*real)(kf_launch_t *, void *), void *ctx) {
+  if (fn->companion && fuse_on && kf_defer_companion(l, fn, params, psize, rc)) return 1;
   for (size_t j = 0; j < fn->dep_count; j++) {
     kf_entry_t *e = &entries[by_name[fn->dep_first + j]];
     if (e->disabled || !matches(e, l, params, psize)) continue;
@@ -250,8 +277,9 @@ void kf_deploy_report(void) {
     kf_put(&b, ", \"replaced\": %lu, \"load_failures\": %lu, \"launch_failures\": %lu",
            entries[i].used, entries[i].failed, entries[i].launch_failed);
     if (entries[i].fuse)
-      kf_put(&b, ", \"fuse\": %u, \"fused_groups\": %lu, \"flushed_unfused\": %lu",
-             entries[i].fuse, entries[i].groups, entries[i].unfused);
+      kf_put(&b, ", \"fuse\": %u, \"companions\": %u, \"fused_groups\": %lu, "
+             "\"flushed_unfused\": %lu", entries[i].fuse, entries[i].ncomp, entries[i].groups,
+             entries[i].unfused);
     kf_put(&b, "}");
   }
   kf_put(&b, "]}\n");

@@ -8,6 +8,14 @@
 #define IMAGE_LIMIT (1ULL << 30)   /* bytes of one module image */
 #define KEY_LIMIT 32768            /* parameter bytes of one launch (CUDA allows 32764) */
 #define MAX_JIT 4
+#define MAX_COMP 8 /* companions of a fused entry: launches that follow its kernel in a step */
+typedef struct {
+  char *name;         /* the companion kernel's (mangled) name */
+  uint8_t *params;    /* its parameter bytes (len), compared except at the slots */
+  size_t len, nslots;
+  size_t *slot;       /* ascending byte offsets of 8-byte words: the step's IN or OUT pointer */
+  uint8_t *is_out;    /* per slot: 1 = OUT, 0 = IN */
+} kf_comp_t;
 typedef struct {
   char *name, *image, *entry;
   unsigned grid[3], block[3], shmem, ngrid[3], nblock[3], nshmem;
@@ -23,6 +31,8 @@ typedef struct {
   int disabled;
   unsigned fuse;            /* T: steps of the fused entry, 0 = a one-launch replacement */
   size_t fuse_in, fuse_out; /* byte offsets of the IN and OUT pointers in the parameters */
+  unsigned ncomp;           /* companions, in the order they follow each step's launch */
+  kf_comp_t *comp;
   unsigned long groups, unfused; /* fused launches made; held launches run as the originals */
 } kf_entry_t;
 
@@ -32,6 +42,9 @@ CUfunction kf_entry_function(kf_entry_t *e, const char **why);
  * 0 when it cannot be (the caller flushes and runs it as any other launch) */
 int kf_defer_launch(kf_entry_t *e, kf_launch_t *l, kf_fn_t *fn, const uint8_t *p, size_t n,
                     CUresult *rc);
+/* under kf_lock: hold a launch that is the companion a chain on its stream waits for; as
+ * kf_defer_launch */
+int kf_defer_companion(kf_launch_t *l, kf_fn_t *fn, const uint8_t *p, size_t n, CUresult *rc);
 
 /* the bytes of a regular file of at most `limit` bytes, NUL-terminated (free them); else NULL
  * and *why (a FIFO, a device or a directory is never read, nor waited for) */

@@ -137,34 +137,80 @@ static const char *parse_numbers(kf_entry_t *e, char **f, int n) {
   return NULL;
 }
 
-/* "fuse:T:IN:OUT" (field 14) or "-": T odd from 3 to 63, IN and OUT distinct 8-byte-aligned
- * offsets of two pointers within the key */
+/* "fuse:T:IN:OUT[:C]" (field 14) or "-": T odd from 3 to 63, IN and OUT distinct 8-byte-aligned
+ * offsets of two pointers within the key, C companions (1 to 8, in the fields after it) */
 static const char *parse_fuse(kf_entry_t *e, const char *s) {
-  unsigned long long t, in, out;
+  unsigned long long t, in, out, c = 0;
   if (!strcmp(s, "-")) return NULL;
   if (strncmp(s, "fuse:", 5)) return "field 14 is not fuse:T:IN:OUT or -";
   s += 5;
   if (number(&s, 63, &t) || *s++ != ':' || number(&s, KEY_LIMIT, &in) || *s++ != ':' ||
-      number(&s, KEY_LIMIT, &out) || *s)
-    return "field 14 is not fuse:T:IN:OUT (T up to 63, offsets within 32 KiB)";
+      number(&s, KEY_LIMIT, &out) || (*s == ':' && (s++, number(&s, MAX_COMP, &c) || !c)) || *s)
+    return "field 14 is not fuse:T:IN:OUT[:C] (T up to 63, offsets within 32 KiB, C 1 to 8)";
   if (t < 3 || t % 2 == 0) return "the fused steps are not an odd number from 3 to 63";
   if (e->any_key) return "a fused entry has no key (its pointers' offsets cannot be checked)";
   if (in % 8 || out % 8 || in == out || in + 8 > e->keylen || out + 8 > e->keylen)
     return "the fused IN and OUT offsets are not two distinct aligned pointers in the key";
   e->fuse = (unsigned)t, e->fuse_in = (size_t)in, e->fuse_out = (size_t)out;
+  e->ncomp = (unsigned)c;
+  return NULL;
+}
+
+/* a companion's slots: "-" or "o,o,...", offsets of 8-byte words in its params (kept sorted) */
+static const char *parse_slots(kf_comp_t *k, const char *s, uint8_t out) {
+  if (!strcmp(s, "-")) return NULL;
+  for (;;) {
+    unsigned long long o;
+    if (number(&s, KEY_LIMIT, &o) || (*s && *s != ','))
+      return "a companion's slots are not - or offsets separated by commas";
+    if (o % 8 || o + 8 > k->len) return "a companion's slot is not an aligned word of its params";
+    size_t i = k->nslots;
+    for (size_t j = 0; j < k->nslots; j++)
+      if (k->slot[j] == o) return "a companion's slot is given twice";
+    for (; i > 0 && k->slot[i - 1] > o; i--)
+      k->slot[i] = k->slot[i - 1], k->is_out[i] = k->is_out[i - 1];
+    k->slot[i] = (size_t)o, k->is_out[i] = out, k->nslots++;
+    if (!*s++) return NULL;
+  }
+}
+
+/* the companions: four fields each, name, params (hex, or - for none), IN slots, OUT slots */
+static const char *parse_companions(kf_entry_t *e, char **f) {
+  if (!(e->comp = calloc(e->ncomp, sizeof *e->comp))) return "no memory";
+  for (unsigned i = 0; i < e->ncomp; i++, f += 4) {
+    kf_comp_t *k = &e->comp[i];
+    size_t len = strcmp(f[1], "-") ? strlen(f[1]) : 0;
+    if (len % 2 || len / 2 > KEY_LIMIT)
+      return "a companion's params are not whole bytes of hex (at most 32 KiB)";
+    k->len = len / 2;
+    if (!(k->name = strdup(f[0])) || !(k->params = malloc(k->len + 1)) ||
+        !(k->slot = malloc((k->len / 8 + 1) * sizeof *k->slot)) ||
+        !(k->is_out = malloc(k->len / 8 + 1)))
+      return "no memory";
+    for (size_t j = 0; j < k->len; j++) {
+      int hi = hexval(f[1][2 * j]), lo = hexval(f[1][2 * j + 1]);
+      if (hi < 0 || lo < 0) return "a companion's params hold a character that is not hex";
+      k->params[j] = (uint8_t)(hi << 4 | lo);
+    }
+    const char *why = parse_slots(k, f[2], 0);
+    if (why || (why = parse_slots(k, f[3], 1))) return why;
+  }
   return NULL;
 }
 
 void kf_entry_free(kf_entry_t *e) {
   free(e->name), free(e->image), free(e->entry), free(e->key), free(e->mask);
+  for (unsigned i = 0; e->comp && i < e->ncomp; i++)
+    free(e->comp[i].name), free(e->comp[i].params), free(e->comp[i].slot), free(e->comp[i].is_out);
+  free(e->comp);
 }
 
 const char *kf_parse_entry(char *line, kf_entry_t *e) {
-  char *f[14];
+  char *f[14 + 4 * MAX_COMP];
   int n = 0;
   memset(e, 0, sizeof *e);
   for (char *p = line;;) {
-    if (n == 14) return "it has more than 14 fields";
+    if (n == 14 + 4 * MAX_COMP) return "it has more fields than 8 companions need";
     f[n++] = p;
     char *tab = strchr(p, '\t');
     if (!tab) break;
@@ -175,7 +221,11 @@ const char *kf_parse_entry(char *line, kf_entry_t *e) {
     if (!*f[i]) return "a field is empty";
   const char *why = parse_numbers(e, f, n);
   if (!why) why = parse_key(e, f[4]);
-  if (!why && n == 14) why = parse_fuse(e, f[13]);
+  if (!why && n >= 14) why = parse_fuse(e, f[13]);
+  if (!why && n != 14 + 4 * (int)e->ncomp && n > 13)
+    why = e->ncomp ? "a fused entry's companions are not four fields each, as many as it says"
+                   : "it has more than 14 fields";
+  if (!why && e->ncomp) why = parse_companions(e, f + 14);
   if (!why) why = parse_jit(e, f[7]);
   if (!why && (!(e->name = strdup(f[0])) || !(e->image = strdup(f[5])) ||
                !(e->entry = strdup(f[6]))))

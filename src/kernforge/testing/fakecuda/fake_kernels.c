@@ -107,3 +107,78 @@ FUSED(3)
 FUSED(5)
 FUSED(7)
 FUSED(63)
+
+/* A time loop whose step is several launches (fake_loop.c's "b"): interior(in, out, n, c)
+ * updates out's inner points only; its companions follow it: edge(out, n, side, v) sets one
+ * face of out from its inner neighbour (side 0: out[0], 1: out[n-1]), and mix(in, out, n, w)
+ * blends in's middle point into out's. interior_cT runs T such steps at once with the
+ * companions' scalars baked in (V0, V1, W), by the same arithmetic (bit for bit); interior_nT
+ * runs T interior steps without the companions (a fused operator that is wrong for this loop). */
+const char *interior_params = "8,8,4,8";
+void interior(const unsigned *grid, const unsigned *block, void **p) {
+  const double *in = *(const double **)p[0];
+  double *out = *(double **)p[1];
+  int n = *(int *)p[2];
+  double c = *(double *)p[3];
+  size_t threads = THREADS(grid, block);
+  for (size_t i = 1; i < threads && i + 1 < (size_t)n; i++)
+    out[i] = in[i] + c * (in[i - 1] - 2 * in[i] + in[i + 1]);
+}
+
+const char *edge_params = "8,4,4,8";
+void edge(const unsigned *grid, const unsigned *block, void **p) {
+  double *out = *(double **)p[0];
+  int n = *(int *)p[1], side = *(int *)p[2];
+  double v = *(double *)p[3];
+  (void)grid, (void)block;
+  if (side == 0) out[0] = 0.5 * out[1] + v;
+  else out[n - 1] = 0.5 * out[n - 2] + v;
+}
+
+const char *mix_params = "8,8,4,8";
+void mix(const unsigned *grid, const unsigned *block, void **p) {
+  const double *in = *(const double **)p[0];
+  double *out = *(double **)p[1];
+  int m = *(int *)p[2] / 2;
+  double w = *(double *)p[3];
+  (void)grid, (void)block;
+  out[m] = out[m] + w * (in[m] - out[m]);
+}
+
+static const double V0 = 0.125, V1 = -0.25, W = 0.375;
+static void interior_steps(void **p, int steps, int companions) {
+  const double *in = *(const double **)p[0];
+  double *out = *(double **)p[1];
+  int n = *(int *)p[2], m = n / 2;
+  double c = *(double *)p[3];
+  double *buf = malloc(2 * (size_t)n * sizeof *buf), *x = buf, *y = buf + n;
+  if (!buf) return;
+  for (int i = 0; i < n; i++) x[i] = in[i], y[i] = out[i];
+  for (int s = 0; s < steps; s++) {
+    for (int i = 1; i + 1 < n; i++) y[i] = x[i] + c * (x[i - 1] - 2 * x[i] + x[i + 1]);
+    if (companions) {
+      y[0] = 0.5 * y[1] + V0;
+      y[n - 1] = 0.5 * y[n - 2] + V1;
+      y[m] = y[m] + W * (x[m] - y[m]);
+    }
+    double *t = x;
+    x = y, y = t;
+  }
+  for (int i = 0; i < n; i++) out[i] = x[i];
+  free(buf);
+  fused_launches++;
+}
+#define FUSED_STEP(T)                                                             \
+  const char *interior_c##T##_params = "8,8,4,8";                                 \
+  void interior_c##T(const unsigned *grid, const unsigned *block, void **p) {     \
+    (void)grid, (void)block;                                                      \
+    interior_steps(p, T, 1);                                                      \
+  }                                                                               \
+  const char *interior_n##T##_params = "8,8,4,8";                                 \
+  void interior_n##T(const unsigned *grid, const unsigned *block, void **p) {     \
+    (void)grid, (void)block;                                                      \
+    interior_steps(p, T, 0);                                                      \
+  }
+FUSED_STEP(3)
+FUSED_STEP(5)
+FUSED_STEP(7)

@@ -7,6 +7,13 @@
  *   d  a heat step of chain 0 on the NULL stream
  *   k  another kernel (offset) on a0, on s0   K  offset on a1, on s1
  *   M  cuMemcpyHtoD of fresh values into a0 (a write while steps may be held)
+ * steps of several launches (fake_kernels.c's interior, then its companions edge side 0 with
+ * V0, edge side 1 with V1, mix with W):
+ *   b  such a step of chain 0 on s0      B  of chain 1 on s1      a  of chain 0 on NULL
+ *   i  its first launch only (interior), on s0     j  the companions of that step, on s0
+ *   v  a step of chain 0 whose first edge has another scalar (0.5 for V0)
+ *   o  a step of chain 0 whose companions run on s1      r  one whose companions run in
+ *      another order (mix first)
  * and these, each followed by an observation ("obs <op> <hash>" of every buffer's bytes, read
  * straight from the fake device memory, which is host memory):
  *   c  cuMemcpyDtoH of every buffer (the hash is of the copies)
@@ -80,7 +87,7 @@ static void *get(const char *name) {
 static int n;
 static size_t bytes;
 static CUdeviceptr buf[5]; /* a0, b0, a1, b1, e */
-static void *mod, *heat, *offset, *ctx, *s0, *s1, *ev;
+static void *mod, *heat, *offset, *interior, *edge, *mix, *ctx, *s0, *s1, *ev;
 static char image[4200];
 
 static unsigned long long fnv(const void *p, size_t len, unsigned long long h) {
@@ -109,6 +116,9 @@ static void load(void) {
   CHECK(p_cuModuleLoadData(&mod, image));
   CHECK(p_cuModuleGetFunction(&heat, mod, "heat"));
   CHECK(p_cuModuleGetFunction(&offset, mod, "offset"));
+  CHECK(p_cuModuleGetFunction(&interior, mod, "interior"));
+  CHECK(p_cuModuleGetFunction(&edge, mod, "edge"));
+  CHECK(p_cuModuleGetFunction(&mix, mod, "mix"));
 }
 
 static void step(CUdeviceptr *in, CUdeviceptr *out, void *stream) {
@@ -116,6 +126,37 @@ static void step(CUdeviceptr *in, CUdeviceptr *out, void *stream) {
   unsigned block = 128, grid = ((unsigned)n + block - 1) / block;
   void *args[] = {in, out, &n, &c};
   CHECK(p_cuLaunchKernel(heat, grid, 1, 1, block, 1, 1, 0, stream, args, NULL));
+  CUdeviceptr t = *in;
+  *in = *out, *out = t;
+}
+
+static const double V0 = 0.125, V1 = -0.25, W = 0.375;
+static void edge_at(CUdeviceptr out, int side, double v, void *stream) {
+  void *args[] = {&out, &n, &side, &v};
+  CHECK(p_cuLaunchKernel(edge, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL));
+}
+
+/* the companions of a step from in to out: edge 0, edge 1, mix (mix first when reordered) */
+static void companions(CUdeviceptr in, CUdeviceptr out, void *stream, double v0, int reorder) {
+  double w = W;
+  void *args[] = {&in, &out, &n, &w};
+  if (reorder) CHECK(p_cuLaunchKernel(mix, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL));
+  edge_at(out, 0, v0, stream);
+  edge_at(out, 1, V1, stream);
+  if (!reorder) CHECK(p_cuLaunchKernel(mix, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL));
+}
+
+static void stencil(CUdeviceptr *in, CUdeviceptr *out, void *stream) {
+  double c = 0.25;
+  unsigned block = 128, grid = ((unsigned)n + block - 1) / block;
+  void *args[] = {in, out, &n, &c};
+  CHECK(p_cuLaunchKernel(interior, grid, 1, 1, block, 1, 1, 0, stream, args, NULL));
+}
+
+static void full_step(CUdeviceptr *in, CUdeviceptr *out, void *stream, void *cstream, double v0,
+                      int reorder) {
+  stencil(in, out, stream);
+  companions(*in, *out, cstream, v0, reorder);
   CUdeviceptr t = *in;
   *in = *out, *out = t;
 }
@@ -169,6 +210,19 @@ int main(int argc, char **argv) {
       case 's': step(&buf[0], &buf[1], s0); break;
       case 't': step(&buf[2], &buf[3], s1); break;
       case 'd': step(&buf[0], &buf[1], NULL); break;
+      case 'b': full_step(&buf[0], &buf[1], s0, s0, V0, 0); break;
+      case 'B': full_step(&buf[2], &buf[3], s1, s1, V0, 0); break;
+      case 'a': full_step(&buf[0], &buf[1], NULL, NULL, V0, 0); break;
+      case 'v': full_step(&buf[0], &buf[1], s0, s0, 0.5, 0); break;
+      case 'o': full_step(&buf[0], &buf[1], s0, s1, V0, 0); break;
+      case 'r': full_step(&buf[0], &buf[1], s0, s0, V0, 1); break;
+      case 'i': stencil(&buf[0], &buf[1], s0); break;
+      case 'j': {
+        companions(buf[0], buf[1], s0, V0, 0);
+        CUdeviceptr t = buf[0];
+        buf[0] = buf[1], buf[1] = t;
+        break;
+      }
       case 'k': other(buf[0], s0); break;
       case 'K': other(buf[2], s1); break;
       case 'M': fill(buf[0], (int)(op - script)); break;
