@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -87,8 +88,8 @@ def _faces(shape: tuple[int, int, int]) -> list[fc.Face]:
     return [fc.Face(a, side, 0) for a in range(3) if shape[a] > 2 for side in (0, 1)]
 
 
-def _plane(f: fc.Face, shape: tuple[int, int, int], d: int = 0) -> tuple[object, ...]:
-    at: list[object] = [slice(None)] * 3
+def _plane(f: fc.Face, shape: tuple[int, int, int], d: int = 0) -> tuple[Any, ...]:
+    at: list[Any] = [slice(None)] * 3
     at[f.axis] = fc.index(f, shape[f.axis]) + f.inward * d
     return tuple(at)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -70,13 +71,13 @@ def apply(grid: np.ndarray, groups: Groups) -> np.ndarray:
     for group in groups:
         for f in group:
             n = g.shape[f.axis]
-            at = [slice(None)] * 3
-            at[f.axis] = index(f, n)  # type: ignore[call-overload]
+            at: list[Any] = [slice(None)] * 3
+            at[f.axis] = index(f, n)
             if f.source == 0:
                 g[tuple(at)] = g.dtype.type(f.value)
             else:
                 src = list(at)
-                src[f.axis] = index(f, n) + f.inward * f.source  # type: ignore[call-overload]
+                src[f.axis] = index(f, n) + f.inward * f.source
                 g[tuple(at)] = g[tuple(src)]
     return g
 
@@ -86,8 +87,8 @@ def mask(shape: tuple[int, int, int], groups: Groups) -> np.ndarray:
     m = np.zeros(shape, dtype=bool)
     for group in groups:
         for f in group:
-            at = [slice(None)] * 3
-            at[f.axis] = index(f, shape[f.axis])  # type: ignore[call-overload]
+            at: list[Any] = [slice(None)] * 3
+            at[f.axis] = index(f, shape[f.axis])
             m[tuple(at)] = True
     return m
 
