@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from kernforge.apps import lift_companion as lc
-from kernforge.apps.fused_steps import LaunchTarget, launch_slots, step_companions
+from kernforge.apps.fused_steps import LaunchTarget, launch_slots, step_companions, whole_steps
 from kernforge.apps.probe import Recognized
 from kernforge.backends.driver import Driver
 from kernforge.pipeline.run_app import record_command
@@ -27,7 +27,8 @@ def test_companions_of_a_recorded_step(on_fake: FakeCuda, fake: FakeCuda, tmp_pa
     rec = read_native(units[0])
     whole = NativeReplay(rec, Driver(library=str(fake.libdir / "libcuda.so.1")))
     names = [s.entry for s in rec.steps]
-    assert names[:4] == ["heat", "offset", "heat", "offset"], names
+    assert names == ["heat", "offset"] * 2 + ["heat"], names  # ends at the 3rd heat
+    assert whole_steps(whole, 1) == 2 and whole_steps(whole, 0) == 3
     t = LaunchTarget(whole, 1)  # offset(x, v): x[0..7] += v + bias[i % 4]
     (buf,) = t.buffers
     assert launch_slots(rec.steps[1])[0].pointer and buf.param == 0

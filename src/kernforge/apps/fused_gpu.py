@@ -36,7 +36,7 @@ from ..stencil import faces as fc
 from . import fused as fz
 from . import lift_companion as lc
 from .adapter import layout
-from .fused_steps import step_companions
+from .fused_steps import step_companions, whole_steps
 from .operator_gpu import AdapterRun, ReplayTarget, built, fastest_passing, recognized
 from .probe import Recognized
 from .process import child_main
@@ -247,12 +247,12 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[i
         return {"nomatch": f"not fusable: {why}", "recognized": r.describe()}
     if comps:  # the reference: the recorded steps, boundary kernels included
         assert whole is not None
-        have = int(whole.rec.sequence.get("steps", 0))
+        have = whole_steps(whole, len(comps))
         steps = [s for s in steps if s <= have]
         if not steps:
-            return {"nomatch": f"not fusable: the sequence holds {have} steps; with boundary "
-                               "kernels the reference for T steps is T recorded steps "
-                               "(record --sequence with at least 3)",
+            return {"nomatch": f"not fusable: the sequence holds {have} whole steps; with "
+                               "boundary kernels the reference for T steps is T recorded "
+                               "steps (record --sequence T+1 or more)",
                     "recognized": r.describe()}
     slots = layout(rec)
     arch = f"sm_{rp.drv.attribute('cc_major')}{rp.drv.attribute('cc_minor')}"

@@ -91,3 +91,12 @@ def step_companions(whole: NativeReplay, r: Recognized
             return lc.Refused("the sequence ends before the stencil's second launch: no whole "
                               "step to take its boundary kernels from")
     return lc.lift_all(found, r.shape, r.dtype)
+
+
+def whole_steps(whole: NativeReplay, companions: int) -> int:
+    """How many steps of the sequence are recorded whole: a launch of the stencil followed by
+    ``companions`` more launches (a sequence ends at the stencil's N-th launch, so its last
+    step's boundary kernels may be missing)."""
+    launches = whole.rec.steps
+    return sum(1 for i, s in enumerate(launches)
+               if whole.rec.of_kernel(s) and i + companions < len(launches))
