@@ -81,10 +81,21 @@ def test_refused_with_the_reason(body: Callable[[np.ndarray], None], reason: str
 
 def test_a_rule_reading_what_its_launch_wrote_is_refused() -> None:
     def seq(g: np.ndarray) -> None:  # in place: x=0 copies the y=0 face just written
-        g[:, 0, :] = 3.0
+        g[:, 0, :] = g[:, 1, :]
         g[:, :, 0] = g[:, :, 1]
     got = _lift(seq)
     assert isinstance(got, lc.Refused) and "reads points the same launch writes" in got.reason
+
+    def held_then_copied(g: np.ndarray) -> None:  # the same in effect as the copy first
+        g[:, 0, :] = 3.0
+        g[:, :, 0] = g[:, :, 1]
+    assert _lift(held_then_copied) == (fc.Face(2, 0, 1), fc.Face(1, 0, 0, 3.0))
+
+    def cycle(g: np.ndarray) -> None:  # y=0 wins over x=0, x=0 over z=0, z=0 over y=0
+        g[:, 0, :], g[:, :, 0], g[0, :, :] = 1.0, 2.0, 3.0
+        g[:, 0, 0], g[0, :, 0], g[0, 0, :] = 1.0, 2.0, 3.0
+    got = _lift(cycle)
+    assert isinstance(got, lc.Refused) and "no order" in got.reason, got
 
 
 def test_other_buffers_in_and_beyond_the_grid() -> None:

@@ -111,13 +111,52 @@ def _rule(f: fc.Face, xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], own: n
             "points inward (computed, or data-dependent)")
 
 
+def _value_at(f: fc.Face, x: np.ndarray, at: np.ndarray, shape: tuple[int, int, int]
+              ) -> np.ndarray:
+    """What rule ``f`` writes at the flat indices ``at`` (on its face), from the values ``x``
+    before the launch."""
+    if f.source == 0:
+        return np.full(at.size, x.dtype.type(f.value))
+    stride = (shape[1] * shape[2], shape[2], 1)[f.axis]
+    return x.reshape(-1)[at + f.inward * f.source * stride]
+
+
 def _order(rules: list[fc.Face], shape: tuple[int, int, int], xs: Sequence[np.ndarray],
            ys: Sequence[np.ndarray]) -> tuple[fc.Face, ...] | None:
-    """An order of ``rules`` whose sequential application reproduces every trial."""
-    for perm in itertools.permutations(rules):
-        if all(np.array_equal(fc.apply(x, (perm,)), y) for x, y in zip(xs, ys)):
-            return perm
-    return None
+    """An order of ``rules`` whose sequential application reproduces every trial: on each
+    edge two faces share (corners left out), the face whose value stays comes later; the
+    order found (z, y, x faces first where nothing says otherwise) is then checked."""
+    masks = [_mask(f, shape) for f in rules]
+    after: dict[int, set[int]] = {i: set() for i in range(len(rules))}  # i after these
+    for i, j in itertools.combinations(range(len(rules)), 2):
+        if rules[i].axis == rules[j].axis:
+            continue
+        edge = masks[i] & masks[j]
+        for k, m in enumerate(masks):
+            if k not in (i, j):
+                edge &= ~m
+        at = np.flatnonzero(edge)
+        wins_i = all(np.array_equal(y.reshape(-1)[at], _value_at(rules[i], x, at, shape))
+                     for x, y in zip(xs, ys))
+        wins_j = all(np.array_equal(y.reshape(-1)[at], _value_at(rules[j], x, at, shape))
+                     for x, y in zip(xs, ys))
+        if wins_i != wins_j:
+            after[i if wins_i else j].add(j if wins_i else i)
+    order: list[int] = []
+    while len(order) < len(rules):
+        ready = [i for i in range(len(rules)) if i not in order and after[i] <= set(order)]
+        if not ready:
+            return None  # a cycle: no order explains the edges
+        order.append(ready[0])
+    got = tuple(rules[i] for i in order)
+    ok = all(np.array_equal(fc.apply(x, (got,)), y) for x, y in zip(xs, ys))
+    return got if ok else None
+
+
+def _mask(f: fc.Face, shape: tuple[int, int, int]) -> np.ndarray:
+    m = np.zeros(shape, dtype=bool)
+    m[_plane(f, shape)] = True
+    return m
 
 
 def _races(order: tuple[fc.Face, ...], written: np.ndarray, shape: tuple[int, int, int]
