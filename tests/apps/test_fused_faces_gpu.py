@@ -37,6 +37,6 @@ def test_the_demo_step_with_its_boundary_kernels_is_fused(tmp_path: Path) -> Non
     assert any("fresh input" in c for c in m.note.split("; ")), m.note
     (e,) = nd.read_spec(m.spec_path).entries
     comps = e["evidence"]["companions"]
-    assert [c["entry"] for c in comps] == ["apply_boundary"] * 3
+    assert [c["name"] for c in comps] == ["apply_boundary"] * 3
     assert all(c["out_slots"] == [0] and c["in_slots"] == [] for c in comps)
     print(f"fused {m.steps} steps: {m.speedup:.3f}x [{m.ci[0]:.3f}, {m.ci[1]:.3f}]")

@@ -124,7 +124,7 @@ def test_a_companion_points_only_at_in_and_out() -> None:
         + (0x2000).to_bytes(8, "little")
     c = lc.companion("_Z5bound", raw, slots, in_ptr=0x2000, out_ptr=0x1000)
     assert c == lc.Companion("_Z5bound", raw, (16,), (0,))
-    assert c.spec() == {"entry": "_Z5bound", "params": raw.hex(), "in_slots": [16],
+    assert c.spec() == {"name": "_Z5bound", "params": raw.hex(), "in_slots": [16],
                         "out_slots": [0]}
     other = lc.companion("_Z5bound", raw, slots, in_ptr=0x3000, out_ptr=0x1000)
     assert isinstance(other, lc.Refused) and "other than the step's IN and OUT" in other.reason

@@ -49,8 +49,9 @@ class Companion:
     faces: tuple[fc.Face, ...] = ()
 
     def spec(self) -> dict[str, object]:
-        """The fields the deploy side's companion entry takes (JSON-ready)."""
-        return {"entry": self.entry, "params": self.params.hex(),
+        """The companion as a fused spec entry lists it (JSON: ``name``, ``params`` in hex,
+        ``in_slots``, ``out_slots``)."""
+        return {"name": self.entry, "params": self.params.hex(),
                 "in_slots": list(self.in_slots), "out_slots": list(self.out_slots)}
 
 
