@@ -50,13 +50,16 @@ def test_the_demo_boundary_kernels_lift_to_its_face_rules(demo: tuple) -> None:
                                    "[x=0 := x+1, x=n-1 := x-1]")
 
 
-def _fused(r: Recognized, op: object, steps: int, x: np.ndarray, y: np.ndarray
-           ) -> np.ndarray:
+def _fused(r: Recognized, op: object, steps: int, x: np.ndarray, y: np.ndarray,
+           shuffle: int | None = None) -> np.ndarray:
+    """One launch of the fused adapter (blocks in a shuffled order with ``shuffle``)."""
     ad = fz.fused_adapter(op, r, DEMO_SLOTS, 24, steps)  # type: ignore[arg-type]
     mod = em.compile_source(ad.source, [ad.entry])
     xi, yo = x.copy(), y.copy()
+    order = None if shuffle is None else \
+        np.random.default_rng(shuffle).permutation(int(np.prod(ad.grid)))
     mod.launch(ad.entry, [xi, yo, np.array(0.1, np.float32), np.array(r.shape[0], np.int32)],
-               ad.grid, ad.block, ad.shared_bytes)
+               ad.grid, ad.block, ad.shared_bytes, order=order)
     assert np.array_equal(xi, x), "the fused kernel wrote into IN"
     return yo
 
@@ -84,7 +87,9 @@ def test_fused_demo_steps_equal_t_unfused_steps(demo: tuple, steps: int) -> None
     x = rng.uniform(-1, 1, step.points).astype(np.float32)
     y = rng.uniform(2, 3, step.points).astype(np.float32)
     want, _ = step.run(x, y, steps)
-    _check(r, groups, _fused(r, op, steps, x, y), want, steps, 3.0)
+    got = _fused(r, op, steps, x, y)
+    _check(r, groups, got, want, steps, 3.0)
+    assert np.array_equal(_fused(r, op, steps, x, y, shuffle=steps), got)  # any block order
     n = step.n
     u = np.zeros((n, n, n), np.float32)
     u[n // 4:n // 2, n // 4:n // 2, n // 4:n // 2] = 1
