@@ -17,7 +17,11 @@ parameter buffer of the group's first launch. The contract (a native spec entry'
 The operators: the matrix's temporal design (3D star of radius 1, boundary ``copy``: it keeps
 the input's ring at every step) and overlapped tiling (stencil/kernels/overlap.py: 2D and 3D,
 any radius, every recognized boundary rule, ``keep`` reading the ring of the buffer each step
-reads). The adapter around them is this module's; the GPU half is apps/fused_gpu.py.
+reads). A step may also launch boundary kernels after the stencil (a face held at a value, a
+face copying its inner neighbour): lifted to face rules (apps/lift_companion.py), they fold
+into overlapped tiling over the ``keep``, ``copy`` and ``zero`` rules (``faces``), and the
+fused kernel then does each whole step. The adapter around them is this module's; the GPU
+half is apps/fused_gpu.py.
 """
 
 from __future__ import annotations

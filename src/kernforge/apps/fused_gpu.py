@@ -7,8 +7,10 @@ the device as its replay places it and recognized as operator matching recognize
 kernel launched ``T`` times with the IN and OUT pointers swapped after each launch; for a
 sequence unit (``kernforge record --sequence N``) of at least ``T`` steps, it is the recorded
 sequence itself: its first ``T`` steps' launches as recorded (recognition looks at its first
-launch alone, on the same placement). The fused
-candidates' adapters are compiled together; each is run from the recorded state and kept only
+launch alone, on the same placement). A step's boundary kernels (the launches between the
+stencil's first two, apps/fused_steps.py) are lifted to face rules and folded into the
+candidates; the reference is then the recorded sequence, so ``T`` is at most its whole steps.
+The fused candidates' adapters are compiled together; each is run from the recorded state and kept only
 when OUT's whole buffer matches the reference's under the kernel's tolerance over ``T`` steps
 and IN's buffer is unchanged, then screened against ``T`` original launches (median of
 ``repeat`` runs each, all memory restored and L2 flushed before each). The screened ones are
