@@ -17,7 +17,11 @@ parameter buffer of the group's first launch. The contract (a native spec entry'
 The operators: the matrix's temporal design (3D star of radius 1, boundary ``copy``: it keeps
 the input's ring at every step) and overlapped tiling (stencil/kernels/overlap.py: 2D and 3D,
 any radius, every recognized boundary rule, ``keep`` reading the ring of the buffer each step
-reads). The adapter around them is this module's; the GPU half is apps/fused_gpu.py.
+reads). A step may also launch boundary kernels after the stencil (a face held at a value, a
+face copying its inner neighbour): lifted to face rules (apps/lift_companion.py), they fold
+into overlapped tiling over the ``keep``, ``copy`` and ``zero`` rules (``faces``), and the
+fused kernel then does each whole step. The adapter around them is this module's; the GPU
+half is apps/fused_gpu.py.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..core import ConfigError
+from ..stencil import faces as fc
 from ..stencil import matrix as mx
 from ..stencil.kernels import overlap
 from ..stencil.kernels.common import DoesNotFit
@@ -57,11 +62,12 @@ def check_steps(steps: int) -> None:
                                "which the fused kernel must only read; choose 3, 5, 7, ...")
 
 
-def refusal(match: Recognized, in_bytes: int | None = None, out_bytes: int | None = None
-            ) -> str | None:
+def refusal(match: Recognized, in_bytes: int | None = None, out_bytes: int | None = None,
+            faces: fc.Groups = ()) -> str | None:
     """Why ``match`` cannot be fused (None when it can): an in-place kernel, IN and OUT of
     different sizes (a time loop swaps equal buffers), a boundary rule or element type the
-    fused designs do not build."""
+    fused designs do not build, face rules (the step's boundary kernels,
+    apps/lift_companion.py) they do not fold."""
     if match.in_param == match.out_param:
         return "the kernel updates one buffer in place: a fused kernel needs IN and OUT apart"
     if in_bytes is not None and out_bytes is not None and in_bytes != out_bytes:
@@ -72,7 +78,11 @@ def refusal(match: Recognized, in_bytes: int | None = None, out_bytes: int | Non
                 f"{', '.join(overlap.RULES)}")
     if match.dtype not in ("float32", "float64"):
         return f"{match.dtype} grids: fused operators build float32 and float64"
-    return None
+    if faces and match.boundary not in overlap.FACE_BASES:
+        return (f"boundary kernels after a stencil of boundary rule {match.boundary!r}: they "
+                f"fold into rules {', '.join(overlap.FACE_BASES)}")
+    nx, ny, nz = match.shape
+    return fc.check(faces, (nz, ny, nx), match.cell.stencil.radii) if faces else None
 
 
 def fuse_field(slots: Sequence[Slot], match: Recognized, steps: int) -> dict[str, int]:
@@ -109,19 +119,21 @@ def _temporal(match: Recognized, steps: int, tile: dict[str, int]) -> Operator |
 TILES_PER_STEPS = 3  # overlapped tiling presets tried per T: the first that fit
 
 
-def candidates(match: Recognized, steps: Sequence[int] = STEPS, limit: int | None = None
-               ) -> list[tuple[int, Operator]]:
+def candidates(match: Recognized, steps: Sequence[int] = STEPS, limit: int | None = None,
+               faces: fc.Groups = ()) -> list[tuple[int, Operator]]:
     """(T, operator) pairs to try, each applying ``T`` steps in one launch: the temporal design
-    where it applies, then overlapped tiling's presets, for each ``T`` of ``steps``; those that
-    do not fit (48 KiB of shared memory) are left out; ``limit``: at most that many."""
-    why = refusal(match)
+    where it applies (no ``faces``), then overlapped tiling's presets, for each ``T`` of
+    ``steps``; each step followed by the ``faces`` groups' rules (the step's boundary kernels,
+    in launch order); those that do not fit (48 KiB of shared memory) are left out;
+    ``limit``: at most that many."""
+    why = refusal(match, faces=faces)
     if why:
         raise ConfigError(f"not fusable: {why}", hint="the one-launch operator still applies")
     for t in steps:
         check_steps(t)
     out: list[tuple[int, Operator]] = []
     for t in steps:
-        temporal = [_temporal(match, t, tile) for tile in TEMPORAL_TILES]
+        temporal = [] if faces else [_temporal(match, t, tile) for tile in TEMPORAL_TILES]
         out += [(t, op) for op in temporal if op is not None
                 and op.launches[0].shared_bytes <= MAX_STATIC_SHARED and len(op.launches) == 1]
         fit = 0
@@ -129,7 +141,8 @@ def candidates(match: Recognized, steps: Sequence[int] = STEPS, limit: int | Non
             if fit == TILES_PER_STEPS:
                 break
             try:
-                out.append((t, overlap.generate(match.cell, match.boundary, t, **tile)))
+                out.append((t, overlap.generate(match.cell, match.boundary, t, **tile,
+                                                faces=faces)))
                 fit += 1
             except DoesNotFit:
                 continue
@@ -170,7 +183,8 @@ def fused_adapter(op: Operator, match: Recognized, slots: Sequence[Slot], total:
     digest = hashlib.sha256((op.source + params + repr(sorted(match.weights.items()))
                              + match.boundary + str(steps)).encode()).hexdigest()[:12]
     entry = f"kf_fused_{digest}"
-    source = f"""// kernforge fused operator adapter: {steps} steps of {match.describe()}
+    folded = f"\n// then per step: {op.params['faces']}" if "faces" in op.params else ""
+    source = f"""// kernforge fused operator adapter: {steps} steps of {match.describe()}{folded}
 // operator {op.cell_id} {op.key}
 #pragma push_macro("__global__")
 #pragma push_macro("__launch_bounds__")
@@ -193,12 +207,15 @@ extern "C" __global__ void __launch_bounds__({threads}) {entry}({params}) {{
                    launch.carveout, op)
 
 
-def steps_model(match: Recognized, x: np.ndarray, y: np.ndarray, steps: int) -> np.ndarray:
-    """What ``steps`` launches of the recognized kernel, IN (``x``) and OUT (``y``) swapped
-    after each, leave in the buffer the last one writes: the float64 oracle."""
+def steps_model(match: Recognized, x: np.ndarray, y: np.ndarray, steps: int,
+                faces: fc.Groups = ()) -> np.ndarray:
+    """What ``steps`` launches of the recognized kernel, each followed by the ``faces``
+    groups' rules, IN (``x``) and OUT (``y``) swapped after each step, leave in the buffer the
+    last step writes: the float64 oracle."""
     from .probe import model
 
     a, b = x.astype(np.float64), y.astype(np.float64)
     for _ in range(steps):
-        a, b = model(match, a, b).reshape(-1), a
+        new = model(match, a, b)
+        a, b = fc.apply(new, faces).reshape(-1), a
     return a

@@ -7,8 +7,10 @@ the device as its replay places it and recognized as operator matching recognize
 kernel launched ``T`` times with the IN and OUT pointers swapped after each launch; for a
 sequence unit (``kernforge record --sequence N``) of at least ``T`` steps, it is the recorded
 sequence itself: its first ``T`` steps' launches as recorded (recognition looks at its first
-launch alone, on the same placement). The fused
-candidates' adapters are compiled together; each is run from the recorded state and kept only
+launch alone, on the same placement). A step's boundary kernels (the launches between the
+stencil's first two, apps/fused_steps.py) are lifted to face rules and folded into the
+candidates; the reference is then the recorded sequence, so ``T`` is at most its whole steps.
+The fused candidates' adapters are compiled together; each is run from the recorded state and kept only
 when OUT's whole buffer matches the reference's under the kernel's tolerance over ``T`` steps
 and IN's buffer is unchanged, then screened against ``T`` original launches (median of
 ``repeat`` runs each, all memory restored and L2 flushed before each). The screened ones are
@@ -32,8 +34,11 @@ from ..harness.verify import check_buffer
 from ..record.native_format import read_native
 from ..replay.native import NativeReplay, NativeVariant
 from ..replay.native_sequence import first_launch
+from ..stencil import faces as fc
 from . import fused as fz
+from . import lift_companion as lc
 from .adapter import layout
+from .fused_steps import step_companions, whole_steps
 from .operator_gpu import AdapterRun, ReplayTarget, built, fastest_passing, recognized
 from .probe import Recognized
 from .process import child_main
@@ -230,10 +235,27 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[i
     r = recognized(t)
     if isinstance(r, str):
         return {"nomatch": r}
+    comps: tuple[lc.Companion, ...] = ()
+    if whole is not None:  # the step's boundary kernels, folded as face rules
+        got = step_companions(whole, r)
+        if isinstance(got, lc.Refused):
+            return {"nomatch": f"not fusable: the step's boundary kernels do not fold: "
+                               f"{got.reason}", "recognized": r.describe()}
+        comps = got
+    faces = lc.groups(comps)
     bufs = {b.param: b for b in t.buffers}
-    why = fz.refusal(r, bufs[r.in_param].nbytes, bufs[r.out_param].nbytes)
+    why = fz.refusal(r, bufs[r.in_param].nbytes, bufs[r.out_param].nbytes, faces)
     if why:
         return {"nomatch": f"not fusable: {why}", "recognized": r.describe()}
+    if comps:  # the reference: the recorded steps, boundary kernels included
+        assert whole is not None
+        have = whole_steps(whole, len(comps))
+        steps = [s for s in steps if s <= have]
+        if not steps:
+            return {"nomatch": f"not fusable: the sequence holds {have} whole steps; with "
+                               "boundary kernels the reference for T steps is T recorded "
+                               "steps (record --sequence T+1 or more)",
+                    "recognized": r.describe()}
     slots = layout(rec)
     arch = f"sm_{rp.drv.attribute('cc_major')}{rp.drv.attribute('cc_minor')}"
     seqs = _references(rp, whole, slots, r, steps)
@@ -246,7 +268,7 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[i
     screened: list[tuple[float, dict[str, Any], tuple[int, AdapterRun, bytes, list[str]]]] = []
     refs = References()
     for (s, op), ad, image in built(
-            fz.candidates(r, steps),
+            fz.candidates(r, steps, faces=faces),
             lambda c: fz.fused_adapter(c[1], r, slots, len(rec.param_bytes), c[0]), arch):
         row: dict[str, Any] = {"operator": op.key, "steps": s}
         tried.append(row)
@@ -298,7 +320,8 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[i
             "arch": arch, "device": rp.drv.identity(), "checks": done, "tried": tried,
             "speedup": ab.speedup, "ci": [ab.ci_low, ab.ci_high],
             "median_original_s": ab.median_a, "median_fused_s": ab.median_b,
-            "points": r.points,
+            "points": r.points, "faces": fc.describe(faces),
+            "companions": [c.spec() for c in comps],
             "gcells_s": r.points * s / ab.median_b / 1e9 if ab.median_b > 0 else None,
             "ratios": list(ab.ratios)}
 

@@ -206,7 +206,9 @@ def fuse_unit(unit_dir: Path, *, out_dir: Path, steps: tuple[int, ...] | None = 
         return NoMatch(str(res["nomatch"]), res.get("recognized"), tried)
     speedup, ci = float(res["speedup"]), (float(res["ci"][0]), float(res["ci"][1]))
     s = int(res["steps"])
-    note = (f"{res['recognized']}; {s} steps fused by {res['operator']}; "
+    folded = f"; each step's boundary kernels folded: {res['faces']}" if res.get("faces") \
+        else ""
+    note = (f"{res['recognized']}{folded}; {s} steps fused by {res['operator']}; "
             f"{'; '.join(res['checks'])}")
     why = refusal(verified=True, idle=None, speedup=speedup, ci=ci, band=band)
     if why is not None:
@@ -230,6 +232,8 @@ def fused_spec(rec: NativeRecording, res: dict[str, Any], out_dir: Path) -> Path
                 "operator": res["operator"], "checks": res["checks"], "unit": rec.path.name,
                 "arch": res["arch"], "gcells_s": res.get("gcells_s"),
                 "points": res.get("points"), "device": res.get("device")}
+    if res.get("companions"):  # the step's boundary kernels the operator folds
+        evidence.update(companions=res["companions"], faces=res.get("faces"))
     fuse = res["fuse"]
     entry = nd.fused_entry(rec, image=name, image_bytes=image, entry_name=res["entry"],
                            grid=res["grid"], block=res["block"], shared_mem=res["shared_mem"],

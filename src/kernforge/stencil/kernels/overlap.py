@@ -20,6 +20,14 @@ of that kernel would see it, with ``in`` and ``out`` swapped after every step:
 - ``zeropad``: every grid point is computed, points outside the grid read as 0;
 - ``periodic``: every grid point is computed, the halo wraps around the grid.
 
+``faces`` (stencil/faces.py) folds a time loop's per-step boundary kernels in (with ``keep``,
+``copy`` or ``zero``): after each level's stencil, the groups' face rules overwrite the level's
+face points in the tile, one rule at a time, in order. A copied face point reads the same
+level ``d`` points inward, which the tile holds whenever the block owns at least ``d + 1``
+points along that axis beyond the face: the last block along an axis is therefore moved back
+to end at the grid's far edge (it recomputes and rewrites, with the same bits, points the
+block before it owns), so no wider halo is needed. Copies are plain loads and stores.
+
 ``in`` is only read. The knobs are declared here and nowhere else (:data:`KNOBS`).
 """
 
@@ -27,12 +35,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import faces as fc
 from ..operator import Launch, Operator
 from ..spec import Cell, Precision
 from .common import DoesNotFit, cdiv, header, literal
 from .design import Space, knobs
 
 RULES = ("keep", "copy", "zero", "zeropad", "periodic")
+FACE_BASES = ("keep", "copy", "zero")  # the rules face rules fold into
 MAX_SHARED = 48 * 1024  # static shared memory: more needs a function attribute
 MAX_STEPS = 63
 
@@ -88,7 +98,20 @@ def shared_bytes(cell: Cell, steps: int, ox: int, oy: int, oz: int) -> int:
 
 
 def _check(cell: Cell, boundary: str, steps: int, ox: int, oy: int, oz: int,
-           block: tuple[int, int, int]) -> None:
+           block: tuple[int, int, int], faces: fc.Groups = ()) -> None:
+    if faces:
+        if boundary not in FACE_BASES:
+            raise DoesNotFit(f"face rules fold into boundary rules {', '.join(FACE_BASES)}, "
+                             f"not {boundary!r}")
+        s = cell.shape
+        why = fc.check(faces, (s.nz, s.ny, s.nx), cell.stencil.radii)
+        if why:
+            raise DoesNotFit(why)
+        tile = (oz, oy, ox)
+        for f in (f for g in faces for f in g):
+            if f.source >= tile[f.axis]:
+                raise DoesNotFit(f"rule {f.describe()}: the output tile must hold more than "
+                                 f"{f.source} points along {fc.AXES[f.axis]}")
     if cell.precision is Precision.FP16:
         raise DoesNotFit("overlapped tiling builds fp32 and fp64 grids")
     if cell.stencil.kind not in ("star", "box"):
@@ -150,8 +173,50 @@ def _loops(rz: int, ry: int, rx: int, block: tuple[int, int, int], body: str) ->
 """
 
 
+_AXIS = (("z", "EZ", "NZ"), ("y", "EY", "NY"), ("x", "EX", "NX"))  # faces' axes 0, 1, 2
+
+
+def _face_code(cell: Cell, faces: fc.Groups, threads: int) -> str:
+    """After level ``s``'s stencil (in ``nxt``): each face rule over the face points of the
+    level's region, one rule after another (a barrier after each)."""
+    radii, t = cell.stencil.radii, cell.precision.ctype
+    out = []
+    for group in faces:
+        for f in group:
+            a, ext, n = _AXIS[f.axis]
+            (p, pe, _), (q, qe, _) = (_AXIS[i] for i in (2, 1, 0) if i != f.axis)
+            rp, rq = (radii["zyx".index(v)] for v in (p, q))
+            at = "0" if f.side == 0 else f"{n} - 1"
+            stride = {"x": "1", "y": "EX", "z": "EX * EY"}[a]
+            value = (f"nxt[l + ({f.inward * f.source}) * {stride}]" if f.source
+                     else f"({t})({float(f.value).hex()})")
+            ra = radii[f.axis]
+            out.append(f"""    {{  // face {f.describe()}
+      const int la = {at} - {a}0;
+      if (la >= s * {ra} && la < {ext} - s * {ra}) {{
+        const int np = {pe} - 2 * s * {rp}, nq = {qe} - 2 * s * {rq};
+        for (int k = tid; k < np * nq; k += {threads}) {{
+          const int l{p} = s * {rp} + k % np, l{q} = s * {rq} + k / np, l{a} = la;
+          const int l = (lz * EY + ly) * EX + lx;
+          nxt[l] = {value};
+        }}
+      }}
+      __syncthreads();
+    }}
+""")
+    return "    if (!inner) {  // the step's boundary kernels, in launch order\n" + \
+        "".join(out) + "    }\n"
+
+
+def _on_face(faces: fc.Groups) -> str:
+    """A C condition on (gx, gy, gz): a face rule writes the point."""
+    conds = dict.fromkeys(f"g{_AXIS[f.axis][0]} == {'0' if f.side == 0 else _AXIS[f.axis][2] + ' - 1'}"
+                          for g in faces for f in g)
+    return "(" + " || ".join(conds) + ")"
+
+
 def _source(cell: Cell, boundary: str, steps: int, ox: int, oy: int, oz: int,
-            block: tuple[int, int, int]) -> str:
+            block: tuple[int, int, int], faces: fc.Groups = ()) -> str:
     p = cell.precision
     t, acc = p.ctype, p.acc_ctype
     (rz, ry, rx), s = cell.stencil.radii, cell.shape
@@ -175,6 +240,16 @@ def _source(cell: Cell, boundary: str, steps: int, ox: int, oy: int, oz: int,
             "keep": f"({on_grid} ? ((s & 1) ? out[{at}] : in[{at}]) : ({t})0)"}[boundary]
     real = "(gx < NX && gy < NY && gz < NZ)"  # an owned point past the grid's far edge
     write = f"{real} && {computed}" if boundary == "keep" else real
+    if faces and boundary == "keep":
+        write = f"{real} && ({computed} || {_on_face(faces)})"
+    moved = {f.axis for g in faces for f in g if f.source}  # axes whose last block moves back
+    origin = []
+    for i, (a, o, r, n) in enumerate((("x", ox, rx, s.nx), ("y", oy, ry, s.ny),
+                                      ("z", oz, rz, s.nz))):
+        b = f"(int)blockIdx.{a} * {o}"
+        if 2 - i in moved and n >= o:
+            b = f"min({b}, {n - o})"
+        origin.append(f"  const int {a}0 = {b} - {steps * r};\n")
     fast = _loops(rz, ry, rx, block, f"nxt[l] = ({t})({total});")
     if boundary == "periodic":
         steps_body = fast
@@ -190,10 +265,7 @@ fused(const {t}* __restrict__ in, {t}* __restrict__ out) {{
   __shared__ {t} kf_tile[2][EZ * EY * EX];
   const int tx = threadIdx.x, ty = threadIdx.y, tz = threadIdx.z;
   const int tid = tx + {bx} * (ty + {by} * tz);
-  const int x0 = (int)blockIdx.x * {ox} - {steps * rx};
-  const int y0 = (int)blockIdx.y * {oy} - {steps * ry};
-  const int z0 = (int)blockIdx.z * {oz} - {steps * rz};
-  const bool inner = {_inner_block(cell, boundary)};  // no rule anywhere in the tile
+{"".join(origin)}  const bool inner = {_inner_block(cell, boundary)};  // no rule anywhere in the tile
   (void)inner;
   for (int k = tid; k < EZ * EY * EX; k += {threads}) {{  // level 0: in, with its halo
     const int gx = x0 + k % EX, gy = y0 + k / EX % EY, gz = z0 + k / (EX * EY);
@@ -206,7 +278,7 @@ fused(const {t}* __restrict__ in, {t}* __restrict__ out) {{
     const {t}* const cur = kf_tile[(s - 1) & 1];
     {t}* const nxt = kf_tile[s & 1];
 {steps_body}    __syncthreads();
-  }}
+{_face_code(cell, faces, threads) if faces else ""}  }}
   const {t}* const fin = kf_tile[T & 1];
   for (int lz = {steps * rz} + tz; lz < {steps * rz + oz}; lz += {bz})
     for (int ly = {steps * ry} + ty; ly < {steps * ry + oy}; ly += {by})
@@ -219,17 +291,22 @@ fused(const {t}* __restrict__ in, {t}* __restrict__ out) {{
 
 
 def generate(cell: Cell, boundary: str, steps: int = 3, ox: int = 64, oy: int = 32,
-             oz: int = 1, block: tuple[int, int, int] = (32, 8, 1)) -> Operator:
+             oz: int = 1, block: tuple[int, int, int] = (32, 8, 1), faces: fc.Groups = ()
+             ) -> Operator:
     """One launch ``fused(in, out)`` applying ``steps`` sweeps of ``cell``'s stencil under
-    ``boundary`` (module docstring); :class:`DoesNotFit` where the knobs do not fit."""
+    ``boundary``, each followed by the ``faces`` groups' rules (module docstring);
+    :class:`DoesNotFit` where the knobs do not fit."""
     block = tuple(block)  # type: ignore[assignment]
-    _check(cell, boundary, steps, ox, oy, oz, block)
+    faces = tuple(tuple(g) for g in faces if g)
+    _check(cell, boundary, steps, ox, oy, oz, block, faces)
     s = cell.shape
     grid = (cdiv(s.nx, ox), cdiv(s.ny, oy), cdiv(s.nz, oz))
     if grid[1] > 65535 or grid[2] > 65535:
         raise DoesNotFit(f"{grid[1]} x {grid[2]} tiles in y and z: at most 65535 each")
     params = {"steps": steps, "ox": ox, "oy": oy, "oz": oz, "block": block,
               "boundary": boundary}
-    source = _source(cell, boundary, steps, ox, oy, oz, block)
+    if faces:
+        params["faces"] = fc.describe(faces)
+    source = _source(cell, boundary, steps, ox, oy, oz, block, faces)
     return Operator(cell.id, "overlap", params, source,
                     (Launch("fused", grid, block, ("in", "out")),))
