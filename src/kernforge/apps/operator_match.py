@@ -220,7 +220,8 @@ def fuse_unit(unit_dir: Path, *, out_dir: Path, steps: tuple[int, ...] | None = 
 
 def fused_spec(rec: NativeRecording, res: dict[str, Any], out_dir: Path) -> Path:
     """The signed spec of a fused result (fused_gpu's): one entry replacing the recorded
-    kernel by the fused adapter, with ``fuse`` (steps, the offsets of IN and OUT)."""
+    kernel by the fused adapter, with ``fuse`` (steps, the offsets of IN and OUT, and the step's
+    boundary kernels the operator folds: the interposer holds them with the stencil)."""
     s, speedup, ci = int(res["steps"]), float(res["speedup"]), list(res["ci"])
     image = Path(res["image"]).read_bytes()
     name = f"{rec.path.name}.fused{s}.cubin"
@@ -235,9 +236,13 @@ def fused_spec(rec: NativeRecording, res: dict[str, Any], out_dir: Path) -> Path
     if res.get("companions"):  # the step's boundary kernels the operator folds
         evidence.update(companions=res["companions"], faces=res.get("faces"))
     fuse = res["fuse"]
+    companions = [nd.Companion(str(c["name"]), bytes.fromhex(c["params"]),
+                               tuple(int(o) for o in c["in_slots"]),
+                               tuple(int(o) for o in c["out_slots"]))
+                  for c in res.get("companions") or ()]
     entry = nd.fused_entry(rec, image=name, image_bytes=image, entry_name=res["entry"],
                            grid=res["grid"], block=res["block"], shared_mem=res["shared_mem"],
                            carveout=res["carveout"], evidence=evidence,
                            steps=int(fuse["steps"]), in_offset=int(fuse["in_offset"]),
-                           out_offset=int(fuse["out_offset"]))
+                           out_offset=int(fuse["out_offset"]), companions=companions)
     return nd.write_spec(out_dir / f"{rec.path.name}.fused.json", [entry], {name: image})
