@@ -87,3 +87,33 @@ def test_only_the_direct_child_is_bound(lib: Path, tmp_path: Path) -> None:
     finally:
         if grandchild:
             os.kill(grandchild, signal.SIGKILL)
+
+
+def _preloaded(lib: Path, parent: int, script: str) -> subprocess.CompletedProcess[bytes]:
+    """``sh -c SCRIPT`` with the interposer preloaded, as a launcher named ``parent`` starts
+    it (this test process is its real parent)."""
+    env = {**os.environ, "LD_PRELOAD": str(lib), "KERNFORGE_PARENT_PID": str(parent)}
+    env.pop("KERNFORGE_RECORD_DIR", None)
+    return subprocess.run(["sh", "-c", script], env=env, capture_output=True, timeout=30,
+                          check=False)
+
+
+def test_a_launcher_dead_before_the_program_started_ends_it(lib: Path) -> None:
+    """The launcher killed between its fork and the interposer's start: the program, already
+    an orphan when it could ask for the signal, ends at once instead of running on."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a launcher's PID that no longer exists
+    p = _preloaded(lib, gone.pid, "echo ran")
+    assert p.returncode == -signal.SIGTERM and b"ran" not in p.stdout, p
+
+
+def test_a_process_below_a_live_launchers_other_child_runs_on(lib: Path) -> None:
+    """The variable reaching a process whose parent is not the launcher (the launcher's child
+    did not load the interposer) while the launcher lives: left alone, the variable removed."""
+    launcher = subprocess.Popen(["sleep", "60"])
+    try:
+        p = _preloaded(lib, launcher.pid, 'echo "ran ${KERNFORGE_PARENT_PID:-unset}"')
+    finally:
+        launcher.kill()
+        launcher.wait()
+    assert p.returncode == 0 and p.stdout.strip() == b"ran unset", p

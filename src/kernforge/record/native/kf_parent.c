@@ -7,8 +7,13 @@
  * whose parent is that launcher, the process asks the kernel for SIGTERM when its parent dies
  * (PR_SET_PDEATHSIG). Only the launcher's direct child does: the variable is removed from the
  * environment here, so the program's own children (and a shell's commands) are left alone. A
- * parent that died before this ran is noticed by getppid() after the request. */
+ * launcher that died before the request (killed between its fork and this constructor: the
+ * process is already an orphan, its parent no longer the launcher) is noticed by its PID being
+ * gone, and the process ends as the request would have ended it; a process whose parent is
+ * another while the launcher lives (below a child that did not load this library) is left
+ * alone. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
@@ -20,7 +25,11 @@ __attribute__((constructor)) static void kf_parent_watch(void) {
   char *end = NULL;
   long pid = strtol(v, &end, 10);
   unsetenv("KERNFORGE_PARENT_PID");
-  if (end == v || *end != '\0' || pid <= 1 || (long)getppid() != pid) return;
+  if (end == v || *end != '\0' || pid <= 1) return;
+  if ((long)getppid() != pid) {
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) raise(SIGTERM);  /* the launcher is gone */
+    return;
+  }
   if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) return;
   if ((long)getppid() != pid) raise(SIGTERM);  /* the launcher died before the request */
 }
