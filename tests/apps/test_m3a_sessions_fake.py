@@ -101,7 +101,7 @@ def test_fused_session_keeps_the_fastest_candidate_that_passes(
     cands = [(3, _Op("fused3")), (5, _Op("fused5")), (3, _Op("wrong3")), (5, _Op("broken5"))]
     entries = {"fused3": "heat_x3", "fused5": "heat_x5", "wrong3": "heat_x5",
                "broken5": "heat_x5"}
-    monkeypatch.setattr(fz, "candidates", lambda r, steps: cands)
+    monkeypatch.setattr(fz, "candidates", lambda r, steps, **kw: cands)
     monkeypatch.setattr(fz, "fused_adapter",
                         lambda op, *a: _adapter(op.key, entries[op.key]))
     res = fused_gpu.session(str(heat_unit), str(tmp_path), 3, 3, [3, 5])
