@@ -1,4 +1,5 @@
-"""The float64 oracle against explicit loops, and the sampled checker against planted errors."""
+"""The float64 oracle against explicit loops, and its checker (the harness's, the oracle plugged
+in by the forge) against planted errors."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import numpy as np
 import pytest
 
 from kernforge.core import ConfigError
+from kernforge.forge.oracle_check import check, check_sampled
 from kernforge.stencil import oracle
-from kernforge.stencil.oracle import check, check_sampled, random_fields, reference
+from kernforge.stencil.oracle import random_fields, reference
 from kernforge.stencil.spec import STENCILS, Cell, Precision, Shape, StencilSpec, matrix
 
 
