@@ -96,7 +96,7 @@ class RecordedChecker:
         checks = verify(outputs, self.expected, self.policies)
         failed = [c for c in checks if not c.passed]
         error = max((c.max_abs for c in checks), default=0.0)
-        if any(c.detail for c in failed):  # not comparable (shape, dtype, missing)
+        if any(c.detail or c.nan_mismatches for c in failed):  # NaN, or not comparable
             error = float("inf")
         where = None
         if failed:
