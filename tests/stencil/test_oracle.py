@@ -130,6 +130,7 @@ def test_sampled_catches_a_wrong_point_on_a_face(case):
     res = check_sampled(cell, f, out, seed=7, points=0)
     assert not res.ok and res.error > cell.precision.tolerance
     assert res.detail["parts"]["z=1"] > 0 and res.detail["parts"]["z=8"] < 1e-6
+    assert res.where == "z=1[0, 8, 12]"  # the part, then the index in its interior plane
 
 
 def test_sampled_catches_a_touched_boundary(case):
@@ -138,6 +139,7 @@ def test_sampled_catches_a_touched_boundary(case):
     out[0, 5, 5] = np.float32(out[0, 5, 5] + 1e-7)  # one ulp-ish: bits differ
     res = check_sampled(cell, f, out, seed=7, points=10)
     assert not res.ok and res.detail["boundary_touched"] == 1 and res.error < 1e-6
+    assert res.where == "boundary_touched[0, 5, 5]"  # the z- face
     out2[:, :, -1] = 0  # the last x face
     assert check(cell, f, out2, full=True).detail["boundary_touched"] == 16 * 20
 
