@@ -8,7 +8,8 @@ where it is, and a detail. Two implementations:
   original kernel's on the same inputs), buffer by buffer under per-buffer
   :class:`~kernforge.core.Tolerance` policies, by :func:`.verify.verify` (its rules: bitwise
   unless a policy says otherwise, NaN and infinities, shapes and dtypes). ``error`` is the
-  largest absolute difference over the buffers, ``where`` the first failing buffer and index.
+  largest absolute difference over the buffers (infinite for a NaN that fails, or buffers that
+  cannot be compared), ``where`` the first failing buffer and index.
 - :class:`OracleChecker`: the outputs against a reference computed from the inputs by a
   function given from above (e.g. the stencil's float64 oracle, plugged in by the forge). The
   function returns :class:`Part` s: pairs of the candidate's values and the reference's at the
@@ -101,8 +102,8 @@ class RecordedChecker:
         where = None
         if failed:
             c = failed[0]
-            where = c.name if c.first_bad is None else \
-                f"{c.name}[{', '.join(str(i) for i in c.first_bad)}]"
+            where = f"{c.name}[{', '.join(str(i) for i in c.first_bad)}]" \
+                if c.first_bad else c.name
         detail: dict[str, Any] = {"buffers": {c.name: c.mode for c in checks}}
         if failed:
             detail["failed"] = [c.describe() for c in failed]
