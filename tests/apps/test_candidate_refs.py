@@ -124,3 +124,33 @@ def test_the_fastest_screened_candidate_that_passes_fresh_inputs_is_kept() -> No
     assert rows[0]["unchecked"] == rows[3]["unchecked"] == operator_gpu.UNCHECKED
     assert "refused" not in rows[2] and "unchecked" not in rows[2]
     assert operator_gpu.fastest_passing(screened[1:2], check) is None
+
+
+def test_a_candidate_wrong_only_on_fresh_inputs_is_refused_with_the_buffer(
+        fake: FakeCuda, heat_unit: Path) -> None:
+    rp, t, r = _heat(fake, heat_unit)
+    calls = []
+
+    def later_off() -> None:  # right from the recorded state, one element off after it
+        rp.run(RECORDED)
+        if calls:
+            rp.drv.htod(t.address(r.out_param) + 8 * (r.points // 2),
+                        np.array([12345.0]).view(np.uint8))
+        calls.append(1)
+
+    why, done = operator_gpu.validate(t, r, cast(Any, _Counted(later_off)))
+    assert why is not None and why.startswith(
+        f"fresh input (seed {operator_gpu.FRESH_SEEDS[0]}) differs from the original: "
+        f"param{r.out_param}: 1/{r.points} elements differ"), why
+    assert f"first at index ({r.points // 2},)" in why and len(done) == 1
+
+
+def test_a_fused_kernel_that_writes_into_in_is_refused(fake: FakeCuda,
+                                                       heat_unit: Path) -> None:
+    rp, t, r = _heat(fake, heat_unit)
+    slots = layout(rp.rec)
+    ref = Steps(rp, fz.fuse_field(slots, r, 3))
+    writes_in = _Counted(Steps(rp, fz.fuse_field(slots, r, 3)).run)  # IN not put back
+    why, _ = fused_gpu.validate(t, r, 3, ref, cast(Any, writes_in))
+    assert why == ("from the recorded state: the fused kernel wrote into IN's buffer "
+                   "(it must only read it)"), why

@@ -116,3 +116,23 @@ def test_moved_bytes_count_each_field_once() -> None:
     assert moved_bytes(r.program, b) == 2 * 13 * 13 * 4
     r, b = lifted("wave")  # u read, uprev read and written
     assert moved_bytes(r.program, b) == 3 * 12 * 9 * 8
+
+
+def test_compare_names_the_first_buffer_that_differs_tail_bytes_included() -> None:
+    from kernforge.apps.program_checks import DTYPE, compare
+
+    t = _Target("coef3d")
+    r, b = lifted("coef3d")
+    dt = np.dtype(DTYPE[r.program.precision])
+    (o,) = r.program.outputs
+    out = b.fields[o.field].param
+    tail = {p: np.concatenate([a, np.uint8([1, 2])]) for p, a in t.recorded.items()}
+    assert compare(r.program, b, dt, tail, tail, {3: 0.05}, "x") is None
+    bad = {p: a.copy() for p, a in tail.items()}
+    bad[out][-1] = 9  # the bytes after the last whole element: bitwise
+    assert compare(r.program, b, dt, bad, tail, {3: 0.05}, "x") == \
+        f"x: param{out} tail: 1/2 elements differ (max abs 7, max rel 3.5, norm ratio 3.13, " \
+        "NaN mismatches 0) first at index (1,)"
+    bad[out][:dt.itemsize] = np.array([1e30], dtype=dt).view(np.uint8)  # and the grid
+    why = compare(r.program, b, dt, bad, tail, {3: 0.05}, "x")
+    assert why is not None and why.startswith(f"x: param{out}: 1/") and "tail" not in why

@@ -62,6 +62,7 @@ def test_sampled_check_on_the_device_catches_planted_errors(device):
     out[0, 3, 3] = np.float32(saved + 1)  # the boundary
     bad = dc.check(out, points=10)
     assert not bad.ok and bad.detail["boundary_touched"] == 1
+    assert bad.where == "boundary_touched[0, 3, 3]"  # counted on the device, the z- face
 
 
 def test_compile_error_is_mapped(device):

@@ -1,4 +1,5 @@
-"""The float64 oracle against explicit loops, and the sampled checker against planted errors."""
+"""The float64 oracle against explicit loops, and its checker (the harness's, the oracle plugged
+in by the forge) against planted errors."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import numpy as np
 import pytest
 
 from kernforge.core import ConfigError
+from kernforge.forge.oracle_check import check, check_sampled
 from kernforge.stencil import oracle
-from kernforge.stencil.oracle import check, check_sampled, random_fields, reference
+from kernforge.stencil.oracle import random_fields, reference
 from kernforge.stencil.spec import STENCILS, Cell, Precision, Shape, StencilSpec, matrix
 
 
@@ -128,6 +130,7 @@ def test_sampled_catches_a_wrong_point_on_a_face(case):
     res = check_sampled(cell, f, out, seed=7, points=0)
     assert not res.ok and res.error > cell.precision.tolerance
     assert res.detail["parts"]["z=1"] > 0 and res.detail["parts"]["z=8"] < 1e-6
+    assert res.where == "z=1[0, 8, 12]"  # the part, then the index in its interior plane
 
 
 def test_sampled_catches_a_touched_boundary(case):
@@ -136,6 +139,7 @@ def test_sampled_catches_a_touched_boundary(case):
     out[0, 5, 5] = np.float32(out[0, 5, 5] + 1e-7)  # one ulp-ish: bits differ
     res = check_sampled(cell, f, out, seed=7, points=10)
     assert not res.ok and res.detail["boundary_touched"] == 1 and res.error < 1e-6
+    assert res.where == "boundary_touched[0, 5, 5]"  # the z- face
     out2[:, :, -1] = 0  # the last x face
     assert check(cell, f, out2, full=True).detail["boundary_touched"] == 16 * 20
 

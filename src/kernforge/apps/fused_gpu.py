@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from ..core import CompileError, ConfigError, KernforgeError, Tolerance
+from ..harness.checkers import RecordedChecker
 from ..harness.compare import interleave
-from ..harness.verify import check_buffer
 from ..record.native_format import read_native
 from ..replay.native import NativeReplay, NativeVariant
 from ..replay.native_sequence import first_launch
@@ -148,15 +148,18 @@ def _compare(t: ReplayTarget, r: Recognized, steps: int, seq: Steps | RecordedSt
     place()
     run.run()
     got = t.read()
-    if not np.array_equal(got[r.in_param], before):
-        return "the fused kernel wrote into IN's buffer (it must only read it)"
     rtol, atol = fz.tolerance_steps(r, scale, steps)
     k = len(got[r.out_param]) // dt.itemsize * dt.itemsize
-    c = check_buffer(f"param{r.out_param}", got[r.out_param][:k].view(dt),
-                     want[:k].view(dt), Tolerance("rel", rtol=rtol, atol=atol))
-    what = "recorded steps of the sequence" if isinstance(seq, RecordedSteps) \
-        else "original launches"
-    return None if c.passed else f"OUT differs from {steps} {what}: {c.describe()}"
+    i, o = f"param{r.in_param}", f"param{r.out_param}"
+    res = RecordedChecker({i: before, o: want[:k].view(dt)},
+                          {o: Tolerance("rel", rtol=rtol, atol=atol)}).check(
+        {i: got[r.in_param], o: got[r.out_param][:k].view(dt)})
+    if res.ok:
+        return None
+    bad = res.failed_checks[0]
+    if bad.name == i:
+        return "the fused kernel wrote into IN's buffer (it must only read it)"
+    return f"OUT differs from {steps} {_what(seq)}: {bad.describe()}"
 
 
 def validate(t: ReplayTarget, r: Recognized, steps: int, seq: Steps | RecordedSteps,

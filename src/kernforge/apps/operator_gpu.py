@@ -26,8 +26,8 @@ from ..backends.cuda_image import compile_images
 from ..backends.cxx_names import pointee_dtype
 from ..core import CompileError, ConfigError, KernforgeError, Tolerance
 from ..core.native import NativeRecording
+from ..harness.checkers import RecordedChecker
 from ..harness.compare import interleave
-from ..harness.verify import check_buffer
 from ..record.native_format import read_native
 from ..replay.native import NativeReplay, NativeVariant
 from .adapter import Adapter, adapter, candidates, layout
@@ -126,6 +126,19 @@ def policy(r: Recognized, scale: float) -> Tolerance:
 Fresh = dict[int, tuple[dict[int, np.ndarray], dict[int, np.ndarray]]]
 
 
+def named(r: Recognized, bufs: Mapping[int, np.ndarray]) -> dict[str, np.ndarray]:
+    """Buffers (parameter -> bytes) by name, OUT's whole elements as the kernel's dtype."""
+    dt = np.dtype(r.dtype)
+    return {f"param{p}": a[:len(a) // dt.itemsize * dt.itemsize].view(dt)
+            if p == r.out_param else a for p, a in bufs.items()}
+
+
+def original_checker(r: Recognized, want: Mapping[int, np.ndarray]) -> RecordedChecker:
+    """The original kernel's buffers ``want`` as the expected contents: OUT under the
+    kernel's tolerance (scale 1: fresh inputs lie in [-1, 1)), every other buffer bitwise."""
+    return RecordedChecker(named(r, want), {f"param{r.out_param}": policy(r, 1.0)})
+
+
 def validate(t: ReplayTarget, r: Recognized, run: AdapterRun, fresh: Fresh | None = None
              ) -> tuple[str | None, list[str]]:
     """(why the adapter is wrong or None, what was checked): the recorded outputs under the
@@ -178,14 +191,10 @@ def validate_fresh(t: ReplayTarget, r: Recognized, run: AdapterRun, fresh: Fresh
         contents, want = fresh[seed]
         t.place(contents)
         run.run()
-        got = t.read()
-        for p, ref in want.items():
-            pol = policy(r, 1.0) if p == r.out_param else Tolerance()
-            view = (lambda a: a[:len(a) // dt.itemsize * dt.itemsize].view(dt)) \
-                if p == r.out_param else (lambda a: a)
-            c = check_buffer(f"param{p}", view(got[p]), view(ref), pol)
-            if not c.passed:
-                return f"fresh input (seed {seed}) differs from the original: {c.describe()}", done
+        res = original_checker(r, want).check(named(r, t.read()))
+        if not res.ok:
+            return (f"fresh input (seed {seed}) differs from the original: "
+                    f"{res.failed_checks[0].describe()}"), done
         done.append(f"fresh input seed {seed}: matches the original")
     return None, done
 

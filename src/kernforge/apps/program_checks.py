@@ -24,7 +24,7 @@ import numpy as np
 
 from ..backends.cuda_image import compile_image
 from ..core import Tolerance
-from ..harness.verify import check_buffer
+from ..harness.checkers import RecordedChecker
 from ..stencil.program import StencilProgram
 from ..stencil.program import expr as ex
 from ..stencil.program.binding import Binding
@@ -87,19 +87,21 @@ def compare(p: StencilProgram, b: Binding, dt: np.dtype, got: Mapping[int, np.nd
     grids, red = tolerance(p, b, field_views(b, dt, want), params)
     written = {b.fields[n].param: n for n in p.names("out", "inout")}
     scalars = set(b.reductions.values())
+    expected: dict[str, np.ndarray] = {}
+    outputs: dict[str, np.ndarray] = {}
+    policies: dict[str, Tolerance] = {}
     for param, ref in want.items():
-        out = got[param]
+        out, name = got[param], f"param{param}"
         if param in written or param in scalars:
-            pol = red if param in scalars else grids[written[param]]
             k = ref.size // dt.itemsize * dt.itemsize
-            c = check_buffer(f"param{param}", out[:k].view(dt), ref[:k].view(dt), pol)
-            if c.passed and k < ref.size:
-                c = check_buffer(f"param{param} tail", out[k:], ref[k:])
+            expected[name], outputs[name] = ref[:k].view(dt), out[:k].view(dt)
+            policies[name] = red if param in scalars else grids[written[param]]
+            if k < ref.size:  # the bytes after the last whole element: bitwise
+                expected[f"{name} tail"], outputs[f"{name} tail"] = ref[k:], out[k:]
         else:
-            c = check_buffer(f"param{param}", out, ref)
-        if not c.passed:
-            return f"{what}: {c.describe()}"
-    return None
+            expected[name], outputs[name] = ref, out
+    res = RecordedChecker(expected, policies).check(outputs)
+    return None if res.ok else f"{what}: {res.failed_checks[0].describe()}"
 
 
 def fresh(t: Any, b: Binding, dt: np.dtype, seed: int) -> dict[int, np.ndarray]:

@@ -31,6 +31,7 @@ from ..core import (
     ConfigError,
     LaunchError,
 )
+from ..harness.checkers import CheckResult
 from ..harness.compare import ABResult, interleave
 from ..harness.stats import median
 from ..harness.timing import Protocol as Timing
@@ -38,6 +39,7 @@ from ..harness.timing import measure_runs, time_once
 from ..stencil import oracle
 from ..stencil.operator import Operator
 from ..stencil.spec import Cell
+from . import oracle_check
 
 # The forge's, the bench's and the probe's settings of the harness protocol; every stencil figure
 # in docs/benchmarks/ was timed with them. The stream is held 1 ms (not the backend's 50 us)
@@ -152,10 +154,11 @@ class DeviceCell:
                 self._preset(self.fields[role])
         self.seed = seed
 
-    def check(self, output: Any, *, points: int = oracle.DEFAULT_POINTS) -> oracle.CheckResult:
-        """``output`` (full grid or interior) against the oracle on the current inputs."""
-        return oracle.check(self.cell, self.fields, self.xp.asarray(output), seed=self.seed,
-                            points=points)
+    def check(self, output: Any, *, points: int = oracle.DEFAULT_POINTS) -> CheckResult:
+        """``output`` (full grid or interior) against the oracle on the current inputs (the
+        harness's checker with the oracle plugged in: :mod:`.oracle_check`)."""
+        return oracle_check.check(self.cell, self.fields, self.xp.asarray(output),
+                                  seed=self.seed, points=points)
 
     def nbytes(self) -> int:
         return int(sum(a.nbytes for a in self.fields.values()))

@@ -2,11 +2,14 @@
 
 - :func:`reference`: the whole grid in float64 on the host, every step applied with the
   boundary ring (distance < r from a face) fixed at its input values.
-- :func:`check`: an operator's output against the oracle, the error measured scale-invariantly
-  as ``max|out - ref| / max|ref|`` over the checked points and gated per precision
-  (``cell.precision.tolerance``). Grids of at most :data:`FULL_LIMIT` points are checked in
-  full on the host; bigger ones are *sampled* (:func:`check_sampled`), with the arrays left
-  where they are (numpy or cupy):
+- :func:`compared`: what an operator's output is checked on: pairs of the output's values and
+  the oracle's at the same points, and the boundary that must be left as the input's. The
+  harness's :class:`~kernforge.harness.checkers.OracleChecker` judges them (the forge plugs
+  this function in: :mod:`kernforge.forge.oracle_check`): the error measured
+  scale-invariantly as ``max|out - ref| / max|ref|`` over the checked points, gated per
+  precision (``cell.precision.tolerance``), the boundary bit for bit. Grids of at most
+  :data:`FULL_LIMIT` points are compared in full on the host; bigger ones are *sampled*, with
+  the arrays left where they are (numpy or cupy):
 
   (a) complete slabs: the interior of the plane at the first interior, middle and last
       interior position along z, y and x; the input slab ``2*r*steps + 1`` thick around it is
@@ -14,17 +17,17 @@
   (b) ``points`` random interior points: their ``(2*r*steps + 1)^3`` neighbourhoods are
       gathered on the device with fancy indexing and the steps applied on the host in float64
       with the fixed-boundary mask;
-  (c) the boundary of ``out`` unchanged: compared bit for bit with the input's, on the device.
+  (c) the boundary of ``out`` unchanged: its faces, compared bit for bit with the input's on
+      the device.
 
 Inputs are fresh at every check: :func:`random_fields` draws ``in`` (and ``coef``) uniformly
 in [0, 1) from a seed (drawn in float32, or float64 for fp64, then rounded to the storage type:
-fp16 values may round up to 1.0); the seed is recorded in the :class:`CheckResult`.
+fp16 values may round up to 1.0); the seed is recorded in the check's result.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -34,23 +37,7 @@ from .spec import Cell, Precision, StencilSpec
 
 FULL_LIMIT = 1 << 18  # grids up to 64^3 points are checked in full
 DEFAULT_POINTS = 4096
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """The oracle's verdict on one output (``detail``: what was checked, per part)."""
-
-    ok: bool
-    error: float  # max|out - ref| / max|ref| over the checked points (inf: non-finite output)
-    tolerance: float
-    checked_points: int
-    seed: int | None
-    detail: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        err = self.error if np.isfinite(self.error) else None  # strict JSON: no inf/nan
-        return {"ok": self.ok, "error": err, "tolerance": self.tolerance,
-                "checked_points": self.checked_points, "seed": self.seed, "detail": self.detail}
+BOUNDARY = "boundary_touched"  # the part (and detail key) of the boundary's changed points
 
 
 # ---- array helpers (numpy or cupy) ---------------------------------------------------------
@@ -164,31 +151,8 @@ def reference(cell_or_spec: Cell | StencilSpec, inp: Any, coef: Any = None) -> n
     return _sweep(spec, a, None if coef is None else to_host(coef), coords, grid)
 
 
-# ---- the checks ----------------------------------------------------------------------------
-class _Errors:
-    """Running ``max|out-ref|`` and ``max|ref|`` over the checked points."""
-
-    def __init__(self) -> None:
-        self.diff = 0.0
-        self.scale = 0.0
-        self.points = 0
-        self.parts: dict[str, float] = {}
-
-    def add(self, name: str, out: np.ndarray, ref: np.ndarray) -> None:
-        o = np.asarray(out, dtype=np.float64)
-        d = float(np.max(np.abs(o - ref))) if o.size else 0.0
-        if not np.isfinite(d) or not bool(np.isfinite(o).all()):
-            d = float("inf")
-        self.diff = max(self.diff, d)
-        self.scale = max(self.scale, float(np.max(np.abs(ref))) if ref.size else 0.0)
-        self.points += int(o.size)
-        self.parts[name] = d
-
-    @property
-    def error(self) -> float:
-        if self.diff == 0.0:
-            return 0.0
-        return self.diff / self.scale if self.scale > 0 else float("inf")
+# ---- what is compared ---------------------------------------------------------------------
+Pair = tuple[str, Any, Any, bool]  # (part, the output's values, the oracle's, bit for bit)
 
 
 def _out_kind(cell: Cell, out: Any) -> str:
@@ -202,53 +166,52 @@ def _out_kind(cell: Cell, out: Any) -> str:
                       f"{cell.shape.interior(cell.radius)}", hint="shape (nz, ny, nx)")
 
 
-def boundary_touched(cell: Cell, inp: Any, out: Any) -> int:
-    """Boundary points of ``out`` whose bits differ from the input's (on the arrays' device)."""
-    xp = array_module(out)
+def boundary(cell: Cell, inp: Any, out: Any) -> list[Pair]:
+    """The faces of ``out`` (full grid) and of the input: they must be identical, bit for bit
+    (views on the arrays' device)."""
     if out.dtype != inp.dtype:
         raise ConfigError(f"output dtype {out.dtype} differs from the input's {inp.dtype}",
                           hint=f"{cell.id} stores {cell.precision.dtype}")
     r = cell.radius
-    words = np.dtype(f"u{inp.dtype.itemsize}")
-    a, b = inp.view(words), out.view(words)
     nz, ny, nx = cell.shape.array_shape
     faces = (np.s_[:r], np.s_[nz - r:], np.s_[r:nz - r, :r], np.s_[r:nz - r, ny - r:],
              np.s_[r:nz - r, r:ny - r, :r], np.s_[r:nz - r, r:ny - r, nx - r:])
-    return int(sum(int(xp.count_nonzero(a[f] != b[f])) for f in faces))
+    return [(BOUNDARY, out[f], inp[f], True) for f in faces]
 
 
-def check(cell: Cell, fields: Mapping[str, Any], out: Any, *, seed: int | None = None,
-          points: int = DEFAULT_POINTS, full: bool | None = None) -> CheckResult:
-    """``out`` (the full grid, or only its interior) against the oracle on ``fields``
-    (``in``, and ``coef`` for varcoeff). ``full`` None: in full up to :data:`FULL_LIMIT`
-    grid points, sampled above; ``seed`` is the inputs' (recorded) and seeds the sample."""
+def compared(cell: Cell, fields: Mapping[str, Any], out: Any, *, points: int = DEFAULT_POINTS,
+             full: bool | None = None, slabs: bool = True, seed: int | None = None
+             ) -> tuple[list[Pair], dict[str, Any]]:
+    """``out`` (the full grid, or only its interior) against the oracle on ``fields`` (``in``,
+    and ``coef`` for varcoeff): the pairs to compare and what they are. ``full`` None: the
+    whole grid up to :data:`FULL_LIMIT` points, sampled above (``slabs`` and ``points``
+    random points, drawn from ``seed``, the inputs' seed)."""
     if full is None:
         full = cell.shape.points <= FULL_LIMIT
-    if not full:
-        return check_sampled(cell, fields, out, seed=seed, points=points)
     inp, coef = fields.get("in"), fields.get("coef")
     _check_fields(cell, inp, coef)
     kind = _out_kind(cell, out)
-    ref = reference(cell, inp, coef)
-    r = cell.radius
-    inner = np.s_[r:-r, r:-r, r:-r]
-    errors = _Errors()
-    host = to_host(out)
-    errors.add("interior", host[inner] if kind == "full" else host, ref[inner])
-    touched = boundary_touched(cell, inp, out) if kind == "full" else None
-    return _result(cell, errors, touched, seed, {"mode": "full", "output": kind})
-
-
-def _result(cell: Cell, errors: _Errors, touched: int | None, seed: int | None,
-            detail: dict[str, Any]) -> CheckResult:
-    tol = cell.precision.tolerance
-    error = errors.error
-    ok = bool(error <= tol) and not touched
-    detail = {**detail, "max_abs": errors.diff if np.isfinite(errors.diff) else None,
-              "max_ref": errors.scale,
-              "parts": {k: (v if np.isfinite(v) else None) for k, v in errors.parts.items()},
-              "boundary_touched": touched}
-    return CheckResult(ok, error, tol, errors.points, seed, detail)
+    pairs: list[Pair] = []
+    if full:
+        ref = reference(cell, inp, coef)
+        r = cell.radius
+        inner = np.s_[r:-r, r:-r, r:-r]
+        host = to_host(out)
+        pairs.append(("interior", host[inner] if kind == "full" else host, ref[inner], False))
+        detail: dict[str, Any] = {"mode": "full", "output": kind}
+    else:
+        planes = slab_positions(cell) if slabs else {}
+        for axis, positions in planes.items():
+            for pos in positions:
+                o, ref = _slab(cell, fields, out, kind, "zyx".index(axis), pos)
+                pairs.append((f"{axis}={pos}", o, ref, False))
+        pts = sample_points(cell, points, seed)
+        if points:
+            o, ref = _points(cell, fields, out, kind, pts)
+            pairs.append(("points", o, ref, False))
+        detail = {"mode": "sampled", "output": kind, "slabs": planes, "points": points}
+    pairs += boundary(cell, inp, out) if kind == "full" else [(BOUNDARY, None, None, True)]
+    return pairs, detail
 
 
 def slab_positions(cell: Cell) -> dict[str, tuple[int, ...]]:
@@ -313,24 +276,3 @@ def _points(cell: Cell, fields: Mapping[str, Any], out: Any, kind: str,
     xo = array_module(out)
     at = tuple(xo.asarray(pts[:, i] - shift) for i in range(3))
     return to_host(out[at]), ref
-
-
-def check_sampled(cell: Cell, fields: Mapping[str, Any], out: Any, *, seed: int | None = None,
-                  points: int = DEFAULT_POINTS, slabs: bool = True) -> CheckResult:
-    """The sampled check (a) + (b) + (c) of the module docstring; arrays stay on their device."""
-    inp, coef = fields.get("in"), fields.get("coef")
-    _check_fields(cell, inp, coef)
-    kind = _out_kind(cell, out)
-    errors = _Errors()
-    planes = slab_positions(cell) if slabs else {}
-    for axis, positions in planes.items():
-        for pos in positions:
-            o, ref = _slab(cell, fields, out, kind, "zyx".index(axis), pos)
-            errors.add(f"{axis}={pos}", o, ref)
-    pts = sample_points(cell, points, seed)
-    if points:
-        o, ref = _points(cell, fields, out, kind, pts)
-        errors.add("points", o, ref)
-    touched = boundary_touched(cell, inp, out) if kind == "full" else None
-    return _result(cell, errors, touched, seed,
-                   {"mode": "sampled", "output": kind, "slabs": planes, "points": points})
