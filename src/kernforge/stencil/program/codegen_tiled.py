@@ -95,9 +95,10 @@ def generate(p: StencilProgram, b: Binding, *, tx: int = 32, ty: int = 8, py: in
         slot = f"((({zz}) % {planes}) + {planes}) % {planes}" if planes > 1 else "0"
         cells = [(u, v) for u in range(ceil_div(h, ty)) for v in range(ceil_div(w, tx))]
         out = []
-        for start in range(0, len(cells), BATCH):
+        size = ceil_div(len(cells), ceil_div(len(cells), BATCH))  # batches of equal size
+        for start in range(0, len(cells), size):
             loads, stores = [], []
-            for n, (u, v) in enumerate(cells[start:start + BATCH]):
+            for n, (u, v) in enumerate(cells[start:start + size]):
                 r, c = f"(kf_ty + {u * ty})", f"(kf_tx + {v * tx})"
                 cond = ([f"{r} < {h}"] if (u + 1) * ty > h else []) + \
                     ([f"{c} < {w}"] if (v + 1) * tx > w else [])
