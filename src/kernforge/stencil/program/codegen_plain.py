@@ -49,11 +49,14 @@ def generate(p: StencilProgram, b: Binding, *, bx: int = 32, by: int = 4, bz: in
         return (f"(kf_int ? kf_ld(f_{t.field}[i + ({(dz * ny + dy) * nx + dx})]) : "
                 f"{ctx.safe_read(t)})")
 
+    # an axis the program has not is 0 (the compiler then drops its bounds checks)
+    ys = f"(kf_i)blockIdx.y * {block[1]} + threadIdx.y" if p.dims > 1 else "0"
+    zs = f"(kf_i)blockIdx.z * {block[2]} + threadIdx.z" if p.dims > 2 else "0"
     source = f"""{ctx.prelude()}{ctx.globals(blocks)}
 __device__ __forceinline__ void kf_body({ctx.signature()}) {{
 {IDS}{ctx.accumulators()}  const kf_i x = (kf_i)blockIdx.x * {block[0]} + threadIdx.x;
-  const kf_i y = (kf_i)blockIdx.y * {block[1]} + threadIdx.y;
-  const kf_i z = (kf_i)blockIdx.z * {block[2]} + threadIdx.z;
+  const kf_i y = {ys};
+  const kf_i z = {zs};
   const bool kf_ok = x < KF_NX && y < KF_NY && z < KF_NZ;
   const bool kf_int = {interior};
   const kf_i i = (z * KF_NY + y) * KF_NX + x;

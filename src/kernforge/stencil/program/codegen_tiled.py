@@ -160,7 +160,7 @@ def generate(p: StencilProgram, b: Binding, *, tx: int = 32, ty: int = 8, py: in
 __device__ __forceinline__ void kf_body({ctx.signature()}) {{
 {IDS}{ctx.accumulators()}  const int kf_tx = threadIdx.x, kf_ty = threadIdx.y;
   const kf_i kf_x0 = (kf_i)blockIdx.x * {TX}, kf_y0 = (kf_i)blockIdx.y * {TY};
-  const kf_i kf_z0 = (kf_i)blockIdx.z * {lz};
+  const kf_i kf_z0 = {'(kf_i)blockIdx.z * ' + str(lz) if p.dims > 2 else '0'};
 {decl}  {{
 {''.join(first)}  }}
   for (int kf_kz = 0; kf_kz < {lz}; ++kf_kz) {{
