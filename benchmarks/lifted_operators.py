@@ -19,8 +19,8 @@ Run (HeCBench built outside the repository: ``$HECBENCH/<name>-cuda/main``)::
     python benchmarks/lifted_operators.py --hecbench $HECBENCH --record-to /tmp/RL \\
         --out /tmp/lifted --json /tmp/lifted/summary.json
 
-or on recordings made before: ``python benchmarks/lifted_operators.py /tmp/RL/jacobi:jacobi
---out /tmp/lifted`` (``RECORDING_DIR[:NAME]``: the units whose directory name starts with NAME).
+(``--only jacobi``: that program alone), or on recordings made before:
+``python benchmarks/lifted_operators.py /tmp/RL/jacobi:jacobi --out /tmp/lifted`` (``RECORDING_DIR[:NAME]``: the units whose directory name starts with NAME).
 """
 
 from __future__ import annotations
@@ -43,9 +43,11 @@ HECBENCH = {
 }
 
 
-def record(root: Path, to: Path) -> list[str]:
+def record(root: Path, to: Path, only: list[str] | None = None) -> list[str]:
     out = []
     for name, (args, unit) in HECBENCH.items():
+        if only and name not in only:
+            continue
         exe = (root / f"{name}-cuda").resolve()
         if not exe.is_file():
             exe = exe / "main"
@@ -103,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hecbench", type=Path, default=os.environ.get("HECBENCH"),
                     help="DIR holding <name>-cuda/main (default $HECBENCH)")
     ap.add_argument("--record-to", type=Path, default=Path("/tmp/RL"))
+    ap.add_argument("--only", nargs="+", choices=sorted(HECBENCH),
+                    help="record and lift only these programs")
     ap.add_argument("--out", type=Path, required=True, help="specs and adapter images")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--passes", type=int, default=7)
@@ -110,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     recs = list(a.recordings)
     if a.hecbench and not recs:
-        recs = record(Path(a.hecbench), a.record_to)
+        recs = record(Path(a.hecbench), a.record_to, a.only)
     rows = [row(u, a.out, a.repeat, a.passes) for r in recs for u in units(r)]
     print(table(rows))
     if a.json:

@@ -58,6 +58,8 @@ def test_generated_operators_pass_the_checks_on_the_gpu(entry: str, units: dict[
     tried = list(m.tried)
     passed = {row["operator"].split("(")[0] for row in tried if "median_s" in row}
     assert passed >= ({"plain"} if entry in ONE_D else {"plain", "tiled"}), (m, tried)
+    if entry == "jacobi_res":  # its residual combined by one atomic per block passes too
+        assert any("atomic=1" in row["operator"] and "median_s" in row for row in tried), tried
     if isinstance(m, NoMatch):
         assert "not deployed" in m.reason, m
     else:

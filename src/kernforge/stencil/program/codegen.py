@@ -11,9 +11,9 @@ Shared here: the C form of expressions (constants baked as literals, ``__constan
 baked from the binding, scalar parameters read from the arguments, tables read from their
 buffer), the point update (every tap read first, every output computed, then the face rules'
 precedence decides per output what is stored: the formula, the old value, a copy or zero), and
-fused reductions: per thread, then per block (warp shuffles, the warps' partials in shared
-memory), then the last block to finish combines the blocks' partials in a fixed order and
-writes the scalar (added to its old value when the program accumulates). fp16 grids are computed in fp32, reductions in fp64.
+the fused reductions' per-point values; how the blocks combine them (the knob ``atomic``: the
+last block in a fixed order, or one atomic per block) is :mod:`.codegen_reduce`. fp16 grids
+are computed in fp32.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ...core import ConfigError
+from . import codegen_reduce as red
 from . import expr as ex
 from .binding import Binding, check
 from .model import FACES, StencilProgram
@@ -32,7 +33,6 @@ from .model import FACES, StencilProgram
 CTYPE = {"fp16": "__half", "fp32": "float", "fp64": "double"}
 ACC = {"fp16": "float", "fp32": "float", "fp64": "double"}
 RULE_CODE = {"keep": 1, "copy": 2, "zero": 3}
-RED_SLOTS = 32  # doubles of shared memory a block's reduction uses (one per warp)
 HINT = "see docs/stencil-programs.md (Operators for lifted programs)"
 
 
@@ -75,9 +75,15 @@ def literal(v: float, precision: str) -> str:
 class Context:
     """A program and its binding, with the names the generated code uses."""
 
-    def __init__(self, p: StencilProgram, b: Binding) -> None:
+    def __init__(self, p: StencilProgram, b: Binding, atomic: bool = False,
+                 tile: tuple[int, int, int] = (1, 1, 1)) -> None:
+        """``tile``: the points (x, y, z) a block covers, how far past the grid a
+        design's coordinates may run."""
         check(p, b)
-        self.p, self.b = p, b
+        if atomic and (why := red.atomic_refusal(p)):
+            raise Refused(why, hint="atomic=0: the last block combines the partials")
+        self.p, self.b, self.atomic = p, b, atomic
+        self.racc = red.acc_type(p, atomic)  # what the reductions accumulate in
         self.t, self.acc = CTYPE[p.precision], ACC[p.precision]
         self.written = p.names("out", "inout")
         self.read_only = [f.name for f in p.fields if f.role in ("in", "coef")]
@@ -87,6 +93,11 @@ class Context:
         self.taps = list(taps)  # the reads of fields no output writes
         # fields some expression reads away from the point (a design stages those)
         self.spread = sorted({t.field for t in self.taps if t.offset != (0, 0, 0)})
+        # the index type: 32 bits while every linear index a design computes (the grid, its
+        # halos and the tiles past its end) stays below 2^31; saves 64-bit address arithmetic
+        pad = 2 * max([1, *(abs(d) for t in self.taps for d in t.offset)]) + 2
+        span = [n + pad + e for n, e in zip(b.shape, tile, strict=True)]
+        self.ix = "int" if span[0] * span[1] * span[2] < 2 ** 31 else "long"
 
     def reach(self, name: str) -> tuple[int, int, int]:
         """How far the reads of field ``name`` reach along z, y, x (either side)."""
@@ -119,7 +130,8 @@ class Context:
                 f"__device__ __forceinline__ {self.t} kf_st({self.acc} v) {{ return v; }}\n")
         return (f"{inc}// kernforge lifted-program operator: {self.p.dims}D {self.p.precision} "
                 f"program {self.p.key}\n{conv}"
-                f"#define KF_NX {nx}L\n#define KF_NY {ny}L\n#define KF_NZ {nz}L\n")
+                f"typedef {self.ix} kf_i;\n#define KF_NX ((kf_i){nx})\n"
+                f"#define KF_NY ((kf_i){ny})\n#define KF_NZ ((kf_i){nz})\n")
 
     # --- expressions -----------------------------------------------------------------------
     def expr(self, e: ex.Expr, leaf: Callable[[ex.Tap], str]) -> str:
@@ -160,7 +172,7 @@ class Context:
                 v = f"(({v} % {n} + {n}) % {n})"
             else:
                 if lo and pads[a][0] == "clamp":
-                    v = f"max({v}, 0L)"
+                    v = f"max({v}, (kf_i)0)"
                 elif lo:
                     conds.append(f"({c}) >= 0")
                 if hi and pads[a][1] == "clamp":
@@ -174,7 +186,7 @@ class Context:
 
     # --- the point update ------------------------------------------------------------------
     def point(self, read: Callable[[ex.Tap], str], indent: str = "    ") -> str:
-        """Statements updating the point (x, y, z), linear index ``i`` (all ``long``), when
+        """Statements updating the point (x, y, z), linear index ``i`` (all ``kf_i``), when
         ``kf_ok``; reads of fields no output writes by ``read``."""
         p, acc, t = self.p, self.acc, self.t
         lines = []
@@ -230,77 +242,23 @@ class Context:
         computed = " && ".join(f"kf_r{k} == 0" for k in range(len(p.outputs)))
         for j, r in enumerate(p.reductions):
             mask = computed if r.over == "computed" else "true"
-            lines.append(f"if ({mask}) {{ const double kf_e = (double)"
+            lines.append(f"if ({mask}) {{ const {self.racc} kf_e = ({self.racc})"
                          f"{self.expr(r.expr, new)}; kf_a{j} = "
                          + {"sum": f"kf_a{j} + kf_e", "sumsq": f"kf_a{j} + kf_e * kf_e",
                             "maxabs": f"fmax(kf_a{j}, fabs(kf_e))"}[r.op] + "; }")
         return lines
 
-    # --- reductions across the launch ------------------------------------------------------
+    # --- reductions across the launch (codegen_reduce) -------------------------------------
     def globals(self, blocks: int) -> str:
-        if not self.p.reductions:
-            return ""
-        parts = "".join(f"__device__ double kf_part{j}[{blocks}];\n"
-                        for j in range(len(self.p.reductions)))
-        return parts + "__device__ unsigned int kf_done = 0;\n"
+        return red.globals_(self.p, blocks, self.atomic)
 
     def accumulators(self) -> str:
-        return "".join(f"  double kf_a{j} = 0.0;\n" for j in range(len(self.p.reductions)))
+        return red.accumulators(self.p, self.atomic)
 
     def finish(self, threads: int, blocks: int) -> str:
-        """The end of ``kf_body``: the block's partials (warp shuffles, then the warps'
-        partials in shared memory: two barriers), and the last block's result (it reads the
-        blocks' partials 8 at a time, past L1)."""
-        if not self.p.reductions:
-            return ""
-        out = [f"  __shared__ double kf_red[{RED_SLOTS}];\n  __shared__ int kf_last;\n"]
-        for j, r in enumerate(self.p.reductions):
-            out.append(f"  {{\n{_block_reduce(f'kf_a{j}', r.op, threads)}"
-                       f"    if (kf_tid == 0) kf_part{j}[kf_blk] = kf_v;\n  }}\n")
-        out.append("  if (kf_tid == 0) {\n    __threadfence();\n"
-                   f"    kf_last = atomicAdd(&kf_done, 1u) == {blocks}u - 1u;\n  }}\n"
-                   "  __syncthreads();\n  if (!kf_last) return;\n  __threadfence();\n")
-        for j, r in enumerate(self.p.reductions):
-            comb = "fmax(kf_s, kf_p[u])" if r.op == "maxabs" else "kf_s + kf_p[u]"
-            before = f"(double)kf_ld(r_{r.name}[0])"
-            value = (f"fmax({before}, kf_v)" if r.op == "maxabs" else
-                     f"{before} + kf_v") if r.accumulate else "kf_v"
-            out.append(f"  {{\n    double kf_s = 0.0;\n    for (long b = kf_tid; b < {blocks}; "
-                       f"b += {8 * threads}) {{\n      double kf_p[8];\n"
-                       "#pragma unroll\n      for (int u = 0; u < 8; u++) kf_p[u] = "
-                       f"b + u * {threads}L < {blocks} ? __ldcg(&kf_part{j}[b + u * {threads}L])"
-                       " : 0.0;\n#pragma unroll\n"
-                       f"      for (int u = 0; u < 8; u++) kf_s = {comb};\n    }}\n"
-                       f"{_block_reduce('kf_s', r.op, threads)}"
-                       f"    if (kf_tid == 0) r_{r.name}[0] = kf_st(({self.acc})({value}));\n"
-                       "  }\n")
-        out.append("  if (kf_tid == 0) kf_done = 0;\n")
-        return "".join(out)
-
-
-def _block_reduce(var: str, op: str, threads: int) -> str:
-    """Statements leaving in ``kf_v`` of thread 0 the block's combination of ``var`` (every
-    thread's), in a fixed order: shuffles down each warp, the warps' results through
-    ``kf_red``, shuffles down the first warp. Every thread reaches it; ``kf_red`` is free
-    again after it."""
-    def comb(a: str, b: str) -> str:
-        return f"fmax({a}, {b})" if op == "maxabs" else f"{a} + {b}"
-
-    warps = -(-threads // 32)
-    full = threads % 32 == 0
-    # a partial last warp: its lanes past the block shuffle in nothing (mask of its lanes)
-    mask = "0xffffffffu" if full else \
-        f"(kf_tid >> 5 == {warps - 1} ? {hex((1 << (threads % 32)) - 1)}u : 0xffffffffu)"
-    down = "".join(f"    {{ const double kf_o = __shfl_down_sync(kf_m, kf_v, {d}); "
-                   f"if ((kf_tid & 31) + {d} < kf_w) kf_v = {comb('kf_v', 'kf_o')}; }}\n"
-                   for d in (16, 8, 4, 2, 1))
-    width = "32" if full else f"(kf_tid >> 5 == {warps - 1} ? {threads % 32} : 32)"
-    return (f"    double kf_v = {var};\n    unsigned kf_m = {mask};\n    int kf_w = {width};\n"
-            f"{down}    if ((kf_tid & 31) == 0) kf_red[kf_tid >> 5] = kf_v;\n"
-            "    __syncthreads();\n"
-            f"    if (kf_tid < 32) {{\n      kf_v = kf_tid < {warps} ? kf_red[kf_tid] : 0.0;\n"
-            f"      kf_m = {'0xffffffffu' if threads >= 32 else mask};\n      kf_w = {warps};\n"
-            + down.replace("    {", "      {") + "    }\n    __syncthreads();\n")
+        """The end of ``kf_body``: the block's partials, then the blocks' (per block an
+        atomic, or the last block's combination: :mod:`.codegen_reduce`)."""
+        return red.finish(self.p, threads, blocks, self.atomic, "kf_st", self.acc)
 
 
 def cname(a: Arg) -> str:
@@ -308,8 +266,8 @@ def cname(a: Arg) -> str:
             "table": f"kf_t_{a.name}"}[a.kind]
 
 
-IDS = ("  const long kf_tid = threadIdx.x + (long)blockDim.x * (threadIdx.y + "
-       "(long)blockDim.y * threadIdx.z);\n"
+IDS = ("  const int kf_tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * "
+       "threadIdx.z);\n"
        "  const long kf_blk = ((long)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + "
        "blockIdx.x;\n  (void)kf_tid; (void)kf_blk;\n")
 

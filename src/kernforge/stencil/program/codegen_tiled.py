@@ -16,7 +16,10 @@ here: the model lets a written field be read only at the point being written, so
 reads a neighbour another block may already have written; the binding refuses written grids
 that overlap a read one.
 
-Knobs: ``tx``, ``ty`` (the block), ``py`` (rows per thread), ``lz`` (planes per block, 3D).
+Knobs: ``tx``, ``ty`` (the block), ``py`` (rows per thread), ``lz`` (planes per block, 3D);
+for a program with reductions, ``atomic`` (how the blocks combine their partials,
+:mod:`.codegen_reduce`): rows per thread and planes per block also divide the block's
+reduction and its combination across blocks among more points.
 """
 
 from __future__ import annotations
@@ -25,32 +28,36 @@ from collections.abc import Callable
 
 from . import expr as ex
 from .binding import Binding
-from .codegen import IDS, RED_SLOTS, Context, Kernel, Refused, ceil_div
+from .codegen import IDS, Context, Kernel, Refused, ceil_div
+from .codegen_reduce import RED_SLOTS, atomic_refusal
 from .model import StencilProgram
 
 DESIGN = "tiled"
-KNOBS = ("tx", "ty", "py", "lz")
+KNOBS = ("tx", "ty", "py", "lz", "atomic")
+BATCH = 16  # cells of a tile a thread loads into registers before storing them
 MAX_SHARED = 48 * 1024  # static shared memory: more needs an attribute the interposer never sets
 ITEM = {"fp16": 2, "fp32": 4, "fp64": 8}
 PRESETS = {2: ({"tx": 32, "ty": 8, "py": 2, "lz": 1}, {"tx": 64, "ty": 4, "py": 4, "lz": 1},
                {"tx": 32, "ty": 16, "py": 1, "lz": 1}),
            3: ({"tx": 32, "ty": 8, "py": 1, "lz": 16}, {"tx": 32, "ty": 4, "py": 2, "lz": 32},
                {"tx": 64, "ty": 4, "py": 1, "lz": 8})}
+# tried first for a program with reductions that atomics combine (py rows per thread)
+REDUCING = {2: ({"tx": 32, "ty": 8, "py": 4, "lz": 1}, {"tx": 64, "ty": 4, "py": 8, "lz": 1})}
 
 
 def generate(p: StencilProgram, b: Binding, *, tx: int = 32, ty: int = 8, py: int = 1,
-             lz: int = 8) -> Kernel:
+             lz: int = 8, atomic: int = 0) -> Kernel:
     """The tiled operator for ``p`` bound by ``b``; :class:`Refused` with the reason."""
     if p.dims == 1:
         raise Refused("the tiled design stages planes: a 1D program takes the plain design",
                       hint="generate the plain design")
-    ctx = Context(p, b)
+    lz = lz if p.dims == 3 else 1
+    ctx = Context(p, b, atomic=bool(atomic), tile=(tx, ty * py, lz))
     staged = ctx.spread
     if not staged:
         raise Refused("no field is read away from the point: nothing to stage in shared memory",
                       hint="the plain design reads each point once")
     nx, ny, nz = b.shape
-    lz = lz if p.dims == 3 else 1
     threads = tx * ty
     if threads > 1024 or min(tx, ty, py, lz) < 1:
         raise Refused(f"tile knobs tx={tx} ty={ty} py={py} lz={lz}: 1 to 1024 threads",
@@ -80,14 +87,32 @@ def generate(p: StencilProgram, b: Binding, *, tx: int = 32, ty: int = 8, py: in
 
     def load(f: str, zz: str) -> str:
         """Plane ``zz`` of the tile and its halo (only the halo for a queued field, whose
-        tile the threads write from their queues)."""
+        tile the threads write from their queues): thread (tx, ty) of the block loads the
+        cells (ty + u * ty_, tx + v * tx_) of the plane, whose addresses differ by constants;
+        ``BATCH`` cells at a time, every load issued before the first store to shared memory
+        (the loads in flight together rather than one memory latency per cell)."""
         planes, h, w, _rz, ry, rx = shape[f]
         slot = f"((({zz}) % {planes}) + {planes}) % {planes}" if planes > 1 else "0"
-        skip = (f"if (kf_k / {w} >= {ry} && kf_k / {w} < {ry + TY} && kf_k % {w} >= {rx} && "
-                f"kf_k % {w} < {rx + TX}) continue; " if column[f] else "")
-        v = at(f, zz, f"kf_y0 - {ry} + kf_k / {w}", f"kf_x0 - {rx} + kf_k % {w}")
-        return (f"    for (long kf_k = kf_tid; kf_k < {h * w}; kf_k += {threads}) {{ {skip}"
-                f"kf_sh_{f}[{slot}][kf_k / {w}][kf_k % {w}] = {v}; }}\n")
+        cells = [(u, v) for u in range(ceil_div(h, ty)) for v in range(ceil_div(w, tx))]
+        out = []
+        size = ceil_div(len(cells), ceil_div(len(cells), BATCH))  # batches of equal size
+        for start in range(0, len(cells), size):
+            loads, stores = [], []
+            for n, (u, v) in enumerate(cells[start:start + size]):
+                r, c = f"(kf_ty + {u * ty})", f"(kf_tx + {v * tx})"
+                cond = ([f"{r} < {h}"] if (u + 1) * ty > h else []) + \
+                    ([f"{c} < {w}"] if (v + 1) * tx > w else [])
+                if column[f]:
+                    cond.append(f"!({r} >= {ry} && {r} < {ry + TY} && {c} >= {rx} && "
+                                f"{c} < {rx + TX})")
+                guard = f"if ({' && '.join(cond)}) " if cond else ""
+                value = at(f, zz, f"kf_y0 - {ry} + {r}", f"kf_x0 - {rx} + {c}")
+                loads.append(f"      {guard}kf_l{n} = {value};\n")
+                stores.append(f"      {guard}kf_sh_{f}[{slot}][{r}][{c}] = kf_l{n};\n")
+            names = ", ".join(f"kf_l{n}" for n in range(len(loads)))
+            out.append(f"    {{\n      {ctx.t} {names};\n{''.join(loads)}{''.join(stores)}"
+                       "    }\n")
+        return "".join(out)
 
     def own(r: int) -> tuple[str, str]:
         return "kf_x0 + threadIdx.x", f"kf_y0 + threadIdx.y + {r * ty}"
@@ -127,26 +152,37 @@ def generate(p: StencilProgram, b: Binding, *, tx: int = 32, ty: int = 8, py: in
             shift += [f"    {queue(f, r, k)} = {queue(f, r, k + 1)};\n" for k in range(2 * rz)]
         step.append(load(f, "z"))
     rows = "".join(
-        f"    {{\n      const long x = kf_x0 + threadIdx.x, y = kf_y0 + threadIdx.y + {r * ty};\n"
+        f"    {{\n      const kf_i x = kf_x0 + threadIdx.x, y = kf_y0 + threadIdx.y + {r * ty};\n"
         "      const bool kf_ok = x < KF_NX && y < KF_NY && z < KF_NZ;\n"
-        f"      const long i = (z * KF_NY + y) * KF_NX + x;\n{ctx.point(reader(r), '      ')}"
+        f"      const kf_i i = (z * KF_NY + y) * KF_NX + x;\n{ctx.point(reader(r), '      ')}"
         "    }\n" for r in range(py))
     source = f"""{ctx.prelude()}{ctx.globals(blocks)}
 __device__ __forceinline__ void kf_body({ctx.signature()}) {{
-{IDS}{ctx.accumulators()}  const long kf_x0 = (long)blockIdx.x * {TX}, kf_y0 = (long)blockIdx.y * {TY};
-  const long kf_z0 = (long)blockIdx.z * {lz};
+{IDS}{ctx.accumulators()}  const int kf_tx = threadIdx.x, kf_ty = threadIdx.y;
+  const kf_i kf_x0 = (kf_i)blockIdx.x * {TX}, kf_y0 = (kf_i)blockIdx.y * {TY};
+  const kf_i kf_z0 = {'(kf_i)blockIdx.z * ' + str(lz) if p.dims > 2 else '0'};
 {decl}  {{
 {''.join(first)}  }}
-  for (long kf_kz = 0; kf_kz < {lz}; ++kf_kz) {{
-    const long z = kf_z0 + kf_kz;
+  for (int kf_kz = 0; kf_kz < {lz}; ++kf_kz) {{
+    const kf_i z = kf_z0 + kf_kz;
 {''.join(step)}    __syncthreads();
 {rows}    __syncthreads();
 {''.join(shift)}  }}
 {ctx.finish(threads, blocks)}}}
 """
-    return Kernel(DESIGN, {"tx": tx, "ty": ty, "py": py, "lz": lz}, source, ctx.args(), grid,
-                  (tx, ty, 1), notes=(f"shared {shared} bytes",))
+    knobs = {"tx": tx, "ty": ty, "py": py, "lz": lz}
+    if p.reductions:
+        knobs["atomic"] = int(bool(atomic))
+    return Kernel(DESIGN, knobs, source, ctx.args(), grid, (tx, ty, 1),
+                  notes=(f"shared {shared} bytes",))
 
 
 def presets(p: StencilProgram) -> list[dict[str, int]]:
-    return [dict(k) for k in PRESETS.get(p.dims, ())]
+    """The presets; with reductions that per-block atomics can combine, tiles of more rows
+    per thread with atomics first (fewer blocks: fewer atomics, a block's reduction shared by
+    more points), then the presets with atomics, then with the last block."""
+    base = [dict(k) for k in PRESETS.get(p.dims, ())]
+    if not base or not p.reductions or atomic_refusal(p):
+        return base
+    return ([{**k, "atomic": 1} for k in REDUCING.get(p.dims, ())]
+            + [{**k, "atomic": 1} for k in base] + [{**k, "atomic": 0} for k in base])
