@@ -25,14 +25,14 @@ def _lift(entry: str, source: str = SOURCE) -> Lifted:
 def oracle_matches_kernel(entry: str, lifted: StencilProgram, fields: dict[str, int],
                           reductions: dict[str, int], seed: int = 0,
                           offsets: dict[str, int] | None = None,
-                          tables: dict[str, int] | None = None, case: Case | None = None
-                          ) -> None:
+                          tables: dict[str, int] | None = None, case: Case | None = None,
+                          source: str = SOURCE) -> None:
     """Random contents in every buffer but the case's fixed ones; the kernel's outputs equal
     the oracle's within the program's error bound, and buffers the program does not write come
     back unchanged. ``offsets``: where in its buffer a field starts; ``tables``: ConstMem
-    names read from buffers; ``case``: a launch of SOURCE's ``entry`` outside CASES."""
+    names read from buffers; ``case``: a launch of ``source``'s ``entry`` outside CASES."""
     case = case or CASES[entry]
-    t = EmulatedTarget(case)
+    t = EmulatedTarget(case, source)
     rng = np.random.default_rng(seed)
     contents = {i: (np.array(case.fixed[i]) if i in case.fixed else
                     rng.uniform(-1, 1, a.size // np.dtype(str(case.params[i][1])).itemsize))

@@ -347,11 +347,11 @@ def _faces(widths: dict[str, int], kinds: dict[str, np.ndarray], shape: tuple[in
         per = {n: set(np.unique(arr[own])) for n, arr in kinds.items()}
         if any(len(v) > 1 for v in per.values()):
             raise Unliftable(f"the points along face {face} are written in different ways "
-                             f"({', '.join(sorted(seen))})")
+                             f"({', '.join(sorted(map(str, seen)))})")
         found = {next(iter(v)) if v else "keep" for v in per.values()}
         if len(found) > 1 and not all(f.startswith("copy") for f in found):
             raise Unliftable(f"the outputs follow different rules at face {face}: "
-                             f"{sorted(found)}")
+                             f"{', '.join(sorted(map(str, found)))}")
         rule = next(iter(found)) if found else "keep"
         if rule.startswith("copy:"):
             for n, v in per.items():
