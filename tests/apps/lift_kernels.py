@@ -183,6 +183,16 @@ extern "C" __global__ void hyper(float* f0, float* f1, const float* c, const flo
   }
 }
 
+// reaction's Gray-Scott terms: cubic monomials, two outputs, a grid-stride loop
+extern "C" __global__ void gray(const float* fx, const float* fy, float* drx, float* dry,
+                                int n, float c1, float c2) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
+    float r = fx[i] * fy[i] * fy[i];
+    drx[i] = -r + c1 * (1.0f - fx[i]);
+    dry[i] = r - (c1 + c2) * fy[i];
+  }
+}
+
 // burger's update: the new time level copied over the old one, two fields
 extern "C" __global__ void copy2(double* u, double* v, const double* un, const double* vn,
                                  int n) {
@@ -309,6 +319,8 @@ CASES = {
     "hyper": Case("hyper", (("buf", "float32"),) * 4 + (("f32", 0.5), ("int", NX), ("int", NY),
                                                          ("int", NZ)),
                   (NZ, NY, NX), (_g(NX, 4), _g(NY, 4), _g(NZ, 4)), (4, 4, 4)),
+    "gray": Case("gray", (("buf", "float32"),) * 4 + (("int", 45), ("f32", 0.04), ("f32", 0.06)),
+                 (45,), (2, 1, 1), (8, 1, 1)),
     "zmarch": Case("zmarch", (("buf", "float32"),) * 2 + (("int", NX), ("int", NY), ("int", NZ)),
                    (NZ, NY, NX), (_g(NX, 8), _g(NY, 8), 1), (8, 8, 1)),
 }

@@ -78,5 +78,13 @@ def test_points_the_model_cannot_place_are_refused_with_the_reason() -> None:
         assert isinstance(r, NotLifted) and words in r.reason, (entry, r)
 
 
+def test_cubic_terms_of_two_outputs_in_a_grid_stride_loop() -> None:
+    r = _lift("gray")
+    p = r.program
+    assert [p.kind(o) for o in p.outputs] == ["polynomial", "polynomial"]
+    assert "dry = fx[0,0,0] * fy[0,0,0] * fy[0,0,0] - (c1 + c2) * fy[0,0,0]" in p.describe()
+    check_case("gray", r)  # the grid of 2 blocks of 8 covers 45 points in 3 turns
+
+
 def test_the_cases_are_in_the_shared_table() -> None:
-    assert {"burgers", "hyper"} <= set(CASES)  # probing and the operators cover them too
+    assert {"burgers", "hyper", "gray"} <= set(CASES)  # probing and operators cover them too
