@@ -321,6 +321,8 @@ CASES = {
                   (NZ, NY, NX), (_g(NX, 4), _g(NY, 4), _g(NZ, 4)), (4, 4, 4)),
     "gray": Case("gray", (("buf", "float32"),) * 4 + (("int", 45), ("f32", 0.04), ("f32", 0.06)),
                  (45,), (2, 1, 1), (8, 1, 1)),
+    "copy2": Case("copy2", (("buf", "float64"),) * 4 + (("int", 37),), (37,), (3, 1, 1),
+                  (16, 1, 1)),
     "zmarch": Case("zmarch", (("buf", "float32"),) * 2 + (("int", NX), ("int", NY), ("int", NZ)),
                    (NZ, NY, NX), (_g(NX, 8), _g(NY, 8), 1), (8, 8, 1)),
 }
