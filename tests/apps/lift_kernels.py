@@ -150,6 +150,58 @@ extern "C" __global__ void zmarch(const float* in, float* out, int nx, int ny, i
              + 0.0625f * (in[p - nx * ny] + in[p + nx * ny]);
   }
 }
+
+// burger's core: the thread's point is one up and one right of its indices (the interior);
+// two outputs with advection terms (products of fields)
+extern "C" __global__ void burgers(double* __restrict__ un, double* __restrict__ vn,
+                                   const double* __restrict__ u, const double* __restrict__ v,
+                                   int nx, int ny, double nu, double dt) {
+  int i = blockIdx.y * blockDim.y + threadIdx.y + 1;
+  int j = blockIdx.x * blockDim.x + threadIdx.x + 1;
+  if (j < nx - 1 && i < ny - 1) {
+    int p = i * nx + j;
+    un[p] = u[p] + nu * (u[p + 1] + u[p - 1] + u[p + nx] + u[p - nx] - 4.0 * u[p])
+            - dt * u[p] * (u[p] - u[p - 1]) - dt * v[p] * (u[p] - u[p - nx]);
+    vn[p] = v[p] + nu * (v[p + 1] + v[p - 1] + v[p + nx] + v[p - nx] - 4.0 * v[p])
+            - dt * u[p] * (v[p] - v[p - 1]) - dt * v[p] * (v[p] - v[p - nx]);
+  }
+}
+
+// hypterm's indices: max(blockIdx * blockDim, 0) + threadIdx, a guard joined by bitwise &
+#define KF_MAX(a, b) ((a) > (b) ? (a) : (b))
+extern "C" __global__ void hyper(float* f0, float* f1, const float* c, const float* q,
+                                 float dxinv, int nx, int ny, int nz) {
+  int i0 = (int)(blockIdx.x) * (int)(blockDim.x);
+  int i = KF_MAX(i0, 0) + (int)(threadIdx.x);
+  int j = max((int)(blockIdx.y * blockDim.y), 0) + (int)(threadIdx.y);
+  int k = KF_MAX(0, (int)(blockIdx.z) * (int)(blockDim.z)) + (int)(threadIdx.z);
+  if (i >= 2 & j >= 0 & k >= 0 & i <= nx - 3 & j < ny & k < nz) {
+    int p = (k * ny + j) * nx + i;
+    f0[p] = -(0.8f * (c[p + 1] - c[p - 1]) - 0.2f * (c[p + 2] - c[p - 2])) * dxinv;
+    f1[p] = -(0.8f * (c[p + 1] * q[p + 1] - c[p - 1] * q[p - 1])
+              - 0.2f * (c[p + 2] * q[p + 2] - c[p - 2] * q[p - 2])) * dxinv;
+  }
+}
+
+// reaction's Gray-Scott terms: cubic monomials, two outputs, a grid-stride loop
+extern "C" __global__ void gray(const float* fx, const float* fy, float* drx, float* dry,
+                                int n, float c1, float c2) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
+    float r = fx[i] * fy[i] * fy[i];
+    drx[i] = -r + c1 * (1.0f - fx[i]);
+    dry[i] = r - (c1 + c2) * fy[i];
+  }
+}
+
+// burger's update: the new time level copied over the old one, two fields
+extern "C" __global__ void copy2(double* u, double* v, const double* un, const double* vn,
+                                 int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    u[i] = un[i];
+    v[i] = vn[i];
+  }
+}
 """
 
 REFUSED = r"""
@@ -182,9 +234,27 @@ extern "C" __global__ void mirrored(const float* in, float* out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = in[i] + in[i < n - 1 ? i + 1 : n - 2];
 }
-extern "C" __global__ void strided(const float* in, float* out, int n) {
+extern "C" __global__ void strided(const float* in, float* out, int n, int m) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
-    out[i] = in[i];
+    out[i] = i < m ? in[i] : 0.0f;
+}
+extern "C" __global__ void mixed(const float* in, float* out, int n, int m) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < m) out[i] = in[i]; else if (i < n) out[i] = 0.0f;
+}
+extern "C" __global__ void below(const float* in, float* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x - 1;
+  if (i >= 0 && i < n) out[i] = in[i];
+}
+extern "C" __global__ void origin(const float* in, float* out, int n, int lo) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x + lo;
+  if (i < n) out[i] = 2.0f * in[i];
+}
+extern "C" __global__ void crossed(const float* in, float* out, int nx, int ny, int nz) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  int j = blockIdx.y * blockDim.y + threadIdx.y;
+  int k = blockIdx.z * blockDim.z + threadIdx.z;
+  if (i >= 1 && i < nx - 1 && j < nx - 2 && k < nz) out[(k * ny + j) * nx + i] = in[(k * ny + j) * nx + i - 1];
 }
 extern "C" __global__ void racy(float* u, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -243,6 +313,16 @@ CASES = {
                     (_g(30, 16), 1, 1), (16, 1, 1), {2: 3}, {2: (0.5, 0.2, 0.05)}),
     "half2d": Case("half2d", (("buf", "float16"),) * 2 + (("int", 14), ("int", 12)), (12, 14),
                    (_g(14, 8), _g(12, 8), 1), (8, 8, 1)),
+    "burgers": Case("burgers", (("buf", "float64"),) * 4 + (("int", 13), ("int", 11),
+                                                            ("f64", 0.05), ("f64", 0.1)),
+                    (11, 13), (_g(11, 8), _g(9, 8), 1), (8, 8, 1)),
+    "hyper": Case("hyper", (("buf", "float32"),) * 4 + (("f32", 0.5), ("int", NX), ("int", NY),
+                                                         ("int", NZ)),
+                  (NZ, NY, NX), (_g(NX, 4), _g(NY, 4), _g(NZ, 4)), (4, 4, 4)),
+    "gray": Case("gray", (("buf", "float32"),) * 4 + (("int", 45), ("f32", 0.04), ("f32", 0.06)),
+                 (45,), (2, 1, 1), (8, 1, 1)),
+    "copy2": Case("copy2", (("buf", "float64"),) * 4 + (("int", 37),), (37,), (3, 1, 1),
+                  (16, 1, 1)),
     "zmarch": Case("zmarch", (("buf", "float32"),) * 2 + (("int", NX), ("int", NY), ("int", NZ)),
                    (NZ, NY, NX), (_g(NX, 8), _g(NY, 8), 1), (8, 8, 1)),
 }

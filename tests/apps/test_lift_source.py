@@ -10,8 +10,9 @@ from kernforge.apps.lift_regions import Lifted, NotLifted
 from kernforge.apps.lift_source import lift_source
 from kernforge.core import KernelSource
 from kernforge.stencil.program import FaceRule, StencilProgram, apply, error_bound
+from kernforge.stencil.program.expr import Const
 
-from .lift_kernels import CASES, CONSTANTS, REFUSED, SOURCE, EmulatedTarget, scalars
+from .lift_kernels import CASES, CONSTANTS, REFUSED, SOURCE, Case, EmulatedTarget, scalars
 
 
 def _lift(entry: str, source: str = SOURCE) -> Lifted:
@@ -24,13 +25,14 @@ def _lift(entry: str, source: str = SOURCE) -> Lifted:
 def oracle_matches_kernel(entry: str, lifted: StencilProgram, fields: dict[str, int],
                           reductions: dict[str, int], seed: int = 0,
                           offsets: dict[str, int] | None = None,
-                          tables: dict[str, int] | None = None) -> None:
+                          tables: dict[str, int] | None = None, case: Case | None = None,
+                          source: str = SOURCE) -> None:
     """Random contents in every buffer but the case's fixed ones; the kernel's outputs equal
     the oracle's within the program's error bound, and buffers the program does not write come
     back unchanged. ``offsets``: where in its buffer a field starts; ``tables``: ConstMem
-    names read from buffers."""
-    case = CASES[entry]
-    t = EmulatedTarget(case)
+    names read from buffers; ``case``: a launch of ``source``'s ``entry`` outside CASES."""
+    case = case or CASES[entry]
+    t = EmulatedTarget(case, source)
     rng = np.random.default_rng(seed)
     contents = {i: (np.array(case.fixed[i]) if i in case.fixed else
                     rng.uniform(-1, 1, a.size // np.dtype(str(case.params[i][1])).itemsize))
@@ -189,7 +191,11 @@ def test_template_needs_a_precision_and_copy_faces() -> None:
     ("scatter", "varying index"),
     ("rooted", "call to sqrtf"),
     ("mirrored", "does not clamp"),
-    ("strided", "only copied"),
+    ("strided", "not the bound check of its offset"),
+    ("mixed", "never computed: only copied, zeroed or kept"),
+    ("below", "minus a constant along gx"),
+    ("origin", "no fixed number of points"),
+    ("crossed", "another axis' extent"),
     ("racy", "order of the threads"),
     ("unguarded", "outside the grid"),
 ])
@@ -245,7 +251,8 @@ def test_a_flat_guard_over_a_product_of_sizes() -> None:
     r = lift_source(src, "scale")
     assert isinstance(r, Lifted) and r.extents == ("n*n",) and r.program.dims == 1, r
     zero = lift_source(src.replace("2.0f * in[idx]", "0.0f"), "scale")
-    assert isinstance(zero, NotLifted) and "never computed" in zero.reason
+    assert isinstance(zero, Lifted) and zero.extents == ("n*n",), zero  # heat's zero kernel
+    assert zero.program.outputs[0].expr == Const(0.0) and zero.program.field("out").role == "out"
 
 
 def test_missing_kernel_and_non_kernel() -> None:

@@ -25,7 +25,7 @@ from .test_lift_gpu import launch
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(nvcc() is None, reason="needs nvcc")]
 
 CONSTANT = ("wave", "conv_rows")  # read __constant__ memory
-ONE_D = ("inplace", "advect", "table1d")
+ONE_D = ("inplace", "advect", "table1d", "gray", "copy2")
 
 
 def app_source() -> str:

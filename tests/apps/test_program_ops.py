@@ -36,7 +36,7 @@ pytestmark = pytest.mark.skipif(not em.find_compiler(), reason="no host C++ comp
 
 # small tiles: several blocks per axis, a ring of planes that turns over, rows per thread
 SMALL = {"plain": {"bx": 8, "by": 4, "bz": 2}, "tiled": {"tx": 8, "ty": 2, "py": 2, "lz": 3}}
-ONE_D = ("inplace", "advect", "table1d")
+ONE_D = ("inplace", "advect", "table1d", "gray", "copy2")
 CDTYPE = {"float": np.float32, "double": np.float64}
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from .. import syntax
 from ..stencil.program import expr as ex
+from .lift_points import min_max
 from .lift_regions import Store
 from .lift_symbolic import FALSE, TRUE, Lin, Poly, Pred, Read, Symbols, Unliftable, normalize
 
@@ -156,8 +157,11 @@ class Exprs:
             op = syntax.text(n.child_by_field_name("operator"))
             if op in _CMP or op in ("&&", "||"):
                 return self.cond(n)
-            return self._arith(op, self.value(n.child_by_field_name("left")),
-                               self.value(n.child_by_field_name("right")))
+            x, y = self.value(n.child_by_field_name("left")), \
+                self.value(n.child_by_field_name("right"))
+            if op in ("&", "|") and isinstance(x, Pred) and isinstance(y, Pred):
+                return x & y if op == "&" else x | y  # (i >= 4 & j >= 4): conditions
+            return self._arith(op, x, y)
         if t in ("subscript_expression", "pointer_expression"):
             if t == "pointer_expression" and syntax.text(n).startswith("&"):
                 return self.address(n.child_by_field_name("argument"))
@@ -186,8 +190,13 @@ class Exprs:
         raise Unliftable(f"the expression {syntax.text(n)[:40]!r} ({t.replace('_', ' ')})")
 
     def clamp(self, c: Pred, a: Lin, b: Lin, text: str) -> Lin:
-        """``c ? a : b`` for indices: ``a`` a coordinate plus a constant, ``b`` what replaces it
-        where ``c`` fails (checked later to be ``a`` clamped to the grid)."""
+        """``c ? a : b`` for indices: a ``max``/``min`` decided for every thread; else ``a`` a
+        coordinate plus a constant, ``b`` what replaces it where ``c`` fails (checked later to
+        be ``a`` clamped to the grid)."""
+        if not (a.clamps or b.clamps or a.wraps or b.wraps):
+            chosen = min_max(c, a.poly, b.poly)
+            if chosen is not None:
+                return Lin(chosen)
         s = _coordinate(a)
         if s is None or a.clamps or b.clamps or a.wraps or b.wraps:
             raise Unliftable(f"a conditional index ({text[:50]!r}) that is no clamp of a "

@@ -265,9 +265,12 @@ class _Lifter:
             inner[tuple(slice(lo[i], got.shape[i] - hi[i]) for i in range(3))] = True
             if inner.any():
                 break
-        # leave out the points a keep, zero or copy layer wider than the reach wrote
+        # leave out the points a keep, zero or copy layer wider than the reach wrote; where
+        # that leaves none, the output is a copy everywhere (burger's update: u = u_new)
+        whole = inner.copy()
         for v in [0.0, *(self.grid(base, f) for f in self.fields)]:
             inner &= got != v
+        inner = inner if inner.any() else whole
         where = np.nonzero(inner)
         if where[0].size > MAX_ROWS:  # a large grid: a sample of its points is enough
             pick = np.sort(np.random.default_rng(0).choice(where[0].size, MAX_ROWS,

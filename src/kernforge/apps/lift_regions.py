@@ -22,6 +22,7 @@ from ..core import ConfigError
 from ..stencil.program import FACES, FaceRule, Field, Output, Reduction, StencilProgram
 from ..stencil.program import expr as ex
 from .lift_fields import is_coef, new_values, rename_components
+from .lift_points import box_widths, point_shifts
 from .lift_symbolic import (
     MAX_WIDTH,
     Grid,
@@ -96,17 +97,16 @@ def build(stores: list[Store], params: Mapping[str, tuple[int, str]], syms: Symb
     if len(xs) != 1:
         raise Unliftable(f"the written index {E.text()} has no axis of stride 1")
     offset = E - sum((Poly.sym(c) * stride[c] for c in coords), Poly())
-    if offset != Poly():
-        raise Unliftable(f"the written point is offset by {offset.text()} (a padded grid)")
     sample_sets = samples(params)
     rest = sorted((c for c in coords if c != xs[0]),
                   key=lambda c: int(stride[c].value(sample_sets[0].__getitem__)))
     coords = xs + rest
     strides = [stride[c] for c in coords]
+    shifts = point_shifts(offset, coords, strides, sample_sets[0])
     wraps = {w for s in stores for r in _reads(s.value) for w in r.index.wraps}
     last, last_poly = last_extent(syms, coords, strides, [s.guard for s in grid_stores], wraps,
-                                  sample_sets)
-    grids = [Grid(syms, coords, strides, last, s) for s in sample_sets]
+                                  sample_sets, shifts)
+    grids = [Grid(syms, coords, strides, last, s, shifts) for s in sample_sets]
     texts = [strides[1].text()] if len(coords) > 1 else []
     if len(coords) > 2:
         texts.append(quotient(strides[2], strides[1]))
@@ -173,6 +173,7 @@ def _outputs(stores: list[Store], E: Poly, grids: list[Grid], syms: Symbols,
         by_field.setdefault(s.ptr, []).append(s)
     outputs: dict[str, Any] = {}
     computed_all = np.ones(shape, dtype=bool)
+    others = [np.ones(gr.shape, dtype=bool) for gr in grids[1:]]  # the same at other sizes
     kinds_all: dict[str, np.ndarray] = {}
     edges: dict[str, set[str]] = {}
     for name, sts in by_field.items():
@@ -181,8 +182,11 @@ def _outputs(stores: list[Store], E: Poly, grids: list[Grid], syms: Symbols,
             winner[g.mask(s.guard)] = i
         kinds = [_kind(s, name, E, syms) for s in sts]
         mains = {i for i, k in enumerate(kinds) if k == "main"}
+        if not mains and len(set(kinds)) == 1 and kinds[0] != "keep":
+            mains = set(range(len(sts)))  # a copy (u = u_new) or a clearing kernel
         if not mains:
-            raise Unliftable(f"{name} is only copied or zeroed, never computed")
+            raise Unliftable(f"{name} is never computed: only copied, zeroed or kept, in "
+                             "different places")
         exprs = {_taps(sts[i].value, E, grids, syms, strides, coords) for i in mains}
         if len(exprs) > 1:
             raise Unliftable(f"{name} is computed by different formulas in different regions")
@@ -194,20 +198,21 @@ def _outputs(stores: list[Store], E: Poly, grids: list[Grid], syms: Symbols,
         for i in mains:
             _check_reads(sts[i].value, E, g, syms, strides, coords, computed, periodic, name,
                          edges)
-    pts = np.argwhere(computed_all)  # (z, y, x) rows
-    if pts.size == 0:
-        raise Unliftable("no point is computed by every output")
-    lo, hi = pts.min(axis=0), pts.max(axis=0)
-    box = np.zeros(shape, dtype=bool)
-    box[tuple(slice(int(a), int(b) + 1) for a, b in zip(lo, hi, strict=True))] = True
-    if not np.array_equal(box, computed_all):
-        raise Unliftable("the points the kernel computes are not a box within the grid")
-    widths: dict[str, int] = {}
-    for face in FACES:
-        a = "xyz".index(face[0])
-        ax = len(shape) - 1 - a  # its numpy axis
-        widths[face] = 0 if a >= len(shape) else int(lo[ax]) if face[1] == "-" else \
-            int(shape[ax] - 1 - hi[ax])
+        for gr, other in zip(grids[1:], others, strict=True):
+            w2 = np.full(gr.shape, -1)
+            for i, s in enumerate(sts):
+                w2[gr.mask(s.guard)] = i
+            other &= np.isin(w2, list(mains))
+            for i in mains:  # reads and their guards at other sizes too
+                _check_reads(sts[i].value, E, gr, syms, strides, coords,
+                             np.isin(w2, list(mains)), periodic, name, {})
+    widths = box_widths(computed_all)
+    for other in others:
+        if box_widths(other) != widths:
+            odd = next(f for f, w in box_widths(other).items() if w != widths[f])
+            raise Unliftable(f"the layers the kernel leaves at face {odd} are {widths[odd]} at "
+                             f"one size and {box_widths(other)[odd]} at another: a guard bounds "
+                             "an axis by another axis' extent (right only for some sizes)")
     faces, copy = _faces(widths, kinds_all, shape, outputs, periodic, edges)
     outputs["__computed__"] = computed_all
     return outputs, faces, copy
@@ -342,11 +347,11 @@ def _faces(widths: dict[str, int], kinds: dict[str, np.ndarray], shape: tuple[in
         per = {n: set(np.unique(arr[own])) for n, arr in kinds.items()}
         if any(len(v) > 1 for v in per.values()):
             raise Unliftable(f"the points along face {face} are written in different ways "
-                             f"({', '.join(sorted(seen))})")
+                             f"({', '.join(sorted(map(str, seen)))})")
         found = {next(iter(v)) if v else "keep" for v in per.values()}
         if len(found) > 1 and not all(f.startswith("copy") for f in found):
             raise Unliftable(f"the outputs follow different rules at face {face}: "
-                             f"{sorted(found)}")
+                             f"{', '.join(sorted(map(str, found)))}")
         rule = next(iter(found)) if found else "keep"
         if rule.startswith("copy:"):
             for n, v in per.items():

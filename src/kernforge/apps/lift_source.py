@@ -301,6 +301,10 @@ class _Walker(Tiles, Exprs):
         step = {f"{var}++": 1, f"++{var}": 1, f"{var}+=1": 1, f"{var}--": -1, f"--{var}": -1,
                 f"{var}-=1": -1}.get(ut)
         start = self.value_of(var)
+        if step is None and re.fullmatch(rf"{var}(/=2|>>=1|={var}/2|={var}>>1)", ut):
+            raise Unliftable(f"a tree reduction across threads (a loop that steps by {ut!r}): "
+                             "sums over threads are not followed from source; probing the "
+                             "kernel measures them")
         if step is None:
             raise Unliftable(f"a loop that steps by {ut!r}")
         if cond.type != "binary_expression" or syntax.text(cond.child_by_field_name("left")) \

@@ -287,16 +287,22 @@ def normalize(p: Poly) -> Poly:
 
 
 def samples(params: Mapping[str, tuple[int, str]]) -> list[dict[str, int]]:
+    """Values of the integer parameters to evaluate guards at: two rising with the parameters'
+    order, one falling (a guard that holds only while one size exceeds another)."""
     ints = [n for n, (_, k) in params.items() if k == "int"]
     return [{f"${n}": 9 + 2 * k for k, n in enumerate(ints)},
-            {f"${n}": 12 + 3 * k for k, n in enumerate(ints)}]
+            {f"${n}": 12 + 3 * k for k, n in enumerate(ints)},
+            {f"${n}": 12 + 3 * (len(ints) - 1 - k) for k, n in enumerate(ints)}]
 
 
 class Grid:
-    """One concrete grid: coordinate arrays, symbol values, extents (x first)."""
+    """One concrete grid: coordinate arrays, symbol values, extents (x first). ``shifts``:
+    coordinates whose point is the coordinate plus a constant (``i = gy + 1``): at a point,
+    the coordinate is the point's index minus it, and points no thread reaches (a coordinate
+    below zero) store nothing."""
 
     def __init__(self, syms: Symbols, coords: list[str], strides: list[Poly], last: Any,
-                 sample: dict[str, int]) -> None:
+                 sample: dict[str, int], shifts: Mapping[str, int] | None = None) -> None:
         self.sample, self.coords = sample, coords
         sv = [int(s.value(sample.__getitem__)) for s in strides]
         ext = [sv[1] if len(sv) > 1 else 0, sv[2] // sv[1] if len(sv) > 2 else 0]
@@ -306,16 +312,20 @@ class Grid:
         self.shape = shape
         grids = np.indices(shape)  # z, y, x order reversed
         known: dict[str, Any] = dict(sample)
+        self.reached = np.ones(shape, dtype=bool)
         for a, c in enumerate(coords):
-            known[c] = grids[len(coords) - 1 - a]
+            known[c] = grids[len(coords) - 1 - a] - (shifts or {}).get(c, 0)
+            if (shifts or {}).get(c):
+                self.reached &= known[c] >= 0
         self.env: Callable[[str], Any] = syms.env(known)
 
     def mask(self, p: Pred) -> np.ndarray:
-        return np.asarray(p.evaluate(self.env, self.shape), dtype=bool)
+        return np.asarray(p.evaluate(self.env, self.shape), dtype=bool) & self.reached
 
 
 def last_extent(syms: Symbols, coords: list[str], strides: list[Poly], guards: list[Pred],
-                 wraps: set[tuple[str, Poly]], samples: list[dict[str, int]]
+                 wraps: set[tuple[str, Poly]], samples: list[dict[str, int]],
+                 shifts: Mapping[str, int] | None = None
                  ) -> tuple[Callable[[dict[str, int]], int], Poly]:
     c = coords[-1]
     mods = {m for s, m in wraps if s == c}
@@ -330,7 +340,7 @@ def last_extent(syms: Symbols, coords: list[str], strides: list[Poly], guards: l
     tops = []
     for sample in samples:
         big = 2 * max(sample.values(), default=8) ** 2 + 16  # past a product of two sizes
-        g = Grid(syms, coords, strides, lambda s, big=big: big, sample)
+        g = Grid(syms, coords, strides, lambda s, big=big: big, sample, shifts)
         mask = g.mask(live)
         hit = np.flatnonzero(mask.reshape(mask.shape[0], -1).any(axis=1))
         if hit.size == 0:
