@@ -145,7 +145,7 @@ def demo() -> tuple[Step, Recognized, tuple[lc.Companion, ...]]:
 
 
 def test_the_demo_step_folds_its_boundaries_and_elides_its_reduction(demo: tuple) -> None:
-    step, _, comps = demo
+    _, _, comps = demo
     assert [c.role for c in comps] == ["folded"] * 3 + ["elided"] * 2
     assert lc.groups(comps) == ((fc.Face(0, 0, 0, 1.0), fc.Face(0, 1, 1)),
                                 (fc.Face(1, 0, 1), fc.Face(1, 1, 1)),
