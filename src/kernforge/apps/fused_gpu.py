@@ -10,6 +10,9 @@ sequence itself: its first ``T`` steps' launches as recorded (recognition looks 
 launch alone, on the same placement). A step's boundary kernels (the launches between the
 stencil's first two, apps/fused_steps.py) are lifted to face rules and folded into the
 candidates; the reference is then the recorded sequence, so ``T`` is at most its whole steps.
+When some companions are elided (per-step diagnostics), a candidate is checked as a deployment
+runs it, the fused launch then the recorded step T+1, against T+1 recorded steps on every
+region written (apps/fused_elided.py), so ``T`` is at most the whole steps minus one.
 The fused candidates' adapters are compiled together; each is run from the recorded state and kept only
 when OUT's whole buffer matches the reference's under the kernel's tolerance over ``T`` steps
 and IN's buffer is unchanged, then screened against ``T`` original launches (median of

@@ -1,11 +1,12 @@
-"""A recorded step's boundary kernels, on the device: the launches of a sequence unit between
-the stencil's first launch and its second are the step's companions; each is replayed alone
-on the sequence's placement as a probe target and lifted to face rules
-(apps/lift_companion.py), so a fused operator can fold them (apps/fused.py).
+"""A recorded step's companions, on the device: the launches of a sequence unit between the
+stencil's first launch and its second are the step's companions; each is replayed alone on the
+sequence's placement as a probe target and either lifted to face rules
+(apps/lift_companion.py), so a fused operator can fold it (apps/fused.py), or elided, a
+per-step diagnostic the held step re-runs (apps/elide_companion.py).
 
-Only the first step's companions are lifted. The interposer fuses a step only when its
-companions' non-pointer parameter bytes equal these and their pointers are the step's IN or
-OUT; verification replays the recorded sequence itself, every step's companions included.
+Only the first step's companions are probed. The interposer fuses a step only when its
+companions' parameter bytes equal these outside the slots that hold the step's IN and OUT
+pointers; verification replays the recorded sequence itself, every step's companions included.
 """
 
 from __future__ import annotations

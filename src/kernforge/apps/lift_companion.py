@@ -17,7 +17,9 @@ left is explained as :class:`~kernforge.stencil.faces.Face` rules:
 - nothing else changes: no other point of OUT, no other buffer, IN included; what it leaves does
   not depend on IN.
 
-Anything else is refused with the reason (:class:`Refused`).
+Anything else is refused with the reason (:class:`Refused`). A companion with a pointer to
+any other buffer is no boundary kernel: apps/elide_companion.py decides whether a fused kernel
+may elide it (a per-step diagnostic the held step re-runs).
 """
 
 from __future__ import annotations
