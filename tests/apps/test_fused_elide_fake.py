@@ -8,6 +8,7 @@ is refused by the probe."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +82,13 @@ def test_a_diagnostic_is_elided_and_checked_on_every_region(on_fake: FakeCuda, f
     res[0] = np.nextafter(res[0], np.inf)
     why = check.differs(got, want, scale)
     assert why is not None and "not bit for bit" in why, why
+    # the same result known as a float64: one ulp is within the bound, twice the value is not
+    typed = ElidedCheck(whole, t, r, 3, (dataclasses.replace(
+        c, elided=(dataclasses.replace(w, dtype="float64"),)),))
+    assert typed.differs(got, want, scale) is None
+    res[0] = 2 * want[w.region][w.start:w.end].view(np.float64)[0]
+    why = typed.differs(got, want, scale)
+    assert why is not None and "element 0 is" in why and "allowed +-" in why, why
 
 
 def test_an_accumulating_diagnostic_is_refused(on_fake: FakeCuda, fake: FakeCuda,

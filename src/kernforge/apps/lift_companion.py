@@ -85,7 +85,7 @@ class Companion:
         """:meth:`spec` with what it is: ``role`` and ``does`` (its face rules, or the bytes
         it writes, left to the held step that re-runs it)."""
         does = fc.describe((self.faces,)) if self.elided is None else \
-            "writes " + ", ".join(w.describe() for w in self.elided)
+            "writes " + (", ".join(w.describe() for w in self.elided) or "nothing")
         return {**self.spec(), "role": self.role, "does": does}
 
 
