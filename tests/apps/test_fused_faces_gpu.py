@@ -40,3 +40,28 @@ def test_the_demo_step_with_its_boundary_kernels_is_fused(tmp_path: Path) -> Non
     assert [c["name"] for c in comps] == ["apply_boundary"] * 3
     assert all(c["out_slots"] == [0] and c["in_slots"] == [] for c in comps)
     print(f"fused {m.steps} steps: {m.speedup:.3f}x [{m.ci[0]:.3f}, {m.ci[1]:.3f}]")
+
+
+def test_the_demo_default_step_elides_its_reduction(tmp_path: Path) -> None:
+    """``--diag-every 1`` (the default): the two reduction launches of every step are elided,
+    the fused operator checked as T fused steps and one recorded step against T+1 recorded
+    steps on every region (``partial`` and ``out`` included); the spec lists all five
+    companions in launch order, each with its role."""
+    pytest.importorskip("cupy")
+    cmd = [sys.executable, str(EXAMPLE), "--n", "128", "--steps", "14"]
+    status, units, problems, _ = record_command(cmd, tmp_path / "rec", kernels="heat_stencil",
+                                                max_instances=1, skip=2, sequence=7)
+    assert status == 0 and not problems and len(units) == 1
+    m = fuse_unit(units[0], out_dir=tmp_path / "f", steps=(3, 5), band=-1.0, repeat=5,
+                  passes=3)
+    assert isinstance(m, FusedMatch), m
+    assert "elided (the held step re-runs them): _Z15sq_diff_partial" in m.note, m.note
+    assert "on every region written (2 elided outputs included)" in m.note, m.note
+    (e,) = nd.read_spec(m.spec_path).entries
+    comps = e["evidence"]["companions"]
+    assert [c["role"] for c in comps] == ["folded"] * 3 + ["elided"] * 2
+    assert [c["name"].split("I")[0] for c in comps[3:]] == ["_Z15sq_diff_partial",
+                                                           "_Z12sum_partials"]
+    assert len(e["fuse"]["companions"]) == 5
+    print(f"fused {m.steps} steps with the reduction elided: {m.speedup:.3f}x "
+          f"[{m.ci[0]:.3f}, {m.ci[1]:.3f}]")

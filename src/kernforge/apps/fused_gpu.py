@@ -10,6 +10,9 @@ sequence itself: its first ``T`` steps' launches as recorded (recognition looks 
 launch alone, on the same placement). A step's boundary kernels (the launches between the
 stencil's first two, apps/fused_steps.py) are lifted to face rules and folded into the
 candidates; the reference is then the recorded sequence, so ``T`` is at most its whole steps.
+When some companions are elided (per-step diagnostics), a candidate is checked as a deployment
+runs it, the fused launch then the recorded step T+1, against T+1 recorded steps on every
+region written (apps/fused_elided.py), so ``T`` is at most the whole steps minus one.
 The fused candidates' adapters are compiled together; each is run from the recorded state and kept only
 when OUT's whole buffer matches the reference's under the kernel's tolerance over ``T`` steps
 and IN's buffer is unchanged, then screened against ``T`` original launches (median of
@@ -38,6 +41,7 @@ from ..stencil import faces as fc
 from . import fused as fz
 from . import lift_companion as lc
 from .adapter import layout
+from .fused_elided import ElidedCheck
 from .fused_steps import step_companions, whole_steps
 from .operator_gpu import AdapterRun, ReplayTarget, built, fastest_passing, recognized
 from .probe import Recognized
@@ -242,7 +246,7 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[i
     if whole is not None:  # the step's boundary kernels, folded as face rules
         got = step_companions(whole, r)
         if isinstance(got, lc.Refused):
-            return {"nomatch": f"not fusable: the step's boundary kernels do not fold: "
+            return {"nomatch": f"not fusable: the step's companions neither fold nor elide: "
                                f"{got.reason}", "recognized": r.describe()}
         comps = got
     faces = lc.groups(comps)
@@ -250,18 +254,24 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[i
     why = fz.refusal(r, bufs[r.in_param].nbytes, bufs[r.out_param].nbytes, faces)
     if why:
         return {"nomatch": f"not fusable: {why}", "recognized": r.describe()}
+    elided = any(c.elided is not None for c in comps)
     if comps:  # the reference: the recorded steps, boundary kernels included
         assert whole is not None
-        have = whole_steps(whole, len(comps))
+        whole_n = whole_steps(whole, len(comps))
+        have = whole_n - 1 if elided else whole_n
         steps = [s for s in steps if s <= have]
         if not steps:
-            return {"nomatch": f"not fusable: the sequence holds {have} whole steps; with "
-                               "boundary kernels the reference for T steps is T recorded "
-                               "steps (record --sequence T+1 or more)",
+            return {"nomatch": f"not fusable: the sequence holds {whole_n} whole steps; "
+                               "the reference for T steps is T recorded steps "
+                               + ("and one more after them (elided companions: record "
+                                  "--sequence T+2 or more)" if elided else
+                                  "(record --sequence T+1 or more)"),
                     "recognized": r.describe()}
     slots = layout(rec)
     arch = f"sm_{rp.drv.attribute('cc_major')}{rp.drv.attribute('cc_minor')}"
     seqs = _references(rp, whole, slots, r, steps)
+    checks = {s: ElidedCheck(whole, t, r, s, comps) for s in steps} \
+        if elided and whole is not None else {}
     base: dict[int, float] = {}
     for s, seq in seqs.items():
         for _ in range(2):
@@ -281,7 +291,8 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[i
             if isinstance(image, CompileError):
                 raise image
             run = AdapterRun(rp, ad, image)
-            bad, done = validate_recorded(t, r, s, seqs[s], run, refs)
+            bad, done = checks[s].recorded(run) if checks else \
+                validate_recorded(t, r, s, seqs[s], run, refs)
         except (ConfigError, CompileError, KernforgeError) as exc:
             row["refused"] = exc.message
             continue
@@ -297,7 +308,8 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[i
             screened.append((base[s] / med, row, (s, run, image, done)))
 
     def on_fresh(c: tuple[int, AdapterRun, bytes, list[str]]) -> str | None:
-        why, more = validate_fresh(t, r, c[0], seqs[c[0]], c[1], refs)
+        why, more = checks[c[0]].fresh(c[1]) if checks else \
+            validate_fresh(t, r, c[0], seqs[c[0]], c[1], refs)
         c[3].extend(more)
         return why
 
@@ -324,7 +336,7 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[i
             "speedup": ab.speedup, "ci": [ab.ci_low, ab.ci_high],
             "median_original_s": ab.median_a, "median_fused_s": ab.median_b,
             "points": r.points, "faces": fc.describe(faces),
-            "companions": [c.spec() for c in comps],
+            "companions": [c.evidence() for c in comps],
             "gcells_s": r.points * s / ab.median_b / 1e9 if ab.median_b > 0 else None,
             "ratios": list(ab.ratios)}
 

@@ -1,11 +1,12 @@
-"""A recorded step's boundary kernels, on the device: the launches of a sequence unit between
-the stencil's first launch and its second are the step's companions; each is replayed alone
-on the sequence's placement as a probe target and lifted to face rules
-(apps/lift_companion.py), so a fused operator can fold them (apps/fused.py).
+"""A recorded step's companions, on the device: the launches of a sequence unit between the
+stencil's first launch and its second are the step's companions; each is replayed alone on the
+sequence's placement as a probe target and either lifted to face rules
+(apps/lift_companion.py), so a fused operator can fold it (apps/fused.py), or elided, a
+per-step diagnostic the held step re-runs (apps/elide_companion.py).
 
-Only the first step's companions are lifted. The interposer fuses a step only when its
-companions' non-pointer parameter bytes equal these and their pointers are the step's IN or
-OUT; verification replays the recorded sequence itself, every step's companions included.
+Only the first step's companions are probed. The interposer fuses a step only when its
+companions' parameter bytes equal these outside the slots that hold the step's IN and OUT
+pointers; verification replays the recorded sequence itself, every step's companions included.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..core.native import NativeLaunch
+from ..backends.cxx_names import pointer_dtypes
+from ..core.native import NativeLaunch, NativeRecording
 from ..replay.native import NativeReplay
+from . import elide_companion as ec
 from . import lift_companion as lc
 from .adapter import Slot
 from .probe import ProbeBuffer, Recognized
@@ -66,16 +69,28 @@ class LaunchTarget:
                                        dtype=np.uint8).copy() for b in self.buffers}
 
 
+def reach(rec: NativeRecording, s: NativeLaunch) -> list[tuple[int, ec.Span]]:
+    """(parameter, the bytes its pointer reaches: to its region's end) of launch ``s``."""
+    out = []
+    for i, (p, slot) in enumerate(zip(s.params, launch_slots(s), strict=True)):
+        if slot.pointer:
+            ri = p.pointers[0][1]
+            off = int.from_bytes(s.param_bytes[p.offset:p.offset + 8], "little") \
+                - rec.regions[ri].address
+            out.append((i, (ri, off, rec.regions[ri].size)))
+    return out
+
+
 def step_companions(whole: NativeReplay, r: Recognized
                     ) -> tuple[lc.Companion, ...] | lc.Refused:
     """The first step's companions of sequence ``whole`` (recognized as ``r`` by its first
-    launch), lifted to face rules, in launch order; () when the stencil launches back to
-    back."""
+    launch), in launch order, each folded (lifted to face rules) or elided
+    (apps/elide_companion.py); () when the stencil launches back to back."""
     rec = whole.rec
     slots = launch_slots(rec.steps[0])
     word = {p: int.from_bytes(rec.param_bytes[slots[p].offset:slots[p].offset + 8], "little")
             for p in (r.in_param, r.out_param)}
-    found: list[tuple[lc.Companion, LaunchTarget, int, tuple[int, ...]]] = []
+    found: list[ec.Launch] = []
     for i, s in enumerate(rec.steps[1:], start=1):
         if rec.of_kernel(s):
             break
@@ -84,13 +99,16 @@ def step_companions(whole: NativeReplay, r: Recognized
         if isinstance(c, lc.Refused):
             return c
         by_offset = {sl.offset: k for k, sl in enumerate(ls)}
-        found.append((c, LaunchTarget(whole, i), by_offset[c.out_slots[0]],
-                      tuple(by_offset[o] for o in c.in_slots)))
+        t = LaunchTarget(whole, i)
+        found.append(ec.Launch(c, t, tuple(by_offset[o] for o in c.in_slots),
+                               tuple(by_offset[o] for o in c.out_slots), dict(t.where),
+                               pointer_dtypes(s.entry) or {}))
     else:
         if found:
             return lc.Refused("the sequence ends before the stencil's second launch: no whole "
                               "step to take its boundary kernels from")
-    return lc.lift_all(found, r.shape, r.dtype)
+    stencil = [span for _, span in reach(rec, rec.steps[0])]
+    return ec.classify(found, stencil, r.shape, r.dtype)
 
 
 def whole_steps(whole: NativeReplay, companions: int) -> int:

@@ -17,7 +17,9 @@ left is explained as :class:`~kernforge.stencil.faces.Face` rules:
 - nothing else changes: no other point of OUT, no other buffer, IN included; what it leaves does
   not depend on IN.
 
-Anything else is refused with the reason (:class:`Refused`).
+Anything else is refused with the reason (:class:`Refused`). A companion with a pointer to
+any other buffer is no boundary kernel: apps/elide_companion.py decides whether a fused kernel
+may elide it (a per-step diagnostic the held step re-runs).
 """
 
 from __future__ import annotations
@@ -37,22 +39,54 @@ TRIALS = ((1.0, 2.0), (-2.0, -1.0), (-1e-3, 1e-3))  # OUT's random values per tr
 
 
 @dataclass(frozen=True)
+class Written:
+    """Bytes an elided companion writes: through parameter ``param``, bytes ``[start, end)`` of
+    recorded region ``region`` (offsets in the region), elements of ``dtype`` (None: unknown)."""
+
+    param: int
+    region: int
+    start: int
+    end: int
+    dtype: str | None = None
+
+    def describe(self) -> str:
+        return (f"region {self.region} bytes [{self.start}, {self.end})"
+                f"{' of ' + self.dtype if self.dtype else ''}")
+
+
+@dataclass(frozen=True)
 class Companion:
     """A companion launch as the interposer matches it: the kernel's mangled ``entry``, its
     recorded parameter bytes, the byte offsets of its pointer words equal to the step's IN and
-    OUT pointers; ``faces``: what it does to OUT (lifted), applied in order."""
+    OUT pointers; ``others``: the offsets of its pointer words to any other buffer (matched as
+    recorded). FOLDED: ``faces``, what it does to OUT (lifted), applied in order. ELIDED
+    (``elided`` is not None): it writes only other buffers (``elided``), every written byte a
+    function of the step's state, read by no later step (apps/elide_companion.py)."""
 
     entry: str
     params: bytes
     in_slots: tuple[int, ...]
     out_slots: tuple[int, ...]
     faces: tuple[fc.Face, ...] = ()
+    others: tuple[int, ...] = ()
+    elided: tuple[Written, ...] | None = None
+
+    @property
+    def role(self) -> str:
+        return "folded" if self.elided is None else "elided"
 
     def spec(self) -> dict[str, object]:
         """The companion as a fused spec entry lists it (JSON: ``name``, ``params`` in hex,
         ``in_slots``, ``out_slots``)."""
         return {"name": self.entry, "params": self.params.hex(),
                 "in_slots": list(self.in_slots), "out_slots": list(self.out_slots)}
+
+    def evidence(self) -> dict[str, object]:
+        """:meth:`spec` with what it is: ``role`` and ``does`` (its face rules, or the bytes
+        it writes, left to the held step that re-runs it)."""
+        does = fc.describe((self.faces,)) if self.elided is None else \
+            "writes " + (", ".join(w.describe() for w in self.elided) or "nothing")
+        return {**self.spec(), "role": self.role, "does": does}
 
 
 @dataclass(frozen=True)
@@ -63,24 +97,21 @@ class Refused:
 def companion(entry: str, params: bytes, slots: Sequence[Slot], in_ptr: int, out_ptr: int
               ) -> Companion | Refused:
     """The companion launch of ``entry`` with recorded ``params`` (laid out as ``slots``): its
-    pointer words equal to IN and OUT; refused when it points to any other buffer or not at
-    OUT."""
-    ins, outs = [], []
-    for i, s in enumerate(slots):
+    pointer words equal to IN and OUT, and those to other buffers. With no other buffer it is
+    a boundary kernel to fold, refused unless it takes OUT once; with others, a candidate to
+    elide (apps/elide_companion.py decides)."""
+    ins: list[int] = []
+    outs: list[int] = []
+    others: list[int] = []
+    for s in slots:
         if not s.pointer:
             continue
         v = int.from_bytes(params[s.offset:s.offset + 8], "little")
-        if v == out_ptr:
-            outs.append(s.offset)
-        elif v == in_ptr:
-            ins.append(s.offset)
-        else:
-            return Refused(f"{entry}: parameter {i} points to a buffer other than the step's "
-                           "IN and OUT (a companion may only touch the stencil's grids)")
-    if len(outs) != 1:
+        (outs if v == out_ptr else ins if v == in_ptr else others).append(s.offset)
+    if not others and len(outs) != 1:
         return Refused(f"{entry}: {len(outs)} parameters point to OUT; a companion that "
                        "rewrites faces of OUT takes it once")
-    return Companion(entry, bytes(params), tuple(ins), tuple(outs))
+    return Companion(entry, bytes(params), tuple(ins), tuple(outs), others=tuple(others))
 
 
 def _faces(shape: tuple[int, int, int]) -> list[fc.Face]:
@@ -270,11 +301,11 @@ def lift_all(targets: Sequence[tuple[Companion, Target, int, Sequence[int]]],
         got = lift(t, out_param, in_params, shape, dtype)
         if isinstance(got, Refused):
             return Refused(f"{c.entry}: {got.reason}")
-        out.append(Companion(c.entry, c.params, c.in_slots, c.out_slots, got))
+        out.append(Companion(c.entry, c.params, c.in_slots, c.out_slots, got, c.others))
     return tuple(out)
 
 
 def groups(companions: Sequence[Companion]) -> fc.Groups:
-    """The face-rule groups of ``companions`` (one per launch; a launch that writes nothing
-    adds none)."""
+    """The face-rule groups of ``companions`` (one per launch; a launch that writes nothing,
+    or an elided one, adds none)."""
     return tuple(c.faces for c in companions if c.faces)

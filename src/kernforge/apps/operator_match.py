@@ -208,6 +208,9 @@ def fuse_unit(unit_dir: Path, *, out_dir: Path, steps: tuple[int, ...] | None = 
     s = int(res["steps"])
     folded = f"; each step's boundary kernels folded: {res['faces']}" if res.get("faces") \
         else ""
+    gone = [str(c["name"]) for c in res.get("companions") or () if c.get("role") == "elided"]
+    if gone:
+        folded += f"; elided (the held step re-runs them): {', '.join(gone)}"
     note = (f"{res['recognized']}{folded}; {s} steps fused by {res['operator']}; "
             f"{'; '.join(res['checks'])}")
     why = refusal(verified=True, idle=None, speedup=speedup, ci=ci, band=band)
@@ -233,7 +236,7 @@ def fused_spec(rec: NativeRecording, res: dict[str, Any], out_dir: Path) -> Path
                 "operator": res["operator"], "checks": res["checks"], "unit": rec.path.name,
                 "arch": res["arch"], "gcells_s": res.get("gcells_s"),
                 "points": res.get("points"), "device": res.get("device")}
-    if res.get("companions"):  # the step's boundary kernels the operator folds
+    if res.get("companions"):  # every companion of the step, folded or elided
         evidence.update(companions=res["companions"], faces=res.get("faces"))
     fuse = res["fuse"]
     companions = [nd.Companion(str(c["name"]), bytes.fromhex(c["params"]),

@@ -239,3 +239,97 @@ def pointee_dtype(symbol: str) -> str | None:
     params = symbol[m.end() + int(m.group(1)):]
     found = {_ITANIUM_SCALARS[t] for t in re.findall(r"P(?:K|V|r)*(DF16_|[fdijlmxystcah])", params)}
     return found.pop() if len(found) == 1 else None
+
+
+_BUILTIN = re.compile(r"DF16_|[vbcahstijlmxyfd]")
+
+
+class _Mangled:
+    """A reader of the parameter types of a simple Itanium-mangled function: an unscoped name,
+    with or without template arguments, parameters of builtin, pointer, cv-qualified,
+    template-parameter and substituted types (what CUDA kernels' symbols hold)."""
+
+    def __init__(self, text: str) -> None:
+        self.s, self.at = text, 0
+        self.subs: list[str] = []  # substitution candidates, as readable types
+        self.targs: list[str] = []
+
+    def _peek(self, k: int = 1) -> str:
+        return self.s[self.at:self.at + k]
+
+    def _ref(self, lead: str) -> str:
+        """``T_``/``T<n>_`` or ``S_``/``S<seq-id>_`` (base 36), the ``lead`` already read."""
+        m = re.match(r"([0-9A-Z]*)_", self.s[self.at:])
+        if m is None:
+            raise ValueError("a reference without its closing underscore")
+        self.at += m.end()
+        k = int(m.group(1), 36) + 1 if m.group(1) else 0
+        table = self.targs if lead == "T" else self.subs
+        if k >= len(table):
+            raise ValueError(f"{lead}{m.group(1)}_ refers past what was read")
+        return table[k]
+
+    def type(self) -> str:
+        c = self._peek()
+        if c in ("P", "K", "V", "r"):
+            self.at += 1
+            inner = self.type()
+            got = f"{inner}*" if c == "P" else f"{inner} {'const' if c == 'K' else c}"
+            self.subs.append(got)
+            return got
+        if c in ("T", "S"):
+            self.at += 1
+            got = self._ref(c)
+            if c == "T":
+                self.subs.append(got)
+            return got
+        m = _BUILTIN.match(self.s, self.at)
+        if m is None:
+            raise ValueError(f"type code {c!r} is not read here")
+        self.at = m.end()
+        return m.group()
+
+    def template_args(self) -> None:
+        while self._peek() != "E":
+            if self._peek() == "L":  # a literal: L <type> <value> E
+                end = self.s.index("E", self.at)
+                self.targs.append(self.s[self.at:end + 1])
+                self.at = end + 1
+            else:
+                self.targs.append(self.type())
+        self.at += 1
+
+    def params(self) -> list[str]:
+        m = re.match(r"_Z(\d+)", self.s)
+        if m is None:
+            raise ValueError("not an unscoped mangled name")
+        self.at = m.end() + int(m.group(1))
+        if self._peek() == "I":
+            self.subs.append("<template>")  # the template's name is a candidate itself
+            self.at += 1
+            self.template_args()
+            self.type()  # a template function's encoding holds its return type
+        out = []
+        while self.at < len(self.s):
+            out.append(self.type())
+        return out
+
+
+def pointer_dtypes(symbol: str) -> dict[int, str] | None:
+    """The element dtype of each pointer parameter of a kernel (by parameter index) from its
+    Itanium-mangled ``symbol``, template arguments resolved
+    (``_Z12sum_partialsIdLi256EEvPKT_PS0_i`` -> ``{0: 'float64', 1: 'float64'}``); None when
+    the symbol is not mangled or holds what this reader does not read (nested names)."""
+    try:
+        types = _Mangled(symbol).params()
+    except (ValueError, IndexError):
+        return None
+    if types == ["v"]:
+        types = []
+    out = {}
+    for i, t in enumerate(types):
+        if t.endswith("*"):
+            base = t[:-1].removesuffix(" const").removesuffix(" V").removesuffix(" r")
+            if base in _ITANIUM_SCALARS:
+                out[i] = _ITANIUM_SCALARS[base]
+    return out

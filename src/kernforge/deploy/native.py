@@ -19,8 +19,11 @@ more than that launch: ``"companions": [{"name", "params", "in_slots", "out_slot
 (at most 8; absent means none) are the launches that follow it in every step, in order, each a
 kernel's mangled name, its parameter bytes as hex (those of the first step's launch) and the
 byte offsets of the 8-byte words in them that hold the step's IN and OUT pointers; every other
-byte must be equal for the launch to be the companion. The fused function then runs T whole
-steps, the companions included, and the interposer holds only whole matching steps.
+byte must be equal for the launch to be the companion (pointers to other buffers included). The
+fused function then stands for T whole steps, the companions included: it leaves IN and OUT as
+they do, and leaves to the step the interposer always holds after it whatever a companion
+writes elsewhere (an elided per-step diagnostic, apps/elide_companion.py); the interposer holds
+only whole matching steps.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
  *
  * Built as libcuda.so.1 and found through LD_LIBRARY_PATH, it implements the entry points the
  * kernforge interposer, its replay (kernforge.backends.driver) and the test application use.
- * "Device" memory is host memory at addresses that differ per process, as a real GPU's do.
+ * "Device" memory is host memory at addresses that differ per process, as a real GPU's do
+ * (FAKE_CUDA_ARENA=ADDRESS: allocations start there in every process, as a program's often do).
  * A module image is the text "KFFAKE <path of a shared library>"; a kernel is a function
  *   void name(const unsigned grid[3], const unsigned block[3], void **params)
  * of that library, with its parameter sizes in the string `name_params` ("8,8,4").
@@ -34,7 +35,9 @@ static uint8_t *arena, *arena_top;
 #define ARENA (1ULL << 32)
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
   if (!arena) {
-    void *hint = (void *)(0x200000000000ULL + ((uint64_t)(getpid() % 1024) << 33));
+    const char *at = getenv("FAKE_CUDA_ARENA"); /* a fixed address: the same in every run */
+    void *hint = at && *at ? (void *)(uintptr_t)strtoull(at, NULL, 0)
+                           : (void *)(0x200000000000ULL + ((uint64_t)(getpid() % 1024) << 33));
     arena = mmap(hint, ARENA, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                  -1, 0);
     if (arena == MAP_FAILED) { arena = NULL; return OUT_OF_MEMORY; }

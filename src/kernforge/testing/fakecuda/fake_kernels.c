@@ -182,3 +182,24 @@ static void interior_steps(void **p, int steps, int companions) {
 FUSED_STEP(3)
 FUSED_STEP(5)
 FUSED_STEP(7)
+
+/* A per-step diagnostic after a heat step (fake_loop.c's "l"): sqdiff(in, out, n, res) sets
+ * res[0] = sum (out[i] - in[i])^2 (a reduction into a third buffer, elided from a fused step);
+ * sqacc adds it to res[0] instead (it accumulates across steps: not elided). */
+static double sq_sum(void **p) {
+  const double *in = *(const double **)p[0], *out = *(const double **)p[1];
+  int n = *(int *)p[2];
+  double s = 0;
+  for (int i = 0; i < n; i++) s += (out[i] - in[i]) * (out[i] - in[i]);
+  return s;
+}
+const char *sqdiff_params = "8,8,4,8";
+void sqdiff(const unsigned *grid, const unsigned *block, void **p) {
+  (void)grid, (void)block;
+  (*(double **)p[3])[0] = sq_sum(p);
+}
+const char *sqacc_params = "8,8,4,8";
+void sqacc(const unsigned *grid, const unsigned *block, void **p) {
+  (void)grid, (void)block;
+  (*(double **)p[3])[0] += sq_sum(p);
+}

@@ -12,6 +12,8 @@
  *   b  such a step of chain 0 on s0      B  of chain 1 on s1      a  of chain 0 on NULL
  *   i  its first launch only (interior), on s0     j  the companions of that step, on s0
  *   v  a step of chain 0 whose first edge has another scalar (0.5 for V0)
+ *   l  a heat step of chain 0 on s0 then sqdiff(in, out, n, e), a diagnostic into e
+ *   L  the same with sqacc (it adds to e[0])
  *   o  a step of chain 0 whose companions run on s1      r  one whose companions run in
  *      another order (mix first)
  * and these, each followed by an observation ("obs <op> <hash>" of every buffer's bytes, read
@@ -87,7 +89,7 @@ static void *get(const char *name) {
 static int n;
 static size_t bytes;
 static CUdeviceptr buf[5]; /* a0, b0, a1, b1, e */
-static void *mod, *heat, *offset, *interior, *edge, *mix, *ctx, *s0, *s1, *ev;
+static void *mod, *heat, *offset, *interior, *edge, *mix, *sqdiff, *sqacc, *ctx, *s0, *s1, *ev;
 static char image[4200];
 
 static unsigned long long fnv(const void *p, size_t len, unsigned long long h) {
@@ -119,6 +121,8 @@ static void load(void) {
   CHECK(p_cuModuleGetFunction(&interior, mod, "interior"));
   CHECK(p_cuModuleGetFunction(&edge, mod, "edge"));
   CHECK(p_cuModuleGetFunction(&mix, mod, "mix"));
+  CHECK(p_cuModuleGetFunction(&sqdiff, mod, "sqdiff"));
+  CHECK(p_cuModuleGetFunction(&sqacc, mod, "sqacc"));
 }
 
 static void step(CUdeviceptr *in, CUdeviceptr *out, void *stream) {
@@ -159,6 +163,13 @@ static void full_step(CUdeviceptr *in, CUdeviceptr *out, void *stream, void *cst
   companions(*in, *out, cstream, v0, reorder);
   CUdeviceptr t = *in;
   *in = *out, *out = t;
+}
+
+static void diag_step(void *kernel) { /* heat on chain 0, then the diagnostic of the step */
+  CUdeviceptr in = buf[0], out = buf[1];
+  step(&buf[0], &buf[1], s0);
+  void *args[] = {&in, &out, &n, &buf[4]};
+  CHECK(p_cuLaunchKernel(kernel, 1, 1, 1, 1, 1, 1, 0, s0, args, NULL));
 }
 
 static void other(CUdeviceptr x, void *stream) {
@@ -223,6 +234,8 @@ int main(int argc, char **argv) {
         buf[0] = buf[1], buf[1] = t;
         break;
       }
+      case 'l': diag_step(sqdiff); break;
+      case 'L': diag_step(sqacc); break;
       case 'k': other(buf[0], s0); break;
       case 'K': other(buf[2], s1); break;
       case 'M': fill(buf[0], (int)(op - script)); break;
