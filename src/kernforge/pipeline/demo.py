@@ -52,7 +52,7 @@ from .demo_deploy import (
     export_spec,
     worth,
 )
-from .demo_fuse import Fusion, fusion_stage
+from .demo_fuse import Fusion, fusion_stage, sequence_command
 from .evolve import Counters, EvolveOutcome, evolve_kernel
 from .evolve_config import RunConfig, config_from_dict, load_config
 from .run_app import record_application
@@ -274,8 +274,9 @@ def _run_demo(out: Path | None = None, *, backend: str | None = None, n: int | N
         result.e2e = end_to_end(run, deployed, spec, rounds=rounds, progress=progress)
         result.e2e_steps = long
     if app.fuse_kernel is not None and fuse_steps != ():
-        result.fusion = fusion_stage(script, size, run, run_dir / "fusion",
-                                     kernel=app.fuse_kernel, steps=fuse_steps, extra=extra,
+        result.fusion = fusion_stage(lambda seq: sequence_command(script, size, seq, extra),
+                                     run, run_dir / "fusion",
+                                     kernel=app.fuse_kernel, steps=fuse_steps,
                                      one_launch=result.e2e.spec if result.e2e else None,
                                      rounds=rounds, progress=progress)
     _write_summary(run_dir / "summary.json", result)

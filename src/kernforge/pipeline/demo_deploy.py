@@ -33,7 +33,7 @@ from .run_app import cupy_hooks_if_available, run_application
 ROUNDS = min_passes()
 
 # "checksum c22b..." (examples/heat3d_cpu.py) and "checksum=c22b..." (examples/heat3d_cupy.py)
-_CHECKSUM = re.compile(r"checksum(?:\s*[=:]\s*|\s+)([0-9a-fA-F]{8,})\b")
+CHECKSUM = re.compile(r"checksum(?:\s*[=:]\s*|\s+)([0-9a-fA-F]{8,})\b")
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class EndToEnd:
 
     @property
     def identical(self) -> bool:
-        a, b = _CHECKSUM.findall(self.plain_output), _CHECKSUM.findall(self.deployed_output)
+        a, b = CHECKSUM.findall(self.plain_output), CHECKSUM.findall(self.deployed_output)
         return bool(a) and a == b
 
 
