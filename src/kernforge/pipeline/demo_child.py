@@ -82,7 +82,7 @@ class AppProcess:
         if status != 0:
             from .demo_deploy import failed
 
-            raise failed(status, self.what)
+            raise failed(status, self.what, self.stderr_tail())
         return float(reply["seconds"]), str(reply["output"]), int(reply["substituted"])
 
     def stderr_tail(self, limit: int = 600) -> str:

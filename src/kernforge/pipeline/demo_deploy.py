@@ -162,9 +162,11 @@ def run_timed(command: Sequence[str], spec: Path | None) -> tuple[float, str, in
     return elapsed, buf.getvalue(), substituted, status
 
 
-def failed(status: int, what: str) -> KernforgeError:
-    """The error of a run of the application that exited with ``status``."""
-    return KernforgeError(f"the application exited with {status} ({what})",
+def failed(status: int, what: str, detail: str = "") -> KernforgeError:
+    """The error of a run of the application that exited with ``status`` (``detail``: the
+    end of what it wrote on stderr, when that was kept)."""
+    return KernforgeError(f"the application exited with {status} ({what})"
+                          + (f": {detail}" if detail else ""),
                           hint="run the application alone to see why")
 
 
