@@ -154,3 +154,19 @@ def test_the_stage_says_why_when_nothing_was_recorded(toy: list[str], tmp_path: 
     assert said == ["recording the time loop natively (4 steps of heat_stencil)"]
     assert sequence_command(Path("/x/app.py"), 64, 8, ["--diag-every", "0"]) == [
         "python", "/x/app.py", "--n", "64", "--steps", "14", "--diag-every", "0"]
+
+
+def test_the_in_process_rounds_and_a_one_launch_arm_share_the_harness(
+        toy: list[str], tmp_path: Path) -> None:
+    from kernforge.pipeline.demo_deploy import end_to_end, export_spec
+
+    from .test_demo_worth import _winner
+
+    spec = export_spec([_winner(tmp_path, "big", 2e-3, 1e-3)], tmp_path / "deploy.json")
+    seen: list[str] = []
+    e = end_to_end(toy, [], spec, rounds=2, progress=seen.append)  # in this process
+    assert seen == ["end to end: round 1/2", "end to end: round 2/2"]
+    assert len(e.ratios) == 2 and e.identical and e.substituted == 0
+    with AppProcess(toy, spec=spec, what="with the one-launch spec") as one:
+        seconds, out, replaced = one()  # the spec active in the child: nothing of it launched
+    assert seconds >= 0 and out == e.plain_output and replaced == 0
