@@ -170,3 +170,12 @@ def test_the_in_process_rounds_and_a_one_launch_arm_share_the_harness(
     with AppProcess(toy, spec=spec, what="with the one-launch spec") as one:
         seconds, out, replaced = one()  # the spec active in the child: nothing of it launched
     assert seconds >= 0 and out == e.plain_output and replaced == 0
+
+
+def test_an_arm_that_hangs_is_ended_and_an_error(toy: list[str]) -> None:
+    with AppProcess(toy, env={**os.environ, "DEMO_TEST_SLEEP": "30"}, what="hanging",
+                    timeout_s=1.0) as arm:
+        with pytest.raises(KernforgeError, match=r"the application \(hanging\) did not finish "
+                                                 r"within 1 s"):
+            arm()
+        assert arm.proc.wait(timeout=10) != 0  # killed, not left running

@@ -83,7 +83,8 @@ APPS = {
     # 10 trials per candidate: a zmarch candidate's z points per thread and block matter
     # (H200: 47-70 us for one rewrite of heat_stencil); a GPU trial takes well under a second
     "cuda": DemoApp("cuda", "heat3d_cupy.py", 256, 500, 10, "heat_stencil",
-                    "fmad=false (no fused multiply-add)", {"options": {"fmad": False}}, "heat_stencil"),
+                    "fmad=false (no fused multiply-add)", {"options": {"fmad": False}},
+                    fuse_kernel="heat_stencil"),
     "cpu": DemoApp("cpu", "heat3d_cpu.py", 128, None, 4, "heat_step",
                    "CENTER_WEIGHT=5.0 (a wrong stencil weight)",
                    {"defines": {"CENTER_WEIGHT": "5.0"}}),

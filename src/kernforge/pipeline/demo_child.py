@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import subprocess
 import sys
 import tempfile
@@ -36,13 +37,15 @@ TIMEOUT_S = 600.0  # one run of the application that takes longer is taken for h
 class AppProcess:
     """One arm: the application run in a warm child process with ``env`` (default: this
     process's); ``spec``: a Python deployment spec active in each run; ``log``: where a
-    preloaded interposer writes its counts (read by :meth:`close`). Calling it runs the
+    preloaded interposer writes its counts (read by :meth:`close`); a run that takes longer
+    than ``timeout_s`` ends the process and is an error. Calling it runs the
     application once: (seconds, output, launches the Python spec replaced)."""
 
     def __init__(self, command: Sequence[str], *, spec: Path | None = None,
                  env: Mapping[str, str] | None = None, log: Path | None = None,
-                 what: str = "plain") -> None:
+                 what: str = "plain", timeout_s: float = TIMEOUT_S) -> None:
         self.command, self.spec, self.log, self.what = list(command), spec, log, what
+        self.timeout_s = timeout_s
         self.runs = 0
         self.counts: dict[str, Any] | None = None  # what close() read
         self._err: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
@@ -69,6 +72,12 @@ class AppProcess:
         try:
             self.proc.stdin.write(request.encode() + b"\n")
             self.proc.stdin.flush()
+            ready, _, _ = select.select([self._replies], [], [], self.timeout_s)
+            if not ready:
+                self.proc.kill()
+                raise KernforgeError(f"the application ({self.what}) did not finish within "
+                                     f"{self.timeout_s:.0f} s",
+                                     hint="run the application alone to see whether it hangs")
             line = self._replies.readline()
         except (BrokenPipeError, OSError):
             line = ""
