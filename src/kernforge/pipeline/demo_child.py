@@ -51,7 +51,8 @@ class AppProcess:
         self._err: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
         r, w = os.pipe()
         child_env = dict(os.environ if env is None else env)
-        child_env["KERNFORGE_PARENT_PID"] = str(os.getpid())  # kf_parent.c: ends with us
+        if "libkfinterpose" in child_env.get("LD_PRELOAD", ""):  # kf_parent.c: it ends with us
+            child_env["KERNFORGE_PARENT_PID"] = str(os.getpid())
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "kernforge.pipeline.demo_child", str(w)],
