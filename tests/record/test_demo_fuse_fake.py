@@ -102,3 +102,42 @@ def test_the_stage_records_the_loop_and_says_why_it_was_not_fused(
     assert f.reason.startswith("not fused: ") and "1D stencil" in f.reason, f.reason
     assert said[0] == "recording the time loop natively (4 steps of interior)"
     assert said[1].startswith("fusing 3 steps of ")
+
+
+def test_the_stage_measures_a_signed_fused_spec_of_the_recorded_loop(
+        on_fake: FakeCuda, program: list[str], tmp_path: Path) -> None:
+    """Recorded, then "fused" into a real signed spec of fake_loop's interior_c5 (fuse_unit's
+    stand-in: the fake driver runs no generated operator), deployed through the interposer by
+    the stage's own environment, measured, and decided."""
+    from types import SimpleNamespace
+
+    from deploy_run import companion_fields
+
+    from kernforge.deploy import native as nd
+    from kernforge.record.native_format import read_native
+
+    def fuse(unit: Path, *, out_dir: Path, steps: tuple[int, ...], **_: object) -> object:
+        rec = read_native(unit)
+        image = f"KFFAKE {on_fake.tuned}\n".encode()
+        comps = [nd.Companion(name, bytes.fromhex(params), () if i == "-" else (int(i),),
+                              (int(o),)) for name, params, i, o in companion_fields()]
+        e = nd.fused_entry(rec, image="fused.bin", image_bytes=image, entry_name="interior_c5",
+                           grid=(1, 1, 1), block=(1, 1, 1), shared_mem=0, steps=5,
+                           in_offset=0, out_offset=8, evidence={"method": "fused-operator"},
+                           companions=comps)
+        spec = nd.write_spec(out_dir / "loop.fused.json", [e], {"fused.bin": image})
+        return SimpleNamespace(spec_path=spec, speedup=2.0, ci=(1.9, 2.1), steps=5, note="n")
+
+    said: list[str] = []
+    f = fusion_stage(lambda seq: on_fake.loop_command("b" * (seq + 4)), program,
+                     tmp_path / "fusion", kernel="interior", steps=(5,), rounds=2,
+                     progress=said.append, fuse=fuse)
+    assert f.match is not None and f.vs_plain is not None and f.vs_one_launch is None, f.reason
+    assert f.vs_plain.identical and f.check == "checksums identical"
+    assert f.fused_groups == 3 and f.runs == 3  # the last run's groups (each run a process)
+    assert not f.deployed and f.reason.startswith(
+        "end to end against the plain program, inconclusive: 2 passes are too few"), f.reason
+    assert said[:3] == ["recording the time loop natively (6 steps of interior)",
+                        f"fusing 5 steps of {f.unit.name} (each verified, timed in replay)"
+                        if f.unit else "", "running the program plain, fused"]
+    assert (tmp_path / "fusion" / "deploy" / "deploy.interposer.tsv").is_file()
