@@ -36,7 +36,7 @@ def _result(substituted: int, *, deployed: bool = True) -> Any:
         wrong_unit="heat_step-0", evolved=[], e2e=e2e if deployed else None, e2e_steps=200,
         confirmed=[], confirming=0,
         winners=["a winner"], overhead=overhead, overhead_error="",
-        not_deployed=[] if deployed else skipped, run_dir=Path("run"))
+        not_deployed=[] if deployed else skipped, run_dir=Path("run"), fusion=None)
 
 
 def _args() -> argparse.Namespace:
@@ -61,6 +61,39 @@ def test_demo_fails_when_no_launch_was_replaced(
     else:
         assert rc == 1 and "replaced no launch" in out
         assert "end to end, the application" not in out
+
+
+def test_demo_prints_the_fusion_stage_in_one_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from kernforge.pipeline.demo_fuse import Fusion
+
+    result = _result(3)
+    result.fusion = Fusion(False, "not fused: the step's reduction reads both grids")
+    monkeypatch.setattr(demo_cmd, "run_demo", lambda *a, **k: result)
+    assert demo_cmd.run(_args()) == 0
+    out = capsys.readouterr().out
+    assert ("\n7. fusion: nothing fused: not fused: the step's reduction reads both grids\n"
+            in out)
+
+
+@pytest.mark.parametrize(("text", "steps"), [("3,5,7", (3, 5, 7)), ("9", (9,)), ("0", ())])
+def test_fuse_steps_are_odd_or_none(text: str, steps: tuple[int, ...]) -> None:
+    p = argparse.ArgumentParser()
+    demo_cmd.register(p.add_subparsers())
+    args = p.parse_args(["demo", "--fuse-steps", text, "--diag-every", "0"])
+    assert args.fuse_steps == steps and args.diag_every == 0
+    assert _args().fuse_steps is None and _args().diag_every is None
+
+
+@pytest.mark.parametrize("text", ["4", "1", "65", "3,x"])
+def test_fuse_steps_refused_before_any_work(text: str, capsys: pytest.CaptureFixture[str]
+                                           ) -> None:
+    p = argparse.ArgumentParser()
+    demo_cmd.register(p.add_subparsers())
+    with pytest.raises(SystemExit):
+        p.parse_args(["demo", "--fuse-steps", text])
+    err = capsys.readouterr().err
+    assert "is not an odd number from 3 to 63" in err or "comma-separated" in err
 
 
 def test_demo_says_plainly_when_nothing_was_worth_deploying(

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernforge.pipeline.demo_deploy import _CHECKSUM
+from kernforge.pipeline.demo_deploy import CHECKSUM
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "heat3d_cupy.py"
 GOLDEN, M1, M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
@@ -80,7 +80,7 @@ int main(void) {{
 def test_the_demo_parses_the_printed_line() -> None:
     line = "heat3d_cupy n=64 steps=4 dtype=float32 change=1e-05 mean=0.1 checksum=" \
            + reference(np.arange(10, dtype=np.uint32))
-    assert _CHECKSUM.findall(line) == [reference(np.arange(10, dtype=np.uint32))]
+    assert CHECKSUM.findall(line) == [reference(np.arange(10, dtype=np.uint32))]
 
 
 @pytest.mark.gpu

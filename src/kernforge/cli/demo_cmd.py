@@ -19,6 +19,7 @@ from ..harness.verdict import ci_label
 from ..pipeline.demo import DemoResult, run_demo
 from ..pipeline.demo_checks import MIN_N, MIN_STEPS, WHY_MIN_N, WHY_MIN_STEPS, check_out
 from ..pipeline.demo_deploy import ROUNDS
+from ..pipeline.demo_fuse import describe
 from ..pipeline.evolve_final import measurement_text
 from .checks import NON_NEGATIVE, POSITIVE, float_range, int_range, writable_dir
 from .output import console, fmt_error
@@ -35,7 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "verified winners worth it (docs/deploy.md) as a deployment "
                                    "spec, run the application with it and print the end-to-end "
                                    "speedup (or that nothing was deployed); show "
-                                   "that a variant which changes the arithmetic is caught.")
+                                   "that a variant which changes the arithmetic is caught. "
+                                   "On the CUDA example, then try to fuse several steps of "
+                                   "its time loop into one launch and deploy that through the "
+                                   "driver interposer when it is verified and faster end to "
+                                   "end.")
     p.add_argument("--out", type=Path, default=None,
                    help="run directory, absent or empty (default: a new runs/demo-DATE-TIME)")
     p.add_argument("--backend", choices=("cpu", "cuda"), default=None,
@@ -62,6 +67,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rounds", type=POSITIVE, default=ROUNDS,
                    help=f"interleaved end-to-end rounds, plain vs with the spec (default "
                         f"{ROUNDS}, the fewest a verdict can be drawn from)")
+    p.add_argument("--fuse-steps", type=_fuse_steps, default=None, metavar="T,T,...",
+                   help="CUDA example: the steps per fused launch tried (odd, 3 to 63; "
+                        "default 3,5,7); 0 skips the fusion stage")
+    p.add_argument("--diag-every", type=NON_NEGATIVE, default=None, metavar="K",
+                   help="passed to the example: its per-step diagnostic reduction every K "
+                        "steps, 0 = never (default: the example's own: 1 on the CUDA example, "
+                        "5 on the CPU one); a step with a reduction is not fused")
     p.add_argument("--llm-url", default=None, metavar="URL",
                    help="an OpenAI-compatible endpoint for the LLM proposer "
                         "(default $KERNFORGE_LLM_BASE_URL; none: offline rewrites only)")
@@ -76,6 +88,25 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run candidate code in this process (for debugging: a crashing "
                         "candidate then ends the demo)")
     p.set_defaults(func=run)
+
+
+def _fuse_steps(text: str) -> tuple[int, ...]:
+    """An argparse ``type``: ``0`` (no fusion) or odd steps per fused launch, 3 to 63."""
+    from ..apps.fused import MAX_STEPS, MIN_STEPS
+
+    try:
+        steps = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of "
+                                         f"integers") from None
+    if steps == (0,):
+        return ()
+    bad = [t for t in steps if t % 2 == 0 or not MIN_STEPS <= t <= MAX_STEPS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"{bad[0]} is not an odd number from {MIN_STEPS} to "
+                                         f"{MAX_STEPS} (the last of T swapped steps must "
+                                         f"write the buffer the fused launch writes)")
+    return steps
 
 
 def _at_least(lo: int, why: str) -> Callable[[str], int]:
@@ -114,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
                           trials=args.trials, repeat=args.repeat, iterations=args.iterations,
                           inner_trials=args.inner_trials, rounds=args.rounds,
                           e2e_steps=args.e2e_steps, confirm_rounds=args.confirm_rounds,
+                          fuse_steps=args.fuse_steps, diag_every=args.diag_every,
                           llm_url=args.llm_url, llm_model=args.llm_model,
                           evolve_config=args.evolve_config, progress=progress,
                           isolate=not args.in_process)
@@ -145,6 +177,8 @@ def run(args: argparse.Namespace) -> int:
     for c in wrong.failed_checks:
         console.print(f"   buffer {c.describe()}", markup=False)
     _print_evolve_and_deploy(result)
+    if result.fusion is not None:
+        console.print(f"7. {describe(result.fusion)}", markup=False, soft_wrap=True)
     console.print(f"\nrun directory: {result.run_dir} (summary.json)", markup=False)
     why = []
     if not all(m.ok for _, m in result.baseline):

@@ -13,7 +13,10 @@ compared), exports them as a
 deployment spec, runs the application again with it and measures the end-to-end speedup
 (interleaved rounds, outputs compared; when no winner is worth deploying, nothing is deployed
 and the application is not run again), and shows that a variant which changes the arithmetic
-is caught.
+is caught. On the CUDA example it then tries temporal fusion of the time loop
+(:mod:`.demo_fuse`: several steps per launch, deployed through the driver interposer when
+verified and significantly faster end to end than the plain program and the one-launch
+deployment).
 Everything lands in a run directory.
 """
 
@@ -49,6 +52,7 @@ from .demo_deploy import (
     export_spec,
     worth,
 )
+from .demo_fuse import Fusion, fusion_stage, sequence_command
 from .evolve import Counters, EvolveOutcome, evolve_kernel
 from .evolve_config import RunConfig, config_from_dict, load_config
 from .run_app import record_application
@@ -68,6 +72,7 @@ class DemoApp:
     wrong_kernel: str  # the kernel a variant that changes the arithmetic is made of
     wrong_label: str
     wrong: dict[str, Any]
+    fuse_kernel: str | None = None  # the time loop's stencil the fusion stage fuses
 
 
 APPS = {
@@ -78,7 +83,8 @@ APPS = {
     # 10 trials per candidate: a zmarch candidate's z points per thread and block matter
     # (H200: 47-70 us for one rewrite of heat_stencil); a GPU trial takes well under a second
     "cuda": DemoApp("cuda", "heat3d_cupy.py", 256, 500, 10, "heat_stencil",
-                    "fmad=false (no fused multiply-add)", {"options": {"fmad": False}}),
+                    "fmad=false (no fused multiply-add)", {"options": {"fmad": False}},
+                    fuse_kernel="heat_stencil"),
     "cpu": DemoApp("cpu", "heat3d_cpu.py", 128, None, 4, "heat_step",
                    "CENTER_WEIGHT=5.0 (a wrong stencil weight)",
                    {"defines": {"CENTER_WEIGHT": "5.0"}}),
@@ -103,6 +109,7 @@ class DemoResult:
     e2e_steps: int | None = None  # time steps of the application in the end-to-end runs
     confirmed: list[Confirmed] = field(default_factory=list)  # each winner alone in the app
     confirming: int = 0  # winners that went into the confirmation runs
+    fusion: Fusion | None = None  # the fusion stage (CUDA example; None: not tried)
 
     @property
     def overhead_s(self) -> float | None:
@@ -211,6 +218,7 @@ def _run_demo(out: Path | None = None, *, backend: str | None = None, n: int | N
              steps: int = 20, trials: int = 12, repeat: int = 7, iterations: int = 12,
              inner_trials: int | None = None, rounds: int = ROUNDS,
              e2e_steps: int | None = None, confirm_rounds: int = ROUNDS,
+             fuse_steps: tuple[int, ...] | None = None, diag_every: int | None = None,
              llm_url: str | None = None,
              llm_model: str | None = None, evolve_config: Path | None = None,
              progress: Callable[[str], None] = lambda s: None,
@@ -224,7 +232,8 @@ def _run_demo(out: Path | None = None, *, backend: str | None = None, n: int | N
     rec_dir = run_dir / "recordings"
     size = n or app.default_n
     progress(f"recording {app.script} (n={size}, {steps} steps) into {rec_dir}")
-    command = ["python", str(script), "--n", str(size), "--steps", str(steps)]
+    extra = [] if diag_every is None else ["--diag-every", str(diag_every)]
+    command = ["python", str(script), "--n", str(size), "--steps", str(steps), *extra]
     status, _ = record_application(command, rec_dir, max_instances=2, skip=1)
     result = DemoResult(run_dir, app, status)
     for path in find_recordings(rec_dir):
@@ -253,7 +262,7 @@ def _run_demo(out: Path | None = None, *, backend: str | None = None, n: int | N
     result.winners = pick_winners(result)
     deployed = _worth_deploying(result, progress)
     long = e2e_steps or app.e2e_steps or steps
-    run = ["python", str(script), "--n", str(size), "--steps", str(long)]
+    run = ["python", str(script), "--n", str(size), "--steps", str(long), *extra]
     if deployed and confirm_rounds > 0:
         result.confirming = len(deployed)
         result.confirmed, dropped = confirm_each(run, deployed, run_dir, rounds=confirm_rounds,
@@ -265,6 +274,12 @@ def _run_demo(out: Path | None = None, *, backend: str | None = None, n: int | N
         progress(f"running {app.script} ({long} steps) plain and with {spec}")
         result.e2e = end_to_end(run, deployed, spec, rounds=rounds, progress=progress)
         result.e2e_steps = long
+    if app.fuse_kernel is not None and fuse_steps != ():
+        result.fusion = fusion_stage(lambda seq: sequence_command(script, size, seq, extra),
+                                     run, run_dir / "fusion",
+                                     kernel=app.fuse_kernel, steps=fuse_steps,
+                                     one_launch=result.e2e.spec if result.e2e else None,
+                                     rounds=rounds, progress=progress)
     _write_summary(run_dir / "summary.json", result)
     return result
 
@@ -371,5 +386,6 @@ def _write_summary(path: Path, r: DemoResult) -> None:
                          "speedup": w.ab.speedup} for w in r.e2e.winners],
             "plain_s": r.e2e.plain_s, "deployed_s": r.e2e.deployed_s,
             "outputs_identical": r.e2e.identical, "launches_replaced": r.e2e.substituted},
+        "fusion": None if r.fusion is None else r.fusion.to_json(),
     }
     write_json_atomic(path, data)

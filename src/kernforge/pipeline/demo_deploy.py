@@ -33,7 +33,7 @@ from .run_app import cupy_hooks_if_available, run_application
 ROUNDS = min_passes()
 
 # "checksum c22b..." (examples/heat3d_cpu.py) and "checksum=c22b..." (examples/heat3d_cupy.py)
-_CHECKSUM = re.compile(r"checksum(?:\s*[=:]\s*|\s+)([0-9a-fA-F]{8,})\b")
+CHECKSUM = re.compile(r"checksum(?:\s*[=:]\s*|\s+)([0-9a-fA-F]{8,})\b")
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class EndToEnd:
 
     @property
     def identical(self) -> bool:
-        a, b = _CHECKSUM.findall(self.plain_output), _CHECKSUM.findall(self.deployed_output)
+        a, b = CHECKSUM.findall(self.plain_output), CHECKSUM.findall(self.deployed_output)
         return bool(a) and a == b
 
 
@@ -138,7 +138,15 @@ def export_spec(winners: Sequence[Winner], path: Path) -> Path:
     return write_spec(path, [entry_of(w) for w in winners])
 
 
-def _run_once(command: Sequence[str], spec: Path | None) -> tuple[float, str, int]:
+#: one timed run of the application: (seconds, its standard output, launches replaced)
+Run = tuple[float, str, int]
+#: how one arm of a comparison runs the application once (raises KernforgeError on failure)
+Arm = Callable[[], Run]
+
+
+def run_timed(command: Sequence[str], spec: Path | None) -> tuple[float, str, int, int]:
+    """The application run once in this process (``spec``: with that Python deployment spec
+    active): seconds, standard output, launches replaced and exit status."""
     buf = io.StringIO()
     substituted = 0
     with cupy_hooks_if_available(), contextlib.redirect_stdout(buf):
@@ -151,33 +159,62 @@ def _run_once(command: Sequence[str], spec: Path | None) -> tuple[float, str, in
             if dep is not None:
                 report = stop()
                 substituted = report.replaced if report is not None else 0
+    return elapsed, buf.getvalue(), substituted, status
+
+
+def failed(status: int, what: str, detail: str = "") -> KernforgeError:
+    """The error of a run of the application that exited with ``status`` (``detail``: the
+    end of what it wrote on stderr, when that was kept)."""
+    return KernforgeError(f"the application exited with {status} ({what})"
+                          + (f": {detail}" if detail else ""),
+                          hint="run the application alone to see why")
+
+
+def _run_once(command: Sequence[str], spec: Path | None) -> Run:
+    elapsed, out, substituted, status = run_timed(command, spec)
     if status != 0:
-        raise KernforgeError(f"the application exited with {status} "
-                             f"({'with' if spec else 'without'} the spec)")
-    return elapsed, buf.getvalue(), substituted
+        raise failed(status, "with the spec" if spec else "without the spec")
+    return elapsed, out, substituted
+
+
+def interleave(arms: Sequence[Arm], rounds: int, *, label: str = "end to end",
+               progress: Callable[[str], None] = lambda s: None) -> list[list[Run]]:
+    """One untimed warm-up of each arm, then ``rounds`` interleaved rounds, each starting
+    with the next arm (two arms: the order alternates). Returns per arm its runs, the
+    warm-up first."""
+    runs: list[list[Run]] = [[arm()] for arm in arms]
+    for i in range(rounds):
+        progress(f"{label}: round {i + 1}/{rounds}")
+        for k in range(len(arms)):
+            j = (i + k) % len(arms)
+            runs[j].append(arms[j]())
+    return runs
+
+
+def paired(spec: Path, winners: list[Winner], plain: list[Run], deployed: list[Run]
+           ) -> EndToEnd:
+    """The comparison of two arms' runs (:func:`interleave`'s, the warm-up first): the
+    per-round ratios plain / deployed, the warm-up's plain output and the last deployed
+    run's output and replaced launches."""
+    e = EndToEnd(spec, winners)
+    e.plain_output, e.deployed_output = plain[0][1], deployed[-1][1]
+    e.substituted = deployed[-1][2]
+    for (p, _, _), (d, _, _) in zip(plain[1:], deployed[1:], strict=True):
+        e.plain_s.append(p)
+        e.deployed_s.append(d)
+        e.ratios.append(p / d)
+    return e
 
 
 def end_to_end(command: Sequence[str], winners: list[Winner], spec: Path, *,
                rounds: int = ROUNDS, progress: Callable[[str], None] = lambda s: None
                ) -> EndToEnd:
-    """One untimed warm-up of each, then ``rounds`` interleaved rounds (order alternating);
-    the speedup is the median of the per-round ratios plain / with spec."""
-    e = EndToEnd(spec, winners)
-    _, e.plain_output, _ = _run_once(command, None)
-    _, e.deployed_output, _ = _run_once(command, spec)
-    for i in range(rounds):
-        progress(f"end to end: round {i + 1}/{rounds}")
-        if i % 2 == 0:
-            p, _, _ = _run_once(command, None)
-            d, out, n = _run_once(command, spec)
-        else:
-            d, out, n = _run_once(command, spec)
-            p, _, _ = _run_once(command, None)
-        e.plain_s.append(p)
-        e.deployed_s.append(d)
-        e.ratios.append(p / d)
-        e.deployed_output, e.substituted = out, n
-    return e
+    """One untimed warm-up of each, then ``rounds`` interleaved rounds (order alternating),
+    in this process; the speedup is the median of the per-round ratios plain / with spec."""
+    plain, deployed = interleave([lambda: _run_once(command, None),
+                                  lambda: _run_once(command, spec)], rounds,
+                                 progress=progress)
+    return paired(spec, winners, plain, deployed)
 
 
 @dataclass(frozen=True)
