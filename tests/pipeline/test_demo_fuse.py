@@ -151,7 +151,7 @@ def test_the_stage_says_why_when_nothing_was_recorded(toy: list[str], tmp_path: 
                      kernel="heat_stencil", steps=(3,), progress=said.append)
     assert not f.deployed and f.match is None
     assert f.reason == "no sequence unit was recorded (no launch of heat_stencil was recorded)"
-    assert said == ["recording the time loop natively (4 steps of heat_stencil)"]
+    assert said == ["recording the time loop natively (5 steps of heat_stencil)"]
     assert sequence_command(Path("/x/app.py"), 64, 8, ["--diag-every", "0"]) == [
         "python", "/x/app.py", "--n", "64", "--steps", "14", "--diag-every", "0"]
 

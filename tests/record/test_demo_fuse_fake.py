@@ -100,7 +100,7 @@ def test_the_stage_records_the_loop_and_says_why_it_was_not_fused(
     assert f.unit is not None and f.unit.parent == tmp_path / "fusion" / "recording"
     assert not f.deployed and f.match is None and f.vs_plain is None
     assert f.reason.startswith("not fused: ") and "1D stencil" in f.reason, f.reason
-    assert said[0] == "recording the time loop natively (4 steps of interior)"
+    assert said[0] == "recording the time loop natively (5 steps of interior)"
     assert said[1].startswith("fusing 3 steps of ")
 
 
@@ -137,7 +137,7 @@ def test_the_stage_measures_a_signed_fused_spec_of_the_recorded_loop(
     assert f.fused_groups == 3 and f.runs == 3  # the last run's groups (each run a process)
     assert not f.deployed and f.reason.startswith(
         "end to end against the plain program, inconclusive: 2 passes are too few"), f.reason
-    assert said[:3] == ["recording the time loop natively (6 steps of interior)",
+    assert said[:3] == ["recording the time loop natively (7 steps of interior)",
                         f"fusing 5 steps of {f.unit.name} (each verified, timed in replay)"
                         if f.unit else "", "running the program plain, fused"]
     assert (tmp_path / "fusion" / "deploy" / "deploy.interposer.tsv").is_file()

@@ -1,8 +1,9 @@
 """The demo's fusion stage (CUDA example): the application's time loop run as fused launches.
 
 After the demo's one-launch stages, the program is recorded again through the driver
-interposer as a *sequence* unit (``--sequence T+1`` for the largest ``T`` tried: T+1 launches of
-the stencil and, between them, each step's other launches), and
+interposer as a *sequence* unit (``--sequence T+2`` for the largest ``T`` tried: T+2 launches of
+the stencil and, between them, each step's other launches: T+1 whole steps, which a step with
+elided diagnostics needs, apps/fused_elided.py), and
 :func:`kernforge.apps.operator_match.fuse_unit` tries to fuse ``T`` whole steps into one launch
 (the stencil recognized, the step's boundary kernels folded, every candidate verified against the
 recorded steps and fresh inputs, the best timed interleaved in replay and passed through the
@@ -232,7 +233,7 @@ def fusion_stage(record_command: Callable[[int], list[str]], run_command: Sequen
     steps = steps or STEPS
     for t in steps:
         check_steps(t)
-    sequence = max(steps) + 1
+    sequence = max(steps) + 2  # T+1 whole steps: T fused and the held one after them
     progress(f"recording the time loop natively ({sequence} steps of {kernel})")
     unit = record_sequence(record_command(sequence), out / "recording", kernel, sequence)
     if isinstance(unit, str):
