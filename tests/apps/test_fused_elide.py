@@ -155,6 +155,8 @@ def test_the_demo_step_folds_its_boundaries_and_elides_its_reduction(demo: tuple
     ev = comps[3].evidence()
     assert ev["role"] == "elided" and ev["does"] == f"writes region 2 bytes [0, {8 * GRID}) " \
         "of float64" and ev["in_slots"] == [0] and ev["out_slots"] == [8]
+    # the pointers to partial and out: wherever the deployed run puts them, as in its first step
+    assert ev["same_slots"] == [16] and comps[4].spec()["same_slots"] == [0, 8]
     assert set(comps[0].evidence()) == {"name", "params", "in_slots", "out_slots", "role",
                                         "does"}
 

@@ -102,6 +102,17 @@ def test_no_companions_write_the_fields_of_before(tmp_path: Path) -> None:
     assert nd.interposer_lines(spec).splitlines()[1].split("\t")[13] == "fuse:5:8:16"
 
 
+def test_same_slots_are_xx_in_the_line(tmp_path: Path) -> None:
+    """An elided diagnostic's pointer to its own buffer: matched as in the first held step."""
+    diag = nd.Companion("_Z6sqdiffPKdS0_iPd", bytes(16) + (64).to_bytes(8, "little")
+                        + (0xABCD).to_bytes(8, "little"), (0,), (8,), (24,))
+    e = _fused(_rec(tmp_path), companions=[diag])
+    spec = nd.read_spec(nd.write_spec(tmp_path / "spec.json", [e], {"f.cubin": b"x"}))
+    assert spec.entries[0]["fuse"]["companions"][0]["same_slots"] == [24]
+    line = nd.interposer_lines(spec).splitlines()[1].split("\t")
+    assert line[15] == diag.params[:24].hex() + "x" * 16 and line[16:18] == ["0", "8"]
+
+
 @pytest.mark.parametrize(("comps", "match"), [
     ([EDGE] * 9, "at most 8"),
     ([EDGE._replace(out_slots=(4,))], "8-byte-aligned"),
@@ -109,6 +120,8 @@ def test_no_companions_write_the_fields_of_before(tmp_path: Path) -> None:
     ([EDGE._replace(in_slots=(-8,))], "8-byte-aligned"),
     ([MIX._replace(in_slots=(8,))], "names a slot twice"),
     ([MIX._replace(out_slots=(8, 8))], "names a slot twice"),
+    ([MIX._replace(same_slots=(8,))], "names a slot twice"),
+    ([EDGE._replace(same_slots=(12,))], "8-byte-aligned"),
     ([EDGE._replace(out_slots=(True,))], "lists of integers"),
     ([EDGE._replace(name="")], "no name"),
     ([EDGE._replace(name="a\tb")], "a tab"),

@@ -29,11 +29,13 @@ def lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _deployed(fake: FakeCuda, lib: Path, tmp: Path, script: str, kernel: str = "sqdiff",
-              arena: int | None = ARENA) -> tuple[Run, str]:
+              arena: int | None = ARENA, same: bool = False) -> tuple[Run, str]:
     """``script`` deployed (with e where ``arena`` puts it; None: where the run puts it), and
-    the unfused run's output."""
+    the unfused run's output. ``same``: the pointer to e as "xx" (as in the first held step)."""
     env = {"FAKE_CUDA_ARENA": hex(ARENA)}
     params = (bytes(16) + struct.pack("<i4xQ", N, E)).hex()  # in, out, n, e
+    if same:
+        params = params[:48] + "x" * 16
     line = fused_line(tuned_image(fake, tmp), 5, fuse="fuse:5:0:8:1") + \
         f"\t{kernel}\t{params}\t0\t8\n"
     cmd = fake.loop_command(script, n=N)
@@ -64,3 +66,20 @@ def test_a_diagnostic_buffer_elsewhere_runs_unfused(fake: FakeCuda, lib: Path,
     elsewhere, no step matches and every launch runs as the original (same output)."""
     r, expected = _deployed(fake, lib, tmp_path, "l" * 13 + "c", arena=None)
     assert r.rc == 0 and r.out == expected and fused_groups(r) == 0, r.log
+
+
+def test_a_diagnostic_buffer_elsewhere_fuses_with_same_slots(fake: FakeCuda, lib: Path,
+                                                             tmp_path: Path) -> None:
+    """With the pointer to e as "xx" (deploy/native.py ``same_slots``), a run that put e
+    elsewhere fuses all the same, and every buffer, e included, equals the unfused run's."""
+    r, expected = _deployed(fake, lib, tmp_path, "l" * 13 + "c", arena=None, same=True)
+    assert r.rc == 0 and not r.messages, r.err
+    assert r.out == expected and fused_groups(r) >= 2, r.log
+
+
+def test_same_slots_still_refuse_an_accumulating_diagnostic_of_course(
+        fake: FakeCuda, lib: Path, tmp_path: Path) -> None:
+    """"xx" frees the address, not the semantics: the accumulating one still differs, which is
+    why the operator side refuses to elide it (apps/elide_companion.py)."""
+    r, expected = _deployed(fake, lib, tmp_path, "L" * 13 + "c", kernel="sqacc", same=True)
+    assert r.rc == 0 and fused_groups(r) == 2 and r.out != expected, (r.err, r.log)

@@ -77,9 +77,15 @@ class Companion:
 
     def spec(self) -> dict[str, object]:
         """The companion as a fused spec entry lists it (JSON: ``name``, ``params`` in hex,
-        ``in_slots``, ``out_slots``)."""
-        return {"name": self.entry, "params": self.params.hex(),
-                "in_slots": list(self.in_slots), "out_slots": list(self.out_slots)}
+        ``in_slots``, ``out_slots``, and for an elided one ``same_slots``: its pointers to the
+        other buffers, matched as in the first held step, not as recorded, so that the program
+        may put them elsewhere in another run)."""
+        d: dict[str, object] = {"name": self.entry, "params": self.params.hex(),
+                                "in_slots": list(self.in_slots),
+                                "out_slots": list(self.out_slots)}
+        if self.elided is not None and self.others:
+            d["same_slots"] = list(self.others)
+        return d
 
     def evidence(self) -> dict[str, object]:
         """:meth:`spec` with what it is: ``role`` and ``does`` (its face rules, or the bytes

@@ -18,8 +18,10 @@ two 8-byte device pointers in the parameter bytes the key describes. A step of t
 more than that launch: ``"companions": [{"name", "params", "in_slots", "out_slots"}, ...]``
 (at most 8; absent means none) are the launches that follow it in every step, in order, each a
 kernel's mangled name, its parameter bytes as hex (those of the first step's launch) and the
-byte offsets of the 8-byte words in them that hold the step's IN and OUT pointers; every other
-byte must be equal for the launch to be the companion (pointers to other buffers included). The
+byte offsets of the 8-byte words in them that hold the step's IN and OUT pointers, and
+optionally ``same_slots``, words (an elided diagnostic's pointers to its own buffers) that must
+hold in every step what they hold in the chain's first held step; every other byte must be equal
+for the launch to be the companion. The
 fused function then stands for T whole steps, the companions included: it leaves IN and OUT as
 they do, and leaves to the step the interposer always holds after it whatever a companion
 writes elsewhere (an elided per-step diagnostic, apps/elide_companion.py); the interposer holds
@@ -59,15 +61,19 @@ class Companion(NamedTuple):
     """A launch that follows the fused kernel's launch in every step of the time loop: the
     kernel's mangled ``name``, the parameter bytes of its launch in the first step, and the byte
     offsets of the 8-byte pointer words in them that hold the step's IN and OUT (those of the
-    fused kernel's launch of the same step). Every other byte must equal ``params``."""
+    fused kernel's launch of the same step). ``same_slots``: pointer words to other buffers
+    (an elided diagnostic's) that must hold in every step what they hold in the first held step,
+    wherever the program put the buffer. Every other byte must equal ``params``."""
     name: str
     params: bytes
     in_slots: tuple[int, ...]
     out_slots: tuple[int, ...]
+    same_slots: tuple[int, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
-        return {"name": self.name, "params": bytes(self.params).hex(),
-                "in_slots": list(self.in_slots), "out_slots": list(self.out_slots)}
+        d = {"name": self.name, "params": bytes(self.params).hex(),
+             "in_slots": list(self.in_slots), "out_slots": list(self.out_slots)}
+        return d | ({"same_slots": list(self.same_slots)} if self.same_slots else {})
 
 
 def problem_key(rec: NativeRecording) -> str:
@@ -203,18 +209,18 @@ def check_fuse(e: Mapping[str, Any], where: str) -> None:
 def companion_problem(c: Any) -> str | None:
     """What is wrong with a companion as the spec holds it (JSON), or None."""
     keys = ("name", "params", "in_slots", "out_slots")
-    if not isinstance(c, Mapping) or set(c) != set(keys):
-        return "does not hold exactly name, params, in_slots and out_slots"
+    if not isinstance(c, Mapping) or set(c) - {"same_slots"} != set(keys):
+        return "does not hold exactly name, params, in_slots and out_slots (and same_slots)"
     name, params = c["name"], c["params"]
     if not isinstance(name, str) or not name or any(ch in name for ch in "\t\n\r\0"):
         return "has no name, or one holding a tab, a line break or a NUL byte"
     if not isinstance(params, str) or len(params) % 2 or len(params) // 2 > PARAMS_LIMIT or \
             any(ch not in "0123456789abcdefABCDEF" for ch in params):
         return f"has params that are not the hex of at most {PARAMS_LIMIT} bytes"
-    slots = [c["in_slots"], c["out_slots"]]
+    slots = [c["in_slots"], c["out_slots"], c.get("same_slots", [])]
     if any(not isinstance(x, list) or any(type(o) is not int for o in x) for x in slots):
         return "has slots that are not lists of integers"
-    every = slots[0] + slots[1]
+    every = slots[0] + slots[1] + slots[2]
     n = len(params) // 2
     if any(o < 0 or o % 8 or o + 8 > n for o in every):
         return f"has a slot that is not an 8-byte-aligned word within its {n} parameter bytes"
@@ -288,8 +294,11 @@ def interposer_lines(spec: NativeSpec) -> str:
             comps = f.get("companions") or []
             fields.append(f"fuse:{f['steps']}:{f['in_offset']}:{f['out_offset']}"
                           + (f":{len(comps)}" if comps else ""))
-            for c in comps:  # four fields each (kf_deploy.c)
-                fields += [c["name"], c["params"] or "-",
+            for c in comps:  # four fields each (kf_deploy.c); "xx": as the first held step's
+                hexp = list(c["params"])
+                for o in c.get("same_slots", ()):
+                    hexp[2 * o:2 * o + 16] = "x" * 16
+                fields += [c["name"], "".join(hexp) or "-",
                            ",".join(map(str, c["in_slots"])) or "-",
                            ",".join(map(str, c["out_slots"])) or "-"]
         if any(not f or "\t" in f or "\n" in f or "\r" in f or "\0" in f for f in fields):

@@ -8,7 +8,9 @@
  * OUT to the last's IN, every other parameter byte equal to the first held stencil's. A
  * companion launch is held when a chain on its stream waits for it: the companion the entry
  * lists next, with the parameter bytes the entry gives except at its slots, which hold this
- * step's IN and OUT; in later steps also the same function, launch call, geometry and
+ * step's IN and OUT, and at its "xx" bytes, which hold the first held step's (a pointer to a
+ * per-step diagnostic's buffer: wherever the program put it, the same in every step); in
+ * later steps also the same function, launch call, geometry and
  * attributes as the first held step's. When T+1 whole steps are held, the first T run as ONE
  * launch of the entry's fused function with the first stencil's parameters, and the last step
  * stays held. T is odd, so the fused launch writes the first stencil's OUT, the buffer the T-th
@@ -350,14 +352,21 @@ static int companion_fits(const chain_t *c, const kf_launch_t *l, const kf_fn_t 
   }
   const uint8_t *s = c->h[c->held - r].p; /* this step's stencil */
   uint64_t in = word(s, c->e->fuse_in), out = word(s, c->e->fuse_out);
+  /* "xx" bytes: as this companion's launch in the first held step (any value in that step) */
+  const uint8_t *first = c->held > r ? c->h[r].p : NULL;
   size_t at = 0;
-  for (size_t i = 0; i < k->nslots; i++) {
-    size_t o = k->slot[i];
-    if (memcmp(p + at, k->params + at, o - at) || word(p, o) != (k->is_out[i] ? out : in))
-      return 0;
+  for (size_t i = 0; i <= k->nslots; i++) {
+    size_t o = i < k->nslots ? k->slot[i] : n;
+    if (!k->same) {
+      if (memcmp(p + at, k->params + at, o - at)) return 0;
+    } else {
+      for (size_t j = at; j < o; j++)
+        if (k->same[j] ? first && p[j] != first[j] : p[j] != k->params[j]) return 0;
+    }
+    if (i < k->nslots && word(p, o) != (k->is_out[i] ? out : in)) return 0;
     at = o + 8;
   }
-  return !memcmp(p + at, k->params + at, n - at);
+  return 1;
 }
 
 int kf_defer_companion(kf_launch_t *l, kf_fn_t *fn, const uint8_t *p, size_t n, CUresult *rc) {

@@ -12,6 +12,8 @@
 typedef struct {
   char *name;         /* the companion kernel's (mangled) name */
   uint8_t *params;    /* its parameter bytes (len), compared except at the slots */
+  uint8_t *same;      /* per byte, or NULL: 1 = "xx" in the line, compared with the chain's
+                         first held step's launch of this companion instead of params */
   size_t len, nslots;
   size_t *slot;       /* ascending byte offsets of 8-byte words: the step's IN or OUT pointer */
   uint8_t *is_out;    /* per slot: 1 = OUT, 0 = IN */

@@ -174,7 +174,8 @@ static const char *parse_slots(kf_comp_t *k, const char *s, uint8_t out) {
   }
 }
 
-/* the companions: four fields each, name, params (hex, or - for none), IN slots, OUT slots */
+/* the companions: four fields each, name, params (hex, or - for none; "xx" for a byte that
+ * must equal the chain's first held step's, not the recording's), IN slots, OUT slots */
 static const char *parse_companions(kf_entry_t *e, char **f) {
   if (!(e->comp = calloc(e->ncomp, sizeof *e->comp))) return "no memory";
   for (unsigned i = 0; i < e->ncomp; i++, f += 4) {
@@ -188,8 +189,13 @@ static const char *parse_companions(kf_entry_t *e, char **f) {
         !(k->is_out = malloc(k->len / 8 + 1)))
       return "no memory";
     for (size_t j = 0; j < k->len; j++) {
+      if (f[1][2 * j] == 'x' && f[1][2 * j + 1] == 'x') { /* as the first held step's */
+        if (!k->same && !(k->same = calloc(k->len, 1))) return "no memory";
+        k->same[j] = 1, k->params[j] = 0;
+        continue;
+      }
       int hi = hexval(f[1][2 * j]), lo = hexval(f[1][2 * j + 1]);
-      if (hi < 0 || lo < 0) return "a companion's params hold a character that is not hex";
+      if (hi < 0 || lo < 0) return "a companion's params hold a character that is not hex or xx";
       k->params[j] = (uint8_t)(hi << 4 | lo);
     }
     const char *why = parse_slots(k, f[2], 0);
@@ -201,7 +207,8 @@ static const char *parse_companions(kf_entry_t *e, char **f) {
 void kf_entry_free(kf_entry_t *e) {
   free(e->name), free(e->image), free(e->entry), free(e->key), free(e->mask);
   for (unsigned i = 0; e->comp && i < e->ncomp; i++)
-    free(e->comp[i].name), free(e->comp[i].params), free(e->comp[i].slot), free(e->comp[i].is_out);
+    free(e->comp[i].name), free(e->comp[i].params), free(e->comp[i].slot), free(e->comp[i].is_out),
+        free(e->comp[i].same);
   free(e->comp);
 }
 
