@@ -22,7 +22,8 @@ separate processes, interleaved over ``--rounds``:
 - the same three (``no interposer``, held and fused, ``KERNFORGE_FUSE=0``) for a time loop
   whose step is 4 launches: the kernel, then 3 launches of another empty kernel
   (``kf_comp(out, j)``: the step's OUT pointer and the companion's index), which the fused entry
-  lists as its companions; these rows are ns per launch of all 4, against their own
+  lists as its companions, each with the id of the image the program loaded (checked once per
+  function, at a chain's first step); these rows are ns per launch of all 4, against their own
   ``no interposer``.
 
 Prints a table of the median ns per launch of each mode, its difference to ``no interposer``
@@ -137,10 +138,11 @@ void kf_comp(const unsigned *g, const unsigned *b, void **p) { (void)g, (void)b,
 COMPANIONS = 3  # the companions of a step in the last rows
 
 
-def _companions(k: int) -> list[str]:
-    """kf_comp(out, j) for j < k, as a fused line's companion fields: OUT at byte 0."""
+def _companions(k: int, image_id: str) -> list[str]:
+    """kf_comp(out, j) for j < k, as a fused line's companion fields (five each: OUT at byte
+    0, from the image ``image_id``)."""
     return [f for j in range(k) for f in ("kf_comp", bytes(8).hex() + j.to_bytes(8, "little")
-                                          .hex(), "-", "0")]
+                                          .hex(), "-", "0", image_id)]
 
 
 def _cc(args: list[str]) -> None:
@@ -152,8 +154,12 @@ def _cc(args: list[str]) -> None:
 
 def _line(name: str, image: Path, grid: str, block: str, fuse: bool = False,
           companions: int = 0) -> str:
-    fuse_field = "fuse:5:0:8" + (f":{companions}" if companions else "")
-    key, entry, more = ("xx" * 16, "kf_empty_x5", ["-", fuse_field, *_companions(companions)]) \
+    from kernforge.deploy.native import image_id
+
+    loaded = image_id(image.read_bytes() + b"\0")  # as the program loads it: NUL-terminated
+    fuse_field = "fuse:5:0:8" + (f":{companions}:5" if companions else "")
+    comps = _companions(companions, loaded)
+    key, entry, more = ("xx" * 16, "kf_empty_x5", ["-", fuse_field, *comps]) \
         if fuse else ("*", "kf_empty", [])
     return "\t".join([name, grid, block, "0", key, str(image), entry, "-", "1,1,1", "32,1,1",
                       "0", "-1", *more]) + "\n"

@@ -19,6 +19,7 @@ from kernforge.apps.fused_steps import step_companions, whole_steps
 from kernforge.apps.operator_gpu import ReplayTarget
 from kernforge.apps.probe import Recognized
 from kernforge.backends.driver import Driver
+from kernforge.deploy import native as nd
 from kernforge.pipeline.run_app import record_command
 from kernforge.record.native_format import read_native
 from kernforge.replay.native import NativeReplay
@@ -62,6 +63,9 @@ def test_a_diagnostic_is_elided_and_checked_on_every_region(on_fake: FakeCuda, f
     (c,) = comps
     assert c.role == "elided" and c.faces == () and c.in_slots == (0,) and c.out_slots == (8,)
     assert c.others == (24,)
+    # the id the interposer gives the image the program loaded ("KFFAKE <kernels>", its NUL)
+    assert c.image == nd.image_id(f"KFFAKE {on_fake.kernels}".encode() + b"\0")
+    assert c.spec()["image"] == c.image
     (w,) = c.elided or ()
     assert (w.param, w.start, w.end, w.dtype) == (3, 0, 8, None)  # res[0]; unmangled: no type
     assert whole_steps(whole, 1) == 4  # so T = 3 is checked against 4 recorded steps

@@ -151,3 +151,66 @@ def test_read_spec_refuses_a_spec_holding_a_bad_companion(tmp_path: Path) -> Non
     path = nd.write_spec(tmp_path / "spec.json", [e], {"f.cubin": b"x"})
     with pytest.raises(nd.FusedEntryError, match="companion .#0. that has a slot"):
         nd.read_spec(path)
+
+
+# ---- a companion's image: the module image it was recorded from -------------------------------
+IMG = nd.image_id(b"KFFAKE companions\0")
+
+
+def test_a_companion_s_image_goes_to_the_spec_and_a_fifth_field(tmp_path: Path) -> None:
+    e = _fused(_rec(tmp_path), companions=[EDGE._replace(image=IMG), MIX])
+    spec = nd.read_spec(nd.write_spec(tmp_path / "spec.json", [e], {"f.cubin": b"x"}))
+    assert spec.entries[0]["fuse"]["companions"][0]["image"] == IMG
+    assert "image" not in spec.entries[0]["fuse"]["companions"][1]  # any image
+    line = nd.interposer_lines(spec).splitlines()[1].split("\t")
+    assert len(line) == 14 + 2 * 5 and line[13] == "fuse:5:8:16:2:5"
+    assert line[14:19] == ["_Z4edgePdii", EDGE.params.hex(), "-", "0", IMG]
+    assert line[19:] == ["_Z3mixPKdPdi", MIX.params.hex(), "0", "8", "-"]
+
+
+def test_companions_without_images_keep_four_fields(tmp_path: Path) -> None:
+    """A spec written before companions had images reads and writes as it did."""
+    e = _fused(_rec(tmp_path), companions=[EDGE, MIX])
+    assert all("image" not in c for c in e["fuse"]["companions"])
+    spec = nd.read_spec(nd.write_spec(tmp_path / "spec.json", [e], {"f.cubin": b"x"}))
+    line = nd.interposer_lines(spec).splitlines()[1].split("\t")
+    assert len(line) == 14 + 2 * 4 and line[13] == "fuse:5:8:16:2"
+
+
+def test_the_operator_path_carries_each_companion_s_image(tmp_path: Path) -> None:
+    """apps/lift_companion.py's Companion -> its spec JSON -> deploy's Companion: the image
+    survives (as operator_match.fused_spec reads fused_gpu's result)."""
+    from dataclasses import replace
+
+    from kernforge.apps import lift_companion as lc
+
+    c = replace(lc.Companion("_Z4edgePdii", EDGE.params, (), (0,)), image=IMG)
+    assert replace(c, faces=()).spec()["image"] == IMG
+    back = nd.Companion(str(c.spec()["name"]), bytes.fromhex(str(c.spec()["params"])), (), (0,),
+                        (), str(c.spec()["image"]))
+    assert back == EDGE._replace(image=IMG)
+    assert "image" not in lc.Companion("_Z4edgePdii", EDGE.params, (), (0,)).spec()
+
+
+def test_recorded_image_id_of_a_sequence_launch_hashes_its_blob(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    blobs = {"img": b"KFFAKE image", "img-other-test": b"KFFAKE other\0"}
+    rec = replace(_rec(tmp_path), loader=lambda b: np.frombuffer(blobs[b], dtype=np.uint8))
+    other = nd.recorded_image_id(rec, "img-other-test")
+    assert other == nd.image_id(blobs["img-other-test"])
+    assert nd.recorded_image_id(rec) == nd.image_id(blobs["img"]) != other
+
+
+@pytest.mark.parametrize("bad", ["", "0" * 16, "0" * 15 + "g", "1" * 15, "1" * 17, 7, None,
+                                 " " + "1" * 15])
+def test_companion_images_the_interposer_would_skip_are_refused(tmp_path: Path,
+                                                                bad: Any) -> None:
+    e = _fused(_rec(tmp_path), companions=[EDGE])
+    comp = {**e["fuse"]["companions"][0], "image": bad}
+    with pytest.raises(nd.FusedEntryError, match="image id") as info:
+        nd.check_fuse({**e, "fuse": {**e["fuse"], "companions": [comp]}}, "here")
+    assert info.value.hint
+    if bad is not None:  # a Companion's None is no image: any
+        with pytest.raises(nd.FusedEntryError, match="image id"):
+            _fused(_rec(tmp_path), companions=[EDGE._replace(image=bad)])

@@ -145,13 +145,28 @@ def companion_fields(n: int = 1000, v0: float = V0) -> list[tuple[str, str, str,
             ("mix", mix, "0", "8")]
 
 
+def loop_image_id(fake: FakeCuda, other: bool = False) -> str:
+    """The interposer's id of fake_loop.c's module image (the NUL-terminated text it loads),
+    or of its other image of the same kernels (step "n"'s first edge)."""
+    from kernforge.deploy.native import image_id
+
+    return image_id(f"KFFAKE {fake.kernels}{' 2' if other else ''}".encode() + b"\0")
+
+
+def with_images(comps: Sequence[Sequence[str]], *images: str) -> list[tuple[str, ...]]:
+    """The companions with a fifth field each: its image (``images[i]``, the last repeated)."""
+    return [(*c, images[min(i, len(images) - 1)]) for i, c in enumerate(comps)]
+
+
 def step_line(image: Path | str, steps: int = 5, *, entry: str | None = None,
               fuse: str | None = None,
               companions: Sequence[Sequence[str]] | None = None) -> str:
     """A fused entry for fake_loop.c's step of several launches: ``interior_c<steps>`` of
-    ``image`` runs ``steps`` steps (interior and its three companions) at once."""
+    ``image`` runs ``steps`` steps (interior and its three companions) at once; companions of
+    five fields (with their image) are written with ``:5`` after C."""
     comps = companion_fields() if companions is None else companions
     head = line("interior", image, key=heat_key(), entry=entry or f"interior_c{steps}",
                 new_grid="1,1,1", new_block="1,1,1")
-    fields = [fuse or f"fuse:{steps}:0:8:{len(comps)}"] + [f for c in comps for f in c]
+    wide = ":5" if comps and len(comps[0]) == 5 else ""
+    fields = [fuse or f"fuse:{steps}:0:8:{len(comps)}{wide}"] + [f for c in comps for f in c]
     return "\t".join([head, *fields])

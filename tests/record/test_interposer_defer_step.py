@@ -8,6 +8,7 @@ observation point."""
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -16,9 +17,11 @@ from deploy_run import (
     Run,
     companion_fields,
     fused_groups,
+    loop_image_id,
     run,
     step_line,
     tuned_image,
+    with_images,
 )
 from test_interposer_defer import TRIGGERS
 
@@ -126,6 +129,66 @@ def test_an_entry_with_other_scalars_holds_nothing(fake: FakeCuda, lib: Path,
     assert fused_groups(r) == 0 and unfused(r) == 26  # each stencil held, then flushed
 
 
+# ---- a companion is known by its image too -------------------------------------------------------
+def imaged(fake: FakeCuda, tmp: Path, *images: str) -> str:
+    """The step's entry with its companions' images (five fields each)."""
+    comps = with_images(companion_fields(), *images)
+    return step_line(tuned_image(fake, tmp), 5, companions=comps) + "\n"
+
+
+def test_companions_from_their_recorded_image_fuse(fake: FakeCuda, lib: Path,
+                                                   tmp_path: Path) -> None:
+    lines = imaged(fake, tmp_path, loop_image_id(fake))
+    r, expected = fused(fake, lib, tmp_path, STEPS * 2 + "c", lines=lines)
+    assert r.rc == 0 and r.out == expected and not r.messages, r.err
+    assert fused_groups(r) == 5 and unfused(r) == PER, r.log
+
+
+OTHER_IMAGE = {  # script: fused groups, held launches run as the originals
+    "every step": ("n" * 13 + "c", 0, 13),  # each stencil held, then flushed by its edge
+    "one step mid-chain": (STEPS + "n" + STEPS + "c", 4, 3 * PER + 1 + 3 * PER),
+}
+
+
+@pytest.mark.parametrize(("script", "groups", "held"), list(OTHER_IMAGE.values()),
+                         ids=list(OTHER_IMAGE))
+def test_a_companion_of_its_name_from_another_image_runs_unfused(
+        fake: FakeCuda, lib: Path, tmp_path: Path, script: str, groups: int,
+        held: int) -> None:
+    """Step "n"'s first edge: the same name and parameter bytes, from another module image (as
+    CuPy builds one per dtype). It is not the companion: what is held runs as the originals,
+    then n's companions run; the steps around it fuse."""
+    lines = imaged(fake, tmp_path, loop_image_id(fake))
+    r, expected = fused(fake, lib, tmp_path, script, lines=lines)
+    assert r.rc == 0 and r.out == expected and not r.messages, r.err
+    assert fused_groups(r) == groups and unfused(r) == held, r.log
+
+
+@pytest.mark.parametrize("images", [(), ("-",)], ids=["four fields", "image -"])
+def test_without_an_image_a_kernel_of_its_name_from_any_image_is_the_companion(
+        fake: FakeCuda, lib: Path, tmp_path: Path, images: Sequence[str]) -> None:
+    """What the image prevents: in a line without it (written before it existed, or "-"),
+    the edge of step "n" from the other image is taken for the companion, and a loop of such
+    steps is fused (the fake's two images hold the same kernels, so here the output does not
+    differ; on a GPU the fused function would stand for a kernel it was not verified
+    against)."""
+    comps = with_images(companion_fields(), *images) if images else None
+    lines = step_line(tuned_image(fake, tmp_path), 5, companions=comps) + "\n"
+    r, expected = fused(fake, lib, tmp_path, "n" * 13 + "c", lines=lines)
+    assert r.rc == 0 and r.out == expected and not r.messages, r.err
+    assert fused_groups(r) == 2 and unfused(r) == 3 * PER, r.log
+
+
+def test_an_entry_naming_the_other_image_fuses_only_its_steps(fake: FakeCuda, lib: Path,
+                                                              tmp_path: Path) -> None:
+    """The first edge from the other image, the rest from the loop's: steps "n" fuse, and steps
+    "b" (every launch from the loop's image) do not."""
+    lines = imaged(fake, tmp_path, loop_image_id(fake, other=True), loop_image_id(fake))
+    r, expected = fused(fake, lib, tmp_path, "n" * 13 + "b" * 13 + "c", lines=lines)
+    assert r.rc == 0 and r.out == expected and not r.messages, r.err
+    assert fused_groups(r) == 2 and unfused(r) == 3 * PER + 13, r.log
+
+
 # ---- process exit and contexts going away ----------------------------------------------------
 @pytest.mark.parametrize("end", ["x", "ix", "X", "iX", "R", "D"],
                          ids=["exit", "exit mid-step", "cuCtxDestroy", "cuCtxDestroy mid-step",
@@ -179,36 +242,53 @@ BAD = {
     "a signed slot": ("fuse:5:0:8:1", [("mix", MIX[1], "-8", "8")]),
     "an empty slot field": ("fuse:5:0:8:1", [("mix", MIX[1], "", "8")]),
     "a slot in no params": ("fuse:5:0:8:1", [("mix", "-", "0", "-")]),
+    "an image of 15 hex digits": ("fuse:5:0:8:1:5", [(*EDGE0, "0" * 14 + "1")]),
+    "an image of 17 hex digits": ("fuse:5:0:8:1:5", [(*EDGE0, "0" * 16 + "1")]),
+    "an image that is not hex": ("fuse:5:0:8:1:5", [(*EDGE0, "g" * 16)]),
+    "an image with a sign": ("fuse:5:0:8:1:5", [(*EDGE0, "+" + "1" * 15)]),
+    "an image of 0": ("fuse:5:0:8:1:5", [(*EDGE0, "0" * 16)]),
+    "an empty image": ("fuse:5:0:8:1:5", [(*EDGE0, "")]),
+    "five fields, W absent": ("fuse:5:0:8:1", [(*EDGE0, "-")]),
+    "four fields, W of 5": ("fuse:5:0:8:1:5", [EDGE0]),
+    "W of 6": ("fuse:5:0:8:1:6", [(*EDGE0, "-", "-")]),
+    "W of 3": ("fuse:5:0:8:1:3", [EDGE0[:3]]),
+    "W that is not a number": ("fuse:5:0:8:1:x", [(*EDGE0, "-")]),
+    "W after no C": ("fuse:5:0:8::5", [(*EDGE0, "-")]),
 }
 
 
 @pytest.mark.parametrize(("fuse", "comps"), list(BAD.values()), ids=list(BAD))
 def test_an_entry_with_malformed_companions_is_skipped_told_once(
         fake: FakeCuda, lib: Path, tmp_path: Path, fuse: str,
-        comps: list[tuple[str, str, str, str]]) -> None:
+        comps: list[Sequence[str]]) -> None:
     lines = step_line(tuned_image(fake, tmp_path), 5, fuse=fuse, companions=comps) + "\n"
     r, expected = fused(fake, lib, tmp_path, STEPS + "c", lines=lines)
     assert r.rc == 0 and r.out == expected and fused_groups(r) == 0
     assert len(r.messages) == 1 and "malformed" in r.messages[0], r.err
 
 
+@pytest.mark.parametrize("wide", [False, True], ids=["four fields", "five fields"])
 def test_lines_without_companions_stay_valid_beside_one_with(fake: FakeCuda, lib: Path,
-                                                             tmp_path: Path) -> None:
-    """A heat entry in the old 14-field form and the step's entry, in one file: both fuse."""
+                                                             tmp_path: Path, wide: bool) -> None:
+    """A heat entry in the old 14-field form and the step's entry (its companions with or
+    without their images), in one file: both fuse."""
     from deploy_run import fused_line
 
     image = tuned_image(fake, tmp_path)
-    lines = fused_line(image, 5) + "\n" + step_line(image, 5) + "\n"
+    comps = with_images(companion_fields(), loop_image_id(fake)) if wide else None
+    lines = fused_line(image, 5) + "\n" + step_line(image, 5, companions=comps) + "\n"
     r, expected = fused(fake, lib, tmp_path, "s" * 13 + "c" + STEPS + "c", lines=lines)
     assert r.rc == 0 and r.out == expected and not r.messages, r.err
     assert r.log and [e["fused_groups"] for e in r.log["entries"]] == [2, 2], r.log
 
 
 # ---- the contract with kernforge's writer -----------------------------------------------------
+@pytest.mark.parametrize("which", [None, "recorded", "another"])
 def test_a_fused_entry_with_companions_written_by_kernforge_runs_in_the_interposer(
-        fake: FakeCuda, lib: Path, tmp_path: Path) -> None:
+        fake: FakeCuda, lib: Path, tmp_path: Path, which: str | None) -> None:
     """deploy/native.py's fused entry with Companion()s, through interposer_lines, fuses
-    fake_loop's steps of interior and its companions."""
+    fake_loop's steps of interior and its companions: companions without an image or with the
+    image they come from; with another image's id, nothing (every stencil flushed)."""
     import struct
 
     import numpy as np
@@ -226,14 +306,21 @@ def test_a_fused_entry_with_companions_written_by_kernforge_runs_in_the_interpos
                            NativeRegion(0x9000, 8000, "alloc", "b", None)),
                           identity={"device": "fake"},
                           loader=lambda blob: np.frombuffer(loaded, dtype=np.uint8))
+    ids = {None: None, "recorded": loop_image_id(fake), "another": loop_image_id(fake, True)}
     comps = [nd.Companion(name, bytes.fromhex(params), tuple(map(int, ins.split(",")))
-                          if ins != "-" else (), tuple(map(int, outs.split(","))))
+                          if ins != "-" else (), tuple(map(int, outs.split(","))),
+                          image=ids[which])
              for name, params, ins, outs in companion_fields()]
     image = f"KFFAKE {fake.tuned}\n".encode()
     e = nd.fused_entry(rec, image="fused.img", image_bytes=image, entry_name="interior_c7",
                        grid=(1, 1, 1), block=(1, 1, 1), shared_mem=0, steps=7, in_offset=0,
                        out_offset=8, evidence={}, companions=comps)
     spec = nd.read_spec(nd.write_spec(tmp_path / "spec.json", [e], {"fused.img": image}))
-    r, expected = fused(fake, lib, tmp_path, "b" * 30 + "c", lines=nd.interposer_lines(spec))
+    lines = nd.interposer_lines(spec)
+    assert lines.splitlines()[1].split("\t")[13] == "fuse:7:0:8:3" + (":5" if which else "")
+    r, expected = fused(fake, lib, tmp_path, "b" * 30 + "c", lines=lines)
     assert r.rc == 0 and r.out == expected and not r.messages, r.err
-    assert fused_groups(r) == 4 and unfused(r) == 2 * PER
+    if which == "another":
+        assert fused_groups(r) == 0 and unfused(r) == 30, r.log
+    else:
+        assert fused_groups(r) == 4 and unfused(r) == 2 * PER, r.log

@@ -25,7 +25,7 @@ Anything else is refused with the reason (:class:`~.lift_companion.Refused`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -142,13 +142,12 @@ def classify(launches: Sequence[Launch], stencil: Sequence[Span],
             got = lc.lift(c.target, c.out_params[0], c.in_params, shape, dtype)
             if isinstance(got, lc.Refused):
                 return lc.Refused(f"{k.entry}: {got.reason}")
-            out.append(lc.Companion(k.entry, k.params, k.in_slots, k.out_slots, got, k.others))
+            out.append(replace(k, faces=got, elided=None))
             continue
         masks = probe(c.target, c.in_params, c.out_params, dtype)
         if isinstance(masks, lc.Refused):
             return lc.Refused(f"{k.entry}: {masks.reason}")
-        out.append(lc.Companion(k.entry, k.params, k.in_slots, k.out_slots, (), k.others,
-                                written(c, masks)))
+        out.append(replace(k, faces=(), elided=written(c, masks)))
     why = readers(launches, out, stencil)
     return lc.Refused(why) if why else tuple(out)
 

@@ -6,17 +6,20 @@ per-step diagnostic the held step re-runs (apps/elide_companion.py).
 
 Only the first step's companions are probed. The interposer fuses a step only when its
 companions' parameter bytes equal these outside the slots that hold the step's IN and OUT
-pointers; verification replays the recorded sequence itself, every step's companions included.
+pointers, and each comes from the module image it was recorded from (its id in the spec: a
+kernel of the same name from another image is not the companion); verification replays the recorded sequence itself, every step's companions included.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import numpy as np
 
 from ..backends.cxx_names import pointer_dtypes
 from ..core.native import NativeLaunch, NativeRecording
+from ..deploy.native import recorded_image_id
 from ..replay.native import NativeReplay
 from . import elide_companion as ec
 from . import lift_companion as lc
@@ -98,6 +101,7 @@ def step_companions(whole: NativeReplay, r: Recognized
         c = lc.companion(s.entry, s.param_bytes, ls, word[r.in_param], word[r.out_param])
         if isinstance(c, lc.Refused):
             return c
+        c = replace(c, image=recorded_image_id(rec, s.image))
         by_offset = {sl.offset: k for k, sl in enumerate(ls)}
         t = LaunchTarget(whole, i)
         found.append(ec.Launch(c, t, tuple(by_offset[o] for o in c.in_slots),

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -59,7 +59,9 @@ class Companion:
     """A companion launch as the interposer matches it: the kernel's mangled ``entry``, its
     recorded parameter bytes, the byte offsets of its pointer words equal to the step's IN and
     OUT pointers; ``others``: the offsets of its pointer words to any other buffer (matched as
-    recorded). FOLDED: ``faces``, what it does to OUT (lifted), applied in order. ELIDED
+    recorded); ``image``: the interposer's id of the module image it was recorded from
+    (deploy/native.py ``image_id``; None: not known, a kernel of its name from any image).
+    FOLDED: ``faces``, what it does to OUT (lifted), applied in order. ELIDED
     (``elided`` is not None): it writes only other buffers (``elided``), every written byte a
     function of the step's state, read by no later step (apps/elide_companion.py)."""
 
@@ -70,6 +72,7 @@ class Companion:
     faces: tuple[fc.Face, ...] = ()
     others: tuple[int, ...] = ()
     elided: tuple[Written, ...] | None = None
+    image: str | None = None
 
     @property
     def role(self) -> str:
@@ -79,12 +82,14 @@ class Companion:
         """The companion as a fused spec entry lists it (JSON: ``name``, ``params`` in hex,
         ``in_slots``, ``out_slots``, and for an elided one ``same_slots``: its pointers to the
         other buffers, matched as in the first held step, not as recorded, so that the program
-        may put them elsewhere in another run)."""
+        may put them elsewhere in another run; ``image`` when known)."""
         d: dict[str, object] = {"name": self.entry, "params": self.params.hex(),
                                 "in_slots": list(self.in_slots),
                                 "out_slots": list(self.out_slots)}
         if self.elided is not None and self.others:
             d["same_slots"] = list(self.others)
+        if self.image is not None:
+            d["image"] = self.image
         return d
 
     def evidence(self) -> dict[str, object]:
@@ -307,7 +312,7 @@ def lift_all(targets: Sequence[tuple[Companion, Target, int, Sequence[int]]],
         got = lift(t, out_param, in_params, shape, dtype)
         if isinstance(got, Refused):
             return Refused(f"{c.entry}: {got.reason}")
-        out.append(Companion(c.entry, c.params, c.in_slots, c.out_slots, got, c.others))
+        out.append(replace(c, faces=got))
     return tuple(out)
 
 

@@ -242,7 +242,8 @@ def fused_spec(rec: NativeRecording, res: dict[str, Any], out_dir: Path) -> Path
     companions = [nd.Companion(str(c["name"]), bytes.fromhex(c["params"]),
                                tuple(int(o) for o in c["in_slots"]),
                                tuple(int(o) for o in c["out_slots"]),
-                               tuple(int(o) for o in c.get("same_slots") or ()))
+                               tuple(int(o) for o in c.get("same_slots") or ()),
+                               str(c["image"]) if c.get("image") else None)
                   for c in res.get("companions") or ()]
     entry = nd.fused_entry(rec, image=name, image_bytes=image, entry_name=res["entry"],
                            grid=res["grid"], block=res["block"], shared_mem=res["shared_mem"],

@@ -21,7 +21,10 @@ kernel's mangled name, its parameter bytes as hex (those of the first step's lau
 byte offsets of the 8-byte words in them that hold the step's IN and OUT pointers, and
 optionally ``same_slots``, words (an elided diagnostic's pointers to its own buffers) that must
 hold in every step what they hold in the chain's first held step; every other byte must be equal
-for the launch to be the companion. The
+for the launch to be the companion. Optionally ``image``: the :func:`image_id` of the module
+image the companion was recorded from (absent: any image, as specs written before it); a kernel
+of the same name from another image (CuPy's module for another dtype, an NVRTC program built
+with other defines) is then not the companion, and the step runs unfused. The
 fused function then stands for T whole steps, the companions included: it leaves IN and OUT as
 they do, and leaves to the step the interposer always holds after it whatever a companion
 writes elsewhere (an elided per-step diagnostic, apps/elide_companion.py); the interposer holds
@@ -63,17 +66,22 @@ class Companion(NamedTuple):
     offsets of the 8-byte pointer words in them that hold the step's IN and OUT (those of the
     fused kernel's launch of the same step). ``same_slots``: pointer words to other buffers
     (an elided diagnostic's) that must hold in every step what they hold in the first held step,
-    wherever the program put the buffer. Every other byte must equal ``params``."""
+    wherever the program put the buffer. Every other byte must equal ``params``. ``image``:
+    the :func:`image_id` of the image it was recorded from (None: a kernel of its name from
+    any image)."""
     name: str
     params: bytes
     in_slots: tuple[int, ...]
     out_slots: tuple[int, ...]
     same_slots: tuple[int, ...] = ()
+    image: str | None = None
 
     def as_json(self) -> dict[str, Any]:
-        d = {"name": self.name, "params": bytes(self.params).hex(),
-             "in_slots": list(self.in_slots), "out_slots": list(self.out_slots)}
-        return d | ({"same_slots": list(self.same_slots)} if self.same_slots else {})
+        d: dict[str, Any] = {"name": self.name, "params": bytes(self.params).hex(),
+                             "in_slots": list(self.in_slots), "out_slots": list(self.out_slots)}
+        if self.same_slots:
+            d["same_slots"] = list(self.same_slots)
+        return d | ({"image": self.image} if self.image is not None else {})
 
 
 def problem_key(rec: NativeRecording) -> str:
@@ -104,12 +112,14 @@ def image_id(image: bytes) -> str:
 _IMAGE_IDS: dict[str, str] = {}  # blob id (content-addressed) -> image_id: hashed once
 
 
-def recorded_image_id(rec: NativeRecording) -> str:
-    """:func:`image_id` of the image ``rec`` was recorded from, computed once per image (a
-    pure-Python hash: about 0.1 s per MiB; the units of one module share it)."""
-    if rec.image not in _IMAGE_IDS:
-        _IMAGE_IDS[rec.image] = image_id(rec.image_bytes())
-    return _IMAGE_IDS[rec.image]
+def recorded_image_id(rec: NativeRecording, blob: str | None = None) -> str:
+    """:func:`image_id` of the image ``rec`` was recorded from (or of its image blob ``blob``:
+    a sequence launch's, ``NativeLaunch.image``), computed once per image (a pure-Python hash:
+    about 0.1 s per MiB; the units of one module share it)."""
+    blob = rec.image if blob is None else blob
+    if blob not in _IMAGE_IDS:
+        _IMAGE_IDS[blob] = image_id(rec.blob(blob).tobytes())
+    return _IMAGE_IDS[blob]
 
 
 def new_geometry(rec: NativeRecording, variant: Mapping[str, Any]
@@ -209,8 +219,11 @@ def check_fuse(e: Mapping[str, Any], where: str) -> None:
 def companion_problem(c: Any) -> str | None:
     """What is wrong with a companion as the spec holds it (JSON), or None."""
     keys = ("name", "params", "in_slots", "out_slots")
-    if not isinstance(c, Mapping) or set(c) - {"same_slots"} != set(keys):
-        return "does not hold exactly name, params, in_slots and out_slots (and same_slots)"
+    if not isinstance(c, Mapping) or set(c) - {"same_slots", "image"} != set(keys):
+        return ("does not hold exactly name, params, in_slots and out_slots (and same_slots, "
+                "image)")
+    if "image" in c and not _is_image_id(c["image"]):
+        return "has an image that is not 16 hex digits (not all 0): an image id"
     name, params = c["name"], c["params"]
     if not isinstance(name, str) or not name or any(ch in name for ch in "\t\n\r\0"):
         return "has no name, or one holding a tab, a line break or a NUL byte"
@@ -227,6 +240,12 @@ def companion_problem(c: Any) -> str | None:
     if len(set(every)) != len(every):
         return "names a slot twice"
     return None
+
+
+def _is_image_id(v: Any) -> bool:
+    """Whether ``v`` is an :func:`image_id` as the interposer reads one (kf_spec.c)."""
+    return isinstance(v, str) and len(v) == 16 and v.strip("0") != "" and all(
+        ch in "0123456789abcdefABCDEF" for ch in v)
 
 
 def write_spec(path: Path, entries: Sequence[dict[str, Any]], images: Mapping[str, bytes]
@@ -292,15 +311,17 @@ def interposer_lines(spec: NativeSpec) -> str:
             check_fuse(e, str(spec.path))
             f = e["fuse"]
             comps = f.get("companions") or []
+            imaged = any("image" in c for c in comps)  # five fields each, else four
             fields.append(f"fuse:{f['steps']}:{f['in_offset']}:{f['out_offset']}"
-                          + (f":{len(comps)}" if comps else ""))
-            for c in comps:  # four fields each (kf_deploy.c); "xx": as the first held step's
+                          + (f":{len(comps)}" if comps else "") + (":5" if imaged else ""))
+            for c in comps:  # kf_deploy.c's format; "xx": as the first held step's
                 hexp = list(c["params"])
                 for o in c.get("same_slots", ()):
                     hexp[2 * o:2 * o + 16] = "x" * 16
                 fields += [c["name"], "".join(hexp) or "-",
                            ",".join(map(str, c["in_slots"])) or "-",
                            ",".join(map(str, c["out_slots"])) or "-"]
+                fields += [c.get("image") or "-"] if imaged else []
         if any(not f or "\t" in f or "\n" in f or "\r" in f or "\0" in f for f in fields):
             raise ConfigError(f"{spec.path}: entry {e['name']} has an empty field or one "
                               "holding a tab, a line break or a NUL byte",

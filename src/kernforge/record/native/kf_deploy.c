@@ -10,12 +10,14 @@
  * the id (16 hex digits, FNV-1a of its bytes, as kf_image_id) of the image the recorded kernel
  * came from, or "-" (absent in lines written before it existed) for any; fuse "fuse:T:IN:OUT"
  * (a fused entry, kf_defer.c) or "-" (absent: a one-launch replacement), or "fuse:T:IN:OUT:C"
- * followed by C (1 to 8) companions of four fields each:
- *   cname  cparams  in_slots  out_slots
+ * followed by C (1 to 8) companions of four fields each, or "fuse:T:IN:OUT:C:5" and five each:
+ *   cname  cparams  in_slots  out_slots  [cimage]
  * the launches that follow the fused kernel's in every step of the loop, in order: the
  * companion's mangled name, its parameter bytes as hex ("-" for none), and the byte offsets
  * ("o,o,..." or "-") of the 8-byte words in them that hold the step's IN and OUT pointers (the
- * fused kernel's launch's of the same step); every other byte must equal cparams.
+ * fused kernel's launch's of the same step); every other byte must equal cparams. cimage is
+ * the id of the image the companion was recorded from, as source ("-", or four fields: any);
+ * a kernel of its name from another image (another dtype's module) is not the companion.
  * A launch of `name` from that image with the same geometry and key runs `entry` of `image`
  * (loaded once per context with those JIT options) with the new geometry and the same
  * parameters. The source image tells apart kernels of one name compiled for other types (CuPy
@@ -194,13 +196,23 @@ CUfunction kf_entry_function(kf_entry_t *e, const char **why) {
   return f;
 }
 
-static uint64_t launch_image(const kf_launch_t *l, kf_fn_t *fn) {
+uint64_t kf_launch_image(const kf_launch_t *l, kf_fn_t *fn) {
   if (!fn->image_asked) {
     kf_image_ref_t img;
     kf_fn_image(l->f, &img);
     fn->image = img.image, fn->image_asked = 1;
   }
   return fn->image;
+}
+
+int kf_comp_image_ok(const kf_comp_t *k, const kf_launch_t *l, kf_fn_t *fn) {
+  static int said;
+  if (!k->image) return 1;
+  uint64_t id = kf_launch_image(l, fn);
+  if (!id)
+    kf_say_once(&said, "deploy: which image the companion %s comes from is not known; its "
+                "steps run unfused", k->name);
+  return id == k->image;
 }
 
 static int matches(const kf_entry_t *e, const kf_launch_t *l, const uint8_t *params, size_t n) {
@@ -215,7 +227,7 @@ int kf_deploy_try(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psi
   for (size_t j = 0; j < fn->dep_count; j++) {
     kf_entry_t *e = &entries[by_name[fn->dep_first + j]];
     if (e->disabled || !matches(e, l, params, psize)) continue;
-    if (e->source && launch_image(l, fn) != e->source) { /* another image (a dtype) */
+    if (e->source && kf_launch_image(l, fn) != e->source) { /* another image (a dtype) */
       if (!fn->image && !e->unknown_image++)
         kf_log("deploy: which image %s comes from is not known; it runs unchanged", e->name);
       continue;

@@ -17,6 +17,7 @@ typedef struct {
   size_t len, nslots;
   size_t *slot;       /* ascending byte offsets of 8-byte words: the step's IN or OUT pointer */
   uint8_t *is_out;    /* per slot: 1 = OUT, 0 = IN */
+  uint64_t image;     /* the id of the image the companion was recorded from, 0 = any */
 } kf_comp_t;
 typedef struct {
   char *name, *image, *entry;
@@ -34,10 +35,16 @@ typedef struct {
   unsigned fuse;            /* T: steps of the fused entry, 0 = a one-launch replacement */
   size_t fuse_in, fuse_out; /* byte offsets of the IN and OUT pointers in the parameters */
   unsigned ncomp;           /* companions, in the order they follow each step's launch */
+  unsigned comp_fields;     /* fields a companion in the line: 4, or 5 (with its image) */
   kf_comp_t *comp;
   unsigned long groups, unfused; /* fused launches made; held launches run as the originals */
 } kf_entry_t;
 
+/* the id of the image fn (launched as l) comes from, 0 when unknown; asked once per function */
+uint64_t kf_launch_image(const kf_launch_t *l, kf_fn_t *fn);
+/* whether fn, launched as l, comes from the image companion k was recorded from (any image
+ * when k names none); an image that cannot be known is not k's (one message) */
+int kf_comp_image_ok(const kf_comp_t *k, const kf_launch_t *l, kf_fn_t *fn);
 /* the entry's function in the current context, loaded on first use (NULL and *why if not) */
 CUfunction kf_entry_function(kf_entry_t *e, const char **why);
 /* under kf_lock: hold (or fuse) a launch matching the fused entry e; 1 when held (*rc set),

@@ -113,6 +113,19 @@ static const char *parse_jit(kf_entry_t *e, const char *s) {
   }
 }
 
+/* an image id (kf_image_id): "-" for any (0), else 16 hex digits, not all 0 */
+static int image_id(const char *s, uint64_t *id) {
+  *id = 0;
+  if (!strcmp(s, "-")) return 0;
+  if (strlen(s) != 16) return -1;
+  for (int i = 0; i < 16; i++) {
+    int h = hexval(s[i]);
+    if (h < 0) return -1;
+    *id = *id << 4 | (uint64_t)h;
+  }
+  return *id ? 0 : -1;
+}
+
 static const char *parse_numbers(kf_entry_t *e, char **f, int n) {
   unsigned long long v;
   if (triple(f[1], e->grid) || triple(f[2], e->block) || triple(f[8], e->ngrid) ||
@@ -125,34 +138,30 @@ static const char *parse_numbers(kf_entry_t *e, char **f, int n) {
   if (!strcmp(f[11], "-1")) e->carveout = -1;
   else if (whole(f[11], 100, &v)) return "the carveout is not -1 or a percentage";
   else e->carveout = (int)v;
-  if (n >= 13 && strcmp(f[12], "-")) {
-    if (strlen(f[12]) != 16) return "the source image is not 16 hex digits";
-    for (int i = 0; i < 16; i++) {
-      int h = hexval(f[12][i]);
-      if (h < 0) return "the source image is not 16 hex digits";
-      e->source = e->source << 4 | (uint64_t)h;
-    }
-    if (!e->source) return "the source image is 0";
-  }
+  if (n >= 13 && image_id(f[12], &e->source)) return "the source image is not - or 16 hex "
+                                                     "digits (not all 0)";
   return NULL;
 }
 
-/* "fuse:T:IN:OUT[:C]" (field 14) or "-": T odd from 3 to 63, IN and OUT distinct 8-byte-aligned
- * offsets of two pointers within the key, C companions (1 to 8, in the fields after it) */
+/* "fuse:T:IN:OUT[:C[:W]]" (field 14) or "-": T odd from 3 to 63, IN and OUT distinct
+ * 8-byte-aligned offsets of two pointers within the key, C companions (1 to 8, in the fields
+ * after it) of W fields each: 4 (absent), or 5 (the fifth the companion's image) */
 static const char *parse_fuse(kf_entry_t *e, const char *s) {
-  unsigned long long t, in, out, c = 0;
+  unsigned long long t, in, out, c = 0, w = 4;
   if (!strcmp(s, "-")) return NULL;
   if (strncmp(s, "fuse:", 5)) return "field 14 is not fuse:T:IN:OUT or -";
   s += 5;
   if (number(&s, 63, &t) || *s++ != ':' || number(&s, KEY_LIMIT, &in) || *s++ != ':' ||
-      number(&s, KEY_LIMIT, &out) || (*s == ':' && (s++, number(&s, MAX_COMP, &c) || !c)) || *s)
-    return "field 14 is not fuse:T:IN:OUT[:C] (T up to 63, offsets within 32 KiB, C 1 to 8)";
+      number(&s, KEY_LIMIT, &out) || (*s == ':' && (s++, number(&s, MAX_COMP, &c) || !c)) ||
+      (c && *s == ':' && (s++, number(&s, 5, &w) || w < 4)) || *s)
+    return "field 14 is not fuse:T:IN:OUT[:C[:W]] (T up to 63, offsets within 32 KiB, C 1 to "
+           "8, W 4 or 5)";
   if (t < 3 || t % 2 == 0) return "the fused steps are not an odd number from 3 to 63";
   if (e->any_key) return "a fused entry has no key (its pointers' offsets cannot be checked)";
   if (in % 8 || out % 8 || in == out || in + 8 > e->keylen || out + 8 > e->keylen)
     return "the fused IN and OUT offsets are not two distinct aligned pointers in the key";
   e->fuse = (unsigned)t, e->fuse_in = (size_t)in, e->fuse_out = (size_t)out;
-  e->ncomp = (unsigned)c;
+  e->ncomp = (unsigned)c, e->comp_fields = (unsigned)w;
   return NULL;
 }
 
@@ -175,10 +184,11 @@ static const char *parse_slots(kf_comp_t *k, const char *s, uint8_t out) {
 }
 
 /* the companions: four fields each, name, params (hex, or - for none; "xx" for a byte that
- * must equal the chain's first held step's, not the recording's), IN slots, OUT slots */
+ * must equal the chain's first held step's, not the recording's), IN slots, OUT slots; with
+ * five, the fifth its image's id ("-" for any) */
 static const char *parse_companions(kf_entry_t *e, char **f) {
   if (!(e->comp = calloc(e->ncomp, sizeof *e->comp))) return "no memory";
-  for (unsigned i = 0; i < e->ncomp; i++, f += 4) {
+  for (unsigned i = 0; i < e->ncomp; i++, f += e->comp_fields) {
     kf_comp_t *k = &e->comp[i];
     size_t len = strcmp(f[1], "-") ? strlen(f[1]) : 0;
     if (len % 2 || len / 2 > KEY_LIMIT)
@@ -200,6 +210,8 @@ static const char *parse_companions(kf_entry_t *e, char **f) {
     }
     const char *why = parse_slots(k, f[2], 0);
     if (why || (why = parse_slots(k, f[3], 1))) return why;
+    if (e->comp_fields == 5 && image_id(f[4], &k->image))
+      return "a companion's image is not - or 16 hex digits (not all 0)";
   }
   return NULL;
 }
@@ -213,11 +225,11 @@ void kf_entry_free(kf_entry_t *e) {
 }
 
 const char *kf_parse_entry(char *line, kf_entry_t *e) {
-  char *f[14 + 4 * MAX_COMP];
+  char *f[14 + 5 * MAX_COMP];
   int n = 0;
   memset(e, 0, sizeof *e);
   for (char *p = line;;) {
-    if (n == 14 + 4 * MAX_COMP) return "it has more fields than 8 companions need";
+    if (n == 14 + 5 * MAX_COMP) return "it has more fields than 8 companions need";
     f[n++] = p;
     char *tab = strchr(p, '\t');
     if (!tab) break;
@@ -229,8 +241,8 @@ const char *kf_parse_entry(char *line, kf_entry_t *e) {
   const char *why = parse_numbers(e, f, n);
   if (!why) why = parse_key(e, f[4]);
   if (!why && n >= 14) why = parse_fuse(e, f[13]);
-  if (!why && n != 14 + 4 * (int)e->ncomp && n > 13)
-    why = e->ncomp ? "a fused entry's companions are not four fields each, as many as it says"
+  if (!why && n != 14 + (int)(e->comp_fields * e->ncomp) && n > 13)
+    why = e->ncomp ? "a fused entry's companions are not W fields each, as many as it says"
                    : "it has more than 14 fields";
   if (!why && e->ncomp) why = parse_companions(e, f + 14);
   if (!why) why = parse_jit(e, f[7]);

@@ -16,6 +16,8 @@
  *   L  the same with sqacc (it adds to e[0])
  *   o  a step of chain 0 whose companions run on s1      r  one whose companions run in
  *      another order (mix first)
+ *   n  a step of chain 0 whose first edge comes from another module image of the same kernels
+ *      ("KFFAKE <path> 2", loaded at the start when the script holds an n: another image id)
  * and these, each followed by an observation ("obs <op> <hash>" of every buffer's bytes, read
  * straight from the fake device memory, which is host memory):
  *   c  cuMemcpyDtoH of every buffer (the hash is of the copies)
@@ -89,8 +91,8 @@ static void *get(const char *name) {
 static int n;
 static size_t bytes;
 static CUdeviceptr buf[5]; /* a0, b0, a1, b1, e */
-static void *mod, *heat, *offset, *interior, *edge, *mix, *sqdiff, *sqacc, *ctx, *s0, *s1, *ev;
-static char image[4200];
+static void *mod, *mod2, *edge2, *heat, *offset, *interior, *edge, *mix, *sqdiff, *sqacc, *ctx, *s0, *s1, *ev;
+static char image[4200], image2[4208];
 
 static unsigned long long fnv(const void *p, size_t len, unsigned long long h) {
   for (size_t i = 0; i < len; i++) h = (h ^ ((const uint8_t *)p)[i]) * 0x100000001b3ULL;
@@ -135,18 +137,20 @@ static void step(CUdeviceptr *in, CUdeviceptr *out, void *stream) {
 }
 
 static const double V0 = 0.125, V1 = -0.25, W = 0.375;
-static void edge_at(CUdeviceptr out, int side, double v, void *stream) {
+static void edge_at(void *k, CUdeviceptr out, int side, double v, void *stream) {
   void *args[] = {&out, &n, &side, &v};
-  CHECK(p_cuLaunchKernel(edge, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL));
+  CHECK(p_cuLaunchKernel(k, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL));
 }
 
-/* the companions of a step from in to out: edge 0, edge 1, mix (mix first when reordered) */
-static void companions(CUdeviceptr in, CUdeviceptr out, void *stream, double v0, int reorder) {
+/* the companions of a step from in to out: edge 0 (of e0), edge 1, mix (mix first when
+ * reordered) */
+static void companions(CUdeviceptr in, CUdeviceptr out, void *stream, double v0, int reorder,
+                       void *e0) {
   double w = W;
   void *args[] = {&in, &out, &n, &w};
   if (reorder) CHECK(p_cuLaunchKernel(mix, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL));
-  edge_at(out, 0, v0, stream);
-  edge_at(out, 1, V1, stream);
+  edge_at(e0, out, 0, v0, stream);
+  edge_at(edge, out, 1, V1, stream);
   if (!reorder) CHECK(p_cuLaunchKernel(mix, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL));
 }
 
@@ -158,9 +162,9 @@ static void stencil(CUdeviceptr *in, CUdeviceptr *out, void *stream) {
 }
 
 static void full_step(CUdeviceptr *in, CUdeviceptr *out, void *stream, void *cstream, double v0,
-                      int reorder) {
+                      int reorder, void *e0) {
   stencil(in, out, stream);
-  companions(*in, *out, cstream, v0, reorder);
+  companions(*in, *out, cstream, v0, reorder, e0);
   CUdeviceptr t = *in;
   *in = *out, *out = t;
 }
@@ -191,6 +195,7 @@ int main(int argc, char **argv) {
   bytes = (size_t)n * sizeof(double);
   const char *script = argv[3], *map = getenv("FAKE_LOOP_MAP"), *ex = getenv("FAKE_LOOP_ATEXIT");
   snprintf(image, sizeof image, "KFFAKE %s", argv[1]);
+  snprintf(image2, sizeof image2, "KFFAKE %s 2", argv[1]);
 #ifndef KF_DIRECT
   void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
   if (!cuda) { fprintf(stderr, "no libcuda.so.1\n"); return 3; }
@@ -202,6 +207,10 @@ int main(int argc, char **argv) {
   CHECK(p_cuDevicePrimaryCtxRetain(&ctx, 0));
   CHECK(p_cuCtxSetCurrent(ctx));
   load();
+  if (strchr(script, 'n')) {
+    CHECK(p_cuModuleLoadData(&mod2, image2));
+    CHECK(p_cuModuleGetFunction(&edge2, mod2, "edge"));
+  }
   for (int i = 0; i < 5; i++) CHECK(p_cuMemAlloc_v2(&buf[i], bytes));
   if (map && *map) { /* a0 and b0 in a shared file mapping */
     int fd = open(map, O_RDWR | O_CREAT | O_TRUNC, 0600);
@@ -221,15 +230,16 @@ int main(int argc, char **argv) {
       case 's': step(&buf[0], &buf[1], s0); break;
       case 't': step(&buf[2], &buf[3], s1); break;
       case 'd': step(&buf[0], &buf[1], NULL); break;
-      case 'b': full_step(&buf[0], &buf[1], s0, s0, V0, 0); break;
-      case 'B': full_step(&buf[2], &buf[3], s1, s1, V0, 0); break;
-      case 'a': full_step(&buf[0], &buf[1], NULL, NULL, V0, 0); break;
-      case 'v': full_step(&buf[0], &buf[1], s0, s0, 0.5, 0); break;
-      case 'o': full_step(&buf[0], &buf[1], s0, s1, V0, 0); break;
-      case 'r': full_step(&buf[0], &buf[1], s0, s0, V0, 1); break;
+      case 'b': full_step(&buf[0], &buf[1], s0, s0, V0, 0, edge); break;
+      case 'B': full_step(&buf[2], &buf[3], s1, s1, V0, 0, edge); break;
+      case 'a': full_step(&buf[0], &buf[1], NULL, NULL, V0, 0, edge); break;
+      case 'v': full_step(&buf[0], &buf[1], s0, s0, 0.5, 0, edge); break;
+      case 'o': full_step(&buf[0], &buf[1], s0, s1, V0, 0, edge); break;
+      case 'r': full_step(&buf[0], &buf[1], s0, s0, V0, 1, edge); break;
+      case 'n': full_step(&buf[0], &buf[1], s0, s0, V0, 0, edge2); break;
       case 'i': stencil(&buf[0], &buf[1], s0); break;
       case 'j': {
-        companions(buf[0], buf[1], s0, V0, 0);
+        companions(buf[0], buf[1], s0, V0, 0, edge);
         CUdeviceptr t = buf[0];
         buf[0] = buf[1], buf[1] = t;
         break;
