@@ -29,6 +29,7 @@ from kernforge.record.native_format import read_native
 from kernforge.testing.fakedriver import FakeCuda
 
 STEPS = "b" * 16  # 16 steps: 2 left alone, 9 in the sequence, the loop goes on after it
+COPIES = "bbc" * 6  # a copy to the host every 2 steps: the sequence ends after 2
 
 
 def _loop_app(tmp_path: Path, fake: FakeCuda) -> Path:
@@ -48,6 +49,10 @@ def _loop_app(tmp_path: Path, fake: FakeCuda) -> Path:
         [[datasets]]
         name = "small"
         run = "./fake_loop {{source}}/kernels.so 1000 {STEPS}"
+
+        [[datasets]]
+        name = "copies"
+        run = "./fake_loop {{source}}/kernels.so 1000 {COPIES}"
 
         [check]
         kind = "exit"
@@ -74,8 +79,15 @@ def test_the_loop_is_recorded_as_a_sequence_and_its_fusion_refused_with_the_reas
     m3a = store.milestone("M3a")
     store.close()
     assert m3a is not None and m3a.status == "FAILED"
-    rows = {r["kernel"]: r for r in m3a.figures["kernels"]}
+    rows = {r["kernel"]: r for r in m3a.figures["kernels"] if "/small/" in r["unit"]}
     assert set(rows) == {"interior", "edge", "mix"}
+    (copies,) = [r for r in m3a.figures["kernels"]
+                 if r["kernel"] == "interior" and "/copies/" in r["unit"]]
+    seq = copies["sequence"]  # the same kernel on the other dataset: its own sequence
+    assert (seq["steps"], seq["ended"]) == (2, "a driver call that could observe memory"), seq
+    assert copies["refused"]["fused step"].startswith(
+        "not tried: the program ran 2 launch(es) of the kernel before something observed "
+        "memory"), copies["refused"]
     row = rows["interior"]  # the hottest kernel launched in a loop: its sequence recorded
     seq = row["sequence"]
     assert isinstance(seq, dict), seq
@@ -94,12 +106,12 @@ def test_the_loop_is_recorded_as_a_sequence_and_its_fusion_refused_with_the_reas
     for name in ("edge", "mix"):
         assert rows[name]["sequence"].startswith("not recorded: neither the hottest kernel "
                                                  "launched in a loop (interior)"), rows[name]
-    assert sum("recording the time loop of" in s for s in said) == 1, said
+    assert sum("recording the time loop of" in s for s in said) == 2, said  # one a dataset
 
 
 def test_the_loop_kernel_is_the_hottest_launched_often_enough() -> None:
     need = loop_sequence.needed_launches()
-    assert need == 2 + max(fz.STEPS) + 2
+    assert need == 2 + min(fz.STEPS) + 1 and loop_sequence.sequence_length() == 9
     ks = [{"name": "init", "kind": "native", "units": ["u"], "seen": 1, "total_ms": 50.0},
           {"name": "edge", "kind": "native", "units": ["u"], "seen": 2 * need, "total_ms": 1.0},
           {"name": "step", "kind": "native", "units": ["u"], "seen": need, "total_ms": 9.0},
@@ -109,7 +121,8 @@ def test_the_loop_kernel_is_the_hottest_launched_often_enough() -> None:
     assert loop_sequence.why_not(ks[1], {"step"}, recognized=True) is None  # a stencil too
     assert "neither the hottest" in (loop_sequence.why_not(ks[1], {"step"}, False) or "")
     assert (loop_sequence.why_not(ks[0], {"step"}, True) or "").startswith(
-        f"not recorded: 1 launch(es) in the recorded run, a time loop's sequence needs {need}")
+        f"not recorded: 1 launch(es) in the recorded run; a time loop worth fusing has at "
+        f"least {need} (2 left alone, then T + 1 for T = 3)")
     assert loop_sequence.loop_kernels(ks[:1]) == set()
     assert loop_sequence.glob_escape("k<float*>[2]?") == r"k<float\*>\[2]\?"
     assert loop_sequence.fusable_steps(9) == ((3, 5, 7), None)
@@ -191,7 +204,7 @@ def test_without_a_sequence_the_kernel_is_fused_alone_and_the_row_says_why(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(strat, "interposer_fuses", lambda spec: True)
     m = _Matcher(_Found(tmp_path / "alone.json", 1.9, steps=5))
-    why = "not recorded: 4 launch(es) in the recorded run, a time loop's sequence needs 11"
+    why = "not recorded: 4 launch(es) in the recorded run; a time loop worth fusing has ..."
     row = strat._paths(m, tmp_path / "unit", tmp_path, 3, _Found(tmp_path / "one.json", 1.3),
                        why)
     (call,) = m.calls

@@ -8,7 +8,7 @@ holds for every recorded kernel, and one sequence is open at a time), so the seq
 more run of the dataset under the recorder, of the one kernel (its name as the kernel filter):
 :data:`SKIP` launches left alone, then :func:`sequence_length` launches of the kernel and every
 launch between them. It is recorded for a unit whose kernel M2 saw launched at least
-``SKIP + sequence_length()`` times in the recorded dataset and that is the hottest such kernel
+:func:`needed_launches` times in the recorded dataset and that is the hottest such kernel
 (:func:`loop_kernels`; the stencil of a time loop outweighs its boundary and diagnostic
 kernels), or that the one-launch matcher recognized as a stencil. Its cost: one run of that
 dataset with the recorder (the recorded launches synchronize and copy the buffers they touch
@@ -42,7 +42,12 @@ def sequence_length(steps: tuple[int, ...] | None = None) -> int:
 
 
 def needed_launches(steps: tuple[int, ...] | None = None) -> int:
-    return SKIP + sequence_length(steps)
+    """Launches of a kernel that make it a time loop worth recording: :data:`SKIP`, then
+    T + 1 for the smallest T (the interposer holds T + 1 before it runs a fused launch); a
+    shorter loop than :func:`sequence_length` ends its sequence early, with fewer T."""
+    from .fused import STEPS
+
+    return SKIP + min(steps or STEPS) + 1
 
 
 def loop_kernels(kernels: list[dict[str, Any]], steps: tuple[int, ...] | None = None
@@ -64,8 +69,9 @@ def why_not(k: dict[str, Any], loops: set[str], recognized: bool,
     neither the time loop's hottest kernel nor a recognized stencil."""
     need, seen = needed_launches(steps), int(k.get("seen") or 0)
     if seen < need:
-        return (f"not recorded: {seen} launch(es) in the recorded run, a time loop's sequence "
-                f"needs {need} ({SKIP} left alone, then {sequence_length(steps)})")
+        return (f"not recorded: {seen} launch(es) in the recorded run; a time loop worth "
+                f"fusing has at least {need} ({SKIP} left alone, then T + 1 for T = "
+                f"{need - SKIP - 1})")
     if k["name"] not in loops and not recognized:
         return ("not recorded: neither the hottest kernel launched in a loop ("
                 + (", ".join(sorted(loops)) or "none") + ") nor a recognized stencil")
