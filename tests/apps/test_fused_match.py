@@ -124,7 +124,7 @@ def test_m3a_keeps_the_faster_deployable_path(tmp_path: Path, fuses: bool,
     row = strat._paths(_Matcher(fused), tmp_path, tmp_path, 3, one)
     assert row["matched"] and row["fused_figures"]["steps"] == 5
     if fuses:
-        assert row["path"] == "fused 5 steps" and row["spec"].endswith("fused.json")
+        assert row["path"] == "fused 5 steps alone" and row["spec"].endswith("fused.json")
         assert "slower (1.30x against 2.10x)" in row["refused"]["one-launch"]
     else:
         assert row["path"] == "one-launch" and row["spec"].endswith("one.json")

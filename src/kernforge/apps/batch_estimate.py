@@ -8,8 +8,9 @@ Each figure is a lower bound, never a guess from other programs:
   the build) / (1 + rounds)`` (M1 runs every dataset once, then ``rounds`` rounds);
 - M3: for M3a, which keeps the units it finished (:mod:`.strategies.unit_rows`), the
   longest stopped attempt of the unit left unfinished plus, for each other unit left, what
-  the fastest finished one took; for another M3 strategy (redone whole), its longest stopped
-  attempt;
+  the fastest finished one took (a unit's attempt includes the run that records its time
+  loop as a sequence, :mod:`.loop_sequence`: that run is in these figures); for another M3
+  strategy (redone whole), its longest stopped attempt;
 - M4: ``2 x e2e_rounds`` passes (each round runs every dataset with and without);
 - a milestone stopped before: the longest of its stopped attempts (the batch records it when
   it stops a program at its share).

@@ -119,12 +119,20 @@ def round_geomeans(per: list[dict[str, Any]]) -> list[float]:
 
 def _counts(setup: Setup) -> dict[str, Any]:
     """The interposer's counts of the dataset's last run with the native deployment:
-    launches that ran the replacement, and launches of deployed kernels that did not."""
+    launches that ran the replacement, and launches of deployed kernels that did not; with a
+    fused entry, the fused launches it made (``fused_groups``) and the held launches it ran
+    unfused (``flushed_unfused``: a copy, a sync, the loop's end... came first)."""
     if "KERNFORGE_DEPLOY_LOG" not in setup.env:
         return {}
     log = nd.read_log(Path(setup.env["KERNFORGE_DEPLOY_LOG"]))
-    return {"replaced": sum(e.get("replaced", 0) for e in log.get("entries", [])),
-            "fallbacks": log.get("fallbacks", 0)} if log else {"replaced": None}
+    if not log:
+        return {"replaced": None}
+    counts = {"replaced": sum(e.get("replaced", 0) for e in log.get("entries", [])),
+              "fallbacks": log.get("fallbacks", 0)}
+    if any(e.get("fuse") for e in log.get("entries", [])):
+        counts.update(fused_groups=log.get("fused_groups", 0),
+                      flushed_unfused=log.get("flushed_unfused", 0))
+    return counts
 
 
 def write_integration(out: Path, setup: Setup, info: dict[str, Any], deployed: bool) -> Path:

@@ -179,6 +179,8 @@ class FusedMatch:
     note: str
     gcells_s: float | None = None
     tried: tuple[dict[str, Any], ...] = ()
+    # the step's other launches (a sequence unit's): name, role (folded or elided) and does
+    companions: tuple[dict[str, Any], ...] = ()
 
 
 def fuse_unit(unit_dir: Path, *, out_dir: Path, steps: tuple[int, ...] | None = None,
@@ -218,7 +220,10 @@ def fuse_unit(unit_dir: Path, *, out_dir: Path, steps: tuple[int, ...] | None = 
         return NoMatch(f"fused {s} steps by {res['operator']}, not deployed: {why}",
                        res["recognized"], tried)
     spec = fused_spec(rec, res, out_dir)
-    return FusedMatch(spec, speedup, ci, str(res["cell"]), s, note, res.get("gcells_s"), tried)
+    comps = tuple({"name": str(c["name"]), "role": str(c.get("role")), "does": c.get("does")}
+                  for c in res.get("companions") or ())
+    return FusedMatch(spec, speedup, ci, str(res["cell"]), s, note, res.get("gcells_s"), tried,
+                      comps)
 
 
 def fused_spec(rec: NativeRecording, res: dict[str, Any], out_dir: Path) -> Path:

@@ -56,11 +56,15 @@ def is_python(argv: list[str]) -> bool:
                            or argv[0].endswith(".py"))
 
 
-def record_dataset(h: AppHarness, dataset: Dataset, out: Path, *, max_instances: int = 1
+def record_dataset(h: AppHarness, dataset: Dataset, out: Path, *, max_instances: int = 1,
+                   kernels: str | None = None, skip: int = 0, sequence: int | None = None
                    ) -> tuple[Ran, list[Path], list[str]]:
     """Run ``dataset`` of the unmodified program under the captures into ``out``; the run,
     the units and the spool units that could not be turned into units. What an earlier,
-    killed attempt left in ``out`` is removed first: its units and counts are not this run's."""
+    killed attempt left in ``out`` is removed first: its units and counts are not this run's.
+    ``kernels`` (a glob; default the manifest's), ``skip`` and ``sequence`` as for
+    ``kernforge record`` (``sequence``: each recorded instance is a sequence unit of that
+    many launches of its kernel, :mod:`.loop_sequence`)."""
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -69,7 +73,8 @@ def record_dataset(h: AppHarness, dataset: Dataset, out: Path, *, max_instances:
     if is_python(argv):
         argv = interposer.python_child(argv)
     lib = interposer.build()
-    env = interposer.environment(out, kernels=h.m.kernels, max_instances=max_instances)
+    env = interposer.environment(out, kernels=kernels or h.m.kernels,
+                                 max_instances=max_instances, skip=skip, sequence=sequence)
     extra = interposer.preload_env(lib, env, base=h.env(setup))
     ran = h.run(dataset, setup, extra_env={**env, "LD_PRELOAD": extra["LD_PRELOAD"]},
                 argv=argv)

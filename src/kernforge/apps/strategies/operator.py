@@ -10,8 +10,13 @@ and the operators generated for that program are tried the same way.
 Beside the one-launch operator, a recognized kernel is also fused (``fuse_unit``): ``T``
 launches of a time loop that swaps its input and output run as one launch of a generated
 multi-step operator, which the interposer engages only where the program's launches really
-rotate. The faster of the two paths that pass the deployment gate is kept per kernel; the
-figures say which won and why the other was refused. When that module is not installed the
+rotate. For the kernel of a time loop (:mod:`..loop_sequence`: launched often enough, the
+hottest such kernel or a recognized stencil), the loop is recorded as a sequence unit in one
+more run of the dataset, and ``fuse_unit`` fuses whole recorded steps on it (the "fused step"
+path: the step's boundary kernels folded, its diagnostics elided) instead of re-launching the
+kernel alone. The fastest path that passes the deployment gate is kept per kernel; the row
+says which won (one-launch, fused alone, fused whole steps with N companions folded or
+elided, lifted) and why each other was refused. When that module is not installed the
 strategy is SKIPPED with the reason."""
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from .. import loop_sequence
 from ..process import head_text
 from ..recording import app_driver
 from . import Context, Outcome, Strategy, unit_rows
@@ -62,9 +68,12 @@ def driver_of(env: Mapping[str, str]) -> Iterator[None]:
         os.environ.pop("KERNFORGE_LIBCUDA", None)
 
 
-def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any) -> dict[str, Any]:
+def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any,
+           seq: dict[str, Any] | str | None = None) -> dict[str, Any]:
     """One kernel's row: the one-launch match ``one``, fusion tried when it recognized a
-    stencil, the faster deployable path chosen."""
+    stencil or the kernel's time loop was recorded, the faster deployable path chosen.
+    ``seq``: the recorded time loop (:func:`loop_sequence.summary`) or why there is none
+    (None: no sequence was considered)."""
     row: dict[str, Any] = {"recognized": getattr(one, "recognized", None)}
     found: dict[str, Any] = {}
     refused: dict[str, str] = {}
@@ -73,26 +82,22 @@ def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any) -> dict[str, A
     else:
         refused["one-launch"] = str(one.reason)
     fuse = getattr(om, "fuse_unit", None)
-    if fuse is None or (not hasattr(one, "spec_path") and row["recognized"] is None):
+    if seq is not None:
+        row["sequence"] = seq
+    if isinstance(seq, dict):  # whole steps: the sequence is fusion's reference
+        _fused_step(fuse, seq, out, repeat, row, found, refused)
+        refused["fused"] = "not tried: the kernel's time loop was recorded (the fused step " \
+                           "is tried on it)"
+    elif fuse is None or (not hasattr(one, "spec_path") and row["recognized"] is None):
+        if isinstance(seq, str):
+            refused["fused step"] = seq
         refused["fused"] = "not tried: " + ("no stencil recognized" if fuse else
                                             "this kernforge has no fusion")
     else:
-        try:
-            f = fuse(unit, out_dir=out / "fused", repeat=repeat)
-        except Exception as exc:  # noqa: BLE001 - a fusion failure is this kernel's data
-            f = None
-            refused["fused"] = f"fusion failed: {type(exc).__name__}: {exc}"
-        if f is not None and hasattr(f, "spec_path"):
-            if interposer_fuses(f.spec_path):
-                found["fused"] = f
-            else:
-                refused["fused"] = (f"{f.steps} steps fused at {f.speedup:.2f}x, not deployed: "
-                                    "the interposer's line format carries no fusion")
-            row["fused_figures"] = {"steps": f.steps, "speedup": f.speedup, "ci": list(f.ci),
-                                    "gcells_s": f.gcells_s, "note": f.note}
-        elif f is not None:
-            refused["fused"] = str(f.reason)
-            row["fused_tried"] = list(getattr(f, "tried", ()))
+        if isinstance(seq, str):
+            refused["fused step"] = seq
+        _try_fuse(lambda: fuse(unit, out_dir=out / "fused", repeat=repeat), "fused", row,
+                  found, refused)
     _lifted(om, unit, out, repeat, row, found, refused,
             recognized=hasattr(one, "spec_path") or row["recognized"] is not None)
     if not found:
@@ -102,11 +107,61 @@ def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any) -> dict[str, A
     for k, v in found.items():
         if k != path:
             refused[k] = f"slower ({v.speedup:.2f}x against {win.speedup:.2f}x)"
-    label = f"fused {win.steps} steps" if path == "fused" else \
+    label = f"fused {win.steps} steps alone" if path == "fused" else \
+        _step_label(win) if path == "fused step" else \
         f"lifted program ({(win.figures or {}).get('design')})" if path == "lifted" else path
     return {**row, "matched": True, "path": label, "cell": win.cell, "speedup": win.speedup,
             "ci": list(win.ci), "note": win.note, "spec": str(win.spec_path),
             "refused": refused}
+
+
+def _step_label(f: Any) -> str:
+    """A fused step's path: its steps and what became of the step's other launches."""
+    comps = list(getattr(f, "companions", ()))
+    if not comps:
+        return f"fused {f.steps} steps alone (the recorded step is this kernel's launch only)"
+    roles = {r: sum(c.get("role") == r for c in comps) for r in ("folded", "elided")}
+    return (f"fused {f.steps} whole steps with {len(comps)} companion(s): "
+            + ", ".join(f"{n} {r}" for r, n in roles.items() if n))
+
+
+def _fused_step(fuse: Any, seq: dict[str, Any], out: Path, repeat: int, row: dict[str, Any],
+                found: dict[str, Any], refused: dict[str, str]) -> None:
+    """Fusion of whole recorded steps: ``fuse_unit`` on the sequence unit, for the step
+    counts the program let the sequence hold."""
+    if fuse is None:
+        refused["fused step"] = "not tried: this kernforge has no fusion"
+        return
+    steps, why = loop_sequence.fusable_steps(int(seq.get("steps") or 0))
+    if not steps:
+        refused["fused step"] = f"not tried: {why} (the sequence ended: {seq.get('ended')})"
+        return
+    _try_fuse(lambda: fuse(Path(seq["unit"]), out_dir=out / "fused-step", repeat=repeat,
+                           steps=steps), "fused step", row, found, refused)
+
+
+def _try_fuse(call: Any, key: str, row: dict[str, Any], found: dict[str, Any],
+              refused: dict[str, str]) -> None:
+    """One fusion path (``key``): its spec found when it passed and the interposer's lines
+    carry its deferral, else why not; its figures in the row."""
+    name = key.replace(" ", "_")
+    try:
+        f = call()
+    except Exception as exc:  # noqa: BLE001 - a fusion failure is this kernel's data
+        refused[key] = f"fusion failed: {type(exc).__name__}: {exc}"
+        return
+    if f is not None and hasattr(f, "spec_path"):
+        if interposer_fuses(f.spec_path):
+            found[key] = f
+        else:
+            refused[key] = (f"{f.steps} steps fused at {f.speedup:.2f}x, not deployed: "
+                            "the interposer's line format carries no fusion")
+        row[f"{name}_figures"] = {"steps": f.steps, "speedup": f.speedup, "ci": list(f.ci),
+                                  "gcells_s": f.gcells_s, "note": f.note,
+                                  "companions": list(getattr(f, "companions", ()))}
+    elif f is not None:
+        refused[key] = str(f.reason)
+        row[f"{name}_tried"] = list(getattr(f, "tried", ()))
 
 
 def _lifted(om: Any, unit: Path, out: Path, repeat: int, row: dict[str, Any],
@@ -156,6 +211,7 @@ class OperatorStrategy(Strategy):
                            {"kernels": [{"kernel": k["name"], "unit": str(u), "matched": False,
                                          "reason": IN_PROCESS} for k, u in units]})
         kept = 0
+        loops = loop_sequence.loop_kernels(ctx.candidates())
         for k, unit in units:
             if k.get("kind") == "source":
                 tried.append({"kernel": k["name"], "unit": str(unit), "matched": False,
@@ -171,7 +227,7 @@ class OperatorStrategy(Strategy):
                 ctx.progress(f"{ctx.manifest.name}: matching {k['name'][:60]} "
                              f"({unit.parent.name}/{unit.name}) against the operator matrix")
                 with unit_rows.attempt(out) as done:
-                    row = self._match(om, match_unit, ctx, k, unit, out)
+                    row = self._match(om, match_unit, ctx, k, unit, out, loops)
                     done(row)
             tried.append(row)
             if row["matched"]:
@@ -195,15 +251,35 @@ class OperatorStrategy(Strategy):
 
     @staticmethod
     def _match(om: Any, match_unit: Any, ctx: Context, k: dict[str, Any], unit: Path,
-               out: Path) -> dict[str, Any]:
+               out: Path, loops: set[str]) -> dict[str, Any]:
         """One unit's row: its one-launch, fused and lifted paths (a matcher's failure is
-        the unit's data)."""
+        the unit's data); the kernel's time loop recorded as a sequence in between when it
+        is one (:mod:`..loop_sequence`)."""
         repeat = ctx.manifest.integrate.match_repeat
         try:
             with driver_of(ctx.manifest.env):
                 r = match_unit(unit, out_dir=out, repeat=repeat)
-                row = _paths(om, unit, out, repeat, r)
+            seq = _sequence(om, ctx, k, unit, out, r, loops)
+            with driver_of(ctx.manifest.env):
+                row = _paths(om, unit, out, repeat, r, seq)
         except Exception as exc:  # noqa: BLE001 - a matcher failure is this kernel's data
             return {"kernel": k["name"], "unit": str(unit), "matched": False,
                     "reason": f"matching failed: {type(exc).__name__}: {exc}"}
         return {"kernel": k["name"], "unit": str(unit), **row}
+
+
+def _sequence(om: Any, ctx: Context, k: dict[str, Any], unit: Path, out: Path, one: Any,
+              loops: set[str]) -> dict[str, Any] | str:
+    """The kernel's time loop on the unit's dataset recorded as a sequence unit (one more
+    run of the program), summarized; or why not."""
+    if getattr(om, "fuse_unit", None) is None:
+        return "not recorded: this kernforge has no fusion"
+    recognized = hasattr(one, "spec_path") or getattr(one, "recognized", None) is not None
+    why = loop_sequence.why_not(k, loops, recognized)
+    if why is not None:
+        return why
+    ctx.progress(f"{ctx.manifest.name}: recording the time loop of {k['name'][:60]} on "
+                 f"{unit.parent.name} ({loop_sequence.sequence_length()} launches after "
+                 f"{loop_sequence.SKIP}): one more run of the program")
+    got = loop_sequence.record(ctx.harness, unit, k["name"], out / "sequence")
+    return got if isinstance(got, str) else loop_sequence.summary(got)

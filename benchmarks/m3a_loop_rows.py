@@ -1,0 +1,50 @@
+"""Print what M3a did with each program's time loop (apps/loop_sequence.py), from finished
+``kernforge app run`` / ``app batch`` directories: per unit, the path that won (or none), the
+recorded sequence (launches of the kernel, why it ended, the step's other kernels) or why none
+was recorded, why the fused step was refused, and M4's fused launches per dataset.
+
+    python benchmarks/m3a_loop_rows.py runs/m3seq/batch/apps/*
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from kernforge.apps.store import AppStore
+
+
+def _short(text: object, width: int = 160) -> str:
+    s = " ".join(str(text).split())
+    return s if len(s) <= width else s[: width - 3] + "..."
+
+
+def show(run: Path) -> None:
+    store = AppStore.open(run)
+    try:
+        app, m3a, m4 = store.app(), store.milestone("M3a"), store.milestone("M4")
+    finally:
+        store.close()
+    print(f"== {run.name}: {app.state if app else '?'}")
+    for r in (m3a.figures.get("kernels") if m3a else None) or []:
+        unit = Path(r["unit"])
+        print(f"  {unit.parent.name}/{unit.name} {r['kernel'][:50]}: "
+              + (f"{r['path']} {r['speedup']:.2f}x" if r.get("matched") else "not matched"))
+        seq = r.get("sequence")
+        if isinstance(seq, dict):
+            print(f"    sequence: {seq['steps']} launches of the kernel, ended {seq['ended']}, "
+                  f"other kernels {seq['other_kernels']}")
+        elif seq:
+            print(f"    sequence: {_short(seq)}")
+        why = (r.get("refused") or {}).get("fused step")
+        if why and why != seq:
+            print(f"    fused step refused: {_short(why)}")
+    for d in (m4.figures.get("datasets") if m4 else None) or []:
+        if "fused_groups" in d:
+            print(f"  M4 {d['dataset']}: {d['fused_groups']} fused launches, "
+                  f"{d.get('flushed_unfused')} run unfused, speedup {d.get('speedup')}")
+
+
+if __name__ == "__main__":
+    for arg in sys.argv[1:]:
+        show(Path(arg))

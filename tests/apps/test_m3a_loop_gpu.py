@@ -1,0 +1,125 @@
+"""A native program's time loop whose step is several launches, through ``kernforge app run``
+(GPU): the demo's step written in CUDA C (``heat_stencil``, then ``apply_boundary`` once per
+axis), built by its manifest with nvcc. M2 records one launch per kernel; M3a records the loop
+as a sequence in one more run, fuses whole steps with the three boundary launches folded, and
+M4 runs the program with the fused spec through the interposer, which fuses launches.
+
+On a GPU machine: ``pytest -m gpu tests/apps/test_m3a_loop_gpu.py -s``.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kernforge.apps.manifest import load_manifest
+from kernforge.apps.store import AppStore
+from kernforge.apps.workflow import AppRun
+from kernforge.backends.cuda_image import nvcc
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(nvcc() is None, reason="needs nvcc")]
+
+APP = r"""
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+extern "C" __global__ void heat_stencil(const float* __restrict__ u, float* __restrict__ un,
+                                        float alpha, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  const int j = blockIdx.y * blockDim.y + threadIdx.y;
+  const int k = blockIdx.z * blockDim.z + threadIdx.z;
+  if (i >= n || j >= n || k >= n) return;
+  const long long sy = n, sz = (long long)n * n, c = k * sz + j * sy + i;
+  if (i == 0 || j == 0 || k == 0 || i == n - 1 || j == n - 1 || k == n - 1) { un[c] = u[c]; return; }
+  un[c] = u[c] + alpha * (u[c - 1] + u[c + 1] + u[c - sy] + u[c + sy] + u[c - sz] + u[c + sz]
+                          - 6.0f * u[c]);
+}
+extern "C" __global__ void apply_boundary(float* __restrict__ u, int n, int axis, float hot) {
+  const int p = blockIdx.x * blockDim.x + threadIdx.x;
+  const int q = blockIdx.y * blockDim.y + threadIdx.y;
+  if (p >= n || q >= n) return;
+  const long long sz = (long long)n * n, sy = n;
+  const long long sa = axis == 0 ? sz : (axis == 1 ? sy : 1);
+  const long long sp = axis == 0 ? sy : sz;
+  const long long sq = axis == 2 ? sy : 1;
+  const long long lo = p * sp + q * sq, hi = lo + (long long)(n - 1) * sa;
+  u[lo] = axis == 0 ? hot : u[lo + sa];
+  u[hi] = u[hi - sa];
+}
+int main(int argc, char** argv) {
+  const int n = atoi(argv[1]), steps = atoi(argv[2]);
+  const long long cells = (long long)n * n * n;
+  float* h = new float[cells];
+  for (long long i = 0; i < cells; i++) h[i] = (float)((i * 7919ll % 1000) / 1000.0);
+  float *u, *un;
+  cudaMalloc(&u, sizeof(float) * cells); cudaMalloc(&un, sizeof(float) * cells);
+  cudaMemcpy(u, h, sizeof(float) * cells, cudaMemcpyHostToDevice);
+  cudaMemcpy(un, h, sizeof(float) * cells, cudaMemcpyHostToDevice);
+  const dim3 block(32, 4, 2), grid((n + 31) / 32, (n + 3) / 4, (n + 1) / 2);
+  const dim3 fb(16, 16), fg((n + 15) / 16, (n + 15) / 16);
+  for (int s = 0; s < steps; s++) {
+    heat_stencil<<<grid, block>>>(u, un, 0.1f, n);
+    for (int axis = 0; axis < 3; axis++) apply_boundary<<<fg, fb>>>(un, n, axis, 1.0f);
+    std::swap(u, un);
+  }
+  cudaMemcpy(h, u, sizeof(float) * cells, cudaMemcpyDeviceToHost);
+  double sum = 0;
+  for (long long i = 0; i < cells; i++) sum += h[i];
+  printf("checksum %.9e\n", sum / cells);
+  delete[] h;
+  return 0;
+}
+"""
+
+
+def test_a_loop_with_boundary_kernels_is_fused_by_the_workflow(tmp_path: Path) -> None:
+    src = tmp_path / "heat3d-native"
+    src.mkdir()
+    (src / "heat3d.cu").write_text(APP)
+    manifest = tmp_path / "app.toml"
+    manifest.write_text(textwrap.dedent(f"""
+        name = "heat3d-native"
+        source = "{src}"
+        build = "{nvcc()} -O2 -arch=sm_90 -o heat3d heat3d.cu"
+        timeout_s = 300
+
+        [[datasets]]
+        name = "n256"
+        run = "./heat3d 256 200"
+
+        [check]
+        kind = "regex"
+        pattern = 'checksum ([0-9.eE+-]+)'
+        rel = 1e-4
+
+        [measure]
+        rounds = 3
+        e2e_rounds = 7
+
+        [integrate]
+        strategies = ["operator"]
+        match_repeat = 5
+        """))
+    out = tmp_path / "run"
+    state = AppRun(load_manifest(manifest), out, progress=print).run()
+    store = AppStore.open(out)
+    ms = {m.name: m for m in store.milestones()}
+    store.close()
+    m3a = ms["M3a"]
+    row = next(r for r in m3a.figures["kernels"] if r["kernel"] == "heat_stencil")
+    print(json.dumps({k: row.get(k) for k in ("path", "speedup", "refused", "sequence")},
+                     indent=1))
+    seq = row["sequence"]
+    assert isinstance(seq, dict) and seq["ended"] == "complete", seq
+    assert seq["other_kernels"] == ["apply_boundary"], seq
+    assert row["matched"], row["reason"]
+    assert row["path"].startswith("fused ") and row["path"].endswith(
+        "whole steps with 3 companion(s): 3 folded"), row["path"]
+    assert row["refused"]["fused"].startswith("not tried: the kernel's time loop")
+    print(state.state, ms["M4"].reason)
+    (d,) = ms["M4"].figures["datasets"]
+    assert d["fused_groups"] > 0, d  # the interposer ran the loop fused in the program
+    assert state.state in ("INTEGRATED", "INCONCLUSIVE"), (state.state, ms["M4"].reason)
