@@ -35,7 +35,7 @@ import numpy as np
 from ..core import ConfigError
 from ..stencil import faces as fc
 from ..stencil import matrix as mx
-from ..stencil.kernels import overlap
+from ..stencil.kernels import overlap, temporal
 from ..stencil.kernels.common import DoesNotFit
 from ..stencil.operator import Operator
 from ..stencil.spec import Cell
@@ -107,13 +107,26 @@ def tolerance_steps(match: Recognized, scale: float, steps: int) -> tuple[float,
     return 8 * eps * steps, tolerance(match.dtype, match.weights, scale) * grow
 
 
-def _temporal(match: Recognized, steps: int, tile: dict[str, int]) -> Operator | None:
-    """The matrix's temporal design for ``steps`` steps (3D star_1, boundary copy)."""
+# the temporal design with face rules (its first kernel: each stage gathers the faces), best
+# guess first; 48 KiB of shared memory leave T=7 the 32x24 tile
+FACE_TILES = ({"tx": 32, "ty": 32, "lz": 64}, {"tx": 32, "ty": 32, "lz": 32},
+              {"tx": 64, "ty": 16, "lz": 64}, {"tx": 32, "ty": 24, "lz": 64})
+
+
+def _temporal(match: Recognized, steps: int, tile: dict[str, int], faces: fc.Groups = ()
+              ) -> Operator | None:
+    """The matrix's temporal design for ``steps`` steps (3D star_1, boundary copy), each
+    followed by the ``faces`` groups' rules; None where it does not apply or fit."""
     if match.dims != 3 or match.kind != "star" or match.radius != 1 or match.boundary != "copy":
         return None
     spec = dataclasses.replace(match.spec, steps=steps, name=f"{match.spec.name}_t{steps}")
     cell = Cell(spec, match.cell.shape, match.cell.precision)
-    return mx.build("temporal", cell, dict(tile))
+    if not faces:
+        return mx.build("temporal", cell, dict(tile))
+    try:
+        return temporal.generate(cell, **tile, faces=faces)
+    except DoesNotFit:
+        return None
 
 
 TILES_PER_STEPS = 3  # overlapped tiling presets tried per T: the first that fit
@@ -122,10 +135,10 @@ TILES_PER_STEPS = 3  # overlapped tiling presets tried per T: the first that fit
 def candidates(match: Recognized, steps: Sequence[int] = STEPS, limit: int | None = None,
                faces: fc.Groups = ()) -> list[tuple[int, Operator]]:
     """(T, operator) pairs to try, each applying ``T`` steps in one launch: the temporal design
-    where it applies (no ``faces``), then overlapped tiling's presets, for each ``T`` of
-    ``steps``; each step followed by the ``faces`` groups' rules (the step's boundary kernels,
-    in launch order); those that do not fit (48 KiB of shared memory) are left out;
-    ``limit``: at most that many."""
+    where it applies, then overlapped tiling's presets, for each ``T`` of ``steps``; each step
+    followed by the ``faces`` groups' rules (the step's boundary kernels, in launch order);
+    those that do not fit (48 KiB of shared memory) are left out; ``limit``: at most that
+    many."""
     why = refusal(match, faces=faces)
     if why:
         raise ConfigError(f"not fusable: {why}", hint="the one-launch operator still applies")
@@ -133,7 +146,8 @@ def candidates(match: Recognized, steps: Sequence[int] = STEPS, limit: int | Non
         check_steps(t)
     out: list[tuple[int, Operator]] = []
     for t in steps:
-        temporal = [] if faces else [_temporal(match, t, tile) for tile in TEMPORAL_TILES]
+        temporal = [_temporal(match, t, tile, faces)
+                    for tile in (FACE_TILES if faces else TEMPORAL_TILES)]
         out += [(t, op) for op in temporal if op is not None
                 and op.launches[0].shared_bytes <= MAX_STATIC_SHARED and len(op.launches) == 1]
         fit = 0
@@ -169,7 +183,9 @@ def fused_adapter(op: Operator, match: Recognized, slots: Sequence[Slot], total:
     block = launch.block
     threads = block[0] * block[1] * block[2]
     bnd, point = "", ""
-    if op.design == "temporal":  # it writes the interior only: the ring is in's at every step
+    if op.design == "temporal" and "faces" not in op.params:
+        # it writes the interior only: the ring is in's at every step (with face rules it
+        # writes every point)
         point = _point(match, t, acc)
         nx, ny, nz = match.shape
         nb = nx * ny * nz - (nz - 2) * (ny - 2) * (nx - 2)
