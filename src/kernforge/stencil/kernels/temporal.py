@@ -145,7 +145,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0,
                          "steps in one launch: the pipelined kernel's stages have no gather")
     nz_int = cell.shape.nz if faces else cell.shape.nz - 2  # face rules: every plane is output
     lz = nz_int if lz <= 0 else min(lz, nz_int)
-    params = {"tx": tx, "ty": ty, "lz": lz, "steps": st.steps}
+    params: dict[str, int | str] = {"tx": tx, "ty": ty, "lz": lz, "steps": st.steps}
     # the parameters added after the first design appear only with a value of their own, so
     # its operators keep their keys
     extra = {"pipe": pipe, "fs": 0 if fs == st.steps else fs, "minb": minb, "pf": pf, "cx": cx,

@@ -28,7 +28,7 @@ be more than ``d`` points wide; along z, the chunks likewise. Every grid point i
 from __future__ import annotations
 
 from .. import faces as fc
-from ..spec import Cell
+from ..spec import Cell, Precision
 from .common import DoesNotFit, TileIndex, extents, header, literal, load, store, weight_names
 
 LO_Z_COPY, HI_Z_COPY = 2, 3  # the farthest z copy each face reads (bottom: patched; top: queue)
@@ -40,6 +40,8 @@ def _flat(faces: fc.Groups) -> list[fc.Face]:
 
 def check(cell: Cell, faces: fc.Groups, tx: int, ty: int, lz: int, steps: int) -> None:
     """:class:`DoesNotFit` where the rules cannot fold into this tiling."""
+    if cell.precision is Precision.FP16:
+        raise DoesNotFit("face rules fold into fp32 and fp64 grids")
     s = cell.shape
     why = fc.check(faces, (s.nz, s.ny, s.nx), cell.stencil.radii)
     if why:
