@@ -19,8 +19,9 @@ the input's ring at every step) and overlapped tiling (stencil/kernels/overlap.p
 any radius, every recognized boundary rule, ``keep`` reading the ring of the buffer each step
 reads). A step may also launch boundary kernels after the stencil (a face held at a value, a
 face copying its inner neighbour): lifted to face rules (apps/lift_companion.py), they fold
-into overlapped tiling over the ``keep``, ``copy`` and ``zero`` rules (``faces``), and the
-fused kernel then does each whole step. The adapter around them is this module's; the GPU
+into overlapped tiling over the ``keep``, ``copy`` and ``zero`` rules and into the temporal
+design's first kernel (stencil/kernels/temporal_faces.py) (``faces``), and the fused kernel
+then does each whole step. The adapter around them is this module's; the GPU
 half is apps/fused_gpu.py.
 """
 

@@ -17,7 +17,8 @@ through ``tmp`` like :func:`.common.ping_pong`; a smaller halo, more DRAM traffi
 (``__launch_bounds__`` minimum blocks per SM), ``pipe`` (0: this module's kernel; 1: the
 pipelined kernel of :mod:`.temporal_pipe`, which adds ``pf`` planes in flight and ``cx`` x ``cy``
 points per thread, and ``fi``, a boundary-free body for the blocks and iterations that touch no
-boundary). ``pipe=0, fs=T, minb=1`` is the first design, byte for byte.
+boundary). ``pipe=0, fs=T, minb=1`` is the first design, byte for byte. ``faces``: a time
+loop's face rules after every step, folded into the first kernel (:mod:`.temporal_faces`).
 """
 
 from __future__ import annotations
