@@ -40,6 +40,9 @@ ORDERED = ((fc.Face(2, 0, 0, 0.25),), (fc.Face(1, 0, 0, 0.5), fc.Face(1, 1, 2)),
 ORDERED_CONST_Z = ((fc.Face(2, 1, 0, 0.75),), (fc.Face(0, 0, 0, -1.0), fc.Face(0, 1, 0, 2.0)),
                    (fc.Face(1, 1, 1), fc.Face(1, 0, 1)), (fc.Face(2, 0, 3),))
 
+# no z rule: the z faces keep their input under the in-plane rules
+IN_PLANE = ((fc.Face(2, 1, 0, 0.5), fc.Face(2, 0, 2)), (fc.Face(1, 1, 0, 0.25),))
+
 
 def _match(n: int, dtype: str = "float32") -> Recognized:
     return Recognized(0, 1, dtype, (n, n, n), "star", 1, 3, HEAT, "copy")
@@ -95,7 +98,7 @@ def test_the_demo_step_folds_into_the_temporal_design(steps: int, n: int,
     assert np.array_equal(_fused(r, op, steps, x, y, shuffle=steps), got)  # any block order
 
 
-@pytest.mark.parametrize("groups", [ORDERED, ORDERED_CONST_Z])
+@pytest.mark.parametrize("groups", [ORDERED, ORDERED_CONST_Z, IN_PLANE])
 @pytest.mark.parametrize(("steps", "n", "tile"), [(3, 11, (12, 11, 4)), (5, 12, (16, 14, 5))])
 def test_rules_apply_in_their_order(groups: fc.Groups, steps: int, n: int,
                                     tile: tuple[int, int, int]) -> None:
