@@ -103,10 +103,21 @@ def _setup(cell: Cell, faces: fc.Groups, tx: int, ty: int) -> str:
     return code
 
 
+def _faced(faces: fc.Groups, tx: int, ty: int) -> str:
+    """A C condition: the block's tile holds a face that an in-plane rule writes (then its
+    threads gather from each other, after a second barrier per iteration)."""
+    conds = []
+    for axis, a, w in ((2, "x", tx), (1, "y", ty)):
+        if any(f.axis == axis for f in _flat(faces)):
+            lo, hi, n = f"(g{a} - t{a})", f"(g{a} - t{a} + {w - 1})", f"N{a.upper()}"
+            conds.append(f"({lo} <= 0 && {hi} >= 0) || ({lo} <= {n} - 1 && {hi} >= {n} - 1)")
+    return " || ".join(f"({c})" for c in conds) or "false"
+
+
 def _stage(cell: Cell, s: int, steps: int) -> str:
     """Phase 1 of stage ``s``: the stencil value ``v{s}`` of plane ``k - 2s``, published."""
     w = dict(zip(cell.stencil.offsets, weight_names(cell), strict=True))
-    prev, sm = s - 1, f"sm[{s - 1}]"
+    prev, sm = s - 1, f"sm[par][{s - 1}]"
     expr = (f"{w[(0, 0, 0)]} * b{prev} + {w[(-1, 0, 0)]} * a{prev} + {w[(1, 0, 0)]} * c{prev}"
             f" + {w[(0, -1, 0)]} * {sm}[ym][tx] + {w[(0, 1, 0)]} * {sm}[yp][tx]"
             f" + {w[(0, 0, -1)]} * {sm}[ty][xm] + {w[(0, 0, 1)]} * {sm}[ty][xp]")
@@ -114,7 +125,7 @@ def _stage(cell: Cell, s: int, steps: int) -> str:
       const long p = k - {2 * s};
       if (p >= lo{s} && p < hi{s}) {{
         v{s} = (inner && p >= 1 && p < NZ - 1) ? ({expr}) : b{prev};
-        fx[{prev}][ty][tx] = v{s};
+        if (faced) sm[1][{prev}][ty][tx] = v{s};  // published for the gathers
       }}
     }}
 """
@@ -126,7 +137,7 @@ def _finish(cell: Cell, faces: fc.Groups, s: int, steps: int) -> str:
     lo, hi = _last_z(flat, 0), _last_z(flat, 1)
     dlo = flat[lo].source if lo is not None else 0
     dhi = flat[hi].source if hi is not None else 0
-    take = f"ACC w = gs ? v{s} : (qc ? qv : (&fx[{s - 1}][0][0])[gi]);"
+    take = f"ACC w = gs ? v{s} : (qc ? qv : (&sm[1][{s - 1}][0][0])[gi]);"
     if lo is not None and not dlo:
         take += " if (p == 0) w = zv0;"
     if hi is not None:
@@ -176,7 +187,7 @@ def source(cell: Cell, tx: int, ty: int, lz: int, steps: int, minb: int, faces: 
         f"  const long lo{s} = z0 - {steps - s} > 0 ? z0 - {steps - s} : 0;\n"
         f"  const long hi{s} = z1 + {steps - s} < NZ ? z1 + {steps - s} : NZ;"
         for s in range(steps + 1))
-    centres = "\n".join(f"    sm[{s}][ty][tx] = b{s};" for s in range(steps))
+    centres = "\n".join(f"    sm[par][{s}][ty][tx] = b{s};" for s in range(steps))
     stages = "".join(_stage(cell, s, steps) for s in range(steps, 0, -1))
     finish = "".join(_finish(cell, faces, s, steps) for s in range(steps, 0, -1))
     return f"""{header(cell)}{extents(cell)}typedef {p.acc_ctype} ACC;
@@ -184,14 +195,16 @@ def source(cell: Cell, tx: int, ty: int, lz: int, steps: int, minb: int, faces: 
 // then per step: {fc.describe(faces)}
 extern "C" __global__ void __launch_bounds__({tx * ty}{f", {minb}" if minb > 1 else ""})
 temporal(const {p.ctype}* __restrict__ src, {p.ctype}* __restrict__ dst) {{
-  __shared__ ACC sm[T][{ty}][{tx}];  // each stage's centre plane
-  __shared__ ACC fx[T][{ty}][{tx}];  // each stage's stencil values, for the gathers
+  // each stage's centre plane, double-buffered by iteration parity; in a tile on a face
+  // written by a rule within the planes: [0] the centres, [1] the stages' values (gathers)
+  __shared__ ACC sm[2][T][{ty}][{tx}];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int xm = tx > 0 ? tx - 1 : 0, xp = tx < {tx - 1} ? tx + 1 : {tx - 1};
   const int ym = ty > 0 ? ty - 1 : 0, yp = ty < {ty - 1} ? ty + 1 : {ty - 1};
   const long bx0 = (long){bi.x} * {bx}, by0 = (long){bi.y} * {by}, bz0 = (long){bi.z} * {lz};
   const long gx = (bx0 < NX - {bx} ? bx0 : NX - {bx}) - T + tx;  // the last tile moved back
   const long gy = (by0 < NY - {by} ? by0 : NY - {by}) - T + ty;
+  const bool faced = {_faced(faces, tx, ty)};  // the same in the whole block
   const bool in_grid = gx >= 0 && gx < NX && gy >= 0 && gy < NY;
   const bool inner = gx >= 1 && gx < NX - 1 && gy >= 1 && gy < NY - 1;
   const bool owner = in_grid && tx >= T && tx < T + {bx} && ty >= T && ty < T + {by};
@@ -202,13 +215,14 @@ temporal(const {p.ctype}* __restrict__ src, {p.ctype}* __restrict__ dst) {{
   {values}
   ACC nxt = in_grid ? {load(p, "src[(lo0 * NY + gy) * NX + gx]")} : (ACC)0;
   for (long k = lo0 + 1; k < hi{steps} + {2 * steps}; ++k) {{
+    const int par = faced ? 0 : k & 1;
     if (k - 1 <= hi0) {{  // push input plane k-1 (one stale push past the top), prefetch k
       a0 = b0; b0 = c0; c0 = nxt;
       if (k < hi0 && in_grid) nxt = {load(p, "src[(k * NY + gy) * NX + gx]")};
     }}
 {centres}
     __syncthreads();
-{stages}    __syncthreads();
+{stages}    if (faced) __syncthreads();
 {finish}  }}
 }}
 """
