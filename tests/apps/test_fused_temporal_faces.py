@@ -124,9 +124,10 @@ def test_the_candidates_offer_the_temporal_design_with_faces() -> None:
     assert {op.design for _, op in got} == {"temporal", "overlap"}
     assert all(op.params["faces"] == fc.describe(DEMO_FACES) for _, op in got)
     assert all(op.launches[0].shared_bytes <= 48 * 1024 for _, op in got)
-    ad = fz.fused_adapter(next(op for s, op in got if op.design == "temporal"), r, DEMO_SLOTS,
-                          24, 3)
+    first = next(op for s, op in got if op.design == "temporal")
+    ad = fz.fused_adapter(first, r, DEMO_SLOTS, 24, 3)
     assert "kf_boundary" not in ad.source  # the kernel writes every point, faces included
+    assert first.params["minb"] == 2 and "__launch_bounds__(1024, 2)" in ad.source
 
 
 def test_what_the_temporal_design_refuses() -> None:

@@ -109,9 +109,12 @@ def tolerance_steps(match: Recognized, scale: float, steps: int) -> tuple[float,
 
 
 # the temporal design with face rules (its first kernel: each stage gathers the faces), best
-# guess first; 48 KiB of shared memory leave T=7 the 32x24 tile
-FACE_TILES = ({"tx": 32, "ty": 32, "lz": 64}, {"tx": 32, "ty": 32, "lz": 32},
-              {"tx": 64, "ty": 16, "lz": 64}, {"tx": 32, "ty": 24, "lz": 64})
+# guess first: two 1024-thread blocks per SM (ptxas, sm_90, the demo's T=3 at 256^3: 32
+# registers, no spill; T=5 spills 92 bytes), then one; 48 KiB of shared memory leave T=7
+# the 32x24 tile
+FACE_TILES = ({"tx": 32, "ty": 32, "lz": 64, "minb": 2}, {"tx": 32, "ty": 32, "lz": 64},
+              {"tx": 32, "ty": 32, "lz": 32}, {"tx": 64, "ty": 16, "lz": 64},
+              {"tx": 32, "ty": 24, "lz": 64})
 
 
 def _temporal(match: Recognized, steps: int, tile: dict[str, int], faces: fc.Groups = ()
@@ -197,6 +200,8 @@ def fused_adapter(op: Operator, match: Recognized, slots: Sequence[Slot], total:
   }}
 """
     call = ", ".join({"in": "kf_in", "out": "kf_out"}[a] for a in launch.args)
+    minb = int(op.params.get("minb", 1))  # the design's blocks per SM, kept on the entry
+    bounds = f"{threads}, {minb}" if minb > 1 else f"{threads}"
     digest = hashlib.sha256((op.source + params + repr(sorted(match.weights.items()))
                              + match.boundary + str(steps)).encode()).hexdigest()[:12]
     entry = f"kf_fused_{digest}"
@@ -213,7 +218,7 @@ def fused_adapter(op: Operator, match: Recognized, slots: Sequence[Slot], total:
 #pragma pop_macro("__launch_bounds__")
 #pragma pop_macro("__global__")
 {point}{structs}
-extern "C" __global__ void __launch_bounds__({threads}) {entry}({params}) {{
+extern "C" __global__ void __launch_bounds__({bounds}) {entry}({params}) {{
   const long kf_tid = threadIdx.x + {block[0]} * (threadIdx.y + {block[1]} * threadIdx.z);
   const long kf_block = ((long)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
   (void)kf_tid; (void)kf_block;
