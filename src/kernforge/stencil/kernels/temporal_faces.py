@@ -11,10 +11,12 @@ a tile index into the plane or a constant. A z face (plane 0 or n-1) ends as the
 copies ends (the in-plane rules act on both alike), or, where its last z rule sets a constant,
 as that constant after the in-plane rules that follow it.
 
-The kernel marches up z as :mod:`.temporal` does, with two barriers per iteration: the stages
-compute their planes' stencil values and publish them in shared memory (``fx``); after the
-second barrier each thread takes its gathered value, which is what it pushes into the stage's
-register queue and shared memory for the next stage, or stores. A z face copied from ``d``
+The kernel marches up z as :mod:`.temporal` does. In a tile that holds a face written by an
+in-plane rule, each iteration has a second barrier: the stages publish their planes' stencil
+values in shared memory (the second of the two centre buffers, the centres then single-
+buffered), and after that barrier each thread takes its gathered value, which is what it
+pushes into the stage's register queue (and so into shared memory for the next stage), or
+stores. Other tiles run as the first design does (one barrier, centres double-buffered). A z face copied from ``d``
 planes inward takes the value the stage's queue holds (``d`` up to 3 on the top face), or, on
 the bottom face, is patched when plane ``d`` is done (``d`` up to 2). Copies move values only.
 
