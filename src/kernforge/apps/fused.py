@@ -109,9 +109,9 @@ def tolerance_steps(match: Recognized, scale: float, steps: int) -> tuple[float,
 
 
 # the temporal design with face rules (its first kernel: each stage gathers the faces), best
-# guess first: two 1024-thread blocks per SM (ptxas, sm_90, the demo's T=3 at 256^3: 32
-# registers, no spill; T=5 spills 92 bytes), then one; 48 KiB of shared memory leave T=7
-# the 32x24 tile
+# guess first: two 1024-thread blocks per SM (ptxas 13, sm_90, the demo at 256^3: T=3 fits
+# 32 registers without a spill, T=5 spills 16 bytes), then one; 48 KiB of shared memory leave
+# T=7 the 32x24 tile
 FACE_TILES = ({"tx": 32, "ty": 32, "lz": 64, "minb": 2}, {"tx": 32, "ty": 32, "lz": 64},
               {"tx": 32, "ty": 32, "lz": 32}, {"tx": 64, "ty": 16, "lz": 64},
               {"tx": 32, "ty": 24, "lz": 64})

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from .. import faces as fc
 from ..spec import Cell, Precision
-from .common import DoesNotFit, TileIndex, extents, header, literal, load, store, weight_names
+from .common import DoesNotFit, TileIndex, header, literal, load, store, weight_names
 
 LO_Z_COPY, HI_Z_COPY = 2, 3  # the farthest z copy each face reads (bottom: patched; top: queue)
 
@@ -67,7 +67,7 @@ def _const(cell: Cell, value: float) -> str:
 def _walk(cell: Cell, rules: list[fc.Face], q: str) -> str:
     """C statements walking the in-plane ``rules`` backwards from (``q``x, ``q``y) = (gx, gy):
     each rule writing the point moves it inward or sets ``q``c (and the constant ``q``v)."""
-    out = [f"  long {q}x = gx, {q}y = gy; bool {q}c = false; ACC {q}v = 0;"]
+    out = [f"  IDX {q}x = gx, {q}y = gy; bool {q}c = false; ACC {q}v = 0;"]
     for f in reversed(rules):
         a = "x" if f.axis == 2 else "y"
         at = "0" if f.side == 0 else f"N{a.upper()} - 1"
@@ -91,7 +91,7 @@ def _setup(cell: Cell, faces: fc.Groups, tx: int, ty: int) -> str:
     face's constant (``zv0``, ``zv1``) where its last z rule sets one."""
     flat = _flat(faces)
     code = _walk(cell, [f for f in flat if f.axis], "q")
-    code += ("  const long qlx = tx + (qx - gx), qly = ty + (qy - gy);  // clamped: such a source"
+    code += ("  const IDX qlx = tx + (qx - gx), qly = ty + (qy - gy);  // clamped: such a source"
              " serves no valid point\n"
              f"  const int gi = (int)(qly < 0 ? 0 : qly > {ty - 1} ? {ty - 1} : qly) * {tx}"
              f" + (int)(qlx < 0 ? 0 : qlx > {tx - 1} ? {tx - 1} : qlx);\n"
@@ -124,7 +124,7 @@ def _stage(cell: Cell, s: int, steps: int) -> str:
             f" + {w[(0, -1, 0)]} * {sm}[ym][tx] + {w[(0, 1, 0)]} * {sm}[yp][tx]"
             f" + {w[(0, 0, -1)]} * {sm}[ty][xm] + {w[(0, 0, 1)]} * {sm}[ty][xp]")
     return f"""    {{  // stage {s}: step {s} of plane k - {2 * s}
-      const long p = k - {2 * s};
+      const IDX p = k - {2 * s};
       if (p >= lo{s} && p < hi{s}) {{
         v{s} = (inner && p >= 1 && p < NZ - 1) ? ({expr}) : b{prev};
         if (faced) sm[1][{prev}][ty][tx] = v{s};  // published for the gathers
@@ -168,7 +168,7 @@ def _finish(cell: Cell, faces: fc.Groups, s: int, steps: int) -> str:
         done += " }"
         tail = ""
     return f"""    {{  // stage {s}, gathered
-      const long p = k - {2 * s};
+      const IDX p = k - {2 * s};
       if (p >= lo{s} && p < hi{s}) {{
         {take}
         {done}
@@ -186,13 +186,16 @@ def source(cell: Cell, tx: int, ty: int, lz: int, steps: int, minb: int, faces: 
     queues = " ".join(f"ACC a{s} = 0, b{s} = 0, c{s} = 0;" for s in range(steps))
     values = " ".join(f"ACC v{s} = 0;" for s in range(1, steps + 1))
     bounds = "\n".join(
-        f"  const long lo{s} = z0 - {steps - s} > 0 ? z0 - {steps - s} : 0;\n"
-        f"  const long hi{s} = z1 + {steps - s} < NZ ? z1 + {steps - s} : NZ;"
+        f"  const IDX lo{s} = z0 - {steps - s} > 0 ? z0 - {steps - s} : 0;\n"
+        f"  const IDX hi{s} = z1 + {steps - s} < NZ ? z1 + {steps - s} : NZ;"
         for s in range(steps + 1))
     centres = "\n".join(f"    sm[par][{s}][ty][tx] = b{s};" for s in range(steps))
     stages = "".join(_stage(cell, s, steps) for s in range(steps, 0, -1))
     finish = "".join(_finish(cell, faces, s, steps) for s in range(steps, 0, -1))
-    return f"""{header(cell)}{extents(cell)}typedef {p.acc_ctype} ACC;
+    s = cell.shape
+    idx = "int" if s.points < 2**31 else "long"  # 32-bit plane and index arithmetic if it fits
+    sizes = f"constexpr {idx} NX = {s.nx}, NY = {s.ny}, NZ = {s.nz};\ntypedef {idx} IDX;\n"
+    return f"""{header(cell)}{sizes}typedef {p.acc_ctype} ACC;
 {weights}constexpr int T = {steps};
 // then per step: {fc.describe(faces)}
 extern "C" __global__ void __launch_bounds__({tx * ty}{f", {minb}" if minb > 1 else ""})
@@ -203,20 +206,20 @@ temporal(const {p.ctype}* __restrict__ src, {p.ctype}* __restrict__ dst) {{
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int xm = tx > 0 ? tx - 1 : 0, xp = tx < {tx - 1} ? tx + 1 : {tx - 1};
   const int ym = ty > 0 ? ty - 1 : 0, yp = ty < {ty - 1} ? ty + 1 : {ty - 1};
-  const long bx0 = (long){bi.x} * {bx}, by0 = (long){bi.y} * {by}, bz0 = (long){bi.z} * {lz};
-  const long gx = (bx0 < NX - {bx} ? bx0 : NX - {bx}) - T + tx;  // the last tile moved back
-  const long gy = (by0 < NY - {by} ? by0 : NY - {by}) - T + ty;
+  const IDX bx0 = (IDX){bi.x} * {bx}, by0 = (IDX){bi.y} * {by}, bz0 = (IDX){bi.z} * {lz};
+  const IDX gx = (bx0 < NX - {bx} ? bx0 : NX - {bx}) - T + tx;  // the last tile moved back
+  const IDX gy = (by0 < NY - {by} ? by0 : NY - {by}) - T + ty;
   const bool faced = {_faced(faces, tx, ty)};  // the same in the whole block
   const bool in_grid = gx >= 0 && gx < NX && gy >= 0 && gy < NY;
   const bool inner = gx >= 1 && gx < NX - 1 && gy >= 1 && gy < NY - 1;
   const bool owner = in_grid && tx >= T && tx < T + {bx} && ty >= T && ty < T + {by};
-  const long z0 = bz0 < NZ - {lz} ? bz0 : NZ - {lz};
-  const long z1 = z0 + {lz};
+  const IDX z0 = bz0 < NZ - {lz} ? bz0 : NZ - {lz};
+  const IDX z1 = z0 + {lz};
 {bounds}
 {_setup(cell, faces, tx, ty)}  {queues}
   {values}
   ACC nxt = in_grid ? {load(p, "src[(lo0 * NY + gy) * NX + gx]")} : (ACC)0;
-  for (long k = lo0 + 1; k < hi{steps} + {2 * steps}; ++k) {{
+  for (IDX k = lo0 + 1; k < hi{steps} + {2 * steps}; ++k) {{
     const int par = faced ? 0 : k & 1;
     if (k - 1 <= hi0) {{  // push input plane k-1 (one stale push past the top), prefetch k
       a0 = b0; b0 = c0; c0 = nxt;
