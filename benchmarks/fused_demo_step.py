@@ -22,9 +22,10 @@ Run on a GPU machine with CuPy::
 
     python benchmarks/fused_demo_step.py --n 256 --out /tmp/fdemo
 
-It prints the recognized stencil, the folded face rules and the elided kernels, the fused
-operator, and one fused launch against T unfused steps with the 99% CI, or why nothing was
-fused. ``--diag-every 0`` records the loop without the reduction (4 launches a step).
+It prints the recognized stencil, the folded face rules and the elided kernels, every
+candidate tried and the best screen speedup of each design (``temporal``, ``overlap``) for each
+T, the fused operator, and one fused launch against T unfused steps with the 99% CI, or why
+nothing was fused. ``--diag-every 0`` records the loop without the reduction (4 launches a step).
 """
 
 from __future__ import annotations
@@ -51,6 +52,17 @@ def record(out: Path, n: int, sequence: int, dtype: str, diag_every: int) -> Pat
     return units[0]
 
 
+def best_screened(tried: tuple[dict, ...]) -> list[tuple[str, int, float | None]]:
+    """(design, T, the best screen speedup of its candidates that passed, or None)."""
+    best: dict[tuple[str, int], float | None] = {}
+    for row in tried:
+        key = (str(row["operator"]).split("[")[0], int(row["steps"]))
+        got = None if "refused" in row else row.get("screen_speedup")
+        old = best.get(key)
+        best[key] = got if old is None else old if got is None else max(old, got)
+    return [(d, t, b) for (d, t), b in sorted(best.items())]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=256, help="grid points per axis (demo: 256)")
@@ -71,6 +83,9 @@ def main() -> int:
                   passes=args.passes, band=-1.0)
     for row in m.tried:
         print("  tried", json.dumps(row, default=str))
+    for design, t, best in best_screened(m.tried):
+        print(f"  best {design} T={t}: " + (f"{best:.3f}x (screen, one launch against T "
+                                             "unfused steps)" if best else "none passed"))
     if not isinstance(m, FusedMatch):
         print(f"NOT FUSED: {m.reason}")
         return 1

@@ -100,12 +100,13 @@ def test_fused_demo_steps_equal_t_unfused_steps(demo: tuple, steps: int) -> None
     np.testing.assert_allclose(model, want, atol=1e-6)
 
 
-def test_the_candidates_fold_the_faces_into_overlap_only(demo: tuple) -> None:
+@pytest.mark.parametrize("design", ["temporal", "overlap"])
+def test_the_candidates_fold_the_faces_into_both_designs(demo: tuple, design: str) -> None:
     step, r, groups = demo
     got = fz.candidates(r, (3,), faces=groups)
-    assert got and {op.design for _, op in got} == {"overlap"}  # no temporal design
+    assert {op.design for _, op in got} == {"temporal", "overlap"}
     assert all(op.params["faces"] == fc.describe(groups) for _, op in got)
-    steps, op = got[0]
+    steps, op = next((s, op) for s, op in got if op.design == design)
     rng = np.random.default_rng(9)
     x = rng.uniform(-1, 1, step.points).astype(np.float32)
     y = rng.uniform(2, 3, step.points).astype(np.float32)

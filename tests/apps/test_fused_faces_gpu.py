@@ -2,7 +2,8 @@
 recorded as a sequence unit (``--diag-every 0``), its stencil recognized, its three
 ``apply_boundary`` launches per step lifted to face rules on the device and folded, and the
 fused operator verified against the recorded steps (all four kernels per step) from the
-recorded state and from fresh inputs.
+recorded state and from fresh inputs; the temporal design's candidates with the faces folded
+among them.
 
 On a GPU machine: ``pytest -m gpu tests/apps/test_fused_faces_gpu.py``.
 """
@@ -65,3 +66,24 @@ def test_the_demo_default_step_elides_its_reduction(tmp_path: Path) -> None:
     assert len(e["fuse"]["companions"]) == 5
     print(f"fused {m.steps} steps with the reduction elided: {m.speedup:.3f}x "
           f"[{m.ci[0]:.3f}, {m.ci[1]:.3f}]")
+
+
+def test_the_demo_step_folds_into_the_temporal_design(tmp_path: Path) -> None:
+    """The temporal design with the demo's face rules for T = 3, 5, 7: every candidate built
+    and run; those of the temporal design pass the check against the recorded steps (they are
+    exact on copied faces, like overlapped tiling's), each with its screen speedup."""
+    pytest.importorskip("cupy")
+    cmd = [sys.executable, str(EXAMPLE), "--n", "128", "--steps", "16", "--diag-every", "0"]
+    status, units, problems, _ = record_command(cmd, tmp_path / "rec", kernels="heat_stencil",
+                                                max_instances=1, skip=2, sequence=8)
+    assert status == 0 and not problems and len(units) == 1
+    m = fuse_unit(units[0], out_dir=tmp_path / "f", steps=(3, 5, 7), band=-1.0, repeat=5,
+                  passes=3)
+    assert isinstance(m, FusedMatch), m
+    rows = [r for r in m.tried if str(r["operator"]).startswith("temporal[")]
+    assert {r["steps"] for r in rows} == {3, 5, 7}, m.tried
+    passed = [r for r in rows if "refused" not in r]
+    for r in rows:
+        print(r["steps"], r["operator"], r.get("screen_speedup"), r.get("refused", ""))
+    assert {r["steps"] for r in passed} == {3, 5, 7}, rows
+    print(f"chosen T={m.steps}: {m.speedup:.3f}x [{m.ci[0]:.3f}, {m.ci[1]:.3f}]; {m.note}")

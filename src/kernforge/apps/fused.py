@@ -19,8 +19,9 @@ the input's ring at every step) and overlapped tiling (stencil/kernels/overlap.p
 any radius, every recognized boundary rule, ``keep`` reading the ring of the buffer each step
 reads). A step may also launch boundary kernels after the stencil (a face held at a value, a
 face copying its inner neighbour): lifted to face rules (apps/lift_companion.py), they fold
-into overlapped tiling over the ``keep``, ``copy`` and ``zero`` rules (``faces``), and the
-fused kernel then does each whole step. The adapter around them is this module's; the GPU
+into overlapped tiling over the ``keep``, ``copy`` and ``zero`` rules and into the temporal
+design's first kernel (stencil/kernels/temporal_faces.py) (``faces``), and the fused kernel
+then does each whole step. The adapter around them is this module's; the GPU
 half is apps/fused_gpu.py.
 """
 
@@ -35,7 +36,7 @@ import numpy as np
 from ..core import ConfigError
 from ..stencil import faces as fc
 from ..stencil import matrix as mx
-from ..stencil.kernels import overlap
+from ..stencil.kernels import overlap, temporal
 from ..stencil.kernels.common import DoesNotFit
 from ..stencil.operator import Operator
 from ..stencil.spec import Cell
@@ -107,13 +108,29 @@ def tolerance_steps(match: Recognized, scale: float, steps: int) -> tuple[float,
     return 8 * eps * steps, tolerance(match.dtype, match.weights, scale) * grow
 
 
-def _temporal(match: Recognized, steps: int, tile: dict[str, int]) -> Operator | None:
-    """The matrix's temporal design for ``steps`` steps (3D star_1, boundary copy)."""
+# the temporal design with face rules (its first kernel: each stage gathers the faces), best
+# guess first: two 1024-thread blocks per SM (ptxas 13, sm_90, the demo at 256^3: T=3 fits
+# 32 registers without a spill, T=5 spills 16 bytes), then one; 48 KiB of shared memory leave
+# T=7 the 32x24 tile
+FACE_TILES = ({"tx": 32, "ty": 32, "lz": 64, "minb": 2}, {"tx": 32, "ty": 32, "lz": 64},
+              {"tx": 32, "ty": 32, "lz": 32}, {"tx": 64, "ty": 16, "lz": 64},
+              {"tx": 32, "ty": 24, "lz": 64})
+
+
+def _temporal(match: Recognized, steps: int, tile: dict[str, int], faces: fc.Groups = ()
+              ) -> Operator | None:
+    """The matrix's temporal design for ``steps`` steps (3D star_1, boundary copy), each
+    followed by the ``faces`` groups' rules; None where it does not apply or fit."""
     if match.dims != 3 or match.kind != "star" or match.radius != 1 or match.boundary != "copy":
         return None
     spec = dataclasses.replace(match.spec, steps=steps, name=f"{match.spec.name}_t{steps}")
     cell = Cell(spec, match.cell.shape, match.cell.precision)
-    return mx.build("temporal", cell, dict(tile))
+    if not faces:
+        return mx.build("temporal", cell, dict(tile))
+    try:
+        return temporal.generate(cell, **tile, faces=faces)
+    except DoesNotFit:
+        return None
 
 
 TILES_PER_STEPS = 3  # overlapped tiling presets tried per T: the first that fit
@@ -122,10 +139,10 @@ TILES_PER_STEPS = 3  # overlapped tiling presets tried per T: the first that fit
 def candidates(match: Recognized, steps: Sequence[int] = STEPS, limit: int | None = None,
                faces: fc.Groups = ()) -> list[tuple[int, Operator]]:
     """(T, operator) pairs to try, each applying ``T`` steps in one launch: the temporal design
-    where it applies (no ``faces``), then overlapped tiling's presets, for each ``T`` of
-    ``steps``; each step followed by the ``faces`` groups' rules (the step's boundary kernels,
-    in launch order); those that do not fit (48 KiB of shared memory) are left out;
-    ``limit``: at most that many."""
+    where it applies, then overlapped tiling's presets, for each ``T`` of ``steps``; each step
+    followed by the ``faces`` groups' rules (the step's boundary kernels, in launch order);
+    those that do not fit (48 KiB of shared memory) are left out; ``limit``: at most that
+    many."""
     why = refusal(match, faces=faces)
     if why:
         raise ConfigError(f"not fusable: {why}", hint="the one-launch operator still applies")
@@ -133,7 +150,8 @@ def candidates(match: Recognized, steps: Sequence[int] = STEPS, limit: int | Non
         check_steps(t)
     out: list[tuple[int, Operator]] = []
     for t in steps:
-        temporal = [] if faces else [_temporal(match, t, tile) for tile in TEMPORAL_TILES]
+        temporal = [_temporal(match, t, tile, faces)
+                    for tile in (FACE_TILES if faces else TEMPORAL_TILES)]
         out += [(t, op) for op in temporal if op is not None
                 and op.launches[0].shared_bytes <= MAX_STATIC_SHARED and len(op.launches) == 1]
         fit = 0
@@ -169,7 +187,9 @@ def fused_adapter(op: Operator, match: Recognized, slots: Sequence[Slot], total:
     block = launch.block
     threads = block[0] * block[1] * block[2]
     bnd, point = "", ""
-    if op.design == "temporal":  # it writes the interior only: the ring is in's at every step
+    if op.design == "temporal" and "faces" not in op.params:
+        # it writes the interior only: the ring is in's at every step (with face rules it
+        # writes every point)
         point = _point(match, t, acc)
         nx, ny, nz = match.shape
         nb = nx * ny * nz - (nz - 2) * (ny - 2) * (nx - 2)
@@ -180,6 +200,8 @@ def fused_adapter(op: Operator, match: Recognized, slots: Sequence[Slot], total:
   }}
 """
     call = ", ".join({"in": "kf_in", "out": "kf_out"}[a] for a in launch.args)
+    minb = int(op.params.get("minb", 1))  # the design's blocks per SM, kept on the entry
+    bounds = f"{threads}, {minb}" if minb > 1 else f"{threads}"
     digest = hashlib.sha256((op.source + params + repr(sorted(match.weights.items()))
                              + match.boundary + str(steps)).encode()).hexdigest()[:12]
     entry = f"kf_fused_{digest}"
@@ -196,7 +218,7 @@ def fused_adapter(op: Operator, match: Recognized, slots: Sequence[Slot], total:
 #pragma pop_macro("__launch_bounds__")
 #pragma pop_macro("__global__")
 {point}{structs}
-extern "C" __global__ void __launch_bounds__({threads}) {entry}({params}) {{
+extern "C" __global__ void __launch_bounds__({bounds}) {entry}({params}) {{
   const long kf_tid = threadIdx.x + {block[0]} * (threadIdx.y + {block[1]} * threadIdx.z);
   const long kf_block = ((long)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
   (void)kf_tid; (void)kf_block;

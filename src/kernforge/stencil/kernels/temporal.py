@@ -17,14 +17,16 @@ through ``tmp`` like :func:`.common.ping_pong`; a smaller halo, more DRAM traffi
 (``__launch_bounds__`` minimum blocks per SM), ``pipe`` (0: this module's kernel; 1: the
 pipelined kernel of :mod:`.temporal_pipe`, which adds ``pf`` planes in flight and ``cx`` x ``cy``
 points per thread, and ``fi``, a boundary-free body for the blocks and iterations that touch no
-boundary). ``pipe=0, fs=T, minb=1`` is the first design, byte for byte.
+boundary). ``pipe=0, fs=T, minb=1`` is the first design, byte for byte. ``faces``: a time
+loop's face rules after every step, folded into the first kernel (:mod:`.temporal_faces`).
 """
 
 from __future__ import annotations
 
+from .. import faces as fc
 from ..operator import Launch, Operator
 from ..spec import Cell, Precision
-from . import temporal_pipe
+from . import temporal_faces, temporal_pipe
 from .common import (
     XYZ,
     DoesNotFit,
@@ -122,7 +124,9 @@ def shared_bytes(cell: Cell, tx: int, ty: int, steps: int | None = None) -> int:
 
 def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0, fs: int = 0,
              minb: int = 1, pf: int = 1, cx: int = 1, cy: int = 1, fi: int = 0, h2: int = 0,
-             zo: int = 0) -> Operator:
+             zo: int = 0, faces: fc.Groups = ()) -> Operator:
+    """``faces``: a time loop's face rules applied after every step (:mod:`.temporal_faces`;
+    the first kernel, all steps in one launch)."""
     st = cell.stencil
     if not st.temporal or st.kind != "star" or st.radius != 1:
         raise DoesNotFit(f"temporal handles multi-step star_1 stencils, not {st.name}")
@@ -136,14 +140,20 @@ def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0,
     if tx * ty > 1024 or tx * ty * minb > 2048:
         raise DoesNotFit(f"a {tx}x{ty} block has too many threads (for {minb} per SM)")
     bi = tile_index(zo)  # the launch order: where the tile coordinates are
-    nz_int = cell.shape.nz - 2
+    faces = tuple(tuple(g) for g in faces if g)
+    if faces and (pipe or fs != st.steps):
+        raise DoesNotFit("face rules fold into the first temporal kernel (pipe=0) with all "
+                         "steps in one launch: the pipelined kernel's stages have no gather")
+    nz_int = cell.shape.nz if faces else cell.shape.nz - 2  # face rules: every plane is output
     lz = nz_int if lz <= 0 else min(lz, nz_int)
-    params = {"tx": tx, "ty": ty, "lz": lz, "steps": st.steps}
+    params: dict[str, int | str] = {"tx": tx, "ty": ty, "lz": lz, "steps": st.steps}
     # the parameters added after the first design appear only with a value of their own, so
     # its operators keep their keys
     extra = {"pipe": pipe, "fs": 0 if fs == st.steps else fs, "minb": minb, "pf": pf, "cx": cx,
              "cy": cy, "fi": fi, "h2": h2}
     params.update({k: v for k, v in extra.items() if v != FIRST[k]})
+    if faces:
+        params["faces"] = fc.describe(faces)
     if pipe:
         temporal_pipe.check(cell, fs, tx, ty, cx, cy, pf, minb, h2)
         source = temporal_pipe.source(cell, fs, tx, ty, cx, cy, lz, pf, minb, fi, h2, bi)
@@ -157,8 +167,13 @@ def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0,
         if shared_bytes(cell, tx, ty, fs) > 48 * 1024:
             raise DoesNotFit(f"a {tx}x{ty} tile needs too much static shared memory")
         bx, by = tx - 2 * fs, ty - 2 * fs
-        source = _source(cell, tx, ty, lz, fs, minb, bi)
-        grid = (cdiv(cell.shape.nx - 2, bx), cdiv(cell.shape.ny - 2, by), cdiv(nz_int, lz))
+        if faces:
+            temporal_faces.check(cell, faces, tx, ty, lz, fs)
+            source = temporal_faces.source(cell, tx, ty, lz, fs, minb, faces, bi)
+            grid = temporal_faces.grid(cell, tx, ty, lz, fs)
+        else:
+            source = _source(cell, tx, ty, lz, fs, minb, bi)
+            grid = (cdiv(cell.shape.nx - 2, bx), cdiv(cell.shape.ny - 2, by), cdiv(nz_int, lz))
         smem = 0
     launches = tuple(Launch("temporal", grid, (tx, ty, 1), (a, b), smem)
                      for a, b in ping_pong(st.steps // fs))
