@@ -25,7 +25,8 @@ from kernforge.testing.fakedriver import FakeCuda
 # spec's model and hashes, the interposer's build, and the modules they pull in
 NOT_NEEDED = ("argparse", "hashlib", "json", "subprocess", "typing", "re", "enum", "pathlib",
               "tempfile", "shutil", "kernforge.cli.run_cmd", "kernforge.deploy.native",
-              "kernforge.deploy.specdoc", "kernforge.record.interposer", "kernforge.core.errors",
+              "kernforge.deploy.specdoc", "kernforge.deploy.interposed",
+              "kernforge.record.interposer", "kernforge.core.errors",
               "kernforge.core.jsonio", "kernforge.pipeline.run_app")
 AFTER = """import sys
 from kernforge.cli.main import main
@@ -72,7 +73,7 @@ def test_a_second_start_is_quick_and_lean(on_fake: FakeCuda, spec: Path, cache: 
     assert "heat: 10 replaced" in proc.stderr
     line = next(x for x in proc.stdout.splitlines() if x.startswith("MODULES "))
     seen = set(json.loads(line[len("MODULES "):]))
-    assert "kernforge.cli.native_launch" in seen and "kernforge.deploy.interposed" in seen
+    assert "kernforge.cli.native_launch" in seen and "kernforge.deploy.preload_run" in seen
     assert sorted(seen & set(NOT_NEEDED)) == []
 
 

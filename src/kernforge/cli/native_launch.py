@@ -41,10 +41,11 @@ def quick(words: Sequence[str]) -> Callable[[], int] | None:
         return None
     from ..deploy import linecache  # os and time: what a Python spec's launch may import
 
-    if linecache.lookup(spec) is None:
+    kept = linecache.lookup(spec)
+    if kept is None:
         return None
     found, program = spec, command
-    return lambda: deploy(found, program)
+    return lambda: _deploy_kept(found, kept, program)
 
 
 def deploy(spec_path: str | os.PathLike[str], command: Sequence[str]) -> int:
@@ -52,6 +53,15 @@ def deploy(spec_path: str | os.PathLike[str], command: Sequence[str]) -> int:
     from ..deploy import interposed
 
     status, counts = interposed.run_deployed(spec_path, command)
+    _report(spec_path, status, counts)
+    return status
+
+
+def _deploy_kept(spec_path: str, kept: tuple[str, str], command: Sequence[str]) -> int:
+    """:func:`deploy` of a spec verified before: the kept library and line file."""
+    from ..deploy import preload_run
+
+    status, counts = preload_run.run(lambda _folder: kept, command)
     _report(spec_path, status, counts)
     return status
 
