@@ -125,3 +125,14 @@ def test_unused_records_and_old_line_files_are_pruned(kept: dict[str, Path],
     assert record.name not in names and old_lines.name not in names
     assert kept["lines"].name not in names
     assert any(n.endswith(".verified") for n in names)  # the other spec's own
+
+
+def test_a_record_that_is_not_a_regular_file_is_a_miss_without_blocking(
+        kept: dict[str, Path]) -> None:
+    record = Path(linecache.record_path(str(kept["spec"])))
+    record.unlink()
+    os.mkfifo(record)  # an open for reading would wait for a writer
+    assert linecache.lookup(str(kept["spec"])) is None
+    record.unlink()
+    record.symlink_to(kept["spec"])
+    assert linecache.lookup(str(kept["spec"])) is None

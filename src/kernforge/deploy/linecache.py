@@ -14,13 +14,15 @@ verifies the spec in full again (a damaged or edited spec is then refused as bef
 
 A file changed within :data:`RACY_NS` before a verification is not recorded (its next change
 could fall within the same tick of the file system's clock and leave its times as they are):
-the next start verifies it again. This module imports only ``os`` and ``time``: the launcher
-reads it before the program starts (docs/deploy.md, "Start-up cost").
+the next start verifies it again. This module imports only ``os``, ``stat`` and ``time`` (all
+loaded with the interpreter): the launcher reads it before the program starts (docs/deploy.md,
+"Start-up cost").
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import time
 
 TYPE_CHECKING = False
@@ -72,7 +74,11 @@ def lookup(spec: str) -> tuple[str, str] | None:
     before and nothing recorded has changed since; else None."""
     spec_abs = os.path.abspath(spec)
     try:
-        with open(record_path(spec_abs), "rb") as f:
+        # a regular file only, and no open that blocks (a FIFO in its place)
+        fd = os.open(record_path(spec_abs), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
             head, sep, kept = f.read().partition(SEPARATOR)
         if not sep:
             return None
