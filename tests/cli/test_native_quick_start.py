@@ -134,8 +134,11 @@ def test_exit_status_signals_and_ignored_signals_are_the_programs(
     if not verified:  # the same spec verified in full: both paths start the program alike
         Path(linecache.record_path(str(spec))).unlink()
     capfd.readouterr()
-    assert main(["run", "--deploy", str(spec), "--", "sh", "-c", "exit 3"]) == 3
-    assert "no counts: the program exited with status 3" in capfd.readouterr().err
+    named = f"{spec.parent}/./{spec.name}"  # the report names the spec as it was given
+    assert main(["run", "--deploy", named, "--", "sh", "-c", "exit 3"]) == 3
+    err = capfd.readouterr().err
+    assert "no counts: the program exited with status 3" in err
+    assert f"kernforge deploy report ({named}): 0 launch(es)" in err
     assert main(["run", "--deploy", str(spec), "--", "sh", "-c", "kill -TERM $$"]) == 143
     # Python ignores SIGPIPE and SIGXFSZ in itself; the program starts with them as a shell
     # would start it (default), and with what the launcher inherited otherwise
