@@ -34,7 +34,9 @@ no GPU needed; its program ``fake_app``, 10 launches of ``heat``, one entry repl
 is a Python process started before the program, which runs in a few milliseconds. The spec is
 verified at its first start and kept (deploy/linecache.py): ``native run --deploy`` is every
 later start; ``native run --deploy, verified`` removes the kept record before each round, so
-that each start checks the spec's signature and image hashes again.
+that each start checks the spec's signature and image hashes again; ``native python, spawn
+only`` is the least any Python launcher costs: an interpreter that only starts the program
+(``posix_spawn``, with ``--print-env``'s variables) and waits for it.
 
 The launcher runs as the ``kernforge`` command does: its console script (beside the Python
 interpreter) when there is one, else ``python -m kernforge`` (which adds ``runpy``).
@@ -124,6 +126,11 @@ def make_native(work: Path) -> tuple[list[str], Path, dict[str, str], dict[str, 
     return fake.command(), spec, {**driver, "LD_PRELOAD": str(lib), **extra}, driver
 
 
+# the least a Python launcher costs: an interpreter that starts the program and waits for it
+SPAWN_ONLY = ("import os, sys\n"
+              "os.waitpid(os.posix_spawn(sys.argv[1], sys.argv[1:], os.environ), 0)\n")
+
+
 def kernforge(py: str) -> list[str]:
     """The ``kernforge`` command: its console script run by ``py``, else ``py -m kernforge``."""
     script = Path(py).with_name("kernforge")
@@ -178,7 +185,8 @@ def main() -> int:
             "native plain": (program, driver, None),
             "native env": (program, env, "native plain"),
             "native run --deploy": (run_native, driver, "native env"),
-            "native run --deploy, verified": (run_native, driver, "native env")}
+            "native run --deploy, verified": (run_native, driver, "native env"),
+            "native python, spawn only": ([py, "-c", SPAWN_ONLY, *program], env, "native env")}
         modes.update(native_modes)
         try:
             from kernforge.deploy import linecache
