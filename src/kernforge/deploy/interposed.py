@@ -72,6 +72,7 @@ def prepared(spec_path: str | os.PathLike[str], spare: str) -> tuple[str, str]:
         return hit
     from pathlib import Path
 
+    from ..backends import jit
     from ..record import interposer
     from . import native as nd
 
@@ -83,7 +84,9 @@ def prepared(spec_path: str | os.PathLike[str], spare: str) -> tuple[str, str]:
     images = [str(p) for e in spec.entries for p in (spec.image_path(e),
                                                      spec.image_path(e).resolve())]
     native = Path(interposer.__file__).with_name("native")
-    sources = [interposer.__file__, *(str(native / n) for n in interposer.SOURCES)]
+    # what the library and the line file are made by: another kernforge is verified again
+    sources = [interposer.__file__, nd.__file__, jit.__file__, __file__, linecache.__file__,
+               *(str(native / n) for n in interposer.SOURCES)]
     try:
         kept = linecache.remember(spec_abs, text, lib, images, sources, str(native), started)
     except OSError:  # no usable cache folder: verified again at the next start
