@@ -153,3 +153,15 @@ def test_a_missing_command_is_an_error_on_the_quick_path(
     assert quick(["--deploy", str(spec), "--", "no-such-program-kf"]) is not None
     assert main(["run", "--deploy", str(spec), "--", "no-such-program-kf"]) == 2
     assert "command 'no-such-program-kf' not found" in capfd.readouterr().err
+
+
+def test_the_record_names_what_made_the_line_file_and_the_library(spec: Path) -> None:
+    """Another kernforge (its line writer, the JIT ids, the interposer's sources) is a miss."""
+    from kernforge.backends import jit
+    from kernforge.record import interposer
+
+    head = Path(linecache.record_path(str(spec))).read_bytes().split(linecache.SEPARATOR)[0]
+    named = {row.split("\t")[1] for row in head.decode().splitlines()[1:]}
+    native = Path(interposer.__file__).with_name("native")
+    assert {nd.__file__, jit.__file__, interposer.__file__, str(native / "kf_deploy.c"),
+            str(spec.parent / "spec.images" / "tuned.bin"), str(native)} <= named
