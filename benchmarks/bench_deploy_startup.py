@@ -32,8 +32,9 @@ no GPU needed; its program ``fake_app``, 10 launches of ``heat``, one entry repl
 ``native plain``, ``native env`` (``LD_PRELOAD`` and ``KERNFORGE_DEPLOY`` as ``kernforge run
 --deploy SPEC --print-env`` writes them) and ``native run --deploy`` against it: the launcher
 is a Python process started before the program, which runs in a few milliseconds. The spec is
-verified at its first start and kept (deploy/linecache.py): ``native run --deploy`` is every
-later start; ``native run --deploy, verified`` removes the kept record before each round, so
+verified at its first start (in the warm-up, once the files are older than
+``linecache.RACY_NS``) and kept (deploy/linecache.py): ``native run --deploy`` is every later
+start; ``native run --deploy, verified`` removes the kept record before each round, so
 that each start checks the spec's signature and image hashes again; ``native python, spawn
 only`` is the least any Python launcher costs: an interpreter that only starts the program
 (``posix_spawn``, with ``--print-env``'s variables) and waits for it.
@@ -195,6 +196,8 @@ def main() -> int:
         else:
             record = Path(linecache.record_path(str(native)))
             prepare["native run --deploy, verified"] = lambda: record.unlink(missing_ok=True)
+            # a spec younger than RACY_NS is verified at every start (as one just exported)
+            time.sleep(linecache.RACY_NS / 1e9 + 0.1)
     print(f"the launcher: {' '.join(kernforge(py)[1:])}")
     for m, (argv, spec, _) in modes.items():  # warm the compile caches and the file cache
         prepare.get(m, lambda: None)()
