@@ -165,3 +165,30 @@ def test_the_record_names_what_made_the_line_file_and_the_library(spec: Path) ->
     native = Path(interposer.__file__).with_name("native")
     assert {nd.__file__, jit.__file__, interposer.__file__, str(native / "kf_deploy.c"),
             str(spec.parent / "spec.images" / "tuned.bin"), str(native)} <= named
+
+
+def test_ctrl_c_of_the_launcher_alone_stops_the_program_and_exits_130(
+        spec: Path, cache: Path) -> None:
+    """SIGINT to the launcher alone (not its group): the program gets its grace time, then
+    SIGINT; the launcher says it was interrupted and exits 130, leaving no program behind."""
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNFORGE_")}
+    env["KERNFORGE_CACHE_DIR"] = str(cache)
+    pid_file = spec.parent / "program.pid"
+    assert quick(["--deploy", str(spec), "--", "sh"]) is not None  # the quick start's own
+    proc = subprocess.Popen([sys.executable, "-m", "kernforge", "run", "--deploy", str(spec),
+                             "--", "sh", "-c", f'echo $$ > {pid_file}; exec sleep 60'],
+                            env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text().strip():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    program = int(pid_file.read_text())
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    with pytest.raises(ProcessLookupError):
+        os.kill(program, 0)
