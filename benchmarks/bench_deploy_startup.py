@@ -31,12 +31,22 @@ With ``--native``, also a native spec on the fake CUDA driver (kernforge.testing
 no GPU needed; its program ``fake_app``, 10 launches of ``heat``, one entry replacing them):
 ``native plain``, ``native env`` (``LD_PRELOAD`` and ``KERNFORGE_DEPLOY`` as ``kernforge run
 --deploy SPEC --print-env`` writes them) and ``native run --deploy`` against it: the launcher
-is a Python process started before the program, which runs in a few milliseconds.
+is a Python process started before the program, which runs in a few milliseconds. The spec is
+verified at its first start (in the warm-up, once the files are older than
+``linecache.RACY_NS``) and kept (deploy/linecache.py): ``native run --deploy`` is every later
+start; ``native run --deploy, verified`` removes the kept record before each round, so
+that each start checks the spec's signature and image hashes again; ``native python, spawn
+only`` is the least any Python launcher costs: an interpreter that only starts the program
+(``posix_spawn``, with ``--print-env``'s variables) and waits for it.
+
+The launcher runs as the ``kernforge`` command does: its console script (beside the Python
+interpreter) when there is one, else ``python -m kernforge`` (which adds ``runpy``).
 
 The table gives each mode's median wall time over the rounds, and the median over the rounds of
 the difference to its counterpart (the column ``vs``: the run's ``plain``, ``import only``, or
-the same spec through the environment), in wall time and in CPU time (user + system of the
-process and its children: less disturbed by a busy machine). The specs
+the same spec through the environment) with the quartiles of those differences, in wall time
+and in CPU time (user + system of the process and its children: less disturbed by a busy
+machine). The specs
 are made here (a recording of the example at ``--n 16`` and an ``-O3`` variant; they are not
 tuned, as this measures only matching) unless ``--spec`` names one to use for both deploy modes.
 
@@ -54,6 +64,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -116,16 +127,28 @@ def make_native(work: Path) -> tuple[list[str], Path, dict[str, str], dict[str, 
     return fake.command(), spec, {**driver, "LD_PRELOAD": str(lib), **extra}, driver
 
 
+# the least a Python launcher costs: an interpreter that starts the program and waits for it
+SPAWN_ONLY = ("import os, sys\n"
+              "os.waitpid(os.posix_spawn(sys.argv[1], sys.argv[1:], os.environ), 0)\n")
+
+
+def kernforge(py: str) -> list[str]:
+    """The ``kernforge`` command: its console script run by ``py``, else ``py -m kernforge``."""
+    script = Path(py).with_name("kernforge")
+    return [py, str(script)] if script.is_file() else [py, "-m", "kernforge"]
+
+
 def launcher(py: str, spec: Path, app: list[str] = APP_ARGS) -> list[str]:
     """``kernforge run --deploy SPEC -- python APP ARGS``, as the ``kernforge`` command runs it
     (its log lines and report included)."""
-    return [py, "-m", "kernforge", "run", "--deploy", str(spec), "--", py, *app]
+    return [*kernforge(py), "run", "--deploy", str(spec), "--", py, *app]
 
 
 def timed(argv: list[str], spec: Path | dict[str, str] | None) -> tuple[float, float]:
     """(wall seconds, CPU seconds: user + system) of one process; ``spec``: deployed through
     ``KERNFORGE_DEPLOY``, or (a dict) the variables to set."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNFORGE_")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("KERNFORGE_") or k == "KERNFORGE_CACHE_DIR"}
     if isinstance(spec, dict):
         env.update(spec)
     elif spec is not None:
@@ -149,13 +172,55 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     ap.add_argument("--native", action="store_true",
                     help="also a native spec on the fake CUDA driver (see above)")
+    ap.add_argument("--native-only", action="store_true",
+                    help="only the native modes (no heat3d_cpu runs: shorter, less noisy)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kernforge-startup-"))
-    nomatch, unused = (args.spec, args.spec) if args.spec else make_specs(work)
     py = sys.executable
+    modes: Modes = {} if args.native_only else python_modes(args, work, py)
+    prepare: dict[str, Callable[[], object]] = {}  # done before a mode's run, not timed
+    if args.native or args.native_only:
+        program, native, env, driver = make_native(work)
+        run_native = [*kernforge(py), "run", "--deploy", str(native), "--", *program]
+        native_modes: Modes = {
+            "native plain": (program, driver, None),
+            "native env": (program, env, "native plain"),
+            "native run --deploy": (run_native, driver, "native env"),
+            "native run --deploy, verified": (run_native, driver, "native env"),
+            "native python, spawn only": ([py, "-c", SPAWN_ONLY, *program], env, "native env")}
+        modes.update(native_modes)
+        try:
+            from kernforge.deploy import linecache
+        except ImportError:  # a kernforge that verifies at every start
+            pass
+        else:
+            record = Path(linecache.record_path(str(native)))
+            prepare["native run --deploy, verified"] = lambda: record.unlink(missing_ok=True)
+            # a spec younger than RACY_NS is verified at every start (as one just exported)
+            time.sleep(linecache.RACY_NS / 1e9 + 0.1)
+    print(f"the launcher: {' '.join(kernforge(py)[1:])}")
+    for m, (argv, spec, _) in modes.items():  # warm the compile caches and the file cache
+        prepare.get(m, lambda: None)()
+        timed(argv, spec)
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    cpus: dict[str, list[float]] = {m: [] for m in modes}
+    names = list(modes)
+    for r in range(args.rounds):
+        for m in names[r % len(names):] + names[:r % len(names)]:
+            argv, spec, _ = modes[m]
+            prepare.get(m, lambda: None)()
+            wall, cpu = timed(argv, spec)
+            times[m].append(wall)
+            cpus[m].append(cpu)
+    report(args, modes, times, cpus)
+    return 0
+
+
+def python_modes(args: argparse.Namespace, work: Path, py: str) -> Modes:
+    nomatch, unused = (args.spec, args.spec) if args.spec else make_specs(work)
     import_only = work / "import_only.py"
     import_only.write_text("import kernforge\n")
-    modes: Modes = {
+    return {
         "plain": ([py, *APP_ARGS], None, None),
         "deploy, no match": ([py, *APP_ARGS], nomatch, "plain"),
         "deploy, never launched": ([py, *APP_ARGS], unused, "plain"),
@@ -166,31 +231,17 @@ def main() -> int:
         "run --deploy, import only": (launcher(py, nomatch, [str(import_only)]), None,
                                       "import only, deploy"),
     }
-    if args.native:
-        program, native, env, driver = make_native(work)
-        native_modes: Modes = {
-            "native plain": (program, driver, None),
-            "native env": (program, env, "native plain"),
-            "native run --deploy": ([py, "-m", "kernforge", "run", "--deploy", str(native),
-                                     "--", *program], driver, "native env")}
-        modes.update(native_modes)
-    for argv, spec, _ in modes.values():  # warm the compile caches and the file cache
-        timed(argv, spec)
-    times: dict[str, list[float]] = {m: [] for m in modes}
-    cpus: dict[str, list[float]] = {m: [] for m in modes}
-    names = list(modes)
-    for r in range(args.rounds):
-        for m in names[r % len(names):] + names[:r % len(names)]:
-            argv, spec, _ = modes[m]
-            wall, cpu = timed(argv, spec)
-            times[m].append(wall)
-            cpus[m].append(cpu)
+
+
+def report(args: argparse.Namespace, modes: Modes, times: dict[str, list[float]],
+           cpus: dict[str, list[float]]) -> None:
     rows = []
-    print(f"{len(times['plain'])} rounds, {os.cpu_count()} cores, python "
+    print(f"{args.rounds} rounds, {os.cpu_count()} cores, python "
           f"{sys.version.split()[0]}, PYTHONDONTWRITEBYTECODE="
           f"{os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r}")
     print(f"load average {os.getloadavg()[0]:.2f} (1 min) at the end")
-    print(f"{'mode':<30}{'median s':>10}{'vs':>24}{'added ms':>10}{'(min, max) ms':>16}"
+    print("added ms: the median of the per-round differences to vs, (q1, q3) their quartiles")
+    print(f"{'mode':<30}{'median s':>10}{'vs':>24}{'added ms':>10}{'(q1, q3) ms':>16}"
           f"{'cpu s':>8}{'added cpu ms':>14}")
     for m, (_, _, base) in modes.items():
         med = statistics.median(times[m])
@@ -201,7 +252,8 @@ def main() -> int:
             diffs = [1e3 * (a - b) for a, b in zip(times[m], times[base])]
             added = statistics.median(diffs)
             added_cpu = statistics.median(1e3 * (a - b) for a, b in zip(cpus[m], cpus[base]))
-            spread = f"({min(diffs):.0f}, {max(diffs):.0f})"
+            q1, _, q3 = statistics.quantiles(diffs, n=4)
+            spread = f"({q1:.0f}, {q3:.0f})"
         rows.append({"mode": m, "median_s": med, "vs": base, "added_ms": added,
                      "times_s": times[m], "cpu_s": cpu, "added_cpu_ms": added_cpu,
                      "cpus_s": cpus[m]})
@@ -210,7 +262,6 @@ def main() -> int:
               f"{cpu:>8.3f}{'' if added_cpu is None else f'{added_cpu:.1f}':>14}")
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
-    return 0
 
 
 if __name__ == "__main__":

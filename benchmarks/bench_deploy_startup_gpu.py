@@ -14,7 +14,18 @@ first (a script: ``import kernforge``, then ``runpy.run_path`` of the applicatio
   whose variant is the recorded one (the tuned variant is compiled and its first launch
   re-verified, as for a real win);
 - ``env, mismatch`` / ``run --deploy, mismatch``: ``heat_stencil`` recorded at ``--n N/2``
-  (the launcher, the hooks and the matching; nothing compiled).
+  (the launcher, the hooks and the matching; nothing compiled);
+- ``native env`` / ``native run --deploy``: a native spec (deployed through the driver
+  interposer) of ``heat_stencil`` recorded at ``--n N`` by the interposer alone (``kernforge
+  record -- sh -c 'exec python heat3d_cupy.py ...'``), its entry the recorded image and
+  geometry loaded from the spec's folder: ``native env`` runs the application with
+  ``LD_PRELOAD`` and ``KERNFORGE_DEPLOY`` as ``kernforge run --deploy SPEC --print-env`` writes
+  them (against ``plain``), ``native run --deploy`` through the launcher (against ``native
+  env``; the spec is verified at its first start, in the warm-up, and kept). The launcher's
+  report must say that launches ran the spec's entry (else the table says ``0 replaced``).
+
+The launcher runs as the ``kernforge`` command does: its console script (beside the Python
+interpreter) when there is one, else ``python -m kernforge``.
 
 The table: median wall and CPU time (user + system, the children's) of each mode, the median of
 the per-round differences to its counterpart (``vs``), and the median of the application's own
@@ -66,6 +77,40 @@ def make_spec(work: Path, n: int, name: str) -> Path:
     return write_spec(work / f"{name}.json", [entry])
 
 
+def make_native_spec(work: Path, n: int, py: str) -> tuple[Path, dict[str, str]]:
+    """A native spec of heat_stencil recorded at ``--n n`` by the interposer alone, and the
+    variables that deploy it without the launcher (``--print-env``'s)."""
+    from kernforge.deploy import interposed
+    from kernforge.deploy import native as nd
+    from kernforge.pipeline.run_app import record_command
+    from kernforge.record.native_format import read_native
+
+    app = [py, str(EXAMPLES / "heat3d_cupy.py"), "--n", str(n), "--steps", "2",
+           "--diag-every", "0"]
+    status, units, _, _ = record_command(["sh", "-c", 'exec "$0" "$@"', *app],
+                                         work / "native-rec", max_instances=1,
+                                         kernels="heat_stencil")
+    if status != 0 or not units:
+        sys.exit(f"the interposer recorded no heat_stencil (status {status})")
+    rec = read_native(units[0])
+    image = rec.image_bytes()
+    e = nd.entry(rec, {"block": list(rec.block)}, "recorded.bin", image,
+                 {"speedup": 1.0, "ci": [1.0, 1.0]})
+    # any image's heat_stencil (the one kernel of that name): CuPy loads it from its disk
+    # cache in the timed runs, NVRTC built it in the recorded one
+    e["source_image"] = None
+    spec = nd.write_spec(work / "native.json", [e], {"recorded.bin": image})
+    lib, extra = interposed.deploy_env(spec, work / "native.interposer.tsv")
+    preload = ":".join(p for p in (str(lib), os.environ.get("LD_PRELOAD", "")) if p)
+    return spec, {"LD_PRELOAD": preload, **extra}
+
+
+def kernforge(py: str) -> list[str]:
+    """The ``kernforge`` command: its console script run by ``py``, else ``py -m kernforge``."""
+    script = Path(py).with_name("kernforge")
+    return [py, str(script)] if script.is_file() else [py, "-m", "kernforge"]
+
+
 def timed(argv: list[str], env_extra: dict[str, str]) -> tuple[float, float, float, str]:
     """(wall s, CPU s of the children, the application's own loop s, stderr) of one run."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNFORGE_")}
@@ -83,10 +128,10 @@ def timed(argv: list[str], env_extra: dict[str, str]) -> tuple[float, float, flo
             float(loop.group(1)) if loop else float("nan"), proc.stderr)
 
 
-def modes(py: str, app: list[str], match: Path, mismatch: Path, wrap: Path
-          ) -> dict[str, tuple[list[str], dict[str, str], str | None]]:
+def modes(py: str, app: list[str], match: Path, mismatch: Path, wrap: Path, native: Path,
+          native_env: dict[str, str]) -> dict[str, tuple[list[str], dict[str, str], str | None]]:
     def run_deploy(spec: Path) -> list[str]:
-        return [py, "-m", "kernforge", "run", "--deploy", str(spec), "--", py, *app]
+        return [*kernforge(py), "run", "--deploy", str(spec), "--", py, *app]
 
     wrapped = [py, str(wrap), *app]
     return {
@@ -97,13 +142,15 @@ def modes(py: str, app: list[str], match: Path, mismatch: Path, wrap: Path
         "run --deploy, match": (run_deploy(match), {}, "env, match"),
         "env, mismatch": (wrapped, {"KERNFORGE_DEPLOY": str(mismatch)}, "imports kernforge"),
         "run --deploy, mismatch": (run_deploy(mismatch), {}, "env, mismatch"),
+        "native env": ([py, *app], native_env, "plain"),
+        "native run --deploy": (run_deploy(native), {}, "native env"),
     }
 
 
 def profile(out: Path, table: dict[str, tuple[list[str], dict[str, str], str | None]]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name, (argv, extra, _) in table.items():
-        if not name.startswith(("env, m", "run --deploy")):
+        if not name.startswith(("env, m", "run --deploy", "native run")):
             continue
         stem = out / name.replace(", ", "-").replace(" ", "_").replace("--", "")
         _, _, _, err = timed([argv[0], "-X", "importtime", *argv[1:]], extra)
@@ -130,9 +177,14 @@ def main() -> int:
            "0"]
     wrap = work / "imports_kernforge.py"
     wrap.write_text(WRAP)
-    table = modes(py, app, match, mismatch, wrap)
+    native, native_env = make_native_spec(work, args.n, py)
+    table = modes(py, app, match, mismatch, wrap, native, native_env)
     for argv, extra, _ in table.values():  # warm CuPy's kernel cache and the file cache
         timed(argv, extra)
+    said = re.search(r"([0-9]+) launch\(es\) ran a tuned configuration",
+                     timed(*table["native run --deploy"][:2])[3])
+    print(f"native run --deploy: {said.group(1) if said else 0} replaced (heat_stencil)")
+    print(f"the launcher: {' '.join(kernforge(py)[1:])}")
     walls: dict[str, list[float]] = {m: [] for m in table}
     cpus: dict[str, list[float]] = {m: [] for m in table}
     loops: dict[str, list[float]] = {m: [] for m in table}

@@ -8,17 +8,22 @@ Optuna, Dask, the LLM client).
 
 from __future__ import annotations
 
-import importlib
 import os as _os
 import sys as _sys
-import types as _types
-from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 
+# no ``typing``, ``types`` or ``importlib`` at import: every process deployed through
+# $KERNFORGE_DEPLOY and every ``kernforge run`` imports this module first
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover - the names, for type checkers
+    from types import ModuleType as _ModuleType
+    from typing import Any
+
     from .record.capture import record
     from .replay.engine import replay
+else:
+    _ModuleType = type(_sys)
 
 _EXPORTS = {
     "Kernel": "kernforge.backends.kernel",
@@ -48,12 +53,12 @@ __all__ = ["__version__", "deploy", "record", "replay", *_EXPORTS.keys()]  # noq
 _FUNCTIONS = {"record": "kernforge.record.capture", "replay": "kernforge.replay.engine"}
 
 
-class _Package(_types.ModuleType):
+class _Package(_ModuleType):
     """This package's module type: a subpackage ``record`` / ``replay`` being imported does
     not shadow the function of that name."""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in _FUNCTIONS and isinstance(value, _types.ModuleType):
+        if name in _FUNCTIONS and isinstance(value, _ModuleType):
             return
         super().__setattr__(name, value)
 
@@ -62,6 +67,8 @@ _sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:
+    import importlib
+
     if name == "deploy":  # the subpackage (kernforge.deploy.use, ...), imported on first use
         return importlib.import_module("kernforge.deploy")
     if name in _FUNCTIONS:

@@ -8,7 +8,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from kernforge.deploy import interposed
+from kernforge.deploy import preload_run
 
 
 def test_folders_of_dead_launchers_are_removed() -> None:
@@ -19,7 +19,7 @@ def test_folders_of_dead_launchers_are_removed() -> None:
     live = Path(tempfile.mkdtemp(prefix=f"kf-deploy-{os.getpid()}-"))
     other = Path(tempfile.mkdtemp(prefix="kf-deploy-"))  # not a name this code writes
     try:
-        interposed._sweep_orphans()
+        preload_run.sweep_orphans()
         assert not stale.exists()
         assert live.is_dir() and other.is_dir()
     finally:

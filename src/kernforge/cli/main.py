@@ -12,21 +12,19 @@ neither accepted nor rejected); 130 interrupted.
 
 from __future__ import annotations
 
-import argparse
-import importlib
-import shlex
 import sys
-from collections.abc import Sequence
-from types import ModuleType
 
-from .._version import __version__
-from ..core.errors import KernforgeError
-from . import damaged
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import argparse
+    from collections.abc import Callable, Sequence
+    from types import ModuleType
 
 # one module per command group, in the order of ``kernforge --help``; each is imported only
 # when the parser needs it: ``kernforge run`` imports run_cmd alone (LEAN), so that an
 # application started through it pays no more start-up than one started with $KERNFORGE_DEPLOY
-# (docs/deploy.md, "Start-up cost")
+# (docs/deploy.md, "Start-up cost"); what else a command needs is imported when it runs, and
+# ``run --deploy`` of a native spec verified before takes no parser at all (native_launch.quick)
 COMMAND_MODULES = ("demo_cmd", "evolve_cmd", "record_cmd", "inspect_cmd", "replay_cmd",
                    "tune_cmd", "export_cmd", "run_cmd", "serve_cmd", "integrity_cmd",
                    "stencil_cmd", "app_cmd")
@@ -34,11 +32,17 @@ LEAN = {"run": "run_cmd"}
 
 
 def _module(name: str) -> ModuleType:
+    import importlib
+
     return importlib.import_module(f"{__package__}.{name}")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser of every command, or of the one command module ``only``."""
+    import argparse
+
+    from .._version import __version__
+
     parser = argparse.ArgumentParser(
         prog="kernforge",
         description="Record the kernels of a real run, replay them in isolation, verify and "
@@ -70,18 +74,36 @@ def encoding_safe() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
-    lean = _lean(words)
-    if lean is None:  # `kernforge run` leaves the application's own streams as they are
-        encoding_safe()
-    parser = build_parser(lean)
-    args = parser.parse_args(words)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    damaged.reset()
+    quick = _quick(words)
+    args = None
+    if quick is None:
+        lean = _lean(words)
+        if lean is None:  # `kernforge run` leaves the application's own streams as they are
+            encoding_safe()
+        parser = build_parser(lean)
+        parsed = args = parser.parse_args(words)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        quick = lambda: _run_parsed(parsed)
     try:
-        return damaged.final_status(int(args.func(args) or 0))
-    except KernforgeError as exc:
+        return quick()
+    except KeyboardInterrupt as exc:  # an Interrupted one says what was kept
+        what = getattr(exc, "message", "")
+        from .output import err_console
+
+        err_console.print(f"interrupted: {what}" if what else "interrupted", markup=False,
+                          soft_wrap=True)
+        again = None if args is None else resume_command(words, args)
+        if again:
+            err_console.print(f"  finished work is kept; to go on: {again}", markup=False,
+                              soft_wrap=True)
+        return 130
+    except Exception as exc:
+        from ..core.errors import KernforgeError  # what kernforge raises on purpose
+
+        if not isinstance(exc, KernforgeError):
+            raise
         from rich.markup import escape
 
         from .output import err_console
@@ -90,17 +112,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.hint:
             err_console.print(f"  [yellow]hint:[/] {escape(exc.hint)}", soft_wrap=True)
         return exc.exit_code
-    except KeyboardInterrupt as exc:  # an Interrupted one says what was kept
-        what = getattr(exc, "message", "")
-        from .output import err_console
 
-        err_console.print(f"interrupted: {what}" if what else "interrupted", markup=False,
-                          soft_wrap=True)
-        again = resume_command(words, args)
-        if again:
-            err_console.print(f"  finished work is kept; to go on: {again}", markup=False,
-                              soft_wrap=True)
-        return 130
+
+def _run_parsed(args: argparse.Namespace) -> int:
+    from . import damaged
+
+    damaged.reset()
+    return damaged.final_status(int(args.func(args) or 0))
+
+
+def _quick(words: Sequence[str]) -> Callable[[], int] | None:
+    """``run --deploy`` of a native spec verified before: its launch, without a parser."""
+    if words[:1] != ["run"]:
+        return None
+    from .native_launch import quick
+
+    return quick(words[1:])
 
 
 def resume_command(argv: list[str], args: argparse.Namespace) -> str | None:
@@ -116,6 +143,8 @@ def resume_command(argv: list[str], args: argparse.Namespace) -> str | None:
     for flag, value in where:
         if value and flag not in line and not any(a.startswith(flag + "=") for a in line):
             line += [flag, str(value)]
+    import shlex
+
     return shlex.join(["kernforge", *line, "--resume"])
 
 

@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         if args.print_env:
             return native_launch.print_env(Path(args.deploy))
         _need_command(command, "./app ARGS")
-        return native_launch.deploy(Path(args.deploy), command)
+        return native_launch.deploy(args.deploy, command)  # named as given
     from ..deploy import startup
     from ..pipeline.pyapp import is_python_application, parse_python, run_application
 

@@ -6,7 +6,7 @@ errors (``kernforge run --deploy``, the deployed program's start-up) does not im
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # no typing at import: kernforge run and deployed processes
 
 from .lazy import lazy_exports
 

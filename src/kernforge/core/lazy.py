@@ -3,10 +3,12 @@ importing a package costs only what its caller uses (``kernforge run`` stays lea
 
 from __future__ import annotations
 
-import importlib
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+
+TYPE_CHECKING = False  # no typing at import: every lazy package imports this module
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Any
 
 
 def lazy_exports(package: str, exports: Mapping[str, str], names: Sequence[str]
@@ -18,6 +20,8 @@ def lazy_exports(package: str, exports: Mapping[str, str], names: Sequence[str]
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        import importlib
+
         value = getattr(importlib.import_module(f"{package}.{module}"), name)
         setattr(sys.modules[package], name, value)  # the next lookup finds it directly
         return value

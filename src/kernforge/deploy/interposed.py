@@ -2,10 +2,14 @@
 preloaded in deploy mode, the spec's launch lines beside it.
 
 Every command that puts a native spec into a program (``kernforge run --deploy``,
-``--print-env``, the application workflow's M4) builds its environment here. The program
-starts after this module has run, so it imports only what builds that environment (the spec's
-checks, the line file, the library): no rich, no numpy, nothing of the tuning (docs/deploy.md,
-"Start-up cost"; tests/cli/test_run_lean.py guards it).
+``--print-env``, the application workflow's M4) builds its environment here: the spec's
+signature and image hashes checked, its line file written, the library built on first use.
+``kernforge run --deploy`` keeps what a first start verified (:mod:`.linecache`), so that a
+later start of the unchanged spec neither hashes nor writes, and starts the program through
+:mod:`.preload_run`. The program starts after this module has run, so it imports only what
+builds that environment: no rich, no numpy, nothing of the tuning, and what only a first
+verification needs where it is used (docs/deploy.md, "Start-up cost";
+tests/cli/test_run_lean.py and tests/cli/test_native_quick_start.py guard it).
 
 The interposer is one C library for recording and deploying, built by
 :mod:`kernforge.record.interposer`; this module is the one place ``deploy`` imports it (a
@@ -15,18 +19,23 @@ deliberate exception to the layers, named in ``pyproject.toml`` and docs/archite
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+import time
 
-from ..record import interposer
-from . import native as nd
+from . import linecache, preload_run
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from collections.abc import Sequence
+    from pathlib import Path
+    from typing import Any
 
 
 def is_native_spec(path: str | Path) -> bool:
     """Whether the spec at ``path`` is a native one (deployed through the interposer)."""
+    from pathlib import Path
+
+    from . import native as nd
+
     return nd.is_native_spec(Path(path))
 
 
@@ -35,6 +44,9 @@ def deploy_env(spec_path: Path, lines_path: Path, log_path: Path | None = None
     """The interposer library to preload (built on first use) and the variables that put it in
     deploy mode: the spec is checked (signature, image hashes), its launch lines written to
     ``lines_path``; with ``log_path``, the counts are written there when the program exits."""
+    from ..record import interposer
+    from . import native as nd
+
     spec = nd.read_spec(spec_path)
     lines_path.write_text(nd.interposer_lines(spec))
     lib = interposer.build()
@@ -44,39 +56,55 @@ def deploy_env(spec_path: Path, lines_path: Path, log_path: Path | None = None
     return lib, env
 
 
-def run_deployed(spec_path: Path, command: Sequence[str]) -> tuple[int, dict[str, Any]]:
-    """Run ``command`` with the interposer replacing the spec's launches: its exit status and
-    the interposer's counts (empty when no process of it reported any)."""
-    with tempfile.TemporaryDirectory(prefix=f"kf-deploy-{os.getpid()}-") as tmp:
-        log = Path(tmp) / "log.json"
-        lib, extra = deploy_env(spec_path, Path(tmp) / "deploy.tsv", log)
-        env = interposer.preload_env(lib, extra)
-        env.pop("KERNFORGE_RECORD_DIR", None)
-        status = interposer.run_preloaded(list(command), env)
-        counts = nd.read_log(log)
-    _sweep_orphans()  # after the program, off its start-up
-    return status, counts
+def cached(spec_path: str | os.PathLike[str]) -> tuple[str, str] | None:
+    """(the interposer library, the line file) of a native spec verified before and unchanged
+    since (:mod:`.linecache`), else None: nothing to hash, nothing to write."""
+    return linecache.lookup(os.fspath(spec_path))
 
 
-def _sweep_orphans() -> None:
-    """Remove the line files of earlier runs whose launcher was killed (``kill -9`` leaves its
-    ``kf-deploy-PID-*`` folder behind): those of a process that no longer exists."""
+def prepared(spec_path: str | os.PathLike[str], spare: str) -> tuple[str, str]:
+    """(the interposer library, the line file) of the spec: kept from an earlier start when
+    nothing of it changed, else verified now (signature, image hashes: a damaged or edited
+    spec is a ConfigError) and kept. ``spare``: a private folder for the line file when the
+    cache folder cannot hold it."""
+    hit = cached(spec_path)
+    if hit is not None:
+        return hit
+    from pathlib import Path
+
+    from ..backends import jit
+    from ..record import interposer
+    from . import native as nd
+
+    spec_abs = os.path.abspath(spec_path)
+    started = time.time_ns()
+    spec = nd.read_spec(Path(spec_abs))
+    text = nd.interposer_lines(spec)
+    lib = str(interposer.build())
+    images = [str(p) for e in spec.entries for p in (spec.image_path(e),
+                                                     spec.image_path(e).resolve())]
+    native = Path(interposer.__file__).with_name("native")
+    # what the library and the line file are made by: another kernforge is verified again
+    sources = [interposer.__file__, nd.__file__, jit.__file__, __file__, linecache.__file__,
+               *(str(native / n) for n in interposer.SOURCES)]
     try:
-        names = os.listdir(tempfile.gettempdir())
-    except OSError:
-        return
-    for name in names:
-        parts = name.split("-")
-        if len(parts) < 4 or parts[:2] != ["kf", "deploy"] or not parts[2].isdigit():
-            continue
-        try:
-            os.kill(int(parts[2]), 0)
-            continue  # alive (or not ours to signal): left alone
-        except ProcessLookupError:
-            pass
-        except (PermissionError, OverflowError):
-            continue
-        shutil.rmtree(os.path.join(tempfile.gettempdir(), name), ignore_errors=True)
+        kept = linecache.remember(spec_abs, text, lib, images, sources, str(native), started)
+    except OSError:  # no usable cache folder: verified again at the next start
+        kept = None
+    if kept is not None:
+        return lib, kept
+    lines = os.path.join(spare, "deploy.tsv")  # this start's own
+    with open(lines, "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write(text)
+    return lib, lines
+
+
+def run_deployed(spec_path: str | os.PathLike[str], command: Sequence[str]
+                 ) -> tuple[int, dict[str, Any]]:
+    """Run ``command`` with the interposer replacing the spec's launches: its exit status
+    (128+N for signal N) and the interposer's counts (empty when no process of it reported
+    any). The program starts as a child of this process, which waits for it."""
+    return preload_run.run(lambda folder: prepared(spec_path, folder), command)
 
 
 def env_lines(spec_path: Path) -> list[str]:

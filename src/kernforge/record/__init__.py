@@ -7,7 +7,7 @@ applications. The names are imported from their modules on first use (``kernforg
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # no typing at import: kernforge run and deployed processes
 
 from ..core.lazy import lazy_exports
 
