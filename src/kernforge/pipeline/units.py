@@ -24,7 +24,7 @@ from ..replay.native_validate import NativeValidation, validate_native
 from .evolve_run import EvolveDisplay, EvolveRun, evolve_all
 from .export import ExportOutcome, export_run
 from .loading import Units, load_units
-from .native_units import NativeRow, describe_native, replay_native
+from .native_units import NativeRow, replay_native
 from .notes import QUIET, Notes
 from .tune_run import (
     Isolating,
@@ -43,15 +43,10 @@ __all__ = ["EvolveDisplay", "EvolveRun", "ExportOutcome", "NativeValidation", "N
 
 
 def describe_units(units: Units) -> list[dict[str, Any]]:
-    """What each unit holds (``kernforge inspect --json``): native units first."""
-    return describe_native(units.native) + [{
-        "path": str(r.path), "kernel": r.source.entry, "backend": r.backend,
-        "launch": r.launch.to_json(), "options": r.options.as_dict(),
-        "defines": dict(r.defines), "bytes": r.nbytes,
-        "args": [{"name": a.name, "kind": a.kind, "dtype": a.dtype, "shape": list(a.shape),
-                  "written": a.written, "policy": a.policy.to_json()} for a in r.args],
-        "cache": protocol_for(r).to_json(),
-    } for r in units.recordings]
+    """What each unit holds (``kernforge inspect --json``), with the cache state it replays
+    in: the units that hold a module image first (stable: otherwise in the order found)."""
+    return [u.describe(protocol_for(u).to_json())
+            for u in sorted(units.every, key=lambda u: "image" not in u.holds)]
 
 
 @dataclass
