@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..backends.image_build import bind_source
 from ..core import ConfigError
 from ..core.lock import directory_lock
 from ..core.native import NativeRecording
 from ..evolve.controller import Progress
-from ..replay.native_build import bind_source
 from ..replay.native_tune import RESULT
 from .evolve import Counters, EvolveOutcome, evolve_path
 from .evolve_config import RunConfig

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..backends.image_build import BindingError
 from ..core import Measurement, RecordingError
 from ..core.native import NativeRecording, NativeSource
 from ..deploy.gate import NOISE_BAND, refusal
@@ -21,7 +22,6 @@ from ..replay.cache_protocol import (
     stored,
 )
 from ..replay.native import NativeVariant
-from ..replay.native_build import BindingError
 from ..replay.native_child import run_isolated
 from ..replay.native_share import share_winners
 from ..replay.native_tune import RESULT, NativeTuning, bind, tune_native, write_results
