@@ -188,6 +188,11 @@ class NativeRecording:
     def holds(self) -> frozenset[str]:
         return frozenset({"image", "source"} if self.source is not None else {"image"})
 
+    @property
+    def in_program_s(self) -> float | None:
+        ms = self.capture.get("app_time_ms")
+        return float(ms) / 1e3 if isinstance(ms, (int, float)) and ms > 0 else None
+
     def matches(self, pattern: str | None) -> bool:
         """``pattern`` (a glob) matches the mangled name, the readable name or the unit
         directory."""

@@ -148,6 +148,10 @@ class Recording:
     def holds(self) -> frozenset[str]:
         return frozenset({"source"})
 
+    @property
+    def in_program_s(self) -> float | None:
+        return None  # the capture inside Python does not time the program's launches
+
     def matches(self, pattern: str | None) -> bool:
         """``pattern`` (a glob) matches the kernel's entry."""
         return not pattern or fnmatchcase(self.source.entry, pattern)

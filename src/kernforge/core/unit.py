@@ -51,6 +51,10 @@ class Unit(Protocol):
     def nbytes(self) -> int:
         """The bytes of the memory the launch may read or write."""
 
+    @property
+    def in_program_s(self) -> float | None:
+        """The launch's time in the recorded program (seconds), when the recorder timed it."""
+
     def matches(self, pattern: str | None) -> bool:
         """Whether ``--kernels PATTERN`` (a glob; None: every unit) selects the unit."""
 

@@ -14,13 +14,7 @@ from ..backends.image_build import BindingError
 from ..core import Measurement, RecordingError
 from ..core.native import NativeRecording, NativeSource
 from ..deploy.gate import NOISE_BAND, refusal
-from ..replay.cache_protocol import (
-    apply_mode,
-    calibrate,
-    in_program_s,
-    protocol_for,
-    stored,
-)
+from ..replay.cache_protocol import choose
 from ..replay.native import NativeVariant
 from ..replay.native_child import run_isolated
 from ..replay.native_share import share_winners
@@ -37,7 +31,7 @@ def replay_native(recs: Sequence[NativeRecording], *, warmup: int, repeat: int,
     """Each unit replayed in its own process at its recorded addresses: verify, time, in its
     cache state (``cache`` auto, or None with no user's choice kept: a unit whose time in the
     program is known is replayed both ways and keeps the state nearer to it,
-    :func:`calibrate`; None keeps a user's earlier ``--cache warm|flushed``). A unit whose
+    :func:`~kernforge.replay.cache_protocol.choose`; None keeps a user's earlier ``--cache warm|flushed``). A unit whose
     data turns out damaged (a blob failing its hash) is skipped (``notes.damaged``) while
     other units replay (``others``: units of another kind did); with none left, its
     RecordingError is raised."""
@@ -55,14 +49,7 @@ def replay_native(recs: Sequence[NativeRecording], *, warmup: int, repeat: int,
             return m.median if m.ok else None
 
         try:
-            kept = stored(rec.path)
-            measure = cache == "auto" or (cache is None and (kept is None or kept.by != "user"))
-            if measure and in_program_s(rec) is not None:
-                choice = calibrate(rec, once)
-            else:
-                if cache is not None:
-                    apply_mode(rec.path, cache)
-                choice = protocol_for(rec, cache or "auto")
+            choice = choose(rec, cache, once)
             if choice.flush not in outs:
                 once(choice.flush)
         except RecordingError as exc:

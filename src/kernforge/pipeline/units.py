@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core import ConfigError, LaunchConfig, Measurement, RecordingError, Tolerance
+from ..core import ConfigError, LaunchConfig, Measurement, Recording, RecordingError, Tolerance
 from ..harness.cache import CacheChoice
 from ..record.native_format import is_native_unit
 from ..replay import replay
-from ..replay.cache_protocol import apply_mode, protocol_for
+from ..replay.cache_protocol import choose, protocol_for
 from ..replay.native_validate import NativeValidation, validate_native
 from .evolve_run import EvolveDisplay, EvolveRun, evolve_all
 from .export import ExportOutcome, export_run
@@ -90,17 +90,25 @@ def replay_units(units: Units, *, options: Mapping[str, Any] | None = None,
         for rec in units.recordings:
             launch = (LaunchConfig(rec.launch.grid, rec.launch.block, rec.launch.shared_mem,
                                    threads) if threads is not None else None)
-            if cache is not None:  # not given: the unit's kept choice stays
-                apply_mode(rec.path, cache)
-            out.caches.append(protocol_for(rec, cache or "auto"))
-            try:
-                m = replay(rec, options=options, defines=defines, launch=launch,
-                           tolerance=tolerance, warmup=warmup, repeat=repeat,
-                           flush=out.caches[-1].flush, isolate=iso)
+
+            done: dict[bool, Measurement] = {}
+
+            def once(flush: bool, rec: Recording = rec, launch: LaunchConfig | None = launch,
+                     done: dict[bool, Measurement] = done) -> float | None:
+                done[flush] = m = replay(rec, options=options, defines=defines, launch=launch,
+                                         tolerance=tolerance, warmup=warmup, repeat=repeat,
+                                         flush=flush, isolate=iso)
+                return m.median if m.ok else None
+
+            try:  # each unit's cache state chosen as every unit's is (cache_protocol.choose)
+                choice = choose(rec, cache, once)
+                if choice.flush not in done:
+                    once(choice.flush)
             except RecordingError as exc:  # damaged since it was loaded: the others go on
-                out.caches.pop()
                 notes.damaged(exc)
                 continue
+            m = done[choice.flush]
+            out.caches.append(choice)
             out.recorded.append((rec.name, rec.source.entry, m))
     if units.native:
         out.native = replay_native(units.native, warmup=warmup, repeat=repeat,

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from ..core import Unit
 from ..core.jsonio import parse_json, write_json_atomic
-from ..core.native import NativeRecording
 from ..harness.cache import CacheChoice, by_footprint, by_program_time, user_choice
 
 STORE = "cache.json"
@@ -64,25 +63,35 @@ def protocol_for(unit: Unit, mode: str = "auto") -> CacheChoice:
     return by_footprint(footprint(unit), size, what)
 
 
-def in_program_s(rec: NativeRecording) -> float | None:
-    """The launch's time in the program (seconds), when the recording holds it."""
-    ms = rec.capture.get("app_time_ms")
-    return float(ms) / 1e3 if isinstance(ms, (int, float)) and ms > 0 else None
-
-
-def calibrate(rec: NativeRecording, replay_s: Callable[[bool], float | None]) -> CacheChoice:
+def calibrate(unit: Unit, replay_s: Callable[[bool], float | None]) -> CacheChoice:
     """Replay the unit both ways (``replay_s(flush)``: the median, or None when it failed),
     choose the protocol nearer to its time in the program and store it; without that time
     (or a replay), the choice of :func:`protocol_for`, not stored."""
-    app = in_program_s(rec)
+    app = unit.in_program_s
     if app is None:
-        return protocol_for(rec)
+        return protocol_for(unit)
     flushed, warm = replay_s(True), replay_s(False)
     if not flushed or not warm:
-        return protocol_for(rec)
+        return protocol_for(unit)
     choice = by_program_time(app, flushed, warm)
-    store(rec.path, choice)
+    store(unit.path, choice)
     return choice
+
+
+def choose(unit: Unit, mode: str | None, replay_s: Callable[[bool], float | None]
+           ) -> CacheChoice:
+    """The cache state a replay of ``unit`` runs in, for ``--cache MODE`` (None: not given).
+    A unit whose time in the program is known is calibrated (:func:`calibrate`, with
+    ``replay_s``) under ``auto``, or when not given and no user's choice is kept; otherwise
+    ``mode``, when given, is kept with the unit (:func:`apply_mode`) and the unit's protocol
+    is returned (:func:`protocol_for`)."""
+    kept = stored(unit.path)
+    measure = mode == "auto" or (mode is None and (kept is None or kept.by != "user"))
+    if measure and unit.in_program_s is not None:
+        return calibrate(unit, replay_s)
+    if mode is not None:
+        apply_mode(unit.path, mode)
+    return protocol_for(unit, mode or "auto")
 
 
 def resolve(rec: Unit, flush: bool | None) -> bool:
