@@ -3,7 +3,7 @@ memory before and after.
 
 Two recorders make units today: the capture inside Python (:class:`~.recording.Recording`,
 recording format v1: the kernel's source, its arguments by name) and the driver interposer
-(:class:`~.native.NativeRecording`, format v2: the module image the program loaded, raw
+(``NativeRecording``, format v2: the module image the program loaded, raw
 parameter bytes, the allocations they point into; the source too when NVRTC compiled it in the
 recorded process). What differs is what the unit holds (:data:`HOLDS`), which the backend that
 replays it handles; loading, describing, selecting with ``--kernels`` and choosing the cache

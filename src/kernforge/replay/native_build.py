@@ -1,6 +1,5 @@
-"""The old home of native units' image builds, now the cuda backend's
-(:mod:`kernforge.backends.image_build`); kept only while :mod:`kernforge.apps.source_binding`
-imports :func:`bind_source` from here."""
+"""Moved: image builds are the cuda backend's (:mod:`kernforge.backends.image_build`). Kept
+only while :mod:`kernforge.apps.source_binding` imports :func:`bind_source` from here."""
 
 from __future__ import annotations
 
