@@ -120,7 +120,7 @@ def replay_units(units: Units, *, options: Mapping[str, Any] | None = None,
 def tune_units(units: Units, out: Path, settings: TuneSettings, *, display: TuneDisplay,
                isolation: Isolating, notes: Notes = QUIET) -> TuneRun:
     """Every unit tuned into the run directory ``out`` (:func:`.tune_run.tune_all`)."""
-    if not units.recordings and not units.native:
+    if not units.every:
         raise ConfigError(f"no recorded units to tune under {units.where}",
                           hint="check the path and --kernels")
     return tune_all(units.recordings, units.native, out, settings, display=display,
