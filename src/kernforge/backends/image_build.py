@@ -25,12 +25,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core import ConfigError, KernelSource
+from ..core import ConfigError, KernelSource, LaunchError
 from ..core.native import NativeBuild, NativeRecording, NativeSource
 from ..core.paths import cache_folder
 from . import fatbin, nvcc
 from .cuda import KNOBS
 from .cxx_names import parse_name_expression, short_name
+from .driver import Driver
 from .nvrtc import compile_program, knob_flags
 from .rewrite import rewrite
 from .signature import parse_signature
@@ -204,3 +205,31 @@ def check_layout(lib: Any, fn: Any, rec: NativeRecording) -> None:
                            hint="bind the source the program was built from, with its -D/-I "
                                 "options: the parameters must be the same types in the same "
                                 "order")
+
+
+def load_kernel(drv: Driver, rec: NativeRecording, build: NativeBuild | None, *,
+                jit: Mapping[str, int] | None = None, carveout: int | None = None,
+                image: bytes | None = None) -> Any:
+    """The recorded kernel's function, loaded with the JIT options ``jit`` and the shared-memory
+    ``carveout``: from the recorded image (``build`` None; ``image``: its bytes, when the
+    caller holds them) or from the one ``build`` makes, checked to be the recorded kernel
+    (its entry and parameter layout; else a :class:`BindingError` naming what it defines)."""
+    if build is None:
+        fn = drv.function(drv.load(rec.image_bytes() if image is None else image,
+                                   dict(jit or {})), rec.entry)
+    else:
+        built = build_image(rec, build, (drv.attribute("cc_major"), drv.attribute("cc_minor")))
+        mod = drv.load(built, dict(jit or {}))
+        try:
+            fn = drv.function(mod, rec.entry)
+        except LaunchError:
+            names = [n for n in elf_functions(built) if n.startswith("_Z") or "(" not in n]
+            raise BindingError(f"the built image does not define the recorded kernel "
+                               f"{rec.entry}" + (f" (it defines {', '.join(names[:8])})"
+                                                 if names else ""),
+                               hint="bind the file that defines the kernel, with the same "
+                                    "name, namespace and parameter types") from None
+        check_layout(drv.lib, fn, rec)
+    if carveout is not None:
+        drv.set_carveout(fn, carveout)
+    return fn

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..backends.driver import JIT_OPTIONS, Driver
-from ..backends.image_build import BindingError, build_image, check_layout, elf_functions
+from ..backends.image_build import load_kernel
 from ..backends.placement import Placement, place, relocate
 from ..core import (
     BufferCheck,
@@ -120,33 +120,9 @@ class NativeReplay:
 
     def _function(self, v: NativeVariant) -> Any:
         if v not in self._fns:
-            if v.build is None:
-                mod = self.drv.load(self.image, dict(v.jit))
-                fn = self.drv.function(mod, self.rec.entry)
-            else:
-                fn = self._built(v)
-            if v.carveout is not None:
-                self.drv.set_carveout(fn, v.carveout)
-            self._fns[v] = fn
+            self._fns[v] = load_kernel(self.drv, self.rec, v.build, jit=dict(v.jit),
+                                       carveout=v.carveout, image=self.image)
         return self._fns[v]
-
-    def _built(self, v: NativeVariant) -> Any:
-        """The recorded entry of the image ``v.build`` makes, checked to be the recorded kernel."""
-        assert v.build is not None
-        cc = (self.drv.attribute("cc_major"), self.drv.attribute("cc_minor"))
-        image = build_image(self.rec, v.build, cc)
-        mod = self.drv.load(image, dict(v.jit))
-        try:
-            fn = self.drv.function(mod, self.rec.entry)
-        except LaunchError:
-            names = [n for n in elf_functions(image) if n.startswith("_Z") or "(" not in n]
-            raise BindingError(f"the built image does not define the recorded kernel "
-                               f"{self.rec.entry}" + (f" (it defines {', '.join(names[:8])})"
-                                                      if names else ""),
-                               hint="bind the file that defines the kernel, with the same "
-                                    "name, namespace and parameter types") from None
-        check_layout(self.drv.lib, fn, self.rec)
-        return fn
 
     def run(self, v: NativeVariant) -> None:
         if self.sequence is not None:
