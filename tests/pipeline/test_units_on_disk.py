@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from kernforge.core import Unit
 from kernforge.pipeline.units import describe_units, load_units, replay_units
 from kernforge.testing.fakedriver import FakeCuda
 
@@ -48,6 +49,15 @@ def test_committed_units_are_described_as_when_they_were_written(on_disk: Path) 
     now, then = described(on_disk), json.loads(GOLDEN.read_text("utf-8"))
     assert now == then
     assert [list(d) for d in now] == [list(d) for d in then]  # the keys in the same order
+
+
+def test_committed_units_are_units_of_one_model(on_disk: Path) -> None:
+    units = load_units(on_disk)
+    assert all(isinstance(u, Unit) for u in units.every)
+    held = {u.unit: (u.kernel, u.backend, sorted(u.holds), u.nbytes) for u in units.every}
+    assert held == {"axpy-0": ("axpy", "null", ["source"], 64),
+                    "heat-0": ("heat", "driver", ["image"], 1024)}
+    assert [u.unit for u in units.every if u.matches("hea*")] == ["heat-0"]
 
 
 def test_committed_units_replay_correct(on_fake: FakeCuda, on_disk: Path) -> None:
