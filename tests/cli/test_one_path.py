@@ -19,7 +19,8 @@ INTERNAL = ("kernforge.replay.native", "kernforge.deploy.native", "kernforge.cor
             "kernforge.record.native_format", "kernforge.record.interposer",
             "kernforge.pipeline.native_", "kernforge.pipeline.export",
             "kernforge.pipeline.tune_run", "kernforge.pipeline.evolve_run",
-            "kernforge.pipeline.loading")
+            "kernforge.pipeline.loading", "kernforge.backends.image_build",
+            "kernforge.backends.placement")
 UNITS = "kernforge.pipeline.units"
 # each command that takes recorded units, and the entry point it calls
 ENTRY = {"replay_cmd": UNITS, "inspect_cmd": UNITS, "tune_cmd": UNITS, "export_cmd": UNITS,
@@ -69,6 +70,7 @@ def test_the_check_can_fail() -> None:
     the unit loader, and a pipeline's internals, relative and absolute."""
     for line in ("from ..replay.native_tune import RESULT",
                  "from ..replay import native_build",
+                 "from ..backends.image_build import bind_source",
                  "from ..deploy import native as nd",
                  "from ..record.native_format import read_native",
                  "import kernforge.core.native",

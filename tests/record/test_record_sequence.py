@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kernforge.backends.image_build import bind_source
 from kernforge.cli.main import main
 from kernforge.core import ConfigError
 from kernforge.core.native import NativeBuild, NativeRecording
@@ -21,7 +22,6 @@ from kernforge.pipeline.run_app import record_command
 from kernforge.record import interposer
 from kernforge.record.native_format import SPOOL, finalize_spool, read_native
 from kernforge.replay.native import NativeVariant
-from kernforge.replay.native_build import bind_source
 from kernforge.replay.native_child import run_isolated
 from kernforge.testing.fakedriver import FakeCuda
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from kernforge.backends import fatbin
+from kernforge.backends.image_build import BindingError, bind_source, options_for
 from kernforge.cli.main import main
 from kernforge.core.native import NativeBuild
 from kernforge.pipeline.run_app import record_command
 from kernforge.record.native_format import read_native
 from kernforge.replay.native import NativeVariant
-from kernforge.replay.native_build import BindingError, bind_source, options_for
 from kernforge.replay.native_child import run_isolated
 from kernforge.replay.native_tune import bind, candidates
 from kernforge.testing.fakedriver import FakeCuda

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names, for type checkers
     from .recording import RecordedArg, Recording, Tolerance
     from .registry import Registry
     from .status import Status
+    from .unit import Unit
 
 _EXPORTS = {
     "ArgumentError": "errors",
@@ -58,6 +59,7 @@ _EXPORTS = {
     "Tolerance": "recording",
     "Registry": "registry",
     "Status": "status",
+    "Unit": "unit",
 }
 
 __all__ = [
@@ -65,7 +67,7 @@ __all__ = [
     "ConfigError", "KernelRuntimeError", "KernelSource", "KernforgeError", "LaunchConfig",
     "LaunchError", "Measurement", "Param", "PluginNotFoundError", "RecordedArg", "Recording",
     "RecordingError", "RecordingFormatError", "RecordingNotFoundError", "Registry",
-    "SignatureError", "Status", "Tolerance", "Variant", "WrongResultError",
+    "SignatureError", "Status", "Tolerance", "Unit", "Variant", "WrongResultError",
 ]
 
 

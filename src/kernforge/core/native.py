@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -146,8 +147,9 @@ class NativeLaunch:
 
 @dataclass(frozen=True)
 class NativeRecording:
-    """One recorded native launch, ready to replay through the driver API; or a recorded
-    sequence (``steps``: every launch in order, the first being the one the top-level fields
+    """One recorded native launch, ready to replay through the driver API (a
+    :class:`~.unit.Unit` that holds the module image, and the source when NVRTC compiled it in
+    the recorded process); or a recorded sequence (``steps``: every launch in order, the first being the one the top-level fields
     describe), whose regions hold the state before the first launch and after the last."""
 
     path: Path
@@ -177,6 +179,45 @@ class NativeRecording:
     @property
     def unit(self) -> str:
         return self.path.name
+
+    @property
+    def kernel(self) -> str:
+        return self.name or self.entry
+
+    @property
+    def holds(self) -> frozenset[str]:
+        return frozenset({"image", "source"} if self.source is not None else {"image"})
+
+    @property
+    def in_program_s(self) -> float | None:
+        ms = self.capture.get("app_time_ms")
+        return float(ms) / 1e3 if isinstance(ms, (int, float)) and ms > 0 else None
+
+    def matches(self, pattern: str | None) -> bool:
+        """``pattern`` (a glob) matches the mangled name, the readable name or the unit
+        directory."""
+        return not pattern or any(fnmatchcase(s, pattern)
+                                  for s in (self.entry, self.name, self.path.name))
+
+    def describe(self, cache: Mapping[str, Any]) -> dict[str, Any]:
+        src = self.source
+        return {
+            "path": str(self.path), "kernel": self.entry, "name": self.name,
+            "backend": "driver", "image_kind": self.image_kind, "grid": list(self.grid),
+            "block": list(self.block), "shared_mem": self.shared_mem,
+            "param_bytes": len(self.param_bytes),
+            "params": [{"offset": p.offset, "size": p.size,
+                        "points_into": sorted({i for _, i in p.pointers})} for p in self.params],
+            "regions": [{"address": hex(g.address), "size": g.size, "kind": g.kind,
+                         "written": g.epilogue is not None} for g in self.regions],
+            "bytes": self.nbytes, "identity": dict(self.identity), "capture": dict(self.capture),
+            "cache": dict(cache),
+            "sequence": {**self.sequence, "launches": [s.entry for s in self.steps]}
+            if self.is_sequence else None,
+            "source": None if src is None else {
+                "origin": src.origin, "program": src.program, "options": list(src.options),
+                "name_expression": src.name_expression,
+                "headers": [n for n, _ in src.headers], "lines": src.code.count("\n") + 1}}
 
     def blob(self, blob_id: str) -> np.ndarray:
         if self.loader is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +116,8 @@ class RecordedArg:
 
 @dataclass(frozen=True)
 class Recording:
-    """One recorded launch of one kernel, ready to replay."""
+    """One recorded launch of one kernel, ready to replay (a :class:`~.unit.Unit` that holds
+    the kernel's source)."""
 
     path: Path
     source: KernelSource
@@ -133,6 +135,35 @@ class Recording:
     @property
     def name(self) -> str:
         return self.path.name
+
+    @property
+    def unit(self) -> str:
+        return self.path.name
+
+    @property
+    def kernel(self) -> str:
+        return self.source.entry
+
+    @property
+    def holds(self) -> frozenset[str]:
+        return frozenset({"source"})
+
+    @property
+    def in_program_s(self) -> float | None:
+        return None  # the capture inside Python does not time the program's launches
+
+    def matches(self, pattern: str | None) -> bool:
+        """``pattern`` (a glob) matches the kernel's entry."""
+        return not pattern or fnmatchcase(self.source.entry, pattern)
+
+    def describe(self, cache: Mapping[str, Any]) -> dict[str, Any]:
+        return {"path": str(self.path), "kernel": self.source.entry, "backend": self.backend,
+                "launch": self.launch.to_json(), "options": self.options.as_dict(),
+                "defines": dict(self.defines), "bytes": self.nbytes,
+                "args": [{"name": a.name, "kind": a.kind, "dtype": a.dtype,
+                          "shape": list(a.shape), "written": a.written,
+                          "policy": a.policy.to_json()} for a in self.args],
+                "cache": dict(cache)}
 
     @property
     def variant(self) -> Variant:

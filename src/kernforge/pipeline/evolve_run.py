@@ -11,17 +11,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..backends.image_build import bind_source
 from ..core import ConfigError
 from ..core.lock import directory_lock
 from ..core.native import NativeRecording
 from ..evolve.controller import Progress
-from ..replay.native_build import bind_source
 from ..replay.native_tune import RESULT
 from .evolve import Counters, EvolveOutcome, evolve_path
 from .evolve_config import RunConfig
-from .loading import load_units
+from .loading import load_native, load_units
 from .native_evolve import NativeEvolveOutcome, evolve_native
-from .native_units import bind_units, load_native
+from .native_units import bind_units
 from .notes import QUIET, Notes
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..backends.image_build import build_image
 from ..core import ConfigError, LaunchConfig, Recording, RecordingError, Variant
 from ..core.jsonio import parse_json, signature_ok
 from ..core.native import NativeRecording
@@ -24,7 +25,6 @@ from ..deploy.generalize import generalize
 from ..record import load_recording
 from ..record.native_format import read_native
 from ..replay.native import NativeVariant
-from ..replay.native_build import build_image
 from ..replay.native_tune import RESULT as NATIVE_RESULT
 from ..replay.native_tune import RESULT_FORMAT as NATIVE_RESULT_FORMAT
 from .notes import QUIET, Notes

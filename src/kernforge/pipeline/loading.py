@@ -1,32 +1,68 @@
-"""Recorded units of both kinds loaded from a path: recordings (format v1) and native units
-(format v2), damaged ones skipped with their reason while others remain."""
+"""Recorded units loaded from a path, whatever recorded them (:class:`~kernforge.core.Unit`:
+recordings, format v1, and native units, format v2), damaged ones skipped with their reason
+while others remain."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 from pathlib import Path
 
-from ..core import ConfigError, Recording, RecordingError
+from ..core import ConfigError, Recording, RecordingError, Unit
 from ..core.native import NativeRecording
-from ..record import find_recordings, load_recording
-from ..record.native_format import is_native_unit, read_native
-from .native_units import finalize_spooled, native_matches
+from ..record import find_recordings, read_unit
+from ..record.native_format import finalize_spool, is_native_unit
 from .notes import QUIET, Notes
 
 
 @dataclass(frozen=True)
 class Units:
-    """The units under ``where``: ``recordings`` (format v1) and ``native`` units."""
+    """The units under ``where``, in the order found (``every``)."""
 
     where: str
-    recordings: list[Recording] = field(default_factory=list)
-    native: list[NativeRecording] = field(default_factory=list)
+    every: list[Unit] = field(default_factory=list)
+
+    @property
+    def recordings(self) -> list[Recording]:
+        """The units the capture inside Python recorded (format v1)."""
+        return [u for u in self.every if isinstance(u, Recording)]
+
+    @property
+    def native(self) -> list[NativeRecording]:
+        """The units the driver interposer recorded (format v2)."""
+        return [u for u in self.every if isinstance(u, NativeRecording)]
 
     @property
     def backends(self) -> list[str]:
         """The backends the recordings replay on (the worker pool makes them ready)."""
         return sorted({r.backend for r in self.recordings})
+
+
+def finalize_spooled(path: str | Path, notes: Notes) -> None:
+    """Spool units a killed recording left, turned into units; each one that cannot be is
+    named with its reason (``notes.warn``: the units that are fine are used)."""
+    for line in finalize_spool(path)[1]:
+        notes.warn(line)
+
+
+def _read(paths: list[Path], pattern: str | None, strict: bool
+          ) -> tuple[list[Unit], list[RecordingError], set[str]]:
+    """The units at ``paths`` that ``pattern`` selects, the errors of the damaged ones (raised
+    at once when ``strict``), and every kernel seen."""
+    found: list[Unit] = []
+    damaged: list[RecordingError] = []
+    seen: set[str] = set()
+    for p in paths:
+        try:
+            u = read_unit(p, verify=True)
+        except RecordingError as exc:
+            if strict:
+                raise
+            damaged.append(exc)
+            continue
+        seen.add(u.kernel)
+        if u.matches(pattern):
+            found.append(u)
+    return found, damaged, seen
 
 
 def load_units(path: str | Path, pattern: str | None = None, notes: Notes = QUIET) -> Units:
@@ -42,32 +78,28 @@ def load_units(path: str | Path, pattern: str | None = None, notes: Notes = QUIE
     if not paths:
         raise ConfigError(f"no recorded units in {path}: record with kernforge record "
                           f"-o {path} -- COMMAND")
-    units = Units(str(path))
-    damaged: list[RecordingError] = []
-    seen: set[str] = set()  # every kernel recorded, for a pattern that matches none
-    for p in paths:
-        try:
-            if is_native_unit(p):
-                n = read_native(p, verify=True)
-                seen.add(n.name or n.entry)
-                if native_matches(n, pattern):
-                    units.native.append(n)
-            else:
-                rec = load_recording(p, verify=True)
-                seen.add(rec.source.entry)
-                if not pattern or fnmatchcase(rec.source.entry, pattern):
-                    units.recordings.append(rec)
-        except RecordingError as exc:
-            if len(paths) == 1:
-                raise
-            damaged.append(exc)
-    if damaged and not units.recordings and not units.native:
+    found, damaged, seen = _read(paths, pattern, strict=len(paths) == 1)
+    if damaged and not found:
         raise damaged[0]
-    if pattern and seen and not units.recordings and not units.native:
+    if pattern and seen and not found:
         shown = sorted(seen)
         raise ConfigError(f"no recorded kernel under {path} matches --kernels {pattern!r}",
                           hint=f"recorded kernels: {', '.join(shown[:12])}"
                                + (f" and {len(shown) - 12} more" if len(shown) > 12 else ""))
     for bad in damaged:
         notes.damaged(bad)
-    return units
+    return Units(str(path), found)
+
+
+def load_native(path: str | Path, pattern: str | None, notes: Notes = QUIET
+                ) -> list[NativeRecording]:
+    """The native units under ``path`` matching ``pattern`` (none: an empty list); spool units
+    a killed recording left are turned into units first; a damaged unit is skipped
+    (``notes.damaged``)."""
+    if Path(path).is_dir():
+        finalize_spooled(path, notes)
+    found, damaged, _ = _read([p for p in find_recordings(path) if is_native_unit(p)],
+                              pattern, strict=False)
+    for bad in damaged:
+        notes.damaged(bad)
+    return [u for u in found if isinstance(u, NativeRecording)]

@@ -1,30 +1,21 @@
 """Native units (launches the driver interposer recorded from unchanged programs) on the unit
-pipelines' path (:mod:`.units`): loaded, replayed at their recorded addresses, described,
-bound to a ``--source`` file and tuned. Each unit runs in a child process
+pipelines' path (:mod:`.units`): replayed at their recorded addresses, bound to a ``--source``
+file and tuned (loaded and described as every unit is: :mod:`.loading`, :mod:`.units`). Each unit runs in a child process
 (:mod:`kernforge.replay.native_child`), so a crash costs that unit only."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
+from ..backends.image_build import BindingError
 from ..core import Measurement, RecordingError
 from ..core.native import NativeRecording, NativeSource
 from ..deploy.gate import NOISE_BAND, refusal
-from ..record import find_recordings
-from ..record.native_format import finalize_spool, is_native_unit, read_native
-from ..replay.cache_protocol import (
-    apply_mode,
-    calibrate,
-    in_program_s,
-    native_protocol_for,
-    stored,
-)
+from ..replay.cache_protocol import choose
 from ..replay.native import NativeVariant
-from ..replay.native_build import BindingError
 from ..replay.native_child import run_isolated
 from ..replay.native_share import share_winners
 from ..replay.native_tune import RESULT, NativeTuning, bind, tune_native, write_results
@@ -34,45 +25,13 @@ from .notes import QUIET, Notes
 NativeRow = tuple[str, str, Measurement, dict[str, Any]]  # unit, kernel, measurement, info
 
 
-def native_matches(rec: NativeRecording, pattern: str | None) -> bool:
-    """``pattern`` (a glob) matches the mangled name, the readable name or the unit directory."""
-    return not pattern or any(fnmatchcase(s, pattern) for s in (rec.entry, rec.name,
-                                                                 rec.path.name))
-
-
-def finalize_spooled(path: str | Path, notes: Notes) -> None:
-    """Spool units a killed recording left, turned into units; each one that cannot be is
-    named with its reason (``notes.warn``: the units that are fine are used)."""
-    for line in finalize_spool(path)[1]:
-        notes.warn(line)
-
-
-def load_native(path: str | Path, pattern: str | None, notes: Notes) -> list[NativeRecording]:
-    """The native units under ``path`` matching ``pattern``; spool units a killed recording
-    left are turned into units first; a damaged unit is skipped (``notes.damaged``)."""
-    if Path(path).is_dir():
-        finalize_spooled(path, notes)
-    out: list[NativeRecording] = []
-    for p in find_recordings(path):
-        if not is_native_unit(p):
-            continue
-        try:
-            rec = read_native(p, verify=True)
-        except RecordingError as exc:
-            notes.damaged(exc)
-            continue
-        if native_matches(rec, pattern):
-            out.append(rec)
-    return out
-
-
 def replay_native(recs: Sequence[NativeRecording], *, warmup: int, repeat: int,
                   tolerance: str | None, dtype: str | None, cache: str | None = None,
                   others: bool = False, notes: Notes = QUIET) -> list[NativeRow]:
     """Each unit replayed in its own process at its recorded addresses: verify, time, in its
     cache state (``cache`` auto, or None with no user's choice kept: a unit whose time in the
     program is known is replayed both ways and keeps the state nearer to it,
-    :func:`calibrate`; None keeps a user's earlier ``--cache warm|flushed``). A unit whose
+    :func:`~kernforge.replay.cache_protocol.choose`; None keeps a user's earlier ``--cache warm|flushed``). A unit whose
     data turns out damaged (a blob failing its hash) is skipped (``notes.damaged``) while
     other units replay (``others``: units of another kind did); with none left, its
     RecordingError is raised."""
@@ -90,14 +49,7 @@ def replay_native(recs: Sequence[NativeRecording], *, warmup: int, repeat: int,
             return m.median if m.ok else None
 
         try:
-            kept = stored(rec.path)
-            measure = cache == "auto" or (cache is None and (kept is None or kept.by != "user"))
-            if measure and in_program_s(rec) is not None:
-                choice = calibrate(rec, once)
-            else:
-                if cache is not None:
-                    apply_mode(rec.path, cache)
-                choice = native_protocol_for(rec, cache or "auto")
+            choice = choose(rec, cache, once)
             if choice.flush not in outs:
                 once(choice.flush)
         except RecordingError as exc:
@@ -113,27 +65,6 @@ def replay_native(recs: Sequence[NativeRecording], *, warmup: int, repeat: int,
     for bad in damaged:
         notes.damaged(bad)
     return rows
-
-
-def describe_native(recs: Sequence[NativeRecording]) -> list[dict[str, Any]]:
-    """What each unit holds, as ``kernforge inspect --json`` prints it."""
-    return [{"path": str(r.path), "kernel": r.entry, "name": r.name, "backend": "driver",
-             "image_kind": r.image_kind, "grid": list(r.grid), "block": list(r.block),
-             "shared_mem": r.shared_mem, "param_bytes": len(r.param_bytes),
-             "params": [{"offset": p.offset, "size": p.size,
-                         "points_into": sorted({i for _, i in p.pointers})} for p in r.params],
-             "regions": [{"address": hex(g.address), "size": g.size, "kind": g.kind,
-                          "written": g.epilogue is not None} for g in r.regions],
-             "bytes": r.nbytes, "identity": dict(r.identity), "capture": dict(r.capture),
-             "cache": native_protocol_for(r).to_json(),
-             "sequence": {**r.sequence, "launches": [s.entry for s in r.steps]}
-             if r.is_sequence else None,
-             "source": None if r.source is None else {
-                 "origin": r.source.origin, "program": r.source.program,
-                 "options": list(r.source.options), "name_expression": r.source.name_expression,
-                 "headers": [n for n, _ in r.source.headers],
-                 "lines": r.source.code.count("\n") + 1}}
-            for r in recs]
 
 
 def bind_units(recs: Sequence[NativeRecording], src: NativeSource,

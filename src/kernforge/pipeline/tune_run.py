@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..backends.image_build import bind_source
 from ..core import ConfigError, Recording, RecordingError
 from ..core.lock import directory_lock
 from ..deploy.gate import idle_of
@@ -18,7 +19,6 @@ from ..harness import by_precision, precision_of
 from ..harness.cache import CacheChoice
 from ..harness.verdict import Judgement, judge_evidence
 from ..replay.cache_protocol import apply_mode, protocol_for
-from ..replay.native_build import bind_source
 from ..replay.native_tune import RESULT as NATIVE_RESULT
 from ..replay.native_tune import NativeTuning
 from ..replay.tuning import TuningOutcome, finished_result, tune_recording

@@ -15,16 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core import ConfigError, LaunchConfig, Measurement, RecordingError, Tolerance
+from ..core import ConfigError, LaunchConfig, Measurement, Recording, RecordingError, Tolerance
 from ..harness.cache import CacheChoice
 from ..record.native_format import is_native_unit
 from ..replay import replay
-from ..replay.cache_protocol import apply_mode, protocol_for
+from ..replay.cache_protocol import choose, protocol_for
 from ..replay.native_validate import NativeValidation, validate_native
 from .evolve_run import EvolveDisplay, EvolveRun, evolve_all
 from .export import ExportOutcome, export_run
 from .loading import Units, load_units
-from .native_units import NativeRow, describe_native, replay_native
+from .native_units import NativeRow, replay_native
 from .notes import QUIET, Notes
 from .tune_run import (
     Isolating,
@@ -43,15 +43,10 @@ __all__ = ["EvolveDisplay", "EvolveRun", "ExportOutcome", "NativeValidation", "N
 
 
 def describe_units(units: Units) -> list[dict[str, Any]]:
-    """What each unit holds (``kernforge inspect --json``): native units first."""
-    return describe_native(units.native) + [{
-        "path": str(r.path), "kernel": r.source.entry, "backend": r.backend,
-        "launch": r.launch.to_json(), "options": r.options.as_dict(),
-        "defines": dict(r.defines), "bytes": r.nbytes,
-        "args": [{"name": a.name, "kind": a.kind, "dtype": a.dtype, "shape": list(a.shape),
-                  "written": a.written, "policy": a.policy.to_json()} for a in r.args],
-        "cache": protocol_for(r).to_json(),
-    } for r in units.recordings]
+    """What each unit holds (``kernforge inspect --json``), with the cache state it replays
+    in: the units that hold a module image first (stable: otherwise in the order found)."""
+    return [u.describe(protocol_for(u).to_json())
+            for u in sorted(units.every, key=lambda u: "image" not in u.holds)]
 
 
 @dataclass
@@ -95,17 +90,25 @@ def replay_units(units: Units, *, options: Mapping[str, Any] | None = None,
         for rec in units.recordings:
             launch = (LaunchConfig(rec.launch.grid, rec.launch.block, rec.launch.shared_mem,
                                    threads) if threads is not None else None)
-            if cache is not None:  # not given: the unit's kept choice stays
-                apply_mode(rec.path, cache)
-            out.caches.append(protocol_for(rec, cache or "auto"))
-            try:
-                m = replay(rec, options=options, defines=defines, launch=launch,
-                           tolerance=tolerance, warmup=warmup, repeat=repeat,
-                           flush=out.caches[-1].flush, isolate=iso)
+
+            done: dict[bool, Measurement] = {}
+
+            def once(flush: bool, rec: Recording = rec, launch: LaunchConfig | None = launch,
+                     done: dict[bool, Measurement] = done) -> float | None:
+                done[flush] = m = replay(rec, options=options, defines=defines, launch=launch,
+                                         tolerance=tolerance, warmup=warmup, repeat=repeat,
+                                         flush=flush, isolate=iso)
+                return m.median if m.ok else None
+
+            try:  # each unit's cache state chosen as every unit's is (cache_protocol.choose)
+                choice = choose(rec, cache, once)
+                if choice.flush not in done:
+                    once(choice.flush)
             except RecordingError as exc:  # damaged since it was loaded: the others go on
-                out.caches.pop()
                 notes.damaged(exc)
                 continue
+            m = done[choice.flush]
+            out.caches.append(choice)
             out.recorded.append((rec.name, rec.source.entry, m))
     if units.native:
         out.native = replay_native(units.native, warmup=warmup, repeat=repeat,
@@ -117,7 +120,7 @@ def replay_units(units: Units, *, options: Mapping[str, Any] | None = None,
 def tune_units(units: Units, out: Path, settings: TuneSettings, *, display: TuneDisplay,
                isolation: Isolating, notes: Notes = QUIET) -> TuneRun:
     """Every unit tuned into the run directory ``out`` (:func:`.tune_run.tune_all`)."""
-    if not units.recordings and not units.native:
+    if not units.every:
         raise ConfigError(f"no recorded units to tune under {units.where}",
                           hint="check the path and --kernels")
     return tune_all(units.recordings, units.native, out, settings, display=display,

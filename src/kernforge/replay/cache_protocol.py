@@ -11,40 +11,33 @@ its protocol (``flush=True/False``) uses that; ``flush=None`` means: the unit's.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from pathlib import Path
 
-from ..core import Recording
+from ..core import Unit
 from ..core.jsonio import parse_json, write_json_atomic
-from ..core.native import NativeRecording
 from ..harness.cache import CacheChoice, by_footprint, by_program_time, user_choice
 
 STORE = "cache.json"
 
 
-def footprint(rec: Recording) -> int:
-    """The bytes of every array argument of the launch (what it may read or write)."""
-    import numpy as np
-
-    total = 0
-    for a in rec.args:
-        if a.is_array:
-            total += np.dtype(a.dtype).itemsize * math.prod(a.shape)
-    return total
+def footprint(unit: Unit) -> int:
+    """The bytes of the memory the launch may read or write (of a recording: every array
+    argument; of a native unit: every allocation its parameters point into)."""
+    return unit.nbytes
 
 
-def cache_size(rec: Recording) -> tuple[int | None, str]:
+def cache_size(unit: Unit) -> tuple[int | None, str]:
     """The cache the unit's data competes for on the device it replays on: (bytes or None,
     its name)."""
-    l2 = rec.identity.get("l2_bytes")
+    l2 = unit.identity.get("l2_bytes")
     if isinstance(l2, int) and l2 > 0:
         return l2, "L2"
-    if rec.backend == "cpu":
+    if unit.backend == "cpu":
         from ..backends.cpu import llc_bytes
 
         return llc_bytes(), "last-level cache"
-    return None, "cache"
+    return None, "L2" if unit.backend == "driver" else "cache"
 
 
 def stored(unit: Path) -> CacheChoice | None:
@@ -59,50 +52,49 @@ def store(unit: Path, choice: CacheChoice) -> Path:
     return write_json_atomic(Path(unit) / STORE, choice.to_json())
 
 
-def protocol_for(rec: Recording, mode: str = "auto") -> CacheChoice:
-    """The unit's protocol: the user's (``mode`` warm/flushed), else the one stored with it,
-    else by its footprint."""
-    choice = user_choice(mode) or stored(rec.path)
+def protocol_for(unit: Unit, mode: str = "auto") -> CacheChoice:
+    """The unit's protocol: the user's (``mode`` warm/flushed), else the one stored with it (a
+    native unit's measured against its time in the program: :func:`calibrate`), else by its
+    footprint against the cache it replays in (not known: flushed)."""
+    choice = user_choice(mode) or stored(unit.path)
     if choice is not None:
         return choice
-    size, what = cache_size(rec)
-    return by_footprint(footprint(rec), size, what)
+    size, what = cache_size(unit)
+    return by_footprint(footprint(unit), size, what)
 
 
-def native_protocol_for(rec: NativeRecording, mode: str = "auto") -> CacheChoice:
-    """A native unit's protocol: the user's, the stored one (measured against its time in the
-    program: :func:`calibrate`), else by the bytes of the allocations it touches against an L2
-    the recording names (else flushed)."""
-    choice = user_choice(mode) or stored(rec.path)
-    if choice is not None:
-        return choice
-    l2 = rec.identity.get("l2_bytes")
-    return by_footprint(sum(r.size for r in rec.regions), l2 if isinstance(l2, int) else None,
-                        "L2")
-
-
-def in_program_s(rec: NativeRecording) -> float | None:
-    """The launch's time in the program (seconds), when the recording holds it."""
-    ms = rec.capture.get("app_time_ms")
-    return float(ms) / 1e3 if isinstance(ms, (int, float)) and ms > 0 else None
-
-
-def calibrate(rec: NativeRecording, replay_s: Callable[[bool], float | None]) -> CacheChoice:
+def calibrate(unit: Unit, replay_s: Callable[[bool], float | None]) -> CacheChoice:
     """Replay the unit both ways (``replay_s(flush)``: the median, or None when it failed),
     choose the protocol nearer to its time in the program and store it; without that time
-    (or a replay), the choice of :func:`native_protocol_for`, not stored."""
-    app = in_program_s(rec)
+    (or a replay), the choice of :func:`protocol_for`, not stored."""
+    app = unit.in_program_s
     if app is None:
-        return native_protocol_for(rec)
+        return protocol_for(unit)
     flushed, warm = replay_s(True), replay_s(False)
     if not flushed or not warm:
-        return native_protocol_for(rec)
+        return protocol_for(unit)
     choice = by_program_time(app, flushed, warm)
-    store(rec.path, choice)
+    store(unit.path, choice)
     return choice
 
 
-def resolve(rec: Recording, flush: bool | None) -> bool:
+def choose(unit: Unit, mode: str | None, replay_s: Callable[[bool], float | None]
+           ) -> CacheChoice:
+    """The cache state a replay of ``unit`` runs in, for ``--cache MODE`` (None: not given).
+    A unit whose time in the program is known is calibrated (:func:`calibrate`, with
+    ``replay_s``) under ``auto``, or when not given and no user's choice is kept; otherwise
+    ``mode``, when given, is kept with the unit (:func:`apply_mode`) and the unit's protocol
+    is returned (:func:`protocol_for`)."""
+    kept = stored(unit.path)
+    measure = mode == "auto" or (mode is None and (kept is None or kept.by != "user"))
+    if measure and unit.in_program_s is not None:
+        return calibrate(unit, replay_s)
+    if mode is not None:
+        apply_mode(unit.path, mode)
+    return protocol_for(unit, mode or "auto")
+
+
+def resolve(rec: Unit, flush: bool | None) -> bool:
     """``flush`` when the caller named it, else the unit's protocol."""
     return protocol_for(rec).flush if flush is None else flush
 

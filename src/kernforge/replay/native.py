@@ -1,11 +1,11 @@
 """Replaying a native unit through the driver API, under the same protocol as every replay.
 
-The recorded allocations are mapped at their recorded virtual addresses (``cuMemAddressReserve``
-at that address, ``cuMemCreate``, ``cuMemMap``) so that pointers kept inside device memory stay
-valid; a region whose address cannot be had is allocated elsewhere and the parameter words that
-point into it are relocated (pointers stored inside memory then are not, and the result says
-so). Then: restore before every run, verify bitwise (or under a declared tolerance), time with
-events after an L2 flush, re-verify after the last timed run.
+The cuda backend places the recorded allocations again (:mod:`kernforge.backends.placement`:
+at their recorded virtual addresses, or relocated with the parameter words pointing into them),
+builds a candidate's module image (:mod:`kernforge.backends.image_build`) and launches from raw
+parameter bytes (:mod:`kernforge.backends.driver`). Here: restore before every run, verify
+bitwise (or under a declared tolerance), time with events after an L2 flush, re-verify after
+the last timed run.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from ..backends.driver import JIT_OPTIONS, Driver
+from ..backends.image_build import load_kernel
+from ..backends.placement import Placement, place, relocate
 from ..core import (
     BufferCheck,
     ConfigError,
@@ -32,8 +34,7 @@ from ..core import (
 from ..core.native import NativeBuild, NativeLaunch, NativeRecording
 from ..harness.compare import ABResult, interleave
 from ..harness.verify import check_buffer
-from .native_build import BindingError, build_image, check_layout, elf_functions
-from .native_sequence import SequenceLaunches, relocated
+from .native_sequence import SequenceLaunches
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class NativeVariant:
     """What can change in a native kernel: the block shape (the grid is scaled so the same
     threads are launched), PTX JIT options, the shared-memory carveout, and the image itself
     (``build``: its source compiled again with other options or evolved, or the PTX of its
-    fatbin; see :mod:`.native_build`)."""
+    fatbin; see :mod:`kernforge.backends.image_build`)."""
 
     block: tuple[int, int, int] | None = None
     jit: tuple[tuple[str, int], ...] = ()
@@ -103,33 +104,14 @@ class NativeReplay:
                  fixed: bool = True, placed: NativeReplay | None = None) -> None:
         self.rec = rec
         self.drv: Driver = placed.drv if placed is not None else driver or Driver()
-        self.addr: list[int] = [0] * len(rec.regions)
-        self.relocated: list[int] = []
-        if placed is not None:
-            self.addr, self.relocated = list(placed.addr), list(placed.relocated)
-        else:
-            self._place(fixed)
-        self.params = relocated(rec.param_bytes, rec.pointer_words(), self)
+        self.placement: Placement = placed.placement if placed is not None else place(
+            self.drv, [(r.address, r.size) for r in rec.regions], fixed=fixed)
+        self.addr: list[int] = list(self.placement.addr)
+        self.relocated: list[int] = list(self.placement.relocated)
+        self.params = relocate(rec.param_bytes, rec.pointer_words(), self.placement)
         self.image = rec.image_bytes()
         self._fns: dict[NativeVariant, Any] = {}
         self.sequence = SequenceLaunches(self) if rec.is_sequence else None
-
-    def _place(self, fixed: bool) -> None:
-        g = self.drv.granularity() if fixed else 1
-        spans: list[list[int]] = []  # merged granule-aligned [start, end) around the regions
-        for r in sorted(self.rec.regions, key=lambda r: r.address):
-            lo, hi = r.address // g * g, -(-r.end // g) * g
-            if spans and lo <= spans[-1][1]:
-                spans[-1][1] = max(spans[-1][1], hi)
-            else:
-                spans.append([lo, hi])
-        mapped = [s for s in spans if fixed and self.drv.map_at(s[0], s[1] - s[0]) is not None]
-        for i, r in enumerate(self.rec.regions):
-            if any(s[0] <= r.address and r.end <= s[1] for s in mapped):
-                self.addr[i] = r.address
-            else:
-                self.addr[i] = self.drv.alloc(r.size)
-                self.relocated.append(i)
 
     def restore(self, only_written: bool = False) -> None:
         for i, r in enumerate(self.rec.regions):
@@ -138,33 +120,9 @@ class NativeReplay:
 
     def _function(self, v: NativeVariant) -> Any:
         if v not in self._fns:
-            if v.build is None:
-                mod = self.drv.load(self.image, dict(v.jit))
-                fn = self.drv.function(mod, self.rec.entry)
-            else:
-                fn = self._built(v)
-            if v.carveout is not None:
-                self.drv.set_carveout(fn, v.carveout)
-            self._fns[v] = fn
+            self._fns[v] = load_kernel(self.drv, self.rec, v.build, jit=dict(v.jit),
+                                       carveout=v.carveout, image=self.image)
         return self._fns[v]
-
-    def _built(self, v: NativeVariant) -> Any:
-        """The recorded entry of the image ``v.build`` makes, checked to be the recorded kernel."""
-        assert v.build is not None
-        cc = (self.drv.attribute("cc_major"), self.drv.attribute("cc_minor"))
-        image = build_image(self.rec, v.build, cc)
-        mod = self.drv.load(image, dict(v.jit))
-        try:
-            fn = self.drv.function(mod, self.rec.entry)
-        except LaunchError:
-            names = [n for n in elf_functions(image) if n.startswith("_Z") or "(" not in n]
-            raise BindingError(f"the built image does not define the recorded kernel "
-                               f"{self.rec.entry}" + (f" (it defines {', '.join(names[:8])})"
-                                                      if names else ""),
-                               hint="bind the file that defines the kernel, with the same "
-                                    "name, namespace and parameter types") from None
-        check_layout(self.drv.lib, fn, self.rec)
-        return fn
 
     def run(self, v: NativeVariant) -> None:
         if self.sequence is not None:

@@ -73,9 +73,9 @@ def run_isolated(unit: str | Path, variants: Sequence[NativeVariant], *, warmup:
     the element type all the kernel's pointer parameters share (from its mangled name)."""
     if flush is None:  # the unit's cache state (cache_protocol.py)
         from ..record.native_format import read_native
-        from .cache_protocol import native_protocol_for
+        from .cache_protocol import protocol_for
 
-        flush = native_protocol_for(read_native(unit)).flush
+        flush = protocol_for(read_native(unit)).flush
     request = {"unit": str(unit), "variants": [v.to_json() for v in variants], "warmup": warmup,
                "repeat": repeat, "tolerance": tolerance, "dtype": dtype,
                "compare": list(compare_pair) if compare_pair else None, "passes": passes,

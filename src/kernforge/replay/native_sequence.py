@@ -14,21 +14,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..backends.placement import relocate
 from ..core.native import NativeLaunch
 
 if TYPE_CHECKING:
     from .native import NativeReplay, NativeVariant
-
-
-def relocated(raw: bytes, words: list[tuple[int, int]], rp: NativeReplay) -> bytes:
-    """``raw`` with every pointer word into a relocated region moved with it."""
-    out = bytearray(raw)
-    for off, i in words:
-        if i in rp.relocated:
-            old = int.from_bytes(out[off:off + 8], "little")
-            new = old - rp.rec.regions[i].address + rp.addr[i]
-            out[off:off + 8] = new.to_bytes(8, "little")
-    return bytes(out)
 
 
 class SequenceLaunches:
@@ -37,7 +27,8 @@ class SequenceLaunches:
     def __init__(self, rp: NativeReplay) -> None:
         self.rp = rp
         self.steps: tuple[NativeLaunch, ...] = rp.rec.steps
-        self.params = [relocated(s.param_bytes, s.pointer_words(), rp) for s in self.steps]
+        self.params = [relocate(s.param_bytes, s.pointer_words(), rp.placement)
+                       for s in self.steps]
         self._recorded: dict[tuple[str, str], Any] = {}  # (image blob, entry) -> function
         self._modules: dict[str, Any] = {}
 

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from ..backends import fatbin
+from ..backends.image_build import BindingError
 from ..core import Measurement
 from ..core.jsonio import sign, write_json_atomic
 from ..core.native import NativeBuild, NativeRecording, NativeSource
 from .native import NativeVariant
-from .native_build import BindingError
 from .native_child import run_isolated
 
 BLOCKS_1D = (64, 128, 256, 512, 1024)
@@ -221,7 +221,7 @@ def bind(unit: Path, rec: NativeRecording, src: NativeSource) -> bool:
     """Whether ``src`` (a ``--source`` file) builds ``rec``'s kernel: compiled standalone, the
     recorded entry defined with the recorded parameter layout, and (run once at the recorded
     addresses) the recorded results. False when the file does not define the kernel (another
-    unit's, then); :class:`~.native_build.BindingError` for any other mismatch."""
+    unit's, then); :class:`~kernforge.backends.image_build.BindingError` for any other mismatch."""
     m = run_isolated(unit, [NativeVariant(build=NativeBuild(source=src))], repeat=1,
                      warmup=0)["measurements"][0]
     if m.ok:

@@ -1,0 +1,70 @@
+"""Recordings written before the unit model (issue 41, item 1) stay readable: a format-v1
+recording (tests/data/v1, the null backend) and a format-v2 native unit (tests/data/native_v2,
+the fake driver), both committed as written by the code of that time, are loaded, described
+exactly as then (tests/data/units_describe.json) and replayed correct through the one path
+every command takes (:mod:`kernforge.pipeline.units`)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernforge.core import Unit
+from kernforge.pipeline.units import describe_units, load_units, replay_units
+from kernforge.testing.fakedriver import FakeCuda
+
+DATA = Path(__file__).parents[1] / "data"
+GOLDEN = DATA / "units_describe.json"
+
+
+@pytest.fixture
+def on_disk(tmp_path: Path) -> Path:
+    """Both committed units in one directory (a copy: replaying keeps a cache choice)."""
+    out = tmp_path / "rec"
+    shutil.copytree(DATA / "v1" / "axpy-0", out / "axpy-0")
+    shutil.copytree(DATA / "native_v2" / "heat-0", out / "heat-0")
+    return out
+
+
+@contextlib.contextmanager
+def in_process(_: object) -> Iterator[None]:
+    yield None
+
+
+def described(where: Path) -> list[dict[str, Any]]:
+    """``inspect --json`` of the units, their paths relative to ``where``."""
+    out = json.loads(json.dumps(describe_units(load_units(where)), default=str))
+    for d in out:
+        d["path"] = str(Path(d["path"]).relative_to(where))
+    return out
+
+
+def test_committed_units_are_described_as_when_they_were_written(on_disk: Path) -> None:
+    now, then = described(on_disk), json.loads(GOLDEN.read_text("utf-8"))
+    assert now == then
+    assert [list(d) for d in now] == [list(d) for d in then]  # the keys in the same order
+
+
+def test_committed_units_are_units_of_one_model(on_disk: Path) -> None:
+    units = load_units(on_disk)
+    assert all(isinstance(u, Unit) for u in units.every)
+    held = {u.unit: (u.kernel, u.backend, sorted(u.holds), u.nbytes) for u in units.every}
+    assert held == {"axpy-0": ("axpy", "null", ["source"], 64),
+                    "heat-0": ("heat", "driver", ["image"], 1024)}
+    assert [u.unit for u in units.every if u.matches("hea*")] == ["heat-0"]
+
+
+def test_committed_units_replay_correct(on_fake: FakeCuda, on_disk: Path) -> None:
+    units = load_units(on_disk)
+    assert [u.path.name for u in units.recordings] == ["axpy-0"]
+    assert [u.path.name for u in units.native] == ["heat-0"]
+    done = replay_units(units, repeat=2, warmup=0, isolation=in_process)
+    rows = done.rows()
+    assert [(u, k) for u, k, _ in rows] == [("axpy-0", "axpy"), ("heat-0", "heat")]
+    assert all(m.ok for _, _, m in rows), [m.message for _, _, m in rows]
