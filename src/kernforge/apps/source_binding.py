@@ -3,7 +3,7 @@
 A manifest's ``[integrate] sources`` (with ``includes`` and ``defines``) names the files that
 define the program's kernels. At M2's end every native unit without source gets the file that
 defines its kernel (a ``__global__`` function of that name, its local headers included): the
-file is bound as ``kernforge tune --source`` binds one (:func:`~kernforge.replay.native_build.
+file is bound as ``kernforge tune --source`` binds one (:func:`~kernforge.backends.image_build.
 bind_source`) and stored in the unit (:func:`~kernforge.record.native_attach.attach_source`).
 M3a then lifts the kernel's program from that source first, and M3b builds, tunes and evolves
 it like a captured NVRTC program. Whether the file builds the recorded kernel (its mangled
@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..backends.image_build import bind_source
 from ..record.native_attach import attach_source
 from ..record.native_format import is_native_unit, read_native
-from ..replay.native_build import bind_source
 from .lift_includes import kernel_name, kernels_defined, translation_unit
 from .manifest import AppManifestError, Integrate
 
