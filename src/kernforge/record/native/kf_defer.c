@@ -29,6 +29,8 @@
  * Process exit flushes too, from an exit handler registered at the first held launch (so it
  * runs before the handlers the CUDA runtime registered when it started, which destroy its
  * contexts), and a context's destruction, release or reset flushes through its thunk first.
+ * A fork flushes before it (a fork handler registered with the exit handler), so that the
+ * child never holds, nor runs, the parent's launches.
  *
  * A launch on a stream being captured into a graph is never held (kf_defer_launch asks the
  * driver when a chain starts; cuStreamBeginCapture flushes first, as any other function).
@@ -231,8 +233,29 @@ static void at_exit(void) {
   kf_defer_flush();
 }
 
+/* fork: the child is a copy of the process, held launches included, and its exit handler
+ * would run them (a second time, after the parent does; on host-mapped or shared memory that
+ * shows). So what is held runs before the fork, and kf_lock is held across it, so that no
+ * thread holds a launch, or the lock, in the copy. */
+static __thread int fork_locked;
+static void fork_prepare(void) {
+  if (kf_locked) return; /* a fork from a signal handler inside a launch: nothing to take */
+  kf_seq_flush();
+  pthread_mutex_lock(&kf_lock);
+  kf_locked = fork_locked = 1;
+  kf_defer_flush_locked();
+}
+
+static void fork_done(void) {
+  if (!fork_locked) return;
+  kf_locked = fork_locked = 0;
+  pthread_mutex_unlock(&kf_lock);
+}
+
 static void register_exit(void) {
   if (atexit(at_exit)) kf_defer_disable("no exit handler could be registered");
+  else if (pthread_atfork(fork_prepare, fork_done, fork_done))
+    kf_defer_disable("no fork handler could be registered");
 }
 
 /* a stream being captured into a graph records launches instead of running them: a launch held

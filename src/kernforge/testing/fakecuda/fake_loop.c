@@ -34,6 +34,7 @@
  *   Z  cuFakeManyArgs (unknown too: 11 arguments, some on the stack, two floating-point)
  *   x  exit(0) now        X  cuCtxDestroy, _exit(0)     R  cuDevicePrimaryCtxRelease, _exit(0)
  *   D  cuDevicePrimaryCtxReset, _exit(0)     9  SIGKILL to itself (nothing after it runs)
+ *   F  fork; the child calls exit(0) (its exit handlers run), the parent waits for it
  * The script's end is a final "c". FAKE_LOOP_MAP=FILE: a0 and b0 are the two halves of FILE,
  * mapped shared (host-mapped memory: what the kernels leave there outlives the process).
  * FAKE_LOOP_ATEXIT=1: an exit handler registered first copies every buffer and prints it.
@@ -48,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 typedef int CUresult;
@@ -320,6 +322,16 @@ int main(int argc, char **argv) {
         break;
       }
       case '9': fflush(stdout); kill(getpid(), SIGKILL); break;
+      case 'F': {
+        fflush(stdout);
+        pid_t child = fork();
+        if (child == 0) exit(0);
+        int status;
+        CHECK(child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) ||
+              WEXITSTATUS(status));
+        observe(tag);
+        break;
+      }
       case 'x': fflush(stdout); exit(0);
       case 'X': fflush(stdout); CHECK(p_cuCtxDestroy_v2(ctx)); _exit(0);
       case 'R': fflush(stdout); CHECK(p_cuDevicePrimaryCtxRelease_v2(0)); _exit(0);
