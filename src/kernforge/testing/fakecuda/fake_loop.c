@@ -14,6 +14,7 @@
  *   v  a step of chain 0 whose first edge has another scalar (0.5 for V0)
  *   l  a heat step of chain 0 on s0 then sqdiff(in, out, n, e), a diagnostic into e
  *   L  the same with sqacc (it adds to e[0])
+ *   Q  as l, the diagnostic into b1 instead of e (its buffer moved)
  *   o  a step of chain 0 whose companions run on s1      r  one whose companions run in
  *      another order (mix first)
  *   n  a step of chain 0 whose first edge comes from another module image of the same kernels
@@ -171,10 +172,10 @@ static void full_step(CUdeviceptr *in, CUdeviceptr *out, void *stream, void *cst
   *in = *out, *out = t;
 }
 
-static void diag_step(void *kernel) { /* heat on chain 0, then the diagnostic of the step */
+static void diag_step(void *kernel, int into) { /* heat on chain 0, then its diagnostic */
   CUdeviceptr in = buf[0], out = buf[1];
   step(&buf[0], &buf[1], s0);
-  void *args[] = {&in, &out, &n, &buf[4]};
+  void *args[] = {&in, &out, &n, &buf[into]};
   CHECK(p_cuLaunchKernel(kernel, 1, 1, 1, 1, 1, 1, 0, s0, args, NULL));
 }
 
@@ -246,8 +247,9 @@ int main(int argc, char **argv) {
         buf[0] = buf[1], buf[1] = t;
         break;
       }
-      case 'l': diag_step(sqdiff); break;
-      case 'L': diag_step(sqacc); break;
+      case 'l': diag_step(sqdiff, 4); break;
+      case 'Q': diag_step(sqdiff, 3); break;
+      case 'L': diag_step(sqacc, 4); break;
       case 'k': other(buf[0], s0); break;
       case 'K': other(buf[2], s1); break;
       case 'M': fill(buf[0], (int)(op - script)); break;
