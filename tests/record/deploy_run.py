@@ -61,7 +61,7 @@ class Run:
 
 def run(fake: FakeCuda, lib: Path, command: Sequence[str], tmp: Path,
         lines: str | bytes | None = None, *, env: Mapping[str, str] | None = None,
-        preload: Sequence[Path | str] | None = None) -> Run:
+        preload: Sequence[Path | str] | None = None, timeout: float = TIMEOUT_S) -> Run:
     """``command`` under the interposer ``lib`` (or the ``preload`` list) with ``lines`` as
     KERNFORGE_DEPLOY (unless ``env`` names it) and a log in ``tmp``."""
     log = tmp / "deploy-log.json"
@@ -75,7 +75,7 @@ def run(fake: FakeCuda, lib: Path, command: Sequence[str], tmp: Path,
         full["KERNFORGE_DEPLOY"] = str(spec)
     full.update(env or {})
     done = subprocess.run(list(command), env=full, capture_output=True, text=True,
-                          errors="replace", timeout=TIMEOUT_S, check=False)
+                          errors="replace", timeout=timeout, check=False)
     text = log.read_text("utf-8") if log.is_file() else None  # JSON is UTF-8
     return Run(done.returncode, done.stdout, done.stderr, json.loads(text) if text else None)
 

@@ -43,3 +43,70 @@ def test_a_fork_with_steps_held_runs_each_launch_once(fake: FakeCuda, lib: Path,
                                                       tmp_path: Path, script: str) -> None:
     got = both(fake, lib, tmp_path, script)
     assert got["fused"] == got["plain"]
+
+
+# a preload library (after the interposer) that raises SIGUSR1 right after the AT-th
+# pthread_mutex_lock of the process returns (AT=-1: counts them, prints the count at exit); the
+# handler calls cuCtxSynchronize (the interposer's flushing export), as a program's signal
+# handler that saves its state does
+SIGNAL_AT_LOCK = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+static int (*real_lock)(pthread_mutex_t *);
+static int (*sync_fn)(void);
+static long calls, at;
+static void handler(int s) {
+  (void)s;
+  int rc = sync_fn ? sync_fn() : -1;
+  char msg[64];
+  int n = snprintf(msg, sizeof msg, "signal: cuCtxSynchronize %d\n", rc);
+  if (write(2, msg, (size_t)n) < 0) _exit(9);
+}
+int pthread_mutex_lock(pthread_mutex_t *m) {
+  if (!real_lock) real_lock = (int (*)(pthread_mutex_t *))dlsym(RTLD_NEXT, "pthread_mutex_lock");
+  int rc = real_lock(m);
+  if (at && __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED) == at) raise(SIGUSR1);
+  return rc;
+}
+__attribute__((constructor)) static void init(void) {
+  const char *s = getenv("SIGNAL_AT_LOCK");
+  at = s ? atol(s) : 0;
+  sync_fn = (int (*)(void))dlsym(RTLD_DEFAULT, "cuCtxSynchronize");
+  signal(SIGUSR1, handler);
+}
+__attribute__((destructor)) static void done(void) {
+  if (at < 0) fprintf(stderr, "locks: %ld\n", calls);
+}
+"""
+
+
+def test_a_signal_handler_calling_the_driver_mid_launch_never_hangs(
+        fake: FakeCuda, lib: Path, tmp_path: Path) -> None:
+    """The handler runs right after each pthread_mutex_lock of the run in turn, the
+    interposer's lock included (taken, before it says so): it must return (the held steps
+    run, or it is told why they could not), and the program go on to its end."""
+    import subprocess
+
+    from deploy_run import compile_c
+
+    wrap = compile_c(SIGNAL_AT_LOCK, tmp_path / "sigwrap.so", "-shared", "-ldl")
+    lines = step_line(tuned_image(fake, tmp_path), 5) + "\n"
+    script = "b" * 8 + "c"
+    count = run(fake, lib, fake.loop_command(script), tmp_path, lines, preload=[lib, wrap],
+                env={"SIGNAL_AT_LOCK": "-1"})
+    assert count.rc == 0 and fused_groups(count) == 1, count.err
+    locks = int(count.err.split("locks: ")[1].split()[0])
+    assert locks > 8, count.err
+    for at in range(1, locks + 1):
+        try:
+            r = run(fake, lib, fake.loop_command(script), tmp_path, lines, preload=[lib, wrap],
+                    env={"SIGNAL_AT_LOCK": str(at)}, timeout=10)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the run hung with the signal after lock {at} of {locks}")
+        assert r.rc == 0 and "signal: cuCtxSynchronize 0" in r.err, (at, r.err)
+        assert "obs end" in r.out, (at, r.out)

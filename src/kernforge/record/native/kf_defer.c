@@ -154,12 +154,16 @@ void kf_defer_flush_locked(void) {
 
 void kf_defer_flush(void) {
   kf_seq_flush(); /* an observation ends a sequence being recorded (kf_sequence.c) */
-  if (!__atomic_load_n(&nheld, __ATOMIC_ACQUIRE) || kf_locked) return;
-  pthread_mutex_lock(&kf_lock);
-  kf_locked = 1;
+  if (!__atomic_load_n(&nheld, __ATOMIC_ACQUIRE) || kf_locked) return; /* its holder runs it */
+  if (kf_lock_take()) { /* taken by this thread, not yet said: a signal handler came between */
+    static int said;
+    kf_say_once(&said, "a driver function was called from a signal handler that interrupted "
+                "the interposer: %lu held launches had not run when it returned",
+                __atomic_load_n(&nheld, __ATOMIC_ACQUIRE));
+    return;
+  }
   kf_defer_flush_locked();
-  kf_locked = 0;
-  pthread_mutex_unlock(&kf_lock);
+  kf_lock_give();
 }
 
 void kf_defer_disable(const char *why) {
@@ -230,6 +234,10 @@ static int continues(const chain_t *c, const kf_launch_t *l, const uint8_t *p, s
 
 static void at_exit(void) {
   __atomic_store_n(&exiting, 1, __ATOMIC_RELEASE);
+  unsigned long n = __atomic_load_n(&nheld, __ATOMIC_ACQUIRE);
+  if (kf_locked && n) /* exit() from a signal handler that interrupted the interposer */
+    kf_log("the process exits from inside the interposer (a signal handler?): %lu held "
+           "launches do not run", n);
   kf_defer_flush();
 }
 
@@ -239,22 +247,24 @@ static void at_exit(void) {
  * thread holds a launch, or the lock, in the copy. */
 static __thread int fork_locked;
 static void fork_prepare(void) {
-  if (kf_locked) return; /* a fork from a signal handler inside a launch: nothing to take */
   kf_seq_flush();
-  pthread_mutex_lock(&kf_lock);
-  kf_locked = fork_locked = 1;
+  if (kf_locked || kf_lock_take()) return; /* a fork from a signal handler inside it */
+  fork_locked = 1;
   kf_defer_flush_locked();
 }
 
-static void fork_done(void) {
-  if (!fork_locked) return;
-  kf_locked = fork_locked = 0;
-  pthread_mutex_unlock(&kf_lock);
+static void fork_parent(void) {
+  if (fork_locked) fork_locked = 0, kf_lock_give();
+}
+
+static void fork_child(void) { /* the lock's owner was the parent's thread: a fresh lock */
+  static const pthread_mutex_t fresh = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
+  if (fork_locked) fork_locked = 0, kf_locked = 0, memcpy(&kf_lock, &fresh, sizeof fresh);
 }
 
 static void register_exit(void) {
   if (atexit(at_exit)) kf_defer_disable("no exit handler could be registered");
-  else if (pthread_atfork(fork_prepare, fork_done, fork_done))
+  else if (pthread_atfork(fork_prepare, fork_parent, fork_child))
     kf_defer_disable("no fork handler could be registered");
 }
 
