@@ -15,6 +15,11 @@
  *   l  a heat step of chain 0 on s0 then sqdiff(in, out, n, e), a diagnostic into e
  *   L  the same with sqacc (it adds to e[0])
  *   Q  as l, the diagnostic into b1 instead of e (its buffer moved)
+ *   S  a step of chain 0 whose mix has IN and OUT swapped    T  one whose companions are
+ *      launched from another thread (same context, same stream s0)
+ *   I  a step of chain 0 whose interior has one block fewer (points near the end not written)
+ *   H  3 steps "b" captured on s0 into a graph, the graph launched on s0
+ *   U  cuMemFree of e, cuMemAlloc of it again (maybe elsewhere), fresh values in it
  *   o  a step of chain 0 whose companions run on s1      r  one whose companions run in
  *      another order (mix first)
  *   n  a step of chain 0 whose first edge comes from another module image of the same kernels
@@ -44,6 +49,7 @@
  */
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -157,11 +163,27 @@ static void companions(CUdeviceptr in, CUdeviceptr out, void *stream, double v0,
   if (!reorder) CHECK(p_cuLaunchKernel(mix, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL));
 }
 
-static void stencil(CUdeviceptr *in, CUdeviceptr *out, void *stream) {
+static void stencil_less(CUdeviceptr *in, CUdeviceptr *out, void *stream, unsigned fewer) {
   double c = 0.25;
-  unsigned block = 128, grid = ((unsigned)n + block - 1) / block;
+  unsigned block = 128, grid = ((unsigned)n + block - 1) / block - fewer;
   void *args[] = {in, out, &n, &c};
   CHECK(p_cuLaunchKernel(interior, grid, 1, 1, block, 1, 1, 0, stream, args, NULL));
+}
+
+static void stencil(CUdeviceptr *in, CUdeviceptr *out, void *stream) {
+  stencil_less(in, out, stream, 0);
+}
+
+static void swap0(void) {
+  CUdeviceptr t = buf[0];
+  buf[0] = buf[1], buf[1] = t;
+}
+
+static void *companions_here(void *arg) { /* step "T": the companions from another thread */
+  (void)arg;
+  CHECK(p_cuCtxSetCurrent(ctx));
+  companions(buf[0], buf[1], s0, V0, 0, edge);
+  return NULL;
 }
 
 static void full_step(CUdeviceptr *in, CUdeviceptr *out, void *stream, void *cstream, double v0,
@@ -241,12 +263,41 @@ int main(int argc, char **argv) {
       case 'r': full_step(&buf[0], &buf[1], s0, s0, V0, 1, edge); break;
       case 'n': full_step(&buf[0], &buf[1], s0, s0, V0, 0, edge2); break;
       case 'i': stencil(&buf[0], &buf[1], s0); break;
-      case 'j': {
-        companions(buf[0], buf[1], s0, V0, 0, edge);
-        CUdeviceptr t = buf[0];
-        buf[0] = buf[1], buf[1] = t;
+      case 'j': companions(buf[0], buf[1], s0, V0, 0, edge); swap0(); break;
+      case 'S': {
+        double w = W;
+        void *args[] = {&buf[1], &buf[0], &n, &w};
+        stencil(&buf[0], &buf[1], s0);
+        edge_at(edge, buf[1], 0, V0, s0);
+        edge_at(edge, buf[1], 1, V1, s0);
+        CHECK(p_cuLaunchKernel(mix, 1, 1, 1, 1, 1, 1, 0, s0, args, NULL));
+        swap0();
         break;
       }
+      case 'T': {
+        pthread_t t;
+        stencil(&buf[0], &buf[1], s0);
+        CHECK(pthread_create(&t, NULL, companions_here, NULL) || pthread_join(t, NULL));
+        swap0();
+        break;
+      }
+      case 'I': stencil_less(&buf[0], &buf[1], s0, 1); companions(buf[0], buf[1], s0, V0, 0, edge); swap0(); break;
+      case 'H': {
+        void *graph, *exec;
+        CHECK(p_cuStreamBeginCapture_v2(s0, 0));
+        for (int i = 0; i < 3; i++) full_step(&buf[0], &buf[1], s0, s0, V0, 0, edge);
+        CHECK(p_cuStreamEndCapture(s0, &graph));
+        CHECK(p_cuGraphInstantiateWithFlags(&exec, graph, 0ULL));
+        CHECK(p_cuGraphLaunch(exec, s0));
+        observe(tag);
+        break;
+      }
+      case 'U':
+        CHECK(p_cuMemFree_v2(buf[4]));
+        CHECK(p_cuMemAlloc_v2(&buf[4], bytes));
+        fill(buf[4], (int)(op - script));
+        observe(tag);
+        break;
       case 'l': diag_step(sqdiff, 4); break;
       case 'Q': diag_step(sqdiff, 3); break;
       case 'L': diag_step(sqacc, 4); break;
