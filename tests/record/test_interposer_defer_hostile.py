@@ -8,7 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from deploy_run import fused_groups, run, step_line, tuned_image
+from deploy_run import (
+    GEOMETRY,
+    companion_fields,
+    fused_groups,
+    run,
+    step_line,
+    tuned_image,
+    with_geometry,
+)
 
 from kernforge.record import interposer
 from kernforge.testing.fakedriver import FakeCuda
@@ -21,12 +29,12 @@ def lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return interposer.build(tmp_path_factory.mktemp("interposer"))
 
 
-def both(fake: FakeCuda, lib: Path, tmp: Path, script: str, groups: int = 2
-         ) -> dict[str, tuple[str, bytes]]:
+def both(fake: FakeCuda, lib: Path, tmp: Path, script: str, groups: int = 2,
+         companions: list[tuple[str, ...]] | None = None) -> dict[str, tuple[str, bytes]]:
     """``script`` plain and under the fused deployment of the step (at least ``groups`` fused
-    launches): (output, the mapping)."""
+    launches; ``companions``: the entry's, as deploy_run's): (output, the mapping)."""
     got = {}
-    lines = step_line(tuned_image(fake, tmp), 5) + "\n"
+    lines = step_line(tuned_image(fake, tmp), 5, companions=companions) + "\n"
     for mode in ("plain", "fused"):
         mapped = tmp / f"{mode}.bin"
         env = {"FAKE_LOOP_MAP": str(mapped)}
@@ -129,3 +137,27 @@ def test_what_is_not_the_step_runs_in_order_with_the_held_steps(
         fake: FakeCuda, lib: Path, tmp_path: Path, script: str, groups: int) -> None:
     got = both(fake, lib, tmp_path, script, groups)
     assert got["fused"] == got["plain"]
+
+
+@pytest.mark.parametrize("script", ["J" * 13 + "c", "b" * 7 + "J" + "b" * 7 + "J" * 7 + "c"],
+                         ids=["every step", "some steps"])
+def test_a_companion_launched_with_another_geometry_is_not_the_companion(
+        fake: FakeCuda, lib: Path, tmp_path: Path, script: str) -> None:
+    """Step "J" launches mix with 2 blocks (it mixes two points): the same name, image and
+    parameter bytes as the recorded companion, another effect. With the companions' recorded
+    geometry in the entry, a chain's first step compares it too (later steps compare the first
+    step's), so those steps run as the originals and the steps "b" still fuse."""
+    comps = with_geometry(companion_fields(), GEOMETRY)
+    got = both(fake, lib, tmp_path, script, 0 if script[0] == "J" else 2, comps)
+    assert got["fused"] == got["plain"]
+
+
+def test_without_its_geometry_a_companion_of_another_geometry_is_taken(
+        fake: FakeCuda, lib: Path, tmp_path: Path) -> None:
+    """What the geometry prevents: an entry written without it (four or five fields) takes
+    steps "J" for the loop's and fuses them; the output differs (here the fused operator
+    mixes one point a step, the program two)."""
+    lines = step_line(tuned_image(fake, tmp_path), 5) + "\n"
+    plain = run(fake, lib, fake.loop_command("J" * 13 + "c"), tmp_path, None, preload=[])
+    fused = run(fake, lib, fake.loop_command("J" * 13 + "c"), tmp_path, lines)
+    assert fused_groups(fused) == 2 and fused.out != plain.out

@@ -63,7 +63,8 @@ class Companion:
     recorded parameter bytes, the byte offsets of its pointer words equal to the step's IN and
     OUT pointers; ``others``: the offsets of its pointer words to any other buffer (matched as
     recorded); ``image``: the interposer's id of the module image it was recorded from
-    (deploy/native.py ``image_id``; None: not known, a kernel of its name from any image).
+    (deploy/native.py ``image_id``; None: not known, a kernel of its name from any image);
+    ``geometry``: the (grid, block, dynamic shared memory) it was recorded with (None: any).
     FOLDED: ``faces``, what it does to OUT (lifted), applied in order. ELIDED
     (``elided`` is not None): it writes only other buffers (``elided``), every written byte a
     function of the step's state, read by no later step (apps/elide_companion.py)."""
@@ -76,6 +77,7 @@ class Companion:
     others: tuple[int, ...] = ()
     elided: tuple[Written, ...] | None = None
     image: str | None = None
+    geometry: tuple[tuple[int, int, int], tuple[int, int, int], int] | None = None
 
     @property
     def role(self) -> str:
@@ -93,6 +95,9 @@ class Companion:
             d["same_slots"] = list(self.others)
         if self.image is not None:
             d["image"] = self.image
+        if self.geometry is not None:  # launched with another, it is not this companion
+            g, b, m = self.geometry
+            d.update(grid=list(g), block=list(b), shared_mem=m)
         return d
 
     def evidence(self) -> dict[str, object]:

@@ -7,11 +7,11 @@
  * context, stream and launch call, its IN pointer equal to the last held stencil's OUT and its
  * OUT to the last's IN, every other parameter byte equal to the first held stencil's. A
  * companion launch is held when a chain on its stream waits for it: the companion the entry
- * lists next (its name, and its image when the entry gives one), with the parameter bytes the
- * entry gives except at its slots, which hold this step's IN and OUT, and at its "xx" bytes,
- * which hold the first held step's (a pointer to a per-step diagnostic's buffer: wherever the
- * program put it, the same in every step); in later steps also the same function, launch
- * call, geometry and attributes as the first held step's. When T+1 whole steps are held, the
+ * lists next (its name, and its image and geometry when the entry gives them), with the
+ * parameter bytes the entry gives except at its slots, which hold this step's IN and OUT, and
+ * at its "xx" bytes, which hold the first held step's (a pointer to a per-step diagnostic's
+ * buffer: wherever the program put it, the same in every step); in later steps also the same
+ * function, launch call, geometry and attributes as the first held step's. When T+1 whole steps are held, the
  * first T run as ONE launch of the entry's fused function with the first stencil's parameters,
  * and the last step stays held. T is odd, so the fused launch writes the first stencil's OUT, the buffer the T-th
  * step writes; IN keeps the level before the first step instead of the (T-1)-th, until the
@@ -380,8 +380,10 @@ static int companion_fits(const chain_t *c, const kf_launch_t *l, kf_fn_t *fn,
     if (!same_call(l, h) || l->shmem != h->shmem || memcmp(l->grid, h->grid, sizeof l->grid) ||
         memcmp(l->block, h->block, sizeof l->block))
       return 0;
-  } else if (strcmp(fn->name, k->name) || !kf_comp_image_ok(k, l, fn)) {
-    return 0; /* later steps: the same function as here, so from the same image */
+  } else if (strcmp(fn->name, k->name) || !kf_comp_image_ok(k, l, fn) ||
+             (k->geom && (memcmp(l->grid, k->grid, sizeof l->grid) ||
+                          memcmp(l->block, k->block, sizeof l->block) || l->shmem != k->shmem))) {
+    return 0; /* later steps: the same function as here (so from the same image), geometry */
   }
   const uint8_t *s = c->h[c->held - r].p; /* this step's stencil */
   uint64_t in = word(s, c->e->fuse_in), out = word(s, c->e->fuse_out);

@@ -18,6 +18,7 @@
  *   S  a step of chain 0 whose mix has IN and OUT swapped    T  one whose companions are
  *      launched from another thread (same context, same stream s0)
  *   I  a step of chain 0 whose interior has one block fewer (points near the end not written)
+ *   J  one whose mix runs 2 blocks (it mixes two points)
  *   H  3 steps "b" captured on s0 into a graph, the graph launched on s0
  *   U  cuMemFree of e, cuMemAlloc of it again (maybe elsewhere), fresh values in it
  *   o  a step of chain 0 whose companions run on s1      r  one whose companions run in
@@ -153,14 +154,15 @@ static void edge_at(void *k, CUdeviceptr out, int side, double v, void *stream) 
 
 /* the companions of a step from in to out: edge 0 (of e0), edge 1, mix (mix first when
  * reordered) */
+static unsigned mix_blocks = 1;
 static void companions(CUdeviceptr in, CUdeviceptr out, void *stream, double v0, int reorder,
                        void *e0) {
   double w = W;
   void *args[] = {&in, &out, &n, &w};
-  if (reorder) CHECK(p_cuLaunchKernel(mix, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL));
+  if (reorder) CHECK(p_cuLaunchKernel(mix, mix_blocks, 1, 1, 1, 1, 1, 0, stream, args, NULL));
   edge_at(e0, out, 0, v0, stream);
   edge_at(edge, out, 1, V1, stream);
-  if (!reorder) CHECK(p_cuLaunchKernel(mix, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL));
+  if (!reorder) CHECK(p_cuLaunchKernel(mix, mix_blocks, 1, 1, 1, 1, 1, 0, stream, args, NULL));
 }
 
 static void stencil_less(CUdeviceptr *in, CUdeviceptr *out, void *stream, unsigned fewer) {
@@ -281,6 +283,7 @@ int main(int argc, char **argv) {
         swap0();
         break;
       }
+      case 'J': mix_blocks = 2; full_step(&buf[0], &buf[1], s0, s0, V0, 0, edge); mix_blocks = 1; break;
       case 'I': stencil_less(&buf[0], &buf[1], s0, 1); companions(buf[0], buf[1], s0, V0, 0, edge); swap0(); break;
       case 'H': {
         void *graph, *exec;
