@@ -267,7 +267,9 @@ def test_a_write_decided_by_a_test_of_the_values_is_refused() -> None:
     """Diagnostics whose write set depends on the values in states random ones never reach: a
     convergence flag set only while a step changes the grid more than a tolerance (a fused run
     would leave it unset when only an elided step changed), and a blow-up check (NaN or huge
-    values). Each would be elided if probed from random states alone."""
+    values). Each of these would be elided if probed from random states alone; one that adds
+    every other step (a counter in its own buffer) and a compaction (the write set is where the
+    values are) are refused from random states already."""
     def probe(body: Callable[[dict[int, np.ndarray]], None], dtype: str) -> object:
         t = NumpyTarget(body, {0: (dtype, 64), 1: (dtype, 64), 2: ("float64", 4)})
         return ec.probe(t, (0,), (1,), dtype)
@@ -283,8 +285,16 @@ def test_a_write_decided_by_a_test_of_the_values_is_refused() -> None:
     def relative(b: dict[int, np.ndarray]) -> None:  # |diff| above a share of |out|
         b[2][2] = float(np.sum(np.abs(b[1] - b[0]) > 1e-3 * np.abs(b[1])))
 
+    def every_other(b: dict[int, np.ndarray]) -> None:  # a step counter in its own buffer
+        b[2][3] += 1.0
+        b[2][0] = b[2][0] + 1.0 if int(b[2][3]) % 2 else float(np.sum(b[1]))
+
+    def compacted(b: dict[int, np.ndarray]) -> None:  # the indices of the points above 0.5
+        at = np.flatnonzero(b[1] > 0.5)[:4]
+        b[2][:at.size] = at
+
     for dtype in ("float32", "float64"):
-        for body in (not_converged, blew_up):
+        for body in (not_converged, blew_up, every_other, compacted):
             got = probe(body, dtype)
             assert isinstance(got, lc.Refused) and "depend" in got.reason, (body, dtype, got)
         masks = probe(relative, dtype)  # always written, whatever the count: elided
