@@ -55,6 +55,14 @@ def test_a_fork_with_steps_held_runs_each_launch_once(fake: FakeCuda, lib: Path,
     assert got["fused"] == got["plain"]
 
 
+@pytest.mark.parametrize("script", [STEPS + "A", STEPS + "iA", STEPS + "ijA"],
+                         ids=["between steps", "mid-step", "after a step in parts"])
+def test_exit_from_a_signal_handler_runs_what_is_held(fake: FakeCuda, lib: Path,
+                                                      tmp_path: Path, script: str) -> None:
+    got = both(fake, lib, tmp_path, script)
+    assert got["fused"] == got["plain"]
+
+
 # a preload library (after the interposer) that raises SIGUSR1 right after the AT-th
 # pthread_mutex_lock of the process returns (AT=-1: counts them, prints the count at exit); the
 # handler calls cuCtxSynchronize (the interposer's flushing export), as a program's signal

@@ -42,6 +42,7 @@
  *   x  exit(0) now        X  cuCtxDestroy, _exit(0)     R  cuDevicePrimaryCtxRelease, _exit(0)
  *   D  cuDevicePrimaryCtxReset, _exit(0)     9  SIGKILL to itself (nothing after it runs)
  *   F  fork; the child calls exit(0) (its exit handlers run), the parent waits for it
+ *   A  raise SIGUSR1, whose handler calls exit(0)
  * The script's end is a final "c". FAKE_LOOP_MAP=FILE: a0 and b0 are the two halves of FILE,
  * mapped shared (host-mapped memory: what the kernels leave there outlives the process).
  * FAKE_LOOP_ATEXIT=1: an exit handler registered first copies every buffer and prints it.
@@ -125,6 +126,7 @@ static void copied(const char *op) { /* the buffers as cuMemcpyDtoH gives them *
 }
 static void at_exit(void) { copied("atexit"); fflush(stdout); }
 static void host_fn(void *op) { observe(op); }
+static void exit_now(int sig) { (void)sig; fflush(stdout); exit(0); }
 
 static void load(void) {
   CHECK(p_cuModuleLoadData(&mod, image));
@@ -378,6 +380,7 @@ int main(int argc, char **argv) {
         break;
       }
       case '9': fflush(stdout); kill(getpid(), SIGKILL); break;
+      case 'A': signal(SIGUSR1, exit_now); raise(SIGUSR1); break;
       case 'F': {
         fflush(stdout);
         pid_t child = fork();
