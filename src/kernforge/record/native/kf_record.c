@@ -30,6 +30,7 @@ void kf_lock_give(void) {
   kf_locked = 0;
   pthread_mutex_unlock(&kf_lock);
 }
+
 const char *root;
 static long long max_instances = 4, skip_first;
 long long kf_seq_want;
