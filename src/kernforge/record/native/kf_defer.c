@@ -12,9 +12,9 @@
  * at its "xx" bytes, which hold the first held step's (a pointer to a per-step diagnostic's
  * buffer: wherever the program put it, the same in every step); in later steps also the same
  * function, launch call, geometry and attributes as the first held step's. When T+1 whole
- * steps are held, the first T run as ONE launch of the entry's fused function with the first stencil's parameters,
- * and the last step stays held. T is odd, so the fused launch writes the first stencil's OUT, the buffer the T-th
- * step writes; IN keeps the level before the first step instead of the (T-1)-th, until the
+ * steps are held, the first T run as ONE launch of the entry's fused function with the first
+ * stencil's parameters, and the last step stays held. T is odd, so the fused launch writes the
+ * first stencil's OUT, the buffer the T-th step writes; IN keeps the level before the first step instead of the (T-1)-th, until the
  * held step, which always runs as the originals, overwrites it (a step held in part is never
  * the one after a fused launch). So every buffer equals the unfused run's whenever anyone can
  * look, provided everything that could look, or reorder memory, first flushes: runs what is
