@@ -14,12 +14,12 @@
  * function, launch call, geometry and attributes as the first held step's. When T+1 whole
  * steps are held, the first T run as ONE launch of the entry's fused function with the first
  * stencil's parameters, and the last step stays held. T is odd, so the fused launch writes the
- * first stencil's OUT, the buffer the T-th step writes; IN keeps the level before the first step instead of the (T-1)-th, until the
- * held step, which always runs as the originals, overwrites it (a step held in part is never
- * the one after a fused launch). So every buffer equals the unfused run's whenever anyone can
- * look, provided everything that could look, or reorder memory, first flushes: runs what is
- * held, one by one, as the original launches in their order (the real functions, their own
- * parameters and geometry, in their own context). A launch is never lost nor run twice.
+ * first stencil's OUT, the buffer the T-th step writes; IN keeps the level before the first
+ * step instead of the (T-1)-th, until the held step, which always runs as the originals,
+ * overwrites it (a step held in part is never the one after a fused launch). So every buffer
+ * equals the unfused run's whenever anyone can look, provided everything that could look, or
+ * reorder memory, first flushes: runs what is held, one by one, as the original launches in
+ * their order (the real functions, their own parameters and geometry, in their own context). A launch is never lost nor run twice.
  *
  * What flushes: every other launch (kf_record.c; a companion that is not the one due, or
  * differs), cooperative and graph launches, allocations and frees (kf_hooks.c, kf_track.c),
