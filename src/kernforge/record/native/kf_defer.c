@@ -19,7 +19,8 @@
  * overwrites it (a step held in part is never the one after a fused launch). So every buffer
  * equals the unfused run's whenever anyone can look, provided everything that could look, or
  * reorder memory, first flushes: runs what is held, one by one, as the original launches in
- * their order (the real functions, their own parameters and geometry, in their own context). A launch is never lost nor run twice.
+ * their order (the real functions, their own parameters and geometry, in their own context).
+ * A launch is never lost nor run twice.
  *
  * What flushes: every other launch (kf_record.c; a companion that is not the one due, or
  * differs), cooperative and graph launches, allocations and frees (kf_hooks.c, kf_track.c),
