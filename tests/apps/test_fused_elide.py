@@ -261,3 +261,41 @@ def test_a_probe_tells_what_bytes_a_kernel_writes() -> None:
         b[1][:] = np.arange(4.0)
     masks = run(table)
     assert isinstance(masks, dict) and masks[1].all()
+
+
+def test_a_write_decided_by_a_test_of_the_values_is_refused() -> None:
+    """Diagnostics whose write set depends on the values in states random ones never reach: a
+    convergence flag set only while a step changes the grid more than a tolerance (a fused run
+    would leave it unset when only an elided step changed), and a blow-up check (NaN or huge
+    values). Each of these would be elided if probed from random states alone; one that adds
+    every other step (a counter in its own buffer) and a compaction (the write set is where the
+    values are) are refused from random states already."""
+    def probe(body: Callable[[dict[int, np.ndarray]], None], dtype: str) -> object:
+        t = NumpyTarget(body, {0: (dtype, 64), 1: (dtype, 64), 2: ("float64", 4)})
+        return ec.probe(t, (0,), (1,), dtype)
+
+    def not_converged(b: dict[int, np.ndarray]) -> None:
+        if np.max(np.abs(b[1] - b[0])) > 1e-6:
+            b[2][0] = 1.0
+
+    def blew_up(b: dict[int, np.ndarray]) -> None:
+        if not np.all(np.isfinite(b[1])) or np.max(np.abs(b[1])) > 1e6:
+            b[2][1] = 1.0
+
+    def relative(b: dict[int, np.ndarray]) -> None:  # |diff| above a share of |out|
+        b[2][2] = float(np.sum(np.abs(b[1] - b[0]) > 1e-3 * np.abs(b[1])))
+
+    def every_other(b: dict[int, np.ndarray]) -> None:  # a step counter in its own buffer
+        b[2][3] += 1.0
+        b[2][0] = b[2][0] + 1.0 if int(b[2][3]) % 2 else float(np.sum(b[1]))
+
+    def compacted(b: dict[int, np.ndarray]) -> None:  # the indices of the points above 0.5
+        at = np.flatnonzero(b[1] > 0.5)[:4]
+        b[2][:at.size] = at
+
+    for dtype in ("float32", "float64"):
+        for body in (not_converged, blew_up, every_other, compacted):
+            got = probe(body, dtype)
+            assert isinstance(got, lc.Refused) and "depend" in got.reason, (body, dtype, got)
+        masks = probe(relative, dtype)  # always written, whatever the count: elided
+        assert isinstance(masks, dict) and np.flatnonzero(masks[2]).tolist() == list(range(16, 24))

@@ -133,3 +133,24 @@ def test_a_companion_s_pointers_to_in_out_and_others() -> None:
     assert isinstance(none, lc.Companion) and none.out_slots == (16,)
     twice = lc.companion("k", raw[:8] * 2 + raw[:8], slots, in_ptr=0x2000, out_ptr=0x1000)
     assert isinstance(twice, lc.Refused) and "2 parameters point to OUT" in twice.reason
+
+
+@pytest.mark.parametrize("body", [
+    lambda g: g.__setitem__((slice(None), slice(None), 0), np.minimum(g[:, :, 1], 100.0)),
+    lambda g: g.__setitem__((slice(None), slice(None), 0),
+                            np.where(np.isnan(g[:, :, 1]), 0.0, g[:, :, 1])),
+    lambda g: g.__setitem__((slice(None), slice(None), 0),
+                            np.where(g[:, :, 1] == 0, 1.0, g[:, :, 1])),
+], ids=["clamped at 100", "NaN replaced", "zero replaced"])
+def test_a_copy_that_tests_its_value_is_refused(body: Callable[[np.ndarray], None]) -> None:
+    """Each is a copy from 1 inward for every value in the random trials; a fused kernel
+    folding it as one would differ where the grid's values reach the test."""
+    got = _lift(body)
+    assert isinstance(got, lc.Refused) and "neither a constant nor a copy" in got.reason, got
+
+
+def test_copies_and_constants_lift_where_the_grid_holds_nan_zeros_or_huge_values() -> None:
+    def rules(g: np.ndarray) -> None:
+        g[:, :, 0], g[:, :, -1] = g[:, :, 2], 0.0
+    assert _lift(rules) == (fc.Face(2, 0, 2), fc.Face(2, 1, 0, 0.0))
+    assert _lift(_zero_flux) == (fc.Face(2, 0, 1), fc.Face(2, 1, 1))

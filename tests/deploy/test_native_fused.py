@@ -214,3 +214,51 @@ def test_companion_images_the_interposer_would_skip_are_refused(tmp_path: Path,
     if bad is not None:  # a Companion's None is no image: any
         with pytest.raises(nd.FusedEntryError, match="image id"):
             _fused(_rec(tmp_path), companions=[EDGE._replace(image=bad)])
+
+
+# ---- a companion's geometry: the grid, block and shared memory it was recorded with ------------
+GEO = ((1, 1, 1), (32, 1, 1), 0)
+
+
+def test_a_companion_s_geometry_goes_to_the_spec_and_a_sixth_field(tmp_path: Path) -> None:
+    e = _fused(_rec(tmp_path), companions=[EDGE._replace(geometry=GEO), MIX._replace(image=IMG)])
+    spec = nd.read_spec(nd.write_spec(tmp_path / "spec.json", [e], {"f.cubin": b"x"}))
+    c0, c1 = spec.entries[0]["fuse"]["companions"]
+    assert (c0["grid"], c0["block"], c0["shared_mem"]) == ([1, 1, 1], [32, 1, 1], 0)
+    assert "grid" not in c1  # any geometry
+    line = nd.interposer_lines(spec).splitlines()[1].split("\t")
+    assert len(line) == 14 + 2 * 6 and line[13] == "fuse:5:8:16:2:6"
+    assert line[14:20] == ["_Z4edgePdii", EDGE.params.hex(), "-", "0", "-", "1,1,1/32,1,1/0"]
+    assert line[20:] == ["_Z3mixPKdPdi", MIX.params.hex(), "0", "8", IMG, "-"]
+
+
+def test_the_operator_path_carries_each_companion_s_geometry() -> None:
+    """lift_companion's Companion (as fused_steps records it) -> its evidence -> the spec's
+    Companion (operator_match.fused_spec)."""
+    from dataclasses import replace
+
+    from kernforge.apps import lift_companion as lc
+    from kernforge.apps.operator_match import _geometry
+
+    c = replace(lc.Companion("_Z4edgePdii", EDGE.params, (), (0,)), geometry=GEO)
+    ev = json.loads(json.dumps(c.evidence()))  # as the result file holds it
+    assert _geometry(ev) == GEO
+    assert _geometry(json.loads(json.dumps(lc.Companion("e", b"", (), (0,)).evidence()))) is None
+
+
+@pytest.mark.parametrize("bad", [
+    {"grid": [1, 1, 1]}, {"grid": [1, 1], "block": [1, 1, 1], "shared_mem": 0},
+    {"grid": [0, 1, 1], "block": [1, 1, 1], "shared_mem": 0},
+    {"grid": [1, 1, 1], "block": [1, 1, 2**31], "shared_mem": 0},
+    {"grid": [1, 1, 1], "block": [1, 1, 1], "shared_mem": -1},
+    {"grid": [1, 1, 1], "block": [1, 1, 1], "shared_mem": 2**32},
+    {"grid": [1, 1, True], "block": [1, 1, 1], "shared_mem": 0},
+    {"grid": "1,1,1", "block": [1, 1, 1], "shared_mem": 0},
+])
+def test_companion_geometries_the_interposer_would_skip_are_refused(
+        tmp_path: Path, bad: dict[str, Any]) -> None:
+    e = _fused(_rec(tmp_path), companions=[EDGE])
+    comp = {**e["fuse"]["companions"][0], **bad}
+    with pytest.raises(nd.FusedEntryError, match="geometry") as info:
+        nd.check_fuse({**e, "fuse": {**e["fuse"], "companions": [comp]}}, "here")
+    assert info.value.hint

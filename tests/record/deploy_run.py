@@ -61,7 +61,7 @@ class Run:
 
 def run(fake: FakeCuda, lib: Path, command: Sequence[str], tmp: Path,
         lines: str | bytes | None = None, *, env: Mapping[str, str] | None = None,
-        preload: Sequence[Path | str] | None = None) -> Run:
+        preload: Sequence[Path | str] | None = None, timeout: float = TIMEOUT_S) -> Run:
     """``command`` under the interposer ``lib`` (or the ``preload`` list) with ``lines`` as
     KERNFORGE_DEPLOY (unless ``env`` names it) and a log in ``tmp``."""
     log = tmp / "deploy-log.json"
@@ -75,7 +75,7 @@ def run(fake: FakeCuda, lib: Path, command: Sequence[str], tmp: Path,
         full["KERNFORGE_DEPLOY"] = str(spec)
     full.update(env or {})
     done = subprocess.run(list(command), env=full, capture_output=True, text=True,
-                          errors="replace", timeout=TIMEOUT_S, check=False)
+                          errors="replace", timeout=timeout, check=False)
     text = log.read_text("utf-8") if log.is_file() else None  # JSON is UTF-8
     return Run(done.returncode, done.stdout, done.stderr, json.loads(text) if text else None)
 
@@ -158,15 +158,26 @@ def with_images(comps: Sequence[Sequence[str]], *images: str) -> list[tuple[str,
     return [(*c, images[min(i, len(images) - 1)]) for i, c in enumerate(comps)]
 
 
+GEOMETRY = "1,1,1/1,1,1/0"  # fake_loop.c's companions' grid, block and shared memory
+
+
+def with_geometry(comps: Sequence[Sequence[str]], *geometries: str) -> list[tuple[str, ...]]:
+    """The companions with six fields: image "-" unless given, then the geometry (the last
+    one repeated)."""
+    five = [c if len(c) == 5 else (*c, "-") for c in comps]
+    return [(*c, geometries[min(i, len(geometries) - 1)]) for i, c in enumerate(five)]
+
+
 def step_line(image: Path | str, steps: int = 5, *, entry: str | None = None,
               fuse: str | None = None,
               companions: Sequence[Sequence[str]] | None = None) -> str:
     """A fused entry for fake_loop.c's step of several launches: ``interior_c<steps>`` of
     ``image`` runs ``steps`` steps (interior and its three companions) at once; companions of
-    five fields (with their image) are written with ``:5`` after C."""
+    five or six fields (with their image, and geometry) are written with ``:5`` or ``:6``
+    after C."""
     comps = companion_fields() if companions is None else companions
     head = line("interior", image, key=heat_key(), entry=entry or f"interior_c{steps}",
                 new_grid="1,1,1", new_block="1,1,1")
-    wide = ":5" if comps and len(comps[0]) == 5 else ""
+    wide = f":{len(comps[0])}" if comps and len(comps[0]) > 4 else ""
     fields = [fuse or f"fuse:{steps}:0:8:{len(comps)}{wide}"] + [f for c in comps for f in c]
     return "\t".join([head, *fields])

@@ -83,3 +83,18 @@ def test_same_slots_still_refuse_an_accumulating_diagnostic_of_course(
     why the operator side refuses to elide it (apps/elide_companion.py)."""
     r, expected = _deployed(fake, lib, tmp_path, "L" * 13 + "c", kernel="sqacc", same=True)
     assert r.rc == 0 and fused_groups(r) == 2 and r.out != expected, (r.err, r.log)
+
+
+@pytest.mark.parametrize(("script", "groups"), [
+    ("l" * 7 + "Q" + "l" * 7 + "c", 2), ("l" * 7 + "Q" * 7 + "l" * 7 + "c", 3),
+    ("lQ" * 9 + "c", 0), ("l" * 6 + "iQ" + "l" * 6 + "c", 1)],
+    ids=["one step", "seven steps", "every other step", "after another kernel"])
+def test_a_diagnostic_buffer_that_moves_mid_run_flushes(fake: FakeCuda, lib: Path,
+                                                        tmp_path: Path, script: str,
+                                                        groups: int) -> None:
+    """With "xx", the pointer to e must be the first held step's: step "Q" writes its
+    diagnostic into another buffer, so what is held runs first, and steps "Q" chain among
+    themselves; every buffer equals the unfused run's."""
+    r, expected = _deployed(fake, lib, tmp_path, script, arena=None, same=True)
+    assert r.rc == 0 and not r.messages, r.err
+    assert r.out == expected and fused_groups(r) == groups, r.log

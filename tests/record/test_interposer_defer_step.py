@@ -250,7 +250,14 @@ BAD = {
     "an empty image": ("fuse:5:0:8:1:5", [(*EDGE0, "")]),
     "five fields, W absent": ("fuse:5:0:8:1", [(*EDGE0, "-")]),
     "four fields, W of 5": ("fuse:5:0:8:1:5", [EDGE0]),
-    "W of 6": ("fuse:5:0:8:1:6", [(*EDGE0, "-", "-")]),
+    "W of 7": ("fuse:5:0:8:1:7", [(*EDGE0, "-", "-", "-")]),
+    "a geometry without shmem": ("fuse:5:0:8:1:6", [(*EDGE0, "-", "1,1,1/1,1,1")]),
+    "a geometry of 0 blocks": ("fuse:5:0:8:1:6", [(*EDGE0, "-", "0,1,1/1,1,1/0")]),
+    "a geometry of two numbers": ("fuse:5:0:8:1:6", [(*EDGE0, "-", "1,1/1,1,1/0")]),
+    "a geometry with a sign": ("fuse:5:0:8:1:6", [(*EDGE0, "-", "1,1,1/1,1,1/-1")]),
+    "a geometry of 2^32 shmem": ("fuse:5:0:8:1:6", [(*EDGE0, "-", "1,1,1/1,1,1/4294967296")]),
+    "a geometry with a fourth part": ("fuse:5:0:8:1:6", [(*EDGE0, "-", "1,1,1/1,1,1/0/0")]),
+    "six fields, W of 5": ("fuse:5:0:8:1:5", [(*EDGE0, "-", "-")]),
     "W of 3": ("fuse:5:0:8:1:3", [EDGE0[:3]]),
     "W that is not a number": ("fuse:5:0:8:1:x", [(*EDGE0, "-")]),
     "W after no C": ("fuse:5:0:8::5", [(*EDGE0, "-")]),
@@ -283,12 +290,13 @@ def test_lines_without_companions_stay_valid_beside_one_with(fake: FakeCuda, lib
 
 
 # ---- the contract with kernforge's writer -----------------------------------------------------
-@pytest.mark.parametrize("which", [None, "recorded", "another"])
+@pytest.mark.parametrize("which", [None, "recorded", "another", "placed"])
 def test_a_fused_entry_with_companions_written_by_kernforge_runs_in_the_interposer(
         fake: FakeCuda, lib: Path, tmp_path: Path, which: str | None) -> None:
     """deploy/native.py's fused entry with Companion()s, through interposer_lines, fuses
     fake_loop's steps of interior and its companions: companions without an image or with the
-    image they come from; with another image's id, nothing (every stencil flushed)."""
+    image they come from (and their geometry: "placed"); with another image's id, nothing
+    (every stencil flushed)."""
     import struct
 
     import numpy as np
@@ -306,10 +314,12 @@ def test_a_fused_entry_with_companions_written_by_kernforge_runs_in_the_interpos
                            NativeRegion(0x9000, 8000, "alloc", "b", None)),
                           identity={"device": "fake"},
                           loader=lambda blob: np.frombuffer(loaded, dtype=np.uint8))
-    ids = {None: None, "recorded": loop_image_id(fake), "another": loop_image_id(fake, True)}
+    ids = {None: None, "recorded": loop_image_id(fake), "another": loop_image_id(fake, True),
+           "placed": loop_image_id(fake)}
+    geometry = ((1, 1, 1), (1, 1, 1), 0) if which == "placed" else None
     comps = [nd.Companion(name, bytes.fromhex(params), tuple(map(int, ins.split(",")))
                           if ins != "-" else (), tuple(map(int, outs.split(","))),
-                          image=ids[which])
+                          image=ids[which], geometry=geometry)
              for name, params, ins, outs in companion_fields()]
     image = f"KFFAKE {fake.tuned}\n".encode()
     e = nd.fused_entry(rec, image="fused.img", image_bytes=image, entry_name="interior_c7",
@@ -317,7 +327,8 @@ def test_a_fused_entry_with_companions_written_by_kernforge_runs_in_the_interpos
                        out_offset=8, evidence={}, companions=comps)
     spec = nd.read_spec(nd.write_spec(tmp_path / "spec.json", [e], {"fused.img": image}))
     lines = nd.interposer_lines(spec)
-    assert lines.splitlines()[1].split("\t")[13] == "fuse:7:0:8:3" + (":5" if which else "")
+    width = {None: "", "placed": ":6"}.get(which, ":5")
+    assert lines.splitlines()[1].split("\t")[13] == "fuse:7:0:8:3" + width
     r, expected = fused(fake, lib, tmp_path, "b" * 30 + "c", lines=lines)
     assert r.rc == 0 and r.out == expected and not r.messages, r.err
     if which == "another":

@@ -1,9 +1,11 @@
 """A seeded stress test of deferral (temporal fusion) on the fake CUDA driver: hundreds of
 random time-loop programs interleave heat steps on two streams and the NULL stream with random
 flush points (every kind fake_loop.c knows), under random step counts T and both ways of
-reaching the driver; every observation of every buffer must equal the unfused run's. The same
-with steps of several launches (interior and its companions, whole, in parts, with other
-scalars, on other streams, in another order) under a fused entry that lists the companions. A
+reaching the driver; every observation of every buffer must equal the unfused run's, forks and
+exits from a signal handler among them. The same with steps of several launches (interior and
+its companions, whole, in parts, with other scalars, geometry or IN and OUT, on other streams
+or threads, in another order, captured into graphs) under a fused entry that lists the
+companions with their geometry. A
 part runs again with the interposer built with AddressSanitizer and UndefinedBehaviorSanitizer
 (``slow``: the sanitizer build takes several seconds)."""
 
@@ -15,20 +17,31 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from deploy_run import TIMEOUT_S, fused_line, run, step_line, tuned_image
+from deploy_run import (
+    GEOMETRY,
+    TIMEOUT_S,
+    companion_fields,
+    fused_line,
+    run,
+    step_line,
+    tuned_image,
+    with_geometry,
+)
 
 from kernforge.record import interposer
 from kernforge.testing.fakedriver import FakeCuda
 
 STEPS = "s" * 12 + "t" * 3 + "d"  # weights: mostly chain 0, some chain 1 and the NULL stream
 WRITES = "kKM"  # other kernels, a copy into the loop's buffer
-OBSERVE = "cCypqeEwhmfguPzGZ"
-ENDS = ["", "", "x", "X", "R", "D"]
+OBSERVE = "cCypqeEwhmfguPzGZF"  # F: a fork whose child exits through its exit handlers
+ENDS = ["", "", "x", "X", "R", "D", "A"]  # A: exit() from a signal handler
 # steps of several launches: mostly whole steps of chain 0, some of chain 1, the NULL stream,
 # a step in two parts; breaks: a part of a step, other scalars, companions on another stream or
-# in another order, a one-launch heat step
+# in another order, a one-launch heat step, a mix with IN and OUT swapped or of 2 blocks, an
+# interior of a block fewer; companions from another thread, steps captured into a graph, a
+# buffer freed and allocated again
 MULTI = "b" * 10 + "B" * 2 + "a" + "ij"
-MULTI_WRITES = "kKMijvors"
+MULTI_WRITES = "kKMijvorsSIJTHU"
 SANITIZE = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer",
             "-fno-sanitize-recover=undefined")
 FINDINGS = ("ERROR: AddressSanitizer", "runtime error:")
@@ -63,7 +76,9 @@ def check(fake: FakeCuda, preload: list[str], tmp: Path, seed: int,
                            timeout=TIMEOUT_S, check=False)
     assert alone.returncode == 0, (seed, alone.stderr)
     env["FAKE_LOOP_MAP"] = str(tmp / "fused.bin")
-    lines = (step_line if multi else fused_line)(tuned_image(fake, tmp), steps) + "\n"
+    image = tuned_image(fake, tmp)
+    lines = (step_line(image, steps, companions=with_geometry(companion_fields(), GEOMETRY))
+             if multi else fused_line(image, steps)) + "\n"
     got = run(fake, Path(preload[-1]), cmd, tmp, lines, env={**env, **(extra or {})},
               preload=preload)
     assert got.rc == 0 and not got.messages, (seed, script, got.err[-3000:])

@@ -13,7 +13,9 @@ state. A companion is elided when, probed as a black box on the sequence's place
 - every byte it writes is a function of the step's state alone: launched twice from the same
   state with complementary garbage in the buffers it writes, it leaves the same bytes (no
   accumulation across steps, no byte kept from before), and writes the same bytes from every
-  state tried;
+  state tried: random ones, and those where a test of the values goes the other way (OUT
+  equal to IN, as in a converged step; zeros; NaN; values near the type's largest), so that a
+  convergence flag set only while the step changes something, or a blow-up check, is refused;
 - nothing the step reads later is what it writes: not a buffer of the stencil's launch, not one
   of a folded companion, not one an elided companion earlier in the step (or itself, through
   another parameter) reads. One later in the step may read it (``sum_partials`` reads
@@ -32,7 +34,8 @@ import numpy as np
 from . import lift_companion as lc
 from .probe import Target
 
-STATES = 3  # states of the step each candidate is probed from
+STATES = 3  # random states of the step each candidate is probed from (and the STILL ones)
+STILL = {"zeros": 0.0, "nan": float("nan")}  # grids of one value: a write set decided by values
 Span = tuple[int, int, int]  # region, first byte, end byte (offsets in the region)
 
 
@@ -73,11 +76,25 @@ def probe(t: Target, in_params: Sequence[int], out_params: Sequence[int], dtype:
     def noise(p: int) -> np.ndarray:
         return rng.integers(0, 256, bufs[p].nbytes, dtype=np.uint8)
 
-    def grid(p: int) -> np.ndarray:
+    def grid(p: int, kind: str = "random") -> np.ndarray:
         b = noise(p)
         k = bufs[p].nbytes // dt.itemsize
-        b[:k * dt.itemsize] = rng.uniform(-1, 1, k).astype(dt).view(np.uint8)
+        v = rng.uniform(-1, 1, k) if kind == "random" else \
+            rng.uniform(0.25, 0.5, k) * float(np.finfo(dt).max) if kind == "huge" else \
+            np.full(k, STILL[kind])
+        b[:k * dt.itemsize] = v.astype(dt).view(np.uint8)
         return b
+
+    def states() -> list[dict[int, np.ndarray]]:
+        """Random states, then those where a write that tests the values goes the other way:
+        a converged step (every grid holding the same values), zeros, NaN, values near the
+        type's largest."""
+        got = [{p: grid(p) for p in io} for _ in range(STATES)]
+        if io:
+            same = grid(io[0])
+            got.append({p: np.resize(same, bufs[p].nbytes) for p in io})
+        kinds = (*STILL, "huge") if dt.kind == "f" else ("zeros",)
+        return got + [{p: grid(p, kind) for p in io} for kind in kinds]
 
     def twice(state: dict[int, np.ndarray], junk: dict[int, np.ndarray]
               ) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]] | lc.Refused:
@@ -97,8 +114,8 @@ def probe(t: Target, in_params: Sequence[int], out_params: Sequence[int], dtype:
     writes = [p for p in others if not np.array_equal(got[0][p], junk[p])
               or not np.array_equal(got[1][p], ~junk[p])]
     masks: dict[int, np.ndarray] = {}
-    for k in range(STATES):
-        state = {p: grid(p) for p in io} | {p: noise(p) for p in others if p not in writes}
+    for grids in states():
+        state = grids | {p: noise(p) for p in others if p not in writes}
         junk = {p: noise(p) for p in writes}
         got = twice(state, junk)
         if isinstance(got, lc.Refused):

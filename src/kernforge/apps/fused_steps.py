@@ -12,7 +12,7 @@ kernel of the same name from another image is not the companion); verification r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -84,6 +84,10 @@ def reach(rec: NativeRecording, s: NativeLaunch) -> list[tuple[int, ec.Span]]:
     return out
 
 
+def _dims(v: Sequence[int]) -> tuple[int, int, int]:
+    return int(v[0]), int(v[1]), int(v[2])
+
+
 def step_companions(whole: NativeReplay, r: Recognized
                     ) -> tuple[lc.Companion, ...] | lc.Refused:
     """The first step's companions of sequence ``whole`` (recognized as ``r`` by its first
@@ -101,7 +105,8 @@ def step_companions(whole: NativeReplay, r: Recognized
         c = lc.companion(s.entry, s.param_bytes, ls, word[r.in_param], word[r.out_param])
         if isinstance(c, lc.Refused):
             return c
-        c = replace(c, image=recorded_image_id(rec, s.image))
+        c = replace(c, image=recorded_image_id(rec, s.image),
+                    geometry=(_dims(s.grid), _dims(s.block), int(s.shared_mem)))
         by_offset = {sl.offset: k for k, sl in enumerate(ls)}
         t = LaunchTarget(whole, i)
         found.append(ec.Launch(c, t, tuple(by_offset[o] for o in c.in_slots),

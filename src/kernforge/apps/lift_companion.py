@@ -36,6 +36,9 @@ from .adapter import Slot
 from .probe import Target
 
 TRIALS = ((1.0, 2.0), (-2.0, -1.0), (-1e-3, 1e-3))  # OUT's random values per trial
+# then trials whose points off the faces hold zeros, values near the type's largest, NaN (the
+# faces random): a rule that tests the value it copies (a clamp, a NaN or zero replaced) shows
+INTERIORS = ("zeros", "huge", "nan")
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,8 @@ class Companion:
     recorded parameter bytes, the byte offsets of its pointer words equal to the step's IN and
     OUT pointers; ``others``: the offsets of its pointer words to any other buffer (matched as
     recorded); ``image``: the interposer's id of the module image it was recorded from
-    (deploy/native.py ``image_id``; None: not known, a kernel of its name from any image).
+    (deploy/native.py ``image_id``; None: not known, a kernel of its name from any image);
+    ``geometry``: the (grid, block, dynamic shared memory) it was recorded with (None: any).
     FOLDED: ``faces``, what it does to OUT (lifted), applied in order. ELIDED
     (``elided`` is not None): it writes only other buffers (``elided``), every written byte a
     function of the step's state, read by no later step (apps/elide_companion.py)."""
@@ -73,6 +77,7 @@ class Companion:
     others: tuple[int, ...] = ()
     elided: tuple[Written, ...] | None = None
     image: str | None = None
+    geometry: tuple[tuple[int, int, int], tuple[int, int, int], int] | None = None
 
     @property
     def role(self) -> str:
@@ -90,6 +95,9 @@ class Companion:
             d["same_slots"] = list(self.others)
         if self.image is not None:
             d["image"] = self.image
+        if self.geometry is not None:  # launched with another, it is not this companion
+            g, b, m = self.geometry
+            d.update(grid=list(g), block=list(b), shared_mem=m)
         return d
 
     def evidence(self) -> dict[str, object]:
@@ -142,13 +150,13 @@ def _rule(f: fc.Face, xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], own: n
     """The rule of face ``f`` from its points in ``own`` (on no other written face): one
     constant, or one inward distance, for all of them in every trial."""
     vals = [y[_plane(f, shape)][own] for y in ys]
-    if all(np.array_equal(vals[0], v) for v in vals[1:]):
+    if all(_same(vals[0], v) for v in vals[1:]):
         c = np.unique(vals[0])
         if c.size == 1:
             return fc.Face(f.axis, f.side, 0, float(c[0]))
         return f"face {f.where} holds {c.size} different constants"
     for d in range(1, (shape[f.axis] + 1) // 2):
-        if all(np.array_equal(v, x[_plane(f, shape, d)][own]) for v, x in zip(vals, xs)):
+        if all(_same(v, x[_plane(f, shape, d)][own]) for v, x in zip(vals, xs)):
             return fc.Face(f.axis, f.side, d)
     return (f"face {f.where} is neither a constant nor a copy of the value some "
             "points inward (computed, or data-dependent)")
@@ -179,9 +187,9 @@ def _order(rules: list[fc.Face], shape: tuple[int, int, int], xs: Sequence[np.nd
             if k not in (i, j):
                 edge &= ~m
         at = np.flatnonzero(edge)
-        wins_i = all(np.array_equal(y.reshape(-1)[at], _value_at(rules[i], x, at, shape))
+        wins_i = all(_same(y.reshape(-1)[at], _value_at(rules[i], x, at, shape))
                      for x, y in zip(xs, ys))
-        wins_j = all(np.array_equal(y.reshape(-1)[at], _value_at(rules[j], x, at, shape))
+        wins_j = all(_same(y.reshape(-1)[at], _value_at(rules[j], x, at, shape))
                      for x, y in zip(xs, ys))
         if wins_i != wins_j:
             after[i if wins_i else j].add(j if wins_i else i)
@@ -192,7 +200,7 @@ def _order(rules: list[fc.Face], shape: tuple[int, int, int], xs: Sequence[np.nd
             return None  # a cycle: no order explains the edges
         order.append(ready[0])
     got = tuple(rules[i] for i in order)
-    ok = all(np.array_equal(fc.apply(x, (got,)), y) for x, y in zip(xs, ys))
+    ok = all(_same(fc.apply(x, (got,)), y) for x, y in zip(xs, ys))
     return got if ok else None
 
 
@@ -235,8 +243,9 @@ def lift(t: Target, out_param: int, in_params: Sequence[int], shape: tuple[int, 
     xs, ys = [], []
     ins = {p: raw(p, rng.uniform(-1, 1, bufs[p].nbytes // dt.itemsize).astype(dt))
            for p in in_params}
-    for k, (lo, hi) in enumerate(TRIALS):
-        x = rng.uniform(lo, hi, n).astype(dt)
+    trials: list[tuple[float, float] | str] = [*TRIALS, *INTERIORS]
+    for k, trial in enumerate(trials):
+        x = _trial(trial, grid, dt, rng)
         given = {out_param: raw(out_param, x), **ins}
         if k == 1:  # another IN: what the companion leaves must not depend on it
             given.update({p: raw(p, rng.uniform(-1, 1, bufs[p].nbytes // dt.itemsize)
@@ -258,12 +267,36 @@ def lift(t: Target, out_param: int, in_params: Sequence[int], shape: tuple[int, 
     return explain(xs, ys, grid)
 
 
+def _trial(trial: tuple[float, float] | str, grid: tuple[int, int, int], dt: np.dtype,
+           rng: np.random.Generator) -> np.ndarray:
+    """OUT's values (flat) in a trial: random in a range, or random on the faces and one kind
+    of value (:data:`INTERIORS`) off them."""
+    n = grid[0] * grid[1] * grid[2]
+    if not isinstance(trial, str):
+        return rng.uniform(trial[0], trial[1], n).astype(dt)
+    x = rng.uniform(1.0, 2.0, grid).astype(dt)
+    off = np.ones(grid, dtype=bool)
+    for f in _faces(grid):
+        off[_plane(f, grid)] = False
+    big = float(np.finfo(dt).max) if dt.kind == "f" else 0.0
+    x[off] = rng.uniform(0.25, 0.5, int(off.sum())) * big if trial == "huge" else \
+        {"zeros": 0.0, "nan": float("nan")}[trial]
+    return x.reshape(-1)
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f"))
+
+
 def explain(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], grid: tuple[int, int, int]
             ) -> tuple[fc.Face, ...] | Refused:
     """Face rules that turn every ``xs[k]`` into ``ys[k]`` (grids of shape ``grid``, (nz, ny,
-    nx)), or why there are none."""
+    nx)), or why there are none; the trials after the :data:`TRIALS` (:data:`INTERIORS`) may
+    leave a written point as it was (a value written onto itself), never change another."""
     changed = [(x != y) & ~(np.isnan(x) & np.isnan(y)) for x, y in zip(xs, ys)]
-    if any(not np.array_equal(changed[0], c) for c in changed[1:]):
+    random = min(len(TRIALS), len(changed))  # the others may write a point its own value
+    if any(not np.array_equal(changed[0], c) for c in changed[1:random]) or \
+            any((c & ~changed[0]).any() for c in changed[random:]):
         return Refused("the points it writes depend on the values (data-dependent)")
     written = changed[0]
     if not written.any():

@@ -226,6 +226,14 @@ def fuse_unit(unit_dir: Path, *, out_dir: Path, steps: tuple[int, ...] | None = 
                       comps)
 
 
+def _geometry(c: dict[str, Any]) -> nd.Geometry | None:
+    """A companion's recorded (grid, block, shared memory), when the result gives it."""
+    if c.get("grid") is None:
+        return None
+    g, b = (tuple(int(x) for x in c[k]) for k in ("grid", "block"))
+    return (g[0], g[1], g[2]), (b[0], b[1], b[2]), int(c["shared_mem"])
+
+
 def fused_spec(rec: NativeRecording, res: dict[str, Any], out_dir: Path) -> Path:
     """The signed spec of a fused result (fused_gpu's): one entry replacing the recorded
     kernel by the fused adapter, with ``fuse`` (steps, the offsets of IN and OUT, and the step's
@@ -248,7 +256,8 @@ def fused_spec(rec: NativeRecording, res: dict[str, Any], out_dir: Path) -> Path
                                tuple(int(o) for o in c["in_slots"]),
                                tuple(int(o) for o in c["out_slots"]),
                                tuple(int(o) for o in c.get("same_slots") or ()),
-                               str(c["image"]) if c.get("image") else None)
+                               str(c["image"]) if c.get("image") else None,
+                               _geometry(c))
                   for c in res.get("companions") or ()]
     entry = nd.fused_entry(rec, image=name, image_bytes=image, entry_name=res["entry"],
                            grid=res["grid"], block=res["block"], shared_mem=res["shared_mem"],

@@ -24,7 +24,10 @@ hold in every step what they hold in the chain's first held step; every other by
 for the launch to be the companion. Optionally ``image``: the :func:`image_id` of the module
 image the companion was recorded from (absent: any image, as specs written before it); a kernel
 of the same name from another image (CuPy's module for another dtype, an NVRTC program built
-with other defines) is then not the companion, and the step runs unfused. The
+with other defines) is then not the companion, and the step runs unfused. Optionally ``grid``,
+``block`` and ``shared_mem`` (all three): the geometry it was recorded with; a launch of it
+with another (a boundary kernel whose blocks pick the faces it writes) is then not the
+companion. The
 fused function then stands for T whole steps, the companions included: it leaves IN and OUT as
 they do, and leaves to the step the interposer always holds after it whatever a companion
 writes elsewhere (an elided per-step diagnostic, apps/elide_companion.py); the interposer holds
@@ -60,6 +63,9 @@ class FusedEntryError(ConfigError):
     """A fused (temporal) deployment entry the interposer could not run as written."""
 
 
+Geometry = tuple[tuple[int, int, int], tuple[int, int, int], int]  # grid, block, shared memory
+
+
 class Companion(NamedTuple):
     """A launch that follows the fused kernel's launch in every step of the time loop: the
     kernel's mangled ``name``, the parameter bytes of its launch in the first step, and the byte
@@ -68,19 +74,24 @@ class Companion(NamedTuple):
     (an elided diagnostic's) that must hold in every step what they hold in the first held step,
     wherever the program put the buffer. Every other byte must equal ``params``. ``image``:
     the :func:`image_id` of the image it was recorded from (None: a kernel of its name from
-    any image)."""
+    any image). ``geometry``: the (grid, block, dynamic shared memory) it was recorded with
+    (None: any)."""
     name: str
     params: bytes
     in_slots: tuple[int, ...]
     out_slots: tuple[int, ...]
     same_slots: tuple[int, ...] = ()
     image: str | None = None
+    geometry: Geometry | None = None
 
     def as_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.name, "params": bytes(self.params).hex(),
                              "in_slots": list(self.in_slots), "out_slots": list(self.out_slots)}
         if self.same_slots:
             d["same_slots"] = list(self.same_slots)
+        if self.geometry is not None:
+            g, b, m = self.geometry
+            d.update(grid=[int(x) for x in g], block=[int(x) for x in b], shared_mem=int(m))
         return d | ({"image": self.image} if self.image is not None else {})
 
 
@@ -219,11 +230,14 @@ def check_fuse(e: Mapping[str, Any], where: str) -> None:
 def companion_problem(c: Any) -> str | None:
     """What is wrong with a companion as the spec holds it (JSON), or None."""
     keys = ("name", "params", "in_slots", "out_slots")
-    if not isinstance(c, Mapping) or set(c) - {"same_slots", "image"} != set(keys):
+    if not isinstance(c, Mapping) or set(c) - {"same_slots", "image", *GEOMETRY} != set(keys):
         return ("does not hold exactly name, params, in_slots and out_slots (and same_slots, "
-                "image)")
+                "image, grid, block, shared_mem)")
     if "image" in c and not _is_image_id(c["image"]):
         return "has an image that is not 16 hex digits (not all 0): an image id"
+    if any(k in c for k in GEOMETRY) and not _is_geometry(c):
+        return ("has a geometry that is not grid and block (3 integers each, 1 to 2^31-1) and "
+                "shared_mem (0 to 2^32-1), all three")
     name, params = c["name"], c["params"]
     if not isinstance(name, str) or not name or any(ch in name for ch in "\t\n\r\0"):
         return "has no name, or one holding a tab, a line break or a NUL byte"
@@ -240,6 +254,17 @@ def companion_problem(c: Any) -> str | None:
     if len(set(every)) != len(every):
         return "names a slot twice"
     return None
+
+
+GEOMETRY = ("grid", "block", "shared_mem")  # a companion's optional recorded geometry
+
+
+def _is_geometry(c: Mapping[str, Any]) -> bool:
+    def dims(v: Any) -> bool:
+        return isinstance(v, list) and len(v) == 3 and all(
+            type(x) is int and 1 <= x < 2**31 for x in v)
+    m = c.get("shared_mem")
+    return dims(c.get("grid")) and dims(c.get("block")) and type(m) is int and 0 <= m < 2**32
 
 
 def _is_image_id(v: Any) -> bool:
@@ -311,9 +336,11 @@ def interposer_lines(spec: NativeSpec) -> str:
             check_fuse(e, str(spec.path))
             f = e["fuse"]
             comps = f.get("companions") or []
-            imaged = any("image" in c for c in comps)  # five fields each, else four
+            placed = any("grid" in c for c in comps)  # six fields each (geometry)
+            imaged = placed or any("image" in c for c in comps)  # five fields, else four
+            width = ":6" if placed else ":5" if imaged else ""
             fields.append(f"fuse:{f['steps']}:{f['in_offset']}:{f['out_offset']}"
-                          + (f":{len(comps)}" if comps else "") + (":5" if imaged else ""))
+                          + (f":{len(comps)}" if comps else "") + width)
             for c in comps:  # kf_deploy.c's format; "xx": as the first held step's
                 hexp = list(c["params"])
                 for o in c.get("same_slots", ()):
@@ -322,6 +349,7 @@ def interposer_lines(spec: NativeSpec) -> str:
                            ",".join(map(str, c["in_slots"])) or "-",
                            ",".join(map(str, c["out_slots"])) or "-"]
                 fields += [c.get("image") or "-"] if imaged else []
+                fields += [_geometry_field(c)] if placed else []
         if any(not f or "\t" in f or "\n" in f or "\r" in f or "\0" in f for f in fields):
             raise ConfigError(f"{spec.path}: entry {e['name']} has an empty field or one "
                               "holding a tab, a line break or a NUL byte",
@@ -329,6 +357,14 @@ def interposer_lines(spec: NativeSpec) -> str:
                                    "separated by tabs; export the spec again")
         lines.append("\t".join(fields))
     return "\n".join(lines) + "\n"
+
+
+def _geometry_field(c: Mapping[str, Any]) -> str:
+    """A companion's geometry as kf_deploy.c reads it: "gx,gy,gz/bx,by,bz/shmem", or "-"."""
+    if "grid" not in c:
+        return "-"
+    return "/".join([",".join(map(str, c["grid"])), ",".join(map(str, c["block"])),
+                     str(c["shared_mem"])])
 
 
 def read_log(path: Path) -> dict[str, Any]:

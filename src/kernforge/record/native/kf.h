@@ -161,7 +161,12 @@ uint8_t *kf_param_bytes(kf_launch_t *l, kf_fn_t *fn, size_t *n);
 extern __thread int kf_suppressed;
 extern __thread int kf_locked; /* this thread holds kf_lock (a flush from it would deadlock) */
 CUresult kf_launch_now(kf_launch_t *l); /* l as it is, through l->drv (kf_hooks.c) */
-extern pthread_mutex_t kf_lock;
+extern pthread_mutex_t kf_lock; /* error-checking: a thread never waits for itself */
+/* take kf_lock and set kf_locked: 0; else (EDEADLK) this thread holds it already, a signal
+ * handler running inside the interposer called the driver: nothing is taken, the caller goes
+ * on without it (kf_record.c) */
+int kf_lock_take(void);
+void kf_lock_give(void);
 
 /* ---- I/O (kf_io.c) ----------------------------------------------------------------------- */
 typedef struct { char *s; size_t n, cap; } buf_t;

@@ -7,19 +7,20 @@
  * context, stream and launch call, its IN pointer equal to the last held stencil's OUT and its
  * OUT to the last's IN, every other parameter byte equal to the first held stencil's. A
  * companion launch is held when a chain on its stream waits for it: the companion the entry
- * lists next (its name, and its image when the entry gives one), with the parameter bytes the
- * entry gives except at its slots, which hold this step's IN and OUT, and at its "xx" bytes,
- * which hold the first held step's (a pointer to a per-step diagnostic's buffer: wherever the
- * program put it, the same in every step); in later steps also the same function, launch
- * call, geometry and attributes as the first held step's. When T+1 whole steps are held, the
- * first T run as ONE launch of the entry's fused function with the first stencil's parameters,
- * and the last step stays held. T is odd, so the fused launch writes the first stencil's OUT, the buffer the T-th
- * step writes; IN keeps the level before the first step instead of the (T-1)-th, until the
- * held step, which always runs as the originals, overwrites it (a step held in part is never
- * the one after a fused launch). So every buffer equals the unfused run's whenever anyone can
- * look, provided everything that could look, or reorder memory, first flushes: runs what is
- * held, one by one, as the original launches in their order (the real functions, their own
- * parameters and geometry, in their own context). A launch is never lost nor run twice.
+ * lists next (its name, and its image and geometry when the entry gives them), with the
+ * parameter bytes the entry gives except at its slots, which hold this step's IN and OUT, and
+ * at its "xx" bytes, which hold the first held step's (a pointer to a per-step diagnostic's
+ * buffer: wherever the program put it, the same in every step); in later steps also the same
+ * function, launch call, geometry and attributes as the first held step's. When T+1 whole
+ * steps are held, the first T run as ONE launch of the entry's fused function with the first
+ * stencil's parameters, and the last step stays held. T is odd, so the fused launch writes the
+ * first stencil's OUT, the buffer the T-th step writes; IN keeps the level before the first
+ * step instead of the (T-1)-th, until the held step, which always runs as the originals,
+ * overwrites it (a step held in part is never the one after a fused launch). So every buffer
+ * equals the unfused run's whenever anyone can look, provided everything that could look, or
+ * reorder memory, first flushes: runs what is held, one by one, as the original launches in
+ * their order (the real functions, their own parameters and geometry, in their own context).
+ * A launch is never lost nor run twice.
  *
  * What flushes: every other launch (kf_record.c; a companion that is not the one due, or
  * differs), cooperative and graph launches, allocations and frees (kf_hooks.c, kf_track.c),
@@ -29,6 +30,8 @@
  * Process exit flushes too, from an exit handler registered at the first held launch (so it
  * runs before the handlers the CUDA runtime registered when it started, which destroy its
  * contexts), and a context's destruction, release or reset flushes through its thunk first.
+ * A fork flushes before it (a fork handler registered with the exit handler), so that the
+ * child never holds, nor runs, the parent's launches.
  *
  * A launch on a stream being captured into a graph is never held (kf_defer_launch asks the
  * driver when a chain starts; cuStreamBeginCapture flushes first, as any other function).
@@ -152,12 +155,16 @@ void kf_defer_flush_locked(void) {
 
 void kf_defer_flush(void) {
   kf_seq_flush(); /* an observation ends a sequence being recorded (kf_sequence.c) */
-  if (!__atomic_load_n(&nheld, __ATOMIC_ACQUIRE) || kf_locked) return;
-  pthread_mutex_lock(&kf_lock);
-  kf_locked = 1;
+  if (!__atomic_load_n(&nheld, __ATOMIC_ACQUIRE) || kf_locked) return; /* its holder runs it */
+  if (kf_lock_take()) { /* taken by this thread, not yet said: a signal handler came between */
+    static int said;
+    kf_say_once(&said, "a driver function was called from a signal handler that interrupted "
+                "the interposer: %lu held launches had not run when it returned",
+                __atomic_load_n(&nheld, __ATOMIC_ACQUIRE));
+    return;
+  }
   kf_defer_flush_locked();
-  kf_locked = 0;
-  pthread_mutex_unlock(&kf_lock);
+  kf_lock_give();
 }
 
 void kf_defer_disable(const char *why) {
@@ -228,11 +235,38 @@ static int continues(const chain_t *c, const kf_launch_t *l, const uint8_t *p, s
 
 static void at_exit(void) {
   __atomic_store_n(&exiting, 1, __ATOMIC_RELEASE);
+  unsigned long n = __atomic_load_n(&nheld, __ATOMIC_ACQUIRE);
+  if (kf_locked && n) /* exit() from a signal handler that interrupted the interposer */
+    kf_log("the process exits from inside the interposer (a signal handler?): %lu held "
+           "launches do not run", n);
   kf_defer_flush();
+}
+
+/* fork: the child is a copy of the process, held launches included, and its exit handler
+ * would run them (a second time, after the parent does; on host-mapped or shared memory that
+ * shows). So what is held runs before the fork, and kf_lock is held across it, so that no
+ * thread holds a launch, or the lock, in the copy. */
+static __thread int fork_locked;
+static void fork_prepare(void) {
+  kf_seq_flush();
+  if (kf_locked || kf_lock_take()) return; /* a fork from a signal handler inside it */
+  fork_locked = 1;
+  kf_defer_flush_locked();
+}
+
+static void fork_parent(void) {
+  if (fork_locked) fork_locked = 0, kf_lock_give();
+}
+
+static void fork_child(void) { /* the lock's owner was the parent's thread: a fresh lock */
+  static const pthread_mutex_t fresh = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
+  if (fork_locked) fork_locked = 0, kf_locked = 0, memcpy(&kf_lock, &fresh, sizeof fresh);
 }
 
 static void register_exit(void) {
   if (atexit(at_exit)) kf_defer_disable("no exit handler could be registered");
+  else if (pthread_atfork(fork_prepare, fork_parent, fork_child))
+    kf_defer_disable("no fork handler could be registered");
 }
 
 /* a stream being captured into a graph records launches instead of running them: a launch held
@@ -347,8 +381,10 @@ static int companion_fits(const chain_t *c, const kf_launch_t *l, kf_fn_t *fn,
     if (!same_call(l, h) || l->shmem != h->shmem || memcmp(l->grid, h->grid, sizeof l->grid) ||
         memcmp(l->block, h->block, sizeof l->block))
       return 0;
-  } else if (strcmp(fn->name, k->name) || !kf_comp_image_ok(k, l, fn)) {
-    return 0; /* later steps: the same function as here, so from the same image */
+  } else if (strcmp(fn->name, k->name) || !kf_comp_image_ok(k, l, fn) ||
+             (k->geom && (memcmp(l->grid, k->grid, sizeof l->grid) ||
+                          memcmp(l->block, k->block, sizeof l->block) || l->shmem != k->shmem))) {
+    return 0; /* later steps: the same function as here (so from the same image), geometry */
   }
   const uint8_t *s = c->h[c->held - r].p; /* this step's stencil */
   uint64_t in = word(s, c->e->fuse_in), out = word(s, c->e->fuse_out);

@@ -10,14 +10,17 @@
  * the id (16 hex digits, FNV-1a of its bytes, as kf_image_id) of the image the recorded kernel
  * came from, or "-" (absent in lines written before it existed) for any; fuse "fuse:T:IN:OUT"
  * (a fused entry, kf_defer.c) or "-" (absent: a one-launch replacement), or "fuse:T:IN:OUT:C"
- * followed by C (1 to 8) companions of four fields each, or "fuse:T:IN:OUT:C:5" and five each:
- *   cname  cparams  in_slots  out_slots  [cimage]
+ * followed by C (1 to 8) companions of four fields each, or "fuse:T:IN:OUT:C:W" and W (5 or 6)
+ * each:
+ *   cname  cparams  in_slots  out_slots  [cimage  [cgeometry]]
  * the launches that follow the fused kernel's in every step of the loop, in order: the
  * companion's mangled name, its parameter bytes as hex ("-" for none), and the byte offsets
  * ("o,o,..." or "-") of the 8-byte words in them that hold the step's IN and OUT pointers (the
  * fused kernel's launch's of the same step); every other byte must equal cparams. cimage is
  * the id of the image the companion was recorded from, as source ("-", or four fields: any);
  * a kernel of its name from another image (another dtype's module) is not the companion.
+ * cgeometry is "gx,gy,gz/bx,by,bz/shmem", the companion's recorded grid, block and dynamic
+ * shared memory, or "-" for any: a launch of it with another geometry is not the companion.
  * A launch of `name` from that image with the same geometry and key runs `entry` of `image`
  * (loaded once per context with those JIT options) with the new geometry and the same
  * parameters. The source image tells apart kernels of one name compiled for other types (CuPy

@@ -18,6 +18,8 @@ typedef struct {
   size_t *slot;       /* ascending byte offsets of 8-byte words: the step's IN or OUT pointer */
   uint8_t *is_out;    /* per slot: 1 = OUT, 0 = IN */
   uint64_t image;     /* the id of the image the companion was recorded from, 0 = any */
+  int geom;           /* 1: launched with grid, block and shmem only (as recorded), 0: any */
+  unsigned grid[3], block[3], shmem;
 } kf_comp_t;
 typedef struct {
   char *name, *image, *entry;
@@ -35,7 +37,7 @@ typedef struct {
   unsigned fuse;            /* T: steps of the fused entry, 0 = a one-launch replacement */
   size_t fuse_in, fuse_out; /* byte offsets of the IN and OUT pointers in the parameters */
   unsigned ncomp;           /* companions, in the order they follow each step's launch */
-  unsigned comp_fields;     /* fields a companion in the line: 4, or 5 (with its image) */
+  unsigned comp_fields;     /* fields a companion in the line: 4, 5 (its image), 6 (geometry) */
   kf_comp_t *comp;
   unsigned long groups, unfused; /* fused launches made; held launches run as the originals */
 } kf_entry_t;

@@ -18,7 +18,19 @@
 #include "kf.h"
 
 __thread int kf_suppressed;
-pthread_mutex_t kf_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t kf_lock = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
+
+int kf_lock_take(void) {
+  int rc = pthread_mutex_lock(&kf_lock);
+  if (!rc) kf_locked = 1;
+  return rc;
+}
+
+void kf_lock_give(void) {
+  kf_locked = 0;
+  pthread_mutex_unlock(&kf_lock);
+}
+
 const char *root;
 static long long max_instances = 4, skip_first;
 long long kf_seq_want;
@@ -280,8 +292,13 @@ CUresult kf_launch(kf_launch_t *l, CUresult (*real)(kf_launch_t *, void *), void
     inside = 0;
     return real(l, ctx);
   }
-  pthread_mutex_lock(&kf_lock);
-  kf_locked = 1;
+  if (kf_lock_take()) { /* a signal handler's launch, inside a flush: nothing to look at */
+    static int said;
+    kf_say_once(&said, "a kernel was launched from a signal handler that interrupted the "
+                "interposer; it runs as it is, before what the interposer was running");
+    inside = 0;
+    return real(l, ctx);
+  }
   n_launches++;
   unsigned long call = fn->seen++;
   CUresult rc;
@@ -303,8 +320,7 @@ CUresult kf_launch(kf_launch_t *l, CUresult (*real)(kf_launch_t *, void *), void
   }
   free(params);
 out:
-  kf_locked = 0;
-  pthread_mutex_unlock(&kf_lock);
+  kf_lock_give();
   inside = 0;
   return rc;
 }

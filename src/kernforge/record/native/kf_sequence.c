@@ -153,20 +153,16 @@ static void end(const char *why) {
 
 void kf_seq_flush(void) {
   if (!__atomic_load_n(&opened, __ATOMIC_ACQUIRE) || kf_locked) return;
-  pthread_mutex_lock(&kf_lock);
-  kf_locked = 1;
+  if (kf_lock_take()) return; /* a signal handler inside the interposer: left open */
   end("a driver call that could observe memory");
-  kf_locked = 0;
-  pthread_mutex_unlock(&kf_lock);
+  kf_lock_give();
 }
 
 static void at_exit(void) {
   if (!__atomic_load_n(&opened, __ATOMIC_ACQUIRE) || kf_locked) return;
-  pthread_mutex_lock(&kf_lock);
-  kf_locked = 1;
+  if (kf_lock_take()) return; /* a signal handler inside the interposer: left open */
   end("the process exited");
-  kf_locked = 0;
-  pthread_mutex_unlock(&kf_lock);
+  kf_lock_give();
 }
 
 /* ---- adding launches ----------------------------------------------------------------------- */

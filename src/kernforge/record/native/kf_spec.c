@@ -145,7 +145,8 @@ static const char *parse_numbers(kf_entry_t *e, char **f, int n) {
 
 /* "fuse:T:IN:OUT[:C[:W]]" (field 14) or "-": T odd from 3 to 63, IN and OUT distinct
  * 8-byte-aligned offsets of two pointers within the key, C companions (1 to 8, in the fields
- * after it) of W fields each: 4 (absent), or 5 (the fifth the companion's image) */
+ * after it) of W fields each: 4 (absent), 5 (the fifth the companion's image) or 6 (the sixth
+ * its geometry) */
 static const char *parse_fuse(kf_entry_t *e, const char *s) {
   unsigned long long t, in, out, c = 0, w = 4;
   if (!strcmp(s, "-")) return NULL;
@@ -153,9 +154,9 @@ static const char *parse_fuse(kf_entry_t *e, const char *s) {
   s += 5;
   if (number(&s, 63, &t) || *s++ != ':' || number(&s, KEY_LIMIT, &in) || *s++ != ':' ||
       number(&s, KEY_LIMIT, &out) || (*s == ':' && (s++, number(&s, MAX_COMP, &c) || !c)) ||
-      (c && *s == ':' && (s++, number(&s, 5, &w) || w < 4)) || *s)
+      (c && *s == ':' && (s++, number(&s, 6, &w) || w < 4)) || *s)
     return "field 14 is not fuse:T:IN:OUT[:C[:W]] (T up to 63, offsets within 32 KiB, C 1 to "
-           "8, W 4 or 5)";
+           "8, W 4 to 6)";
   if (t < 3 || t % 2 == 0) return "the fused steps are not an odd number from 3 to 63";
   if (e->any_key) return "a fused entry has no key (its pointers' offsets cannot be checked)";
   if (in % 8 || out % 8 || in == out || in + 8 > e->keylen || out + 8 > e->keylen)
@@ -183,9 +184,22 @@ static const char *parse_slots(kf_comp_t *k, const char *s, uint8_t out) {
   }
 }
 
+/* a companion's geometry: "-" (any), or "gx,gy,gz/bx,by,bz/shmem" (each of grid and block
+ * from 1 to 2^31-1, shmem below 2^32) */
+static int geometry(char *s, kf_comp_t *k) {
+  if (!strcmp(s, "-")) return 0;
+  char *b = strchr(s, '/'), *m = b ? strchr(b + 1, '/') : NULL;
+  if (!m) return -1;
+  *b = *m = '\0';
+  unsigned long long v;
+  if (triple(s, k->grid) || triple(b + 1, k->block) || whole(m + 1, UINT_MAX, &v)) return -1;
+  k->shmem = (unsigned)v, k->geom = 1;
+  return 0;
+}
+
 /* the companions: four fields each, name, params (hex, or - for none; "xx" for a byte that
  * must equal the chain's first held step's, not the recording's), IN slots, OUT slots; with
- * five, the fifth its image's id ("-" for any) */
+ * five, the fifth its image's id ("-" for any); with six, the sixth its geometry */
 static const char *parse_companions(kf_entry_t *e, char **f) {
   if (!(e->comp = calloc(e->ncomp, sizeof *e->comp))) return "no memory";
   for (unsigned i = 0; i < e->ncomp; i++, f += e->comp_fields) {
@@ -210,8 +224,10 @@ static const char *parse_companions(kf_entry_t *e, char **f) {
     }
     const char *why = parse_slots(k, f[2], 0);
     if (why || (why = parse_slots(k, f[3], 1))) return why;
-    if (e->comp_fields == 5 && image_id(f[4], &k->image))
+    if (e->comp_fields >= 5 && image_id(f[4], &k->image))
       return "a companion's image is not - or 16 hex digits (not all 0)";
+    if (e->comp_fields == 6 && geometry(f[5], k))
+      return "a companion's geometry is not - or gx,gy,gz/bx,by,bz/shmem";
   }
   return NULL;
 }

@@ -14,6 +14,13 @@
  *   v  a step of chain 0 whose first edge has another scalar (0.5 for V0)
  *   l  a heat step of chain 0 on s0 then sqdiff(in, out, n, e), a diagnostic into e
  *   L  the same with sqacc (it adds to e[0])
+ *   Q  as l, the diagnostic into b1 instead of e (its buffer moved)
+ *   S  a step of chain 0 whose mix has IN and OUT swapped    T  one whose companions are
+ *      launched from another thread (same context, same stream s0)
+ *   I  a step of chain 0 whose interior has one block fewer (points near the end not written)
+ *   J  one whose mix runs 2 blocks (it mixes two points)
+ *   H  3 steps "b" captured on s0 into a graph, the graph launched on s0
+ *   U  cuMemFree of e, cuMemAlloc of it again (maybe elsewhere), fresh values in it
  *   o  a step of chain 0 whose companions run on s1      r  one whose companions run in
  *      another order (mix first)
  *   n  a step of chain 0 whose first edge comes from another module image of the same kernels
@@ -34,6 +41,8 @@
  *   Z  cuFakeManyArgs (unknown too: 11 arguments, some on the stack, two floating-point)
  *   x  exit(0) now        X  cuCtxDestroy, _exit(0)     R  cuDevicePrimaryCtxRelease, _exit(0)
  *   D  cuDevicePrimaryCtxReset, _exit(0)     9  SIGKILL to itself (nothing after it runs)
+ *   F  fork; the child calls exit(0) (its exit handlers run), the parent waits for it
+ *   A  raise SIGUSR1, whose handler calls exit(0)
  * The script's end is a final "c". FAKE_LOOP_MAP=FILE: a0 and b0 are the two halves of FILE,
  * mapped shared (host-mapped memory: what the kernels leave there outlives the process).
  * FAKE_LOOP_ATEXIT=1: an exit handler registered first copies every buffer and prints it.
@@ -42,12 +51,14 @@
  */
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 typedef int CUresult;
@@ -115,6 +126,7 @@ static void copied(const char *op) { /* the buffers as cuMemcpyDtoH gives them *
 }
 static void at_exit(void) { copied("atexit"); fflush(stdout); }
 static void host_fn(void *op) { observe(op); }
+static void exit_now(int sig) { (void)sig; fflush(stdout); exit(0); }
 
 static void load(void) {
   CHECK(p_cuModuleLoadData(&mod, image));
@@ -144,21 +156,38 @@ static void edge_at(void *k, CUdeviceptr out, int side, double v, void *stream) 
 
 /* the companions of a step from in to out: edge 0 (of e0), edge 1, mix (mix first when
  * reordered) */
+static unsigned mix_blocks = 1;
 static void companions(CUdeviceptr in, CUdeviceptr out, void *stream, double v0, int reorder,
                        void *e0) {
   double w = W;
   void *args[] = {&in, &out, &n, &w};
-  if (reorder) CHECK(p_cuLaunchKernel(mix, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL));
+  if (reorder) CHECK(p_cuLaunchKernel(mix, mix_blocks, 1, 1, 1, 1, 1, 0, stream, args, NULL));
   edge_at(e0, out, 0, v0, stream);
   edge_at(edge, out, 1, V1, stream);
-  if (!reorder) CHECK(p_cuLaunchKernel(mix, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL));
+  if (!reorder) CHECK(p_cuLaunchKernel(mix, mix_blocks, 1, 1, 1, 1, 1, 0, stream, args, NULL));
+}
+
+static void stencil_less(CUdeviceptr *in, CUdeviceptr *out, void *stream, unsigned fewer) {
+  double c = 0.25;
+  unsigned block = 128, grid = ((unsigned)n + block - 1) / block - fewer;
+  void *args[] = {in, out, &n, &c};
+  CHECK(p_cuLaunchKernel(interior, grid, 1, 1, block, 1, 1, 0, stream, args, NULL));
 }
 
 static void stencil(CUdeviceptr *in, CUdeviceptr *out, void *stream) {
-  double c = 0.25;
-  unsigned block = 128, grid = ((unsigned)n + block - 1) / block;
-  void *args[] = {in, out, &n, &c};
-  CHECK(p_cuLaunchKernel(interior, grid, 1, 1, block, 1, 1, 0, stream, args, NULL));
+  stencil_less(in, out, stream, 0);
+}
+
+static void swap0(void) {
+  CUdeviceptr t = buf[0];
+  buf[0] = buf[1], buf[1] = t;
+}
+
+static void *companions_here(void *arg) { /* step "T": the companions from another thread */
+  (void)arg;
+  CHECK(p_cuCtxSetCurrent(ctx));
+  companions(buf[0], buf[1], s0, V0, 0, edge);
+  return NULL;
 }
 
 static void full_step(CUdeviceptr *in, CUdeviceptr *out, void *stream, void *cstream, double v0,
@@ -169,10 +198,10 @@ static void full_step(CUdeviceptr *in, CUdeviceptr *out, void *stream, void *cst
   *in = *out, *out = t;
 }
 
-static void diag_step(void *kernel) { /* heat on chain 0, then the diagnostic of the step */
+static void diag_step(void *kernel, int into) { /* heat on chain 0, then its diagnostic */
   CUdeviceptr in = buf[0], out = buf[1];
   step(&buf[0], &buf[1], s0);
-  void *args[] = {&in, &out, &n, &buf[4]};
+  void *args[] = {&in, &out, &n, &buf[into]};
   CHECK(p_cuLaunchKernel(kernel, 1, 1, 1, 1, 1, 1, 0, s0, args, NULL));
 }
 
@@ -238,14 +267,45 @@ int main(int argc, char **argv) {
       case 'r': full_step(&buf[0], &buf[1], s0, s0, V0, 1, edge); break;
       case 'n': full_step(&buf[0], &buf[1], s0, s0, V0, 0, edge2); break;
       case 'i': stencil(&buf[0], &buf[1], s0); break;
-      case 'j': {
-        companions(buf[0], buf[1], s0, V0, 0, edge);
-        CUdeviceptr t = buf[0];
-        buf[0] = buf[1], buf[1] = t;
+      case 'j': companions(buf[0], buf[1], s0, V0, 0, edge); swap0(); break;
+      case 'S': {
+        double w = W;
+        void *args[] = {&buf[1], &buf[0], &n, &w};
+        stencil(&buf[0], &buf[1], s0);
+        edge_at(edge, buf[1], 0, V0, s0);
+        edge_at(edge, buf[1], 1, V1, s0);
+        CHECK(p_cuLaunchKernel(mix, 1, 1, 1, 1, 1, 1, 0, s0, args, NULL));
+        swap0();
         break;
       }
-      case 'l': diag_step(sqdiff); break;
-      case 'L': diag_step(sqacc); break;
+      case 'T': {
+        pthread_t t;
+        stencil(&buf[0], &buf[1], s0);
+        CHECK(pthread_create(&t, NULL, companions_here, NULL) || pthread_join(t, NULL));
+        swap0();
+        break;
+      }
+      case 'J': mix_blocks = 2; full_step(&buf[0], &buf[1], s0, s0, V0, 0, edge); mix_blocks = 1; break;
+      case 'I': stencil_less(&buf[0], &buf[1], s0, 1); companions(buf[0], buf[1], s0, V0, 0, edge); swap0(); break;
+      case 'H': {
+        void *graph, *exec;
+        CHECK(p_cuStreamBeginCapture_v2(s0, 0));
+        for (int i = 0; i < 3; i++) full_step(&buf[0], &buf[1], s0, s0, V0, 0, edge);
+        CHECK(p_cuStreamEndCapture(s0, &graph));
+        CHECK(p_cuGraphInstantiateWithFlags(&exec, graph, 0ULL));
+        CHECK(p_cuGraphLaunch(exec, s0));
+        observe(tag);
+        break;
+      }
+      case 'U':
+        CHECK(p_cuMemFree_v2(buf[4]));
+        CHECK(p_cuMemAlloc_v2(&buf[4], bytes));
+        fill(buf[4], (int)(op - script));
+        observe(tag);
+        break;
+      case 'l': diag_step(sqdiff, 4); break;
+      case 'Q': diag_step(sqdiff, 3); break;
+      case 'L': diag_step(sqacc, 4); break;
       case 'k': other(buf[0], s0); break;
       case 'K': other(buf[2], s1); break;
       case 'M': fill(buf[0], (int)(op - script)); break;
@@ -320,6 +380,17 @@ int main(int argc, char **argv) {
         break;
       }
       case '9': fflush(stdout); kill(getpid(), SIGKILL); break;
+      case 'A': signal(SIGUSR1, exit_now); raise(SIGUSR1); break;
+      case 'F': {
+        fflush(stdout);
+        pid_t child = fork();
+        if (child == 0) exit(0);
+        int status;
+        CHECK(child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) ||
+              WEXITSTATUS(status));
+        observe(tag);
+        break;
+      }
       case 'x': fflush(stdout); exit(0);
       case 'X': fflush(stdout); CHECK(p_cuCtxDestroy_v2(ctx)); _exit(0);
       case 'R': fflush(stdout); CHECK(p_cuDevicePrimaryCtxRelease_v2(0)); _exit(0);
