@@ -36,6 +36,7 @@ from ..core import ConfigError
 from ..stencil.program import FaceRule, Field, Output, Reduction, StencilProgram
 from ..stencil.program import expr as ex
 from .lift_fields import is_coef
+from .lift_probe_derived import footprint_shapes, product, products
 from .lift_probe_faces import face_rules, verify
 from .lift_probe_scalars import scalar_outputs
 from .lift_probe_shapes import likely_types, magnitudes, padded_shapes
@@ -212,6 +213,18 @@ class _Lifter:
                     raise
                 if not f.reason.startswith("~"):
                     first = first or f
+        tried = {s for s, _ in shapes[:24]}
+        for shape in footprint_shapes(self, n_out):  # extents no parameter gives
+            if shape in tried:
+                continue
+            self.origin = 0
+            try:
+                return self.with_shape(shape)
+            except _Fail as f:
+                if f.definite:
+                    raise
+                if not f.reason.startswith("~"):
+                    first = f
         raise first or _Fail("no candidate grid shape explains the response to one input "
                              "element")
 
@@ -247,8 +260,10 @@ class _Lifter:
                     taps[names[o]].add((f, off))
         if not any(taps.values()):
             raise _Fail("~no output changed when one input element at the grid's centre did")
-        exprs = {o: self.fit(o, sorted(t), base, y0) for o, t in taps.items()}
-        return self.finish(exprs)
+        prods = products(self, list(taps), base, y0)
+        exprs = {o: self.fit(o, sorted(t), base, y0) for o, t in taps.items() if o not in prods}
+        exprs |= {o: product(exprs, pair) for o, pair in prods.items()}
+        return self.finish({o: exprs[o] for o in taps})
 
     def fit(self, o: str, tps: list[tuple[str, Offset]], base: Mapping[int, np.ndarray],
             y0: Mapping[int, np.ndarray]) -> ex.Expr:

@@ -1,0 +1,105 @@
+"""What probing derives from the kernel's responses rather than from its parameters
+(:mod:`.lift_probe`): the grid's extents when no integer parameters give them (extents that are
+compile-time constants, as rtm8's ``nx``, ``ny``, ``nz`` macros: the strides of the footprint
+tell them), and an output that is the product of two other outputs' new values (rtm8's
+``image = next_s * next_r``: a polynomial of degree 4 in the inputs, past what the fit tries).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..stencil.program import expr as ex
+from .probe import RMAX, _decompose
+
+if TYPE_CHECKING:
+    from .lift_probe import _Lifter
+
+MAX_HITS = 4096  # responses to one impulse beyond which the kernel is not local
+MIN_POINTS = 16  # computed points an output must have for a product to be told
+SPOTS = (0.5, 0.382, 0.618, 0.447, 0.553, 0.309, 0.691)  # where impulses go, in turn
+
+
+def footprint_shapes(lf: _Lifter, n: int) -> list[tuple[int, int, int]]:
+    """(nx, ny, nz) grids of ``n`` points whose strides explain where the outputs respond to
+    one impulse per input, the buffers read as a line: the nearest responses past
+    :data:`~.probe.RMAX` are one row (``nx``), then one plane away. The impulse goes at a few
+    points spread over the line until one lies inside the computed region."""
+    lf.origin, lf.n, lf.shape = 0, n, (n, 1, 1)
+    lf.fields = {f"p{b.param}": (b.param, 0) for b in lf.grids}
+    base = lf.random()
+    y0, _ = lf.run(base)
+    for frac in SPOTS:
+        centre = int(frac * n)
+        offs: set[int] = set()
+        for b in lf.grids:
+            x = {q: a.copy() for q, a in base.items()}
+            x[b.param][centre] += 0.5 * lf.scale[b.param]
+            y, _ = lf.run(x)
+            for o in lf.outs:
+                d = y[o] - y0[o]
+                hit = np.flatnonzero((d != 0) | np.isnan(d))
+                if hit.size > MAX_HITS:
+                    return []
+                offs |= {int(q) - centre for q in hit}
+        found = strides(offs, n)
+        if found:
+            return found
+    return []
+
+
+def strides(offs: set[int], n: int) -> list[tuple[int, int, int]]:
+    """The grids of ``n`` points on which every flat offset of ``offs`` is a tap within
+    :data:`~.probe.RMAX` per axis, 2D before 3D."""
+    far = sorted(abs(d) for d in offs if abs(d) > RMAX)
+    if not far:
+        return []
+    out: list[tuple[int, int, int]] = []
+    for nx in range(max(2 * RMAX + 2, far[0] - RMAX), far[0] + RMAX + 1):
+        if n % nx:
+            continue
+        rest = [d for d in offs if _decompose(d, nx, n // nx, 1) is None]
+        if not rest:
+            out.append((nx, n // nx, 1))
+            continue
+        m = min(abs(d) for d in rest)
+        for dy, dx in itertools.product(range(-RMAX, RMAX + 1), repeat=2):
+            plane = m - dy * nx - dx
+            if plane <= nx or plane % nx or n % plane:
+                continue
+            shape = (nx, plane // nx, n // plane)
+            if shape not in out and all(_decompose(d, *shape) is not None for d in offs):
+                out.append(shape)
+    return out[:4]
+
+
+def products(lf: _Lifter, outs: list[str], base: Mapping[int, np.ndarray],
+             y0: Mapping[int, np.ndarray]) -> dict[str, tuple[str, str]]:
+    """Outputs whose every computed point (a point whose value the launch changed) holds the
+    product, rounded to the element type, of two other outputs' new values there."""
+    found: dict[str, tuple[str, str]] = {}
+    used: set[str] = set()  # factors: fitted, never products themselves
+    for o in outs:
+        if o in used:
+            continue
+        got, old = lf.grid(y0, o), lf.grid(base, o)
+        done = got != old
+        if int(done.sum()) < MIN_POINTS:
+            continue
+        others = [a for a in outs if a != o and a not in found]
+        for a, b in itertools.combinations_with_replacement(others, 2):
+            want = (lf.grid(y0, a)[done] * lf.grid(y0, b)[done]).astype(lf.dt)
+            if np.array_equal(got[done], want.astype(np.float64)):
+                found[o] = (a, b)
+                used |= {a, b}
+                break
+    return found
+
+
+def product(exprs: Mapping[str, ex.Expr], pair: tuple[str, str]) -> ex.Expr:
+    """The product of two outputs' expressions (both read the fields before the launch)."""
+    return ex.Bin("*", exprs[pair[0]], exprs[pair[1]])
