@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -204,7 +204,11 @@ class _Lifter:
             raise _Fail(f"no grid shape: no integer parameters multiply to at most {cap} "
                         f"elements, and {n_out} is no square or cube")
         first: _Fail | None = None
-        for shape, origin in shapes[:24]:
+
+        def derived() -> Iterator[tuple[tuple[int, int, int], int]]:
+            """Then extents no parameter gives, from the response's strides (rtm8's macros)."""
+            yield from ((s, 0) for s in footprint_shapes(self, n_out) if (s, 0) not in shapes)
+        for shape, origin in itertools.chain(shapes[:24], derived()):
             self.origin = origin
             try:
                 return self.with_shape(shape)
@@ -213,18 +217,6 @@ class _Lifter:
                     raise
                 if not f.reason.startswith("~"):
                     first = first or f
-        tried = {s for s, _ in shapes[:24]}
-        for shape in footprint_shapes(self, n_out):  # extents no parameter gives
-            if shape in tried:
-                continue
-            self.origin = 0
-            try:
-                return self.with_shape(shape)
-            except _Fail as f:
-                if f.definite:
-                    raise
-                if not f.reason.startswith("~"):
-                    first = f
         raise first or _Fail("no candidate grid shape explains the response to one input "
                              "element")
 

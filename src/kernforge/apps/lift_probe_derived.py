@@ -54,7 +54,7 @@ def footprint_shapes(lf: _Lifter, n: int) -> list[tuple[int, int, int]]:
 
 def strides(offs: set[int], n: int) -> list[tuple[int, int, int]]:
     """The grids of ``n`` points on which every flat offset of ``offs`` is a tap within
-    :data:`~.probe.RMAX` per axis, 2D before 3D."""
+    :data:`~.probe.RMAX` per axis, those on which the taps lie closest first."""
     far = sorted(abs(d) for d in offs if abs(d) > RMAX)
     if not far:
         return []
@@ -74,7 +74,11 @@ def strides(offs: set[int], n: int) -> list[tuple[int, int, int]]:
             shape = (nx, plane // nx, n // plane)
             if shape not in out and all(_decompose(d, *shape) is not None for d in offs):
                 out.append(shape)
-    return out[:4]
+
+    def spread(shape: tuple[int, int, int]) -> int:
+        """How far the footprint reaches on ``shape``: the true grid's taps are the closest."""
+        return sum(sum(map(abs, _decompose(d, *shape) or (RMAX,) * 3)) for d in offs)
+    return sorted(out, key=spread)[:4]
 
 
 def products(lf: _Lifter, outs: list[str], base: Mapping[int, np.ndarray],

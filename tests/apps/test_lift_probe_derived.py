@@ -1,0 +1,70 @@
+"""Probing a kernel whose grid extents are compile-time constants (no integer parameter gives
+them) and whose third output is the product of the other two's new values: modelled on
+rtm8's two wave fields and their image."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernforge.apps.lift_probe import Probed, lift_probe
+from kernforge.apps.lift_probe_derived import strides
+from kernforge.stencil.program import apply, error_bound
+from kernforge.stencil.program import expr as ex
+
+from .lift_kernels import Case, EmulatedTarget
+
+NX, NY, NZ = 14, 12, 11
+SOURCE = rf"""
+#define NX {NX}
+#define NY {NY}
+#define NZ {NZ}
+// two wave fields stepped together away from the faces, and their product: the extents are
+// macros, the only integer parameter is the element count
+extern "C" __global__ void waves_image(const float* c2, const float* us, const float* ur,
+                                       float* ns, float* nr, float* img, long total) {{
+  int x = blockIdx.x * blockDim.x + threadIdx.x;
+  int y = blockIdx.y * blockDim.y + threadIdx.y;
+  int z = blockIdx.z;
+  if (x < 2 || x >= NX - 2 || y < 2 || y >= NY - 2 || z < 2 || z >= NZ - 2) return;
+  int p = x + NX * (y + NY * z);
+  float ls = -6.0f * us[p] + us[p - 1] + us[p + 1] + us[p - NX] + us[p + NX]
+      + us[p - NX * NY] + us[p + NX * NY] + 0.25f * (us[p - 2] + us[p + 2 * NX * NY]);
+  float lr = -6.0f * ur[p] + ur[p - 1] + ur[p + 1] + ur[p - NX] + ur[p + NX]
+      + ur[p - NX * NY] + ur[p + NX * NY] + 0.25f * (ur[p - 2] + ur[p + 2 * NX * NY]);
+  ns[p] = 2.0f * us[p] - ns[p] + c2[p] * ls;
+  nr[p] = 2.0f * ur[p] - nr[p] + c2[p] * lr;
+  img[p] = ns[p] * nr[p];
+}}
+"""
+
+
+def test_extents_from_the_footprint_and_an_output_that_is_a_product() -> None:
+    n = NX * NY * NZ
+    case = Case("waves_image", (("buf", "float32"),) * 6 + (("i64", n),), (NZ, NY, NX),
+                (1, 1, NZ), (16, 16, 1))
+    t = EmulatedTarget(case, SOURCE)
+    got = lift_probe(t)  # type: ignore[arg-type]
+    assert isinstance(got, Probed), got
+    p = got.program
+    assert got.shape == (NX, NY, NZ) and p.dims == 3
+    assert {(f.rule, f.width) for f in p.faces} == {("keep", 2)}
+    img = p.output("p5").expr
+    assert img == ex.Bin("*", p.output("p3").expr, p.output("p4").expr)  # the new values' product
+    # the program is the kernel on fresh contents, the image included
+    rng = np.random.default_rng(5)
+    fresh = {i: rng.uniform(-1, 1, (NZ, NY, NX)).astype(np.float32) for i in range(6)}
+    out = t.run({i: a.view(np.uint8).ravel() for i, a in fresh.items()})
+    arrays = {f"p{i}": a for i, a in fresh.items()}
+    want = apply(p, arrays).outputs
+    bound = error_bound(p, arrays)
+    for i in (3, 4, 5):
+        have = out[i].view(np.float32).reshape(NZ, NY, NX)
+        assert np.all(np.abs(have - want[f"p{i}"]) <= bound[f"p{i}"]), i
+    assert np.abs(want["p5"] - fresh[5]).max() > 1e-2  # the image was computed
+
+
+def test_strides_read_a_grid_off_a_star_footprint() -> None:
+    star = {0, 1, -1, 2, -2, 20, -20, 320, -320}
+    assert strides(star, 20 * 16 * 12)[0] == (20, 16, 12)
+    assert strides({0, 1, -1, 24, -24}, 24 * 40)[0] == (24, 40, 1)
+    assert strides({0, 1, -1, 2}, 1000) == []  # nothing past the reach: a line
