@@ -36,7 +36,7 @@ from ..core import ConfigError
 from ..stencil.program import FaceRule, Field, Output, Reduction, StencilProgram
 from ..stencil.program import expr as ex
 from .lift_fields import is_coef
-from .lift_probe_derived import footprint_shapes, product, products
+from .lift_probe_derived import footprint_shapes, product, products, snapped
 from .lift_probe_faces import face_rules, verify
 from .lift_probe_scalars import scalar_outputs
 from .lift_probe_shapes import likely_types, magnitudes, padded_shapes
@@ -206,8 +206,10 @@ class _Lifter:
         first: _Fail | None = None
 
         def derived() -> Iterator[tuple[tuple[int, int, int], int]]:
-            """Then extents no parameter gives, from the response's strides (rtm8's macros)."""
-            yield from ((s, 0) for s in footprint_shapes(self, n_out) if (s, 0) not in shapes)
+            """Then extents no parameter gives, from the response's strides (rtm8's macros):
+            a grid as large as every grid buffer."""
+            found = footprint_shapes(self, n_out) if n_out == cap else []
+            yield from ((s, 0) for s in found if (s, 0) not in shapes)
         for shape, origin in itertools.chain(shapes[:24], derived()):
             self.origin = origin
             try:
@@ -301,7 +303,7 @@ class _Lifter:
                 coef = np.zeros_like(size)
                 if keep.any():
                     coef[keep] = _lstsq(A[:, keep], b)
-                coef = coef.astype(self.dt).astype(np.float64)
+                coef = snapped(coef.astype(self.dt).astype(np.float64), A, b, self.dt)
                 err = np.abs(A @ coef - b)
                 tol = 16 * (len(tps) + 1) * degree * eps * (mag @ np.abs(coef) + np.abs(b))
                 if np.all(err <= tol + 1e-300):

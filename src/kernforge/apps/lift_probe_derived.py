@@ -2,7 +2,10 @@
 (:mod:`.lift_probe`): the grid's extents when no integer parameters give them (extents that are
 compile-time constants, as rtm8's ``nx``, ``ny``, ``nz`` macros: the strides of the footprint
 tell them), and an output that is the product of two other outputs' new values (rtm8's
-``image = next_s * next_r``: a polynomial of degree 4 in the inputs, past what the fit tries).
+``image = next_s * next_r``: a polynomial of degree 4 in the inputs, past what the fit tries),
+and the short decimals a fit's coefficients stand for (lulesh's ``0.01``, fitted as
+``0.00999999999999997``: least squares on rounded outputs leaves float64 coefficients hundreds
+of ulps off, more than the program's error bound allows).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ if TYPE_CHECKING:
 
 MAX_HITS = 4096  # responses to one impulse beyond which the kernel is not local
 MIN_POINTS = 16  # computed points an output must have for a product to be told
+SNAP = 1024  # ulps a fitted coefficient may be from the decimal it stands for
 SPOTS = (0.5, 0.382, 0.618, 0.447, 0.553, 0.309, 0.691)  # where impulses go, in turn
 
 
@@ -107,3 +111,21 @@ def products(lf: _Lifter, outs: list[str], base: Mapping[int, np.ndarray],
 def product(exprs: Mapping[str, ex.Expr], pair: tuple[str, str]) -> ex.Expr:
     """The product of two outputs' expressions (both read the fields before the launch)."""
     return ex.Bin("*", exprs[pair[0]], exprs[pair[1]])
+
+
+def snapped(coef: np.ndarray, A: np.ndarray, b: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """``coef`` with each coefficient replaced by the shortest decimal within
+    :data:`SNAP` ulps of it (of its own type), when the rows ``A`` then fit ``b`` no worse at
+    any run's worst point; else ``coef`` unchanged."""
+    eps = float(np.finfo(dt).eps)
+    out = coef.copy()
+    for i, c in enumerate(coef):
+        for digits in range(1, 18):
+            d = float(np.asarray(float(f"{c:.{digits}g}")).astype(dt))
+            if abs(d - c) <= SNAP * eps * abs(c):
+                out[i] = d
+                break
+    if np.array_equal(out, coef):
+        return coef
+    better = np.abs(A @ out - b).max() <= np.abs(A @ coef - b).max()
+    return out if better else coef
