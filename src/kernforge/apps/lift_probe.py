@@ -36,7 +36,7 @@ from ..core import ConfigError
 from ..stencil.program import FaceRule, Field, Output, Reduction, StencilProgram
 from ..stencil.program import expr as ex
 from .lift_fields import is_coef
-from .lift_probe_derived import footprint_shapes, product, products, snapped
+from .lift_probe_derived import footprint_shapes, product, products, real_terms, snapped
 from .lift_probe_faces import face_rules, verify
 from .lift_probe_scalars import scalar_outputs
 from .lift_probe_shapes import likely_types, magnitudes, padded_shapes
@@ -296,11 +296,8 @@ class _Lifter:
                 A, b, mag = self._rows(o, tps, monos, where, runs)
                 if not (np.isfinite(A).all() and np.isfinite(b).all()):
                     raise _Fail(f"{o} is NaN or infinite on inputs in [-1, 1)")
-                # a term is negligible by its size at the probed magnitudes (its coefficient
-                # times its largest value), not by its coefficient alone
-                size = np.abs(_lstsq(A, b)) * mag.max(axis=0)
-                keep = size > min(1e3 * eps, 2e-2) * max(float(size.max()), 1e-300)
-                coef = np.zeros_like(size)
+                keep = real_terms(A, b, _lstsq(A, b), mag.max(axis=0), eps)
+                coef = np.zeros(A.shape[1])
                 if keep.any():
                     coef[keep] = _lstsq(A[:, keep], b)
                 coef = snapped(coef.astype(self.dt).astype(np.float64), A, b, self.dt)

@@ -3,6 +3,8 @@
 compile-time constants, as rtm8's ``nx``, ``ny``, ``nz`` macros: the strides of the footprint
 tell them), and an output that is the product of two other outputs' new values (rtm8's
 ``image = next_s * next_r``: a polynomial of degree 4 in the inputs, past what the fit tries),
+the small terms a fit must keep (hotspot3D's power at 2^-9 beside temperatures at 2^8: below
+1000 ulps of the largest term, yet 20 times what the fit leaves unexplained without it),
 and the short decimals a fit's coefficients stand for (lulesh's ``0.01``, fitted as
 ``0.00999999999999997``: least squares on rounded outputs leaves float64 coefficients hundreds
 of ulps off, more than the program's error bound allows).
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
 
 MAX_HITS = 4096  # responses to one impulse beyond which the kernel is not local
 MIN_POINTS = 16  # computed points an output must have for a product to be told
+NOISE = 8  # a term this many times the fit's worst residual (or rounding) is real
 SNAP = 1024  # ulps a fitted coefficient may be from the decimal it stands for
 SPOTS = (0.5, 0.382, 0.618, 0.447, 0.553, 0.309, 0.691)  # where impulses go, in turn
 
@@ -129,3 +132,16 @@ def snapped(coef: np.ndarray, A: np.ndarray, b: np.ndarray, dt: np.dtype) -> np.
         return coef
     better = np.abs(A @ out - b).max() <= np.abs(A @ coef - b).max()
     return out if better else coef
+
+
+def real_terms(A: np.ndarray, b: np.ndarray, full: np.ndarray, top: np.ndarray, eps: float
+               ) -> np.ndarray:
+    """Which terms of the least-squares fit ``full`` of ``A`` to ``b`` are real: a term is
+    negligible by its size at the probed magnitudes (its coefficient times its largest value
+    ``top``), not by its coefficient alone; it stays when that size is at least
+    ``min(1e3 eps, 0.02)`` of the largest term's, or :data:`NOISE` times the fit's worst
+    residual (at least the outputs' rounding)."""
+    size = np.abs(full) * top
+    noise = max(float(np.abs(A @ full - b).max()), eps * float(np.abs(b).max()))
+    return (size > min(1e3 * eps, 2e-2) * max(float(size.max()), 1e-300)) | \
+        (size > NOISE * noise)
