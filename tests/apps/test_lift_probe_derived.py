@@ -68,3 +68,28 @@ def test_strides_read_a_grid_off_a_star_footprint() -> None:
     assert strides(star, 20 * 16 * 12)[0] == (20, 16, 12)
     assert strides({0, 1, -1, 24, -24}, 24 * 40)[0] == (24, 40, 1)
     assert strides({0, 1, -1, 2}, 1000) == []  # nothing past the reach: a line
+
+
+def test_a_small_term_beside_large_values_is_kept() -> None:
+    """hotspot3D's datasets: temperatures near 323 and power near 0.002, so the power term is
+    a few millionths of the largest one, yet well above what the outputs' rounding hides."""
+    from .test_lift_probe_hecbench import SOURCE as HEAT
+    nx, ny, nz = 32, 16, 8
+    n = nx * ny * nz
+    case = Case("heat_clamped", (("buf", "float32"),) * 3 + (
+        ("int", nx), ("int", ny), ("int", nz), ("f32", 0.1), ("f32", 0.05), ("f32", 0.02),
+        ("f32", 0.66), ("f32", 0.3), ("f32", 80.0)), (nz, ny, nx), (1, 4, 1), (32, 4, 1),
+        fixed={0: (323.0,) * n, 1: (0.002,) * n})
+    t = EmulatedTarget(case, HEAT)
+    got = lift_probe(t)  # type: ignore[arg-type]
+    assert isinstance(got, Probed), got
+    poly = ex.polynomial(got.program.outputs[0].expr)
+    assert abs(poly[(("p1", (0, 0, 0)),)] - 0.3) < 1e-3  # the power term
+    rng = np.random.default_rng(9)
+    temp = (323 + rng.uniform(-8, 8, (nz, ny, nx))).astype(np.float32)
+    power = rng.uniform(0, 0.004, (nz, ny, nx)).astype(np.float32)
+    out = t.run({0: temp.view(np.uint8).ravel(), 1: power.view(np.uint8).ravel()})
+    arrays = {"p0": temp, "p1": power}
+    want = apply(got.program, arrays).outputs["p2"]
+    bound = error_bound(got.program, arrays)["p2"]
+    assert np.all(np.abs(out[2].view(np.float32).reshape(nz, ny, nx) - want) <= bound)

@@ -36,7 +36,8 @@ from ..core import ConfigError
 from ..stencil.program import FaceRule, Field, Output, Reduction, StencilProgram
 from ..stencil.program import expr as ex
 from .lift_fields import is_coef
-from .lift_probe_derived import footprint_shapes, product, products, real_terms, snapped
+from .lift_probe_derived import footprint_shapes, product, products, real_terms, refit, snapped
+from .lift_probe_derived import lstsq as _lstsq
 from .lift_probe_faces import face_rules, verify
 from .lift_probe_scalars import scalar_outputs
 from .lift_probe_shapes import likely_types, magnitudes, padded_shapes
@@ -302,22 +303,25 @@ class _Lifter:
                     coef[keep] = _lstsq(A[:, keep], b)
                 coef = snapped(coef.astype(self.dt).astype(np.float64), A, b, self.dt)
                 err = np.abs(A @ coef - b)
-                tol = 16 * (len(tps) + 1) * degree * eps * (mag @ np.abs(coef) + np.abs(b))
-                if np.all(err <= tol + 1e-300):
+                k = 16 * (len(tps) + 1) * degree * eps
+                if np.all(err <= k * (mag @ np.abs(coef) + np.abs(b)) + 1e-300):
+                    if set(self.scale.values()) != {1.0} and keep.any():  # and in [-1, 1)
+                        unit = self._rows(o, tps, monos, where, runs, unit=True)[:2]
+                        coef = refit(coef, keep, (A, b), unit, k, self.dt)
                     return _build(monos, coef, tps)
         raise _Fail(f"the output {o} is no polynomial of degree <= 3 in the {len(tps)} values "
                     "it reads with coefficients fixed in space (a nonlinear function, a branch "
                     "on data, or coefficients that vary with the position)")
 
     def _rows(self, o: str, tps: list[tuple[str, Offset]], monos: list[tuple[int, ...]],
-              where: tuple[np.ndarray, ...], runs: int
+              where: tuple[np.ndarray, ...], runs: int, unit: bool = False
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per run and point (``where``: z, y, x indices, each point's taps inside the grid),
-        every monomial's value and the output's."""
+        every monomial's value and the output's (inputs in [-1, 1) when ``unit``)."""
         rows, rhs = [], []
         z, yy, xx = where
         for _ in range(runs):
-            x = self.random()
+            x = self.random(unit)
             y, _ = self.run(x)
             vals = [self.grid(x, f)[z + off[0], yy + off[1], xx + off[2]] for f, off in tps]
             rows.append(np.stack([np.prod([vals[i] for i in m], axis=0) if m else
@@ -368,14 +372,6 @@ class _Lifter:
         tables = {b.param: tuple(float(v) for v in last[b.param]) for b in self.tables}
         return Probed(final, fields, {r.name: int(r.name[1:]) for r in reds}, self.shape,
                       self.dt.name, offsets, tables)
-
-
-def _lstsq(A: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Least squares on columns scaled to one magnitude (monomials of fields of magnitudes
-    2^21 and 1 differ by 2^42: unscaled, the small ones fall under the solver's cut-off)."""
-    s = np.abs(A).max(axis=0)
-    s[s == 0] = 1.0
-    return np.linalg.lstsq(A / s, b, rcond=None)[0] / s
 
 
 def _build(monos: list[tuple[int, ...]], coef: np.ndarray,

@@ -145,3 +145,28 @@ def real_terms(A: np.ndarray, b: np.ndarray, full: np.ndarray, top: np.ndarray, 
     noise = max(float(np.abs(A @ full - b).max()), eps * float(np.abs(b).max()))
     return (size > min(1e3 * eps, 2e-2) * max(float(size.max()), 1e-300)) | \
         (size > NOISE * noise)
+
+
+def lstsq(A: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Least squares on columns scaled to one magnitude (monomials of fields of magnitudes
+    2^21 and 1 differ by 2^42: unscaled, the small ones fall under the solver's cut-off)."""
+    s = np.abs(A).max(axis=0)
+    s[s == 0] = 1.0
+    return np.linalg.lstsq(A / s, b, rcond=None)[0] / s
+
+
+def refit(coef: np.ndarray, keep: np.ndarray, rec: tuple[np.ndarray, np.ndarray],
+          unit: tuple[np.ndarray, np.ndarray], k: float, dt: np.dtype) -> np.ndarray:
+    """The kept terms' coefficients fitted on the rows of runs at the recorded magnitudes
+    (``rec``) and in [-1, 1) (``unit``) together, each run's rows weighted by its outputs'
+    size: a term small at the recorded magnitudes (hotspot3D's power) is measured where it is
+    large. Taken when both sets still fit within ``k`` times their magnitudes; else ``coef``."""
+    (A, b), (U, c) = rec, unit
+    wa, wu = 1 / max(float(np.abs(b).max()), 1e-300), 1 / max(float(np.abs(c).max()), 1e-300)
+    new = np.zeros_like(coef)
+    new[keep] = lstsq(np.concatenate([A[:, keep] * wa, U[:, keep] * wu]),
+                      np.concatenate([b * wa, c * wu]))
+    new = snapped(new.astype(dt).astype(np.float64), A, b, dt)
+    fits = all(np.all(np.abs(M @ new - r) <= k * (np.abs(M) @ np.abs(new) + np.abs(r)) + 1e-300)
+               for M, r in ((A, b), (U, c)))
+    return new if fits else coef
