@@ -5,13 +5,19 @@ rtm8's two wave fields and their image."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from kernforge.apps.lift_probe import Probed, lift_probe
 from kernforge.apps.lift_probe_derived import strides
+from kernforge.apps.program_binding import bind_probed
+from kernforge.stencil import emulate as em
 from kernforge.stencil.program import apply, error_bound
+from kernforge.stencil.program import codegen_plain as plain
+from kernforge.stencil.program import codegen_tiled as tiled
 from kernforge.stencil.program import expr as ex
 
 from .lift_kernels import Case, EmulatedTarget
+from .program_ops_helpers import run_standalone
 
 NX, NY, NZ = 14, 12, 11
 SOURCE = rf"""
@@ -38,11 +44,14 @@ extern "C" __global__ void waves_image(const float* c2, const float* us, const f
 """
 
 
+def _waves() -> EmulatedTarget:
+    case = Case("waves_image", (("buf", "float32"),) * 6 + (("i64", NX * NY * NZ),),
+                (NZ, NY, NX), (1, 1, NZ), (16, 16, 1))
+    return EmulatedTarget(case, SOURCE)
+
+
 def test_extents_from_the_footprint_and_an_output_that_is_a_product() -> None:
-    n = NX * NY * NZ
-    case = Case("waves_image", (("buf", "float32"),) * 6 + (("i64", n),), (NZ, NY, NX),
-                (1, 1, NZ), (16, 16, 1))
-    t = EmulatedTarget(case, SOURCE)
+    t = _waves()
     got = lift_probe(t)  # type: ignore[arg-type]
     assert isinstance(got, Probed), got
     p = got.program
@@ -93,3 +102,22 @@ def test_a_small_term_beside_large_values_is_kept() -> None:
     want = apply(got.program, arrays).outputs["p2"]
     bound = error_bound(got.program, arrays)["p2"]
     assert np.all(np.abs(out[2].view(np.float32).reshape(nz, ny, nx) - want) <= bound)
+
+
+@pytest.mark.skipif(not em.find_compiler(), reason="no host C++ compiler")
+def test_operators_for_the_probed_product_program() -> None:
+    """Both designs generated for the probed program compute it (the image included)."""
+    got = lift_probe(_waves())  # type: ignore[arg-type]
+    assert isinstance(got, Probed), got
+    p, b = got.program, bind_probed(got)
+    rng = np.random.default_rng(6)
+    fresh = {n: rng.uniform(-1, 1, (NZ, NY, NX)).astype(np.float32) for n in b.fields}
+    want = apply(p, fresh).outputs
+    bound = error_bound(p, fresh)
+    for k in (plain.generate(p, b, bx=8, by=4, bz=2), tiled.generate(p, b, tx=8, ty=2, py=2,
+                                                                      lz=3)):
+        arrays = {n: a.ravel().copy() for n, a in fresh.items()}
+        run_standalone(k, arrays)
+        for name, value in want.items():
+            err = np.abs(arrays[name].reshape(NZ, NY, NX) - value)
+            assert np.all(err <= 2 * bound[name]), (k.key, name, float(err.max()))
