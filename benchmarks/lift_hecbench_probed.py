@@ -2,7 +2,7 @@
 """Are HeCBench's kernels lifted BY PROBING right? (CPU only, host emulator.)
 
 Each kernel of ``lift_hecbench_emulated.py`` and ``lift_hecbench_checked.py`` (and rtm8's
-two-wave step) is run on the CUDA host emulator as a probe target, lifted by
+two-wave step, hotspot3D at its datasets' size and magnitudes) is run on the CUDA host emulator as a probe target, lifted by
 ``kernforge.apps.lift_probe`` (which checks itself on its own fresh runs), and then checked
 here independently of the lifter: on fresh contents in every buffer but the coefficient tables
 (two seeds; uniform within plus or minus the largest magnitude the buffer was filled with),
@@ -35,9 +35,12 @@ F32 = "float32"
 
 def extra() -> list[Kernel]:
     """Kernels probed here only: rtm8 (two wave fields, their image a product of the new
-    values) on a small grid with its radius-4 interior."""
+    values; its extents are macros) on a small grid with its radius-4 interior, and hotspot3D
+    on its datasets' 128x128x8 grid filled as they are (temperatures near 323, power near
+    0.002: the power term is millionths of the largest)."""
     nx, ny, nz = 24, 20, 18
     vol = nx * ny * nz
+    hot = 128 * 128 * 8
     rtm = (f"#define nx {nx}\n#define ny {ny}\n#define nz {nz}\n"
            "__device__ int indexTo1D(int x, int y, int z){ return x + y*nx + z*nx*ny; }\n")
     return [
@@ -45,6 +48,11 @@ def extra() -> list[Kernel]:
                [("buf", F32, vol, r, 0) for r in range(6)] + [("buf", F32, 5, 6, 0),
                                                                 ("i64", vol)],
                (-(-nx // 16), -(-ny // 16), nz), (16, 16, 1)),
+        Kernel("hotspot3D-cuda/3D.cu", "hotspot3d", "",
+               [("buf", F32, hot, 0, 0, 323.0), ("buf", F32, hot, 1, 0, 0.002),
+                ("buf", F32, hot, 2, 0), ("int", 128), ("int", 128), ("int", 8)]
+               + [("f32", v) for v in (0.1, 0.1, 0.05, 0.05, 0.02, 0.02, 0.66, 0.3)],
+               (2, 32, 1), (64, 4, 1)),
     ]
 
 
