@@ -44,7 +44,7 @@ def footprint_shapes(lf: _Lifter, n: int) -> list[tuple[int, int, int]]:
         centre = int(frac * n)
         offs: set[int] = set()
         for b in lf.grids:
-            x = {q: a.copy() for q, a in base.items()}
+            x = {**base, b.param: base[b.param].copy()}  # one copy: grids may be large
             x[b.param][centre] += 0.5 * lf.scale[b.param]
             y, _ = lf.run(x)
             for o in lf.outs:
