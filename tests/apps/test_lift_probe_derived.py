@@ -9,6 +9,7 @@ import pytest
 
 from kernforge.apps.lift_probe import Probed, lift_probe
 from kernforge.apps.lift_probe_derived import strides
+from kernforge.apps.lift_regions import NotLifted
 from kernforge.apps.program_binding import bind_probed
 from kernforge.stencil import emulate as em
 from kernforge.stencil.program import apply, error_bound
@@ -18,6 +19,7 @@ from kernforge.stencil.program import expr as ex
 
 from .lift_kernels import Case, EmulatedTarget
 from .program_ops_helpers import run_standalone
+from .stencil_kernels import target
 
 NX, NY, NZ = 14, 12, 11
 SOURCE = rf"""
@@ -121,3 +123,10 @@ def test_operators_for_the_probed_product_program() -> None:
         for name, value in want.items():
             err = np.abs(arrays[name].reshape(NZ, NY, NX) - value)
             assert np.all(err <= 2 * bound[name]), (k.key, name, float(err.max()))
+
+
+def test_a_fill_is_refused_as_one() -> None:
+    def fill(b: dict[int, np.ndarray]) -> None:  # heat's zero: reads nothing
+        b[0][:] = 0.0
+    r = lift_probe(target(fill, {0: ("float64", 64 * 64)}, (64,), "float64"))
+    assert isinstance(r, NotLifted) and "a fill" in r.reason, r
