@@ -35,12 +35,13 @@ F32 = "float32"
 
 def extra() -> list[Kernel]:
     """Kernels probed here only: rtm8 (two wave fields, their image a product of the new
-    values; its extents are macros) on a small grid with its radius-4 interior, and hotspot3D
+    values; its extents are macros) on a small grid with its radius-4 interior, laplace3d (a
+z-march through shared memory, Dirichlet faces) on 40x20x12, and hotspot3D
     on its datasets' 128x128x8 grid filled as they are (temperatures near 323, power near
     0.002: the power term is millionths of the largest)."""
     nx, ny, nz = 24, 20, 18
     vol = nx * ny * nz
-    hot = 128 * 128 * 8
+    hot, lap = 128 * 128 * 8, 40 * 20 * 12
     rtm = (f"#define nx {nx}\n#define ny {ny}\n#define nz {nz}\n"
            "__device__ int indexTo1D(int x, int y, int z){ return x + y*nx + z*nx*ny; }\n")
     return [
@@ -48,6 +49,11 @@ def extra() -> list[Kernel]:
                [("buf", F32, vol, r, 0) for r in range(6)] + [("buf", F32, 5, 6, 0),
                                                                 ("i64", vol)],
                (-(-nx // 16), -(-ny // 16), nz), (16, 16, 1)),
+        Kernel("laplace3d-cuda/kernel.h", "laplace3d",
+               "#define BLOCK_X 32\n#define BLOCK_Y 8\n#define IOFF 1\n#define JOFF (BLOCK_X+2)\n"
+               "#define KOFF (BLOCK_X+2)*(BLOCK_Y+2)\n#define INDEX(i,j,j_off) (i + (j) * (j_off))\n",
+               [("int", 40), ("int", 20), ("int", 12), ("int", 40), ("buf", F32, lap, 0, 0),
+                ("buf", F32, lap, 1, 0)], (2, 3, 1), (32, 8, 1)),
         Kernel("hotspot3D-cuda/3D.cu", "hotspot3d", "",
                [("buf", F32, hot, 0, 0, 323.0), ("buf", F32, hot, 1, 0, 0.002),
                 ("buf", F32, hot, 2, 0), ("int", 128), ("int", 128), ("int", 8)]
