@@ -12,7 +12,7 @@ back as it went in. Printed per kernel: the program's summary and ``agrees`` or 
 (largest error against its bound), or why probing refused it; then the counts. Exit status 1
 when a lifted kernel disagrees (a wrong lift is worse than a refusal).
 
-    python benchmarks/lift_hecbench_probed.py --hec /work/hecsrc/src [--only NAME]
+    python benchmarks/lift_hecbench_probed.py --hec /work/hecsrc/src [--only NAME] [--n3 N]
 """
 
 from __future__ import annotations
@@ -120,9 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hec", type=Path, required=True, help="HeCBench's src directory")
     ap.add_argument("--only", action="append", default=[],
                     help="probe only kernels whose directory or name contains this")
+    ap.add_argument("--n3", type=int, default=20, help="stencil3d's grid: n3^3")
     a = ap.parse_args(argv)
     lifted = agree = refused = 0
-    for k in kernels(32, 20) + more(32) + extra():
+    for k in kernels(32, a.n3) + more(32) + extra():
         if a.only and not any(s in k.file or s == k.name for s in a.only):
             continue
         code = k.prelude + kernel_text(a.hec / k.file, k.name).replace(
