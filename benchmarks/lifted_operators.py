@@ -40,6 +40,10 @@ HECBENCH = {
     "stencil3d": (["512", "100"], "stencil3d"),
     "fdtd3d": (["--dimx=192", "--dimy=184", "--timesteps=90"], "finite_difference"),
     "iso2dfd": (["1024", "1024", "10"], "iso_2dfd_kernel"),
+    # the manifests' datasets (benchmarks/hecbench/manifests), fewer steps
+    "hotspot3D": (["128", "8", "20", "hotspot3D-data/power_128x8", "hotspot3D-data/temp_128x8",
+                   "/tmp/hotspot3D-lifted.out"], "hotspot3d"),
+    "rtm8": (["10"], "rtm8"),
 }
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +36,8 @@ from ..core import ConfigError
 from ..stencil.program import FaceRule, Field, Output, Reduction, StencilProgram
 from ..stencil.program import expr as ex
 from .lift_fields import is_coef
+from .lift_probe_derived import footprint_shapes, product, products, real_terms, refit, snapped
+from .lift_probe_derived import lstsq as _lstsq
 from .lift_probe_faces import face_rules, verify
 from .lift_probe_scalars import scalar_outputs
 from .lift_probe_shapes import likely_types, magnitudes, padded_shapes
@@ -203,7 +205,13 @@ class _Lifter:
             raise _Fail(f"no grid shape: no integer parameters multiply to at most {cap} "
                         f"elements, and {n_out} is no square or cube")
         first: _Fail | None = None
-        for shape, origin in shapes[:24]:
+
+        def derived() -> Iterator[tuple[tuple[int, int, int], int]]:
+            """Then extents no parameter gives, from the response's strides (rtm8's macros):
+            a grid as large as every grid buffer."""
+            found = footprint_shapes(self, n_out) if n_out == cap else []
+            yield from ((s, 0) for s in found if (s, 0) not in shapes)
+        for shape, origin in itertools.chain(shapes[:24], derived()):
             self.origin = origin
             try:
                 return self.with_shape(shape)
@@ -212,6 +220,11 @@ class _Lifter:
                     raise
                 if not f.reason.startswith("~"):
                     first = first or f
+        if first is None:  # no output responded under any shape: do they respond at all?
+            y1, y2 = self.run(self.random())[0], self.run(self.random())[0]
+            if all(np.array_equal(y1[o], y2[o]) for o in self.outs):
+                raise _Fail("the outputs are the same whatever the inputs hold (a fill, as "
+                            "heat's 'zero'): no stencil to lift", definite=True)
         raise first or _Fail("no candidate grid shape explains the response to one input "
                              "element")
 
@@ -247,8 +260,10 @@ class _Lifter:
                     taps[names[o]].add((f, off))
         if not any(taps.values()):
             raise _Fail("~no output changed when one input element at the grid's centre did")
-        exprs = {o: self.fit(o, sorted(t), base, y0) for o, t in taps.items()}
-        return self.finish(exprs)
+        prods = products(self, list(taps), base, y0)
+        exprs = {o: self.fit(o, sorted(t), base, y0) for o, t in taps.items() if o not in prods}
+        exprs |= {o: product(exprs, pair) for o, pair in prods.items()}
+        return self.finish({o: exprs[o] for o in taps})
 
     def fit(self, o: str, tps: list[tuple[str, Offset]], base: Mapping[int, np.ndarray],
             y0: Mapping[int, np.ndarray]) -> ex.Expr:
@@ -287,31 +302,31 @@ class _Lifter:
                 A, b, mag = self._rows(o, tps, monos, where, runs)
                 if not (np.isfinite(A).all() and np.isfinite(b).all()):
                     raise _Fail(f"{o} is NaN or infinite on inputs in [-1, 1)")
-                # a term is negligible by its size at the probed magnitudes (its coefficient
-                # times its largest value), not by its coefficient alone
-                size = np.abs(_lstsq(A, b)) * mag.max(axis=0)
-                keep = size > min(1e3 * eps, 2e-2) * max(float(size.max()), 1e-300)
-                coef = np.zeros_like(size)
+                keep = real_terms(A, b, _lstsq(A, b), mag.max(axis=0), eps)
+                coef = np.zeros(A.shape[1])
                 if keep.any():
                     coef[keep] = _lstsq(A[:, keep], b)
-                coef = coef.astype(self.dt).astype(np.float64)
+                coef = snapped(coef.astype(self.dt).astype(np.float64), A, b, self.dt)
                 err = np.abs(A @ coef - b)
-                tol = 16 * (len(tps) + 1) * degree * eps * (mag @ np.abs(coef) + np.abs(b))
-                if np.all(err <= tol + 1e-300):
+                k = 16 * (len(tps) + 1) * degree * eps
+                if np.all(err <= k * (mag @ np.abs(coef) + np.abs(b)) + 1e-300):
+                    if set(self.scale.values()) != {1.0} and keep.any():  # and in [-1, 1)
+                        unit = self._rows(o, tps, monos, where, runs, unit=True)[:2]
+                        coef = refit(coef, keep, (A, b), unit, k, self.dt)
                     return _build(monos, coef, tps)
         raise _Fail(f"the output {o} is no polynomial of degree <= 3 in the {len(tps)} values "
                     "it reads with coefficients fixed in space (a nonlinear function, a branch "
                     "on data, or coefficients that vary with the position)")
 
     def _rows(self, o: str, tps: list[tuple[str, Offset]], monos: list[tuple[int, ...]],
-              where: tuple[np.ndarray, ...], runs: int
+              where: tuple[np.ndarray, ...], runs: int, unit: bool = False
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per run and point (``where``: z, y, x indices, each point's taps inside the grid),
-        every monomial's value and the output's."""
+        every monomial's value and the output's (inputs in [-1, 1) when ``unit``)."""
         rows, rhs = [], []
         z, yy, xx = where
         for _ in range(runs):
-            x = self.random()
+            x = self.random(unit)
             y, _ = self.run(x)
             vals = [self.grid(x, f)[z + off[0], yy + off[1], xx + off[2]] for f, off in tps]
             rows.append(np.stack([np.prod([vals[i] for i in m], axis=0) if m else
@@ -362,14 +377,6 @@ class _Lifter:
         tables = {b.param: tuple(float(v) for v in last[b.param]) for b in self.tables}
         return Probed(final, fields, {r.name: int(r.name[1:]) for r in reds}, self.shape,
                       self.dt.name, offsets, tables)
-
-
-def _lstsq(A: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Least squares on columns scaled to one magnitude (monomials of fields of magnitudes
-    2^21 and 1 differ by 2^42: unscaled, the small ones fall under the solver's cut-off)."""
-    s = np.abs(A).max(axis=0)
-    s[s == 0] = 1.0
-    return np.linalg.lstsq(A / s, b, rcond=None)[0] / s
 
 
 def _build(monos: list[tuple[int, ...]], coef: np.ndarray,
