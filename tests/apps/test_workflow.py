@@ -101,9 +101,12 @@ def test_two_rounds_asked_end_to_end_take_the_eight_a_verdict_needs(
     m = _manifest(tmp_path, fake, program)
     m.write_text(m.read_text().replace("e2e_rounds = 3", "e2e_rounds = 2"))
     out = tmp_path / "run"
-    assert main(["app", "run", str(m), "--out", str(out), "--agent",
-                 f"{{python}} {AGENT} faster"]) == 0
+    code = main(["app", "run", str(m), "--out", str(out), "--agent",
+                 f"{{python}} {AGENT} faster"])
     app = AppStore.open(out).app()
+    if code == 9 and app is not None and "idle machine" in app.reason:
+        pytest.skip(f"the machine was busy: {app.reason[:200]}")  # documented: exit 9
+    assert code == 0
     assert app is not None and app.state == "INTEGRATED", app.reason
     assert "[99% CI " in app.reason and "slower" not in app.reason
     m4 = AppStore.open(out).milestone("M4")

@@ -86,6 +86,11 @@ def test_every_documented_cpu_command_runs_as_written(tmp_path: Path) -> None:
                 exported = False
                 continue
             said = r.stdout + r.stderr
+            if cmd.startswith("kernforge stencil adopt") and r.returncode == 1 and \
+                    "undecided (no evidence either way)" in said:
+                # documented: exit 1 while a cell is undecided (the forge run's gate could not
+                # decide it: a busy machine)
+                continue
             if r.returncode == 9 and expect == 0 and ("busy" in said or "idle machine" in said):
                 # documented: exit 9, an inconclusive verdict on a busy machine (or one whose
                 # load changed during the measurement: "measure again on an idle machine")
