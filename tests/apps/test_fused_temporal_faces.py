@@ -76,8 +76,9 @@ def _inputs(r: Recognized, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize(("steps", "n", "tile"), [
     (3, 13, (10, 9, 4)),    # 4x3 owned points, 4 planes: no tile divides 13
-    (5, 13, (12, 13, 3)),
-    (7, 13, (17, 16, 2)),   # 3x2 owned points, 2 planes a chunk (the smallest z copy allows)
+    pytest.param(5, 13, (12, 13, 3), marks=pytest.mark.slow),
+    pytest.param(7, 13, (17, 16, 2),  # 3x2 owned points, 2 planes a chunk (the least z allows)
+                 marks=pytest.mark.slow),
     (7, 9, (16, 17, 0)),    # one chunk of all planes
     (3, 5, (32, 32, 64)),   # the grid inside one tile, lz past n
     (5, 6, (12, 12, 5)),    # two chunks: the last moved back onto the first

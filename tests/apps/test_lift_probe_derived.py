@@ -52,6 +52,7 @@ def _waves() -> EmulatedTarget:
     return EmulatedTarget(case, SOURCE)
 
 
+@pytest.mark.slow
 def test_extents_from_the_footprint_and_an_output_that_is_a_product() -> None:
     t = _waves()
     got = lift_probe(t)  # type: ignore[arg-type]
@@ -106,6 +107,7 @@ def test_a_small_term_beside_large_values_is_kept() -> None:
     assert np.all(np.abs(out[2].view(np.float32).reshape(nz, ny, nx) - want) <= bound)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not em.find_compiler(), reason="no host C++ compiler")
 def test_operators_for_the_probed_product_program() -> None:
     """Both designs generated for the probed program compute it (the image included)."""

@@ -131,6 +131,7 @@ def test_jacobi_atomic_operators_through_the_adapter(atomic: int) -> None:
             _compare("jacobi_res", k, prog, bind, seed=13)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(nvcc() is None, reason="no nvcc")
 def test_jacobi_operators_compile_lean_for_sm90() -> None:
     """nvcc: every candidate for the 2048x2048 Jacobi step compiles for sm_90; with atomics

@@ -9,7 +9,7 @@ import pytest
 from record_helpers import AXPY, HEAT
 
 from kernforge.backends import Kernel
-from kernforge.record import record
+from kernforge.record import interposer, record
 
 
 @pytest.fixture
@@ -30,3 +30,9 @@ def one_unit(tmp_path: Path, axpy: Kernel) -> Path:
     with record(tmp_path / "rec") as rec:
         axpy(x, y, 2.0, 8, threads=2)
     return rec.paths[0]
+
+
+@pytest.fixture(scope="session")
+def lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The interposer library, built once for the tests that run programs under it."""
+    return interposer.build(tmp_path_factory.mktemp("interposer"))

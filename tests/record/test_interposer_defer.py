@@ -22,15 +22,9 @@ from deploy_run import (
     tuned_image,
 )
 
-from kernforge.record import interposer
 from kernforge.testing.fakedriver import FakeCuda
 
 STEPS = "s" * 13  # an odd number of steps: the fused run's IN differs while one is held
-
-
-@pytest.fixture(scope="module")
-def lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return interposer.build(tmp_path_factory.mktemp("interposer"))
 
 
 def fused(fake: FakeCuda, lib: Path, tmp: Path, script: str, *, steps: int = 5,

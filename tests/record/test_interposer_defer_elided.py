@@ -15,17 +15,11 @@ from pathlib import Path
 import pytest
 from deploy_run import Run, fused_groups, fused_line, run, tuned_image
 
-from kernforge.record import interposer
 from kernforge.testing.fakedriver import FakeCuda
 
 N = 1000
 ARENA = 0x3A0000000000
 E = ARENA + 4 * ((N * 8 + 511) // 512 * 512)  # the fifth buffer fake_loop allocates
-
-
-@pytest.fixture(scope="module")
-def lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return interposer.build(tmp_path_factory.mktemp("interposer"))
 
 
 def _deployed(fake: FakeCuda, lib: Path, tmp: Path, script: str, kernel: str = "sqdiff",

@@ -18,15 +18,9 @@ from deploy_run import (
     with_geometry,
 )
 
-from kernforge.record import interposer
 from kernforge.testing.fakedriver import FakeCuda
 
 STEPS = "b" * 13  # T=5: two groups fused, three whole steps held
-
-
-@pytest.fixture(scope="module")
-def lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return interposer.build(tmp_path_factory.mktemp("interposer"))
 
 
 def both(fake: FakeCuda, lib: Path, tmp: Path, script: str, groups: int = 2,

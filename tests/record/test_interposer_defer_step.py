@@ -25,16 +25,10 @@ from deploy_run import (
 )
 from test_interposer_defer import TRIGGERS
 
-from kernforge.record import interposer
 from kernforge.testing.fakedriver import FakeCuda
 
 STEPS = "b" * 13  # an odd number of steps: the fused run's IN differs while one is held
 PER = 4  # launches a step: interior, edge, edge, mix
-
-
-@pytest.fixture(scope="module")
-def lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return interposer.build(tmp_path_factory.mktemp("interposer"))
 
 
 def fused(fake: FakeCuda, lib: Path, tmp: Path, script: str, *, steps: int = 5,

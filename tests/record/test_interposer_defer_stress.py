@@ -47,11 +47,6 @@ SANITIZE = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer",
 FINDINGS = ("ERROR: AddressSanitizer", "runtime error:")
 
 
-@pytest.fixture(scope="module")
-def lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return interposer.build(tmp_path_factory.mktemp("interposer"))
-
-
 def program(r: random.Random, multi: bool = False) -> tuple[str, int, bool, bool]:
     """A script, T, whether it binds by symbol, whether an exit handler copies the buffers."""
     ops = []

@@ -11,13 +11,7 @@ from pathlib import Path
 import pytest
 from deploy_run import OTHER_PRELOAD, compile_c, heat_key, line, plain, run, tuned_image
 
-from kernforge.record import interposer
 from kernforge.testing.fakedriver import FakeCuda
-
-
-@pytest.fixture(scope="module")
-def lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return interposer.build(tmp_path_factory.mktemp("interposer"))
 
 
 @pytest.fixture(scope="module")

@@ -25,11 +25,6 @@ SANITIZER_ENV = {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:exitcode=86",
 
 
 @pytest.fixture(scope="module")
-def lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return interposer.build(tmp_path_factory.mktemp("interposer"))
-
-
-@pytest.fixture(scope="module")
 def sanitized(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """LD_PRELOAD for the sanitizer build: the ASan runtime first, then the interposer."""
     cc = interposer.compiler()
