@@ -75,7 +75,7 @@ def _check(r: Recognized, groups: fc.Groups, got: np.ndarray, want: np.ndarray, 
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
 
 
-@pytest.mark.parametrize("steps", [3, 5, 7])
+@pytest.mark.parametrize("steps", [3, *(pytest.param(t, marks=pytest.mark.slow) for t in (5, 7))])
 def test_fused_demo_steps_equal_t_unfused_steps(demo: tuple, steps: int) -> None:
     """From fresh random inputs (OUT preset unlike IN) and from the program's own state (its
     initial field after 4 steps): one fused launch against T emulated steps of the example's

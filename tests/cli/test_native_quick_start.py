@@ -167,6 +167,8 @@ def test_the_record_names_what_made_the_line_file_and_the_library(spec: Path) ->
             str(spec.parent / "spec.images" / "tuned.bin"), str(native)} <= named
 
 
+@pytest.mark.slow
+
 def test_ctrl_c_of_the_launcher_alone_stops_the_program_and_exits_130(
         spec: Path, cache: Path) -> None:
     """SIGINT to the launcher alone (not its group): the program gets its grace time, then

@@ -38,6 +38,7 @@ def program(on_fake: FakeCuda, tmp_path: Path) -> list[str]:
     return ["python", str(tmp_path / "wrapper.py"), *on_fake.loop_command(STEPS)]
 
 
+@pytest.mark.slow
 def test_the_fused_arm_defers_in_a_warm_process(on_fake: FakeCuda, program: list[str],
                                                 tmp_path: Path) -> None:
     lines = tmp_path / "deploy.tsv"
@@ -61,6 +62,7 @@ def test_the_fused_arm_defers_in_a_warm_process(on_fake: FakeCuda, program: list
     assert not ok and why.startswith("end to end against the plain program, inconclusive")
 
 
+@pytest.mark.slow
 def test_a_program_that_fails_fused_is_an_error_and_leaves_no_process(
         on_fake: FakeCuda, program: list[str], tmp_path: Path) -> None:
     lines = tmp_path / "deploy.tsv"
