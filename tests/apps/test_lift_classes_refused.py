@@ -80,7 +80,8 @@ def _case(entry: str, params: tuple[tuple[object, ...], ...], n: int = N, block:
 
 
 # class, entry, parameters, words of the source refusal, words of the probing refusal (threads
-# racing over a field written in place answer differently from one run to the next)
+# racing over a field written in place answer differently from one run to the next, or not
+# as any grid shape would)
 REFUSED = [
     ("coefficient arrays", "coef_div", (F32,) * 3 + (("int", N),), "a division by a field",
      NO_POLY),
@@ -91,7 +92,8 @@ REFUSED = [
     ("two time levels", "wave_racy", (F32,) * 2 + (("f32", 0.3), ("int", N)),
      "reads written field 'prev' at (0, 0, -1)", ("order of the threads", "not local")),
     ("in place", "inplace_racy", (F32, ("f32", 0.3), ("int", N)),
-     "reads written field 'u' at (0, 0, 1)", ("order of the threads", "not local")),
+     "reads written field 'u' at (0, 0, 1)",
+     ("order of the threads", "not local", "no candidate grid shape explains the response")),
     ("__constant__", "cmem_varying", (F32,) * 2 + (("int", N),),
      "__constant__ array cw read at a varying index", NO_POLY),
     ("polynomial", "quartic", (F32,) * 2 + (("int", N),), None, NO_POLY),
