@@ -26,7 +26,7 @@ from kernforge.apps.lift_source import lift_source
 from kernforge.stencil.program import apply, error_bound
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lift_hecbench_emulated import Kernel, Target, kernel_text, kernels
+from lift_hecbench_emulated import Kernel, Target, against_oracle, kernel_text, kernels
 
 F32, F64 = "float32", "float64"
 
@@ -95,24 +95,18 @@ def check(k: Kernel, r: Lifted, code: str, seed: int) -> tuple[bool, str]:
     before = {n: float(contents[i][0]) for n, i in r.reductions.items()}
     res = apply(r.program, arrays, params=params, constants=consts, reductions=before)
     bound = error_bound(r.program, arrays, params=params, constants=consts)
-    worst = (0.0, "")
-    for name, want in res.outputs.items():
+    def output(name: str) -> np.ndarray:
         c = comp.get(name, 0)
-        have = got[r.fields[name]][c * size:(c + 1) * size].reshape(shape)
-        err = np.abs(have - want)
-        if not np.all(err <= bound[name] + 1e-300):
-            i = int(np.argmax(err - bound[name]))
-            return False, (f"{name} off by {err.reshape(-1)[i]:.3g} at element {i}, bound "
-                           f"{bound[name].reshape(-1)[i]:.3g}")
-        worst = max(worst, (float(err.max()), name))
-    for name, value in res.reductions.items():
-        if not np.isclose(got[r.reductions[name]][0], value, rtol=1e-5, atol=1e-6):
-            return False, f"reduction {name} is {got[r.reductions[name]][0]}, oracle {value}"
+        return got[r.fields[name]][c * size:(c + 1) * size].reshape(shape)
+
+    ok, detail = against_oracle(res, bound, output, lambda n: got[r.reductions[n]][0])
+    if not ok:
+        return ok, detail
     written = {r.fields[n] for n in res.outputs} | set(r.reductions.values())
     for i in set(contents) - written:
         if not np.array_equal(got[i], contents[i].astype(np.float64)):
             return False, f"parameter {i} changed, which the program does not write"
-    return True, f"largest error {worst[0]:.3g} ({worst[1]})"
+    return True, detail
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,7 @@ import argparse
 import re
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,6 +111,26 @@ class Target:
         self._launch(regions)
         return {i: regions[p[3]][p[4]:].view(np.uint8).copy()
                 for i, p in enumerate(self.k.params) if p[0] == "buf"}
+
+
+def against_oracle(res: Any, bound: Mapping[str, np.ndarray],
+                   output: Callable[[str], np.ndarray], scalar: Callable[[str], float]
+                   ) -> tuple[bool, str]:
+    """The kernel's outputs (``output(name)``, its reductions ``scalar(name)``) against the
+    lifted program's oracle ``res`` within ``bound``: (agrees, detail)."""
+    worst = (0.0, "")
+    for name, want in res.outputs.items():
+        err = np.abs(output(name) - want)
+        if not np.all(err <= bound[name] + 1e-300):
+            i = int(np.argmax(err - bound[name]))
+            return False, (f"{name} off by {err.reshape(-1)[i]:.3g} at element {i}, bound "
+                           f"{bound[name].reshape(-1)[i]:.3g}")
+        worst = max(worst, (float(err.max()), name))
+    for name, value in res.reductions.items():
+        have = scalar(name)
+        if not np.isclose(have, value, rtol=1e-5, atol=1e-6):
+            return False, f"reduction {name} is {have}, oracle {value}"
+    return True, f"largest error {worst[0]:.3g} ({worst[1]})"
 
 
 def kernels(n2: int, n3: int) -> list[Kernel]:
