@@ -11,12 +11,15 @@ from pathlib import Path
 
 import numpy as np
 
-from kernforge.apps.probe import ProbeBuffer
+from kernforge.apps import fused as fz
+from kernforge.apps.adapter import Slot
+from kernforge.apps.probe import ProbeBuffer, Recognized
 from kernforge.stencil import emulate as em
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "heat3d_cupy.py"
 CTYPES = {"float32": "float", "float64": "double"}
 SLACK = 40  # elements of each buffer past the grid (a kernel must leave them)
+DEMO_SLOTS = [Slot(0, 8, True), Slot(8, 8, True), Slot(16, 4), Slot(20, 4)]  # u, un, alpha, n
 
 
 def _strings() -> dict[str, str]:
@@ -116,3 +119,18 @@ def boundary_target(step: DemoStep, axis: int, mod: em.Module | None = None,
                      {0: step.points + SLACK},
                      {1: np.array(n, np.int32), 2: np.array(axis, np.int32),
                       3: np.array(step.hot, step.dt)}, (n,))
+
+
+def run_fused(r: Recognized, op: object, steps: int, x: np.ndarray, y: np.ndarray,
+              shuffle: int | None = None) -> np.ndarray:
+    """One launch of the demo step's fused adapter on the emulator (blocks in a shuffled order
+    with ``shuffle``); OUT after it. IN must come back unchanged."""
+    ad = fz.fused_adapter(op, r, DEMO_SLOTS, 24, steps)  # type: ignore[arg-type]
+    mod = em.compile_source(ad.source, [ad.entry])
+    xi, yo = x.copy(), y.copy()
+    order = None if shuffle is None else \
+        np.random.default_rng(shuffle).permutation(int(np.prod(ad.grid)))
+    mod.launch(ad.entry, [xi, yo, np.array(0.1, x.dtype), np.array(r.shape[0], np.int32)],
+               ad.grid, ad.block, ad.shared_bytes, order=order)
+    assert np.array_equal(xi, x), "the fused kernel wrote into IN"
+    return yo

@@ -19,11 +19,10 @@ from kernforge.stencil import faces as fc
 from kernforge.stencil.kernels import overlap
 from kernforge.stencil.kernels.common import DoesNotFit
 
-from .demo_step import DemoStep, boundary_target, stencil_target
+from .demo_step import DEMO_SLOTS, DemoStep, boundary_target, run_fused, stencil_target
 
 pytestmark = pytest.mark.skipif(not em.find_compiler(), reason="no host C++ compiler")
 
-DEMO_SLOTS = [Slot(0, 8, True), Slot(8, 8, True), Slot(16, 4), Slot(20, 4)]  # u, un, alpha, n
 STAR2D = {(0, 0, 0): 0.5, (0, 0, 1): 0.1, (0, 0, -1): 0.15, (0, 1, 0): 0.12, (0, -1, 0): 0.13}
 
 
@@ -50,20 +49,6 @@ def test_the_demo_boundary_kernels_lift_to_its_face_rules(demo: tuple) -> None:
                                    "[x=0 := x+1, x=n-1 := x-1]")
 
 
-def _fused(r: Recognized, op: object, steps: int, x: np.ndarray, y: np.ndarray,
-           shuffle: int | None = None) -> np.ndarray:
-    """One launch of the fused adapter (blocks in a shuffled order with ``shuffle``)."""
-    ad = fz.fused_adapter(op, r, DEMO_SLOTS, 24, steps)  # type: ignore[arg-type]
-    mod = em.compile_source(ad.source, [ad.entry])
-    xi, yo = x.copy(), y.copy()
-    order = None if shuffle is None else \
-        np.random.default_rng(shuffle).permutation(int(np.prod(ad.grid)))
-    mod.launch(ad.entry, [xi, yo, np.array(0.1, np.float32), np.array(r.shape[0], np.int32)],
-               ad.grid, ad.block, ad.shared_bytes, order=order)
-    assert np.array_equal(xi, x), "the fused kernel wrote into IN"
-    return yo
-
-
 def _check(r: Recognized, groups: fc.Groups, got: np.ndarray, want: np.ndarray, steps: int,
            scale: float) -> None:
     n = r.shape[0]
@@ -87,15 +72,15 @@ def test_fused_demo_steps_equal_t_unfused_steps(demo: tuple, steps: int) -> None
     x = rng.uniform(-1, 1, step.points).astype(np.float32)
     y = rng.uniform(2, 3, step.points).astype(np.float32)
     want, _ = step.run(x, y, steps)
-    got = _fused(r, op, steps, x, y)
+    got = run_fused(r, op, steps, x, y)
     _check(r, groups, got, want, steps, 3.0)
-    assert np.array_equal(_fused(r, op, steps, x, y, shuffle=steps), got)  # any block order
+    assert np.array_equal(run_fused(r, op, steps, x, y, shuffle=steps), got)  # any block order
     n = step.n
     u = np.zeros((n, n, n), np.float32)
     u[n // 4:n // 2, n // 4:n // 2, n // 4:n // 2] = 1
     a, b = step.run(u.reshape(-1), np.zeros(step.points, np.float32), 4)
     want, _ = step.run(a, b, steps)
-    _check(r, groups, _fused(r, op, steps, a, b), want, steps, 1.0)
+    _check(r, groups, run_fused(r, op, steps, a, b), want, steps, 1.0)
     model = fz.steps_model(r, a, b, steps, groups)
     np.testing.assert_allclose(model, want, atol=1e-6)
 
@@ -111,7 +96,7 @@ def test_the_candidates_fold_the_faces_into_both_designs(demo: tuple, design: st
     x = rng.uniform(-1, 1, step.points).astype(np.float32)
     y = rng.uniform(2, 3, step.points).astype(np.float32)
     want, _ = step.run(x, y, steps)
-    _check(r, groups, _fused(r, op, steps, x, y), want, steps, 3.0)
+    _check(r, groups, run_fused(r, op, steps, x, y), want, steps, 3.0)
 
 
 @pytest.mark.parametrize(("rule", "steps"), [("keep", 5), ("zero", 3), ("copy", 7)])

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from kernforge.apps import fused as fz
-from kernforge.apps.adapter import Slot
 from kernforge.apps.probe import Recognized
 from kernforge.backends.cuda_image import compile_cubin, nvcc
 from kernforge.stencil import emulate as em
@@ -23,11 +22,10 @@ from kernforge.stencil.kernels.common import DoesNotFit
 from kernforge.stencil.operator import Operator
 from kernforge.stencil.spec import Cell
 
-from .demo_step import DemoStep
+from .demo_step import DEMO_SLOTS, DemoStep, run_fused
 
 pytestmark = pytest.mark.skipif(not em.find_compiler(), reason="no host C++ compiler")
 
-DEMO_SLOTS = [Slot(0, 8, True), Slot(8, 8, True), Slot(16, 4), Slot(20, 4)]  # u, un, alpha, n
 # the demo's heat step, alpha 0.1 (its probe finds these weights, tests/apps/test_fused_faces.py)
 HEAT = {(0, 0, 0): 0.4, **{o: 0.1 for o in ((1, 0, 0), (-1, 0, 0), (0, 1, 0), (0, -1, 0),
                                             (0, 0, 1), (0, 0, -1))}}
@@ -54,20 +52,6 @@ def _op(r: Recognized, steps: int, tx: int, ty: int, lz: int, groups: fc.Groups)
                              faces=groups)
 
 
-def _fused(r: Recognized, op: Operator, steps: int, x: np.ndarray, y: np.ndarray,
-           shuffle: int | None = None) -> np.ndarray:
-    """One launch of the fused adapter (blocks in a shuffled order with ``shuffle``)."""
-    ad = fz.fused_adapter(op, r, DEMO_SLOTS, 24, steps)
-    mod = em.compile_source(ad.source, [ad.entry])
-    xi, yo = x.copy(), y.copy()
-    order = None if shuffle is None else \
-        np.random.default_rng(shuffle).permutation(int(np.prod(ad.grid)))
-    mod.launch(ad.entry, [xi, yo, np.array(0.1, x.dtype), np.array(r.shape[0], np.int32)],
-               ad.grid, ad.block, ad.shared_bytes, order=order)
-    assert np.array_equal(xi, x), "the fused kernel wrote into IN"
-    return yo
-
-
 def _inputs(r: Recognized, seed: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     dt = np.dtype(r.dtype)
@@ -90,13 +74,13 @@ def test_the_demo_step_folds_into_the_temporal_design(steps: int, n: int,
     assert op.params["faces"] == fc.describe(DEMO_FACES)
     x, y = _inputs(r, steps * n)
     want, _ = step.run(x, y, steps)
-    got = _fused(r, op, steps, x, y)
+    got = run_fused(r, op, steps, x, y)
     g = got.reshape(n, n, n)
     assert np.array_equal(fc.apply(g, DEMO_FACES), g), "a copied face is not an exact copy"
     assert np.all(g[0] == np.float32(1.0)) and np.array_equal(g[0], want.reshape(n, n, n)[0])
     rtol, atol = fz.tolerance_steps(r, 3.0, steps)
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
-    assert np.array_equal(_fused(r, op, steps, x, y, shuffle=steps), got)  # any block order
+    assert np.array_equal(run_fused(r, op, steps, x, y, shuffle=steps), got)  # any block order
 
 
 @pytest.mark.parametrize("groups", [ORDERED, ORDERED_CONST_Z, IN_PLANE])
@@ -107,7 +91,7 @@ def test_rules_apply_in_their_order(groups: fc.Groups, steps: int, n: int,
     rules in the other order give another grid, which the fused one is not."""
     r = _match(n, "float64")
     x, y = _inputs(r, n)
-    got = _fused(r, _op(r, steps, *tile, groups), steps, x, y)
+    got = run_fused(r, _op(r, steps, *tile, groups), steps, x, y)
     g = got.reshape(n, n, n)
     assert np.array_equal(fc.apply(g, groups), g), "a face is not its rule's exact value"
     rtol, atol = fz.tolerance_steps(r, 3.0, steps)
