@@ -7,7 +7,12 @@ import shutil
 import textwrap
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
+from kernforge.apps import fused as fz
+from kernforge.apps.adapter import layout
+from kernforge.apps.probe import Recognized
+from kernforge.core.native import NativeRecording
 from kernforge.testing.fakedriver import FakeCuda
 
 AGENT = Path(__file__).with_name("fake_agent.py")
@@ -66,3 +71,22 @@ def write_manifest(path: Path, src: Path, fake: FakeCuda, *, extra: str = "",
 def copy_tree(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst, symlinks=True)
     return dst
+
+
+def fused_heat_result(rec: NativeRecording, out_dir: Path, companions: list[dict[str, Any]]
+                      ) -> dict[str, Any]:
+    """What fused_gpu returns for 3 fused steps of the fake heat unit ``rec`` (its stencil
+    recognized as a 1D star), with ``companions`` and an image file written into ``out_dir``:
+    the input of ``operator_match.fused_spec`` without a GPU."""
+    slots = layout(rec)
+    ptrs = [i for i, s in enumerate(slots) if s.pointer]
+    w = {(0, 0, 0): 0.5, (0, 0, 1): 0.25, (0, 0, -1): 0.25}
+    r = Recognized(ptrs[0], ptrs[1], "float64", (1000, 1, 1), "star", 1, 1, w, "copy")
+    (out_dir / "f.cubin").write_bytes(b"\x7fELF a fused image")
+    return {"steps": 3, "speedup": 1.5, "ci": [1.4, 1.6], "image": str(out_dir / "f.cubin"),
+            "median_original_s": 5e-4, "median_fused_s": 3e-4, "ratios": [1.5],
+            "recognized": r.describe(), "cell": "c", "operator": "overlap[steps=3]",
+            "checks": ["ok"], "arch": "sm_90", "entry": "kf_fused_1", "grid": [16, 1, 1],
+            "block": [64, 1, 1], "shared_mem": 0, "carveout": None,
+            "fuse": fz.fuse_field(slots, r, 3), "companions": companions,
+            "faces": ["z=0 := 1"]}

@@ -26,6 +26,8 @@ from kernforge.record.native_format import read_native
 from kernforge.replay.native import NativeReplay
 from kernforge.testing.fakedriver import FakeCuda
 
+from .app_helpers import fused_heat_result
+
 
 def test_fuse_unit_reports_the_reason_from_its_child_process(
         fake: FakeCuda, heat_unit: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -68,19 +70,9 @@ def test_a_fused_result_is_a_signed_spec_entry_with_fuse(heat_unit: Path, tmp_pa
 def test_a_fused_result_with_companions_carries_them_to_the_interposer(
         heat_unit: Path, tmp_path: Path) -> None:
     rec = read_native(heat_unit)
-    slots = layout(rec)
-    ptrs = [i for i, s in enumerate(slots) if s.pointer]
-    w = {(0, 0, 0): 0.5, (0, 0, 1): 0.25, (0, 0, -1): 0.25}
-    r = Recognized(ptrs[0], ptrs[1], "float64", (1000, 1, 1), "star", 1, 1, w, "copy")
-    (tmp_path / "f.cubin").write_bytes(b"\x7fELF a fused image")
     bc = {"name": "apply_boundary", "params": (b"\0" * 8 + b"\x10\0\0\0").hex(),
           "in_slots": [], "out_slots": [0]}
-    res = {"steps": 3, "speedup": 1.5, "ci": [1.4, 1.6], "image": str(tmp_path / "f.cubin"),
-           "median_original_s": 5e-4, "median_fused_s": 3e-4, "ratios": [1.5],
-           "recognized": r.describe(), "cell": "c", "operator": "overlap[steps=3]",
-           "checks": ["ok"], "arch": "sm_90", "entry": "kf_fused_1", "grid": [16, 1, 1],
-           "block": [64, 1, 1], "shared_mem": 0, "carveout": None,
-           "fuse": fz.fuse_field(slots, r, 3), "companions": [bc, bc], "faces": ["z=0 := 1"]}
+    res = fused_heat_result(rec, tmp_path, [bc, bc])
     spec = nd.read_spec(fused_spec(rec, res, tmp_path / "out"))
     (e,) = spec.entries
     assert e["fuse"]["companions"] == [bc, bc]

@@ -17,16 +17,16 @@ import pytest
 
 from kernforge.apps import endtoend, loop_sequence
 from kernforge.apps import fused as fz
-from kernforge.apps.adapter import layout
 from kernforge.apps.manifest import load_manifest
 from kernforge.apps.operator_match import fused_spec
-from kernforge.apps.probe import Recognized
 from kernforge.apps.store import AppStore
 from kernforge.apps.strategies import Outcome
 from kernforge.apps.strategies import operator as strat
 from kernforge.apps.workflow import AppRun
 from kernforge.record.native_format import read_native
 from kernforge.testing.fakedriver import FakeCuda
+
+from .app_helpers import fused_heat_result
 
 STEPS = "b" * 16  # 16 steps: 2 left alone, 9 in the sequence, the loop goes on after it
 COPIES = "bbc" * 6  # a copy to the host every 2 steps: the sequence ends after 2
@@ -217,19 +217,9 @@ def test_m4_deploys_a_fused_step_with_its_companions_through_the_interposer(
     """M4's integration merges M3a's specs into one: the fused entry keeps its deferral and
     its companions on the interposer's line, as the end-to-end runs load it."""
     rec = read_native(heat_unit)
-    slots = layout(rec)
-    ptrs = [i for i, s in enumerate(slots) if s.pointer]
-    w = {(0, 0, 0): 0.5, (0, 0, 1): 0.25, (0, 0, -1): 0.25}
-    r = Recognized(ptrs[0], ptrs[1], "float64", (1000, 1, 1), "star", 1, 1, w, "copy")
-    (tmp_path / "f.cubin").write_bytes(b"\x7fELF a fused image")
     bc = {"name": "apply_boundary", "params": (b"\0" * 8 + b"\x10\0\0\0").hex(),
           "in_slots": [], "out_slots": [0], "role": "folded", "does": "z=0 := 1"}
-    res = {"steps": 3, "speedup": 1.5, "ci": [1.4, 1.6], "image": str(tmp_path / "f.cubin"),
-           "median_original_s": 5e-4, "median_fused_s": 3e-4, "ratios": [1.5],
-           "recognized": r.describe(), "cell": "c", "operator": "overlap[steps=3]",
-           "checks": ["ok"], "arch": "sm_90", "entry": "kf_fused_1", "grid": [16, 1, 1],
-           "block": [64, 1, 1], "shared_mem": 0, "carveout": None,
-           "fuse": fz.fuse_field(slots, r, 3), "companions": [bc], "faces": ["z=0 := 1"]}
+    res = fused_heat_result(rec, tmp_path, [bc])
     spec = fused_spec(rec, res, tmp_path / "m3a")
     src = tmp_path / "src"
     src.mkdir()
