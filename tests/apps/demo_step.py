@@ -29,10 +29,16 @@ def _strings() -> dict[str, str]:
             and isinstance(n.value.value, str)}
 
 
+def cuda_source(dtype: str) -> str:
+    """The example's kernels as CUDA C for ``dtype``: STENCIL (``heat_stencil``) and MODULE
+    (``apply_boundary`` and the reduction's templates)."""
+    s = _strings()
+    return f"typedef {CTYPES[dtype]} real_t;\n" + s["STENCIL"] + s["MODULE"]
+
+
 def module(dtype: str, extra: str = "") -> em.Module:
     """The example's STENCIL and MODULE (its ``apply_boundary``), plus ``extra`` kernels."""
-    s = _strings()
-    src = f"typedef {CTYPES[dtype]} real_t;\n" + s["STENCIL"] + s["MODULE"] + extra
+    src = cuda_source(dtype) + extra
     names = ["heat_stencil", "apply_boundary"] + [
         ln.split("void")[1].split("(")[0].strip() for ln in extra.splitlines()
         if ln.startswith('extern "C" __global__ void')]

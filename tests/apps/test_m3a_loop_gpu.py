@@ -20,35 +20,12 @@ from kernforge.apps.store import AppStore
 from kernforge.apps.workflow import AppRun
 from kernforge.backends.cuda_image import nvcc
 
+from .demo_step import cuda_source
+
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(nvcc() is None, reason="needs nvcc")]
 
-APP = r"""
-#include <cstdio>
-#include <cstdlib>
-#include <utility>
-extern "C" __global__ void heat_stencil(const float* __restrict__ u, float* __restrict__ un,
-                                        float alpha, int n) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  const int j = blockIdx.y * blockDim.y + threadIdx.y;
-  const int k = blockIdx.z * blockDim.z + threadIdx.z;
-  if (i >= n || j >= n || k >= n) return;
-  const long long sy = n, sz = (long long)n * n, c = k * sz + j * sy + i;
-  if (i == 0 || j == 0 || k == 0 || i == n - 1 || j == n - 1 || k == n - 1) { un[c] = u[c]; return; }
-  un[c] = u[c] + alpha * (u[c - 1] + u[c + 1] + u[c - sy] + u[c + sy] + u[c - sz] + u[c + sz]
-                          - 6.0f * u[c]);
-}
-extern "C" __global__ void apply_boundary(float* __restrict__ u, int n, int axis, float hot) {
-  const int p = blockIdx.x * blockDim.x + threadIdx.x;
-  const int q = blockIdx.y * blockDim.y + threadIdx.y;
-  if (p >= n || q >= n) return;
-  const long long sz = (long long)n * n, sy = n;
-  const long long sa = axis == 0 ? sz : (axis == 1 ? sy : 1);
-  const long long sp = axis == 0 ? sy : sz;
-  const long long sq = axis == 2 ? sy : 1;
-  const long long lo = p * sp + q * sq, hi = lo + (long long)(n - 1) * sa;
-  u[lo] = axis == 0 ? hot : u[lo + sa];
-  u[hi] = u[hi - sa];
-}
+# the demo's own kernels (examples/heat3d_cupy.py), driven from C as the demo drives them
+APP = "#include <cstdio>\n#include <cstdlib>\n#include <utility>\n" + cuda_source("float32") + r"""
 int main(int argc, char** argv) {
   const int n = atoi(argv[1]), steps = atoi(argv[2]);
   const long long cells = (long long)n * n * n;
