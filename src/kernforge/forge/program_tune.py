@@ -124,8 +124,9 @@ class ProgramObjective:
         try:
             built = self.backend.build(k)
         except CompileError as exc:
-            return Measurement(Status.COMPILE_FAILED,
-                               f"{k.key}: {exc.message} {(exc.log or '')[-400:]}")
+            log = exc.log or ""
+            tail = "" if log.strip() and log.strip() in exc.message else f" {log[-400:]}"
+            return Measurement(Status.COMPILE_FAILED, f"{k.key}: {exc.message}{tail}")
         errors: list[float] = []
         args: dict[str, np.ndarray] = {}
         for seed in self.seeds:
@@ -153,7 +154,7 @@ def tune_program(p: StencilProgram | ProgramSpace, b: Binding | None = None, *,
                  study_name: str | None = None, seed: int | None = 0,
                  params: Mapping[int, float] | None = None,
                  tables: Mapping[str, Sequence[float]] | None = None,
-                 recorded: Recorded | None = None,
+                 recorded: Recorded | None = None, repeat: int = 5,
                  on_trial: Callable[[TrialRecord], None] | None = None) -> TuneResult:
     """Search the operators of ``p`` bound by ``b`` (or a :class:`ProgramSpace`) with
     ``sampler`` under ``budget``: on ``backend`` (default the host emulator) with
@@ -166,7 +167,8 @@ def tune_program(p: StencilProgram | ProgramSpace, b: Binding | None = None, *,
             raise TypeError("tune_program(program, binding, ...): the binding is missing")
         ps = ProgramSpace(p, b)
     objective = evaluate or ProgramObjective(ps, backend or HostEmulator(), params=params,
-                                             tables=tables, recorded=recorded)
+                                             tables=tables, recorded=recorded,
+                                             repeat=repeat)
     options = {"plan": ProgramRounds(ps, seed)} if sampler == "rounds" else None
     return tune(ps.space, objective, sampler=sampler, budget=budget, storage=storage,
                 study_name=study_name or ps.study_name, seed=seed, on_trial=on_trial,
