@@ -19,7 +19,10 @@ Run (HeCBench built outside the repository: ``$HECBENCH/<name>-cuda/main``)::
     python benchmarks/lifted_operators.py --hecbench $HECBENCH --record-to /tmp/RL \\
         --out /tmp/lifted --json /tmp/lifted/summary.json
 
-(``--only jacobi``: that program alone), or on recordings made before:
+(``--only jacobi``: that program alone; ``--search-trials 16``: after the presets, the forge's
+search over the designs' knobs evaluates up to 16 more candidates per kernel, and the table
+says which operator it chose and how it compared with the best preset interleaved), or on
+recordings made before:
 ``python benchmarks/lifted_operators.py /tmp/RL/jacobi:jacobi --out /tmp/lifted`` (``RECORDING_DIR[:NAME]``: the units whose directory name starts with NAME).
 """
 
@@ -76,10 +79,11 @@ def units(arg: str) -> list[Path]:
     return found
 
 
-def row(unit: Path, out: Path, repeat: int, passes: int) -> dict[str, Any]:
+def row(unit: Path, out: Path, repeat: int, passes: int, search: int = 0) -> dict[str, Any]:
     from kernforge.apps.operator_match import NoMatch, lift_unit
 
-    m = lift_unit(unit, out_dir=out / unit.name, repeat=repeat, passes=passes)
+    m = lift_unit(unit, out_dir=out / unit.name, repeat=repeat, passes=passes,
+                  search_trials=search)
     if isinstance(m, NoMatch):
         return {"unit": unit.name, "refused": m.reason, "program": m.recognized,
                 "tried": list(m.tried)}
@@ -87,19 +91,31 @@ def row(unit: Path, out: Path, repeat: int, passes: int) -> dict[str, Any]:
     return {"unit": unit.name, "design": f.get("design"), "operator": f.get("operator"),
             "speedup": m.speedup, "ci": list(m.ci),
             "copy_fraction": f.get("copy_fraction"), "how": f.get("how"),
+            "search": f.get("search"),
             "spec": str(m.spec_path), "note": m.note, "tried": list(m.tried)}
+
+
+def searched(s: dict[str, Any] | None) -> str:
+    """The search's outcome in a cell: the operator chosen, against the best preset."""
+    if not s:
+        return "-"
+    if "refused" in s:
+        return f"refused: {s['refused'][:80]}"
+    vs = f", {s['vs_preset']:.2f}x the best preset" if s.get("vs_preset") else ""
+    return f"{s.get('evaluations')} trials: {s.get('chosen')}{vs}"
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [("| kernel | design | speedup over the original [99% CI] | fraction of copy "
-              "bandwidth | lifted |"), "|---|---|---|---|---|"]
+              "bandwidth | lifted | search |"), "|---|---|---|---|---|---|"]
     for r in rows:
         if "refused" in r:
-            lines.append(f"| {r['unit']} | - | refused: {r['refused'][:160]} | - | - |")
+            lines.append(f"| {r['unit']} | - | refused: {r['refused'][:160]} | - | - | - |")
             continue
         frac = f"{r['copy_fraction']:.2f}" if r.get("copy_fraction") is not None else "-"
         lines.append(f"| {r['unit']} | {r['design']} | {r['speedup']:.2f}x "
-                     f"[{r['ci'][0]:.2f}, {r['ci'][1]:.2f}] | {frac} | {r['how']} |")
+                     f"[{r['ci'][0]:.2f}, {r['ci'][1]:.2f}] | {frac} | {r['how']} | "
+                     f"{searched(r.get('search'))} |")
     return "\n".join(lines)
 
 
@@ -114,12 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="specs and adapter images")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--passes", type=int, default=7)
+    ap.add_argument("--search-trials", type=int, default=0,
+                    help="candidates the knob search evaluates past the presets (0: none)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
     recs = list(a.recordings)
     if a.hecbench and not recs:
         recs = record(Path(a.hecbench), a.record_to, a.only)
-    rows = [row(u, a.out, a.repeat, a.passes) for r in recs for u in units(r)]
+    rows = [row(u, a.out, a.repeat, a.passes, a.search_trials) for r in recs for u in units(r)]
     print(table(rows))
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)

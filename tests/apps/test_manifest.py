@@ -48,6 +48,9 @@ def test_a_good_manifest_and_the_example_load(tmp_path: Path) -> None:
     ex = load_manifest(EXAMPLE)
     assert ex.name == "heat3d-cpu" and (ex.source / "heat3d_cpu.py").is_file()
     assert ex.record_dataset == "n96" and len(ex.datasets) == 2
+    assert m.integrate.lift_search_trials == 16  # the lifted operators' search budget
+    off = load_manifest(_write(tmp_path, GOOD + "[integrate]\nlift_search_trials = 0\n"))
+    assert off.integrate.lift_search_trials == 0
 
 
 @pytest.mark.parametrize("body, match, hint", [
@@ -85,6 +88,8 @@ def test_a_good_manifest_and_the_example_load(tmp_path: Path) -> None:
      "close every quote"),
     (GOOD.replace('expected = [3.0]', 'expected = [3.0]\ntimeout_s = 10'),
      "'timeout_s' is read as a key of this dataset", "above the first \\[\\[datasets"),
+    (GOOD + "[integrate]\nlift_search_trials = -1\n",
+     "'lift_search_trials' must be an integer >= 0", "lift_search_trials = 16"),
     # an empty list used to be accepted: nothing integrated, the app ended RESEARCH silently
     (GOOD + "[integrate]\nstrategies = []\n", "strategies = \\[\\] names no strategy",
      "operator, .*tune"),

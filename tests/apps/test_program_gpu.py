@@ -5,6 +5,10 @@ every generated design's adapter compiled, checked against the recorded outputs 
 original kernel on fresh inputs, screened and timed. The grids are tiny, so the gate may
 refuse to deploy; what must hold is that operators of both designs pass the checks.
 
+With a search budget, the forge's search over the designs' knobs follows the presets under
+the same checks; the operator it keeps is checked and, where it is not the best preset, at
+least as fast as that preset in the interleaved protocol.
+
 On a GPU machine: ``pytest -m gpu tests/apps/test_program_gpu.py``.
 """
 
@@ -16,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernforge.apps.operator_match import NoMatch, lift_unit
+from kernforge.apps.operator_match import NoMatch, _child, lift_unit
 from kernforge.backends.cuda_image import nvcc
 
 from .lift_kernels import CASES, SOURCE
@@ -65,3 +69,24 @@ def test_generated_operators_pass_the_checks_on_the_gpu(entry: str, units: dict[
     else:
         assert m.figures and 0 < m.figures["copy_fraction"] < 2, m
     assert np.isfinite([row["median_s"] for row in tried if "median_s" in row]).all()
+
+
+# HeCBench-like kernels: stencil3d (a coefficient field), hotspot, jacobi with its residual
+@pytest.mark.parametrize("entry", ["coef3d", "hot2d", "jacobi_res"])
+def test_the_knob_search_keeps_a_checked_operator_no_slower_than_the_best_preset(
+        entry: str, units: dict[str, Path], tmp_path: Path) -> None:
+    res = _child(units[entry].resolve(), tmp_path.resolve(), 5, 5, 900.0,
+                 "kernforge.apps.program_gpu", search_trials=8, search_seconds=400.0)
+    assert "nomatch" not in res, res.get("nomatch")
+    s = res["search"]
+    assert s and "refused" not in s, s
+    rows = [row for row in res["tried"] if row.get("search")]
+    assert s["evaluations"] > 8 and any("median_s" in row for row in rows), (s, rows)
+    assert res["operator"] == s["chosen"]
+    assert "recorded outputs match" in res["checks"] and len(res["checks"]) == 3, res["checks"]
+    if s["chosen"] != s["best_preset"]:
+        assert s["vs_preset"] >= 1.0, s  # the interleaved protocol: preset over search's best
+    # the study resumes: a second run evaluates nothing the first finished
+    again = _child(units[entry].resolve(), tmp_path.resolve(), 5, 5, 900.0,
+                   "kernforge.apps.program_gpu", search_trials=8, search_seconds=400.0)
+    assert again["search"]["evaluations"] == s["evaluations"], again["search"]

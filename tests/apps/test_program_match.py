@@ -85,8 +85,10 @@ class _Matcher:
     def fuse_unit(self, unit: Path, *, out_dir: Path, repeat: int) -> object:
         return _Not("fused: no")
 
-    def lift_unit(self, unit: Path, *, out_dir: Path, repeat: int) -> object:
+    def lift_unit(self, unit: Path, *, out_dir: Path, repeat: int,
+                  search_trials: int = 0) -> object:
         self.calls += 1
+        self.search_trials = search_trials
         return self.lifted
 
 
@@ -95,6 +97,9 @@ def test_m3a_lifts_a_kernel_the_recognizer_refuses(tmp_path: Path) -> None:
     m = _Matcher(found)
     row = strat._paths(m, tmp_path, tmp_path, 3, _Not("the kernel wrote 2 buffers"))
     assert m.calls == 1 and row["matched"] and row["path"] == "lifted program (tiled)"
+    assert m.search_trials == 0  # no search budget given
+    strat._paths(m, tmp_path, tmp_path, 3, _Not("the kernel wrote 2 buffers"), search=12)
+    assert m.search_trials == 12  # the manifest's budget reaches lift_unit
     assert row["lifted_figures"]["copy_fraction"] == 0.8
     assert "wrote 2 buffers" in row["refused"]["one-launch"]
     assert "no stencil recognized" in row["refused"]["fused"]

@@ -6,7 +6,10 @@
   ``stencil/matrix.py``): no string constant of a ``kernforge.forge`` module (docstrings aside)
   and no keyword argument of a call there is the name of a knob some registered design
   declares; the forge's searches read the geometry, the pairs, the untuned and unshared knobs
-  and the round order from the designs."""
+  and the round order from the designs;
+- likewise the knobs of the designs of lifted programs (``stencil/program/codegen_*.py``
+  that declare ``KNOBS``): no other module of ``kernforge.stencil.program`` and no module of
+  ``kernforge.forge`` names one; the forge's search reads them from the design modules."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import ast
 from pathlib import Path
 
 from kernforge.stencil import designs
+from kernforge.stencil.program import designs as program_designs
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "kernforge"
 PACKAGES = ("forge", "stencil")
@@ -111,3 +115,37 @@ def test_the_searches_read_what_the_designs_declare() -> None:
         assert set(d.untuned) <= named and set(d.unshared) <= named, d.name
     # a knob two designs name alike but mean apart is declared unshared by both
     assert "ry" in designs.get("zmarch").unshared and "ry" in designs.get("planesweep").unshared
+
+
+def program_knob_literals() -> dict[tuple[str, str], list[int]]:
+    """Lifted-program knob names outside their design modules (forge/, stencil/program/)."""
+    knobs = program_designs.knob_names()
+    own = {f"stencil/program/{m.__name__.rsplit('.', 1)[1]}.py"
+           for m in program_designs.DESIGNS.values()}
+    out: dict[tuple[str, str], list[int]] = {}
+    for name, tree in {**modules("forge"), **modules("stencil/program")}.items():
+        if name in own:
+            continue
+        for line, knob in knob_literals(tree, knobs):
+            out.setdefault((name, knob), []).append(line)
+    return out
+
+
+def test_no_module_but_its_design_names_a_lifted_program_knob() -> None:
+    found = {f"{mod}:{lines} {knob!r}" for (mod, knob), lines
+             in program_knob_literals().items() if (mod, knob) not in NOT_KNOBS}
+    assert not found, (f"lifted-program knob names outside their design modules: "
+                       f"{sorted(found)}; declare them in the design module (its KNOBS, "
+                       "space, refusal, presets) and read them through program.designs")
+
+
+def test_the_program_designs_declare_their_knobs() -> None:
+    """The scan reads the design modules' names: each names its own knobs, and the forge's
+    search modules exist where the scan looks."""
+    knobs = program_designs.knob_names()
+    assert knobs >= {"bx", "tx", "atomic"}
+    trees = modules("stencil/program")
+    for m in program_designs.DESIGNS.values():
+        tree = trees[f"stencil/program/{m.__name__.rsplit('.', 1)[1]}.py"]
+        assert {k for _, k in knob_literals(tree, knobs)} >= set(m.KNOBS) - {"atomic"}
+    assert {"forge/program_space.py", "forge/program_tune.py"} <= set(modules("forge"))

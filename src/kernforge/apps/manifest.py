@@ -78,6 +78,9 @@ class Integrate:
     agent: str | None = None  # an agent command line, run in a copy of the source
     agent_timeout_s: float = 1800.0
     match_repeat: int = 10
+    # lifted operators: candidates the forge's search over the designs' knobs evaluates past
+    # the presets, per kernel (0: the presets only)
+    lift_search_trials: int = 16
     # the CUDA files that define the recorded kernels of an nvcc-built program, with their
     # -I directories and -D defines: bound to the units at M2's end (:mod:`.source_binding`)
     sources: tuple[Path, ...] = ()
@@ -300,6 +303,7 @@ def _integrate(d: Any, src: str, base: Path, root: Path) -> Integrate:
     where = f"{src}: [integrate]"
     d = strict_keys(d, ("strategies", "tune_trials", "tune_preset", "evolve_config",
                         "evolve_iterations", "agent", "agent_timeout_s", "match_repeat",
+                        "lift_search_trials",
                         "sources", "includes", "defines"),
                     "[integrate]", source=src)
     strategies = d.get("strategies", list(STRATEGIES))
@@ -324,6 +328,7 @@ def _integrate(d: Any, src: str, base: Path, root: Path) -> Integrate:
         agent=_command(agent, "agent", where) if agent else None,
         agent_timeout_s=_num(d, "agent_timeout_s", where, 1800.0, lo=1.0),
         match_repeat=_num(d, "match_repeat", where, 10, lo=1, integer=True),
+        lift_search_trials=_num(d, "lift_search_trials", where, 16, lo=0, integer=True),
         sources=_paths(d, "sources", where, root, dirs=False),
         includes=_paths(d, "includes", where, root, dirs=True), defines=_defines(d, where))
 

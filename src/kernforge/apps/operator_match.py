@@ -129,7 +129,8 @@ def _deploy(rec: NativeRecording, res: dict[str, Any], out_dir: Path, band: floa
                 "operator": res["operator"], "checks": res["checks"], "unit": rec.path.name,
                 "arch": res["arch"]}
     figures: dict[str, Any] = {k: res[k] for k in ("design", "how", "copy_fraction", "bytes",
-                                                   "copy_bw", "lift_refused") if k in res}
+                                                   "copy_bw", "lift_refused", "search")
+                               if k in res}
     if figures:
         figures["operator"] = res["operator"]
     evidence.update(figures)
@@ -142,10 +143,13 @@ def _deploy(rec: NativeRecording, res: dict[str, Any], out_dir: Path, band: floa
 
 
 def lift_unit(unit_dir: Path, *, out_dir: Path, repeat: int = 10, passes: int = 7,
-              band: float = NOISE_BAND, timeout_s: float = 900.0) -> OperatorMatch | NoMatch:
+              band: float = NOISE_BAND, timeout_s: float = 900.0,
+              search_trials: int = 0) -> OperatorMatch | NoMatch:
     """Lift the program of one recorded native unit (from its source when the recording
     holds it, else by probing) and put the fastest verified generated operator in its place
-    (:mod:`.program_gpu`); ``NoMatch`` says why lifting, every design or the gate refused."""
+    (:mod:`.program_gpu`); ``NoMatch`` says why lifting, every design or the gate refused.
+    ``search_trials``: candidates the forge's search over the designs' knobs may evaluate
+    past the presets (0: the presets only), within half of ``timeout_s``."""
     unit_dir = Path(unit_dir)
     try:
         rec = read_native(unit_dir)
@@ -156,7 +160,8 @@ def lift_unit(unit_dir: Path, *, out_dir: Path, repeat: int = 10, passes: int = 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     res = _child(unit_dir.resolve(), out_dir.resolve(), repeat, passes, timeout_s,
-                 "kernforge.apps.program_gpu")
+                 "kernforge.apps.program_gpu", search_trials=search_trials,
+                 search_seconds=timeout_s / 2 if search_trials else None)
     tried = tuple(res.get("tried") or ())
     if "nomatch" in res:
         return NoMatch(str(res["nomatch"]), res.get("recognized"), tried)

@@ -7,9 +7,12 @@ holds it, :func:`~.lift_source.lift_source`, else by probing the replayed kernel
 (:mod:`.program_binding`), and each generated operator (:mod:`kernforge.stencil.program.designs`)
 is wrapped in an adapter with the kernel's parameter layout (:mod:`.program_adapter`),
 compiled, accepted on the recorded outputs and against the original kernel on fresh random
-inputs (:mod:`.program_checks`), screened, and the fastest timed against the original with the
-replay's interleaved protocol. The result also gives the operator's fraction of the device's
-copy bandwidth. A kernel that faults on a probe costs only this process.
+inputs (:mod:`.program_checks`), screened; with a search budget (``search_trials``), the
+forge's search over the designs' knobs follows under the same gates (:mod:`.program_search`),
+its best kept when at least as fast as the best preset interleaved; the fastest is timed
+against the original with the replay's interleaved protocol. The result also gives the
+operator's fraction of the device's copy bandwidth. A kernel that faults on a probe costs only
+this process.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core import CompileError, ConfigError, KernforgeError
+from ..core import CompileError, ConfigError, KernforgeError, Measurement, Status
+from ..forge.program_space import ProgramSpace
 from ..harness.compare import interleave
 from ..record.native_format import read_native
 from ..replay.native import NativeReplay
@@ -35,6 +39,7 @@ from .process import child_main
 from .program_adapter import ProgramAdapter, program_adapter
 from .program_binding import bind_lifted, bind_probed
 from .program_checks import copy_bandwidth, moved_bytes, scalar_values, validate
+from .program_search import SearchObjective, search
 
 LIMIT = 4  # candidate operators per kernel: each costs a compile, checks and timed runs
 
@@ -116,7 +121,8 @@ def _ints(rec: Any) -> list[int | None]:
     return out
 
 
-def session(unit: str, out_dir: str, repeat: int, passes: int) -> dict[str, Any]:
+def session(unit: str, out_dir: str, repeat: int, passes: int, search_trials: int = 0,
+            search_seconds: float | None = None) -> dict[str, Any]:
     rec = read_native(unit)
     rp = NativeReplay(rec)
     t = ReplayTarget(rp)
@@ -139,6 +145,8 @@ def session(unit: str, out_dir: str, repeat: int, passes: int) -> dict[str, Any]
     original = statistics.median(rp.time(RECORDED) for _ in range(repeat))
     best: tuple[float, LiftedRun, bytes, list[str]] | None = None
     cache: dict[int, Any] = {}  # fresh inputs and the original's outputs, for every candidate
+    known: dict[str, Measurement] = {}  # the presets' outcomes, which the search reuses
+    runs: dict[str, tuple[float, Any, bytes, list[str]]] = {}
     for k, ad, image in built(kernels, lambda k: program_adapter(
             k, prog, binding, layout(rec), len(rec.param_bytes)), arch):
         row: dict[str, Any] = {"operator": k.key}
@@ -152,16 +160,34 @@ def session(unit: str, out_dir: str, repeat: int, passes: int) -> dict[str, Any]
             bad, done = validate(t, prog, binding, run.run, params, cache)
         except (ConfigError, CompileError, KernforgeError) as exc:
             row["refused"] = exc.message
+            known[k.key] = Measurement(exc.status or Status.RUNTIME_FAILED, exc.message)
             continue
         if bad:
             row["refused"] = bad
+            known[k.key] = Measurement(Status.WRONG_RESULT, bad)
             continue
         for _ in range(2):
             run.time()
-        med = statistics.median(run.time() for _ in range(repeat))
+        times = tuple(run.time() for _ in range(repeat))
+        med = statistics.median(times)
         row.update(median_s=med, screen_speedup=original / med if med > 0 else None)
+        known[k.key] = Measurement(Status.OK, k.key, times)
+        runs[k.key] = (med, run, image, done)
         if best is None or med < best[0]:
             best = (med, run, image, done)
+    searched: dict[str, Any] | None = None
+    if best is not None and search_trials > 0:
+        try:
+            ps = ProgramSpace(prog, binding)
+        except ConfigError as exc:
+            searched = {"refused": exc.message}
+        else:
+            obj = SearchObjective(ps, t, lambda ad, im: LiftedRun(rp, ad, im), arch, params,
+                                  cache, repeat, layout(rec), len(rec.param_bytes), known, runs)
+            best, searched, rows = search(obj, best, trials=search_trials,
+                                          seconds=search_seconds,
+                                          storage=Path(out_dir) / "search", passes=passes)
+            tried += rows
     if best is None:
         reasons = "; ".join(f"{x['operator']}: {x.get('refused')}" for x in tried)
         return {"nomatch": f"{desc}; no operator passed: {reasons}", "recognized": desc,
@@ -185,13 +211,14 @@ def session(unit: str, out_dir: str, repeat: int, passes: int) -> dict[str, Any]
             "original_screen_s": original, "speedup": ab.speedup,
             "ci": [ab.ci_low, ab.ci_high], "median_original_s": ab.median_a,
             "median_adapter_s": ab.median_b, "ratios": list(ab.ratios),
-            "bytes": moved, "copy_bw": bw,
+            "bytes": moved, "copy_bw": bw, "search": searched,
             "copy_fraction": moved / ab.median_b / bw if ab.median_b > 0 else None}
 
 
 def main(argv: Sequence[str]) -> int:
-    return child_main(argv, lambda req: session(req["unit"], req["out_dir"], int(req["repeat"]),
-                                                int(req["passes"])))
+    return child_main(argv, lambda req: session(
+        req["unit"], req["out_dir"], int(req["repeat"]), int(req["passes"]),
+        int(req.get("search_trials") or 0), req.get("search_seconds")))
 
 
 if __name__ == "__main__":

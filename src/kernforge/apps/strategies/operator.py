@@ -69,11 +69,11 @@ def driver_of(env: Mapping[str, str]) -> Iterator[None]:
 
 
 def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any,
-           seq: dict[str, Any] | str | None = None) -> dict[str, Any]:
+           seq: dict[str, Any] | str | None = None, search: int = 0) -> dict[str, Any]:
     """One kernel's row: the one-launch match ``one``, fusion tried when it recognized a
     stencil or the kernel's time loop was recorded, the faster deployable path chosen.
     ``seq``: the recorded time loop (:func:`loop_sequence.summary`) or why there is none
-    (None: no sequence was considered)."""
+    (None: no sequence was considered); ``search``: the lifted path's search budget."""
     row: dict[str, Any] = {"recognized": getattr(one, "recognized", None)}
     found: dict[str, Any] = {}
     refused: dict[str, str] = {}
@@ -99,7 +99,8 @@ def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any,
         _try_fuse(lambda: fuse(unit, out_dir=out / "fused", repeat=repeat), "fused", row,
                   found, refused)
     _lifted(om, unit, out, repeat, row, found, refused,
-            recognized=hasattr(one, "spec_path") or row["recognized"] is not None)
+            recognized=hasattr(one, "spec_path") or row["recognized"] is not None,
+            search=search)
     if not found:
         return {**row, "matched": False, "reason": "; ".join(
             f"{k}: {v}" for k, v in refused.items()), "refused": refused}
@@ -165,10 +166,12 @@ def _try_fuse(call: Any, key: str, row: dict[str, Any], found: dict[str, Any],
 
 
 def _lifted(om: Any, unit: Path, out: Path, repeat: int, row: dict[str, Any],
-            found: dict[str, Any], refused: dict[str, str], *, recognized: bool) -> None:
+            found: dict[str, Any], refused: dict[str, str], *, recognized: bool,
+            search: int = 0) -> None:
     """The lifted-program path, tried when the recognizer refused the kernel (several
     fields, coefficient fields, a residual, in place...): its program lifted (source first,
-    else probing) and generated operators put in its place."""
+    else probing) and generated operators put in its place: the designs' presets, then the
+    forge's search over their knobs for ``search`` more candidates."""
     lift = getattr(om, "lift_unit", None)
     if lift is None or recognized:
         refused["lifted"] = "not tried: " + ("this kernforge has no lifted operators"
@@ -176,7 +179,7 @@ def _lifted(om: Any, unit: Path, out: Path, repeat: int, row: dict[str, Any],
                                              "takes the matrix's operators")
         return
     try:
-        r = lift(unit, out_dir=out / "lifted", repeat=repeat)
+        r = lift(unit, out_dir=out / "lifted", repeat=repeat, search_trials=search)
     except Exception as exc:  # noqa: BLE001 - a lifting failure is this kernel's data
         refused["lifted"] = f"lifting failed: {type(exc).__name__}: {exc}"
         return
@@ -261,7 +264,8 @@ class OperatorStrategy(Strategy):
                 r = match_unit(unit, out_dir=out, repeat=repeat)
             seq = _sequence(om, ctx, k, unit, out, r, loops)
             with driver_of(ctx.manifest.env):
-                row = _paths(om, unit, out, repeat, r, seq)
+                row = _paths(om, unit, out, repeat, r, seq,
+                             ctx.manifest.integrate.lift_search_trials)
         except Exception as exc:  # noqa: BLE001 - a matcher failure is this kernel's data
             return {"kernel": k["name"], "unit": str(unit), "matched": False,
                     "reason": f"matching failed: {type(exc).__name__}: {exc}"}

@@ -66,6 +66,29 @@ class Kernel:
         return f"{self.design}(" + ",".join(f"{k}={v}" for k, v in self.knobs.items()) + ")"
 
 
+def reads(p: StencilProgram) -> list[ex.Tap]:
+    """The taps of fields no output writes, in the order the expressions read them."""
+    written = set(p.names("out", "inout"))
+    taps: dict[ex.Tap, None] = {}
+    for e in [o.expr for o in p.outputs] + [r.expr for r in p.reductions]:
+        taps.update(dict.fromkeys(t for t in ex.taps(e) if t.field not in written))
+    return list(taps)
+
+
+def spread(p: StencilProgram) -> list[str]:
+    """The fields some expression reads away from the point (a design stages those)."""
+    return sorted({t.field for t in reads(p) if t.offset != (0, 0, 0)})
+
+
+def reach(p: StencilProgram, name: str) -> tuple[int, int, int]:
+    """How far the reads of field ``name`` reach along z, y, x (either side)."""
+    r = [0, 0, 0]
+    for t in reads(p):
+        if t.field == name:
+            r = [max(a, abs(d)) for a, d in zip(r, t.offset, strict=True)]
+    return (r[0], r[1], r[2])
+
+
 def literal(v: float, precision: str) -> str:
     if not np.isfinite(v):
         raise Refused(f"a constant {v!r} in the program", hint=HINT)
@@ -87,12 +110,9 @@ class Context:
         self.t, self.acc = CTYPE[p.precision], ACC[p.precision]
         self.written = p.names("out", "inout")
         self.read_only = [f.name for f in p.fields if f.role in ("in", "coef")]
-        taps: dict[ex.Tap, None] = {}
-        for e in [o.expr for o in p.outputs] + [r.expr for r in p.reductions]:
-            taps.update(dict.fromkeys(t for t in ex.taps(e) if t.field not in self.written))
-        self.taps = list(taps)  # the reads of fields no output writes
+        self.taps = reads(p)  # the reads of fields no output writes
         # fields some expression reads away from the point (a design stages those)
-        self.spread = sorted({t.field for t in self.taps if t.offset != (0, 0, 0)})
+        self.spread = spread(p)
         # the index type: 32 bits while every linear index a design computes (the grid, its
         # halos and the tiles past its end) stays below 2^31; saves 64-bit address arithmetic
         pad = 2 * max([1, *(abs(d) for t in self.taps for d in t.offset)]) + 2
@@ -101,11 +121,7 @@ class Context:
 
     def reach(self, name: str) -> tuple[int, int, int]:
         """How far the reads of field ``name`` reach along z, y, x (either side)."""
-        r = [0, 0, 0]
-        for t in self.taps:
-            if t.field == name:
-                r = [max(a, abs(d)) for a, d in zip(r, t.offset, strict=True)]
-        return (r[0], r[1], r[2])
+        return reach(self.p, name)
 
     def args(self) -> tuple[Arg, ...]:
         out = [Arg("field", f.name, (f"{self.t}*" if f.name in self.written

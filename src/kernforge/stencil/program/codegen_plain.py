@@ -5,9 +5,16 @@ block combines the blocks' partials). Reads of a point at least the program's re
 every face go straight to memory; nearer a face they follow the face's rule (zero, wrap,
 clamp). Knobs: the block's extents ``bx``, ``by``, ``bz``; for a program with reductions,
 ``atomic`` (how the blocks combine their partials, :mod:`.codegen_reduce`).
+
+The knob space the forge searches (:func:`space`: each knob's values for a program, the
+presets' among them; :func:`refusal`: why a combination generates nothing, decided without
+generating it: more than 1024 threads, a grid past the launch limits, atomics the program's
+reductions cannot use; :func:`presets`: the starting points).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from . import expr as ex
 from .binding import Binding
@@ -20,6 +27,11 @@ KNOBS = ("bx", "by", "bz", "atomic")
 PRESETS = {1: ({"bx": 256, "by": 1, "bz": 1}, {"bx": 128, "by": 1, "bz": 1}),
            2: ({"bx": 32, "by": 8, "bz": 1}, {"bx": 64, "by": 4, "bz": 1}),
            3: ({"bx": 32, "by": 4, "bz": 2}, {"bx": 64, "by": 2, "bz": 2})}
+# the values the search tries per knob and dimensionality (the presets' are added)
+VALUES: dict[str, dict[int, tuple[int, ...]]] = {
+    "bx": {1: (32, 64, 128, 256, 512, 1024), 2: (8, 16, 32, 64, 128, 256),
+           3: (8, 16, 32, 64, 128, 256)},
+    "by": {2: (1, 2, 4, 8, 16, 32), 3: (1, 2, 4, 8, 16)}, "bz": {3: (1, 2, 4, 8)}}
 
 
 def generate(p: StencilProgram, b: Binding, *, bx: int = 32, by: int = 4, bz: int = 1,
@@ -27,13 +39,12 @@ def generate(p: StencilProgram, b: Binding, *, bx: int = 32, by: int = 4, bz: in
     """The plain operator for ``p`` bound by ``b``; :class:`Refused` with the reason."""
     nx, ny, nz = b.shape
     block = (bx, by if p.dims > 1 else 1, bz if p.dims > 2 else 1)
+    why = refusal(p, b.shape, {"bx": bx, "by": by, "bz": bz, "atomic": atomic})
+    if why is not None:
+        raise why
     ctx = Context(p, b, atomic=bool(atomic), tile=block)
     threads = block[0] * block[1] * block[2]
-    if threads > 1024 or min(block) < 1:
-        raise Refused(f"block {block}: 1 to 1024 threads", hint=f"knobs {KNOBS}")
     grid = (ceil_div(nx, block[0]), ceil_div(ny, block[1]), ceil_div(nz, block[2]))
-    if grid[1] > 65535 or grid[2] > 65535 or grid[0] > 2 ** 31 - 1:
-        raise Refused(f"grid {grid} exceeds the launch limits", hint="larger blocks")
     blocks = grid[0] * grid[1] * grid[2]
     reach = [0, 0, 0]
     for t in ctx.taps:
@@ -76,3 +87,37 @@ def presets(p: StencilProgram) -> list[dict[str, int]]:
     if not p.reductions or atomic_refusal(p):
         return base
     return [{**k, "atomic": 1} for k in base] + [{**k, "atomic": 0} for k in base]
+
+
+def applicable(p: StencilProgram) -> str | None:
+    """Why the design generates nothing for ``p`` whatever its knobs (None: it may)."""
+    return None
+
+
+def space(p: StencilProgram) -> dict[str, tuple[int, ...]]:
+    """Each knob's values for ``p`` (its presets' among them): the block's extents along the
+    program's axes; ``atomic`` where its reductions can be combined by atomics."""
+    used = presets(p)
+    out: dict[str, tuple[int, ...]] = {}
+    for knob, by_dims in VALUES.items():
+        if p.dims in by_dims:
+            out[knob] = tuple(sorted({*by_dims[p.dims], *(k[knob] for k in used)}))
+    if p.reductions and not atomic_refusal(p):
+        out["atomic"] = (0, 1)
+    return out
+
+
+def refusal(p: StencilProgram, shape: tuple[int, int, int],
+            knobs: Mapping[str, int]) -> Refused | None:
+    """Why ``knobs`` generate no operator for ``p`` on a grid of ``shape`` (decided without
+    generating it), None when they do; a knob left out takes :func:`generate`'s default."""
+    bx, by, bz = knobs.get("bx", 32), knobs.get("by", 4), knobs.get("bz", 1)
+    block = (bx, by if p.dims > 1 else 1, bz if p.dims > 2 else 1)
+    if block[0] * block[1] * block[2] > 1024 or min(block) < 1:
+        return Refused(f"block {block}: 1 to 1024 threads", hint=f"knobs {KNOBS}")
+    grid = [ceil_div(n, k) for n, k in zip(shape, block, strict=True)]
+    if grid[1] > 65535 or grid[2] > 65535 or grid[0] > 2 ** 31 - 1:
+        return Refused(f"grid {tuple(grid)} exceeds the launch limits", hint="larger blocks")
+    if knobs.get("atomic") and (why := atomic_refusal(p)):
+        return Refused(why, hint="atomic=0: the last block combines the partials")
+    return None

@@ -20,15 +20,21 @@ Knobs: ``tx``, ``ty`` (the block), ``py`` (rows per thread), ``lz`` (planes per 
 for a program with reductions, ``atomic`` (how the blocks combine their partials,
 :mod:`.codegen_reduce`): rows per thread and planes per block also divide the block's
 reduction and its combination across blocks among more points.
+
+The knob space the forge searches (:func:`space`: each knob's values for a program, the
+presets' among them; :func:`refusal`: why a combination generates nothing, decided without
+generating it: more than 1024 threads, tiles and halos past the static shared memory, a grid
+past the launch limits, atomics the program's reductions cannot use; :func:`presets`: the
+starting points).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from . import expr as ex
 from .binding import Binding
-from .codegen import IDS, Context, Kernel, Refused, ceil_div
+from .codegen import IDS, Context, Kernel, Refused, ceil_div, reach, reads, spread
 from .codegen_reduce import RED_SLOTS, atomic_refusal
 from .model import StencilProgram
 
@@ -43,43 +49,45 @@ PRESETS = {2: ({"tx": 32, "ty": 8, "py": 2, "lz": 1}, {"tx": 64, "ty": 4, "py": 
                {"tx": 64, "ty": 4, "py": 1, "lz": 8})}
 # tried first for a program with reductions that atomics combine (py rows per thread)
 REDUCING = {2: ({"tx": 32, "ty": 8, "py": 4, "lz": 1}, {"tx": 64, "ty": 4, "py": 8, "lz": 1})}
+# the values the search tries per knob (the presets' are added); lz only in 3D
+VALUES = {"tx": (8, 16, 32, 64, 128), "ty": (1, 2, 4, 8, 16, 32), "py": (1, 2, 4, 8),
+          "lz": (1, 2, 4, 8, 16, 32, 64)}
+Staging = dict[str, tuple[int, int, int, int, int, int]]
+
+
+def _stage(p: StencilProgram, tx: int, ty: int, py: int
+           ) -> tuple[Staging, dict[str, bool], int]:
+    """Per staged field its shared tile (planes, rows, columns, rz, ry, rx) and whether it
+    keeps a register queue along z; the bytes of static shared memory the block takes."""
+    TX, TY = tx, ty * py
+    taps = reads(p)
+    shape: Staging = {}
+    column: dict[str, bool] = {}
+    shared = 8 * RED_SLOTS + 8 if p.reductions else 0
+    for f in spread(p):
+        rz, ry, rx = reach(p, f)
+        # a field read off the point's column only in its own plane: a register queue along z
+        column[f] = rz > 0 and all(t.offset[1:] == (0, 0) for t in taps
+                                   if t.field == f and t.offset[0])
+        planes, h, w = 1 if column[f] else 2 * rz + 1, TY + 2 * ry, TX + 2 * rx
+        shape[f] = (planes, h, w, rz, ry, rx)
+        shared += planes * h * w * ITEM[p.precision]
+    return shape, column, shared
 
 
 def generate(p: StencilProgram, b: Binding, *, tx: int = 32, ty: int = 8, py: int = 1,
              lz: int = 8, atomic: int = 0) -> Kernel:
     """The tiled operator for ``p`` bound by ``b``; :class:`Refused` with the reason."""
-    if p.dims == 1:
-        raise Refused("the tiled design stages planes: a 1D program takes the plain design",
-                      hint="generate the plain design")
+    why = refusal(p, b.shape, {"tx": tx, "ty": ty, "py": py, "lz": lz, "atomic": atomic})
+    if why is not None:
+        raise why
     lz = lz if p.dims == 3 else 1
     ctx = Context(p, b, atomic=bool(atomic), tile=(tx, ty * py, lz))
-    staged = ctx.spread
-    if not staged:
-        raise Refused("no field is read away from the point: nothing to stage in shared memory",
-                      hint="the plain design reads each point once")
     nx, ny, nz = b.shape
     threads = tx * ty
-    if threads > 1024 or min(tx, ty, py, lz) < 1:
-        raise Refused(f"tile knobs tx={tx} ty={ty} py={py} lz={lz}: 1 to 1024 threads",
-                      hint=f"knobs {KNOBS}")
     TX, TY = tx, ty * py
-    shape: dict[str, tuple[int, int, int, int, int, int]] = {}
-    shared = 8 * RED_SLOTS + 8 if p.reductions else 0
-    column: dict[str, bool] = {}
-    for f in staged:
-        rz, ry, rx = ctx.reach(f)
-        # a field read off the point's column only in its own plane: a register queue along z
-        column[f] = rz > 0 and all(t.offset[1:] == (0, 0) for t in ctx.taps
-                                   if t.field == f and t.offset[0])
-        planes, h, w = 1 if column[f] else 2 * rz + 1, TY + 2 * ry, TX + 2 * rx
-        shape[f] = (planes, h, w, rz, ry, rx)
-        shared += planes * h * w * ITEM[p.precision]
-    if shared > MAX_SHARED:
-        raise Refused(f"the tiles take {shared} bytes of shared memory (at most {MAX_SHARED})",
-                      hint="smaller tx, ty or py")
+    shape, column, shared = _stage(p, tx, ty, py)
     grid = (ceil_div(nx, TX), ceil_div(ny, TY), ceil_div(nz, lz))
-    if grid[1] > 65535 or grid[2] > 65535:
-        raise Refused(f"grid {grid} exceeds the launch limits", hint="larger tiles")
     blocks = grid[0] * grid[1] * grid[2]
 
     def at(f: str, zz: str, y: str, x: str) -> str:
@@ -186,3 +194,47 @@ def presets(p: StencilProgram) -> list[dict[str, int]]:
         return base
     return ([{**k, "atomic": 1} for k in REDUCING.get(p.dims, ())]
             + [{**k, "atomic": 1} for k in base] + [{**k, "atomic": 0} for k in base])
+
+
+def applicable(p: StencilProgram) -> str | None:
+    """Why the design generates nothing for ``p`` whatever its knobs (None: it may)."""
+    if p.dims == 1:
+        return "the tiled design stages planes: a 1D program takes the plain design"
+    if not spread(p):
+        return "no field is read away from the point: nothing to stage in shared memory"
+    return None
+
+
+def space(p: StencilProgram) -> dict[str, tuple[int, ...]]:
+    """Each knob's values for ``p`` (its presets' among them): the tile, rows per thread,
+    planes per block in 3D; ``atomic`` where its reductions can be combined by atomics."""
+    used = presets(p)
+    out = {k: tuple(sorted({*v, *(u[k] for u in used)})) for k, v in VALUES.items()
+           if k != "lz" or p.dims == 3}
+    if p.reductions and not atomic_refusal(p):
+        out["atomic"] = (0, 1)
+    return out
+
+
+def refusal(p: StencilProgram, shape: tuple[int, int, int],
+            knobs: Mapping[str, int]) -> Refused | None:
+    """Why ``knobs`` generate no operator for ``p`` on a grid of ``shape`` (decided without
+    generating it), None when they do; a knob left out takes :func:`generate`'s default."""
+    if why := applicable(p):
+        return Refused(why, hint="generate the plain design")
+    tx, ty, py = knobs.get("tx", 32), knobs.get("ty", 8), knobs.get("py", 1)
+    lz = knobs.get("lz", 8) if p.dims == 3 else 1
+    if tx * ty > 1024 or min(tx, ty, py, lz) < 1:
+        return Refused(f"tile knobs tx={tx} ty={ty} py={py} lz={lz}: 1 to 1024 threads",
+                       hint=f"knobs {KNOBS}")
+    shared = _stage(p, tx, ty, py)[2]
+    if shared > MAX_SHARED:
+        return Refused(f"the tiles take {shared} bytes of shared memory (at most "
+                       f"{MAX_SHARED})", hint="smaller tx, ty or py")
+    nx, ny, nz = shape
+    grid = (ceil_div(nx, tx), ceil_div(ny, ty * py), ceil_div(nz, lz))
+    if grid[1] > 65535 or grid[2] > 65535:
+        return Refused(f"grid {grid} exceeds the launch limits", hint="larger tiles")
+    if knobs.get("atomic") and (why := atomic_refusal(p)):
+        return Refused(why, hint="atomic=0: the last block combines the partials")
+    return None
