@@ -94,6 +94,7 @@ COOP(cuLaunchCooperativeKernel_ptsz)
     graph_fn real = (graph_fn)kf_slot(&kf_real_##name, #name, (void *)name);               \
     if (!real) return 999;                                                                  \
     __atomic_add_fetch(&kf_n_graphs, 1, __ATOMIC_RELAXED);                                  \
+    if (kf_guard_armed()) kf_guard_dirty(); /* its copies and memsets are not seen */       \
     kf_defer_flush();                                                                       \
     return real(exec, s);                                                                   \
   }
@@ -160,7 +161,7 @@ static void *hand_out(const hook_t *h, void *real) {
 /* any other driver function, while launches may be held or a sequence recorded: a flushing
  * thunk (kf_thunk.c) */
 static void *guard(const char *name, void *real) {
-  return kf_guarding() && !kf_harmless(name) ? kf_thunk_for(real) : real;
+  return kf_guarding() && !kf_harmless(name) ? kf_thunk_for(real, name, 1) : real;
 }
 
 /* dlsym(handle, "cuLaunchKernel") and the like: the wrapper, with the real function kept.
@@ -197,7 +198,7 @@ static void *proc_address(const char *symbol, void *fn, unsigned long long flags
   if (by_flags && (candidates == 1 || flags)) return hand_out(by_flags, fn);
   kf_log("cuGetProcAddress(%s): the driver's function is not one kernforge knows; "
          "its calls are not seen", symbol);
-  return kf_guarding() ? kf_thunk_for(fn) : fn;
+  return kf_guarding() ? kf_thunk_for(fn, symbol, 0) : fn;
 }
 
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, unsigned long long flags) {
