@@ -175,8 +175,14 @@ int kf_guards_ok(kf_entry_t *e, const kf_launch_t *l, kf_fn_t *fn, const char **
 }
 
 void kf_guard_refused(kf_entry_t *e, const char *why, const char *what) {
-  if (!e->guard_refused++)
-    kf_log("deploy: %s runs %s from now on (its %s kernel is not used): %s", e->name, what,
+  static uint64_t told[16]; /* entries of one name refused for one reason: told once */
+  static unsigned ntold;
+  if (e->guard_refused++) return;
+  uint64_t h = kf_fnv64(e->name, strlen(e->name)) ^ kf_fnv64(why, strlen(why));
+  for (unsigned i = 0; i < ntold; i++)
+    if (told[i] == h) return;
+  if (ntold < 16) told[ntold++] = h;
+  kf_log("deploy: %s runs %s from now on (its %s kernel is not used): %s", e->name, what,
            e->fuse ? "fused" : "tuned", why);
 }
 
