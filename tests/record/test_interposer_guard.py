@@ -79,7 +79,8 @@ def test_launches_with_their_recorded_attributes_fuse(fake: FakeCuda, lib: Path,
     recorded = attr(ident, value, 0x55)
     lines = step_line(tuned_image(fake, tmp_path), 5) + f"\tattrs:{role}:{recorded}\n"
     r, expected = guarded(fake, lib, tmp_path, STEPS + "c", lines,
-                          env={"FAKE_GUARD_ATTR": f"{role}:{ident}:{value}"})
+                          env={"FAKE_GUARD_ATTR": f"{role}:{ident}:{value}",
+                               "FAKE_GUARD_PAD": "1"})
     assert r.rc == 0 and r.out == expected and not r.messages, r.err
     assert fused_groups(r) == 2, r.log
 
@@ -254,3 +255,38 @@ def test_damaged_guarded_lines_run_the_originals_under_the_sanitizers(
                 mutated(seed, text), preload=sanitized,
                 env={**SANITIZER_ENV, "FAKE_GUARD_ATTR": "0:4:2"})
         check(r, expected, seed)
+
+
+# ---- the contract with kernforge's writer ---------------------------------------------------
+@pytest.mark.parametrize("write", ["", "W"], ids=["unchanged", "written mid-run"])
+def test_a_guarded_fused_entry_written_by_kernforge_runs_in_the_interposer(
+        fake: FakeCuda, lib: Path, tmp_path: Path, write: str) -> None:
+    """deploy/native.py's fused entry of cheat with guard_for(cheat_c), through read_spec and
+    interposer_lines: it fuses while cheat_c holds the value it baked in, and no longer once
+    the program writes another."""
+    import numpy as np
+
+    from kernforge.core.native import NativeParam, NativeRecording, NativeRegion
+    from kernforge.deploy import native as nd
+    from kernforge.deploy.native_guards import guard_for
+
+    loaded = f"KFFAKE {fake.kernels}".encode() + b"\0"  # the image as fake_guard loads it
+    raw = bytes(16) + (1000).to_bytes(4, "little")
+    rec = NativeRecording(tmp_path / "unit", "cheat", "cheat", "img-fake-guard", "text",
+                          (8, 1, 1), (128, 1, 1), 0,
+                          (NativeParam(0, 8, ((0, 0),)), NativeParam(8, 8, ((8, 1),)),
+                           NativeParam(16, 4)), raw,
+                          (NativeRegion(0x7000, 8000, "alloc", "a", None),
+                           NativeRegion(0x9000, 8000, "alloc", "b", None)),
+                          identity={"device": "fake"},
+                          loader=lambda blob: np.frombuffer(loaded, dtype=np.uint8))
+    image = f"KFFAKE {fake.tuned}\n".encode()
+    e = nd.fused_entry(rec, image="fused.img", image_bytes=image, entry_name="cheat_x5",
+                       grid=(1, 1, 1), block=(1, 1, 1), shared_mem=0, steps=5, in_offset=0,
+                       out_offset=8, evidence={},
+                       guards=[guard_for("cheat_c", BAKED, nd.recorded_image_id(rec))])
+    spec = nd.read_spec(nd.write_spec(tmp_path / "spec.json", [e], {"fused.img": image}))
+    r, expected = guarded(fake, lib, tmp_path, G13 + write + G13 + "c",
+                          nd.interposer_lines(spec))
+    assert r.rc == 0 and r.out == expected, r.err
+    assert fused_groups(r) == (2 if write else 5) and len(r.messages) == (1 if write else 0)

@@ -12,7 +12,8 @@
  *      mix(a, b, n, W), each through cuLaunchKernelEx on s (fake_kernels.c); FAKE_GUARD_ATTR=
  *      "R:ID:V[:S]" gives launch R of the step (0 interior, 1 and 2 the edges, 3 mix) one launch
  *      attribute: ID with the int V in its value (cluster dimensions, 4 and 11: V, 1, 1), from
- *      step S on (0 if absent); the padding and the value's unused bytes hold the step's number
+ *      step S on (0 if absent); the padding and the value's unused bytes hold 0, or the step's
+ *      number with FAKE_GUARD_PAD=1 (a program that leaves them uninitialized)
  *   c  cuMemcpyDtoH of every buffer: "obs c HASH"
  * The script's end is a final "c". Driver functions are found through cuGetProcAddress, as the
  * CUDA runtime finds them. Exits 0, or 4 when a driver call failed.
@@ -53,7 +54,7 @@ static int n, steps;
 static size_t bytes;
 static CUdeviceptr buf[3], coef, bias; /* a, b, e; cheat_c, bias */
 static void *mod, *cheat, *kern[4], *s;
-static int role = -1, attr_from;
+static int role = -1, attr_from, pad_steps;
 static unsigned attr_id, attr_v;
 
 static unsigned long long fnv(const void *p, size_t len, unsigned long long h) {
@@ -80,7 +81,7 @@ static void swap(void) {
 /* launch r of a step "b", through cuLaunchKernelEx, with its attribute if it has one */
 static void launch_ex(int r, void **args) {
   attr_t a;
-  memset(&a, steps & 0xff, sizeof a); /* padding and unused bytes differ from step to step */
+  memset(&a, pad_steps ? steps & 0xff : 0, sizeof a); /* padding and unused bytes */
   config_t c = {r ? 1 : 8, 1, 1, r ? 1 : 128, 1, 1, 0, s, NULL, 0};
   if (r == role && steps >= attr_from) {
     unsigned v[3] = {attr_v, 1, 1};
@@ -119,6 +120,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "FAKE_GUARD_ATTR is not R:ID:V[:S]\n");
     return 2;
   }
+  pad_steps = getenv("FAKE_GUARD_PAD") && !strcmp(getenv("FAKE_GUARD_PAD"), "1");
   void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
   if (!cuda) { fprintf(stderr, "no libcuda.so.1\n"); return 3; }
   gpa = (gpa_t)dlsym(cuda, "cuGetProcAddress_v2");
