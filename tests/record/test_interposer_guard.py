@@ -5,8 +5,10 @@ module globals whose values a fused or tuned kernel baked in."""
 
 from __future__ import annotations
 
+import json
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -290,3 +292,33 @@ def test_a_guarded_fused_entry_written_by_kernforge_runs_in_the_interposer(
                           nd.interposer_lines(spec))
     assert r.rc == 0 and r.out == expected, r.err
     assert fused_groups(r) == (2 if write else 5) and len(r.messages) == (1 if write else 0)
+
+
+# ---- which driver functions write where -------------------------------------------------------
+KINDS = {  # name, looked up by symbol (dlsym) or not (cuGetProcAddress's base name): kind
+    ("cuMemcpyHtoD_v2", 1): "RDX", ("cuMemcpyHtoD", 0): "RDX", ("cuMemcpyHtoD", 1): "ANY",
+    ("cuMemcpyHtoDAsync_v2_ptsz", 1): "RDX", ("cuMemcpyDtoD_v2_ptds", 1): "RDX",
+    ("cuMemcpy", 1): "RDX", ("cuMemcpyAsync_ptsz", 1): "RDX", ("cuMemcpyPeer", 1): "R8",
+    ("cuMemcpyAtoD_v2", 1): "RCX", ("cuMemsetD8_v2", 1): "SET8", ("cuMemsetD16", 0): "SET16",
+    ("cuMemsetD32Async", 1): "SET32", ("cuMemsetD2D8_v2", 1): "SET2D8",
+    ("cuMemsetD2D32Async_ptsz", 1): "SET2D32", ("cuMemsetD8", 1): "ANY",
+    ("cuMemcpyDtoH_v2", 1): "NONE", ("cuMemcpyHtoAAsync_v2", 1): "NONE",
+    ("cuMemcpy2D_v2", 1): "ANY", ("cuMemcpy3DPeerAsync", 0): "ANY",
+    ("cuMemcpyBatchAsync_v2", 1): "ANY", ("cuStreamWriteValue32_v2", 1): "ANY",
+    ("cuStreamBatchMemOp", 0): "ANY", ("cuStreamSynchronize", 1): "NONE",
+    ("cuEventRecord", 0): "NONE", ("cuMemcpy" + "x" * 80, 1): "ANY",
+}
+NAMES = ["NONE", "RDX", "RCX", "R8", "SET8", "SET16", "SET32", "SET2D8", "SET2D16", "SET2D32",
+         "ANY"]  # kf.h KF_WRITES_*, in order
+
+
+def test_copies_and_memsets_are_known_by_the_registers_of_what_they_write(lib: Path) -> None:
+    """kf_writes_kind: the destination and size registers of each copy and memset, by name;
+    a 32-bit (_v1) symbol, a 2D/3D/batched copy or a stream memory operation: anything."""
+    code = ("import ctypes, sys, json; f = ctypes.CDLL(sys.argv[1]).kf_writes_kind; "
+            "print(json.dumps([f(n.encode(), e) for n, e in json.loads(sys.argv[2])]))")
+    names = list(KINDS)
+    out = subprocess.run([sys.executable, "-c", code, str(lib), json.dumps(names)],
+                         capture_output=True, text=True, check=True, timeout=TIMEOUT_S).stdout
+    got = {k: NAMES[v] for k, v in zip(names, json.loads(out), strict=True)}
+    assert got == KINDS

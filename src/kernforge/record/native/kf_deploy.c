@@ -21,6 +21,10 @@
  * a kernel of its name from another image (another dtype's module) is not the companion.
  * cgeometry is "gx,gy,gz/bx,by,bz/shmem", the companion's recorded grid, block and dynamic
  * shared memory, or "-" for any: a launch of it with another geometry is not the companion.
+ * After field 14 and the companions, tagged fields (kf_guard.c): "attrs:R:HEX", the launch
+ * attributes launch R of a fused entry's step was recorded with (none when absent), and
+ * "guard:IMAGE:SIZE:HASH:NAME", a module global the entry's kernel baked in (any entry; a
+ * one-launch line then has "-" as field 14).
  * A launch of `name` from that image with the same geometry and key runs `entry` of `image`
  * (loaded once per context with those JIT options) with the new geometry and the same
  * parameters. The source image tells apart kernels of one name compiled for other types (CuPy

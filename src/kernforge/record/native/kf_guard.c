@@ -94,24 +94,32 @@ void kf_guard_blind(void) { __atomic_store_n(&blind, 1, __ATOMIC_RELEASE); }
 void kf_guard_write(int kind, const unsigned long *r) {
   unsigned n = __atomic_load_n(&nranges, __ATOMIC_ACQUIRE);
   if (!n || kind == KF_WRITES_NONE) return;
-  CUdeviceptr dst = r[0];
-  unsigned long long len;
+  CUdeviceptr dst = r[0], end;
+  unsigned long long len = 0, rows = 0;
+  int odd = 0; /* a size that overflows: read as "may write anything" */
   switch (kind) {
     case KF_WRITES_RDX: len = r[2]; break;
     case KF_WRITES_RCX: len = r[3]; break;
     case KF_WRITES_R8: len = r[4]; break;
     case KF_WRITES_SET8: case KF_WRITES_SET16: case KF_WRITES_SET32:
-      len = r[2] << (kind - KF_WRITES_SET8);
+      odd = __builtin_mul_overflow(r[2], 1ULL << (kind - KF_WRITES_SET8), &len);
       break;
     case KF_WRITES_SET2D8: case KF_WRITES_SET2D16: case KF_WRITES_SET2D32:
       /* (dst, pitch, value, width, height): rows of `width` elements, `pitch` bytes apart */
-      len = r[4] ? r[1] * (r[4] - 1) + (r[3] << (kind - KF_WRITES_SET2D8)) : 0;
+      odd = r[4] && (__builtin_mul_overflow(r[1], r[4] - 1, &rows) ||
+                     __builtin_mul_overflow(r[3], 1ULL << (kind - KF_WRITES_SET2D8), &len) ||
+                     __builtin_add_overflow(rows, len, &len));
+      if (!r[4]) len = 0;
       break;
-    default: kf_guard_dirty(); return; /* KF_WRITES_ANY */
+    default: odd = 1; /* KF_WRITES_ANY */
   }
-  if (__atomic_load_n(&ranges_full, __ATOMIC_ACQUIRE)) { kf_guard_dirty(); return; }
+  if (odd || __builtin_add_overflow(dst, len, &end) ||
+      __atomic_load_n(&ranges_full, __ATOMIC_ACQUIRE)) {
+    kf_guard_dirty();
+    return;
+  }
   for (unsigned i = 0; i < n; i++)
-    if (len && dst < ranges[i].base + ranges[i].size && ranges[i].base < dst + len) {
+    if (len && dst < ranges[i].base + ranges[i].size && ranges[i].base < end) {
       kf_guard_dirty();
       return;
     }
