@@ -383,6 +383,10 @@ int kf_defer_launch(kf_entry_t *e, kf_launch_t *l, kf_fn_t *fn, const uint8_t *p
   return 1;
 }
 
+static int same3(const unsigned *a, const unsigned *b) {
+  return a[0] == b[0] && a[1] == b[1] && a[2] == b[2];
+}
+
 /* whether launch l of fn (parameters p, n bytes) is the companion chain c waits for */
 static int companion_fits(const chain_t *c, const kf_launch_t *l, kf_fn_t *fn,
                           const uint8_t *p, size_t n) {
@@ -393,12 +397,12 @@ static int companion_fits(const chain_t *c, const kf_launch_t *l, kf_fn_t *fn,
     return 0; /* the attributes: as recorded, in every step */
   if (c->held > r) { /* a whole step is held: the same launch as its companion there */
     const kf_launch_t *h = &c->h[r].l;
-    if (!same_call(l, h) || l->shmem != h->shmem || memcmp(l->grid, h->grid, sizeof l->grid) ||
-        memcmp(l->block, h->block, sizeof l->block))
+    if (!same_call(l, h) || l->shmem != h->shmem || !same3(l->grid, h->grid) ||
+        !same3(l->block, h->block))
       return 0;
   } else if (strcmp(fn->name, k->name) || !kf_comp_image_ok(k, l, fn) ||
-             (k->geom && (memcmp(l->grid, k->grid, sizeof l->grid) ||
-                          memcmp(l->block, k->block, sizeof l->block) || l->shmem != k->shmem))) {
+             (k->geom && (!same3(l->grid, k->grid) || !same3(l->block, k->block) ||
+                          l->shmem != k->shmem))) {
     return 0; /* later steps: the same function as here (so from the same image), geometry */
   }
   const uint8_t *s = c->h[c->held - r].p; /* this step's stencil */
