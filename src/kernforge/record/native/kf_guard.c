@@ -12,7 +12,8 @@
  * (lifting read it) computes with stale values when the program gives it another. A line's
  * "guard:IMAGE:SIZE:HASH:NAME" fields name each such global; before the entry's kernel first
  * runs (a fused launch, or a one-launch replacement) the interposer looks NAME up in the module
- * of the launched kernel (cuFuncGetModule, cuModuleGetGlobal), waits for the context
+ * of the launched kernel (cuFuncGetModule and cuModuleGetGlobal; for a CUkernel launched as a
+ * function, cuKernelGetLibrary and cuLibraryGetGlobal), waits for the context
  * (cuCtxSynchronize: a copy in flight lands first) and reads it; anything but SIZE bytes whose
  * FNV-1a 64 is HASH turns the entry off (its originals run, one message). Once verified, the
  * entry is checked again only after something may have written a guarded global: every driver
@@ -66,9 +67,10 @@ static struct { CUdeviceptr base; size_t size; } ranges[MAX_RANGES];
 static unsigned nranges;     /* published with release: ranges[i < nranges] are whole */
 static int ranges_full;      /* more guarded globals than ranges: every copy may write one */
 static unsigned long epoch;  /* bumped by every write that may reach a guarded global */
-extern void *kf_real_cuModuleGetGlobal_v2;
+extern void *kf_real_cuModuleGetGlobal_v2, *kf_real_cuLibraryGetGlobal;
 void *kf_slot(void **slot, const char *name, void *self);
 CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *n, CUmodule m, const char *name);
+CUresult cuLibraryGetGlobal(CUdeviceptr *p, size_t *n, CUlibrary lib, const char *name);
 
 int kf_guard_armed(void) { return __atomic_load_n(&nranges, __ATOMIC_ACQUIRE) > 0; }
 
@@ -125,14 +127,18 @@ void kf_guard_write(int kind, const unsigned long *r) {
     }
 }
 
-/* the global g in module m, read after the context's work: 0, or why not */
-static const char *check(const kf_guard_t *g, CUmodule m) {
-  typedef CUresult (*get_t)(CUdeviceptr *, size_t *, CUmodule, const char *);
-  get_t get = (get_t)kf_slot(&kf_real_cuModuleGetGlobal_v2, "cuModuleGetGlobal_v2",
-                             (void *)cuModuleGetGlobal_v2);
+/* the global g in module m (or library lib: a CUkernel launched as a function, as the CUDA
+ * runtime launches), read after the context's work: 0, or why not */
+static const char *check(const kf_guard_t *g, CUmodule m, CUlibrary lib) {
+  typedef CUresult (*get_t)(CUdeviceptr *, size_t *, void *, const char *);
+  get_t get = m ? (get_t)kf_slot(&kf_real_cuModuleGetGlobal_v2, "cuModuleGetGlobal_v2",
+                                 (void *)cuModuleGetGlobal_v2)
+                : (get_t)kf_slot(&kf_real_cuLibraryGetGlobal, "cuLibraryGetGlobal",
+                                 (void *)cuLibraryGetGlobal);
   CUdeviceptr base = 0;
   size_t size = 0;
-  if (!get || get(&base, &size, m, g->name)) return "is not in the launched kernel's module";
+  if (!get || get(&base, &size, m ? m : lib, g->name))
+    return "is not in the launched kernel's module";
   if (size != g->size) return "has another size now";
   uint8_t *host = malloc(size);
   if (!host) return "cannot be read (no memory)";
@@ -161,8 +167,11 @@ int kf_guards_ok(kf_entry_t *e, const kf_launch_t *l, kf_fn_t *fn, const char **
     *why = "writes to the globals it baked in are not seen (more than 4096 driver functions)";
     return 0;
   }
-  if (!kf_drv.cuFuncGetModule || !kf_drv.cuCtxSynchronize || !kf_drv.cuMemcpyDtoH ||
-      kf_drv.cuFuncGetModule(&m, l->f) || !m) {
+  CUlibrary lib = NULL;
+  if (!kf_drv.cuFuncGetModule || kf_drv.cuFuncGetModule(&m, l->f)) m = NULL;
+  if (!m && (!kf_drv.cuKernelGetLibrary || kf_drv.cuKernelGetLibrary(&lib, (CUkernel)l->f)))
+    lib = NULL;
+  if (!kf_drv.cuCtxSynchronize || !kf_drv.cuMemcpyDtoH || (!m && !lib)) {
     *why = "the module of the launched kernel, whose globals it baked in, is not known";
     return 0;
   }
@@ -170,7 +179,7 @@ int kf_guards_ok(kf_entry_t *e, const kf_launch_t *l, kf_fn_t *fn, const char **
     const kf_guard_t *g = &e->guard[i];
     const char *bad = g->image && kf_launch_image(l, fn) != g->image
                           ? "is in another module image than the launched kernel's"
-                          : check(g, m);
+                          : check(g, m, lib);
     if (bad) {
       snprintf(text, sizeof text, "the global %.80s, whose value it baked in, %s", g->name, bad);
       *why = text;
