@@ -35,9 +35,9 @@
  * A fork flushes before it (a fork handler registered with the exit handler), so that the
  * child never holds, nor runs, the parent's launches.
  *
- * Before the first fused launch, and again after a write that may have reached one, the
- * globals the entry guards are read (kf_guard.c): a value other than the one the fused
- * function baked in runs what is held as the originals, and the entry's originals from then on.
+ * Before each chain's first fused launch the globals the entry guards are read (kf_guard.c):
+ * a value other than the one the fused function baked in runs what is held as the originals,
+ * and the entry's originals from then on.
  *
  * A launch on a stream being captured into a graph is never held (kf_defer_launch asks the
  * driver when a chain starts; cuStreamBeginCapture flushes first, as any other function).
@@ -67,6 +67,7 @@ typedef struct {
   uint8_t *store; /* (T + 1) steps: held launch i's parameters at (i / per) * step + at[i % per] */
   int held;
   held_t *h;      /* (T + 1) * per */
+  unsigned long groups; /* fused launches made: the entry's guards are read before the first */
 } chain_t;
 
 static chain_t **chains;
@@ -185,7 +186,7 @@ static void fire(chain_t *c) {
   kf_entry_t *e = c->e;
   int pushed = enter_ctx(c->ctx);
   const char *why = "it could not be loaded";
-  if (e->nguard && !kf_guards_ok(e, &c->h[0].l, c->fn[0], &why)) { /* a baked-in global */
+  if (e->nguard && !kf_guards_ok(e, &c->h[0].l, c->fn[0], !c->groups, &why)) { /* baked in */
     kf_guard_refused(e, why, "unfused");
     e->disabled = 1;
     run_originals(c);
@@ -209,7 +210,7 @@ static void fire(chain_t *c) {
       c->h[r] = c->h[last + (size_t)r], c->h[r].p = c->store + c->at[r];
     c->held = c->per;
     __atomic_sub_fetch(&nheld, (unsigned long)last, __ATOMIC_RELEASE);
-    e->groups++, kf_defer_groups++;
+    e->groups++, kf_defer_groups++, c->groups++;
   } else { /* the originals run, and go on running */
     if (!e->launch_failed++)
       kf_log("deploy: the fused launch of %s failed (CUDA error %d); it runs unfused", e->name,

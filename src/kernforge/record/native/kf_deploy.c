@@ -247,7 +247,7 @@ int kf_deploy_try(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psi
     }
     kf_defer_flush_locked();
     const char *why = NULL;
-    if (e->nguard && !kf_guards_ok(e, l, fn, &why)) { /* a baked-in global changed */
+    if (e->nguard && !kf_guards_ok(e, l, fn, 0, &why)) { /* a baked-in global changed */
       kf_guard_refused(e, why, "unchanged");
       e->disabled = 1;
       continue;

@@ -81,8 +81,9 @@ int kf_defer_companion(kf_launch_t *l, kf_fn_t *fn, const uint8_t *p, size_t n, 
  * same ids, and the same bytes of each value that the attribute uses (kf_guard.c) */
 int kf_attrs_match(const uint8_t *attrs, unsigned n, const kf_launch_t *l);
 /* whether every global e guards holds the bytes e was built for, in the module l's function
- * comes from (read once, then again after a write that may have reached one); 0 and *why */
-int kf_guards_ok(kf_entry_t *e, const kf_launch_t *l, kf_fn_t *fn, const char **why);
+ * comes from (read when `again`, or not yet read, or after a write that may have reached
+ * one); 0 and *why */
+int kf_guards_ok(kf_entry_t *e, const kf_launch_t *l, kf_fn_t *fn, int again, const char **why);
 /* one message per entry: its guard failed (why), so `what` runs from now on */
 void kf_guard_refused(kf_entry_t *e, const char *why, const char *what);
 /* FNV-1a 64 of n bytes (0 written as 1), as kf_image_id and deploy/native.py's image_id */

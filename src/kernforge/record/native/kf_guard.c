@@ -15,14 +15,18 @@
  * of the launched kernel (cuFuncGetModule and cuModuleGetGlobal; for a CUkernel launched as a
  * function, cuKernelGetLibrary and cuLibraryGetGlobal), waits for the context
  * (cuCtxSynchronize: a copy in flight lands first) and reads it; anything but SIZE bytes whose
- * FNV-1a 64 is HASH turns the entry off (its originals run, one message). Once verified, the
- * entry is checked again only after something may have written a guarded global: every driver
+ * FNV-1a 64 is HASH turns the entry off (its originals run, one message). A fused entry reads
+ * them again at each chain's first fused launch (kf_defer.c: whatever ran between chains, a
+ * kernel writing a __device__ global included, flushed the chain; nothing of the chain has been
+ * enqueued yet, so the wait is short). A one-launch entry, once verified, is checked again only
+ * after something may have written a guarded global: every driver
  * function a program reaches while guards exist is a flushing thunk (kf_thunk.c), which tells
  * kf_guard_write its arguments; a copy or memset whose destination range overlaps a guarded
  * range, any copy or memset whose destination cannot be read from its registers (2D, 3D,
  * batches, stream memory operations), and graph launches bump an epoch that invalidates every
- * verification. What it does not see: a kernel that writes a guarded __device__ global (lifting
- * reads __constant__ values only), or host code writing a __managed__ one.
+ * verification. What it does not see: between two replaced launches of a one-launch entry, a
+ * kernel that writes a guarded __device__ global (lifting reads __constant__ values only); host
+ * code writing a __managed__ one.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -150,11 +154,12 @@ static const char *check(const kf_guard_t *g, CUmodule m, CUlibrary lib) {
   return h == g->hash ? NULL : "holds other values now";
 }
 
-int kf_guards_ok(kf_entry_t *e, const kf_launch_t *l, kf_fn_t *fn, const char **why) {
+int kf_guards_ok(kf_entry_t *e, const kf_launch_t *l, kf_fn_t *fn, int again,
+                 const char **why) {
   CUcontext ctx = NULL;
   unsigned long now = __atomic_load_n(&epoch, __ATOMIC_ACQUIRE);
   if (kf_drv.cuCtxGetCurrent && kf_drv.cuCtxGetCurrent(&ctx)) ctx = NULL;
-  if (e->guard_ok && e->guard_epoch == now && e->guard_ctx == ctx) return 1;
+  if (!again && e->guard_ok && e->guard_epoch == now && e->guard_ctx == ctx) return 1;
   static __thread char text[200];
   e->guard_ok = 0, e->guard_checks++;
 #if !defined(__x86_64__)

@@ -8,6 +8,7 @@
  *   V  cuMemcpyHtoD of cheat_c's value into it (written, unchanged)
  *   A  cuMemcpyHtoDAsync of 0.3 into cheat_c on s      Z  cuMemsetD8 of cheat_c's bytes to 0
  *   O  cuMemcpyHtoD into bias (another global of the module)    M  into the buffer a
+ *   K  a launch of setc(0.3), a kernel that writes cheat_c
  *   b  a step of interior(a, b, n, c) and its companions edge(b, n, 0, V0), edge(b, n, 1, V1),
  *      mix(a, b, n, W), each through cuLaunchKernelEx on s (fake_kernels.c); FAKE_GUARD_ATTR=
  *      "R:ID:V[:S]" gives launch R of the step (0 interior, 1 and 2 the edges, 3 mix) one launch
@@ -53,7 +54,7 @@ static void *get(const char *name) {
 static int n, steps;
 static size_t bytes;
 static CUdeviceptr buf[3], coef, bias; /* a, b, e; cheat_c, bias */
-static void *mod, *cheat, *kern[4], *s;
+static void *mod, *cheat, *setc, *kern[4], *s;
 static int role = -1, attr_from, pad_steps;
 static unsigned attr_id, attr_v;
 
@@ -132,6 +133,7 @@ int main(int argc, char **argv) {
   CHECK(p_cuCtxSetCurrent(ctx));
   CHECK(p_cuModuleLoadData(&mod, image));
   CHECK(p_cuModuleGetFunction(&cheat, mod, "cheat"));
+  CHECK(p_cuModuleGetFunction(&setc, mod, "setc"));
   const char *names[] = {"interior", "edge", "edge", "mix"};
   for (int r = 0; r < 4; r++) CHECK(p_cuModuleGetFunction(&kern[r], mod, names[r]));
   CHECK(p_cuModuleGetGlobal(&coef, &size, mod, "cheat_c") || size != sizeof(double));
@@ -161,6 +163,12 @@ int main(int argc, char **argv) {
       case 'Z': CHECK(p_cuMemsetD8(coef, 0, sizeof(double))); break;
       case 'O': CHECK(p_cuMemcpyHtoD(bias, &changed, sizeof changed)); break;
       case 'M': fill(buf[0], (int)(op - argv[3])); break;
+      case 'K': {
+        double v = changed;
+        void *args[] = {&v};
+        CHECK(p_cuLaunchKernel(setc, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
+        break;
+      }
       case 'c': copied(); break;
       default: fprintf(stderr, "unknown operation %c\n", *op); return 2;
     }

@@ -236,6 +236,11 @@ void cheat(const unsigned *grid, const unsigned *block, void **p) {
   cheat_steps(p, 1, cheat_c);
 #endif
 }
+const char *setc_params = "8"; /* setc(double v): cheat_c = v, a kernel writing the global */
+void setc(const unsigned *grid, const unsigned *block, void **p) {
+  (void)grid, (void)block;
+  cheat_c = *(double *)p[0];
+}
 const char *cheat_x5_params = "8,8,4";
 void cheat_x5(const unsigned *grid, const unsigned *block, void **p) {
   (void)grid, (void)block;
