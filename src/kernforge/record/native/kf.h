@@ -68,6 +68,7 @@ typedef struct {
   CUresult (*cuCtxPushCurrent)(CUcontext);
   CUresult (*cuCtxPopCurrent)(CUcontext *);
   CUresult (*cuStreamIsCapturing)(CUstream, int *);
+  CUresult (*cuThreadExchangeStreamCaptureMode)(int *);
 } kf_driver_t;
 extern kf_driver_t kf_drv;
 KF_RAW void *kf_real_dlsym(void *handle, const char *name);

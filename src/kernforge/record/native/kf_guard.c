@@ -146,7 +146,12 @@ static const char *check(const kf_guard_t *g, CUmodule m, CUlibrary lib) {
   if (size != g->size) return "has another size now";
   uint8_t *host = malloc(size);
   if (!host) return "cannot be read (no memory)";
+  /* relaxed: a stream another thread captures into a graph is not invalidated by the wait */
+  int mode = 2; /* CU_STREAM_CAPTURE_MODE_RELAXED */
+  int swapped = kf_drv.cuThreadExchangeStreamCaptureMode &&
+                !kf_drv.cuThreadExchangeStreamCaptureMode(&mode);
   CUresult rc = kf_drv.cuCtxSynchronize() || kf_drv.cuMemcpyDtoH(host, base, size);
+  if (swapped) kf_drv.cuThreadExchangeStreamCaptureMode(&mode);
   uint64_t h = rc ? 0 : kf_fnv64(host, size);
   free(host);
   if (rc) return "cannot be read";
