@@ -18,6 +18,10 @@
  *   deferral is on: a pool of KF_POOL thunks, one per distinct function pointer. When the pool
  *   is used up, deferral is turned off for the process (after a flush), never a function left
  *   unguarded while launches may be held.
+ * While a deployment guards globals (kf_guard.c) the thunks are handed out too, and each tells
+ * kf_guard_write the caller's argument registers, so that a copy or memset into a guarded
+ * global is seen (what each function writes, kf_writes_kind, is known by its name: a pool
+ * thunk's from the name it was looked up by, a named thunk's from its own).
  * What stays open: a program linked by symbol to a driver function newer than kf_names.h.
  * The thunks cost a few nanoseconds a call and flush only when something is held. */
 #define _GNU_SOURCE
