@@ -32,6 +32,13 @@ and the interposer's own counts of the last run (proof of what each mode did).
     python benchmarks/native_deploy_overhead.py --fake      # CPU: the fake driver, no GPU
     python benchmarks/native_deploy_overhead.py             # GPU: libcuda.so.1, PTX kernel
         [--launches 200000] [--batch 256] [--rounds 5] [--json out.json]
+    python benchmarks/native_deploy_overhead.py --fake --instructions
+
+``--instructions`` counts instead of timing (valgrind's callgrind, the fake driver): the
+instructions each mode executes per launch, the difference of a run of ``2 * N`` launches and
+one of ``N`` (``--launches``, default 20000 here) over ``N``, so start-up cancels out. The
+counts do not depend on the machine's load: they compare two builds of the interposer where
+wall-clock figures on a shared CPU do not.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -172,7 +181,11 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--instructions", action="store_true",
+                    help="instructions per launch under callgrind (with --fake), not time")
     a = ap.parse_args()
+    if a.instructions and a.launches == 200_000:
+        a.launches = 20_000
     tmp = Path(tempfile.mkdtemp(prefix="kf-native-overhead-"))
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     (tmp / "app.c").write_text(APP)
@@ -209,6 +222,8 @@ def main() -> int:
             extra["KERNFORGE_FUSE"] = "0"
         modes[mode] = interposer.preload_env(lib, extra, env)
     cmd = [str(tmp / "app"), str(image), "kf_empty", str(a.launches), str(a.batch)]
+    if a.instructions:
+        return _instructions(cmd, modes, step, a.launches, a.batch, tmp)
     got: dict[str, list[float]] = {m: [] for m in modes}
     for r in range(a.rounds):
         order = list(modes) if r % 2 == 0 else list(reversed(modes))
@@ -244,6 +259,33 @@ def main() -> int:
     if a.json:
         a.json.write_text(json.dumps({"device": device, "launches": a.launches,
                                       "batch": a.batch, "rounds": rows}, indent=2))
+    return 0
+
+
+def _instructions(cmd: list[str], modes: dict[str, dict[str, str]], step: str, n: int,
+                  batch: int, tmp: Path) -> int:
+    """Print the instructions per launch of each mode (callgrind; see --instructions)."""
+    if not shutil.which("valgrind"):
+        sys.exit("--instructions needs valgrind (callgrind)")
+
+    def count(env: dict[str, str], launches: int, steps: bool) -> int:
+        k = [str(launches // (1 + COMPANIONS)), str(batch), str(COMPANIONS)] if steps \
+            else [str(launches), str(batch)]
+        done = subprocess.run(["valgrind", "--tool=callgrind",
+                               f"--callgrind-out-file={tmp / 'callgrind.out'}", *cmd[:3], *k],
+                              env=env, capture_output=True, text=True, check=False)
+        found = re.search(r"Collected : (\d+)", done.stderr)
+        if done.returncode or not found:
+            sys.exit(f"callgrind failed: {done.stderr[-1000:]}")
+        return int(found.group(1))
+
+    per = {m: (count(e, 2 * n, m.startswith(step)) - count(e, n, m.startswith(step))) / n
+           for m, e in modes.items()}
+    print(f"instructions per launch (callgrind, fake driver), {2 * n} - {n} launches:\n")
+    print("| mode | instructions/launch | added |\n|---|---:|---:|")
+    for m, x in per.items():
+        base = per[f"{step}: no interposer" if m.startswith(step) else "no interposer"]
+        print(f"| {m} | {x:.1f} | {x - base:+.1f} |")
     return 0
 
 

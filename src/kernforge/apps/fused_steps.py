@@ -106,7 +106,8 @@ def step_companions(whole: NativeReplay, r: Recognized
         if isinstance(c, lc.Refused):
             return c
         c = replace(c, image=recorded_image_id(rec, s.image),
-                    geometry=(_dims(s.grid), _dims(s.block), int(s.shared_mem)))
+                    geometry=(_dims(s.grid), _dims(s.block), int(s.shared_mem)),
+                    attrs=tuple(bytes(x) for x in s.launch_attrs))
         by_offset = {sl.offset: k for k, sl in enumerate(ls)}
         t = LaunchTarget(whole, i)
         found.append(ec.Launch(c, t, tuple(by_offset[o] for o in c.in_slots),

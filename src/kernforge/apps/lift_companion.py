@@ -64,8 +64,8 @@ class Companion:
     OUT pointers; ``others``: the offsets of its pointer words to any other buffer (matched as
     recorded); ``image``: the interposer's id of the module image it was recorded from
     (deploy/native.py ``image_id``; None: not known, a kernel of its name from any image);
-    ``geometry``: the (grid, block, dynamic shared memory) it was recorded with (None: any).
-    FOLDED: ``faces``, what it does to OUT (lifted), applied in order. ELIDED
+    ``geometry``: the (grid, block, dynamic shared memory) it was recorded with (None: any);
+    ``attrs``: the launch attributes it was recorded with (72 bytes each). FOLDED: ``faces``, what it does to OUT (lifted), applied in order. ELIDED
     (``elided`` is not None): it writes only other buffers (``elided``), every written byte a
     function of the step's state, read by no later step (apps/elide_companion.py)."""
 
@@ -78,6 +78,7 @@ class Companion:
     elided: tuple[Written, ...] | None = None
     image: str | None = None
     geometry: tuple[tuple[int, int, int], tuple[int, int, int], int] | None = None
+    attrs: tuple[bytes, ...] = ()
 
     @property
     def role(self) -> str:
@@ -98,6 +99,8 @@ class Companion:
         if self.geometry is not None:  # launched with another, it is not this companion
             g, b, m = self.geometry
             d.update(grid=list(g), block=list(b), shared_mem=m)
+        if self.attrs:  # launched with other attributes, it is not this companion
+            d["launch_attrs"] = [a.hex() for a in self.attrs]
         return d
 
     def evidence(self) -> dict[str, object]:

@@ -262,7 +262,8 @@ def fused_spec(rec: NativeRecording, res: dict[str, Any], out_dir: Path) -> Path
                                tuple(int(o) for o in c["out_slots"]),
                                tuple(int(o) for o in c.get("same_slots") or ()),
                                str(c["image"]) if c.get("image") else None,
-                               _geometry(c))
+                               _geometry(c),
+                               tuple(bytes.fromhex(a) for a in c.get("launch_attrs") or ()))
                   for c in res.get("companions") or ()]
     entry = nd.fused_entry(rec, image=name, image_bytes=image, entry_name=res["entry"],
                            grid=res["grid"], block=res["block"], shared_mem=res["shared_mem"],

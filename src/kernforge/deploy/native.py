@@ -27,11 +27,16 @@ of the same name from another image (CuPy's module for another dtype, an NVRTC p
 with other defines) is then not the companion, and the step runs unfused. Optionally ``grid``,
 ``block`` and ``shared_mem`` (all three): the geometry it was recorded with; a launch of it
 with another (a boundary kernel whose blocks pick the faces it writes) is then not the
-companion. The
+companion. Optionally ``launch_attrs`` (and an entry's own, its kernel's): the launch
+attributes it was recorded with (:mod:`.native_guards`; absent: none). The
 fused function then stands for T whole steps, the companions included: it leaves IN and OUT as
 they do, and leaves to the step the interposer always holds after it whatever a companion
 writes elsewhere (an elided per-step diagnostic, apps/elide_companion.py); the interposer holds
 only whole matching steps.
+
+Any entry may hold ``guards``: the module globals whose values its kernel baked in, read by the
+interposer before that kernel first runs and after a write that may have reached them
+(:mod:`.native_guards`).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..backends.jit import JIT_OPTIONS
 from ..core import ConfigError
 from ..core.jsonio import parse_json, sign, signature_ok, write_json_atomic
+from .native_guards import Guard, attrs_problem, guards_problem, tagged_fields, with_guards
 from .specdoc import (
     LINES_MARK,
     is_native_spec,  # noqa: F401 - a name of this module too
@@ -75,7 +81,7 @@ class Companion(NamedTuple):
     wherever the program put the buffer. Every other byte must equal ``params``. ``image``:
     the :func:`image_id` of the image it was recorded from (None: a kernel of its name from
     any image). ``geometry``: the (grid, block, dynamic shared memory) it was recorded with
-    (None: any)."""
+    (None: any). ``attrs``: the launch attributes it was recorded with (72 bytes each)."""
     name: str
     params: bytes
     in_slots: tuple[int, ...]
@@ -83,6 +89,7 @@ class Companion(NamedTuple):
     same_slots: tuple[int, ...] = ()
     image: str | None = None
     geometry: Geometry | None = None
+    attrs: tuple[bytes, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.name, "params": bytes(self.params).hex(),
@@ -92,6 +99,8 @@ class Companion(NamedTuple):
         if self.geometry is not None:
             g, b, m = self.geometry
             d.update(grid=[int(x) for x in g], block=[int(x) for x in b], shared_mem=int(m))
+        if self.attrs:
+            d["launch_attrs"] = [bytes(a).hex() for a in self.attrs]
         return d | ({"image": self.image} if self.image is not None else {})
 
 
@@ -156,28 +165,33 @@ def entry(rec: NativeRecording, variant: Mapping[str, Any], image: str, image_by
 
 def replacement_entry(rec: NativeRecording, *, image: str, image_bytes: bytes, entry_name: str,
                       grid: Sequence[int], block: Sequence[int], shared_mem: int,
-                      carveout: int | None, evidence: Mapping[str, Any]) -> dict[str, Any]:
+                      carveout: int | None, evidence: Mapping[str, Any],
+                      guards: Sequence[Guard] = ()) -> dict[str, Any]:
     """An entry whose launch runs another function: ``entry_name`` of the image (a kernel with
     the recorded kernel's parameter layout, which receives the original parameter buffer, e.g.
-    an operator adapter, apps/adapter.py) with its own geometry and dynamic shared memory."""
+    an operator adapter, apps/adapter.py) with its own geometry and dynamic shared memory;
+    ``guards``: the globals whose values it baked in (:mod:`.native_guards`)."""
     e = entry(rec, {"block": list(block)}, image, image_bytes, evidence)
     e.update({"entry": entry_name, "new_grid": list(grid), "new_block": list(block),
               "new_shared_mem": int(shared_mem), "carveout": carveout, "jit": {}})
-    return e
+    return with_guards(e, guards)
 
 
 def fused_entry(rec: NativeRecording, *, image: str, image_bytes: bytes, entry_name: str,
                 grid: Sequence[int], block: Sequence[int], shared_mem: int, steps: int,
                 in_offset: int, out_offset: int, evidence: Mapping[str, Any],
-                carveout: int | None = None, companions: Sequence[Companion] = ()
-                ) -> dict[str, Any]:
+                carveout: int | None = None, companions: Sequence[Companion] = (),
+                guards: Sequence[Guard] = ()) -> dict[str, Any]:
     """A fused entry: ``entry_name`` of the image runs ``steps`` steps of the time loop at once,
     each a launch of the recorded kernel (the loop's buffers at ``in_offset`` and
     ``out_offset`` of the parameters swapped between steps) followed by the ``companions``;
-    checked as :func:`read_spec` checks it."""
+    held only with the launch attributes ``rec`` was recorded with; checked as
+    :func:`read_spec` checks it."""
     e = replacement_entry(rec, image=image, image_bytes=image_bytes, entry_name=entry_name,
                           grid=grid, block=block, shared_mem=shared_mem, carveout=carveout,
-                          evidence=evidence)
+                          evidence=evidence, guards=guards)
+    if rec.launch_attrs:
+        e["launch_attrs"] = [bytes(a).hex() for a in rec.launch_attrs]
     e["fuse"] = {"steps": steps, "in_offset": in_offset, "out_offset": out_offset}
     if companions:
         e["fuse"]["companions"] = [Companion(*c).as_json() for c in companions]
@@ -218,6 +232,9 @@ def check_fuse(e: Mapping[str, Any], where: str) -> None:
             raise refuse(f"compares the pointer at {what} {off}; the time loop swaps it")
     if i == o:
         raise refuse("has the same offset for IN and OUT")
+    why = attrs_problem(e.get("launch_attrs", []))
+    if why:
+        raise refuse(why)
     comps = fuse.get("companions", [])
     if not isinstance(comps, list) or len(comps) > MAX_COMPANIONS:
         raise refuse(f"has companions that are not a list of at most {MAX_COMPANIONS}")
@@ -227,12 +244,24 @@ def check_fuse(e: Mapping[str, Any], where: str) -> None:
             raise refuse(f"has a companion (#{k}) that {why}")
 
 
+def check_guards(e: Mapping[str, Any], where: str) -> None:
+    """Raise :class:`ConfigError` unless ``e``'s guards (if any) are ones the interposer
+    reads."""
+    why = guards_problem(e["guards"]) if "guards" in e else None
+    if why:
+        raise ConfigError(f"{where}: the entry of {e.get('name') or e.get('kernel')} {why}",
+                          hint="export the spec again from the tuning run")
+
+
 def companion_problem(c: Any) -> str | None:
     """What is wrong with a companion as the spec holds it (JSON), or None."""
     keys = ("name", "params", "in_slots", "out_slots")
-    if not isinstance(c, Mapping) or set(c) - {"same_slots", "image", *GEOMETRY} != set(keys):
+    if not isinstance(c, Mapping) or set(c) - {"same_slots", "image", "launch_attrs",
+                                               *GEOMETRY} != set(keys):
         return ("does not hold exactly name, params, in_slots and out_slots (and same_slots, "
-                "image, grid, block, shared_mem)")
+                "image, grid, block, shared_mem, launch_attrs)")
+    if "launch_attrs" in c and (why := attrs_problem(c["launch_attrs"])):
+        return why
     if "image" in c and not _is_image_id(c["image"]):
         return "has an image that is not 16 hex digits (not all 0): an image id"
     if any(k in c for k in GEOMETRY) and not _is_geometry(c):
@@ -307,6 +336,7 @@ def read_spec(path: Path) -> NativeSpec:
     spec = NativeSpec(path, tuple(doc["entries"]))
     for e in spec.entries:
         check_fuse(e, str(path))
+        check_guards(e, str(path))
         img = spec.image_path(e)
         if not img.is_file() or hashlib.sha256(img.read_bytes()).hexdigest() != e["image_sha256"]:
             raise ConfigError(f"{path}: the image of {e['name']} ({img}) is missing or altered",
@@ -350,6 +380,10 @@ def interposer_lines(spec: NativeSpec) -> str:
                            ",".join(map(str, c["out_slots"])) or "-"]
                 fields += [c.get("image") or "-"] if imaged else []
                 fields += [_geometry_field(c)] if placed else []
+        if e.get("guards"):
+            check_guards(e, str(spec.path))
+            fields += [] if e.get("fuse") is not None else ["-"]  # field 14: no fusion
+        fields += tagged_fields(e)
         if any(not f or "\t" in f or "\n" in f or "\r" in f or "\0" in f for f in fields):
             raise ConfigError(f"{spec.path}: entry {e['name']} has an empty field or one "
                               "holding a tab, a line break or a NUL byte",

@@ -13,7 +13,10 @@ libcuda so its driver calls bind by symbol) and ``nvcc``
 synchronizations, events, frees, other kernels and streams; ``fake_loop_direct`` the same bound
 by symbol). The kernel images hold ``heat_x3``/``_x5``/``_x7``/``_x63``: T heat steps in one
 launch, a fused operator for a temporal deployment entry, and ``interior_c3``/``_c5``/``_c7``:
-T steps of ``interior`` and its companions ``edge`` and ``mix`` (fake_loop's step ``b``). With the returned
+T steps of ``interior`` and its companions ``edge`` and ``mix`` (fake_loop's step ``b``), and
+``cheat``/``cheat_x5``, a heat step whose coefficient is a module global and 5 of them with it
+baked in (``fake_guard``, ``fakecuda/fake_guard.c``: writes to that global, launch attributes).
+With the returned
 :attr:`FakeCuda.env` a process loads the fake instead of a real driver; the interposer, the
 ctypes driver of native replay and the deploy path then run for real on the host.
 """
@@ -38,6 +41,7 @@ class FakeCuda:
     threads_app: Path | None = None
     loop_app: Path | None = None
     loop_direct: Path | None = None
+    guard_app: Path | None = None
 
     @property
     def nvrtc(self) -> Path:
@@ -84,6 +88,12 @@ class FakeCuda:
         assert app is not None
         return [str(app), str(self.kernels), str(n), script]
 
+    def guard_command(self, script: str, n: int = 1000) -> list[str]:
+        """``fake_guard``: cheat steps, interior steps through cuLaunchKernelEx and writes to
+        the module global cheat_c, as ``script`` says (fake_guard.c)."""
+        assert self.guard_app is not None
+        return [str(self.guard_app), str(self.kernels), str(n), script]
+
 
 def _cc() -> str:
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
@@ -98,7 +108,7 @@ def build(out: Path) -> FakeCuda:
     out.mkdir(parents=True, exist_ok=True)
     files = {}
     for name in ("fake_cuda.c", "fake_kernels.c", "fake_app.c", "fake_nvrtc.c",
-                 "fake_nvrtc_app.c", "fake_threads.c", "fake_loop.c"):
+                 "fake_nvrtc_app.c", "fake_threads.c", "fake_loop.c", "fake_guard.c"):
         files[name] = out / name
         files[name].write_bytes((src / name).read_bytes())
     cc = _cc()
@@ -117,6 +127,8 @@ def build(out: Path) -> FakeCuda:
         [cc, "-std=gnu11", "-O1", "-o", str(out / "fake_loop"), str(files["fake_loop.c"]), "-ldl"],
         [cc, "-std=gnu11", "-O1", "-DKF_DIRECT", "-o", str(out / "fake_loop_direct"),
          str(files["fake_loop.c"]), f"-L{out}", "-l:libcuda.so.1", "-ldl"],
+        [cc, "-std=gnu11", "-O1", "-o", str(out / "fake_guard"), str(files["fake_guard.c"]),
+         "-ldl"],
     ]
     for cmd in steps:
         done = subprocess.run(cmd, check=False, capture_output=True, text=True)
@@ -128,4 +140,4 @@ def build(out: Path) -> FakeCuda:
     nvcc.chmod(0o755)
     return FakeCuda(out, out / "kernels.so", out / "kernels_tuned.so", out / "fake_app",
                     out / "fake_nvrtc_app", out / "fake_threads", out / "fake_loop",
-                    out / "fake_loop_direct")
+                    out / "fake_loop_direct", out / "fake_guard")

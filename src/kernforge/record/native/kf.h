@@ -68,6 +68,7 @@ typedef struct {
   CUresult (*cuCtxPushCurrent)(CUcontext);
   CUresult (*cuCtxPopCurrent)(CUcontext *);
   CUresult (*cuStreamIsCapturing)(CUstream, int *);
+  CUresult (*cuThreadExchangeStreamCaptureMode)(int *);
 } kf_driver_t;
 extern kf_driver_t kf_drv;
 KF_RAW void *kf_real_dlsym(void *handle, const char *name);
@@ -234,7 +235,21 @@ void kf_defer_flush_locked(void);    /* the same, under kf_lock */
 void kf_defer_disable(const char *why); /* flush, and hold nothing from now on (one message) */
 extern unsigned long kf_defer_groups, kf_defer_unfused;
 int kf_harmless(const char *name);   /* a driver function that cannot observe held launches */
-void *kf_thunk_for(void *real);      /* a flushing thunk that calls `real` (real if none) */
+/* a flushing thunk that calls `real` (real if none), looked up as `name` (`exact`: a symbol
+ * name, as dlsym's; else a base name, as cuGetProcAddress's) */
+void *kf_thunk_for(void *real, const char *name, int exact);
+
+/* ---- guarded globals (kf_guard.c): writes that may reach them ---------------------------------- */
+/* which registers of a driver function hold the device range it writes (kf_writes_kind) */
+enum { KF_WRITES_NONE, KF_WRITES_RDX, KF_WRITES_RCX, KF_WRITES_R8, KF_WRITES_SET8,
+       KF_WRITES_SET16, KF_WRITES_SET32, KF_WRITES_SET2D8, KF_WRITES_SET2D16, KF_WRITES_SET2D32,
+       KF_WRITES_ANY };
+int kf_writes_kind(const char *name, int exact);
+int kf_guard_armed(void);  /* some guarded global was verified: writes are looked at */
+void kf_guard_dirty(void); /* something may have written a guarded global */
+void kf_guard_blind(void); /* a function is left unguarded: no guard can be verified any more */
+int kf_deploy_guarded(void); /* a deployment entry guards globals (kf_deploy.c) */
+void kf_guard_write(int kind, const unsigned long *regs); /* rdi, rsi, rdx, rcx, r8, r9 */
 void *kf_thunk_named(const char *name, void *found); /* NULL where `found` is the interposer's
                                                         thunk of a name the driver lacks */
 

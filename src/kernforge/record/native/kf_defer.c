@@ -11,7 +11,9 @@
  * parameter bytes the entry gives except at its slots, which hold this step's IN and OUT, and
  * at its "xx" bytes, which hold the first held step's (a pointer to a per-step diagnostic's
  * buffer: wherever the program put it, the same in every step); in later steps also the same
- * function, launch call, geometry and attributes as the first held step's. When T+1 whole
+ * function, launch call and geometry as the first held step's. Every held launch, the first
+ * step's included, has the launch attributes its line records for it (none unless it gives
+ * them; kf_guard.c compares them). When T+1 whole
  * steps are held, the first T run as ONE launch of the entry's fused function with the first
  * stencil's parameters, and the last step stays held. T is odd, so the fused launch writes the
  * first stencil's OUT, the buffer the T-th step writes; IN keeps the level before the first
@@ -32,6 +34,10 @@
  * contexts), and a context's destruction, release or reset flushes through its thunk first.
  * A fork flushes before it (a fork handler registered with the exit handler), so that the
  * child never holds, nor runs, the parent's launches.
+ *
+ * Before each chain's first fused launch the globals the entry guards are read (kf_guard.c):
+ * a value other than the one the fused function baked in runs what is held as the originals,
+ * and the entry's originals from then on.
  *
  * A launch on a stream being captured into a graph is never held (kf_defer_launch asks the
  * driver when a chain starts; cuStreamBeginCapture flushes first, as any other function).
@@ -61,6 +67,7 @@ typedef struct {
   uint8_t *store; /* (T + 1) steps: held launch i's parameters at (i / per) * step + at[i % per] */
   int held;
   held_t *h;      /* (T + 1) * per */
+  unsigned long groups; /* fused launches made: the entry's guards are read before the first */
 } chain_t;
 
 static chain_t **chains;
@@ -80,7 +87,7 @@ int kf_defer_enabled(void) {
 #endif
 }
 
-int kf_guarding(void) { return kf_defer_enabled() || kf_seq_enabled(); }
+int kf_guarding(void) { return kf_defer_enabled() || kf_seq_enabled() || kf_deploy_guarded(); }
 
 /* ---- running what is held --------------------------------------------------------------- */
 static int enter_ctx(CUcontext c) {
@@ -179,6 +186,13 @@ static void fire(chain_t *c) {
   kf_entry_t *e = c->e;
   int pushed = enter_ctx(c->ctx);
   const char *why = "it could not be loaded";
+  if (e->nguard && !kf_guards_ok(e, &c->h[0].l, c->fn[0], !c->groups, &why)) { /* baked in */
+    kf_guard_refused(e, why, "unfused");
+    e->disabled = 1;
+    run_originals(c);
+    leave_ctx(pushed);
+    return;
+  }
   CUfunction f = kf_entry_function(e, &why);
   CUresult rc = 999;
   if (f) {
@@ -196,7 +210,7 @@ static void fire(chain_t *c) {
       c->h[r] = c->h[last + (size_t)r], c->h[r].p = c->store + c->at[r];
     c->held = c->per;
     __atomic_sub_fetch(&nheld, (unsigned long)last, __ATOMIC_RELEASE);
-    e->groups++, kf_defer_groups++;
+    e->groups++, kf_defer_groups++, c->groups++;
   } else { /* the originals run, and go on running */
     if (!e->launch_failed++)
       kf_log("deploy: the fused launch of %s failed (CUDA error %d); it runs unfused", e->name,
@@ -214,9 +228,9 @@ static uint64_t word(const uint8_t *p, size_t off) {
   return v;
 }
 
+/* the same function through the same driver call (the attributes: as recorded, kf_guard.c) */
 static int same_call(const kf_launch_t *l, const kf_launch_t *h) {
-  return l->f == h->f && l->drv == h->drv && l->ex == h->ex && l->nattrs == h->nattrs &&
-         (!l->nattrs || !memcmp(l->attrs, h->attrs, (size_t)l->nattrs * KF_ATTR_SIZE));
+  return l->f == h->f && l->drv == h->drv && l->ex == h->ex;
 }
 
 static int continues(const chain_t *c, const kf_launch_t *l, const uint8_t *p, size_t n) {
@@ -333,7 +347,8 @@ int kf_defer_launch(kf_entry_t *e, kf_launch_t *l, kf_fn_t *fn, const uint8_t *p
                     CUresult *rc) {
   static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
   if (!kf_defer_enabled() || __atomic_load_n(&exiting, __ATOMIC_ACQUIRE) || !l->drv ||
-      n != e->keylen || word(p, e->fuse_in) == word(p, e->fuse_out))
+      n != e->keylen || word(p, e->fuse_in) == word(p, e->fuse_out) ||
+      ((l->nattrs || e->nattrs) && !kf_attrs_match(e->attrs, e->nattrs, l)))
     return 0;
   CUcontext ctx;
   pthread_t thread;
@@ -369,21 +384,26 @@ int kf_defer_launch(kf_entry_t *e, kf_launch_t *l, kf_fn_t *fn, const uint8_t *p
   return 1;
 }
 
+static int same3(const unsigned *a, const unsigned *b) {
+  return a[0] == b[0] && a[1] == b[1] && a[2] == b[2];
+}
+
 /* whether launch l of fn (parameters p, n bytes) is the companion chain c waits for */
 static int companion_fits(const chain_t *c, const kf_launch_t *l, kf_fn_t *fn,
                           const uint8_t *p, size_t n) {
   int r = c->held % c->per;
   if (!r) return 0; /* a stencil is due */
   const kf_comp_t *k = &c->e->comp[r - 1];
-  if (n != k->len) return 0;
+  if (n != k->len || ((l->nattrs || k->nattrs) && !kf_attrs_match(k->attrs, k->nattrs, l)))
+    return 0; /* the attributes: as recorded, in every step */
   if (c->held > r) { /* a whole step is held: the same launch as its companion there */
     const kf_launch_t *h = &c->h[r].l;
-    if (!same_call(l, h) || l->shmem != h->shmem || memcmp(l->grid, h->grid, sizeof l->grid) ||
-        memcmp(l->block, h->block, sizeof l->block))
+    if (!same_call(l, h) || l->shmem != h->shmem || !same3(l->grid, h->grid) ||
+        !same3(l->block, h->block))
       return 0;
   } else if (strcmp(fn->name, k->name) || !kf_comp_image_ok(k, l, fn) ||
-             (k->geom && (memcmp(l->grid, k->grid, sizeof l->grid) ||
-                          memcmp(l->block, k->block, sizeof l->block) || l->shmem != k->shmem))) {
+             (k->geom && (!same3(l->grid, k->grid) || !same3(l->block, k->block) ||
+                          l->shmem != k->shmem))) {
     return 0; /* later steps: the same function as here (so from the same image), geometry */
   }
   const uint8_t *s = c->h[c->held - r].p; /* this step's stencil */

@@ -21,6 +21,10 @@
  * a kernel of its name from another image (another dtype's module) is not the companion.
  * cgeometry is "gx,gy,gz/bx,by,bz/shmem", the companion's recorded grid, block and dynamic
  * shared memory, or "-" for any: a launch of it with another geometry is not the companion.
+ * After field 14 and the companions, tagged fields (kf_guard.c): "attrs:R:HEX", the launch
+ * attributes launch R of a fused entry's step was recorded with (none when absent), and
+ * "guard:IMAGE:SIZE:HASH:NAME", a module global the entry's kernel baked in (any entry; a
+ * one-launch line then has "-" as field 14).
  * A launch of `name` from that image with the same geometry and key runs `entry` of `image`
  * (loaded once per context with those JIT options) with the new geometry and the same
  * parameters. The source image tells apart kernels of one name compiled for other types (CuPy
@@ -50,7 +54,7 @@ static kf_entry_t *entries;       /* in the file's order */
 static size_t nentries, *by_name; /* entry indices by name, then by line */
 static const char **comp_names;   /* the companions' names, sorted */
 static size_t ncomp_names;
-static size_t malformed, nfused;
+static size_t malformed, nfused, nguarded;
 static unsigned long fallbacks;
 static int state, fuse_on;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -73,7 +77,7 @@ static void parse_all(const char *path, char *text, size_t size) {
       if (a) entries = a; else why = "no memory", cap = nentries;
     }
     if (!why && (why = kf_parse_entry(line, &e))) kf_entry_free(&e);
-    if (!why) nfused += e.fuse > 0, entries[nentries++] = e;
+    if (!why) nfused += e.fuse > 0, nguarded += e.nguard > 0, entries[nentries++] = e;
     else if (!malformed++) first_bad = line_no, first_why = why;
   }
   if (malformed)
@@ -126,6 +130,8 @@ static void load(void) {
 }
 
 int kf_deploy_fusing(void) { return kf_deploy_active() && fuse_on; }
+
+int kf_deploy_guarded(void) { return kf_deploy_active() && nguarded; }
 
 /* read once, by the first thread that asks; the others wait for the whole deployment */
 int kf_deploy_active(void) {
@@ -241,6 +247,11 @@ int kf_deploy_try(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psi
     }
     kf_defer_flush_locked();
     const char *why = NULL;
+    if (e->nguard && !kf_guards_ok(e, l, fn, 0, &why)) { /* a baked-in global changed */
+      kf_guard_refused(e, why, "unchanged");
+      e->disabled = 1;
+      continue;
+    }
     CUfunction f = kf_entry_function(e, &why);
     if (!f) { /* once: the entry is off from now on */
       e->failed++, e->disabled = 1;
@@ -291,6 +302,9 @@ void kf_deploy_report(void) {
     kf_put_str(&b, entries[i].name);
     kf_put(&b, ", \"replaced\": %lu, \"load_failures\": %lu, \"launch_failures\": %lu",
            entries[i].used, entries[i].failed, entries[i].launch_failed);
+    if (entries[i].nguard)
+      kf_put(&b, ", \"guards\": %u, \"guard_checks\": %lu, \"guard_refusals\": %lu",
+             entries[i].nguard, entries[i].guard_checks, entries[i].guard_refused);
     if (entries[i].fuse)
       kf_put(&b, ", \"fuse\": %u, \"companions\": %u, \"fused_groups\": %lu, "
              "\"flushed_unfused\": %lu", entries[i].fuse, entries[i].ncomp, entries[i].groups,

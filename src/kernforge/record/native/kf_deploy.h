@@ -9,6 +9,17 @@
 #define KEY_LIMIT 32768            /* parameter bytes of one launch (CUDA allows 32764) */
 #define MAX_JIT 4
 #define MAX_COMP 8 /* companions of a fused entry: launches that follow its kernel in a step */
+#define MAX_ATTRS 16 /* launch attributes of one recorded launch in a line */
+#define MAX_GUARD 8  /* guarded globals of one line */
+#define GUARD_LIMIT (1U << 20) /* bytes of one guarded global */
+/* a global (a __constant__ or __device__ variable) whose value the entry's kernel baked in:
+ * the symbol `name` of the module the launched kernel comes from (its image `image`, 0 = the
+ * launched kernel's, whatever it is), `size` bytes whose FNV-1a 64 is `hash` (kf_guard.c) */
+typedef struct {
+  char *name;
+  uint64_t image, hash;
+  size_t size;
+} kf_guard_t;
 typedef struct {
   char *name;         /* the companion kernel's (mangled) name */
   uint8_t *params;    /* its parameter bytes (len), compared except at the slots */
@@ -20,6 +31,8 @@ typedef struct {
   uint64_t image;     /* the id of the image the companion was recorded from, 0 = any */
   int geom;           /* 1: launched with grid, block and shmem only (as recorded), 0: any */
   unsigned grid[3], block[3], shmem;
+  uint8_t *attrs;     /* the recorded launch attributes (KF_ATTR_SIZE each), NULL: none */
+  unsigned nattrs;
 } kf_comp_t;
 typedef struct {
   char *name, *image, *entry;
@@ -40,6 +53,13 @@ typedef struct {
   unsigned comp_fields;     /* fields a companion in the line: 4, 5 (its image), 6 (geometry) */
   kf_comp_t *comp;
   unsigned long groups, unfused; /* fused launches made; held launches run as the originals */
+  uint8_t *attrs;   /* a fused entry's recorded launch attributes ("attrs:0:"), NULL: none */
+  unsigned nattrs;
+  kf_guard_t guard[MAX_GUARD]; /* "guard:" fields: checked before the entry's kernel runs */
+  unsigned nguard;
+  int guard_ok;               /* verified in guard_ctx, no guarded byte written since then */
+  unsigned long guard_epoch, guard_checks, guard_refused;
+  CUcontext guard_ctx;
 } kf_entry_t;
 
 /* the id of the image fn (launched as l) comes from, 0 when unknown; asked once per function */
@@ -56,6 +76,18 @@ int kf_defer_launch(kf_entry_t *e, kf_launch_t *l, kf_fn_t *fn, const uint8_t *p
 /* under kf_lock: hold a launch that is the companion a chain on its stream waits for; as
  * kf_defer_launch */
 int kf_defer_companion(kf_launch_t *l, kf_fn_t *fn, const uint8_t *p, size_t n, CUresult *rc);
+
+/* whether launch l has the attributes `attrs` (n of them, as recorded) in that order: the
+ * same ids, and the same bytes of each value that the attribute uses (kf_guard.c) */
+int kf_attrs_match(const uint8_t *attrs, unsigned n, const kf_launch_t *l);
+/* whether every global e guards holds the bytes e was built for, in the module l's function
+ * comes from (read when `again`, or not yet read, or after a write that may have reached
+ * one); 0 and *why */
+int kf_guards_ok(kf_entry_t *e, const kf_launch_t *l, kf_fn_t *fn, int again, const char **why);
+/* one message per entry: its guard failed (why), so `what` runs from now on */
+void kf_guard_refused(kf_entry_t *e, const char *why, const char *what);
+/* FNV-1a 64 of n bytes (0 written as 1), as kf_image_id and deploy/native.py's image_id */
+uint64_t kf_fnv64(const void *p, size_t n);
 
 /* the bytes of a regular file of at most `limit` bytes, NUL-terminated (free them); else NULL
  * and *why (a FIFO, a device or a directory is never read, nor waited for) */

@@ -94,6 +94,7 @@ COOP(cuLaunchCooperativeKernel_ptsz)
     graph_fn real = (graph_fn)kf_slot(&kf_real_##name, #name, (void *)name);               \
     if (!real) return 999;                                                                  \
     __atomic_add_fetch(&kf_n_graphs, 1, __ATOMIC_RELAXED);                                  \
+    if (kf_guard_armed()) kf_guard_dirty(); /* its copies and memsets are not seen */       \
     kf_defer_flush();                                                                       \
     return real(exec, s);                                                                   \
   }
@@ -157,10 +158,11 @@ static void *hand_out(const hook_t *h, void *real) {
   return h->wrapper;
 }
 
-/* any other driver function, while launches may be held or a sequence recorded: a flushing
- * thunk (kf_thunk.c) */
-static void *guard(const char *name, void *real) {
-  return kf_guarding() && !kf_harmless(name) ? kf_thunk_for(real) : real;
+/* any other driver function, while launches may be held, a sequence recorded or globals
+ * guarded: a flushing thunk (kf_thunk.c); `exact`: name is a symbol (dlsym's), not a base name
+ * (cuGetProcAddress's, whose answer has the current ABI: _v2 pointers) */
+static void *guard(const char *name, void *real, int exact) {
+  return kf_guarding() && !kf_harmless(name) ? kf_thunk_for(real, name, exact) : real;
 }
 
 /* dlsym(handle, "cuLaunchKernel") and the like: the wrapper, with the real function kept.
@@ -178,7 +180,7 @@ KF_RAW void *dlsym(void *handle, const char *name) {
     if (kf_same(hooks[i].name, name))
       return handle == RTLD_DEFAULT && real != hooks[i].wrapper ? real
                                                                   : hand_out(&hooks[i], real);
-  return guard(name, real);
+  return guard(name, real, 1);
 }
 
 /* which hook the driver's answer to cuGetProcAddress(base, ...) is: by address, else by flags */
@@ -193,11 +195,11 @@ static void *proc_address(const char *symbol, void *fn, unsigned long long flags
     if (lib && kf_real_dlsym(lib, hooks[i].name) == fn) return hand_out(&hooks[i], fn);
     if (hooks[i].ptds < 0 || hooks[i].ptds == ((flags & KF_PTDS_FLAG) != 0)) by_flags = &hooks[i];
   }
-  if (!candidates) return guard(symbol, fn);
+  if (!candidates) return guard(symbol, fn, 0);
   if (by_flags && (candidates == 1 || flags)) return hand_out(by_flags, fn);
   kf_log("cuGetProcAddress(%s): the driver's function is not one kernforge knows; "
          "its calls are not seen", symbol);
-  return kf_guarding() ? kf_thunk_for(fn) : fn;
+  return kf_guarding() ? kf_thunk_for(fn, symbol, 0) : fn;
 }
 
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, unsigned long long flags) {

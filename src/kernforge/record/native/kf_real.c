@@ -167,6 +167,7 @@ static void resolve(void) {
   R(cuCtxPushCurrent, "cuCtxPushCurrent_v2");
   R(cuCtxPopCurrent, "cuCtxPopCurrent_v2");
   R(cuStreamIsCapturing, "cuStreamIsCapturing");
+  R(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
 #undef R
   /* the events are used together: one missing, none is used */
   if (!kf_drv.cuEventCreate || !kf_drv.cuEventRecord || !kf_drv.cuEventSynchronize ||

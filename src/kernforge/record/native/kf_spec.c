@@ -232,20 +232,90 @@ static const char *parse_companions(kf_entry_t *e, char **f) {
   return NULL;
 }
 
-void kf_entry_free(kf_entry_t *e) {
-  free(e->name), free(e->image), free(e->entry), free(e->key), free(e->mask);
-  for (unsigned i = 0; e->comp && i < e->ncomp; i++)
-    free(e->comp[i].name), free(e->comp[i].params), free(e->comp[i].slot), free(e->comp[i].is_out),
-        free(e->comp[i].same);
-  free(e->comp);
+/* "attrs:R:HEX": the launch attributes recorded for role R of a fused entry (0 its kernel,
+ * 1 to C its companions), KF_ATTR_SIZE bytes each as hex, 1 to MAX_ATTRS of them */
+static const char *parse_attrs(kf_entry_t *e, const char *s) {
+  unsigned long long r;
+  if (!e->fuse) return "attrs: is for a fused entry";
+  if (number(&s, MAX_COMP, &r) || *s++ != ':' || r > e->ncomp)
+    return "attrs: is not attrs:R:HEX with R from 0 to the entry's companions";
+  size_t len = strlen(s), n = len / (2 * KF_ATTR_SIZE);
+  if (!n || n > MAX_ATTRS || len % (2 * KF_ATTR_SIZE))
+    return "attrs: does not hold 1 to 16 launch attributes of 72 bytes each";
+  uint8_t **to = r ? &e->comp[r - 1].attrs : &e->attrs;
+  unsigned *count = r ? &e->comp[r - 1].nattrs : &e->nattrs;
+  if (*to) return "attrs: is given twice for one launch";
+  if (!(*to = malloc(n * KF_ATTR_SIZE))) return "no memory";
+  for (size_t i = 0; i < n * KF_ATTR_SIZE; i++) {
+    int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
+    if (hi < 0 || lo < 0) return "attrs: holds a character that is not hex";
+    (*to)[i] = (uint8_t)(hi << 4 | lo);
+  }
+  *count = (unsigned)n;
+  return NULL;
 }
 
+static int hex64(const char *s, size_t len, uint64_t *v) {
+  *v = 0;
+  if (len != 16) return -1;
+  for (size_t i = 0; i < 16; i++) {
+    int h = hexval(s[i]);
+    if (h < 0) return -1;
+    *v = *v << 4 | (uint64_t)h;
+  }
+  return 0;
+}
+
+/* "guard:IMAGE:SIZE:HASH:NAME": the global NAME (the rest of the field) of the image IMAGE
+ * ("-": the launched kernel's) holds SIZE bytes (1 to GUARD_LIMIT) whose FNV-1a 64 is HASH */
+static const char *parse_guard(kf_entry_t *e, const char *s) {
+  const char *bad = "guard: is not guard:IMAGE:SIZE:HASH:NAME (IMAGE - or 16 hex digits, SIZE "
+                    "1 to 2^20, HASH 16 hex digits)";
+  if (e->nguard == MAX_GUARD) return "a line has more than 8 guard: fields";
+  kf_guard_t *g = &e->guard[e->nguard];
+  const char *c = strchr(s, ':');
+  char img[17];
+  unsigned long long size;
+  if (!c || (size_t)(c - s) > 16) return bad;
+  memcpy(img, s, (size_t)(c - s)), img[c - s] = '\0', s = c + 1;
+  if (image_id(img, &g->image) || number(&s, GUARD_LIMIT, &size) || !size || *s++ != ':' ||
+      !(c = strchr(s, ':')) || hex64(s, (size_t)(c - s), &g->hash) || !c[1])
+    return bad;
+  for (unsigned i = 0; i < e->nguard; i++)
+    if (!strcmp(e->guard[i].name, c + 1) && e->guard[i].image == g->image)
+      return "guard: names one global twice";
+  if (!(g->name = strdup(c + 1))) return "no memory";
+  g->size = (size_t)size, e->nguard++;
+  return NULL;
+}
+
+/* the fields after field 14 and its companions: each attrs: or guard: */
+static const char *parse_tagged(kf_entry_t *e, char **f, int n) {
+  for (int i = 0; i < n; i++) {
+    const char *why = !strncmp(f[i], "attrs:", 6) ? parse_attrs(e, f[i] + 6)
+                    : !strncmp(f[i], "guard:", 6) ? parse_guard(e, f[i] + 6)
+                    : "a field after field 14 and its companions is not attrs: or guard:";
+    if (why) return why;
+  }
+  return NULL;
+}
+
+void kf_entry_free(kf_entry_t *e) {
+  free(e->name), free(e->image), free(e->entry), free(e->key), free(e->mask), free(e->attrs);
+  for (unsigned i = 0; e->comp && i < e->ncomp; i++)
+    free(e->comp[i].name), free(e->comp[i].params), free(e->comp[i].slot), free(e->comp[i].is_out),
+        free(e->comp[i].same), free(e->comp[i].attrs);
+  free(e->comp);
+  for (unsigned i = 0; i < e->nguard; i++) free(e->guard[i].name);
+}
+
+#define MAX_FIELDS (14 + 6 * MAX_COMP + MAX_COMP + 1 + MAX_GUARD)
 const char *kf_parse_entry(char *line, kf_entry_t *e) {
-  char *f[14 + 5 * MAX_COMP];
+  char *f[MAX_FIELDS];
   int n = 0;
   memset(e, 0, sizeof *e);
   for (char *p = line;;) {
-    if (n == 14 + 5 * MAX_COMP) return "it has more fields than 8 companions need";
+    if (n == MAX_FIELDS) return "it has more fields than 8 companions and their guards need";
     f[n++] = p;
     char *tab = strchr(p, '\t');
     if (!tab) break;
@@ -257,10 +327,11 @@ const char *kf_parse_entry(char *line, kf_entry_t *e) {
   const char *why = parse_numbers(e, f, n);
   if (!why) why = parse_key(e, f[4]);
   if (!why && n >= 14) why = parse_fuse(e, f[13]);
-  if (!why && n != 14 + (int)(e->comp_fields * e->ncomp) && n > 13)
-    why = e->ncomp ? "a fused entry's companions are not W fields each, as many as it says"
-                   : "it has more than 14 fields";
+  int tagged = 14 + (int)(e->comp_fields * e->ncomp); /* attrs: and guard: fields from here */
+  if (!why && n > 13 && n < tagged)
+    why = "a fused entry's companions are not W fields each, as many as it says";
   if (!why && e->ncomp) why = parse_companions(e, f + 14);
+  if (!why && n > tagged) why = parse_tagged(e, f + tagged, n - tagged);
   if (!why) why = parse_jit(e, f[7]);
   if (!why && (!(e->name = strdup(f[0])) || !(e->image = strdup(f[5])) ||
                !(e->entry = strdup(f[6]))))

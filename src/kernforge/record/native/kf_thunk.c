@@ -18,6 +18,10 @@
  *   deferral is on: a pool of KF_POOL thunks, one per distinct function pointer. When the pool
  *   is used up, deferral is turned off for the process (after a flush), never a function left
  *   unguarded while launches may be held.
+ * While a deployment guards globals (kf_guard.c) the thunks are handed out too, and each tells
+ * kf_guard_write the caller's argument registers, so that a copy or memset into a guarded
+ * global is seen (what each function writes, kf_writes_kind, is known by its name: a pool
+ * thunk's from the name it was looked up by, a named thunk's from its own).
  * What stays open: a program linked by symbol to a driver function newer than kf_names.h.
  * The thunks cost a few nanoseconds a call and flush only when something is held. */
 #define _GNU_SOURCE
@@ -29,7 +33,8 @@
 #define KF_NAMED_BASE 0x100000
 
 void *kf_slot(void **slot, const char *name, void *self);
-__attribute__((visibility("hidden"), used)) void *kf_thunk_enter(unsigned long i);
+__attribute__((visibility("hidden"), used)) void *kf_thunk_enter(unsigned long i,
+                                                                   const unsigned long *regs);
 
 #if defined(__x86_64__)
 #define NAMED_ASM(name)                                                                    \
@@ -46,7 +51,8 @@ __asm__(".text\n"
         "  movq %rdi, 128(%rsp)\n  movq %rsi, 136(%rsp)\n  movq %rdx, 144(%rsp)\n"
         "  movq %rcx, 152(%rsp)\n  movq %r8, 160(%rsp)\n  movq %r9, 168(%rsp)\n"
         "  movq %rax, 176(%rsp)\n"
-        "  movq 8(%rbp), %rdi\n  call kf_thunk_enter\n  movq %rax, %r11\n"
+        "  movq 8(%rbp), %rdi\n  leaq 128(%rsp), %rsi\n  call kf_thunk_enter\n"
+        "  movq %rax, %r11\n"
         "  movdqu 0(%rsp), %xmm0\n  movdqu 16(%rsp), %xmm1\n  movdqu 32(%rsp), %xmm2\n"
         "  movdqu 48(%rsp), %xmm3\n  movdqu 64(%rsp), %xmm4\n  movdqu 80(%rsp), %xmm5\n"
         "  movdqu 96(%rsp), %xmm6\n  movdqu 112(%rsp), %xmm7\n"
@@ -69,23 +75,38 @@ extern char kf_pool_thunks[], kf_pool_end[], kf_named_thunks[], kf_named_end[];
 static const char *const named[] = {KF_FLUSHING(STR)};
 #define NNAMED (sizeof named / sizeof *named)
 static void *named_slot[NNAMED];
+static unsigned char named_kind[NNAMED]; /* kf_writes_kind + 1, 0 = not asked yet */
 _Static_assert(KF_POOL == 4096, "the pool's size is written in the assembly above");
 #endif
 
 static void *pool[KF_POOL];
+static unsigned char pool_kind[KF_POOL]; /* what each writes (kf_writes_kind) */
 static unsigned npool;
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static CUresult no_driver(void) { return 999; /* CUDA_ERROR_UNKNOWN */ }
 
-void *kf_thunk_enter(unsigned long i) {
+/* regs: the caller's rdi, rsi, rdx, rcx, r8, r9 (a write to a guarded global is seen there) */
+void *kf_thunk_enter(unsigned long i, const unsigned long *regs) {
   void *target = NULL;
 #if defined(__x86_64__)
-  if (i >= KF_NAMED_BASE && i - KF_NAMED_BASE < NNAMED)
-    target = kf_slot(&named_slot[i - KF_NAMED_BASE], named[i - KF_NAMED_BASE],
-                     kf_named_thunks + 16 * (i - KF_NAMED_BASE));
-  else if (i < KF_POOL)
+  int kind = KF_WRITES_ANY;
+  if (i >= KF_NAMED_BASE && i - KF_NAMED_BASE < NNAMED) {
+    unsigned long k = i - KF_NAMED_BASE;
+    target = kf_slot(&named_slot[k], named[k], kf_named_thunks + 16 * k);
+    if (kf_guard_armed()) {
+      unsigned char c = __atomic_load_n(&named_kind[k], __ATOMIC_RELAXED);
+      if (!c) __atomic_store_n(&named_kind[k], c = (unsigned char)(kf_writes_kind(named[k], 1) + 1),
+                               __ATOMIC_RELAXED);
+      kind = c - 1;
+    }
+  } else if (i < KF_POOL) {
     target = __atomic_load_n(&pool[i], __ATOMIC_ACQUIRE);
+    kind = __atomic_load_n(&pool_kind[i], __ATOMIC_RELAXED);
+  }
+  if (kf_guard_armed()) kf_guard_write(kind, regs);
+#else
+  (void)i, (void)regs;
 #endif
   kf_defer_flush();
   return target ? target : (void *)no_driver;
@@ -101,14 +122,19 @@ static int is_thunk(const void *p) {
 #endif
 }
 
-void *kf_thunk_for(void *real) {
+void *kf_thunk_for(void *real, const char *name, int exact) {
 #if defined(__x86_64__)
   if (!real || is_thunk(real)) return real;
+  unsigned char kind = (unsigned char)kf_writes_kind(name, exact);
   pthread_mutex_lock(&pool_lock);
   void *t = NULL;
   for (unsigned i = 0; i < npool && !t; i++)
-    if (pool[i] == real) t = kf_pool_thunks + 16 * i;
+    if (pool[i] == real) { /* looked up again, maybe by another name: both kinds hold */
+      t = kf_pool_thunks + 16 * i;
+      if (pool_kind[i] != kind) __atomic_store_n(&pool_kind[i], KF_WRITES_ANY, __ATOMIC_RELAXED);
+    }
   if (!t && npool < KF_POOL) {
+    __atomic_store_n(&pool_kind[npool], kind, __ATOMIC_RELAXED);
     __atomic_store_n(&pool[npool], real, __ATOMIC_RELEASE);
     t = kf_pool_thunks + 16 * npool++;
   }
@@ -116,6 +142,9 @@ void *kf_thunk_for(void *real) {
   if (t) return t;
   kf_defer_disable("the program looked up more than 4096 driver functions");
   kf_seq_disable("the program looked up more than 4096 driver functions");
+  kf_guard_blind();
+#else
+  (void)name, (void)exact;
 #endif
   return real;
 }

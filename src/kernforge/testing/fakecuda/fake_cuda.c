@@ -148,6 +148,7 @@ CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *n, module_t *m, const char
   if (n) *n = *size;
   return OK;
 }
+CUresult cuFuncGetModule(module_t **m, func_t *f) { if (!f->mod) return INVALID_HANDLE; *m = f->mod; return OK; }
 /* an unloaded module's functions cannot be launched any more (CUDA_ERROR_INVALID_HANDLE) */
 CUresult cuModuleUnload(module_t *m) { m->unloaded = 1; return OK; }
 CUresult cuFuncSetAttribute(func_t *f, int attr, int v) { (void)f, (void)attr, (void)v; return OK; }

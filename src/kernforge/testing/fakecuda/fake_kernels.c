@@ -203,3 +203,47 @@ void sqacc(const unsigned *grid, const unsigned *block, void **p) {
   (void)grid, (void)block;
   (*(double **)p[3])[0] += sq_sum(p);
 }
+
+/* A heat step whose coefficient is a module global (fake_guard.c's step "g"): cheat(in, out, n)
+ * reads cheat_c, which the program may set (cuModuleGetGlobal + cuMemcpyHtoD). The tuned build's
+ * cheat, and cheat_xT (T steps at once), bake its initial value in, as a lifted operator does. */
+double cheat_c = 0.25;
+const size_t cheat_c_size = sizeof cheat_c;
+#define CHEAT_BAKED 0.25
+static void cheat_steps(void **p, int steps, double c) {
+  const double *in = *(const double **)p[0];
+  double *out = *(double **)p[1];
+  int n = *(int *)p[2];
+  double *buf = malloc(2 * (size_t)n * sizeof *buf), *x = buf, *y = buf + n;
+  if (!buf) return;
+  for (int i = 0; i < n; i++) x[i] = in[i];
+  for (int s = 0; s < steps; s++) {
+    for (int i = 0; i < n; i++)
+      y[i] = (i == 0 || i == n - 1) ? x[i] : x[i] + c * (x[i - 1] - 2 * x[i] + x[i + 1]);
+    double *t = x;
+    x = y, y = t;
+  }
+  for (int i = 0; i < n; i++) out[i] = x[i];
+  free(buf);
+}
+const char *cheat_params = "8,8,4";
+void cheat(const unsigned *grid, const unsigned *block, void **p) {
+  (void)grid, (void)block;
+#ifdef KF_TUNED
+  tuned_launches++;
+  cheat_steps(p, 1, CHEAT_BAKED);
+#else
+  cheat_steps(p, 1, cheat_c);
+#endif
+}
+const char *setc_params = "8"; /* setc(double v): cheat_c = v, a kernel writing the global */
+void setc(const unsigned *grid, const unsigned *block, void **p) {
+  (void)grid, (void)block;
+  cheat_c = *(double *)p[0];
+}
+const char *cheat_x5_params = "8,8,4";
+void cheat_x5(const unsigned *grid, const unsigned *block, void **p) {
+  (void)grid, (void)block;
+  fused_launches++;
+  cheat_steps(p, 5, CHEAT_BAKED);
+}
