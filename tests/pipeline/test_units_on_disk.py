@@ -64,7 +64,6 @@ def test_committed_units_replay_correct(on_fake: FakeCuda, on_disk: Path) -> Non
     units = load_units(on_disk)
     assert [u.path.name for u in units.recordings] == ["axpy-0"]
     assert [u.path.name for u in units.native] == ["heat-0"]
-    done = replay_units(units, repeat=2, warmup=0, isolation=in_process)
-    rows = done.rows()
-    assert [(u, k) for u, k, _ in rows] == [("axpy-0", "axpy"), ("heat-0", "heat")]
-    assert all(m.ok for _, _, m in rows), [m.message for _, _, m in rows]
+    rows = replay_units(units, repeat=2, warmup=0, isolation=in_process)
+    assert [(r.unit, r.kernel) for r in rows] == [("axpy-0", "axpy"), ("heat-0", "heat")]
+    assert all(r.measurement.ok for r in rows), [r.measurement.message for r in rows]

@@ -219,7 +219,7 @@ def test_integrity_validate_takes_sequence_units(on_fake_nvrtc: FakeCuda, tmp_pa
     wrong.write_text(code.replace("y[i] = v;", "y[i] = v + (i == 7);"))
     assert main(["integrity", "validate", str(unit), "--source", str(faster),
                  "--passes", "3"]) == 0
-    assert "ACCEPTED" in capsys.readouterr().out
+    assert "accepted" in capsys.readouterr().out
     assert main(["integrity", "validate", str(unit), "--source", str(wrong)]) == 5
     assert "WRONG_RESULT" in capsys.readouterr().out
     assert main(["integrity", "validate", str(unit), "--opt", "x=1"]) == 2

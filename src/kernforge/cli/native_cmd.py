@@ -1,5 +1,5 @@
-"""The tables of native (driver-level) units: ``kernforge replay``, ``inspect`` and ``tune``
-print them from what :mod:`kernforge.pipeline.units` returns."""
+"""The tables of native (driver-level) units: ``kernforge inspect`` and ``tune`` print them
+from what :mod:`kernforge.pipeline.units` returns."""
 
 from __future__ import annotations
 
@@ -10,30 +10,8 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from ..core import Measurement
 from ..core.fmt import fmt_time
 from .output import console
-
-
-def print_native_replay(rows: list[tuple[str, str, Measurement, dict[str, Any]]]) -> None:
-    table = Table(title="replay of native units (driver API, recorded addresses)")
-    for col in ("unit", "kernel", "status", "median", "in app", "replay/app", "cache",
-                "placed"):
-        table.add_column(col, justify="right" if col in ("median", "in app", "replay/app")
-                         else "left")
-    for unit, name, m, info in rows:
-        style = "green" if m.ok else "bold red"
-        app = info.get("app_time_ms")
-        ratio = f"{m.median / (app / 1e3):.2f}" if m.ok and app and app > 0 else "-"
-        placed = f"relocated {info['relocated']}" if info["relocated"] else "recorded"
-        table.add_row(escape(unit), escape(name[:60]), f"[{style}]{m.status.value}[/]",
-                      fmt_time(m.median if m.ok else None),
-                      fmt_time(app / 1e3 if app and app > 0 else None), ratio,
-                      escape(info["cache"]["protocol"]), placed)
-    console.print(table)
-    for unit, _, _, info in rows:
-        console.print(f"  {escape(unit)}: cache {escape(info['cache']['protocol'])} "
-                      f"({escape(info['cache']['reason'])})", soft_wrap=True)
 
 
 def print_native_inspect(recs: Sequence[Any]) -> None:

@@ -1,6 +1,6 @@
-"""Native units (launches the driver interposer recorded from unchanged programs) on the unit
-pipelines' path (:mod:`.units`): replayed at their recorded addresses, bound to a ``--source``
-file and tuned (loaded and described as every unit is: :mod:`.loading`, :mod:`.units`). Each unit runs in a child process
+"""Native units (launches the driver interposer recorded from unchanged programs) bound to a
+``--source`` file and tuned (loaded, described, replayed and validated as every unit is:
+:mod:`.loading`, :mod:`.units`). Each unit runs in a child process
 (:mod:`kernforge.replay.native_child`), so a crash costs that unit only."""
 
 from __future__ import annotations
@@ -8,63 +8,15 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from ..backends.image_build import BindingError
-from ..core import Measurement, RecordingError
+from ..core import RecordingError
 from ..core.native import NativeRecording, NativeSource
 from ..deploy.gate import NOISE_BAND, refusal
-from ..replay.cache_protocol import choose
-from ..replay.native import NativeVariant
-from ..replay.native_child import run_isolated
 from ..replay.native_share import share_winners
 from ..replay.native_tune import RESULT, NativeTuning, bind, tune_native, write_results
 from ..replay.tuning import keep_earlier
 from .notes import QUIET, Notes
-
-NativeRow = tuple[str, str, Measurement, dict[str, Any]]  # unit, kernel, measurement, info
-
-
-def replay_native(recs: Sequence[NativeRecording], *, warmup: int, repeat: int,
-                  tolerance: str | None, dtype: str | None, cache: str | None = None,
-                  others: bool = False, notes: Notes = QUIET) -> list[NativeRow]:
-    """Each unit replayed in its own process at its recorded addresses: verify, time, in its
-    cache state (``cache`` auto, or None with no user's choice kept: a unit whose time in the
-    program is known is replayed both ways and keeps the state nearer to it,
-    :func:`~kernforge.replay.cache_protocol.choose`; None keeps a user's earlier ``--cache warm|flushed``). A unit whose
-    data turns out damaged (a blob failing its hash) is skipped (``notes.damaged``) while
-    other units replay (``others``: units of another kind did); with none left, its
-    RecordingError is raised."""
-    rows: list[NativeRow] = []
-    damaged: list[RecordingError] = []
-    for rec in recs:
-        outs: dict[bool, dict[str, Any]] = {}
-
-        def once(flush: bool, rec: NativeRecording = rec,
-                 outs: dict[bool, dict[str, Any]] = outs) -> float | None:
-            outs[flush] = run_isolated(rec.path, [NativeVariant()], warmup=warmup,
-                                       repeat=repeat, tolerance=tolerance, dtype=dtype,
-                                       flush=flush)
-            m = outs[flush]["measurements"][0]
-            return m.median if m.ok else None
-
-        try:
-            choice = choose(rec, cache, once)
-            if choice.flush not in outs:
-                once(choice.flush)
-        except RecordingError as exc:
-            damaged.append(exc)
-            continue
-        out = outs[choice.flush]
-        m = out["measurements"][0]
-        info = {"relocated": out.get("relocated") or [], "refusals": out.get("refusals") or [],
-                "app_time_ms": rec.capture.get("app_time_ms"), "cache": choice.to_json()}
-        rows.append((rec.path.name, rec.name, m, info))
-    if damaged and not rows and not others:
-        raise damaged[0]
-    for bad in damaged:
-        notes.damaged(bad)
-    return rows
 
 
 def bind_units(recs: Sequence[NativeRecording], src: NativeSource,

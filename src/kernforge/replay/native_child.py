@@ -38,7 +38,9 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
         rec = read_native(request["unit"], verify=True)
     except RecordingError as exc:
         return {"recording_error": exc.message, "hint": exc.hint}
-    tol = Tolerance.parse(request["tolerance"]) if request.get("tolerance") else None
+    given = request.get("tolerance")
+    tol = (Tolerance.from_json(given) if isinstance(given, dict)
+           else Tolerance.parse(given) if given else None)
     try:
         rp = NativeReplay(rec, fixed=request.get("fixed", True))
     except KernforgeError as exc:
@@ -59,17 +61,19 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
         ab = compare(rp, variants[cmp[0]], variants[cmp[1]], passes=request.get("passes", 7))
         out["compare"] = {"speedup": ab.speedup, "ci": [ab.ci_low, ab.ci_high],
                           "median_a": ab.median_a, "median_b": ab.median_b,
-                          "ratios": list(ab.ratios), "confidence": ab.confidence}
+                          "ratios": list(ab.ratios), "confidence": ab.confidence,
+                          "ab": ab.to_json()}
     return out
 
 
 def run_isolated(unit: str | Path, variants: Sequence[NativeVariant], *, warmup: int = 3,
-                 repeat: int = 10, tolerance: str | None = None, dtype: str | None = None,
+                 repeat: int = 10, tolerance: Tolerance | str | None = None,
+                 dtype: str | None = None,
                  compare_pair: tuple[int, int] | None = None, passes: int = 7,
                  timeout_s: float = 300.0, fixed: bool = True, flush: bool | None = None
                  ) -> dict[str, Any]:
     """Evaluate ``variants`` of one unit in a fresh process; every variant gets a result.
-    With a ``tolerance`` (a Tolerance spec), written memory is compared as ``dtype``, by default
+    With a ``tolerance`` (a Tolerance or its spec), written memory is compared as ``dtype``, by default
     the element type all the kernel's pointer parameters share (from its mangled name)."""
     if flush is None:  # the unit's cache state (cache_protocol.py)
         from ..record.native_format import read_native
@@ -77,7 +81,9 @@ def run_isolated(unit: str | Path, variants: Sequence[NativeVariant], *, warmup:
 
         flush = protocol_for(read_native(unit)).flush
     request = {"unit": str(unit), "variants": [v.to_json() for v in variants], "warmup": warmup,
-               "repeat": repeat, "tolerance": tolerance, "dtype": dtype,
+               "repeat": repeat, "dtype": dtype,
+               "tolerance": tolerance.to_json() if isinstance(tolerance, Tolerance)
+               else tolerance,
                "compare": list(compare_pair) if compare_pair else None, "passes": passes,
                "fixed": fixed, "flush": flush}
     with tempfile.TemporaryDirectory(prefix="kf-native-") as tmp:
