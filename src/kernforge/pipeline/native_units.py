@@ -10,12 +10,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..backends.image_build import BindingError
-from ..core import RecordingError
+from ..core import ConfigError, RecordingError, Tolerance
 from ..core.native import NativeRecording, NativeSource
 from ..deploy.gate import NOISE_BAND, refusal
 from ..replay.native_share import share_winners
 from ..replay.native_tune import RESULT, NativeTuning, bind, tune_native, write_results
 from ..replay.tuning import keep_earlier
+from ..tune import Budget
 from .notes import QUIET, Notes
 
 
@@ -37,16 +38,22 @@ def bind_units(recs: Sequence[NativeRecording], src: NativeSource,
 
 
 def tune_native_units(recs: Sequence[NativeRecording], out: Path, *, repeat: int, passes: int,
-                      band: float = NOISE_BAND, tolerance: str | None = None,
-                      source: NativeSource | None = None,
+                      sampler: str = "exhaustive", budget: Budget | None = None,
+                      seed: int | None = 0, resume: bool = False, band: float = NOISE_BAND,
+                      tolerance: Tolerance | None = None, source: NativeSource | None = None,
                       defines: Sequence[Sequence[tuple[str, str]]] = (),
                       others: bool = False, notes: Notes = QUIET) -> list[NativeTuning]:
-    """Tune every native unit (with ``source`` bound to those it builds, and the ``defines``
-    sets tried on every source build); write the signed results to OUT/native.json. A unit
-    whose data turns out damaged is skipped (``notes.damaged``) while others remain
-    (``others``: units of another kind are tuned too); with none left, its RecordingError is
-    raised."""
+    """Tune every native unit, each by its study in OUT/<unit>/ (``sampler`` under ``budget``;
+    ``resume`` continues the studies there), with ``source`` bound to those it builds and the
+    ``defines`` sets tried on every source build; write the signed results to
+    OUT/native.json. A unit whose data turns out damaged is skipped (``notes.damaged``) while
+    others remain (``others``: units of another kind are tuned too); with none left, its
+    RecordingError is raised."""
     out.mkdir(parents=True, exist_ok=True)
+    held = [r.path.name for r in recs if (out / r.path.name / "study.db").exists()]
+    if held and not resume:
+        raise ConfigError(f"{out / held[0]} already holds a study",
+                          hint="pass --resume to continue it, or choose another --out")
     done: list[NativeTuning] = []
     damaged: list[RecordingError] = []
     bound = bind_units(recs, source, notes) if source is not None else {}
@@ -60,13 +67,13 @@ def tune_native_units(recs: Sequence[NativeRecording], out: Path, *, repeat: int
                   + (f", source: {src.origin} {src.program}" if src else ""))
         try:
             t = tune_native(rec.path, rec, repeat=repeat, passes=passes, refuse=refuse,
-                            tolerance=tolerance, source=bound.get(rec.path),
-                            defines=defines if src else (),
-                            progress=lambda k, n: notes.say(f"  {k}/{n} configurations "
-                                                            "evaluated"))
+                            sampler=sampler, budget=budget, seed=seed,
+                            storage=out / rec.path.name, tolerance=tolerance,
+                            source=bound.get(rec.path), defines=defines if src else ())
         except RecordingError as exc:
             damaged.append(exc)
             continue
+        notes.say(f"  {len(t.results)} configurations evaluated ({sampler})")
         done.append(t)
         write_results(out, done, band)
     if damaged and not done and not others:
