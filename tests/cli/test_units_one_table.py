@@ -1,7 +1,8 @@
-"""``kernforge replay`` and ``integrity validate`` take units of both kinds on one path (issue
-41, item 1): a directory holding a recording (the null backend) beside a native unit (the fake
-driver) is replayed into one table and one JSON list, and ``integrity validate`` gives a native
-unit the verdict, output and exit status it gives every unit."""
+"""``kernforge inspect``, ``replay`` and ``integrity validate`` take units of both kinds on one
+path (issue 41, item 1): a directory holding a recording (the null backend) beside a native unit
+(the fake driver) is described in one table and replayed into one table and one JSON list, and
+``integrity validate`` gives a native unit the verdict, output and exit status it gives every
+unit."""
 
 from __future__ import annotations
 
@@ -30,6 +31,17 @@ def mixed(on_fake: FakeCuda, recorded: Path, tmp_path: Path) -> Path:
     with record(out):
         Kernel(AXPY, "axpy", backend="null")(np.arange(4.0), np.ones(4), 2.0, 4)
     return out
+
+
+def test_both_kinds_are_inspected_in_one_table(mixed: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(mixed), "--args"]) == 0
+    out = capsys.readouterr().out
+    assert "2 recorded launch(es)" in out and "native launch" not in out
+    table = out.split("\n  ")[0]
+    assert "heat-0" in table and "driver" in table and "1 of 2 regions" in table
+    assert "axpy-0" in table and "null" in table
+    assert "heat-0: parameters (32 B)" in out and "axpy-0: arguments" in out
 
 
 def test_both_kinds_replay_into_one_table_and_one_json(

@@ -1,5 +1,5 @@
-"""The tables of native (driver-level) units: ``kernforge inspect`` and ``tune`` print them
-from what :mod:`kernforge.pipeline.units` returns."""
+"""The table of native (driver-level) units' tuning: ``kernforge tune`` prints it from what
+:mod:`kernforge.pipeline.units` returns."""
 
 from __future__ import annotations
 
@@ -12,21 +12,6 @@ from rich.table import Table
 
 from ..core.fmt import fmt_time
 from .output import console
-
-
-def print_native_inspect(recs: Sequence[Any]) -> None:
-    table = Table(title=f"{len(recs)} native launch(es) (driver level)")
-    for col in ("unit", "kernel", "image", "launch", "params", "regions", "written", "size"):
-        table.add_column(col)
-    for r in recs:
-        written = sum(1 for g in r.regions if g.epilogue is not None)
-        seq = f" (sequence: {len(r.steps)} launches)" if r.steps else ""
-        table.add_row(escape(r.path.name), escape(r.name[:50]) + seq,
-                      r.image_kind + (f" + {r.source.origin} source" if r.source else ""),
-                      f"grid={r.grid} block={r.block} smem={r.shared_mem}",
-                      f"{len(r.params)} ({len(r.param_bytes)} B)", str(len(r.regions)),
-                      str(written), f"{r.nbytes / 2**20:.2f} MiB")
-    console.print(table)
 
 
 def print_native_tuning(done: Sequence[Any], result: Path) -> None:
