@@ -232,7 +232,8 @@ def test_tune_applies_each_configuration_to_every_launch_of_the_kernel(
     assert len(rec.steps) == 5
     assert main(["tune", str(tmp_path / "r"), "--out", str(tmp_path / "t"), "--repeat",
                  "2"]) == 0
-    (unit,) = json.loads((tmp_path / "t" / "native.json").read_text())["units"]
+    (unit,) = [json.loads(p.read_text())["native"]
+               for p in (tmp_path / "t").glob("*/result.json")]
     labels = {e["label"]: e["status"] for e in unit["evaluations"]}
     assert labels["recorded"] == "OK" and any(k.startswith("block=") for k in labels)
     assert set(labels.values()) == {"OK"}, labels

@@ -38,7 +38,7 @@ def test_the_space_of_a_native_unit_is_its_candidates(on_fake: FakeCuda,
 
 
 def _evaluations(run: Path) -> list[str]:
-    (unit,) = json.loads((run / "native.json").read_text())["units"]
+    (unit,) = [json.loads(p.read_text())["native"] for p in run.glob("*/result.json")]
     return [e["label"] for e in unit["evaluations"]]
 
 
@@ -53,13 +53,14 @@ def test_the_study_is_kept_budgeted_and_resumed(on_fake: FakeCuda, recorded: Pat
     assert main(["tune", str(recorded), "--out", str(run), "--repeat", "2"]) == 2
     assert "already holds a study" in capsys.readouterr().err
     assert main(["tune", str(recorded), "--out", str(run), "--repeat", "2", "--resume"]) == 0
-    assert "finished earlier; not measured again" in capsys.readouterr().out
+    text = capsys.readouterr().out  # as a recording's: its result.json stands
+    assert "heat-0: finished earlier (OK" in text and "not measured again" in text
     assert main(["tune", str(recorded), "--out", str(run), "--repeat", "2", "--resume",
                  "--remeasure"]) == 0
     labels = _evaluations(run)  # the three of the first run are read from the study
     assert len(labels) == every and labels[0] == "recorded" and len(set(labels)) == every
     assert f"{every} configurations evaluated" in capsys.readouterr().out
-    assert (run / "native.earlier-1.json").is_file()
+    assert (run / "heat-0" / "result.earlier-1.json").is_file()
 
 
 def test_another_sampler_searches_the_same_space(on_fake: FakeCuda, recorded: Path,

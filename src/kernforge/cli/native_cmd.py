@@ -14,8 +14,8 @@ from ..core.fmt import fmt_time
 from .output import console
 
 
-def print_native_tuning(done: Sequence[Any], result: Path) -> None:
-    table = Table(title=f"native tuning ({result})")
+def print_native_tuning(done: Sequence[Any], out: Path) -> None:
+    table = Table(title=f"native tuning ({out}/<unit>/result.json)")
     for col in ("unit", "kernel", "tried", "verified", "best", "recorded", "tuned",
                 "speedup [CI]", "kept"):
         table.add_column(col)

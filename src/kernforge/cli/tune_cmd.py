@@ -168,8 +168,11 @@ class _Display:
     """Native units: their table once tuned. Recordings: a progress bar on a terminal, plain
     lines otherwise."""
 
-    def native_tuned(self, done: Sequence[Any], result: Path) -> None:
-        print_native_tuning(done, result)
+    def finished(self, result: Path) -> None:
+        console.print(report_finished(result), markup=False, soft_wrap=True)
+
+    def native_tuned(self, done: Sequence[Any], out: Path) -> None:
+        print_native_tuning(done, out)
 
     @contextlib.contextmanager
     def recordings(self) -> Iterator[_Steps]:

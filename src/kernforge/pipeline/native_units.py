@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,9 +12,10 @@ from ..backends.image_build import BindingError
 from ..core import ConfigError, RecordingError, Tolerance
 from ..core.native import NativeRecording, NativeSource
 from ..deploy.gate import NOISE_BAND, refusal
+from ..replay.native_result import write_unit_result
 from ..replay.native_share import share_winners
-from ..replay.native_tune import RESULT, NativeTuning, bind, tune_native, write_results
-from ..replay.tuning import keep_earlier
+from ..replay.native_tune import NativeTuning, bind, tune_native
+from ..replay.tuning import RESULT_NAME, keep_earlier
 from ..tune import Budget
 from .notes import QUIET, Notes
 
@@ -45,8 +45,9 @@ def tune_native_units(recs: Sequence[NativeRecording], out: Path, *, repeat: int
                       others: bool = False, notes: Notes = QUIET) -> list[NativeTuning]:
     """Tune every native unit, each by its study in OUT/<unit>/ (``sampler`` under ``budget``;
     ``resume`` continues the studies there), with ``source`` bound to those it builds and the
-    ``defines`` sets tried on every source build; write the signed results to
-    OUT/native.json. A unit whose data turns out damaged is skipped (``notes.damaged``) while
+    ``defines`` sets tried on every source build; write each signed result to
+    OUT/<unit>/result.json (an earlier one there kept beside it). A unit whose data turns out
+    damaged is skipped (``notes.damaged``) while
     others remain (``others``: units of another kind are tuned too); with none left, its
     RecordingError is raised."""
     out.mkdir(parents=True, exist_ok=True)
@@ -75,32 +76,14 @@ def tune_native_units(recs: Sequence[NativeRecording], out: Path, *, repeat: int
             continue
         notes.say(f"  {len(t.results)} configurations evaluated ({sampler})")
         done.append(t)
-        write_results(out, done, band)
+        keep_earlier(out / rec.path.name / RESULT_NAME)
+        write_unit_result(t, out, band)
     if damaged and not done and not others:
         raise damaged[0]
     for bad in damaged:
         notes.damaged(bad)
     if share_winners(done, refuse=refuse, passes=passes, repeat=repeat, tolerance=tolerance,
                      say=notes.say):
-        write_results(out, done, band)
+        for t in done:
+            write_unit_result(t, out, band)
     return done
-
-
-def native_finished(out: Path, native: Sequence[NativeRecording], remeasure: bool,
-                    notes: Notes) -> bool:
-    """``--resume`` on native units: a native.json that holds every unit is reported, not
-    measured again; otherwise (or with ``remeasure``) it is kept aside and they are tuned."""
-    path = out / RESULT
-    if not path.is_file():
-        return False
-    try:
-        units = {str(u.get("unit")) for u in json.loads(path.read_text("utf-8"))["units"]}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        units = set()
-    if not remeasure and {str(n.path) for n in native} <= units:
-        notes.say(f"native units: finished earlier; not measured again: {path} stands "
-                  f"(--remeasure measures them again and keeps it beside the new one)")
-        return True
-    kept = keep_earlier(path)
-    notes.say(f"native units: the earlier {path.name} is kept as {kept}")
-    return False

@@ -1,8 +1,8 @@
 """``kernforge tune``'s work on any units: each unit searched by a study (:func:`kernforge.tune.
 tune`) over the space its backend gives it, under one budget and sampler choice (by default
 TPE for a unit that holds source, exhaustive for one that holds a module image: its space is
-small); native units first (the signed results in OUT/native.json), then the recordings
-(OUT/<unit>/result.json). What is shown while it runs is the caller's (:class:`TuneDisplay`);
+small); native units first, then the recordings, each unit's signed result in
+OUT/<unit>/result.json. What is shown while it runs is the caller's (:class:`TuneDisplay`);
 what it found is returned (:class:`TuneRun`).
 """
 
@@ -22,12 +22,11 @@ from ..harness import by_precision, precision_of
 from ..harness.cache import CacheChoice
 from ..harness.verdict import Judgement, judge_evidence
 from ..replay.cache_protocol import apply_mode, protocol_for
-from ..replay.native_tune import RESULT as NATIVE_RESULT
 from ..replay.native_tune import NativeTuning
 from ..replay.tuning import TuningOutcome, finished_result, tune_recording
 from ..replay.unit_replay import DRIVER
 from ..tune import Budget
-from .native_units import native_finished, tune_native_units
+from .native_units import tune_native_units
 from .notes import QUIET, Notes
 
 
@@ -72,8 +71,11 @@ class RecordingSteps(Protocol):
 
 
 class TuneDisplay(Protocol):
-    def native_tuned(self, done: Sequence[NativeTuning], result: Path) -> None:
-        """The native units are tuned (their results in ``result``)."""
+    def finished(self, result: Path) -> None:
+        """A native unit finished in an earlier run: ``result`` stands."""
+
+    def native_tuned(self, done: Sequence[NativeTuning], out: Path) -> None:
+        """The native units are tuned (their results under the run directory ``out``)."""
 
     def recordings(self) -> AbstractContextManager[RecordingSteps]:
         """The display around the recordings' studies."""
@@ -82,7 +84,7 @@ class TuneDisplay(Protocol):
 @dataclass
 class TuneRun:
     """``native``: the native units tuned now; ``outcomes``: the recordings tuned now;
-    ``finished``: the names of recordings ``--resume`` found finished earlier."""
+    ``finished``: the names of units ``--resume`` found finished earlier."""
 
     native: list[NativeTuning] = field(default_factory=list)
     outcomes: list[TuningOutcome] = field(default_factory=list)
@@ -117,8 +119,16 @@ def tune_all(recs: Sequence[Recording], native: Sequence[Any], out: Path, s: Tun
         raise ConfigError("--source binds native units; none under this path",
                           hint="record the program with kernforge record -- COMMAND")
     run = TuneRun()
-    if native and s.resume and native_finished(out, native, s.remeasure, notes):
-        native = []  # reported, not measured again
+    if native and s.resume and not s.remeasure:  # finished units reported, not measured
+        left = []
+        for r in native:
+            done = finished_result(out / r.path.name)
+            if done is None:
+                left.append(r)
+                continue
+            display.finished(done)
+            run.finished.append(r.path.name)
+        native = left
     if native:  # geometry, carveout, JIT options, source builds
         if isinstance(s.tolerance, dict):
             raise ConfigError("a native unit's memory has no buffer names: --tolerance "
@@ -134,7 +144,7 @@ def tune_all(recs: Sequence[Recording], native: Sequence[Any], out: Path, s: Tun
                                            resume=s.resume, tolerance=s.tolerance,
                                            source=source, defines=s.try_defines,
                                            others=bool(recs), notes=notes)
-        display.native_tuned(run.native, out / NATIVE_RESULT)
+        display.native_tuned(run.native, out)
     if not recs:
         return run
     with directory_lock(out, "tuning run directory"), \

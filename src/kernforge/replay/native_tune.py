@@ -24,7 +24,15 @@ from ..backends.image_build import BindingError
 from ..core import Measurement, Tolerance
 from ..core.jsonio import sign, write_json_atomic
 from ..core.native import NativeBuild, NativeRecording, NativeSource
-from ..tune import Budget, ChangedAtMost, Dimension, SearchSpace, TrialRecord, tune
+from ..tune import (
+    Budget,
+    ChangedAtMost,
+    Dimension,
+    SearchSpace,
+    TrialRecord,
+    TuneResult,
+    tune,
+)
 from .cache_protocol import protocol_for
 from .native import NativeVariant
 from .native_child import run_isolated
@@ -149,6 +157,8 @@ class NativeTuning:
     medians: tuple[float, float] | None = None  # recorded, best: from the interleaved passes
     refused: str | None = None
     notes: list[str] = field(default_factory=list)
+    study: TuneResult | None = None  # the study that searched the unit's space
+    sampler: str = ""
 
     @property
     def win(self) -> bool:
@@ -236,8 +246,8 @@ def tune_native(unit: Path, rec: NativeRecording, *, repeat: int = 10, passes: i
         if both is not None and both not in variants:
             variants.append(both)
             results.append(session.evaluate(both))
-    return _gated(NativeTuning(unit, rec, variants, results), refuse, passes=passes,
-                  tolerance=tolerance, dtype=dtype)
+    return _gated(NativeTuning(unit, rec, variants, results, study=study, sampler=sampler),
+                  refuse, passes=passes, tolerance=tolerance, dtype=dtype)
 
 
 def _gated(t: NativeTuning, refuse: Callable[[float, tuple[float, float]], str | None], *,
@@ -271,7 +281,7 @@ def _gated(t: NativeTuning, refuse: Callable[[float, tuple[float, float]], str |
     return t
 
 
-RESULT = "native.json"  # a run directory's native results (kernforge export reads them)
+RESULT = "native.json"  # native results of an evolution, and of tuning runs before result.json
 RESULT_FORMAT = "kernforge-native-tune"
 
 
