@@ -98,8 +98,7 @@ def one(p: dict[str, Any], out: Path, rounds: int) -> dict[str, Any]:
              [*KF, "replay", str(rec), "--json", str(js), *tol, *([] if flush else ["--no-flush"])])
         res["flush" if flush else "warm"] = json.loads(js.read_text()) if js.is_file() else []
     step("tune", [*KF, "tune", str(rec), "--out", str(run), *tol])
-    tuned = run / "native.json"
-    res["tuning"] = json.loads(tuned.read_text())["units"] if tuned.is_file() else []
+    res["tuning"] = [json.loads(r.read_text())["native"] for r in sorted(run.glob("*/result.json"))]
     spec = run / "spec.json"
     if step("export", [*KF, "export", str(run), "-o", str(spec)]).returncode == 0:
         log = out / f"{p['name']}-deploy-log.json"

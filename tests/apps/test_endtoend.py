@@ -135,7 +135,7 @@ def test_tuning_native_units_runs_the_tune_and_export_commands(
     tuned = m3b.figures["kernels"]  # the heat unit of each dataset, tuned in its own process
     assert [Path(k["unit"]).parent.name for k in tuned] == ["small", "large"]
     assert all(k["tune_exit"] == 0 for k in tuned)
-    assert (out / "m3b" / "0-small-heat-0" / "tune" / "native.json").is_file()
+    assert (out / "m3b" / "0-small-heat-0" / "tune" / "heat-0" / "result.json").is_file()
     if m3b.status == "FAILED":  # on the fake driver a block shape rarely passes the gate
         assert state == "RESEARCH" and "no tuned kernel passed the gate" in m3b.reason
         assert all("no significant, verified win" in k["reason"] for k in tuned)

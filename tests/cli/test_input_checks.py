@@ -90,7 +90,7 @@ def test_unwritable_json_fails_before_the_replay(rec_dir: Path, tmp_path: Path, 
 
     def no_replay(*args: object, **kwargs: object) -> None:
         raise AssertionError("a unit was replayed before --json was checked")
-    monkeypatch.setattr("kernforge.pipeline.units.replay", no_replay)
+    monkeypatch.setattr("kernforge.pipeline.units.replay_unit", no_replay)
     assert run("replay", str(rec_dir), "--in-process", "--json", path) == 2
     out = capsys.readouterr()
     assert "--json" in out.err and "Traceback" not in out.err

@@ -28,12 +28,15 @@ from kernforge.core import (
     ("rel:1e-5,1e-8", Tolerance("rel", rtol=1e-5, atol=1e-8)),
     ("norm:1e-4", Tolerance("norm", tol=1e-4)),
     ("abs:0.5,nan=match", Tolerance("abs", atol=0.5, nan="match")),
+    ("bitwise:,nan=match", Tolerance(nan="match")),
+    ("abs:0.123456789123", Tolerance("abs", atol=0.123456789123)),
     (" bitwise ", Tolerance()),
 ])
 def test_tolerance_parse(text: str, expected: Tolerance) -> None:
     tol = Tolerance.parse(text)
     assert tol == expected
     assert Tolerance.from_json(tol.to_json()) == tol
+    assert Tolerance.parse(tol.spec()) == tol  # what a native unit's child reads back
     assert tol.exact == (tol.mode == "bitwise")
 
 

@@ -68,3 +68,16 @@ def test_bad_counts():
         interleave(lambda: 1.0, lambda: 1.0, passes=7, max_passes=6)
     with pytest.raises(ConfigError):
         interleave(lambda: 1.0, lambda: 1.0, per_pass=0)
+
+
+def test_a_comparison_read_back_from_json_is_the_same():
+    """Another process's comparison (a native unit's child) comes back whole: the verdict
+    drawn from it is the one drawn from the original."""
+    from kernforge.harness.compare import ABResult
+    from kernforge.harness.verdict import judge_ab
+
+    rng = random.Random(3)
+    r = interleave(_noisy(0.002, rng), _noisy(0.004, rng), passes=7, per_pass=3)
+    back = ABResult.from_json(json.loads(json.dumps(r.to_json())))
+    assert back == r
+    assert judge_ab(back) == judge_ab(r)

@@ -69,12 +69,12 @@ def test_both_kinds_are_loaded_described_and_replayed(
     assert units.backends == ["null"]
     kinds = sorted(d["backend"] for d in describe_units(units))
     assert kinds == ["driver", "null"]
-    done = replay_units(units, repeat=2, warmup=0, isolation=in_process, notes=heard.notes())
-    rows = done.rows()
-    assert [k for _, k, _ in rows] == ["axpy", units.native[0].name]
-    assert all(m.ok for _, _, m in rows), [m.message for _, _, m in rows]
-    info = done.info()
-    assert set(info) == {u for u, _, _ in rows} and all("cache" in i for i in info.values())
+    rows = replay_units(units, repeat=2, warmup=0, isolation=in_process, notes=heard.notes())
+    assert [r.kernel for r in rows] == ["axpy", units.native[0].name]
+    assert all(r.measurement.ok for r in rows), [r.measurement.message for r in rows]
+    assert all("cache" in r.info() for r in rows)
+    assert [bool(r.placement) for r in rows] == [False, True]  # at its recorded addresses
+    assert set(rows[1].info()) == {"relocated", "refusals", "app_time_ms", "cache"}
     assert capsys.readouterr() == ("", "")  # the library printed nothing
     assert heard.damaged == []
 

@@ -64,7 +64,34 @@ def test_committed_units_replay_correct(on_fake: FakeCuda, on_disk: Path) -> Non
     units = load_units(on_disk)
     assert [u.path.name for u in units.recordings] == ["axpy-0"]
     assert [u.path.name for u in units.native] == ["heat-0"]
-    done = replay_units(units, repeat=2, warmup=0, isolation=in_process)
-    rows = done.rows()
-    assert [(u, k) for u, k, _ in rows] == [("axpy-0", "axpy"), ("heat-0", "heat")]
-    assert all(m.ok for _, _, m in rows), [m.message for _, _, m in rows]
+    rows = replay_units(units, repeat=2, warmup=0, isolation=in_process)
+    assert [(r.unit, r.kernel) for r in rows] == [("axpy-0", "axpy"), ("heat-0", "heat")]
+    assert all(r.measurement.ok for r in rows), [r.measurement.message for r in rows]
+
+
+def test_a_native_json_of_a_run_before_result_json_still_exports(on_disk: Path,
+                                                                  tmp_path: Path) -> None:
+    """Tuning runs wrote their native units' results into one RUN/native.json (format
+    kernforge-native-tune, version 1) before each unit had its result.json: export reads it,
+    signed and unaltered, as it did; an altered one is refused."""
+    from kernforge.core import ConfigError
+    from kernforge.core.jsonio import sign, write_json_atomic
+    from kernforge.deploy.native import read_spec
+    from kernforge.pipeline.units import export_units
+
+    run = tmp_path / "run"
+    run.mkdir()
+    unit = {"unit": str(on_disk / "heat-0"), "kernel": "heat", "name": "heat",
+            "best": {"block": [64, 1, 1], "jit": {}, "carveout": None},
+            "best_label": "block=64x1x1", "speedup": 1.31, "ci": [1.25, 1.36],
+            "medians": [2.0e-6, 1.5e-6], "win": True, "refused": None, "notes": []}
+    doc = sign({"format": "kernforge-native-tune", "version": 1, "noise_band": 0.02,
+                "units": [unit]})
+    write_json_atomic(run / "native.json", doc)
+    done = export_units(run, None, min_speedup=1.0, band=0.02)
+    assert done.native and done.spec is not None and done.entries == 1
+    (entry,) = read_spec(done.spec).entries
+    assert entry["name"] == "heat" and entry["evidence"]["speedup"] == 1.31, entry
+    write_json_atomic(run / "native.json", {**doc, "units": [{**unit, "speedup": 9.0}]})
+    with pytest.raises(ConfigError, match="altered"):
+        export_units(run, None, min_speedup=1.0, band=0.02)

@@ -59,7 +59,7 @@ def test_a_source_build_is_tuned_exported_and_deployed(
     capfd.readouterr()
     assert main(["tune", str(rec_dir), "--out", str(run), "--repeat", "5",
                  "--try-define", "KF_REPS=1"]) == 0
-    result = json.loads((run / "native.json").read_text())["units"][0]
+    result = json.loads(next(run.glob("*/result.json")).read_text())["native"]
     assert result["win"] and "KF_REPS=1" in result["best_label"], result["best_label"]
     assert main(["export", str(run), "-o", str(spec)]) == 0
     image = next((tmp_path / "spec.images").iterdir()).read_bytes()
@@ -85,7 +85,7 @@ def test_launches_with_a_changing_scalar_are_deployed_by_one_entry(
     capfd.readouterr()
     assert main(["tune", str(rec_dir), "--out", str(run), "--repeat", "5",
                  "--try-define", "KF_REPS=1"]) == 0
-    results = json.loads((run / "native.json").read_text())["units"]
+    results = [json.loads(p.read_text())["native"] for p in sorted(run.glob("*/result.json"))]
     assert [("KF_REPS=1" in r["best_label"], r["win"]) for r in results] == [(True, True)] * 2
     capfd.readouterr()
     assert main(["export", str(run), "-o", str(spec)]) == 0
@@ -132,7 +132,8 @@ def test_cli_source_binding(on_fake_nvrtc: FakeCuda, tmp_path: Path,
     good = on_fake_nvrtc.libdir / "fake_kernels.c"
     assert main(["tune", str(rec_dir), "--out", str(tmp_path / "b"), "--repeat", "2",
                  "--source", str(good), "-D", "KF_UNUSED=1"]) == 0
-    evals = json.loads((tmp_path / "b" / "native.json").read_text())["units"][0]["evaluations"]
+    evals = json.loads(next((tmp_path / "b").glob("*/result.json")).read_text())["native"][
+        "evaluations"]
     built = [e for e in evals if e["label"].startswith("nvcc")
              and "launch_bounds" not in e["label"]]  # the fake's C has no __global__ to bound
     assert built and all(e["status"] == "OK" for e in built)

@@ -7,7 +7,14 @@ import json
 import pytest
 
 from kernforge.core import ConfigError
-from kernforge.tune import AtMost, Dimension, Predicate, ProductAtMost, SearchSpace
+from kernforge.tune import (
+    AtMost,
+    ChangedAtMost,
+    Dimension,
+    Predicate,
+    ProductAtMost,
+    SearchSpace,
+)
 from kernforge.tune.samplers.encoding import Encoding
 
 BLOCKS = [(128, 1, 1), (64, 2, 1), (32, 4, 1), (256, 4, 1), (1024, 2, 1)]
@@ -90,6 +97,30 @@ def test_points_refuse_a_grid_too_large_to_enumerate() -> None:
     space = SearchSpace([Dimension.integer("a", 0, 9999), Dimension.integer("b", 0, 9999)])
     with pytest.raises(ConfigError, match="too many to enumerate"):
         next(space.valid_points())
+
+
+def test_one_change_at_a_time_from_a_start_is_the_list_of_single_changes() -> None:
+    """What an exhaustive study of a native unit visits: the recorded configuration, then
+    each dimension changed alone (the block, the carveout, the image)."""
+    dims = [Dimension.categorical("launch.block", BLOCKS),
+            Dimension.categorical("carveout", [None, 0, 100]),
+            Dimension.categorical("image", ["recorded", "ptx", "nvrtc"])]
+    start = {"launch.block": (128, 1, 1), "carveout": None, "image": "recorded"}
+    rule = ChangedAtMost(("launch.block", "carveout", "image"), 1, start)
+    space = SearchSpace(dims, [rule], start)
+    valid = list(space.valid_points())
+    assert valid[0] == start and len(valid) == 1 + 4 + 2 + 2
+    assert all(sum(p[k] != start[k] for k in start) <= 1 for p in valid)
+    why = space.check({**start, "carveout": 0, "image": "ptx"})
+    assert why == "carveout, image changed at once (at most 1 may be)"
+    back = SearchSpace.from_json(json.loads(json.dumps(space.to_json())))
+    assert list(back.valid_points()) == valid  # the block shapes read back as tuples
+    for bad in ({"changed_at_most": ["image"], "limit": 1, "from": {}},
+                {"changed_at_most": ["image"], "limit": -1, "from": {"image": "ptx"}},
+                {"changed_at_most": ["image"], "limit": 1, "from": ["image"]}):
+        with pytest.raises(ConfigError, match="changed_at_most"):
+            SearchSpace.from_mapping({"dimensions": {"image": {"categorical": ["a", "b"]}},
+                                      "constraints": [bad]})
 
 
 def test_json_round_trip() -> None:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
+from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from ..pipeline.units import describe_units
 from ..record import clean_partial
-from ..replay.cache_protocol import protocol_for
 from .checks import load_all_units
-from .native_cmd import print_native_inspect
 from .output import console
 
 
@@ -32,42 +33,70 @@ def _mib(nbytes: int) -> str:
     return f"{nbytes / 2**20:.2f} MiB"
 
 
+def _row(d: dict[str, Any]) -> list[str]:
+    """One unit's row, from what it says of itself (``Unit.describe``): a unit that holds a
+    module image shows its geometry, image and regions; one that holds source its launch,
+    options and written arguments."""
+    if "image_kind" in d:
+        seq = d.get("sequence")
+        kernel = d["name"][:50] + (f" (sequence: {len(seq['launches'])} launches)"
+                                   if seq else "")
+        launch = f"grid={tuple(d['grid'])} block={tuple(d['block'])} smem={d['shared_mem']}"
+        src = d.get("source")
+        holds = d["image_kind"] + (f" + {src['origin']} source" if src else "")
+        regions = d["regions"]
+        written = f"{sum(1 for g in regions if g['written'])} of {len(regions)} regions"
+    else:
+        lc = d["launch"]
+        kernel = d["kernel"]
+        launch = (f"threads={lc.get('threads') or 'default'}" if d["backend"] == "cpu"
+                  else f"grid={tuple(lc['grid'])} block={tuple(lc['block'])}")
+        holds = " ".join(["source", *(f"{k}={v}" for k, v in d["options"].items())])
+        written = ", ".join(a["name"] for a in d["args"] if a["written"]) or "-"
+    return [escape(Path(d["path"]).name), escape(kernel), d["backend"], launch, escape(holds),
+            escape(written), _mib(d["bytes"]), d["cache"]["protocol"]]
+
+
+def _details(d: dict[str, Any]) -> Table:
+    """``--args``: a unit's arguments by name, or its parameter bytes."""
+    name = Path(d["path"]).name
+    if "image_kind" in d:
+        t = Table(title=f"{escape(name)}: parameters ({d['param_bytes']} B)")
+        for col in ("offset", "size", "points into region"):
+            t.add_column(col)
+        for p in d["params"]:
+            t.add_row(str(p["offset"]), str(p["size"]),
+                      ", ".join(map(str, p["points_into"])) or "-")
+        return t
+    t = Table(title=f"{escape(name)}: arguments")
+    for col in ("name", "kind", "dtype", "shape / value", "written", "policy"):
+        t.add_column(col)
+    for a in d["args"]:
+        array = a["kind"] == "array"
+        t.add_row(a["name"], a["kind"], a["dtype"], str(tuple(a["shape"])) if array else "",
+                  "yes" if a["written"] else "", a["policy"]["mode"] if array else "")
+    return t
+
+
 def run(args: argparse.Namespace) -> int:
     if args.clean:
         for p in clean_partial(args.path):
             console.print(f"removed partial unit {p}")
-    units = load_all_units(args.path)
-    recs = units.recordings
+    described = describe_units(load_all_units(args.path))
     if args.json:
-        print(json.dumps(describe_units(units), indent=2, default=str))
+        print(json.dumps(described, indent=2, default=str))
         return 0
-    if units.native:
-        print_native_inspect(units.native)
-        if not recs:
-            return 0
-    table = Table(title=f"{len(recs)} recorded launch(es) in {args.path}")
-    for col in ("unit", "kernel", "backend", "launch", "options", "written", "size", "cache"):
+    table = Table(title=f"{len(described)} recorded launch(es) in {escape(str(args.path))}")
+    for col in ("unit", "kernel", "backend", "launch", "holds", "written", "size", "cache"):
         table.add_column(col)
-    for r in recs:
-        launch = (f"threads={r.launch.threads or 'default'}" if r.backend == "cpu"
-                  else f"grid={r.launch.grid} block={r.launch.block}")
-        opts = " ".join(f"{k}={v}" for k, v in r.options.values)
-        written = ", ".join(a.name for a in r.args if a.written) or "-"
-        table.add_row(r.name, r.source.entry, r.backend, launch, opts, written, _mib(r.nbytes),
-                      protocol_for(r).protocol)
+    for d in described:
+        table.add_row(*_row(d))
     console.print(table)
-    for r in recs:
-        c = protocol_for(r)
-        console.print(f"  {r.name}: replayed with the cache {c.protocol} ({c.reason})",
-                      markup=False, soft_wrap=True)
+    for d in described:
+        c = d["cache"]
+        console.print(f"  {Path(d['path']).name}: replayed with the cache {c['protocol']} "
+                      f"({c['reason']})", markup=False, soft_wrap=True)
     if args.args:
-        for r in recs:
-            t = Table(title=f"{r.name}: arguments")
-            for col in ("name", "kind", "dtype", "shape / value", "written", "policy"):
-                t.add_column(col)
-            for a in r.args:
-                shape = str(a.shape) if a.is_array else repr(a.value)
-                t.add_row(a.name, a.kind, a.dtype, shape, "yes" if a.written else "",
-                          a.policy.mode if a.is_array else "")
-            console.print(t)
+        for d in described:
+            console.print(_details(d))
     return 0

@@ -1,9 +1,10 @@
 """``kernforge integrity {validate,lint,regen,ledger}``: the integrity gates from the shell.
 
 - ``validate UNIT [--source FILE] [--opt K=V] ...``: every gate on a candidate of one recorded
-  unit (docs/integrity.md); exit 0 when accepted, 5 when rejected by a correctness or
-  integrity gate, 6 when rejected otherwise (compile, launch, conclusive regression), 7 when
-  the speed verdict is inconclusive (busy device, noisy runs): neither accepted nor rejected;
+  unit of either kind (docs/integrity.md); exit 0 when accepted, 5 when rejected by a
+  correctness or integrity gate, 6 when rejected otherwise (compile, launch, conclusive
+  regression), 9 when the speed verdict is inconclusive (busy device, noisy runs): neither
+  accepted nor rejected;
 - ``lint FILE --language c|cuda``: the static checks alone;
 - ``regen FIGURE``: re-run the command recorded in a figure file;
 - ``ledger FILE``: print a ledger.
@@ -20,16 +21,13 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from ..core import ConfigError, LaunchConfig, Status
+from ..core import ConfigError, Status
 from ..core.fmt import fmt_time
 from ..harness.ledger import Ledger
 from ..harness.provenance import read_figure, regenerate
 from ..harness.static_checks import check_source
 from ..harness.verdict import ci_label
-from ..pipeline.units import validate_native_unit
-from ..record import load_recording
-from ..replay.checks import Integrity
-from ..replay.validate import Validation, validate
+from ..pipeline.units import ValidateRequest, Validation, validate_unit
 from . import redteam_cmd
 from .checks import THREADS, check_defines, float_range, int_range, writable_file
 from .isolation import add_isolation_args, isolation
@@ -82,44 +80,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
-# options of source units: refused for a native unit
-_NOT_NATIVE = {"define": None, "opt": None, "threads": None, "claimed": None,
-               "baseline": None, "ledger": None, "figure": None, "seed": None}
-
-
 def run_validate(args: argparse.Namespace) -> int:
-    nv = validate_native_unit(args.unit, source=args.source, tolerance=args.tolerance,
-                              passes=args.passes, band=args.band,
-                              refused=[f"--{k}" for k, v in _NOT_NATIVE.items()
-                                       if getattr(args, k, v) != v])
-    if nv is not None:  # a native unit: one launch or a sequence
-        for line in nv.lines:
-            console.print(line, markup=False)
-        return nv.exit_status
-    rec = load_recording(args.unit)
-    source = None
-    if args.source:
-        try:
-            source = rec.source.with_code(Path(args.source).read_text())
-        except OSError as exc:
-            raise ConfigError(f"cannot read {args.source}: {exc}",
-                              hint="give the path of the candidate's source file") from exc
     writable_file(args.figure, "--figure")
     writable_file(args.ledger, "--ledger")
-    launch = (LaunchConfig(rec.launch.grid, rec.launch.block, rec.launch.shared_mem,
-                           args.threads) if args.threads is not None else None)
     defines = parse_pairs(args.define, "define", typed=False)
-    check_defines(rec.name, (source or rec.source).code, defines,
-                  allow=args.allow_unused_define)
-    variant = rec.variant.with_(options=parse_pairs(args.opt, "opt", typed=True),
-                                defines=defines,
-                                launch=launch, source=source)
-    with isolation(args, backends=(rec.backend,)) as iso:
-        v = validate(rec, variant, tolerance=tolerance_overrides(args.tolerance),
-                     integrity=Integrity(static=not args.no_static, seed=args.seed),
-                     passes=args.passes, band=args.band, claimed=args.claimed,
-                     baseline=args.baseline, ledger=args.ledger, figure=args.figure,
-                     require_idle=args.require_idle, command=_command(args), isolate=iso)
+    req = ValidateRequest(
+        source=Path(args.source) if args.source else None,
+        tolerance=tolerance_overrides(args.tolerance), passes=args.passes, band=args.band,
+        options=parse_pairs(args.opt, "opt", typed=True), defines=defines,
+        threads=args.threads, claimed=args.claimed, baseline=args.baseline,
+        ledger=args.ledger, figure=args.figure, seed=args.seed, static=not args.no_static,
+        require_idle=args.require_idle, command=tuple(_command(args)))
+    v = validate_unit(args.unit, req, isolation=lambda backends: isolation(args, backends=backends),
+                      check_code=lambda unit, code: check_defines(
+                          unit.unit, code, defines, allow=args.allow_unused_define))
     _print_validation(v)
     if v.accepted:
         return 0

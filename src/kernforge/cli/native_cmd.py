@@ -1,5 +1,5 @@
-"""The tables of native (driver-level) units: ``kernforge replay``, ``inspect`` and ``tune``
-print them from what :mod:`kernforge.pipeline.units` returns."""
+"""The table of native (driver-level) units' tuning: ``kernforge tune`` prints it from what
+:mod:`kernforge.pipeline.units` returns."""
 
 from __future__ import annotations
 
@@ -10,49 +10,12 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from ..core import Measurement
 from ..core.fmt import fmt_time
 from .output import console
 
 
-def print_native_replay(rows: list[tuple[str, str, Measurement, dict[str, Any]]]) -> None:
-    table = Table(title="replay of native units (driver API, recorded addresses)")
-    for col in ("unit", "kernel", "status", "median", "in app", "replay/app", "cache",
-                "placed"):
-        table.add_column(col, justify="right" if col in ("median", "in app", "replay/app")
-                         else "left")
-    for unit, name, m, info in rows:
-        style = "green" if m.ok else "bold red"
-        app = info.get("app_time_ms")
-        ratio = f"{m.median / (app / 1e3):.2f}" if m.ok and app and app > 0 else "-"
-        placed = f"relocated {info['relocated']}" if info["relocated"] else "recorded"
-        table.add_row(escape(unit), escape(name[:60]), f"[{style}]{m.status.value}[/]",
-                      fmt_time(m.median if m.ok else None),
-                      fmt_time(app / 1e3 if app and app > 0 else None), ratio,
-                      escape(info["cache"]["protocol"]), placed)
-    console.print(table)
-    for unit, _, _, info in rows:
-        console.print(f"  {escape(unit)}: cache {escape(info['cache']['protocol'])} "
-                      f"({escape(info['cache']['reason'])})", soft_wrap=True)
-
-
-def print_native_inspect(recs: Sequence[Any]) -> None:
-    table = Table(title=f"{len(recs)} native launch(es) (driver level)")
-    for col in ("unit", "kernel", "image", "launch", "params", "regions", "written", "size"):
-        table.add_column(col)
-    for r in recs:
-        written = sum(1 for g in r.regions if g.epilogue is not None)
-        seq = f" (sequence: {len(r.steps)} launches)" if r.steps else ""
-        table.add_row(escape(r.path.name), escape(r.name[:50]) + seq,
-                      r.image_kind + (f" + {r.source.origin} source" if r.source else ""),
-                      f"grid={r.grid} block={r.block} smem={r.shared_mem}",
-                      f"{len(r.params)} ({len(r.param_bytes)} B)", str(len(r.regions)),
-                      str(written), f"{r.nbytes / 2**20:.2f} MiB")
-    console.print(table)
-
-
-def print_native_tuning(done: Sequence[Any], result: Path) -> None:
-    table = Table(title=f"native tuning ({result})")
+def print_native_tuning(done: Sequence[Any], out: Path) -> None:
+    table = Table(title=f"native tuning ({out}/<unit>/result.json)")
     for col in ("unit", "kernel", "tried", "verified", "best", "recorded", "tuned",
                 "speedup [CI]", "kept"):
         table.add_column(col)

@@ -11,12 +11,10 @@ from rich.table import Table
 from ..core import ConfigError, Measurement, Status, Tolerance
 from ..core.fmt import fmt_time
 from ..core.jsonio import write_json_atomic
-from ..harness.cache import CacheChoice
-from ..pipeline.units import replay_units
+from ..pipeline.units import UnitReplay, replay_units
 from .cache_arg import add_cache_arg
 from .checks import NON_NEGATIVE, POSITIVE, THREADS, check_defines, load_all_units, writable_file
 from .isolation import add_isolation_args, isolation
-from .native_cmd import print_native_replay
 from .output import console, err_console, fmt_error, notes, parse_pairs
 
 
@@ -81,22 +79,17 @@ def run(args: argparse.Namespace) -> int:
     units = load_all_units(args.path, args.kernels)
     for rec in units.recordings:
         check_defines(rec.name, rec.source.code, defines, allow=args.allow_unused_define)
-    done = replay_units(units, options=options, defines=defines, threads=args.threads,
-                        tolerance=tolerance,
-                        native_tolerance=args.tolerance[0] if args.tolerance else None,
-                        dtype=args.dtype, warmup=args.warmup, repeat=args.repeat, cache=cache,
+    rows = replay_units(units, options=options, defines=defines, threads=args.threads,
+                        tolerance=tolerance, dtype=args.dtype, warmup=args.warmup,
+                        repeat=args.repeat, cache=cache,
                         isolation=lambda backends: isolation(args, backends=backends),
                         notes=notes())
-    if units.recordings:
-        _print_table(args.path, done.recorded, done.caches)
-    if units.native:
-        print_native_replay(done.native)
-    results = done.rows()
+    _print_table(args.path, rows)
     if args.json:
-        info = done.info()
-        write_json_atomic(Path(args.json), [{"unit": u, "kernel": k, **m.to_json(),
-                                             **info.get(u, {})} for u, k, m in results])
-    return _exit_code(results)
+        write_json_atomic(Path(args.json), [{"unit": r.unit, "kernel": r.kernel,
+                                             **r.measurement.to_json(), **r.info()}
+                                            for r in rows])
+    return _exit_code([(r.unit, r.kernel, r.measurement) for r in rows])
 
 
 def _check_dtype(dtype: str | None) -> None:
@@ -122,23 +115,32 @@ def _cache_mode(args: argparse.Namespace) -> str | None:
     return "warm" if args.no_flush else args.cache
 
 
-def _print_table(path: str, results: list[tuple[str, str, Measurement]],
-                 caches: list[CacheChoice]) -> None:
+def _print_table(path: str, rows: list[UnitReplay]) -> None:
+    """One table of every unit; the columns of a replay at recorded addresses (the time in
+    the program, where the memory was placed) when a unit was replayed so."""
+    placed = any(r.placement for r in rows)
+    cols = ["unit", "kernel", "status", "median", "min", "max", "runs", "max error"] + \
+        (["in app", "replay/app", "placed"] if placed else []) + ["cache"]
+    right = ("median", "min", "max", "runs", "in app", "replay/app")
     table = Table(title=f"replay of {path}")
-    for col in ("unit", "kernel", "status", "median", "min", "max", "runs", "max error",
-                "cache"):
-        table.add_column(col, justify="right" if col in ("median", "min", "max", "runs") else "left",
+    for col in cols:
+        table.add_column(col, justify="right" if col in right else "left",
                          no_wrap=col in ("unit", "status", "median"))
-    for (unit, kernel, m), c in zip(results, caches):
+    for r in rows:
+        m, app = r.measurement, r.in_program_s
         style = "green" if m.ok else "bold red"
-        table.add_row(escape(unit), escape(kernel), f"[{style}]{m.status.value}[/]",
-                      fmt_time(m.median if m.ok else None),
-                      fmt_time(m.min if m.ok else None), fmt_time(m.max if m.ok else None),
-                      str(len(m.samples)), escape(fmt_error(m)), c.protocol)
+        cells = [escape(r.unit), escape(r.kernel[:60]), f"[{style}]{m.status.value}[/]",
+                 fmt_time(m.median if m.ok else None), fmt_time(m.min if m.ok else None),
+                 fmt_time(m.max if m.ok else None), str(len(m.samples)), escape(fmt_error(m))]
+        if placed:
+            where = r.placement.get("relocated") if r.placement else None
+            cells += [fmt_time(app), f"{m.median / app:.2f}" if m.ok and app else "-",
+                      f"relocated {where}" if where else "recorded" if r.placement else "-"]
+        table.add_row(*cells, escape(r.cache.protocol))
     console.print(table)
-    for (unit, _, _), c in zip(results, caches):
-        console.print(f"  {escape(unit)}: cache {c.protocol} ({escape(c.reason)})",
-                      soft_wrap=True)
+    for r in rows:
+        console.print(f"  {escape(r.unit)}: cache {escape(r.cache.protocol)} "
+                      f"({escape(r.cache.reason)})", soft_wrap=True)
 
 
 def _exit_code(results: list[tuple[str, str, Measurement]]) -> int:

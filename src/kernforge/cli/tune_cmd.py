@@ -55,10 +55,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "result.json is kept beside the new one as result.earlier-N.json)")
     add_isolation_args(p)
     p.add_argument("--preset", default="standard", choices=("quick", "standard", "full"))
-    p.add_argument("--sampler", default="tpe",
-                   help="tpe (default), random, exhaustive or rounds")
-    p.add_argument("--trials", type=POSITIVE, default=30,
-                   help="evaluations per unit (default 30; cache hits do not count)")
+    p.add_argument("--sampler", default=None,
+                   help="tpe, random, exhaustive or rounds (default: tpe for units that hold "
+                        "source, exhaustive for native units: their space is small)")
+    p.add_argument("--trials", type=POSITIVE, default=None,
+                   help="evaluations per unit (default: 30, or every point of the space with "
+                        "the exhaustive sampler; cache hits do not count)")
     p.add_argument("--seconds", type=float_range(0.001), default=None,
                    help="wall-time budget per unit")
     p.add_argument("--patience", type=POSITIVE, default=None,
@@ -144,12 +146,12 @@ def run(args: argparse.Namespace) -> int:
         budget=Budget(trials=args.trials, seconds=args.seconds, patience=args.patience),
         preset=args.preset, sampler=args.sampler, seed=args.seed,
         user_space=load_space_file(args.space), tolerance=tolerance_overrides(args.tolerance),
-        native_tolerance=args.tolerance[0] if args.tolerance else None, repeat=args.repeat,
+        repeat=args.repeat,
         resume=args.resume, remeasure=args.remeasure, cache=args.cache, source=args.source,
         includes=args.includes, defines=args.defines,
         try_defines=define_sets(args.try_defines))
     units = load_all_units(args.path, args.kernels)
-    done = tune_units(units, Path(out), settings, display=_Display(args.trials),
+    done = tune_units(units, Path(out), settings, display=_Display(),
                       isolation=lambda backends: isolation(args, backends=backends),
                       notes=notes())
     if done.outcomes:
@@ -166,46 +168,50 @@ class _Display:
     """Native units: their table once tuned. Recordings: a progress bar on a terminal, plain
     lines otherwise."""
 
-    def __init__(self, trials: int) -> None:
-        self.trials = trials
+    def finished(self, result: Path) -> None:
+        console.print(report_finished(result), markup=False, soft_wrap=True)
 
-    def native_tuned(self, done: Sequence[Any], result: Path) -> None:
-        print_native_tuning(done, result)
+    def native_tuned(self, done: Sequence[Any], out: Path) -> None:
+        print_native_tuning(done, out)
 
     @contextlib.contextmanager
     def recordings(self) -> Iterator[_Steps]:
         bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                        TimeElapsedColumn(), console=console, disable=not console.is_terminal)
         with bar, line_progress(console) as lines:
-            yield _Steps(bar, lines, self.trials)
+            yield _Steps(bar, lines)
 
 
 class _Steps:
-    def __init__(self, bar: Progress, lines: LineProgress, trials: int) -> None:
-        self.bar, self.lines, self.trials = bar, lines, trials
+    def __init__(self, bar: Progress, lines: LineProgress) -> None:
+        self.bar, self.lines = bar, lines
+        self.trials: int | None = None
         self.seen = _Seen()
         self.task: Any = None
 
     def finished(self, i: int, n: int, result: Path) -> None:
         self.lines.step(f"{i}/{n} {report_finished(result)}")
 
-    def started(self, i: int, n: int, rec: Recording,
-                cache: CacheChoice) -> Callable[[Any], None]:
-        self.task = task = self.bar.add_task(rec.name, total=self.trials)
+    def started(self, i: int, n: int, rec: Recording, cache: CacheChoice,
+                trials: int | None) -> Callable[[Any], None]:
+        self.trials = trials
+        self.task = task = self.bar.add_task(rec.name, total=trials)
         self.seen = seen = _Seen()
-        self.lines.step(f"{i}/{n} tuning {rec.name} ({self.trials} evaluations; "
-                        f"cache {cache.protocol}: {cache.reason})")
+        self.lines.step(f"{i}/{n} tuning {rec.name} ("
+                        + (f"{trials} evaluations" if trials else "every point of its space")
+                        + f"; cache {cache.protocol}: {cache.reason})")
 
         def on_trial(t: Any) -> None:
             seen.add(t)
             msg = f"{rec.name}  {seen.describe()}"
-            self.bar.update(task, completed=min(self.trials, seen.evaluations), description=msg)
+            done = min(trials, seen.evaluations) if trials else seen.evaluations
+            self.bar.update(task, completed=done, description=msg)
             self.lines.update(msg)
 
         return on_trial
 
     def done(self, i: int, n: int, rec: Recording, outcome: TuningOutcome) -> None:
-        self.bar.update(self.task, completed=self.trials)
+        self.bar.update(self.task, completed=self.trials or self.seen.evaluations)
         self.lines.step(f"{i}/{n} {rec.name} done: {_done(self.seen, outcome)}")
 
 

@@ -81,6 +81,13 @@ class Tolerance:
         raise ConfigError(f"cannot parse tolerance {text!r}",
                           hint="write bitwise, abs:1e-6, rel:1e-5[,atol] or norm:1e-4")
 
+    def spec(self) -> str:
+        """The CLI form :meth:`parse` reads back."""
+        nums = {"bitwise": (), "abs": (self.atol,), "norm": (self.tol,),
+                "rel": (self.rtol, self.atol) if self.atol else (self.rtol,)}[self.mode]
+        nan = ",nan=match" if self.nan == "match" else ""
+        return self.mode + (":" + ",".join(repr(x) for x in nums) + nan if nums or nan else "")
+
     def to_json(self) -> dict[str, Any]:
         return {"mode": self.mode, "atol": self.atol, "rtol": self.rtol, "tol": self.tol,
                 "nan": self.nan}

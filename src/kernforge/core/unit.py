@@ -6,8 +6,9 @@ recording format v1: the kernel's source, its arguments by name) and the driver 
 (``NativeRecording``, format v2: the module image the program loaded, raw
 parameter bytes, the allocations they point into; the source too when NVRTC compiled it in the
 recorded process). What differs is what the unit holds (:data:`HOLDS`), which the backend that
-replays it handles; loading, describing, selecting with ``--kernels`` and choosing the cache
-state read only this protocol.
+replays it handles; loading, describing, selecting with ``--kernels``, choosing the cache
+state, replaying (:mod:`kernforge.replay.unit_replay`) and validating
+(:mod:`kernforge.pipeline.validation`) read only this protocol and dispatch on ``backend``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ is at the confidence :func:`~.verdict.per_look` gives for the looks actually sch
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +63,15 @@ class ABResult:
                 "median_a": self.median_a, "median_b": self.median_b,
                 "samples_a": [list(p) for p in self.samples_a],
                 "samples_b": [list(p) for p in self.samples_b]}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ABResult:
+        """The comparison :meth:`to_json` wrote (another process's, for one)."""
+        return cls(tuple(float(r) for r in d["ratios"]),
+                   tuple(tuple(float(s) for s in p) for p in d["samples_a"]),
+                   tuple(tuple(float(s) for s in p) for p in d["samples_b"]),
+                   tuple(str(f) for f in d.get("first", ())), float(d["ci_low"]),
+                   float(d["ci_high"]), d.get("coverage"), d.get("confidence"))
 
 
 def _ratio(a: float, b: float) -> float:

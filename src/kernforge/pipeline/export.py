@@ -1,7 +1,8 @@
-"""``kernforge export``'s work: a deployment spec from a tuning run's results, whatever kind of
-units the run tuned. A run of recordings (``RUN_DIR/**/result.json``) gives a spec of tuned
-variants (:mod:`kernforge.deploy.spec`); a run of native units (``RUN_DIR/native.json``) a
-native spec of images the interposer loads (:mod:`kernforge.deploy.native`). Either way a
+"""``kernforge export``'s work: a deployment spec from a tuning run's results
+(``RUN_DIR/**/result.json``, one per unit), whatever kind of units the run tuned. Recordings'
+results give a spec of tuned variants (:mod:`kernforge.deploy.spec`); native units' (and a
+``RUN_DIR/native.json`` of earlier runs or of an evolution) a native spec of images the
+interposer loads (:mod:`kernforge.deploy.native`). Either way a
 result is exported only when it is signed and unaltered and the gate
 (:mod:`kernforge.deploy.gate`) accepts its win; the others are named with the reason."""
 
@@ -25,6 +26,7 @@ from ..deploy.generalize import generalize
 from ..record import load_recording
 from ..record.native_format import read_native
 from ..replay.native import NativeVariant
+from ..replay.native_result import is_native_result
 from ..replay.native_tune import RESULT as NATIVE_RESULT
 from ..replay.native_tune import RESULT_FORMAT as NATIVE_RESULT_FORMAT
 from .notes import QUIET, Notes
@@ -192,13 +194,14 @@ class ExportOutcome:
 def export_run(run_dir: Path, spec_path: Path | None, *, min_speedup: float = 1.0,
                band: float = NOISE_BAND, notes: Notes = QUIET) -> ExportOutcome:
     """The deployment spec of a tuning run (``spec_path``, default RUN_DIR/deploy.json):
-    native units' when the run holds native.json, else its recordings'."""
+    native units' when the run tuned any, else its recordings'."""
     if not run_dir.is_dir():
         raise ConfigError(f"{run_dir}: no such run directory",
                           hint="give the directory of a tuning run")
     spec = spec_path or run_dir / "deploy.json"
-    if (run_dir / NATIVE_RESULT).is_file():
-        return _export_native(run_dir, spec, band, notes)
+    native = _native_units(run_dir, notes)
+    if native is not None:
+        return _export_native(native, spec, band, notes)
     exported, skipped = collect(run_dir, min_speedup, band, notes)
     for line in skipped:
         notes.skipped(line)
@@ -208,18 +211,43 @@ def export_run(run_dir: Path, spec_path: Path | None, *, min_speedup: float = 1.
                          exported=exported)
 
 
-def _export_native(run_dir: Path, spec_path: Path, band: float, notes: Notes) -> ExportOutcome:
-    """A native deployment spec from OUT/native.json: the wins the gate accepts."""
-    try:
-        doc = parse_json((run_dir / NATIVE_RESULT).read_text("utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read {run_dir / NATIVE_RESULT}: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("format") != NATIVE_RESULT_FORMAT or \
-            signature_ok(doc) is not True:
-        raise ConfigError(f"{run_dir / NATIVE_RESULT}: not signed by kernforge tune, or altered",
-                          hint="tune again; results are not edited by hand")
+def _native_units(run_dir: Path, notes: Notes) -> list[dict[str, Any]] | None:
+    """The native units' results of a run (None: it tuned none): each unit's result.json
+    (:mod:`kernforge.replay.native_result`), and the units of a run's native.json (written by
+    tuning before every unit had its result.json, and by evolution), signed and unaltered."""
+    units: list[dict[str, Any]] = []
+    legacy = run_dir / NATIVE_RESULT
+    found = legacy.is_file()
+    if found:
+        try:
+            doc = parse_json(legacy.read_text("utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read {legacy}: {exc}") from None
+        if not isinstance(doc, dict) or doc.get("format") != NATIVE_RESULT_FORMAT or \
+                signature_ok(doc) is not True:
+            raise ConfigError(f"{legacy}: not signed by kernforge tune, or altered",
+                              hint="tune again; results are not edited by hand")
+        units += doc["units"]
+    for path in sorted(run_dir.rglob(RESULT_NAME)):
+        try:
+            doc = parse_json(path.read_text("utf-8"))
+        except (OSError, ValueError):
+            continue  # not a native unit's that can be told: the recordings' export names it
+        if not is_native_result(doc):
+            continue
+        found = True
+        if signature_ok(doc) is not True:
+            notes.skipped(f"{path}: not signed by kernforge tune, or altered: tune again")
+            continue
+        units.append(doc["native"])
+    return units if found else None
+
+
+def _export_native(units: list[dict[str, Any]], spec_path: Path, band: float,
+                   notes: Notes) -> ExportOutcome:
+    """A native deployment spec from the native units' results: the wins the gate accepts."""
     entries, images, params = [], {}, []
-    for u in doc["units"]:
+    for u in units:
         why = "not a win" if u["best"] is None else refusal(
             verified=True, idle=None, speedup=u["speedup"],
             ci=tuple(u["ci"]) if u["ci"] else None, band=band)  # type: ignore[arg-type]

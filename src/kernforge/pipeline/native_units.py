@@ -1,70 +1,23 @@
-"""Native units (launches the driver interposer recorded from unchanged programs) on the unit
-pipelines' path (:mod:`.units`): replayed at their recorded addresses, bound to a ``--source``
-file and tuned (loaded and described as every unit is: :mod:`.loading`, :mod:`.units`). Each unit runs in a child process
+"""Native units (launches the driver interposer recorded from unchanged programs) bound to a
+``--source`` file and tuned (loaded, described, replayed and validated as every unit is:
+:mod:`.loading`, :mod:`.units`). Each unit runs in a child process
 (:mod:`kernforge.replay.native_child`), so a crash costs that unit only."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from ..backends.image_build import BindingError
-from ..core import Measurement, RecordingError
+from ..core import ConfigError, RecordingError, Tolerance
 from ..core.native import NativeRecording, NativeSource
 from ..deploy.gate import NOISE_BAND, refusal
-from ..replay.cache_protocol import choose
-from ..replay.native import NativeVariant
-from ..replay.native_child import run_isolated
+from ..replay.native_result import write_unit_result
 from ..replay.native_share import share_winners
-from ..replay.native_tune import RESULT, NativeTuning, bind, tune_native, write_results
-from ..replay.tuning import keep_earlier
+from ..replay.native_tune import NativeTuning, bind, tune_native
+from ..replay.tuning import RESULT_NAME, keep_earlier
+from ..tune import Budget
 from .notes import QUIET, Notes
-
-NativeRow = tuple[str, str, Measurement, dict[str, Any]]  # unit, kernel, measurement, info
-
-
-def replay_native(recs: Sequence[NativeRecording], *, warmup: int, repeat: int,
-                  tolerance: str | None, dtype: str | None, cache: str | None = None,
-                  others: bool = False, notes: Notes = QUIET) -> list[NativeRow]:
-    """Each unit replayed in its own process at its recorded addresses: verify, time, in its
-    cache state (``cache`` auto, or None with no user's choice kept: a unit whose time in the
-    program is known is replayed both ways and keeps the state nearer to it,
-    :func:`~kernforge.replay.cache_protocol.choose`; None keeps a user's earlier ``--cache warm|flushed``). A unit whose
-    data turns out damaged (a blob failing its hash) is skipped (``notes.damaged``) while
-    other units replay (``others``: units of another kind did); with none left, its
-    RecordingError is raised."""
-    rows: list[NativeRow] = []
-    damaged: list[RecordingError] = []
-    for rec in recs:
-        outs: dict[bool, dict[str, Any]] = {}
-
-        def once(flush: bool, rec: NativeRecording = rec,
-                 outs: dict[bool, dict[str, Any]] = outs) -> float | None:
-            outs[flush] = run_isolated(rec.path, [NativeVariant()], warmup=warmup,
-                                       repeat=repeat, tolerance=tolerance, dtype=dtype,
-                                       flush=flush)
-            m = outs[flush]["measurements"][0]
-            return m.median if m.ok else None
-
-        try:
-            choice = choose(rec, cache, once)
-            if choice.flush not in outs:
-                once(choice.flush)
-        except RecordingError as exc:
-            damaged.append(exc)
-            continue
-        out = outs[choice.flush]
-        m = out["measurements"][0]
-        info = {"relocated": out.get("relocated") or [], "refusals": out.get("refusals") or [],
-                "app_time_ms": rec.capture.get("app_time_ms"), "cache": choice.to_json()}
-        rows.append((rec.path.name, rec.name, m, info))
-    if damaged and not rows and not others:
-        raise damaged[0]
-    for bad in damaged:
-        notes.damaged(bad)
-    return rows
 
 
 def bind_units(recs: Sequence[NativeRecording], src: NativeSource,
@@ -85,16 +38,23 @@ def bind_units(recs: Sequence[NativeRecording], src: NativeSource,
 
 
 def tune_native_units(recs: Sequence[NativeRecording], out: Path, *, repeat: int, passes: int,
-                      band: float = NOISE_BAND, tolerance: str | None = None,
-                      source: NativeSource | None = None,
+                      sampler: str = "exhaustive", budget: Budget | None = None,
+                      seed: int | None = 0, resume: bool = False, band: float = NOISE_BAND,
+                      tolerance: Tolerance | None = None, source: NativeSource | None = None,
                       defines: Sequence[Sequence[tuple[str, str]]] = (),
                       others: bool = False, notes: Notes = QUIET) -> list[NativeTuning]:
-    """Tune every native unit (with ``source`` bound to those it builds, and the ``defines``
-    sets tried on every source build); write the signed results to OUT/native.json. A unit
-    whose data turns out damaged is skipped (``notes.damaged``) while others remain
-    (``others``: units of another kind are tuned too); with none left, its RecordingError is
-    raised."""
+    """Tune every native unit, each by its study in OUT/<unit>/ (``sampler`` under ``budget``;
+    ``resume`` continues the studies there), with ``source`` bound to those it builds and the
+    ``defines`` sets tried on every source build; write each signed result to
+    OUT/<unit>/result.json (an earlier one there kept beside it). A unit whose data turns out
+    damaged is skipped (``notes.damaged``) while
+    others remain (``others``: units of another kind are tuned too); with none left, its
+    RecordingError is raised."""
     out.mkdir(parents=True, exist_ok=True)
+    held = [r.path.name for r in recs if (out / r.path.name / "study.db").exists()]
+    if held and not resume:
+        raise ConfigError(f"{out / held[0]} already holds a study",
+                          hint="pass --resume to continue it, or choose another --out")
     done: list[NativeTuning] = []
     damaged: list[RecordingError] = []
     bound = bind_units(recs, source, notes) if source is not None else {}
@@ -108,40 +68,22 @@ def tune_native_units(recs: Sequence[NativeRecording], out: Path, *, repeat: int
                   + (f", source: {src.origin} {src.program}" if src else ""))
         try:
             t = tune_native(rec.path, rec, repeat=repeat, passes=passes, refuse=refuse,
-                            tolerance=tolerance, source=bound.get(rec.path),
-                            defines=defines if src else (),
-                            progress=lambda k, n: notes.say(f"  {k}/{n} configurations "
-                                                            "evaluated"))
+                            sampler=sampler, budget=budget, seed=seed,
+                            storage=out / rec.path.name, tolerance=tolerance,
+                            source=bound.get(rec.path), defines=defines if src else ())
         except RecordingError as exc:
             damaged.append(exc)
             continue
+        notes.say(f"  {len(t.results)} configurations evaluated ({sampler})")
         done.append(t)
-        write_results(out, done, band)
+        keep_earlier(out / rec.path.name / RESULT_NAME)
+        write_unit_result(t, out, band)
     if damaged and not done and not others:
         raise damaged[0]
     for bad in damaged:
         notes.damaged(bad)
     if share_winners(done, refuse=refuse, passes=passes, repeat=repeat, tolerance=tolerance,
                      say=notes.say):
-        write_results(out, done, band)
+        for t in done:
+            write_unit_result(t, out, band)
     return done
-
-
-def native_finished(out: Path, native: Sequence[NativeRecording], remeasure: bool,
-                    notes: Notes) -> bool:
-    """``--resume`` on native units: a native.json that holds every unit is reported, not
-    measured again; otherwise (or with ``remeasure``) it is kept aside and they are tuned."""
-    path = out / RESULT
-    if not path.is_file():
-        return False
-    try:
-        units = {str(u.get("unit")) for u in json.loads(path.read_text("utf-8"))["units"]}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        units = set()
-    if not remeasure and {str(n.path) for n in native} <= units:
-        notes.say(f"native units: finished earlier; not measured again: {path} stands "
-                  f"(--remeasure measures them again and keeps it beside the new one)")
-        return True
-    kept = keep_earlier(path)
-    notes.say(f"native units: the earlier {path.name} is kept as {kept}")
-    return False

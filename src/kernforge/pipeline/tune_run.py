@@ -1,46 +1,50 @@
-"""``kernforge tune``'s work on any units: native units first (every candidate evaluated, the
-signed results in OUT/native.json), then the recordings (a study per unit, the winner
-validated, OUT/<unit>/result.json). What is shown while it runs is the caller's
-(:class:`TuneDisplay`); what it found is returned (:class:`TuneRun`)."""
+"""``kernforge tune``'s work on any units: each unit searched by a study (:func:`kernforge.tune.
+tune`) over the space its backend gives it, under one budget and sampler choice (by default
+TPE for a unit that holds source, exhaustive for one that holds a module image: its space is
+small); native units first, then the recordings, each unit's signed result in
+OUT/<unit>/result.json. What is shown while it runs is the caller's (:class:`TuneDisplay`);
+what it found is returned (:class:`TuneRun`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from ..backends.image_build import bind_source
-from ..core import ConfigError, Recording, RecordingError
+from ..core import ConfigError, Recording, RecordingError, Unit
 from ..core.lock import directory_lock
 from ..deploy.gate import idle_of
 from ..harness import by_precision, precision_of
 from ..harness.cache import CacheChoice
 from ..harness.verdict import Judgement, judge_evidence
 from ..replay.cache_protocol import apply_mode, protocol_for
-from ..replay.native_tune import RESULT as NATIVE_RESULT
 from ..replay.native_tune import NativeTuning
 from ..replay.tuning import TuningOutcome, finished_result, tune_recording
+from ..replay.unit_replay import DRIVER
 from ..tune import Budget
-from .native_units import native_finished, tune_native_units
+from .native_units import tune_native_units
 from .notes import QUIET, Notes
 
 
 @dataclass(frozen=True)
 class TuneSettings:
-    """How every unit is tuned (``kernforge tune``'s options). ``tolerance``: the recordings'
-    parsed policy; ``native_tolerance``: the one SPEC native units compare under;
+    """How every unit is tuned (``kernforge tune``'s options). ``budget``: each unit's
+    (``trials`` None: the sampler's own end, :data:`SAMPLED_TRIALS` for a sampled search);
+    ``sampler`` None: the unit's backend's choice (:func:`sampler_for`); ``tolerance``: one
+    policy, or one per buffer name (a native unit takes one);
     ``source``/``includes``/``defines``: a ``--source`` file bound to native units;
     ``try_defines``: its candidate define sets."""
 
     budget: Budget
     preset: str = "standard"
-    sampler: str = "tpe"
+    sampler: str | None = None
     seed: int = 0
     user_space: Any = None
     tolerance: Any = None
-    native_tolerance: str | None = None
     repeat: int = 7
     resume: bool = False
     remeasure: bool = False
@@ -57,17 +61,21 @@ class RecordingSteps(Protocol):
     def finished(self, i: int, n: int, result: Path) -> None:
         """Unit ``i`` of ``n`` finished in an earlier run: ``result`` stands."""
 
-    def started(self, i: int, n: int, rec: Recording,
-                cache: CacheChoice) -> Callable[[Any], None]:
-        """Unit ``i`` of ``n`` starts; returns what is called with each trial."""
+    def started(self, i: int, n: int, rec: Recording, cache: CacheChoice,
+                trials: int | None) -> Callable[[Any], None]:
+        """Unit ``i`` of ``n`` starts (``trials``: its budget's evaluations, None: every
+        point of its space); returns what is called with each trial."""
 
     def done(self, i: int, n: int, rec: Recording, outcome: TuningOutcome) -> None:
         """Unit ``i`` of ``n`` is tuned."""
 
 
 class TuneDisplay(Protocol):
-    def native_tuned(self, done: Sequence[NativeTuning], result: Path) -> None:
-        """The native units are tuned (their results in ``result``)."""
+    def finished(self, result: Path) -> None:
+        """A native unit finished in an earlier run: ``result`` stands."""
+
+    def native_tuned(self, done: Sequence[NativeTuning], out: Path) -> None:
+        """The native units are tuned (their results under the run directory ``out``)."""
 
     def recordings(self) -> AbstractContextManager[RecordingSteps]:
         """The display around the recordings' studies."""
@@ -76,7 +84,7 @@ class TuneDisplay(Protocol):
 @dataclass
 class TuneRun:
     """``native``: the native units tuned now; ``outcomes``: the recordings tuned now;
-    ``finished``: the names of recordings ``--resume`` found finished earlier."""
+    ``finished``: the names of units ``--resume`` found finished earlier."""
 
     native: list[NativeTuning] = field(default_factory=list)
     outcomes: list[TuningOutcome] = field(default_factory=list)
@@ -84,6 +92,19 @@ class TuneRun:
 
 
 Isolating = Callable[[Iterable[str]], AbstractContextManager[Any]]
+SAMPLED_TRIALS = 30  # a unit's evaluations when the sampler has no end of its own
+
+
+def sampler_for(unit: Unit, s: TuneSettings) -> tuple[str, Budget]:
+    """The sampler and budget of ``unit``'s study: the given ones, else the backend's choice:
+    exhaustive for a unit that holds a module image (replayed by the driver backend: its
+    space, one change at a time from the recorded configuration, is small), TPE otherwise;
+    a sampled search without ``--trials`` stops after :data:`SAMPLED_TRIALS` evaluations."""
+    sampler = s.sampler or ("exhaustive" if unit.backend == DRIVER else "tpe")
+    budget = s.budget
+    if budget.trials is None and sampler != "exhaustive":
+        budget = replace(budget, trials=SAMPLED_TRIALS)
+    return sampler, budget
 
 
 def tune_all(recs: Sequence[Recording], native: Sequence[Any], out: Path, s: TuneSettings, *,
@@ -98,17 +119,32 @@ def tune_all(recs: Sequence[Recording], native: Sequence[Any], out: Path, s: Tun
         raise ConfigError("--source binds native units; none under this path",
                           hint="record the program with kernforge record -- COMMAND")
     run = TuneRun()
-    if native and s.resume and native_finished(out, native, s.remeasure, notes):
-        native = []  # reported, not measured again
-    if native:  # geometry, carveout, JIT options, source builds: every candidate evaluated
+    if native and s.resume and not s.remeasure:  # finished units reported, not measured
+        left = []
+        for r in native:
+            done = finished_result(out / r.path.name)
+            if done is None:
+                left.append(r)
+                continue
+            display.finished(done)
+            run.finished.append(r.path.name)
+        native = left
+    if native:  # geometry, carveout, JIT options, source builds
+        if isinstance(s.tolerance, dict):
+            raise ConfigError("a native unit's memory has no buffer names: --tolerance "
+                              "BUF=SPEC does not apply to it",
+                              hint="give one --tolerance SPEC for native units; select the "
+                                   "others with --kernels")
         source = bind_source(s.source, includes=s.includes, defines=s.defines) \
             if s.source is not None else None
+        sampler, budget = sampler_for(native[0], s)
         with directory_lock(out, "tuning run directory"):
             run.native = tune_native_units(native, out, repeat=s.repeat, passes=7,
-                                           tolerance=s.native_tolerance, source=source,
-                                           defines=s.try_defines, others=bool(recs),
-                                           notes=notes)
-        display.native_tuned(run.native, out / NATIVE_RESULT)
+                                           sampler=sampler, budget=budget, seed=s.seed,
+                                           resume=s.resume, tolerance=s.tolerance,
+                                           source=source, defines=s.try_defines,
+                                           others=bool(recs), notes=notes)
+        display.native_tuned(run.native, out)
     if not recs:
         return run
     with directory_lock(out, "tuning run directory"), \
@@ -127,10 +163,11 @@ def _recordings(recs: Sequence[Recording], out: Path, s: TuneSettings, iso: Any,
                 steps.finished(i, len(recs), done)
                 run.finished.append(rec.name)
                 continue
-            on_trial = steps.started(i, len(recs), rec, protocol_for(rec))
+            sampler, budget = sampler_for(rec, s)
+            on_trial = steps.started(i, len(recs), rec, protocol_for(rec), budget.trials)
             try:
                 run.outcomes.append(tune_recording(
-                    rec, out, preset=s.preset, sampler=s.sampler, budget=s.budget,
+                    rec, out, preset=s.preset, sampler=sampler, budget=budget,
                     seed=s.seed, user_space=s.user_space, tolerance=s.tolerance,
                     repeat=s.repeat, resume=s.resume, remeasure=s.remeasure,
                     on_trial=on_trial, isolate=iso))

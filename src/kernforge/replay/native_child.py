@@ -2,7 +2,8 @@
 
 ``python -m kernforge.replay.native_child REQUEST.json RESULT.json``: the request names the
 unit, the variants, the protocol and optionally an interleaved comparison; the child writes one
-measurement per variant (and the comparison) as JSON. :func:`run_isolated` is the caller's side:
+measurement per variant (and the comparison) as JSON. ``... --serve IN_FD OUT_FD REQUEST.json``:
+a session's child (:mod:`.native_session`), one variant per request line. :func:`run_isolated` is the caller's side:
 a child killed by a signal, or one that outlives its timeout, costs only its own evaluations
 (RUNTIME_FAILED or TIMEOUT, with the cause); a unit whose data fails its hash checks is a
 RecordingFormatError, raised before any variant runs.
@@ -33,12 +34,18 @@ from ..record.native_format import read_native
 from .native import NativeReplay, NativeVariant, compare, evaluate
 
 
+def _tolerance(given: Any) -> Tolerance | None:
+    """A request's tolerance: a Tolerance's JSON, its spec, or none (bitwise)."""
+    return (Tolerance.from_json(given) if isinstance(given, dict)
+            else Tolerance.parse(given) if given else None)
+
+
 def _child(request: dict[str, Any]) -> dict[str, Any]:
     try:  # every blob hash-checked before anything runs: damaged data is no variant's fault
         rec = read_native(request["unit"], verify=True)
     except RecordingError as exc:
         return {"recording_error": exc.message, "hint": exc.hint}
-    tol = Tolerance.parse(request["tolerance"]) if request.get("tolerance") else None
+    tol = _tolerance(request.get("tolerance"))
     try:
         rp = NativeReplay(rec, fixed=request.get("fixed", True))
     except KernforgeError as exc:
@@ -59,17 +66,19 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
         ab = compare(rp, variants[cmp[0]], variants[cmp[1]], passes=request.get("passes", 7))
         out["compare"] = {"speedup": ab.speedup, "ci": [ab.ci_low, ab.ci_high],
                           "median_a": ab.median_a, "median_b": ab.median_b,
-                          "ratios": list(ab.ratios), "confidence": ab.confidence}
+                          "ratios": list(ab.ratios), "confidence": ab.confidence,
+                          "ab": ab.to_json()}
     return out
 
 
 def run_isolated(unit: str | Path, variants: Sequence[NativeVariant], *, warmup: int = 3,
-                 repeat: int = 10, tolerance: str | None = None, dtype: str | None = None,
+                 repeat: int = 10, tolerance: Tolerance | str | None = None,
+                 dtype: str | None = None,
                  compare_pair: tuple[int, int] | None = None, passes: int = 7,
                  timeout_s: float = 300.0, fixed: bool = True, flush: bool | None = None
                  ) -> dict[str, Any]:
     """Evaluate ``variants`` of one unit in a fresh process; every variant gets a result.
-    With a ``tolerance`` (a Tolerance spec), written memory is compared as ``dtype``, by default
+    With a ``tolerance`` (a Tolerance or its spec), written memory is compared as ``dtype``, by default
     the element type all the kernel's pointer parameters share (from its mangled name)."""
     if flush is None:  # the unit's cache state (cache_protocol.py)
         from ..record.native_format import read_native
@@ -77,7 +86,9 @@ def run_isolated(unit: str | Path, variants: Sequence[NativeVariant], *, warmup:
 
         flush = protocol_for(read_native(unit)).flush
     request = {"unit": str(unit), "variants": [v.to_json() for v in variants], "warmup": warmup,
-               "repeat": repeat, "tolerance": tolerance, "dtype": dtype,
+               "repeat": repeat, "dtype": dtype,
+               "tolerance": tolerance.to_json() if isinstance(tolerance, Tolerance)
+               else tolerance,
                "compare": list(compare_pair) if compare_pair else None, "passes": passes,
                "fixed": fixed, "flush": flush}
     with tempfile.TemporaryDirectory(prefix="kf-native-") as tmp:
@@ -107,7 +118,41 @@ def run_isolated(unit: str | Path, variants: Sequence[NativeVariant], *, warmup:
     return out
 
 
+def serve(request: dict[str, Any], requests: Any, replies: Any) -> int:
+    """A session's child (:mod:`.native_session`): the unit read and placed once, then one
+    variant evaluated per request line, one reply line each, until the requests end or a
+    variant loses the context (its reply sent, the child exits)."""
+    def reply(doc: dict[str, Any]) -> None:
+        replies.write(json.dumps(doc).encode() + b"\n")
+        replies.flush()
+
+    try:
+        rec = read_native(request["unit"], verify=True)
+    except RecordingError as exc:
+        reply({"recording_error": exc.message, "hint": exc.hint})
+        return 0
+    tol = _tolerance(request.get("tolerance"))
+    try:
+        rp = NativeReplay(rec, fixed=request.get("fixed", True))
+    except KernforgeError as exc:
+        reply({"error": exc.message, "status": Status.LAUNCH_FAILED.value})
+        return 0
+    reply({"relocated": rp.relocated, "refusals": rp.drv.refusals})
+    dtype = request.get("dtype") or pointee_dtype(rec.entry)
+    for line in requests:
+        v = NativeVariant.from_json(json.loads(line))
+        m = evaluate(rp, v, warmup=request.get("warmup", 3), repeat=request.get("repeat", 10),
+                     tolerance=tol, dtype=dtype, flush=request.get("flush", True))
+        reply(m.to_json())
+        if m.status is Status.RUNTIME_FAILED:
+            return 0  # the context is lost: the session starts a fresh child
+    return 0
+
+
 def main(argv: Sequence[str]) -> int:
+    if argv[0] == "--serve":
+        with open(int(argv[1]), "rb") as requests, open(int(argv[2]), "wb") as replies:
+            return serve(json.loads(Path(argv[3]).read_text()), requests, replies)
     request = json.loads(Path(argv[0]).read_text())
     result = _child(request)
     tmp = Path(argv[1]).with_suffix(".part")

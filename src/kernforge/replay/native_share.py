@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..core import Tolerance
 from .native_child import run_isolated
 from .native_tune import NativeTuning, evaluate_all
 
@@ -28,7 +29,7 @@ def _shape(t: NativeTuning) -> tuple[Any, ...]:
 
 def share_winners(done: Sequence[NativeTuning], *,
                   refuse: Callable[[float, tuple[float, float]], str | None],
-                  passes: int = 7, repeat: int = 10, tolerance: str | None = None,
+                  passes: int = 7, repeat: int = 10, tolerance: Tolerance | str | None = None,
                   dtype: str | None = None,
                   say: Callable[[str], None] = lambda _: None) -> int:
     """Give the winning units of each kernel launch shape one shared winner where it passes;
@@ -56,7 +57,8 @@ def share_winners(done: Sequence[NativeTuning], *,
 
 
 def _adopt(t: NativeTuning, v: Any, *, refuse: Callable[[float, tuple[float, float]], str | None],
-           passes: int, repeat: int, tolerance: str | None, dtype: str | None) -> bool:
+           passes: int, repeat: int, tolerance: Tolerance | str | None,
+           dtype: str | None) -> bool:
     """Verify ``v`` on ``t``'s unit, compare it with the recorded configuration interleaved;
     make it ``t``'s winner when the gate accepts it."""
     if v in t.variants:

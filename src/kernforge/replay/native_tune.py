@@ -2,27 +2,41 @@
 or the PTX inside a recorded fatbin), and -- when the unit carries its NVRTC source or a file
 was bound to it (``--source``) -- the source compiled again under the cuda backend's knobs.
 
-The space is small, so every candidate is evaluated (no sampler): each in a child process at the
-recorded addresses, verified bitwise against the recorded outputs before it is timed; a
-candidate that crashes costs only itself (the rest go on in a fresh child). The fastest verified
-candidate is then compared with the recorded configuration interleaved (median of per-pass
-ratios, bootstrap CI) and kept only when :func:`kernforge.deploy.gate.refusal` accepts it.
+The candidates form the unit's search space (:func:`native_space`: one change at a time from
+the recorded configuration), searched by the study every unit is tuned by
+(:func:`kernforge.tune.tune`); the space is small, so its default sampler is ``exhaustive``
+(every candidate once). Each trial is evaluated in the unit's session child at the recorded
+addresses (:mod:`.native_session`), verified against the recorded outputs before it is timed;
+a candidate that crashes costs only itself. The fastest verified candidate is then compared
+with the recorded configuration interleaved (median of per-pass ratios, bootstrap CI) and kept
+only when :func:`kernforge.deploy.gate.refusal` accepts it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..backends import fatbin
 from ..backends.image_build import BindingError
-from ..core import Measurement
+from ..core import Measurement, Tolerance
 from ..core.jsonio import sign, write_json_atomic
 from ..core.native import NativeBuild, NativeRecording, NativeSource
+from ..tune import (
+    Budget,
+    ChangedAtMost,
+    Dimension,
+    SearchSpace,
+    TrialRecord,
+    TuneResult,
+    tune,
+)
+from .cache_protocol import protocol_for
 from .native import NativeVariant
 from .native_child import run_isolated
+from .native_session import NativeSession
 
 BLOCKS_1D = (64, 128, 256, 512, 1024)
 BLOCKS_2D = ((16, 8), (16, 16), (32, 4), (32, 8), (32, 16), (64, 2), (64, 4), (128, 2),
@@ -113,7 +127,8 @@ def combined(variants: Sequence[NativeVariant], results: Sequence[Measurement]
 
 def evaluate_all(unit: Path, variants: Sequence[NativeVariant], *, repeat: int = 10,
                  warmup: int = 3, progress: Callable[[int, int], None] | None = None,
-                 tolerance: str | None = None, dtype: str | None = None) -> list[Measurement]:
+                 tolerance: Tolerance | str | None = None, dtype: str | None = None
+                 ) -> list[Measurement]:
     """One measurement per variant; after a crash the remaining ones run in a fresh child."""
     done: list[Measurement] = []
     while len(done) < len(variants):
@@ -142,6 +157,8 @@ class NativeTuning:
     medians: tuple[float, float] | None = None  # recorded, best: from the interleaved passes
     refused: str | None = None
     notes: list[str] = field(default_factory=list)
+    study: TuneResult | None = None  # the study that searched the unit's space
+    sampler: str = ""
 
     @property
     def win(self) -> bool:
@@ -163,23 +180,85 @@ class NativeTuning:
                 "win": self.win, "refused": self.refused, "notes": self.notes}
 
 
+GEOMETRY, CARVEOUT, IMAGE = "launch.block", "carveout", "image"  # a native unit's dimensions
+RECORDED = "recorded"  # the image value of the recorded module image, as the program loaded it
+
+
+@dataclass(frozen=True)
+class NativeSpace:
+    """A native unit's search space (the block shape, the carveout, the image: JIT options or
+    a build, by label), and the variant each of its configurations is."""
+
+    space: SearchSpace
+    images: Mapping[str, NativeVariant]
+
+    def variant(self, config: Mapping[str, Any], rec: NativeRecording) -> NativeVariant:
+        block = config.get(GEOMETRY)
+        image = self.images[config.get(IMAGE, RECORDED)]
+        return NativeVariant(block=None if block is None or tuple(block) == rec.block
+                             else tuple(block),  # type: ignore[arg-type]
+                             carveout=config.get(CARVEOUT), jit=image.jit, build=image.build)
+
+
+def native_space(rec: NativeRecording, *, source: NativeSource | None = None,
+                 tolerant: bool = False, defines: Sequence[Sequence[tuple[str, str]]] = ()
+                 ) -> NativeSpace:
+    """The space of :func:`candidates`: each of its dimensions changed alone from the recorded
+    configuration (the baseline), so an exhaustive study evaluates every candidate once."""
+    cands = candidates(rec, source=source, tolerant=tolerant, defines=defines)
+    images = {RECORDED: NativeVariant()}
+    images.update((v.label(), NativeVariant(jit=v.jit, build=v.build))
+                  for v in cands if v.jit or v.build is not None)
+    values: dict[str, list[Any]] = {GEOMETRY: [rec.block] + [v.block for v in cands if v.block is not None],
+              CARVEOUT: [None] + [v.carveout for v in cands if v.carveout is not None],
+              IMAGE: list(images)}
+    dims = [Dimension.categorical(n, vs) for n, vs in values.items() if len(vs) > 1]
+    start = {d.name: values[d.name][0] for d in dims}
+    rules = [ChangedAtMost(tuple(start), 1, start)] if len(dims) > 1 else []
+    return NativeSpace(SearchSpace(dims, rules, start), images)
+
+
 def tune_native(unit: Path, rec: NativeRecording, *, repeat: int = 10, passes: int = 7,
                 refuse: Callable[[float, tuple[float, float]], str | None],
-                progress: Callable[[int, int], None] | None = None,
-                tolerance: str | None = None, dtype: str | None = None,
+                sampler: str = "exhaustive", budget: Budget | None = None,
+                seed: int | None = 0, storage: Path | None = None,
+                on_trial: Callable[[TrialRecord], None] | None = None,
+                tolerance: Tolerance | None = None, dtype: str | None = None,
                 source: NativeSource | None = None,
                 defines: Sequence[Sequence[tuple[str, str]]] = ()) -> NativeTuning:
-    variants = candidates(rec, source=source, tolerant=tolerance is not None, defines=defines)
-    results = evaluate_all(unit, variants, repeat=repeat, progress=progress,
-                           tolerance=tolerance, dtype=dtype)
-    both = combined(variants, results)
-    if both is not None and both not in variants:
-        variants.append(both)
-        results += evaluate_all(unit, [both], repeat=repeat, tolerance=tolerance, dtype=dtype)
-    t = NativeTuning(unit, rec, variants, results)
-    base = results[0]
-    if not base.ok:
-        t.refused = f"the recorded configuration does not replay: {base.status.value} {base.message}"
+    """The unit's study (:func:`kernforge.tune.tune` over :func:`native_space`, ``sampler``
+    under ``budget``; kept in ``storage``, a run directory, and resumed from it), every trial
+    evaluated in one :class:`~.native_session.NativeSession`; then the fastest geometry
+    change joined with the fastest image change (:func:`combined`), and the fastest verified
+    configuration compared with the recorded one interleaved and gated (``refuse``)."""
+    ns = native_space(rec, source=source, tolerant=tolerance is not None, defines=defines)
+    with NativeSession(unit, repeat=repeat, tolerance=tolerance, dtype=dtype,
+                       flush=protocol_for(rec).flush) as session:
+        study = tune(ns.space, lambda config: session.evaluate(ns.variant(config, rec)),
+                     sampler=sampler, budget=budget or Budget(trials=None), storage=storage,
+                     study_name=unit.name, seed=seed, on_trial=on_trial)
+        done = [t for t in study.trials if t.evaluated]
+        first = [t for t in done if t is study.baseline] or done[:1]
+        trials = first + [t for t in done if t not in first]
+        variants = [ns.variant(t.config, rec) for t in trials]
+        results = [t.measurement for t in trials]
+        both = combined(variants, results)
+        if both is not None and both not in variants:
+            variants.append(both)
+            results.append(session.evaluate(both))
+    return _gated(NativeTuning(unit, rec, variants, results, study=study, sampler=sampler),
+                  refuse, passes=passes, tolerance=tolerance, dtype=dtype)
+
+
+def _gated(t: NativeTuning, refuse: Callable[[float, tuple[float, float]], str | None], *,
+           passes: int, tolerance: Tolerance | None, dtype: str | None) -> NativeTuning:
+    """``t``'s fastest verified configuration compared with the recorded one interleaved,
+    kept only when ``refuse`` finds nothing against it."""
+    results = t.results
+    base = results[0] if results else None
+    if base is None or not base.ok or not t.variants[0].is_recorded:
+        why = f"{base.status.value} {base.message}" if base is not None else "not evaluated"
+        t.refused = f"the recorded configuration does not replay: {why}"
         return t
     ok = [i for i, m in enumerate(results) if i > 0 and m.ok]
     if not ok:
@@ -190,7 +269,7 @@ def tune_native(unit: Path, rec: NativeRecording, *, repeat: int = 10, passes: i
         t.refused = "no configuration was faster than the recorded one"
         return t
     t.best = best
-    cmp = run_isolated(unit, [variants[0], variants[best]], repeat=3, warmup=1,
+    cmp = run_isolated(t.unit, [t.variants[0], t.variants[best]], repeat=3, warmup=1,
                        compare_pair=(0, 1), passes=passes, tolerance=tolerance,
                        dtype=dtype).get("compare")
     if not cmp:
@@ -202,7 +281,7 @@ def tune_native(unit: Path, rec: NativeRecording, *, repeat: int = 10, passes: i
     return t
 
 
-RESULT = "native.json"  # a run directory's native results (kernforge export reads them)
+RESULT = "native.json"  # native results of an evolution, and of tuning runs before result.json
 RESULT_FORMAT = "kernforge-native-tune"
 
 

@@ -4,12 +4,12 @@ It knows nothing about backends or replays (it imports only :mod:`kernforge.core
 docs/tuning.md, "The tuner API".
 """
 
-from .constraints import AtMost, Constraint, Predicate, ProductAtMost
+from .constraints import AtMost, ChangedAtMost, Constraint, Predicate, ProductAtMost
 from .loop import Budget, Evaluator, TuneResult, tune
 from .samplers import SAMPLERS, Sampler, Trial, TrialRecord
 from .space import Dimension, SearchSpace
 
 __all__ = [
-    "SAMPLERS", "AtMost", "Budget", "Constraint", "Dimension", "Evaluator", "Predicate",
+    "SAMPLERS", "AtMost", "Budget", "ChangedAtMost", "Constraint", "Dimension", "Evaluator", "Predicate",
     "ProductAtMost", "Sampler", "SearchSpace", "Trial", "TrialRecord", "TuneResult", "tune",
 ]

@@ -109,6 +109,45 @@ class AtMost(Constraint):
 
 
 @dataclass(frozen=True)
+class ChangedAtMost(Constraint):
+    """At most ``limit`` of ``dims`` differ from their values in ``start`` (a baseline): e.g.
+    one change at a time from the recorded configuration, which an exhaustive study then
+    visits each of once."""
+
+    dims: tuple[str, ...]
+    limit: int
+    start: Mapping[str, Any]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dims", tuple(self.dims))
+        if not self.dims or any(d not in self.start for d in self.dims):
+            raise ConfigError("changed_at_most needs dimensions, each with its value in 'from'",
+                              hint="write e.g. {changed_at_most: [a, b], limit: 1, "
+                                   "from: {a: 1, b: 2}}")
+        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 0:
+            raise ConfigError(f"changed_at_most limit {self.limit!r} must be an integer >= 0")
+
+    def check(self, config: Mapping[str, Any]) -> str | None:
+        changed = [d for d in self.dims if _frozen(config[d]) != _frozen(self.start[d])]
+        if len(changed) <= self.limit:
+            return None
+        return f"{', '.join(changed)} changed at once (at most {self.limit} may be)"
+
+    def dimensions(self) -> tuple[str, ...]:
+        return self.dims
+
+    def to_json(self) -> dict[str, Any]:
+        return {"changed_at_most": list(self.dims), "limit": self.limit,
+                "from": {d: list(v) if isinstance(v, tuple) else v
+                         for d, v in self.start.items() if d in self.dims}}
+
+
+def _frozen(value: Any) -> Any:
+    """Lists read from a file compare equal to the tuples of the space (block shapes)."""
+    return tuple(_frozen(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+@dataclass(frozen=True)
 class Predicate(Constraint):
     """Escape hatch: ``fn(config)`` returns True when the configuration is allowed.
 
@@ -128,7 +167,8 @@ class Predicate(Constraint):
         return {"predicate": self.name}
 
 
-_KINDS = {"product_at_most": ("limit",), "at_most": ("bound",), "predicate": ()}
+_KINDS = {"product_at_most": ("limit",), "at_most": ("bound",), "predicate": (),
+          "changed_at_most": ("limit", "from")}
 
 
 def constraint_from_json(entry: Any, predicates: Mapping[str, Callable[..., bool]]) -> Constraint:
@@ -156,4 +196,9 @@ def constraint_from_json(entry: Any, predicates: Mapping[str, Callable[..., bool
     dims = (dims,) if isinstance(dims, str) else tuple(dims)
     if kind == "product_at_most":
         return ProductAtMost(dims, entry["limit"])
+    if kind == "changed_at_most":
+        start = entry["from"]
+        if not isinstance(start, Mapping):
+            raise ConfigError(f"changed_at_most 'from' {start!r} must map dimensions to values")
+        return ChangedAtMost(dims, entry["limit"], {k: _frozen(v) for k, v in start.items()})
     return AtMost(dims, str(entry["bound"]))

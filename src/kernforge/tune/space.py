@@ -18,6 +18,8 @@ mapping, :meth:`SearchSpace.to_json` writes the same form)::
     constraints:
       - {product_at_most: [launch.block], limit: 1024}          # threads per block
       - {at_most: [launch.block], bound: opt.launch_bounds}     # 0 = unlimited
+      - {changed_at_most: [launch.block, opt.unroll], limit: 1,    # one change at a time
+         from: {launch.block: [128, 1, 1], opt.unroll: true}}
       - {predicate: my_rule}       # a function passed as predicates={"my_rule": fn}
     baseline: {def.TILE_J: 16}     # partial: other dimensions take their default
     conditions:                    # optional: a dimension that matters only for some values
