@@ -149,9 +149,10 @@ class TuneStrategy(Strategy):
             base = self.workdir(ctx.out) / tag
             ctx.progress(f"{ctx.manifest.name}: tuning {k['name'][:60]} ({unit.parent.name}/"
                          f"{unit.name})")
-            ran = kernforge(ctx, ["tune", str(unit), "--out", str(base / "tune"), "--trials",
-                                  str(integ.tune_trials), "--preset", integ.tune_preset],
-                            f"{tag}-tune")
+            # a native unit's candidates (one change at a time) are few: all of them evaluated
+            trials = ["--trials", str(integ.tune_trials)] if k.get("kind") == "source" else []
+            ran = kernforge(ctx, ["tune", str(unit), "--out", str(base / "tune"), *trials,
+                                  "--preset", integ.tune_preset], f"{tag}-tune")
             info: dict[str, Any] = {"kernel": k["name"], "unit": str(unit),
                                     "dataset": unit.parent.name, "share": k.get("share"),
                                     "tune_exit": ran.returncode, "ran": ["tune"]}
