@@ -5,6 +5,10 @@
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
+# the tests start kernforge in many child processes and rewrite the asserts of ~300 test
+# modules: bytecode kept in __pycache__ (git ignores it) spares later runs and children that
+# work, also where the environment asks Python not to write it (PYTHONDONTWRITEBYTECODE)
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
 
 .PHONY: setup demo test test-slow gpu-check clean
 setup: $(VENV)/.installed
@@ -22,10 +26,10 @@ test: setup
 	$(BIN)/lint-imports
 	$(BIN)/ruff check src tests benchmarks examples tools
 	$(BIN)/mypy
-	$(BIN)/pytest -q
+	$(PYTEST) -q
 
 test-slow: setup
-	$(BIN)/pytest -q -m 'slow and not gpu'
+	$(PYTEST) -q -m 'slow and not gpu'
 
 gpu-check: setup
 	$(BIN)/python benchmarks/gpu_check.py

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from kernforge.pipeline.run_app import record_command
+from kernforge.record import interposer
 from kernforge.testing.fakedriver import FakeCuda, build
 
 
@@ -32,6 +34,24 @@ def own_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def fake(tmp_path_factory: pytest.TempPathFactory) -> FakeCuda:
     """The fake libcuda, its kernels and its application, built once per run."""
     return build(tmp_path_factory.mktemp("fakecuda"))
+
+
+@pytest.fixture(scope="session")
+def interposer_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The interposer library, built once per run."""
+    return interposer.build(tmp_path_factory.mktemp("interposer"))
+
+
+@pytest.fixture(scope="session")
+def seed_cache(interposer_lib: Path) -> Callable[[Path], Path]:
+    """``seed_cache(folder)``: ``folder`` made a kernforge cache that holds the run's
+    interposer, which :func:`kernforge.record.interposer.build` finds there instead of building
+    it again (a module's own cache, without a build of its own)."""
+    def seed(folder: Path) -> Path:
+        (folder / "interposer").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(interposer_lib, folder / "interposer" / interposer_lib.name)
+        return folder
+    return seed
 
 
 @pytest.fixture

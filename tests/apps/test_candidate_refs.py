@@ -98,6 +98,7 @@ def test_fused_references_run_the_t_launches_once_per_state(fake: FakeCuda,
     assert ref.calls == 1 + len(fused_gpu.FRESH_SEEDS)
 
 
+@pytest.mark.slow  # nvcc builds of every candidate
 @pytest.mark.skipif(nvcc() is None, reason="nvcc is not installed")
 def test_candidates_compile_in_parallel_in_order() -> None:
     ok = 'extern "C" __global__ void k{i}(float *x) {{ x[threadIdx.x] *= {i}.0f; }}\n'

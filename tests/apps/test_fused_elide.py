@@ -161,7 +161,7 @@ def test_the_demo_step_folds_its_boundaries_and_elides_its_reduction(demo: tuple
                                         "does"}
 
 
-@pytest.mark.parametrize("steps", [3, 5])
+@pytest.mark.parametrize("steps", [3, pytest.param(5, marks=pytest.mark.slow)])
 def test_t_fused_steps_then_one_original_equal_t_plus_1_steps(demo: tuple, steps: int
                                                                ) -> None:
     """What a deployment runs (the fused launch, then the held step as the original launches)

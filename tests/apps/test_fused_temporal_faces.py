@@ -63,7 +63,7 @@ def _inputs(r: Recognized, seed: int) -> tuple[np.ndarray, np.ndarray]:
     pytest.param(5, 13, (12, 13, 3), marks=pytest.mark.slow),
     pytest.param(7, 13, (17, 16, 2),  # 3x2 owned points, 2 planes a chunk (the least z allows)
                  marks=pytest.mark.slow),
-    (7, 9, (16, 17, 0)),    # one chunk of all planes
+    pytest.param(7, 9, (16, 17, 0), marks=pytest.mark.slow),  # one chunk of all planes
     (3, 5, (32, 32, 64)),   # the grid inside one tile, lz past n
     (5, 6, (12, 12, 5)),    # two chunks: the last moved back onto the first
 ])
@@ -132,7 +132,7 @@ def test_what_the_temporal_design_refuses() -> None:
 
 
 @pytest.mark.skipif(nvcc() is None, reason="nvcc not installed")
-@pytest.mark.parametrize("steps", [3, 5, 7])
+@pytest.mark.parametrize("steps", [pytest.param(t, marks=pytest.mark.slow) for t in (3, 5)] + [7])
 def test_the_temporal_demo_adapter_compiles_for_sm90(steps: int) -> None:
     r = _match(256)
     s, op = next((s, op) for s, op in fz.candidates(r, (steps,), faces=DEMO_FACES)

@@ -130,6 +130,7 @@ def _steps(steps: int) -> EmulatedTarget:
     return EmulatedTarget(case, SOURCE)
 
 
+@pytest.mark.slow  # the other refusals here are the quick ones
 def test_several_steps_per_launch_are_refused_with_the_reason() -> None:
     got = lift_probe(_steps(2))  # type: ignore[arg-type]
     assert isinstance(got, NotLifted), got

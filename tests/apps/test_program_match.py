@@ -115,6 +115,7 @@ def test_m3a_says_why_lifting_was_refused_or_not_tried(tmp_path: Path) -> None:
     assert "recognized stencil takes the matrix" in row["refused"]["lifted"]
 
 
+@pytest.mark.slow  # the benchmark script in a child; lift_unit above is the quick one
 def test_the_benchmark_prints_a_row_per_unit(fake: FakeCuda, heat_unit: Path,
                                               tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[2]

@@ -77,6 +77,13 @@ def test_inspect_and_replay_report_the_healthy_unit_and_exit_7(
     assert "1 damaged unit(s) skipped" in err
 
 
+# inspect and replay above meet both damages; tune and evolve load units the same way: the
+# damaged blob (a tuning or evolve run more) runs with the slow tests
+SLOW_BLOB = pytest.mark.parametrize(
+    "damaged", [pytest.param("blob", marks=pytest.mark.slow), "manifest"], indirect=True)
+
+
+@SLOW_BLOB
 def test_tune_skips_the_damaged_unit(damaged: Path, tmp_path: Path,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     out_dir = tmp_path / "tune"
@@ -88,6 +95,7 @@ def test_tune_skips_the_damaged_unit(damaged: Path, tmp_path: Path,
     assert not (out_dir / "add-0").exists()
 
 
+@SLOW_BLOB
 def test_evolve_skips_the_damaged_unit(damaged: Path, tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "tiny.yaml"

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -39,8 +40,8 @@ sys.exit(status)
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cache")  # the interposer is built once, for the module
+def cache(tmp_path_factory: pytest.TempPathFactory, seed_cache: Callable[[Path], Path]) -> Path:
+    return seed_cache(tmp_path_factory.mktemp("cache"))  # holds the run's interposer
 
 
 @pytest.fixture

@@ -29,7 +29,9 @@ def accented(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.mark.parametrize("command", [["inspect"], ["replay", "--in-process", "--repeat", "1"]])
+@pytest.mark.parametrize("command", [
+    ["inspect"],
+    pytest.param(["replay", "--in-process", "--repeat", "1"], marks=pytest.mark.slow)])
 def test_a_non_ascii_path_under_an_ascii_terminal(accented: Path, command: list[str]) -> None:
     env = dict(os.environ, PYTHONIOENCODING="ascii",
                PYTHONPATH=os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]))

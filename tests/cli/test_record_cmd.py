@@ -231,6 +231,7 @@ def test_recording_into_a_directory_that_holds_units_says_so(tmp_path: Path) -> 
     assert len(find_recordings(out)) > 1
 
 
+@pytest.mark.slow  # four recordings of scripts that start Python
 def test_a_script_that_starts_python_says_why_it_recorded_nothing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     app = tmp_path / "once.py"

@@ -142,6 +142,7 @@ def test_any_client_failure_ends_the_scheduler_ticket() -> None:
     assert sched._pending == {}
 
 
+@pytest.mark.slow  # waits out a timeout; the quick one is test_command_proposer_timeout_and_exit_code
 def test_command_proposer_timeout_kills_the_grandchildren(tmp_path: Path) -> None:
     pid_file = tmp_path / "grandchild.pid"
     script = (

@@ -43,6 +43,7 @@ def test_forge_rounds_write_table_and_logs(tmp_path: Path) -> None:
     assert "| 1 | design:" in ideas and "Zero-regression pass" in ideas
 
 
+@pytest.mark.slow  # two forge runs; the rounds test above is the quick one
 def test_forge_resumes_from_the_table(tmp_path: Path) -> None:
     _forge(tmp_path, rounds=1)
     before = mx.load_table(tmp_path / "matrix.json")

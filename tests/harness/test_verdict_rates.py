@@ -19,6 +19,7 @@ def _verdicts(true: float, spread: float, runs: int, seed: int) -> tuple[int, in
     return simulated_verdicts(true, spread, runs, random.Random(seed))
 
 
+@pytest.mark.slow  # 1500 simulated comparisons; the 1.2x test below is the quick one
 def test_a_self_comparison_at_a_10_percent_spread_is_significant_below_0_2_percent() -> None:
     runs = 1500  # ~2.5 s; the earlier procedure (95%, first look at 7) errs in 8 of them
     faster, slower, passes = _verdicts(1.0, 0.10, runs, seed=43)

@@ -23,7 +23,13 @@ def test_the_suite_has_at_least_twelve_distinct_cheats() -> None:
     assert {c.base for c in CHEATS} <= {b.name for b in BASES}
 
 
-@pytest.mark.parametrize("cheat", CHEATS, ids=[c.name for c in CHEATS])
+# the default run catches every reason once; these give a reason another cheat gives too
+SAME_REASON = {"stale_output_read", "half_grid", "recorded_zero_shortcut"}
+
+
+@pytest.mark.parametrize("cheat", [
+    pytest.param(c, marks=pytest.mark.slow) if c.name in SAME_REASON else c for c in CHEATS],
+    ids=[c.name for c in CHEATS])
 def test_cheat_is_rejected_with_the_right_reason(cheat, recordings) -> None:
     row = run_cheat(cheat, recordings)
     if row.verdict == "inconclusive":  # a speed-only cheat on a busy machine: not accepted

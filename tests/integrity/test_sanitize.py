@@ -69,6 +69,7 @@ def test_a_read_past_the_end_is_an_asan_finding(rec: Recording) -> None:
     assert "AddressSanitizer" in v.message and "heap-buffer-overflow" in v.message
 
 
+@pytest.mark.slow  # a ThreadSanitizer build; ASan is the quick finding
 def test_a_race_across_a_missing_barrier_is_a_tsan_finding(rec: Recording) -> None:
     v = _gate(rec, RACY)
     assert (v.verdict, v.status, v.reason) == ("rejected", Status.WRONG_RESULT,

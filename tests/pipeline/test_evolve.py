@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from kernforge.cli.main import main
 from kernforge.core import ConfigError, Status
 from kernforge.evolve.store import Store
 from kernforge.llm.fake_server import FakeLLMServer
@@ -142,14 +143,15 @@ def test_kill9_mid_run_resumes_quarantining_what_was_in_flight(heat_recordings: 
         len(per_program) - len(finished_before) - len(in_flight)
 
 
-def test_cli_rejects_an_unknown_key_naming_it(heat_recordings: Path, tmp_path: Path) -> None:
+def test_cli_rejects_an_unknown_key_naming_it(heat_recordings: Path, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("evolve:\n  seed: 1\n  max_iteratons: 3\nproposers: [{kind: offline}]\n")
-    r = subprocess.run([sys.executable, "-m", "kernforge", "evolve", str(heat_recordings),
-                        "--config", str(cfg), "--out", str(tmp_path / "o")],
-                       capture_output=True, text=True, timeout=120, check=False)
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert "max_iteratons" in r.stderr and "bad.yaml" in r.stderr
+    status = main(["evolve", str(heat_recordings), "--config", str(cfg), "--out",
+                   str(tmp_path / "o")])  # in this process: the other CLI tests start one
+    out, err = capsys.readouterr()
+    assert status == 2, out + err
+    assert "max_iteratons" in err and "bad.yaml" in err
     toml = tmp_path / "bad.toml"
     toml.write_text('[tuner]\ntrials = 2\npreset = "quick"\nwarmup = 1\n')
     with pytest.raises(ConfigError, match="'warmup' in tuner"):

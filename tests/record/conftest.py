@@ -9,7 +9,7 @@ import pytest
 from record_helpers import AXPY, HEAT
 
 from kernforge.backends import Kernel
-from kernforge.record import interposer, record
+from kernforge.record import record
 
 
 @pytest.fixture
@@ -33,6 +33,6 @@ def one_unit(tmp_path: Path, axpy: Kernel) -> Path:
 
 
 @pytest.fixture(scope="session")
-def lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def lib(interposer_lib: Path) -> Path:
     """The interposer library, built once for the tests that run programs under it."""
-    return interposer.build(tmp_path_factory.mktemp("interposer"))
+    return interposer_lib

@@ -502,8 +502,9 @@ def test_l2p_puts_the_prefetch_size_on_every_plane_load(tmp_path, design, cell_i
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the host nvcc")
 @pytest.mark.parametrize("design,cell_id,params", [
     ("planesweep", "box_1/256x256x256/fp64", {"ry": 4, "tx": 32, "ty": 4, "vx": 1, "lz": 32}),
-    ("planesweep", "box_1/256x256x256/fp16", {"ry": 4, "tx": 64, "ty": 2, "vx": 2, "lz": 16,
-                                              "st": 3, "ca": 1, "h2": 1}),
+    pytest.param("planesweep", "box_1/256x256x256/fp16",
+                 {"ry": 4, "tx": 64, "ty": 2, "vx": 2, "lz": 16, "st": 3, "ca": 1, "h2": 1},
+                 marks=pytest.mark.slow),
     ("ztile", "star_2/256x256x256/fp32", {"tx": 64, "ty": 8, "vx": 4, "lz": 64, "st": 2}),
 ])
 def test_sc_makes_the_output_stores_streaming(tmp_path, design, cell_id, params) -> None:

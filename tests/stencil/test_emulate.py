@@ -20,6 +20,9 @@ pytestmark = pytest.mark.skipif(not (shutil.which("g++") or shutil.which("clang+
 SHAPES = (Shape(24, 20, 16), Shape(37, 21, 13))  # the second is no multiple of the block
 PRECISIONS = (Precision.FP16, Precision.FP32, Precision.FP64)
 CELLS = [Cell(st, sh, pr) for st in STENCILS.values() for sh in SHAPES for pr in PRECISIONS]
+# the default run: every stencil once, every precision and both shapes among them; the other
+# cells (one compiled module each) run with the slow tests
+QUICK = {Cell(st, SHAPES[i % 2], PRECISIONS[i % 3]).id for i, st in enumerate(STENCILS.values())}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -30,9 +33,14 @@ def _cache(tmp_path_factory: pytest.TempPathFactory) -> object:
 
 
 @pytest.fixture(scope="module")
-def naive_ops() -> dict[str, Operator]:
-    ops = {cell.id: naive.generate(cell) for cell in CELLS}
-    emu.build(ops.values())  # every module compiled in parallel, once
+def naive_ops(request: pytest.FixtureRequest) -> dict[str, Operator]:
+    """The naive operators of the cells this run selected (and ``CELLS[0]``), each module
+    compiled in parallel, once."""
+    chosen = {CELLS[0].id} | {item.callspec.params["cell"].id for item in request.session.items
+                              if item.module is request.module and hasattr(item, "callspec")
+                              and "cell" in item.callspec.params}
+    ops = {cell.id: naive.generate(cell) for cell in CELLS if cell.id in chosen}
+    emu.build(ops.values())
     return ops
 
 
@@ -56,7 +64,8 @@ def reference64(spec: StencilSpec, a: np.ndarray, coef: np.ndarray | None) -> np
     return cur
 
 
-@pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.id)
+@pytest.mark.parametrize("cell", [c if c.id in QUICK else pytest.param(c, marks=pytest.mark.slow)
+                                  for c in CELLS], ids=lambda c: c.id)
 def test_naive_operator_matches_float64_reference(cell: Cell,
                                                   naive_ops: dict[str, Operator]) -> None:
     rng = np.random.default_rng(7)

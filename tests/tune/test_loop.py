@@ -93,6 +93,7 @@ def test_failed_launch_shapes_are_banned(tmp_path: Any) -> None:
     assert failed.status is Status.LAUNCH_FAILED and "too many resources" in failed.message
 
 
+@pytest.mark.slow  # three studies on disk; test_resume_continues_... is the quick resume
 def test_bans_survive_a_resume(tmp_path: Any) -> None:
     def evaluate(config: dict[str, Any]) -> Measurement:
         if config["launch.block"] == (1024, 1, 1):

@@ -92,6 +92,7 @@ class _Plan(RoundPlan):
         return ("kind",)
 
 
+@pytest.mark.slow  # twelve trials on disk; the default plan (above) is the quick test
 def test_a_plan_gives_the_rounds_and_what_tpe_holds(tmp_path) -> None:
     space = SearchSpace([Dimension.categorical("kind", ["a", "b"]),
                          Dimension.integer("a.n", 1, 40), Dimension.integer("b.m", 1, 40)],
