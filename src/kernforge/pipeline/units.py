@@ -21,21 +21,14 @@ from .evolve_run import EvolveDisplay, EvolveRun, evolve_all
 from .export import ExportOutcome, export_run
 from .loading import Units, load_units
 from .notes import QUIET, Notes
-from .tune_run import (
-    Isolating,
-    TuneDisplay,
-    TuneRun,
-    TuneSettings,
-    export_verdict,
-    headline,
-    tune_all,
-)
+from .tune_run import Isolating, TuneDisplay, TuneRun, TuneSettings, tune_all
+from .tune_summary import UnitView, export_verdict, headline, summary_of
 from .validation import ValidateRequest, Validation, validate_unit
 
 __all__ = ["EvolveDisplay", "EvolveRun", "ExportOutcome", "Notes", "TuneDisplay", "TuneRun",
-           "TuneSettings", "UnitReplay", "Units", "ValidateRequest", "Validation",
+           "TuneSettings", "UnitReplay", "UnitView", "Units", "ValidateRequest", "Validation",
            "describe_units", "evolve_units", "export_units", "export_verdict", "headline",
-           "load_units", "replay_units", "tune_units", "validate_unit"]
+           "load_units", "replay_units", "summary_of", "tune_units", "validate_unit"]
 
 
 def describe_units(units: Units) -> list[dict[str, Any]]:
@@ -76,12 +69,13 @@ def replay_units(units: Units, *, options: Mapping[str, Any] | None = None,
 
 def tune_units(units: Units, out: Path, settings: TuneSettings, *, display: TuneDisplay,
                isolation: Isolating, notes: Notes = QUIET) -> TuneRun:
-    """Every unit tuned into the run directory ``out`` (:func:`.tune_run.tune_all`)."""
+    """Every unit tuned into the run directory ``out``, in the order found
+    (:func:`.tune_run.tune_all`)."""
     if not units.every:
         raise ConfigError(f"no recorded units to tune under {units.where}",
                           hint="check the path and --kernels")
-    return tune_all(units.recordings, units.native, out, settings, display=display,
-                    isolation=isolation, notes=notes)
+    return tune_all(units.every, out, settings, display=display, isolation=isolation,
+                    notes=notes)
 
 
 def export_units(run_dir: Path, spec: Path | None, *, min_speedup: float, band: float,
