@@ -45,17 +45,21 @@ def test_fresh_run_and_resume_without_a_started_kernel_pick_the_hottest(
     assert fake == ["a", "a"]
 
 
-def test_a_finished_native_evolution_is_not_measured_again(tmp_path: Path) -> None:
-    """Issue 43 item 4 for native units: their native.json, once written, is not re-measured
-    (or overwritten) on resume; --remeasure is the explicit way."""
+@pytest.mark.parametrize("result", ["k-0/result.json", "native.json"])
+def test_a_finished_native_evolution_is_not_measured_again(tmp_path: Path,
+                                                          result: str) -> None:
+    """Issue 43 item 4 for native units: their result, once written, is not re-measured (or
+    overwritten) on resume; --remeasure is the explicit way. The result is the unit's
+    result.json, as tuning writes it; a run written before holds native.json."""
     from kernforge.core import ConfigError
     from kernforge.pipeline.native_evolve import evolve_native
 
-    (tmp_path / "native.json").write_text("{}")
-    unit = SimpleNamespace(name="k", source=None)
+    (tmp_path / result).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / result).write_text("{}")
+    unit = SimpleNamespace(name="k", path=Path("rec") / "k-0", source=None)
     with pytest.raises(ConfigError, match="--remeasure"):
         evolve_native([unit], None, tmp_path, resume=True)  # type: ignore[arg-type, list-item]
-    assert (tmp_path / "native.json").read_text() == "{}"
+    assert (tmp_path / result).read_text() == "{}"
     with pytest.raises(ConfigError, match="no source to evolve"):  # past the guard
         evolve_native([unit], None, tmp_path, resume=True,  # type: ignore[arg-type, list-item]
                       remeasure=True)

@@ -95,3 +95,40 @@ def test_a_native_json_of_a_run_before_result_json_still_exports(on_disk: Path,
     write_json_atomic(run / "native.json", {**doc, "units": [{**unit, "speedup": 9.0}]})
     with pytest.raises(ConfigError, match="altered"):
         export_units(run, None, min_speedup=1.0, band=0.02)
+
+
+def test_an_evolutions_native_json_is_read_beside_the_results_of_one_format(
+        on_disk: Path, tmp_path: Path) -> None:
+    """Evolution wrote a native kernel's result as RUN/<kernel>/native.json before it wrote
+    the result every unit's tuning writes (RUN/<kernel>/<unit>/result.json): export of the
+    run (or of a directory holding a tuning run and an evolution run beside it) still reads
+    it; where a tuning's result and an evolution's name the same unit, the faster is kept and
+    the other named."""
+    from kernforge.core.jsonio import sign, write_json_atomic
+    from kernforge.deploy.native import read_spec
+    from kernforge.pipeline.notes import Notes
+    from kernforge.pipeline.units import export_units
+
+    base = tmp_path / "base"
+    (base / "evolve" / "heat").mkdir(parents=True)
+    evolved = {"unit": str(on_disk / "heat-0"), "kernel": "heat", "name": "heat",
+               "best": {"block": [128, 1, 1], "jit": {}, "carveout": None},
+               "best_label": "block=128x1x1", "speedup": 1.5, "ci": [1.4, 1.6],
+               "medians": [2.0e-6, 1.3e-6], "win": True, "refused": None,
+               "notes": ["source evolved (kernforge evolve)"]}
+    write_json_atomic(base / "evolve" / "heat" / "native.json",
+                      sign({"format": "kernforge-native-tune", "version": 1,
+                            "noise_band": 0.02, "units": [evolved]}))
+    done = export_units(base, None, min_speedup=1.0, band=0.02)
+    assert done.native and done.entries == 1
+    (entry,) = read_spec(done.spec).entries  # type: ignore[arg-type]
+    assert entry["evidence"]["speedup"] == 1.5
+    tuned = {**evolved, "best": {"block": [64, 1, 1], "jit": {}, "carveout": None},
+             "best_label": "block=64x1x1", "speedup": 1.2, "ci": [1.1, 1.3], "notes": []}
+    write_json_atomic(base / "tune" / "heat-0" / "result.json",
+                      sign({"format": "kernforge-tune-result", "schema_version": 1,
+                            "backend": "driver", "native": tuned}))
+    said: list[str] = []
+    done = export_units(base, None, min_speedup=1.0, band=0.02, notes=Notes(skipped=said.append))
+    assert done.entries == 1 and read_spec(done.spec).entries[0]["evidence"]["speedup"] == 1.5  # type: ignore[arg-type]
+    assert len(said) == 1 and "block=64x1x1 is slower than block=128x1x1" in said[0], said

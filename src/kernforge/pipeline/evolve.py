@@ -70,6 +70,11 @@ class EvolveOutcome:
     final: Final
     report: Report
 
+    @property
+    def won(self) -> bool:
+        """The run found a best program (its verdict: :attr:`final`)."""
+        return self.final.best is not None
+
 
 def group_by_kernel(recordings: Sequence[Recording], pattern: str | None = None
                     ) -> dict[str, list[Recording]]:
@@ -230,14 +235,16 @@ def evolve_path(path: str | Path, cfg: RunConfig, out: Path, *, kernels: str | N
     return outcomes
 
 
-def _hottest(groups: dict[str, list[Recording]]) -> str:
+def replay_time(recs: Sequence[Recording]) -> float:
+    """The replayed median of the first recording (0.0 when it does not replay)."""
     from ..replay import replay
 
-    def time_of(recs: list[Recording]) -> float:
-        m = replay(recs[0], repeat=3, warmup=1)
-        return m.median if m.status is Status.OK and m.samples else 0.0
+    m = replay(recs[0], repeat=3, warmup=1)
+    return m.median if m.status is Status.OK and m.samples else 0.0
 
-    return max(groups, key=lambda k: time_of(groups[k]))
+
+def _hottest(groups: dict[str, list[Recording]]) -> str:
+    return max(groups, key=lambda k: replay_time(groups[k]))
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -213,12 +213,13 @@ def export_run(run_dir: Path, spec_path: Path | None, *, min_speedup: float = 1.
 
 def _native_units(run_dir: Path, notes: Notes) -> list[dict[str, Any]] | None:
     """The native units' results of a run (None: it tuned none): each unit's result.json
-    (:mod:`kernforge.replay.native_result`), and the units of a run's native.json (written by
-    tuning before every unit had its result.json, and by evolution), signed and unaltered."""
+    (:mod:`kernforge.replay.native_result`, written by tuning and by evolution), and the units
+    of any native.json under it (written before every unit had its result.json: by tuning
+    into the run directory, by evolution into the kernel's), signed and unaltered."""
     units: list[dict[str, Any]] = []
-    legacy = run_dir / NATIVE_RESULT
-    found = legacy.is_file()
-    if found:
+    found = False
+    for legacy in sorted(run_dir.rglob(NATIVE_RESULT)):
+        found = True
         try:
             doc = parse_json(legacy.read_text("utf-8"))
         except (OSError, ValueError) as exc:
@@ -247,6 +248,7 @@ def _export_native(units: list[dict[str, Any]], spec_path: Path, band: float,
                    notes: Notes) -> ExportOutcome:
     """A native deployment spec from the native units' results: the wins the gate accepts."""
     entries, images, params = [], {}, []
+    wins: dict[str, dict[str, Any]] = {}  # per unit, the fastest (a tuning's or an evolution's)
     for u in units:
         why = "not a win" if u["best"] is None else refusal(
             verified=True, idle=None, speedup=u["speedup"],
@@ -254,6 +256,15 @@ def _export_native(units: list[dict[str, Any]], spec_path: Path, band: float,
         if why:
             notes.skipped(f"{u['unit']}: {u.get('refused') or why}")
             continue
+        other = wins.get(u["unit"])
+        if other is not None:
+            slower = u if other["speedup"] >= u["speedup"] else other
+            notes.skipped(f"{u['unit']}: {slower['best_label']} is slower than "
+                          f"{(other if slower is u else u)['best_label']} for the same unit")
+            if slower is u:
+                continue
+        wins[u["unit"]] = u
+    for u in wins.values():
         rec = read_native(u["unit"])
         data = _image(rec, u["best"])
         name = hashlib.sha256(data).hexdigest()[:32] + ".bin"

@@ -17,15 +17,18 @@ from typing import Any
 from ..core import ConfigError, RecordingError, Tolerance
 from ..replay.cache_protocol import protocol_for
 from ..replay.unit_replay import ReplayRequest, UnitReplay, replay_unit
+from .evolve import EvolveOutcome
 from .evolve_run import EvolveDisplay, EvolveRun, evolve_all
 from .export import ExportOutcome, export_run
 from .loading import Units, load_units
+from .native_evolve import NativeEvolveOutcome
 from .notes import QUIET, Notes
 from .tune_run import Isolating, TuneDisplay, TuneRun, TuneSettings, tune_all
 from .tune_summary import UnitView, export_verdict, headline, summary_of
 from .validation import ValidateRequest, Validation, validate_unit
 
-__all__ = ["EvolveDisplay", "EvolveRun", "ExportOutcome", "Notes", "TuneDisplay", "TuneRun",
+__all__ = ["EvolveDisplay", "EvolveOutcome", "EvolveRun", "ExportOutcome",
+           "NativeEvolveOutcome", "Notes", "TuneDisplay", "TuneRun",
            "TuneSettings", "UnitReplay", "UnitView", "Units", "ValidateRequest", "Validation",
            "describe_units", "evolve_units", "export_units", "export_verdict", "headline",
            "load_units", "replay_units", "summary_of", "tune_units", "validate_unit"]
@@ -89,8 +92,8 @@ def evolve_units(path: str | Path, cfg: Any, out: Path, *, kernels: str | None,
                  resume: bool = False, remeasure: bool = False, tolerance: str | None = None,
                  source: Path | None = None, includes: Sequence[str] = (),
                  defines: Sequence[str] = (), notes: Notes = QUIET) -> EvolveRun:
-    """The source of the kernels under ``path`` evolved (:func:`.evolve_run.evolve_all`):
-    native units' when there are any, else the recordings'."""
+    """The source of the kernels under ``path`` evolved, whatever recorded them
+    (:func:`.evolve_run.evolve_all`)."""
     return evolve_all(path, cfg, out, kernels=kernels, display=display, isolation=isolation,
                       resume=resume, remeasure=remeasure, tolerance=tolerance, source=source,
                       includes=includes, defines=defines, notes=notes)
