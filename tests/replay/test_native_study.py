@@ -49,6 +49,7 @@ def test_the_study_is_kept_budgeted_and_resumed(on_fake: FakeCuda, recorded: Pat
     assert main(["tune", str(recorded), "--out", str(run), "--repeat", "2",
                  "--trials", "3"]) == 0
     assert (run / "heat-0" / "study.db").is_file() and len(_evaluations(run)) == 3
+    assert (run / "heat-0" / "history.png").is_file()  # as every unit's tuning draws it
     assert "1/1 heat-0 done: 3 evaluations," in capsys.readouterr().out
     assert main(["tune", str(recorded), "--out", str(run), "--repeat", "2"]) == 2
     assert "already holds a study" in capsys.readouterr().err

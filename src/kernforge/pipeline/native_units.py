@@ -12,10 +12,11 @@ from ..backends.image_build import BindingError
 from ..core import ConfigError, Tolerance
 from ..core.native import NativeRecording, NativeSource
 from ..deploy.gate import NOISE_BAND, refusal
+from ..harness.plots import tuning_png
 from ..replay.native_result import write_unit_result
 from ..replay.native_share import share_winners
 from ..replay.native_tune import NativeTuning, bind, tune_native
-from ..replay.tuning import RESULT_NAME, finished_result, keep_earlier
+from ..replay.tuning import RESULT_NAME, finished_result, history_points, keep_earlier
 from ..tune import Budget, TrialRecord
 from .notes import QUIET, Notes
 
@@ -75,7 +76,26 @@ def tune_native_unit(rec: NativeRecording, out: Path, *, repeat: int, passes: in
                     on_trial=on_trial)
     keep_earlier(directory / RESULT_NAME)
     write_unit_result(t, out, band)
+    _history(t, directory / "history.png")
     return t
+
+
+def _history(t: NativeTuning, path: Path) -> None:
+    """history.png of the unit's study, as every unit's tuning draws it: one point per
+    evaluation, the best so far, the recorded configuration at its median; the title the
+    interleaved figure and whether the gate kept the winner."""
+    if t.study is None:
+        return
+    points, hits = history_points(t.study)
+    base = t.results[0].median if t.results and t.results[0].ok else None
+    if t.speedup is not None and t.ci is not None:
+        figure = (f"interleaved speedup {t.speedup:.3f}x [CI {t.ci[0]:.3f}, {t.ci[1]:.3f}], "
+                  f"best vs recorded: " + ("kept" if t.win else f"not kept: {t.refused}"))
+    else:
+        figure = f"not kept: {t.refused}" if t.refused else "the recorded configuration stayed"
+    device = t.rec.identity.get("device", "?")
+    tuning_png(path, points, recorded_s=base, cache_hits=hits,
+               title=f"{t.unit.name} ({t.sampler}, {device}):\n{figure[:160]}")
 
 
 def share_native_winners(done: Sequence[NativeTuning], out: Path, *, repeat: int, passes: int,
