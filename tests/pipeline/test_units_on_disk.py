@@ -132,3 +132,24 @@ def test_an_evolutions_native_json_is_read_beside_the_results_of_one_format(
     done = export_units(base, None, min_speedup=1.0, band=0.02, notes=Notes(skipped=said.append))
     assert done.entries == 1 and read_spec(done.spec).entries[0]["evidence"]["speedup"] == 1.5  # type: ignore[arg-type]
     assert len(said) == 1 and "block=64x1x1 is slower than block=128x1x1" in said[0], said
+
+
+def test_both_kinds_are_tuned_in_one_loop_in_the_order_found(
+        on_fake: FakeCuda, on_disk: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Native units were tuned first and shown as a table of their own; every unit now takes
+    one loop in the order found, with the same progress lines, one table and one headline."""
+    from kernforge.cli.main import main
+
+    run = tmp_path / "run"
+    assert main(["tune", str(on_disk), "--out", str(run), "--preset", "full", "--trials", "2",
+                 "--repeat", "2", "--in-process"]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines()
+             if line.startswith("[") and (" tuning " in line or " done: " in line)]
+    assert [line.split("] ", 1)[-1].split(" (")[0].split(":")[0] for line in lines] == \
+        ["1/2 tuning axpy-0", "1/2 axpy-0 done", "2/2 tuning heat-0", "2/2 heat-0 done"], lines
+    table = out[out.index("tuning results in"):]
+    assert "axpy-0" in table and "heat-0" in table and "native tuning" not in out
+    assert "precision not recorded: " in table  # the native unit's headline line
+    assert {p.parent.name for p in run.glob("*/result.json")} == {"axpy-0", "heat-0"}
