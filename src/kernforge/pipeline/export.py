@@ -271,7 +271,7 @@ def _native_units(run_dir: Path, notes: Notes) -> tuple[list[dict[str, Any]] | N
         if signature_ok(doc) is not True:
             notes.skipped(f"{path}: not signed by kernforge tune, or altered: tune again")
             continue
-        units.append(doc["native"])
+        units.append({**doc["native"], "result": str(path)})  # named by it when skipped
     return (units if found else None), others
 
 
@@ -284,14 +284,15 @@ def _export_native(units: list[dict[str, Any]], spec_path: Path, band: float,
         why = "not a win" if u["best"] is None else refusal(
             verified=True, idle=None, speedup=u["speedup"],
             ci=tuple(u["ci"]) if u["ci"] else None, band=band)  # type: ignore[arg-type]
-        if why:
-            notes.skipped(f"{u['unit']}: {u.get('refused') or why}")
+        if why:  # named by its result.json, as a recording's (a native.json's: its unit)
+            notes.skipped(f"{u.get('result') or u['unit']}: {u.get('refused') or why}")
             continue
         other = wins.get(u["unit"])
         if other is not None:
             slower = u if other["speedup"] >= u["speedup"] else other
-            notes.skipped(f"{u['unit']}: {slower['best_label']} is slower than "
-                          f"{(other if slower is u else u)['best_label']} for the same unit")
+            faster = other if slower is u else u
+            notes.skipped(f"{slower.get('result') or slower['unit']}: {slower['best_label']} "
+                          f"is slower than {faster['best_label']} for the same unit")
             if slower is u:
                 continue
         wins[u["unit"]] = u
