@@ -36,7 +36,7 @@ def test_tune_skips_a_damaged_native_unit(two_units: Path, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tune", str(two_units), "--out", str(tmp_path / "t"), "--repeat", "2"]) == 7
     out, err = capsys.readouterr()
-    assert "tuning native heat-0" in out and "heat-1" in err
+    assert "1/1 tuning heat-0" in out and "heat-1" in err
 
 
 def test_only_damaged_units_left_is_the_recording_error(

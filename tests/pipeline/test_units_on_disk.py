@@ -95,3 +95,62 @@ def test_a_native_json_of_a_run_before_result_json_still_exports(on_disk: Path,
     write_json_atomic(run / "native.json", {**doc, "units": [{**unit, "speedup": 9.0}]})
     with pytest.raises(ConfigError, match="altered"):
         export_units(run, None, min_speedup=1.0, band=0.02)
+
+
+def test_an_evolutions_native_json_is_read_beside_the_results_of_one_format(
+        on_disk: Path, tmp_path: Path) -> None:
+    """Evolution wrote a native kernel's result as RUN/<kernel>/native.json before it wrote
+    the result every unit's tuning writes (RUN/<kernel>/<unit>/result.json): export of the
+    run (or of a directory holding a tuning run and an evolution run beside it) still reads
+    it; where a tuning's result and an evolution's name the same unit, the faster is kept and
+    the other named."""
+    from kernforge.core.jsonio import sign, write_json_atomic
+    from kernforge.deploy.native import read_spec
+    from kernforge.pipeline.notes import Notes
+    from kernforge.pipeline.units import export_units
+
+    base = tmp_path / "base"
+    (base / "evolve" / "heat").mkdir(parents=True)
+    evolved = {"unit": str(on_disk / "heat-0"), "kernel": "heat", "name": "heat",
+               "best": {"block": [128, 1, 1], "jit": {}, "carveout": None},
+               "best_label": "block=128x1x1", "speedup": 1.5, "ci": [1.4, 1.6],
+               "medians": [2.0e-6, 1.3e-6], "win": True, "refused": None,
+               "notes": ["source evolved (kernforge evolve)"]}
+    write_json_atomic(base / "evolve" / "heat" / "native.json",
+                      sign({"format": "kernforge-native-tune", "version": 1,
+                            "noise_band": 0.02, "units": [evolved]}))
+    done = export_units(base, None, min_speedup=1.0, band=0.02)
+    assert done.native and done.entries == 1
+    (entry,) = read_spec(done.spec).entries  # type: ignore[arg-type]
+    assert entry["evidence"]["speedup"] == 1.5
+    tuned = {**evolved, "best": {"block": [64, 1, 1], "jit": {}, "carveout": None},
+             "best_label": "block=64x1x1", "speedup": 1.2, "ci": [1.1, 1.3], "notes": []}
+    write_json_atomic(base / "tune" / "heat-0" / "result.json",
+                      sign({"format": "kernforge-tune-result", "schema_version": 1,
+                            "backend": "driver", "native": tuned}))
+    said: list[str] = []
+    done = export_units(base, None, min_speedup=1.0, band=0.02, notes=Notes(skipped=said.append))
+    assert done.entries == 1 and read_spec(done.spec).entries[0]["evidence"]["speedup"] == 1.5  # type: ignore[arg-type]
+    assert said == [f"{base / 'tune' / 'heat-0' / 'result.json'}: block=64x1x1 is slower than "
+                    f"block=128x1x1 for the same unit"]  # named by its result, as a recording's
+
+
+def test_both_kinds_are_tuned_in_one_loop_in_the_order_found(
+        on_fake: FakeCuda, on_disk: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Native units were tuned first and shown as a table of their own; every unit now takes
+    one loop in the order found, with the same progress lines, one table and one headline."""
+    from kernforge.cli.main import main
+
+    run = tmp_path / "run"
+    assert main(["tune", str(on_disk), "--out", str(run), "--preset", "full", "--trials", "2",
+                 "--repeat", "2", "--in-process"]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines()
+             if line.startswith("[") and (" tuning " in line or " done: " in line)]
+    assert [line.split("] ", 1)[-1].split(" (")[0].split(":")[0] for line in lines] == \
+        ["1/2 tuning axpy-0", "1/2 axpy-0 done", "2/2 tuning heat-0", "2/2 heat-0 done"], lines
+    table = out[out.index("tuning results in"):]
+    assert "axpy-0" in table and "heat-0" in table and "native tuning" not in out
+    assert "precision not recorded: " in table  # the native unit's headline line
+    assert {p.parent.name for p in run.glob("*/result.json")} == {"axpy-0", "heat-0"}

@@ -205,9 +205,13 @@ def test_evolve_a_captured_source_then_export_and_deploy(
     assert main(["evolve", str(rec_dir), "--config", str(tmp_path / "evo.yaml"),
                  "--out", str(out)]) == 0
     assert "speedup" in capfd.readouterr().out
-    result = json.loads((out / "axpy_float" / "native.json").read_text())["units"][0]
+    (path,) = (out / "axpy_float").glob("*/result.json")  # the one format tuning writes
+    doc = json.loads(path.read_text())
+    assert doc["format"] == "kernforge-tune-result" and doc["sampler"] == "evolve"
+    result = doc["native"]
     assert result["win"] and "evolved" in result["best_label"]
-    assert main(["export", str(out / "axpy_float"), "-o", str(spec)]) == 0
+    assert not (out / "axpy_float" / "native.json").exists()
+    assert main(["export", str(out), "-o", str(spec)]) == 0
     capfd.readouterr()
     assert main(["run", "--deploy", str(spec), "--", *on_fake_nvrtc.nvrtc_command()]) == 0
     assert "3 launch(es) ran a tuned configuration" in capfd.readouterr().err

@@ -49,7 +49,8 @@ def test_the_study_is_kept_budgeted_and_resumed(on_fake: FakeCuda, recorded: Pat
     assert main(["tune", str(recorded), "--out", str(run), "--repeat", "2",
                  "--trials", "3"]) == 0
     assert (run / "heat-0" / "study.db").is_file() and len(_evaluations(run)) == 3
-    assert "3 configurations evaluated (exhaustive)" in capsys.readouterr().out
+    assert (run / "heat-0" / "history.png").is_file()  # as every unit's tuning draws it
+    assert "1/1 heat-0 done: 3 evaluations," in capsys.readouterr().out
     assert main(["tune", str(recorded), "--out", str(run), "--repeat", "2"]) == 2
     assert "already holds a study" in capsys.readouterr().err
     assert main(["tune", str(recorded), "--out", str(run), "--repeat", "2", "--resume"]) == 0
@@ -59,7 +60,7 @@ def test_the_study_is_kept_budgeted_and_resumed(on_fake: FakeCuda, recorded: Pat
                  "--remeasure"]) == 0
     labels = _evaluations(run)  # the three of the first run are read from the study
     assert len(labels) == every and labels[0] == "recorded" and len(set(labels)) == every
-    assert f"{every} configurations evaluated" in capsys.readouterr().out
+    assert f"new evaluations ({every} in the study" in capsys.readouterr().out
     assert (run / "heat-0" / "result.earlier-1.json").is_file()
 
 

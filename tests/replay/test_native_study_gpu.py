@@ -53,6 +53,8 @@ def test_a_native_unit_takes_the_one_path_on_the_gpu(tmp_path: Path) -> None:
            cwd=tmp_path)
     wall = time.perf_counter() - t0
     assert r.returncode == 0, r.stdout + r.stderr
+    assert f"1/1 {unit.name} done: " in r.stdout  # the progress line every unit has
+    assert (tmp_path / "t" / unit.name / "history.png").is_file()
     doc = json.loads((tmp_path / "t" / unit.name / "result.json").read_text())
     assert doc["backend"] == "driver" and doc["sampler"] == "exhaustive"
     assert doc["stop_reason"] == "exhausted" and doc["status"] == "OK"

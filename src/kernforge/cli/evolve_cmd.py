@@ -16,10 +16,10 @@ from rich.table import Table
 from ..core import ConfigError
 from ..core.fmt import fmt_time
 from ..evolve.controller import Progress
-from ..pipeline.evolve import Counters, EvolveOutcome
+from ..pipeline.evolve import Counters
 from ..pipeline.evolve_config import load_config
 from ..pipeline.evolve_final import measurement_text
-from ..pipeline.units import evolve_units
+from ..pipeline.units import EvolveOutcome, NativeEvolveOutcome, evolve_units
 from .checks import not_recordings, resumable_dir, writable_dir
 from .isolation import add_isolation_args, isolation
 from .output import console, notes
@@ -79,7 +79,16 @@ class _Display:
         self.lines.update(f"{self.kernel}: iteration {p.applied}, {c.evaluations} evaluations, "
                           f"best {best}")
 
-    def kernel_started(self, name: str, n: int) -> None:
+    def finished(self, name: str, result: Path) -> None:
+        console.print(report_finished(result), markup=False, soft_wrap=True)
+
+    def evolved(self, o: Any) -> None:
+        if isinstance(o, NativeEvolveOutcome):
+            print_native_outcome(o)
+        else:
+            print_outcome(o)
+
+    def started(self, name: str, n: int) -> None:
         self.kernel = f"{name} ({n} recordings)"
         self.t0 = time.monotonic()
         self.lines.step(f"evolving {self.kernel}")
@@ -119,19 +128,15 @@ def run(args: argparse.Namespace) -> int:
                         resume=args.resume, remeasure=args.remeasure, tolerance=args.tolerance,
                         source=args.source, includes=args.includes, defines=args.defines,
                         notes=notes())
-    for path in done.finished:
-        console.print(report_finished(path), markup=False, soft_wrap=True)
-    for o in done.outcomes:
-        print_outcome(o)
     return 0 if done.succeeded else 1
 
 
 class _Shown:
-    """What ``kernforge evolve`` shows while it runs: the recordings' live table (plain lines
-    off a terminal), the native kernels' progress lines and outcomes."""
+    """What ``kernforge evolve`` shows while it runs, for every kernel whatever recorded it:
+    a live table (plain lines off a terminal), then each kernel's outcome."""
 
     @contextlib.contextmanager
-    def recordings(self) -> Iterator[_Display]:
+    def units(self) -> Iterator[_Display]:
         display = _Display()
         with line_progress(console) as lines, \
                 Live(display.table(None, None), console=console, refresh_per_second=4,
@@ -139,36 +144,16 @@ class _Shown:
             display.live, display.lines = live, lines
             yield display
 
-    @contextlib.contextmanager
-    def native(self) -> Iterator[_NativeSteps]:
-        with line_progress(console) as lines:
-            yield _NativeSteps(lines)
 
-
-class _NativeSteps:
-    def __init__(self, lines: LineProgress) -> None:
-        self.lines = lines
-
-    def finished(self, name: str, result: Path) -> None:
-        console.print(f"{name}: finished earlier; not measured again: {result} stands "
-                      f"(--remeasure measures it again and keeps this one beside it)",
-                      markup=False, soft_wrap=True)
-
-    def started(self, name: str, launches: int) -> None:
-        self.lines.step(f"evolving {name} ({launches} recorded launch(es))")
-
-    def progress(self, entry: str, p: Progress, c: Counters) -> None:
-        self.lines.update(f"{entry}: iteration {p.applied}, {c.evaluations} evaluations")
-
-    def evolved(self, o: Any) -> None:
-        t, best = o.tuning, o.result.best
-        console.print(f"[bold]{escape(o.kernel)}[/]: {len(o.result.programs)} programs, "
-                      f"best {fmt_time(best.fitness if best else None)}", soft_wrap=True)
-        if t is None:
-            console.print("  no evolved source beat the recorded one", markup=False)
-        elif t.win:
-            console.print(f"  speedup {t.speedup:.3f}x over the recorded kernel "
-                          f"(interleaved); result: {o.result_path} (kernforge "
-                          f"export {o.run_dir})", markup=False)
-        else:
-            console.print(f"  not kept: {t.refused}", markup=False)
+def print_native_outcome(o: NativeEvolveOutcome) -> None:
+    t, best = o.tuning, o.result.best
+    console.print(f"[bold]{escape(o.kernel)}[/]: {len(o.result.programs)} programs, "
+                  f"best {fmt_time(best.fitness if best else None)}", soft_wrap=True)
+    if t is None:
+        console.print("  no evolved source beat the recorded one", markup=False)
+    elif t.win:
+        console.print(f"  speedup {t.speedup:.3f}x over the recorded kernel "
+                      f"(interleaved); result: {o.result_path} (kernforge "
+                      f"export {o.run_dir})", markup=False)
+    else:
+        console.print(f"  not kept: {t.refused}", markup=False)

@@ -14,12 +14,11 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..core import ConfigError, Recording
+from ..core import ConfigError
 from ..core.fmt import fmt_time
 from ..harness.cache import CacheChoice
 from ..harness.verdict import ci_label
-from ..pipeline.units import TuneSettings, export_verdict, headline, tune_units
-from ..replay.tuning import TuningOutcome
+from ..pipeline.units import TuneSettings, headline, summary_of, tune_units
 from ..tune import Budget, SearchSpace
 from .cache_arg import add_cache_arg
 from .checks import (
@@ -31,7 +30,6 @@ from .checks import (
     writable_dir,
 )
 from .isolation import add_isolation_args, isolation
-from .native_cmd import print_native_tuning
 from .output import console, notes
 from .progress import LineProgress, line_progress
 from .replay_cmd import tolerance_overrides
@@ -165,17 +163,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 class _Display:
-    """Native units: their table once tuned. Recordings: a progress bar on a terminal, plain
-    lines otherwise."""
-
-    def finished(self, result: Path) -> None:
-        console.print(report_finished(result), markup=False, soft_wrap=True)
-
-    def native_tuned(self, done: Sequence[Any], out: Path) -> None:
-        print_native_tuning(done, out)
+    """Every unit, whatever it holds: a progress bar on a terminal, plain lines otherwise."""
 
     @contextlib.contextmanager
-    def recordings(self) -> Iterator[_Steps]:
+    def units(self) -> Iterator[_Steps]:
         bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                        TimeElapsedColumn(), console=console, disable=not console.is_terminal)
         with bar, line_progress(console) as lines:
@@ -192,27 +183,27 @@ class _Steps:
     def finished(self, i: int, n: int, result: Path) -> None:
         self.lines.step(f"{i}/{n} {report_finished(result)}")
 
-    def started(self, i: int, n: int, rec: Recording, cache: CacheChoice,
+    def started(self, i: int, n: int, name: str, cache: CacheChoice,
                 trials: int | None) -> Callable[[Any], None]:
         self.trials = trials
-        self.task = task = self.bar.add_task(rec.name, total=trials)
+        self.task = task = self.bar.add_task(name, total=trials)
         self.seen = seen = _Seen()
-        self.lines.step(f"{i}/{n} tuning {rec.name} ("
+        self.lines.step(f"{i}/{n} tuning {name} ("
                         + (f"{trials} evaluations" if trials else "every point of its space")
                         + f"; cache {cache.protocol}: {cache.reason})")
 
         def on_trial(t: Any) -> None:
             seen.add(t)
-            msg = f"{rec.name}  {seen.describe()}"
+            msg = f"{name}  {seen.describe()}"
             done = min(trials, seen.evaluations) if trials else seen.evaluations
             self.bar.update(task, completed=done, description=msg)
             self.lines.update(msg)
 
         return on_trial
 
-    def done(self, i: int, n: int, rec: Recording, outcome: TuningOutcome) -> None:
+    def done(self, i: int, n: int, name: str, outcome: Any) -> None:
         self.bar.update(self.task, completed=self.trials or self.seen.evaluations)
-        self.lines.step(f"{i}/{n} {rec.name} done: {_done(self.seen, outcome)}")
+        self.lines.step(f"{i}/{n} {name} done: {_done(self.seen, outcome)}")
 
 
 def report_finished(path: Path) -> str:
@@ -247,57 +238,56 @@ class _Seen:
                 f"{fmt_time(self.best if self.best < float('inf') else None)}")
 
 
-def _done(seen: _Seen, o: TuningOutcome) -> str:
+def _done(seen: _Seen, outcome: Any) -> str:
     """A unit's closing progress line: what this command evaluated (a resumed study's earlier
     evaluations are counted apart, not as this run's), the study's best, and the interleaved
     re-measurement of the winner, which ``--resume --remeasure`` runs again."""
-    hits = sum(1 for t in o.study.trials if t.cached)
-    if seen.evaluations == o.study.evaluations:
+    o = summary_of(outcome)
+    hits = o.cache_hits
+    if seen.evaluations == o.evaluations:
         text = f"{seen.evaluations} evaluations, {hits} cache hits"
     else:
-        text = (f"{seen.evaluations} new evaluations ({o.study.evaluations} in the study, "
+        text = (f"{seen.evaluations} new evaluations ({o.evaluations} in the study, "
                 f"the others from its earlier run), {hits} cache hits")
-    text += f", best {fmt_time(o.best_s)}"
-    if o.ab is None:
+    text += f", best {fmt_time(o.search_best_s)}"
+    cmp = o.compared()
+    if cmp is None:
         return text + "; the recorded configuration stayed best"
-    return (text + f"; best vs recorded, measured again interleaved: {o.ab.speedup:.3f}x "
-            f"[{ci_label(o.ab.confidence)} {o.ab.ci_low:.3f}, {o.ab.ci_high:.3f}]")
+    speedup, (lo, hi), conf = cmp
+    return (text + f"; best vs recorded, measured again interleaved: {speedup:.3f}x "
+            f"[{ci_label(conf)} {lo:.3f}, {hi:.3f}]")
 
 
-def _headline(outcomes: list[TuningOutcome]) -> None:
+def _headline(outcomes: Sequence[Any]) -> None:
     for line in headline(outcomes):
         console.print(line, markup=False, soft_wrap=True)
 
 
-def _summary(out: Path, outcomes: list[TuningOutcome]) -> None:
+def _summary(out: Path, outcomes: Sequence[Any]) -> None:
     t = Table(title=f"tuning results in {out} (speedup: median of the per-pass ratios of an "
                     f"interleaved re-measurement, recorded vs best; times: its medians)")
+    views = [summary_of(o) for o in outcomes]
     # the intervals' confidence in the header when the rows share one (they do: one protocol)
-    confs = {o.ab.confidence for o in outcomes if o.ab is not None}
+    confs = {c[2] for v in views if (c := v.compared()) is not None}
     label = ci_label(confs.pop() if len(confs) == 1 else None)
     for col in ("unit", "evaluations (cache hits)", "recorded", "best", f"speedup [{label}]",
                 "best configuration", "verdict"):
         t.add_column(col)
     busy = 0
-    for o in outcomes:
-        verdict, counts = export_verdict(o)
+    for v in views:
+        verdict, counts = v.verdict()
         busy += not counts and not verdict.startswith(("REJECTED", "not exportable: never"))
         rejected = verdict.startswith("REJECTED")
-        ci = f" [{o.ab.ci_low:.3f}, {o.ab.ci_high:.3f}]" if o.ab and not rejected else ""
-        best = o.study.best_trial
-        changed = {k: v for k, v in (best.config.items() if best else ())
-                   if o.study.baseline is None or o.study.baseline.config.get(k) != v}
-        hits = sum(1 for tr in o.study.trials if tr.cached)
-        base_s, best_s = (o.ab.median_a, o.ab.median_b) if o.ab else (o.baseline_s, o.best_s)
-        t.add_row(o.recording.name, f"{o.study.evaluations} ({hits})", fmt_time(base_s),
-                  "-" if rejected else fmt_time(best_s),
-                  f"{o.ab.speedup if o.ab and not rejected else o.speedup:.3f}x{ci}",
-                  escape(", ".join(f"{k}={v}" for k, v in changed.items()) or "(recorded)"),
-                  escape(verdict))
+        cmp = v.compared()
+        ci = f" [{cmp[1][0]:.3f}, {cmp[1][1]:.3f}]" if cmp and not rejected else ""
+        base_s, best_s = v.times()
+        t.add_row(v.name, f"{v.evaluations} ({v.cache_hits})", fmt_time(base_s),
+                  "-" if rejected else fmt_time(best_s), f"{v.figure():.3f}x{ci}",
+                  escape(v.changed()), escape(verdict))
     console.print(t)
     _headline(outcomes)
     if busy:
-        console.print(f"{busy} of {len(outcomes)} unit(s) have an inconclusive verdict (busy "
+        console.print(f"{busy} of {len(views)} unit(s) have an inconclusive verdict (busy "
                       f"device or noisy runs): their speedups are shown but export will refuse "
                       f"them; tune again on an idle machine", markup=False)
     console.print(f"per unit: result.json, history.png, study.db under {out}", markup=False)

@@ -25,7 +25,6 @@ from ..evolve.prompts import PromptStatic
 from ..evolve.proposers import make_proposer
 from ..evolve.store import Store
 from ..evolve.types import EvalResult, Proposal, ProposalRequest, Proposer
-from ..record import find_recordings, load_recording
 from ..replay.isolate import Isolation
 from ..replay.tuning import finished_result, keep_earlier
 from .evolve_config import RunConfig
@@ -69,6 +68,11 @@ class EvolveOutcome:
     result: RunResult
     final: Final
     report: Report
+
+    @property
+    def won(self) -> bool:
+        """The run found a best program (its verdict: :attr:`final`)."""
+        return self.final.best is not None
 
 
 def group_by_kernel(recordings: Sequence[Recording], pattern: str | None = None
@@ -190,54 +194,12 @@ def evolve_kernel(recordings: Sequence[Recording], cfg: RunConfig, run_dir: Path
     return EvolveOutcome(target.primary.source.entry, run_dir, target, result, final, report)
 
 
-def evolve_path(path: str | Path, cfg: RunConfig, out: Path, *, kernels: str | None = None,
-                resume: bool = False,
-                on_progress: Callable[[Progress, Counters], None] | None = None,
-                on_kernel: Callable[[str, int], None] | None = None,
-                isolate: Isolation | bool = True,
-                recordings: list[Recording] | None = None, remeasure: bool = False,
-                on_finished: Callable[[Path], None] | None = None) -> list[EvolveOutcome]:
-    """Evolve every kernel under ``path`` matching ``kernels`` (default: the hottest one, by
-    its recorded launch's replay time) into ``out/<kernel>/``. ``resume`` without ``kernels``
-    continues the kernel(s) whose ``out/<kernel>/evolve.db`` exists (timings can change
-    between runs, so the hottest is not picked again). ``recordings``: the units under
-    ``path`` already loaded (the CLI's, damaged ones skipped); default: all, loaded strictly.
-    With ``resume``, a kernel whose run finished is handed to ``on_finished`` (its
-    result.json) instead of being measured again, unless ``remeasure``."""
-    recs = recordings if recordings is not None else \
-        [load_recording(p) for p in find_recordings(path)]
-    groups = group_by_kernel(recs, kernels)
-    if kernels is None and len(groups) > 1:
-        started = {k: g for k, g in groups.items() if (out / k / "evolve.db").exists()} \
-            if resume else {}
-        if started:
-            groups = started
-        else:
-            hottest = _hottest(groups)
-            groups = {hottest: groups[hottest]}
-    outcomes = []
-    for name, group in groups.items():
-        done = finished_result(out / name / group[0].name) if resume else None
-        if done is not None and not remeasure:
-            if on_finished:
-                on_finished(done)
-            continue
-        if on_kernel:
-            on_kernel(name, len(group))
-        outcomes.append(evolve_kernel(group, cfg, out / name, resume=resume,
-                                      on_progress=on_progress, isolate=isolate,
-                                      remeasure=remeasure))
-    return outcomes
-
-
-def _hottest(groups: dict[str, list[Recording]]) -> str:
+def replay_time(recs: Sequence[Recording]) -> float:
+    """The replayed median of the first recording (0.0 when it does not replay)."""
     from ..replay import replay
 
-    def time_of(recs: list[Recording]) -> float:
-        m = replay(recs[0], repeat=3, warmup=1)
-        return m.median if m.status is Status.OK and m.samples else 0.0
-
-    return max(groups, key=lambda k: time_of(groups[k]))
+    m = replay(recs[0], repeat=3, warmup=1)
+    return m.median if m.status is Status.OK and m.samples else 0.0
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -1,8 +1,8 @@
-"""``kernforge export``'s work: a deployment spec from a tuning run's results
-(``RUN_DIR/**/result.json``, one per unit), whatever kind of units the run tuned. Recordings'
-results give a spec of tuned variants (:mod:`kernforge.deploy.spec`); native units' (and a
-``RUN_DIR/native.json`` of earlier runs or of an evolution) a native spec of images the
-interposer loads (:mod:`kernforge.deploy.native`). Either way a
+"""``kernforge export``'s work: a deployment spec from a run's results
+(``RUN_DIR/**/result.json``, one per unit, of tuning or evolution), whatever kind of units the
+run holds. Recordings' results give a spec of tuned variants (:mod:`kernforge.deploy.spec`);
+native units' (and a ``native.json`` of earlier runs) a native spec of images the interposer
+loads (:mod:`kernforge.deploy.native`); a run with both gives both. Either way a
 result is exported only when it is signed and unaltered and the gate
 (:mod:`kernforge.deploy.gate`) accepts its win; the others are named with the reason."""
 
@@ -155,6 +155,8 @@ def collect(run_dir: Path, min_speedup: float, band: float = NOISE_BAND,
         except ConfigError as exc:  # a damaged result does not stop the others
             notes.damaged(exc)
             continue
+        if is_native_result(doc):  # a native unit's: :func:`_export_native` exports it
+            continue
         why = why_not(doc, min_speedup, band)
         if why is not None:
             skipped.append(f"{path}: {why}")
@@ -179,9 +181,11 @@ def collect(run_dir: Path, min_speedup: float, band: float = NOISE_BAND,
 
 @dataclass
 class ExportOutcome:
-    """What an export wrote: ``spec`` (None: nothing was exportable, each reason given to
-    ``notes.skipped``); a run of recordings: ``exported``; a run of native units: ``entries``
-    written for ``launches`` recorded launches, ``merges`` naming launches one entry covers."""
+    """What an export wrote of one kind of spec: ``spec`` (None: nothing was exportable, each
+    reason given to ``notes.skipped``); recordings' (``native`` False): ``exported``; native
+    units' (``native``): ``entries`` written for ``launches`` recorded launches, ``merges``
+    naming launches one entry covers. ``also``: the native units' export of a run that tuned
+    units of both kinds (its spec beside ``spec``: :func:`native_spec_path`)."""
 
     native: bool
     spec: Path | None = None
@@ -189,19 +193,42 @@ class ExportOutcome:
     entries: int = 0
     launches: int = 0
     merges: list[str] = field(default_factory=list)
+    also: ExportOutcome | None = None
+
+
+def native_spec_path(spec: Path) -> Path:
+    """Where the native spec of a run with units of both kinds goes: beside the recordings'
+    (``deploy.json`` -> ``deploy.native.json``)."""
+    return spec.with_name(f"{spec.stem}.native{spec.suffix or '.json'}")
 
 
 def export_run(run_dir: Path, spec_path: Path | None, *, min_speedup: float = 1.0,
                band: float = NOISE_BAND, notes: Notes = QUIET) -> ExportOutcome:
-    """The deployment spec of a tuning run (``spec_path``, default RUN_DIR/deploy.json):
-    native units' when the run tuned any, else its recordings'."""
+    """The deployment spec of a run's per-unit results (``spec_path``, default
+    RUN_DIR/deploy.json), each kind of unit's wins into the spec of its kind: recordings'
+    tuned variants, native units' images (at :func:`native_spec_path` when the run holds
+    both kinds)."""
     if not run_dir.is_dir():
         raise ConfigError(f"{run_dir}: no such run directory",
                           hint="give the directory of a tuning run")
     spec = spec_path or run_dir / "deploy.json"
-    native = _native_units(run_dir, notes)
-    if native is not None:
-        return _export_native(native, spec, band, notes)
+    native, others = _native_units(run_dir, notes)
+    source = _export_recordings(run_dir, spec, min_speedup, band, notes) \
+        if others or native is None else None
+    if native is None:
+        assert source is not None
+        return source
+    written = _export_native(native, spec if source is None else native_spec_path(spec), band,
+                             notes)
+    if source is None:
+        return written
+    source.also = written
+    return source
+
+
+def _export_recordings(run_dir: Path, spec: Path, min_speedup: float, band: float,
+                       notes: Notes) -> ExportOutcome:
+    """The spec of tuned variants from the recordings' results that are wins."""
     exported, skipped = collect(run_dir, min_speedup, band, notes)
     for line in skipped:
         notes.skipped(line)
@@ -211,14 +238,17 @@ def export_run(run_dir: Path, spec_path: Path | None, *, min_speedup: float = 1.
                          exported=exported)
 
 
-def _native_units(run_dir: Path, notes: Notes) -> list[dict[str, Any]] | None:
+def _native_units(run_dir: Path, notes: Notes) -> tuple[list[dict[str, Any]] | None, bool]:
     """The native units' results of a run (None: it tuned none): each unit's result.json
-    (:mod:`kernforge.replay.native_result`), and the units of a run's native.json (written by
-    tuning before every unit had its result.json, and by evolution), signed and unaltered."""
+    (:mod:`kernforge.replay.native_result`, written by tuning and by evolution), and the units
+    of any native.json under it (written before every unit had its result.json: by tuning
+    into the run directory, by evolution into the kernel's), signed and unaltered; and whether
+    it holds other results (recordings', or ones that cannot be told: the recordings' export
+    names them)."""
     units: list[dict[str, Any]] = []
-    legacy = run_dir / NATIVE_RESULT
-    found = legacy.is_file()
-    if found:
+    found = others = False
+    for legacy in sorted(run_dir.rglob(NATIVE_RESULT)):
+        found = True
         try:
             doc = parse_json(legacy.read_text("utf-8"))
         except (OSError, ValueError) as exc:
@@ -232,28 +262,41 @@ def _native_units(run_dir: Path, notes: Notes) -> list[dict[str, Any]] | None:
         try:
             doc = parse_json(path.read_text("utf-8"))
         except (OSError, ValueError):
-            continue  # not a native unit's that can be told: the recordings' export names it
+            others = True  # not a native unit's that can be told: the recordings' export
+            continue  # names it
         if not is_native_result(doc):
+            others = True
             continue
         found = True
         if signature_ok(doc) is not True:
             notes.skipped(f"{path}: not signed by kernforge tune, or altered: tune again")
             continue
-        units.append(doc["native"])
-    return units if found else None
+        units.append({**doc["native"], "result": str(path)})  # named by it when skipped
+    return (units if found else None), others
 
 
 def _export_native(units: list[dict[str, Any]], spec_path: Path, band: float,
                    notes: Notes) -> ExportOutcome:
     """A native deployment spec from the native units' results: the wins the gate accepts."""
     entries, images, params = [], {}, []
+    wins: dict[str, dict[str, Any]] = {}  # per unit, the fastest (a tuning's or an evolution's)
     for u in units:
         why = "not a win" if u["best"] is None else refusal(
             verified=True, idle=None, speedup=u["speedup"],
             ci=tuple(u["ci"]) if u["ci"] else None, band=band)  # type: ignore[arg-type]
-        if why:
-            notes.skipped(f"{u['unit']}: {u.get('refused') or why}")
+        if why:  # named by its result.json, as a recording's (a native.json's: its unit)
+            notes.skipped(f"{u.get('result') or u['unit']}: {u.get('refused') or why}")
             continue
+        other = wins.get(u["unit"])
+        if other is not None:
+            slower = u if other["speedup"] >= u["speedup"] else other
+            faster = other if slower is u else u
+            notes.skipped(f"{slower.get('result') or slower['unit']}: {slower['best_label']} "
+                          f"is slower than {faster['best_label']} for the same unit")
+            if slower is u:
+                continue
+        wins[u["unit"]] = u
+    for u in wins.values():
         rec = read_native(u["unit"])
         data = _image(rec, u["best"])
         name = hashlib.sha256(data).hexdigest()[:32] + ".bin"

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..core import ConfigError, Recording, RecordingError, Unit
 from ..core.native import NativeRecording
 from ..record import find_recordings, read_unit
-from ..record.native_format import finalize_spool, is_native_unit
+from ..record.native_format import finalize_spool
 from .notes import QUIET, Notes
 
 
@@ -89,17 +89,3 @@ def load_units(path: str | Path, pattern: str | None = None, notes: Notes = QUIE
     for bad in damaged:
         notes.damaged(bad)
     return Units(str(path), found)
-
-
-def load_native(path: str | Path, pattern: str | None, notes: Notes = QUIET
-                ) -> list[NativeRecording]:
-    """The native units under ``path`` matching ``pattern`` (none: an empty list); spool units
-    a killed recording left are turned into units first; a damaged unit is skipped
-    (``notes.damaged``)."""
-    if Path(path).is_dir():
-        finalize_spooled(path, notes)
-    found, damaged, _ = _read([p for p in find_recordings(path) if is_native_unit(p)],
-                              pattern, strict=False)
-    for bad in damaged:
-        notes.damaged(bad)
-    return [u for u in found if isinstance(u, NativeRecording)]

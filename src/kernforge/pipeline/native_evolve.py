@@ -7,8 +7,9 @@ layout) and verified and timed on every recorded unit of the kernel at the recor
 in a child process (a crash costs that candidate only). The controller, proposers and store are
 those of :mod:`.evolve`; there is no inner tuning (``kernforge tune --source`` tunes the
 winner's options afterwards). The best program is compared with the recorded kernel
-interleaved and written as ``OUT/<kernel>/native.json``, which ``kernforge export`` turns into
-a native deployment spec when the gate accepts the win.
+interleaved and written as ``OUT/<kernel>/<unit>/result.json``, the result every unit's tuning
+writes (:mod:`kernforge.replay.native_result`), which ``kernforge export`` turns into a native
+deployment spec when the gate accepts the win.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from ..evolve.controller import Progress, RunResult, run
 from ..evolve.types import EvalResult, Proposer, RecordingResult
 from ..replay.native import NativeVariant
 from ..replay.native_child import run_isolated
-from ..replay.native_tune import RESULT, NativeTuning, write_results
-from ..replay.tuning import keep_earlier
+from ..replay.native_result import write_unit_result
+from ..replay.native_tune import RESULT, NativeTuning
+from ..replay.tuning import RESULT_NAME, finished_result, keep_earlier
 from .evolve import Counters, counting_evaluator, proposers_for
 from .evolve_config import RunConfig
 from .evolve_eval import Evaluate
@@ -77,7 +79,20 @@ class NativeEvolveOutcome:
     @property
     def result_path(self) -> Path:
         """Where the comparison with the recorded kernel is written (kernforge export)."""
-        return self.run_dir / RESULT
+        unit = self.tuning.unit.name if self.tuning is not None else "<unit>"
+        return self.run_dir / unit / RESULT_NAME
+
+    @property
+    def won(self) -> bool:
+        """The evolved source beat the recorded kernel and the gate kept it."""
+        return self.tuning is not None and self.tuning.win
+
+
+def finished_evolution(run_dir: Path, unit: str) -> Path | None:
+    """The result of a kernel's finished evolution in ``run_dir``: its primary unit's
+    result.json, or the ``native.json`` an evolution wrote before every unit had one."""
+    legacy = run_dir / RESULT
+    return finished_result(run_dir / unit) or (legacy if legacy.is_file() else None)
 
 
 def evolve_native(units: Sequence[NativeRecording], cfg: RunConfig, run_dir: Path, *,
@@ -86,13 +101,14 @@ def evolve_native(units: Sequence[NativeRecording], cfg: RunConfig, run_dir: Pat
                   on_progress: Callable[[Progress, Counters], None] | None = None,
                   remeasure: bool = False) -> NativeEvolveOutcome:
     """Evolve the source of one kernel (``units``: its recorded launches, the first primary).
-    A finished run (its native.json written) is not measured again: an error unless
-    ``remeasure``, which keeps the earlier native.json as ``native.earlier-<n>.json``."""
+    A finished run (:func:`finished_evolution`) is not measured again: an error unless
+    ``remeasure``, which keeps the earlier result beside the new one
+    (``result.earlier-<n>.json``)."""
     rec = units[0]
-    done = run_dir / RESULT
-    if done.is_file() and not remeasure:
-        raise ConfigError(f"{run_dir}: the evolution of {rec.name} finished; its {RESULT} "
-                          f"stands and is not measured again",
+    done = finished_evolution(run_dir, rec.path.name)
+    if done is not None and not remeasure:
+        raise ConfigError(f"{run_dir}: the evolution of {rec.name} finished; its "
+                          f"{done.name} stands and is not measured again",
                           hint="pass --resume --remeasure to measure its winner again (the earlier "
                                "result is kept beside the new one)")
     src = source or rec.source
@@ -115,8 +131,9 @@ def evolve_native(units: Sequence[NativeRecording], cfg: RunConfig, run_dir: Pat
     tuning = None
     if result.best is not None and result.best.code != src.code:
         tuning = _final(rec, src, result.best.code, tolerance, band)
-        keep_earlier(done)
-        write_results(run_dir, [tuning], band)
+        keep_earlier(run_dir / rec.path.name / RESULT_NAME)
+        keep_earlier(run_dir / RESULT)  # an earlier run's, in the format before result.json
+        write_unit_result(tuning, run_dir, band)
     return NativeEvolveOutcome(rec.name, run_dir, result, tuning)
 
 
@@ -126,7 +143,7 @@ def _final(rec: NativeRecording, src: NativeSource, code: str, tolerance: str | 
     variants = [NativeVariant(), NativeVariant(build=NativeBuild(source=src, code=code))]
     out = run_isolated(rec.path, variants, repeat=5, warmup=1, compare_pair=(0, 1),
                        tolerance=tolerance)
-    t = NativeTuning(rec.path, rec, variants, out["measurements"])
+    t = NativeTuning(rec.path, rec, variants, out["measurements"], sampler="evolve")
     cmp = out.get("compare")
     if not all(m.ok for m in t.results) or not cmp:
         t.refused = "the evolved source did not verify again: " + "; ".join(

@@ -1,22 +1,23 @@
 """Native units (launches the driver interposer recorded from unchanged programs) bound to a
-``--source`` file and tuned (loaded, described, replayed and validated as every unit is:
-:mod:`.loading`, :mod:`.units`). Each unit runs in a child process
-(:mod:`kernforge.replay.native_child`), so a crash costs that unit only."""
+``--source`` file and tuned, one unit at a time in the loop every unit is tuned in
+(:mod:`.tune_run`). Each unit runs in a child process (:mod:`kernforge.replay.native_child`),
+so a crash costs that unit only."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..backends.image_build import BindingError
-from ..core import ConfigError, RecordingError, Tolerance
+from ..core import ConfigError, Tolerance
 from ..core.native import NativeRecording, NativeSource
 from ..deploy.gate import NOISE_BAND, refusal
+from ..harness.plots import tuning_png
 from ..replay.native_result import write_unit_result
 from ..replay.native_share import share_winners
 from ..replay.native_tune import NativeTuning, bind, tune_native
-from ..replay.tuning import RESULT_NAME, keep_earlier
-from ..tune import Budget
+from ..replay.tuning import RESULT_NAME, finished_result, history_points, keep_earlier
+from ..tune import Budget, TrialRecord
 from .notes import QUIET, Notes
 
 
@@ -37,53 +38,72 @@ def bind_units(recs: Sequence[NativeRecording], src: NativeSource,
     return bound
 
 
-def tune_native_units(recs: Sequence[NativeRecording], out: Path, *, repeat: int, passes: int,
-                      sampler: str = "exhaustive", budget: Budget | None = None,
-                      seed: int | None = 0, resume: bool = False, band: float = NOISE_BAND,
-                      tolerance: Tolerance | None = None, source: NativeSource | None = None,
-                      defines: Sequence[Sequence[tuple[str, str]]] = (),
-                      others: bool = False, notes: Notes = QUIET) -> list[NativeTuning]:
-    """Tune every native unit, each by its study in OUT/<unit>/ (``sampler`` under ``budget``;
-    ``resume`` continues the studies there), with ``source`` bound to those it builds and the
-    ``defines`` sets tried on every source build; write each signed result to
-    OUT/<unit>/result.json (an earlier one there kept beside it). A unit whose data turns out
-    damaged is skipped (``notes.damaged``) while
-    others remain (``others``: units of another kind are tuned too); with none left, its
-    RecordingError is raised."""
-    out.mkdir(parents=True, exist_ok=True)
-    held = [r.path.name for r in recs if (out / r.path.name / "study.db").exists()]
-    if held and not resume:
-        raise ConfigError(f"{out / held[0]} already holds a study",
-                          hint="pass --resume to continue it, or choose another --out")
-    done: list[NativeTuning] = []
-    damaged: list[RecordingError] = []
-    bound = bind_units(recs, source, notes) if source is not None else {}
-
+def native_refusal(band: float = NOISE_BAND) -> Callable[[float, tuple[float, float]], str | None]:
+    """The gate a native unit's winner passes: the interleaved comparison's figures judged by
+    :func:`kernforge.deploy.gate.refusal` (its outputs were verified when it was evaluated)."""
     def refuse(speedup: float, ci: tuple[float, float]) -> str | None:
         return refusal(verified=True, idle=None, speedup=speedup, ci=ci, band=band)
 
-    for i, rec in enumerate(recs, 1):
-        src = bound.get(rec.path) or rec.source
-        notes.say(f"{i}/{len(recs)} tuning native {rec.path.name} ({rec.name[:60]})"
-                  + (f", source: {src.origin} {src.program}" if src else ""))
-        try:
-            t = tune_native(rec.path, rec, repeat=repeat, passes=passes, refuse=refuse,
-                            sampler=sampler, budget=budget, seed=seed,
-                            storage=out / rec.path.name, tolerance=tolerance,
-                            source=bound.get(rec.path), defines=defines if src else ())
-        except RecordingError as exc:
-            damaged.append(exc)
-            continue
-        notes.say(f"  {len(t.results)} configurations evaluated ({sampler})")
-        done.append(t)
-        keep_earlier(out / rec.path.name / RESULT_NAME)
-        write_unit_result(t, out, band)
-    if damaged and not done and not others:
-        raise damaged[0]
-    for bad in damaged:
-        notes.damaged(bad)
-    if share_winners(done, refuse=refuse, passes=passes, repeat=repeat, tolerance=tolerance,
-                     say=notes.say):
+    return refuse
+
+
+def tune_native_unit(rec: NativeRecording, out: Path, *, repeat: int, passes: int,
+                     sampler: str = "exhaustive", budget: Budget | None = None,
+                     seed: int | None = 0, resume: bool = False, remeasure: bool = False,
+                     band: float = NOISE_BAND, tolerance: Tolerance | None = None,
+                     source: NativeSource | None = None,
+                     defines: Sequence[Sequence[tuple[str, str]]] = (),
+                     on_trial: Callable[[TrialRecord], None] | None = None) -> NativeTuning:
+    """Tune one native unit by its study in OUT/<unit>/ (``sampler`` under ``budget``;
+    ``resume`` continues the study there), with ``source`` bound to it when given and the
+    ``defines`` sets tried on every source build; its signed result written to
+    OUT/<unit>/result.json (an earlier one kept beside it). A study there without ``resume``
+    is a ConfigError, as a finished result without ``remeasure``, as for every unit."""
+    directory = out / rec.path.name
+    if (directory / "study.db").exists() and not (resume or remeasure):
+        raise ConfigError(f"{directory} already holds a study",
+                          hint="pass --resume to continue it, or choose another --out")
+    if finished_result(directory) is not None and not remeasure:
+        raise ConfigError(f"{directory}: the tuning of {rec.path.name} finished; its "
+                          f"{RESULT_NAME} stands and is not measured again",
+                          hint="pass --remeasure to measure it again (the earlier result is "
+                               "kept beside the new one)")
+    directory.mkdir(parents=True, exist_ok=True)
+    src = source or rec.source
+    t = tune_native(rec.path, rec, repeat=repeat, passes=passes, refuse=native_refusal(band),
+                    sampler=sampler, budget=budget, seed=seed, storage=directory,
+                    tolerance=tolerance, source=source, defines=defines if src else (),
+                    on_trial=on_trial)
+    keep_earlier(directory / RESULT_NAME)
+    write_unit_result(t, out, band)
+    _history(t, directory / "history.png")
+    return t
+
+
+def _history(t: NativeTuning, path: Path) -> None:
+    """history.png of the unit's study, as every unit's tuning draws it: one point per
+    evaluation, the best so far, the recorded configuration at its median; the title the
+    interleaved figure and whether the gate kept the winner."""
+    if t.study is None:
+        return
+    points, hits = history_points(t.study)
+    base = t.results[0].median if t.results and t.results[0].ok else None
+    if t.speedup is not None and t.ci is not None:
+        figure = (f"interleaved speedup {t.speedup:.3f}x [CI {t.ci[0]:.3f}, {t.ci[1]:.3f}], "
+                  f"best vs recorded: " + ("kept" if t.win else f"not kept: {t.refused}"))
+    else:
+        figure = f"not kept: {t.refused}" if t.refused else "the recorded configuration stayed"
+    device = t.rec.identity.get("device", "?")
+    tuning_png(path, points, recorded_s=base, cache_hits=hits,
+               title=f"{t.unit.name} ({t.sampler}, {device}):\n{figure[:160]}")
+
+
+def share_native_winners(done: Sequence[NativeTuning], out: Path, *, repeat: int, passes: int,
+                         band: float = NOISE_BAND, tolerance: Tolerance | None = None,
+                         notes: Notes = QUIET) -> None:
+    """One winner for the tuned launches of a kernel that differ only in scalars, where it
+    passes (:func:`kernforge.replay.native_share.share_winners`); their results rewritten."""
+    if share_winners(done, refuse=native_refusal(band), passes=passes, repeat=repeat,
+                     tolerance=tolerance, say=notes.say):
         for t in done:
             write_unit_result(t, out, band)
-    return done

@@ -1,15 +1,15 @@
 """``kernforge tune``'s work on any units: each unit searched by a study (:func:`kernforge.tune.
 tune`) over the space its backend gives it, under one budget and sampler choice (by default
 TPE for a unit that holds source, exhaustive for one that holds a module image: its space is
-small); native units first, then the recordings, each unit's signed result in
+small), one unit after another in the order found, each unit's signed result in
 OUT/<unit>/result.json. What is shown while it runs is the caller's (:class:`TuneDisplay`);
 what it found is returned (:class:`TuneRun`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,16 +17,14 @@ from typing import Any, Protocol
 from ..backends.image_build import bind_source
 from ..core import ConfigError, Recording, RecordingError, Unit
 from ..core.lock import directory_lock
-from ..deploy.gate import idle_of
-from ..harness import by_precision, precision_of
+from ..core.native import NativeRecording, NativeSource
 from ..harness.cache import CacheChoice
-from ..harness.verdict import Judgement, judge_evidence
 from ..replay.cache_protocol import apply_mode, protocol_for
 from ..replay.native_tune import NativeTuning
-from ..replay.tuning import TuningOutcome, finished_result, tune_recording
+from ..replay.tuning import finished_result, tune_recording
 from ..replay.unit_replay import DRIVER
 from ..tune import Budget
-from .native_units import tune_native_units
+from .native_units import bind_units, share_native_winners, tune_native_unit
 from .notes import QUIET, Notes
 
 
@@ -55,44 +53,41 @@ class TuneSettings:
     try_defines: Sequence[Sequence[tuple[str, str]]] = ()
 
 
-class RecordingSteps(Protocol):
-    """The display of the recordings' studies, one unit after another."""
+class TuneSteps(Protocol):
+    """The display of the units' studies, one unit after another, whatever each holds."""
 
     def finished(self, i: int, n: int, result: Path) -> None:
         """Unit ``i`` of ``n`` finished in an earlier run: ``result`` stands."""
 
-    def started(self, i: int, n: int, rec: Recording, cache: CacheChoice,
+    def started(self, i: int, n: int, name: str, cache: CacheChoice,
                 trials: int | None) -> Callable[[Any], None]:
-        """Unit ``i`` of ``n`` starts (``trials``: its budget's evaluations, None: every
-        point of its space); returns what is called with each trial."""
+        """Unit ``i`` of ``n`` (named ``name``) starts (``trials``: its budget's evaluations,
+        None: every point of its space); returns what is called with each trial."""
 
-    def done(self, i: int, n: int, rec: Recording, outcome: TuningOutcome) -> None:
-        """Unit ``i`` of ``n`` is tuned."""
+    def done(self, i: int, n: int, name: str, outcome: Any) -> None:
+        """Unit ``i`` of ``n`` is tuned (``outcome``: read through
+        :func:`.tune_summary.summary_of`)."""
 
 
 class TuneDisplay(Protocol):
-    def finished(self, result: Path) -> None:
-        """A native unit finished in an earlier run: ``result`` stands."""
-
-    def native_tuned(self, done: Sequence[NativeTuning], out: Path) -> None:
-        """The native units are tuned (their results under the run directory ``out``)."""
-
-    def recordings(self) -> AbstractContextManager[RecordingSteps]:
-        """The display around the recordings' studies."""
+    def units(self) -> AbstractContextManager[TuneSteps]:
+        """The display around the units' studies."""
 
 
 @dataclass
 class TuneRun:
-    """``native``: the native units tuned now; ``outcomes``: the recordings tuned now;
-    ``finished``: the names of units ``--resume`` found finished earlier."""
+    """``outcomes``: the units tuned now, in the order found (a recording's
+    :class:`TuningOutcome`, a native unit's :class:`NativeTuning`: read both through
+    :func:`.tune_summary.summary_of`); ``finished``: the names of units ``--resume`` found
+    finished earlier."""
 
-    native: list[NativeTuning] = field(default_factory=list)
-    outcomes: list[TuningOutcome] = field(default_factory=list)
+    outcomes: list[Any] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
 
 
 Isolating = Callable[[Iterable[str]], AbstractContextManager[Any]]
 SAMPLED_TRIALS = 30  # a unit's evaluations when the sampler has no end of its own
+PASSES = 7  # interleaved passes of a winner's comparison with the recorded configuration
 
 
 def sampler_for(unit: Unit, s: TuneSettings) -> tuple[str, Budget]:
@@ -107,135 +102,79 @@ def sampler_for(unit: Unit, s: TuneSettings) -> tuple[str, Budget]:
     return sampler, budget
 
 
-def tune_all(recs: Sequence[Recording], native: Sequence[Any], out: Path, s: TuneSettings, *,
-             display: TuneDisplay, isolation: Isolating, notes: Notes = QUIET) -> TuneRun:
-    """Every unit tuned: native units, then recordings (``isolation(backends)``: the worker
-    pool the recordings' candidates run in). A unit's cache mode (``s.cache``) is kept with
-    it first: the gates and export use it too."""
-    for path in [r.path for r in recs] + [r.path for r in native]:
-        if s.cache is not None:  # not given: kept as is
-            apply_mode(path, s.cache)
+def _check(units: Sequence[Unit], s: TuneSettings) -> None:
+    """The settings that apply to some units only, checked against the units there are."""
+    native = [u for u in units if isinstance(u, NativeRecording)]
     if s.source is not None and not native:
         raise ConfigError("--source binds native units; none under this path",
                           hint="record the program with kernforge record -- COMMAND")
+    if native and isinstance(s.tolerance, dict):
+        raise ConfigError("a native unit's memory has no buffer names: --tolerance "
+                          "BUF=SPEC does not apply to it",
+                          hint="give one --tolerance SPEC for native units; select the "
+                               "others with --kernels")
+
+
+def tune_all(units: Sequence[Unit], out: Path, s: TuneSettings, *, display: TuneDisplay,
+             isolation: Isolating, notes: Notes = QUIET) -> TuneRun:
+    """Every unit tuned in the order found, each by the backend it needs, with the same
+    progress and result (``isolation(backends)``: the worker pool the candidates of units
+    that hold source run in). A unit's cache mode (``s.cache``) is kept with it first: the
+    gates and export use it too. A unit whose data turns out damaged is skipped
+    (``notes.damaged``) while others are tuned; with none tuned or finished, its
+    RecordingError is raised. Then the winners of a kernel's native launches that differ
+    only in scalars get the chance to agree (:func:`.native_units.share_native_winners`)."""
+    for u in units:
+        if s.cache is not None:  # not given: kept as is
+            apply_mode(u.path, s.cache)
+    _check(units, s)
+    native = [u for u in units if isinstance(u, NativeRecording)]
+    bound = bind_units(native, bind_source(s.source, includes=s.includes, defines=s.defines),
+                       notes) if s.source is not None else {}
+    recs = [u for u in units if isinstance(u, Recording)]
     run = TuneRun()
-    if native and s.resume and not s.remeasure:  # finished units reported, not measured
-        left = []
-        for r in native:
-            done = finished_result(out / r.path.name)
-            if done is None:
-                left.append(r)
-                continue
-            display.finished(done)
-            run.finished.append(r.path.name)
-        native = left
-    if native:  # geometry, carveout, JIT options, source builds
-        if isinstance(s.tolerance, dict):
-            raise ConfigError("a native unit's memory has no buffer names: --tolerance "
-                              "BUF=SPEC does not apply to it",
-                              hint="give one --tolerance SPEC for native units; select the "
-                                   "others with --kernels")
-        source = bind_source(s.source, includes=s.includes, defines=s.defines) \
-            if s.source is not None else None
-        sampler, budget = sampler_for(native[0], s)
-        with directory_lock(out, "tuning run directory"):
-            run.native = tune_native_units(native, out, repeat=s.repeat, passes=7,
-                                           sampler=sampler, budget=budget, seed=s.seed,
-                                           resume=s.resume, tolerance=s.tolerance,
-                                           source=source, defines=s.try_defines,
-                                           others=bool(recs), notes=notes)
-        display.native_tuned(run.native, out)
-    if not recs:
-        return run
+    damaged: list[RecordingError] = []
     with directory_lock(out, "tuning run directory"), \
-            isolation(sorted({r.backend for r in recs})) as iso:
-        _recordings(recs, out, s, iso, display, run, notes)
+            (isolation(sorted({r.backend for r in recs})) if recs else nullcontext()) as iso, \
+            display.units() as steps:
+        for i, u in enumerate(units, 1):
+            done = finished_result(out / u.unit) if s.resume else None
+            if done is not None and not s.remeasure:  # reported, not measured again
+                steps.finished(i, len(units), done)
+                run.finished.append(u.unit)
+                continue
+            sampler, budget = sampler_for(u, s)
+            on_trial = steps.started(i, len(units), u.unit, protocol_for(u), budget.trials)
+            try:
+                outcome = _tune(u, out, s, sampler, budget, bound, iso, on_trial)
+            except RecordingError as exc:  # damaged since it was loaded: the others go on
+                damaged.append(exc)
+                continue
+            run.outcomes.append(outcome)
+            steps.done(i, len(units), u.unit, outcome)
+        tuned = [o for o in run.outcomes if isinstance(o, NativeTuning)]
+        share_native_winners(tuned, out, repeat=s.repeat, passes=PASSES,
+                             tolerance=s.tolerance, notes=notes)
+    if damaged and not run.outcomes and not run.finished:
+        raise damaged[0]
+    for bad in damaged:
+        notes.damaged(bad)
     return run
 
 
-def _recordings(recs: Sequence[Recording], out: Path, s: TuneSettings, iso: Any,
-                display: TuneDisplay, run: TuneRun, notes: Notes) -> None:
-    """Every recording tuned in turn; those ``--resume`` found finished are reported."""
-    with display.recordings() as steps:
-        for i, rec in enumerate(recs, 1):
-            done = finished_result(out / rec.name) if s.resume else None
-            if done is not None and not s.remeasure:
-                steps.finished(i, len(recs), done)
-                run.finished.append(rec.name)
-                continue
-            sampler, budget = sampler_for(rec, s)
-            on_trial = steps.started(i, len(recs), rec, protocol_for(rec), budget.trials)
-            try:
-                run.outcomes.append(tune_recording(
-                    rec, out, preset=s.preset, sampler=sampler, budget=budget,
-                    seed=s.seed, user_space=s.user_space, tolerance=s.tolerance,
-                    repeat=s.repeat, resume=s.resume, remeasure=s.remeasure,
-                    on_trial=on_trial, isolate=iso))
-            except RecordingError as exc:  # damaged since it was loaded: the others go on
-                notes.damaged(exc)
-                continue
-            steps.done(i, len(recs), rec, run.outcomes[-1])
-
-
-def speed_verdict(o: TuningOutcome) -> Judgement | None:
-    """The unit's speed verdict: the validation's own (an inconclusive validation's too:
-    every gate passed, the speed was not decided), else from its figures (None: the
-    recorded configuration stayed best, or a gate rejected the winner)."""
-    v = o.validation
-    if o.ab is None or (v is not None and not v.accepted and v.verdict != "inconclusive"):
-        return None
-    if v is not None and v.speed is not None:
-        return v.speed
-    idle, util = idle_of(v.to_json() if v is not None else None)
-    conf, cov = o.ab.confidence, o.ab.coverage
-    return judge_evidence(o.ab.speedup, (o.ab.ci_low, o.ab.ci_high), idle=idle,
-                          utilisation=util, passes=o.ab.passes, confidence=conf,
-                          coverage=cov if conf and cov is not None and cov < conf else None)
-
-
-def export_verdict(o: TuningOutcome) -> tuple[str, bool]:
-    """What export will make of this unit's result (and whether its figures count)."""
-    v = o.validation
-    if v is not None and not v.accepted and v.verdict != "inconclusive":
-        return f"REJECTED ({v.reason or v.status.value})", False
-    if o.ab is None:
-        return "the recorded configuration stayed best", True
-    speed = speed_verdict(o)
-    if speed is None:
-        return "not exportable: never validated", False
-    if v is None or not v.accepted:
-        return f"not exportable: {speed.reason}", speed.conclusive
-    return ("exportable" if speed.faster else f"not exportable: {speed.reason}"), \
-        speed.conclusive
-
-
-def headline(outcomes: Sequence[TuningOutcome]) -> list[str]:
-    """Per precision, the geometric mean over the units whose verdict is conclusive: a
-    verified "faster" counts its speedup, anything else the recorded kernel's 1.0; units
-    whose verdict is inconclusive are left out and counted, never quoted: one line per
-    precision."""
-    lines: list[str] = []
-    groups: dict[str, list[tuple[float | None, str]]] = {}
-    for o in outcomes:
-        label = precision_of([a.dtype for a in o.recording.args if a.written])
-        speed, (words, counts) = speed_verdict(o), export_verdict(o)
-        if words.startswith("REJECTED") or o.ab is None:
-            groups.setdefault(label, []).append((1.0, words))
-        elif speed is None or not counts:
-            groups.setdefault(label, []).append((None, words))
-        else:
-            groups.setdefault(label, []).append(
-                (o.ab.speedup if speed.faster and words == "exportable" else 1.0, words))
-    for label in sorted(groups):
-        known = [x for x, _ in groups[label] if x is not None]
-        unsure = len(groups[label]) - len(known)
-        left = (f"; {unsure} unit(s) inconclusive (busy or noisy), not counted: tune them "
-                f"again on an idle machine" if unsure else "")
-        if not known:
-            lines.append(f"{label}: inconclusive: no unit has a conclusive verdict{left}")
-            continue
-        s = by_precision([(label, x) for x in known])[label]
-        lines.append(f"{label}: geometric mean speedup {s['geomean']:.3f}x over {s['n']} "
-                     f"unit(s) with a conclusive verdict (verified faster units at their "
-                     f"speedup, the others 1.0){left}")
-    return lines
+def _tune(u: Unit, out: Path, s: TuneSettings, sampler: str, budget: Budget,
+          bound: Mapping[Path, NativeSource], iso: Any,
+          on_trial: Callable[[Any], None]) -> Any:
+    """One unit's study, by the backend it needs: a module image's in its session child
+    (geometry, carveout, JIT options, source builds), source's in the worker pool."""
+    if isinstance(u, NativeRecording):
+        return tune_native_unit(u, out, repeat=s.repeat, passes=PASSES, sampler=sampler,
+                                budget=budget, seed=s.seed, resume=s.resume,
+                                remeasure=s.remeasure, tolerance=s.tolerance,
+                                source=bound.get(u.path), defines=s.try_defines,
+                                on_trial=on_trial)
+    assert isinstance(u, Recording)
+    return tune_recording(u, out, preset=s.preset, sampler=sampler, budget=budget,
+                          seed=s.seed, user_space=s.user_space, tolerance=s.tolerance,
+                          repeat=s.repeat, resume=s.resume, remeasure=s.remeasure,
+                          on_trial=on_trial, isolate=iso)

@@ -17,25 +17,21 @@ from typing import Any
 from ..core import ConfigError, RecordingError, Tolerance
 from ..replay.cache_protocol import protocol_for
 from ..replay.unit_replay import ReplayRequest, UnitReplay, replay_unit
+from .evolve import EvolveOutcome
 from .evolve_run import EvolveDisplay, EvolveRun, evolve_all
 from .export import ExportOutcome, export_run
 from .loading import Units, load_units
+from .native_evolve import NativeEvolveOutcome
 from .notes import QUIET, Notes
-from .tune_run import (
-    Isolating,
-    TuneDisplay,
-    TuneRun,
-    TuneSettings,
-    export_verdict,
-    headline,
-    tune_all,
-)
+from .tune_run import Isolating, TuneDisplay, TuneRun, TuneSettings, tune_all
+from .tune_summary import UnitView, export_verdict, headline, summary_of
 from .validation import ValidateRequest, Validation, validate_unit
 
-__all__ = ["EvolveDisplay", "EvolveRun", "ExportOutcome", "Notes", "TuneDisplay", "TuneRun",
-           "TuneSettings", "UnitReplay", "Units", "ValidateRequest", "Validation",
+__all__ = ["EvolveDisplay", "EvolveOutcome", "EvolveRun", "ExportOutcome",
+           "NativeEvolveOutcome", "Notes", "TuneDisplay", "TuneRun",
+           "TuneSettings", "UnitReplay", "UnitView", "Units", "ValidateRequest", "Validation",
            "describe_units", "evolve_units", "export_units", "export_verdict", "headline",
-           "load_units", "replay_units", "tune_units", "validate_unit"]
+           "load_units", "replay_units", "summary_of", "tune_units", "validate_unit"]
 
 
 def describe_units(units: Units) -> list[dict[str, Any]]:
@@ -76,12 +72,13 @@ def replay_units(units: Units, *, options: Mapping[str, Any] | None = None,
 
 def tune_units(units: Units, out: Path, settings: TuneSettings, *, display: TuneDisplay,
                isolation: Isolating, notes: Notes = QUIET) -> TuneRun:
-    """Every unit tuned into the run directory ``out`` (:func:`.tune_run.tune_all`)."""
+    """Every unit tuned into the run directory ``out``, in the order found
+    (:func:`.tune_run.tune_all`)."""
     if not units.every:
         raise ConfigError(f"no recorded units to tune under {units.where}",
                           hint="check the path and --kernels")
-    return tune_all(units.recordings, units.native, out, settings, display=display,
-                    isolation=isolation, notes=notes)
+    return tune_all(units.every, out, settings, display=display, isolation=isolation,
+                    notes=notes)
 
 
 def export_units(run_dir: Path, spec: Path | None, *, min_speedup: float, band: float,
@@ -95,8 +92,8 @@ def evolve_units(path: str | Path, cfg: Any, out: Path, *, kernels: str | None,
                  resume: bool = False, remeasure: bool = False, tolerance: str | None = None,
                  source: Path | None = None, includes: Sequence[str] = (),
                  defines: Sequence[str] = (), notes: Notes = QUIET) -> EvolveRun:
-    """The source of the kernels under ``path`` evolved (:func:`.evolve_run.evolve_all`):
-    native units' when there are any, else the recordings'."""
+    """The source of the kernels under ``path`` evolved, whatever recorded them
+    (:func:`.evolve_run.evolve_all`)."""
     return evolve_all(path, cfg, out, kernels=kernels, display=display, isolation=isolation,
                       resume=resume, remeasure=remeasure, tolerance=tolerance, source=source,
                       includes=includes, defines=defines, notes=notes)

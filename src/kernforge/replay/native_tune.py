@@ -22,7 +22,6 @@ from typing import Any
 from ..backends import fatbin
 from ..backends.image_build import BindingError
 from ..core import Measurement, Tolerance
-from ..core.jsonio import sign, write_json_atomic
 from ..core.native import NativeBuild, NativeRecording, NativeSource
 from ..tune import (
     Budget,
@@ -281,16 +280,8 @@ def _gated(t: NativeTuning, refuse: Callable[[float, tuple[float, float]], str |
     return t
 
 
-RESULT = "native.json"  # native results of an evolution, and of tuning runs before result.json
+RESULT = "native.json"  # native results of tuning and evolution runs before result.json
 RESULT_FORMAT = "kernforge-native-tune"
-
-
-def write_results(out: Path, done: Sequence[NativeTuning], band: float) -> Path:
-    """OUT/native.json, signed: what kernforge export turns into a native deployment spec."""
-    out.mkdir(parents=True, exist_ok=True)
-    return write_json_atomic(out / RESULT, sign({"format": RESULT_FORMAT, "version": 1,
-                                                 "noise_band": band,
-                                                 "units": [x.to_json() for x in done]}))
 
 
 NOT_DEFINED = "the built image does not define the recorded kernel"
