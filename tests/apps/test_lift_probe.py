@@ -226,3 +226,26 @@ def test_large_grids_are_fitted_and_checked_on_samples(monkeypatch: pytest.Monke
     assert pts[0].size == n * n + (1 << 16) and not pts[0].any()
     edge = (pts[1] < 4) | (pts[1] >= n - 4)
     assert 0.4 < edge[n * n:].mean() < 0.9  # edges and corners drawn on purpose
+
+
+class _Recorded:
+    """A target whose recorded launch left ``arrays`` (as raw bytes)."""
+
+    def __init__(self, *arrays: np.ndarray) -> None:
+        self.arrays = arrays
+
+    def run(self, _inputs: object) -> dict[int, np.ndarray]:
+        return {i: a.view(np.uint8) for i, a in enumerate(self.arrays)}
+
+
+def test_float64_values_with_short_mantissas_are_read_as_float64_first() -> None:
+    from kernforge.apps.lift_probe_shapes import likely_types
+
+    # 1.0, 2.5, ... as float64 read as float32 alternate zeros with plausible numbers: a tie
+    short = np.arange(1, 75, dtype=np.float64) / 4
+    assert likely_types(_Recorded(short, short * 2))[0] == "float64"  # type: ignore[arg-type]
+    # float32 data keeps float32 first; random float64 data keeps float64 first
+    rng = np.random.default_rng(3)
+    f32 = rng.standard_normal(74).astype(np.float32)
+    assert likely_types(_Recorded(f32))[0] == "float32"  # type: ignore[arg-type]
+    assert likely_types(_Recorded(rng.standard_normal(37)))[0] == "float64"  # type: ignore[arg-type]

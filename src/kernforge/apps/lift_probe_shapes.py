@@ -16,8 +16,13 @@ from .probe import RMAX, Target
 def likely_types(t: Target) -> list[str]:
     """float64 and float32, the one the recorded contents read as more plausibly first (float64
     data read as float32 gives denormals and huge values from its low words; float32 data read
-    as float64 can look plausible: on a tie float32 goes first), then float16."""
+    as float64 can look plausible: on a tie float32 goes first, unless every nonzero 8-byte
+    element has a zero low word, as float64 values with short mantissas (1.0, 0.25, 3.5) have:
+    read as float32 they alternate zeros with plausible numbers), then float16."""
     got = t.run({})
+    words = np.concatenate([a[:a.size // 8 * 8].view("<u4") for a in got.values()])
+    low, high = words[0::2], words[1::2]
+    short64 = bool(np.any(high != 0)) and not np.any(low[high != 0])
 
     def plausible(dt: str) -> float:
         vals = np.concatenate([a[:a.size // 8 * 8].view(dt) for a in got.values()])
@@ -25,7 +30,9 @@ def likely_types(t: Target) -> list[str]:
             a = np.abs(vals.astype(np.float64))
         ok = (a == 0) | ((a > 1e-30) & (a < 1e30))
         return float(ok.mean()) if ok.size else 0.0
-    return [*sorted(("float32", "float64"), key=lambda d: -round(plausible(d), 2)), "float16"]
+    first = ["float64", "float32"] if short64 else sorted(
+        ("float32", "float64"), key=lambda d: -round(plausible(d), 2))
+    return [*first, "float16"]
 
 
 def magnitudes(t: Target, params: list[int], dt: np.dtype) -> dict[int, float]:
