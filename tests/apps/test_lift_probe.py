@@ -244,6 +244,9 @@ def test_float64_values_with_short_mantissas_are_read_as_float64_first() -> None
     # 1.0, 2.5, ... as float64 read as float32 alternate zeros with plausible numbers: a tie
     short = np.arange(1, 75, dtype=np.float64) / 4
     assert likely_types(_Recorded(short, short * 2))[0] == "float64"  # type: ignore[arg-type]
+    # float32 values widened to float64 (what a program filling a double array from floats has)
+    widened = ((np.arange(74) * 7919 % 1000) / 1000).astype(np.float32).astype(np.float64)
+    assert likely_types(_Recorded(widened))[0] == "float64"  # type: ignore[arg-type]
     # float32 data keeps float32 first; random float64 data keeps float64 first
     rng = np.random.default_rng(3)
     f32 = rng.standard_normal(74).astype(np.float32)

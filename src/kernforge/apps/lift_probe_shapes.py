@@ -17,12 +17,13 @@ def likely_types(t: Target) -> list[str]:
     """float64 and float32, the one the recorded contents read as more plausibly first (float64
     data read as float32 gives denormals and huge values from its low words; float32 data read
     as float64 can look plausible: on a tie float32 goes first, unless every nonzero 8-byte
-    element has a zero low word, as float64 values with short mantissas (1.0, 0.25, 3.5) have:
-    read as float32 they alternate zeros with plausible numbers), then float16."""
+    element has its low 29 bits zero, as float64 values with at most float32's mantissa have
+    (0.25, or any float32 value widened): read as float32 they alternate plausible numbers with
+    zeros and +-2^-63/2/2^64-like values; float32 data almost never has them), then float16."""
     got = t.run({})
     words = np.concatenate([a[:a.size // 8 * 8].view("<u4") for a in got.values()])
     low, high = words[0::2], words[1::2]
-    short64 = bool(np.any(high != 0)) and not np.any(low[high != 0])
+    short64 = bool(np.any(high != 0)) and not np.any(low[high != 0] & 0x1FFFFFFF)
 
     def plausible(dt: str) -> float:
         vals = np.concatenate([a[:a.size // 8 * 8].view(dt) for a in got.values()])
