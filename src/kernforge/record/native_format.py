@@ -37,6 +37,7 @@ from ._layout import (
     fsync_dir,
     manifest_checksum,
     no_such_unit,
+    recordings_root_error,
 )
 from .format import _BlobStore, _make_loader, _next_instance, _publish, check_blob_files
 from .native_sequence import SEQUENCE_SCHEMA, load_steps, sequence_json, sequence_timing
@@ -368,7 +369,8 @@ def read_native(path: PathLike, *, verify: bool = False) -> NativeRecording:
     except (FileNotFoundError, NotADirectoryError):
         if not unit.is_dir():
             raise no_such_unit(unit) from None
-        raise _bad(mpath, "missing: this directory is not a recorded unit") from None
+        raise recordings_root_error(unit) or _bad(
+            mpath, "missing: this directory is not a recorded unit") from None
     except DamagedJSON as exc:
         raise _bad(mpath, str(exc)) from None
     if not isinstance(m, dict) or m.get("format") != FORMAT or not is_native(m):
