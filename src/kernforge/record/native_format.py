@@ -275,9 +275,21 @@ def _drop_counts(spool: Path, earlier: set[str], prefixes: tuple[str, ...]) -> N
 
 def spool_summaries(root: PathLike) -> list[dict[str, Any]]:
     """What the interposer of each recorded process counted (launches, kernels seen)."""
+    return _read_counts(root, "summary-", set())
+
+
+def inprocess_summaries(root: PathLike, earlier: set[str]) -> list[dict[str, Any]]:
+    """What the in-process capture of each Python process counted (``inprocess-*`` JSON not
+    in ``earlier``, :func:`spool_entries` before the run), read before they are dropped."""
+    return _read_counts(root, "inprocess-", earlier)
+
+
+def _read_counts(root: PathLike, prefix: str, earlier: set[str]) -> list[dict[str, Any]]:
     out = []
     spool = Path(root) / SPOOL
-    for p in sorted(spool.glob("summary-*.json") if real_dir(spool) else []):
+    for p in sorted(spool.glob(f"{prefix}*.json") if real_dir(spool) else []):
+        if p.name in earlier:
+            continue
         try:
             s = json.loads(read_regular(p, limit=JSON_LIMIT).decode("utf-8"))
         except (OSError, ValueError, KernforgeError):
