@@ -51,15 +51,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+_MODES = ("bitwise", "abs", "rel", "norm")
+
+
 def tolerance_overrides(items: list[str] | None) -> Tolerance | dict[str, Tolerance] | None:
     if not items:
         return None
     per_buffer: dict[str, Tolerance] = {}
+    given: dict[str, str] = {}
     whole: list[Tolerance] = []
     for item in items:
         buf, sep, spec = item.partition("=")
         if sep and ":" not in buf:
-            per_buffer[buf] = Tolerance.parse(spec)
+            if buf in _MODES and ":" not in spec:  # abs=1e-9: not a buffer named abs
+                raise ConfigError(f"--tolerance {item}: {buf} is a tolerance mode, and its "
+                                  f"value follows a colon",
+                                  hint=f"write --tolerance {buf}:{spec} for every written "
+                                       f"buffer, or --tolerance BUF={buf}:{spec} for one")
+            if buf in given:  # the last one would silently win
+                raise ConfigError(f"--tolerance names buffer {buf!r} twice ({given[buf]} and "
+                                  f"{spec})",
+                                  hint=f"give one --tolerance {buf}=SPEC")
+            per_buffer[buf], given[buf] = Tolerance.parse(spec), spec
         else:
             whole.append(Tolerance.parse(item))
     if whole and (per_buffer or len(whole) > 1):

@@ -1,0 +1,37 @@
+"""``--tolerance`` as users mistype it (replay, tune and integrity validate share the
+parser): a mode written with ``=`` (``abs=1e-9``) was read as a buffer named ``abs`` and
+reported as "cannot parse tolerance '1e-9'"; a buffer given twice silently kept the last."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernforge.cli.replay_cmd import tolerance_overrides
+from kernforge.core import ConfigError, Tolerance
+
+from .cli_helpers import run
+
+
+@pytest.mark.parametrize("cmd", [["replay"], ["tune", "--out", "t"]], ids=lambda c: c[0])
+def test_a_mode_written_with_an_equals_sign_is_refused_saying_so(
+        cmd: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before the recordings are read (integrity validate reads its unit first)."""
+    assert run(cmd[0], str(tmp_path / "rec"), *cmd[1:], "--tolerance", "abs=1e-9") == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--tolerance abs=1e-9: abs is a tolerance mode, and its value follows a colon" in err
+    assert "write --tolerance abs:1e-9 for every written buffer" in err
+
+
+def test_a_buffer_given_twice_is_refused() -> None:
+    with pytest.raises(ConfigError, match="names buffer 'v' twice .abs:1e-9 and rel:1e-3."):
+        tolerance_overrides(["v=abs:1e-9", "v=rel:1e-3"])
+
+
+def test_the_forms_that_hold_still_parse() -> None:
+    assert tolerance_overrides(["abs:1e-9"]) == Tolerance("abs", atol=1e-9)
+    assert tolerance_overrides(["v=abs:1e-9", "w=rel:1e-3,1e-9"]) == {
+        "v": Tolerance("abs", atol=1e-9), "w": Tolerance("rel", rtol=1e-3, atol=1e-9)}
+    # a buffer that happens to be called norm, with a full spec
+    assert tolerance_overrides(["norm=abs:1e-6"]) == {"norm": Tolerance("abs", atol=1e-6)}
