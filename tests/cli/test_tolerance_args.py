@@ -35,3 +35,24 @@ def test_the_forms_that_hold_still_parse() -> None:
         "v": Tolerance("abs", atol=1e-9), "w": Tolerance("rel", rtol=1e-3, atol=1e-9)}
     # a buffer that happens to be called norm, with a full spec
     assert tolerance_overrides(["norm=abs:1e-6"]) == {"norm": Tolerance("abs", atol=1e-6)}
+
+
+def test_evolve_refuses_a_tolerance_its_recordings_would_ignore(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """evolve's --tolerance reaches native units only: on kernforge.Kernel recordings it was
+    dropped without a word, the candidates verified bitwise all the same."""
+    import numpy as np
+
+    import kernforge
+
+    src = 'def axpy(x: "const double *", y: "double *", a: "double", n: "int") -> None:\n' \
+          '    y[:n] = a * x[:n] + y[:n]\n'
+    with kernforge.record(tmp_path / "rec"):
+        kernforge.Kernel(src, "axpy", backend="null")(np.ones(8), np.zeros(8), 2.0, 8)
+    config = Path(__file__).resolve().parents[2] / "examples" / "evolve-cpu.yaml"
+    assert run("evolve", str(tmp_path / "rec"), "--config", str(config), "--out",
+               str(tmp_path / "evo"), "--tolerance", "rel:1e-6") == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--tolerance rel:1e-6: applies to native units" in err
+    assert "kernforge.Kernel(..., tolerance=" in err
+    assert not list((tmp_path / "evo").glob("*/result.json"))

@@ -90,6 +90,13 @@ def evolve_all(path: str | Path, cfg: RunConfig, out: Path, *, kernels: str | No
     if source is not None:
         raise ConfigError("--source binds native units; none under this path",
                           hint="record the program with kernforge record -- COMMAND")
+    if tolerance is not None:  # it would be ignored: candidates verified bitwise regardless
+        raise ConfigError(f"--tolerance {tolerance}: applies to native units; the recordings "
+                          f"under {path} are verified under the tolerance each kernel "
+                          f"declares (bitwise when none)",
+                          hint="declare it where the kernel is made, e.g. kernforge.Kernel("
+                               "..., tolerance={'y': 'rel:1e-6'}), record again, or drop "
+                               "--tolerance")
     recs = load_units(path, notes=notes).recordings  # damaged units skipped, each named
     slots = cfg.evolve_config("").eval_slots
     with directory_lock(out, "evolution run directory"), isolation(slots) as iso, \
