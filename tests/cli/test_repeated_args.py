@@ -1,6 +1,7 @@
-"""``--tolerance`` as users mistype it (replay, tune and integrity validate share the
-parser): a mode written with ``=`` (``abs=1e-9``) was read as a buffer named ``abs`` and
-reported as "cannot parse tolerance '1e-9'"; a buffer given twice silently kept the last."""
+"""``--tolerance``, ``--opt`` and ``--define`` as users mistype them (replay, tune and
+integrity validate share the parsers): a mode written with ``=`` (``abs=1e-9``) was read as a
+buffer named ``abs`` and reported as "cannot parse tolerance '1e-9'"; a buffer, option or
+define given twice silently kept the last."""
 
 from __future__ import annotations
 
@@ -56,3 +57,12 @@ def test_evolve_refuses_a_tolerance_its_recordings_would_ignore(
     assert "--tolerance rel:1e-6: applies to native units" in err
     assert "kernforge.Kernel(..., tolerance=" in err
     assert not list((tmp_path / "evo").glob("*/result.json"))
+
+
+@pytest.mark.parametrize("what", ["opt", "define"])
+def test_an_option_or_define_given_twice_is_refused(
+        what: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--opt opt_level=O3 --opt opt_level=O1 replayed O1 alone, without a word."""
+    assert run("replay", str(tmp_path / "rec"), f"--{what}", "K=1", f"--{what}", "K=2") == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"--{what} K is given twice (K=1 and K=2)" in err and f"--{what} K=VALUE" in err
