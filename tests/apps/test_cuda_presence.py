@@ -91,3 +91,22 @@ def test_the_batch_leaves_it_unstarted_and_a_machine_with_a_device_runs_it(
     assert _run("app", "batch", str(path), "--out", str(out)) == 0
     said = " ".join(capsys.readouterr().out.split())
     assert "prog: FAILED (BLOCKED)" in said and "fails its own check" in said
+
+
+def test_a_prebuilt_binary_with_device_code_is_a_cuda_program(no_device: None,
+                                                              tmp_path: Path) -> None:
+    """A suite run from prebuilt binaries (benchmarks/hecbench/manifests: build = "true", no
+    sources beside them) is told by nvcc's section in the executable, found across a read's
+    boundary; the CPU example is not asked for a device."""
+    src = tmp_path / "bin"
+    src.mkdir()
+    (src / "cuda-app").write_bytes(b"\x7fELF" + b"\0" * ((1 << 20) - 7) + b".nv_fatbin\0")
+    (src / "host-app").write_bytes(b"\x7fELF" + b"\0" * 4096 + b".text\0")
+    for exe, cuda in (("cuda-app", True), ("host-app", False)):
+        path = tmp_path / f"{exe}.toml"
+        path.write_text(f'name = "{exe}"\nsource = "{src}"\nbuild = "true"\n[[datasets]]\n'
+                        f'name = "d"\nrun = "./{exe} 10"\n[check]\nkind = "exit"\n')
+        why = cuda_presence.gpu_refusal(load_manifest(path))
+        assert (why is not None and "./cuda-app holds CUDA device code" in why) == cuda, exe
+    example = Path(__file__).resolve().parents[2] / "examples" / "apps" / "heat3d_cpu.toml"
+    assert cuda_presence.gpu_refusal(load_manifest(example)) is None

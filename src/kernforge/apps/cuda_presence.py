@@ -42,10 +42,15 @@ _seen: dict[tuple[tuple[str, str], ...], str | None] = {}
 
 
 def cuda_evidence(manifest: Manifest) -> str | None:
-    """Why the program is taken for a CUDA program (its build runs nvcc, or it has CUDA
-    sources), None when nothing says so."""
+    """Why the program is taken for a CUDA program (its build runs nvcc, a program its
+    datasets run holds CUDA device code, or it has CUDA sources), None when nothing says so."""
     if "nvcc" in manifest.build:
         return "its build runs nvcc"
+    for d in manifest.datasets:
+        argv = d.argv(manifest.source)
+        exe = manifest.source / argv[0] if argv and "/" in argv[0] else None
+        if exe is not None and exe.is_file() and _has_fatbin(exe):
+            return f"{argv[0]} holds CUDA device code"
     for n, (top, dirs, files) in enumerate(os.walk(manifest.source)):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         for f in files:
@@ -54,6 +59,23 @@ def cuda_evidence(manifest: Manifest) -> str | None:
         if n > _MOST_FILES:
             break
     return None
+
+
+def _has_fatbin(exe: Path, most: int = 1 << 28) -> bool:
+    """Whether an executable has a ``.nv_fatbin`` section (nvcc's device code; the section's
+    name stays in a stripped binary), read in chunks, at most ``most`` bytes."""
+    tag, seen, tail = b".nv_fatbin", 0, b""
+    try:
+        with exe.open("rb") as f:
+            if f.read(4) != b"\x7fELF":
+                return False
+            while seen < most and (chunk := f.read(1 << 20)):
+                if tag in tail + chunk:
+                    return True
+                tail, seen = chunk[-len(tag):], seen + len(chunk)
+    except OSError:
+        return False
+    return False
 
 
 def missing_device(env: Mapping[str, str]) -> str | None:
