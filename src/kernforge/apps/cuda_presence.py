@@ -37,7 +37,7 @@ if rc or n.value < 1:
 """
 
 _SUFFIXES = (".cu", ".cuh")
-_MOST_FILES = 5000  # a program's directory, not a whole suite: stop looking after this many
+_MOST_DIRS = 5000  # a program's directory, not a whole suite: stop after this many directories
 _seen: dict[tuple[tuple[str, str], ...], str | None] = {}
 
 
@@ -56,7 +56,7 @@ def cuda_evidence(manifest: Manifest) -> str | None:
         for f in files:
             if f.endswith(_SUFFIXES):
                 return f"it has CUDA sources ({Path(top, f).relative_to(manifest.source)})"
-        if n > _MOST_FILES:
+        if n > _MOST_DIRS:
             break
     return None
 
