@@ -140,7 +140,11 @@ def test_kill_9_of_the_batch_and_the_next_batch_goes_on(tmp_path: Path) -> None:
     while time.monotonic() < deadline:  # killed while slow's M1 measures its baseline
         if db.is_file():
             with sqlite3.connect(db) as c:
-                row = c.execute("SELECT status FROM milestones WHERE name = 'M1'").fetchone()
+                try:
+                    row = c.execute("SELECT status FROM milestones WHERE name = 'M1'"
+                                    ).fetchone()
+                except sqlite3.OperationalError:  # the file is there, its tables not yet
+                    row = None
             if row == ("RUNNING",) and "first run of d0" in _log(out, "slow"):
                 break
         time.sleep(0.2)

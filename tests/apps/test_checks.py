@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -131,10 +132,31 @@ def test_a_printed_time_of_zero_is_refused(tmp_path: Path) -> None:
     with pytest.raises(AppManifestError, match="reads 0 s") as info:
         h.reference(d, _sh(tmp_path, "echo 'time: 0.000000 (s)'"))
     assert "more digits" in (info.value.hint or "")
-    h.reference(d, _sh(tmp_path, "echo 'time: 0.000012 (s)'"))
+    h.reference(d, _sh(tmp_path, "echo 'time: 0.001234 (s)'"))
     d0 = Dataset("d", "echo 'time: 0.000000 (s)'")
     with pytest.raises(RunFailed, match="reads 0 s"):
         h.timed(d0, h.original())
+
+
+@pytest.mark.parametrize(("printed", "unit", "share"), [
+    ("0.000030", "s", "3.3"),   # HeCBench's "%f (s)" of a 30 us kernel: 2 digits
+    ("30", "ms", "3.3"),        # an integer
+    ("1.2e-05", "s", "8.3"),    # two digits in exponent form
+])
+def test_a_printed_time_too_coarse_to_compare_is_refused(tmp_path: Path, printed: str,
+                                                         unit: str, share: str) -> None:
+    """0.000030 against 0.000029 reads 1.034x, past the 2 % noise band, from rounding alone
+    (29.52 us against 29.48 us): the baseline's printed time must resolve 1 % of itself."""
+    from kernforge.apps.harness import AppHarness
+
+    timer = Timer("regex", r"time: *([0-9.eE+-]+)", unit)
+    m = _m(tmp_path, Check("exit"), timer)
+    h = AppHarness(m, tmp_path / "out")
+    with pytest.raises(AppManifestError, match=f"reads {re.escape(printed)} .{unit}.: its "
+                                               f"last digit is {share} % of it"):
+        h.reference(m.datasets[0], _sh(tmp_path, f"echo 'time: {printed}'"))
+    for fine in ("0.003000", "300", "1.234e-05", "0.000123456"):
+        h.reference(m.datasets[0], _sh(tmp_path, f"echo 'time: {fine}'"))
 
 
 def test_the_progress_of_an_extended_comparison_never_reads_11_of_10() -> None:

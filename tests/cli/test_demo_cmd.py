@@ -108,6 +108,28 @@ def test_demo_says_plainly_when_nothing_was_worth_deploying(
     assert "end to end, the application" not in out and "deployed deploy.json" not in out
 
 
+@pytest.mark.parametrize(("stop", "said"), [
+    ("stalled", ("stopped before its trials: the sampler proposed only configurations already "
+                 "measured")),
+    ("trials", "")])
+def test_demo_says_why_the_tuning_stopped_before_its_trials(
+        stop: str, said: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The demo announced 12 trials and reported 8 evaluations (111 cache hits) without why."""
+    trials = [SimpleNamespace(cached=c, config={"opt.unroll": c}) for c in (False, True, True)]
+    study = SimpleNamespace(evaluations=1, trials=trials, stop_reason=stop,
+                            best_trial=trials[0], baseline=trials[0])
+    result = _result(0, deployed=False)
+    result.tuned = SimpleNamespace(recording=SimpleNamespace(name="heat_step-1"), study=study,
+                                   ab=None, speedup=1.0, directory=Path("t"))
+    monkeypatch.setattr(demo_cmd, "run_demo", lambda *a, **k: result)
+    demo_cmd.run(_args())
+    out = " ".join(capsys.readouterr().out.split())
+    assert "2. tuned heat_step-1: 1 evaluations, each compiled, verified and timed (2 cache " \
+           "hits not counted" in out
+    assert (said in out) if said else "stopped before its trials" not in out
+
+
 def test_demo_says_when_the_confirmation_runs_left_every_winner_out(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     result = _result(0, deployed=False)

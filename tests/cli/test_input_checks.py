@@ -15,6 +15,7 @@ import kernforge
 from kernforge.core import ConfigError
 from kernforge.core.lock import directory_lock
 from kernforge.harness.ledger import Ledger
+from kernforge.record import find_recordings
 
 from .cli_helpers import run
 
@@ -198,6 +199,21 @@ def test_non_utf8_space_and_config_files_are_config_errors(rec_dir: Path, tmp_pa
     assert run("tune", str(rec_dir), "--space", str(space), "--out", str(tmp_path / "t2")) == 2
     err = capsys.readouterr().err
     assert f"space file {space}" in err and "def.X" in err
+
+
+def test_a_non_utf8_candidate_source_is_a_config_error(rec_dir: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    """A Latin-1 comment in a candidate (old HPC code) was a UnicodeDecodeError traceback."""
+    cand = tmp_path / "cand.c"
+    cand.write_bytes(SCALE.replace("#ifndef", "/* d\xe9j\xe0 vu */\n#ifndef").encode("latin-1"))
+    unit = str(find_recordings(rec_dir)[0])
+    for argv in (["integrity", "validate", unit, "--source", str(cand)],
+                 ["integrity", "lint", str(cand)]):
+        assert run(*argv) == 2, argv
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"cannot read {cand}: it is not UTF-8 text (byte 0xe9 at offset" in err
+        assert "iconv -f latin1 -t utf-8" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("argv", [["stencil", "check", "--compile-only", "--json"],

@@ -47,3 +47,16 @@ def test_a_file_given_as_the_recordings_path_exits_2(argv: list[str], tmp_path: 
     assert run(*argv, str(notes)) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "is a file, not a record" in err and "hint:" in err
+
+
+def test_a_recordings_directory_given_for_one_unit_exits_2_naming_its_units(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The commonest slip: the directory ``kernforge record -o`` wrote, where one of its units
+    is wanted. Bad input (2), its units named, not an unusable recording (4)."""
+    for unit in ("axpy-0", "axpy-1"):
+        (tmp_path / unit).mkdir()
+        (tmp_path / unit / "manifest.json").write_text("{}")
+    assert run("integrity", "validate", str(tmp_path)) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{tmp_path} is a recordings directory (2 unit(s)), not one recorded unit" in err
+    assert f"{tmp_path / 'axpy-0'}" in err and "Traceback" not in err

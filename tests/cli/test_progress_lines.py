@@ -73,3 +73,18 @@ def test_a_remeasured_unit_reports_its_study_not_zero(tmp_path: Path, capsys) ->
     assert "0 new evaluations (3 in the study, the others from its earlier run)" in line
     assert "best -" not in line and "best " in line
     assert ("measured again interleaved" in line) or ("recorded configuration stayed" in line)
+
+
+def test_replay_shows_each_unit_on_stderr_when_its_table_goes_to_a_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``kernforge replay R > table.txt`` said nothing until every unit was done; the lines
+    go to stderr, so that the file holds the results alone."""
+    k = kernforge.Kernel('def inc(x: "double *", n: "int") -> None:\n    x[:n] += 1.0\n',
+                         "inc", backend="null")
+    with kernforge.record(tmp_path / "rec"):
+        k(np.zeros(64), 64)
+        k(np.ones(64), 64)
+    assert main(["replay", str(tmp_path / "rec"), "--repeat", "1", "--warmup", "0"]) == 0
+    said = capsys.readouterr()
+    assert "1/2 replaying inc-0" in said.err and "2/2 replaying inc-1" in said.err
+    assert "replaying" not in said.out and "inc-1" in said.out

@@ -36,6 +36,7 @@ from . import budget
 from .batch_entries import Entry
 from .batch_estimate import Need, next_need
 from .batch_store import BatchStore, Program, lock
+from .cuda_presence import gpu_refusal
 from .manifest import AppManifestError, load_manifest
 from .process import die_with_parent
 from .report import AppResult, load
@@ -202,6 +203,12 @@ class Batch:
         limit = budget.share(batch_left_s=left, programs_left=waiting,
                              program_budget_s=None if pb is None else float(pb),
                              program_spent_s=p.spent_s, allocation_s=alloc)
+        if (no_gpu := self._no_gpu(e)) is not None:
+            why = (f"not started: {no_gpu}; the same command on a machine with an NVIDIA GPU "
+                   "runs it")
+            self.store.finish(e.name, "STOPPED" if p.attempts else "PENDING", "SKIPPED", why)
+            self.progress(f"{e.name}: SKIPPED: {why}")
+            return False
         need = self._need(e)
         if not first and need is not None and limit is not None and left is not None \
                 and pb is None:  # time left over: enough for what it is known to need
@@ -237,6 +244,13 @@ class Batch:
         rc, spent, stopped, tail = self._child(e, resume, limit, p.spent_s)
         self._settle(e, rc, spent, stopped, limit, tail)
         return True
+
+    @staticmethod
+    def _no_gpu(e: Entry) -> str | None:
+        try:
+            return gpu_refusal(load_manifest(e.path))
+        except AppManifestError:  # changed since the batch read it: app run says why
+            return None
 
     def _need(self, e: Entry) -> Need | None:
         try:

@@ -189,12 +189,29 @@ def seconds(timer: Timer, ran: Ran) -> float | None:
     (the last match); None when the pattern is not in the output."""
     if timer.kind == "wall":
         return ran.seconds
+    text = _printed(timer, ran)
+    try:
+        return None if text is None else float(text) * UNITS[timer.unit]
+    except ValueError:
+        return None
+
+
+def printed_step(timer: Timer, ran: Ran) -> tuple[str, float] | None:
+    """The program's printed time as it reads and the step of its last digit in seconds
+    (``0.000030`` in s: 1e-6 s), None for the wall clock or a time not printed."""
+    if timer.kind == "wall" or (text := _printed(timer, ran)) is None:
+        return None
+    m = re.fullmatch(r"[+-]?\d*(?:\.(\d*))?(?:[eE]([+-]?\d+))?", text.strip())
+    if m is None:
+        return None
+    step = 10.0 ** (int(m.group(2) or 0) - len(m.group(1) or ""))
+    return text.strip(), step * UNITS[timer.unit]
+
+
+def _printed(timer: Timer, ran: Ran) -> str | None:
     assert timer.pattern is not None
     found = re.findall(timer.pattern, ran.output, re.MULTILINE)
     if not found:
         return None
     last = found[-1]
-    try:
-        return float(last[0] if isinstance(last, tuple) else last) * UNITS[timer.unit]
-    except ValueError:
-        return None
+    return str(last[0] if isinstance(last, tuple) else last)

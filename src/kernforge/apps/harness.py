@@ -19,9 +19,13 @@ import numpy as np
 from ..harness.compare import interleave
 from ..harness.stats import bootstrap_ci, median
 from ..harness.verdict import judge_ab, looks
-from .checks import Verdict, seconds, take_reference, verdict
+from .checks import Verdict, printed_step, seconds, take_reference, verdict
 from .manifest import AppManifestError, Dataset, Manifest
 from .process import Ran, plain_env, run, write_log
+
+# a printed time's last digit must be under this share of it: a step of 1 % moves a ratio of
+# two such times by about 1 %, under the 2 % noise band a speedup must clear
+COARSE = 0.01
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,17 @@ class AppHarness:
                 hint="choose a timer the program prints with more digits (the commented "
                      "alternatives in a drafted manifest), or remove [timer] to time the "
                      "wall clock")
+        printed = printed_step(self.m.timer, ran)
+        if printed is not None and printed[1] > COARSE * t:
+            raise AppManifestError(
+                f"{self.m.path}: the time the program printed for dataset {dataset.name!r} "
+                f"reads {printed[0]} ({self.m.timer.unit}): its last digit is "
+                f"{100 * printed[1] / t:.1f} % of it, so a speedup read from it could be "
+                f"rounding alone (printed too coarsely: kernforge needs the last digit under "
+                f"{COARSE:.0%} of the time)",
+                hint="choose a timer the program prints with more digits (the commented "
+                     "alternatives in a drafted manifest), a larger dataset, or remove "
+                     "[timer] to time the wall clock")
         self.references[dataset.name] = ref
         return ref
 

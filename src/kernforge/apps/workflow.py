@@ -35,6 +35,7 @@ from ..core import ConfigError, KernforgeError
 from ..core.jsonio import parse_json, write_json_atomic
 from . import endtoend, recording, source_binding, tree
 from .checks import printed_failure
+from .cuda_presence import refuse_without_gpu
 from .harness import AppHarness, RunFailed
 from .manifest import AppManifestError, Manifest
 from .store import DB_NAME, FINAL, AppState, AppStore
@@ -90,6 +91,8 @@ class AppRun:
                                        f"{self.out} started",
                                        hint="start a new run (another --out) for the new "
                                             "manifest")
+            if prior is None or prior.state not in FINAL:
+                refuse_without_gpu(self.manifest)  # before anything runs: exit 3, resumable
             self.store.init(self.manifest.name, text, sha)
             for name, step in (("M1", self.m1), ("M2", self.m2), ("M3", self.m3),
                                ("M4", self.m4)):

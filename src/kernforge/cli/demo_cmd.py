@@ -166,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
         hits = sum(1 for t in tuned.study.trials if t.cached)
         console.print(f"2. tuned {tuned.recording.name}: {tuned.study.evaluations} "
                       f"evaluations, each compiled, verified and timed ({hits} cache hits "
-                      f"not counted); {speedup_text(tuned.ab, tuned.speedup)}", markup=False)
+                      f"not counted{_early(tuned.study.stop_reason)}); "
+                      f"{speedup_text(tuned.ab, tuned.speedup)}", markup=False)
         console.print("   best: " + (", ".join(f"{k}={v}" for k, v in changed.items())
                                       or "the recorded configuration"), markup=False)
         console.print(f"   history: {tuned.directory / 'history.png'}", markup=False)
@@ -228,6 +229,18 @@ def speedup_text(ab: ABResult | None, speedup: float) -> str:
             f"{ab.ci_low:.3f}, {ab.ci_high:.3f}]"
             f" (median of {ab.passes} per-pass ratios; medians {fmt_time(ab.median_a)} "
             f"recorded, {fmt_time(ab.median_b)} tuned)")
+
+
+# why a tuning run evaluated fewer configurations than its trials (docs/tuning.md)
+_STOPPED = {"stalled": "the sampler proposed only configurations already measured",
+            "exhausted": "every configuration of the space was measured",
+            "patience": "no better one in its patience's worth of evaluations",
+            "seconds": "its time budget ran out"}
+
+
+def _early(stop_reason: str) -> str:
+    why = _STOPPED.get(stop_reason)
+    return f"; stopped before its trials: {why}" if why else ""
 
 
 def _print_evolve_and_deploy(result: DemoResult) -> None:

@@ -21,8 +21,9 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from ..core import ConfigError, Status
+from ..core import Status
 from ..core.fmt import fmt_time
+from ..core.textfile import read_text_file
 from ..harness.ledger import Ledger
 from ..harness.provenance import read_figure, regenerate
 from ..harness.static_checks import check_source
@@ -169,10 +170,7 @@ def _note(note: Any) -> str:
 
 def run_lint(args: argparse.Namespace) -> int:
     path = Path(args.file)
-    try:
-        code = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc}", hint="give a source file") from exc
+    code = read_text_file(path, hint="give a source file")
     language = args.language or ("cuda" if path.suffix in (".cu", ".cuh") else "c")
     found = check_source(code, language, bitwise=not args.tolerant)
     for f in found:

@@ -41,12 +41,16 @@ def parse_value(text: str) -> Any:
 
 def parse_pairs(items: Iterable[str] | None, what: str, *, typed: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    given: dict[str, str] = {}
     for item in items or ():
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"{what} {item!r} is not KEY=VALUE",
                               hint=f"write e.g. --{what} NAME=VALUE")
-        out[key] = parse_value(value) if typed else value
+        if key in out:  # the last would silently win over the first
+            raise ConfigError(f"--{what} {key} is given twice ({key}={given[key]} and {item})",
+                              hint=f"give one --{what} {key}=VALUE")
+        out[key], given[key] = (parse_value(value) if typed else value), value
     return out
 
 

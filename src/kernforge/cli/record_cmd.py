@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import Interrupted
+from ..core.errors import ConfigError, Interrupted
 from ..pipeline.run_app import (
     command_program,
     keep_interrupted,
@@ -97,6 +97,24 @@ def _summary(summaries: list[dict[str, Any]]) -> str:
             + (f"; {', '.join(extra)}" if extra else ""))
 
 
+def _check_pattern(pattern: str, driver: list[dict[str, Any]],
+                   inprocess: list[dict[str, Any]]) -> None:
+    """Nothing recorded with ``--kernels``: when kernels were launched and none matches the
+    pattern (a typo, a readable name where the mangled one differs), bad input, the kernels
+    that did run named; not an empty recording that exits 0."""
+    matched = any(k.get("matches", True) for s in driver for k in s.get("kernels", [])) or \
+        any(s.get("kernels") for s in inprocess)
+    names = sorted({k["name"] for s in driver for k in s.get("kernels", [])}
+                   | {n for s in inprocess for n in s.get("unmatched", [])})
+    if matched or not names:
+        return
+    shown = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
+    raise ConfigError(f"no kernel the application launched matches --kernels {pattern!r}: "
+                      f"nothing was recorded",
+                      hint=f"the kernels it launched: {shown}; --kernels is a glob on the "
+                           f"whole kernel name ('*part*' for a part of it), quoted for the shell")
+
+
 def _launched(summaries: list[dict[str, Any]]) -> bool:
     """Whether any launch reached the driver (recorded, filtered out, or only counted)."""
     return any(s.get(key, 0) for s in summaries for key in ("launches", "cooperative", "graphs"))
@@ -135,6 +153,10 @@ def run(args: argparse.Namespace) -> int:
     if problems:
         tail += (f"; {len(problems)} spooled launch(es) were damaged or incomplete and "
                  f"skipped (below)")
+    inprocess = [s for s in summaries if s.get("origin") == "in-process"]
+    summaries = [s for s in summaries if s.get("origin") != "in-process"]
+    if args.kernels is not None and not paths and status == 0 and not problems:
+        _check_pattern(args.kernels, summaries, inprocess)
     if summaries:
         console.print(f"driver: {_summary(summaries)}", markup=False)
     elif not paths:

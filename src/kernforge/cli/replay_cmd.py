@@ -16,6 +16,7 @@ from .cache_arg import add_cache_arg
 from .checks import NON_NEGATIVE, POSITIVE, THREADS, check_defines, load_all_units, writable_file
 from .isolation import add_isolation_args, isolation
 from .output import console, err_console, fmt_error, notes, parse_pairs
+from .progress import line_progress
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -51,15 +52,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+_MODES = ("bitwise", "abs", "rel", "norm")
+
+
 def tolerance_overrides(items: list[str] | None) -> Tolerance | dict[str, Tolerance] | None:
     if not items:
         return None
     per_buffer: dict[str, Tolerance] = {}
+    given: dict[str, str] = {}
     whole: list[Tolerance] = []
     for item in items:
         buf, sep, spec = item.partition("=")
         if sep and ":" not in buf:
-            per_buffer[buf] = Tolerance.parse(spec)
+            if buf in _MODES and ":" not in spec:  # abs=1e-9: not a buffer named abs
+                raise ConfigError(f"--tolerance {item}: {buf} is a tolerance mode, and its "
+                                  f"value follows a colon",
+                                  hint=f"write --tolerance {buf}:{spec} for every written "
+                                       f"buffer, or --tolerance BUF={buf}:{spec} for one")
+            if buf in given:  # the last one would silently win
+                raise ConfigError(f"--tolerance names buffer {buf!r} twice ({given[buf]} and "
+                                  f"{spec})",
+                                  hint=f"give one --tolerance {buf}=SPEC")
+            per_buffer[buf], given[buf] = Tolerance.parse(spec), spec
         else:
             whole.append(Tolerance.parse(item))
     if whole and (per_buffer or len(whole) > 1):
@@ -79,11 +93,14 @@ def run(args: argparse.Namespace) -> int:
     units = load_all_units(args.path, args.kernels)
     for rec in units.recordings:
         check_defines(rec.name, rec.source.code, defines, allow=args.allow_unused_define)
-    rows = replay_units(units, options=options, defines=defines, threads=args.threads,
-                        tolerance=tolerance, dtype=args.dtype, warmup=args.warmup,
-                        repeat=args.repeat, cache=cache,
-                        isolation=lambda backends: isolation(args, backends=backends),
-                        notes=notes())
+    # a line per unit on stderr when stdout is not a terminal (kernforge replay R > table.txt):
+    # the wait is shown, and stdout keeps the results alone
+    with line_progress(err_console, enabled=not console.is_terminal) as lines:
+        rows = replay_units(units, options=options, defines=defines, threads=args.threads,
+                            tolerance=tolerance, dtype=args.dtype, warmup=args.warmup,
+                            repeat=args.repeat, cache=cache,
+                            isolation=lambda backends: isolation(args, backends=backends),
+                            notes=notes(), progress=lines.step)
     _print_table(args.path, rows)
     if args.json:
         write_json_atomic(Path(args.json), [{"unit": r.unit, "kernel": r.kernel,

@@ -6,7 +6,8 @@
 - cpu: the share of all cores' time that other processes used in the window: the non-idle
   time of ``/proc/stat`` minus this process's own CPU time (every thread of it: the OpenMP
   kernel, the flush; and the children it waited for: the compiler). Busy above 25% (the idle check's threshold), i.e. another process kept
-  half a core of two busy.
+  half a core of two busy. A window under ``MIN_WINDOW_S`` is unknown (idle None): the check
+  before the measurement stands (:func:`combine`).
 - other backends: the backend's idle probe once more, after the measurement (a GPU's
   utilisation counts the measurement's own kernels, so nothing is read during it).
 """
@@ -20,6 +21,10 @@ from pathlib import Path
 
 from ..backends import Backend
 from .provenance import BUSY_FRACTION, IdleCheck, idle_check
+
+# /proc/stat counts each core's time in ticks of 10 ms: a shorter window holds a tick or two,
+# and says nothing about the load (the idle check before the measurement samples 0.2 s)
+MIN_WINDOW_S = 0.1
 
 
 def _proc_stat() -> tuple[float, float] | None:
@@ -57,6 +62,11 @@ class Watch:
         end = _proc_stat()
         if end is None:
             return IdleCheck(None, None, "skipped", "/proc/stat unreadable")
+        wall = time.monotonic() - self.wall
+        if wall < MIN_WINDOW_S:  # a tick or two: one of another process's would read 50 %
+            return IdleCheck(None, None, f"/proc/stat during the measurement ({wall:.3f} s)",
+                             "too short for /proc/stat's ticks to tell; the check before it "
+                             "stands")
         total = end[0] - self.start[0]
         busy = total - (end[1] - self.start[1])
         others = max(0.0, busy - (_own_cpu() - self.own))

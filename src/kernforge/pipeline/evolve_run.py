@@ -145,8 +145,15 @@ def evolve_all(path: str | Path, cfg: RunConfig, out: Path, *, kernels: str | No
         if source is not None else None
     groups = pick(kernels_with_source(units.every, kernels, src, notes), out,
                   kernels=kernels, resume=resume)
-    run = EvolveRun()
     pool = any(not g.native for g in groups.values())
+    if tolerance is not None and pool:  # it would be ignored: recordings declare their own
+        raise ConfigError(f"--tolerance {tolerance}: applies to native units; the recordings "
+                          f"under {path} are verified under the tolerance each kernel "
+                          f"declares (bitwise when none)",
+                          hint="declare it where the kernel is made, e.g. kernforge.Kernel("
+                               "..., tolerance={'y': 'rel:1e-6'}), record again, or drop "
+                               "--tolerance")
+    run = EvolveRun()
     with directory_lock(out, "evolution run directory"), \
             (isolation(cfg.evolve_config("").eval_slots) if pool else nullcontext()) as iso, \
             display.units() as steps:

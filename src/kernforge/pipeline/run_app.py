@@ -48,7 +48,7 @@ def record_application(command: Sequence[str], out: str | Path, *, kernels: str 
         try:
             status = run_application(command)
         finally:
-            if summary is not None and rec.seen:
+            if summary is not None and (rec.seen or rec.unmatched):
                 summary.parent.mkdir(parents=True, exist_ok=True)
                 write_json_atomic(summary, {"pid": os.getpid(), **rec.summary()})
     return status, list(rec.paths)
@@ -128,12 +128,14 @@ def record_command(command: Sequence[str], out: str | Path, *, kernels: str | No
     kernforge: :func:`env_command`; Python applications, also after env's variables, under
     the in-process capture too: :func:`runs_in_process`), then
     turn what it recorded into units. Returns the exit status,
-    the new units (of both captures), problems with spool units, and the interposer's
-    per-process counts of this command (not those an earlier recording into ``out`` left)."""
+    the new units (of both captures), problems with spool units, and the per-process counts
+    of this command (not those an earlier recording into ``out`` left): the interposer's,
+    then the in-process capture's (``"origin": "in-process"``)."""
     from ..record import interposer
     from ..record.native_format import (
         drop_spent_counts,
         finalize_spool,
+        inprocess_summaries,
         spool_entries,
         spool_summaries,
     )
@@ -159,6 +161,7 @@ def record_command(command: Sequence[str], out: str | Path, *, kernels: str | No
     _, problems = finalize_spool(out)
     new = sorted(p.parent for p in set(Path(out).rglob("manifest.json")) - before)
     summaries = [s for s in spool_summaries(out) if json.dumps(s, sort_keys=True) not in counted]
+    summaries += inprocess_summaries(out, earlier)
     drop_spent_counts(out, earlier)  # this run's counts, read: no .spool left behind
     return status, new, problems, summaries
 

@@ -46,19 +46,22 @@ def replay_units(units: Units, *, options: Mapping[str, Any] | None = None,
                  tolerance: Tolerance | dict[str, Tolerance] | None = None,
                  dtype: str | None = None, warmup: int = 3, repeat: int = 10,
                  cache: str | None = None, isolation: Isolating,
-                 notes: Notes = QUIET) -> list[UnitReplay]:
+                 notes: Notes = QUIET,
+                 progress: Callable[[str], None] = lambda line: None) -> list[UnitReplay]:
     """Every unit replayed, verified and timed, in the order found, each by the backend it
     needs (:func:`kernforge.replay.unit_replay.replay_unit`; the units that hold source only
     in the worker pool ``isolation(backends)``). ``cache`` None keeps each unit's kept
     choice. A unit whose data turns out damaged is skipped (``notes.damaged``) while others
-    replay; with none replayed, its RecordingError is raised."""
+    replay; with none replayed, its RecordingError is raised. ``progress`` hears of each
+    unit as its replay starts."""
     req = ReplayRequest(options=options, defines=defines, threads=threads,
                         tolerance=tolerance, dtype=dtype, warmup=warmup, repeat=repeat)
     req.check(units.every)
     rows: list[UnitReplay] = []
     damaged: list[RecordingError] = []
     with isolation(units.backends) as iso:
-        for u in units.every:
+        for i, u in enumerate(units.every, 1):
+            progress(f"{i}/{len(units.every)} replaying {u.unit}")
             try:
                 rows.append(replay_unit(u, req, cache=cache, isolate=iso))
             except RecordingError as exc:  # damaged since it was loaded: the others go on

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import ConfigError, LaunchConfig, Recording, Tolerance, Unit
+from ..core.textfile import read_text_file
 from ..record import read_unit
 from ..replay.checks import Integrity
 from ..replay.native_validate import validate_native
@@ -58,11 +59,7 @@ class ValidateRequest:
 
 
 def _code(path: Path) -> str:
-    try:
-        return path.read_text("utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc}",
-                          hint="give the path of the candidate's source file") from exc
+    return read_text_file(path, hint="give the path of the candidate's source file")
 
 
 def validate_unit(path: str | Path, req: ValidateRequest, *, isolation: Isolating,

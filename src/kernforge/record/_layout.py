@@ -38,6 +38,23 @@ def no_such_unit(p: Path) -> RecordingNotFoundError:
                                              "(it holds manifest.json)")
 
 
+def recordings_root_error(unit: Path) -> RecordingNotFoundError | None:
+    """For a directory without a manifest given where one unit is expected: when it is a
+    recordings directory (units under it), the bad-input error naming its units; else None
+    (the caller's error: a directory that is no unit is an unusable recording)."""
+    try:
+        units = find_recordings(unit)
+    except RecordingNotFoundError:
+        return None
+    if not units:
+        return None
+    shown = ", ".join(str(u) for u in units[:3]) + (", ..." if len(units) > 3 else "")
+    return RecordingNotFoundError(
+        f"{unit} is a recordings directory ({len(units)} unit(s)), not one recorded unit",
+        hint=f"this command takes one unit: give one of its units ({shown}); "
+             f"kernforge inspect {unit} lists them")
+
+
 def _unit_key(p: Path) -> tuple[Any, ...]:
     entry, _, n = p.name.rpartition("-")
     return (str(p.parent), entry, int(n)) if n.isdigit() else (str(p.parent), p.name, -1)

@@ -65,7 +65,8 @@ def uninstall_cupy_hooks() -> bool:
 class Recorder:
     """The launch observer behind :func:`record`; ``paths`` lists the units written so far.
 
-    ``seen`` counts the matching calls per kernel name, ``recorded`` the units written;
+    ``seen`` counts the matching calls per kernel name, ``unmatched`` the others (``kernels``
+    leaves them out), ``recorded`` the units written;
     ``timed`` the seconds of the launches left unrecorded (the first call of a kernel, which
     compiles it, excluded): :meth:`summary` is the in-application time of each kernel.
     """
@@ -86,6 +87,7 @@ class Recorder:
         self.skip = skip
         self.paths: list[Path] = []
         self.seen: dict[str, int] = {}
+        self.unmatched: dict[str, int] = {}  # launches of kernels the pattern leaves out
         self.recorded: dict[str, int] = {}
         self._reserved: dict[str, int] = {}
         self.timed: dict[str, list[float]] = {}
@@ -125,6 +127,8 @@ class Recorder:
 
     def before(self, event: LaunchEvent) -> _Token | _Timed | None:
         if not self.matches(event.name):
+            with self._lock:
+                self.unmatched[event.name] = self.unmatched.get(event.name, 0) + 1
             return None
         sig, args = event.signature, event.args
         if len(args) != len(sig) or any(p.pointer and not event.backend.is_buffer(a)
@@ -183,7 +187,8 @@ class Recorder:
                         "app_ms_total": sum(self.timed.get(n, [])) * 1e3,
                         "timed": len(self.timed.get(n, []))} for n, k in self.seen.items()]
             return {"origin": "in-process", "launches": sum(self.seen.values()),
-                    "recorded": len(self.paths), "kernels": kernels}
+                    "recorded": len(self.paths), "kernels": kernels,
+                    "unmatched": sorted(self.unmatched)}
 
     @property
     def count(self) -> int:

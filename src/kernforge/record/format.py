@@ -53,6 +53,7 @@ from ._layout import (
     fsync_dir,
     manifest_checksum,
     no_such_unit,
+    recordings_root_error,
 )
 
 __all__ = ["BLOBS", "FORMAT", "MANIFEST", "READABLE_VERSIONS", "SCHEMA_VERSION", "TMP_PREFIX",
@@ -250,8 +251,9 @@ def _read_manifest(unit: Path) -> dict[str, Any]:
     if not unit.is_dir():
         raise no_such_unit(unit)
     if not path.is_file():
-        raise _bad(path, "missing: this directory is not a recorded unit",
-                   "point at a unit directory (it holds manifest.json) or at a recordings root")
+        raise recordings_root_error(unit) or _bad(
+            path, "missing: this directory is not a recorded unit",
+            "point at a unit directory (it holds manifest.json)")
     text = path.read_text("utf-8", errors="replace")
     try:
         m = parse_json(text)

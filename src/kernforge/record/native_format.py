@@ -37,6 +37,7 @@ from ._layout import (
     fsync_dir,
     manifest_checksum,
     no_such_unit,
+    recordings_root_error,
 )
 from .format import _BlobStore, _make_loader, _next_instance, _publish, check_blob_files
 from .native_sequence import SEQUENCE_SCHEMA, load_steps, sequence_json, sequence_timing
@@ -274,9 +275,21 @@ def _drop_counts(spool: Path, earlier: set[str], prefixes: tuple[str, ...]) -> N
 
 def spool_summaries(root: PathLike) -> list[dict[str, Any]]:
     """What the interposer of each recorded process counted (launches, kernels seen)."""
+    return _read_counts(root, "summary-", set())
+
+
+def inprocess_summaries(root: PathLike, earlier: set[str]) -> list[dict[str, Any]]:
+    """What the in-process capture of each Python process counted (``inprocess-*`` JSON not
+    in ``earlier``, :func:`spool_entries` before the run), read before they are dropped."""
+    return _read_counts(root, "inprocess-", earlier)
+
+
+def _read_counts(root: PathLike, prefix: str, earlier: set[str]) -> list[dict[str, Any]]:
     out = []
     spool = Path(root) / SPOOL
-    for p in sorted(spool.glob("summary-*.json") if real_dir(spool) else []):
+    for p in sorted(spool.glob(f"{prefix}*.json") if real_dir(spool) else []):
+        if p.name in earlier:
+            continue
         try:
             s = json.loads(read_regular(p, limit=JSON_LIMIT).decode("utf-8"))
         except (OSError, ValueError, KernforgeError):
@@ -368,7 +381,8 @@ def read_native(path: PathLike, *, verify: bool = False) -> NativeRecording:
     except (FileNotFoundError, NotADirectoryError):
         if not unit.is_dir():
             raise no_such_unit(unit) from None
-        raise _bad(mpath, "missing: this directory is not a recorded unit") from None
+        raise recordings_root_error(unit) or _bad(
+            mpath, "missing: this directory is not a recorded unit") from None
     except DamagedJSON as exc:
         raise _bad(mpath, str(exc)) from None
     if not isinstance(m, dict) or m.get("format") != FORMAT or not is_native(m):

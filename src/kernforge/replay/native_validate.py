@@ -17,6 +17,7 @@ from pathlib import Path
 from ..core import ConfigError, Measurement, Status, Tolerance
 from ..core.fmt import fmt_time
 from ..core.native import NativeBuild
+from ..core.textfile import read_text_file
 from ..deploy.gate import NOISE_BAND
 from ..harness.compare import ABResult
 from ..harness.integrity import reason_for_status
@@ -49,11 +50,7 @@ def validate_native(unit: str | Path, *, source: str | Path | None = None,
             raise ConfigError(f"{unit}: the unit carries no source for --source to replace",
                               hint="bind its file with kernforge tune --source FILE.cu, or "
                                    "validate the recorded kernel (no --source)")
-        try:
-            code = Path(source).read_text("utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read {source}: {exc}",
-                              hint="give the path of the candidate's source file") from None
+        code = read_text_file(source, hint="give the path of the candidate's source file")
         variants.append(NativeVariant(build=NativeBuild(source=rec.source, code=code)))
     out = run_isolated(unit, variants, repeat=repeat, tolerance=tol, passes=passes,
                        compare_pair=(0, 1) if len(variants) == 2 else None)

@@ -199,8 +199,9 @@ __attribute__((destructor)) static void summary(void) {
   for (size_t i = 0; i < n; i++) {
     kf_put(&b, "%s{\"name\": ", i ? ", " : "");
     kf_put_str(&b, all[i]->name);
-    kf_put(&b, ", \"seen\": %lu, \"recorded\": %lu, \"layout\": %d, \"app_ms\": [", all[i]->seen,
-        all[i]->recorded, all[i]->layout);
+    kf_put(&b, ", \"seen\": %lu, \"recorded\": %lu, \"layout\": %d, \"matches\": %s, "
+        "\"app_ms\": [", all[i]->seen, all[i]->recorded, all[i]->layout,
+        all[i]->matches ? "true" : "false");
     for (int j = 0; j < all[i]->napp; j++) kf_put(&b, "%s%.6f", j ? ", " : "", all[i]->app_ms[j]);
     kf_put(&b, "]}");
   }
