@@ -131,8 +131,8 @@ def test_an_evolutions_native_json_is_read_beside_the_results_of_one_format(
     said: list[str] = []
     done = export_units(base, None, min_speedup=1.0, band=0.02, notes=Notes(skipped=said.append))
     assert done.entries == 1 and read_spec(done.spec).entries[0]["evidence"]["speedup"] == 1.5  # type: ignore[arg-type]
-    assert said == [f"{base / 'tune' / 'heat-0' / 'result.json'}: block=64x1x1 is slower than "
-                    f"block=128x1x1 for the same unit"]  # named by its result, as a recording's
+    assert said == [(f"{base / 'tune' / 'heat-0' / 'result.json'}: block=64x1x1 is slower than "
+                     f"block=128x1x1 for the same unit")]  # named by its result, as a recording's
 
 
 def test_both_kinds_are_tuned_in_one_loop_in_the_order_found(
