@@ -18,7 +18,8 @@ through ``tmp`` like :func:`.common.ping_pong`; a smaller halo, more DRAM traffi
 pipelined kernel of :mod:`.temporal_pipe`, which adds ``pf`` planes in flight and ``cx`` x ``cy``
 points per thread, and ``fi``, a boundary-free body for the blocks and iterations that touch no
 boundary). ``pipe=0, fs=T, minb=1`` is the first design, byte for byte. ``faces``: a time
-loop's face rules after every step, folded into the first kernel (:mod:`.temporal_faces`).
+loop's face rules after every step, folded into both kernels (:mod:`.temporal_faces`,
+:mod:`.temporal_pipe_faces`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from __future__ import annotations
 from .. import faces as fc
 from ..operator import Launch, Operator
 from ..spec import Cell, Precision
-from . import temporal_faces, temporal_pipe
+from . import temporal_faces, temporal_pipe, temporal_pipe_faces
 from .common import (
     XYZ,
     DoesNotFit,
@@ -125,8 +126,8 @@ def shared_bytes(cell: Cell, tx: int, ty: int, steps: int | None = None) -> int:
 def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0, fs: int = 0,
              minb: int = 1, pf: int = 1, cx: int = 1, cy: int = 1, fi: int = 0, h2: int = 0,
              zo: int = 0, faces: fc.Groups = ()) -> Operator:
-    """``faces``: a time loop's face rules applied after every step (:mod:`.temporal_faces`;
-    the first kernel, all steps in one launch)."""
+    """``faces``: a time loop's face rules applied after every step, all steps in one launch
+    (:mod:`.temporal_faces` for the first kernel, :mod:`.temporal_pipe_faces` with ``pipe=1``)."""
     st = cell.stencil
     if not st.temporal or st.kind != "star" or st.radius != 1:
         raise DoesNotFit(f"temporal handles multi-step star_1 stencils, not {st.name}")
@@ -141,9 +142,9 @@ def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0,
         raise DoesNotFit(f"a {tx}x{ty} block has too many threads (for {minb} per SM)")
     bi = tile_index(zo)  # the launch order: where the tile coordinates are
     faces = tuple(tuple(g) for g in faces if g)
-    if faces and (pipe or fs != st.steps):
-        raise DoesNotFit("face rules fold into the first temporal kernel (pipe=0) with all "
-                         "steps in one launch: the pipelined kernel's stages have no gather")
+    if faces and fs != st.steps:
+        raise DoesNotFit("face rules fold into the temporal kernels with all steps in one "
+                         "launch (fs=0)")
     nz_int = cell.shape.nz if faces else cell.shape.nz - 2  # face rules: every plane is output
     lz = nz_int if lz <= 0 else min(lz, nz_int)
     params: dict[str, int | str] = {"tx": tx, "ty": ty, "lz": lz, "steps": st.steps}
@@ -156,8 +157,12 @@ def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0,
         params["faces"] = fc.describe(faces)
     if pipe:
         temporal_pipe.check(cell, fs, tx, ty, cx, cy, pf, minb, h2)
-        source = temporal_pipe.source(cell, fs, tx, ty, cx, cy, lz, pf, minb, fi, h2, bi)
-        grid = temporal_pipe.grid(cell, fs, tx, ty, cx, cy, lz)
+        if faces:
+            _, _, _, bw, bh = temporal_pipe.geometry(cell, fs, tx, ty, cx, cy, True)
+            temporal_pipe_faces.check(cell, faces, bw, bh, lz, h2)
+        source = temporal_pipe.source(cell, fs, tx, ty, cx, cy, lz, pf, minb, fi, h2, bi,
+                                      faces)
+        grid = temporal_pipe.grid(cell, fs, tx, ty, cx, cy, lz, bool(faces))
         smem = temporal_pipe.shared_bytes(cell, fs, tx, ty, cx, cy, h2)
     else:
         if (pf, cx, cy) != (1, 1, 1):
