@@ -21,7 +21,7 @@ from kernforge.stencil import faces as fc
 from kernforge.stencil.kernels import temporal
 from kernforge.stencil.kernels.common import DoesNotFit
 from kernforge.stencil.operator import Operator
-from kernforge.stencil.spec import Cell, matrix
+from kernforge.stencil.spec import Cell, Precision, matrix
 
 from .demo_step import DEMO_SLOTS, DemoStep, run_fused
 from .test_fused_temporal_faces import DEMO_FACES, IN_PLANE, ORDERED, ORDERED_CONST_Z, _match
@@ -49,6 +49,8 @@ CASES = [
     (5, "float32", 12, {"tx": 8, "ty": 16, "lz": 4, "cx": 2, "pf": 2, "fi": 1}),
     (5, "float64", 11, {"tx": 16, "ty": 8, "lz": 3, "cy": 2, "fi": 1, "zo": 1}),
     (3, "float32", 14, {"tx": 8, "ty": 4, "lz": 7, "cx": 2, "cy": 2, "pf": 3}),
+    (3, "float32", 13, {"tx": 16, "ty": 8, "lz": 5, "cy": 2, "fi": 1, "gb": 1}),
+    (5, "float64", 12, {"tx": 8, "ty": 16, "lz": 4, "cx": 2, "pf": 2, "gb": 1, "zo": 1}),
 ]
 
 
@@ -72,7 +74,7 @@ def test_the_demo_step_folds_into_the_pipelined_kernel(steps: int, dtype: str, n
 @pytest.mark.parametrize("groups", [ORDERED, ORDERED_CONST_Z, IN_PLANE])
 @pytest.mark.parametrize(("steps", "n", "knobs"), [
     (3, 11, {"tx": 16, "ty": 8, "lz": 4, "cy": 2, "fi": 1}),
-    (5, 12, {"tx": 8, "ty": 8, "lz": 5, "cx": 2, "cy": 2, "pf": 2, "zo": 1})])
+    (5, 12, {"tx": 8, "ty": 8, "lz": 5, "cx": 2, "cy": 2, "pf": 2, "zo": 1, "gb": 1})])
 def test_rules_apply_in_their_order(groups: fc.Groups, steps: int, n: int,
                                     knobs: dict[str, int]) -> None:
     """Against the float64 oracle of the step (stencil, then the rules in order); the same
@@ -87,3 +89,80 @@ def test_rules_apply_in_their_order(groups: fc.Groups, steps: int, n: int,
                                atol=atol)
     swapped = fz.steps_model(r, x, y, steps, tuple(reversed(groups)))
     assert not np.allclose(got, swapped, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize(("dtype", "steps"), [("float32", (3, 5, 7)), ("float64", (3, 5))])
+def test_the_candidates_offer_the_pipelined_kernel_first(dtype: str, steps: tuple[int, ...]
+                                                         ) -> None:
+    r = _match(256, dtype)
+    got = fz.candidates(r, steps, faces=DEMO_FACES)
+    for t in steps:
+        ops = [op for s, op in got if s == t]
+        assert ops[0].design == "temporal" and ops[0].params["pipe"] == 1, ops[0].key
+    assert any(op.design == "temporal" and "pipe" not in op.params for _, op in got)
+    pipe = [(s, op) for s, op in got if op.params.get("pipe") == 1]
+    assert all(op.launches[0].shared_bytes <= 48 * 1024 for _, op in pipe)
+    assert any(op.params.get("gb") == 1 for _, op in pipe)
+    for s, op in pipe:  # every point written: no ring pass in the adapter
+        assert "kf_boundary" not in fz.fused_adapter(op, r, DEMO_SLOTS, 24, s).source
+
+
+def test_what_the_pipelined_kernel_refuses_with_rules() -> None:
+    r = _match(32)
+    with pytest.raises(DoesNotFit, match="all steps in one launch"):
+        _op(r, 3, DEMO_FACES, tx=16, ty=8, lz=8, fs=1)
+    with pytest.raises(DoesNotFit, match="own more than 4 points along x"):
+        _op(r, 3, ((fc.Face(2, 1, 4),),), tx=8, ty=16, lz=8)  # 8 - 6 = 2 columns owned
+    with pytest.raises(DoesNotFit, match="holds the 2 planes"):
+        _op(r, 3, ((fc.Face(0, 0, 3),),), tx=16, ty=16, lz=8)
+    with pytest.raises(DoesNotFit, match="gb"):
+        _op(r, 3, (), tx=16, ty=16, lz=8, gb=1)
+    spec = dataclasses.replace(r.spec, steps=3, name="t3")
+    with pytest.raises(DoesNotFit, match="fp32 and fp64"):
+        temporal.generate(Cell(spec, r.cell.shape, Precision.FP16), tx=16, ty=16, lz=8, pipe=1,
+                          faces=DEMO_FACES)
+
+
+@pytest.mark.skipif(nvcc() is None, reason="nvcc not installed")
+@pytest.mark.parametrize(("dtype", "steps"), [("float32", 3), ("float64", 5)])
+def test_the_pipelined_demo_adapter_compiles_for_sm90(dtype: str, steps: int) -> None:
+    r = _match(256, dtype)
+    for s, op in fz.candidates(r, (steps,), faces=DEMO_FACES):
+        if op.params.get("pipe") == 1:
+            ad = fz.fused_adapter(op, r, DEMO_SLOTS, 24, s)
+            assert compile_cubin(ad.source, "sm_90").startswith(b"\x7fELF"), op.key
+
+
+# the matrix's temporal operators (no rules): sha256 of source + launches, generated before the
+# rules came to the pipelined kernel; a change here changes a measured operator
+UNCHANGED = [
+    ("star_1_t4/256x256x256/fp32", {"tx": 64, "ty": 16, "lz": 128, "pipe": 1, "cy": 2, "zo": 1},
+     "9209cdda86c859d7"),
+    ("star_1_t4/256x256x256/fp32", {"tx": 32, "ty": 16, "lz": 64, "pipe": 1, "fi": 1, "pf": 2},
+     "972afee31c3a9845"),
+    ("star_1_t4/512x512x512/fp32",
+     {"tx": 8, "ty": 8, "lz": 5, "pipe": 1, "cx": 2, "cy": 2, "pf": 4, "fi": 1},
+     "10d568ad0ef24a9c"),
+    ("star_1_t4/256x256x256/fp64", {"tx": 16, "ty": 8, "lz": 6, "pipe": 1, "cy": 2, "fs": 2},
+     "54cc5478a9e1b56a"),
+    ("star_1_t4/1024x1024x32/fp64",
+     {"tx": 32, "ty": 16, "lz": 64, "pipe": 1, "cx": 2, "fi": 1, "zo": 1},
+     "8e7af4dd4e990235"),
+    ("star_1_t4/256x256x256/fp16",
+     {"tx": 32, "ty": 16, "lz": 64, "pipe": 1, "cx": 2, "pf": 2, "fi": 1, "h2": 1},
+     "d27587957932f43e"),
+    ("star_1_t4/1024x1024x1024/fp16",
+     {"tx": 32, "ty": 32, "lz": 64, "pipe": 1, "cx": 4, "pf": 2, "fs": 2, "fi": 1, "minb": 2,
+      "h2": 1},
+     "0d3746b415260858"),
+    ("star_1_t4/256x256x256/fp32", {"tx": 32, "ty": 32, "lz": 64},
+     "205e78de8f452240"),
+]
+
+
+@pytest.mark.parametrize(("cid", "knobs", "digest"), UNCHANGED)
+def test_operators_without_rules_are_unchanged(cid: str, knobs: dict[str, int],
+                                               digest: str) -> None:
+    cell = next(c for c in matrix() if c.id == cid)
+    op = temporal.generate(cell, **knobs)
+    assert hashlib.sha256((op.source + repr(op.launches)).encode()).hexdigest()[:16] == digest

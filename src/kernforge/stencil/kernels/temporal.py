@@ -45,7 +45,7 @@ from .common import (
 )
 from .design import BIT, Design, Space, knobs, precision_options
 
-FIRST = {"pipe": 0, "fs": 0, "minb": 1, "pf": 1, "cx": 1, "cy": 1, "fi": 0, "h2": 0}  # the first design's
+FIRST = {"pipe": 0, "fs": 0, "minb": 1, "pf": 1, "cx": 1, "cy": 1, "fi": 0, "h2": 0, "gb": 0}  # the first design's
 
 
 def _stage(cell: Cell, s: int, steps: int) -> str:
@@ -125,9 +125,11 @@ def shared_bytes(cell: Cell, tx: int, ty: int, steps: int | None = None) -> int:
 
 def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0, fs: int = 0,
              minb: int = 1, pf: int = 1, cx: int = 1, cy: int = 1, fi: int = 0, h2: int = 0,
-             zo: int = 0, faces: fc.Groups = ()) -> Operator:
+             zo: int = 0, faces: fc.Groups = (), gb: int = 0) -> Operator:
     """``faces``: a time loop's face rules applied after every step, all steps in one launch
-    (:mod:`.temporal_faces` for the first kernel, :mod:`.temporal_pipe_faces` with ``pipe=1``)."""
+    (:mod:`.temporal_faces` for the first kernel, :mod:`.temporal_pipe_faces` with ``pipe=1``;
+    there ``gb=1`` publishes the stages' values for the gathers in a buffer of their own: one
+    barrier less per iteration of a block on a face, ``T`` staged planes more)."""
     st = cell.stencil
     if not st.temporal or st.kind != "star" or st.radius != 1:
         raise DoesNotFit(f"temporal handles multi-step star_1 stencils, not {st.name}")
@@ -140,6 +142,8 @@ def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0,
         raise DoesNotFit("h2 (half2 arithmetic) is 0 or 1, with pipe=1")
     if tx * ty > 1024 or tx * ty * minb > 2048:
         raise DoesNotFit(f"a {tx}x{ty} block has too many threads (for {minb} per SM)")
+    if gb not in (0, 1) or (gb and not (pipe and faces)):
+        raise DoesNotFit("gb (the gathers' own buffer) is 0 or 1, with pipe=1 and face rules")
     bi = tile_index(zo)  # the launch order: where the tile coordinates are
     faces = tuple(tuple(g) for g in faces if g)
     if faces and fs != st.steps:
@@ -151,7 +155,7 @@ def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0,
     # the parameters added after the first design appear only with a value of their own, so
     # its operators keep their keys
     extra = {"pipe": pipe, "fs": 0 if fs == st.steps else fs, "minb": minb, "pf": pf, "cx": cx,
-             "cy": cy, "fi": fi, "h2": h2}
+             "cy": cy, "fi": fi, "h2": h2, "gb": gb}
     params.update({k: v for k, v in extra.items() if v != FIRST[k]})
     if faces:
         params["faces"] = fc.describe(faces)
@@ -161,9 +165,9 @@ def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0,
             _, _, _, bw, bh = temporal_pipe.geometry(cell, fs, tx, ty, cx, cy, True)
             temporal_pipe_faces.check(cell, faces, bw, bh, lz, h2)
         source = temporal_pipe.source(cell, fs, tx, ty, cx, cy, lz, pf, minb, fi, h2, bi,
-                                      faces)
+                                      faces, gb)
         grid = temporal_pipe.grid(cell, fs, tx, ty, cx, cy, lz, bool(faces))
-        smem = temporal_pipe.shared_bytes(cell, fs, tx, ty, cx, cy, h2)
+        smem = temporal_pipe.shared_bytes(cell, fs, tx, ty, cx, cy, h2) * (3 if gb else 2) // 2
     else:
         if (pf, cx, cy) != (1, 1, 1):
             raise DoesNotFit("pf, cx and cy need the pipelined kernel (pipe=1)")

@@ -162,7 +162,7 @@ def _h2_points(cell: Cell, s: int, steps: int, j: int, slots: tuple[int, int, in
 
 
 def _sub(cell: Cell, j: int, steps: int, cx: int, cy: int, pf: int, fast: bool = False,
-         h2: int = 0, faces: fc.Groups = ()) -> str:
+         h2: int = 0, faces: fc.Groups = (), gb: int = 0) -> str:
     """One iteration (``kk = k + j``) of the unrolled loop; ``fast``: without the boundary
     selects (``fi=1``: only where no point of the iteration is a boundary point); ``h2``:
     in lane pairs (a queue register holds lanes ``2g, 2g+1``); ``faces``: the stages'
@@ -230,7 +230,7 @@ def _sub(cell: Cell, j: int, steps: int, cx: int, cy: int, pf: int, fast: bool =
             lines.append("        }")
         lines.append("      }")
     if faces:
-        lines += tpf.finish(faces, j, steps, _pts(cx, cy), buf, units, cy, fast,
+        lines += tpf.finish(faces, j, steps, _pts(cx, cy), 2 if gb else buf, units, cy, fast,
                             lambda at: _store_at(cell, cx, cy, h2, f"r{steps}_", at))
     lines.append("    }")
     return "\n".join(lines) + "\n"
@@ -254,8 +254,8 @@ def _store_at(cell: Cell, cx: int, cy: int, h2: int, v: str, plane: str) -> list
 
 
 def source(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, lz: int, pf: int,
-           minb: int, fi: int = 0, h2: int = 0, bi: TileIndex = XYZ, faces: fc.Groups = ()
-           ) -> str:
+           minb: int, fi: int = 0, h2: int = 0, bi: TileIndex = XYZ, faces: fc.Groups = (),
+           gb: int = 0) -> str:
     """``faces``: a time loop's face rules after every step (:mod:`.temporal_pipe_faces`):
     tiles and chunks over the whole grid, the last moved back to end at its far face."""
     p = cell.precision
@@ -295,9 +295,9 @@ def source(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, lz: int, 
     ring += [f"  f{k}_{i} = V{{}}; if (lo0 + {k} < hi0 && ing{i}) f{k}_{i} = "
              f"*reinterpret_cast<const V*>(src + (o{i} + (IDX)(lo0 + {k}) * PLANE));"
              for k in range(pf) for i in range(cy)]
-    body = "".join(_sub(cell, j, steps, cx, cy, pf, h2=h2, faces=faces) for j in range(u))
+    body = "".join(_sub(cell, j, steps, cx, cy, pf, h2=h2, faces=faces, gb=gb) for j in range(u))
     if fi:  # the group's stage planes kk - 2s span k - 2T .. k + U - 3
-        fast = "".join(_sub(cell, j, steps, cx, cy, pf, fast=True, h2=h2, faces=faces)
+        fast = "".join(_sub(cell, j, steps, cx, cy, pf, fast=True, h2=h2, faces=faces, gb=gb)
                        for j in range(u))
         body = (f"    if (fast_xy && k - 2 * T >= 1 && k + {u - 3} <= NZ - 2) {{\n{fast}"
                 f"    }} else {{\n{body}    }}\n")

@@ -13,8 +13,10 @@ after the iteration's barrier, stages last to first as before). Then, in a block
 holds a face that an in-plane rule writes (``faced``, the same in the whole block), a barrier
 (every stage has read the staged planes of this iteration's parity), each stage publishes its
 raw values into that parity's buffer of the step it read (stage ``s`` into step ``s - 1``'s),
-a barrier, and each point takes its gathered value. Other blocks skip this (no barrier more
-than the kernel without rules). Then each stage applies the z rules, which need no other
+a barrier, and each point takes its gathered value: two barriers more per iteration, no
+shared memory more. With ``gb=1`` the stages publish into a buffer of their own (``T`` planes
+more) and the first of the two barriers goes. Other blocks skip this (no barrier more than the
+kernel without rules). Then each stage applies the z rules, which need no other
 thread: a z face set to a constant takes it (``zv``, after the in-plane rules that follow its
 last z rule); the top face copied from ``d`` planes in takes the stage's queue register that
 holds plane ``n - 1 - d`` (``d`` up to 3); the bottom face copied from ``d`` planes in is
@@ -137,12 +139,15 @@ def stores(faces: fc.Groups, store_at: object) -> list[str]:
 def finish(faces: fc.Groups, j: int, steps: int, pts: list[tuple[int, int]], buf: int,
            units: int, cy: int, fast: bool, store_at: object) -> list[str]:
     """Phase 2 of iteration ``k + j``: the gathers (faced blocks; not in the ``fast`` body,
-    whose tile holds no face), the z rules, the pushes and the last stage's stores."""
+    whose tile holds no face) through staged buffer ``buf`` (2: the gathers' own, published
+    without waiting for the stages' reads), the z rules, the pushes and the last stage's
+    stores."""
     lo, dlo, hi, dhi = _z(faces)
     lines = []
     if not fast:
         lines.append("      if (faced) {  // in-plane rules: gather from the published values")
-        lines.append("        __syncthreads();  // every stage has read this parity's planes")
+        if buf < 2:  # buffer 2: the gathers' own (gb=1)
+            lines.append("        __syncthreads();  // every stage has read this parity's planes")
         for s in range(1, steps + 1):
             for i in range(cy):
                 vals = ", ".join(f"r{s}_{i}{lane}" for lane in range(units))
