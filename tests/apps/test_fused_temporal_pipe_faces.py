@@ -51,6 +51,8 @@ CASES = [
     (3, "float32", 14, {"tx": 8, "ty": 4, "lz": 7, "cx": 2, "cy": 2, "pf": 3}),
     (3, "float32", 13, {"tx": 16, "ty": 8, "lz": 5, "cy": 2, "fi": 1, "gb": 1}),
     (5, "float64", 12, {"tx": 8, "ty": 16, "lz": 4, "cx": 2, "pf": 2, "gb": 1, "zo": 1}),
+    pytest.param(7, "float32", 13, {"tx": 32, "ty": 8, "lz": 4, "cy": 2, "pf": 2, "fi": 1},
+                 marks=pytest.mark.slow),  # 2 rows owned
 ]
 
 
