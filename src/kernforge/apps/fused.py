@@ -111,15 +111,19 @@ def tolerance_steps(match: Recognized, scale: float, steps: int) -> tuple[float,
 # the temporal design with face rules, the pipelined kernel first (stencil/kernels/
 # temporal_pipe_faces.py), from the matrix's best star_1_t4 operators on the H200 (256^3 fp32:
 # 64x16 threads, two rows each, zo=1; fp64: a 32x32 tile, pf=3) within 48 KiB of shared memory:
-# the 64x32 tile fits T=3 in fp32, the 32x32 tile T=3 (fp64) and T=5 (fp32), the 32x16 tile
-# T=5 in fp64 and T=7, the 32x24 tile T=7 in fp32; ``gb=1`` (the gathers' own buffer, a
-# barrier less in the blocks on a face) where its planes fit too
+# the 64x32 tile fits T=3 in fp32, the 32x32 tile T=3 and 5 in fp32, the 32x16 tile T=3, 5, 7
+# in fp32 and T=3, 5 in fp64; 512-thread blocks two per SM in fp32 (ptxas 13, sm_90, the demo
+# at 256^3: 64 registers, no spill; fp64 needs more: the design refuses it); ``gb=1`` (the
+# gathers' own buffer, a barrier less in the blocks on a face) where its planes fit too
 FACE_PIPE_TILES = ({"tx": 64, "ty": 16, "lz": 128, "pipe": 1, "cy": 2, "zo": 1, "fi": 1},
-                   {"tx": 32, "ty": 16, "lz": 128, "pipe": 1, "cy": 2, "pf": 2, "fi": 1, "gb": 1},
-                   {"tx": 32, "ty": 16, "lz": 128, "pipe": 1, "cy": 2, "pf": 2, "fi": 1},
+                   {"tx": 32, "ty": 16, "lz": 128, "pipe": 1, "cy": 2, "pf": 2, "fi": 1,
+                    "minb": 2, "gb": 1},
+                   {"tx": 32, "ty": 16, "lz": 128, "pipe": 1, "cy": 2, "pf": 2, "fi": 1,
+                    "minb": 2},
+                   {"tx": 32, "ty": 16, "lz": 128, "pipe": 1, "pf": 3, "fi": 1, "zo": 1,
+                    "minb": 2},
                    {"tx": 32, "ty": 16, "lz": 128, "pipe": 1, "pf": 3, "fi": 1, "zo": 1, "gb": 1},
-                   {"tx": 32, "ty": 16, "lz": 128, "pipe": 1, "pf": 3, "fi": 1, "zo": 1},
-                   {"tx": 32, "ty": 12, "lz": 128, "pipe": 1, "cy": 2, "fi": 1})
+                   {"tx": 32, "ty": 16, "lz": 128, "pipe": 1, "pf": 3, "fi": 1, "zo": 1})
 # then its first kernel (each stage gathers the faces), best
 # guess first: two 1024-thread blocks per SM (ptxas 13, sm_90, the demo at 256^3: T=3 fits
 # 32 registers without a spill, T=5 spills 16 bytes), then one; 48 KiB of shared memory leave
