@@ -24,7 +24,14 @@ from kernforge.stencil.operator import Operator
 from kernforge.stencil.spec import Cell, Precision, matrix
 
 from .demo_step import DEMO_SLOTS, DemoStep, run_fused
-from .test_fused_temporal_faces import DEMO_FACES, IN_PLANE, ORDERED, ORDERED_CONST_Z, _match
+from .test_fused_temporal_faces import (
+    DEMO_FACES,
+    HEAT,
+    IN_PLANE,
+    ORDERED,
+    ORDERED_CONST_Z,
+    _match,
+)
 
 pytestmark = pytest.mark.skipif(not em.find_compiler(), reason="no host C++ compiler")
 
@@ -168,3 +175,22 @@ def test_operators_without_rules_are_unchanged(cid: str, knobs: dict[str, int],
     cell = next(c for c in matrix() if c.id == cid)
     op = temporal.generate(cell, **knobs)
     assert hashlib.sha256((op.source + repr(op.launches)).encode()).hexdigest()[:16] == digest
+
+
+@pytest.mark.parametrize("knobs", [{"tx": 8, "ty": 8, "lz": 4, "cx": 2, "cy": 2, "fi": 1},
+                                   {"tx": 16, "ty": 8, "lz": 5, "pf": 2, "gb": 1, "zo": 1}])
+def test_a_grid_of_three_extents(knobs: dict[str, int]) -> None:
+    """nx, ny, nz all different (nz odd, none a multiple of the tile): the demo's rules
+    against the float64 oracle."""
+    r = Recognized(0, 1, "float64", (18, 13, 11), "star", 1, 3, HEAT, "copy")
+    x, y = _inputs(r, 5)
+    op = _op(r, 3, DEMO_FACES, **knobs)
+    ad = fz.fused_adapter(op, r, DEMO_SLOTS, 24, 3)
+    mod = em.compile_source(ad.source, [ad.entry])
+    xi, yo = x.copy(), y.copy()
+    mod.launch(ad.entry, [xi, yo, np.array(0.1), np.array(18, np.int32)], ad.grid, ad.block,
+               ad.shared_bytes)
+    g = yo.reshape(11, 13, 18)
+    assert np.array_equal(fc.apply(g, DEMO_FACES), g)
+    rtol, atol = fz.tolerance_steps(r, 3.0, 3)
+    np.testing.assert_allclose(yo, fz.steps_model(r, x, y, 3, DEMO_FACES), rtol=rtol, atol=atol)

@@ -33,6 +33,8 @@ The tile's first column stays aligned to ``cx``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .. import faces as fc
 from ..spec import Cell, Precision
 from .common import DoesNotFit
@@ -119,10 +121,9 @@ def _z(faces: fc.Groups) -> tuple[int | None, int, int | None, int]:
             hi, flat[hi].source if hi is not None else 0)
 
 
-def stores(faces: fc.Groups, store_at: object) -> list[str]:
+def stores(faces: fc.Groups, store_at: Callable[[str], list[str]]) -> list[str]:
     """The last stage's stores of plane ``p`` (``store_at(plane)``: the store lines): a
     copied z face's plane is stored with the plane it copies, not on its own."""
-    assert callable(store_at)
     _, dlo, _, dhi = _z(faces)
     keep = ["(unsigned)(p - z0) < (unsigned)(z1 - z0)"]
     keep += ["p != 0"] if dlo else []
@@ -137,7 +138,8 @@ def stores(faces: fc.Groups, store_at: object) -> list[str]:
 
 
 def finish(faces: fc.Groups, j: int, steps: int, pts: list[tuple[int, int]], buf: int,
-           units: int, cy: int, fast: bool, store_at: object) -> list[str]:
+           units: int, cy: int, fast: bool, store_at: Callable[[str], list[str]]
+           ) -> list[str]:
     """Phase 2 of iteration ``k + j``: the gathers (faced blocks; not in the ``fast`` body,
     whose tile holds no face) through staged buffer ``buf`` (2: the gathers' own, published
     without waiting for the stages' reads), the z rules, the pushes and the last stage's
