@@ -19,8 +19,8 @@ the input's ring at every step) and overlapped tiling (stencil/kernels/overlap.p
 any radius, every recognized boundary rule, ``keep`` reading the ring of the buffer each step
 reads). A step may also launch boundary kernels after the stencil (a face held at a value, a
 face copying its inner neighbour): lifted to face rules (apps/lift_companion.py), they fold
-into overlapped tiling over the ``keep``, ``copy`` and ``zero`` rules and into the temporal
-design's first kernel (stencil/kernels/temporal_faces.py) (``faces``), and the fused kernel
+into overlapped tiling over the ``keep``, ``copy`` and ``zero`` rules and into both temporal
+kernels (stencil/kernels/temporal_faces.py, temporal_pipe_faces.py) (``faces``), and the fused kernel
 then does each whole step. The adapter around them is this module's; the GPU
 half is apps/fused_gpu.py.
 """
@@ -108,7 +108,23 @@ def tolerance_steps(match: Recognized, scale: float, steps: int) -> tuple[float,
     return 8 * eps * steps, tolerance(match.dtype, match.weights, scale) * grow
 
 
-# the temporal design with face rules (its first kernel: each stage gathers the faces), best
+# the temporal design with face rules, the pipelined kernel first (stencil/kernels/
+# temporal_pipe_faces.py), from the matrix's best star_1_t4 operators on the H200 (256^3 fp32:
+# 64x16 threads, two rows each, zo=1; fp64: a 32x32 tile, pf=3) within 48 KiB of shared memory:
+# the 64x32 tile fits T=3 in fp32, the 32x32 tile T=3 and 5 in fp32, the 32x16 tile T=3, 5, 7
+# in fp32 and T=3, 5 in fp64; 512-thread blocks two per SM in fp32 (ptxas 13, sm_90, the demo
+# at 256^3: 64 registers, no spill; fp64 needs more: the design refuses it); ``gb=1`` (the
+# gathers' own buffer, a barrier less in the blocks on a face) where its planes fit too
+FACE_PIPE_TILES = ({"tx": 64, "ty": 16, "lz": 128, "pipe": 1, "cy": 2, "zo": 1, "fi": 1},
+                   {"tx": 32, "ty": 16, "lz": 128, "pipe": 1, "cy": 2, "pf": 2, "fi": 1,
+                    "minb": 2, "gb": 1},
+                   {"tx": 32, "ty": 16, "lz": 128, "pipe": 1, "cy": 2, "pf": 2, "fi": 1,
+                    "minb": 2},
+                   {"tx": 32, "ty": 16, "lz": 128, "pipe": 1, "pf": 3, "fi": 1, "zo": 1,
+                    "minb": 2},
+                   {"tx": 32, "ty": 16, "lz": 128, "pipe": 1, "pf": 3, "fi": 1, "zo": 1, "gb": 1},
+                   {"tx": 32, "ty": 16, "lz": 128, "pipe": 1, "pf": 3, "fi": 1, "zo": 1})
+# then its first kernel (each stage gathers the faces), best
 # guess first: two 1024-thread blocks per SM (ptxas 13, sm_90, the demo at 256^3: T=3 fits
 # 32 registers without a spill, T=5 spills 16 bytes), then one; 48 KiB of shared memory leave
 # T=7 the 32x24 tile
@@ -151,7 +167,7 @@ def candidates(match: Recognized, steps: Sequence[int] = STEPS, limit: int | Non
     out: list[tuple[int, Operator]] = []
     for t in steps:
         temporal = [_temporal(match, t, tile, faces)
-                    for tile in (FACE_TILES if faces else TEMPORAL_TILES)]
+                    for tile in ((*FACE_PIPE_TILES, *FACE_TILES) if faces else TEMPORAL_TILES)]
         out += [(t, op) for op in temporal if op is not None
                 and op.launches[0].shared_bytes <= MAX_STATIC_SHARED and len(op.launches) == 1]
         fit = 0

@@ -18,7 +18,8 @@ through ``tmp`` like :func:`.common.ping_pong`; a smaller halo, more DRAM traffi
 pipelined kernel of :mod:`.temporal_pipe`, which adds ``pf`` planes in flight and ``cx`` x ``cy``
 points per thread, and ``fi``, a boundary-free body for the blocks and iterations that touch no
 boundary). ``pipe=0, fs=T, minb=1`` is the first design, byte for byte. ``faces``: a time
-loop's face rules after every step, folded into the first kernel (:mod:`.temporal_faces`).
+loop's face rules after every step, folded into both kernels (:mod:`.temporal_faces`,
+:mod:`.temporal_pipe_faces`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from __future__ import annotations
 from .. import faces as fc
 from ..operator import Launch, Operator
 from ..spec import Cell, Precision
-from . import temporal_faces, temporal_pipe
+from . import temporal_faces, temporal_pipe, temporal_pipe_faces
 from .common import (
     XYZ,
     DoesNotFit,
@@ -44,7 +45,7 @@ from .common import (
 )
 from .design import BIT, Design, Space, knobs, precision_options
 
-FIRST = {"pipe": 0, "fs": 0, "minb": 1, "pf": 1, "cx": 1, "cy": 1, "fi": 0, "h2": 0}  # the first design's
+FIRST = {"pipe": 0, "fs": 0, "minb": 1, "pf": 1, "cx": 1, "cy": 1, "fi": 0, "h2": 0, "gb": 0}  # the first design's
 
 
 def _stage(cell: Cell, s: int, steps: int) -> str:
@@ -124,9 +125,11 @@ def shared_bytes(cell: Cell, tx: int, ty: int, steps: int | None = None) -> int:
 
 def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0, fs: int = 0,
              minb: int = 1, pf: int = 1, cx: int = 1, cy: int = 1, fi: int = 0, h2: int = 0,
-             zo: int = 0, faces: fc.Groups = ()) -> Operator:
-    """``faces``: a time loop's face rules applied after every step (:mod:`.temporal_faces`;
-    the first kernel, all steps in one launch)."""
+             zo: int = 0, faces: fc.Groups = (), gb: int = 0) -> Operator:
+    """``faces``: a time loop's face rules applied after every step, all steps in one launch
+    (:mod:`.temporal_faces` for the first kernel, :mod:`.temporal_pipe_faces` with ``pipe=1``;
+    there ``gb=1`` publishes the stages' values for the gathers in a buffer of their own: one
+    barrier less per iteration of a block on a face, ``T`` staged planes more)."""
     st = cell.stencil
     if not st.temporal or st.kind != "star" or st.radius != 1:
         raise DoesNotFit(f"temporal handles multi-step star_1 stencils, not {st.name}")
@@ -139,26 +142,32 @@ def generate(cell: Cell, tx: int = 32, ty: int = 32, lz: int = 0, pipe: int = 0,
         raise DoesNotFit("h2 (half2 arithmetic) is 0 or 1, with pipe=1")
     if tx * ty > 1024 or tx * ty * minb > 2048:
         raise DoesNotFit(f"a {tx}x{ty} block has too many threads (for {minb} per SM)")
+    if gb not in (0, 1) or (gb and not (pipe and faces)):
+        raise DoesNotFit("gb (the gathers' own buffer) is 0 or 1, with pipe=1 and face rules")
     bi = tile_index(zo)  # the launch order: where the tile coordinates are
     faces = tuple(tuple(g) for g in faces if g)
-    if faces and (pipe or fs != st.steps):
-        raise DoesNotFit("face rules fold into the first temporal kernel (pipe=0) with all "
-                         "steps in one launch: the pipelined kernel's stages have no gather")
+    if faces and fs != st.steps:
+        raise DoesNotFit("face rules fold into the temporal kernels with all steps in one "
+                         "launch (fs=0)")
     nz_int = cell.shape.nz if faces else cell.shape.nz - 2  # face rules: every plane is output
     lz = nz_int if lz <= 0 else min(lz, nz_int)
     params: dict[str, int | str] = {"tx": tx, "ty": ty, "lz": lz, "steps": st.steps}
     # the parameters added after the first design appear only with a value of their own, so
     # its operators keep their keys
     extra = {"pipe": pipe, "fs": 0 if fs == st.steps else fs, "minb": minb, "pf": pf, "cx": cx,
-             "cy": cy, "fi": fi, "h2": h2}
+             "cy": cy, "fi": fi, "h2": h2, "gb": gb}
     params.update({k: v for k, v in extra.items() if v != FIRST[k]})
     if faces:
         params["faces"] = fc.describe(faces)
     if pipe:
         temporal_pipe.check(cell, fs, tx, ty, cx, cy, pf, minb, h2)
-        source = temporal_pipe.source(cell, fs, tx, ty, cx, cy, lz, pf, minb, fi, h2, bi)
-        grid = temporal_pipe.grid(cell, fs, tx, ty, cx, cy, lz)
-        smem = temporal_pipe.shared_bytes(cell, fs, tx, ty, cx, cy, h2)
+        if faces:
+            _, _, _, bw, bh = temporal_pipe.geometry(cell, fs, tx, ty, cx, cy, True)
+            temporal_pipe_faces.check(cell, faces, bw, bh, lz, h2)
+        source = temporal_pipe.source(cell, fs, tx, ty, cx, cy, lz, pf, minb, fi, h2, bi,
+                                      faces, gb)
+        grid = temporal_pipe.grid(cell, fs, tx, ty, cx, cy, lz, bool(faces))
+        smem = temporal_pipe.shared_bytes(cell, fs, tx, ty, cx, cy, h2) * (3 if gb else 2) // 2
     else:
         if (pf, cx, cy) != (1, 1, 1):
             raise DoesNotFit("pf, cx and cy need the pipelined kernel (pipe=1)")

@@ -47,7 +47,9 @@ from __future__ import annotations
 
 from math import lcm
 
+from .. import faces as fc
 from ..spec import Cell
+from . import temporal_pipe_faces as tpf
 from .common import (
     XYZ,
     DoesNotFit,
@@ -65,11 +67,12 @@ from .common import (
 MAX_SHARED = 227 * 1024
 
 
-def geometry(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int
+def geometry(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, faced: bool = False
              ) -> tuple[int, int, int, int, int]:
-    """(tile width, tile height, left margin ``m``, output width, output height)."""
+    """(tile width, tile height, left margin ``m``, output width, output height); ``faced``:
+    the output starts at column 0 (face rules: every point is output), not 1."""
     w, h = tx * cx, ty * cy
-    m = (1 - steps) % cx  # extra left columns so the tile starts on a multiple of cx
+    m = ((0 if faced else 1) - steps) % cx  # extra left columns: the tile starts on a multiple of cx
     bw = (w - 2 * steps - m) // cx * cx
     return w, h, m, bw, h - 2 * steps
 
@@ -159,10 +162,11 @@ def _h2_points(cell: Cell, s: int, steps: int, j: int, slots: tuple[int, int, in
 
 
 def _sub(cell: Cell, j: int, steps: int, cx: int, cy: int, pf: int, fast: bool = False,
-         h2: int = 0) -> str:
+         h2: int = 0, faces: fc.Groups = (), gb: int = 0) -> str:
     """One iteration (``kk = k + j``) of the unrolled loop; ``fast``: without the boundary
     selects (``fi=1``: only where no point of the iteration is a boundary point); ``h2``:
-    in lane pairs (a queue register holds lanes ``2g, 2g+1``)."""
+    in lane pairs (a queue register holds lanes ``2g, 2g+1``); ``faces``: the stages'
+    raw values go to temporaries ``r``, then :func:`.temporal_pipe_faces.finish`."""
     p = cell.precision
     w = dict(zip(cell.stencil.offsets, weight_names(cell), strict=True))
     buf = j % 2
@@ -185,6 +189,9 @@ def _sub(cell: Cell, j: int, steps: int, cx: int, cy: int, pf: int, fast: bool =
             lines.append(f"      *reinterpret_cast<SV*>(sm + {(buf * steps + s)} * PL + orow{i})"
                          f" = SV{{{{{vals}}}}};")
     lines.append("      __syncthreads();")
+    if faces:
+        lines.append("      ACC " + ", ".join(f"r{s}_{i}{lane}" for s in range(1, steps + 1)
+                                          for i, lane in _pts(cx, cy)) + ";")
     for s in range(steps, 0, -1):
         q = s - 1
         off = 0 if q == 0 else 1
@@ -213,32 +220,47 @@ def _sub(cell: Cell, j: int, steps: int, cx: int, cy: int, pf: int, fast: bool =
                         f" + {w[(1, 0, 0)]} * {reg(i, lane, cs)} + {w[(0, -1, 0)]} * {ymv}"
                         f" + {w[(0, 1, 0)]} * {ypv} + {w[(0, 0, -1)]} * {xmv}"
                         f" + {w[(0, 0, 1)]} * {xpv}")
-                dst = f"q{s}_{j % 3}_{i}{lane}" if s < steps else f"const ACC v{i}{lane}"
+                dst = (f"r{s}_{i}{lane}" if faces else f"q{s}_{j % 3}_{i}{lane}" if s < steps
+                       else f"const ACC v{i}{lane}")
                 lines.append(f"        {dst} = {expr};" if fast else
                              f"        {dst} = (zin && inner{i}{lane}) ? ({expr}) : {reg(i, lane)};")
-        if s == steps:
+        if s == steps and not faces:
             lines.append("        if ((unsigned)(p - z0) < (unsigned)(z1 - z0)) {")
-            for i in range(cy):
-                def val(lane: int, i: int = i) -> str:
-                    return (f"__{'high' if lane % 2 else 'low'}2half(v{i}{lane // 2})" if h2
-                            else store(p, f"v{i}{lane}"))
-                whole = ", ".join(val(lane) for lane in range(cx))
-                lines.append(f"          {p.ctype}* const d{i} = dst + (o{i} + (IDX)p * PLANE);")
-                lanes = " ".join(f"if (own{i}{lane}) d{i}[{lane}] = {val(lane)};"
-                                 for lane in range(cx))
-                lines.append(f"          if (own{i}) *reinterpret_cast<V*>(d{i}) = V{{{{{whole}}}}};"
-                             + (f"\n          else {{ {lanes} }}" if cx > 1 else ""))
+            lines += _store_at(cell, cx, cy, h2, "v", "p")
             lines.append("        }")
         lines.append("      }")
+    if faces:
+        lines += tpf.finish(faces, j, steps, _pts(cx, cy), 2 if gb else buf, units, cy, fast,
+                            lambda at: _store_at(cell, cx, cy, h2, f"r{steps}_", at))
     lines.append("    }")
     return "\n".join(lines) + "\n"
 
 
+def _store_at(cell: Cell, cx: int, cy: int, h2: int, v: str, plane: str) -> list[str]:
+    """The stores of the points' values ``{v}{i}{lane}`` at ``plane`` (owned points only)."""
+    p = cell.precision
+    lines = []
+    for i in range(cy):
+        def val(lane: int, i: int = i) -> str:
+            return (f"__{'high' if lane % 2 else 'low'}2half({v}{i}{lane // 2})" if h2
+                    else store(p, f"{v}{i}{lane}"))
+        whole = ", ".join(val(lane) for lane in range(cx))
+        lines.append(f"          {p.ctype}* const d{i} = dst + (o{i} + (IDX){plane} * PLANE);")
+        lanes = " ".join(f"if (own{i}{lane}) d{i}[{lane}] = {val(lane)};"
+                         for lane in range(cx))
+        lines.append(f"          if (own{i}) *reinterpret_cast<V*>(d{i}) = V{{{{{whole}}}}};"
+                     + (f"\n          else {{ {lanes} }}" if cx > 1 else ""))
+    return lines
+
+
 def source(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, lz: int, pf: int,
-           minb: int, fi: int = 0, h2: int = 0, bi: TileIndex = XYZ) -> str:
+           minb: int, fi: int = 0, h2: int = 0, bi: TileIndex = XYZ, faces: fc.Groups = (),
+           gb: int = 0) -> str:
+    """``faces``: a time loop's face rules after every step (:mod:`.temporal_pipe_faces`):
+    tiles and chunks over the whole grid, the last moved back to end at its far face."""
     p = cell.precision
     t, acc = p.ctype, p.acc_ctype
-    w, h, m, bw, bh = geometry(cell, steps, tx, ty, cx, cy)
+    w, h, m, bw, bh = geometry(cell, steps, tx, ty, cx, cy, bool(faces))
     u = lcm(2, 3, pf)
     idx = "int" if cell.shape.points < 2**31 else "long"
     weights = "".join(f"constexpr ACC {n} = {literal(wt, p)};\n"
@@ -248,18 +270,21 @@ def source(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, lz: int, 
     qpts = _pts(cx // 2, cy) if h2 else pts  # queue registers (h2: lane pairs)
     decl = []
     for i in range(cy):
+        rows = f"gy{i} >= 0 && gy{i} < NY" if faces else f"gy{i} >= 1 && gy{i} < NY - 1"
         decl += [f"  const int gy{i} = oy + ty * {cy} + {i}, orow{i} = (ty * {cy} + {i}) * {w} + c0;",
                  (f"  const int oxl{i} = orow{i} - (c0 > 0 ? 1 : 0), "
                   f"oxr{i} = orow{i} + (c0 + {cx} < {w} ? {cx} : {cx - 1});"),
                  f"  const bool ing{i} = gy{i} >= 0 && gy{i} < NY && gx0 >= 0 && gx0 < NX;",
                  f"  const IDX o{i} = (IDX)gy{i} * NX + gx0;  // row offset (plane 0)",
                  (f"  const bool rown{i} = ty * {cy} + {i} >= {steps} && "
-                  f"ty * {cy} + {i} < {steps + bh} && gy{i} >= 1 && gy{i} < NY - 1;")]
+                  f"ty * {cy} + {i} < {steps + bh} && {rows};")]
     for i, lane in pts:
         decl.append(f"  const bool inner{i}{lane} = gx0 + {lane} >= 1 && gx0 + {lane} < NX - 1 && "
                     f"gy{i} >= 1 && gy{i} < NY - 1;")
+        cols = (f"gx0 + {lane} >= 0 && gx0 + {lane} < NX" if faces  # face rules: every point
+                else f"inner{i}{lane}")
         decl.append(f"  const bool own{i}{lane} = rown{i} && c0 + {lane} >= {steps + m} && "
-                    f"c0 + {lane} < {steps + m + bw} && inner{i}{lane};")
+                    f"c0 + {lane} < {steps + m + bw} && {cols};")
     for i in range(cy):
         decl.append(f"  const bool own{i} = " + " && ".join(f"own{i}{lane}" for lane in range(cx))
                     + ";")
@@ -270,14 +295,30 @@ def source(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, lz: int, 
     ring += [f"  f{k}_{i} = V{{}}; if (lo0 + {k} < hi0 && ing{i}) f{k}_{i} = "
              f"*reinterpret_cast<const V*>(src + (o{i} + (IDX)(lo0 + {k}) * PLANE));"
              for k in range(pf) for i in range(cy)]
-    body = "".join(_sub(cell, j, steps, cx, cy, pf, h2=h2) for j in range(u))
+    body = "".join(_sub(cell, j, steps, cx, cy, pf, h2=h2, faces=faces, gb=gb) for j in range(u))
     if fi:  # the group's stage planes kk - 2s span k - 2T .. k + U - 3
-        fast = "".join(_sub(cell, j, steps, cx, cy, pf, fast=True, h2=h2) for j in range(u))
+        fast = "".join(_sub(cell, j, steps, cx, cy, pf, fast=True, h2=h2, faces=faces, gb=gb)
+                       for j in range(u))
         body = (f"    if (fast_xy && k - 2 * T >= 1 && k + {u - 3} <= NZ - 2) {{\n{fast}"
                 f"    }} else {{\n{body}    }}\n")
-    tile_x = f"{1 - steps - m} + (int){bi.x} * {bw}"
+    tile_x = "tile_x0" if faces else f"{1 - steps - m} + (int){bi.x} * {bw}"
     fast_xy = (f"  const bool fast_xy = {tile_x} >= 1 && {tile_x} + {w - 1} <= NX - 2 && oy >= 1 && "
                f"oy + {h - 1} <= NY - 2;  // the whole tile inside the grid\n" if fi else "")
+    if faces:  # the last tile (chunk) moved back to end at the far face
+        origin = (f"  const int tile_x0 = ((int){bi.x} * {bw} < NX - {bw} ? (int){bi.x} * {bw} : "
+                  f"(int)NX - {bw}) - {steps + m};\n"
+                  f"  const int gx0 = tile_x0 + c0;\n"
+                  f"  const int oy = ((int){bi.y} * {bh} < NY - {bh} ? (int){bi.y} * {bh} : "
+                  f"(int)NY - {bh}) - {steps};\n")
+        chunk = (f"  const int z0 = (int){bi.z} * {lz} < NZ - {lz} ? (int){bi.z} * {lz} : "
+                 f"(int)NZ - {lz};\n  const int z1 = z0 + {lz};")
+        rules = tpf.setup(cell, faces, pts, cy, w, h)
+    else:
+        origin = (f"  const int gx0 = {1 - steps - m} + (int){bi.x} * {bw} + c0;\n"
+                  f"  const int oy = {1 - steps} + (int){bi.y} * {bh};\n")
+        chunk = (f"  const int z0 = 1 + (int){bi.z} * {lz};\n"
+                 f"  const int z1 = z0 + {lz} < NZ - 1 ? z0 + {lz} : NZ - 1;")
+        rules = ""
     nl = "\n"
     sv = (f"struct __align__({2 * cx}) SV {{ __half2 v[{cx // 2}]; }};  // staged pairs" if h2
           else f"struct __align__({(8 if acc == 'double' else 4) * cx}) SV {{ ACC v[{cx}]; }};")
@@ -292,13 +333,10 @@ extern "C" __global__ void __launch_bounds__({bounds})
 temporal(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
   extern __shared__ __align__(16) {'__half' if h2 else 'ACC'} sm[];  // [2][T][{h}][{w}]
 {half2_weights(cell) if h2 else ""}  const int tx = threadIdx.x, ty = threadIdx.y, c0 = tx * {cx};
-  const int gx0 = {1 - steps - m} + (int){bi.x} * {bw} + c0;
-  const int oy = {1 - steps} + (int){bi.y} * {bh};
-{fast_xy}  const int oym = (ty > 0 ? ty * {cy} - 1 : 0) * {w} + c0;
+{origin}{fast_xy}  const int oym = (ty > 0 ? ty * {cy} - 1 : 0) * {w} + c0;
   const int oyp = (ty < {ty - 1} ? ty * {cy} + {cy} : {h - 1}) * {w} + c0;
 {nl.join(decl)}
-  const int z0 = 1 + (int){bi.z} * {lz};
-  const int z1 = z0 + {lz} < NZ - 1 ? z0 + {lz} : NZ - 1;
+{rules}{chunk}
   const int lo0 = z0 - T > 0 ? z0 - T : 0;
   const int hi0 = z1 + T < NZ ? z1 + T : NZ;
 {nl.join(queues)}
@@ -309,7 +347,10 @@ temporal(const {t}* __restrict__ src, {t}* __restrict__ dst) {{
 """
 
 
-def grid(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, lz: int
-         ) -> tuple[int, int, int]:
-    _, _, _, bw, bh = geometry(cell, steps, tx, ty, cx, cy)
-    return (cdiv(cell.shape.nx - 2, bw), cdiv(cell.shape.ny - 2, bh), cdiv(cell.shape.nz - 2, lz))
+def grid(cell: Cell, steps: int, tx: int, ty: int, cx: int, cy: int, lz: int,
+         faced: bool = False) -> tuple[int, int, int]:
+    """The tiles over the interior, or (``faced``: face rules) over the whole grid."""
+    _, _, _, bw, bh = geometry(cell, steps, tx, ty, cx, cy, faced)
+    r = 0 if faced else 2
+    s = cell.shape
+    return (cdiv(s.nx - r, bw), cdiv(s.ny - r, bh), cdiv(s.nz - r, lz))
