@@ -46,7 +46,8 @@ def _check_printed(code: str, where: str, out: str) -> None:
     assert re.search(pattern, out, re.DOTALL), f"{where} printed:\n{out}"
 
 
-@pytest.mark.parametrize("page", RUN)
+@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p == "tuning.md"
+                                  else p for p in RUN])  # tuning.md runs a tune: 8 s
 def test_the_python_blocks_of_a_page_run_as_written(page: str, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:

@@ -95,6 +95,7 @@ def _no_image(ks: list[Any], make: Any, arch: str) -> list[tuple[Any, Any, bytes
     return [(k, make(k), b"") for k in ks]  # the emulator compiles the adapter's source
 
 
+@pytest.mark.slow  # 12 s; the search itself: tests/forge/test_program_search.py
 def test_the_gpu_half_searches_after_its_presets(tmp_path: Path) -> None:
     t = _Target("jacobi_res")
     r, b = lifted("jacobi_res")

@@ -244,6 +244,7 @@ def test_attrs_on_a_one_launch_line_skip_it(fake: FakeCuda, lib: Path, tmp_path:
     assert r.rc == 0 and r.replaced == 0 and "malformed" in r.err, r.err
 
 
+@pytest.mark.slow  # builds the interposer with the sanitizers: 8 s
 def test_damaged_guarded_lines_run_the_originals_under_the_sanitizers(
         fake: FakeCuda, tmp_path: Path, sanitized: list[str]) -> None:  # noqa: F811
     """The seeded mutations of test_interposer_fuzz on a file of guarded entries, with the

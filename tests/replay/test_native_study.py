@@ -64,6 +64,7 @@ def test_the_study_is_kept_budgeted_and_resumed(on_fake: FakeCuda, recorded: Pat
     assert (run / "heat-0" / "result.earlier-1.json").is_file()
 
 
+@pytest.mark.slow  # 4 s; the exhaustive study: test_the_study_is_kept_budgeted_and_resumed
 def test_another_sampler_searches_the_same_space(on_fake: FakeCuda, recorded: Path,
                                                  tmp_path: Path) -> None:
     run = tmp_path / "r"
