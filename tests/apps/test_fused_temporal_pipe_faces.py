@@ -132,6 +132,7 @@ def test_what_the_pipelined_kernel_refuses_with_rules() -> None:
                           faces=DEMO_FACES)
 
 
+@pytest.mark.slow  # nvcc for sm_90: 10 s
 @pytest.mark.skipif(nvcc() is None, reason="nvcc not installed")
 @pytest.mark.parametrize(("dtype", "steps"), [("float32", 3), ("float64", 5)])
 def test_the_pipelined_demo_adapter_compiles_for_sm90(dtype: str, steps: int) -> None:
