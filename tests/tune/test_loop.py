@@ -305,3 +305,25 @@ def test_kill9_during_an_evaluation_then_resume_quarantines_it(tmp_path: Any) ->
     assert len(before) == 3  # finished before the kill
     assert not [c for c in calls if c in before or c == q.config]  # none of them run again
     assert len(calls) == 4 and r.evaluations == 8  # 3 before the kill, 1 quarantined, 4 new
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "exhaustive"])
+def test_kill9_during_the_baseline_then_resume_evaluates_it_again(tmp_path: Any,
+                                                                   sampler: str) -> None:
+    """The baseline is the study's reference (a result without it has no speedup): the run
+    killed while it was evaluated asks it again on resume instead of quarantining it."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "tuning.db"
+    script = _KILLED_CHILD.replace("len(calls) == 4", "len(calls) == 1").replace(
+        'sampler="tpe"', f'sampler="{sampler}"')
+    child = subprocess.run([sys.executable, "-c", script, str(db)], check=False)
+    assert child.returncode == -9
+    calls: list[dict[str, Any]] = []
+    r = tune(bowl_space(), recording(calls), sampler=sampler, budget=Budget(trials=4),
+             storage=db, seed=3)
+    assert not [t for t in r.trials if "quarantined" in t.measurement.message]
+    assert r.baseline is not None and r.baseline.status is Status.OK
+    assert calls[0] == bowl_space().baseline and len(calls) == 4 == r.evaluations
+    assert [t.config for t in r.trials].count(bowl_space().baseline) == 1

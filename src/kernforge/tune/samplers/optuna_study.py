@@ -104,11 +104,19 @@ class OptunaSampler(Sampler):
     def _recover(self) -> int:
         """Trials left RUNNING by a killed process: their evaluation started and never
         finished, so the candidate killed its worker or the run. Each is quarantined: told
-        RUNTIME_FAILED (its configuration is then a cache hit, never evaluated again)."""
+        RUNTIME_FAILED (its configuration is then a cache hit, never evaluated again) -- but
+        the baseline, the study's reference (a result without it has no speedup), which is
+        asked again: its trial is failed (no record) and the baseline enqueued anew."""
         running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        base = self.space.key(self.space.baseline)
         for t in running:
             if set(t.params) != set(self.encoding.distributions):
                 self.study.tell(t.number, state=TrialState.FAIL)  # never got a configuration
+                continue
+            if self.space.key(self.encoding.decode(t.params)) == base:
+                self.study.tell(t.number, state=TrialState.FAIL)
+                self.study.enqueue_trial(self.encoding.encode(self.space.baseline),
+                                         user_attrs={PREFIX + "baseline": True})
                 continue
             live = optuna.Trial(self.study, t._trial_id)
             attrs = {"status": Status.RUNTIME_FAILED.value, "message": QUARANTINED,
