@@ -251,8 +251,8 @@ def _done(seen: _Seen, outcome: Any) -> str:
                 f"the others from its earlier run), {hits} cache hits")
     text += f", best {fmt_time(o.search_best_s)}"
     cmp = o.compared()
-    if cmp is None:
-        return text + "; the recorded configuration stayed best"
+    if cmp is None:  # the recorded configuration stayed best, or the unit was refused
+        return f"{text}; {o.verdict()[0]}"
     speedup, (lo, hi), conf = cmp
     return (text + f"; best vs recorded, measured again interleaved: {speedup:.3f}x "
             f"[{ci_label(conf)} {lo:.3f}, {hi:.3f}]")
