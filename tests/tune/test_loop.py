@@ -327,3 +327,24 @@ def test_kill9_during_the_baseline_then_resume_evaluates_it_again(tmp_path: Any,
     assert r.baseline is not None and r.baseline.status is Status.OK
     assert calls[0] == bowl_space().baseline and len(calls) == 4 == r.evaluations
     assert [t.config for t in r.trials].count(bowl_space().baseline) == 1
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "exhaustive"])
+def test_an_isolated_study_evaluates_the_interrupted_trial_again(tmp_path: Any,
+                                                                 sampler: str) -> None:
+    """Evaluations in a child process (a native unit's) cannot take the run down: a trial
+    left running was stopped by the run's end, so the resumed study evaluates it."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "tuning.db"
+    script = _KILLED_CHILD.replace('sampler="tpe"', f'sampler="{sampler}"')
+    child = subprocess.run([sys.executable, "-c", script, str(db)], check=False)
+    assert child.returncode == -9
+    calls: list[dict[str, Any]] = []
+    r = tune(bowl_space(), recording(calls), sampler=sampler, budget=Budget(trials=8),
+             storage=db, seed=3, isolated=True)
+    assert not [t for t in r.trials if "quarantined" in t.measurement.message]
+    assert r.evaluations == 8 and len(calls) == 5  # the interrupted one, then 4 new
+    done = [t.config for t in r.trials if t.number < 3]  # finished before the kill
+    assert len(done) == 3 and not [c for c in calls if c in done]  # not evaluated again

@@ -235,7 +235,7 @@ def tune_native(unit: Path, rec: NativeRecording, *, repeat: int = 10, passes: i
                        flush=protocol_for(rec).flush) as session:
         study = tune(ns.space, lambda config: session.evaluate(ns.variant(config, rec)),
                      sampler=sampler, budget=budget or Budget(trials=None), storage=storage,
-                     study_name=unit.name, seed=seed, on_trial=on_trial)
+                     study_name=unit.name, seed=seed, on_trial=on_trial, isolated=True)
         done = [t for t in study.trials if t.evaluated]
         first = [t for t in done if t is study.baseline] or done[:1]
         trials = first + [t for t in done if t not in first]

@@ -56,6 +56,29 @@ def _unusable_storage(storage: str | None, exc: sqlite3.DatabaseError) -> Config
                             "study afresh, or tune into a new run directory (another --out)")
 
 
+def requeue_interrupted(storage: str, study_name: str) -> int:
+    """Trials left RUNNING in a stored study, each failed (no record) and its configuration
+    enqueued again, so that the resumed study evaluates it instead of quarantining it: for
+    studies whose evaluations run in a child process (a candidate cannot take the run down
+    with it, so one left running was stopped by the run's end). Returns how many."""
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:  # no such study yet
+        return 0
+    except Exception as exc:
+        bad = _sqlite_error(exc)
+        if bad is None:
+            raise
+        raise _unusable_storage(storage, bad) from None
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    for t in running:
+        study.tell(t.number, state=TrialState.FAIL)
+        if t.params:
+            study.enqueue_trial(t.params, user_attrs={k: v for k, v in t.user_attrs.items()
+                                                     if k == PREFIX + "baseline"})
+    return len(running)
+
+
 class OptunaSampler(Sampler):
     """A :class:`Sampler` over an Optuna study; subclasses choose the Optuna sampler."""
 
