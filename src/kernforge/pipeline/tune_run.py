@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from ..backends.image_build import bind_source
 from ..core import ConfigError, Recording, RecordingError, Unit
+from ..core.errors import SpaceChangedError
 from ..core.lock import directory_lock
 from ..core.native import NativeRecording, NativeSource
 from ..harness.cache import CacheChoice
@@ -152,6 +153,12 @@ def tune_all(units: Sequence[Unit], out: Path, s: TuneSettings, *, display: Tune
             except RecordingError as exc:  # damaged since it was loaded: the others go on
                 damaged.append(exc)
                 continue
+            except SpaceChangedError as exc:
+                raise ConfigError(
+                    f"{out / u.unit}: {exc.message}",
+                    hint="resume with the options the run was started with (--preset, "
+                         "--space, --source, -D, --try-define, --tolerance), or tune into "
+                         "another --out") from None
             run.outcomes.append(outcome)
             steps.done(i, len(units), u.unit, outcome)
         tuned = [o for o in run.outcomes if isinstance(o, NativeTuning)]

@@ -22,7 +22,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ...core import ConfigError, Measurement, Status
-from ...core.errors import damaged_database
+from ...core.errors import SpaceChangedError, damaged_database
 from ..space import SearchSpace, canonical
 from .base import ORIGINS, Sampler, Trial, TrialRecord
 from .encoding import Encoding
@@ -120,9 +120,10 @@ class OptunaSampler(Sampler):
             raise ConfigError(f"study {self.study_name!r} exists but was not made by kernforge",
                               hint="choose another study name or storage")
         elif canonical(stored) != canonical(mine):
-            raise ConfigError(f"study {self.study_name!r} was created with another search "
-                              "space; resuming it with this one would mix incomparable trials",
-                              hint="use the same space to resume, or a new study name")
+            raise SpaceChangedError(f"study {self.study_name!r} was created with another "
+                                    "search space; resuming it with this one would mix "
+                                    "incomparable trials",
+                                    hint="use the same space to resume, or a new study name")
 
     def _recover(self) -> int:
         """Trials left RUNNING by a killed process: their evaluation started and never
