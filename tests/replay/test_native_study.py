@@ -95,3 +95,16 @@ def test_resume_reads_the_native_json_of_an_earlier_kernforge(on_fake: FakeCuda,
     assert main(["tune", str(recorded), "--out", str(old), "--repeat", "2", "--resume"]) == 0
     assert "finished earlier" in capsys.readouterr().out
     assert sorted(p.name for p in old.iterdir()) == [".kernforge.lock", RESULT]
+
+
+def test_a_sampled_search_ends_when_every_point_is_evaluated(on_fake: FakeCuda,
+                                                             recorded: Path,
+                                                             tmp_path: Path) -> None:
+    """TPE's default budget (30) exceeds a native unit's few points: the study ends once
+    each is evaluated instead of asking duplicates until it stalls."""
+    run = tmp_path / "tpe"
+    assert main(["tune", str(recorded), "--out", str(run), "--repeat", "2", "--sampler",
+                 "tpe", "--seed", "1"]) == 0
+    doc = json.loads(next(run.glob("*/result.json")).read_text())
+    every = len(candidates(read_native(recorded / "heat-0")))
+    assert doc["evaluations"] == every and doc["stop_reason"] == "trials"
