@@ -106,3 +106,19 @@ def test_a_units_done_line_says_its_intervals_confidence() -> None:
     o.best_s = 1e-3
     line = _done(_Seen(), o)
     assert line.endswith("measured again interleaved: 1.180x [99.67% CI 1.148, 1.264]"), line
+
+
+def test_a_refused_native_unit_does_not_read_as_the_recorded_one_staying_best() -> None:
+    from kernforge.cli.tune_cmd import _done, _Seen
+    from kernforge.core import Measurement
+    from kernforge.replay.native import NativeVariant
+    from kernforge.replay.native_tune import NativeTuning
+
+    t = NativeTuning(Path("heat-0"), SimpleNamespace(), [NativeVariant()],  # type: ignore[arg-type]
+                     [Measurement(Status.RUNTIME_FAILED, "the replay process died")],
+                     refused="the recorded configuration does not replay: RUNTIME_FAILED")
+    line = _done(_Seen(), t)
+    assert "stayed best" not in line and "does not replay" in line
+    stayed = NativeTuning(Path("heat-0"), SimpleNamespace(), [NativeVariant()],  # type: ignore[arg-type]
+                          [Measurement(Status.OK, samples=(1e-6,))])
+    assert _done(_Seen(), stayed).endswith("; the recorded configuration stayed best")

@@ -59,3 +59,31 @@ def test_a_run_of_one_kind_writes_the_spec_named(tmp_path: Path) -> None:
     assert main(["export", str(run), "-o", str(tmp_path / "spec.json")]) == 0
     assert read_spec(tmp_path / "spec.json").entries
     assert not (tmp_path / "spec.native.json").exists()
+
+
+def test_a_native_result_exports_from_any_directory(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tuning keeps a native unit's path as it was given (relative to where it ran) and its
+    resolved path as ``recording``; export, run from elsewhere, finds the unit by the latter
+    (a native.json of an earlier kernforge, by the run directory's parents)."""
+    from kernforge.replay.native_tune import RESULT, RESULT_FORMAT
+
+    unit = tmp_path / "rec" / "heat-0"
+    shutil.copytree(NATIVE, unit)
+    run = tmp_path / "run"
+    _native_result(run, Path("rec") / "heat-0", 1.4)
+    path = run / "heat-0" / "result.json"
+    doc = json.loads(path.read_text())
+    doc.pop("checksum")
+    write_json_atomic(path, sign({**doc, "recording": str(unit)}))
+    legacy = tmp_path / "old"
+    legacy.mkdir()
+    (legacy / RESULT).write_text(json.dumps(sign({"format": RESULT_FORMAT, "version": 1,
+                                                  "units": [doc["native"]]})))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for r in (run, legacy):
+        assert main(["export", str(r), "-o", str(tmp_path / f"{r.name}.json")]) == 0
+        (entry,) = read_spec(tmp_path / f"{r.name}.json").entries
+        assert entry["evidence"]["unit"] == str(unit)

@@ -71,3 +71,36 @@ def test_kill9_then_resume_quarantines_what_was_in_flight(tmp_path):
         assert _snapshot(db)[0]  # the population is readable and complete
     assert len(ev.calls) == len(per_program) - len(finished) - len(in_flight)
     assert not set(ev.calls) & {progs[p].code for p in in_flight}
+
+
+def test_kill9_then_an_isolated_resume_evaluates_what_was_in_flight(tmp_path):
+    """Candidates evaluated in a child process (a native unit's) cannot take the run down:
+    what was in flight at the kill was stopped by the run's end, and is evaluated again."""
+    db = tmp_path / "killed.db"
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    child = subprocess.Popen([sys.executable, "-m", "tests.evolve._resume_child", str(db),
+                              str(ITERS), "0.05"], cwd=ROOT, env=env)
+    deadline = time.monotonic() + 30
+    while finished_evaluations(db) < 8 and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert child.poll() is None, "the child finished before it could be killed"
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    with Store(db) as s:
+        started = {e["program_id"] for e in s.events("evaluation_started")}
+        finished = {e["program_id"] for e in s.events("evaluation_finished")}
+    in_flight = started - finished
+    assert in_flight, "no evaluation was in flight at the kill"
+
+    ev = HashEvaluator()
+    r = run(_config(), OfflineEditProposer(), ev, db, initial_code=SEED_CODE, isolated=True)
+    assert r.iterations == ITERS
+    with Store(db) as s:
+        per_program = Counter(e["program_id"] for e in s.events("evaluation_finished"))
+        assert max(per_program.values()) == 1  # nothing evaluated twice
+        progs = {p.id: p for p in s.programs()}
+        quarantined = s.conn.execute("SELECT count(*) FROM evaluations WHERE message=?",
+                                     (QUARANTINED,)).fetchone()[0]
+    assert quarantined == 0
+    assert {progs[p].code for p in in_flight if p in progs} <= set(ev.calls)
+    assert len(ev.calls) == len(per_program) - len(finished)

@@ -66,3 +66,52 @@ def test_a_damaged_blob_among_good_units_is_skipped(
     out, err = capsys.readouterr()
     assert good.name in out and "OK" in out
     assert "warning: skipped a damaged unit" in err and unit.name in err
+
+
+_KILLED_PARENT = """
+import sys
+from pathlib import Path
+from kernforge.replay.native import NativeVariant
+from kernforge.replay.native_child import run_isolated
+run_isolated(Path(sys.argv[1]), [NativeVariant()] * 50, repeat=100000, warmup=0)
+"""
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc")
+def test_the_replay_process_ends_with_a_killed_kernforge(unit: Path) -> None:
+    """A kernforge killed by kill -9 (then resumed) leaves no replay process that goes on
+    using the device while the resumed run measures."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    parent = subprocess.Popen([sys.executable, "-c", _KILLED_PARENT, str(unit)])
+    deadline = time.monotonic() + 60
+    while not (kids := _children(parent.pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert kids, "the replay process did not start"
+    time.sleep(0.5)  # past the start: inside the measurement
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{k}").exists() for k in kids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    alive = [k for k in kids if Path(f"/proc/{k}/stat").is_file()
+             and Path(f"/proc/{k}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"]
+    for k in alive:
+        os.kill(k, signal.SIGKILL)
+    assert not alive

@@ -215,3 +215,18 @@ def test_evolve_a_captured_source_then_export_and_deploy(
     capfd.readouterr()
     assert main(["run", "--deploy", str(spec), "--", *on_fake_nvrtc.nvrtc_command()]) == 0
     assert "3 launch(es) ran a tuned configuration" in capfd.readouterr().err
+
+
+def test_resume_with_a_source_bound_since_names_the_unit_and_the_options(
+        on_fake_nvrtc: FakeCuda, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--source adds builds to a native unit's space: a study resumed with it would mix
+    incomparable trials, and the CLI says which unit and which options (not a study name)."""
+    rec_dir, run = tmp_path / "r", tmp_path / "t"
+    _unit(on_fake_nvrtc.command(2, 1000), rec_dir, kernels="heat")
+    assert main(["tune", str(rec_dir), "--out", str(run), "--repeat", "2", "--trials", "1"]) == 0
+    capsys.readouterr()
+    assert main(["tune", str(rec_dir), "--out", str(run), "--repeat", "2", "--resume",
+                 "--remeasure", "--source", str(on_fake_nvrtc.libdir / "fake_kernels.c")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "another search space" in err and "heat-0" in err
+    assert "--source" in err and "another --out" in err and "study name" not in err

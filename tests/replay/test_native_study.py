@@ -74,3 +74,38 @@ def test_another_sampler_searches_the_same_space(on_fake: FakeCuda, recorded: Pa
     rec = read_native(recorded / "heat-0")
     assert len(labels) == 4 and labels[0] == "recorded"
     assert set(labels) <= {v.label() for v in candidates(rec)}
+
+
+def test_resume_reads_the_native_json_of_an_earlier_kernforge(on_fake: FakeCuda,
+                                                              recorded: Path, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]
+                                                              ) -> None:
+    """A run directory tuned before every unit had its result.json holds one native.json of
+    all its native units: ``--resume`` reports them finished, as that version did, instead of
+    tuning them again."""
+    from kernforge.core.jsonio import sign
+    from kernforge.replay.native_tune import RESULT, RESULT_FORMAT
+
+    new, old = tmp_path / "new", tmp_path / "old"
+    assert main(["tune", str(recorded), "--out", str(new), "--repeat", "2", "--trials", "2"]) == 0
+    (unit,) = [json.loads(p.read_text())["native"] for p in new.glob("*/result.json")]
+    old.mkdir()
+    (old / RESULT).write_text(json.dumps(sign({"format": RESULT_FORMAT, "version": 1,
+                                               "noise_band": 0.02, "units": [unit]})))
+    capsys.readouterr()
+    assert main(["tune", str(recorded), "--out", str(old), "--repeat", "2", "--resume"]) == 0
+    assert "finished earlier" in capsys.readouterr().out
+    assert sorted(p.name for p in old.iterdir()) == [".kernforge.lock", RESULT]
+
+
+def test_a_sampled_search_ends_when_every_point_is_evaluated(on_fake: FakeCuda,
+                                                             recorded: Path,
+                                                             tmp_path: Path) -> None:
+    """TPE's default budget (30) exceeds a native unit's few points: the study ends once
+    each is evaluated instead of asking duplicates until it stalls."""
+    run = tmp_path / "tpe"
+    assert main(["tune", str(recorded), "--out", str(run), "--repeat", "2", "--sampler",
+                 "tpe", "--seed", "1"]) == 0
+    doc = json.loads(next(run.glob("*/result.json")).read_text())
+    every = len(candidates(read_native(recorded / "heat-0")))
+    assert doc["evaluations"] == every and doc["stop_reason"] == "trials"

@@ -305,3 +305,46 @@ def test_kill9_during_an_evaluation_then_resume_quarantines_it(tmp_path: Any) ->
     assert len(before) == 3  # finished before the kill
     assert not [c for c in calls if c in before or c == q.config]  # none of them run again
     assert len(calls) == 4 and r.evaluations == 8  # 3 before the kill, 1 quarantined, 4 new
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "exhaustive"])
+def test_kill9_during_the_baseline_then_resume_evaluates_it_again(tmp_path: Any,
+                                                                   sampler: str) -> None:
+    """The baseline is the study's reference (a result without it has no speedup): the run
+    killed while it was evaluated asks it again on resume instead of quarantining it."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "tuning.db"
+    script = _KILLED_CHILD.replace("len(calls) == 4", "len(calls) == 1").replace(
+        'sampler="tpe"', f'sampler="{sampler}"')
+    child = subprocess.run([sys.executable, "-c", script, str(db)], check=False)
+    assert child.returncode == -9
+    calls: list[dict[str, Any]] = []
+    r = tune(bowl_space(), recording(calls), sampler=sampler, budget=Budget(trials=4),
+             storage=db, seed=3)
+    assert not [t for t in r.trials if "quarantined" in t.measurement.message]
+    assert r.baseline is not None and r.baseline.status is Status.OK
+    assert calls[0] == bowl_space().baseline and len(calls) == 4 == r.evaluations
+    assert [t.config for t in r.trials].count(bowl_space().baseline) == 1
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "exhaustive"])
+def test_an_isolated_study_evaluates_the_interrupted_trial_again(tmp_path: Any,
+                                                                 sampler: str) -> None:
+    """Evaluations in a child process (a native unit's) cannot take the run down: a trial
+    left running was stopped by the run's end, so the resumed study evaluates it."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "tuning.db"
+    script = _KILLED_CHILD.replace('sampler="tpe"', f'sampler="{sampler}"')
+    child = subprocess.run([sys.executable, "-c", script, str(db)], check=False)
+    assert child.returncode == -9
+    calls: list[dict[str, Any]] = []
+    r = tune(bowl_space(), recording(calls), sampler=sampler, budget=Budget(trials=8),
+             storage=db, seed=3, isolated=True)
+    assert not [t for t in r.trials if "quarantined" in t.measurement.message]
+    assert r.evaluations == 8 and len(calls) == 5  # the interrupted one, then 4 new
+    done = [t.config for t in r.trials if t.number < 3]  # finished before the kill
+    assert len(done) == 3 and not [c for c in calls if c in done]  # not evaluated again

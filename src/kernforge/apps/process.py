@@ -9,12 +9,10 @@ the caller); the wall time is measured around the process only.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import KernforgeError, exit_cause
+from ..core.lifetime import die_with_parent
 
 KERNFORGE_VARS = ("KERNFORGE_DEPLOY", "KERNFORGE_DEPLOY_LOG", "KERNFORGE_RECORD_DIR",
                   "KERNFORGE_KERNELS", "KERNFORGE_MAX_INSTANCES", "KERNFORGE_SKIP",
@@ -103,29 +102,6 @@ def plain_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     else:
         env.pop("LD_PRELOAD", None)
     return env
-
-
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` asking Linux to SIGKILL the child when this process dies (even by
-    SIGKILL, when no cleanup of ours runs); None where prctl is not to be had. The signal is
-    tied to the forking *thread*: call it from a thread that outlives the child."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # kernforge died before prctl took effect
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return preexec
 
 
 def run(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout_s: float,

@@ -210,6 +210,11 @@ def report_finished(path: Path) -> str:
     """One line for a unit whose run finished earlier: its written verdict, not re-measured."""
     try:
         doc = json.loads(path.read_text("utf-8"))
+        if isinstance(doc.get("units"), list):  # a native.json of an earlier kernforge
+            wins = sum(1 for u in doc["units"] if u.get("win"))
+            return (f"native units: finished earlier ({len(doc['units'])} in {path.name}, "
+                    f"{wins} win(s)); not measured again: {path} stands (--remeasure "
+                    f"measures them again, each into a result.json of its own)")
         ci = doc.get("speedup_ci")
         figure = (f"{doc.get('status')}, speedup {float(doc['speedup']):.3f}x"
                   + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
@@ -251,8 +256,8 @@ def _done(seen: _Seen, outcome: Any) -> str:
                 f"the others from its earlier run), {hits} cache hits")
     text += f", best {fmt_time(o.search_best_s)}"
     cmp = o.compared()
-    if cmp is None:
-        return text + "; the recorded configuration stayed best"
+    if cmp is None:  # the recorded configuration stayed best, or the unit was refused
+        return f"{text}; {o.verdict()[0]}"
     speedup, (lo, hi), conf = cmp
     return (text + f"; best vs recorded, measured again interleaved: {speedup:.3f}x "
             f"[{ci_label(conf)} {lo:.3f}, {hi:.3f}]")

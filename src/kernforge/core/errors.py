@@ -34,6 +34,10 @@ class ConfigError(KernforgeError):
     status = Status.INVALID_CONFIG
 
 
+class SpaceChangedError(ConfigError):
+    """A stored study resumed with another search space than the one it was created with."""
+
+
 class PluginNotFoundError(ConfigError):
     """A backend, sampler or proposer name that no plugin registered."""
 

@@ -93,7 +93,7 @@ class Controller:
     def __init__(self, config: EvolveConfig, proposers: Sequence[Proposer], evaluate: Evaluator,
                  store: Store, initial_code: str,
                  on_progress: Callable[[Progress], None] | None = None,
-                 load: LoadTracker | None = None) -> None:
+                 load: LoadTracker | None = None, isolated: bool = False) -> None:
         if not proposers:
             raise ConfigError("no proposer given", hint="pass at least one Proposer")
         w = config.proposer_weights
@@ -101,6 +101,7 @@ class Controller:
             raise ConfigError(f"{len(w)} proposer_weights for {len(proposers)} proposers")
         self.config, self.proposers, self.evaluate = config, list(proposers), evaluate
         self.store, self.initial_code, self.on_progress = store, initial_code, on_progress
+        self.isolated = isolated  # candidates run in a child: an unfinished one was not theirs
         self.archive = Archive(config.mapelites)
         self.rng = random.Random(config.seed)
         self.programs: dict[str, Program] = {}
@@ -272,8 +273,8 @@ class Controller:
             fut = self._pools[0].submit(_call_propose, self.proposers[plan["proposer"]], req)
             self._futures[fut] = ("propose", i, time.time())
             return
-        done = self.store.evaluation(i) or self.store.quarantine(
-            i, plan["program_id"], code_hash(plan["code"]))
+        done = self.store.evaluation(i) or (None if self.isolated else self.store.quarantine(
+            i, plan["program_id"], code_hash(plan["code"])))
         if done is not None:
             self.candidate_hashes[i] = code_hash(plan["code"])
             self.results[i] = ("evaluated", done)
@@ -396,13 +397,16 @@ class Controller:
 def run(config: EvolveConfig, proposers: Proposer | Sequence[Proposer], evaluate: Evaluator,
         store_path: str | Path, *, initial_code: str, resume: bool = True,
         on_progress: Callable[[Progress], None] | None = None,
-        load: LoadTracker | None = None) -> RunResult:
+        load: LoadTracker | None = None, isolated: bool = False) -> RunResult:
     """Evolve ``initial_code``; everything is recorded in the SQLite database at ``store_path``.
 
     With ``resume=True`` an existing database continues where it stopped (proposals in flight
     are asked again, evaluations in flight are quarantined as RUNTIME_FAILED, nothing finished
     is evaluated again); with ``resume=False`` an existing run is
     an error. ``load``: the tracker handed to the proposers (default: a new one).
+    ``isolated``: ``evaluate`` runs each candidate in a child process, which cannot take the
+    run down, so an evaluation in flight was stopped by the run's end: it is evaluated again
+    on resume, not quarantined.
     """
     props = [proposers] if isinstance(proposers, Proposer) else list(proposers)
     path = Path(store_path)
@@ -411,4 +415,4 @@ def run(config: EvolveConfig, proposers: Proposer | Sequence[Proposer], evaluate
             raise ConfigError(f"{path} already holds an evolution run",
                               hint="pass resume=True to continue it, or use a new path")
         return Controller(config, props, evaluate, store, initial_code, on_progress,
-                          load).run()
+                          load, isolated).run()

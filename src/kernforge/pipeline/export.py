@@ -257,7 +257,7 @@ def _native_units(run_dir: Path, notes: Notes) -> tuple[list[dict[str, Any]] | N
                 signature_ok(doc) is not True:
             raise ConfigError(f"{legacy}: not signed by kernforge tune, or altered",
                               hint="tune again; results are not edited by hand")
-        units += doc["units"]
+        units += [{**u, "unit": _legacy_unit(str(u["unit"]), run_dir)} for u in doc["units"]]
     for path in sorted(run_dir.rglob(RESULT_NAME)):
         try:
             doc = parse_json(path.read_text("utf-8"))
@@ -271,8 +271,21 @@ def _native_units(run_dir: Path, notes: Notes) -> tuple[list[dict[str, Any]] | N
         if signature_ok(doc) is not True:
             notes.skipped(f"{path}: not signed by kernforge tune, or altered: tune again")
             continue
-        units.append({**doc["native"], "result": str(path)})  # named by it when skipped
+        units.append({**doc["native"], "result": str(path),  # named by it when skipped
+                      "unit": str(doc.get("recording") or doc["native"]["unit"])})
     return (units if found else None), others
+
+
+def _legacy_unit(unit: str, run_dir: Path) -> str:
+    """A native.json's unit path, which is as tuning was given it (relative to where it ran):
+    found from here, else from the run directory's parents (the unit's manifest there)."""
+    path = Path(unit)
+    if path.is_absolute() or (path / "manifest.json").is_file():
+        return unit
+    for base in run_dir.resolve().parents:
+        if (base / path / "manifest.json").is_file():
+            return str(base / path)
+    return unit
 
 
 def _export_native(units: list[dict[str, Any]], spec_path: Path, band: float,

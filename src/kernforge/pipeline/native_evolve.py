@@ -126,7 +126,7 @@ def evolve_native(units: Sequence[NativeRecording], cfg: RunConfig, run_dir: Pat
     evaluate = native_evaluator(units, src, repeat=cfg.tuner.repeat, tolerance=tolerance)
     result = run(econf, proposers(cfg, rec, src, counters, econf.seed),
                  counting_evaluator(evaluate, counters), db, initial_code=src.code,
-                 resume=True,
+                 resume=True, isolated=True,  # its candidates run in native_child
                  on_progress=(lambda p: on_progress(p, counters)) if on_progress else None)
     tuning = None
     if result.best is not None and result.best.code != src.code:

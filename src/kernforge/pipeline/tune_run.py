@@ -8,6 +8,7 @@ what it found is returned (:class:`TuneRun`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
@@ -16,10 +17,12 @@ from typing import Any, Protocol
 
 from ..backends.image_build import bind_source
 from ..core import ConfigError, Recording, RecordingError, Unit
+from ..core.errors import SpaceChangedError
 from ..core.lock import directory_lock
 from ..core.native import NativeRecording, NativeSource
 from ..harness.cache import CacheChoice
 from ..replay.cache_protocol import apply_mode, protocol_for
+from ..replay.native_tune import RESULT as NATIVE_RESULT
 from ..replay.native_tune import NativeTuning
 from ..replay.tuning import finished_result, tune_recording
 from ..replay.unit_replay import DRIVER
@@ -138,7 +141,7 @@ def tune_all(units: Sequence[Unit], out: Path, s: TuneSettings, *, display: Tune
             (isolation(sorted({r.backend for r in recs})) if recs else nullcontext()) as iso, \
             display.units() as steps:
         for i, u in enumerate(units, 1):
-            done = finished_result(out / u.unit) if s.resume else None
+            done = finished_unit(out, u) if s.resume else None
             if done is not None and not s.remeasure:  # reported, not measured again
                 steps.finished(i, len(units), done)
                 run.finished.append(u.unit)
@@ -150,6 +153,12 @@ def tune_all(units: Sequence[Unit], out: Path, s: TuneSettings, *, display: Tune
             except RecordingError as exc:  # damaged since it was loaded: the others go on
                 damaged.append(exc)
                 continue
+            except SpaceChangedError as exc:
+                raise ConfigError(
+                    f"{out / u.unit}: {exc.message}",
+                    hint="resume with the options the run was started with (--preset, "
+                         "--space, --source, -D, --try-define, --tolerance), or tune into "
+                         "another --out") from None
             run.outcomes.append(outcome)
             steps.done(i, len(units), u.unit, outcome)
         tuned = [o for o in run.outcomes if isinstance(o, NativeTuning)]
@@ -160,6 +169,22 @@ def tune_all(units: Sequence[Unit], out: Path, s: TuneSettings, *, display: Tune
     for bad in damaged:
         notes.damaged(bad)
     return run
+
+
+def finished_unit(out: Path, u: Unit) -> Path | None:
+    """The result of ``u``'s finished tuning in ``out``: its result.json, or for a native
+    unit the run's ``native.json`` that lists it (written before every unit had its own)."""
+    done = finished_result(out / u.unit)
+    legacy = out / NATIVE_RESULT
+    if done is not None or not isinstance(u, NativeRecording) or not legacy.is_file():
+        return done
+    try:
+        doc = json.loads(legacy.read_text("utf-8"))
+        listed = {Path(str(e["unit"])).name for e in doc["units"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"cannot read {legacy}: {exc}",
+                          hint="move it away to tune the native units again") from None
+    return legacy if u.path.name in listed else None
 
 
 def _tune(u: Unit, out: Path, s: TuneSettings, sampler: str, budget: Budget,

@@ -30,6 +30,7 @@ from ..core import (
     Tolerance,
 )
 from ..core.errors import exit_cause
+from ..core.lifetime import die_with_parent
 from ..record.native_format import read_native
 from .native import NativeReplay, NativeVariant, compare, evaluate
 
@@ -98,7 +99,8 @@ def run_isolated(unit: str | Path, variants: Sequence[NativeVariant], *, warmup:
         try:
             proc = subprocess.run([sys.executable, "-m", "kernforge.replay.native_child",
                                    str(req), str(res)], check=False, capture_output=True,
-                                  text=True, timeout=timeout_s, env=env)
+                                  text=True, timeout=timeout_s, env=env,
+                                  preexec_fn=die_with_parent())  # a synchronous call: this thread outlives it
             cause = None if proc.returncode == 0 else \
                 f"{exit_cause(proc.returncode)}: {proc.stderr.strip()[-500:]}"
             status = Status.RUNTIME_FAILED

@@ -231,11 +231,15 @@ def tune_native(unit: Path, rec: NativeRecording, *, repeat: int = 10, passes: i
     change joined with the fastest image change (:func:`combined`), and the fastest verified
     configuration compared with the recorded one interleaved and gated (``refuse``)."""
     ns = native_space(rec, source=source, tolerant=tolerance is not None, defines=defines)
+    budget = budget or Budget(trials=None)
+    points = sum(1 for _ in ns.space.valid_points())
+    if budget.trials is not None and budget.trials > points:  # a sampled search ends once
+        budget = replace(budget, trials=points)  # every point is evaluated, not stalled
     with NativeSession(unit, repeat=repeat, tolerance=tolerance, dtype=dtype,
                        flush=protocol_for(rec).flush) as session:
         study = tune(ns.space, lambda config: session.evaluate(ns.variant(config, rec)),
-                     sampler=sampler, budget=budget or Budget(trials=None), storage=storage,
-                     study_name=unit.name, seed=seed, on_trial=on_trial)
+                     sampler=sampler, budget=budget, storage=storage,
+                     study_name=unit.name, seed=seed, on_trial=on_trial, isolated=True)
         done = [t for t in study.trials if t.evaluated]
         first = [t for t in done if t is study.baseline] or done[:1]
         trials = first + [t for t in done if t not in first]

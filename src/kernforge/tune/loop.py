@@ -230,7 +230,8 @@ def tune(space: SearchSpace, evaluate: Evaluator | Sequence[Evaluator], *,
          storage: Path | str | None = None, study_name: str = "kernforge",
          seed: int | None = None,
          on_trial: Callable[[TrialRecord], None] | None = None,
-         sampler_options: Mapping[str, Any] | None = None) -> TuneResult:
+         sampler_options: Mapping[str, Any] | None = None,
+         isolated: bool = False) -> TuneResult:
     """Minimize ``evaluate(config).median`` over ``space``.
 
     ``evaluate`` is one evaluator or a sequence of them (one thread each, evaluating in
@@ -238,15 +239,22 @@ def tune(space: SearchSpace, evaluate: Evaluator | Sequence[Evaluator], *,
     memory) keeps the study; calling ``tune`` again with the same storage and ``study_name``
     resumes it without evaluating finished trials again. ``on_trial`` sees every finished
     trial, on the calling thread. ``sampler_options`` go to the sampler's constructor as
-    keywords (e.g. the ``rounds`` sampler's ``plan``).
+    keywords (e.g. the ``rounds`` sampler's ``plan``). ``isolated``: ``evaluate`` runs each
+    candidate in a child process, so a trial a resumed study finds unfinished was stopped
+    by the run's end, not by its candidate: it is evaluated again, not quarantined.
     """
     evaluators = [evaluate] if callable(evaluate) else list(evaluate)
     if not evaluators or not all(callable(e) for e in evaluators):
         raise ConfigError("tune() needs an evaluator: evaluate(config) -> Measurement",
                           hint="pass a function, or a non-empty list of functions")
     url, run_dir = storage_url(storage)
-    plugin = SAMPLERS.get(sampler)(space, storage=url, study_name=study_name, seed=seed,
-                                   **dict(sampler_options or {}))
+    kind = SAMPLERS.get(sampler)
+    if isolated and url is not None:
+        from .samplers.optuna_study import OptunaSampler, requeue_interrupted
+        if issubclass(kind, OptunaSampler):
+            requeue_interrupted(url, study_name)
+    plugin = kind(space, storage=url, study_name=study_name, seed=seed,
+                  **dict(sampler_options or {}))
     if run_dir is not None:
         _save_space(run_dir, study_name, space)
     run = _Run(space, plugin, evaluators, budget or Budget(), on_trial)

@@ -22,7 +22,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ...core import ConfigError, Measurement, Status
-from ...core.errors import damaged_database
+from ...core.errors import SpaceChangedError, damaged_database
 from ..space import SearchSpace, canonical
 from .base import ORIGINS, Sampler, Trial, TrialRecord
 from .encoding import Encoding
@@ -54,6 +54,29 @@ def _unusable_storage(storage: str | None, exc: sqlite3.DatabaseError) -> Config
     return ConfigError(f"{where}: not a usable study database ({exc})",
                        hint="its trials cannot be read: move the file away to start this "
                             "study afresh, or tune into a new run directory (another --out)")
+
+
+def requeue_interrupted(storage: str, study_name: str) -> int:
+    """Trials left RUNNING in a stored study, each failed (no record) and its configuration
+    enqueued again, so that the resumed study evaluates it instead of quarantining it: for
+    studies whose evaluations run in a child process (a candidate cannot take the run down
+    with it, so one left running was stopped by the run's end). Returns how many."""
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:  # no such study yet
+        return 0
+    except Exception as exc:
+        bad = _sqlite_error(exc)
+        if bad is None:
+            raise
+        raise _unusable_storage(storage, bad) from None
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    for t in running:
+        study.tell(t.number, state=TrialState.FAIL)
+        if t.params:
+            study.enqueue_trial(t.params, user_attrs={k: v for k, v in t.user_attrs.items()
+                                                     if k == PREFIX + "baseline"})
+    return len(running)
 
 
 class OptunaSampler(Sampler):
@@ -97,18 +120,27 @@ class OptunaSampler(Sampler):
             raise ConfigError(f"study {self.study_name!r} exists but was not made by kernforge",
                               hint="choose another study name or storage")
         elif canonical(stored) != canonical(mine):
-            raise ConfigError(f"study {self.study_name!r} was created with another search "
-                              "space; resuming it with this one would mix incomparable trials",
-                              hint="use the same space to resume, or a new study name")
+            raise SpaceChangedError(f"study {self.study_name!r} was created with another "
+                                    "search space; resuming it with this one would mix "
+                                    "incomparable trials",
+                                    hint="use the same space to resume, or a new study name")
 
     def _recover(self) -> int:
         """Trials left RUNNING by a killed process: their evaluation started and never
         finished, so the candidate killed its worker or the run. Each is quarantined: told
-        RUNTIME_FAILED (its configuration is then a cache hit, never evaluated again)."""
+        RUNTIME_FAILED (its configuration is then a cache hit, never evaluated again) -- but
+        the baseline, the study's reference (a result without it has no speedup), which is
+        asked again: its trial is failed (no record) and the baseline enqueued anew."""
         running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        base = self.space.key(self.space.baseline)
         for t in running:
             if set(t.params) != set(self.encoding.distributions):
                 self.study.tell(t.number, state=TrialState.FAIL)  # never got a configuration
+                continue
+            if self.space.key(self.encoding.decode(t.params)) == base:
+                self.study.tell(t.number, state=TrialState.FAIL)
+                self.study.enqueue_trial(self.encoding.encode(self.space.baseline),
+                                         user_attrs={PREFIX + "baseline": True})
                 continue
             live = optuna.Trial(self.study, t._trial_id)
             attrs = {"status": Status.RUNTIME_FAILED.value, "message": QUARANTINED,
