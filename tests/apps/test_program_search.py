@@ -45,7 +45,8 @@ def named(case: Case, p: StencilProgram, b: Binding, bufs: Mapping[int, np.ndarr
     return out
 
 
-@pytest.mark.parametrize("entry", ["jacobi_res", "coef3d", "table1d"])
+@pytest.mark.parametrize("entry", ["jacobi_res", *(pytest.param(e, marks=pytest.mark.slow)
+                                                   for e in ("coef3d", "table1d"))])
 def test_a_lifted_kernel_is_searched_against_the_oracle_and_its_launch(entry: str,
                                                                        tmp_path: Path) -> None:
     case = CASES[entry]

@@ -217,6 +217,7 @@ def test_evolve_a_captured_source_then_export_and_deploy(
     assert "3 launch(es) ran a tuned configuration" in capfd.readouterr().err
 
 
+@pytest.mark.slow  # 6 s
 def test_resume_with_a_source_bound_since_names_the_unit_and_the_options(
         on_fake_nvrtc: FakeCuda, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--source adds builds to a native unit's space: a study resumed with it would mix

@@ -98,6 +98,7 @@ def test_resume_reads_the_native_json_of_an_earlier_kernforge(on_fake: FakeCuda,
     assert sorted(p.name for p in old.iterdir()) == [".kernforge.lock", RESULT]
 
 
+@pytest.mark.slow  # 4 s
 def test_a_sampled_search_ends_when_every_point_is_evaluated(on_fake: FakeCuda,
                                                              recorded: Path,
                                                              tmp_path: Path) -> None:

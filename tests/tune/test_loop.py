@@ -307,7 +307,7 @@ def test_kill9_during_an_evaluation_then_resume_quarantines_it(tmp_path: Any) ->
     assert len(calls) == 4 and r.evaluations == 8  # 3 before the kill, 1 quarantined, 4 new
 
 
-@pytest.mark.parametrize("sampler", ["tpe", "exhaustive"])
+@pytest.mark.parametrize("sampler", [pytest.param("tpe", marks=pytest.mark.slow), "exhaustive"])
 def test_kill9_during_the_baseline_then_resume_evaluates_it_again(tmp_path: Any,
                                                                    sampler: str) -> None:
     """The baseline is the study's reference (a result without it has no speedup): the run
@@ -329,7 +329,7 @@ def test_kill9_during_the_baseline_then_resume_evaluates_it_again(tmp_path: Any,
     assert [t.config for t in r.trials].count(bowl_space().baseline) == 1
 
 
-@pytest.mark.parametrize("sampler", ["tpe", "exhaustive"])
+@pytest.mark.parametrize("sampler", [pytest.param("tpe", marks=pytest.mark.slow), "exhaustive"])
 def test_an_isolated_study_evaluates_the_interrupted_trial_again(tmp_path: Any,
                                                                  sampler: str) -> None:
     """Evaluations in a child process (a native unit's) cannot take the run down: a trial
