@@ -64,10 +64,12 @@ def _const(cell: Cell, value: float) -> str:
     return f"(ACC)({cell.precision.ctype})({literal(value, cell.precision)})"
 
 
-def _walk(cell: Cell, rules: list[fc.Face], q: str) -> str:
-    """C statements walking the in-plane ``rules`` backwards from (``q``x, ``q``y) = (gx, gy):
-    each rule writing the point moves it inward or sets ``q``c (and the constant ``q``v)."""
-    out = [f"  IDX {q}x = gx, {q}y = gy; bool {q}c = false; ACC {q}v = 0;"]
+def walk(cell: Cell, rules: list[fc.Face], q: str, px: str = "gx", py: str = "gy",
+         itype: str = "IDX") -> list[str]:
+    """C statements walking the in-plane ``rules`` backwards from (``q``x, ``q``y) = (``px``,
+    ``py``) (of type ``itype``): each rule writing the point moves it inward or sets ``q``c (and
+    the constant ``q``v). Both temporal kernels with faces use it."""
+    out = [f"  {itype} {q}x = {px}, {q}y = {py}; bool {q}c = false; ACC {q}v = 0;"]
     for f in reversed(rules):
         a = "x" if f.axis == 2 else "y"
         at = "0" if f.side == 0 else f"N{a.upper()} - 1"
@@ -76,7 +78,7 @@ def _walk(cell: Cell, rules: list[fc.Face], q: str) -> str:
             out.append(f"  if ({hit}) {q}{a} += {f.inward * f.source};")
         else:
             out.append(f"  if ({hit}) {{ {q}c = true; {q}v = {_const(cell, f.value)}; }}")
-    return "\n".join(out) + "\n"
+    return out
 
 
 def _last_z(flat: list[fc.Face], side: int) -> int | None:
@@ -90,7 +92,7 @@ def _setup(cell: Cell, faces: fc.Groups, tx: int, ty: int) -> str:
     ``qc``: the constant ``qv``, or ``gi``: the tile index whose value it takes) and each z
     face's constant (``zv0``, ``zv1``) where its last z rule sets one."""
     flat = _flat(faces)
-    code = _walk(cell, [f for f in flat if f.axis], "q")
+    code = "\n".join(walk(cell, [f for f in flat if f.axis], "q")) + "\n"
     code += ("  const IDX qlx = tx + (qx - gx), qly = ty + (qy - gy);  // clamped: such a source"
              " serves no valid point\n"
              f"  const int gi = (int)(qly < 0 ? 0 : qly > {ty - 1} ? {ty - 1} : qly) * {tx}"
@@ -100,7 +102,7 @@ def _setup(cell: Cell, faces: fc.Groups, tx: int, ty: int) -> str:
         j = _last_z(flat, side)
         if j is None or flat[j].source:
             continue
-        code += _walk(cell, [f for f in flat[j + 1:] if f.axis], f"w{side}")
+        code += "\n".join(walk(cell, [f for f in flat[j + 1:] if f.axis], f"w{side}")) + "\n"
         code += f"  const ACC zv{side} = w{side}c ? w{side}v : {_const(cell, flat[j].value)};\n"
     return code
 

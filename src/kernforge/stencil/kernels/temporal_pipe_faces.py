@@ -38,7 +38,7 @@ from collections.abc import Callable
 from .. import faces as fc
 from ..spec import Cell, Precision
 from .common import DoesNotFit
-from .temporal_faces import HI_Z_COPY, LO_Z_COPY, _const, _flat, _last_z
+from .temporal_faces import HI_Z_COPY, LO_Z_COPY, _const, _flat, _last_z, walk
 
 
 def check(cell: Cell, faces: fc.Groups, bw: int, bh: int, lz: int, h2: int) -> None:
@@ -61,21 +61,6 @@ def check(cell: Cell, faces: fc.Groups, bw: int, bh: int, lz: int, h2: int) -> N
                              "inward of that face, not more")
 
 
-def _walk(cell: Cell, rules: list[fc.Face], q: str, px: str, py: str) -> list[str]:
-    """C statements walking the in-plane ``rules`` backwards from (``px``, ``py``): each rule
-    writing the point moves (``q``x, ``q``y) inward or sets ``q``c (and the constant ``q``v)."""
-    out = [f"  int {q}x = {px}, {q}y = {py}; bool {q}c = false; ACC {q}v = 0;"]
-    for f in reversed(rules):
-        a = "x" if f.axis == 2 else "y"
-        at = "0" if f.side == 0 else f"N{a.upper()} - 1"
-        hit = f"!{q}c && {q}{a} == {at}"
-        if f.source:
-            out.append(f"  if ({hit}) {q}{a} += {f.inward * f.source};")
-        else:
-            out.append(f"  if ({hit}) {{ {q}c = true; {q}v = {_const(cell, f.value)}; }}")
-    return out
-
-
 def setup(cell: Cell, faces: fc.Groups, pts: list[tuple[int, int]], cy: int, w: int, h: int
           ) -> str:
     """Per point (row ``i``, lane ``l``) before the march: ``gs{i}{l}`` (its own value),
@@ -87,7 +72,7 @@ def setup(cell: Cell, faces: fc.Groups, pts: list[tuple[int, int]], cy: int, w: 
     lines = []
     for i, lane in pts:
         q, px, py = f"g{i}{lane}_", f"gx0 + {lane}", f"gy{i}"
-        lines += _walk(cell, plane, q, px, py)
+        lines += walk(cell, plane, q, px, py, "int")
         col = f"c0 + {lane} + ({q}x - ({px}))"
         row = f"ty * {cy} + {i} + ({q}y - {py})"
         lines.append(f"  const int gi{i}{lane} = ({row} < 0 ? 0 : {row} > {h - 1} ? {h - 1} : "
@@ -99,7 +84,7 @@ def setup(cell: Cell, faces: fc.Groups, pts: list[tuple[int, int]], cy: int, w: 
             if j is None or flat[j].source:
                 continue
             z = f"z{side}{i}{lane}_"
-            lines += _walk(cell, [f for f in flat[j + 1:] if f.axis], z, px, py)
+            lines += walk(cell, [f for f in flat[j + 1:] if f.axis], z, px, py, "int")
             lines.append(f"  const ACC zv{side}_{i}{lane} = {z}c ? {z}v : "
                          f"{_const(cell, flat[j].value)};")
     conds = []
