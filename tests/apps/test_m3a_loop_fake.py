@@ -186,6 +186,23 @@ def test_a_fused_step_with_companions_wins_and_says_what_became_of_them(
                            "only)")
 
 
+def test_each_path_tried_is_shown_as_progress(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(strat, "interposer_fuses", lambda spec: True)
+    told: list[str] = []
+    strat._paths(_Matcher(_Found(tmp_path / "s.json", 2.0)), tmp_path / "unit", tmp_path, 3,
+                 _Found(tmp_path / "one.json", 1.3), _seq(tmp_path / "seq", 9),
+                 progress=told.append)
+    assert told == [("fusing whole steps of the recorded time loop (9 steps held; each "
+                    "candidate compiled, verified and timed in replay)")]
+    told.clear()
+    strat._paths(_Matcher(_Found(tmp_path / "s.json", 2.0)), tmp_path / "unit", tmp_path, 3,
+                 _Found(tmp_path / "one.json", 1.3), "not recorded: too few launches",
+                 progress=told.append)
+    assert told == [("fusing several steps of the recognized stencil into one launch (each "
+                    "candidate compiled, verified and timed in replay)")]
+
+
 def test_a_loop_that_observes_memory_every_few_steps_is_not_fused(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(strat, "interposer_fuses", lambda spec: True)

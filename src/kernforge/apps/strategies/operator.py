@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -69,11 +69,13 @@ def driver_of(env: Mapping[str, str]) -> Iterator[None]:
 
 
 def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any,
-           seq: dict[str, Any] | str | None = None, search: int = 0) -> dict[str, Any]:
+           seq: dict[str, Any] | str | None = None, search: int = 0,
+           progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """One kernel's row: the one-launch match ``one``, fusion tried when it recognized a
     stencil or the kernel's time loop was recorded, the faster deployable path chosen.
     ``seq``: the recorded time loop (:func:`loop_sequence.summary`) or why there is none
-    (None: no sequence was considered); ``search``: the lifted path's search budget."""
+    (None: no sequence was considered); ``search``: the lifted path's search budget;
+    ``progress`` is told which path is being tried (each takes a while on a GPU)."""
     row: dict[str, Any] = {"recognized": getattr(one, "recognized", None)}
     found: dict[str, Any] = {}
     refused: dict[str, str] = {}
@@ -85,6 +87,8 @@ def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any,
     if seq is not None:
         row["sequence"] = seq
     if isinstance(seq, dict):  # whole steps: the sequence is fusion's reference
+        progress(f"fusing whole steps of the recorded time loop ({seq.get('steps')} "
+                 "steps held; each candidate compiled, verified and timed in replay)")
         _fused_step(fuse, seq, out, repeat, row, found, refused)
         refused["fused"] = "not tried: the kernel's time loop was recorded (the fused step " \
                            "is tried on it)"
@@ -96,10 +100,14 @@ def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any,
     else:
         if isinstance(seq, str):
             refused["fused step"] = seq
+        progress("fusing several steps of the recognized stencil into one launch "
+                 "(each candidate compiled, verified and timed in replay)")
         _try_fuse(lambda: fuse(unit, out_dir=out / "fused", repeat=repeat), "fused", row,
                   found, refused)
-    _lifted(om, unit, out, repeat, row, found, refused,
-            recognized=hasattr(one, "spec_path") or row["recognized"] is not None,
+    recognized = hasattr(one, "spec_path") or row["recognized"] is not None
+    if getattr(om, "lift_unit", None) is not None and not recognized:
+        progress("lifting the kernel's program and timing generated operators")
+    _lifted(om, unit, out, repeat, row, found, refused, recognized=recognized,
             search=search)
     if not found:
         return {**row, "matched": False, "reason": "; ".join(
@@ -265,7 +273,10 @@ class OperatorStrategy(Strategy):
             seq = _sequence(om, ctx, k, unit, out, r, loops)
             with driver_of(ctx.manifest.env):
                 row = _paths(om, unit, out, repeat, r, seq,
-                             ctx.manifest.integrate.lift_search_trials)
+                             ctx.manifest.integrate.lift_search_trials,
+                             progress=lambda what: ctx.progress(
+                                 f"{ctx.manifest.name}: {k['name'][:60]} "
+                                 f"({unit.parent.name}): {what}"))
         except Exception as exc:  # noqa: BLE001 - a matcher failure is this kernel's data
             return {"kernel": k["name"], "unit": str(unit), "matched": False,
                     "reason": f"matching failed: {type(exc).__name__}: {exc}"}
