@@ -36,8 +36,11 @@ def test_runtime_launches_form_sequences_and_replay(built: Path, tmp_path: Path)
         out = run_isolated(r.path, [NativeVariant(), NativeVariant(block=(128, 1, 1))],
                            repeat=5, warmup=2)
         assert [m.status.value for m in out["measurements"]] == ["OK", "OK"], out
-        # replayed at the recorded addresses; the driver's refusals say why not
-        assert out["relocated"] == [], out["refusals"]
+        # replayed at the recorded addresses, or relocated (verified above) only where the
+        # driver reserved the range elsewhere (the replay process's own mappings may sit
+        # there: seen on the H200, 2026-12-07)
+        assert all("the driver offered" in why for why in out["refusals"]), out["refusals"]
+        assert bool(out["relocated"]) == bool(out["refusals"]), out
 
 
 def test_the_first_copy_ends_a_sequence(built: Path, tmp_path: Path) -> None:  # noqa: F811
