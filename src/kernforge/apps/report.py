@@ -146,7 +146,7 @@ def dataset_table(r: AppResult) -> list[str]:
     cols = ["dataset", "original", "with kernforge", "speedup [CI]"]
     cols += ["one-launch arm [CI]", "fused against one-launch [CI]"] if arm else []
     cols += ["interposer's fusion (last run)"] if fused else []
-    out = ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    out = ["", _cells(cols), "|" + "---|" * len(cols)]
     for d in per:
         row = [d["dataset"], f"{d['original_s']:.4g} s", f"{d['deployed_s']:.4g} s",
                f"{d['speedup']:.3f}x{_ci(d)}"]
@@ -155,15 +155,20 @@ def dataset_table(r: AppResult) -> list[str]:
                     for k in ("one_launch", "against_one_launch")]
         if fused:
             row.append(counts_text(d) or "-")
-        out.append("| " + " | ".join(row) + " |")
+        out.append(_cells(row))
     if r.geomean is not None:
         g = ["geometric mean", "", "", f"{r.geomean:.3f}x{_ci(r.m4)}"]
         if arm:
             o = r.m4.get("one_launch") or {}
             g += [f"{x['geomean']:.3f}x{_ci(x)}" if (x := o.get(k)) else "-"
                   for k in ("one_launch", "against_one_launch")]
-        out.append("| " + " | ".join(g + [""] * (len(cols) - len(g))) + " |")
+        out.append(_cells(g + [""] * (len(cols) - len(g))))
     return out
+
+
+def _cells(cells: list[str]) -> str:
+    """One Markdown table row (an empty cell as ``| |``)."""
+    return "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"
 
 
 def plot(results: list[AppResult], path: Path) -> Path:
