@@ -82,6 +82,14 @@ def test_a_missing_log_and_no_arm_are_said(tmp_path: Path) -> None:
     assert reason.endswith("; no one-launch arm: [integrate] compare_one_launch = false")
     assert figures["one_launch"] == {"skipped": "[integrate] compare_one_launch = false"}
     assert not any(ol.ARM in s for s in h.said)  # no third arm ran
+    # a log whose deferral the interposer turned off in the run
+    off = tmp_path / "off.json"
+    off.write_text(json.dumps({**LOG, "fusion": False, "fused_groups": 0}))
+    _, reason, figures = endtoend.measure(h, Setup("deployed", Path("src"), {
+        "KERNFORGE_DEPLOY_LOG": str(off)}), 2, 0.98, fused=True)
+    assert figures["datasets"][0]["fusion_off"] is True
+    assert "(0 fused launches, 8 held launches run unfused; the interposer had turned fusion " \
+           "off (its message in the run's log under OUT/logs says why))" in reason
     # an integration without a fused entry: no counts, no arm, no words about either
     state, reason, figures = endtoend.measure(h, setup, 2, 0.98, arm=ol.Arm(None, {}))
     assert "fused" not in reason and "one-launch" not in reason and "one_launch" not in figures

@@ -22,6 +22,10 @@ datasets:
 - "inconclusive" (the rounds disagree, or straddle the noise band): INCONCLUSIVE,
   nothing deployed and nothing called slower; the reason says to measure again on an idle
   machine or with more rounds.
+
+An integration that deploys a fused path has the one-launch arm (:mod:`.one_launch`) in the
+same rounds: the words and figures say how it compares with the original and with the fused
+integration, and how many launches the interposer fused; the state is the integration's.
 """
 
 from __future__ import annotations
@@ -191,6 +195,8 @@ def _counts(setup: Setup, fused: bool) -> dict[str, Any]:
     if fused or any(e.get("fuse") for e in log.get("entries", [])):
         counts.update(fused_groups=log.get("fused_groups", 0),
                       flushed_unfused=log.get("flushed_unfused", 0))
+        if log.get("fusion") is False:  # turned off in the run (its stderr says why)
+            counts["fusion_off"] = True
     return counts
 
 

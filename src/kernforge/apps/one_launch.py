@@ -56,8 +56,10 @@ def counts_text(x: dict[str, Any]) -> str:
         return ""
     if x.get("replaced", 0) is None:
         return "the interposer's log of the last run was missing: fusion not seen"
+    off = ("; the interposer had turned fusion off (its message in the run's log under "
+           "OUT/logs says why)" if x.get("fusion_off") else "")
     return (f"{x.get('fused_groups', 0)} fused launches, {x.get('flushed_unfused', 0)} held "
-            "launches run unfused")
+            f"launches run unfused{off}")
 
 
 def _fig(x: dict[str, Any]) -> str:
