@@ -83,10 +83,10 @@ def test_a_missing_log_and_no_arm_are_said(tmp_path: Path) -> None:
     assert figures["one_launch"] == {"skipped": "[integrate] compare_one_launch = false"}
     assert not any(ol.ARM in s for s in h.said)  # no third arm ran
     # a log whose deferral the interposer turned off in the run
-    off = tmp_path / "off.json"
-    off.write_text(json.dumps({**LOG, "fusion": False, "fused_groups": 0}))
+    turned = tmp_path / "off.json"
+    turned.write_text(json.dumps({**LOG, "fusion": False, "fused_groups": 0}))
     _, reason, figures = endtoend.measure(h, Setup("deployed", Path("src"), {
-        "KERNFORGE_DEPLOY_LOG": str(off)}), 2, 0.98, fused=True)
+        "KERNFORGE_DEPLOY_LOG": str(turned)}), 2, 0.98, fused=True)
     assert figures["datasets"][0]["fusion_off"] is True
     assert "(0 fused launches, 8 held launches run unfused; the interposer had turned fusion " \
            "off (its message in the run's log under OUT/logs says why))" in reason
