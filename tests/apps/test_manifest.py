@@ -159,7 +159,8 @@ def test_a_manifest_without_check_says_what_to_write(tmp_path: Path,
     body = GOOD.split("    [check]")[0]
     with pytest.raises(AppManifestError, match="no \\[check\\]") as info:
         load_manifest(_write(tmp_path, body))
-    assert 'kind = "regex"' in (info.value.hint or "") and 'kind = "exit"' in info.value.hint
+    hint = info.value.hint or ""
+    assert 'kind = "regex"' in hint and 'kind = "exit"' in hint
     with pytest.raises(AppManifestError, match="no kind"):
         load_manifest(_write(tmp_path, body + "    [check]\n    rel = 1e-6\n"))
     assert main(["app", "run", str(_write(tmp_path, body)), "--out",
