@@ -51,6 +51,9 @@ def test_a_good_manifest_and_the_example_load(tmp_path: Path) -> None:
     assert m.integrate.lift_search_trials == 16  # the lifted operators' search budget
     off = load_manifest(_write(tmp_path, GOOD + "[integrate]\nlift_search_trials = 0\n"))
     assert off.integrate.lift_search_trials == 0
+    assert m.integrate.compare_one_launch is True  # M4's one-launch arm beside a fused path
+    off = load_manifest(_write(tmp_path, GOOD + "[integrate]\ncompare_one_launch = false\n"))
+    assert off.integrate.compare_one_launch is False
 
 
 @pytest.mark.parametrize("body, match, hint", [
@@ -90,6 +93,10 @@ def test_a_good_manifest_and_the_example_load(tmp_path: Path) -> None:
      "'timeout_s' is read as a key of this dataset", "above the first \\[\\[datasets"),
     (GOOD + "[integrate]\nlift_search_trials = -1\n",
      "'lift_search_trials' must be an integer >= 0", "lift_search_trials = 16"),
+    (GOOD + "[integrate]\ncompare_one_launch = \"no\"\n",
+     "'compare_one_launch' must be true or false, not 'no'", "compare_one_launch = true"),
+    (GOOD + "[integrate]\ncompare_one_launch = 0\n",
+     "'compare_one_launch' must be true or false, not 0", "no quotes"),
     # an empty list used to be accepted: nothing integrated, the app ended RESEARCH silently
     (GOOD + "[integrate]\nstrategies = []\n", "strategies = \\[\\] names no strategy",
      "operator, .*tune"),
@@ -152,7 +159,8 @@ def test_a_manifest_without_check_says_what_to_write(tmp_path: Path,
     body = GOOD.split("    [check]")[0]
     with pytest.raises(AppManifestError, match="no \\[check\\]") as info:
         load_manifest(_write(tmp_path, body))
-    assert 'kind = "regex"' in (info.value.hint or "") and 'kind = "exit"' in info.value.hint
+    hint = info.value.hint or ""
+    assert 'kind = "regex"' in hint and 'kind = "exit"' in hint
     with pytest.raises(AppManifestError, match="no kind"):
         load_manifest(_write(tmp_path, body + "    [check]\n    rel = 1e-6\n"))
     assert main(["app", "run", str(_write(tmp_path, body)), "--out",

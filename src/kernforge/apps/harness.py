@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..harness.compare import interleave
+from ..harness.compare import ABResult, interleave_arms
 from ..harness.stats import bootstrap_ci, median
 from ..harness.verdict import judge_ab, looks
 from .checks import Verdict, printed_step, seconds, take_reference, verdict
@@ -152,33 +152,47 @@ class AppHarness:
         return out
 
     def compare(self, dataset: Dataset, setup: Setup, rounds: int,
-                max_rounds: int | None = None) -> dict[str, Any]:
+                max_rounds: int | None = None, also: Setup | None = None) -> dict[str, Any]:
         """Interleaved rounds of the original and ``setup`` (the side that goes first
         alternating), each run checked; more, up to ``max_rounds`` (default 3x ``rounds``),
-        while the verdict is inconclusive (:func:`kernforge.harness.compare.interleave`).
+        while the verdict is inconclusive (:func:`kernforge.harness.compare.interleave_arms`).
         The first look waits for the rounds an interval at its confidence needs
         (:func:`kernforge.harness.verdict.looks`: 10 of the usual 7 up to 21; 8 of 2 up to 6).
         The median per-round ratio, its distribution-free interval at ``confidence`` and the
-        speed verdict (:mod:`kernforge.harness.verdict`: faster, not faster or inconclusive)."""
+        speed verdict (:mod:`kernforge.harness.verdict`: faster, not faster or inconclusive).
+
+        ``also``: a third setup run in the same rounds (original, ``setup``, ``also``, the
+        order rotated), each run checked; the rounds still stop on the verdict of ``setup``.
+        Its comparison with the original is ``"also"``, and ``setup`` against it (> 1:
+        ``setup`` is faster) ``"against_also"``."""
         k = [0]
         most = max_rounds or 3 * rounds
         plan = looks(rounds, most)
+        arms = [self.original(), setup] + ([also] if also is not None else [])
 
         def side(s: Setup) -> Callable[[], float]:
             def once() -> float:
                 k[0] += 1
                 self.progress(f"{self.m.name}: {dataset.name} "
-                              f"{run_label(k[0], 2 * plan.first, 2 * plan.limit)} "
-                              f"({s.label})")
+                              f"{run_label(k[0], len(arms) * plan.first, len(arms) * plan.limit)}"
+                              f" ({s.label})")
                 return self.timed(dataset, s)
             return once
 
-        ab = interleave(side(self.original()), side(setup), passes=rounds, per_pass=1,
-                        max_passes=most)
-        return {"speedup": ab.speedup, "ci": [ab.ci_low, ab.ci_high],
-                "verdict": judge_ab(ab).to_json(), "confidence": ab.confidence,
-                "original_s": ab.median_a, "deployed_s": ab.median_b,
-                "ratios": list(ab.ratios), "first": list(ab.first)}
+        got = interleave_arms([side(s) for s in arms], passes=rounds, max_passes=most)
+        out = _pair(got.pair(0, 1))
+        if also is not None:
+            out["also"] = _pair(got.pair(0, 2))
+            out["against_also"] = _pair(got.pair(2, 1))
+        return out
+
+
+def _pair(ab: ABResult) -> dict[str, Any]:
+    """One comparison of interleaved rounds as M4 keeps it (``deployed_s``: the second's)."""
+    return {"speedup": ab.speedup, "ci": [ab.ci_low, ab.ci_high],
+            "verdict": judge_ab(ab).to_json(), "confidence": ab.confidence,
+            "original_s": ab.median_a, "deployed_s": ab.median_b,
+            "ratios": list(ab.ratios), "first": list(ab.first)}
 
 
 def run_label(k: int, planned: int, most: int) -> str:
@@ -210,3 +224,11 @@ def geomean_ci(per_dataset: list[dict[str, Any]], *, n: int = 2000, seed: int = 
     boot = np.exp(logs / len(per_dataset))
     lo, hi = np.percentile(boot, [2.5, 97.5])
     return g, (float(lo), float(hi))
+
+
+def round_geomeans(per: list[dict[str, Any]]) -> list[float]:
+    """Per round, the geometric mean of the datasets' ratios of that round (each round of
+    each dataset an interleaved pair): the rounds of the whole program, judged like any
+    interleaved comparison. As many rounds as the dataset with fewest."""
+    n = min(len(d["ratios"]) for d in per)
+    return [math.exp(sum(math.log(d["ratios"][i]) for d in per) / len(per)) for i in range(n)]

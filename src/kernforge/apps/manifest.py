@@ -8,7 +8,6 @@ output) is checked in milestone M1 and raises the same error. See docs/applicati
 
 from __future__ import annotations
 
-import math
 import re
 import shlex
 import sys
@@ -18,8 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core import ConfigError
-from ..core.strict import strict_keys as _strict_keys
+from .manifest_fields import (
+    _NAME,
+    AppManifestError,
+    _choice,
+    _command,
+    _err,
+    _flag,
+    _num,
+    _regex,
+    _str,
+    strict_keys,
+)
 
 CHECK_KINDS = ("exit", "regex", "files")
 FILE_FORMATS = ("text", "bytes", "float32", "float64")
@@ -27,10 +36,6 @@ TIMER_KINDS = ("wall", "regex")
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 SWITCH_KINDS = ("environment",)
 STRATEGIES = ("operator", "tune", "agent")
-
-
-class AppManifestError(ConfigError):
-    """A manifest that cannot be used as written (exit 2); the hint says what to change."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,8 @@ class Integrate:
     # lifted operators: candidates the forge's search over the designs' knobs evaluates past
     # the presets, per kernel (0: the presets only)
     lift_search_trials: int = 16
+    # M4: beside an integration that deploys a fused path, the one-launch arm in its rounds
+    compare_one_launch: bool = True
     # the CUDA files that define the recorded kernels of an nvcc-built program, with their
     # -I directories and -D defines: bound to the units at M2's end (:mod:`.source_binding`)
     sources: tuple[Path, ...] = ()
@@ -129,75 +136,6 @@ def expand(command: str, source: Path) -> list[str]:
 
 TOP = ("name", "source", "build", "datasets", "check", "timer", "switch", "env", "timeout_s",
        "kernels", "record_dataset", "integrate", "measure")
-
-
-def strict_keys(data: Any, allowed: tuple[str, ...], where: str, *, source: str
-                ) -> dict[str, Any]:
-    """:func:`kernforge.core.strict.strict_keys`, its error as an :class:`AppManifestError`."""
-    try:
-        return _strict_keys(data, allowed, where, source=source)
-    except ConfigError as exc:
-        raise AppManifestError(exc.message, hint=exc.hint) from None
-
-
-def _err(where: str, what: str, hint: str) -> AppManifestError:
-    return AppManifestError(f"{where}: {what}", hint=hint)
-
-
-def _str(d: Mapping[str, Any], key: str, where: str, *, required: bool = True,
-         hint: str = "") -> str | None:
-    v = d.get(key)
-    if v is None:
-        if required:
-            raise _err(where, f"missing key {key!r}", hint or f"add {key} = \"...\"")
-        return None
-    if not isinstance(v, str) or (required and not v.strip()):
-        raise _err(where, f"{key!r} must be a non-empty string, not {v!r}",
-                   hint or f"write {key} = \"...\"")
-    return v
-
-
-def _num(d: Mapping[str, Any], key: str, where: str, default: float, *, lo: float = 0.0,
-         integer: bool = False) -> Any:
-    v = d.get(key, default)
-    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
-    if isinstance(v, bool) or not ok or math.isnan(v) or v < lo:
-        kind = "an integer" if integer else "a number"
-        raise _err(where, f"{key!r} must be {kind} >= {lo:g}, not {v!r}",
-                   f"write {key} = {default}")
-    return int(v) if integer else float(v)
-
-
-def _command(command: str, key: str, where: str) -> str:
-    """A command line that splits as a shell would split it (a quote left open would only
-    fail when the command runs)."""
-    try:
-        if not shlex.split(command):
-            raise ValueError("no words")
-    except ValueError as exc:
-        raise _err(where, f"{key} = {command!r} cannot be split into words ({exc})",
-                   "close every quote; write sh -c '...' for pipes or &&") from None
-    return command
-
-
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-def _choice(d: Mapping[str, Any], key: str, where: str, allowed: tuple[str, ...],
-            default: str) -> str:
-    v = d.get(key, default)
-    if v not in allowed:
-        raise _err(where, f"{key!r} is {v!r}", f"choose one of: {', '.join(allowed)}")
-    return str(v)
-
-
-def _regex(pattern: str, where: str) -> str:
-    try:
-        re.compile(pattern, re.MULTILINE)
-    except re.error as exc:
-        raise _err(where, f"pattern {pattern!r} is not a regular expression ({exc})",
-                   "write a Python regular expression; escape ( ) . with a backslash") from None
-    return pattern
 
 
 def _check(d: Any, src: str) -> Check:
@@ -303,7 +241,7 @@ def _integrate(d: Any, src: str, base: Path, root: Path) -> Integrate:
     where = f"{src}: [integrate]"
     d = strict_keys(d, ("strategies", "tune_trials", "tune_preset", "evolve_config",
                         "evolve_iterations", "agent", "agent_timeout_s", "match_repeat",
-                        "lift_search_trials",
+                        "lift_search_trials", "compare_one_launch",
                         "sources", "includes", "defines"),
                     "[integrate]", source=src)
     strategies = d.get("strategies", list(STRATEGIES))
@@ -329,6 +267,7 @@ def _integrate(d: Any, src: str, base: Path, root: Path) -> Integrate:
         agent_timeout_s=_num(d, "agent_timeout_s", where, 1800.0, lo=1.0),
         match_repeat=_num(d, "match_repeat", where, 10, lo=1, integer=True),
         lift_search_trials=_num(d, "lift_search_trials", where, 16, lo=0, integer=True),
+        compare_one_launch=_flag(d, "compare_one_launch", where, True),
         sources=_paths(d, "sources", where, root, dirs=False),
         includes=_paths(d, "includes", where, root, dirs=True), defines=_defines(d, where))
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..core import ConfigError
 from ..harness.verdict import ci_label
+from .one_launch import counts_text
 from .recording import ceiling_text
 from .store import DB_NAME, STATES, AppState, AppStore, Milestone
 
@@ -127,17 +128,47 @@ def app_section(r: AppResult) -> list[str]:
     for name in sorted(r.milestones):
         m = r.milestones[name]
         out.append(f"| {name} | {m.status} | {_cell(m.reason, 600)} |")
-    per = r.m4.get("datasets") or []
-    if per:
-        out += ["", "| dataset | original | with kernforge | speedup [CI] |",
-                "|---|---|---|---|"]
-        out += [f"| {d['dataset']} | {d['original_s']:.4g} s | {d['deployed_s']:.4g} s | "
-                f"{d['speedup']:.3f}x{_ci(d)} |" for d in per]
-        if r.geomean is not None:
-            out.append(f"| geometric mean | | | {r.geomean:.3f}x{_ci(r.m4)} |")
+    out += dataset_table(r)
     for note in (r.m4.get("integration") or {}).get("dropped", []):
         out += ["", f"- not deployed: {_cell(note, 300)}"]
     return out + [""]
+
+
+def dataset_table(r: AppResult) -> list[str]:
+    """M4's figures per dataset: the times and the speedup; with a one-launch arm its
+    speedup and the fused integration's against it; with a fused entry the interposer's
+    counts of the dataset's last run (:func:`.one_launch.counts_text`)."""
+    per = r.m4.get("datasets") or []
+    if not per:
+        return []
+    arm = any("one_launch" in d for d in per)
+    fused = any(d.get("fused") for d in per)
+    cols = ["dataset", "original", "with kernforge", "speedup [CI]"]
+    cols += ["one-launch arm [CI]", "fused against one-launch [CI]"] if arm else []
+    cols += ["interposer's fusion (last run)"] if fused else []
+    out = ["", _cells(cols), "|" + "---|" * len(cols)]
+    for d in per:
+        row = [d["dataset"], f"{d['original_s']:.4g} s", f"{d['deployed_s']:.4g} s",
+               f"{d['speedup']:.3f}x{_ci(d)}"]
+        if arm:
+            row += [f"{x['speedup']:.3f}x{_ci(x)}" if (x := d.get(k)) else "-"
+                    for k in ("one_launch", "against_one_launch")]
+        if fused:
+            row.append(counts_text(d) or "-")
+        out.append(_cells(row))
+    if r.geomean is not None:
+        g = ["geometric mean", "", "", f"{r.geomean:.3f}x{_ci(r.m4)}"]
+        if arm:
+            o = r.m4.get("one_launch") or {}
+            g += [f"{x['geomean']:.3f}x{_ci(x)}" if (x := o.get(k)) else "-"
+                  for k in ("one_launch", "against_one_launch")]
+        out.append(_cells(g + [""] * (len(cols) - len(g))))
+    return out
+
+
+def _cells(cells: list[str]) -> str:
+    """One Markdown table row (an empty cell as ``| |``)."""
+    return "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"
 
 
 def plot(results: list[AppResult], path: Path) -> Path:

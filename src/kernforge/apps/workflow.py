@@ -16,7 +16,9 @@ INCONCLUSIVE | INTEGRATED. Milestones, each persisted with its status, reason an
 - M4: end to end on every dataset, interleaved with and without; own check in both; the
   speed verdict (:mod:`kernforge.apps.endtoend`). "faster" -> INTEGRATED; "not faster" or a
   dataset conclusively below the floor (0.98x) -> DROPPED; "inconclusive" (busy or noisy,
-  too few rounds) -> INCONCLUSIVE, nothing deployed and nothing called slower.
+  too few rounds) -> INCONCLUSIVE, nothing deployed and nothing called slower. An
+  integration that deploys a fused path has the one-launch arm in the same rounds
+  (:mod:`kernforge.apps.one_launch`): figures and words, not the verdict.
 """
 
 from __future__ import annotations
@@ -291,8 +293,11 @@ class AppRun:
             endtoend.write_integration(self.out, self.h.original(), {}, deployed=False)
             return ("FAILED", (f"the integration cannot be put together ({exc.message}): "
                     "nothing is deployed"), {"hint": exc.hint}, "DROPPED")
+        arm = endtoend.one_launch_arm(outcomes, self.out, m.source, info,
+                                      m.integrate.compare_one_launch)
         state, reason, figures = endtoend.measure(self.h, setup, m.measure.e2e_rounds,
-                                                  m.measure.floor)
+                                                  m.measure.floor, fused=bool(info.get("fused")),
+                                                  arm=arm)
         touched = tree.changed(m.source, tree.load_original(self.out))
         figures.update(integration=info, original_unchanged=not touched,
                        setup=setup.to_json())

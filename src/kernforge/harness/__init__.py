@@ -3,7 +3,7 @@
 Every number kernforge prints comes through here. It imports only ``core`` and ``backends``.
 """
 
-from .compare import ABResult, interleave, round_robin
+from .compare import ABResult, Arms, interleave, interleave_arms, round_robin
 from .stats import (
     bootstrap_ci,
     by_precision,
@@ -17,7 +17,7 @@ from .timing import Protocol, measure, measure_runs, time_once
 from .verdict import NOISE_BAND, Judgement, Verdict, judge, judge_evidence
 from .verify import check_buffer, verify
 
-__all__ = ["NOISE_BAND", "ABResult", "Judgement", "Protocol", "Verdict", "bootstrap_ci",
-           "by_precision", "check_buffer", "geomean", "interleave", "judge", "judge_evidence",
-           "measure", "measure_runs", "median", "median_ci", "precision_of", "round_robin",
-           "summarize", "time_once", "verify"]
+__all__ = ["NOISE_BAND", "ABResult", "Arms", "Judgement", "Protocol", "Verdict",
+           "bootstrap_ci", "by_precision", "check_buffer", "geomean", "interleave",
+           "interleave_arms", "judge", "judge_evidence", "measure", "measure_runs", "median",
+           "median_ci", "precision_of", "round_robin", "summarize", "time_once", "verify"]

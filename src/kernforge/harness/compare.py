@@ -127,6 +127,61 @@ def interleave(run_a: Callable[[], float], run_b: Callable[[], float], *, passes
                     confidence)
 
 
+def arms_order(i: int, n: int) -> tuple[int, ...]:
+    """The order of ``n`` arms in pass ``i``: rotated by ``i`` (each arm first as often as
+    the others); from three arms on, reversed every other cycle of ``n`` passes, so that each
+    pair runs in both orders equally often (012 120 201 210 021 102). Two arms alternate, as
+    :func:`interleave` does."""
+    r = i % n
+    order = tuple(range(r, n)) + tuple(range(r))
+    return order[::-1] if n > 2 and (i // n) % 2 else order
+
+
+@dataclass(frozen=True)
+class Arms:
+    """Interleaved passes of several arms (:func:`interleave_arms`): one run of each a pass."""
+
+    samples: tuple[tuple[float, ...], ...]  # per arm, per pass: seconds
+    orders: tuple[tuple[int, ...], ...]  # per pass: the arms in the order they ran
+    confidence: float  # of each look the passes were planned for
+
+    def pair(self, a: int, b: int) -> ABResult:
+        """Arm ``b`` against arm ``a`` over the same passes: per pass ``t_a / t_b`` (> 1: ``b``
+        is faster), the interval at the passes' confidence."""
+        ratios = [_ratio(x, y) for x, y in zip(self.samples[a], self.samples[b], strict=True)]
+        lo, hi, coverage = median_ci(ratios, confidence=self.confidence)
+        first = tuple("a" if o.index(a) < o.index(b) else "b" for o in self.orders)
+        return ABResult(tuple(ratios), tuple((t,) for t in self.samples[a]),
+                        tuple((t,) for t in self.samples[b]), first, lo, hi, coverage,
+                        self.confidence)
+
+
+def interleave_arms(runs: Sequence[Callable[[], float]], *, passes: int = 7,
+                    max_passes: int | None = None, band: float = NOISE_BAND) -> Arms:
+    """Several measured callables (each returns the seconds of one timed run) in interleaved
+    passes, one run of each a pass in the order :func:`arms_order` gives, so that drift hits
+    every arm alike. Arm 0 is the baseline and arm 1 the candidate the caller decides on:
+    the looks (:func:`~.verdict.looks`) and the stop are those of :func:`interleave` on the
+    pair (0, 1), whose :meth:`Arms.pair` is what :func:`interleave` with one run a pass would
+    give; the other arms ride along in the same passes, their pairs at the same confidence."""
+    if len(runs) < 2:
+        raise ConfigError(f"{len(runs)} arm(s) to interleave",
+                          hint="give the baseline, the candidate and any other arms")
+    plan = looks(passes, max_passes)
+    samples: list[list[float]] = [[] for _ in runs]
+    orders: list[tuple[int, ...]] = []
+    for upto in plan.at():
+        while len(orders) < upto:
+            order = arms_order(len(orders), len(runs))
+            for k in order:
+                samples[k].append(float(runs[k]()))
+            orders.append(order)
+        if decided([_ratio(a, b) for a, b in zip(samples[0], samples[1], strict=True)], band,
+                   plan.confidence):
+            break
+    return Arms(tuple(tuple(s) for s in samples), tuple(orders), plan.confidence)
+
+
 def round_robin(runs: Sequence[Callable[[], float]], *, passes: int) -> list[list[float]]:
     """Several measured callables in ``passes`` passes, each pass one run of every callable in
     the order given: per callable, its samples (drift spreads over all of them alike)."""

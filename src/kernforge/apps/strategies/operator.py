@@ -16,8 +16,9 @@ more run of the dataset, and ``fuse_unit`` fuses whole recorded steps on it (the
 path: the step's boundary kernels folded, its diagnostics elided) instead of re-launching the
 kernel alone. The fastest path that passes the deployment gate is kept per kernel; the row
 says which won (one-launch, fused alone, fused whole steps with N companions folded or
-elided, lifted) and why each other was refused. When that module is not installed the
-strategy is SKIPPED with the reason."""
+elided, lifted) and why each other was refused, and keeps every path found with its spec
+and replay speedup (``alternatives``: M4 runs a fused winner's one-launch spec beside it).
+When that module is not installed the strategy is SKIPPED with the reason."""
 
 from __future__ import annotations
 
@@ -119,9 +120,12 @@ def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any,
     label = f"fused {win.steps} steps alone" if path == "fused" else \
         _step_label(win) if path == "fused step" else \
         f"lifted program ({(win.figures or {}).get('design')})" if path == "lifted" else path
+    # every path found, the winner's too: M4 runs the one-launch spec beside a fused winner
+    alternatives = {k: {"spec": str(v.spec_path), "speedup": v.speedup, "ci": list(v.ci)}
+                    for k, v in found.items()}
     return {**row, "matched": True, "path": label, "cell": win.cell, "speedup": win.speedup,
             "ci": list(win.ci), "note": win.note, "spec": str(win.spec_path),
-            "refused": refused}
+            "refused": refused, "alternatives": alternatives}
 
 
 def _step_label(f: Any) -> str:
