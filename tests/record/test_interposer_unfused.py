@@ -6,22 +6,28 @@ original launches wherever fusion was refused or the replacement cannot run."""
 
 from __future__ import annotations
 
+import random
 import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from deploy_run import (
+    GEOMETRY,
     TIMEOUT_S,
     Run,
+    companion_fields,
     fused_groups,
     fused_line,
     heat_key,
     line,
     loop_image_id,
     run,
+    step_line,
     tuned_image,
+    with_geometry,
 )
+from test_interposer_defer_stress import FINDINGS, program, sanitized  # noqa: F401
 
 from kernforge.testing.fakedriver import FakeCuda
 
@@ -245,3 +251,51 @@ def test_without_a_one_launch_entry_on_the_next_line_the_originals_run_told_once
     assert ran["heat_one"] == 0 and ran["heat_x5"] == 2, ran
     told = [m for m in r.messages if "unfused:next" in m]
     assert len(told) == 1 and "line 1" in told[0], r.err
+
+
+# ---- random flush points ---------------------------------------------------------------------------
+def stress(fake: FakeCuda, preload: list[str], tmp: Path, seed: int, multi: bool = False,
+           extra: dict[str, str] | None = None) -> tuple[int, int]:
+    """test_interposer_defer_stress's random program ``seed`` under a fused entry that names a
+    one-launch replacement (``multi``: of interior, whose companions run as themselves): every
+    observation and the mapped buffers as the plain run's; (fused launches, held launches the
+    replacement ran)."""
+    script, steps, direct, at_exit = program(random.Random(seed), multi)
+    cmd = fake.loop_command(script, direct=direct)
+    env = {"FAKE_LOOP_MAP": str(tmp / "alone.bin"), "FAKE_LOOP_ATEXIT": "1" if at_exit else "0"}
+    alone = subprocess.run(cmd, env={**fake.env, **env}, capture_output=True, text=True,
+                           timeout=TIMEOUT_S, check=False)
+    assert alone.returncode == 0, (seed, alone.stderr)
+    env["FAKE_LOOP_MAP"] = str(tmp / "fused.bin")
+    image = tuned_image(fake, tmp)
+    if multi:
+        lines = (step_line(image, steps, companions=with_geometry(companion_fields(), GEOMETRY))
+                 + TAG + "\n" + line("interior", image, key=heat_key(), new_block="128,1,1")
+                 + "\n")
+    else:
+        lines = pair(image, steps)
+    got = run(fake, Path(preload[-1]), cmd, tmp, lines, env={**env, **(extra or {})},
+              preload=preload)
+    assert got.rc == 0 and not got.messages, (seed, script, got.err[-3000:])
+    assert not any(f in got.err for f in FINDINGS), (seed, got.err[-3000:])
+    assert got.out == alone.stdout, (seed, script, steps, direct)
+    assert (tmp / "fused.bin").read_bytes() == (tmp / "alone.bin").read_bytes(), (seed, script)
+    log = got.log or {}
+    return int(log.get("fused_groups", 0)), int(log.get("flushed_one_launch", 0))
+
+
+@pytest.mark.parametrize("multi", [False, True], ids=["heat", "steps of several launches"])
+def test_random_flush_points_with_the_replacement_leave_every_buffer_as_the_unfused_run(
+        fake: FakeCuda, lib: Path, tmp_path: Path, multi: bool) -> None:
+    counts = [stress(fake, [str(lib)], tmp_path, seed, multi) for seed in range(30)]
+    assert sum(g for g, _ in counts) > 30 and sum(o for _, o in counts) > 30, counts
+
+
+@pytest.mark.slow  # the sanitizer build takes several seconds
+def test_the_sanitizer_build_finds_nothing_with_the_replacement(
+        fake: FakeCuda, sanitized: list[str], tmp_path: Path) -> None:  # noqa: F811
+    env = {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:exitcode=86",
+           "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1:exitcode=87"}
+    for seed in range(3000, 3030):
+        stress(fake, sanitized, tmp_path, seed, extra=env)
+        stress(fake, sanitized, tmp_path, seed, multi=True, extra=env)
