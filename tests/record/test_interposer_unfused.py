@@ -41,9 +41,10 @@ def one_line(image: Path | str, *, entry: str = "heat_one", key: str | None = No
                 grid=grid, new_grid="8,1,1", new_block=new_block, source=source)
 
 
-def pair(image: Path | str, steps: int = 5, **one: str) -> str:
-    """A fused heat entry that names the one-launch entry of the next line, and that entry."""
-    return fused_line(image, steps) + TAG + "\n" + one_line(image, **one) + "\n"
+def pair(image: Path | str, steps: int = 5, one: dict[str, str] | None = None) -> str:
+    """A fused heat entry that names the one-launch entry of the next line, and that entry
+    (``one``: :func:`one_line`'s arguments)."""
+    return fused_line(image, steps) + TAG + "\n" + one_line(image, **(one or {})) + "\n"
 
 
 def traced(fake: FakeCuda, lib: Path, tmp: Path, script: str, lines: str,
@@ -127,7 +128,7 @@ NOT_THIS_LAUNCH = {"another key (n)": {"key": heat_key(n=999)},
 def test_a_replacement_that_would_not_replace_the_launch_leaves_the_original(
         fake: FakeCuda, lib: Path, tmp_path: Path, one: dict[str, str]) -> None:
     r, expected, ran = traced(fake, lib, tmp_path, "s" * 13 + "c",
-                              pair(tuned_image(fake, tmp_path), **one))
+                              pair(tuned_image(fake, tmp_path), one=one))
     assert r.rc == 0 and r.out == expected and not r.messages, r.err
     assert ran == Counter({"heat_x5": 2, "heat": 3}), ran
 
@@ -223,7 +224,7 @@ def test_a_malformed_unfused_field_skips_its_line_told_once(
         fake: FakeCuda, lib: Path, tmp_path: Path, tag: str) -> None:
     image = tuned_image(fake, tmp_path)
     lines = fused_line(image, 5) + "\t" + tag + "\n"
-    r, expected, ran = traced(fake, lib, tmp_path, "s" * 13 + "c", lines)
+    r, expected, _ = traced(fake, lib, tmp_path, "s" * 13 + "c", lines)
     assert r.rc == 0 and r.out == expected and fused_groups(r) == 0, r.log
     assert len(r.messages) == 1 and "malformed" in r.messages[0], r.err
 
