@@ -111,7 +111,8 @@ def test_without_unfused_next_the_originals_run_as_before(fake: FakeCuda, lib: P
 
 def test_with_fusion_off_the_one_launch_line_replaces_every_launch(
         fake: FakeCuda, lib: Path, tmp_path: Path) -> None:
-    r, expected, ran = traced(fake, lib, tmp_path, "s" * 13 + "c", pair(tuned_image(fake, tmp_path)),
+    lines = pair(tuned_image(fake, tmp_path))
+    r, expected, ran = traced(fake, lib, tmp_path, "s" * 13 + "c", lines,
                               env={"KERNFORGE_FUSE": "0"})
     assert r.rc == 0 and r.out == expected and not r.messages, r.err
     assert ran == Counter({"heat_one": 13}) and fused_groups(r) == 0, ran
@@ -217,7 +218,7 @@ def test_steps_flushed_before_the_global_changes_run_the_replacement(
     assert r.log["flushed_one_launch"] == 3
 
 
-# ---- the line format -------------------------------------------------------------------------------
+# ---- the line format ----------------------------------------------------------------------------
 @pytest.mark.parametrize("tag", ["unfused:prev", "unfused:", "unfused:next\tunfused:next",
                                  "unfused:next "])
 def test_a_malformed_unfused_field_skips_its_line_told_once(
@@ -254,7 +255,7 @@ def test_without_a_one_launch_entry_on_the_next_line_the_originals_run_told_once
     assert len(told) == 1 and "line 1" in told[0], r.err
 
 
-# ---- random flush points ---------------------------------------------------------------------------
+# ---- random flush points ------------------------------------------------------------------------
 def stress(fake: FakeCuda, preload: list[str], tmp: Path, seed: int, multi: bool = False,
            extra: dict[str, str] | None = None) -> tuple[int, int]:
     """test_interposer_defer_stress's random program ``seed`` under a fused entry that names a

@@ -49,8 +49,8 @@
  * with every blocking stream). Any flush runs every chain. KERNFORGE_FUSE=0 holds nothing (a
  * one-launch line of the kernel after the fused one then replaces its launches as any line
  * does); an entry whose fused function cannot be loaded, or whose fused launch fails, runs its
- * originals from then on, as the guards' refusal does (one message); anything this file cannot handle disables deferral for the rest
- * of the process after flushing. */
+ * originals from then on, as the guards' refusal does (one message); anything this file
+ * cannot handle disables deferral for the rest of the process after flushing. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
