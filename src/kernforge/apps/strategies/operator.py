@@ -126,8 +126,8 @@ def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any,
         _step_label(win) if path == "fused step" else \
         f"lifted program ({(win.figures or {}).get('design')})" if path == "lifted" else path
     # every path found, the winner's too: M4 runs the one-launch spec beside a fused winner
-    alternatives = {k: {"spec": str(v.spec_path), "speedup": v.speedup, "ci": list(v.ci)}
-                    for k, v in found.items()}
+    alternatives = {k: {"spec": str(spec if k == path else v.spec_path), "speedup": v.speedup,
+                        "ci": list(v.ci)} for k, v in found.items()}
     return {**row, "matched": True, "path": label, "cell": win.cell, "speedup": win.speedup,
             "ci": list(win.ci), "note": win.note, "spec": str(spec),
             "refused": refused, "alternatives": alternatives}
