@@ -98,6 +98,22 @@ def test_every_flush_point_runs_the_replacement(fake: FakeCuda, lib: Path,
     assert r.log and ran["heat_one"] == 35 - 4 * 5 == r.log["flushed_one_launch"], ran
 
 
+@pytest.mark.parametrize("end", ["x", "X"], ids=["exit", "cuCtxDestroy"])
+def test_steps_held_at_exit_or_context_teardown_run_the_replacement(
+        fake: FakeCuda, lib: Path, tmp_path: Path, end: str) -> None:
+    """The loop's buffers are a shared file mapping: what the kernels left there outlives the
+    process, and equals the plain run's."""
+    maps = {m: tmp_path / f"{m}.bin" for m in ("plain", "fused")}
+    cmd = fake.loop_command("s" * 13 + end)
+    subprocess.run(cmd, env={**fake.env, "FAKE_LOOP_MAP": str(maps["plain"])}, check=True,
+                   capture_output=True, timeout=TIMEOUT_S)
+    r, _, ran = traced(fake, lib, tmp_path, "s" * 13 + end, pair(tuned_image(fake, tmp_path)),
+                       env={"FAKE_LOOP_MAP": str(maps["fused"])})
+    assert r.rc == 0 and not r.messages, r.err
+    assert ran == Counter({"heat_x5": 2, "heat_one": 3}), ran
+    assert maps["fused"].read_bytes() == maps["plain"].read_bytes()
+
+
 def test_without_unfused_next_the_originals_run_as_before(fake: FakeCuda, lib: Path,
                                                           tmp_path: Path) -> None:
     """A file written before the field: the same two lines, the fused one untagged."""
