@@ -39,10 +39,13 @@ def show(run: Path) -> None:
         why = (r.get("refused") or {}).get("fused step")
         if why and why != seq:
             print(f"    fused step refused: {_short(why)}")
+        if r.get("unfused_steps"):
+            print(f"    held launches run unfused run {_short(r['unfused_steps'])}")
     for d in (m4.figures.get("datasets") if m4 else None) or []:
         if "fused_groups" in d:
             print(f"  M4 {d['dataset']}: {d['fused_groups']} fused launches, "
-                  f"{d.get('flushed_unfused')} run unfused, speedup {d.get('speedup')}")
+                  f"{d.get('flushed_unfused')} run unfused ({d.get('flushed_one_launch')} "
+                  f"as the one-launch operator), speedup {d.get('speedup')}")
 
 
 if __name__ == "__main__":

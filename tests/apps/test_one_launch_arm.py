@@ -59,6 +59,7 @@ def test_a_fused_winner_gets_its_one_launch_spec_in_the_arm(
     monkeypatch.setattr(strat, "interposer_fuses", lambda spec: True)
     row = strat._paths(SimpleNamespace(fuse_unit=lambda *a, **k: _Found(fused, 1.5)),
                        heat_unit, tmp_path, 3, _Found(one, 1.3), None)
+    fused = fused.with_name(f"{fused.stem}-one-launch.json")  # its unfused steps: the operator
     assert row["spec"] == str(fused) and row["path"] == "fused 3 steps alone"
     assert row["alternatives"] == {"one-launch": {"spec": str(one), "speedup": 1.3,
                                                   "ci": [1.0, 2.0]},

@@ -152,8 +152,11 @@ def test_m4_runs_the_one_launch_arm_beside_the_fused_winner(
     assert "failed" not in figures, figures.get("failed")  # every arm passed its check
     assert figures["integration"]["fused"] == ["interior"]
     # 16 steps: a group runs when 6 are held, the last step's 4 launches flushed at the end
-    assert (small["fused"], small["fused_groups"], small["flushed_unfused"]) == (True, 3, 4)
-    assert "small " in reason and "(3 fused launches, 4 held launches run unfused)" in reason
+    # (the interior of that step runs the one-launch operator: M3a paired it with the fused step)
+    assert (small["fused"], small["fused_groups"], small["flushed_unfused"],
+            small["flushed_one_launch"]) == (True, 3, 4, 1), small
+    assert "small " in reason and ("(3 fused launches, 4 held launches run unfused (1 as the "
+                                   "one-launch operator))") in reason, reason
     arm = figures["one_launch"]
     (swap,) = arm["swapped"]
     assert swap["path"] == "fused step" and swap["kernel"] == "interior"

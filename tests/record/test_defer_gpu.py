@@ -88,6 +88,12 @@ template <int T> __device__ void steps(const float *in, float *out, int n, float
 }
 extern "C" __global__ void heat_x5(const float *in, float *out, int n, float c) { steps<5>(in, out, n, c); }
 extern "C" __global__ void heat_x7(const float *in, float *out, int n, float c) { steps<7>(in, out, n, c); }
+// a one-launch replacement of heat (the same arithmetic, a grid-stride loop): what the held
+// launches that run unfused run under "unfused:next"
+extern "C" __global__ void heat_one(const float *in, float *out, int n, float c) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    out[i] = (i == 0 || i == n - 1) ? in[i] : in[i] + c * (in[i - 1] - 2.0f * in[i] + in[i + 1]);
+}
 """
 
 
@@ -117,10 +123,18 @@ def line(out: Path, steps: int) -> str:
                       f"fuse:{steps}:0:8"]) + "\n"
 
 
-def deferred(out: Path, steps: int, env: dict[str, str] | None = None
+def one_line(out: Path) -> str:
+    """heat's one-launch replacement, heat_one on 8 blocks of 128 threads."""
+    key = "xx" * 16 + N.to_bytes(4, "little").hex() + struct.pack("<f", 0.25).hex()
+    return "\t".join(["heat", f"{N // 256},1,1", "256,1,1", "0", key, str(out / "fused.cubin"),
+                      "heat_one", "-", "8,1,1", "128,1,1", "0", "-1", "-"]) + "\n"
+
+
+def deferred(out: Path, steps: int, env: dict[str, str] | None = None, one: bool = False
              ) -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:
     spec, log = out / f"deploy-{steps}.tsv", out / f"log-{steps}.json"
-    spec.write_text(line(out, steps))
+    spec.write_text(line(out, steps).replace("\n", "\tunfused:next\n") + one_line(out)
+                    if one else line(out, steps))
     log.unlink(missing_ok=True)
     full = interposer.preload_env(interposer.build(), {"KERNFORGE_DEPLOY": str(spec),
                                                        "KERNFORGE_DEPLOY_LOG": str(log),
@@ -151,3 +165,19 @@ def test_kernforge_fuse_0_runs_the_originals_on_the_gpu(built: Path) -> None:
     done, log = deferred(built, 5, {"KERNFORGE_FUSE": "0"})
     assert done.returncode == 0 and done.stdout == alone.stdout, done.stderr
     assert log["fused_groups"] == 0 and log["fusion"] is False, log
+
+
+@pytest.mark.parametrize("steps", [5, 7])
+def test_held_launches_run_unfused_run_the_one_launch_replacement(built: Path,
+                                                                  steps: int) -> None:
+    """The launches held at each copy, sync or memset (and the step held after each fused
+    launch) run heat_one, not heat: each launch once, every observation as the plain run's."""
+    alone = subprocess.run([str(built / "loop")], capture_output=True, text=True, timeout=300,
+                           check=True)
+    done, log = deferred(built, steps, one=True)
+    assert done.returncode == 0 and done.stdout == alone.stdout, done.stdout + done.stderr
+    assert "kernforge:" not in done.stderr, done.stderr
+    groups, unfused = int(log["fused_groups"]), int(log["flushed_unfused"])  # type: ignore
+    assert groups > 0 and groups * steps + unfused == 203, log
+    assert log["flushed_one_launch"] == unfused > 0, log
+    assert log["entries"][1]["replaced"] == unfused, log  # type: ignore

@@ -182,8 +182,9 @@ def _counts(setup: Setup, fused: bool) -> dict[str, Any]:
     """The interposer's counts of the dataset's last run with the native deployment:
     launches that ran the replacement, and launches of deployed kernels that did not; with a
     fused entry (``fused``: the integration holds one), the fused launches it made
-    (``fused_groups``) and the held launches it ran unfused (``flushed_unfused``: a copy, a
-    sync, the loop's end... came first)."""
+    (``fused_groups``), the held launches it ran unfused (``flushed_unfused``: a copy, a
+    sync, the loop's end... came first) and those of them that ran the fused entry's
+    one-launch replacement (``flushed_one_launch``)."""
     if "KERNFORGE_DEPLOY_LOG" not in setup.env:
         return {}
     log = nd.read_log(Path(setup.env["KERNFORGE_DEPLOY_LOG"]))
@@ -194,7 +195,8 @@ def _counts(setup: Setup, fused: bool) -> dict[str, Any]:
               "fallbacks": log.get("fallbacks", 0), **flag}
     if fused or any(e.get("fuse") for e in log.get("entries", [])):
         counts.update(fused_groups=log.get("fused_groups", 0),
-                      flushed_unfused=log.get("flushed_unfused", 0))
+                      flushed_unfused=log.get("flushed_unfused", 0),
+                      flushed_one_launch=log.get("flushed_one_launch", 0))
         if log.get("fusion") is False:  # turned off in the run (its stderr says why)
             counts["fusion_off"] = True
     return counts

@@ -58,8 +58,10 @@ def counts_text(x: dict[str, Any]) -> str:
         return "the interposer's log of the last run was missing: fusion not seen"
     off = ("; the interposer had turned fusion off (its message in the run's log under "
            "OUT/logs says why)" if x.get("fusion_off") else "")
+    one = x.get("flushed_one_launch") or 0
     return (f"{x.get('fused_groups', 0)} fused launches, {x.get('flushed_unfused', 0)} held "
-            f"launches run unfused{off}")
+            f"launches run unfused" + (f" ({one} as the one-launch operator)" if one else "")
+            + off)
 
 
 def _fig(x: dict[str, Any]) -> str:

@@ -75,14 +75,15 @@ def prepared(spec_path: str | os.PathLike[str], spare: str) -> tuple[str, str]:
     from ..backends import jit
     from ..record import interposer
     from . import native as nd
+    from .native_unfused import parts
 
     spec_abs = os.path.abspath(spec_path)
     started = time.time_ns()
     spec = nd.read_spec(Path(spec_abs))
     text = nd.interposer_lines(spec)
     lib = str(interposer.build())
-    images = [str(p) for e in spec.entries for p in (spec.image_path(e),
-                                                     spec.image_path(e).resolve())]
+    images = [str(p) for e in spec.entries for part in parts(e)
+              for p in (spec.image_path(part), spec.image_path(part).resolve())]
     native = Path(interposer.__file__).with_name("native")
     # what the library and the line file are made by: another kernforge is verified again
     sources = [interposer.__file__, nd.__file__, jit.__file__, __file__, linecache.__file__,

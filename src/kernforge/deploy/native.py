@@ -36,7 +36,8 @@ only whole matching steps.
 
 Any entry may hold ``guards``: the module globals whose values its kernel baked in, read by the
 interposer before that kernel first runs and after a write that may have reached them
-(:mod:`.native_guards`).
+(:mod:`.native_guards`). A fused entry's ``fuse`` may hold ``one_launch``, an ordinary entry
+that runs the launches it holds but runs unfused (:mod:`.native_unfused`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from ..backends.jit import JIT_OPTIONS
 from ..core import ConfigError
 from ..core.jsonio import parse_json, sign, signature_ok, write_json_atomic
 from .native_guards import Guard, attrs_problem, guards_problem, tagged_fields, with_guards
+from .native_unfused import one_launch_problem, parts
 from .specdoc import (
     LINES_MARK,
     is_native_spec,  # noqa: F401 - a name of this module too
@@ -213,10 +215,10 @@ def check_fuse(e: Mapping[str, Any], where: str) -> None:
         return FusedEntryError(f"{where}: the fused entry of {name} {why}", hint=hint)
 
     fields = ("steps", "in_offset", "out_offset")
-    if not isinstance(fuse, Mapping) or set(fuse) - {"companions"} != set(fields) or any(
-            type(fuse[k]) is not int for k in fields):
+    if not isinstance(fuse, Mapping) or set(fuse) - {"companions", "one_launch"} != set(
+            fields) or any(type(fuse[k]) is not int for k in fields):
         raise refuse("does not hold exactly the integers steps, in_offset and out_offset "
-                     "(and companions)")
+                     "(and companions, one_launch)")
     steps, i, o = (fuse[k] for k in fields)
     if steps not in FUSE_STEPS:
         raise refuse(f"fuses {steps} steps; the interposer fuses an odd number from 3 to 63")
@@ -242,6 +244,8 @@ def check_fuse(e: Mapping[str, Any], where: str) -> None:
         why = companion_problem(c)
         if why:
             raise refuse(f"has a companion (#{k}) that {why}")
+    if "one_launch" in fuse and (why := one_launch_problem(fuse["one_launch"], e)):
+        raise refuse(why)
 
 
 def check_guards(e: Mapping[str, Any], where: str) -> None:
@@ -334,63 +338,74 @@ def read_spec(path: Path) -> NativeSpec:
         raise ConfigError(f"{path}: the spec's signature does not match its contents",
                           hint="it was edited or damaged; export it again from the run")
     spec = NativeSpec(path, tuple(doc["entries"]))
-    for e in spec.entries:
-        check_fuse(e, str(path))
-        check_guards(e, str(path))
-        img = spec.image_path(e)
-        if not img.is_file() or hashlib.sha256(img.read_bytes()).hexdigest() != e["image_sha256"]:
-            raise ConfigError(f"{path}: the image of {e['name']} ({img}) is missing or altered",
-                              hint="export the spec again from the tuning run")
+    for entry_ in spec.entries:
+        check_fuse(entry_, str(path))
+        for e in parts(entry_):  # a fused entry's one-launch replacement has an image too
+            check_guards(e, str(path))
+            img = spec.image_path(e)
+            if not img.is_file() or \
+                    hashlib.sha256(img.read_bytes()).hexdigest() != e["image_sha256"]:
+                raise ConfigError(f"{path}: the image of {e['name']} ({img}) is missing or "
+                                  "altered", hint="export the spec again from the tuning run")
     return spec
 
 
 def interposer_lines(spec: NativeSpec) -> str:
-    """The interposer's deployment file (one tab-separated line an entry)."""
+    """The interposer's deployment file (one tab-separated line an entry; a fused entry's
+    one-launch replacement on the line after it, which says so with ``unfused:next``)."""
     lines = [LINES_MARK + str(spec.path).replace("\n", " ")]
     for e in spec.entries:
-        unknown = sorted(set(e["jit"]) - set(JIT_OPTIONS))
-        if unknown:
-            raise ConfigError(f"{spec.path}: entry {e['name']} has JIT options the interposer "
-                              f"does not apply: {', '.join(unknown)}",
-                              hint=f"kernforge writes only {', '.join(JIT_OPTIONS)}; export "
-                                   "the spec again from the tuning run")
-        jit = ",".join(f"{JIT_OPTIONS[k]}={int(v)}" for k, v in e["jit"].items()) or "-"
-        carve = -1 if e.get("carveout") is None else int(e["carveout"])
-        fields = [e["kernel"], ",".join(map(str, e["grid"])), ",".join(map(str, e["block"])),
-                  str(e["shared_mem"]), e["key"] or "*", str(spec.image_path(e).resolve()),
-                  e.get("entry", e["kernel"]), jit, ",".join(map(str, e["new_grid"])),
-                  ",".join(map(str, e["new_block"])),
-                  str(e.get("new_shared_mem", e["shared_mem"])), str(carve),
-                  e.get("source_image") or "-"]
-        if e.get("fuse") is not None:
-            check_fuse(e, str(spec.path))
-            f = e["fuse"]
-            comps = f.get("companions") or []
-            placed = any("grid" in c for c in comps)  # six fields each (geometry)
-            imaged = placed or any("image" in c for c in comps)  # five fields, else four
-            width = ":6" if placed else ":5" if imaged else ""
-            fields.append(f"fuse:{f['steps']}:{f['in_offset']}:{f['out_offset']}"
-                          + (f":{len(comps)}" if comps else "") + width)
-            for c in comps:  # kf_deploy.c's format; "xx": as the first held step's
-                hexp = list(c["params"])
-                for o in c.get("same_slots", ()):
-                    hexp[2 * o:2 * o + 16] = "x" * 16
-                fields += [c["name"], "".join(hexp) or "-",
-                           ",".join(map(str, c["in_slots"])) or "-",
-                           ",".join(map(str, c["out_slots"])) or "-"]
-                fields += [c.get("image") or "-"] if imaged else []
-                fields += [_geometry_field(c)] if placed else []
-        if e.get("guards"):
-            check_guards(e, str(spec.path))
-            fields += [] if e.get("fuse") is not None else ["-"]  # field 14: no fusion
-        fields += tagged_fields(e)
-        if any(not f or "\t" in f or "\n" in f or "\r" in f or "\0" in f for f in fields):
-            raise ConfigError(f"{spec.path}: entry {e['name']} has an empty field or one "
-                              "holding a tab, a line break or a NUL byte",
-                              hint="the interposer reads one entry a line, fields "
-                                   "separated by tabs; export the spec again")
-        lines.append("\t".join(fields))
+        one = (e.get("fuse") or {}).get("one_launch")
+        lines.append("\t".join(_line_fields(spec, e) + (["unfused:next"] if one else [])))
+        if one:
+            lines.append("\t".join(_line_fields(spec, one)))
     return "\n".join(lines) + "\n"
+
+
+def _line_fields(spec: NativeSpec, e: Mapping[str, Any]) -> list[str]:
+    """Entry ``e``'s fields in kf_deploy.c's format."""
+    unknown = sorted(set(e["jit"]) - set(JIT_OPTIONS))
+    if unknown:
+        raise ConfigError(f"{spec.path}: entry {e['name']} has JIT options the interposer "
+                          f"does not apply: {', '.join(unknown)}",
+                          hint=f"kernforge writes only {', '.join(JIT_OPTIONS)}; export "
+                               "the spec again from the tuning run")
+    jit = ",".join(f"{JIT_OPTIONS[k]}={int(v)}" for k, v in e["jit"].items()) or "-"
+    carve = -1 if e.get("carveout") is None else int(e["carveout"])
+    fields = [e["kernel"], ",".join(map(str, e["grid"])), ",".join(map(str, e["block"])),
+              str(e["shared_mem"]), e["key"] or "*", str(spec.image_path(e).resolve()),
+              e.get("entry", e["kernel"]), jit, ",".join(map(str, e["new_grid"])),
+              ",".join(map(str, e["new_block"])),
+              str(e.get("new_shared_mem", e["shared_mem"])), str(carve),
+              e.get("source_image") or "-"]
+    if e.get("fuse") is not None:
+        check_fuse(e, str(spec.path))
+        f = e["fuse"]
+        comps = f.get("companions") or []
+        placed = any("grid" in c for c in comps)  # six fields each (geometry)
+        imaged = placed or any("image" in c for c in comps)  # five fields, else four
+        width = ":6" if placed else ":5" if imaged else ""
+        fields.append(f"fuse:{f['steps']}:{f['in_offset']}:{f['out_offset']}"
+                      + (f":{len(comps)}" if comps else "") + width)
+        for c in comps:  # kf_deploy.c's format; "xx": as the first held step's
+            hexp = list(c["params"])
+            for o in c.get("same_slots", ()):
+                hexp[2 * o:2 * o + 16] = "x" * 16
+            fields += [c["name"], "".join(hexp) or "-",
+                       ",".join(map(str, c["in_slots"])) or "-",
+                       ",".join(map(str, c["out_slots"])) or "-"]
+            fields += [c.get("image") or "-"] if imaged else []
+            fields += [_geometry_field(c)] if placed else []
+    if e.get("guards"):
+        check_guards(e, str(spec.path))
+        fields += [] if e.get("fuse") is not None else ["-"]  # field 14: no fusion
+    fields += tagged_fields(e)
+    if any(not f or "\t" in f or "\n" in f or "\r" in f or "\0" in f for f in fields):
+        raise ConfigError(f"{spec.path}: entry {e['name']} has an empty field or one "
+                          "holding a tab, a line break or a NUL byte",
+                          hint="the interposer reads one entry a line, fields "
+                               "separated by tabs; export the spec again")
+    return fields
 
 
 def _geometry_field(c: Mapping[str, Any]) -> str:

@@ -117,14 +117,19 @@ def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any,
     for k, v in found.items():
         if k != path:
             refused[k] = f"slower ({v.speedup:.2f}x against {win.speedup:.2f}x)"
+    spec = win.spec_path
+    if path in ("fused", "fused step") and "one-launch" in found:  # for the steps run unfused
+        from ...deploy.merge import merge_one_launch
+
+        spec, row["unfused_steps"] = merge_one_launch(spec, found["one-launch"].spec_path)
     label = f"fused {win.steps} steps alone" if path == "fused" else \
         _step_label(win) if path == "fused step" else \
         f"lifted program ({(win.figures or {}).get('design')})" if path == "lifted" else path
     # every path found, the winner's too: M4 runs the one-launch spec beside a fused winner
-    alternatives = {k: {"spec": str(v.spec_path), "speedup": v.speedup, "ci": list(v.ci)}
-                    for k, v in found.items()}
+    alternatives = {k: {"spec": str(spec if k == path else v.spec_path), "speedup": v.speedup,
+                        "ci": list(v.ci)} for k, v in found.items()}
     return {**row, "matched": True, "path": label, "cell": win.cell, "speedup": win.speedup,
-            "ci": list(win.ci), "note": win.note, "spec": str(win.spec_path),
+            "ci": list(win.ci), "note": win.note, "spec": str(spec),
             "refused": refused, "alternatives": alternatives}
 
 

@@ -17,11 +17,13 @@
  * steps are held, the first T run as ONE launch of the entry's fused function with the first
  * stencil's parameters, and the last step stays held. T is odd, so the fused launch writes the
  * first stencil's OUT, the buffer the T-th step writes; IN keeps the level before the first
- * step instead of the (T-1)-th, until the held step, which always runs as the originals,
- * overwrites it (a step held in part is never the one after a fused launch). So every buffer
- * equals the unfused run's whenever anyone can look, provided everything that could look, or
- * reorder memory, first flushes: runs what is held, one by one, as the original launches in
- * their order (the real functions, their own parameters and geometry, in their own context).
+ * step instead of the (T-1)-th, until the held step, which always runs unfused, overwrites it
+ * (a step held in part is never the one after a fused launch). So every buffer equals the
+ * unfused run's whenever anyone can look, provided everything that could look, or reorder
+ * memory, first flushes: runs what is held, one by one, in their order, as the original
+ * launches (the real functions, their own parameters and geometry, in their own context), a
+ * stencil as the entry's one-launch replacement instead where the line names one
+ * ("unfused:next": the next line's entry, where it would replace that launch; kf_unfused.c).
  * A launch is never lost nor run twice.
  *
  * What flushes: every other launch (kf_record.c; a companion that is not the one due, or
@@ -37,17 +39,18 @@
  *
  * Before each chain's first fused launch the globals the entry guards are read (kf_guard.c):
  * a value other than the one the fused function baked in runs what is held as the originals,
- * and the entry's originals from then on.
+ * and the entry's originals from then on (its one-launch entry is off too: kf_fused_off).
  *
  * A launch on a stream being captured into a graph is never held (kf_defer_launch asks the
  * driver when a chain starts; cuStreamBeginCapture flushes first, as any other function).
  * Chains are kept per (context, stream, and thread for a per-thread default stream) under
  * kf_lock; a launch held on a default stream flushes every other chain, and one held on
  * another stream flushes the default streams' chains (the legacy default stream orders itself
- * with every blocking stream). Any flush runs every chain. KERNFORGE_FUSE=0 holds nothing; an
- * entry whose fused function cannot be loaded, or whose fused launch fails, runs its originals
- * from then on (one message); anything this file cannot handle disables deferral for the rest
- * of the process after flushing. */
+ * with every blocking stream). Any flush runs every chain. KERNFORGE_FUSE=0 holds nothing (a
+ * one-launch line of the kernel after the fused one then replaces its launches as any line
+ * does); an entry whose fused function cannot be loaded, or whose fused launch fails, runs its
+ * originals from then on, as the guards' refusal does (one message); anything this file
+ * cannot handle disables deferral for the rest of the process after flushing. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
@@ -105,21 +108,7 @@ static void leave_ctx(int pushed) {
 
 /* launch l (function, geometry already set) with the parameter bytes p of role r of chain c */
 static CUresult run_with(chain_t *c, int r, kf_launch_t l, uint8_t *p) {
-  kf_fn_t *fn = c->fn[r];
-  void *small[32], **pv = small;
-  size_t n = c->n[r];
-  void *extra[] = {(void *)1, p, (void *)2, &n, NULL}; /* CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE */
-  l.params = NULL, l.extra = NULL;
-  if (fn->layout == 1) {
-    if (fn->nparams > 32 && !(pv = malloc((size_t)fn->nparams * sizeof *pv))) return 2;
-    for (int i = 0; i < fn->nparams; i++) pv[i] = p + fn->off[i];
-    l.params = pv;
-  } else {
-    l.extra = extra;
-  }
-  CUresult rc = kf_launch_now(&l);
-  if (pv != small) free(pv);
-  return rc;
+  return kf_run_params(c->fn[r], c->n[r], l, p);
 }
 
 static void failed_original(const kf_entry_t *e, CUresult rc) {
@@ -128,10 +117,13 @@ static void failed_original(const kf_entry_t *e, CUresult rc) {
               rc);
 }
 
-/* what is held as the original launches, one by one, in their order */
-static void run_originals(chain_t *c) {
+/* what is held, one by one, in their order: as the original launches, the stencils as the
+ * entry's one-launch replacement where it applies (`one`, kf_unfused.c) */
+static void run_unfused(chain_t *c, int one) {
   for (int i = 0; i < c->held; i++) {
-    CUresult rc = run_with(c, i % c->per, c->h[i].l, c->h[i].p);
+    held_t *h = &c->h[i];
+    CUresult rc = one && !(i % c->per) ? kf_run_unfused(c->e, c->fn[0], c->n[0], &h->l, h->p)
+                                       : run_with(c, i % c->per, h->l, h->p);
     if (rc) failed_original(c->e, rc);
     c->e->unfused++, kf_defer_unfused++;
   }
@@ -151,7 +143,7 @@ static void drop(size_t i) { /* chain i holds nothing: forget it */
 static void flush_chain(size_t i) {
   chain_t *c = chains[i];
   int pushed = enter_ctx(c->ctx);
-  run_originals(c);
+  run_unfused(c, 1);
   leave_ctx(pushed);
   drop(i);
 }
@@ -188,21 +180,14 @@ static void fire(chain_t *c) {
   const char *why = "it could not be loaded";
   if (e->nguard && !kf_guards_ok(e, &c->h[0].l, c->fn[0], !c->groups, &why)) { /* baked in */
     kf_guard_refused(e, why, "unfused");
-    e->disabled = 1;
-    run_originals(c);
+    kf_fused_off(e);
+    run_unfused(c, 0);
     leave_ctx(pushed);
     return;
   }
   CUfunction f = kf_entry_function(e, &why);
   CUresult rc = 999;
-  if (f) {
-    kf_launch_t l = c->h[0].l;
-    l.f = f;
-    memcpy(l.grid, e->ngrid, sizeof l.grid);
-    memcpy(l.block, e->nblock, sizeof l.block);
-    l.shmem = e->nshmem;
-    rc = run_with(c, 0, l, c->h[0].p);
-  }
+  if (f) rc = run_with(c, 0, kf_swapped(&c->h[0].l, e, f), c->h[0].p);
   if (!rc) {
     size_t last = (size_t)e->fuse * (size_t)c->per; /* the last step's first launch */
     memcpy(c->store, c->store + e->fuse * c->step, c->step);
@@ -215,8 +200,8 @@ static void fire(chain_t *c) {
     if (!e->launch_failed++)
       kf_log("deploy: the fused launch of %s failed (CUDA error %d); it runs unfused", e->name,
              rc);
-    e->disabled = 1;
-    run_originals(c);
+    kf_fused_off(e);
+    run_unfused(c, 0);
   }
   leave_ctx(pushed);
 }
@@ -370,7 +355,7 @@ int kf_defer_launch(kf_entry_t *e, kf_launch_t *l, kf_fn_t *fn, const uint8_t *p
     const char *why = NULL;
     if (capturing(l)) return 0;
     if (!kf_entry_function(e, &why)) { /* once: its launches run unfused from now on */
-      e->failed++, e->disabled = 1;
+      e->failed++, kf_fused_off(e);
       kf_log("deploy: cannot load the fused %s from %s: it %s; %s runs unfused", e->entry,
              e->image, why, e->name);
       return 0;

@@ -77,12 +77,14 @@ static void parse_all(const char *path, char *text, size_t size) {
       if (a) entries = a; else why = "no memory", cap = nentries;
     }
     if (!why && (why = kf_parse_entry(line, &e))) kf_entry_free(&e);
-    if (!why) nfused += e.fuse > 0, nguarded += e.nguard > 0, entries[nentries++] = e;
+    if (!why) e.line = line_no, nfused += e.fuse > 0, nguarded += e.nguard > 0;
+    if (!why) entries[nentries++] = e;
     else if (!malformed++) first_bad = line_no, first_why = why;
   }
   if (malformed)
     kf_log("deployment %s: %zu malformed line(s) skipped (line %zu: %s); their kernels run "
            "unchanged", path, malformed, first_bad, first_why);
+  kf_unfused_link(entries, nentries, path);
 }
 
 static int by_name_cmp(const void *a, const void *b) {
@@ -229,41 +231,63 @@ static int matches(const kf_entry_t *e, const kf_launch_t *l, const uint8_t *par
          sizeof e->block) && e->shmem == l->shmem && key_matches(e, params, n);
 }
 
+int kf_entry_applies(kf_entry_t *e, const kf_launch_t *l, kf_fn_t *fn, const uint8_t *p,
+                     size_t n) {
+  if (e->disabled || !matches(e, l, p, n)) return 0;
+  if (e->source && kf_launch_image(l, fn) != e->source) { /* another image (a dtype) */
+    if (!fn->image && !e->unknown_image++)
+      kf_log("deploy: which image %s comes from is not known; it runs unchanged", e->name);
+    return 0;
+  }
+  return 1;
+}
+
+CUfunction kf_entry_replacement(kf_entry_t *e, const kf_launch_t *l, kf_fn_t *fn,
+                                int *look_on) {
+  const char *why = NULL;
+  *look_on = 0;
+  if (e->nguard && !kf_guards_ok(e, l, fn, 0, &why)) { /* a baked-in global changed */
+    kf_guard_refused(e, why, "unchanged");
+    e->disabled = 1, *look_on = 1;
+    return NULL;
+  }
+  CUfunction f = kf_entry_function(e, &why);
+  if (!f) { /* once: the entry is off from now on */
+    e->failed++, e->disabled = 1;
+    kf_log("deploy: cannot load %s from %s: it %s; %s runs unchanged", e->entry, e->image,
+           why, e->name);
+  }
+  return f;
+}
+
+kf_launch_t kf_swapped(const kf_launch_t *l, const kf_entry_t *e, CUfunction f) {
+  kf_launch_t s = *l;
+  s.f = f;
+  memcpy(s.grid, e->ngrid, sizeof s.grid);
+  memcpy(s.block, e->nblock, sizeof s.block);
+  s.shmem = e->nshmem;
+  return s;
+}
+
 /* called under kf_lock, after kf_deploy_covers(fn) */
 int kf_deploy_try(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psize,
                   CUresult *rc, CUresult (*real)(kf_launch_t *, void *), void *ctx) {
   if (fn->companion && fuse_on && kf_defer_companion(l, fn, params, psize, rc)) return 1;
   for (size_t j = 0; j < fn->dep_count; j++) {
     kf_entry_t *e = &entries[by_name[fn->dep_first + j]];
-    if (e->disabled || !matches(e, l, params, psize)) continue;
-    if (e->source && kf_launch_image(l, fn) != e->source) { /* another image (a dtype) */
-      if (!fn->image && !e->unknown_image++)
-        kf_log("deploy: which image %s comes from is not known; it runs unchanged", e->name);
-      continue;
-    }
+    if (!kf_entry_applies(e, l, fn, params, psize)) continue;
     if (e->fuse) { /* fused: held (kf_defer.c), unless fusion is off or it cannot be */
       if (fuse_on && kf_defer_launch(e, l, fn, params, psize, rc)) return 1;
       continue;
     }
     kf_defer_flush_locked();
-    const char *why = NULL;
-    if (e->nguard && !kf_guards_ok(e, l, fn, 0, &why)) { /* a baked-in global changed */
-      kf_guard_refused(e, why, "unchanged");
-      e->disabled = 1;
-      continue;
-    }
-    CUfunction f = kf_entry_function(e, &why);
-    if (!f) { /* once: the entry is off from now on */
-      e->failed++, e->disabled = 1;
-      kf_log("deploy: cannot load %s from %s: it %s; %s runs unchanged", e->entry, e->image,
-             why, e->name);
+    int look_on;
+    CUfunction f = kf_entry_replacement(e, l, fn, &look_on);
+    if (!f) {
+      if (look_on) continue;
       break;
     }
-    kf_launch_t swapped = *l;
-    swapped.f = f;
-    memcpy(swapped.grid, e->ngrid, sizeof swapped.grid);
-    memcpy(swapped.block, e->nblock, sizeof swapped.block);
-    swapped.shmem = e->nshmem;
+    kf_launch_t swapped = kf_swapped(l, e, f);
     *rc = real(&swapped, ctx);
     if (*rc) { /* refused (e.g. a geometry this launch's attributes forbid): the original runs */
       if (!e->launch_failed++)
@@ -295,8 +319,9 @@ void kf_deploy_report(void) {
   char *tmp = malloc(strlen(path) + 32);
   if (!b.s || !tmp) { free(b.s), free(tmp); return; }
   kf_put(&b, "{\"fallbacks\": %lu, \"malformed_lines\": %zu, \"fusion\": %s, "
-         "\"fused_groups\": %lu, \"flushed_unfused\": %lu, \"entries\": [", fallbacks, malformed,
-         kf_defer_enabled() ? "true" : "false", kf_defer_groups, kf_defer_unfused);
+         "\"fused_groups\": %lu, \"flushed_unfused\": %lu, \"flushed_one_launch\": %lu, "
+         "\"entries\": [", fallbacks, malformed, kf_defer_enabled() ? "true" : "false",
+         kf_defer_groups, kf_defer_unfused, kf_unfused_one);
   for (size_t i = 0; i < nentries; i++) {
     kf_put(&b, "%s{\"name\": ", i ? ", " : "");
     kf_put_str(&b, entries[i].name);
@@ -307,8 +332,8 @@ void kf_deploy_report(void) {
              entries[i].nguard, entries[i].guard_checks, entries[i].guard_refused);
     if (entries[i].fuse)
       kf_put(&b, ", \"fuse\": %u, \"companions\": %u, \"fused_groups\": %lu, "
-             "\"flushed_unfused\": %lu", entries[i].fuse, entries[i].ncomp, entries[i].groups,
-             entries[i].unfused);
+             "\"flushed_unfused\": %lu, \"flushed_one_launch\": %lu", entries[i].fuse,
+             entries[i].ncomp, entries[i].groups, entries[i].unfused, entries[i].unfused_one);
     kf_put(&b, "}");
   }
   kf_put(&b, "]}\n");

@@ -34,7 +34,7 @@ typedef struct {
   uint8_t *attrs;     /* the recorded launch attributes (KF_ATTR_SIZE each), NULL: none */
   unsigned nattrs;
 } kf_comp_t;
-typedef struct {
+typedef struct kf_entry {
   char *name, *image, *entry;
   unsigned grid[3], block[3], shmem, ngrid[3], nblock[3], nshmem;
   uint8_t *key, *mask;
@@ -60,6 +60,10 @@ typedef struct {
   int guard_ok;               /* verified in guard_ctx, no guarded byte written since then */
   unsigned long guard_epoch, guard_checks, guard_refused;
   CUcontext guard_ctx;
+  int unfused_next;       /* "unfused:next": held launches run unfused by the next line's entry */
+  struct kf_entry *one;   /* that entry, once linked after reading the file (kf_unfused.c) */
+  unsigned long unfused_one; /* held launches of this fused entry that ran `one` */
+  size_t line;               /* its line in the file, from 1 */
 } kf_entry_t;
 
 /* the id of the image fn (launched as l) comes from, 0 when unknown; asked once per function */
@@ -76,6 +80,32 @@ int kf_defer_launch(kf_entry_t *e, kf_launch_t *l, kf_fn_t *fn, const uint8_t *p
 /* under kf_lock: hold a launch that is the companion a chain on its stream waits for; as
  * kf_defer_launch */
 int kf_defer_companion(kf_launch_t *l, kf_fn_t *fn, const uint8_t *p, size_t n, CUresult *rc);
+
+/* whether entry e (not disabled) replaces launch l of fn (parameters p, n bytes): its
+ * geometry, key and source image (kf_deploy.c) */
+int kf_entry_applies(kf_entry_t *e, const kf_launch_t *l, kf_fn_t *fn, const uint8_t *p,
+                     size_t n);
+/* one-launch entry e's function for launch l of fn now: its guards read, loaded once per
+ * context; NULL when a guard refuses it (*look_on = 1: a later entry may apply) or it cannot
+ * be loaded (*look_on = 0); e is then off from now on, told once (kf_deploy.c) */
+CUfunction kf_entry_replacement(kf_entry_t *e, const kf_launch_t *l, kf_fn_t *fn, int *look_on);
+/* launch l as entry e's function f runs it: e's new grid, block and dynamic shared memory */
+kf_launch_t kf_swapped(const kf_launch_t *l, const kf_entry_t *e, CUfunction f);
+
+/* ---- held launches run unfused (kf_unfused.c) ---- */
+/* launch l (function and geometry set) with the parameter bytes p (n) in fn's layout */
+CUresult kf_run_params(const kf_fn_t *fn, size_t n, kf_launch_t l, uint8_t *p);
+/* held stencil launch l of fused entry e (fn, parameters p, n bytes) run unfused: by e's
+ * one-launch entry ("unfused:next") where it replaces l, else (or when it fails) as itself */
+CUresult kf_run_unfused(kf_entry_t *e, kf_fn_t *fn, size_t n, const kf_launch_t *l,
+                        uint8_t *p);
+/* fused entry e is off (a guard refused it, its function could not load or launch): its
+ * launches run as the originals from now on, its one-launch entry's included */
+void kf_fused_off(kf_entry_t *e);
+/* link every "unfused:next" entry of entries[0..n) (in the file's order) to the one-launch
+ * entry of the next line; one message for those that have none */
+void kf_unfused_link(kf_entry_t *entries, size_t n, const char *path);
+extern unsigned long kf_unfused_one; /* held launches run by a one-launch entry, all entries */
 
 /* whether launch l has the attributes `attrs` (n of them, as recorded) in that order: the
  * same ids, and the same bytes of each value that the attribute uses (kf_guard.c) */

@@ -289,12 +289,24 @@ static const char *parse_guard(kf_entry_t *e, const char *s) {
   return NULL;
 }
 
-/* the fields after field 14 and its companions: each attrs: or guard: */
+/* "unfused:next": a fused entry's held launches that run unfused run as the one-launch entry
+ * of the next line would run them (kf_unfused.c) */
+static const char *parse_unfused(kf_entry_t *e, const char *s) {
+  if (!e->fuse) return "unfused: is for a fused entry";
+  if (strcmp(s, "next")) return "unfused: is not unfused:next";
+  if (e->unfused_next) return "unfused: is given twice";
+  e->unfused_next = 1;
+  return NULL;
+}
+
+/* the fields after field 14 and its companions: each attrs:, guard: or unfused: */
 static const char *parse_tagged(kf_entry_t *e, char **f, int n) {
   for (int i = 0; i < n; i++) {
     const char *why = !strncmp(f[i], "attrs:", 6) ? parse_attrs(e, f[i] + 6)
                     : !strncmp(f[i], "guard:", 6) ? parse_guard(e, f[i] + 6)
-                    : "a field after field 14 and its companions is not attrs: or guard:";
+                    : !strncmp(f[i], "unfused:", 8) ? parse_unfused(e, f[i] + 8)
+                    : "a field after field 14 and its companions is not attrs:, guard: or "
+                      "unfused:";
     if (why) return why;
   }
   return NULL;
@@ -309,7 +321,7 @@ void kf_entry_free(kf_entry_t *e) {
   for (unsigned i = 0; i < e->nguard; i++) free(e->guard[i].name);
 }
 
-#define MAX_FIELDS (14 + 6 * MAX_COMP + MAX_COMP + 1 + MAX_GUARD)
+#define MAX_FIELDS (14 + 6 * MAX_COMP + MAX_COMP + 1 + MAX_GUARD + 1)
 const char *kf_parse_entry(char *line, kf_entry_t *e) {
   char *f[MAX_FIELDS];
   int n = 0;

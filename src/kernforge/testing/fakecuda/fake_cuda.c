@@ -7,9 +7,12 @@
  * A module image is the text "KFFAKE <path of a shared library>"; a kernel is a function
  *   void name(const unsigned grid[3], const unsigned block[3], void **params)
  * of that library, with its parameter sizes in the string `name_params` ("8,8,4").
+ * FAKE_CUDA_TRACE=FILE: every kernel that runs (launched, or a node of a launched graph)
+ * appends its name and a newline to FILE, so a test can tell which function ran.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,11 +197,24 @@ static CUresult record_node(func_t *f, const unsigned *grid, const unsigned *blo
   for (int i = 0; i < f->n; i++) memcpy(nd->p + f->off[i], params[i], f->size[i]);
   return OK;
 }
+static void trace(const func_t *f) {
+  static int fd = -2; /* -2: FAKE_CUDA_TRACE not read yet, -1: none */
+  if (fd == -2) {
+    const char *path = getenv("FAKE_CUDA_TRACE");
+    fd = path && *path ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
+  }
+  if (fd < 0) return;
+  char line[512];
+  int n = snprintf(line, sizeof line, "%s\n", f->name);
+  if (n > 0 && write(fd, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0)
+    fd = -1;
+}
 CUresult cuGraphLaunch(graph_t *g, void *s) {
   (void)s;
   for (int i = 0; g && i < g->n; i++) {
     void *params[32];
     for (int k = 0; k < g->nodes[i].f->n; k++) params[k] = g->nodes[i].p + g->nodes[i].f->off[k];
+    trace(g->nodes[i].f);
     g->nodes[i].f->fn(g->nodes[i].grid, g->nodes[i].block, params);
   }
   return OK;
@@ -222,6 +238,7 @@ CUresult cuLaunchKernel(func_t *f, unsigned gx, unsigned gy, unsigned gz, unsign
   if (ctx_destroyed) return INVALID_CONTEXT;
   if (f->mod && f->mod->unloaded) return INVALID_HANDLE;
   if (s && s == capturing) return record_node(f, grid, block, params);
+  trace(f);
   f->fn(grid, block, params);
   return OK;
 }
