@@ -5,7 +5,8 @@ On a GPU it measures; with ``--emulate`` it runs the same loop on the host emula
 only, timings meaningless: a dry run of the plumbing, the kernels and the oracle). Outputs go to
 ``--out``: the dispatch table the run ends with, the performance log, the idea-log section and a
 summary; review them, bench the changed cells, then ``kernforge stencil adopt`` what the bench
-confirmed into ``src/kernforge/stencil/data/`` (docs/stencil.md).
+confirmed into your own table (never the packaged one, which changes only by a developer's
+commit; docs/stencil.md).
 """
 
 from __future__ import annotations

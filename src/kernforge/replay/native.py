@@ -203,5 +203,6 @@ def evaluate(rp: NativeReplay, v: NativeVariant, *, warmup: int = 3, repeat: int
 
 def compare(rp: NativeReplay, a: NativeVariant, b: NativeVariant, *, passes: int = 7,
             per_pass: int = 5) -> ABResult:
-    """Interleaved A/B of two verified variants (median of per-pass ratios, bootstrap CI)."""
+    """Interleaved A/B of two verified variants (median of per-pass ratios, its
+    distribution-free interval: :func:`~kernforge.harness.compare.interleave`)."""
     return interleave(lambda: rp.time(a), lambda: rp.time(b), passes=passes, per_pass=per_pass)

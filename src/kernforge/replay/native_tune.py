@@ -8,8 +8,8 @@ the recorded configuration), searched by the study every unit is tuned by
 (every candidate once). Each trial is evaluated in the unit's session child at the recorded
 addresses (:mod:`.native_session`), verified against the recorded outputs before it is timed;
 a candidate that crashes costs only itself. The fastest verified candidate is then compared
-with the recorded configuration interleaved (median of per-pass ratios, bootstrap CI) and kept
-only when :func:`kernforge.deploy.gate.refusal` accepts it.
+with the recorded configuration interleaved (median of per-pass ratios, distribution-free CI)
+and kept only when :func:`kernforge.deploy.gate.refusal` accepts it.
 """
 
 from __future__ import annotations
