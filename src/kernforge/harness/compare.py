@@ -128,13 +128,18 @@ def interleave(run_a: Callable[[], float], run_b: Callable[[], float], *, passes
 
 
 def arms_order(i: int, n: int) -> tuple[int, ...]:
-    """The order of ``n`` arms in pass ``i``: rotated by ``i`` (each arm first as often as
-    the others); from three arms on, reversed every other cycle of ``n`` passes, so that each
-    pair runs in both orders equally often (012 120 201 210 021 102). Two arms alternate, as
-    :func:`interleave` does."""
-    r = i % n
+    """The order of ``n`` arms in pass ``i``. Two arms alternate, as :func:`interleave` does.
+    From three arms on, passes come in twos: one order, then the same reversed, the order
+    rotated by one from each two to the next (012 210 120 021 201 102). So every pair runs in
+    both orders equally often after any even number of passes (a look may stop the rounds at
+    any count: 8, 10, 17...), one apart after an odd one, and each arm is first as often as
+    the others every ``2n`` passes."""
+    if n <= 2:
+        r = i % n
+        return tuple(range(r, n)) + tuple(range(r))
+    r = (i // 2) % n
     order = tuple(range(r, n)) + tuple(range(r))
-    return order[::-1] if n > 2 and (i // n) % 2 else order
+    return order[::-1] if i % 2 else order
 
 
 @dataclass(frozen=True)
