@@ -51,7 +51,7 @@
 #include "kf_deploy.h"
 
 static kf_entry_t *entries;       /* in the file's order */
-static size_t nentries, *by_name; /* entry indices by name, then by line */
+static size_t nentries, *by_name; /* entry indices by name, then by line (by_name_cmp) */
 static const char **comp_names;   /* the companions' names, sorted */
 static size_t ncomp_names;
 static size_t malformed, nfused, nguarded;
@@ -87,9 +87,15 @@ static void parse_all(const char *path, char *text, size_t size) {
   kf_unfused_link(entries, nentries, path);
 }
 
+/* whether entry i is a fused entry's one-launch entry (the line after it, kf_unfused.c) */
+static int is_one(size_t i) { return i > 0 && entries[i - 1].one == &entries[i]; }
+
+/* by name; then the kernel's own lines in the file's order, and after them the one-launch
+ * entries of its fused lines (a fused line's helper never shadows a later line of the kernel) */
 static int by_name_cmp(const void *a, const void *b) {
   size_t i = *(const size_t *)a, j = *(const size_t *)b;
   int c = strcmp(entries[i].name, entries[j].name);
+  if (!c) c = is_one(i) - is_one(j);
   return c ? c : (i > j) - (i < j);
 }
 

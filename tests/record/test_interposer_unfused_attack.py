@@ -1,0 +1,96 @@
+"""Hostile cases for held launches run unfused by a fused entry's one-launch replacement
+("unfused:next", record/native/kf_unfused.c), run for real on the fake CUDA driver: threads
+flushing each other's chains, a replacement that replaces only some of the held launches, the
+order in which entries of one kernel are tried."""
+
+from __future__ import annotations
+
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from deploy_run import (
+    TIMEOUT_S,
+    fused_groups,
+    fused_line,
+    heat_key,
+    line,
+    plain,
+    run,
+    tuned_image,
+)
+from test_interposer_defer_stress import FINDINGS, sanitized  # noqa: F401
+from test_interposer_unfused import TAG, one_line, pair, traced
+
+from kernforge.testing.fakedriver import FakeCuda
+
+
+def _threads(fake: FakeCuda, lib: Path, tmp: Path, streams: bool,
+             preload: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+    """32 threads of 41 heat launches each: on streams of their own (each a chain), or all
+    on the NULL stream (one chain that every thread's launch breaks and flushes)."""
+    cmd = fake.threads_command(32, 41, streams=streams)
+    expected = plain(fake, cmd)
+    trace = tmp / "trace.txt"
+    trace.unlink(missing_ok=True)
+    r = run(fake, lib, cmd, tmp, pair(tuned_image(fake, tmp)),
+            env={**(env or {}), "FAKE_CUDA_TRACE": str(trace)}, preload=preload)
+    assert r.rc == 0 and r.out == expected and not r.messages, r.err[-3000:]
+    assert not any(f in r.err for f in FINDINGS), r.err[-3000:]
+    assert r.log, r.err
+    held = r.log["flushed_unfused"]
+    assert fused_groups(r) * 5 + held == 32 * 41, r.log
+    assert r.log["flushed_one_launch"] == held, r.log  # every held launch: the replacement
+    ran = Counter(trace.read_text().split())
+    assert ran == Counter({"heat_x5": fused_groups(r), "heat_one": held} if fused_groups(r)
+                          else {"heat_one": held}), ran
+
+
+@pytest.mark.parametrize("streams", [True, False], ids=["own streams", "the NULL stream"])
+def test_threads_flushing_each_other_run_every_launch_once(
+        fake: FakeCuda, lib: Path, tmp_path: Path, streams: bool) -> None:
+    for _ in range(3):
+        _threads(fake, lib, tmp_path, streams)
+
+
+@pytest.mark.slow  # the sanitizer build takes several seconds
+def test_the_sanitizer_build_finds_nothing_with_threads_and_the_replacement(
+        fake: FakeCuda, sanitized: list[str], tmp_path: Path) -> None:  # noqa: F811
+    env = {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:exitcode=86",
+           "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1:exitcode=87"}
+    for streams in (True, False):
+        _threads(fake, Path(sanitized[-1]), tmp_path, streams, preload=sanitized, env=env)
+
+
+def test_a_one_launch_line_does_not_shadow_a_later_fused_line_of_its_kernel(
+        fake: FakeCuda, lib: Path, tmp_path: Path) -> None:
+    """The one-launch entry of the first fused line (another problem, n=999) matches any heat
+    launch; it is tried after every other line of heat, so the second fused line (n=1000)
+    still holds and fuses the loop's launches, as it did before the first one named a
+    one-launch entry."""
+    image = tuned_image(fake, tmp_path)
+    lines = (fused_line(image, 5, key=heat_key(n=999)) + TAG + "\n" + one_line(image, key="*")
+             + "\n" + fused_line(image, 5) + "\n")
+    r, expected, ran = traced(fake, lib, tmp_path, "s" * 13 + "c", lines)
+    assert r.rc == 0 and r.out == expected and not r.messages, r.err
+    assert ran == Counter({"heat_x5": 2, "heat": 3}) and fused_groups(r) == 2, ran
+    # a launch no fused line holds still runs it: with fusion off, every one
+    r, expected, ran = traced(fake, lib, tmp_path, "s" * 13 + "c", lines,
+                              env={"KERNFORGE_FUSE": "0"})
+    assert r.rc == 0 and r.out == expected and ran == Counter({"heat_one": 13}), ran
+
+
+def test_an_ordinary_line_of_the_launch_comes_before_a_one_launch_line(
+        fake: FakeCuda, lib: Path, tmp_path: Path) -> None:
+    """A kernel's own (top-level) line after a fused line's one-launch line: with fusion off
+    it replaces the launches, not the one-launch entry that happens to come first."""
+    image = tuned_image(fake, tmp_path)
+    own = line("heat", image, key=heat_key(), new_block="128,1,1")  # the tuned image's heat
+    lines = (fused_line(image, 5, key=heat_key(n=999)) + TAG + "\n" + one_line(image, key="*")
+             + "\n" + own + "\n")
+    r, expected, ran = traced(fake, lib, tmp_path, "s" * 13 + "c", lines,
+                              env={"KERNFORGE_FUSE": "0"})
+    assert r.rc == 0 and r.out == expected, r.err
+    assert ran == Counter({"heat": 13}) and r.log, ran
+    assert [e["replaced"] for e in r.log["entries"]] == [0, 0, 13], r.log
