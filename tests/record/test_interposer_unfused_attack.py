@@ -5,13 +5,11 @@ order in which entries of one kernel are tried."""
 
 from __future__ import annotations
 
-import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from deploy_run import (
-    TIMEOUT_S,
     fused_groups,
     fused_line,
     heat_key,
