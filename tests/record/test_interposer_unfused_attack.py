@@ -92,3 +92,27 @@ def test_an_ordinary_line_of_the_launch_comes_before_a_one_launch_line(
     assert r.rc == 0 and r.out == expected, r.err
     assert ran == Counter({"heat": 13}) and r.log, ran
     assert [e["replaced"] for e in r.log["entries"]] == [0, 0, 13], r.log
+
+
+NOT_LINKED = {
+    "two tagged fused lines in a row": "{f}{t}\n{f}{t}\n{o}\n",
+    "a kernel whose name heat begins": "{f}{t}\n{p}\n",
+    "a kernel whose name begins heat's": "{f}{t}\n{q}\n",
+}
+
+
+@pytest.mark.parametrize("text", list(NOT_LINKED.values()), ids=list(NOT_LINKED))
+def test_a_tagged_line_without_its_own_one_launch_line_runs_the_originals(
+        fake: FakeCuda, lib: Path, tmp_path: Path, text: str) -> None:
+    """Only a line of the very same kernel name links: the first of two tagged fused lines
+    (which holds every launch, being first) has none and runs what it holds as the
+    program's heat, told once; the second's link is never used."""
+    image = tuned_image(fake, tmp_path)
+    lines = text.format(f=fused_line(image, 5), t=TAG, o=one_line(image),
+                        p=line("heatx", image, key=heat_key(), entry="heat_one"),
+                        q=line("hea", image, key=heat_key(), entry="heat_one"))
+    r, expected, ran = traced(fake, lib, tmp_path, "s" * 13 + "c" + "s" * 7 + "y", lines)
+    assert r.rc == 0 and r.out == expected, r.err
+    assert ran == Counter({"heat_x5": 3, "heat": 5}), ran
+    told = [m for m in r.messages if "unfused:next" in m]
+    assert len(told) == 1 and "line 1" in told[0] and len(r.messages) == 1, r.err
