@@ -167,8 +167,9 @@ def interleave_arms(runs: Sequence[Callable[[], float]], *, passes: int = 7,
     passes, one run of each a pass in the order :func:`arms_order` gives, so that drift hits
     every arm alike. Arm 0 is the baseline and arm 1 the candidate the caller decides on:
     the looks (:func:`~.verdict.looks`) and the stop are those of :func:`interleave` on the
-    pair (0, 1), whose :meth:`Arms.pair` is what :func:`interleave` with one run a pass would
-    give; the other arms ride along in the same passes, their pairs at the same confidence."""
+    pair (0, 1) (with two arms alone, :meth:`Arms.pair` is what :func:`interleave` with one
+    run a pass would give); the other arms ride along in the same passes, their pairs at the
+    same confidence."""
     if len(runs) < 2:
         raise ConfigError(f"{len(runs)} arm(s) to interleave",
                           hint="give the baseline, the candidate and any other arms")
