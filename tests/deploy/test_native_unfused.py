@@ -204,3 +204,22 @@ def test_a_one_launch_for_another_problem_is_not_paired(tmp_path: Path) -> None:
     (e,), _ = nu.paired([fused], [partial, broad])
     assert e["fuse"]["one_launch"]["key"] == broad["key"]  # the broader one before a partial
     assert nu.paired([fused], [{**right, "key": ""}])[1] == 1  # any launch
+
+
+def test_the_run_report_gives_the_fused_counts_and_names_the_one_launch_line(
+        on_fake: FakeCuda, seed_cache: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """``kernforge run --deploy`` of the combined spec: two lines of heat in the counts, the
+    fused one with its fused and held launches, the other said to be its one-launch line."""
+    from kernforge.cli.main import main
+
+    monkeypatch.setenv("KERNFORGE_CACHE_DIR", str(seed_cache(tmp_path / "cache")))
+    rec = _rec(tmp_path, f"KFFAKE {on_fake.kernels}".encode() + b"\0")
+    image = f"KFFAKE {on_fake.tuned}\n".encode()
+    out, _ = merge.merge_one_launch(*_specs(tmp_path, rec, image, image))
+    assert main(["run", "--deploy", str(out), "--", *on_fake.loop_command("s" * 13 + "c")]) == 0
+    err = capfd.readouterr().err
+    assert ("  heat: 0 replaced; fused 5 steps: 2 fused launch(es), 3 held launch(es) run "
+            "unfused (3 by its one-launch line)\n") in err, err
+    assert ("  heat: 3 replaced (the one-launch line of the fused entry above; its held "
+            "launches included)\n") in err, err

@@ -340,6 +340,7 @@ void kf_deploy_report(void) {
       kf_put(&b, ", \"fuse\": %u, \"companions\": %u, \"fused_groups\": %lu, "
              "\"flushed_unfused\": %lu, \"flushed_one_launch\": %lu", entries[i].fuse,
              entries[i].ncomp, entries[i].groups, entries[i].unfused, entries[i].unfused_one);
+    if (is_one(i)) kf_put(&b, ", \"one_launch\": true"); /* the fused entry before it's */
     kf_put(&b, "}");
   }
   kf_put(&b, "]}\n");
