@@ -116,3 +116,23 @@ def test_a_tagged_line_without_its_own_one_launch_line_runs_the_originals(
     assert ran == Counter({"heat_x5": 3, "heat": 5}), ran
     told = [m for m in r.messages if "unfused:next" in m]
     assert len(told) == 1 and "line 1" in told[0] and len(r.messages) == 1, r.err
+
+
+CAPTURED = {"the one-launch line of a fused line": True, "an ordinary line": False}
+
+
+@pytest.mark.parametrize("tagged", list(CAPTURED.values()), ids=list(CAPTURED))
+def test_a_replacement_first_loaded_inside_a_stream_capture_keeps_the_capture(
+        fake: FakeCuda, lib: Path, tmp_path: Path, tagged: bool) -> None:
+    """The loop's first steps are captured into a graph (global mode, as CUDA's default): a
+    captured launch is never held, so it runs the one-launch line, whose module loads then,
+    inside the capture. A module load there is a "potentially unsafe" call that fails and
+    invalidates the program's capture, unless the interposer's thread is in relaxed mode for
+    it (the fake driver enforces CUDA's rule): the graph holds the replacement, and the
+    program's capture succeeds."""
+    image = tuned_image(fake, tmp_path)
+    lines = pair(image) if tagged else one_line(image) + "\n"
+    r, expected, ran = traced(fake, lib, tmp_path, "G" + "s" * 13 + "c", lines)
+    assert r.rc == 0 and r.out == expected and not r.messages, r.err
+    held = {"heat_x5": 2, "heat_one": 3 + 3} if tagged else {"heat_one": 3 + 13}
+    assert ran == Counter(held), ran

@@ -208,7 +208,16 @@ CUfunction kf_entry_function(kf_entry_t *e, const char **why) {
     *why = "it is used in more than 16 contexts";
     return NULL;
   }
+  /* A module load is a "potentially unsafe" call under stream capture: in the default
+   * (global) interaction mode it fails while this thread, or another in global mode, captures
+   * a stream, and it invalidates that capture, the program's graph. An entry's first launch
+   * may come inside one (a captured launch, or a flush of held launches that runs a
+   * one-launch entry), so this thread loads in relaxed mode (as kf_guard.c reads a global). */
+  int mode = 2; /* CU_STREAM_CAPTURE_MODE_RELAXED */
+  int swapped = kf_drv.cuThreadExchangeStreamCaptureMode &&
+                !kf_drv.cuThreadExchangeStreamCaptureMode(&mode);
   CUfunction f = load_entry(e, why);
+  if (swapped) kf_drv.cuThreadExchangeStreamCaptureMode(&mode);
   if (f) e->ctx[i] = c, e->fn[i] = f;
   return f;
 }
