@@ -136,3 +136,18 @@ def test_a_replacement_first_loaded_inside_a_stream_capture_keeps_the_capture(
     assert r.rc == 0 and r.out == expected and not r.messages, r.err
     held = {"heat_x5": 2, "heat_one": 3 + 3} if tagged else {"heat_one": 3 + 13}
     assert ran == Counter(held), ran
+
+
+def test_two_fused_lines_of_one_kernel_each_with_its_one_launch_line(
+        fake: FakeCuda, lib: Path, tmp_path: Path) -> None:
+    """What merging two problems' combined specs writes: each fused line and its one-launch
+    line, for n=999 and n=1000. The loop (n=1000) fuses under the second pair, and what it
+    holds runs the second one-launch line; the first pair's lines take no launch."""
+    image = tuned_image(fake, tmp_path)
+    first = pair(image, one={"key": heat_key(n=999)}).replace(
+        fused_line(image, 5), fused_line(image, 5, key=heat_key(n=999)))
+    r, expected, ran = traced(fake, lib, tmp_path, "s" * 13 + "c", first + pair(image))
+    assert r.rc == 0 and r.out == expected and not r.messages, r.err
+    assert ran == Counter({"heat_x5": 2, "heat_one": 3}), ran
+    assert r.log and [e["replaced"] for e in r.log["entries"]] == [0, 0, 0, 3], r.log
+    assert [e.get("flushed_one_launch") for e in r.log["entries"]] == [0, None, 3, None]
