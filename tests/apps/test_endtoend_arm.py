@@ -57,7 +57,7 @@ def test_the_arm_runs_in_the_same_rounds_and_is_reported(tmp_path: Path) -> None
     assert "conclusively slower" not in reason
     # three runs a round: the progress counts them all, each labelled with its arm
     assert h.said[-3:] == [f"app: large run {k} of 30 (up to 63 while inconclusive) ({a})"
-                           for k, a in ((28, ol.ARM), (29, "deployed"), (30, "original"))]
+                           for k, a in ((28, "original"), (29, ol.ARM), (30, "deployed"))]
 
 
 def test_a_fused_integration_slower_than_the_one_launch_arm_is_said(tmp_path: Path) -> None:

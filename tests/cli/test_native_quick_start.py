@@ -159,12 +159,15 @@ def test_a_missing_command_is_an_error_on_the_quick_path(
 def test_the_record_names_what_made_the_line_file_and_the_library(spec: Path) -> None:
     """Another kernforge (its line writer, the JIT ids, the interposer's sources) is a miss."""
     from kernforge.backends import jit
+    from kernforge.deploy import native_guards, native_unfused, specdoc
     from kernforge.record import interposer
 
     head = Path(linecache.record_path(str(spec))).read_bytes().split(linecache.SEPARATOR)[0]
     named = {row.split("\t")[1] for row in head.decode().splitlines()[1:]}
     native = Path(interposer.__file__).with_name("native")
     assert {nd.__file__, jit.__file__, interposer.__file__, str(native / "kf_deploy.c"),
+            str(native / "kf_unfused.c"), native_unfused.__file__, native_guards.__file__,
+            specdoc.__file__,
             str(spec.parent / "spec.images" / "tuned.bin"), str(native)} <= named
 
 

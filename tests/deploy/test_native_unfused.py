@@ -176,3 +176,50 @@ def test_a_spec_written_by_kernforge_runs_the_remainder_as_the_one_launch_operat
     assert Counter(trace.read_text().split()) == Counter({"heat_x5": 2, "heat_one": 3})
     counts = json.loads(log.read_text())
     assert counts["flushed_one_launch"] == 3 and counts["fused_groups"] == 2, counts
+
+
+def _keyed(e: dict[str, Any], n: int) -> dict[str, Any]:
+    """``e`` for heat's launches with ``n`` points (the key's bytes 16..19)."""
+    key = e["key"]
+    return {**e, "key": key[:32] + n.to_bytes(4, "little").hex() + key[40:]}
+
+
+def test_a_one_launch_for_another_problem_is_not_paired(tmp_path: Path) -> None:
+    """Of two one-launch entries of the same kernel and geometry, the one whose key matches
+    the fused entry's launches is paired, wherever it comes; one for another problem size
+    (no held launch would ever run it) is refused in a spec."""
+    rec = _rec(tmp_path)
+    fused, right, other = _fused(rec), _one(rec), _keyed(_one(rec), 999)
+    (e,), n = nu.paired([fused], [other, right])
+    assert n == 1 and e["fuse"]["one_launch"]["key"] == fused["key"]
+    assert nu.paired([fused], [other]) == ([fused], 0)
+    assert "key differ" in (nu.one_launch_problem(other, fused) or "")
+    # a key that compares fewer bytes (a generalized one) covers the fused entry's launches
+    broad = {**right, "key": "xx" * 32}
+    assert nu.one_launch_problem(broad, fused) is None and nu.key_covers(broad["key"],
+                                                                          fused["key"])
+    partial = {**right, "key": "00" + right["key"][2:]}  # pins a byte of the IN pointer
+    assert nu.one_launch_problem(partial, fused) is None
+    assert not nu.key_covers(partial["key"], fused["key"])
+    (e,), _ = nu.paired([fused], [partial, broad])
+    assert e["fuse"]["one_launch"]["key"] == broad["key"]  # the broader one before a partial
+    assert nu.paired([fused], [{**right, "key": ""}])[1] == 1  # any launch
+
+
+def test_the_run_report_gives_the_fused_counts_and_names_the_one_launch_line(
+        on_fake: FakeCuda, seed_cache: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """``kernforge run --deploy`` of the combined spec: two lines of heat in the counts, the
+    fused one with its fused and held launches, the other said to be its one-launch line."""
+    from kernforge.cli.main import main
+
+    monkeypatch.setenv("KERNFORGE_CACHE_DIR", str(seed_cache(tmp_path / "cache")))
+    rec = _rec(tmp_path, f"KFFAKE {on_fake.kernels}".encode() + b"\0")
+    image = f"KFFAKE {on_fake.tuned}\n".encode()
+    out, _ = merge.merge_one_launch(*_specs(tmp_path, rec, image, image))
+    assert main(["run", "--deploy", str(out), "--", *on_fake.loop_command("s" * 13 + "c")]) == 0
+    err = capfd.readouterr().err
+    assert ("  heat: 0 replaced; fused 5 steps: 2 fused launch(es), 3 held launch(es) run "
+            "unfused (3 by its one-launch line)\n") in err, err
+    assert ("  heat: 3 replaced (the one-launch line of the fused entry above; its held "
+            "launches included)\n") in err, err

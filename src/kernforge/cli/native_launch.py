@@ -77,7 +77,7 @@ def _report(spec_path: str | os.PathLike[str], status: int, counts: dict[str, An
                      + (f", {e['load_failures']} load failure(s)"
                         if e.get("load_failures") else "")
                      + (", the tuned launch failed: the original ran instead"
-                        if e.get("launch_failures") else ""))
+                        if e.get("launch_failures") else "") + _fusion(e))
     if not counts:  # each process that used the driver writes them when it exits normally
         lines.append(f"  (no counts: the program exited with status {status}; no process of it "
                      "reported any: none used the CUDA driver, or the one that did was killed "
@@ -87,6 +87,19 @@ def _report(spec_path: str | os.PathLike[str], status: int, counts: dict[str, An
         sys.stderr.flush()
     except (AttributeError, OSError, ValueError):  # closed or gone: the status still counts
         pass
+
+
+def _fusion(e: dict[str, Any]) -> str:
+    """What a fused entry's counts add (its fused launches, the held launches it ran one by
+    one and how many of them its one-launch line ran), or that the entry is that line."""
+    if e.get("one_launch"):
+        return " (the one-launch line of the fused entry above; its held launches included)"
+    if not e.get("fuse"):
+        return ""
+    one = e.get("flushed_one_launch") or 0
+    return (f"; fused {e['fuse']} steps: {e.get('fused_groups', 0)} fused launch(es), "
+            f"{e.get('flushed_unfused', 0)} held launch(es) run unfused"
+            + (f" ({one} by its one-launch line)" if one else ""))
 
 
 def print_env(spec_path: Path) -> int:

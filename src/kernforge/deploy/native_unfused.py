@@ -5,8 +5,9 @@ it holds when something could observe memory (the loop's end, a copy, a sync) an
 keeps after each fused launch run one at a time (record/native/kf_defer.c). A loop of 20
 launches under T=3 runs 18 of them fused and 2 so. A fused entry (deploy/native.py) may hold
 ``"fuse": {..., "one_launch": ENTRY}``: ENTRY is an ordinary (one-launch) entry of the same
-kernel, geometry and source image, e.g. the one-launch operator M3a also found for it. Its
-interposer line follows the fused entry's, which ends with ``unfused:next``
+kernel, geometry and source image, whose key matches some launch the fused entry's does, e.g.
+the one-launch operator M3a also found for it. Its interposer line follows the fused entry's,
+which ends with ``unfused:next``
 (record/native/kf_unfused.c): a held launch run unfused then runs ENTRY's function wherever
 ENTRY would replace that launch on its own (its key, geometry, source image and guards), else
 the program's kernel. It stays an ordinary line: with fusion off (``KERNFORGE_FUSE=0``), or
@@ -27,6 +28,30 @@ ONE_LAUNCH_KEYS = ("kernel", "name", "grid", "block", "shared_mem", "key", "imag
 SAME_LAUNCH = ("kernel", "source_image", "grid", "block", "shared_mem")
 
 
+def _key_bytes(key: Any) -> list[str] | None:
+    """A key's bytes as the interposer compares them (two hex digits, "xx": not compared);
+    None for any launch ("" or "*")."""
+    return None if not key or key == "*" else [key[i:i + 2] for i in range(0, len(key), 2)]
+
+
+def key_covers(one: Any, fused: Any) -> bool:
+    """Whether key ``one`` matches every launch key ``fused`` matches: the interposer then
+    runs the one-launch entry for every held launch (bar its guards and image)."""
+    o, f = _key_bytes(one), _key_bytes(fused)
+    if o is None or f is None:
+        return o is None
+    return len(o) == len(f) and all(a == "xx" or a == b != "xx" for a, b in zip(o, f))
+
+
+def keys_disjoint(one: Any, fused: Any) -> bool:
+    """Whether no launch matches both keys: another length, or a byte both compare that
+    differs (another problem size, another scalar)."""
+    o, f = _key_bytes(one), _key_bytes(fused)
+    if o is None or f is None:
+        return False
+    return len(o) != len(f) or any(a != b for a, b in zip(o, f) if "xx" not in (a, b))
+
+
 def one_launch_problem(one: Any, fused: Mapping[str, Any]) -> str | None:
     """What is wrong with ``one`` as fused entry ``fused``'s ``one_launch``, or None."""
     if not isinstance(one, Mapping) or any(k not in one for k in ONE_LAUNCH_KEYS):
@@ -37,6 +62,8 @@ def one_launch_problem(one: Any, fused: Mapping[str, Any]) -> str | None:
     if not isinstance(one["key"], str) or not isinstance(one["jit"], Mapping):
         return "has a one_launch whose key or JIT options are not a string and a mapping"
     differ = [k for k in SAME_LAUNCH if one.get(k) != fused.get(k)]
+    if keys_disjoint(one["key"], fused.get("key")):
+        differ.append("key")
     if differ:
         return f"has a one_launch for another launch (its {', '.join(differ)} differ)"
     return None
@@ -62,12 +89,15 @@ def with_one_launch(fused: Mapping[str, Any], one: Mapping[str, Any]) -> dict[st
 def paired(fused: Iterable[Mapping[str, Any]], ones: Iterable[Mapping[str, Any]]
            ) -> tuple[list[dict[str, Any]], int]:
     """The entries ``fused``, each fused one given the first of ``ones`` that replaces the
-    same launch (none: unchanged); and how many were given one."""
+    same launch (none: unchanged), one whose key matches every launch the fused entry's
+    does before one that matches some of them; and how many were given one."""
     candidates = [o for o in ones if o.get("fuse") is None]
     out, n = [], 0
     for e in fused:
-        match = next((o for o in candidates if e.get("fuse") is not None
-                      and one_launch_problem(o, e) is None), None)
+        fits = [o for o in candidates if e.get("fuse") is not None
+                and one_launch_problem(o, e) is None]
+        match = next((o for o in fits if key_covers(o["key"], e.get("key"))),
+                     fits[0] if fits else None)
         out.append(with_one_launch(e, match) if match is not None else dict(e))
         n += match is not None
     return out, n

@@ -128,13 +128,18 @@ def interleave(run_a: Callable[[], float], run_b: Callable[[], float], *, passes
 
 
 def arms_order(i: int, n: int) -> tuple[int, ...]:
-    """The order of ``n`` arms in pass ``i``: rotated by ``i`` (each arm first as often as
-    the others); from three arms on, reversed every other cycle of ``n`` passes, so that each
-    pair runs in both orders equally often (012 120 201 210 021 102). Two arms alternate, as
-    :func:`interleave` does."""
-    r = i % n
+    """The order of ``n`` arms in pass ``i``. Two arms alternate, as :func:`interleave` does.
+    From three arms on, passes come in twos: one order, then the same reversed, the order
+    rotated by one from each two to the next (012 210 120 021 201 102). So every pair runs in
+    both orders equally often after any even number of passes (a look may stop the rounds at
+    any count: 8, 10, 17...), one apart after an odd one, and each arm is first as often as
+    the others every ``2n`` passes."""
+    if n <= 2:
+        r = i % n
+        return tuple(range(r, n)) + tuple(range(r))
+    r = (i // 2) % n
     order = tuple(range(r, n)) + tuple(range(r))
-    return order[::-1] if n > 2 and (i // n) % 2 else order
+    return order[::-1] if i % 2 else order
 
 
 @dataclass(frozen=True)
@@ -162,8 +167,9 @@ def interleave_arms(runs: Sequence[Callable[[], float]], *, passes: int = 7,
     passes, one run of each a pass in the order :func:`arms_order` gives, so that drift hits
     every arm alike. Arm 0 is the baseline and arm 1 the candidate the caller decides on:
     the looks (:func:`~.verdict.looks`) and the stop are those of :func:`interleave` on the
-    pair (0, 1), whose :meth:`Arms.pair` is what :func:`interleave` with one run a pass would
-    give; the other arms ride along in the same passes, their pairs at the same confidence."""
+    pair (0, 1) (with two arms alone, :meth:`Arms.pair` is what :func:`interleave` with one
+    run a pass would give); the other arms ride along in the same passes, their pairs at the
+    same confidence."""
     if len(runs) < 2:
         raise ConfigError(f"{len(runs)} arm(s) to interleave",
                           hint="give the baseline, the candidate and any other arms")

@@ -51,7 +51,7 @@
 #include "kf_deploy.h"
 
 static kf_entry_t *entries;       /* in the file's order */
-static size_t nentries, *by_name; /* entry indices by name, then by line */
+static size_t nentries, *by_name; /* entry indices by name, then by line (by_name_cmp) */
 static const char **comp_names;   /* the companions' names, sorted */
 static size_t ncomp_names;
 static size_t malformed, nfused, nguarded;
@@ -87,9 +87,15 @@ static void parse_all(const char *path, char *text, size_t size) {
   kf_unfused_link(entries, nentries, path);
 }
 
+/* whether entry i is a fused entry's one-launch entry (the line after it, kf_unfused.c) */
+static int is_one(size_t i) { return i > 0 && entries[i - 1].one == &entries[i]; }
+
+/* by name; then the kernel's own lines in the file's order, and after them the one-launch
+ * entries of its fused lines (a fused line's helper never shadows a later line of the kernel) */
 static int by_name_cmp(const void *a, const void *b) {
   size_t i = *(const size_t *)a, j = *(const size_t *)b;
   int c = strcmp(entries[i].name, entries[j].name);
+  if (!c) c = is_one(i) - is_one(j);
   return c ? c : (i > j) - (i < j);
 }
 
@@ -202,7 +208,16 @@ CUfunction kf_entry_function(kf_entry_t *e, const char **why) {
     *why = "it is used in more than 16 contexts";
     return NULL;
   }
+  /* A module load is a "potentially unsafe" call under stream capture: in the default
+   * (global) interaction mode it fails while this thread, or another in global mode, captures
+   * a stream, and it invalidates that capture, the program's graph. An entry's first launch
+   * may come inside one (a captured launch, or a flush of held launches that runs a
+   * one-launch entry), so this thread loads in relaxed mode (as kf_guard.c reads a global). */
+  int mode = 2; /* CU_STREAM_CAPTURE_MODE_RELAXED */
+  int swapped = kf_drv.cuThreadExchangeStreamCaptureMode &&
+                !kf_drv.cuThreadExchangeStreamCaptureMode(&mode);
   CUfunction f = load_entry(e, why);
+  if (swapped) kf_drv.cuThreadExchangeStreamCaptureMode(&mode);
   if (f) e->ctx[i] = c, e->fn[i] = f;
   return f;
 }
@@ -334,6 +349,7 @@ void kf_deploy_report(void) {
       kf_put(&b, ", \"fuse\": %u, \"companions\": %u, \"fused_groups\": %lu, "
              "\"flushed_unfused\": %lu, \"flushed_one_launch\": %lu", entries[i].fuse,
              entries[i].ncomp, entries[i].groups, entries[i].unfused, entries[i].unfused_one);
+    if (is_one(i)) kf_put(&b, ", \"one_launch\": true"); /* the fused entry before it's */
     kf_put(&b, "}");
   }
   kf_put(&b, "]}\n");

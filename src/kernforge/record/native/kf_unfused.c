@@ -18,7 +18,8 @@
  * the program's own from then on, as it does under a fused line without "unfused:next".
  * The one-launch line stays an ordinary line: a launch the fused entry does not hold (fusion
  * off with KERNFORGE_FUSE=0, a launch that cannot continue a chain, a captured stream) runs
- * it as any matching launch does. */
+ * it as any matching launch does; it is tried after the kernel's other lines (kf_deploy.c's
+ * by_name_cmp), so that it never takes a launch that a later line of the kernel names. */
 #include <stdlib.h>
 #include <string.h>
 #include "kf_deploy.h"

@@ -9,6 +9,10 @@
  * of that library, with its parameter sizes in the string `name_params` ("8,8,4").
  * FAKE_CUDA_TRACE=FILE: every kernel that runs (launched, or a node of a launched graph)
  * appends its name and a newline to FILE, so a test can tell which function ran.
+ * Stream capture's interaction modes, as CUDA's: a module load (a "potentially unsafe" call)
+ * while this thread captures (not in relaxed mode), or while another thread captures in global
+ * mode, fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture (its end
+ * then fails), unless the loading thread set relaxed mode (cuThreadExchangeStreamCaptureMode).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -24,7 +28,9 @@
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_FOUND = 500, INVALID_IMAGE = 200,
-       INVALID_CONTEXT = 201, INVALID_HANDLE = 400 };
+       INVALID_CONTEXT = 201, INVALID_HANDLE = 400, CAPTURE_UNSUPPORTED = 900,
+       CAPTURE_INVALIDATED = 901 };
+static CUresult capture_forbids(void); /* stream capture: a module load is refused now */
 static int ctx_destroyed; /* after cuCtxDestroy, a primary context's release or reset */
 typedef void (*kernel_t)(const unsigned *, const unsigned *, void **);
 typedef struct { void *lib; int unloaded; } module_t;
@@ -109,13 +115,17 @@ static CUresult load(module_t **m, const void *image) {
   (*m)->lib = lib;
   return OK;
 }
-CUresult cuModuleLoadData(module_t **m, const void *image) { return load(m, image); }
+CUresult cuModuleLoadData(module_t **m, const void *image) {
+  return capture_forbids() ? CAPTURE_UNSUPPORTED : load(m, image);
+}
 CUresult cuModuleLoadDataEx(module_t **m, const void *image, unsigned n, int *o, void **v) {
-  (void)n, (void)o, (void)v; return load(m, image);
+  (void)n, (void)o, (void)v;
+  return capture_forbids() ? CAPTURE_UNSUPPORTED : load(m, image);
 }
 CUresult cuLibraryLoadData(module_t **m, const void *image, int *jo, void **jv, unsigned nj,
                            int *lo, void **lv, unsigned nl) {
-  (void)jo, (void)jv, (void)nj, (void)lo, (void)lv, (void)nl; return load(m, image);
+  (void)jo, (void)jv, (void)nj, (void)lo, (void)lv, (void)nl;
+  return capture_forbids() ? CAPTURE_UNSUPPORTED : load(m, image);
 }
 CUresult cuModuleGetFunction(func_t **f, module_t *m, const char *name) {
   char *pname = malloc(strlen(name) + 8); /* names of any length (long templated ones) */
@@ -171,16 +181,32 @@ typedef struct { func_t *f; unsigned grid[3], block[3]; uint8_t *p; } node_t;
 typedef struct { node_t *nodes; int n; } graph_t;
 static void *capturing;
 static graph_t *capture;
+static int capture_mode, invalidated; /* the capture's mode: 0 global, 1 thread-local, 2 relaxed */
+static __thread int thread_mode;      /* this thread's interaction mode (global by default) */
+static __thread char me;              /* this thread, by the address of its own variable */
+static const char *capture_thread;
+static CUresult capture_forbids(void) {
+  if (!capturing || thread_mode == 2 ||
+      (capture_thread == &me ? capture_mode == 2 : capture_mode != 0))
+    return OK;
+  invalidated = 1;
+  return CAPTURE_UNSUPPORTED;
+}
+CUresult cuThreadExchangeStreamCaptureMode(int *mode) {
+  int old = thread_mode;
+  thread_mode = *mode, *mode = old;
+  return OK;
+}
 CUresult cuStreamBeginCapture_v2(void *s, int mode) {
-  (void)mode;
   if (!s || capturing) return INVALID_VALUE;
   capturing = s, capture = calloc(1, sizeof *capture);
+  capture_mode = mode, capture_thread = &me, invalidated = 0;
   return OK;
 }
 CUresult cuStreamEndCapture(void *s, graph_t **g) {
   if (!s || s != capturing) return INVALID_VALUE;
-  *g = capture, capturing = NULL, capture = NULL;
-  return OK;
+  *g = invalidated ? NULL : capture, capturing = NULL, capture = NULL;
+  return invalidated ? CAPTURE_INVALIDATED : OK;
 }
 CUresult cuStreamIsCapturing(void *s, int *status) { *status = s && s == capturing; return OK; }
 CUresult cuGraphInstantiateWithFlags(graph_t **exec, graph_t *g, unsigned long long f) {
