@@ -1,6 +1,7 @@
-"""Routed launches against the event path, on any ``cupy`` (the stand-in of fake_cupy.py, or
-CuPy on a GPU in test_deploy_gpu.py): a deployment with routes and the same deployment seen
-only through events run the same launches; what each launch did must be identical."""
+"""Routed launches against the event path, on any ``cupy`` (the stand-in of
+kernforge.testing.fakecupy, or CuPy on a GPU in test_deploy_gpu.py): a deployment with routes
+and the same deployment seen only through events run the same launches; what each launch did
+must be identical."""
 
 from __future__ import annotations
 

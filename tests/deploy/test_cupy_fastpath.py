@@ -4,7 +4,8 @@ problems, geometry given several ways, array dtypes viewed, non-contiguous and n
 scalars of several types, aliasing, a tuned launch that fails, the spec swapped, an observer
 for a while) run once through a deployment with routes and once through the same deployment
 seen only through events; outputs, tuned launches, errors, events observed and the report must
-be identical, and most launches must have been routed. On the CuPy stand-in (fake_cupy.py).
+be identical, and most launches must have been routed. On the CuPy stand-in
+(kernforge.testing.fakecupy).
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fake_cupy import SRC, FakeCuda
 from route_check import Counting, EventsOnly, run_both
 
 from kernforge.backends import base, events
 from kernforge.core import LaunchConfig
 from kernforge.deploy import DeployEntry, Deployment, DeploySpec, entry_from_recording, fastpath
 from kernforge.record import load_recording, record
+from kernforge.testing.fakecupy import SRC, FakeCuda
 
 F32 = np.float32
 
