@@ -106,6 +106,16 @@ class FakeCuda(NullBackend):
     def _launch(self, handle: Any, args: Any, launch: LaunchConfig) -> None:
         handle(tuple(args), launch)
 
+    def prepared_launch(self, compiled: Any, launch: LaunchConfig) -> Any:
+        """As the cuda backend's: the launch checked once, then one call per launch."""
+        self.check_launch(launch)
+        handle = compiled.handle
+
+        def fire(args: Any) -> None:
+            handle(tuple(args), launch)
+
+        return fire
+
 
 def fake_module() -> types.ModuleType:
     fake: Any = types.ModuleType("cupy")
