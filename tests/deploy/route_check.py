@@ -27,13 +27,20 @@ extern "C" __global__ void scale(const float* x, float* y, float a, int n) {
 
 
 class Counting(Deployment):
-    """A deployment counting the launches it ran through a route."""
+    """A deployment counting the launches it ran through a route (``direct``: those of them
+    converted in one pass)."""
 
     routed = 0
+    direct = 0
 
     def run_routed(self, *args: Any) -> Any:
         self.routed += 1
         return super().run_routed(*args)
+
+    def run_converted(self, *args: Any) -> Any:
+        self.routed += 1
+        self.direct += 1
+        return super().run_converted(*args)
 
 
 class EventsOnly:

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backends import Backend, Compiled
+from ..backends import Backend, Compiled, cupy_hooks
 from ..backends.base import cached_dtype
 from ..core import LaunchConfig
 
@@ -114,3 +114,62 @@ def prepare(backend: Backend, compiled: Compiled, launch: LaunchConfig, args: Se
         def per_launch(out: Sequence[Any]) -> None:
             backend.check_constants(compiled, out)
     return FastLaunch(tuple(steps), launcher(backend, compiled, launch), per_launch)
+
+
+# ---- one pass for a routed launch -----------------------------------------------------------
+_IN, _OUT, _CONST, _TYPED = range(4)
+
+
+class DirectConversion:
+    """The arguments of a routed CuPy launch as its :class:`FastLaunch` would launch them, in
+    one pass over the raw arguments (see :func:`direct`); ``__call__`` returns None, having
+    done nothing, when an argument needs more than these checks."""
+
+    __slots__ = ("steps",)
+
+    def __init__(self, steps: tuple[tuple[int, Any], ...]) -> None:
+        self.steps = steps
+
+    def __call__(self, args: Sequence[Any]) -> list[Any] | None:
+        out: list[Any] = []
+        for (kind, x), a in zip(self.steps, args):
+            if kind == _CONST:
+                out.append(x)
+            elif kind == _TYPED:
+                if type(a) is not x:
+                    return None
+                out.append(a)
+            else:
+                flags = a.flags
+                if not flags.c_contiguous or (kind == _OUT and not getattr(flags, "writeable",
+                                                                           True)):
+                    return None
+                out.append(a)
+        return out
+
+
+def direct(fast: FastLaunch, route: tuple[tuple[int, Any], ...]) -> DirectConversion | None:
+    """The two conversions of a routed CuPy launch in one, where both are simple: ``route``
+    (the hooks' per-argument steps, backends/cupy_hooks.py) turns the raw arguments into the
+    event's, ``fast`` those into the kernel's. Per argument: an array passed as it is (checked
+    C-contiguous, as the hooks check it, and writeable where the kernel writes it, as ``fast``
+    checks it), a scalar passed as it is when it has the declared numpy type (the type both
+    check), or one value (a keyed scalar's conversion). Anything else (an array viewed as
+    another dtype, a scalar widened or converted) makes None: such routes keep the two
+    passes. Where the one pass returns None, the two passes run, so a launch is converted and
+    checked exactly as they would, and refused where they would refuse it."""
+    if len(route) != len(fast.steps):
+        return None
+    steps: list[tuple[int, Any]] = []
+    for (hook, h), (kind, x) in zip(route, fast.steps):
+        if hook == cupy_hooks.SAME and kind in (_ARRAY, _WRITTEN):
+            steps.append((_IN if kind == _ARRAY else _OUT, None))
+        elif hook == cupy_hooks.FIXED and kind == _FIXED:
+            steps.append((_CONST, x))
+        elif hook == cupy_hooks.FIXED and kind == _SCALAR and type(h) is x:
+            steps.append((_CONST, h))
+        elif hook == cupy_hooks.SCALAR and kind == _SCALAR and h[1] is x:
+            steps.append((_TYPED, x))
+        else:
+            return None
+    return DirectConversion(tuple(steps))

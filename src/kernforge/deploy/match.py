@@ -153,6 +153,13 @@ def _overlap(a: Any, b: Any, ra: tuple[int, int] | None, rb: tuple[int, int] | N
     return not empty and (ra is None or rb is None or (ra[0] < rb[1] and rb[0] < ra[1]))
 
 
+def overlaps(a: Any, b: Any) -> bool:
+    """``overlap_bits([a, b])[0]``, without the lists (a route key's common case)."""
+    if type(a) is np.ndarray and type(b) is np.ndarray:
+        return bool(np.may_share_memory(a, b))
+    return _overlap(a, b, _byte_range(a), _byte_range(b))
+
+
 def overlap_bits(values: list[Any]) -> list[bool]:
     """For each pair (i < j) of the arrays, in order: whether their memory overlaps (bounds of
     the bytes each can touch; an empty array overlaps nothing)."""

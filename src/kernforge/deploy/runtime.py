@@ -34,7 +34,7 @@ from ..core import CompileOptions, KernelSource, KernforgeError, Param
 from . import startup
 from .counts import DeployReport, KernelCounts
 from .decide import Decider, first_line
-from .fastpath import Decision, Plan, Tuned
+from .fastpath import Plan, Route, Tuned
 from .gate import refusal
 from .launcher import prepare
 from .match import COMPILE, EVIDENCE, INTERNAL, LAUNCH, NOT_IN_SPEC, VERIFY, Reason
@@ -84,6 +84,9 @@ class Deployment:
     def spec(self, spec: DeploySpec) -> None:
         """Another spec: every cached lookup, compilation and decision is dropped."""
         name = str(spec.path) if spec.path else "(in-memory spec)"
+        previous = self.__dict__.get("_decider")
+        if previous is not None:
+            previous.retire()
         self._decider = Decider(spec, name, cache=self.cache)
         self._verified = set()
         for i, e in enumerate(spec.entries):  # the producer's rule, checked again here
@@ -227,15 +230,49 @@ class Deployment:
         decided from the cache; None otherwise (launches then go through events)."""
         return self._decider.plan(backend, source, options, defines, signature)
 
-    def run_routed(self, plan: Plan, decision: Decision, args: tuple[Any, ...],
+    def run_routed(self, plan: Plan, route: Route, args: tuple[Any, ...],
                    launch: Callable[[], Any]) -> Any:
         """Run a launch whose decision a route found, as :meth:`substitute` and
         ``notify_launch`` would have: ``args`` are the event's arguments (converted by the
-        capture source as for its event), ``launch`` the original launch."""
+        capture source with the route's data, as for its event), ``launch`` the original
+        launch. Once the decision's fast launch exists, the route gets its one-pass
+        conversion (``route.direct``, launched by :meth:`run_converted`)."""
+        decision = route.decision
         if isinstance(decision, Reason):
             self._fallback(plan.label, decision)
             return launch()
-        return self._run(decision, args, launch)
+        fast, counts = decision.fast, decision.counts
+        if fast is None or counts is None:
+            result = self._run(decision, args, launch)
+            route.ready()
+            return result
+        try:  # _run's steady state, inlined: the fast launch and the count
+            if not fast(args):
+                decision.backend.launch(decision.compiled, args, decision.launch)
+        except Exception as exc:  # noqa: BLE001 - the original runs instead
+            return self._refused(decision, exc, launch)
+        with self._lock:
+            counts.replaced += 1
+        return None
+
+    def run_converted(self, plan: Plan, route: Route, out: list[Any],
+                      launch: Callable[[], Any]) -> Any:
+        """Run a routed launch whose arguments ``route.direct`` converted (``out``: the
+        kernel's): what :meth:`run_routed` does with them once its fast launch accepted
+        them."""
+        decision = route.decision
+        assert isinstance(decision, Tuned) and decision.fast is not None
+        fast, counts = decision.fast, decision.counts
+        assert counts is not None
+        try:
+            if fast.constants is not None:
+                fast.constants(out)
+            fast.fire(out)
+        except Exception as exc:  # noqa: BLE001 - the original runs instead
+            return self._refused(decision, exc, launch)
+        with self._lock:
+            counts.replaced += 1
+        return None
 
     # ---- counting and logging ---------------------------------------------------------------
     def _count(self, label: str, outcome: str, replaced: bool, verified: bool = False
