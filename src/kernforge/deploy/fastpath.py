@@ -36,13 +36,14 @@ selects the decision the event path would (tests/deploy/test_cupy_fastpath.py co
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..backends import Backend, Compiled, LaunchEvent
 from ..core import CompileOptions, KernelSource, LaunchConfig, Param, Tolerance, Variant
+from . import straight
 from .counts import KernelCounts
 from .launcher import DirectConversion, FastLaunch, direct
 from .match import Reason, overlap_bits, overlaps
@@ -121,7 +122,8 @@ class Plan:
     candidate entries (or why there are none) and the cache of launch decisions."""
 
     __slots__ = ("__weakref__", "aliasing", "candidates", "decisions", "defines", "label",
-                 "live", "options", "pointers", "routes", "signature", "source", "values")
+                 "live", "options", "pointers", "route_key", "routes", "signature", "source",
+                 "values")
 
     def __init__(self, source: KernelSource, options: CompileOptions,
                  defines: tuple[tuple[str, str], ...], signature: tuple[Param, ...],
@@ -142,6 +144,11 @@ class Plan:
         # False once its decider dropped it (Plans.clear): a capture source that kept the
         # plan must look it up again
         self.live = True
+        # route_key_loop as straight-line code (deploy/straight.py)
+        self.route_key: Callable[..., tuple[Any, ...] | None] = straight.route_key(
+            len(signature), self.pointers, self.values, self.aliasing,
+            {"_exact": _exact, "KEYABLE": KEYABLE, "overlaps": overlaps,
+             "overlap_bits": overlap_bits}, self.route_key_loop)
 
     def same(self, source: KernelSource, options: CompileOptions,
              defines: tuple[tuple[str, str], ...], signature: tuple[Param, ...]) -> bool:
@@ -166,11 +173,12 @@ class Plan:
             parts += overlap_bits(arrays)
         return tuple(parts)
 
-    def route_key(self, grid: Any, block: Any, shared_mem: Any, args: Sequence[Any],
-                  buffer: Any) -> tuple[Any, ...] | None:
+    def route_key_loop(self, grid: Any, block: Any, shared_mem: Any, args: Sequence[Any],
+                       buffer: Any) -> tuple[Any, ...] | None:
         """The key of a raw launch (see the module doc), or None when it cannot have one: a
         geometry other than ints and tuples of ints, an array argument not exactly of type
-        ``buffer``, a value-matched scalar of a type outside :data:`KEYABLE`."""
+        ``buffer``, a value-matched scalar of a type outside :data:`KEYABLE`. What
+        ``route_key(grid, block, shared_mem, args, buffer)`` returns, made by a loop."""
         if type(shared_mem) is not int or not _exact(grid) or not _exact(block):
             return None
         n = len(args)

@@ -31,6 +31,7 @@ import numpy as np
 from ..backends import Backend, Compiled, cupy_hooks
 from ..backends.base import cached_dtype
 from ..core import LaunchConfig
+from .straight import conversion
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 _ARRAY, _WRITTEN, _FIXED, _SCALAR = range(4)
@@ -117,47 +118,20 @@ def prepare(backend: Backend, compiled: Compiled, launch: LaunchConfig, args: Se
 
 
 # ---- one pass for a routed launch -----------------------------------------------------------
-_IN, _OUT, _CONST, _TYPED = range(4)
+_IN, _OUT, _CONST, _TYPED = KINDS = (0, 1, 2, 3)
+DirectConversion = Callable[[Sequence[Any]], "list[Any] | None"]
 
 
-class DirectConversion:
-    """The arguments of a routed CuPy launch as its :class:`FastLaunch` would launch them, in
-    one pass over the raw arguments (see :func:`direct`); ``__call__`` returns None, having
-    done nothing, when an argument needs more than these checks."""
-
-    __slots__ = ("steps",)
-
-    def __init__(self, steps: tuple[tuple[int, Any], ...]) -> None:
-        self.steps = steps
-
-    def __call__(self, args: Sequence[Any]) -> list[Any] | None:
-        out: list[Any] = []
-        for (kind, x), a in zip(self.steps, args):
-            if kind == _CONST:
-                out.append(x)
-            elif kind == _TYPED:
-                if type(a) is not x:
-                    return None
-                out.append(a)
-            else:
-                flags = a.flags
-                if not flags.c_contiguous or (kind == _OUT and not getattr(flags, "writeable",
-                                                                           True)):
-                    return None
-                out.append(a)
-        return out
-
-
-def direct(fast: FastLaunch, route: tuple[tuple[int, Any], ...]) -> DirectConversion | None:
-    """The two conversions of a routed CuPy launch in one, where both are simple: ``route``
+def direct_steps(fast: FastLaunch, route: tuple[tuple[int, Any], ...]
+                 ) -> tuple[tuple[int, Any], ...] | None:
+    """The two conversions of a routed CuPy launch as one, where both are simple: ``route``
     (the hooks' per-argument steps, backends/cupy_hooks.py) turns the raw arguments into the
-    event's, ``fast`` those into the kernel's. Per argument: an array passed as it is (checked
-    C-contiguous, as the hooks check it, and writeable where the kernel writes it, as ``fast``
-    checks it), a scalar passed as it is when it has the declared numpy type (the type both
-    check), or one value (a keyed scalar's conversion). Anything else (an array viewed as
-    another dtype, a scalar widened or converted) makes None: such routes keep the two
-    passes. Where the one pass returns None, the two passes run, so a launch is converted and
-    checked exactly as they would, and refused where they would refuse it."""
+    event's, ``fast`` those into the kernel's. Per argument: an array passed as it is
+    (``_IN``; ``_OUT`` where the kernel writes it), checked C-contiguous as the hooks check
+    it and, for ``_OUT``, writeable as ``fast`` checks it; a scalar passed as it is when it
+    has the declared numpy type (``_TYPED``, the type both check); one value (``_CONST``, a
+    keyed scalar's conversion). Anything else (an array viewed as another dtype, a scalar
+    widened or converted) makes None: such routes keep the two passes."""
     if len(route) != len(fast.steps):
         return None
     steps: list[tuple[int, Any]] = []
@@ -172,4 +146,13 @@ def direct(fast: FastLaunch, route: tuple[tuple[int, Any], ...]) -> DirectConver
             steps.append((_TYPED, x))
         else:
             return None
-    return DirectConversion(tuple(steps))
+    return tuple(steps)
+
+
+def direct(fast: FastLaunch, route: tuple[tuple[int, Any], ...]) -> DirectConversion | None:
+    """:func:`direct_steps` as one function of the raw arguments (:mod:`.straight`): the
+    kernel's arguments, or None, having done nothing, when one needs more than its step
+    checks; the two passes then run, so a launch is converted and checked exactly as they
+    would, and refused where they would refuse it."""
+    steps = direct_steps(fast, route)
+    return None if steps is None else conversion(steps, KINDS)
