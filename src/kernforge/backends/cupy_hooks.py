@@ -16,7 +16,7 @@ arguments. A kernel or launch that cannot be recorded faithfully runs unrecorded
 substituter (a deployment, :mod:`kernforge.deploy`), the event is built without synchronizing
 and the substituter may launch a tuned kernel instead; what it cannot describe runs unchanged,
 without a warning. A deployment also offers *routes* (see the comment above
-:func:`_route_key`): a launch keyed like one it decided before (geometry, array dtypes and
+:func:`_plan`): a launch keyed like one it decided before (geometry, array dtypes and
 shapes, the scalars it matches by value, overlaps) runs that decision directly, its arguments
 converted as ``convert_args`` would, without an event.
 
@@ -263,8 +263,10 @@ def _observed(info: KernelInfo | tuple[str, str], grid: Any, block: Any, args: A
     if not observing:
         sub = substituter()
         plan, buffer = _plan(info, sub, backend)
-        if plan is not None:
-            key = _route_key(plan, grid, block, args, kwargs, buffer)
+        if plan is not None and (type(args) is tuple or type(args) is list) and (
+                not kwargs or (len(kwargs) == 1 and "shared_mem" in kwargs)):
+            # other keywords (enable_cooperative_groups): the event path says what happens
+            key = plan.route_key(grid, block, kwargs.get("shared_mem", 0), args, buffer)
             hit = None if key is None else plan.routes.get(key)
             if hit is not None:
                 one_pass = hit.direct
@@ -342,17 +344,6 @@ def _plan(info: KernelInfo, sub: Any, backend: Any) -> tuple[Any, Any]:
     except TypeError:  # not weakly referenceable: asked again on every launch
         info.route[0] = None
     return plan, buffer
-
-
-def _route_key(plan: Any, grid: Any, block: Any, args: Any, kwargs: dict[str, Any],
-               buffer: Any) -> tuple[Any, ...] | None:
-    if kwargs and (len(kwargs) > 1 or "shared_mem" not in kwargs):
-        return None  # e.g. enable_cooperative_groups: the event path says what happens
-    if type(args) is not tuple and type(args) is not list:
-        return None
-    key: tuple[Any, ...] | None = plan.route_key(grid, block, kwargs.get("shared_mem", 0),
-                                                 args, buffer)
-    return key
 
 
 def _steps(keyed: tuple[int, ...], signature: tuple[Param, ...], args: Any,

@@ -260,10 +260,8 @@ class Deployment:
         """Run a routed launch whose arguments ``route.direct`` converted (``out``: the
         kernel's): what :meth:`run_routed` does with them once its fast launch accepted
         them."""
-        decision = route.decision
-        assert isinstance(decision, Tuned) and decision.fast is not None
+        decision: Any = route.decision  # a Tuned with its fast launch and counts (Route)
         fast, counts = decision.fast, decision.counts
-        assert counts is not None
         try:
             if fast.constants is not None:
                 fast.constants(out)
