@@ -37,6 +37,7 @@ selects the decision the event path would (tests/deploy/test_cupy_fastpath.py co
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,38 @@ def _exact(dims: Any) -> bool:
                 return False
         return True
     return t is int
+
+
+def _route_key_loop(pointers: tuple[int, ...], values: tuple[int, ...], aliasing: bool,
+                    grid: Any, block: Any, shared_mem: Any, args: Sequence[Any], buffer: Any
+                    ) -> tuple[Any, ...] | None:
+    if type(shared_mem) is not int or not _exact(grid) or not _exact(block):
+        return None
+    n = len(args)
+    parts: list[Any] = [grid, block, shared_mem, n]
+    arrays: list[Any] = []
+    for j in pointers:
+        if j < n:
+            v: Any = args[j]
+            if type(v) is not buffer:
+                return None
+            arrays.append(v)
+            parts.append(v.dtype)
+            parts.append(v.shape)
+    for j in values:
+        if j < n:
+            v = args[j]
+            t = type(v)
+            if t not in KEYABLE:
+                return None
+            parts.append(t)
+            parts.append(v)
+    if aliasing and len(arrays) > 1:
+        if len(arrays) == 2:
+            parts.append(overlaps(arrays[0], arrays[1]))
+        else:
+            parts += overlap_bits(arrays)
+    return tuple(parts)
 
 
 class Tuned:
@@ -100,17 +133,20 @@ class Route:
     conversion of :func:`~.launcher.direct` (None: the two passes of the source and the fast
     launch)."""
 
-    __slots__ = ("data", "decision", "direct")
+    __slots__ = ("data", "decision", "direct", "pending")
 
     def __init__(self, decision: Decision, data: Any) -> None:
         self.decision, self.data = decision, data
         self.direct: DirectConversion | None = None
+        self.pending = isinstance(decision, Tuned)  # direct not tried yet
         self.ready()
 
     def ready(self) -> None:
-        """Make ``direct`` once the decision's fast launch and counts exist."""
+        """Make ``direct`` (once) when the decision's fast launch and counts exist."""
         d = self.decision
-        if isinstance(d, Tuned) and d.fast is not None and d.counts is not None:
+        if self.pending and isinstance(d, Tuned) and d.fast is not None and \
+                d.counts is not None:
+            self.pending = False
             try:
                 self.direct = direct(d.fast, self.data)
             except Exception:  # noqa: BLE001 - data of another form: the two passes run
@@ -148,7 +184,8 @@ class Plan:
         self.route_key: Callable[..., tuple[Any, ...] | None] = straight.route_key(
             len(signature), self.pointers, self.values, self.aliasing,
             {"_exact": _exact, "KEYABLE": KEYABLE, "overlaps": overlaps,
-             "overlap_bits": overlap_bits}, self.route_key_loop)
+             "overlap_bits": overlap_bits},
+            partial(_route_key_loop, self.pointers, self.values, self.aliasing))
 
     def same(self, source: KernelSource, options: CompileOptions,
              defines: tuple[tuple[str, str], ...], signature: tuple[Param, ...]) -> bool:
@@ -179,33 +216,8 @@ class Plan:
         geometry other than ints and tuples of ints, an array argument not exactly of type
         ``buffer``, a value-matched scalar of a type outside :data:`KEYABLE`. What
         ``route_key(grid, block, shared_mem, args, buffer)`` returns, made by a loop."""
-        if type(shared_mem) is not int or not _exact(grid) or not _exact(block):
-            return None
-        n = len(args)
-        parts: list[Any] = [grid, block, shared_mem, n]
-        arrays: list[Any] = []
-        for j in self.pointers:
-            if j < n:
-                v: Any = args[j]
-                if type(v) is not buffer:
-                    return None
-                arrays.append(v)
-                parts.append(v.dtype)
-                parts.append(v.shape)
-        for j in self.values:
-            if j < n:
-                v = args[j]
-                t = type(v)
-                if t not in KEYABLE:
-                    return None
-                parts.append(t)
-                parts.append(v)
-        if self.aliasing and len(arrays) > 1:
-            if len(arrays) == 2:
-                parts.append(overlaps(arrays[0], arrays[1]))
-            else:
-                parts += overlap_bits(arrays)
-        return tuple(parts)
+        return _route_key_loop(self.pointers, self.values, self.aliasing, grid, block,
+                               shared_mem, args, buffer)
 
     def learn(self, route: tuple[Any, ...], event: LaunchEvent, data: Any) -> None:
         """Route ``route`` (the raw key of the launch that became ``event``) to the decision

@@ -234,32 +234,20 @@ class Deployment:
                    launch: Callable[[], Any]) -> Any:
         """Run a launch whose decision a route found, as :meth:`substitute` and
         ``notify_launch`` would have: ``args`` are the event's arguments (converted by the
-        capture source with the route's data, as for its event), ``launch`` the original
-        launch. Once the decision's fast launch exists, the route gets its one-pass
-        conversion (``route.direct``, launched by :meth:`run_converted`)."""
+        capture source as for its event), ``launch`` the original launch."""
         decision = route.decision
         if isinstance(decision, Reason):
             self._fallback(plan.label, decision)
             return launch()
-        fast, counts = decision.fast, decision.counts
-        if fast is None or counts is None:
-            result = self._run(decision, args, launch)
-            route.ready()
-            return result
-        try:  # _run's steady state, inlined: the fast launch and the count
-            if not fast(args):
-                decision.backend.launch(decision.compiled, args, decision.launch)
-        except Exception as exc:  # noqa: BLE001 - the original runs instead
-            return self._refused(decision, exc, launch)
-        with self._lock:
-            counts.replaced += 1
-        return None
+        result = self._run(decision, args, launch)
+        if route.pending:
+            route.ready()  # the one-pass conversion, once the fast launch exists
+        return result
 
     def run_converted(self, plan: Plan, route: Route, out: list[Any],
                       launch: Callable[[], Any]) -> Any:
-        """Run a routed launch whose arguments ``route.direct`` converted (``out``: the
-        kernel's): what :meth:`run_routed` does with them once its fast launch accepted
-        them."""
+        """Run a routed launch whose arguments ``route.direct`` converted (``out``, the
+        kernel's), as :meth:`run_routed` would once its fast launch accepted them."""
         decision: Any = route.decision  # a Tuned with its fast launch and counts (Route)
         fast, counts = decision.fast, decision.counts
         try:
