@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from kernforge.deploy import straight
-from kernforge.deploy.fastpath import KEYABLE, Plan, _exact
+from kernforge.deploy.fastpath import KEYABLE, Plan
 from kernforge.deploy.launcher import KINDS
 from kernforge.deploy.match import overlap_bits, overlaps
 
 IN, OUT, CONST, TYPED = KINDS
-ENV = {"_exact": _exact, "KEYABLE": KEYABLE, "overlaps": overlaps, "overlap_bits": overlap_bits}
+ENV = {"KEYABLE": KEYABLE, "overlaps": overlaps, "overlap_bits": overlap_bits}
 
 
 def _loop_conversion(steps: tuple[tuple[int, Any], ...], args: Any) -> list[Any] | None:

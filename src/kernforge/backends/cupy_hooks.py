@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..core import KernforgeError, LaunchConfig, Param
+from . import base, events
 from .base import cached_dtype, get_backend
 from .cupy_translate import (
     UNSUPPORTED_FLAGS,
@@ -49,14 +50,7 @@ from .cupy_translate import (
     prepare_buffer,
     widen_scalar,
 )
-from .events import (
-    LaunchEvent,
-    active,
-    has_observers,
-    notify_launch,
-    substituter,
-    wants_event,
-)
+from .events import LaunchEvent, notify_launch, wants_event
 
 __all__ = ["KernelProxy", "install", "installed", "original_class", "uninstall"]
 
@@ -130,7 +124,7 @@ def _make_classes(raw_kernel: type, raw_module: type) -> tuple[type, type]:
             self._kf_info: KernelInfo | tuple[str, str] | None = None
 
         def __call__(self, grid: Any, block: Any, args: Any, **kwargs: Any) -> Any:
-            if not active():
+            if not events._active:  # events.active(), without the call
                 return raw_kernel.__call__(self, grid, block, args, **kwargs)
             if self._kf_info is None:
                 self._kf_info = _info(self, None, self._kf_flags, "cupy.RawKernel")
@@ -171,7 +165,7 @@ class KernelProxy:
 
     def __call__(self, grid: Any, block: Any, args: Any, **kwargs: Any) -> Any:
         kernel = self._kf_kernel
-        if not active():
+        if not events._active:
             return kernel(grid, block, args, **kwargs)
         info = self._kf_info
         if info is None:
@@ -251,17 +245,17 @@ def _exact(value: Any) -> bool:
 def _observed(info: KernelInfo | tuple[str, str], grid: Any, block: Any, args: Any,
               kwargs: dict[str, Any], call: Callable[[], Any]) -> Any:
     """One launch seen by the observers and/or the substituter (see the module docstring)."""
-    observing = has_observers()
+    observing = bool(events._observers)  # has_observers() and substituter(), without calls
     if isinstance(info, tuple):  # not capturable
         if observing:
             _warn_once(*info)
         return call()
-    backend = get_backend("cuda")
+    backend = base._instances.get("cuda") or get_backend("cuda")
     sub: Any = None
     plan: Any = None
     key: tuple[Any, ...] | None = None
     if not observing:
-        sub = substituter()
+        sub = events._substituter
         plan, buffer = _plan(info, sub, backend)
         if plan is not None and (type(args) is tuple or type(args) is list) and (
                 not kwargs or (len(kwargs) == 1 and "shared_mem" in kwargs)):

@@ -183,8 +183,7 @@ class Plan:
         # route_key_loop as straight-line code (deploy/straight.py)
         self.route_key: Callable[..., tuple[Any, ...] | None] = straight.route_key(
             len(signature), self.pointers, self.values, self.aliasing,
-            {"_exact": _exact, "KEYABLE": KEYABLE, "overlaps": overlaps,
-             "overlap_bits": overlap_bits},
+            {"KEYABLE": KEYABLE, "overlaps": overlaps, "overlap_bits": overlap_bits},
             partial(_route_key_loop, self.pointers, self.values, self.aliasing))
 
     def same(self, source: KernelSource, options: CompileOptions,

@@ -30,16 +30,24 @@ def route_key(arity: int, pointers: Sequence[int], values: Sequence[int], aliasi
               env: dict[str, Any], loop: Callable[..., Any]) -> Callable[..., Any]:
     """``Plan.route_key_loop`` of a plan whose kernel has ``arity`` parameters (``pointers``,
     ``values``, ``aliasing``: the plan's), for launches passing that many arguments; ``loop``
-    (the loop itself) for others. ``env``: the names the loop uses (``_exact``, ``KEYABLE``,
+    (the loop itself) for others. ``env``: the names the loop uses (``KEYABLE``,
     ``overlaps``, ``overlap_bits``)."""
     if arity > _MAX_ARGS:
         return loop
     names = ", ".join(f"a{j}" for j in range(arity))
     lines = ["def key(grid, block, shared_mem, args, buffer):",
-             "    if type(shared_mem) is not int or not _exact(grid) or not _exact(block):",
-             "        return None",
-             f"    if len(args) != {arity}:",
-             "        return loop(grid, block, shared_mem, args, buffer)"]
+             "    if type(shared_mem) is not int:",
+             "        return None"]
+    for dims in ("grid", "block"):  # _exact(dims), inline
+        lines += [f"    t = type({dims})",
+                  "    if t is tuple:",
+                  f"        for v in {dims}:",
+                  "            if type(v) is not int:",
+                  "                return None",
+                  "    elif t is not int:",
+                  "        return None"]
+    lines += [f"    if len(args) != {arity}:",
+              "        return loop(grid, block, shared_mem, args, buffer)"]
     if arity:
         lines.append(f"    {names}{',' if arity == 1 else ''} = args")
     parts = ["grid", "block", "shared_mem", str(arity)]
