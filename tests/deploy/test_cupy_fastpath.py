@@ -243,12 +243,14 @@ BASE = {"kernel": "scale", "n": 8, "a": F32(2), "nn": 8, "geometry": ((2,), (4,)
         "x": "f32", "y": "f32"}
 ZERO = {**BASE, "n": 7, "nn": 7, "a": F32(0.0)}  # the entry with a=0.0 compiled in
 AXPY = {**BASE, "kernel": "axpy", "n": 4, "nn": 4, "a": F32(3), "geometry": ((1,), (4,))}
+MISMATCH = {**BASE, "nn": 7}  # a fallback (problem mismatch), routed too
 VARIATIONS = [
     (ZERO, {"a": F32(-0.0)}), (BASE, {"a": F32(3)}), (BASE, {"a": 2.0}),
     (BASE, {"a": np.float64(2.0)}), (BASE, {"a": 2}), (BASE, {"y": "same"}),
     (BASE, {"x": "long"}), (BASE, {"x": "i32"}), (BASE, {"x": "f64"}), (BASE, {"x": "strided"}),
     (BASE, {"y": "strided"}), (BASE, {"y": "readonly"}), (BASE, {"x": "readonly"}),
-    (AXPY, {"y": "readonly"}), (BASE, {"x": "null"}), (BASE, {"y": "null"}),
+    (AXPY, {"y": "readonly"}), (MISMATCH, {"x": "strided"}), (MISMATCH, {"y": "readonly"}),
+    (MISMATCH, {"nn": np.int64(7)}), (BASE, {"x": "null"}), (BASE, {"y": "null"}),
     (BASE, {"kw": {"enable_cooperative_groups": True}}),
     (BASE, {"kw": {"enable_cooperative_groups": False}}), (BASE, {"kw": {"shared_mem": 0}}),
     (BASE, {"kw": {"shared_mem": np.int64(0)}}), (BASE, {"kw": {"shared_mem": 16}}),

@@ -129,28 +129,34 @@ Decision = Tuned | Reason
 
 class Route:
     """A raw launch key's decision, with the capture source's ``data`` (how it converts the
-    arguments) and, once a launch under it ran its fast launch, ``direct``: the one-pass
-    conversion of :func:`~.launcher.direct` (None: the two passes of the source and the fast
-    launch)."""
+    arguments) and ``direct``: the one-pass conversion of :func:`~.launcher.direct` (None:
+    the two passes of the source and the fast launch), made for a fallback at once, for a
+    tuned launch once its fast launch exists."""
 
     __slots__ = ("data", "decision", "direct", "pending")
 
     def __init__(self, decision: Decision, data: Any) -> None:
         self.decision, self.data = decision, data
         self.direct: DirectConversion | None = None
-        self.pending = isinstance(decision, Tuned)  # direct not tried yet
+        self.pending = True  # direct not tried yet
         self.ready()
 
     def ready(self) -> None:
-        """Make ``direct`` (once) when the decision's fast launch and counts exist."""
+        """Make ``direct`` (once): for a fallback now, for a tuned launch when the decision's
+        fast launch and counts exist."""
         d = self.decision
-        if self.pending and isinstance(d, Tuned) and d.fast is not None and \
-                d.counts is not None:
-            self.pending = False
-            try:
-                self.direct = direct(d.fast, self.data)
-            except Exception:  # noqa: BLE001 - data of another form: the two passes run
-                self.direct = None
+        if not self.pending:
+            return
+        fast = None
+        if isinstance(d, Tuned):
+            if d.fast is None or d.counts is None:
+                return
+            fast = d.fast
+        self.pending = False
+        try:
+            self.direct = direct(fast, self.data)
+        except Exception:  # noqa: BLE001 - data of another form: the two passes run
+            self.direct = None
 
 
 class Plan:

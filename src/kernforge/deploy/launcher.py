@@ -149,10 +149,28 @@ def direct_steps(fast: FastLaunch, route: tuple[tuple[int, Any], ...]
     return tuple(steps)
 
 
-def direct(fast: FastLaunch, route: tuple[tuple[int, Any], ...]) -> DirectConversion | None:
-    """:func:`direct_steps` as one function of the raw arguments (:mod:`.straight`): the
-    kernel's arguments, or None, having done nothing, when one needs more than its step
-    checks; the two passes then run, so a launch is converted and checked exactly as they
-    would, and refused where they would refuse it."""
-    steps = direct_steps(fast, route)
+def fallback_steps(route: tuple[tuple[int, Any], ...]) -> tuple[tuple[int, Any], ...] | None:
+    """The hooks' checks of a route whose decision is a fallback (the original runs: the
+    conversion only tells a routed launch from one the event path would refuse), in the
+    kinds of :func:`direct_steps`; None where an array is viewed (the hooks' steps then)."""
+    steps: list[tuple[int, Any]] = []
+    for hook, h in route:
+        if hook == cupy_hooks.SAME:
+            steps.append((_IN, None))
+        elif hook == cupy_hooks.FIXED:
+            steps.append((_CONST, h))
+        elif hook == cupy_hooks.SCALAR:
+            steps.append((_TYPED, h[1]))
+        else:
+            return None
+    return tuple(steps)
+
+
+def direct(fast: FastLaunch | None, route: tuple[tuple[int, Any], ...]
+           ) -> DirectConversion | None:
+    """:func:`direct_steps` (``fast`` None: :func:`fallback_steps`) as one function of the
+    raw arguments (:mod:`.straight`): the kernel's arguments, or None, having done nothing,
+    when one needs more than its step checks; the two passes then run, so a launch is
+    converted and checked exactly as they would, and refused where they would refuse it."""
+    steps = fallback_steps(route) if fast is None else direct_steps(fast, route)
     return None if steps is None else conversion(steps, KINDS)

@@ -248,7 +248,10 @@ class Deployment:
                       launch: Callable[[], Any]) -> Any:
         """Run a routed launch whose arguments ``route.direct`` converted (``out``, the
         kernel's), as :meth:`run_routed` would once its fast launch accepted them."""
-        decision: Any = route.decision  # a Tuned with its fast launch and counts (Route)
+        decision: Any = route.decision  # a Reason, or a Tuned with its fast launch and counts
+        if isinstance(decision, Reason):
+            self._fallback(plan.label, decision)
+            return launch()
         fast, counts = decision.fast, decision.counts
         try:
             if fast.constants is not None:
