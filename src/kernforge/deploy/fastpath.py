@@ -186,11 +186,12 @@ class Plan:
         # False once its decider dropped it (Plans.clear): a capture source that kept the
         # plan must look it up again
         self.live = True
-        # route_key_loop as straight-line code (deploy/straight.py)
-        self.route_key: Callable[..., tuple[Any, ...] | None] = straight.route_key(
+        # route_key_loop, as straight-line code (deploy/straight.py) where routes can exist
+        loop = partial(_route_key_loop, self.pointers, self.values, self.aliasing)
+        self.route_key: Callable[..., tuple[Any, ...] | None] = loop if isinstance(
+            candidates, Reason) else straight.route_key(
             len(signature), self.pointers, self.values, self.aliasing,
-            {"KEYABLE": KEYABLE, "overlaps": overlaps, "overlap_bits": overlap_bits},
-            partial(_route_key_loop, self.pointers, self.values, self.aliasing))
+            {"KEYABLE": KEYABLE, "overlaps": overlaps, "overlap_bits": overlap_bits}, loop)
 
     def same(self, source: KernelSource, options: CompileOptions,
              defines: tuple[tuple[str, str], ...], signature: tuple[Param, ...]) -> bool:
