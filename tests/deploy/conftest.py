@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fake_cupy import FakeCuda, fake_module
 
 from kernforge import deploy
 from kernforge.backends import base, cupy_hooks
+from kernforge.testing.fakecupy import FakeCuda, fake_module
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -30,7 +30,8 @@ def _no_reverification(request: pytest.FixtureRequest, monkeypatch: pytest.Monke
 
 @pytest.fixture
 def cp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """The CuPy stand-in of fake_cupy.py as ``cupy`` and the ``cuda`` backend, hooks installed."""
+    """The CuPy stand-in (kernforge.testing.fakecupy) as ``cupy`` and the ``cuda`` backend,
+    hooks installed."""
     fake = fake_module()
     monkeypatch.setitem(sys.modules, "cupy", fake)
     monkeypatch.setitem(base._instances, "cuda", FakeCuda())

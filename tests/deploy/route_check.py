@@ -1,6 +1,7 @@
-"""Routed launches against the event path, on any ``cupy`` (the stand-in of fake_cupy.py, or
-CuPy on a GPU in test_deploy_gpu.py): a deployment with routes and the same deployment seen
-only through events run the same launches; what each launch did must be identical."""
+"""Routed launches against the event path, on any ``cupy`` (the stand-in of
+kernforge.testing.fakecupy, or CuPy on a GPU in test_deploy_gpu.py): a deployment with routes
+and the same deployment seen only through events run the same launches; what each launch did
+must be identical."""
 
 from __future__ import annotations
 
@@ -26,13 +27,20 @@ extern "C" __global__ void scale(const float* x, float* y, float a, int n) {
 
 
 class Counting(Deployment):
-    """A deployment counting the launches it ran through a route."""
+    """A deployment counting the launches it ran through a route (``direct``: those of them
+    converted in one pass)."""
 
     routed = 0
+    direct = 0
 
     def run_routed(self, *args: Any) -> Any:
         self.routed += 1
         return super().run_routed(*args)
+
+    def run_converted(self, *args: Any) -> Any:
+        self.routed += 1
+        self.direct += 1
+        return super().run_converted(*args)
 
 
 class EventsOnly:

@@ -1,6 +1,6 @@
 """Deployment of CuPy RawKernel / RawModule kernels, on a fake ``cupy`` module (no GPU).
 
-The fake (fake_cupy.py, the ``cp`` fixture of conftest.py) has CuPy's Python surface (as in
+The fake (kernforge.testing.fakecupy, the ``cp`` fixture of conftest.py) has CuPy's Python surface (as in
 tests/backends/test_cupy_hooks.py) and runs kernels with numpy; the ``cuda`` backend instance is
 a host fake with the cuda knobs whose compiled "kernels" add the tuned ``#define SHIFT`` to the
 output, so the output shows which ran. The real thing is tests/deploy/test_deploy_gpu.py.
@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fake_cupy import SRC, FakeCuda
 
 from kernforge import deploy
 from kernforge.backends import base, cupy_hooks
 from kernforge.core import KernelSource, LaunchConfig, Variant
 from kernforge.deploy import DeploySpec, entry_from_recording
 from kernforge.record import load_recording, record
+from kernforge.testing.fakecupy import SRC, FakeCuda
 
 
 def _scale_app(cp: Any, n: int = 8, block: int = 4) -> np.ndarray:

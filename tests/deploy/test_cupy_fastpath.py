@@ -4,7 +4,8 @@ problems, geometry given several ways, array dtypes viewed, non-contiguous and n
 scalars of several types, aliasing, a tuned launch that fails, the spec swapped, an observer
 for a while) run once through a deployment with routes and once through the same deployment
 seen only through events; outputs, tuned launches, errors, events observed and the report must
-be identical, and most launches must have been routed. On the CuPy stand-in (fake_cupy.py).
+be identical, and most launches must have been routed. On the CuPy stand-in
+(kernforge.testing.fakecupy).
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fake_cupy import SRC, FakeCuda
 from route_check import Counting, EventsOnly, run_both
 
 from kernforge.backends import base, events
 from kernforge.core import LaunchConfig
 from kernforge.deploy import DeployEntry, Deployment, DeploySpec, entry_from_recording, fastpath
 from kernforge.record import load_recording, record
+from kernforge.testing.fakecupy import SRC, FakeCuda
 
 F32 = np.float32
 
@@ -93,6 +94,10 @@ def _array(kind: str, n: int) -> Any:
         return np.arange(n + 4, dtype=F32)
     if kind == "strided":
         return (np.arange(2 * n, dtype=F32))[::2]
+    if kind == "readonly":  # the route's key, but not writeable (the fast launch's check)
+        a = np.zeros(n, F32)
+        a.flags.writeable = False
+        return a
     return None  # a null pointer
 
 
@@ -185,6 +190,7 @@ def test_routed_launches_take_the_decisions_of_the_event_path(
     seen = report[1]  # the observer saw every launch it could, tuned ones as tuned
     assert len(seen) > 10 and any(defines for _, defines, _, _ in seen)
     assert dep.routed > len(plan) // 3, dep.routed  # most launches were routed
+    assert dep.direct > len(plan) // 6, dep.direct  # many of them in one pass
 
 
 @pytest.mark.reverify  # as in test_deploy_gpu.py: run_both itself must turn the check off
@@ -192,7 +198,7 @@ def test_the_gpu_check_agrees_on_the_stand_in(cp: Any, tmp_path: Path) -> None:
     """route_check.run_both, which test_deploy_gpu.py runs on CuPy, on the stand-in."""
     routed, plain, dep = run_both(cp, tmp_path)
     counts = routed[-1]["scale"]
-    assert routed == plain and dep.routed > 10, (dep.routed, counts)
+    assert routed == plain and dep.routed > 10 and dep.direct > 5, (dep.routed, counts)
     assert counts.replaced > 10 and counts.fallback > 10, counts
     assert "re-verification" not in counts.reasons, counts
 
@@ -222,8 +228,8 @@ def test_route_keys_leave_what_they_cannot_key_to_events(cp: Any, tmp_path: Path
             assert plan.route_key(grid, block, shm, args, nd) is None
         k((2,), (4,), (x, y, F32(2), 8))  # routed from now on
         assert len(plan.routes) == 1
-        (decision, _), = plan.routes.values()
-        assert decision is next(iter(plan.decisions.values()))
+        (route,) = plan.routes.values()
+        assert route.decision is next(iter(plan.decisions.values()))
         dep.spec = DeploySpec(())  # another spec: another decider, no plan
         assert dep.route(backend, info.source, info.options, info.defines,
                          info.signature) is None
@@ -237,11 +243,14 @@ BASE = {"kernel": "scale", "n": 8, "a": F32(2), "nn": 8, "geometry": ((2,), (4,)
         "x": "f32", "y": "f32"}
 ZERO = {**BASE, "n": 7, "nn": 7, "a": F32(0.0)}  # the entry with a=0.0 compiled in
 AXPY = {**BASE, "kernel": "axpy", "n": 4, "nn": 4, "a": F32(3), "geometry": ((1,), (4,))}
+MISMATCH = {**BASE, "nn": 7}  # a fallback (problem mismatch), routed too
 VARIATIONS = [
     (ZERO, {"a": F32(-0.0)}), (BASE, {"a": F32(3)}), (BASE, {"a": 2.0}),
     (BASE, {"a": np.float64(2.0)}), (BASE, {"a": 2}), (BASE, {"y": "same"}),
     (BASE, {"x": "long"}), (BASE, {"x": "i32"}), (BASE, {"x": "f64"}), (BASE, {"x": "strided"}),
-    (BASE, {"y": "strided"}), (BASE, {"x": "null"}), (BASE, {"y": "null"}),
+    (BASE, {"y": "strided"}), (BASE, {"y": "readonly"}), (BASE, {"x": "readonly"}),
+    (AXPY, {"y": "readonly"}), (MISMATCH, {"x": "strided"}), (MISMATCH, {"y": "readonly"}),
+    (MISMATCH, {"nn": np.int64(7)}), (BASE, {"x": "null"}), (BASE, {"y": "null"}),
     (BASE, {"kw": {"enable_cooperative_groups": True}}),
     (BASE, {"kw": {"enable_cooperative_groups": False}}), (BASE, {"kw": {"shared_mem": 0}}),
     (BASE, {"kw": {"shared_mem": np.int64(0)}}), (BASE, {"kw": {"shared_mem": 16}}),
@@ -289,7 +298,8 @@ def test_routes_hold_only_decisions_the_cache_holds(
                                           (x, y, launch["a"], launch["nn"]), **launch["kw"])
             for p in dep._decider._plans._plans.values():
                 held = {id(d) for d in p.decisions.values()}
-                assert len(p.routes) <= 3 and all(id(d) in held for d, _ in p.routes.values())
+                assert len(p.routes) <= 3 and all(id(r.decision) in held
+                                                 for r in p.routes.values())
     finally:
         events.set_substituter(None)
     assert dep.routed > 20

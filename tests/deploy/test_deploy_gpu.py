@@ -181,13 +181,15 @@ def test_routed_launches_agree_with_the_event_path_on_the_gpu(tmp_path: Path,
     cp = hooked_cupy
     routed, plain, dep = run_both(cp, tmp_path, cp.cuda.runtime.deviceSynchronize, cp.asnumpy)
     counts = routed[-1]["scale"]
-    print(f"\nrouted {dep.routed} launch(es); with routes {counts}; events only {plain[-1]}")
+    print(f"\nrouted {dep.routed} launch(es), {dep.direct} in one pass; with routes {counts}; "
+          f"events only {plain[-1]}")
     differ = [i for i, (a, b) in enumerate(zip(routed, plain)) if a != b]
     first = differ[0] if differ else -1
     assert routed == plain, (f"{len(routed)} vs {len(plain)} outcomes; launches {differ[:10]} "
                              f"differ, first: routed {str(routed[first])[:300]}, events "
                              f"{str(plain[first])[:300]}")
     assert dep.routed > 10 and counts.replaced > 10 and counts.fallback > 10, counts
+    assert dep.direct > 5, dep.direct  # the one-pass conversion took CuPy's arrays
     assert "re-verification" not in counts.reasons, counts  # run_both turns it off
 
 

@@ -20,7 +20,7 @@ from kernforge.backends.cupy_translate import Unrecordable, widen_scalar
 from kernforge.core import LaunchConfig, Param
 from kernforge.deploy import Deployment, DeploySpec
 from kernforge.deploy.decide import Decider
-from kernforge.deploy.match import _byte_range, overlap_bits, overlapping
+from kernforge.deploy.match import _byte_range, overlap_bits, overlapping, overlaps
 
 
 class Unhashable(int):
@@ -230,6 +230,20 @@ def test_byte_range_of_contiguous_device_arrays_equals_the_general_one() -> None
     for v in views:
         assert _byte_range(PointerView(v)) == _byte_range(v), (v.shape, v.strides)
     assert sum(v.flags.c_contiguous for v in views) >= 5  # both paths are compared
+
+
+def test_overlaps_of_two_equals_overlap_bits() -> None:
+    """deploy.match.overlaps (a route key's two arrays; device arrays by pointer) against
+    overlap_bits, on numpy views and the same views seen as device arrays."""
+    base = np.arange(64.0).reshape(8, 8)
+    views = [base, base[2:5], base[3], base[:0], base.reshape(-1)[10:11], base[:, 3],
+             base[::-1], base.T, base[3:4, 2:3], base[5:5, :], np.zeros(3),
+             base.reshape(-1)[8:16].view(np.int32), base.reshape(-1)[15:17]]
+    seen = [PointerView(v) for v in views] + [DeviceLike(1000, (4,), (4,)), object()]
+    for group in (views, seen, views + seen):
+        for a in group:
+            for b in group:
+                assert overlaps(a, b) == overlap_bits([a, b])[0]
 
 
 def _widen_reference(dtype: str, value: int) -> Any:

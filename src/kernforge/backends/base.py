@@ -407,11 +407,12 @@ _instances_lock = threading.Lock()
 
 def get_backend(name: str | Backend) -> Backend:
     """The process-wide instance of backend ``name`` (so compile caches are shared)."""
-    if isinstance(name, Backend):
+    if type(name) is str:  # before the (slower) instance test of an abstract class
+        backend = _instances.get(name)  # made already: no lock (a dict read is atomic)
+        if backend is not None:
+            return backend
+    elif isinstance(name, Backend):
         return name
-    backend = _instances.get(name)  # made already: no lock (a dict read is atomic)
-    if backend is not None:
-        return backend
     with _instances_lock:
         if name not in _instances:
             _instances[name] = BACKENDS.get(name)()

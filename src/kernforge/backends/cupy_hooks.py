@@ -16,7 +16,7 @@ arguments. A kernel or launch that cannot be recorded faithfully runs unrecorded
 substituter (a deployment, :mod:`kernforge.deploy`), the event is built without synchronizing
 and the substituter may launch a tuned kernel instead; what it cannot describe runs unchanged,
 without a warning. A deployment also offers *routes* (see the comment above
-:func:`_route_key`): a launch keyed like one it decided before (geometry, array dtypes and
+:func:`_plan`): a launch keyed like one it decided before (geometry, array dtypes and
 shapes, the scalars it matches by value, overlaps) runs that decision directly, its arguments
 converted as ``convert_args`` would, without an event.
 
@@ -30,12 +30,14 @@ from __future__ import annotations
 import sys
 import threading
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..core import KernforgeError, LaunchConfig, Param
+from . import base, events
 from .base import cached_dtype, get_backend
 from .cupy_translate import (
     UNSUPPORTED_FLAGS,
@@ -48,14 +50,7 @@ from .cupy_translate import (
     prepare_buffer,
     widen_scalar,
 )
-from .events import (
-    LaunchEvent,
-    active,
-    has_observers,
-    notify_launch,
-    substituter,
-    wants_event,
-)
+from .events import LaunchEvent, notify_launch, wants_event
 
 __all__ = ["KernelProxy", "install", "installed", "original_class", "uninstall"]
 
@@ -129,7 +124,7 @@ def _make_classes(raw_kernel: type, raw_module: type) -> tuple[type, type]:
             self._kf_info: KernelInfo | tuple[str, str] | None = None
 
         def __call__(self, grid: Any, block: Any, args: Any, **kwargs: Any) -> Any:
-            if not active():
+            if not events._active:  # events.active(), without the call
                 return raw_kernel.__call__(self, grid, block, args, **kwargs)
             if self._kf_info is None:
                 self._kf_info = _info(self, None, self._kf_flags, "cupy.RawKernel")
@@ -170,7 +165,7 @@ class KernelProxy:
 
     def __call__(self, grid: Any, block: Any, args: Any, **kwargs: Any) -> Any:
         kernel = self._kf_kernel
-        if not active():
+        if not events._active:
             return kernel(grid, block, args, **kwargs)
         info = self._kf_info
         if info is None:
@@ -250,27 +245,32 @@ def _exact(value: Any) -> bool:
 def _observed(info: KernelInfo | tuple[str, str], grid: Any, block: Any, args: Any,
               kwargs: dict[str, Any], call: Callable[[], Any]) -> Any:
     """One launch seen by the observers and/or the substituter (see the module docstring)."""
-    observing = has_observers()
+    observing = bool(events._observers)  # has_observers() and substituter(), without calls
     if isinstance(info, tuple):  # not capturable
         if observing:
             _warn_once(*info)
         return call()
-    backend = get_backend("cuda")
+    backend = base._instances.get("cuda") or get_backend("cuda")
     sub: Any = None
     plan: Any = None
     key: tuple[Any, ...] | None = None
     if not observing:
-        sub = substituter()
-        route = getattr(sub, "route", None)
-        if route is not None:
-            plan = route(backend, info.source, info.options, info.defines, info.signature)
-            if plan is not None:
-                key = _route_key(plan, grid, block, args, kwargs)
-                hit = None if key is None else plan.routes.get(key)
-                if hit is not None:
-                    values = _convert(hit[1], args, backend.is_buffer)
-                    if values is not None:
-                        return sub.run_routed(plan, hit[0], values, call)
+        sub = events._substituter
+        plan, buffer = _plan(info, sub, backend)
+        if plan is not None and (type(args) is tuple or type(args) is list) and (
+                not kwargs or (len(kwargs) == 1 and "shared_mem" in kwargs)):
+            # other keywords (enable_cooperative_groups): the event path says what happens
+            key = plan.route_key(grid, block, kwargs.get("shared_mem", 0), args, buffer)
+            hit = None if key is None else plan.routes.get(key)
+            if hit is not None:
+                one_pass = hit.direct
+                if one_pass is not None:
+                    out = one_pass(args)
+                    if out is not None:
+                        return sub.run_converted(plan, hit, out, call)
+                values = _convert(hit.data, args, backend.is_buffer)
+                if values is not None:
+                    return sub.run_routed(plan, hit, values, call)
     if not observing and not wants_event(backend, info.source, info.options, info.defines):
         return call()  # a deployment that replaces no launch of this kernel
     runtime = sys.modules["cupy"].cuda.runtime
@@ -298,25 +298,46 @@ def _observed(info: KernelInfo | tuple[str, str], grid: Any, block: Any, args: A
 # With a substituter and no observer, a substituter that has ``route(backend, source, options,
 # defines, signature)`` (kernforge.deploy's Deployment) may return the kernel's plan: its
 # ``route_key(grid, block, shared_mem, args, buffer_type)`` keys the raw call (None: no key),
-# ``routes`` maps keys to (decision, data) and ``learn(key, event, data)`` adds one after the
-# launch became ``event``. A hit is converted here exactly as ``convert_args`` would convert it
-# (the data: per argument how) and run by ``run_routed(plan, decision, args, call)``; an
-# argument needing more (a non-contiguous array, a scalar that does not widen) takes the
-# event path, which refuses or converts it as before.
-_SAME, _VIEW, _FIXED, _SCALAR = range(4)
+# ``routes`` maps keys to routes (``decision``, ``data``, ``direct``) and ``learn(key, event,
+# data)`` adds one after the launch became ``event``; ``live`` turns False when the
+# substituter drops the plan. A hit is converted here exactly as ``convert_args`` would
+# convert it (the data: per argument how, one of the step kinds below) and run by
+# ``run_routed(plan, route, args, call)``; an argument needing more (a non-contiguous array, a
+# scalar that does not widen) takes the event path, which refuses or converts it as before.
+# A route's ``direct`` (when not None) converts the raw arguments straight to the launched
+# ones, or returns None (then the steps above run): its result goes to ``run_converted(plan,
+# route, out, call)``. The plan is asked for once per kernel, substituter and backend and kept
+# (weakly) in the kernel's ``KernelInfo.route`` while it is live.
+# the steps: the array itself, a view of it (data: the parameter), one value (data: it), the
+# scalar itself when of the declared numpy type, else widened (data: parameter, that type)
+SAME, VIEW, FIXED, SCALAR = range(4)
 # the scalar types whose (type, value) give one widened value (a float may be -0.0 or 0.0)
 _FIXABLE = frozenset({int, bool, *(np.dtype(c).type for c in "?bBhHiIlLqQ")})
 
 
-def _route_key(plan: Any, grid: Any, block: Any, args: Any, kwargs: dict[str, Any]
-               ) -> tuple[Any, ...] | None:
-    if kwargs and (len(kwargs) > 1 or "shared_mem" not in kwargs):
-        return None  # e.g. enable_cooperative_groups: the event path says what happens
-    if type(args) is not tuple and type(args) is not list:
-        return None
-    key: tuple[Any, ...] | None = plan.route_key(grid, block, kwargs.get("shared_mem", 0),
-                                                 args, sys.modules["cupy"].ndarray)
-    return key
+def _plan(info: KernelInfo, sub: Any, backend: Any) -> tuple[Any, Any]:
+    """The substituter's plan for this kernel (None: it has none, launches go through events)
+    and the array type of route keys (``cupy.ndarray``), from the kernel's cache when the
+    substituter, the backend and a live plan are those of the last lookup."""
+    cached = info.route[0]
+    if cached is not None:
+        sub_ref, cached_backend, plan_ref, buffer = cached
+        if sub_ref() is sub and cached_backend is backend:
+            plan = plan_ref()
+            if plan is not None and plan.live:
+                return plan, buffer
+    route = getattr(sub, "route", None)
+    if route is None:
+        return None, None
+    plan = route(backend, info.source, info.options, info.defines, info.signature)
+    if plan is None:
+        return None, None
+    buffer = sys.modules["cupy"].ndarray
+    try:
+        info.route[0] = (weakref.ref(sub), backend, weakref.ref(plan), buffer)
+    except TypeError:  # not weakly referenceable: asked again on every launch
+        info.route[0] = None
+    return plan, buffer
 
 
 def _steps(keyed: tuple[int, ...], signature: tuple[Param, ...], args: Any,
@@ -326,11 +347,11 @@ def _steps(keyed: tuple[int, ...], signature: tuple[Param, ...], args: Any,
     steps: list[tuple[int, Any]] = []
     for j, (p, a, v) in enumerate(zip(signature, args, values)):
         if p.pointer:
-            steps.append((_SAME, None) if v is a else (_VIEW, p))
+            steps.append((SAME, None) if v is a else (VIEW, p))
         elif j in keyed and type(a) in _FIXABLE:  # the key holds its exact type and value
-            steps.append((_FIXED, v))
+            steps.append((FIXED, v))
         else:
-            steps.append((_SCALAR, (p, cached_dtype(p.dtype).type)))
+            steps.append((SCALAR, (p, cached_dtype(p.dtype).type)))
     return tuple(steps)
 
 
@@ -340,13 +361,13 @@ def _convert(steps: tuple[tuple[int, Any], ...], args: Any,
     key's type, dtype and shape; the keyed scalars' values), or None when it would refuse."""
     out: list[Any] = []
     for (kind, x), a in zip(steps, args):
-        if kind == _SAME:
+        if kind == SAME:
             if not a.flags.c_contiguous:
                 return None
             out.append(a)
-        elif kind == _FIXED:
+        elif kind == FIXED:
             out.append(x)
-        elif kind == _SCALAR:
+        elif kind == SCALAR:
             if type(a) is x[1]:
                 out.append(a)
             else:

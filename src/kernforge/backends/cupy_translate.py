@@ -146,6 +146,8 @@ class KernelInfo:
     capture: Mapping[str, Any]
     _variants: dict[LaunchConfig, Variant] = field(default_factory=dict, compare=False,
                                                    repr=False)
+    # the CuPy hooks' cache of a deployment's plan for this kernel (cupy_hooks._plan)
+    route: list[Any] = field(default_factory=lambda: [None], compare=False, repr=False)
 
     @property
     def signature(self) -> tuple[Param, ...]:

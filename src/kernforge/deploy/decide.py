@@ -181,6 +181,12 @@ class Decider:
         with self._lock:
             return self._compiled.setdefault(index, result)
 
+    def retire(self) -> None:
+        """This decider is replaced: its plans are no longer live (routes kept by a capture
+        source are looked up again, from the new one)."""
+        with self._lock:
+            self._plans.clear()
+
     def failed(self, index: int, reason: Reason) -> None:
         """The tuned launch of entry ``index`` was refused: it is not tried again, and no
         cached decision runs it."""

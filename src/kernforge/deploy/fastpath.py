@@ -36,29 +36,67 @@ selects the decision the event path would (tests/deploy/test_cupy_fastpath.py co
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from ..backends import Backend, Compiled, LaunchEvent
 from ..core import CompileOptions, KernelSource, LaunchConfig, Param, Tolerance, Variant
+from . import straight
 from .counts import KernelCounts
-from .launcher import FastLaunch
-from .match import Reason, overlap_bits
+from .launcher import DirectConversion, FastLaunch, direct
+from .match import Reason, overlap_bits, overlaps
 from .spec import DeployEntry
 
 MAX_DECISIONS = 1024  # per plan; emptied when full (an application with ever-new buffers)
 MAX_PLANS = 4096
 # scalars keyed by exact type and value in a route key: equal ones convert to equal values
 KEYABLE = frozenset({int, float, bool, *(np.dtype(c).type for c in "?bBhHiIlLqQefdg")})
-_INT = frozenset({int})
 
 
 def _exact(dims: Any) -> bool:
     """An int or a tuple of ints (a geometry as a capture source may pass it)."""
     t = type(dims)
-    return t is int or (t is tuple and _INT.issuperset(map(type, dims)))
+    if t is tuple:
+        for v in dims:
+            if type(v) is not int:
+                return False
+        return True
+    return t is int
+
+
+def _route_key_loop(pointers: tuple[int, ...], values: tuple[int, ...], aliasing: bool,
+                    grid: Any, block: Any, shared_mem: Any, args: Sequence[Any], buffer: Any
+                    ) -> tuple[Any, ...] | None:
+    if type(shared_mem) is not int or not _exact(grid) or not _exact(block):
+        return None
+    n = len(args)
+    parts: list[Any] = [grid, block, shared_mem, n]
+    arrays: list[Any] = []
+    for j in pointers:
+        if j < n:
+            v: Any = args[j]
+            if type(v) is not buffer:
+                return None
+            arrays.append(v)
+            parts.append(v.dtype)
+            parts.append(v.shape)
+    for j in values:
+        if j < n:
+            v = args[j]
+            t = type(v)
+            if t not in KEYABLE:
+                return None
+            parts.append(t)
+            parts.append(v)
+    if aliasing and len(arrays) > 1:
+        if len(arrays) == 2:
+            parts.append(overlaps(arrays[0], arrays[1]))
+        else:
+            parts += overlap_bits(arrays)
+    return tuple(parts)
 
 
 class Tuned:
@@ -89,12 +127,45 @@ class Tuned:
 Decision = Tuned | Reason
 
 
+class Route:
+    """A raw launch key's decision, with the capture source's ``data`` (how it converts the
+    arguments) and ``direct``: the one-pass conversion of :func:`~.launcher.direct` (None:
+    the two passes of the source and the fast launch), made for a fallback at once, for a
+    tuned launch once its fast launch exists."""
+
+    __slots__ = ("data", "decision", "direct", "pending")
+
+    def __init__(self, decision: Decision, data: Any) -> None:
+        self.decision, self.data = decision, data
+        self.direct: DirectConversion | None = None
+        self.pending = True  # direct not tried yet
+        self.ready()
+
+    def ready(self) -> None:
+        """Make ``direct`` (once): for a fallback now, for a tuned launch when the decision's
+        fast launch and counts exist."""
+        d = self.decision
+        if not self.pending:
+            return
+        fast = None
+        if isinstance(d, Tuned):
+            if d.fast is None or d.counts is None:
+                return
+            fast = d.fast
+        self.pending = False
+        try:
+            self.direct = direct(fast, self.data)
+        except Exception:  # noqa: BLE001 - data of another form: the two passes run
+            self.direct = None
+
+
 class Plan:
     """One kernel as built (backend, source, options, defines, signature): its label, the
     candidate entries (or why there are none) and the cache of launch decisions."""
 
-    __slots__ = ("aliasing", "candidates", "decisions", "defines", "label", "options",
-                 "pointers", "routes", "signature", "source", "values")
+    __slots__ = ("__weakref__", "aliasing", "candidates", "decisions", "defines", "label",
+                 "live", "options", "pointers", "route_key", "routes", "signature", "source",
+                 "values")
 
     def __init__(self, source: KernelSource, options: CompileOptions,
                  defines: tuple[tuple[str, str], ...], signature: tuple[Param, ...],
@@ -103,7 +174,7 @@ class Plan:
         self.source, self.options, self.defines = source, options, defines
         self.signature, self.label, self.candidates = signature, label, candidates
         self.decisions: dict[tuple[Any, ...], Decision] = {}
-        self.routes: dict[tuple[Any, ...], tuple[Decision, Any]] = {}
+        self.routes: dict[tuple[Any, ...], Route] = {}
         problems = [] if isinstance(candidates, Reason) else \
             [entries[i].problem for i in candidates]
         self.pointers = tuple(j for j, p in enumerate(signature) if p.pointer)
@@ -112,6 +183,15 @@ class Plan:
             if a.kind == "scalar" and a.value is not None and j < len(signature)
             and not signature[j].pointer}))
         self.aliasing = any(sum(a.kind == "array" for a in pr.args) >= 2 for pr in problems)
+        # False once its decider dropped it (Plans.clear): a capture source that kept the
+        # plan must look it up again
+        self.live = True
+        # route_key_loop, as straight-line code (deploy/straight.py) where routes can exist
+        loop = partial(_route_key_loop, self.pointers, self.values, self.aliasing)
+        self.route_key: Callable[..., tuple[Any, ...] | None] = loop if isinstance(
+            candidates, Reason) else straight.route_key(
+            len(signature), self.pointers, self.values, self.aliasing,
+            {"KEYABLE": KEYABLE, "overlaps": overlaps, "overlap_bits": overlap_bits}, loop)
 
     def same(self, source: KernelSource, options: CompileOptions,
              defines: tuple[tuple[str, str], ...], signature: tuple[Param, ...]) -> bool:
@@ -136,33 +216,14 @@ class Plan:
             parts += overlap_bits(arrays)
         return tuple(parts)
 
-    def route_key(self, grid: Any, block: Any, shared_mem: Any, args: Sequence[Any],
-                  buffer: Any) -> tuple[Any, ...] | None:
+    def route_key_loop(self, grid: Any, block: Any, shared_mem: Any, args: Sequence[Any],
+                       buffer: Any) -> tuple[Any, ...] | None:
         """The key of a raw launch (see the module doc), or None when it cannot have one: a
         geometry other than ints and tuples of ints, an array argument not exactly of type
-        ``buffer``, a value-matched scalar of a type outside :data:`KEYABLE`."""
-        if not (_exact(grid) and _exact(block) and type(shared_mem) is int):
-            return None
-        n = len(args)
-        parts: list[Any] = [grid, block, shared_mem, n]
-        arrays: list[Any] = []
-        for j in self.pointers:
-            if j < n:
-                v: Any = args[j]
-                if type(v) is not buffer:
-                    return None
-                arrays.append(v)
-                parts += (v.dtype, v.shape)
-        for j in self.values:
-            if j < n:
-                v = args[j]
-                t = type(v)
-                if t not in KEYABLE:
-                    return None
-                parts += (t, v)
-        if self.aliasing and len(arrays) > 1:
-            parts += overlap_bits(arrays)
-        return tuple(parts)
+        ``buffer``, a value-matched scalar of a type outside :data:`KEYABLE`. What
+        ``route_key(grid, block, shared_mem, args, buffer)`` returns, made by a loop."""
+        return _route_key_loop(self.pointers, self.values, self.aliasing, grid, block,
+                               shared_mem, args, buffer)
 
     def learn(self, route: tuple[Any, ...], event: LaunchEvent, data: Any) -> None:
         """Route ``route`` (the raw key of the launch that became ``event``) to the decision
@@ -175,7 +236,7 @@ class Plan:
             return
         if len(self.routes) >= MAX_DECISIONS:
             self.routes.clear()
-        self.routes[route] = (decision, data)
+        self.routes[route] = Route(decision, data)
 
     def remember(self, key: tuple[Any, ...], decision: Decision) -> None:
         if len(self.decisions) >= MAX_DECISIONS:
@@ -201,9 +262,12 @@ class Plans:
 
     def add(self, backend: Backend, plan: Plan) -> Plan:
         if len(self._plans) >= MAX_PLANS:
-            self._plans.clear()
+            self.clear()
         self._plans[backend, id(plan.source), id(plan.options), id(plan.signature)] = plan
         return plan
 
     def clear(self) -> None:
+        """Drop every plan; each is marked no longer live (see :attr:`Plan.live`)."""
+        for plan in list(self._plans.values()):
+            plan.live = False
         self._plans.clear()

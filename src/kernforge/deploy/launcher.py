@@ -28,9 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backends import Backend, Compiled
+from ..backends import Backend, Compiled, cupy_hooks
 from ..backends.base import cached_dtype
 from ..core import LaunchConfig
+from .straight import conversion
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 _ARRAY, _WRITTEN, _FIXED, _SCALAR = range(4)
@@ -114,3 +115,62 @@ def prepare(backend: Backend, compiled: Compiled, launch: LaunchConfig, args: Se
         def per_launch(out: Sequence[Any]) -> None:
             backend.check_constants(compiled, out)
     return FastLaunch(tuple(steps), launcher(backend, compiled, launch), per_launch)
+
+
+# ---- one pass for a routed launch -----------------------------------------------------------
+_IN, _OUT, _CONST, _TYPED = KINDS = (0, 1, 2, 3)
+DirectConversion = Callable[[Sequence[Any]], "list[Any] | None"]
+
+
+def direct_steps(fast: FastLaunch, route: tuple[tuple[int, Any], ...]
+                 ) -> tuple[tuple[int, Any], ...] | None:
+    """The two conversions of a routed CuPy launch as one, where both are simple: ``route``
+    (the hooks' per-argument steps, backends/cupy_hooks.py) turns the raw arguments into the
+    event's, ``fast`` those into the kernel's. Per argument: an array passed as it is
+    (``_IN``; ``_OUT`` where the kernel writes it), checked C-contiguous as the hooks check
+    it and, for ``_OUT``, writeable as ``fast`` checks it; a scalar passed as it is when it
+    has the declared numpy type (``_TYPED``, the type both check); one value (``_CONST``, a
+    keyed scalar's conversion). Anything else (an array viewed as another dtype, a scalar
+    widened or converted) makes None: such routes keep the two passes."""
+    if len(route) != len(fast.steps):
+        return None
+    steps: list[tuple[int, Any]] = []
+    for (hook, h), (kind, x) in zip(route, fast.steps):
+        if hook == cupy_hooks.SAME and kind in (_ARRAY, _WRITTEN):
+            steps.append((_IN if kind == _ARRAY else _OUT, None))
+        elif hook == cupy_hooks.FIXED and kind == _FIXED:
+            steps.append((_CONST, x))
+        elif hook == cupy_hooks.FIXED and kind == _SCALAR and type(h) is x:
+            steps.append((_CONST, h))
+        elif hook == cupy_hooks.SCALAR and kind == _SCALAR and h[1] is x:
+            steps.append((_TYPED, x))
+        else:
+            return None
+    return tuple(steps)
+
+
+def fallback_steps(route: tuple[tuple[int, Any], ...]) -> tuple[tuple[int, Any], ...] | None:
+    """The hooks' checks of a route whose decision is a fallback (the original runs: the
+    conversion only tells a routed launch from one the event path would refuse), in the
+    kinds of :func:`direct_steps`; None where an array is viewed (the hooks' steps then)."""
+    steps: list[tuple[int, Any]] = []
+    for hook, h in route:
+        if hook == cupy_hooks.SAME:
+            steps.append((_IN, None))
+        elif hook == cupy_hooks.FIXED:
+            steps.append((_CONST, h))
+        elif hook == cupy_hooks.SCALAR:
+            steps.append((_TYPED, h[1]))
+        else:
+            return None
+    return tuple(steps)
+
+
+def direct(fast: FastLaunch | None, route: tuple[tuple[int, Any], ...]
+           ) -> DirectConversion | None:
+    """:func:`direct_steps` (``fast`` None: :func:`fallback_steps`) as one function of the
+    raw arguments (:mod:`.straight`): the kernel's arguments, or None, having done nothing,
+    when one needs more than its step checks; the two passes then run, so a launch is
+    converted and checked exactly as they would, and refused where they would refuse it."""
+    steps = fallback_steps(route) if fast is None else direct_steps(fast, route)
+    return None if steps is None else conversion(steps, KINDS)

@@ -153,6 +153,21 @@ def _overlap(a: Any, b: Any, ra: tuple[int, int] | None, rb: tuple[int, int] | N
     return not empty and (ra is None or rb is None or (ra[0] < rb[1] and rb[0] < ra[1]))
 
 
+def overlaps(a: Any, b: Any) -> bool:
+    """``overlap_bits([a, b])[0]``, without the lists (a route key's common case); two
+    C-contiguous device arrays with ``.data.ptr`` (CuPy's) by their pointers directly."""
+    if type(a) is np.ndarray and type(b) is np.ndarray:
+        return bool(np.may_share_memory(a, b))
+    try:  # _byte_range's first case for both, inline
+        pa, pb, fa, fb, na, nb = a.data.ptr, b.data.ptr, a.flags, b.flags, a.nbytes, b.nbytes
+        if type(pa) is int and type(pb) is int and type(na) is int and type(nb) is int and \
+                fa.c_contiguous and fb.c_contiguous:
+            return na != 0 and nb != 0 and pa < pb + nb and pb < pa + na
+    except AttributeError:
+        pass
+    return _overlap(a, b, _byte_range(a), _byte_range(b))
+
+
 def overlap_bits(values: list[Any]) -> list[bool]:
     """For each pair (i < j) of the arrays, in order: whether their memory overlaps (bounds of
     the bytes each can touch; an empty array overlaps nothing)."""

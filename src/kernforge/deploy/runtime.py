@@ -34,7 +34,7 @@ from ..core import CompileOptions, KernelSource, KernforgeError, Param
 from . import startup
 from .counts import DeployReport, KernelCounts
 from .decide import Decider, first_line
-from .fastpath import Decision, Plan, Tuned
+from .fastpath import Plan, Route, Tuned
 from .gate import refusal
 from .launcher import prepare
 from .match import COMPILE, EVIDENCE, INTERNAL, LAUNCH, NOT_IN_SPEC, VERIFY, Reason
@@ -84,6 +84,9 @@ class Deployment:
     def spec(self, spec: DeploySpec) -> None:
         """Another spec: every cached lookup, compilation and decision is dropped."""
         name = str(spec.path) if spec.path else "(in-memory spec)"
+        previous = self.__dict__.get("_decider")
+        if previous is not None:
+            previous.retire()
         self._decider = Decider(spec, name, cache=self.cache)
         self._verified = set()
         for i, e in enumerate(spec.entries):  # the producer's rule, checked again here
@@ -227,15 +230,38 @@ class Deployment:
         decided from the cache; None otherwise (launches then go through events)."""
         return self._decider.plan(backend, source, options, defines, signature)
 
-    def run_routed(self, plan: Plan, decision: Decision, args: tuple[Any, ...],
+    def run_routed(self, plan: Plan, route: Route, args: tuple[Any, ...],
                    launch: Callable[[], Any]) -> Any:
         """Run a launch whose decision a route found, as :meth:`substitute` and
         ``notify_launch`` would have: ``args`` are the event's arguments (converted by the
         capture source as for its event), ``launch`` the original launch."""
+        decision = route.decision
         if isinstance(decision, Reason):
             self._fallback(plan.label, decision)
             return launch()
-        return self._run(decision, args, launch)
+        result = self._run(decision, args, launch)
+        if route.pending:
+            route.ready()  # the one-pass conversion, once the fast launch exists
+        return result
+
+    def run_converted(self, plan: Plan, route: Route, out: list[Any],
+                      launch: Callable[[], Any]) -> Any:
+        """Run a routed launch whose arguments ``route.direct`` converted (``out``, the
+        kernel's), as :meth:`run_routed` would once its fast launch accepted them."""
+        decision: Any = route.decision  # a Reason, or a Tuned with its fast launch and counts
+        if isinstance(decision, Reason):
+            self._fallback(plan.label, decision)
+            return launch()
+        fast, counts = decision.fast, decision.counts
+        try:
+            if fast.constants is not None:
+                fast.constants(out)
+            fast.fire(out)
+        except Exception as exc:  # noqa: BLE001 - the original runs instead
+            return self._refused(decision, exc, launch)
+        with self._lock:
+            counts.replaced += 1
+        return None
 
     # ---- counting and logging ---------------------------------------------------------------
     def _count(self, label: str, outcome: str, replaced: bool, verified: bool = False

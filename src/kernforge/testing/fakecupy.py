@@ -1,9 +1,13 @@
 """A host stand-in for CuPy (no GPU): the ``cupy`` module's Python surface that the hooks and a
 deployment touch, and a ``cuda`` backend instance with the cuda knobs whose compiled "kernels"
 add the tuned ``#define SHIFT`` to the output (so the output shows which ran; ``#define FAIL``:
-the launch fails). Kernels run with numpy. Used by test_cupy_deploy.py, test_cupy_fastpath.py and, for host-time measurements of
-the CuPy path, ``python tests/deploy/fake_cupy.py`` (the deployment overhead table of
-kernforge.deploy.overhead on this stand-in). The real thing is test_deploy_gpu.py.
+the launch fails). Kernels run with numpy; ``noop`` (:data:`NOOP`) does nothing, so that a
+launch of it costs only the host work around it.
+
+Used by tests/deploy (test_cupy_deploy.py, test_cupy_fastpath.py, through the ``cp`` fixture),
+by benchmarks/cupy_hook_overhead.py (kernforge's host time per hooked launch) and by
+``python -m kernforge.testing.fakecupy`` (the deployment overhead table of
+kernforge.deploy.overhead on this stand-in). The real thing is tests/deploy/test_deploy_gpu.py.
 """
 
 from __future__ import annotations
@@ -16,11 +20,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kernforge.backends import base, cupy_hooks
-from kernforge.backends.cuda import KNOBS
-from kernforge.backends.null import NullBackend
-from kernforge.backends.signature import parse_signature
-from kernforge.core import KernelSource, LaunchConfig, LaunchError, Param, Variant
+from ..backends import base, cupy_hooks
+from ..backends.cuda import KNOBS
+from ..backends.null import NullBackend
+from ..backends.signature import parse_signature
+from ..core import KernelSource, LaunchConfig, LaunchError, Param, Variant
 
 SRC = r"""
 extern "C" __global__ void scale(const float* x, float* y, float a, int n) { }
@@ -28,6 +32,9 @@ template <typename T>
 __global__ void axpy(const T* x, T* y, T a, long long n) { }
 """
 LOWERED = {"axpy<float>": "_Z4axpyIfEvPKT_PS0_S0_x"}
+NOOP = r"""
+extern "C" __global__ void noop(const float* x, float* y, float a, int n) { }
+"""
 
 
 def _scale(args: tuple[Any, ...], shift: float = 0.0) -> None:
@@ -45,6 +52,8 @@ class FakeRawKernel:
     def __call__(self, grid: Any, block: Any, args: tuple, **kwargs: Any) -> None:
         if self.name == "scale":
             _scale(args)
+        elif self.name == "noop":
+            pass
         else:
             x, y, a, n = args
             y[:n] += a * x[:n]
@@ -80,6 +89,8 @@ class FakeCuda(NullBackend):
         shift = float(dict(variant.defines).get("SHIFT", 0))
         fail = "FAIL" in dict(variant.defines)
         entry = variant.source.entry
+        if entry == "noop":
+            return (lambda args, launch: None), ""
 
         def run(args: tuple[Any, ...], launch: LaunchConfig) -> None:
             if fail:
@@ -95,9 +106,19 @@ class FakeCuda(NullBackend):
     def _launch(self, handle: Any, args: Any, launch: LaunchConfig) -> None:
         handle(tuple(args), launch)
 
+    def prepared_launch(self, compiled: Any, launch: LaunchConfig) -> Any:
+        """As the cuda backend's: the launch checked once, then one call per launch."""
+        self.check_launch(launch)
+        handle = compiled.handle
+
+        def fire(args: Any) -> None:
+            handle(tuple(args), launch)
+
+        return fire
+
 
 def fake_module() -> types.ModuleType:
-    fake = types.ModuleType("cupy")
+    fake: Any = types.ModuleType("cupy")
     fake.RawKernel, fake.RawModule, fake.ndarray = FakeRawKernel, FakeRawModule, np.ndarray
     fake.arange, fake.zeros_like, fake.float32 = np.arange, np.zeros_like, np.float32
     fake.zeros = np.zeros
@@ -119,19 +140,19 @@ def standing_in() -> Iterator[types.ModuleType]:
         yield fake
     finally:
         cupy_hooks.uninstall()
-        for table, key, saved in ((sys.modules, "cupy", saved_module),
-                                  (base._instances, "cuda", saved_backend)):
-            if saved is None:
-                table.pop(key, None)  # type: ignore[attr-defined]
-            else:
-                table[key] = saved  # type: ignore[index]
+        sys.modules.pop("cupy", None)
+        if saved_module is not None:
+            sys.modules["cupy"] = saved_module
+        base._instances.pop("cuda", None)
+        if saved_backend is not None:
+            base._instances["cuda"] = saved_backend
 
 
 def main() -> int:
     """The deployment overhead table on the CuPy path of this stand-in (host time only)."""
     import argparse
 
-    from kernforge.deploy.overhead import measure_overhead
+    from ..deploy.overhead import measure_overhead
 
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("--launches", type=int, default=2000)
