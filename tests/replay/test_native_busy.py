@@ -7,6 +7,7 @@ same probe that reads the real one)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from kernforge.harness.verdict import NOISE_BAND, Verdict, per_look
 from kernforge.pipeline.native_evolve import _final
 from kernforge.pipeline.run_app import record_command
 from kernforge.record.native_format import read_native
+from kernforge.replay.native_share import share_winners
 from kernforge.replay.native_tune import tune_native
 from kernforge.replay.native_validate import validate_native
 from kernforge.testing.fakedriver import FakeCuda
@@ -32,7 +34,7 @@ def gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     smi.write_text(f"#!/bin/sh\ncat {util}\n")
     smi.chmod(0o755)
     util.write_text("3\n")
-    monkeypatch.setenv("PATH", f"{bin_dir}:{Path('/usr/bin')}:{Path('/bin')}")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}")
     return util
 
 
@@ -93,3 +95,22 @@ def test_a_busy_gpu_keeps_no_tuned_or_evolved_winner_and_export_says_why(
     assert main(["export", str(run), "-o", str(spec)]) != 0
     said = capsys.readouterr()
     assert "busy" in said.out + said.err and not spec.exists()
+
+
+@pytest.mark.slow  # ~25 s
+def test_a_winner_is_not_shared_on_a_busy_gpu(on_fake_nvrtc: FakeCuda, gpu: Path,
+                                              tmp_path: Path) -> None:
+    """Sharing compares the lead's winner on each other launch with the verdict and gate of
+    tuning: tuned on an idle GPU, the winner is not shared while the GPU is busy."""
+    _, units, _, _ = record_command(on_fake_nvrtc.nvrtc_command(3, 1000, "vary"),
+                                    tmp_path / "r", max_instances=2)
+    done = [tune_native(u, read_native(u), repeat=3, passes=5,
+                        defines=[[("KF_REPS", "1")]]) for u in units]
+    assert all(t.win for t in done), [t.refused for t in done]
+    other = done[1]
+    geo = next(i for i, (v, m) in enumerate(zip(other.variants, other.results))
+               if i > 0 and v.block is not None and v.build is None and m.ok)
+    other.best, other.ci = geo, (1.0, 1.01)
+    gpu.write_text("90\n")
+    assert share_winners(done, passes=5, repeat=3) == 0
+    assert other.best == geo and not other.notes
