@@ -79,7 +79,8 @@ def test_an_operator_match_runs_in_the_unchanged_program_and_is_judged(
     app = AppRun(load_manifest(m), out).run()
     assert app.state in ("DROPPED", "INCONCLUSIVE"), app.reason
     assert ("end to end not faster" in app.reason if app.state == "DROPPED" else
-            "end to end inconclusive" in app.reason and "more rounds" in app.reason)
+            "end to end inconclusive" in app.reason and ("more rounds" in app.reason or (
+                "the machine (/proc/stat" in app.reason and "busy" in app.reason)))
     store = AppStore.open(out)
     m3a = store.milestone("M3a")
     assert m3a is not None and m3a.status == "DONE" and "heat -> star1d-r1/fp64" in m3a.reason

@@ -3,6 +3,10 @@ timed callables: the harness's own comparison and ``endtoend.measure`` run uncha
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -56,3 +60,40 @@ def test_rounds_too_few_for_the_interval_are_inconclusive_never_slower() -> None
     state, reason, _ = endtoend.measure(h, Setup("deployed", Path("src")), 3, 0.98)
     assert state == "INCONCLUSIVE" and "too few" in reason and "e2e_rounds" in reason
     assert "slower" not in reason
+
+
+class Sleeping(Timed):
+    """Each checked run takes ``pause`` seconds of wall clock (asleep: no CPU of its own)."""
+
+    def __init__(self, datasets: list[str], seconds: dict[str, float], pause: float) -> None:
+        super().__init__(datasets, seconds)
+        self.pause = pause
+
+    def timed(self, dataset: Any, setup: Setup) -> float:
+        time.sleep(self.pause)
+        return self.seconds[setup.label]
+
+
+def test_rounds_on_a_busy_machine_are_inconclusive_and_say_what_was_busy() -> None:
+    """Other processes kept every core busy during the rounds: M4 is INCONCLUSIVE (a clear
+    2x concludes nothing, and a dataset below the floor is not called slower), and the reason
+    names the machine, how it was read and how busy it was. Before, M4 never looked and still
+    told the user to measure again on an idle machine."""
+    spin = "while True: pass"
+    others = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(os.cpu_count() or 2)]
+    try:
+        h = Sleeping(["small", "large"], {"original": 2.0, "deployed": 1.0}, 0.02)
+        state, reason, figures = endtoend.measure(h, Setup("deployed", Path("src")), 2, 0.98)
+        slow = Sleeping(["small"], {"original": 1.0, "deployed": 2.0}, 0.02)
+        slow_state, slow_reason, _ = endtoend.measure(slow, Setup("deployed", Path("src")), 2,
+                                                      0.98)
+    finally:
+        for p in others:
+            p.kill()
+            p.wait()
+    assert state == "INCONCLUSIVE", reason
+    assert "the machine (/proc/stat during the measurement" in reason and "% busy)" in reason
+    assert figures["verdict"]["verdict"] == "inconclusive"
+    assert all(d["busy"]["idle"] is False for d in figures["datasets"])
+    assert all(d["verdict"]["verdict"] == "inconclusive" for d in figures["datasets"])
+    assert slow_state == "INCONCLUSIVE" and "conclusively slower" not in slow_reason, slow_reason

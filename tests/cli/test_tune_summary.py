@@ -122,3 +122,23 @@ def test_a_refused_native_unit_does_not_read_as_the_recorded_one_staying_best() 
     stayed = NativeTuning(Path("heat-0"), SimpleNamespace(), [NativeVariant()],  # type: ignore[arg-type]
                           [Measurement(Status.OK, samples=(1e-6,))])
     assert _done(_Seen(), stayed).endswith("; the recorded configuration stayed best")
+
+
+def test_a_native_winner_measured_on_a_busy_gpu_is_inconclusive_not_not_faster() -> None:
+    """The figures alone (5.5x [4.9, 6.6]) read faster; the verdict tuning drew says the GPU
+    was busy: the summary reports it inconclusive, not counted, with that reason."""
+    from kernforge.core import Measurement
+    from kernforge.harness.verdict import judge_evidence
+    from kernforge.pipeline.tune_summary import _NativeView
+    from kernforge.replay.native import NativeVariant
+    from kernforge.replay.native_tune import NativeTuning
+
+    busy = judge_evidence(5.455, (4.878, 6.627), idle=False, utilisation=0.9, device="the GPU")
+    t = NativeTuning(Path("heat-0"), SimpleNamespace(),  # type: ignore[arg-type]
+                     [NativeVariant(), NativeVariant(carveout=0)],
+                     [Measurement(Status.OK, samples=(2e-6,)),
+                      Measurement(Status.OK, samples=(1e-6,))],
+                     best=1, speedup=5.455, ci=(4.878, 6.627), refused=busy.reason, speed=busy)
+    text, conclusive = _NativeView(t).verdict()
+    assert not conclusive and "the GPU was busy (90% busy)" in text
+    assert _NativeView(t).counted() is None

@@ -161,3 +161,28 @@ def test_a_load_that_came_and_went_between_passes_is_inconclusive() -> None:
     far = ABResult((98.0,) * 7, a, tuple(tuple(t / 98 for t in p) for p in a),
                    ("a", "b") * 3 + ("a",), 94.0, 103.7, cov, 0.95)
     assert judge_ab(far).faster  # no load makes a 98x of the same kernels
+
+
+def test_runs_that_spread_keep_a_verdict_far_beyond_the_band_and_only_that() -> None:
+    """The spread rule, as the width and drift rules, leaves alone an interval wholly farther
+    than MAX_WIDTH beyond the band: a side whose runs differ by 33% within a pass (a loaded
+    machine, microsecond launches) measured 5.5x [4.9, 6.6]; load does not make a kernel
+    4.9x faster than itself. Nearer the band the same spread is inconclusive, either way."""
+    from kernforge.harness.compare import ABResult
+
+    spread = tuple((1.0, 1.33, 1.1) for _ in range(8))
+
+    def ab(ratio: float, lo: float, hi: float) -> ABResult:
+        return ABResult((ratio,) * 8, spread, tuple(tuple(t / ratio for t in p) for p in spread),
+                        ("a", "b") * 4, lo, hi, 0.992, 0.99)
+
+    fast = judge_ab(ab(5.455, 4.878, 6.627))
+    assert fast.faster, fast.reason
+    slow = judge_ab(ab(0.18, 0.15, 0.2))
+    assert slow.verdict is Verdict.NOT_FASTER and slow.slower, slow.reason
+    for near in (ab(1.3, 1.2, 1.4), ab(0.7, 0.66, 0.75), ab(1.5, 1.45, 1.6)):
+        j = judge_ab(near)
+        assert j.verdict is Verdict.INCONCLUSIVE and "differ by 33%" in j.reason
+    busy = judge_ab(ab(5.455, 4.878, 6.627), idle=False, utilisation=0.9, device="the GPU")
+    assert busy.verdict is Verdict.INCONCLUSIVE  # a busy device concludes nothing, far or not
+    assert "the GPU was busy (90% busy)" in busy.reason

@@ -19,9 +19,10 @@ datasets:
 - a dataset conclusively below the floor (default 0.98x: its interval's upper end under it),
   or the program "not faster": nothing is deployed, DROPPED;
 - "faster": INTEGRATED (the only state that deploys);
-- "inconclusive" (the rounds disagree, or straddle the noise band): INCONCLUSIVE,
-  nothing deployed and nothing called slower; the reason says to measure again on an idle
-  machine or with more rounds.
+- "inconclusive" (the rounds disagree, or straddle the noise band, or other processes kept
+  the machine busy during a dataset's rounds: :meth:`.harness.AppHarness.compare`'s
+  ``busy``): INCONCLUSIVE, nothing deployed and nothing called slower (not even below the
+  floor, when busy); the reason says what was busy, or to measure again with more rounds.
 
 An integration that deploys a fused path has the one-launch arm (:mod:`.one_launch`) in the
 same rounds: the words and figures say how it compares with the original and with the fused
@@ -40,7 +41,7 @@ from ..deploy.interposed import deploy_env
 from ..deploy.merge import merge_native_specs, merge_source_specs
 from ..harness.verdict import CONFIDENCE, judge
 from . import one_launch as ol
-from .harness import AppHarness, RunFailed, Setup, geomean_ci, round_geomeans
+from .harness import AppHarness, RunFailed, Setup, busy_machine, geomean_ci, round_geomeans
 from .strategies import Outcome
 
 INTEGRATION = "integration.json"
@@ -137,14 +138,21 @@ def measure(h: AppHarness, setup: Setup, rounds: int, floor: float, *, fused: bo
             x["against_one_launch"] = x.pop("against_also")
         per.append(x)
     g, ci = geomean_ci(per)
+    busy = max((x["busy"] for x in per if (x.get("busy") or {}).get("idle") is False),
+               key=lambda b: b.get("utilisation") or 0.0, default=None)
     # at the confidence of each look the adaptive rounds took (looking again buys nothing)
     overall = judge(round_geomeans(per), confidence=max(
-        [float(x.get("confidence") or CONFIDENCE) for x in per]))
+        [float(x.get("confidence") or CONFIDENCE) for x in per]),
+        idle=False if busy else None, utilisation=busy.get("utilisation") if busy else None,
+        device=busy_machine(busy) if busy else "the device")
     figures.update(geomean=g, geomean_ci=list(ci), verdict=overall.to_json())
     text = ", ".join(f"{x['dataset']} {x['speedup']:.3f}x [{x['ci'][0]:.3f}, {x['ci'][1]:.3f}]"
                      + (f" ({c})" if (c := ol.counts_text(x)) else "") for x in per) + \
         f"; geometric mean {g:.3f}x [{ci[0]:.3f}, {ci[1]:.3f}]" + _arm_text(figures, per)
     low = [x["dataset"] for x in per if x["ci"][1] < floor]
+    if busy:  # measured the load, not the program: no gate rejects on it either
+        return "INCONCLUSIVE", (f"end to end {overall.reason}: nothing is deployed and "
+                                f"nothing is called slower ({text})"), figures
     if low:  # conclusively below the floor: the only "slower"
         return "DROPPED", (f"{', '.join(low)} conclusively slower: the interval's upper end "
                            f"is below the {floor:g}x floor: nothing is deployed ({text})"), \

@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from ..harness.busy import watch_cpu
 from ..harness.compare import ABResult, interleave_arms
+from ..harness.provenance import IdleCheck
 from ..harness.stats import bootstrap_ci, median
 from ..harness.verdict import judge_ab, looks
 from .checks import Verdict, printed_step, seconds, take_reference, verdict
@@ -164,7 +166,11 @@ class AppHarness:
         ``also``: a third setup run in the same rounds (original, ``setup``, ``also``, the
         order rotated), each run checked; the rounds still stop on the verdict of ``setup``.
         Its comparison with the original is ``"also"``, and ``setup`` against it (> 1:
-        ``setup`` is faster) ``"against_also"``."""
+        ``setup`` is faster) ``"against_also"``.
+
+        ``"busy"``: the host's CPUs watched over the rounds (:func:`~kernforge.harness.busy.
+        watch_cpu`: other processes' share; the program's runs are this process's children);
+        busy, every verdict of the rounds is inconclusive and says so."""
         k = [0]
         most = max_rounds or 3 * rounds
         plan = looks(rounds, most)
@@ -179,18 +185,28 @@ class AppHarness:
                 return self.timed(dataset, s)
             return once
 
+        seen = watch_cpu()
         got = interleave_arms([side(s) for s in arms], passes=rounds, max_passes=most)
-        out = _pair(got.pair(0, 1))
+        busy = seen.result()
+        out = {**_pair(got.pair(0, 1), busy), "busy": busy.to_json()}
         if also is not None:
-            out["also"] = _pair(got.pair(0, 2))
-            out["against_also"] = _pair(got.pair(2, 1))
+            out["also"] = _pair(got.pair(0, 2), busy)
+            out["against_also"] = _pair(got.pair(2, 1), busy)
         return out
 
 
-def _pair(ab: ABResult) -> dict[str, Any]:
+def busy_machine(check: IdleCheck | dict[str, Any]) -> str:
+    """What a busy verdict of M4's rounds names: the machine, and how it was read."""
+    method = check.method if isinstance(check, IdleCheck) else check.get("method")
+    return f"the machine ({method})"
+
+
+def _pair(ab: ABResult, busy: IdleCheck) -> dict[str, Any]:
     """One comparison of interleaved rounds as M4 keeps it (``deployed_s``: the second's)."""
+    speed = judge_ab(ab, idle=busy.idle, utilisation=busy.utilisation,
+                     device=busy_machine(busy))
     return {"speedup": ab.speedup, "ci": [ab.ci_low, ab.ci_high],
-            "verdict": judge_ab(ab).to_json(), "confidence": ab.confidence,
+            "verdict": speed.to_json(), "confidence": ab.confidence,
             "original_s": ab.median_a, "deployed_s": ab.median_b,
             "ratios": list(ab.ratios), "first": list(ab.first)}
 

@@ -20,7 +20,7 @@ from .jit import JIT_OPTIONS
 CUdeviceptr = C.c_ulonglong
 _PARAM_BUFFER_POINTER, _PARAM_BUFFER_SIZE, _PARAM_END = 1, 2, 0
 _ATTR = {"cc_major": 75, "cc_minor": 76, "l2_bytes": 38, "sm_count": 16,
-         "max_threads_per_block": 1}
+         "max_threads_per_block": 1, "pci_bus": 33, "pci_device": 34, "pci_domain": 50}
 _FUNC_CARVEOUT = 9  # CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
 GATE_US = float(os.environ.get("KERNFORGE_GATE_US", "200"))
 # A kernel that spins on the global timer for its one parameter's nanoseconds.
@@ -105,6 +105,11 @@ class Driver:
         self.check(self.lib.cuDeviceGetAttribute(C.byref(v), _ATTR[name], self.device),
                    "cuDeviceGetAttribute")
         return v.value
+
+    def pci_bus(self) -> str:
+        """The device's PCI bus id as NVML and nvidia-smi name it (``00000000:1B:00.0``)."""
+        return (f"{self.attribute('pci_domain'):08X}:{self.attribute('pci_bus'):02X}:"
+                f"{self.attribute('pci_device'):02X}.0")
 
     def identity(self) -> dict[str, Any]:
         name = C.create_string_buffer(256)

@@ -12,11 +12,12 @@ result file kept), and prints :attr:`Judgement.reason`.
   ``1 - band`` as well: a regression, the only case a gate may reject for speed.
 - **inconclusive**: the device was busy before or during the measurement, the runs spread
   more than ``NOISE_LIMIT`` within a pass or a side's typical run lies more than
-  ``DRIFT_LIMIT`` above its fastest (load the idle probe did not see), the interval spans more than
-  ``MAX_WIDTH`` (the passes disagree) while an end of it lies within ``MAX_WIDTH`` of the band
-  (a 6x [5.8, 10.5] is faster whatever the load did), the passes were too few for an
-  interval at the confidence asked for, or the interval straddles ``1 + band`` after the passes
-  the budget allowed (adaptive rounds: :func:`~.compare.interleave` with ``max_passes``, each
+  ``DRIFT_LIMIT`` above its fastest (load the idle probe did not see; not where the interval
+  lies :func:`far_beyond` the band: no load makes a kernel 4.9x faster than itself), the
+  interval spans more than ``MAX_WIDTH`` (the passes disagree) while an end of it lies
+  within ``MAX_WIDTH`` of the band (a 6x [5.8, 10.5] is faster whatever the load did), the
+  passes were too few for an interval at the confidence asked for, or the interval straddles
+  ``1 + band`` after the passes the budget allowed (adaptive rounds: :func:`~.compare.interleave` with ``max_passes``, each
   look at the confidence :func:`per_look` gives, so looking again buys no significance). No
   gate accepts or rejects on it; the reason says what to do.
 
@@ -153,9 +154,9 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
-def _busy_reason(utilisation: float | None, what: str) -> str:
+def _busy_reason(utilisation: float | None, what: str, device: str = "the device") -> str:
     busy = f" ({utilisation:.0%} busy)" if utilisation is not None else ""
-    return (f"inconclusive: the device was busy{busy} {what}; measure again on an idle "
+    return (f"inconclusive: {device} was busy{busy} {what}; measure again on an idle "
             f"machine")
 
 
@@ -163,15 +164,16 @@ def judge_evidence(speedup: float | None, ci: tuple[float, float] | None, *,
                    idle: bool | None = None, utilisation: float | None = None,
                    band: float = NOISE_BAND, passes: int = 0,
                    coverage: float | None = None,
-                   confidence: float | None = None) -> Judgement:
+                   confidence: float | None = None, device: str = "the device") -> Judgement:
     """The verdict on the figures of one interleaved comparison (see the module docstring).
     ``confidence``: the interval's (None: not known, e.g. figures a result file kept; the
     reason then names no number). ``coverage``: given when the interval falls short of
-    ``confidence`` (too few passes): then nothing is concluded."""
+    ``confidence`` (too few passes): then nothing is concluded. ``device``: what the idle
+    check looked at, as the busy reason names it (``the GPU (nvidia-smi ...)``)."""
     edge = 1.0 + band
     if idle is False:
         return Judgement(Verdict.INCONCLUSIVE, _busy_reason(utilisation, "while it was "
-                         "measured"), speedup, ci, band=band, passes=passes)
+                         "measured", device), speedup, ci, band=band, passes=passes)
     if speedup is None or ci is None:
         return Judgement(Verdict.INCONCLUSIVE, "inconclusive: no interleaved measurement with "
                          "a confidence interval", speedup, ci, band=band, passes=passes)
@@ -184,8 +186,7 @@ def judge_evidence(speedup: float | None, ci: tuple[float, float] | None, *,
                          speedup, ci, band=band, passes=passes)
     # A load change spreads the passes by up to MAX_WIDTH; an interval whose every end is
     # farther than that from the band keeps its verdict whatever the load did.
-    beyond = ci[0] > edge * MAX_WIDTH or 0 < ci[1] < (1.0 - band) / MAX_WIDTH
-    if ci[0] <= 0 or (ci[1] / ci[0] > MAX_WIDTH and not beyond):
+    if ci[0] <= 0 or (ci[1] / ci[0] > MAX_WIDTH and not far_beyond(ci, band)):
         return Judgement(Verdict.INCONCLUSIVE, f"inconclusive: {figures}: the passes disagree "
                          f"(the interval spans more than {MAX_WIDTH:g}x): the load changed "
                          f"during the measurement; measure again on an idle machine", speedup,
@@ -259,17 +260,17 @@ def looks(passes: int, max_passes: int | None = None, *, judged: bool = True) ->
 
 def judge(ratios: Sequence[float], *, idle: bool | None = None,
           utilisation: float | None = None, band: float = NOISE_BAND,
-          confidence: float = CONFIDENCE) -> Judgement:
+          confidence: float = CONFIDENCE, device: str = "the device") -> Judgement:
     """The verdict on the per-pass ratios of one interleaved comparison, in pass order, with
     the distribution-free interval at ``confidence``."""
     if not ratios:
         return judge_evidence(None, None, idle=idle, utilisation=utilisation, band=band,
-                              confidence=confidence)
+                              confidence=confidence, device=device)
     lo, hi, coverage = median_ci(ratios, confidence=confidence)
     return judge_evidence(median(ratios), (lo, hi), idle=idle, utilisation=utilisation,
                           band=band, passes=len(ratios),
                           coverage=coverage if coverage < confidence else None,
-                          confidence=confidence)
+                          confidence=confidence, device=device)
 
 
 def spread_of(samples_a: Sequence[Sequence[float]], samples_b: Sequence[Sequence[float]]
@@ -293,18 +294,28 @@ def drift_of(samples_a: Sequence[Sequence[float]], samples_b: Sequence[Sequence[
     return max(drifts) if drifts else None
 
 
+def far_beyond(ci: tuple[float, float], band: float = NOISE_BAND) -> bool:
+    """Whether an interval lies wholly farther than ``MAX_WIDTH`` beyond the noise band, in
+    one direction: no load makes a kernel that much faster or slower than itself, so the
+    width, spread and drift rules leave such an interval its verdict (a 5.5x [4.9, 6.6]
+    measured while a side's runs spread by 33% is faster all the same)."""
+    return ci[0] > (1.0 + band) * MAX_WIDTH or 0 < ci[1] < (1.0 - band) / MAX_WIDTH
+
+
 def judge_ab(ab: Any, *, idle: bool | None = None, utilisation: float | None = None,
-             band: float = NOISE_BAND) -> Judgement:
+             band: float = NOISE_BAND, device: str = "the device") -> Judgement:
     """The verdict on an :class:`~.compare.ABResult`: its own interval, at the confidence it
     was taken with (``ab.confidence``). Runs of one side that spread by more than
     ``NOISE_LIMIT`` within a pass, or whose typical run takes more than ``DRIFT_LIMIT`` beyond
     the side's fastest (a load that changed between passes, which the per-pass spread does not
-    see), measure the load, not the kernel: inconclusive. An ABResult that does not say its
-    confidence (older result files) is taken at ``CONFIDENCE``."""
+    see), measure the load, not the kernel: inconclusive, unless the interval lies
+    :func:`far_beyond` the band. An ABResult that does not say its confidence (older result
+    files) is taken at ``CONFIDENCE``. ``device``: what the idle check looked at."""
     conf = getattr(ab, "confidence", None) or CONFIDENCE
     label = ci_label(conf)
+    far = far_beyond((ab.ci_low, ab.ci_high), band)
     spread = spread_of(ab.samples_a, ab.samples_b)
-    if idle is not False and spread is not None and spread > NOISE_LIMIT:
+    if idle is not False and spread is not None and spread > NOISE_LIMIT and not far:
         return Judgement(Verdict.INCONCLUSIVE, f"inconclusive: {ab.speedup:.3f}x [{label} "
                          f"{ab.ci_low:.3f}, {ab.ci_high:.3f}], but the runs of one side "
                          f"differ by {spread:.0%} within a pass (more than "
@@ -312,8 +323,6 @@ def judge_ab(ab: Any, *, idle: bool | None = None, utilisation: float | None = N
                          f"idle machine", ab.speedup, (ab.ci_low, ab.ci_high), band=band,
                          passes=ab.passes)
     drift = drift_of(ab.samples_a, ab.samples_b)
-    # as for the width: an interval farther than MAX_WIDTH beyond the band is no load's doing
-    far = ab.ci_low > (1.0 + band) * MAX_WIDTH or 0 < ab.ci_high < (1.0 - band) / MAX_WIDTH
     if idle is not False and drift is not None and drift > DRIFT_LIMIT and not far:
         return Judgement(Verdict.INCONCLUSIVE, f"inconclusive: {ab.speedup:.3f}x [{label} "
                          f"{ab.ci_low:.3f}, {ab.ci_high:.3f}], but the typical run of one side "
@@ -325,7 +334,7 @@ def judge_ab(ab: Any, *, idle: bool | None = None, utilisation: float | None = N
     return judge_evidence(ab.speedup, (ab.ci_low, ab.ci_high), idle=idle,
                           utilisation=utilisation, band=band, passes=ab.passes,
                           coverage=cov if cov is not None and cov < conf else None,
-                          confidence=conf)
+                          confidence=conf, device=device)
 
 
 def decided(ratios: Sequence[float], band: float = NOISE_BAND,

@@ -9,13 +9,18 @@
   half a core of two busy. A window under ``MIN_WINDOW_S`` is unknown (idle None): the check
   before the measurement stands (:func:`combine`).
 - other backends: the backend's idle probe once more, after the measurement (a GPU's
-  utilisation counts the measurement's own kernels, so nothing is read during it).
+  utilisation counts the measurement's own kernels, so nothing is read during it);
+  :func:`watch_probe` takes the probe itself (a native unit's GPU, by its PCI bus id).
+
+:func:`watch_cpu` watches the host's cores without a backend (an application's rounds: its
+processes are children this process waits for, so their CPU time is its own).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,18 +52,20 @@ def _own_cpu() -> float:
 
 @dataclass
 class Watch:
-    """A measurement window opened by :func:`watch`."""
+    """A measurement window opened by :func:`watch`, :func:`watch_cpu` or :func:`watch_probe`."""
 
-    backend: Backend
+    probe: Callable[[], IdleCheck] | None  # read after the window; None: the CPU's /proc/stat
     start: tuple[float, float] | None
     own: float
     wall: float
 
     def result(self) -> IdleCheck:
-        if self.backend.name != "cpu" or self.start is None:
-            check = idle_check(self.backend)
+        if self.probe is not None:
+            check = self.probe()
             return IdleCheck(check.idle, check.utilisation, f"{check.method}, after the "
                              f"measurement", check.note)
+        if self.start is None:
+            return IdleCheck(None, None, "skipped", "/proc/stat unreadable")
         end = _proc_stat()
         if end is None:
             return IdleCheck(None, None, "skipped", "/proc/stat unreadable")
@@ -76,10 +83,21 @@ class Watch:
                          f" s), this process's CPU time left out")
 
 
+def watch_cpu() -> Watch:
+    """Start watching the host's cores (other processes' share of them)."""
+    return Watch(None, _proc_stat(), _own_cpu(), time.monotonic())
+
+
+def watch_probe(probe: Callable[[], IdleCheck]) -> Watch:
+    """Start a window whose result is ``probe`` read after it."""
+    return Watch(probe, None, _own_cpu(), time.monotonic())
+
+
 def watch(backend: Backend) -> Watch:
     """Start watching (see the module docstring)."""
-    return Watch(backend, _proc_stat() if backend.name == "cpu" else None, _own_cpu(),
-                 time.monotonic())
+    if backend.name == "cpu":
+        return watch_cpu()
+    return watch_probe(lambda: idle_check(backend))
 
 
 def combine(before: IdleCheck | None, during: IdleCheck | None) -> IdleCheck | None:

@@ -160,8 +160,13 @@ def _nvml_utilisation(bus: str) -> float | None:
 
 def _gpu_busy(backend: Backend) -> IdleCheck:
     props = getattr(backend, "props", {}) or {}
-    bus = (f"{int(props.get('pciDomainID', 0)):08X}:{int(props.get('pciBusID', 0)):02X}:"
-           f"{int(props.get('pciDeviceID', 0)):02X}.0")
+    return gpu_idle(f"{int(props.get('pciDomainID', 0)):08X}:{int(props.get('pciBusID', 0)):02X}:"
+                    f"{int(props.get('pciDeviceID', 0)):02X}.0")
+
+
+def gpu_idle(bus: str) -> IdleCheck:
+    """The utilisation of the GPU at PCI ``bus`` (``00000000:1B:00.0``): NVML, else
+    nvidia-smi; idle None where neither answers (a driver API replay's device, for one)."""
     nvml = _nvml_utilisation(bus)
     if nvml is not None:
         return IdleCheck(nvml <= BUSY_FRACTION, nvml, "NVML utilization.gpu")

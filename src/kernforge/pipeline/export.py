@@ -294,9 +294,11 @@ def _export_native(units: list[dict[str, Any]], spec_path: Path, band: float,
     entries, images, params = [], {}, []
     wins: dict[str, dict[str, Any]] = {}  # per unit, the fastest (a tuning's or an evolution's)
     for u in units:
-        why = "not a win" if u["best"] is None else refusal(
-            verified=True, idle=None, speedup=u["speedup"],
-            ci=tuple(u["ci"]) if u["ci"] else None, band=band)  # type: ignore[arg-type]
+        speed = speed_of(u)  # the verdict tuning drew (the runs' spread, the GPU's busy check)
+        why = "not a win" if u["best"] is None else \
+            speed.reason if speed is not None and not speed.faster else refusal(
+                verified=True, idle=None, speedup=u["speedup"],
+                ci=tuple(u["ci"]) if u["ci"] else None, band=band)  # type: ignore[arg-type]
         if why:  # named by its result.json, as a recording's (a native.json's: its unit)
             notes.skipped(f"{u.get('result') or u['unit']}: {u.get('refused') or why}")
             continue

@@ -20,13 +20,13 @@ from pathlib import Path
 
 from ..core import ConfigError, Status
 from ..core.native import NativeBuild, NativeRecording, NativeSource
-from ..deploy.gate import NOISE_BAND, refusal
+from ..deploy.gate import NOISE_BAND
 from ..evolve.controller import Progress, RunResult, run
 from ..evolve.types import EvalResult, Proposer, RecordingResult
 from ..replay.native import NativeVariant
-from ..replay.native_child import run_isolated
+from ..replay.native_child import run_isolated, unless_faster
 from ..replay.native_result import write_unit_result
-from ..replay.native_tune import RESULT, NativeTuning
+from ..replay.native_tune import RESULT, NativeTuning, keep
 from ..replay.tuning import RESULT_NAME, finished_result, keep_earlier
 from .evolve import Counters, counting_evaluator, proposers_for
 from .evolve_config import RunConfig
@@ -150,8 +150,6 @@ def _final(rec: NativeRecording, src: NativeSource, code: str, tolerance: str | 
             f"{m.status.value} {m.message[:200]}" for m in t.results if not m.ok)
         return t
     t.best = 1
-    t.speedup, t.ci = cmp["speedup"], (cmp["ci"][0], cmp["ci"][1])
-    t.medians = (cmp["median_a"], cmp["median_b"])
-    t.refused = refusal(verified=True, idle=None, speedup=t.speedup, ci=t.ci, band=band)
+    keep(t, cmp, unless_faster, band)  # judged as every comparison, the GPU's busy check too
     t.notes.append("source evolved (kernforge evolve)")
     return t

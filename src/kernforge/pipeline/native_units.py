@@ -11,7 +11,7 @@ from pathlib import Path
 from ..backends.image_build import BindingError
 from ..core import ConfigError, Tolerance
 from ..core.native import NativeRecording, NativeSource
-from ..deploy.gate import NOISE_BAND, refusal
+from ..deploy.gate import NOISE_BAND
 from ..harness.plots import tuning_png
 from ..replay.native_result import write_unit_result
 from ..replay.native_share import share_winners
@@ -38,15 +38,6 @@ def bind_units(recs: Sequence[NativeRecording], src: NativeSource,
     return bound
 
 
-def native_refusal(band: float = NOISE_BAND) -> Callable[[float, tuple[float, float]], str | None]:
-    """The gate a native unit's winner passes: the interleaved comparison's figures judged by
-    :func:`kernforge.deploy.gate.refusal` (its outputs were verified when it was evaluated)."""
-    def refuse(speedup: float, ci: tuple[float, float]) -> str | None:
-        return refusal(verified=True, idle=None, speedup=speedup, ci=ci, band=band)
-
-    return refuse
-
-
 def tune_native_unit(rec: NativeRecording, out: Path, *, repeat: int, passes: int,
                      sampler: str = "exhaustive", budget: Budget | None = None,
                      seed: int | None = 0, resume: bool = False, remeasure: bool = False,
@@ -70,7 +61,7 @@ def tune_native_unit(rec: NativeRecording, out: Path, *, repeat: int, passes: in
                                "kept beside the new one)")
     directory.mkdir(parents=True, exist_ok=True)
     src = source or rec.source
-    t = tune_native(rec.path, rec, repeat=repeat, passes=passes, refuse=native_refusal(band),
+    t = tune_native(rec.path, rec, repeat=repeat, passes=passes, band=band,
                     sampler=sampler, budget=budget, seed=seed, storage=directory,
                     tolerance=tolerance, source=source, defines=defines if src else (),
                     on_trial=on_trial)
@@ -103,7 +94,7 @@ def share_native_winners(done: Sequence[NativeTuning], out: Path, *, repeat: int
                          notes: Notes = QUIET) -> None:
     """One winner for the tuned launches of a kernel that differ only in scalars, where it
     passes (:func:`kernforge.replay.native_share.share_winners`); their results rewritten."""
-    if share_winners(done, refuse=native_refusal(band), passes=passes, repeat=repeat,
+    if share_winners(done, band=band, passes=passes, repeat=repeat,
                      tolerance=tolerance, say=notes.say):
         for t in done:
             write_unit_result(t, out, band)

@@ -133,10 +133,12 @@ class _NativeView:
     precision = NO_DTYPES
 
     def _speed(self) -> Judgement | None:
+        """The verdict tuning drew (the GPU's busy check and the runs' spread with it); the
+        figures' alone for a result from before it kept one."""
         t = self.t
         if t.speedup is None or t.ci is None:
             return None
-        return judge_evidence(t.speedup, t.ci, band=self.band)
+        return t.speed or judge_evidence(t.speedup, t.ci, band=self.band)
 
     def verdict(self) -> tuple[str, bool]:
         t = self.t

@@ -7,6 +7,11 @@ a session's child (:mod:`.native_session`), one variant per request line. :func:
 a child killed by a signal, or one that outlives its timeout, costs only its own evaluations
 (RUNTIME_FAILED or TIMEOUT, with the cause); a unit whose data fails its hash checks is a
 RecordingFormatError, raised before any variant runs.
+
+The comparison is every comparison's (adaptive passes, up to ``max_passes``, default 3x
+``passes``), with the device's idle check before the unit's first run and once more after the
+last pass (:mod:`kernforge.harness.busy`); :func:`judged` is its verdict, by
+:func:`~kernforge.harness.verdict.judge_ab` as a recording's.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +36,10 @@ from ..core import (
 )
 from ..core.errors import exit_cause
 from ..core.lifetime import die_with_parent
+from ..harness.busy import combine, watch_probe
+from ..harness.compare import ABResult
+from ..harness.provenance import IdleCheck, gpu_idle
+from ..harness.verdict import NOISE_BAND, Judgement, judge_ab
 from ..record.native_format import read_native
 from .native import NativeReplay, NativeVariant, compare, evaluate
 
@@ -54,6 +63,10 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
     variants = [NativeVariant.from_json(v) for v in request["variants"]]
     out: dict[str, Any] = {"relocated": rp.relocated, "refusals": rp.drv.refusals,
                            "results": [], "identity": rp.drv.identity()}
+    cmp = request.get("compare")
+    if cmp:  # the device before any of the unit's runs, and once more after the last pass
+        bus = rp.drv.pci_bus()
+        before, seen = gpu_idle(bus), watch_probe(lambda: gpu_idle(bus))
     for v in variants:
         m = evaluate(rp, v, warmup=request.get("warmup", 3), repeat=request.get("repeat", 10),
                      tolerance=tol, dtype=request.get("dtype") or pointee_dtype(rec.entry),
@@ -61,26 +74,52 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
         out["results"].append(m.to_json())
         if m.status in (Status.RUNTIME_FAILED,):
             break  # the context is lost: later variants cannot run in this process
-    cmp = request.get("compare")
     if cmp and len(out["results"]) == len(variants) and \
             all(r["status"] == "OK" for r in out["results"]):
-        ab = compare(rp, variants[cmp[0]], variants[cmp[1]], passes=request.get("passes", 7))
+        passes = request.get("passes", 7)
+        ab = compare(rp, variants[cmp[0]], variants[cmp[1]], passes=passes,
+                     max_passes=request.get("max_passes") or 3 * passes)
+        idle = combine(before, seen.result())
         out["compare"] = {"speedup": ab.speedup, "ci": [ab.ci_low, ab.ci_high],
                           "median_a": ab.median_a, "median_b": ab.median_b,
                           "ratios": list(ab.ratios), "confidence": ab.confidence,
-                          "ab": ab.to_json()}
+                          "ab": ab.to_json(), "idle": idle.to_json() if idle else None}
     return out
+
+
+def idle_of(cmp: Mapping[str, Any]) -> IdleCheck | None:
+    """The device's idle check of a comparison :func:`run_isolated` returned."""
+    idle = cmp.get("idle")
+    return IdleCheck(**idle) if isinstance(idle, dict) else None
+
+
+def judged(cmp: Mapping[str, Any], band: float = NOISE_BAND) -> Judgement:
+    """The speed verdict on a comparison :func:`run_isolated` returned: its passes judged as
+    a recording's (the spread and drift of the runs, the interval), the device's idle check
+    with them (busy: inconclusive, naming the GPU and how it was read)."""
+    idle = idle_of(cmp)
+    device = f"the GPU ({idle.method})" if idle is not None and idle.idle is False \
+        else "the GPU"
+    return judge_ab(ABResult.from_json(cmp["ab"]), idle=idle.idle if idle else None,
+                    utilisation=idle.utilisation if idle else None, band=band, device=device)
+
+
+def unless_faster(speed: Judgement) -> str | None:
+    """The native gate: why a winner is not kept (its verdict's reason), None when faster."""
+    return None if speed.faster else speed.reason
 
 
 def run_isolated(unit: str | Path, variants: Sequence[NativeVariant], *, warmup: int = 3,
                  repeat: int = 10, tolerance: Tolerance | str | None = None,
                  dtype: str | None = None,
                  compare_pair: tuple[int, int] | None = None, passes: int = 7,
-                 timeout_s: float = 300.0, fixed: bool = True, flush: bool | None = None
-                 ) -> dict[str, Any]:
+                 timeout_s: float = 300.0, fixed: bool = True, flush: bool | None = None,
+                 max_passes: int | None = None) -> dict[str, Any]:
     """Evaluate ``variants`` of one unit in a fresh process; every variant gets a result.
     With a ``tolerance`` (a Tolerance or its spec), written memory is compared as ``dtype``, by default
-    the element type all the kernel's pointer parameters share (from its mangled name)."""
+    the element type all the kernel's pointer parameters share (from its mangled name).
+    ``compare_pair``: those two compared interleaved, ``passes`` a look, up to
+    ``max_passes`` (default 3x ``passes``) while inconclusive; :func:`judged` is its verdict."""
     if flush is None:  # the unit's cache state (cache_protocol.py)
         from ..record.native_format import read_native
         from .cache_protocol import protocol_for
@@ -91,7 +130,7 @@ def run_isolated(unit: str | Path, variants: Sequence[NativeVariant], *, warmup:
                "tolerance": tolerance.to_json() if isinstance(tolerance, Tolerance)
                else tolerance,
                "compare": list(compare_pair) if compare_pair else None, "passes": passes,
-               "fixed": fixed, "flush": flush}
+               "max_passes": max_passes or 3 * passes, "fixed": fixed, "flush": flush}
     with tempfile.TemporaryDirectory(prefix="kf-native-") as tmp:
         req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
         req.write_text(json.dumps(request))

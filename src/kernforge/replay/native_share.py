@@ -7,7 +7,7 @@ writes one entry for units won by the same configuration (:mod:`kernforge.deploy
 so that it replaces the other launches too. :func:`share_winners` gives each such group the
 chance to agree: the winner of the unit with the surest win (the highest lower CI bound) is
 verified on every other unit of the group and compared with its recorded configuration by the
-same interleaved protocol and gate as its own winner; where it passes, it becomes that unit's
+same interleaved protocol, verdict and gate as its own winner; where it passes, it becomes that unit's
 winner (the unit's notes say which it replaced). Where it does not, the unit keeps its own.
 """
 
@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core import Tolerance
-from .native_child import run_isolated
-from .native_tune import NativeTuning, evaluate_all
+from ..harness.verdict import NOISE_BAND
+from .native_child import judged, run_isolated, unless_faster
+from .native_tune import NativeTuning, Refuse, evaluate_all
 
 
 def _shape(t: NativeTuning) -> tuple[Any, ...]:
@@ -27,9 +28,8 @@ def _shape(t: NativeTuning) -> tuple[Any, ...]:
             tuple((p.offset, p.size) for p in r.params), len(r.param_bytes))
 
 
-def share_winners(done: Sequence[NativeTuning], *,
-                  refuse: Callable[[float, tuple[float, float]], str | None],
-                  passes: int = 7, repeat: int = 10, tolerance: Tolerance | str | None = None,
+def share_winners(done: Sequence[NativeTuning], *, refuse: Refuse = unless_faster,
+                  band: float = NOISE_BAND, passes: int = 7, repeat: int = 10, tolerance: Tolerance | str | None = None,
                   dtype: str | None = None,
                   say: Callable[[str], None] = lambda _: None) -> int:
     """Give the winning units of each kernel launch shape one shared winner where it passes;
@@ -48,7 +48,7 @@ def share_winners(done: Sequence[NativeTuning], *,
         for t in wins:
             if t is lead or t.best is None or t.variants[t.best] == shared:
                 continue
-            if _adopt(t, shared, refuse=refuse, passes=passes, repeat=repeat,
+            if _adopt(t, shared, refuse=refuse, band=band, passes=passes, repeat=repeat,
                       tolerance=tolerance, dtype=dtype):
                 changed += 1
                 say(f"  {t.unit.name}: takes {shared.label()} from {lead.unit.name} "
@@ -56,11 +56,10 @@ def share_winners(done: Sequence[NativeTuning], *,
     return changed
 
 
-def _adopt(t: NativeTuning, v: Any, *, refuse: Callable[[float, tuple[float, float]], str | None],
-           passes: int, repeat: int, tolerance: Tolerance | str | None,
-           dtype: str | None) -> bool:
+def _adopt(t: NativeTuning, v: Any, *, refuse: Refuse, band: float, passes: int, repeat: int,
+           tolerance: Tolerance | str | None, dtype: str | None) -> bool:
     """Verify ``v`` on ``t``'s unit, compare it with the recorded configuration interleaved;
-    make it ``t``'s winner when the gate accepts it."""
+    make it ``t``'s winner when the gate accepts its verdict."""
     if v in t.variants:
         i = t.variants.index(v)
     else:
@@ -73,12 +72,12 @@ def _adopt(t: NativeTuning, v: Any, *, refuse: Callable[[float, tuple[float, flo
                        passes=passes, tolerance=tolerance, dtype=dtype).get("compare")
     if not cmp:
         return False
-    speedup, ci = cmp["speedup"], (cmp["ci"][0], cmp["ci"][1])
-    if refuse(speedup, ci) is not None:
+    speed = judged(cmp, band)
+    if refuse(speed) is not None:
         return False
     assert t.best is not None
     t.notes.append(f"shared winner {v.label()} in place of its own "
                    f"{t.variants[t.best].label()} ({t.speedup:.3f}x)")
-    t.best, t.speedup, t.ci = i, speedup, ci
+    t.best, t.speedup, t.ci, t.speed = i, cmp["speedup"], (cmp["ci"][0], cmp["ci"][1]), speed
     t.medians = (cmp["median_a"], cmp["median_b"])
     return True

@@ -8,8 +8,10 @@ the recorded configuration), searched by the study every unit is tuned by
 (every candidate once). Each trial is evaluated in the unit's session child at the recorded
 addresses (:mod:`.native_session`), verified against the recorded outputs before it is timed;
 a candidate that crashes costs only itself. The fastest verified candidate is then compared
-with the recorded configuration interleaved (median of per-pass ratios, distribution-free CI)
-and kept only when :func:`kernforge.deploy.gate.refusal` accepts it.
+with the recorded configuration interleaved, as every comparison is (adaptive passes, the
+GPU's idle check: :mod:`.native_child`), and kept only when its verdict
+(:func:`~.native_child.judged`, by the judge recordings have) is "faster" and ``refuse``
+finds nothing else against it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..backends import fatbin
 from ..backends.image_build import BindingError
 from ..core import Measurement, Tolerance
 from ..core.native import NativeBuild, NativeRecording, NativeSource
+from ..harness.verdict import NOISE_BAND, Judgement
 from ..tune import (
     Budget,
     ChangedAtMost,
@@ -34,8 +37,10 @@ from ..tune import (
 )
 from .cache_protocol import protocol_for
 from .native import NativeVariant
-from .native_child import run_isolated
+from .native_child import judged, run_isolated, unless_faster
 from .native_session import NativeSession
+
+Refuse = Callable[[Judgement], str | None]  # why a verdict's winner is not kept (None: kept)
 
 BLOCKS_1D = (64, 128, 256, 512, 1024)
 BLOCKS_2D = ((16, 8), (16, 16), (32, 4), (32, 8), (32, 16), (64, 2), (64, 4), (128, 2),
@@ -155,6 +160,7 @@ class NativeTuning:
     ci: tuple[float, float] | None = None
     medians: tuple[float, float] | None = None  # recorded, best: from the interleaved passes
     refused: str | None = None
+    speed: Judgement | None = None  # the interleaved comparison's verdict
     notes: list[str] = field(default_factory=list)
     study: TuneResult | None = None  # the study that searched the unit's space
     sampler: str = ""
@@ -176,7 +182,8 @@ class NativeTuning:
                 "best_label": None if self.best is None else self.variants[self.best].label(),
                 "speedup": self.speedup, "ci": list(self.ci) if self.ci else None,
                 "medians": list(self.medians) if self.medians else None,
-                "win": self.win, "refused": self.refused, "notes": self.notes}
+                "win": self.win, "refused": self.refused, "notes": self.notes,
+                "speed": self.speed.to_json() if self.speed else None}
 
 
 GEOMETRY, CARVEOUT, IMAGE = "launch.block", "carveout", "image"  # a native unit's dimensions
@@ -218,7 +225,7 @@ def native_space(rec: NativeRecording, *, source: NativeSource | None = None,
 
 
 def tune_native(unit: Path, rec: NativeRecording, *, repeat: int = 10, passes: int = 7,
-                refuse: Callable[[float, tuple[float, float]], str | None],
+                band: float = NOISE_BAND, refuse: Refuse = unless_faster,
                 sampler: str = "exhaustive", budget: Budget | None = None,
                 seed: int | None = 0, storage: Path | None = None,
                 on_trial: Callable[[TrialRecord], None] | None = None,
@@ -229,7 +236,8 @@ def tune_native(unit: Path, rec: NativeRecording, *, repeat: int = 10, passes: i
     under ``budget``; kept in ``storage``, a run directory, and resumed from it), every trial
     evaluated in one :class:`~.native_session.NativeSession`; then the fastest geometry
     change joined with the fastest image change (:func:`combined`), and the fastest verified
-    configuration compared with the recorded one interleaved and gated (``refuse``)."""
+    configuration compared with the recorded one interleaved, judged within ``band``, and
+    gated (``refuse``: by default, kept only when faster)."""
     ns = native_space(rec, source=source, tolerant=tolerance is not None, defines=defines)
     budget = budget or Budget(trials=None)
     points = sum(1 for _ in ns.space.valid_points())
@@ -250,13 +258,23 @@ def tune_native(unit: Path, rec: NativeRecording, *, repeat: int = 10, passes: i
             variants.append(both)
             results.append(session.evaluate(both))
     return _gated(NativeTuning(unit, rec, variants, results, study=study, sampler=sampler),
-                  refuse, passes=passes, tolerance=tolerance, dtype=dtype)
+                  refuse, passes=passes, band=band, tolerance=tolerance, dtype=dtype)
 
 
-def _gated(t: NativeTuning, refuse: Callable[[float, tuple[float, float]], str | None], *,
-           passes: int, tolerance: Tolerance | None, dtype: str | None) -> NativeTuning:
+def keep(t: NativeTuning, cmp: dict[str, Any], refuse: Refuse, band: float) -> NativeTuning:
+    """``t`` with the figures and the verdict of ``cmp`` (a comparison of the recorded
+    configuration with ``t``'s best), refused as ``refuse`` says."""
+    t.speedup, t.ci = cmp["speedup"], (cmp["ci"][0], cmp["ci"][1])
+    t.medians = (cmp["median_a"], cmp["median_b"])
+    t.speed = judged(cmp, band)
+    t.refused = refuse(t.speed)
+    return t
+
+
+def _gated(t: NativeTuning, refuse: Refuse, *, passes: int, band: float,
+           tolerance: Tolerance | None, dtype: str | None) -> NativeTuning:
     """``t``'s fastest verified configuration compared with the recorded one interleaved,
-    kept only when ``refuse`` finds nothing against it."""
+    kept only when ``refuse`` finds nothing against its verdict."""
     results = t.results
     base = results[0] if results else None
     if base is None or not base.ok or not t.variants[0].is_recorded:
@@ -278,10 +296,7 @@ def _gated(t: NativeTuning, refuse: Callable[[float, tuple[float, float]], str |
     if not cmp:
         t.refused = "the interleaved comparison did not complete"
         return t
-    t.speedup, t.ci = cmp["speedup"], (cmp["ci"][0], cmp["ci"][1])
-    t.medians = (cmp["median_a"], cmp["median_b"])
-    t.refused = refuse(t.speedup, t.ci)
-    return t
+    return keep(t, cmp, refuse, band)
 
 
 RESULT = "native.json"  # native results of tuning and evolution runs before result.json

@@ -5,7 +5,8 @@ addresses and must leave every region as recorded (for a sequence: every launch 
 buffer it leaves, the intermediate time levels included), bitwise or under ``--tolerance``. With
 ``--source FILE``, FILE's code replaces the unit's source (captured from NVRTC, or bound with
 ``kernforge tune --source``) and is built as tuning builds it; the candidate must verify the same
-way, then it is compared with the recorded kernel interleaved and judged as every validation is
+way, then it is compared with the recorded kernel interleaved (adaptive passes, the GPU's idle
+check before and after: :mod:`.native_child`) and judged as every validation is
 (:class:`~.validate.Validation`: accepted unless the speed verdict is inconclusive; the verdict,
 faster or not, is part of it; exporting a win takes "faster").
 """
@@ -21,10 +22,9 @@ from ..core.textfile import read_text_file
 from ..deploy.gate import NOISE_BAND
 from ..harness.compare import ABResult
 from ..harness.integrity import reason_for_status
-from ..harness.verdict import judge_ab
 from ..record.native_format import read_native
 from .native import NativeVariant
-from .native_child import run_isolated
+from .native_child import idle_of, judged, run_isolated
 from .validate import Validation
 
 
@@ -73,9 +73,12 @@ def validate_native(unit: str | Path, *, source: str | Path | None = None,
                           reason_for_status(Status.RUNTIME_FAILED),
                           "the interleaved comparison did not run", notes=notes)
     ab = ABResult.from_json(cmp["ab"])
-    speed = judge_ab(ab, band=band)  # as every validation: accepted unless inconclusive
+    idle = idle_of(cmp)
+    speed = judged(cmp, band)  # as every validation: accepted unless inconclusive
     if not speed.conclusive:
-        return Validation(case, variant, "inconclusive", Status.OK, "measure:inconclusive",
-                          speed.reason, speedup=ab.speedup, ab=ab, notes=notes, speed=speed)
+        busy = idle is not None and idle.idle is False
+        return Validation(case, variant, "inconclusive", Status.OK,
+                          "idle:busy" if busy else "measure:inconclusive", speed.reason,
+                          speedup=ab.speedup, ab=ab, notes=notes, idle=idle, speed=speed)
     return Validation(case, variant, "accepted", Status.OK, "", speedup=ab.speedup, ab=ab,
-                      notes=notes, speed=speed)
+                      notes=notes, idle=idle, speed=speed)
