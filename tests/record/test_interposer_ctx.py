@@ -117,7 +117,7 @@ def test_a_guarded_global_is_read_again_in_the_new_context(
     verification of the old one is not taken for it, the guard reads 0.3 and refuses, and the
     original cheat runs (the plain program's output)."""
     lines = cheat_line(fake, tmp_path, guard_field(loop_image_id(fake)), fused=False)
-    r, expected, ran = traced(fake, lib, tmp_path, f"gK{end}gc", lines)
+    r, expected, _ = traced(fake, lib, tmp_path, f"gK{end}gc", lines)
     assert r.rc == 0 and r.out == expected, r.err
     e = entry(r)
     assert e["replaced"] == 1 and e["guard_checks"] == 2 and e["guard_refusals"] == 1, e

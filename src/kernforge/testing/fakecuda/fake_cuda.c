@@ -21,6 +21,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,18 +46,25 @@ typedef struct {
 typedef struct { void **all; size_t made, live, cap; } handles_t;
 static handles_t mods, funcs;
 static int ctx_gen;
+static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER; /* threads load modules */
+static void *grow(handles_t *h) { /* room for one more handle (NULL: no memory) */
+  if (h->made < h->cap) return h;
+  void **a = realloc(h->all, (2 * h->cap + 16) * sizeof *a);
+  if (a) h->all = a, h->cap = 2 * h->cap + 16;
+  return a;
+}
 static void *handle(handles_t *h, size_t size) {
-  if (h->live < h->made) return memset(h->all[h->live++], 0, size);
-  if (h->made == h->cap) {
-    void **a = realloc(h->all, (2 * h->cap + 16) * sizeof *a);
-    if (!a) return NULL;
-    h->all = a, h->cap = 2 * h->cap + 16;
-  }
-  void *p = calloc(1, size);
-  if (p) h->all[h->made++] = p, h->live = h->made;
+  void *p = NULL;
+  pthread_mutex_lock(&handles_lock);
+  if (h->live < h->made) p = memset(h->all[h->live++], 0, size);
+  else if (grow(h) && (p = calloc(1, size))) h->all[h->made++] = p, h->live = h->made;
+  pthread_mutex_unlock(&handles_lock);
   return p;
 }
-static void ctx_end(void) { ctx_destroyed = 1, ctx_gen++, mods.live = 0, funcs.live = 0; }
+static void ctx_end(void) { /* every handle made is free again */
+  pthread_mutex_lock(&handles_lock), ctx_destroyed = 1, ctx_gen++, mods.live = funcs.live = 0;
+  pthread_mutex_unlock(&handles_lock);
+}
 typedef struct {
   unsigned gx, gy, gz, bx, by, bz, shmem; void *stream; void *attrs; unsigned nattrs;
 } launch_config_t;
@@ -315,9 +323,7 @@ CUresult cuDevicePrimaryCtxRetain(void **c, int d) {
   (void)d; *c = &ctx_token; ctx_destroyed = 0, primary_refs++; return OK;
 }
 CUresult cuDevicePrimaryCtxRelease_v2(int d) {
-  (void)d;
-  if (primary_refs > 0 && !--primary_refs) ctx_end();
-  return OK;
+  (void)d; if (primary_refs > 0 && !--primary_refs) ctx_end(); return OK;
 }
 CUresult cuDevicePrimaryCtxReset_v2(int d) { (void)d; primary_refs = 0, ctx_end(); return OK; }
 CUresult cuDevicePrimaryCtxGetState(int d, unsigned *flags, int *active) {
