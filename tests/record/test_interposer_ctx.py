@@ -28,6 +28,8 @@ from deploy_run import (
 from test_interposer_fuzz import SANITIZER_ENV, sanitized  # noqa: F401
 from test_interposer_guard import cheat_line, guard_field
 
+from kernforge.pipeline.run_app import record_command
+from kernforge.record.native_format import read_native
 from kernforge.testing.fakedriver import FakeCuda
 
 FINDINGS = ("ERROR: AddressSanitizer", "runtime error:")
@@ -138,3 +140,24 @@ def test_the_sanitizer_build_finds_nothing_across_contexts(
                                 env=SANITIZER_ENV)
         assert r.rc == 0 and r.out == expected, r.err
         assert not any(f in r.err for f in FINDINGS), r.err
+
+
+def test_a_recording_names_each_launch_by_the_kernel_its_handle_names_now(
+        fake: FakeCuda, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Recorded across a destroy and a reset: heat and setc swap handles each time, and each
+    unit is of the kernel that ran, with its own parameters."""
+    for k in ("LD_LIBRARY_PATH", "KERNFORGE_LIBNVRTC", "KFFAKE_NVRTC_DIR"):
+        monkeypatch.setenv(k, fake.env[k])
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    status, units, problems, summaries = record_command(fake.ctx_command("hKXhKDhKc"),
+                                                        tmp_path / "r", max_instances=8)
+    assert status == 0 and not problems, problems
+    assert sorted(u.name for u in units) == [f"{k}-{i}" for k in ("heat", "setc")
+                                             for i in range(3)]
+    for u in units:
+        assert read_native(u).entry == u.name.split("-")[0]
+    seen = Counter()
+    for s in summaries:
+        for k in s["kernels"]:
+            seen[k["name"]] += k["seen"]
+    assert seen == Counter({"heat": 3, "setc": 3}), summaries
