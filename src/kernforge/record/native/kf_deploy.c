@@ -27,9 +27,9 @@
  * one-launch line then has "-" as field 14).
  * A launch of `name` from that image with the same geometry and key runs `entry` of `image`
  * (loaded once per context with those JIT options, and again in a context that has the handle
- * of one that ended: kf_ctx.c) with the new geometry and the same
- * parameters. The source image tells apart kernels of one name compiled for other types (CuPy
- * builds an elementwise kernel per dtype under one name, with the same parameter bytes).
+ * of one that ended: kf_ctx.c) with the new geometry and the same parameters. The source
+ * image tells apart kernels of one name compiled for other types (CuPy builds an elementwise
+ * kernel per dtype under one name, with the same parameter bytes).
  * A fused entry's `entry` runs T steps of a time loop at once (each step its kernel's launch and
  * its companions): steps that match it are held and every T of them run as one launch
  * (kf_defer.c); KERNFORGE_FUSE=0 ignores fused entries.
