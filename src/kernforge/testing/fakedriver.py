@@ -15,8 +15,9 @@ by symbol). The kernel images hold ``heat_x3``/``_x5``/``_x7``/``_x63``: T heat 
 launch, a fused operator for a temporal deployment entry, and ``interior_c3``/``_c5``/``_c7``:
 T steps of ``interior`` and its companions ``edge`` and ``mix`` (fake_loop's step ``b``), and
 ``cheat``/``cheat_x5``, a heat step whose coefficient is a module global and 5 of them with it
-baked in (``fake_guard``, ``fakecuda/fake_guard.c``: writes to that global, launch attributes).
-With the returned
+baked in (``fake_guard``, ``fakecuda/fake_guard.c``: writes to that global, launch attributes),
+and ``fake_ctx`` (``fakecuda/fake_ctx.c``: a context that ends and begins again between
+launches; ``fake_ctx_direct`` the same bound by symbol). With the returned
 :attr:`FakeCuda.env` a process loads the fake instead of a real driver; the interposer, the
 ctypes driver of native replay and the deploy path then run for real on the host.
 """
@@ -42,6 +43,8 @@ class FakeCuda:
     loop_app: Path | None = None
     loop_direct: Path | None = None
     guard_app: Path | None = None
+    ctx_app: Path | None = None
+    ctx_direct: Path | None = None
 
     @property
     def nvrtc(self) -> Path:
@@ -94,6 +97,13 @@ class FakeCuda:
         assert self.guard_app is not None
         return [str(self.guard_app), str(self.kernels), str(n), script]
 
+    def ctx_command(self, script: str, n: int = 1000, direct: bool = False) -> list[str]:
+        """``fake_ctx``: heat and cheat steps, and the context's end and a new one, as
+        ``script`` says (fake_ctx.c); ``direct``: the build that binds by symbol."""
+        app = self.ctx_direct if direct else self.ctx_app
+        assert app is not None
+        return [str(app), str(self.kernels), str(n), script]
+
 
 def _cc() -> str:
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
@@ -108,7 +118,8 @@ def build(out: Path) -> FakeCuda:
     out.mkdir(parents=True, exist_ok=True)
     files = {}
     for name in ("fake_cuda.c", "fake_kernels.c", "fake_app.c", "fake_nvrtc.c",
-                 "fake_nvrtc_app.c", "fake_threads.c", "fake_loop.c", "fake_guard.c"):
+                 "fake_nvrtc_app.c", "fake_threads.c", "fake_loop.c", "fake_guard.c",
+                 "fake_ctx.c"):
         files[name] = out / name
         files[name].write_bytes((src / name).read_bytes())
     cc = _cc()
@@ -129,6 +140,9 @@ def build(out: Path) -> FakeCuda:
          str(files["fake_loop.c"]), f"-L{out}", "-l:libcuda.so.1", "-ldl"],
         [cc, "-std=gnu11", "-O1", "-o", str(out / "fake_guard"), str(files["fake_guard.c"]),
          "-ldl"],
+        [cc, "-std=gnu11", "-O1", "-o", str(out / "fake_ctx"), str(files["fake_ctx.c"]), "-ldl"],
+        [cc, "-std=gnu11", "-O1", "-DKF_DIRECT", "-o", str(out / "fake_ctx_direct"),
+         str(files["fake_ctx.c"]), f"-L{out}", "-l:libcuda.so.1", "-ldl"],
     ]
     for cmd in steps:
         done = subprocess.run(cmd, check=False, capture_output=True, text=True)
@@ -140,4 +154,5 @@ def build(out: Path) -> FakeCuda:
     nvcc.chmod(0o755)
     return FakeCuda(out, out / "kernels.so", out / "kernels_tuned.so", out / "fake_app",
                     out / "fake_nvrtc_app", out / "fake_threads", out / "fake_loop",
-                    out / "fake_loop_direct", out / "fake_guard")
+                    out / "fake_loop_direct", out / "fake_guard", out / "fake_ctx",
+                    out / "fake_ctx_direct")

@@ -69,6 +69,7 @@ typedef struct {
   CUresult (*cuCtxPopCurrent)(CUcontext *);
   CUresult (*cuStreamIsCapturing)(CUstream, int *);
   CUresult (*cuThreadExchangeStreamCaptureMode)(int *);
+  CUresult (*cuDevicePrimaryCtxGetState)(CUdevice, unsigned *, int *);
 } kf_driver_t;
 extern kf_driver_t kf_drv;
 KF_RAW void *kf_real_dlsym(void *handle, const char *name);
@@ -78,6 +79,7 @@ KF_RAW void *kf_own_symbol(const char *name); /* the interposer's own export of 
 void *kf_libcuda(void);
 void kf_resolve_driver(void);
 void kf_hold(CUstream stream); /* queue a spinning kernel (KERNFORGE_GATE_US) */
+void kf_hold_forget(void);     /* under kf_lock: its kernel is loaded again in every context */
 void kf_log(const char *fmt, ...);
 
 /* ---- state (kf_state.c) -------------------------------------------------------------------- */
@@ -137,9 +139,13 @@ typedef struct {
   int image_asked;
   float app_ms[KF_APP_TIMED]; /* unrecorded launches timed with events, the first excluded */
   int napp;
+  unsigned long epoch; /* kf_fn_forget's count when it was made: older ones are not used */
 } kf_fn_t;
 kf_fn_t *kf_fn_get(CUfunction f);
-size_t kf_fn_all(kf_fn_t ***out); /* caller frees the array */
+size_t kf_fn_all(kf_fn_t ***out); /* caller frees the array; forgotten functions included */
+/* a context ended: every function handle may name another kernel from now on, so each is
+ * asked again (name, layout, image) at its next launch; what was cached stays allocated */
+void kf_fn_forget(void);
 void kf_base_name(const char *mangled, char *out, size_t cap); /* cap >= 2 * strlen + 1 */
 
 /* ---- recording (kf_record.c) --------------------------------------------------------------- */
@@ -226,6 +232,9 @@ int kf_deploy_covers(kf_fn_t *fn); /* an entry or a companion names it; cached p
 int kf_deploy_try(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, size_t psize, CUresult *rc,
                   CUresult (*real)(kf_launch_t *, void *), void *ctx);
 int kf_deploy_fusing(void); /* fused entries exist and KERNFORGE_FUSE is not 0 */
+/* under kf_lock: every entry's function loaded in context c (c NULL: in any context of
+ * device dev, dev < 0: in any context) is loaded again at its next use (kf_ctx.c) */
+void kf_deploy_forget(CUcontext c, CUdevice dev);
 
 /* ---- deferral (kf_defer.c) and the flushing thunks (kf_thunk.c) ---------------------------- */
 int kf_defer_enabled(void);          /* launches may be held now */

@@ -26,9 +26,10 @@
  * "guard:IMAGE:SIZE:HASH:NAME", a module global the entry's kernel baked in (any entry; a
  * one-launch line then has "-" as field 14).
  * A launch of `name` from that image with the same geometry and key runs `entry` of `image`
- * (loaded once per context with those JIT options) with the new geometry and the same
- * parameters. The source image tells apart kernels of one name compiled for other types (CuPy
- * builds an elementwise kernel per dtype under one name, with the same parameter bytes).
+ * (loaded once per context with those JIT options, and again in a context that has the handle
+ * of one that ended: kf_ctx.c) with the new geometry and the same parameters. The source
+ * image tells apart kernels of one name compiled for other types (CuPy builds an elementwise
+ * kernel per dtype under one name, with the same parameter bytes).
  * A fused entry's `entry` runs T steps of a time loop at once (each step its kernel's launch and
  * its companions): steps that match it are held and every T of them run as one launch
  * (kf_defer.c); KERNFORGE_FUSE=0 ignores fused entries.
@@ -218,8 +219,24 @@ CUfunction kf_entry_function(kf_entry_t *e, const char **why) {
                 !kf_drv.cuThreadExchangeStreamCaptureMode(&mode);
   CUfunction f = load_entry(e, why);
   if (swapped) kf_drv.cuThreadExchangeStreamCaptureMode(&mode);
-  if (f) e->ctx[i] = c, e->fn[i] = f;
+  CUdevice d = -1;
+  if (f && (!kf_drv.cuCtxGetDevice || kf_drv.cuCtxGetDevice(&d))) d = -1;
+  if (f) e->ctx[i] = c, e->fn[i] = f, e->dev[i] = d;
   return f;
+}
+
+/* the functions loaded in contexts that ended are dropped (the rest keep their order) */
+void kf_deploy_forget(CUcontext c, CUdevice dev) {
+  if (!kf_deploy_active()) return;
+  for (size_t k = 0; k < nentries; k++) {
+    kf_entry_t *e = &entries[k];
+    int kept = 0;
+    for (int i = 0; i < MAX_CTX && e->fn[i]; i++) {
+      int gone = c ? e->ctx[i] == c : dev < 0 || e->dev[i] < 0 || e->dev[i] == dev;
+      if (!gone) e->ctx[kept] = e->ctx[i], e->fn[kept] = e->fn[i], e->dev[kept++] = e->dev[i];
+    }
+    for (int i = kept; i < MAX_CTX; i++) e->ctx[i] = NULL, e->fn[i] = NULL;
+  }
 }
 
 uint64_t kf_launch_image(const kf_launch_t *l, kf_fn_t *fn) {

@@ -43,8 +43,9 @@ typedef struct kf_entry {
   uint64_t source; /* the recorded kernel's image id, 0 = any */
   CUjit_option jit[MAX_JIT];
   unsigned jitv[MAX_JIT];
-  CUcontext ctx[MAX_CTX];
-  CUfunction fn[MAX_CTX];
+  CUcontext ctx[MAX_CTX];  /* the contexts its function is loaded in (kf_entry_function), */
+  CUfunction fn[MAX_CTX];  /* the function in each (NULL: none from here on), */
+  CUdevice dev[MAX_CTX];   /* and each context's device (-1: not known) */
   unsigned long used, failed, launch_failed, unknown_image;
   int disabled;
   unsigned fuse;            /* T: steps of the fused entry, 0 = a one-launch replacement */

@@ -110,6 +110,9 @@ EXTERN(cuLibraryGetGlobal) EXTERN(cuMemAlloc_v2) EXTERN(cuMemAllocPitch_v2)
 EXTERN(cuMemAllocManaged) EXTERN(cuMemAllocAsync) EXTERN(cuMemAllocAsync_ptsz)
 EXTERN(cuMemAllocFromPoolAsync) EXTERN(cuMemAllocFromPoolAsync_ptsz) EXTERN(cuMemFree_v2)
 EXTERN(cuMemFreeAsync) EXTERN(cuMemFreeAsync_ptsz) EXTERN(cuMemMap) EXTERN(cuMemUnmap)
+EXTERN(cuCtxDestroy) EXTERN(cuCtxDestroy_v2) EXTERN(cuDevicePrimaryCtxReset)
+EXTERN(cuDevicePrimaryCtxReset_v2) EXTERN(cuDevicePrimaryCtxRelease)
+EXTERN(cuDevicePrimaryCtxRelease_v2) EXTERN(cuGreenCtxDestroy)
 CUresult cuGetProcAddress(const char *, void **, int, unsigned long long);
 CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, void *);
 
@@ -136,7 +139,13 @@ static const hook_t hooks[] = {
     H(cuMemAllocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync", 1),
     H(cuMemFree_v2, "cuMemFree", -1), H(cuMemFreeAsync, "cuMemFreeAsync", 0),
     H(cuMemFreeAsync_ptsz, "cuMemFreeAsync", 1), H(cuMemMap, "cuMemMap", -1),
-    H(cuMemUnmap, "cuMemUnmap", -1),
+    H(cuMemUnmap, "cuMemUnmap", -1), H(cuCtxDestroy, "cuCtxDestroy", -1),
+    H(cuCtxDestroy_v2, "cuCtxDestroy", -1),
+    H(cuDevicePrimaryCtxReset, "cuDevicePrimaryCtxReset", -1),
+    H(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset", -1),
+    H(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", -1),
+    H(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease", -1),
+    H(cuGreenCtxDestroy, "cuGreenCtxDestroy", -1),
 };
 #define NHOOKS (sizeof hooks / sizeof *hooks)
 

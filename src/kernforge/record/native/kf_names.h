@@ -6,7 +6,7 @@
  * CUDA_API_PER_THREAD_DEFAULT_STREAM: the names libcuda exports) and older ABI versions of its
  * copies, memsets, contexts, events, streams and launches, less the harmless queries
  * (kf_harmless in kf_thunk.c) and the functions the interposer wraps itself (kf_hooks.c,
- * kf_track.c). A name the driver lacks resolves to a function that returns an error.
+ * kf_track.c, kf_ctx.c). A name the driver lacks resolves to a function that returns an error.
  */
 #ifndef KF_NAMES_H
 #define KF_NAMES_H
@@ -18,14 +18,14 @@
     X(cuCheckpointProcessLock) X(cuCheckpointProcessRestore) X(cuCheckpointProcessUnlock) \
     X(cuCoredumpGetAttribute) X(cuCoredumpGetAttributeGlobal) X(cuCoredumpSetAttribute) \
     X(cuCoredumpSetAttributeGlobal) X(cuCtxAttach) X(cuCtxCreate) X(cuCtxCreate_v2) \
-    X(cuCtxCreate_v3) X(cuCtxCreate_v4) X(cuCtxDestroy) X(cuCtxDestroy_v2) X(cuCtxDetach) \
+    X(cuCtxCreate_v3) X(cuCtxCreate_v4) X(cuCtxDetach) \
     X(cuCtxDisablePeerAccess) X(cuCtxEnablePeerAccess) X(cuCtxFromGreenCtx) X(cuCtxPopCurrent) \
     X(cuCtxPopCurrent_v2) X(cuCtxRecordEvent) X(cuCtxResetPersistingL2Cache) \
     X(cuCtxSetCacheConfig) X(cuCtxSetFlags) X(cuCtxSetLimit) X(cuCtxSetSharedMemConfig) \
     X(cuCtxSynchronize) X(cuCtxSynchronize_v2) X(cuCtxWaitEvent) X(cuDestroyExternalMemory) \
     X(cuDestroyExternalSemaphore) X(cuDevResourceGenerateDesc) X(cuDevSmResourceSplitByCount) \
-    X(cuDeviceGraphMemTrim) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxRelease_v2) \
-    X(cuDevicePrimaryCtxReset) X(cuDevicePrimaryCtxReset_v2) X(cuDevicePrimaryCtxSetFlags) \
+    X(cuDeviceGraphMemTrim) \
+    X(cuDevicePrimaryCtxSetFlags) \
     X(cuDevicePrimaryCtxSetFlags_v2) X(cuDeviceRegisterAsyncNotification) \
     X(cuDeviceSetGraphMemAttribute) X(cuDeviceSetMemPool) X(cuDeviceUnregisterAsyncNotification) \
     X(cuEventDestroy) X(cuEventDestroy_v2) X(cuEventQuery) X(cuEventRecord) \
@@ -69,7 +69,7 @@
     X(cuGraphicsResourceGetMappedPointer_v2) X(cuGraphicsResourceSetMapFlags_v2) \
     X(cuGraphicsSubResourceGetMappedArray) X(cuGraphicsUnmapResources) \
     X(cuGraphicsUnmapResources_ptsz) X(cuGraphicsUnregisterResource) X(cuGreenCtxCreate) \
-    X(cuGreenCtxDestroy) X(cuGreenCtxGetDevResource) X(cuGreenCtxGetId) X(cuGreenCtxRecordEvent) \
+    X(cuGreenCtxGetDevResource) X(cuGreenCtxGetId) X(cuGreenCtxRecordEvent) \
     X(cuGreenCtxStreamCreate) X(cuGreenCtxWaitEvent) X(cuImportExternalMemory) \
     X(cuImportExternalSemaphore) X(cuIpcCloseMemHandle) X(cuIpcGetEventHandle) \
     X(cuIpcGetMemHandle) X(cuIpcOpenEventHandle) X(cuIpcOpenMemHandle_v2) X(cuLaunch) \

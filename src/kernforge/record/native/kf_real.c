@@ -168,6 +168,7 @@ static void resolve(void) {
   R(cuCtxPopCurrent, "cuCtxPopCurrent_v2");
   R(cuStreamIsCapturing, "cuStreamIsCapturing");
   R(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
+  R(cuDevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState");
 #undef R
   /* the events are used together: one missing, none is used */
   if (!kf_drv.cuEventCreate || !kf_drv.cuEventRecord || !kf_drv.cuEventSynchronize ||
@@ -214,11 +215,14 @@ static const char gate_ptx[] =
     " mov.u64 %a2, %globaltimer;\n sub.u64 %a3, %a2, %a1;\n setp.lt.u64 %p, %a3, %a0;\n"
     " @%p bra SPIN;\n ret;\n}\n";
 
+enum { N_GATES = 8 };
+static CUcontext gate_ctx[N_GATES];
+static CUfunction gates[N_GATES]; /* NULL after a failed load: that context runs without one */
+static int ngates;
+
+void kf_hold_forget(void) { ngates = 0; }
+
 void kf_hold(CUstream stream) {
-  enum { N = 8 };
-  static CUcontext ctxs[N];
-  static CUfunction gates[N]; /* NULL after a failed load: that context runs without a gate */
-  static int n;
   static long long ns = -1;
   if (ns < 0) {
     const char *us = getenv("KERNFORGE_GATE_US");
@@ -227,15 +231,15 @@ void kf_hold(CUstream stream) {
   CUcontext ctx = NULL;
   if (ns <= 0 || !kf_drv.cuCtxGetCurrent || kf_drv.cuCtxGetCurrent(&ctx) || !ctx) return;
   int i = 0;
-  while (i < n && ctxs[i] != ctx) i++;
-  if (i == n) {
-    if (n == N || !kf_drv.cuModuleLoadDataEx || !kf_drv.cuModuleGetFunction) return;
+  while (i < ngates && gate_ctx[i] != ctx) i++;
+  if (i == ngates) {
+    if (ngates == N_GATES || !kf_drv.cuModuleLoadDataEx || !kf_drv.cuModuleGetFunction) return;
     CUmodule mod = NULL;
     CUfunction f = NULL;
     if (kf_drv.cuModuleLoadDataEx(&mod, gate_ptx, 0, NULL, NULL) ||
         kf_drv.cuModuleGetFunction(&f, mod, "kf_gate"))
       f = NULL;
-    ctxs[n] = ctx, gates[n++] = f;
+    gate_ctx[ngates] = ctx, gates[ngates++] = f;
   }
   if (!gates[i]) return;
   unsigned long long v = (unsigned long long)ns;

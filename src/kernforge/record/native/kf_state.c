@@ -310,11 +310,29 @@ static int filter(const char *name) {
   return match;
 }
 
+/* functions cached before the last kf_fn_forget, kept (a launch may still use one) and reported */
+static kf_fn_t **retired;
+static size_t nretired, capretired;
+static unsigned long fn_epoch;
+
+void kf_fn_forget(void) { __atomic_add_fetch(&fn_epoch, 1, __ATOMIC_ACQ_REL); }
+
+static void retire(kf_fn_t *old) { /* under state_lock */
+  if (nretired == capretired) {
+    size_t cap = capretired ? 2 * capretired : 64;
+    kf_fn_t **a = realloc(retired, cap * sizeof *a);
+    if (!a) return; /* not reported; still allocated */
+    retired = a, capretired = cap;
+  }
+  retired[nretired++] = old;
+}
+
 kf_fn_t *kf_fn_get(CUfunction f) {
+  unsigned long now = __atomic_load_n(&fn_epoch, __ATOMIC_ACQUIRE);
   pthread_mutex_lock(&state_lock);
   kf_fn_t *fn = map_get(&fns, f);
   pthread_mutex_unlock(&state_lock);
-  if (fn) return fn;
+  if (fn && fn->epoch >= now) return fn;
   const char *name = NULL;
   char unnamed[64];
   if (kf_drv.cuFuncGetName && kf_drv.cuFuncGetName(&name, f) != KF_OK) name = NULL;
@@ -323,11 +341,15 @@ kf_fn_t *kf_fn_get(CUfunction f) {
   if (!name) snprintf(unnamed, sizeof unnamed, "unnamed_%p", (void *)f), name = unnamed;
   fn = calloc(1, sizeof *fn);
   if (!fn || !(fn->name = strdup(name))) { free(fn); return NULL; } /* the whole name */
-  fn->fn = f;
+  fn->fn = f, fn->epoch = now;
   fn->matches = filter(fn->name);
   pthread_mutex_lock(&state_lock);
   kf_fn_t *again = map_get(&fns, f);
-  if (!again) map_put(&fns, f, fn);
+  if (!again || again->epoch < now) {
+    if (again) retire(again);
+    map_put(&fns, f, fn);
+    again = NULL;
+  }
   pthread_mutex_unlock(&state_lock);
   if (again) { free(fn->name); free(fn); fn = again; }
   return fn;
@@ -335,10 +357,11 @@ kf_fn_t *kf_fn_get(CUfunction f) {
 
 size_t kf_fn_all(kf_fn_t ***out) {
   pthread_mutex_lock(&state_lock);
-  *out = malloc((fns.n ? fns.n : 1) * sizeof **out);
+  *out = malloc((fns.n + nretired ? fns.n + nretired : 1) * sizeof **out);
   size_t k = 0;
   for (size_t i = 0; *out && i < fns.cap; i++)
     if (fns.slots[i].key) (*out)[k++] = fns.slots[i].value;
+  for (size_t i = 0; *out && i < nretired; i++) (*out)[k++] = retired[i];
   pthread_mutex_unlock(&state_lock);
   return k;
 }

@@ -13,10 +13,15 @@
  * while this thread captures (not in relaxed mode), or while another thread captures in global
  * mode, fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture (its end
  * then fails), unless the loading thread set relaxed mode (cuThreadExchangeStreamCaptureMode).
+ * Contexts: one handle, as a driver that gives a new context a destroyed one's. Its end
+ * (cuCtxDestroy, the primary context's reset, or its release when no reference is left) unloads
+ * every module: a function of one launches no more (CUDA_ERROR_INVALID_CONTEXT), and the next
+ * modules and functions get the old ones' handles again, in the order they were first made.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +38,33 @@ enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_FOUND = 500, INVALID_IM
 static CUresult capture_forbids(void); /* stream capture: a module load is refused now */
 static int ctx_destroyed; /* after cuCtxDestroy, a primary context's release or reset */
 typedef void (*kernel_t)(const unsigned *, const unsigned *, void **);
-typedef struct { void *lib; int unloaded; } module_t;
-typedef struct { kernel_t fn; char *name; int n; size_t off[32], size[32]; module_t *mod; } func_t;
+typedef struct { void *lib; int unloaded, gen; } module_t;
+typedef struct {
+  kernel_t fn; char *name; int n; size_t off[32], size[32]; module_t *mod; int gen;
+} func_t;
+/* every module and function handle made, in order; those from `live` on are free again */
+typedef struct { void **all; size_t made, live, cap; } handles_t;
+static handles_t mods, funcs;
+static int ctx_gen;
+static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER; /* threads load modules */
+static void *grow(handles_t *h) { /* room for one more handle (NULL: no memory) */
+  if (h->made < h->cap) return h;
+  void **a = realloc(h->all, (2 * h->cap + 16) * sizeof *a);
+  if (a) h->all = a, h->cap = 2 * h->cap + 16;
+  return a;
+}
+static void *handle(handles_t *h, size_t size) {
+  void *p = NULL;
+  pthread_mutex_lock(&handles_lock);
+  if (h->live < h->made) p = memset(h->all[h->live++], 0, size);
+  else if (grow(h) && (p = calloc(1, size))) h->all[h->made++] = p, h->live = h->made;
+  pthread_mutex_unlock(&handles_lock);
+  return p;
+}
+static void ctx_end(void) { /* every handle made is free again */
+  pthread_mutex_lock(&handles_lock), ctx_destroyed = 1, ctx_gen++, mods.live = funcs.live = 0;
+  pthread_mutex_unlock(&handles_lock);
+}
 typedef struct {
   unsigned gx, gy, gz, bx, by, bz, shmem; void *stream; void *attrs; unsigned nattrs;
 } launch_config_t;
@@ -111,8 +141,8 @@ static CUresult load(module_t **m, const void *image) {
     return INVALID_IMAGE;
   void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!lib) return INVALID_IMAGE;
-  *m = calloc(1, sizeof **m);
-  (*m)->lib = lib;
+  if (!(*m = handle(&mods, sizeof **m))) return OUT_OF_MEMORY;
+  (*m)->lib = lib, (*m)->gen = ctx_gen;
   return OK;
 }
 CUresult cuModuleLoadData(module_t **m, const void *image) {
@@ -135,9 +165,10 @@ CUresult cuModuleGetFunction(func_t **f, module_t *m, const char *name) {
   const char *const *params = dlsym(m->lib, pname);
   free(pname);
   if (!k || !params) return NOT_FOUND;
-  func_t *fn = calloc(1, sizeof *fn);
+  func_t *fn = handle(&funcs, sizeof *fn);
+  if (!fn) return OUT_OF_MEMORY;
   fn->fn = k;
-  fn->mod = m;
+  fn->mod = m, fn->gen = m->gen;
   fn->name = strdup(name);
   size_t off = 0;
   for (const char *s = *params; *s && fn->n < 32; s += strcspn(s, ",") + (s[strcspn(s, ",")] != 0)) {
@@ -261,7 +292,7 @@ CUresult cuLaunchKernel(func_t *f, unsigned gx, unsigned gy, unsigned gz, unsign
     params = from_buffer;
   }
   if (gx * bx > 1u << 24 || bx * by * bz > 1024) return INVALID_VALUE;
-  if (ctx_destroyed) return INVALID_CONTEXT;
+  if (ctx_destroyed || (f->mod && f->gen != ctx_gen)) return INVALID_CONTEXT;
   if (f->mod && f->mod->unloaded) return INVALID_HANDLE;
   if (s && s == capturing) return record_node(f, grid, block, params);
   trace(f);
@@ -287,11 +318,19 @@ CUresult cuDeviceGetName(char *s, int n, int d) { (void)d; snprintf(s, (size_t)n
 CUresult cuDeviceGetAttribute(int *v, int attr, int d) {
   (void)d; *v = attr == 75 ? 9 : attr == 16 ? 4 : attr == 1 ? 1024 : 0; return OK;
 }
-CUresult cuDevicePrimaryCtxRetain(void **c, int d) { (void)d; *c = &ctx_token; ctx_destroyed = 0; return OK; }
-CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; ctx_destroyed = 1; return OK; }
-CUresult cuDevicePrimaryCtxReset_v2(int d) { (void)d; ctx_destroyed = 1; return OK; }
+static int primary_refs;
+CUresult cuDevicePrimaryCtxRetain(void **c, int d) {
+  (void)d; *c = &ctx_token; ctx_destroyed = 0, primary_refs++; return OK;
+}
+CUresult cuDevicePrimaryCtxRelease_v2(int d) {
+  (void)d; if (primary_refs > 0 && !--primary_refs) ctx_end(); return OK;
+}
+CUresult cuDevicePrimaryCtxReset_v2(int d) { (void)d; primary_refs = 0, ctx_end(); return OK; }
+CUresult cuDevicePrimaryCtxGetState(int d, unsigned *flags, int *active) {
+  (void)d; *flags = 0, *active = primary_refs > 0 && !ctx_destroyed; return OK;
+}
 CUresult cuCtxCreate_v2(void **c, unsigned f, int d) { (void)f, (void)d; *c = &ctx_token; ctx_destroyed = 0; return OK; }
-CUresult cuCtxDestroy_v2(void *c) { (void)c; ctx_destroyed = 1; return OK; }
+CUresult cuCtxDestroy_v2(void *c) { (void)c; primary_refs = 0, ctx_end(); return OK; }
 CUresult cuCtxPushCurrent_v2(void *c) { (void)c; return OK; }
 CUresult cuCtxPopCurrent_v2(void **c) { if (c) *c = &ctx_token; return OK; }
 CUresult cuCtxSetCurrent(void *c) { (void)c; return OK; }
