@@ -84,10 +84,14 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("fidelity-run"))
     ap.add_argument("--band", type=float, default=0.10)
     ap.add_argument("--timeout", type=float, default=300.0, help="per command (s)")
+    ap.add_argument("--only", default="", help="comma-separated program names (default all)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
+    only = {n for n in a.only.split(",") if n}
     for p in json.loads(a.programs.read_text()):
+        if only and p["name"] not in only:
+            continue
         rows += one(p, a.out, a.timeout)
         (a.out / "fidelity.json").write_text(json.dumps(rows, indent=1))
     timed = [r for r in rows if r["ratio"]]
