@@ -41,6 +41,7 @@ from ._layout import (
 )
 from .format import _BlobStore, _make_loader, _next_instance, _publish, check_blob_files
 from .native_sequence import SEQUENCE_SCHEMA, load_steps, sequence_json, sequence_timing
+from .native_timing import AppTimes, app_times, unit_timing
 from .spool_read import (
     JSON_LIMIT,
     SPOOL,
@@ -80,20 +81,6 @@ def _raw(path: Path, size: int | None = None) -> np.ndarray:
     return np.frombuffer(read_regular(path, size), dtype=np.uint8)
 
 
-def _app_times(root: Path) -> dict[tuple[int, str], list[float]]:
-    """(pid, kernel) -> event times of launches the recorder left alone (not the first)."""
-    return {(s["pid"], k["name"]): k.get("app_ms", [])
-            for s in spool_summaries(root) for k in s.get("kernels", [])}
-
-
-def _timing(u: dict[str, Any], app: dict[tuple[int, str], list[float]]) -> dict[str, Any]:
-    times = app.get((int(u.get("pid", -1)), u["function"])) or []
-    if times:
-        return {"app_time_ms": float(np.median(times)), "app_time_of": f"{len(times)} "
-                "unrecorded launches (events)", "recorded_launch_ms": u.get("app_time_ms")}
-    return {"app_time_ms": u.get("app_time_ms"), "app_time_of": "the recorded launch (events)"}
-
-
 def _nvrtc_source(spool_unit: Path, entry: str) -> dict[str, Any] | None:
     """The NVRTC program the kernel's image was compiled from (nvrtc.json), as the manifest's
     ``source``: the code, headers, options and the name expression lowered to ``entry``."""
@@ -118,7 +105,7 @@ def _nvrtc_source(spool_unit: Path, entry: str) -> dict[str, Any] | None:
             "program": n.get("program") or ""}
 
 
-def _convert(spool_unit: Path, root: Path, app: dict[tuple[int, str], list[float]]) -> Path:
+def _convert(spool_unit: Path, root: Path, app: AppTimes) -> Path:
     u = read_unit_json(spool_unit)
     raw = read_regular(spool_unit / "params.bin", u["param_bytes"])
     if u.get("image") is None:
@@ -164,7 +151,7 @@ def _convert(spool_unit: Path, root: Path, app: dict[tuple[int, str], list[float
                                                   pointers)]},
             "regions": regions,
             "capture": {"origin": "driver",
-                        **(_timing(u, app) if seq is None else sequence_timing(u)),
+                        **(unit_timing(u, app) if seq is None else sequence_timing(u)),
                         "call": u.get("call"),
                         "pid": u.get("pid"), "stream": u.get("stream")},
             "instance": 0, "blobs": store.index,
@@ -201,7 +188,7 @@ def finalize_spool(root: PathLike) -> tuple[list[Path], list[str]]:
     if spool is None:
         return [], []
     units, problems = [], []
-    app = _app_times(root)
+    app = app_times(spool_summaries(root))
     for d in sorted(spool.iterdir()):
         if not d.name[:1].isdigit():
             if d.name.startswith(TMP_PREFIX) and real_dir(d) and not d.name.startswith(

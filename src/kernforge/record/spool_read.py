@@ -150,6 +150,9 @@ def _check_fields(u: Any) -> None:
             u.get("version") not in (1, 2):
         raise _Bad("not a kernforge-spool version 1 or 2 document")
     _check_launch(u)
+    if "work_key" in u and (not isinstance(u["work_key"], str)
+                            or not _HEX16.fullmatch(u["work_key"])):
+        raise _Bad(f"work_key is {u['work_key']!r}, not a 16-digit key")
     if u["version"] == 2:
         seq = u.get("sequence")
         if not isinstance(seq, dict) or not isinstance(seq.get("ended"), str):

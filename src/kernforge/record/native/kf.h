@@ -124,6 +124,7 @@ void kf_fn_image(CUfunction f, kf_image_ref_t *out); /* a launched function's im
 
 /* per-function cache: name, filter decision, counters, parameter layout */
 #define KF_APP_TIMED 5
+#define KF_WORK_KEYS 8
 typedef struct {
   const void *fn;
   char *name; /* the whole name, never cut */
@@ -138,8 +139,11 @@ typedef struct {
   uint64_t image; /* its image id, for deployment (asked once: image_asked) */
   int image_asked;
   float app_ms[KF_APP_TIMED]; /* unrecorded launches timed with events, the first excluded */
+  uint64_t app_key[KF_APP_TIMED]; /* the work of each (kf_work_key) */
   int napp;
   unsigned long epoch; /* kf_fn_forget's count when it was made: older ones are not used */
+  uint64_t work[KF_WORK_KEYS]; /* the work of its recorded launches: only such are timed */
+  int nwork;
 } kf_fn_t;
 kf_fn_t *kf_fn_get(CUfunction f);
 size_t kf_fn_all(kf_fn_t ***out); /* caller frees the array; forgotten functions included */
@@ -165,6 +169,9 @@ typedef struct {
 CUresult kf_launch(kf_launch_t *l, CUresult (*real)(kf_launch_t *, void *), void *ctx);
 int kf_recording(void);
 uint8_t *kf_param_bytes(kf_launch_t *l, kf_fn_t *fn, size_t *n);
+/* what decides a launch's work: function, geometry, attributes and parameter bytes, a word
+ * that points into a known allocation counted as 0 (FNV-1a 64; never 0) */
+uint64_t kf_work_key(const kf_launch_t *l, const uint8_t *params, size_t psize);
 extern __thread int kf_suppressed;
 extern __thread int kf_locked; /* this thread holds kf_lock (a flush from it would deadlock) */
 CUresult kf_launch_now(kf_launch_t *l); /* l as it is, through l->drv (kf_hooks.c) */
@@ -193,7 +200,7 @@ void kf_say_once(int *said, const char *fmt, ...); /* kf_log the first time only
 typedef struct { void *pre, *post; } kf_snap_t;
 int kf_write_unit(const kf_launch_t *l, const kf_fn_t *fn, const kf_image_ref_t *img,
                   const uint8_t *params, size_t psize, const kf_alloc_t *r, size_t k,
-                  const kf_snap_t *s, float ms, unsigned long call);
+                  const kf_snap_t *s, float ms, unsigned long call, uint64_t work);
 int kf_spool_write(int (*files)(int dir, unsigned long n, void *arg), void *arg,
                    const uint64_t *images, size_t nimages);
 void kf_launch_json(buf_t *b, const kf_launch_t *l, const kf_fn_t *fn, const kf_image_ref_t *img,

@@ -203,6 +203,9 @@ __attribute__((destructor)) static void summary(void) {
         "\"app_ms\": [", all[i]->seen, all[i]->recorded, all[i]->layout,
         all[i]->matches ? "true" : "false");
     for (int j = 0; j < all[i]->napp; j++) kf_put(&b, "%s%.6f", j ? ", " : "", all[i]->app_ms[j]);
+    kf_put(&b, "], \"app_keys\": [");
+    for (int j = 0; j < all[i]->napp; j++)
+      kf_put(&b, "%s\"%016llx\"", j ? ", " : "", (unsigned long long)all[i]->app_key[j]);
     kf_put(&b, "]}");
   }
   free(all);

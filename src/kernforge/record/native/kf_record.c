@@ -126,6 +126,59 @@ uint8_t *kf_param_bytes(kf_launch_t *l, kf_fn_t *fn, size_t *n) {
   return NULL;
 }
 
+/* ---- the work of a launch: which launches the in-program time may be taken of ------------ */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)p)[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+uint64_t kf_work_key(const kf_launch_t *l, const uint8_t *params, size_t psize) {
+  uint64_t h = fnv(0xcbf29ce484222325ULL, &l->f, sizeof l->f);
+  h = fnv(h, l->grid, sizeof l->grid);
+  h = fnv(h, l->block, sizeof l->block);
+  h = fnv(h, &l->shmem, sizeof l->shmem);
+  if (l->nattrs && l->attrs) h = fnv(h, l->attrs, (size_t)l->nattrs * KF_ATTR_SIZE);
+  h = fnv(h, &psize, sizeof psize);
+  for (size_t o = 0; o < psize; o += 8) { /* a buffer elsewhere (a ping-pong's other half) */
+    CUdeviceptr v = 0;
+    size_t w = psize - o < 8 ? psize - o : 8;
+    kf_alloc_t a;
+    memcpy(&v, params + o, w);
+    if (w == 8 && v && kf_alloc_find(v, &a)) v = 0;
+    h = fnv(h, &v, sizeof v);
+  }
+  return h ? h : 1;
+}
+
+static int does_work(const kf_fn_t *fn, uint64_t key) {
+  for (int i = 0; i < fn->nwork; i++)
+    if (fn->work[i] == key) return 1;
+  return 0;
+}
+
+/* a recorded launch's work: from now on only launches doing it are timed, and times already
+ * taken of other work are dropped (a unit's in-program time is of the work it replays) */
+static void add_work(kf_fn_t *fn, uint64_t key) {
+  if (does_work(fn, key) || fn->nwork == KF_WORK_KEYS) return;
+  fn->work[fn->nwork++] = key;
+  int n = 0;
+  for (int i = 0; i < fn->napp; i++)
+    if (does_work(fn, fn->app_key[i])) {
+      fn->app_ms[n] = fn->app_ms[i];
+      fn->app_key[n++] = fn->app_key[i];
+    }
+  fn->napp = n;
+}
+
+/* whether to time this launch the recorder leaves alone: any, while none of the function's
+ * launches was recorded; then only those doing a recorded launch's work. *key: its work. */
+static int to_time(kf_launch_t *l, kf_fn_t *fn, uint8_t **params, size_t *psize,
+                   uint64_t *key) {
+  if (!*params) *params = kf_param_bytes(l, fn, psize);
+  *key = *params ? kf_work_key(l, *params, *psize) : 0;
+  return !fn->nwork || (*key && does_work(fn, *key));
+}
+
 /* The regions of one launch come from one snapshot of the allocation table (sorted by base):
  * an allocation made or freed meanwhile by another thread changes nothing here, and the table
  * of regions holds at most every allocation of the snapshot once. */
@@ -225,6 +278,7 @@ static CUresult record_one(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, s
     return real(l, ctx);
   }
   kf_snap_t *s = calloc(k ? k : 1, sizeof *s);
+  uint64_t work = kf_work_key(l, params, psize);
   void *e0 = NULL, *e1 = NULL;
   float ms = -1;
   CUresult rc;
@@ -241,12 +295,13 @@ static CUresult record_one(kf_launch_t *l, kf_fn_t *fn, const uint8_t *params, s
   if (e1) kf_drv.cuEventRecord(e1, l->stream);
   if (rc || kf_drv.cuCtxSynchronize() || copy_regions(r, k, s, 1)) { n_failed++; goto done; }
   if (e1 && !kf_drv.cuEventSynchronize(e1)) kf_drv.cuEventElapsedTime(&ms, e0, e1);
-  if (kf_write_unit(l, fn, &img, params, psize, r, k, s, ms, call)) {
+  if (kf_write_unit(l, fn, &img, params, psize, r, k, s, ms, call, work)) {
     n_failed++;
     kf_write_failed(fn, errno);
   } else {
     n_recorded++, fn->recorded++;
     kf_budget_use(total);
+    add_work(fn, work);
   }
 done:
   if (e0) kf_drv.cuEventDestroy(e0);
@@ -258,8 +313,8 @@ done:
 }
 
 /* a launch the recorder leaves alone, timed with events: the kernel's time in the application */
-static CUresult timed(kf_launch_t *l, kf_fn_t *fn, CUresult (*real)(kf_launch_t *, void *),
-                      void *ctx) {
+static CUresult timed(kf_launch_t *l, kf_fn_t *fn, uint64_t key,
+                      CUresult (*real)(kf_launch_t *, void *), void *ctx) {
   void *e0 = NULL, *e1 = NULL;
   if (!kf_drv.cuEventCreate || kf_drv.cuEventCreate(&e0, 0) || kf_drv.cuEventCreate(&e1, 0)) {
     if (e0) kf_drv.cuEventDestroy(e0);
@@ -271,7 +326,7 @@ static CUresult timed(kf_launch_t *l, kf_fn_t *fn, CUresult (*real)(kf_launch_t 
   float ms;
   if (!rc && !kf_drv.cuEventRecord(e1, l->stream) && !kf_drv.cuEventSynchronize(e1) &&
       !kf_drv.cuEventElapsedTime(&ms, e0, e1))
-    fn->app_ms[fn->napp++] = ms;
+    fn->app_key[fn->napp] = key, fn->app_ms[fn->napp++] = ms;
   kf_drv.cuEventDestroy(e0);
   kf_drv.cuEventDestroy(e1);
   return rc;
@@ -307,13 +362,15 @@ CUresult kf_launch(kf_launch_t *l, CUresult (*real)(kf_launch_t *, void *), void
              (max_instances < 0 || (long long)fn->recorded < max_instances);
   dep = dep && kf_deploy_covers(fn); /* other kernels pay no parameter copy */
   size_t psize = 0;
+  uint64_t key = 0;
   uint8_t *params = (take || dep) ? kf_param_bytes(l, fn, &psize) : NULL;
   if (dep && params && kf_deploy_try(l, fn, params, psize, &rc, real, ctx)) {
   } else if (kf_defer_flush_locked(), take && params) { /* any other launch: a flush first */
     if (!(kf_seq_enabled() && !dep && kf_seq_begin(l, fn, call, &rc, real, ctx)))
       rc = record_one(l, fn, params, psize, call, real, ctx);
-  } else if (rec && fn->matches && call > 0 && fn->napp < KF_APP_TIMED && !take) {
-    rc = timed(l, fn, real, ctx);
+  } else if (rec && fn->matches && call > 0 && fn->napp < KF_APP_TIMED && !take &&
+             to_time(l, fn, &params, &psize, &key)) {
+    rc = timed(l, fn, key, real, ctx);
   } else {
     if (take) n_unknown++;
     rc = real(l, ctx);

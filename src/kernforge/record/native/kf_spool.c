@@ -112,9 +112,9 @@ void kf_regions_json(buf_t *b, const kf_alloc_t *r, size_t k, const char *change
 
 static void unit_json(buf_t *b, const kf_launch_t *l, const kf_fn_t *fn, const kf_image_ref_t *img,
                       size_t psize, const kf_alloc_t *r, size_t k, const char *changed,
-                      float ms, unsigned long call, unsigned long n) {
-  kf_put(b, "{\"format\": \"kernforge-spool\", \"version\": 1, \"pid\": %d, \"seq\": %lu, ",
-         getpid(), n);
+                      float ms, unsigned long call, unsigned long n, uint64_t work) {
+  kf_put(b, "{\"format\": \"kernforge-spool\", \"version\": 1, \"pid\": %d, \"seq\": %lu, "
+         "\"work_key\": \"%016llx\", ", getpid(), n, (unsigned long long)work);
   kf_launch_json(b, l, fn, img, psize, ms, call);
   kf_put(b, ", ");
   kf_regions_json(b, r, k, changed);
@@ -123,7 +123,6 @@ static void unit_json(buf_t *b, const kf_launch_t *l, const kf_fn_t *fn, const k
   kf_put(b, "}\n");
 }
 
-/* the unit's files into the directory `dir`: 0, or -1 with errno */
 /* the unit's files into the directory `dir`: 0, or -1 with errno */
 struct one_unit {
   const kf_launch_t *l;
@@ -136,6 +135,7 @@ struct one_unit {
   const kf_snap_t *s;
   float ms;
   unsigned long call;
+  uint64_t work;
 };
 
 static int unit_files(int dir, unsigned long n, void *arg) {
@@ -147,7 +147,8 @@ static int unit_files(int dir, unsigned long n, void *arg) {
   if (!rc) rc = kf_write_at(dir, "params.bin", u->params, u->psize);
   if (!rc) {
     buf_t b = {malloc(4096), 0, 4096};
-    unit_json(&b, u->l, u->fn, u->img, u->psize, u->r, u->k, changed, u->ms, u->call, n);
+    unit_json(&b, u->l, u->fn, u->img, u->psize, u->r, u->k, changed, u->ms, u->call, n,
+              u->work);
     rc = !b.s ? (errno = ENOMEM, -1) : kf_write_at(dir, "unit.json", b.s, b.n);
     free(b.s);
   }
@@ -200,7 +201,7 @@ int kf_spool_write(int (*files)(int dir, unsigned long n, void *arg), void *arg,
 
 int kf_write_unit(const kf_launch_t *l, const kf_fn_t *fn, const kf_image_ref_t *img,
                   const uint8_t *params, size_t psize, const kf_alloc_t *r, size_t k,
-                  const kf_snap_t *s, float ms, unsigned long call) {
-  struct one_unit u = {l, fn, img, params, psize, r, k, s, ms, call};
+                  const kf_snap_t *s, float ms, unsigned long call, uint64_t work) {
+  struct one_unit u = {l, fn, img, params, psize, r, k, s, ms, call, work};
   return kf_spool_write(unit_files, &u, &img->image, 1);
 }
