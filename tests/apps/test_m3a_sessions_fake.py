@@ -70,6 +70,19 @@ def faked(fake: FakeCuda, heat_unit: Path, monkeypatch: pytest.MonkeyPatch) -> d
     return {"compiled": compiled, "r": r}
 
 
+def _phases_add_up(res: dict[str, Any], checked: int, screened: int) -> dict[str, Any]:
+    """The child's phases (apps/phases.py): exclusive, so they add up to its time; every
+    candidate counted, ``checked`` from the recorded state, ``screened`` timed, one final."""
+    f = res["phases"]
+    got = f["phases"]
+    assert f["candidates"] == len(res["tried"])
+    assert got["check"]["n"] == checked and got["screen"]["n"] == screened, got
+    assert got["final"]["n"] == 1 and got["fresh"]["n"] >= 1, got
+    assert {"setup", "baseline", "compile", "load", "state", "read"} <= set(got), got
+    assert sum(v["s"] for v in got.values()) == pytest.approx(f["total_s"], abs=0.01)
+    return got
+
+
 def test_operator_session_keeps_the_fastest_candidate_that_passes(
         faked: dict[str, Any], heat_unit: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,6 +106,7 @@ def test_operator_session_keeps_the_fastest_candidate_that_passes(
     assert any(c.startswith("fresh input seed") for c in res["checks"]), res["checks"]
     assert res["speedup"] > 0 and len(res["ratios"]) > 0
     assert Path(res["source"]).read_text() == "// twin\n"
+    assert _phases_add_up(res, 2, 1)["compile"]["n"] == 3  # twin, three, broken
 
 
 def test_fused_session_keeps_the_fastest_candidate_that_passes(
@@ -115,6 +129,7 @@ def test_fused_session_keeps_the_fastest_candidate_that_passes(
     assert res["fuse"]["steps"] == res["steps"]
     assert any(c.startswith("fresh input seed") for c in res["checks"]), res["checks"]
     assert Path(res["source"]).read_text() == f"// {res['operator']}\n"
+    assert "reference" in _phases_add_up(res, 3, 2)  # the originals' T launches, timed
 
 
 def test_program_session_keeps_the_fastest_candidate_that_passes(
@@ -138,3 +153,4 @@ def test_program_session_keeps_the_fastest_candidate_that_passes(
     assert faked["compiled"] == [[f"// {row['operator']}\n" for row in rows]]
     assert any(c.startswith("fresh input seed") for c in res["checks"]), res["checks"]
     assert res["speedup"] > 0 and res["copy_fraction"] is not None
+    assert res["phases"]["phases"]["check"]["n"] == 2  # recorded and fresh, per candidate

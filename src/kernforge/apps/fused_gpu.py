@@ -43,7 +43,8 @@ from . import lift_companion as lc
 from .adapter import layout
 from .fused_elided import ElidedCheck
 from .fused_steps import step_companions, whole_steps
-from .operator_gpu import AdapterRun, ReplayTarget, built, fastest_passing, recognized
+from .operator_gpu import AdapterRun, ReplayTarget, built, fastest_passing, recognized, watch
+from .phases import Phases
 from .probe import Recognized
 from .process import child_main
 
@@ -228,17 +229,44 @@ def validate_fresh(t: ReplayTarget, r: Recognized, steps: int, seq: Steps | Reco
 
 def fused_time(run: AdapterRun) -> float:
     """One timed fused launch from the whole recorded state (a reference run before it may
-    have left IN changed)."""
+    have left IN changed): all memory restored once, not its written part again."""
     run.rp.restore()
-    return run.time()
+    return run.time(restore=False)
 
 
 def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[int]
             ) -> dict[str, Any]:
+    """The child's work (the module docstring), its phase timings in the result's
+    ``phases`` (:mod:`.phases`)."""
+    ph = Phases()
+    res = _session(unit, out_dir, repeat, passes, steps, ph)
+    res["phases"] = ph.figures(len(res.get("tried") or ()))
+    return res
+
+
+def _session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[int],
+             ph: Phases) -> dict[str, Any]:
+    with ph("setup"):
+        got = _setup(unit, steps, ph)
+    if isinstance(got, dict):
+        return got
+    return _fuse(got, out_dir, repeat, passes, ph)
+
+
+Setup = tuple[Any, NativeReplay | None, NativeReplay, ReplayTarget, Recognized,
+              tuple[lc.Companion, ...], Any, list[int]]
+
+
+def _setup(unit: str, steps: Sequence[int], ph: Phases) -> Setup | dict[str, Any]:
+    """The unit placed and recognized, the step's companions classified, the step counts
+    its sequence holds whole; or the refusal."""
     rec = read_native(unit)
     whole = NativeReplay(rec) if rec.is_sequence else None
     rp = first_launch(whole) if whole is not None else NativeReplay(rec)
     t = ReplayTarget(rp)
+    watch(ph, rp, t)
+    if whole is not None:
+        ph.timed(whole, "restore", "state")
     r = recognized(t)
     if isinstance(r, str):
         return {"nomatch": r}
@@ -255,6 +283,7 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[i
     if why:
         return {"nomatch": f"not fusable: {why}", "recognized": r.describe()}
     elided = any(c.elided is not None for c in comps)
+    steps = list(steps)
     if comps:  # the reference: the recorded steps, boundary kernels included
         assert whole is not None
         whole_n = whole_steps(whole, len(comps))
@@ -267,22 +296,35 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[i
                                   "--sequence T+2 or more)" if elided else
                                   "(record --sequence T+1 or more)"),
                     "recognized": r.describe()}
+    return rec, whole, rp, t, r, comps, faces, steps
+
+
+def _fuse(got: Setup, out_dir: str, repeat: int, passes: int, ph: Phases) -> dict[str, Any]:
+    """Every candidate compiled, checked from the recorded state and screened; the fastest
+    that passes on fresh inputs timed against the reference's ``T`` launches."""
+    rec, whole, rp, t, r, comps, faces, steps = got
+    elided = any(c.elided is not None for c in comps)
     slots = layout(rec)
     arch = f"sm_{rp.drv.attribute('cc_major')}{rp.drv.attribute('cc_minor')}"
     seqs = _references(rp, whole, slots, r, steps)
+    for seq in seqs.values():  # the reference's launches, run once per state
+        ph.timed(seq, "run", "reference")
     checks = {s: ElidedCheck(whole, t, r, s, comps) for s in steps} \
         if elided and whole is not None else {}
     base: dict[int, float] = {}
-    for s, seq in seqs.items():
-        for _ in range(2):
-            seq.time()
-        base[s] = statistics.median(seq.time() for _ in range(repeat))
+    with ph("baseline", len(seqs)):
+        for s, seq in seqs.items():
+            for _ in range(2):
+                seq.time()
+            base[s] = statistics.median(seq.time() for _ in range(repeat))
     tried: list[dict[str, Any]] = []
     screened: list[tuple[float, dict[str, Any], tuple[int, AdapterRun, bytes, list[str]]]] = []
     refs = References()
-    for (s, op), ad, image in built(
-            fz.candidates(r, steps, faces=faces),
-            lambda c: fz.fused_adapter(c[1], r, slots, len(rec.param_bytes), c[0]), arch):
+    with ph("compile"):
+        made = built(fz.candidates(r, steps, faces=faces), lambda c: fz.fused_adapter(
+            c[1], r, slots, len(rec.param_bytes), c[0]), arch)
+    ph.count("compile", sum(not isinstance(a, KernforgeError) for _, a, _ in made))
+    for (s, op), ad, image in made:
         row: dict[str, Any] = {"operator": op.key, "steps": s}
         tried.append(row)
         try:
@@ -290,26 +332,30 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[i
                 raise ad
             if isinstance(image, CompileError):
                 raise image
-            run = AdapterRun(rp, ad, image)
-            bad, done = checks[s].recorded(run) if checks else \
-                validate_recorded(t, r, s, seqs[s], run, refs)
+            with ph("load", 1):
+                run = AdapterRun(rp, ad, image)
+            with ph("check", 1):
+                bad, done = checks[s].recorded(run) if checks else \
+                    validate_recorded(t, r, s, seqs[s], run, refs)
         except (ConfigError, CompileError, KernforgeError) as exc:
             row["refused"] = exc.message
             continue
         if bad:
             row["refused"] = bad
             continue
-        for _ in range(2):
-            fused_time(run)
-        med = statistics.median(fused_time(run) for _ in range(repeat))
+        with ph("screen", 1):
+            for _ in range(2):
+                fused_time(run)
+            med = statistics.median(fused_time(run) for _ in range(repeat))
         row.update(median_s=med, originals_s=base[s],
                    screen_speedup=base[s] / med if med > 0 else None)
         if med > 0:
             screened.append((base[s] / med, row, (s, run, image, done)))
 
     def on_fresh(c: tuple[int, AdapterRun, bytes, list[str]]) -> str | None:
-        why, more = checks[c[0]].fresh(c[1]) if checks else \
-            validate_fresh(t, r, c[0], seqs[c[0]], c[1], refs)
+        with ph("fresh", 1):
+            why, more = checks[c[0]].fresh(c[1]) if checks else \
+                validate_fresh(t, r, c[0], seqs[c[0]], c[1], refs)
         c[3].extend(more)
         return why
 
@@ -320,12 +366,13 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[i
                            f"{reasons}", "recognized": r.describe(), "tried": tried}
     s, run, image, done = best
     seq = seqs[s]
-    for _ in range(3):
-        seq.time()
-    ab = interleave(seq.time, lambda: fused_time(run), passes=passes, per_pass=3)
-    stem = Path(out_dir) / f"{rec.path.name}.fused{s}"
-    stem.with_suffix(".cu").write_text(run.ad.source)
-    stem.with_suffix(".cubin").write_bytes(image)
+    with ph("final", 1):
+        for _ in range(3):
+            seq.time()
+        ab = interleave(seq.time, lambda: fused_time(run), passes=passes, per_pass=3)
+        stem = Path(out_dir) / f"{rec.path.name}.fused{s}"
+        stem.with_suffix(".cu").write_text(run.ad.source)
+        stem.with_suffix(".cubin").write_bytes(image)
     return {"recognized": r.describe(), "cell": r.cell.id, "operator": run.ad.operator.key,
             "steps": s, "fuse": fz.fuse_field(slots, r, s), "entry": run.ad.entry,
             "grid": list(run.ad.grid), "block": list(run.ad.block),

@@ -31,6 +31,7 @@ from ..harness.compare import interleave
 from ..record.native_format import read_native
 from ..replay.native import NativeReplay, NativeVariant
 from .adapter import Adapter, adapter, candidates, layout
+from .phases import Phases
 from .probe import NotAStencil, ProbeBuffer, Recognized, recognize, tolerance
 from .process import child_main
 
@@ -109,8 +110,11 @@ class AdapterRun:
                            self.rp.params, self.rp.rec.launch_attrs)
         self.rp.drv.synchronize()
 
-    def time(self) -> float:
-        self.rp.restore(only_written=True)
+    def time(self, restore: bool = True) -> float:
+        """One timed launch from the recorded state: the written memory restored first
+        (``restore``: False where the caller just restored all of it), the L2 flushed."""
+        if restore:
+            self.rp.restore(only_written=True)
         self.rp.drv.flush_l2()
         return self.rp.drv.time_launch(self.fn, self.ad.grid, self.ad.block,
                                        self.ad.shared_bytes, self.rp.params,
@@ -151,15 +155,21 @@ def validate(t: ReplayTarget, r: Recognized, run: AdapterRun, fresh: Fresh | Non
     return why, done + more
 
 
-def validate_recorded(t: ReplayTarget, r: Recognized, run: AdapterRun
-                      ) -> tuple[str | None, list[str]]:
-    """The adapter from the recorded state: its outputs against the recorded ones under the
-    kernel's tolerance."""
-    rp, dt = t.rp, np.dtype(r.dtype)
+def recorded_scale(t: ReplayTarget, r: Recognized) -> float:
+    """max |value| of IN's recorded grid points (the tolerance's scale)."""
+    dt = np.dtype(r.dtype)
     n = r.points * dt.itemsize
-    rec_in = np.asarray(rp.rec.prologue(t.where[r.in_param][0]), dtype=np.uint8)
+    rec_in = np.asarray(t.rp.rec.prologue(t.where[r.in_param][0]), dtype=np.uint8)
     off = t.where[r.in_param][1]
-    scale = float(np.nanmax(np.abs(rec_in[off:off + n].view(dt)))) if n else 1.0
+    return float(np.nanmax(np.abs(rec_in[off:off + n].view(dt)))) if n else 1.0
+
+
+def validate_recorded(t: ReplayTarget, r: Recognized, run: AdapterRun,
+                      scale: float | None = None) -> tuple[str | None, list[str]]:
+    """The adapter from the recorded state: its outputs against the recorded ones under the
+    kernel's tolerance (``scale``: :func:`recorded_scale`, the same for every candidate)."""
+    rp = t.rp
+    scale = recorded_scale(t, r) if scale is None else scale
     rp.restore()
     run.run()
     checks = rp.verify(policy(r, scale), r.dtype)
@@ -264,25 +274,66 @@ def built(ops: Sequence[OpT], make: Callable[[OpT], AdT], arch: str
             for op, a in zip(ops, ads, strict=True)]
 
 
+def watch(ph: Phases, rp: NativeReplay, t: ReplayTarget | None = None) -> None:
+    """The replay's copies timed as phases of their own: restores and placed inputs as
+    ``state``, reads back as ``read``."""
+    ph.timed(rp, "restore", "state")
+    if t is not None:
+        ph.timed(t, "place", "state")
+        ph.timed(t, "read", "read")
+
+
 def session(unit: str, out_dir: str, repeat: int, passes: int) -> dict[str, Any]:
-    rec = read_native(unit)
+    """The child's work (the module docstring), its phase timings in the result's
+    ``phases`` (:mod:`.phases`)."""
+    ph = Phases()
+    res = _session(unit, out_dir, repeat, passes, ph)
+    res["phases"] = ph.figures(len(res.get("tried") or ()))
+    return res
+
+
+def _session(unit: str, out_dir: str, repeat: int, passes: int, ph: Phases
+             ) -> dict[str, Any]:
+    with ph("setup"):
+        rec = read_native(unit)
+        got = _recognized_unit(rec, ph)
+    if isinstance(got, str):
+        return {"nomatch": got}
+    r, rp, t = got
+    return _candidates(rec, rp, t, r, out_dir, repeat, passes, ph)
+
+
+def _recognized_unit(rec: NativeRecording, ph: Phases
+                     ) -> str | tuple[Recognized, NativeReplay, ReplayTarget]:
     if rec.is_sequence:  # an adapter replaces one launch, verified on one launch's state
-        return {"nomatch": "a sequence unit: one-launch operator matching needs a one-launch "
-                           "unit (kernforge record without --sequence); fusion takes it"}
+        return ("a sequence unit: one-launch operator matching needs a one-launch unit "
+                "(kernforge record without --sequence); fusion takes it")
     rp = NativeReplay(rec)
     t = ReplayTarget(rp)
+    watch(ph, rp, t)
     r = recognized(t)
-    if isinstance(r, str):
-        return {"nomatch": r}
+    return r if isinstance(r, str) else (r, rp, t)
+
+
+def _candidates(rec: NativeRecording, rp: NativeReplay, t: ReplayTarget, r: Recognized,
+                out_dir: str, repeat: int, passes: int, ph: Phases) -> dict[str, Any]:
+    """Every candidate compiled, checked from the recorded state and screened; the fastest
+    that passes on fresh inputs timed against the original."""
     cc = rp.drv.identity()
     arch = f"sm_{rp.drv.attribute('cc_major')}{rp.drv.attribute('cc_minor')}"
     tried: list[dict[str, Any]] = []
-    for _ in range(2):  # the original, screened as each candidate is: its speedup per row
-        rp.time(RECORDED)
-    original = statistics.median(rp.time(RECORDED) for _ in range(repeat))
+    with ph("baseline"):
+        for _ in range(2):  # the original, screened as each candidate is: its speedup per row
+            rp.time(RECORDED)
+        original = statistics.median(rp.time(RECORDED) for _ in range(repeat))
     screened: list[tuple[float, dict[str, Any], tuple[AdapterRun, bytes, list[str]]]] = []
-    for op, ad, image in built(candidates(r), lambda op: adapter(op, r, layout(rec),
-                                                                 len(rec.param_bytes)), arch):
+    with ph("setup"):
+        scale = recorded_scale(t, r)
+    with ph("compile"):
+        made = built(candidates(r), lambda op: adapter(op, r, layout(rec),
+                                                       len(rec.param_bytes)), arch)
+    ph.count("compile", sum(not isinstance(a, KernforgeError) for _, a, _ in made))
+    for op, ad, image in made:
         row: dict[str, Any] = {"operator": op.key}
         tried.append(row)
         try:
@@ -290,24 +341,29 @@ def session(unit: str, out_dir: str, repeat: int, passes: int) -> dict[str, Any]
                 raise ad
             if isinstance(image, CompileError):
                 raise image
-            run = AdapterRun(rp, ad, image)
-            why, done = validate_recorded(t, r, run)
+            with ph("load", 1):
+                run = AdapterRun(rp, ad, image)
+            with ph("check", 1):
+                why, done = validate_recorded(t, r, run, scale)
         except (ConfigError, CompileError, KernforgeError) as exc:
             row["refused"] = exc.message
             continue
         if why:
             row["refused"] = why
             continue
-        for _ in range(2):
-            run.time()
-        med = statistics.median(run.time() for _ in range(repeat))
+        with ph("screen", 1):
+            for _ in range(2):
+                run.time()
+            med = statistics.median(run.time() for _ in range(repeat))
         row["median_s"] = med
         row["screen_speedup"] = original / med if med > 0 else None
         screened.append((1.0 / med if med > 0 else 0.0, row, (run, image, done)))
     fresh: Fresh = {}
+    ph.timed(t, "run", "reference")  # the original on each fresh input
 
     def on_fresh(c: tuple[AdapterRun, bytes, list[str]]) -> str | None:
-        why, more = validate_fresh(t, r, c[0], fresh)
+        with ph("fresh", 1):
+            why, more = validate_fresh(t, r, c[0], fresh)
         c[2].extend(more)
         return why
 
@@ -318,12 +374,13 @@ def session(unit: str, out_dir: str, repeat: int, passes: int) -> dict[str, Any]
                 "recognized": r.describe(), "cell": r.cell.id, "tried": tried,
                 "original_screen_s": original}
     run, image, done = best
-    for _ in range(3):
-        rp.time(RECORDED)
-    ab = interleave(lambda: rp.time(RECORDED), run.time, passes=passes, per_pass=3)
-    stem = Path(out_dir) / f"{rec.path.name}.adapter"
-    stem.with_suffix(".cu").write_text(run.ad.source)
-    stem.with_suffix(".cubin").write_bytes(image)
+    with ph("final", 1):
+        for _ in range(3):
+            rp.time(RECORDED)
+        ab = interleave(lambda: rp.time(RECORDED), run.time, passes=passes, per_pass=3)
+        stem = Path(out_dir) / f"{rec.path.name}.adapter"
+        stem.with_suffix(".cu").write_text(run.ad.source)
+        stem.with_suffix(".cubin").write_bytes(image)
     return {"recognized": r.describe(), "cell": r.cell.id, "operator": run.ad.operator.key,
             "entry": run.ad.entry, "grid": list(run.ad.grid), "block": list(run.ad.block),
             "shared_mem": run.ad.shared_bytes,
