@@ -95,7 +95,12 @@ def test_operator_session_keeps_the_fastest_candidate_that_passes(
 
     monkeypatch.setattr(operator_gpu, "candidates", lambda r: [_Op(k) for k in ops])
     monkeypatch.setattr(operator_gpu, "adapter", adapter)
+    scales: list[float] = []  # the tolerance's scale, taken once for every candidate
+    real_scale = operator_gpu.recorded_scale
+    monkeypatch.setattr(operator_gpu, "recorded_scale",
+                        lambda t, r: scales.append(real_scale(t, r)) or scales[-1])
     res = operator_gpu.session(str(heat_unit), str(tmp_path), 3, 3)
+    assert len(scales) == 1
     assert faked["compiled"] == [["// twin\n", "// three\n", "// broken\n"]]  # one batch
     assert res.get("operator") == "twin", json.dumps(res, default=str)
     rows = {row["operator"]: row for row in res["tried"]}

@@ -78,6 +78,16 @@ class Phases:
         return out
 
 
+def watch(ph: Phases, rp: Any, t: Any = None) -> None:
+    """A replay's copies (:class:`~kernforge.replay.native.NativeReplay` ``rp``, its probe
+    target ``t``) timed as phases of their own: restores and placed inputs as ``state``,
+    reads back as ``read``."""
+    ph.timed(rp, "restore", "state")
+    if t is not None:
+        ph.timed(t, "place", "state")
+        ph.timed(t, "read", "read")
+
+
 def _rank(name: str) -> int:
     return ORDER.index(name) if name in ORDER else len(ORDER)
 

@@ -34,8 +34,8 @@ from .lift_includes import kernel_name, native_text, template_precision
 from .lift_probe import Probed, lift_probe
 from .lift_regions import Lifted
 from .lift_source import lift_source
-from .operator_gpu import RECORDED, ReplayTarget, built, pointer_table, watch
-from .phases import Phases
+from .operator_gpu import RECORDED, ReplayTarget, built, pointer_table
+from .phases import Phases, watch
 from .process import child_main
 from .program_adapter import ProgramAdapter, program_adapter
 from .program_binding import bind_lifted, bind_probed
