@@ -175,3 +175,18 @@ def test_a_timed_fused_launch_restores_the_memory_once(fake: FakeCuda,
     rp.restore = restore  # type: ignore[method-assign]
     assert fused_gpu.fused_time(run) >= 0 and restores == [False]
     assert run.time() >= 0 and restores == [False, True]  # the one-launch timing's own
+
+
+def test_the_replay_decides_as_its_verification_without_the_figures(
+        fake: FakeCuda, heat_unit: Path) -> None:
+    rp, t, r = _heat(fake, heat_unit)
+    pol = operator_gpu.policy(r, 1.0)
+    rp.restore()
+    rp.run(RECORDED)
+    assert rp.passes(pol, r.dtype) and all(c.passed for c in rp.verify(pol, r.dtype))
+    rp.drv.htod(t.address(r.out_param) + 8 * (r.points // 2),
+                np.array([12345.0]).view(np.uint8))
+    assert not rp.passes(pol, r.dtype)
+    assert [c.passed for c in rp.verify(pol, r.dtype)].count(False) == 1
+    rp.restore()  # the recorded inputs, no launch: OUT is not what the kernel wrote
+    assert rp.passes() == all(c.passed for c in rp.verify())

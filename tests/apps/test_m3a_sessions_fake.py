@@ -108,7 +108,8 @@ def test_operator_session_keeps_the_fastest_candidate_that_passes(
     assert "nvcc failed" in rows["broken"]["refused"]
     assert "layout cannot be reproduced" in rows["nolayout"]["refused"]
     assert "median_s" in rows["twin"] and "refused" not in rows["twin"]
-    assert any(c.startswith("fresh input seed") for c in res["checks"]), res["checks"]
+    assert res["checks"][0].startswith("recorded outputs match (region"), res["checks"]
+    assert [c[:16] for c in res["checks"][1:]] == ["fresh input seed"] * 2, res["checks"]
     assert res["speedup"] > 0 and len(res["ratios"]) > 0
     assert Path(res["source"]).read_text() == "// twin\n"
     assert _phases_add_up(res, 2, 1)["compile"]["n"] == 3  # twin, three, broken
