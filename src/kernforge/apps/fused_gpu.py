@@ -16,7 +16,9 @@ region written (apps/fused_elided.py), so ``T`` is at most the whole steps minus
 The fused candidates' adapters are compiled together; each is run from the recorded state and kept only
 when OUT's whole buffer matches the reference's under the kernel's tolerance over ``T`` steps
 and IN's buffer is unchanged, then screened against ``T`` original launches (median of
-``repeat`` runs each, all memory restored and L2 flushed before each). The screened ones are
+``repeat`` runs each, L2 flushed before each; all memory restored before the original's
+runs and the candidate's first, the memory one launch writes before each of the candidate's
+next: it leaves IN as it found it). The screened ones are
 checked the same way from fresh random inputs, fastest first, until one passes; that one is
 timed against the ``T`` launches with the interleaved protocol.
 """
@@ -348,9 +350,10 @@ def _fuse(got: Setup, out_dir: str, repeat: int, passes: int, ph: Phases) -> dic
             row["refused"] = bad
             continue
         with ph("screen", 1):
+            rp.restore()  # all of it once (a reference run writes IN); it only reads IN
             for _ in range(2):
-                fused_time(run)
-            med = statistics.median(fused_time(run) for _ in range(repeat))
+                run.time()
+            med = statistics.median(run.time() for _ in range(repeat))
         row.update(median_s=med, originals_s=base[s],
                    screen_speedup=base[s] / med if med > 0 else None)
         if med > 0:
