@@ -1,7 +1,8 @@
 """Print what M3a did with each program's time loop (apps/loop_sequence.py), from finished
 ``kernforge app run`` / ``app batch`` directories: per unit, the path that won (or none), the
 recorded sequence (launches of the kernel, why it ended, the step's other kernels) or why none
-was recorded, why the fused step was refused, and M4's fused launches per dataset.
+was recorded, why the fused step was refused, where each path's time went (its GPU child's
+phases: apps/phases.py) and M4's fused launches per dataset.
 
     python benchmarks/m3a_loop_rows.py runs/m3seq/batch/apps/*
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from kernforge.apps.phases import summary
 from kernforge.apps.store import AppStore
 
 
@@ -41,6 +43,10 @@ def show(run: Path) -> None:
             print(f"    fused step refused: {_short(why)}")
         if r.get("unfused_steps"):
             print(f"    held launches run unfused run {_short(r['unfused_steps'])}")
+        if r.get("wall_s") is not None:
+            print(f"    M3a on this unit: {r['wall_s']:.1f} s")
+        for path, figures in (r.get("phases") or {}).items():
+            print(f"    {summary(path, figures)}")
     for d in (m4.figures.get("datasets") if m4 else None) or []:
         if "fused_groups" in d:
             print(f"  M4 {d['dataset']}: {d['fused_groups']} fused launches, "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import numpy as np
@@ -15,9 +16,9 @@ import pytest
 
 from kernforge.apps import fused as fz
 from kernforge.apps import fused_gpu, operator_gpu
-from kernforge.apps.adapter import layout
+from kernforge.apps.adapter import Adapter, layout
 from kernforge.apps.fused_gpu import Steps
-from kernforge.apps.operator_gpu import RECORDED, ReplayTarget
+from kernforge.apps.operator_gpu import RECORDED, AdapterRun, ReplayTarget
 from kernforge.apps.probe import Recognized
 from kernforge.backends.cuda_image import compile_images, nvcc
 from kernforge.backends.driver import Driver
@@ -155,3 +156,37 @@ def test_a_fused_kernel_that_writes_into_in_is_refused(fake: FakeCuda,
     why, _ = fused_gpu.validate(t, r, 3, ref, cast(Any, writes_in))
     assert why == ("from the recorded state: the fused kernel wrote into IN's buffer "
                    "(it must only read it)"), why
+
+
+def test_a_timed_fused_launch_restores_the_memory_once(fake: FakeCuda,
+                                                       heat_unit: Path) -> None:
+    """All of it (a reference run may have changed IN), not its written part again."""
+    rp, _, _ = _heat(fake, heat_unit)
+    op = SimpleNamespace(key="x3")
+    run = AdapterRun(rp, Adapter("// x3\n", "heat_x3", (4, 1, 1), (256, 1, 1), 0, -1,
+                                 cast(Any, op)), fake.image())
+    restores: list[bool] = []
+    real = rp.restore
+
+    def restore(only_written: bool = False) -> None:
+        restores.append(only_written)
+        real(only_written)
+
+    rp.restore = restore  # type: ignore[method-assign]
+    assert fused_gpu.fused_time(run) >= 0 and restores == [False]
+    assert run.time() >= 0 and restores == [False, True]  # the one-launch timing's own
+
+
+def test_the_replay_decides_as_its_verification_without_the_figures(
+        fake: FakeCuda, heat_unit: Path) -> None:
+    rp, t, r = _heat(fake, heat_unit)
+    pol = operator_gpu.policy(r, 1.0)
+    rp.restore()
+    rp.run(RECORDED)
+    assert rp.passes(pol, r.dtype) and all(c.passed for c in rp.verify(pol, r.dtype))
+    rp.drv.htod(t.address(r.out_param) + 8 * (r.points // 2),
+                np.array([12345.0]).view(np.uint8))
+    assert not rp.passes(pol, r.dtype)
+    assert [c.passed for c in rp.verify(pol, r.dtype)].count(False) == 1
+    rp.restore()  # the recorded inputs, no launch: OUT is not what the kernel wrote
+    assert rp.passes() == all(c.passed for c in rp.verify())

@@ -70,6 +70,19 @@ def faked(fake: FakeCuda, heat_unit: Path, monkeypatch: pytest.MonkeyPatch) -> d
     return {"compiled": compiled, "r": r}
 
 
+def _phases_add_up(res: dict[str, Any], checked: int, screened: int) -> dict[str, Any]:
+    """The child's phases (apps/phases.py): exclusive, so they add up to its time; every
+    candidate counted, ``checked`` from the recorded state, ``screened`` timed, one final."""
+    f = res["phases"]
+    got = f["phases"]
+    assert f["candidates"] == len(res["tried"])
+    assert got["check"]["n"] == checked and got["screen"]["n"] == screened, got
+    assert got["final"]["n"] == 1 and got["fresh"]["n"] >= 1, got
+    assert {"setup", "baseline", "compile", "load", "state", "read"} <= set(got), got
+    assert sum(v["s"] for v in got.values()) == pytest.approx(f["total_s"], abs=0.01)
+    return got
+
+
 def test_operator_session_keeps_the_fastest_candidate_that_passes(
         faked: dict[str, Any], heat_unit: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -82,7 +95,12 @@ def test_operator_session_keeps_the_fastest_candidate_that_passes(
 
     monkeypatch.setattr(operator_gpu, "candidates", lambda r: [_Op(k) for k in ops])
     monkeypatch.setattr(operator_gpu, "adapter", adapter)
+    scales: list[float] = []  # the tolerance's scale, taken once for every candidate
+    real_scale = operator_gpu.recorded_scale
+    monkeypatch.setattr(operator_gpu, "recorded_scale",
+                        lambda t, r: scales.append(real_scale(t, r)) or scales[-1])
     res = operator_gpu.session(str(heat_unit), str(tmp_path), 3, 3)
+    assert len(scales) == 1
     assert faked["compiled"] == [["// twin\n", "// three\n", "// broken\n"]]  # one batch
     assert res.get("operator") == "twin", json.dumps(res, default=str)
     rows = {row["operator"]: row for row in res["tried"]}
@@ -90,9 +108,11 @@ def test_operator_session_keeps_the_fastest_candidate_that_passes(
     assert "nvcc failed" in rows["broken"]["refused"]
     assert "layout cannot be reproduced" in rows["nolayout"]["refused"]
     assert "median_s" in rows["twin"] and "refused" not in rows["twin"]
-    assert any(c.startswith("fresh input seed") for c in res["checks"]), res["checks"]
+    assert res["checks"][0].startswith("recorded outputs match (region"), res["checks"]
+    assert [c[:16] for c in res["checks"][1:]] == ["fresh input seed"] * 2, res["checks"]
     assert res["speedup"] > 0 and len(res["ratios"]) > 0
     assert Path(res["source"]).read_text() == "// twin\n"
+    assert _phases_add_up(res, 2, 1)["compile"]["n"] == 3  # twin, three, broken
 
 
 def test_fused_session_keeps_the_fastest_candidate_that_passes(
@@ -115,6 +135,7 @@ def test_fused_session_keeps_the_fastest_candidate_that_passes(
     assert res["fuse"]["steps"] == res["steps"]
     assert any(c.startswith("fresh input seed") for c in res["checks"]), res["checks"]
     assert Path(res["source"]).read_text() == f"// {res['operator']}\n"
+    assert "reference" in _phases_add_up(res, 3, 2)  # the originals' T launches, timed
 
 
 def test_program_session_keeps_the_fastest_candidate_that_passes(
@@ -138,3 +159,4 @@ def test_program_session_keeps_the_fastest_candidate_that_passes(
     assert faked["compiled"] == [[f"// {row['operator']}\n" for row in rows]]
     assert any(c.startswith("fresh input seed") for c in res["checks"]), res["checks"]
     assert res["speedup"] > 0 and res["copy_fraction"] is not None
+    assert res["phases"]["phases"]["check"]["n"] == 2  # recorded and fresh, per candidate

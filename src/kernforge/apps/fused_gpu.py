@@ -16,7 +16,9 @@ region written (apps/fused_elided.py), so ``T`` is at most the whole steps minus
 The fused candidates' adapters are compiled together; each is run from the recorded state and kept only
 when OUT's whole buffer matches the reference's under the kernel's tolerance over ``T`` steps
 and IN's buffer is unchanged, then screened against ``T`` original launches (median of
-``repeat`` runs each, all memory restored and L2 flushed before each). The screened ones are
+``repeat`` runs each, L2 flushed before each; all memory restored before the original's
+runs and the candidate's first, the memory one launch writes before each of the candidate's
+next: it leaves IN as it found it). The screened ones are
 checked the same way from fresh random inputs, fastest first, until one passes; that one is
 timed against the ``T`` launches with the interleaved protocol.
 """
@@ -34,6 +36,7 @@ import numpy as np
 from ..core import CompileError, ConfigError, KernforgeError, Tolerance
 from ..harness.checkers import RecordedChecker
 from ..harness.compare import interleave
+from ..harness.verify import passes
 from ..record.native_format import read_native
 from ..replay.native import NativeReplay, NativeVariant
 from ..replay.native_sequence import first_launch
@@ -44,6 +47,7 @@ from .adapter import layout
 from .fused_elided import ElidedCheck
 from .fused_steps import step_companions, whole_steps
 from .operator_gpu import AdapterRun, ReplayTarget, built, fastest_passing, recognized
+from .phases import Phases, watch
 from .probe import Recognized
 from .process import child_main
 
@@ -136,10 +140,10 @@ def _reference(t: ReplayTarget, r: Recognized, seq: Steps | RecordedSteps, place
     """From the state ``place()`` puts: its scale, OUT after the reference's steps, and IN
     as placed (the fused kernel must leave it so)."""
     place()
-    before = t.read()
+    before = t.read((r.in_param, r.out_param))
     scale = _scale(t, r, before)
     seq.run()
-    want = t.read()
+    want = t.read((r.out_param,))
     return scale, want[r.out_param], before[r.in_param]
 
 
@@ -151,12 +155,15 @@ def _compare(t: ReplayTarget, r: Recognized, steps: int, seq: Steps | RecordedSt
     scale, want, before = ref
     place()
     run.run()
-    got = t.read()
+    got = t.read((r.in_param, r.out_param))
     rtol, atol = fz.tolerance_steps(r, scale, steps)
     k = len(got[r.out_param]) // dt.itemsize * dt.itemsize
     i, o = f"param{r.in_param}", f"param{r.out_param}"
-    res = RecordedChecker({i: before, o: want[:k].view(dt)},
-                          {o: Tolerance("rel", rtol=rtol, atol=atol)}).check(
+    tol = Tolerance("rel", rtol=rtol, atol=atol)
+    if passes(got[r.in_param], before) and \
+            passes(got[r.out_param][:k].view(dt), want[:k].view(dt), tol):
+        return None  # the full check below only says why not
+    res = RecordedChecker({i: before, o: want[:k].view(dt)}, {o: tol}).check(
         {i: got[r.in_param], o: got[r.out_param][:k].view(dt)})
     if res.ok:
         return None
@@ -228,17 +235,44 @@ def validate_fresh(t: ReplayTarget, r: Recognized, steps: int, seq: Steps | Reco
 
 def fused_time(run: AdapterRun) -> float:
     """One timed fused launch from the whole recorded state (a reference run before it may
-    have left IN changed)."""
+    have left IN changed): all memory restored once, not its written part again."""
     run.rp.restore()
-    return run.time()
+    return run.time(restore=False)
 
 
 def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[int]
             ) -> dict[str, Any]:
+    """The child's work (the module docstring), its phase timings in the result's
+    ``phases`` (:mod:`.phases`)."""
+    ph = Phases()
+    res = _session(unit, out_dir, repeat, passes, steps, ph)
+    res["phases"] = ph.figures(len(res.get("tried") or ()))
+    return res
+
+
+def _session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[int],
+             ph: Phases) -> dict[str, Any]:
+    with ph("setup"):
+        got = _setup(unit, steps, ph)
+    if isinstance(got, dict):
+        return got
+    return _fuse(got, out_dir, repeat, passes, ph)
+
+
+Setup = tuple[Any, NativeReplay | None, NativeReplay, ReplayTarget, Recognized,
+              tuple[lc.Companion, ...], Any, list[int]]
+
+
+def _setup(unit: str, steps: Sequence[int], ph: Phases) -> Setup | dict[str, Any]:
+    """The unit placed and recognized, the step's companions classified, the step counts
+    its sequence holds whole; or the refusal."""
     rec = read_native(unit)
     whole = NativeReplay(rec) if rec.is_sequence else None
     rp = first_launch(whole) if whole is not None else NativeReplay(rec)
     t = ReplayTarget(rp)
+    watch(ph, rp, t)
+    if whole is not None:
+        ph.timed(whole, "restore", "state")
     r = recognized(t)
     if isinstance(r, str):
         return {"nomatch": r}
@@ -255,6 +289,7 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[i
     if why:
         return {"nomatch": f"not fusable: {why}", "recognized": r.describe()}
     elided = any(c.elided is not None for c in comps)
+    steps = list(steps)
     if comps:  # the reference: the recorded steps, boundary kernels included
         assert whole is not None
         whole_n = whole_steps(whole, len(comps))
@@ -267,22 +302,35 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[i
                                   "--sequence T+2 or more)" if elided else
                                   "(record --sequence T+1 or more)"),
                     "recognized": r.describe()}
+    return rec, whole, rp, t, r, comps, faces, steps
+
+
+def _fuse(got: Setup, out_dir: str, repeat: int, passes: int, ph: Phases) -> dict[str, Any]:
+    """Every candidate compiled, checked from the recorded state and screened; the fastest
+    that passes on fresh inputs timed against the reference's ``T`` launches."""
+    rec, whole, rp, t, r, comps, faces, steps = got
+    elided = any(c.elided is not None for c in comps)
     slots = layout(rec)
     arch = f"sm_{rp.drv.attribute('cc_major')}{rp.drv.attribute('cc_minor')}"
     seqs = _references(rp, whole, slots, r, steps)
+    for seq in seqs.values():  # the reference's launches, run once per state
+        ph.timed(seq, "run", "reference")
     checks = {s: ElidedCheck(whole, t, r, s, comps) for s in steps} \
         if elided and whole is not None else {}
     base: dict[int, float] = {}
-    for s, seq in seqs.items():
-        for _ in range(2):
-            seq.time()
-        base[s] = statistics.median(seq.time() for _ in range(repeat))
+    with ph("baseline", len(seqs)):
+        for s, seq in seqs.items():
+            for _ in range(2):
+                seq.time()
+            base[s] = statistics.median(seq.time() for _ in range(repeat))
     tried: list[dict[str, Any]] = []
     screened: list[tuple[float, dict[str, Any], tuple[int, AdapterRun, bytes, list[str]]]] = []
     refs = References()
-    for (s, op), ad, image in built(
-            fz.candidates(r, steps, faces=faces),
-            lambda c: fz.fused_adapter(c[1], r, slots, len(rec.param_bytes), c[0]), arch):
+    with ph("compile"):
+        made = built(fz.candidates(r, steps, faces=faces), lambda c: fz.fused_adapter(
+            c[1], r, slots, len(rec.param_bytes), c[0]), arch)
+    ph.count("compile", sum(not isinstance(a, KernforgeError) for _, a, _ in made))
+    for (s, op), ad, image in made:
         row: dict[str, Any] = {"operator": op.key, "steps": s}
         tried.append(row)
         try:
@@ -290,26 +338,31 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[i
                 raise ad
             if isinstance(image, CompileError):
                 raise image
-            run = AdapterRun(rp, ad, image)
-            bad, done = checks[s].recorded(run) if checks else \
-                validate_recorded(t, r, s, seqs[s], run, refs)
+            with ph("load", 1):
+                run = AdapterRun(rp, ad, image)
+            with ph("check", 1):
+                bad, done = checks[s].recorded(run) if checks else \
+                    validate_recorded(t, r, s, seqs[s], run, refs)
         except (ConfigError, CompileError, KernforgeError) as exc:
             row["refused"] = exc.message
             continue
         if bad:
             row["refused"] = bad
             continue
-        for _ in range(2):
-            fused_time(run)
-        med = statistics.median(fused_time(run) for _ in range(repeat))
+        with ph("screen", 1):
+            rp.restore()  # all of it once (a reference run writes IN); it only reads IN
+            for _ in range(2):
+                run.time()
+            med = statistics.median(run.time() for _ in range(repeat))
         row.update(median_s=med, originals_s=base[s],
                    screen_speedup=base[s] / med if med > 0 else None)
         if med > 0:
             screened.append((base[s] / med, row, (s, run, image, done)))
 
     def on_fresh(c: tuple[int, AdapterRun, bytes, list[str]]) -> str | None:
-        why, more = checks[c[0]].fresh(c[1]) if checks else \
-            validate_fresh(t, r, c[0], seqs[c[0]], c[1], refs)
+        with ph("fresh", 1):
+            why, more = checks[c[0]].fresh(c[1]) if checks else \
+                validate_fresh(t, r, c[0], seqs[c[0]], c[1], refs)
         c[3].extend(more)
         return why
 
@@ -320,12 +373,13 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[i
                            f"{reasons}", "recognized": r.describe(), "tried": tried}
     s, run, image, done = best
     seq = seqs[s]
-    for _ in range(3):
-        seq.time()
-    ab = interleave(seq.time, lambda: fused_time(run), passes=passes, per_pass=3)
-    stem = Path(out_dir) / f"{rec.path.name}.fused{s}"
-    stem.with_suffix(".cu").write_text(run.ad.source)
-    stem.with_suffix(".cubin").write_bytes(image)
+    with ph("final", 1):
+        for _ in range(3):
+            seq.time()
+        ab = interleave(seq.time, lambda: fused_time(run), passes=passes, per_pass=3)
+        stem = Path(out_dir) / f"{rec.path.name}.fused{s}"
+        stem.with_suffix(".cu").write_text(run.ad.source)
+        stem.with_suffix(".cubin").write_bytes(image)
     return {"recognized": r.describe(), "cell": r.cell.id, "operator": run.ad.operator.key,
             "steps": s, "fuse": fz.fuse_field(slots, r, s), "entry": run.ad.entry,
             "grid": list(run.ad.grid), "block": list(run.ad.block),

@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from ..core.native import NativeRecording
 from ..deploy import native as nd
 from ..deploy.gate import NOISE_BAND, refusal
 from ..record.native_format import read_native
+from .phases import with_wall
 from .process import tail_text
 
 
@@ -51,6 +53,7 @@ class NoMatch:
     reason: str
     recognized: str | None = None
     tried: tuple[dict[str, Any], ...] = ()
+    phases: dict[str, Any] | None = None  # the child's time per phase (apps/phases.py)
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class OperatorMatch:
     note: str
     tried: tuple[dict[str, Any], ...] = ()
     figures: dict[str, Any] | None = None  # a lifted operator's: design, copy fraction...
+    phases: dict[str, Any] | None = None  # the child's time per phase (apps/phases.py)
 
 
 def _child(unit: Path, out_dir: Path, repeat: int, passes: int, timeout_s: float,
@@ -76,6 +80,7 @@ def _child(unit: Path, out_dir: Path, repeat: int, passes: int, timeout_s: float
         req.write_text(json.dumps({"unit": str(unit), "out_dir": str(out_dir),
                                    "repeat": repeat, "passes": passes, **extra}))
         env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        t0 = time.perf_counter()
         try:
             proc = subprocess.run([sys.executable, "-m", module,
                                    str(req), str(res)], capture_output=True, text=True,
@@ -83,7 +88,9 @@ def _child(unit: Path, out_dir: Path, repeat: int, passes: int, timeout_s: float
         except subprocess.TimeoutExpired:
             return {"nomatch": f"no result within {timeout_s:.0f} s (a probe hung?)"}
         if res.is_file():
-            return dict(json.loads(res.read_text()))
+            got = dict(json.loads(res.read_text()))
+            got["phases"] = with_wall(got.get("phases"), time.perf_counter() - t0)
+            return got
         tail = tail_text(proc.stderr, 600)
         return {"nomatch": f"the probing process {exit_cause(proc.returncode)} (a kernel that "
                            f"faults on probe inputs is no stencil we replace): {tail}"}
@@ -105,7 +112,7 @@ def match_unit(unit_dir: Path, *, out_dir: Path, repeat: int = 10, passes: int =
     res = _child(unit_dir.resolve(), out_dir.resolve(), repeat, passes, timeout_s)
     tried = tuple(res.get("tried") or ())
     if "nomatch" in res:
-        return NoMatch(str(res["nomatch"]), res.get("recognized"), tried)
+        return NoMatch(str(res["nomatch"]), res.get("recognized"), tried, res.get("phases"))
     return _deploy(rec, res, out_dir, band, tried, "operator-match", "adapter", "operator")
 
 
@@ -119,7 +126,7 @@ def _deploy(rec: NativeRecording, res: dict[str, Any], out_dir: Path, band: floa
     why = refusal(verified=True, idle=None, speedup=speedup, ci=ci, band=band)
     if why is not None:
         return NoMatch(f"matched by {res['operator']} ({res['cell']}), not deployed: {why}",
-                       res["recognized"], tried)
+                       res["recognized"], tried, res.get("phases"))
     image = Path(res["image"]).read_bytes()
     name = f"{rec.path.name}.{stem}.cubin"
     evidence = {"method": method, "verified": True, "idle": None,
@@ -139,7 +146,8 @@ def _deploy(rec: NativeRecording, res: dict[str, Any], out_dir: Path, band: floa
                                  shared_mem=res["shared_mem"], carveout=res["carveout"],
                                  evidence=evidence)
     spec = nd.write_spec(out_dir / f"{rec.path.name}.{spec_stem}.json", [entry], {name: image})
-    return OperatorMatch(spec, speedup, ci, str(res["cell"]), note, tried, figures or None)
+    return OperatorMatch(spec, speedup, ci, str(res["cell"]), note, tried, figures or None,
+                         res.get("phases"))
 
 
 def lift_unit(unit_dir: Path, *, out_dir: Path, repeat: int = 10, passes: int = 7,
@@ -164,7 +172,7 @@ def lift_unit(unit_dir: Path, *, out_dir: Path, repeat: int = 10, passes: int = 
                  search_seconds=timeout_s / 2 if search_trials else None)
     tried = tuple(res.get("tried") or ())
     if "nomatch" in res:
-        return NoMatch(str(res["nomatch"]), res.get("recognized"), tried)
+        return NoMatch(str(res["nomatch"]), res.get("recognized"), tried, res.get("phases"))
     return _deploy(rec, res, out_dir, band, tried, "lifted-operator", "lifted", "lifted")
 
 
@@ -186,6 +194,7 @@ class FusedMatch:
     tried: tuple[dict[str, Any], ...] = ()
     # the step's other launches (a sequence unit's): name, role (folded or elided) and does
     companions: tuple[dict[str, Any], ...] = ()
+    phases: dict[str, Any] | None = None  # the child's time per phase (apps/phases.py)
 
 
 def fuse_unit(unit_dir: Path, *, out_dir: Path, steps: tuple[int, ...] | None = None,
@@ -210,7 +219,7 @@ def fuse_unit(unit_dir: Path, *, out_dir: Path, steps: tuple[int, ...] | None = 
                  "kernforge.apps.fused_gpu", steps=list(steps or STEPS))
     tried = tuple(res.get("tried") or ())
     if "nomatch" in res:
-        return NoMatch(str(res["nomatch"]), res.get("recognized"), tried)
+        return NoMatch(str(res["nomatch"]), res.get("recognized"), tried, res.get("phases"))
     speedup, ci = float(res["speedup"]), (float(res["ci"][0]), float(res["ci"][1]))
     s = int(res["steps"])
     folded = f"; each step's boundary kernels folded: {res['faces']}" if res.get("faces") \
@@ -223,12 +232,12 @@ def fuse_unit(unit_dir: Path, *, out_dir: Path, steps: tuple[int, ...] | None = 
     why = refusal(verified=True, idle=None, speedup=speedup, ci=ci, band=band)
     if why is not None:
         return NoMatch(f"fused {s} steps by {res['operator']}, not deployed: {why}",
-                       res["recognized"], tried)
+                       res["recognized"], tried, res.get("phases"))
     spec = fused_spec(rec, res, out_dir)
     comps = tuple({"name": str(c["name"]), "role": str(c.get("role")), "does": c.get("does")}
                   for c in res.get("companions") or ())
     return FusedMatch(spec, speedup, ci, str(res["cell"]), s, note, res.get("gcells_s"), tried,
-                      comps)
+                      comps, res.get("phases"))
 
 
 def _geometry(c: dict[str, Any]) -> nd.Geometry | None:

@@ -25,6 +25,7 @@ import numpy as np
 from ..backends.cuda_image import compile_image
 from ..core import Tolerance
 from ..harness.checkers import RecordedChecker
+from ..harness.verify import passes
 from ..stencil.program import StencilProgram
 from ..stencil.program import expr as ex
 from ..stencil.program.binding import Binding
@@ -100,6 +101,8 @@ def compare(p: StencilProgram, b: Binding, dt: np.dtype, got: Mapping[int, np.nd
                 expected[f"{name} tail"], outputs[f"{name} tail"] = ref[k:], out[k:]
         else:
             expected[name], outputs[name] = ref, out
+    if all(passes(outputs[n], ref, policies.get(n, Tolerance())) for n, ref in expected.items()):
+        return None  # the full check below only says why not
     res = RecordedChecker(expected, policies).check(outputs)
     return None if res.ok else f"{what}: {res.failed_checks[0].describe()}"
 

@@ -35,6 +35,7 @@ from .lift_probe import Probed, lift_probe
 from .lift_regions import Lifted
 from .lift_source import lift_source
 from .operator_gpu import RECORDED, ReplayTarget, built, pointer_table
+from .phases import Phases, watch
 from .process import child_main
 from .program_adapter import ProgramAdapter, program_adapter
 from .program_binding import bind_lifted, bind_probed
@@ -123,13 +124,25 @@ def _ints(rec: Any) -> list[int | None]:
 
 def session(unit: str, out_dir: str, repeat: int, passes: int, search_trials: int = 0,
             search_seconds: float | None = None) -> dict[str, Any]:
-    rec = read_native(unit)
-    rp = NativeReplay(rec)
-    t = ReplayTarget(rp)
-    why = refusal(t)
-    if why:
-        return {"nomatch": why}
-    lifted, how, refused = lift(t)
+    """The child's work (the module docstring), its phase timings in the result's
+    ``phases`` (:mod:`.phases`)."""
+    ph = Phases()
+    res = _session(unit, out_dir, repeat, passes, search_trials, search_seconds, ph)
+    res["phases"] = ph.figures(len(res.get("tried") or ()))
+    return res
+
+
+def _session(unit: str, out_dir: str, repeat: int, passes: int, search_trials: int,
+             search_seconds: float | None, ph: Phases) -> dict[str, Any]:
+    with ph("setup"):
+        rec = read_native(unit)
+        rp = NativeReplay(rec)
+        t = ReplayTarget(rp)
+        watch(ph, rp, t)
+        why = refusal(t)
+        if why:
+            return {"nomatch": why}
+        lifted, how, refused = lift(t)
     if lifted is None:
         return {"nomatch": "not lifted: " + "; ".join(f"{k}: {v}" for k, v in refused.items()),
                 "lift_refused": refused}
@@ -140,15 +153,19 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, search_trials: in
     kernels, design_refused = candidates(prog, binding, limit=LIMIT)
     tried: list[dict[str, Any]] = [{"operator": d, "refused": m}
                                    for d, m in design_refused.items()]
-    for _ in range(2):
-        rp.time(RECORDED)
-    original = statistics.median(rp.time(RECORDED) for _ in range(repeat))
+    with ph("baseline"):
+        for _ in range(2):
+            rp.time(RECORDED)
+        original = statistics.median(rp.time(RECORDED) for _ in range(repeat))
     best: tuple[float, LiftedRun, bytes, list[str]] | None = None
     cache: dict[int, Any] = {}  # fresh inputs and the original's outputs, for every candidate
     known: dict[str, Measurement] = {}  # the presets' outcomes, which the search reuses
     runs: dict[str, tuple[float, Any, bytes, list[str]]] = {}
-    for k, ad, image in built(kernels, lambda k: program_adapter(
-            k, prog, binding, layout(rec), len(rec.param_bytes)), arch):
+    with ph("compile"):
+        made = built(kernels, lambda k: program_adapter(
+            k, prog, binding, layout(rec), len(rec.param_bytes)), arch)
+    ph.count("compile", sum(not isinstance(a, KernforgeError) for _, a, _ in made))
+    for k, ad, image in made:
         row: dict[str, Any] = {"operator": k.key}
         tried.append(row)
         try:
@@ -156,8 +173,10 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, search_trials: in
                 raise ad
             if isinstance(image, CompileError):
                 raise image
-            run = LiftedRun(rp, ad, image)
-            bad, done = validate(t, prog, binding, run.run, params, cache)
+            with ph("load", 1):
+                run = LiftedRun(rp, ad, image)
+            with ph("check", 1):  # from the recorded state and on fresh inputs
+                bad, done = validate(t, prog, binding, run.run, params, cache)
         except (ConfigError, CompileError, KernforgeError) as exc:
             row["refused"] = exc.message
             known[k.key] = Measurement(exc.status or Status.RUNTIME_FAILED, exc.message)
@@ -166,9 +185,10 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, search_trials: in
             row["refused"] = bad
             known[k.key] = Measurement(Status.WRONG_RESULT, bad)
             continue
-        for _ in range(2):
-            run.time()
-        times = tuple(run.time() for _ in range(repeat))
+        with ph("screen", 1):
+            for _ in range(2):
+                run.time()
+            times = tuple(run.time() for _ in range(repeat))
         med = statistics.median(times)
         row.update(median_s=med, screen_speedup=original / med if med > 0 else None)
         known[k.key] = Measurement(Status.OK, k.key, times)
@@ -184,23 +204,25 @@ def session(unit: str, out_dir: str, repeat: int, passes: int, search_trials: in
         else:
             obj = SearchObjective(ps, t, lambda ad, im: LiftedRun(rp, ad, im), arch, params,
                                   cache, repeat, layout(rec), len(rec.param_bytes), known, runs)
-            best, searched, rows = search(obj, best, trials=search_trials,
-                                          seconds=search_seconds,
-                                          storage=Path(out_dir) / "search", passes=passes)
+            with ph("search"):
+                best, searched, rows = search(obj, best, trials=search_trials,
+                                              seconds=search_seconds,
+                                              storage=Path(out_dir) / "search", passes=passes)
             tried += rows
     if best is None:
         reasons = "; ".join(f"{x['operator']}: {x.get('refused')}" for x in tried)
         return {"nomatch": f"{desc}; no operator passed: {reasons}", "recognized": desc,
                 "tried": tried, "lift_refused": refused, "original_screen_s": original}
     _, run, image, done = best
-    for _ in range(3):
-        rp.time(RECORDED)
-    ab = interleave(lambda: rp.time(RECORDED), run.time, passes=passes, per_pass=3)
-    moved = moved_bytes(prog, binding)
-    bw = copy_bandwidth(rp.drv, arch, moved)
-    stem = Path(out_dir) / f"{rec.path.name}.lifted"
-    stem.with_suffix(".cu").write_text(run.ad.source)
-    stem.with_suffix(".cubin").write_bytes(image)
+    with ph("final", 1):
+        for _ in range(3):
+            rp.time(RECORDED)
+        ab = interleave(lambda: rp.time(RECORDED), run.time, passes=passes, per_pass=3)
+        moved = moved_bytes(prog, binding)
+        bw = copy_bandwidth(rp.drv, arch, moved)
+        stem = Path(out_dir) / f"{rec.path.name}.lifted"
+        stem.with_suffix(".cu").write_text(run.ad.source)
+        stem.with_suffix(".cubin").write_bytes(image)
     return {"recognized": desc, "cell": f"program {prog.key}", "operator": run.ad.kernel.key,
             "design": run.ad.kernel.design, "how": how, "lift_refused": refused,
             "program": prog.to_json(),

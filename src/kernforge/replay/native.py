@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +33,7 @@ from ..core import (
 )
 from ..core.native import NativeBuild, NativeLaunch, NativeRecording
 from ..harness.compare import ABResult, interleave
-from ..harness.verify import check_buffer
+from ..harness.verify import check_buffer, passes
 from .native_sequence import SequenceLaunches
 
 
@@ -143,19 +143,31 @@ class NativeReplay:
         return self.drv.time_launch(self._function(v), grid, block, self.rec.shared_mem,
                                     self.params, self.rec.launch_attrs)
 
-    def verify(self, tolerance: Tolerance | None = None, dtype: str | None = None
-               ) -> tuple[BufferCheck, ...]:
-        checks = []
+    def _compared(self, tolerance: Tolerance | None, dtype: str | None
+                  ) -> Iterator[tuple[str, np.ndarray, np.ndarray, Tolerance | None]]:
+        """Per region, one at a time: its name, its contents now and the recorded ones, as
+        the dtype under ``tolerance`` where it applies (written regions), else bytes."""
         for i, r in enumerate(self.rec.regions):
-            out = np.frombuffer(self.drv.dtoh(self.addr[i], r.size), dtype=np.uint8)
+            got = np.frombuffer(self.drv.dtoh(self.addr[i], r.size), dtype=np.uint8)
             ref = np.asarray(self.rec.expected(i), dtype=np.uint8)
             name = f"region{i}@{r.address:#x}"
             if tolerance is not None and dtype and r.epilogue is not None \
                     and r.size % np.dtype(dtype).itemsize == 0:
-                checks.append(check_buffer(name, out.view(dtype), ref.view(dtype), tolerance))
+                yield name, got.view(dtype), ref.view(dtype), tolerance
             else:
-                checks.append(check_buffer(name, out, ref))
-        return tuple(checks)
+                yield name, got, ref, None
+
+    def verify(self, tolerance: Tolerance | None = None, dtype: str | None = None
+               ) -> tuple[BufferCheck, ...]:
+        return tuple(check_buffer(n, got, ref) if tol is None else
+                     check_buffer(n, got, ref, tol)
+                     for n, got, ref, tol in self._compared(tolerance, dtype))
+
+    def passes(self, tolerance: Tolerance | None = None, dtype: str | None = None) -> bool:
+        """Whether :meth:`verify` would pass every region, without its error figures
+        (:func:`~kernforge.harness.verify.passes`: much less host work on large regions)."""
+        return all(passes(got, ref) if tol is None else passes(got, ref, tol)
+                   for _, got, ref, tol in self._compared(tolerance, dtype))
 
 
 def _failed(exc: BaseException, stages: list[tuple[str, float]]) -> Measurement:

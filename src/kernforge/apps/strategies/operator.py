@@ -25,11 +25,13 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from .. import loop_sequence
+from ..phases import summary
 from ..process import head_text
 from ..recording import app_driver
 from . import Context, Outcome, Strategy, unit_rows
@@ -80,6 +82,7 @@ def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any,
     row: dict[str, Any] = {"recognized": getattr(one, "recognized", None)}
     found: dict[str, Any] = {}
     refused: dict[str, str] = {}
+    timed(row, "one-launch", one, progress)
     if hasattr(one, "spec_path"):
         found["one-launch"] = one
     else:
@@ -90,7 +93,7 @@ def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any,
     if isinstance(seq, dict):  # whole steps: the sequence is fusion's reference
         progress(f"fusing whole steps of the recorded time loop ({seq.get('steps')} "
                  "steps held; each candidate compiled, verified and timed in replay)")
-        _fused_step(fuse, seq, out, repeat, row, found, refused)
+        _fused_step(fuse, seq, out, repeat, row, found, refused, progress)
         refused["fused"] = "not tried: the kernel's time loop was recorded (the fused step " \
                            "is tried on it)"
     elif fuse is None or (not hasattr(one, "spec_path") and row["recognized"] is None):
@@ -104,12 +107,12 @@ def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any,
         progress("fusing several steps of the recognized stencil into one launch "
                  "(each candidate compiled, verified and timed in replay)")
         _try_fuse(lambda: fuse(unit, out_dir=out / "fused", repeat=repeat), "fused", row,
-                  found, refused)
+                  found, refused, progress)
     recognized = hasattr(one, "spec_path") or row["recognized"] is not None
     if getattr(om, "lift_unit", None) is not None and not recognized:
         progress("lifting the kernel's program and timing generated operators")
     _lifted(om, unit, out, repeat, row, found, refused, recognized=recognized,
-            search=search)
+            search=search, progress=progress)
     if not found:
         return {**row, "matched": False, "reason": "; ".join(
             f"{k}: {v}" for k, v in refused.items()), "refused": refused}
@@ -133,6 +136,15 @@ def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any,
             "refused": refused, "alternatives": alternatives}
 
 
+def timed(row: dict[str, Any], key: str, got: Any, progress: Callable[[str], None]) -> None:
+    """A path's phase timings (its child's, apps/phases.py) in the row's ``phases`` and as
+    one line of progress, when its child reported them."""
+    figures = getattr(got, "phases", None)
+    if figures:
+        row.setdefault("phases", {})[key] = figures
+        progress(summary(key, figures))
+
+
 def _step_label(f: Any) -> str:
     """A fused step's path: its steps and what became of the step's other launches."""
     comps = list(getattr(f, "companions", ()))
@@ -144,7 +156,8 @@ def _step_label(f: Any) -> str:
 
 
 def _fused_step(fuse: Any, seq: dict[str, Any], out: Path, repeat: int, row: dict[str, Any],
-                found: dict[str, Any], refused: dict[str, str]) -> None:
+                found: dict[str, Any], refused: dict[str, str],
+                progress: Callable[[str], None] = lambda _: None) -> None:
     """Fusion of whole recorded steps: ``fuse_unit`` on the sequence unit, for the step
     counts the program let the sequence hold."""
     if fuse is None:
@@ -155,11 +168,12 @@ def _fused_step(fuse: Any, seq: dict[str, Any], out: Path, repeat: int, row: dic
         refused["fused step"] = f"not tried: {why} (the sequence ended: {seq.get('ended')})"
         return
     _try_fuse(lambda: fuse(Path(seq["unit"]), out_dir=out / "fused-step", repeat=repeat,
-                           steps=steps), "fused step", row, found, refused)
+                           steps=steps), "fused step", row, found, refused, progress)
 
 
 def _try_fuse(call: Any, key: str, row: dict[str, Any], found: dict[str, Any],
-              refused: dict[str, str]) -> None:
+              refused: dict[str, str], progress: Callable[[str], None] = lambda _: None
+              ) -> None:
     """One fusion path (``key``): its spec found when it passed and the interposer's lines
     carry its deferral, else why not; its figures in the row."""
     name = key.replace(" ", "_")
@@ -168,6 +182,7 @@ def _try_fuse(call: Any, key: str, row: dict[str, Any], found: dict[str, Any],
     except Exception as exc:  # noqa: BLE001 - a fusion failure is this kernel's data
         refused[key] = f"fusion failed: {type(exc).__name__}: {exc}"
         return
+    timed(row, key, f, progress)
     if f is not None and hasattr(f, "spec_path"):
         if interposer_fuses(f.spec_path):
             found[key] = f
@@ -184,7 +199,7 @@ def _try_fuse(call: Any, key: str, row: dict[str, Any], found: dict[str, Any],
 
 def _lifted(om: Any, unit: Path, out: Path, repeat: int, row: dict[str, Any],
             found: dict[str, Any], refused: dict[str, str], *, recognized: bool,
-            search: int = 0) -> None:
+            search: int = 0, progress: Callable[[str], None] = lambda _: None) -> None:
     """The lifted-program path, tried when the recognizer refused the kernel (several
     fields, coefficient fields, a residual, in place...): its program lifted (source first,
     else probing) and generated operators put in its place: the designs' presets, then the
@@ -200,6 +215,7 @@ def _lifted(om: Any, unit: Path, out: Path, repeat: int, row: dict[str, Any],
     except Exception as exc:  # noqa: BLE001 - a lifting failure is this kernel's data
         refused["lifted"] = f"lifting failed: {type(exc).__name__}: {exc}"
         return
+    timed(row, "lifted", r, progress)
     if hasattr(r, "spec_path"):
         found["lifted"] = r
         row["lifted_figures"] = {"speedup": r.speedup, "ci": list(r.ci), "note": r.note,
@@ -276,10 +292,13 @@ class OperatorStrategy(Strategy):
         the unit's data); the kernel's time loop recorded as a sequence in between when it
         is one (:mod:`..loop_sequence`)."""
         repeat = ctx.manifest.integrate.match_repeat
+        t0 = time.perf_counter()
         try:
             with driver_of(ctx.manifest.env):
                 r = match_unit(unit, out_dir=out, repeat=repeat)
+            t1 = time.perf_counter()
             seq = _sequence(om, ctx, k, unit, out, r, loops)
+            t_seq = time.perf_counter() - t1
             with driver_of(ctx.manifest.env):
                 row = _paths(om, unit, out, repeat, r, seq,
                              ctx.manifest.integrate.lift_search_trials,
@@ -289,7 +308,10 @@ class OperatorStrategy(Strategy):
         except Exception as exc:  # noqa: BLE001 - a matcher failure is this kernel's data
             return {"kernel": k["name"], "unit": str(unit), "matched": False,
                     "reason": f"matching failed: {type(exc).__name__}: {exc}"}
-        return {"kernel": k["name"], "unit": str(unit), **row}
+        if isinstance(seq, dict):  # the time loop's recording: one more run of the program
+            row.setdefault("phases", {})["sequence"] = {"wall_s": round(t_seq, 3)}
+        return {"kernel": k["name"], "unit": str(unit), **row,
+                "wall_s": round(time.perf_counter() - t0, 3)}
 
 
 def _sequence(om: Any, ctx: Context, k: dict[str, Any], unit: Path, out: Path, one: Any,
