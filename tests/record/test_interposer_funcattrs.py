@@ -155,3 +155,66 @@ def test_a_deployed_replacement_with_64_kib_launches(
     # the program's three on its heat, then the replacement's carveout and limit
     assert lines == ["heat attr 8 65536", "heat attr 9 25", "heat cache 2", "heat attr 9 25",
                      "heat attr 8 65536"]
+
+
+def test_a_sequence_of_64_kib_launches_records_and_replays_them(
+        on_fake: FakeCuda, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernforge.pipeline.run_app import record_command
+
+    status, units, problems, _ = record_command(on_fake.command(10, 1000, "shmem"),
+                                                tmp_path / "r", kernels="heat",
+                                                max_instances=1, sequence=4)
+    assert status == 0 and not problems and len(units) == 1
+    rec = read_native(units[0])
+    assert rec.is_sequence and len(rec.steps) == 4
+    assert all(s.func_attrs == FuncAttrs(((8, DYN), (9, 25)), cache_config=2)
+               for s in rec.steps)
+    log = _attrs_log(monkeypatch, tmp_path)
+    out = run_isolated(units[0], [NativeVariant()], repeat=1, warmup=0)
+    assert out["measurements"][0].status.value == "OK", out["measurements"]
+    assert "heat attr 8 65536" in log.read_text().splitlines()
+
+
+def test_a_library_kernels_attributes_are_recorded(
+        on_fake: FakeCuda, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Set through cuKernelSetAttribute / cuKernelSetCacheConfig, launched through the function
+    cuKernelGetFunction gave (fake_lib_app.c)."""
+    from kernforge.pipeline.run_app import record_command
+
+    exe = tmp_path / "fake_lib_app"
+    done = subprocess.run(["cc", "-O1", "-o", str(exe), str(Path(__file__).with_name(
+        "fake_lib_app.c")), "-ldl"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    status, units, problems, _ = record_command([str(exe), str(on_fake.kernels), "3"],
+                                                tmp_path / "r", max_instances=1)
+    assert status == 0 and not problems and len(units) == 1
+    rec = read_native(units[0])
+    assert rec.func_attrs == FuncAttrs(((8, DYN),), cache_config=1)
+    log = _attrs_log(monkeypatch, tmp_path)
+    out = run_isolated(units[0], [NativeVariant()], repeat=1, warmup=0)
+    assert out["measurements"][0].status.value == "OK", out["measurements"]
+    assert log.read_text().splitlines() == ["heat attr 8 65536", "heat cache 1"]
+
+
+def test_what_a_launch_gets_set() -> None:
+    none = FuncAttrs()
+    assert none.for_launch(0) == () and none.for_launch(48 * 1024) == ()
+    assert none.for_launch(DYN) == ((8, DYN),)  # an older unit: what the program must have set
+    raised = FuncAttrs(((8, 100 * 1024), (9, 0)))
+    assert raised.for_launch(DYN) == ((8, 100 * 1024), (9, 0))  # the recorded value covers it
+    low = FuncAttrs(((8, 1024), (9, 0)))  # set, then launched with more: raised to the launch's
+    assert low.for_launch(DYN) == ((9, 0), (8, DYN))
+    assert FuncAttrs.from_json(FuncAttrs(((8, 1),), 2, 1).to_json()) == FuncAttrs(((8, 1),), 2, 1)
+
+
+def test_a_damaged_func_attrs_is_a_format_error(shmem_unit: Path, tmp_path: Path) -> None:
+    from kernforge.core import RecordingFormatError
+
+    bad = _without_func_attrs(shmem_unit, tmp_path / "bad")
+    m = json.loads((bad / "manifest.json").read_text())
+    m["launch"]["func_attrs"] = {"set": [[8]]}
+    m.pop("checksum")
+    m["checksum"] = manifest_checksum(m)
+    (bad / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(RecordingFormatError, match="malformed value"):
+        read_native(bad)
