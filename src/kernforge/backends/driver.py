@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..core import BackendUnavailableError, KernelRuntimeError, LaunchError
+from ..core.native import FuncAttrs
 from .jit import JIT_OPTIONS
 
 CUdeviceptr = C.c_ulonglong
@@ -199,6 +200,20 @@ class Driver:
 
     def set_carveout(self, fn: C.c_void_p, percent: int) -> None:
         self.check(self.lib.cuFuncSetAttribute(fn, _FUNC_CARVEOUT, percent), "cuFuncSetAttribute")
+
+    def set_func_attrs(self, fn: C.c_void_p, attrs: FuncAttrs, shared_mem: int) -> None:
+        """What the recorded program set on the kernel's function (``attrs``), before a launch
+        with ``shared_mem`` bytes of dynamic shared memory (above 48 KiB it needs
+        MAX_DYNAMIC_SHARED_SIZE_BYTES raised: :meth:`FuncAttrs.for_launch`)."""
+        for attr, value in attrs.for_launch(shared_mem):
+            self.check(self.lib.cuFuncSetAttribute(fn, attr, value),
+                       f"cuFuncSetAttribute(attribute {attr}, {value})")
+        if attrs.cache_config is not None:
+            self.check(self.lib.cuFuncSetCacheConfig(fn, attrs.cache_config),
+                       "cuFuncSetCacheConfig")
+        if attrs.shared_config is not None:
+            self.check(self.lib.cuFuncSetSharedMemConfig(fn, attrs.shared_config),
+                       "cuFuncSetSharedMemConfig")
 
     def prepare(self, fn: C.c_void_p, grid: Sequence[int], block: Sequence[int], shmem: int,
                 params: bytes, attrs: Sequence[bytes] = ()) -> Any:

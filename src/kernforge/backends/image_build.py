@@ -210,8 +210,9 @@ def check_layout(lib: Any, fn: Any, rec: NativeRecording) -> None:
 def load_kernel(drv: Driver, rec: NativeRecording, build: NativeBuild | None, *,
                 jit: Mapping[str, int] | None = None, carveout: int | None = None,
                 image: bytes | None = None) -> Any:
-    """The recorded kernel's function, loaded with the JIT options ``jit`` and the shared-memory
-    ``carveout``: from the recorded image (``build`` None; ``image``: its bytes, when the
+    """The recorded kernel's function, loaded with the JIT options ``jit``, the function
+    attributes the program set (and the dynamic shared memory its launches need) and then the
+    shared-memory ``carveout``: from the recorded image (``build`` None; ``image``: its bytes, when the
     caller holds them) or from the one ``build`` makes, checked to be the recorded kernel
     (its entry and parameter layout; else a :class:`BindingError` naming what it defines)."""
     if build is None:
@@ -230,6 +231,8 @@ def load_kernel(drv: Driver, rec: NativeRecording, build: NativeBuild | None, *,
                                hint="bind the file that defines the kernel, with the same "
                                     "name, namespace and parameter types") from None
         check_layout(drv.lib, fn, rec)
+    shared = max([rec.shared_mem] + [s.shared_mem for s in rec.steps if rec.of_kernel(s)])
+    drv.set_func_attrs(fn, rec.func_attrs, shared)
     if carveout is not None:
         drv.set_carveout(fn, carveout)
     return fn

@@ -126,6 +126,55 @@ class NativeBuild:
                    tuple((str(k), str(v)) for k, v in d.get("defines", ())), d.get("code"))
 
 
+MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+DEFAULT_DYNAMIC_SHARED = 48 * 1024  # what a launch may use without raising it
+
+
+@dataclass(frozen=True)
+class FuncAttrs:
+    """What the recorded program set on the launched kernel's function before the launch:
+    ``cuFuncSetAttribute`` (or ``cuKernelSetAttribute``) attribute id -> value, in the order
+    first set, the cache configuration (``cuFuncSetCacheConfig``, a ``CUfunc_cache``) and the
+    shared-memory bank configuration (``cuFuncSetSharedMemConfig``); None where it set none."""
+
+    set: tuple[tuple[int, int], ...] = ()
+    cache_config: int | None = None
+    shared_config: int | None = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> FuncAttrs:
+        """From a unit's ``func_attrs`` (absent in units recorded before it existed: none set).
+        Malformed values raise TypeError or ValueError (the caller names the unit)."""
+        if d is None:
+            return cls()
+        if not isinstance(d, Mapping):
+            raise TypeError("func_attrs is not an object")
+
+        def opt(v: Any) -> int | None:
+            return None if v is None else int(v)
+        return cls(tuple((int(k), int(v)) for k, v in d.get("set", ())),
+                   opt(d.get("cache_config")), opt(d.get("shared_config")))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"set": [list(kv) for kv in self.set], "cache_config": self.cache_config,
+                "shared_config": self.shared_config}
+
+    def __bool__(self) -> bool:
+        return bool(self.set) or self.cache_config is not None or self.shared_config is not None
+
+    def for_launch(self, shared_mem: int) -> tuple[tuple[int, int], ...]:
+        """The attributes to set before a launch with ``shared_mem`` bytes of dynamic shared
+        memory: those recorded, and MAX_DYNAMIC_SHARED_SIZE_BYTES raised to ``shared_mem`` when
+        it is above 48 KiB and no recorded value covers it (a unit recorded before attributes
+        were: the program must have raised it)."""
+        out = list(self.set)
+        have = dict(self.set).get(MAX_DYNAMIC_SHARED, DEFAULT_DYNAMIC_SHARED)
+        if shared_mem > max(have, DEFAULT_DYNAMIC_SHARED):
+            out = [kv for kv in out if kv[0] != MAX_DYNAMIC_SHARED]
+            out.append((MAX_DYNAMIC_SHARED, shared_mem))
+        return tuple(out)
+
+
 @dataclass(frozen=True)
 class NativeLaunch:
     """One launch of a recorded sequence: its kernel (entry in the module image blob ``image``),
@@ -140,6 +189,7 @@ class NativeLaunch:
     param_bytes: bytes
     launch_attrs: tuple[bytes, ...] = ()
     app_time_ms: float | None = None
+    func_attrs: FuncAttrs = field(default_factory=FuncAttrs)
 
     def pointer_words(self) -> list[tuple[int, int]]:
         return [pw for p in self.params for pw in p.pointers]
@@ -164,6 +214,7 @@ class NativeRecording:
     param_bytes: bytes
     regions: tuple[NativeRegion, ...]
     launch_attrs: tuple[bytes, ...] = ()
+    func_attrs: FuncAttrs = field(default_factory=FuncAttrs)  # what the program set on it
     identity: Mapping[str, Any] = field(default_factory=dict)
     capture: Mapping[str, Any] = field(default_factory=dict)
     instance: int = 0

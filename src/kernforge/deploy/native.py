@@ -162,7 +162,16 @@ def entry(rec: NativeRecording, variant: Mapping[str, Any], image: str, image_by
             "image": image,
             "image_sha256": hashlib.sha256(image_bytes).hexdigest(),
             "jit": dict(variant.get("jit") or {}), "new_grid": grid, "new_block": block,
-            "carveout": variant.get("carveout"), "evidence": dict(evidence)}
+            "carveout": _carveout(rec, variant.get("carveout")), "evidence": dict(evidence)}
+
+
+def _carveout(rec: NativeRecording, chosen: int | None) -> int | None:
+    """The carveout a replacement runs with: the one tuning chose, else the one the program set
+    on the recorded kernel (its replay ran with it), else none (the driver's default)."""
+    if chosen is not None:
+        return chosen
+    recorded = dict(rec.func_attrs.set).get(9)  # PREFERRED_SHARED_MEMORY_CARVEOUT
+    return recorded if recorded is not None and 0 <= recorded <= 100 else None
 
 
 def replacement_entry(rec: NativeRecording, *, image: str, image_bytes: bytes, entry_name: str,

@@ -29,7 +29,7 @@ from ..core.paths import cache_folder, cache_path
 SOURCES = ("kf.h", "kf_deploy.h", "kf_names.h", "kf_real.c", "kf_state.c", "kf_track.c",
            "kf_hooks.c", "kf_record.c", "kf_io.c", "kf_spool.c", "kf_deploy.c", "kf_spec.c",
            "kf_nvrtc.c", "kf_defer.c", "kf_thunk.c", "kf_sequence.c", "kf_parent.c",
-           "kf_guard.c", "kf_unfused.c", "kf_ctx.c")
+           "kf_guard.c", "kf_unfused.c", "kf_ctx.c", "kf_funcattr.c")
 _lock = threading.Lock()
 _LIB_NAME = re.compile(r"libkfinterpose-[0-9a-f]{16}\.so")
 

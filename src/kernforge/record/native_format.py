@@ -28,7 +28,14 @@ from .._version import __version__
 from ..backends.cxx_names import short_name
 from ..core import KernforgeError, RecordingError, RecordingFormatError
 from ..core.jsonio import DamagedJSON, parse_json
-from ..core.native import ALLOC_KINDS, NativeParam, NativeRecording, NativeRegion, NativeSource
+from ..core.native import (
+    ALLOC_KINDS,
+    FuncAttrs,
+    NativeParam,
+    NativeRecording,
+    NativeRegion,
+    NativeSource,
+)
 from ._layout import (
     FORMAT,
     MANIFEST,
@@ -144,7 +151,8 @@ def _convert(spool_unit: Path, root: Path, app: AppTimes) -> Path:
             "kernel": {"entry": entry, "name": short_name(entry), "image": image_id,
                        "image_kind": u.get("image_kind", ""), "loaded_via": u.get("loaded_via", "")},
             "launch": {"grid": u["grid"], "block": u["block"], "shared_mem": u["shared_mem"],
-                       "api": u["api"], "attrs": u.get("launch_attrs", [])},
+                       "api": u["api"], "attrs": u.get("launch_attrs", []),
+                       **({"func_attrs": u["func_attrs"]} if "func_attrs" in u else {})},
             "params": {"bytes": raw.hex(),
                        "layout": [{"offset": p["offset"], "size": p["size"], "pointers": w}
                                   for p, w in zip(params or [{"offset": 0, "size": len(raw)}],
@@ -318,6 +326,7 @@ def load_native(unit: Path, m: dict[str, Any], *, verify: bool = False) -> Nativ
                                        r["prologue"], r.get("epilogue"))
                           for r in m["regions"]),
             launch_attrs=tuple(bytes.fromhex(a) for a in launch.get("attrs", [])),
+            func_attrs=FuncAttrs.from_json(launch.get("func_attrs")),
             identity=m.get("identity", {}), capture=m.get("capture", {}),
             instance=int(m.get("instance", 0)), created=m.get("created", ""),
             kernforge_version=m.get("kernforge_version", ""), loader=loader,

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.native import NativeLaunch, NativeParam
+from ..core.native import FuncAttrs, NativeLaunch, NativeParam
 from .spool_read import damaged, read_regular
 
 SEQUENCE_SCHEMA = 3
@@ -55,6 +55,7 @@ def sequence_json(u: dict[str, Any], spool_unit: Path, save: Callable[[np.ndarra
             "image_kind": one.get("image_kind", ""), "grid": one["grid"], "block": one["block"],
             "shared_mem": one["shared_mem"], "api": one["api"],
             "attrs": one.get("launch_attrs", []),
+            **({"func_attrs": one["func_attrs"]} if "func_attrs" in one else {}),
             "params": {"bytes": raw.hex(),
                        "layout": _layout(raw, one["params"], u["regions"], pointer_words)},
             "app_time_ms": one.get("app_time_ms"), "call": one.get("call")})
@@ -89,7 +90,8 @@ def load_steps(m: dict[str, Any]) -> tuple[tuple[NativeLaunch, ...], dict[str, A
                          for p in one["params"]["layout"]),
             param_bytes=bytes.fromhex(one["params"]["bytes"]),
             launch_attrs=tuple(bytes.fromhex(a) for a in one.get("attrs", [])),
-            app_time_ms=one.get("app_time_ms")))
+            app_time_ms=one.get("app_time_ms"),
+            func_attrs=FuncAttrs.from_json(one.get("func_attrs"))))
         if len(steps[-1].grid) != 3 or len(steps[-1].block) != 3:
             raise ValueError(f"launch {len(steps) - 1}: grid and block must have 3 dimensions")
     if not steps:

@@ -137,6 +137,14 @@ def _check_launch(u: dict[str, Any]) -> None:
     if not isinstance(attrs, list) or not all(isinstance(a, str) and re.fullmatch(
             r"(?:[0-9a-f]{2})*", a) for a in attrs):
         raise _Bad("launch_attrs is not a list of hex strings")
+    fa = u.get("func_attrs", {})
+    if not isinstance(fa, dict) or not isinstance(fa.get("set", []), list) or not all(
+            isinstance(kv, list) and len(kv) == 2 and all(
+                isinstance(x, int) and not isinstance(x, bool) for x in kv)
+            for kv in fa.get("set", [])) or any(
+            fa.get(k) is not None and (not isinstance(fa[k], int) or isinstance(fa[k], bool))
+            for k in ("cache_config", "shared_config")):
+        raise _Bad("func_attrs is not {set: [[id, value], ...], cache_config, shared_config}")
     for p in _dicts(u, "params", ("offset", "size")):
         if p["offset"] + p["size"] > u["param_bytes"]:
             raise _Bad(f"a parameter at offset {p['offset']} of {p['size']} bytes ends "

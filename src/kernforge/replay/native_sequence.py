@@ -38,7 +38,10 @@ class SequenceLaunches:
             drv = self.rp.drv
             if s.image not in self._modules:
                 self._modules[s.image] = drv.load(self.rp.rec.blob(s.image).tobytes())
-            self._recorded[key] = drv.function(self._modules[s.image], s.entry)
+            fn = drv.function(self._modules[s.image], s.entry)
+            drv.set_func_attrs(fn, s.func_attrs, max(
+                t.shared_mem for t in self.steps if (t.image, t.entry) == key))
+            self._recorded[key] = fn
         return self._recorded[key]
 
     def calls(self, v: NativeVariant, steps: int | None = None, launches: int | None = None

@@ -119,7 +119,7 @@ def build(out: Path) -> FakeCuda:
     files = {}
     for name in ("fake_cuda.c", "fake_kernels.c", "fake_app.c", "fake_nvrtc.c",
                  "fake_nvrtc_app.c", "fake_threads.c", "fake_loop.c", "fake_guard.c",
-                 "fake_ctx.c"):
+                 "fake_ctx.c", "fake_attrs.c"):
         files[name] = out / name
         files[name].write_bytes((src / name).read_bytes())
     cc = _cc()

@@ -196,6 +196,11 @@ void kf_remove_at(int dir, const char *name); /* a unit directory left by a fail
 long long kf_env_ll(const char *name, long long dflt, long long lo, long long hi);
 void kf_say_once(int *said, const char *fmt, ...); /* kf_log the first time only */
 
+/* ---- function attributes the program set (kf_funcattr.c) ---------------------------------- */
+void kf_fattr_json(buf_t *b, const void *f); /* "func_attrs": {...}, of f's; nothing if none */
+void kf_fattr_alias(const void *function, const void *kernel); /* cuKernelGetFunction's */
+void kf_fattr_forget(void); /* a context ended: its functions' are dropped (kf_ctx.c) */
+
 /* ---- the spool (kf_spool.c) ---------------------------------------------------------------- */
 typedef struct { void *pre, *post; } kf_snap_t;
 int kf_write_unit(const kf_launch_t *l, const kf_fn_t *fn, const kf_image_ref_t *img,

@@ -3,7 +3,8 @@
  * The interposer keeps handles that belong to a context: each deployment entry's function,
  * loaded once per context (kf_deploy.c), the timing gate's function per context (kf_real.c's
  * kf_hold), the guards' verification of a module global read in a context (kf_guard.c), and,
- * per function handle the program launches, its name, parameter layout and image (kf_state.c).
+ * per function handle the program launches, its name, parameter layout and image (kf_state.c),
+ * and the attributes the program set on it (kf_funcattr.c).
  * When a context ends, its modules and functions are gone, and the driver may give the next
  * context, module or function the handle of one that ended: a cached function of the old
  * context would be launched (an error at best, another kernel at worst), a cached name would
@@ -40,6 +41,7 @@ static void forget(CUcontext c, CUdevice dev) {
   kf_deploy_forget(c, dev);
   kf_hold_forget();
   kf_fn_forget();
+  kf_fattr_forget();
   kf_guard_dirty(); /* the verifications: a global of a new context is read again */
 }
 

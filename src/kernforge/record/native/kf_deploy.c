@@ -192,6 +192,13 @@ static CUfunction load_entry(kf_entry_t *e, const char **why) {
   }
   if (e->carveout >= 0 && kf_drv.cuFuncSetAttribute)
     kf_drv.cuFuncSetAttribute(f, 9, e->carveout); /* PREFERRED_SHARED_MEMORY_CARVEOUT */
+  /* launched with more than 48 KiB of dynamic shared memory, it runs only with the limit
+   * raised (MAX_DYNAMIC_SHARED_SIZE_BYTES), as the program raised it on the original */
+  if (e->nshmem > 48 * 1024 &&
+      (!kf_drv.cuFuncSetAttribute || kf_drv.cuFuncSetAttribute(f, 8, (int)e->nshmem))) {
+    *why = "the driver refuses its dynamic shared memory";
+    return NULL;
+  }
   return f;
 }
 

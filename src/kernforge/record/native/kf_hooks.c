@@ -112,7 +112,8 @@ EXTERN(cuMemAllocFromPoolAsync) EXTERN(cuMemAllocFromPoolAsync_ptsz) EXTERN(cuMe
 EXTERN(cuMemFreeAsync) EXTERN(cuMemFreeAsync_ptsz) EXTERN(cuMemMap) EXTERN(cuMemUnmap)
 EXTERN(cuCtxDestroy) EXTERN(cuCtxDestroy_v2) EXTERN(cuDevicePrimaryCtxReset)
 EXTERN(cuDevicePrimaryCtxReset_v2) EXTERN(cuDevicePrimaryCtxRelease)
-EXTERN(cuDevicePrimaryCtxRelease_v2) EXTERN(cuGreenCtxDestroy)
+EXTERN(cuDevicePrimaryCtxRelease_v2) EXTERN(cuGreenCtxDestroy) EXTERN(cuFuncSetAttribute) EXTERN(cuFuncSetCacheConfig)
+EXTERN(cuFuncSetSharedMemConfig) EXTERN(cuKernelSetAttribute) EXTERN(cuKernelSetCacheConfig)
 CUresult cuGetProcAddress(const char *, void **, int, unsigned long long);
 CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, void *);
 
@@ -146,6 +147,11 @@ static const hook_t hooks[] = {
     H(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", -1),
     H(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease", -1),
     H(cuGreenCtxDestroy, "cuGreenCtxDestroy", -1),
+    H(cuFuncSetAttribute, "cuFuncSetAttribute", -1),
+    H(cuFuncSetCacheConfig, "cuFuncSetCacheConfig", -1),
+    H(cuFuncSetSharedMemConfig, "cuFuncSetSharedMemConfig", -1),
+    H(cuKernelSetAttribute, "cuKernelSetAttribute", -1),
+    H(cuKernelSetCacheConfig, "cuKernelSetCacheConfig", -1),
 };
 #define NHOOKS (sizeof hooks / sizeof *hooks)
 

@@ -71,6 +71,7 @@ void kf_launch_json(buf_t *b, const kf_launch_t *l, const kf_fn_t *fn, const kf_
     kf_put(b, "\"image\": \"%016llx\", \"image_kind\": \"%s\", \"loaded_via\": \"%s\", ",
         (unsigned long long)img->image, kinds[im.kind & 3], img->how ? img->how : "");
   else kf_put(b, "\"image\": null, ");
+  kf_fattr_json(b, l->f);
   kf_put(b, "\"launch_attrs\": [");
   for (unsigned i = 0; i < l->nattrs; i++) {
     kf_put(b, "%s\"", i ? ", " : "");

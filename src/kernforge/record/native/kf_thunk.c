@@ -171,8 +171,7 @@ static const char *const harmless_prefix[] = {
 static const char *const harmless_exact[] = {
     "cuInit", "cuDriverGetVersion", "cuDeviceComputeCapability", "cuDeviceCanAccessPeer",
     "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxGetState", "cuCtxSetCurrent",
-    "cuGetExportTable", "cuFuncSetAttribute", "cuFuncSetCacheConfig", "cuFuncSetSharedMemConfig",
-    "cuFuncIsLoaded", "cuFuncLoad", "cuKernelSetAttribute", "cuKernelSetCacheConfig",
+    "cuGetExportTable", "cuFuncIsLoaded", "cuFuncLoad",
     "cuModuleEnumerateFunctions", "cuLibraryEnumerateKernels", "cuMemGetAllocationGranularity",
     "cuMemGetAllocationPropertiesFromHandle", "cuEventCreate", "cuMemPoolGetAttribute", "cuThreadExchangeStreamCaptureMode"};
 

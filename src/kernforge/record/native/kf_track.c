@@ -90,6 +90,7 @@ CUresult cuLibraryGetModule(CUmodule *m, CUlibrary lib) {
 CUresult cuKernelGetFunction(CUfunction *f, CUkernel k) {
   CALL(cuKernelGetFunction, CUresult (*)(CUfunction *, CUkernel), f, k);
   if (!rc && LINKING) kf_handle_link(*f, k);
+  if (!rc) kf_fattr_alias(*f, k);
   return rc;
 }
 

@@ -1,9 +1,11 @@
 /* A test application for the fake CUDA driver that reaches the driver as the CUDA runtime does:
  * dlopen("libcuda.so.1"), dlsym("cuGetProcAddress_v2"), then every entry point through it.
- *   fake_app KERNELS.so STEPS [N [kill|fatbin]]
+ *   fake_app KERNELS.so STEPS [N [kill|fatbin|shmem]]
  * prints "checksum <value>" of its final state; exits 0 ("kill": SIGKILLs itself after the
  * heat steps, as a crashing application would; "fatbin": the image is loaded as the PTX entry of
- * a fatbin, as an nvcc-built program's is). */
+ * a fatbin, as an nvcc-built program's is; "shmem": heat is launched with 64 KiB of dynamic
+ * shared memory, after raising its MAX_DYNAMIC_SHARED_SIZE_BYTES, with a carveout of 25 and
+ * the cache configuration PREFER_SHARED, as optimized programs do). */
 #include <signal.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -61,6 +63,15 @@ int main(int argc, char **argv) {
   CHECK(getfn(&gather, mod, "gather"));
   CHECK(getfn(&offset, mod, "offset"));
   CHECK(getfn(&width, mod, "blockwidth"));
+  unsigned dyn = 0;
+  if (argc > 4 && !strcmp(argv[4], "shmem")) {
+    CUresult (*setattr)(void *, int, int) = get("cuFuncSetAttribute", 0);
+    CUresult (*setcache)(void *, int) = get("cuFuncSetCacheConfig", 0);
+    dyn = 64 * 1024;
+    CHECK(setattr(heat, 8, (int)dyn)); /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+    CHECK(setattr(heat, 9, 25));       /* PREFERRED_SHARED_MEMORY_CARVEOUT */
+    CHECK(setcache(heat, 2));          /* CU_FUNC_CACHE_PREFER_SHARED */
+  }
   double *h = malloc(n * sizeof *h);
   for (int i = 0; i < n; i++) h[i] = (i * 37 % 101) / 101.0;
   CUdeviceptr a, b, rows, out;
@@ -72,7 +83,7 @@ int main(int argc, char **argv) {
   unsigned block = 128, grid = (n + block - 1) / block;
   for (int s = 0; s < steps; s++) {
     void *args[] = {&a, &b, &n, &c};
-    CHECK(launch(heat, grid, 1, 1, block, 1, 1, 0, NULL, args, NULL));
+    CHECK(launch(heat, grid, 1, 1, block, 1, 1, dyn, NULL, args, NULL));
     CUdeviceptr t = a; a = b; b = t;
   }
   if (argc > 4 && !strcmp(argv[4], "kill")) raise(SIGKILL);

@@ -13,6 +13,8 @@
  * while this thread captures (not in relaxed mode), or while another thread captures in global
  * mode, fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture (its end
  * then fails), unless the loading thread set relaxed mode (cuThreadExchangeStreamCaptureMode).
+ * A launch with more than 48 KiB of dynamic shared memory fails (CUDA_ERROR_INVALID_VALUE)
+ * unless MAX_DYNAMIC_SHARED_SIZE_BYTES was raised on its function (fake_attrs.c).
  * Contexts: one handle, as a driver that gives a new context a destroyed one's. Its end
  * (cuCtxDestroy, the primary context's reset, or its release when no reference is left) unloads
  * every module: a function of one launches no more (CUDA_ERROR_INVALID_CONTEXT), and the next
@@ -41,6 +43,7 @@ typedef void (*kernel_t)(const unsigned *, const unsigned *, void **);
 typedef struct { void *lib; int unloaded, gen; } module_t;
 typedef struct {
   kernel_t fn; char *name; int n; size_t off[32], size[32]; module_t *mod; int gen;
+  int max_dyn; /* MAX_DYNAMIC_SHARED_SIZE_BYTES as set (0: never, 48 KiB) (fake_attrs.c) */
 } func_t;
 /* every module and function handle made, in order; those from `live` on are free again */
 typedef struct { void **all; size_t made, live, cap; } handles_t;
@@ -195,7 +198,6 @@ CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *n, module_t *m, const char
 CUresult cuFuncGetModule(module_t **m, func_t *f) { if (!f->mod) return INVALID_HANDLE; *m = f->mod; return OK; }
 /* an unloaded module's functions cannot be launched any more (CUDA_ERROR_INVALID_HANDLE) */
 CUresult cuModuleUnload(module_t *m) { m->unloaded = 1; return OK; }
-CUresult cuFuncSetAttribute(func_t *f, int attr, int v) { (void)f, (void)attr, (void)v; return OK; }
 CUresult cuFuncGetName(const char **name, func_t *f) { *name = f->name; return OK; }
 CUresult cuKernelGetName(const char **name, func_t *f) { *name = f->name; return OK; }
 CUresult cuFuncGetParamInfo(func_t *f, size_t i, size_t *off, size_t *size) {
@@ -206,6 +208,7 @@ CUresult cuFuncGetParamInfo(func_t *f, size_t i, size_t *off, size_t *size) {
 CUresult cuKernelGetParamInfo(func_t *f, size_t i, size_t *off, size_t *size) {
   return cuFuncGetParamInfo(f, i, off, size);
 }
+#include "fake_attrs.c" /* function attributes: cuFuncSetAttribute and the like */
 /* stream capture: launches on the capturing stream are recorded into a graph, which
  * cuGraphLaunch runs (an instantiated graph is the graph itself) */
 typedef struct { func_t *f; unsigned grid[3], block[3]; uint8_t *p; } node_t;
@@ -280,7 +283,7 @@ CUresult cuGraphLaunch(graph_t *g, void *s) {
 CUresult cuLaunchKernel(func_t *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                         unsigned by, unsigned bz, unsigned shmem, void *s, void **params,
                         void **extra) {
-  (void)shmem, (void)s;
+  (void)s;
   unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
   void *from_buffer[32];
   if (!params && extra) { /* CU_LAUNCH_PARAM_BUFFER_POINTER: one buffer in the kernel's layout */
@@ -291,7 +294,7 @@ CUresult cuLaunchKernel(func_t *f, unsigned gx, unsigned gy, unsigned gz, unsign
     for (int i = 0; i < f->n; i++) from_buffer[i] = buf + f->off[i];
     params = from_buffer;
   }
-  if (gx * bx > 1u << 24 || bx * by * bz > 1024) return INVALID_VALUE;
+  if (gx * bx > 1u << 24 || bx * by * bz > 1024 || shmem > dyn_limit(f)) return INVALID_VALUE;
   if (ctx_destroyed || (f->mod && f->gen != ctx_gen)) return INVALID_CONTEXT;
   if (f->mod && f->mod->unloaded) return INVALID_HANDLE;
   if (s && s == capturing) return record_node(f, grid, block, params);
