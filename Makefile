@@ -9,6 +9,9 @@ BIN := $(VENV)/bin
 # modules: bytecode kept in __pycache__ (git ignores it) spares later runs and children that
 # work, also where the environment asks Python not to write it (PYTHONDONTWRITEBYTECODE)
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
+# the default suite in TEST_JOBS worker processes (pytest-xdist): most tests wait on compilers
+# and child processes, so two workers on the 2-core CI machine take about 2/3 of the time of one
+TEST_JOBS ?= 2
 
 .PHONY: setup demo test test-slow gpu-check clean
 setup: $(VENV)/.installed
@@ -26,7 +29,7 @@ test: setup
 	$(BIN)/lint-imports
 	$(BIN)/ruff check src tests benchmarks examples tools
 	$(BIN)/mypy
-	$(PYTEST) -q
+	$(PYTEST) -q -n $(TEST_JOBS)
 
 test-slow: setup
 	$(PYTEST) -q -m 'slow and not gpu'
