@@ -75,7 +75,7 @@ def prepared(spec_path: str | os.PathLike[str], spare: str) -> tuple[str, str]:
     from ..backends import jit
     from ..record import interposer
     from . import native as nd
-    from . import native_guards, native_unfused, specdoc
+    from . import native_fuse_check, native_guards, native_unfused, specdoc
     from .native_unfused import parts
 
     spec_abs = os.path.abspath(spec_path)
@@ -89,7 +89,8 @@ def prepared(spec_path: str | os.PathLike[str], spare: str) -> tuple[str, str]:
     # what the library and the line file are made by (native.py writes the lines with its
     # helper modules): another kernforge is verified again
     sources = [interposer.__file__, nd.__file__, jit.__file__, __file__, linecache.__file__,
-               native_guards.__file__, native_unfused.__file__, specdoc.__file__,
+               native_fuse_check.__file__, native_guards.__file__, native_unfused.__file__,
+               specdoc.__file__,
                *(str(native / n) for n in interposer.SOURCES)]
     try:
         kept = linecache.remember(spec_abs, text, lib, images, sources, str(native), started)
