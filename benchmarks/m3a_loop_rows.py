@@ -9,6 +9,7 @@ phases: apps/phases.py) and M4's fused launches per dataset.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -54,6 +55,18 @@ def show(run: Path) -> None:
                   f"as the one-launch operator), speedup {d.get('speedup')}")
 
 
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("runs", nargs="+", type=Path, help="app run directories (each holds app.db)")
+    args = p.parse_args(argv)
+    missing = [r for r in args.runs if not (r / "app.db").is_file()]
+    if missing:
+        p.error(f"no app run at {', '.join(map(str, missing))} (no app.db): give the "
+                "directories of `kernforge app run --out` or OUT/batch/apps/*")
+    for run in args.runs:
+        show(run)
+    return 0
+
+
 if __name__ == "__main__":
-    for arg in sys.argv[1:]:
-        show(Path(arg))
+    sys.exit(main())
