@@ -75,16 +75,19 @@ class _Not:
 class _Matcher:
     """A fake matcher module: each path's candidates those of ONE and FUSED, a preferred
     list honoured as the GPU children honour it (:func:`narrow.keep`); ``fail_fused``: the
-    narrowed fusion on that dataset passes nothing."""
+    narrowed fusion on that dataset passes nothing; ``gate``: the narrowed one-launch
+    candidates pass their checks and lose at the gate there."""
 
-    def __init__(self, fail_fused: str = "") -> None:
+    def __init__(self, fail_fused: str = "", gate: str = "") -> None:
         self.calls: list[tuple[str, str, Any]] = []
-        self.fail_fused = fail_fused
+        self.fail_fused, self.gate = fail_fused, gate
 
     def match_unit(self, unit: Path, *, out_dir: Path, repeat: int, prefer: Any = None
                    ) -> _Found:
         self.calls.append(("one-launch", unit.parent.name, prefer))
         rows = narrow.keep(ONE, prefer, lambda r: r["operator"])
+        if prefer and unit.parent.name == self.gate:
+            return _Not("matched by forged, not deployed: below the gate", tuple(rows))
         return _Found(out_dir / "one.json", 1.5, tuple(rows))
 
     def fuse_unit(self, unit: Path, *, out_dir: Path, repeat: int, prefer: Any = None
@@ -144,10 +147,14 @@ def test_later_datasets_try_the_first_ones_best(tmp_path: Path,
 
 def test_none_of_the_narrowed_passes_and_the_full_list_is_tried(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    m = _Matcher(fail_fused="n320")
+    m = _Matcher(fail_fused="n320", gate="n320")
     o = strat.OperatorStrategy().apply(_context(tmp_path, m, monkeypatch, 1))
     fused = [c for c in m.calls if c[0] == "fused" and c[1] == "n320"]
     assert [c[2] is None for c in fused] == [False, True]  # narrowed, then everything
+    # a candidate that passed its checks and lost at the gate: the full list is not tried
+    one = [c for c in m.calls if c[0] == "one-launch" and c[1] == "n320"]
+    assert [c[2] for c in one] == [["forged"]]
+    assert "fallback" not in _rows(o)["n320"]["narrowed"]["paths"]["one-launch"]
     row = _rows(o)["n320"]
     info = row["narrowed"]["paths"]["fused"]
     assert info["fallback"] == ("none of them passed (no fused operator passed): the full "

@@ -14,8 +14,8 @@ kernel was already matched on an earlier dataset of the run tries only what rank
 - :func:`keep`: what a GPU child tries of its candidates given the preferred ones (all of them
   when none of its candidates is preferred).
 
-When none of the preferred candidates passes on the later dataset the path is tried again with
-the full list (:mod:`kernforge.apps.strategies.operator`), so narrowing never refuses a path.
+When none of the preferred candidates passes its checks on the later dataset the path is tried
+again with the full list (:mod:`kernforge.apps.strategies.operator`), so narrowing never refuses a path.
 """
 
 from __future__ import annotations

@@ -60,16 +60,18 @@ def _key(row: dict[str, Any], fused: bool) -> Any:
 def attempt(n: Narrowing | None, path: str, call: Callable[..., Any], row: dict[str, Any]
             ) -> Any:
     """``call(**kw)``, the path's matcher, with ``prefer`` when ``n`` narrows it; again
-    without when none of the preferred candidates passed (a result with no spec that tried
-    some). The path's ranking goes into ``row["ranked"]``, the narrowing into
-    ``row["narrowed"]``."""
+    without when none of the preferred candidates passed its checks (a result with no spec
+    whose every candidate tried was refused; one that passed and lost at the gate would
+    lose there on the full list too). The path's ranking goes into ``row["ranked"]``, the
+    narrowing into ``row["narrowed"]``."""
     prefer = n.prefer(path) if n is not None else None
     got = call(prefer=prefer) if prefer else call()
     fused = path in narrow.FUSED
     if prefer and n is not None:
         info: dict[str, Any] = {"preferred": prefer,
                                 "tried": [_key(t, fused) for t in getattr(got, "tried", ())]}
-        if not hasattr(got, "spec_path") and info["tried"]:
+        tried = getattr(got, "tried", ())
+        if not hasattr(got, "spec_path") and tried and all("refused" in t for t in tried):
             info["fallback"] = f"none of them passed ({got.reason}): the full list tried"
             got = call()
         paths = row.setdefault("narrowed", {"from": n.dataset, "k": n.k, "note": n.note,
