@@ -18,9 +18,9 @@ from kernforge.apps.strategies import Context, unit_rows
 from kernforge.apps.strategies import operator as strat
 from kernforge.core.jsonio import write_json_atomic
 
-ONE = [{"operator": "tiled", "screen_speedup": 1.4}, {"operator": "naive", "refused": "x"},
+ONE: list[dict[str, Any]] = [{"operator": "tiled", "screen_speedup": 1.4}, {"operator": "naive", "refused": "x"},
        {"operator": "forged", "screen_speedup": 1.9}, {"operator": "wide", "screen_speedup": 1.1}]
-FUSED = [{"operator": f"{d}{t}", "steps": t, "screen_speedup": s}
+FUSED: list[dict[str, Any]] = [{"operator": f"{d}{t}", "steps": t, "screen_speedup": s}
          for d, t, s in [("temporal", 3, 2.0), ("overlap", 3, 1.5), ("temporal", 5, 2.6),
                          ("overlap", 5, 2.4), ("temporal", 7, 1.2), ("overlap", 7, 1.3)]] + \
     [{"operator": "overlap9", "steps": 7, "refused": "OUT differs"}]
@@ -83,7 +83,7 @@ class _Matcher:
         self.fail_fused, self.gate = fail_fused, gate
 
     def match_unit(self, unit: Path, *, out_dir: Path, repeat: int, prefer: Any = None
-                   ) -> _Found:
+                   ) -> _Found | _Not:
         self.calls.append(("one-launch", unit.parent.name, prefer))
         rows = narrow.keep(ONE, prefer, lambda r: r["operator"])
         if prefer and unit.parent.name == self.gate:

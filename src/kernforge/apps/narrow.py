@@ -15,7 +15,8 @@ kernel was already matched on an earlier dataset of the run tries only what rank
   when none of its candidates is preferred).
 
 When none of the preferred candidates passes its checks on the later dataset the path is tried
-again with the full list (:mod:`kernforge.apps.strategies.operator`), so narrowing never refuses a path.
+again with the full list (:mod:`kernforge.apps.strategies.narrowing`), so narrowing never
+refuses a path.
 """
 
 from __future__ import annotations
