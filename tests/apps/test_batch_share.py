@@ -147,7 +147,8 @@ class _Not:
 
 def _context(tmp_path: Path, units: list[Path]) -> Context:
     m = types.SimpleNamespace(name="heat2d", env={}, integrate=types.SimpleNamespace(
-        match_repeat=3, lift_search_trials=0), measure=types.SimpleNamespace(min_share=0.05))
+        match_repeat=3, lift_search_trials=0,
+        narrow_after_first=4), measure=types.SimpleNamespace(min_share=0.05))
     kernels = [{"name": "lapl", "units": [str(u) for u in units], "share": 1.0,
                 "kind": "native"}]
     return Context(cast(Any, m), cast(Any, None), tmp_path / "run", kernels, 1.0, {})

@@ -160,3 +160,30 @@ def test_program_session_keeps_the_fastest_candidate_that_passes(
     assert any(c.startswith("fresh input seed") for c in res["checks"]), res["checks"]
     assert res["speedup"] > 0 and res["copy_fraction"] is not None
     assert res["phases"]["phases"]["check"]["n"] == 2  # recorded and fresh, per candidate
+
+
+def test_the_children_try_only_the_preferred_candidates(
+        faked: dict[str, Any], heat_unit: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A later dataset's narrowing (apps/narrow.py) reaches the children in their request:
+    only the preferred candidates are compiled, checked and screened; a list that names none
+    of the child's candidates leaves them all."""
+    ops = {"twin": "heat", "three": "heat_x3", "other": "heat"}
+    monkeypatch.setattr(operator_gpu, "candidates", lambda r: [_Op(k) for k in ops])
+    monkeypatch.setattr(operator_gpu, "adapter", lambda op, *_: _adapter(op.key, ops[op.key]))
+    res = operator_gpu.session(str(heat_unit), str(tmp_path), 3, 3, ["other"])
+    assert faked["compiled"][-1] == ["// other\n"] and res["operator"] == "other"
+    assert [row["operator"] for row in res["tried"]] == ["other"]
+    operator_gpu.session(str(heat_unit), str(tmp_path), 3, 3, ["gone"])
+    assert faked["compiled"][-1] == ["// twin\n", "// three\n", "// other\n"]
+    cands = [(3, _Op("fused3")), (5, _Op("fused5")), (3, _Op("wrong3"))]
+    entries = {"fused3": "heat_x3", "fused5": "heat_x5", "wrong3": "heat_x5"}
+    monkeypatch.setattr(fz, "candidates", lambda r, steps, **kw: cands)
+    monkeypatch.setattr(fz, "fused_adapter",
+                        lambda op, *a: _adapter(op.key, entries[op.key]))
+    res = fused_gpu.session(str(heat_unit), str(tmp_path), 3, 3, [3, 5],
+                            [[5, "fused5"], [3, "wrong3"]])
+    assert [(row["steps"], row["operator"]) for row in res["tried"]] == [(5, "fused5"),
+                                                                        (3, "wrong3")]
+    assert res["operator"] == "fused5" and faked["compiled"][-1] == ["// fused5\n",
+                                                                     "// wrong3\n"]

@@ -54,6 +54,9 @@ def test_a_good_manifest_and_the_example_load(tmp_path: Path) -> None:
     assert m.integrate.compare_one_launch is True  # M4's one-launch arm beside a fused path
     off = load_manifest(_write(tmp_path, GOOD + "[integrate]\ncompare_one_launch = false\n"))
     assert off.integrate.compare_one_launch is False
+    assert m.integrate.narrow_after_first == 4  # M3a: a kernel's later datasets, narrowed
+    off = load_manifest(_write(tmp_path, GOOD + "[integrate]\nnarrow_after_first = 0\n"))
+    assert off.integrate.narrow_after_first == 0
 
 
 @pytest.mark.parametrize("body, match, hint", [
@@ -91,6 +94,10 @@ def test_a_good_manifest_and_the_example_load(tmp_path: Path) -> None:
      "close every quote"),
     (GOOD.replace('expected = [3.0]', 'expected = [3.0]\ntimeout_s = 10'),
      "'timeout_s' is read as a key of this dataset", "above the first \\[\\[datasets"),
+    (GOOD + "[integrate]\nnarrow_after_first = \"4\"\n",
+     "'narrow_after_first' must be an integer >= 0, not '4'", "narrow_after_first = 4"),
+    (GOOD + "[integrate]\nnarrow_after_first = 1.5\n",
+     "'narrow_after_first' must be an integer", "narrow_after_first = 4"),
     (GOOD + "[integrate]\nlift_search_trials = -1\n",
      "'lift_search_trials' must be an integer >= 0", "lift_search_trials = 16"),
     (GOOD + "[integrate]\ncompare_one_launch = \"no\"\n",

@@ -43,6 +43,7 @@ from ..replay.native_sequence import first_launch
 from ..stencil import faces as fc
 from . import fused as fz
 from . import lift_companion as lc
+from . import narrow
 from .adapter import layout
 from .fused_elided import ElidedCheck
 from .fused_steps import step_companions, whole_steps
@@ -240,23 +241,24 @@ def fused_time(run: AdapterRun) -> float:
     return run.time(restore=False)
 
 
-def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[int]
-            ) -> dict[str, Any]:
+def session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[int],
+            prefer: Sequence[Any] | None = None) -> dict[str, Any]:
     """The child's work (the module docstring), its phase timings in the result's
-    ``phases`` (:mod:`.phases`)."""
+    ``phases`` (:mod:`.phases`); ``prefer``: the ``[T, operator]`` pairs to try, the others
+    left out (:func:`.narrow.keep`)."""
     ph = Phases()
-    res = _session(unit, out_dir, repeat, passes, steps, ph)
+    res = _session(unit, out_dir, repeat, passes, steps, ph, prefer)
     res["phases"] = ph.figures(len(res.get("tried") or ()))
     return res
 
 
 def _session(unit: str, out_dir: str, repeat: int, passes: int, steps: Sequence[int],
-             ph: Phases) -> dict[str, Any]:
+             ph: Phases, prefer: Sequence[Any] | None = None) -> dict[str, Any]:
     with ph("setup"):
         got = _setup(unit, steps, ph)
     if isinstance(got, dict):
         return got
-    return _fuse(got, out_dir, repeat, passes, ph)
+    return _fuse(got, out_dir, repeat, passes, ph, prefer)
 
 
 Setup = tuple[Any, NativeReplay | None, NativeReplay, ReplayTarget, Recognized,
@@ -305,7 +307,8 @@ def _setup(unit: str, steps: Sequence[int], ph: Phases) -> Setup | dict[str, Any
     return rec, whole, rp, t, r, comps, faces, steps
 
 
-def _fuse(got: Setup, out_dir: str, repeat: int, passes: int, ph: Phases) -> dict[str, Any]:
+def _fuse(got: Setup, out_dir: str, repeat: int, passes: int, ph: Phases,
+          prefer: Sequence[Any] | None = None) -> dict[str, Any]:
     """Every candidate compiled, checked from the recorded state and screened; the fastest
     that passes on fresh inputs timed against the reference's ``T`` launches."""
     rec, whole, rp, t, r, comps, faces, steps = got
@@ -327,7 +330,9 @@ def _fuse(got: Setup, out_dir: str, repeat: int, passes: int, ph: Phases) -> dic
     screened: list[tuple[float, dict[str, Any], tuple[int, AdapterRun, bytes, list[str]]]] = []
     refs = References()
     with ph("compile"):
-        made = built(fz.candidates(r, steps, faces=faces), lambda c: fz.fused_adapter(
+        cands = narrow.keep(fz.candidates(r, steps, faces=faces), prefer,
+                            lambda c: [c[0], c[1].key])
+        made = built(cands, lambda c: fz.fused_adapter(
             c[1], r, slots, len(rec.param_bytes), c[0]), arch)
     ph.count("compile", sum(not isinstance(a, KernforgeError) for _, a, _ in made))
     for (s, op), ad, image in made:
@@ -398,7 +403,7 @@ def _fuse(got: Setup, out_dir: str, repeat: int, passes: int, ph: Phases) -> dic
 def main(argv: Sequence[str]) -> int:
     return child_main(argv, lambda req: session(
         req["unit"], req["out_dir"], int(req["repeat"]), int(req["passes"]),
-        [int(s) for s in req.get("steps") or fz.STEPS]))
+        [int(s) for s in req.get("steps") or fz.STEPS], req.get("prefer")))
 
 
 if __name__ == "__main__":

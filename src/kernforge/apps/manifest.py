@@ -86,6 +86,8 @@ class Integrate:
     # lifted operators: candidates the forge's search over the designs' knobs evaluates past
     # the presets, per kernel (0: the presets only)
     lift_search_trials: int = 16
+    # a kernel's later datasets try the K best candidates per path of its first (0: all)
+    narrow_after_first: int = 4
     # M4: beside an integration that deploys a fused path, the one-launch arm in its rounds
     compare_one_launch: bool = True
     # the CUDA files that define the recorded kernels of an nvcc-built program, with their
@@ -241,7 +243,7 @@ def _integrate(d: Any, src: str, base: Path, root: Path) -> Integrate:
     where = f"{src}: [integrate]"
     d = strict_keys(d, ("strategies", "tune_trials", "tune_preset", "evolve_config",
                         "evolve_iterations", "agent", "agent_timeout_s", "match_repeat",
-                        "lift_search_trials", "compare_one_launch",
+                        "lift_search_trials", "narrow_after_first", "compare_one_launch",
                         "sources", "includes", "defines"),
                     "[integrate]", source=src)
     strategies = d.get("strategies", list(STRATEGIES))
@@ -267,6 +269,7 @@ def _integrate(d: Any, src: str, base: Path, root: Path) -> Integrate:
         agent_timeout_s=_num(d, "agent_timeout_s", where, 1800.0, lo=1.0),
         match_repeat=_num(d, "match_repeat", where, 10, lo=1, integer=True),
         lift_search_trials=_num(d, "lift_search_trials", where, 16, lo=0, integer=True),
+        narrow_after_first=_num(d, "narrow_after_first", where, 4, lo=0, integer=True),
         compare_one_launch=_flag(d, "compare_one_launch", where, True),
         sources=_paths(d, "sources", where, root, dirs=False),
         includes=_paths(d, "includes", where, root, dirs=True), defines=_defines(d, where))

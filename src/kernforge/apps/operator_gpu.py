@@ -31,6 +31,7 @@ from ..harness.compare import interleave
 from ..harness.verify import passes
 from ..record.native_format import read_native
 from ..replay.native import NativeReplay, NativeVariant
+from . import narrow
 from .adapter import Adapter, adapter, candidates, layout
 from .phases import Phases, watch
 from .probe import NotAStencil, ProbeBuffer, Recognized, recognize, tolerance
@@ -289,24 +290,26 @@ def built(ops: Sequence[OpT], make: Callable[[OpT], AdT], arch: str
             for op, a in zip(ops, ads, strict=True)]
 
 
-def session(unit: str, out_dir: str, repeat: int, passes: int) -> dict[str, Any]:
+def session(unit: str, out_dir: str, repeat: int, passes: int,
+            prefer: Sequence[str] | None = None) -> dict[str, Any]:
     """The child's work (the module docstring), its phase timings in the result's
-    ``phases`` (:mod:`.phases`)."""
+    ``phases`` (:mod:`.phases`); ``prefer``: the operators to try, the others left out
+    (:func:`.narrow.keep`)."""
     ph = Phases()
-    res = _session(unit, out_dir, repeat, passes, ph)
+    res = _session(unit, out_dir, repeat, passes, ph, prefer)
     res["phases"] = ph.figures(len(res.get("tried") or ()))
     return res
 
 
-def _session(unit: str, out_dir: str, repeat: int, passes: int, ph: Phases
-             ) -> dict[str, Any]:
+def _session(unit: str, out_dir: str, repeat: int, passes: int, ph: Phases,
+             prefer: Sequence[str] | None = None) -> dict[str, Any]:
     with ph("setup"):
         rec = read_native(unit)
         got = _recognized_unit(rec, ph)
     if isinstance(got, str):
         return {"nomatch": got}
     r, rp, t = got
-    return _candidates(rec, rp, t, r, out_dir, repeat, passes, ph)
+    return _candidates(rec, rp, t, r, out_dir, repeat, passes, ph, prefer)
 
 
 def _recognized_unit(rec: NativeRecording, ph: Phases
@@ -322,7 +325,8 @@ def _recognized_unit(rec: NativeRecording, ph: Phases
 
 
 def _candidates(rec: NativeRecording, rp: NativeReplay, t: ReplayTarget, r: Recognized,
-                out_dir: str, repeat: int, passes: int, ph: Phases) -> dict[str, Any]:
+                out_dir: str, repeat: int, passes: int, ph: Phases,
+                prefer: Sequence[str] | None = None) -> dict[str, Any]:
     """Every candidate compiled, checked from the recorded state and screened; the fastest
     that passes on fresh inputs timed against the original."""
     cc = rp.drv.identity()
@@ -336,8 +340,8 @@ def _candidates(rec: NativeRecording, rp: NativeReplay, t: ReplayTarget, r: Reco
     with ph("setup"):
         scale = recorded_scale(t, r)
     with ph("compile"):
-        made = built(candidates(r), lambda op: adapter(op, r, layout(rec),
-                                                       len(rec.param_bytes)), arch)
+        made = built(narrow.keep(candidates(r), prefer, lambda op: op.key),
+                     lambda op: adapter(op, r, layout(rec), len(rec.param_bytes)), arch)
     ph.count("compile", sum(not isinstance(a, KernforgeError) for _, a, _ in made))
     for op, ad, image in made:
         row: dict[str, Any] = {"operator": op.key}
@@ -404,7 +408,7 @@ def _candidates(rec: NativeRecording, rp: NativeReplay, t: ReplayTarget, r: Reco
 
 def main(argv: Sequence[str]) -> int:
     return child_main(argv, lambda req: session(req["unit"], req["out_dir"], int(req["repeat"]),
-                                                int(req["passes"])))
+                                                int(req["passes"]), req.get("prefer")))
 
 
 if __name__ == "__main__":

@@ -96,10 +96,17 @@ def _child(unit: Path, out_dir: Path, repeat: int, passes: int, timeout_s: float
                            f"faults on probe inputs is no stencil we replace): {tail}"}
 
 
+def _prefer(prefer: list[Any] | None) -> dict[str, Any]:
+    """The request's ``prefer`` (the candidates a child tries), when there is one."""
+    return {} if prefer is None else {"prefer": list(prefer)}
+
+
 def match_unit(unit_dir: Path, *, out_dir: Path, repeat: int = 10, passes: int = 7,
-               band: float = NOISE_BAND, timeout_s: float = 900.0) -> OperatorMatch | NoMatch:
+               band: float = NOISE_BAND, timeout_s: float = 900.0,
+               prefer: list[Any] | None = None) -> OperatorMatch | NoMatch:
     """Match one recorded native unit (see the module docstring); ``repeat`` timed runs
-    screen each candidate, ``passes`` interleaved passes time the winner."""
+    screen each candidate, ``passes`` interleaved passes time the winner; ``prefer``: only
+    these operators are tried (:func:`.narrow.keep`)."""
     unit_dir = Path(unit_dir)
     try:
         rec = read_native(unit_dir)
@@ -109,7 +116,8 @@ def match_unit(unit_dir: Path, *, out_dir: Path, repeat: int = 10, passes: int =
         return NoMatch("the kernel takes no device pointer the recording followed")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    res = _child(unit_dir.resolve(), out_dir.resolve(), repeat, passes, timeout_s)
+    res = _child(unit_dir.resolve(), out_dir.resolve(), repeat, passes, timeout_s,
+                 **_prefer(prefer))
     tried = tuple(res.get("tried") or ())
     if "nomatch" in res:
         return NoMatch(str(res["nomatch"]), res.get("recognized"), tried, res.get("phases"))
@@ -152,12 +160,14 @@ def _deploy(rec: NativeRecording, res: dict[str, Any], out_dir: Path, band: floa
 
 def lift_unit(unit_dir: Path, *, out_dir: Path, repeat: int = 10, passes: int = 7,
               band: float = NOISE_BAND, timeout_s: float = 900.0,
-              search_trials: int = 0) -> OperatorMatch | NoMatch:
+              search_trials: int = 0, prefer: list[Any] | None = None
+              ) -> OperatorMatch | NoMatch:
     """Lift the program of one recorded native unit (from its source when the recording
     holds it, else by probing) and put the fastest verified generated operator in its place
     (:mod:`.program_gpu`); ``NoMatch`` says why lifting, every design or the gate refused.
     ``search_trials``: candidates the forge's search over the designs' knobs may evaluate
-    past the presets (0: the presets only), within half of ``timeout_s``."""
+    past the presets (0: the presets only), within half of ``timeout_s``; ``prefer``: only
+    these presets are tried (:func:`.narrow.keep`)."""
     unit_dir = Path(unit_dir)
     try:
         rec = read_native(unit_dir)
@@ -169,7 +179,7 @@ def lift_unit(unit_dir: Path, *, out_dir: Path, repeat: int = 10, passes: int = 
     out_dir.mkdir(parents=True, exist_ok=True)
     res = _child(unit_dir.resolve(), out_dir.resolve(), repeat, passes, timeout_s,
                  "kernforge.apps.program_gpu", search_trials=search_trials,
-                 search_seconds=timeout_s / 2 if search_trials else None)
+                 search_seconds=timeout_s / 2 if search_trials else None, **_prefer(prefer))
     tried = tuple(res.get("tried") or ())
     if "nomatch" in res:
         return NoMatch(str(res["nomatch"]), res.get("recognized"), tried, res.get("phases"))
@@ -199,11 +209,13 @@ class FusedMatch:
 
 def fuse_unit(unit_dir: Path, *, out_dir: Path, steps: tuple[int, ...] | None = None,
               repeat: int = 10, passes: int = 7, band: float = NOISE_BAND,
-              timeout_s: float = 900.0) -> FusedMatch | NoMatch:
+              timeout_s: float = 900.0, prefer: list[Any] | None = None
+              ) -> FusedMatch | NoMatch:
     """Fuse ``steps`` (odd; default apps.fused.STEPS) launches of one recorded native unit's
     kernel, as a time loop that swaps its input and output runs them, into one launch of a
     generated operator (apps/fused.py); the spec is written only when one fused launch beats
-    that many original ones through the gate every deployment passes."""
+    that many original ones through the gate every deployment passes. ``prefer``: only
+    these ``[T, operator]`` pairs are tried (:func:`.narrow.keep`)."""
     from .fused import STEPS, check_steps  # the generators: only when fusing
 
     unit_dir = Path(unit_dir)
@@ -216,7 +228,7 @@ def fuse_unit(unit_dir: Path, *, out_dir: Path, steps: tuple[int, ...] | None = 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     res = _child(unit_dir.resolve(), out_dir.resolve(), repeat, passes, timeout_s,
-                 "kernforge.apps.fused_gpu", steps=list(steps or STEPS))
+                 "kernforge.apps.fused_gpu", steps=list(steps or STEPS), **_prefer(prefer))
     tried = tuple(res.get("tried") or ())
     if "nomatch" in res:
         return NoMatch(str(res["nomatch"]), res.get("recognized"), tried, res.get("phases"))

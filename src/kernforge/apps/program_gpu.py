@@ -29,6 +29,7 @@ from ..harness.compare import interleave
 from ..record.native_format import read_native
 from ..replay.native import NativeReplay
 from ..stencil.program.designs import candidates
+from . import narrow
 from .adapter import layout
 from .lift_includes import kernel_name, native_text, template_precision
 from .lift_probe import Probed, lift_probe
@@ -123,17 +124,20 @@ def _ints(rec: Any) -> list[int | None]:
 
 
 def session(unit: str, out_dir: str, repeat: int, passes: int, search_trials: int = 0,
-            search_seconds: float | None = None) -> dict[str, Any]:
+            search_seconds: float | None = None, prefer: Sequence[str] | None = None
+            ) -> dict[str, Any]:
     """The child's work (the module docstring), its phase timings in the result's
-    ``phases`` (:mod:`.phases`)."""
+    ``phases`` (:mod:`.phases`); ``prefer``: the presets to try, the others left out
+    (:func:`.narrow.keep`)."""
     ph = Phases()
-    res = _session(unit, out_dir, repeat, passes, search_trials, search_seconds, ph)
+    res = _session(unit, out_dir, repeat, passes, search_trials, search_seconds, ph, prefer)
     res["phases"] = ph.figures(len(res.get("tried") or ()))
     return res
 
 
 def _session(unit: str, out_dir: str, repeat: int, passes: int, search_trials: int,
-             search_seconds: float | None, ph: Phases) -> dict[str, Any]:
+             search_seconds: float | None, ph: Phases,
+             prefer: Sequence[str] | None = None) -> dict[str, Any]:
     with ph("setup"):
         rec = read_native(unit)
         rp = NativeReplay(rec)
@@ -151,6 +155,7 @@ def _session(unit: str, out_dir: str, repeat: int, passes: int, search_trials: i
     arch = f"sm_{rp.drv.attribute('cc_major')}{rp.drv.attribute('cc_minor')}"
     params = scalar_values(rec, binding)
     kernels, design_refused = candidates(prog, binding, limit=LIMIT)
+    kernels = narrow.keep(kernels, prefer, lambda k: k.key)
     tried: list[dict[str, Any]] = [{"operator": d, "refused": m}
                                    for d, m in design_refused.items()]
     with ph("baseline"):
@@ -240,7 +245,7 @@ def _session(unit: str, out_dir: str, repeat: int, passes: int, search_trials: i
 def main(argv: Sequence[str]) -> int:
     return child_main(argv, lambda req: session(
         req["unit"], req["out_dir"], int(req["repeat"]), int(req["passes"]),
-        int(req.get("search_trials") or 0), req.get("search_seconds")))
+        int(req.get("search_trials") or 0), req.get("search_seconds"), req.get("prefer")))
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from .. import loop_sequence
 from ..phases import summary
 from ..process import head_text
 from ..recording import app_driver
-from . import Context, Outcome, Strategy, unit_rows
+from . import Context, Outcome, Strategy, narrowing, unit_rows
 
 MODULE = "kernforge.apps.operator_match"
 IN_PROCESS = ("recorded in-process (kernforge.Kernel or CuPy launches): operators replace "
@@ -73,12 +73,15 @@ def driver_of(env: Mapping[str, str]) -> Iterator[None]:
 
 def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any,
            seq: dict[str, Any] | str | None = None, search: int = 0,
-           progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+           progress: Callable[[str], None] = lambda _: None,
+           narrow: narrowing.Narrowing | None = None) -> dict[str, Any]:
     """One kernel's row: the one-launch match ``one``, fusion tried when it recognized a
     stencil or the kernel's time loop was recorded, the faster deployable path chosen.
     ``seq``: the recorded time loop (:func:`loop_sequence.summary`) or why there is none
     (None: no sequence was considered); ``search``: the lifted path's search budget;
-    ``progress`` is told which path is being tried (each takes a while on a GPU)."""
+    ``progress`` is told which path is being tried (each takes a while on a GPU);
+    ``narrow``: the candidates of an earlier dataset each path tries first
+    (:mod:`.narrowing`)."""
     row: dict[str, Any] = {"recognized": getattr(one, "recognized", None)}
     found: dict[str, Any] = {}
     refused: dict[str, str] = {}
@@ -93,7 +96,7 @@ def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any,
     if isinstance(seq, dict):  # whole steps: the sequence is fusion's reference
         progress(f"fusing whole steps of the recorded time loop ({seq.get('steps')} "
                  "steps held; each candidate compiled, verified and timed in replay)")
-        _fused_step(fuse, seq, out, repeat, row, found, refused, progress)
+        _fused_step(fuse, seq, out, repeat, row, found, refused, progress, narrow)
         refused["fused"] = "not tried: the kernel's time loop was recorded (the fused step " \
                            "is tried on it)"
     elif fuse is None or (not hasattr(one, "spec_path") and row["recognized"] is None):
@@ -106,13 +109,14 @@ def _paths(om: Any, unit: Path, out: Path, repeat: int, one: Any,
             refused["fused step"] = seq
         progress("fusing several steps of the recognized stencil into one launch "
                  "(each candidate compiled, verified and timed in replay)")
-        _try_fuse(lambda: fuse(unit, out_dir=out / "fused", repeat=repeat), "fused", row,
+        _try_fuse(lambda: narrowing.attempt(narrow, "fused", lambda **kw: fuse(
+            unit, out_dir=out / "fused", repeat=repeat, **kw), row), "fused", row,
                   found, refused, progress)
     recognized = hasattr(one, "spec_path") or row["recognized"] is not None
     if getattr(om, "lift_unit", None) is not None and not recognized:
         progress("lifting the kernel's program and timing generated operators")
     _lifted(om, unit, out, repeat, row, found, refused, recognized=recognized,
-            search=search, progress=progress)
+            search=search, progress=progress, narrow=narrow)
     if not found:
         return {**row, "matched": False, "reason": "; ".join(
             f"{k}: {v}" for k, v in refused.items()), "refused": refused}
@@ -157,7 +161,8 @@ def _step_label(f: Any) -> str:
 
 def _fused_step(fuse: Any, seq: dict[str, Any], out: Path, repeat: int, row: dict[str, Any],
                 found: dict[str, Any], refused: dict[str, str],
-                progress: Callable[[str], None] = lambda _: None) -> None:
+                progress: Callable[[str], None] = lambda _: None,
+                narrow: narrowing.Narrowing | None = None) -> None:
     """Fusion of whole recorded steps: ``fuse_unit`` on the sequence unit, for the step
     counts the program let the sequence hold."""
     if fuse is None:
@@ -167,8 +172,9 @@ def _fused_step(fuse: Any, seq: dict[str, Any], out: Path, repeat: int, row: dic
     if not steps:
         refused["fused step"] = f"not tried: {why} (the sequence ended: {seq.get('ended')})"
         return
-    _try_fuse(lambda: fuse(Path(seq["unit"]), out_dir=out / "fused-step", repeat=repeat,
-                           steps=steps), "fused step", row, found, refused, progress)
+    _try_fuse(lambda: narrowing.attempt(narrow, "fused step", lambda **kw: fuse(
+        Path(seq["unit"]), out_dir=out / "fused-step", repeat=repeat, steps=steps, **kw), row),
+        "fused step", row, found, refused, progress)
 
 
 def _try_fuse(call: Any, key: str, row: dict[str, Any], found: dict[str, Any],
@@ -199,7 +205,8 @@ def _try_fuse(call: Any, key: str, row: dict[str, Any], found: dict[str, Any],
 
 def _lifted(om: Any, unit: Path, out: Path, repeat: int, row: dict[str, Any],
             found: dict[str, Any], refused: dict[str, str], *, recognized: bool,
-            search: int = 0, progress: Callable[[str], None] = lambda _: None) -> None:
+            search: int = 0, progress: Callable[[str], None] = lambda _: None,
+            narrow: narrowing.Narrowing | None = None) -> None:
     """The lifted-program path, tried when the recognizer refused the kernel (several
     fields, coefficient fields, a residual, in place...): its program lifted (source first,
     else probing) and generated operators put in its place: the designs' presets, then the
@@ -211,7 +218,8 @@ def _lifted(om: Any, unit: Path, out: Path, repeat: int, row: dict[str, Any],
                                              "takes the matrix's operators")
         return
     try:
-        r = lift(unit, out_dir=out / "lifted", repeat=repeat, search_trials=search)
+        r = narrowing.attempt(narrow, "lifted", lambda **kw: lift(
+            unit, out_dir=out / "lifted", repeat=repeat, search_trials=search, **kw), row)
     except Exception as exc:  # noqa: BLE001 - a lifting failure is this kernel's data
         refused["lifted"] = f"lifting failed: {type(exc).__name__}: {exc}"
         return
@@ -248,6 +256,7 @@ class OperatorStrategy(Strategy):
                                          "reason": IN_PROCESS} for k, u in units]})
         kept = 0
         loops = loop_sequence.loop_kernels(ctx.candidates())
+        firsts: narrowing.Firsts = {}  # per kernel: its first matched dataset's rankings
         for k, unit in units:
             if k.get("kind") == "source":
                 tried.append({"kernel": k["name"], "unit": str(unit), "matched": False,
@@ -260,11 +269,15 @@ class OperatorStrategy(Strategy):
                 ctx.progress(f"{ctx.manifest.name}: {k['name'][:60]} ({unit.parent.name}/"
                              f"{unit.name}) matched before the run was stopped: kept")
             else:
+                narrow = narrowing.for_unit(firsts, k["name"], unit.parent.name,
+                                            ctx.manifest.integrate.narrow_after_first)
                 ctx.progress(f"{ctx.manifest.name}: matching {k['name'][:60]} "
-                             f"({unit.parent.name}/{unit.name}) against the operator matrix")
+                             f"({unit.parent.name}/{unit.name}) against the operator matrix"
+                             + (f" ({narrow.note})" if narrow else ""))
                 with unit_rows.attempt(out) as done:
-                    row = self._match(om, match_unit, ctx, k, unit, out, loops)
+                    row = self._match(om, match_unit, ctx, k, unit, out, loops, narrow)
                     done(row)
+            narrowing.remember(firsts, k["name"], unit.parent.name, row)
             tried.append(row)
             if row["matched"]:
                 specs.append(row["spec"])
@@ -287,15 +300,19 @@ class OperatorStrategy(Strategy):
 
     @staticmethod
     def _match(om: Any, match_unit: Any, ctx: Context, k: dict[str, Any], unit: Path,
-               out: Path, loops: set[str]) -> dict[str, Any]:
+               out: Path, loops: set[str], narrow: narrowing.Narrowing | None = None
+               ) -> dict[str, Any]:
         """One unit's row: its one-launch, fused and lifted paths (a matcher's failure is
         the unit's data); the kernel's time loop recorded as a sequence in between when it
-        is one (:mod:`..loop_sequence`)."""
+        is one (:mod:`..loop_sequence`); ``narrow``: the earlier dataset's candidates each
+        path tries first (:mod:`.narrowing`)."""
         repeat = ctx.manifest.integrate.match_repeat
         t0 = time.perf_counter()
+        pre: dict[str, Any] = {}  # the one-launch path's ranking and narrowing
         try:
             with driver_of(ctx.manifest.env):
-                r = match_unit(unit, out_dir=out, repeat=repeat)
+                r = narrowing.attempt(narrow, "one-launch", lambda **kw: match_unit(
+                    unit, out_dir=out, repeat=repeat, **kw), pre)
             t1 = time.perf_counter()
             seq = _sequence(om, ctx, k, unit, out, r, loops)
             t_seq = time.perf_counter() - t1
@@ -304,7 +321,8 @@ class OperatorStrategy(Strategy):
                              ctx.manifest.integrate.lift_search_trials,
                              progress=lambda what: ctx.progress(
                                  f"{ctx.manifest.name}: {k['name'][:60]} "
-                                 f"({unit.parent.name}): {what}"))
+                                 f"({unit.parent.name}): {what}"), narrow=narrow)
+            narrowing.merge(row, pre)
         except Exception as exc:  # noqa: BLE001 - a matcher failure is this kernel's data
             return {"kernel": k["name"], "unit": str(unit), "matched": False,
                     "reason": f"matching failed: {type(exc).__name__}: {exc}"}
