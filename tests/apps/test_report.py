@@ -10,7 +10,7 @@ import pytest
 from kernforge.cli.main import main
 from kernforge.testing.fakedriver import FakeCuda
 
-from .app_helpers import fake_program, write_manifest
+from .app_helpers import fake_program, skip_if_busy, write_manifest
 
 
 def _app(tmp_path: Path, fake: FakeCuda, name: str, edit: tuple[str, str] = ("", "")) -> Path:
@@ -20,7 +20,9 @@ def _app(tmp_path: Path, fake: FakeCuda, name: str, edit: tuple[str, str] = ("",
     text = m.read_text().replace('"operator", "tune", "agent"', '"agent"')
     m.write_text(text.replace('name = "heat-fake"', f'name = "{name}"').replace(*edit))
     out = tmp_path / name / "run"
-    assert main(["app", "run", str(m), "--out", str(out)]) == 0
+    status = main(["app", "run", str(m), "--out", str(out)])
+    skip_if_busy(out)
+    assert status == 0
     return out
 
 
