@@ -137,3 +137,25 @@ def test_the_report_shows_the_arm_and_the_fusion_counts_per_dataset(tmp_path: Pa
     assert lines[head + 3].startswith("| geometric mean | | | 3.000x [95% bootstrap CI 3.000, "
                                       "3.000] | 1.500x [95% bootstrap CI 1.500, 1.500] | 2.000x")
     assert lines[head + 3].endswith(" | |")
+
+
+class ArmThenOriginalFail(Timed):
+    """The arm fails its check; then, measured again without it, the original fails."""
+    arm_failed = False
+
+    def timed(self, dataset: Any, setup: Setup) -> float:
+        if setup.label == ol.ARM:
+            self.arm_failed = True
+            raise RunFailed(setup, dataset, "its own check failed: checksum 1.5 != 1.25")
+        if setup.label == "original" and self.arm_failed:
+            raise RunFailed(setup, dataset, "exit status 1")
+        return super().timed(dataset, setup)
+
+
+def test_the_original_failing_after_the_arm_was_dropped_is_blocked(tmp_path: Path) -> None:
+    h = ArmThenOriginalFail(["small"], {"original": 2.0, "deployed": 1.0, ol.ARM: 1.5})
+    setup, arm = _setups(tmp_path)
+    state, reason, figures = endtoend.measure(h, setup, 2, 0.98, fused=True, arm=arm)
+    assert state == "BLOCKED", reason
+    assert reason.startswith("the unmodified program failed in M4")
+    assert figures["failed"]["side"] == "original"

@@ -130,6 +130,8 @@ def measure(h: AppHarness, setup: Setup, rounds: int, floor: float, *, fused: bo
             except RunFailed as again:
                 figures["failed"] = {"dataset": d.name, "side": again.setup.label,
                                      "why": again.why}
+                if again.setup.label == "original":
+                    return "BLOCKED", f"the unmodified program failed in M4: {again}", figures
                 return "DROPPED", (f"with kernforge's changes the program fails its own check "
                                    f"on {d.name}: {again.why}; nothing is deployed"), figures
         x: dict[str, Any] = {"dataset": d.name, **r, **_counts(setup, fused)}
