@@ -117,23 +117,13 @@ def measure(h: AppHarness, setup: Setup, rounds: int, floor: float, *, fused: bo
             r = h.compare(d, setup, rounds, also=also) if also else h.compare(d, setup, rounds)
         except RunFailed as exc:
             if also is None or exc.setup.label != ol.ARM:
-                figures["failed"] = {"dataset": d.name, "side": exc.setup.label,
-                                     "why": exc.why}
-                if exc.setup.label == "original":
-                    return "BLOCKED", f"the unmodified program failed in M4: {exc}", figures
-                return "DROPPED", (f"with kernforge's changes the program fails its own check "
-                                   f"on {d.name}: {exc.why}; nothing is deployed"), figures
+                return _run_failed(exc, d.name, figures)
             figures["one_launch"]["failed"] = {"dataset": d.name, "why": exc.why}
             also = None  # the arm is dropped; the integration is measured again on d
             try:
                 r = h.compare(d, setup, rounds)
             except RunFailed as again:
-                figures["failed"] = {"dataset": d.name, "side": again.setup.label,
-                                     "why": again.why}
-                if again.setup.label == "original":
-                    return "BLOCKED", f"the unmodified program failed in M4: {again}", figures
-                return "DROPPED", (f"with kernforge's changes the program fails its own check "
-                                   f"on {d.name}: {again.why}; nothing is deployed"), figures
+                return _run_failed(again, d.name, figures)
         x: dict[str, Any] = {"dataset": d.name, **r, **_counts(setup, fused)}
         if also is not None:
             x["one_launch"] = {**x.pop("also"), **_counts(also, False)}
@@ -186,6 +176,17 @@ def _arm_text(figures: dict[str, Any], per: list[dict[str, Any]]) -> str:
     summary, text = ol.summary(per)
     arm.update(summary)
     return f"; {text}"
+
+
+def _run_failed(exc: RunFailed, dataset: str, figures: dict[str, Any]
+                ) -> tuple[str, str, dict[str, Any]]:
+    """M4's end when a run failed its check: BLOCKED when the unmodified program failed,
+    else DROPPED (kernforge's changes broke it)."""
+    figures["failed"] = {"dataset": dataset, "side": exc.setup.label, "why": exc.why}
+    if exc.setup.label == "original":
+        return "BLOCKED", f"the unmodified program failed in M4: {exc}", figures
+    return "DROPPED", (f"with kernforge's changes the program fails its own check on "
+                       f"{dataset}: {exc.why}; nothing is deployed"), figures
 
 
 def _counts(setup: Setup, fused: bool) -> dict[str, Any]:
