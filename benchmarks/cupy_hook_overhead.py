@@ -36,37 +36,13 @@ from typing import Any
 
 import numpy as np
 
-from kernforge.backends import LaunchEvent, cupy_hooks, events
-from kernforge.deploy import DeployEntry, Deployment, DeploySpec, entry_from_event
+from kernforge.backends import cupy_hooks, events
+from kernforge.deploy import Deployment, DeploySpec
+from kernforge.deploy.overhead import entry_like
 from kernforge.testing.fakecupy import NOOP, standing_in
 
 PLAIN, HOOKS, REPLACED, MISMATCH = "plain", "hooks, no deployment", "replaced", \
     "problem mismatch"
-
-
-class _Capture:
-    def __init__(self) -> None:
-        self.events: list[LaunchEvent] = []
-
-    def before(self, event: LaunchEvent) -> None:
-        self.events.append(event)
-
-    def after(self, token: Any, error: BaseException | None) -> None:
-        pass
-
-
-def _entry(launch: Callable[[], None]) -> DeployEntry:
-    """An entry replacing launches like ``launch()`` by the same code with another option."""
-    capture = _Capture()
-    events.add_observer(capture)
-    try:
-        launch()
-    finally:
-        events.remove_observer(capture)
-    (event,) = capture.events
-    return entry_from_event(event, event.variant.with_(options={"maxrregcount": 32}),
-                            baseline_s=1.0, tuned_s=1.0, speedup=1.0, speedup_ci=None,
-                            recording="(benchmark)")
 
 
 def _per_launch(run: Callable[[], None], launches: int) -> float:
@@ -86,7 +62,7 @@ def _setup(cp: Any) -> tuple[dict[str, Callable[[], None]], dict[str, Deployment
     y = np.zeros_like(x)
     a = np.float32(2.0)
     matching = (lambda: k((1,), (n,), (x, y, a, n)))
-    spec = DeploySpec((_entry(matching),))
+    spec = DeploySpec((entry_like(matching, {"maxrregcount": 32}),))
     runs = {PLAIN: (lambda: plain((1,), (n,), (x, y, a, n))), HOOKS: matching,
             REPLACED: matching, MISMATCH: (lambda: k((1,), (n,), (x, y, a, n - 1)))}
     deps: dict[str, Deployment | None] = {

@@ -113,7 +113,7 @@ class _Capture:
         pass
 
 
-def _entry(launch: Callable[[], None], options: dict[str, Any]) -> DeployEntry:
+def entry_like(launch: Callable[[], None], options: dict[str, Any]) -> DeployEntry:
     """The entry replacing launches like ``launch()`` by the same code with ``options``."""
     capture = _Capture()
     events.add_observer(capture)
@@ -160,7 +160,7 @@ def _cpu_modes() -> tuple[dict[str, Callable[[], None]], DeployEntry, Callable[[
     x, y = np.arange(float(n)), np.zeros(n)
     x2, y2 = np.arange(float(2 * n)), np.zeros(2 * n)
     matching = (lambda: k(x, y, 2.0, n, threads=1))
-    entry = _entry(matching, {"opt_level": "O3"})
+    entry = entry_like(matching, {"opt_level": "O3"})
     mismatch = (lambda: k(x, y, 2.0, n - 1, threads=1))
     other = (lambda: k(x2, y2, 2.0, 2 * n, threads=1))
 
@@ -185,7 +185,7 @@ def _cuda_modes(cp: Any) -> tuple[dict[str, Callable[[], None]], DeployEntry,
     y2 = cp.zeros_like(x2)
     a = np.float32(2.0)
     matching = (lambda: k((1,), (n,), (x, y, a, n)))
-    entry = _entry(matching, {"maxrregcount": 32})
+    entry = entry_like(matching, {"maxrregcount": 32})
     mismatch = (lambda: k((1,), (n,), (x, y, a, n - 1)))
     other = (lambda: k((1,), (n,), (x2, y2, a, 2 * n)))
 
